@@ -1,0 +1,40 @@
+# Two commands do all set-up on a fresh machine: `make run` and `make test`.
+# Only Python 3.11+, pip and the package registries are assumed.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.kopek-installed
+SRC := bot llm budget scheduler
+
+.PHONY: run test lint typecheck unit bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+locales: $(STAMP)
+	$(PY) -m babel.messages.frontend compile --domain=messages --directory=bot/locales --use-fuzzy --statistics >/dev/null
+
+run: $(STAMP) locales
+	@test -f .env || { echo "No .env found: copy .env.example to .env and set BOT_TOKEN (get one from @BotFather in Telegram: /newbot)."; exit 2; }
+	$(PY) -m alembic upgrade head
+	$(PY) -m bot
+
+lint: $(STAMP)
+	$(PY) -m ruff check $(SRC) tests bench migrations
+	$(PY) -m ruff format --check $(SRC) tests bench migrations
+
+typecheck: $(STAMP)
+	$(PY) -m mypy
+
+test: $(STAMP) locales lint typecheck
+	$(PY) -m pytest -q
+
+bench: $(STAMP) locales
+	$(PY) bench/ledger.py
+	$(PY) bench/digest.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,216 @@
+"""Kopek's one settings object (pydantic-settings), read from the environment and ``.env``.
+
+Created once in ``bot.__main__`` and injected; nothing reads ``os.environ`` elsewhere.
+Units are in the field names: ``*_usd`` are decimal US dollars as written by the
+operator (converted to integer µUSD by :func:`usd_to_musd` before the ledger sees
+them), ``*_seconds`` seconds, ``*_minutes`` minutes, ``*_tokens`` tokens.
+Every variable is documented in ``.env.example``.
+"""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from typing_extensions import Annotated
+
+__all__ = ["PROVIDER_NAMES", "Settings", "usd_to_musd"]
+
+#: Cascade order: free tiers first, DeepSeek last as the paid anchor.
+PROVIDER_NAMES: tuple[str, ...] = ("groq", "groq2", "mistral", "cerebras", "deepseek")
+
+Tier = Literal["free", "paid"]
+
+
+def usd_to_musd(usd: Decimal | None) -> int | None:
+    """Convert a decimal USD amount to integer µUSD (half-even), ``None`` stays ``None``."""
+    if usd is None:
+        return None
+    return int((usd * 1_000_000).quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
+
+
+def _check_tz(name: str) -> str:
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"unknown IANA timezone {name!r}") from exc
+    return name
+
+
+class Settings(BaseSettings):
+    """All configuration. See ``.env.example`` for meaning and units of each field."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False
+    )
+
+    # --- foundation -------------------------------------------------------
+    bot_token: SecretStr
+    telegram_api_base: str = "https://api.telegram.org"
+    telegram_web_base: str = "https://t.me"
+    admin_ids: Annotated[frozenset[int], NoDecode] = frozenset()
+    database_url: str = "sqlite+aiosqlite:///data/kopek.db"
+    budget_tz: str = "UTC"
+    default_user_tz: str | None = None
+    stale_message_seconds: int = Field(600, ge=0)
+    shutdown_grace_seconds: float = Field(20.0, ge=0)
+    log_level: str = "INFO"
+
+    # --- providers ----------------------------------------------------------
+    groq_api_key: SecretStr | None = None
+    groq_api_key_2: SecretStr | None = None
+    mistral_api_key: SecretStr | None = None
+    cerebras_api_key: SecretStr | None = None
+    deepseek_api_key: SecretStr | None = None
+    groq_base_url: str = "https://api.groq.com"
+    mistral_base_url: str = "https://api.mistral.ai"
+    cerebras_base_url: str = "https://api.cerebras.ai/v1"
+    deepseek_base_url: str = "https://api.deepseek.com"
+    groq_model: str = "llama-3.3-70b-versatile"
+    groq_cheap_model: str = "llama-3.1-8b-instant"
+    mistral_model: str = "mistral-small-latest"
+    mistral_cheap_model: str = "ministral-8b-latest"
+    cerebras_model: str = "llama-3.3-70b"
+    cerebras_cheap_model: str = "llama3.1-8b"
+    deepseek_model: str = "deepseek-chat"
+    deepseek_cheap_model: str = "deepseek-chat"
+    groq_tier: Tier = "free"
+    mistral_tier: Tier = "free"
+    cerebras_tier: Tier = "free"
+    deepseek_tier: Tier = "paid"
+    provider_timeout_seconds: float = Field(60.0, gt=0)
+    cooldown_seconds: float = Field(600.0, ge=0)
+    breaker_failure_threshold: int = Field(3, ge=1)
+    breaker_failure_window_seconds: float = Field(60.0, gt=0)
+    global_max_inflight_calls: int = Field(8, ge=1)
+    degraded_min_output_tokens: int = Field(128, ge=1)
+
+    # --- budget -------------------------------------------------------------
+    budget_global_daily_usd: Decimal | None = None
+    budget_global_hourly_usd: Decimal | None = None
+    budget_user_daily_usd: Decimal | None = None
+    budget_user_hourly_usd: Decimal | None = None
+    budget_team_daily_usd: Decimal | None = None
+    budget_team_hourly_usd: Decimal | None = None
+    deepseek_daily_cap_usd: Decimal | None = None
+    price_overrides: str = ""  # JSON: {"provider:model": {"input": "0.27", ...}} USD per 1M tokens
+    token_safety_factor: Decimal = Decimal("1.25")
+    hold_ttl_seconds: float = Field(300.0, gt=0)
+    operation_max_usd: Decimal = Decimal("0.05")
+    operation_max_requests: int = Field(8, ge=1)
+    user_max_inflight: int = Field(2, ge=1)
+    user_max_per_minute: int = Field(10, ge=1)
+    user_daily_messages: int | None = Field(None, ge=1)
+    auto_kill_window_minutes: int = Field(60, ge=1)
+    auto_kill_fraction: Decimal = Decimal("0.5")
+    auto_kill_usd_per_window: Decimal | None = None
+
+    # --- chat ---------------------------------------------------------------
+    chat_max_output_tokens: int = Field(1024, ge=1)
+    chat_max_input_tokens: int = Field(4000, ge=1)
+    chat_history_max_tokens: int = Field(3000, ge=0)
+    intake_max_concurrent: int = Field(50, ge=1)
+    user_queue_max: int = Field(3, ge=0)
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+
+    # --- digests --------------------------------------------------------------
+    digest_stagger_seconds: float = Field(10.0, ge=0)
+    digest_llm_concurrency: int = Field(1, ge=1)
+    digest_latest_delay_minutes: int = Field(120, ge=0)
+    digest_max_free_share: Decimal = Decimal("0.8")
+    digest_max_posts: int = Field(30, ge=1)
+    digest_summary_max_tokens: int = Field(300, ge=16)
+    digest_max_usd: Decimal = Decimal("0.02")
+    digest_default_time: str = "09:00"
+    fetch_timeout_seconds: float = Field(15.0, gt=0)
+    fetch_max_bytes: int = Field(2_000_000, ge=1024)
+
+    @field_validator("admin_ids", mode="before")
+    @classmethod
+    def _parse_admin_ids(cls, value: object) -> object:
+        if isinstance(value, str):
+            parts = [p.strip() for p in value.split(",") if p.strip()]
+            try:
+                return frozenset(int(p) for p in parts)
+            except ValueError as exc:
+                raise ValueError("ADMIN_IDS must be comma-separated integers") from exc
+        if isinstance(value, int):
+            return frozenset({value})
+        return value
+
+    @field_validator("budget_tz")
+    @classmethod
+    def _tz(cls, value: str) -> str:
+        return _check_tz(value)
+
+    @field_validator("default_user_tz")
+    @classmethod
+    def _user_tz(cls, value: str | None) -> str | None:
+        return None if value in (None, "") else _check_tz(value)
+
+    @field_validator(
+        "groq_api_key",
+        "groq_api_key_2",
+        "mistral_api_key",
+        "cerebras_api_key",
+        "deepseek_api_key",
+        mode="before",
+    )
+    @classmethod
+    def _empty_key_is_none(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @field_validator(
+        "budget_global_daily_usd",
+        "budget_global_hourly_usd",
+        "budget_user_daily_usd",
+        "budget_user_hourly_usd",
+        "budget_team_daily_usd",
+        "budget_team_hourly_usd",
+        "deepseek_daily_cap_usd",
+        "auto_kill_usd_per_window",
+        "metrics_port",
+        "user_daily_messages",
+        mode="before",
+    )
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Settings:
+        if not self.bot_token.get_secret_value().strip():
+            raise ValueError("BOT_TOKEN is empty")
+        if not self.provider_keys():
+            raise ValueError(
+                "no provider key set: set at least one of GROQ_API_KEY, GROQ_API_KEY_2, "
+                "MISTRAL_API_KEY, CEREBRAS_API_KEY, DEEPSEEK_API_KEY"
+            )
+        if self.hold_ttl_seconds <= self.provider_timeout_seconds:
+            raise ValueError(
+                f"HOLD_TTL_SECONDS ({self.hold_ttl_seconds}) must exceed "
+                f"PROVIDER_TIMEOUT_SECONDS ({self.provider_timeout_seconds})"
+            )
+        if self.token_safety_factor < 1:
+            raise ValueError("TOKEN_SAFETY_FACTOR must be >= 1 (the ceiling is an upper bound)")
+        return self
+
+    @property
+    def user_tz(self) -> str:
+        """Timezone assumed for a user who has not set one (DEFAULT_USER_TZ or BUDGET_TZ)."""
+        return self.default_user_tz or self.budget_tz
+
+    def provider_keys(self) -> dict[str, SecretStr]:
+        """Configured provider keys by provider name, in cascade order."""
+        keys = {
+            "groq": self.groq_api_key,
+            "groq2": self.groq_api_key_2,
+            "mistral": self.mistral_api_key,
+            "cerebras": self.cerebras_api_key,
+            "deepseek": self.deepseek_api_key,
+        }
+        return {name: key for name, key in keys.items() if key is not None}

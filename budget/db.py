@@ -1,0 +1,67 @@
+"""Engine factory: the one module that knows SQLite specifics.
+
+Everything else talks portable SQLAlchemy. For SQLite this module turns on WAL
+(readers never block the writer), ``synchronous=FULL`` (a committed hold survives a
+power cut or process crash), a busy timeout (``database is locked`` must never reach
+a user) and foreign keys, and creates the database folder. Other backends
+(PostgreSQL via DATABASE_URL) get the plain engine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+__all__ = ["BUSY_TIMEOUT_MS", "create_engine", "is_sqlite", "sqlite_path"]
+
+#: How long a SQLite connection waits for the write lock (milliseconds).
+BUSY_TIMEOUT_MS = 15_000
+
+
+def is_sqlite(url: str | URL) -> bool:
+    """True when ``url`` names a SQLite database."""
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def sqlite_path(url: str | URL) -> Path | None:
+    """The database file of a SQLite URL (``None`` for in-memory or other backends)."""
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
+        return None
+    return Path(u.database)
+
+
+def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=FULL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def create_engine(url: str | URL, *, pool_size: int = 5) -> AsyncEngine:
+    """Create the async engine for ``url``.
+
+    For SQLite the parent folder is created, the pragmas above are set on every
+    connection, and the pool is bounded (``pool_size`` + 5 overflow, 30 s timeout)
+    so a burst waits for a connection instead of failing.
+    """
+    path = sqlite_path(url)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    if is_sqlite(url):
+        engine = create_async_engine(
+            url,
+            pool_size=pool_size,
+            max_overflow=5,
+            pool_timeout=30,
+            connect_args={"timeout": BUSY_TIMEOUT_MS / 1000},
+        )
+        event.listen(engine.sync_engine, "connect", _on_connect)
+        return engine
+    return create_async_engine(url, pool_size=pool_size, max_overflow=5, pool_timeout=30)

@@ -1,0 +1,57 @@
+"""The budget package's error tree.
+
+::
+
+    BudgetError
+    ├── HoldRefused            .refusal: Refusal — the ledger said no (a value, not a string)
+    │   └── LedgerUnavailable  the ledger could not write; fail closed (reason ``unavailable``)
+    ├── UnknownHold            .hold_id — settle/release of a hold the ledger never granted
+    └── BudgetConfigError      bad limits/prices/TTL at start-up (e.g. a paid model with no price)
+"""
+
+from __future__ import annotations
+
+from budget.types import Refusal, RefusalReason
+
+__all__ = [
+    "BudgetConfigError",
+    "BudgetError",
+    "HoldRefused",
+    "LedgerUnavailable",
+    "UnknownHold",
+]
+
+
+class BudgetError(Exception):
+    """Base of every error raised by ``budget/``."""
+
+
+class HoldRefused(BudgetError):
+    """No hold (or operation/request slot) was granted; nothing was held anywhere.
+
+    Attributes:
+        refusal: the structured reason, level, window and reset time.
+    """
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(f"refused: {refusal.reason}")
+        self.refusal = refusal
+
+
+class LedgerUnavailable(HoldRefused):
+    """The ledger could not record a hold; no provider call may be made."""
+
+    def __init__(self) -> None:
+        super().__init__(Refusal(reason=RefusalReason.UNAVAILABLE))
+
+
+class UnknownHold(BudgetError):
+    """``settle``/``release`` named a hold id the ledger has no record of."""
+
+    def __init__(self, hold_id: str) -> None:
+        super().__init__(f"unknown hold {hold_id!r}")
+        self.hold_id = hold_id
+
+
+class BudgetConfigError(BudgetError):
+    """Budget configuration cannot be used (checked at start-up; fail closed)."""

@@ -1,0 +1,160 @@
+"""The ledger as its callers see it (``llm/`` cascade, ``scheduler/``, ``bot/``).
+
+This Protocol is the contract between the packages; :class:`budget.ledger.Ledger`
+implements it and tests may substitute an in-memory fake. Money is integer µUSD.
+
+Flow for one chat message::
+
+    op = await ledger.begin_operation(user_id, Origin.CHAT)           # kill/inflight/rate
+    try:
+        req = await ledger.begin_request(op, fingerprint)             # op caps, loop check
+        hold = await ledger.reserve(op, req, provider="groq", model=m,
+                                    input_tokens=n, max_tokens=1024)  # atomic on all levels
+        ... call the provider ...
+        await ledger.settle(hold.hold_id, usage)                      # or release(hold_id)
+    finally:
+        await ledger.end_operation(op)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from budget.types import Origin, Usage
+
+__all__ = ["HoldTicket", "LedgerPort", "OperationTicket", "PriceCardPort"]
+
+
+@dataclass(frozen=True, slots=True)
+class OperationTicket:
+    """An operation admitted by :meth:`LedgerPort.begin_operation`.
+
+    Attributes:
+        operation_id: unique id (also the in-flight slot id).
+        user_id: Telegram user id charged for it.
+        origin: chat or digest.
+        team: the user's team name at admission, or ``None``.
+    """
+
+    operation_id: str
+    user_id: int
+    origin: Origin
+    team: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class HoldTicket:
+    """A granted hold for one attempt.
+
+    Attributes:
+        hold_id: id to pass to settle/release.
+        provider: provider key name (``groq``, ``groq2``, ``mistral``, ``cerebras``, ``deepseek``).
+        model: model id at that provider.
+        ceiling_musd: money held (µUSD); 0 for a free-tier provider.
+        list_ceiling_musd: the ceiling at list price (µUSD), ``None`` if the
+            model has no known list price (free tier only).
+        granted_at: aware UTC time of the grant; fixes the hold's windows.
+    """
+
+    hold_id: str
+    provider: str
+    model: str
+    ceiling_musd: int
+    list_ceiling_musd: int | None
+    granted_at: datetime
+
+
+class PriceCardPort(Protocol):
+    """Prices per provider/model, as the ledger uses them."""
+
+    def ceiling_musd(
+        self, provider: str, model: str, input_tokens: int, max_tokens: int, at: datetime
+    ) -> int:
+        """Money to hold (µUSD, rounded up) for a call; 0 for a free-tier provider."""
+        ...
+
+    def max_tokens_within(
+        self, provider: str, model: str, input_tokens: int, budget_musd: int, at: datetime
+    ) -> int:
+        """Largest max_tokens whose ceiling fits ``budget_musd`` (0 if even the input does not)."""
+        ...
+
+    def is_free(self, provider: str) -> bool:
+        """True when the provider is configured as free tier (settles at 0 µUSD)."""
+        ...
+
+
+class LedgerPort(Protocol):
+    """Operations, requests, holds. Every method may raise ``HoldRefused``/``LedgerUnavailable``."""
+
+    prices: PriceCardPort
+
+    async def begin_operation(
+        self,
+        user_id: int,
+        origin: Origin,
+        *,
+        max_musd: int | None = None,
+        max_requests: int | None = None,
+    ) -> OperationTicket:
+        """Admit an operation: checks kill switch (global and scoped), the user's
+        in-flight slots (USER_MAX_INFLIGHT) and start rate (USER_MAX_PER_MINUTE).
+        ``max_musd``/``max_requests`` default to the origin's caps from settings.
+
+        Raises:
+            HoldRefused: reason kill, inflight, rate (or messages).
+        """
+        ...
+
+    async def end_operation(self, op: OperationTicket) -> None:
+        """Free the operation's in-flight slot. Idempotent."""
+        ...
+
+    async def begin_request(self, op: OperationTicket, fingerprint: str) -> str:
+        """Count a new request in ``op``; returns its request id.
+
+        ``fingerprint`` identifies the prompt (e.g. sha256 of the messages); the same
+        fingerprint twice in one operation is a loop.
+
+        Raises:
+            HoldRefused: reason operation_cap (max requests) or loop.
+        """
+        ...
+
+    async def reserve(
+        self,
+        op: OperationTicket,
+        request_id: str,
+        *,
+        provider: str,
+        model: str,
+        input_tokens: int,
+        max_tokens: int,
+    ) -> HoldTicket:
+        """Hold the ceiling for one attempt, atomically on every level and window
+        (user, team, global, provider account cap) and against the operation's max cost.
+        All or nothing: on refusal nothing is held anywhere.
+
+        Raises:
+            HoldRefused: kill, limit (with level/window/resets_at, ``busy`` when
+                outstanding holds are what blocked it), operation_cap.
+            LedgerUnavailable: the ledger could not write.
+        """
+        ...
+
+    async def free_musd(self, op: OperationTicket, provider: str) -> int | None:
+        """Smallest free amount (µUSD) over every level/window that ``provider``'s
+        hold would touch for ``op`` (incl. the operation cap); ``None`` = no limit."""
+        ...
+
+    async def settle(self, hold_id: str, usage: Usage, *, estimated: bool = False) -> int:
+        """Replace the hold by its actual cost (returned, µUSD), booked in the hold's
+        windows. Idempotent; an expired hold is still booked. ``estimated`` flags an
+        interrupted call settled by the interrupted-call rule."""
+        ...
+
+    async def release(self, hold_id: str) -> None:
+        """Return a hold that spent nothing. No-op after settle/release."""
+        ...

@@ -1,0 +1,115 @@
+"""Value types shared by the ledger and its callers (``llm/``, ``scheduler/``, ``bot/``).
+
+Units: money is integer micro-USD (µUSD, 1 µUSD = 1e-6 USD) in every field whose
+name ends in ``_musd``; tokens are integer counts; datetimes are aware UTC.
+
+Vocabulary:
+
+* *operation* — one unit of user-visible work (one chat message, one user's digest);
+  has caps on cost and number of requests, occupies one in-flight slot of its user.
+* *request* — one logical LLM call inside an operation; may try several providers.
+* *attempt* — one provider tried for a request; each attempt takes its own *hold*.
+* *hold* (reservation) — money set aside for an attempt, at its *ceiling*
+  (input tokens × input price + max_tokens × output price, rounded up), on every
+  applicable level and window at once; ended by *settle* (actual cost) or *release* (0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+__all__ = [
+    "Level",
+    "Origin",
+    "RefusalReason",
+    "Refusal",
+    "Usage",
+    "Window",
+]
+
+
+class RefusalReason(StrEnum):
+    """Why the ledger said no. Each has its own user-facing template."""
+
+    KILL = "kill"  # the kill switch (global or scoped) is tripped
+    LIMIT = "limit"  # a money limit of some level/window is spent
+    BUSY = "busy"  # the limit would fit once outstanding holds settle
+    INFLIGHT = "inflight"  # the user already has USER_MAX_INFLIGHT operations running
+    RATE = "rate"  # the user started USER_MAX_PER_MINUTE operations in the last minute
+    OPERATION_CAP = "operation_cap"  # the operation's max cost or max requests is reached
+    LOOP = "loop"  # the same prompt was sent again as a new request in one operation
+    UNAVAILABLE = "unavailable"  # the ledger could not write: fail closed
+    MESSAGES = "messages"  # the courtesy daily message limit (USER_DAILY_MESSAGES)
+
+
+class Level(StrEnum):
+    """Budget level a limit belongs to."""
+
+    PERSONAL = "personal"
+    TEAM = "team"
+    GLOBAL = "global"
+    PROVIDER = "provider"
+
+
+class Window(StrEnum):
+    """Budget windows, cut in BUDGET_TZ."""
+
+    HOUR = "hour"
+    DAY = "day"
+    MINUTE = "minute"  # only for the per-user rate (USER_MAX_PER_MINUTE)
+
+
+class Origin(StrEnum):
+    """What an operation is for; spend is reported per origin."""
+
+    CHAT = "chat"
+    DIGEST = "digest"
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A refusal value: what stopped a request and until when.
+
+    Attributes:
+        reason: why.
+        level: which budget level refused (``None`` for reasons without a level,
+            e.g. ``inflight``).
+        window: which window of that level (``None`` when not window-bound).
+        resets_at: aware UTC time at which the refusing window resets (``None``
+            when nothing resets on its own, e.g. a manual kill).
+        busy: ``True`` when outstanding holds (not settled spend) are what
+            blocked it — "retry in a minute" rather than "exhausted".
+        scope: the name of the refusing scope (team name, provider name), or ``""``.
+        note: operator-facing detail (kill reason); never shown to users raw.
+    """
+
+    reason: RefusalReason
+    level: Level | None = None
+    window: Window | None = None
+    resets_at: datetime | None = None
+    busy: bool = False
+    scope: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage reported by a provider (or counted, for an interrupted call).
+
+    ``input_tokens`` counts every prompt token, cached ones included;
+    ``cached_input_tokens`` is the part of it served from the provider's cache.
+    ``output_tokens`` counts every generated token, reasoning included;
+    ``reasoning_tokens`` is the part of it spent on reasoning (priced as output).
+    """
+
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens

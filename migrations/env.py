@@ -1,0 +1,49 @@
+"""Alembic environment: async engine from DATABASE_URL; metadata of every package."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from alembic import context
+from sqlalchemy.engine import Connection
+
+from budget.db import create_engine
+
+config = context.config
+target_metadata = None
+
+
+def _url() -> str:
+    url = config.get_main_option("sqlalchemy.url") or os.environ.get("DATABASE_URL")
+    if not url:
+        from bot.settings import Settings  # only when run from the CLI with a .env
+
+        url = Settings().database_url  # type: ignore[call-arg]
+    return url
+
+
+def _run(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        render_as_batch=True,  # SQLite ALTER TABLE support
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+async def _run_async() -> None:
+    engine = create_engine(_url())
+    async with engine.connect() as conn:
+        await conn.run_sync(_run)
+        await conn.commit()
+    await engine.dispose()
+
+
+if context.is_offline_mode():
+    context.configure(url=_url(), literal_binds=True, render_as_batch=True)
+    with context.begin_transaction():
+        context.run_migrations()
+else:
+    asyncio.run(_run_async())
