@@ -14,10 +14,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-locales: $(STAMP)
-	$(PY) -m babel.messages.frontend compile --domain=messages --directory=bot/locales --use-fuzzy --statistics >/dev/null
-
-run: $(STAMP) locales
+run: $(STAMP)
 	@test -f .env || { echo "No .env found: copy .env.example to .env and set BOT_TOKEN (get one from @BotFather in Telegram: /newbot)."; exit 2; }
 	$(PY) -m alembic upgrade head
 	$(PY) -m bot
@@ -29,10 +26,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) -m mypy
 
-test: $(STAMP) locales lint typecheck
+test: $(STAMP) lint typecheck
 	$(PY) -m pytest -q
 
-bench: $(STAMP) locales
+bench: $(STAMP)
 	$(PY) bench/ledger.py
 	$(PY) bench/digest.py
 

@@ -1,0 +1,49 @@
+"""``python -m bot``: read settings, set up logging, run the bot until SIGTERM/SIGINT.
+
+Exit codes: 0 after a clean stop; 2 for a configuration error (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from pydantic import ValidationError
+
+
+def _config_error(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    loc = ".".join(str(p) for p in first.get("loc", ())).upper()
+    msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+    if first.get("type") == "missing" and loc == "BOT_TOKEN":
+        return (
+            "kopek: BOT_TOKEN is not set. Get a token from @BotFather in Telegram (/newbot) "
+            "and put BOT_TOKEN=... in .env"
+        )
+    if loc:
+        return f"kopek: configuration error in {loc}: {msg}"
+    return f"kopek: configuration error: {msg}"
+
+
+def main() -> int:
+    """Entry point; returns the process exit code."""
+    from bot.settings import Settings
+
+    try:
+        settings = Settings()  # type: ignore[call-arg]  # fields come from the environment
+    except ValidationError as exc:
+        print(_config_error(exc), file=sys.stderr)
+        return 2
+
+    from bot.app import run
+    from bot.logs import setup_logging
+
+    secrets = [settings.bot_token.get_secret_value()] + [
+        k.get_secret_value() for k in settings.provider_keys().values()
+    ]
+    setup_logging(settings.log_level, secrets)
+    return asyncio.run(run(settings))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,279 @@
+"""Governed chat: the one place where a chat message meets the budget.
+
+One private message = one *operation* (see ``budget.types``). :class:`ChatService`
+admits it through the ledger (kill switch, in-flight slots, start rate), builds the
+prompt from stored history, sends one request through the cascade (each attempt
+holds, then settles or releases), and returns an outcome value the handler renders.
+It never builds user-facing text and never lets an exception's text out.
+
+Per-user queue: a user's messages take an in-flight slot in arrival order
+(USER_MAX_INFLIGHT slots); up to USER_QUEUE_MAX more wait for one, and take their
+hold only when they start. Overflow is refused at once. Lanes are dropped when idle,
+so the per-user map does not grow without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from budget.clock import Clock
+from budget.errors import HoldRefused
+from budget.protocol import LedgerPort, OperationTicket
+from budget.types import Origin, Refusal
+from llm.errors import LLMError, ProviderRejected
+from llm.types import Completion, LLMRequest, Message, Priority
+from bot.store import History
+
+__all__ = [
+    "ChatAnswer",
+    "ChatConfig",
+    "ChatFailed",
+    "ChatOutcome",
+    "ChatRefused",
+    "ChatService",
+    "CompletionBackend",
+]
+
+log = logging.getLogger(__name__)
+
+SYSTEM_PROMPT = (
+    "You are Kopek, a concise and helpful assistant in a Telegram chat. "
+    "Answer in the language of the user's message. Use Markdown sparingly."
+)
+
+
+class CompletionBackend(Protocol):
+    """What the chat needs of ``llm.cascade.Cascade``."""
+
+    async def complete(self, op: OperationTicket, request: LLMRequest) -> Completion: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ChatConfig:
+    """Chat knobs (tokens; counts)."""
+
+    max_output_tokens: int = 1024
+    max_input_tokens: int = 4000
+    history_max_tokens: int = 3000
+    user_max_inflight: int = 2
+    user_queue_max: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ChatAnswer:
+    """The model answered."""
+
+    completion: Completion
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRefused:
+    """The ledger refused; ``running`` = another of the user's requests is still in flight."""
+
+    refusal: Refusal
+    running: bool
+
+
+FailureKind = Literal["too_long", "queue_full", "rejected", "unavailable", "error", "shutdown"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChatFailed:
+    """No answer, nothing charged. ``tokens``/``limit`` are set for ``too_long``."""
+
+    kind: FailureKind
+    tokens: int = 0
+    limit: int = 0
+    running: bool = False
+
+
+ChatOutcome = ChatAnswer | ChatRefused | ChatFailed
+
+
+class _Lane:
+    """One user's slots and queue."""
+
+    __slots__ = ("active", "slots", "waiting")
+
+    def __init__(self, slots: int) -> None:
+        self.slots = asyncio.Semaphore(slots)
+        self.waiting = 0
+        self.active = 0
+
+    def idle(self) -> bool:
+        return self.waiting == 0 and self.active == 0
+
+
+def fingerprint(messages: Sequence[Message]) -> str:
+    """sha256 over the prompt; the ledger uses it to catch a loop."""
+    h = hashlib.sha256()
+    for m in messages:
+        h.update(m.role.encode())
+        h.update(b"\x00")
+        h.update(m.content.encode())
+        h.update(b"\x01")
+    return h.hexdigest()
+
+
+class ChatService:
+    """Admits, prompts, calls, records.
+
+    Args:
+        ledger: the reservation ledger.
+        backend: the provider cascade.
+        history: stored conversation turns.
+        count_tokens: prompt → tokens (an upper-bound count, see ``budget.tokens``).
+        clock: the one clock.
+        config: chat knobs.
+    """
+
+    def __init__(
+        self,
+        *,
+        ledger: LedgerPort,
+        backend: CompletionBackend,
+        history: History,
+        count_tokens: Callable[[Sequence[Message]], int],
+        clock: Clock,
+        config: ChatConfig,
+    ) -> None:
+        self._ledger = ledger
+        self._backend = backend
+        self._history = history
+        self._count = count_tokens
+        self._clock = clock
+        self._config = config
+        self._lanes: dict[int, _Lane] = {}
+        self._tasks: set[asyncio.Task[object]] = set()
+        self.closing = False
+
+    def __repr__(self) -> str:
+        return f"ChatService(lanes={len(self._lanes)}, in_flight={len(self._tasks)})"
+
+    @property
+    def in_flight(self) -> int:
+        """Chat operations being handled now."""
+        return len(self._tasks)
+
+    async def handle(
+        self,
+        user_id: int,
+        text: str,
+        *,
+        activity: Callable[[], AbstractAsyncContextManager[object]] | None = None,
+    ) -> ChatOutcome:
+        """Answer one message, or say why not. Never raises for expected failures.
+
+        Args:
+            user_id: the Telegram user charged.
+            text: the message.
+            activity: a context manager factory shown while the model works
+                (the handler passes a "typing…" sender); entered once the
+                operation is admitted, left on every outcome.
+        """
+        if self.closing:
+            return ChatFailed("shutdown")
+        user_msg = Message("user", text)
+        tokens = self._count([user_msg])
+        if tokens > self._config.max_input_tokens:
+            return ChatFailed("too_long", tokens=tokens, limit=self._config.max_input_tokens)
+
+        lane = self._lanes.get(user_id)
+        if lane is None:
+            lane = self._lanes[user_id] = _Lane(self._config.user_max_inflight)
+        if lane.slots.locked() and lane.waiting >= self._config.user_queue_max:
+            return ChatFailed("queue_full", running=True)
+        task = asyncio.current_task()
+        lane.waiting += 1
+        try:
+            async with lane.slots:
+                lane.waiting -= 1
+                lane.active += 1
+                if task is not None:
+                    self._tasks.add(task)
+                try:
+                    return await self._admitted(user_id, user_msg, lane, activity)
+                finally:
+                    lane.active -= 1
+                    if task is not None:
+                        self._tasks.discard(task)
+        finally:
+            if lane.idle():
+                self._lanes.pop(user_id, None)
+
+    async def _admitted(
+        self,
+        user_id: int,
+        user_msg: Message,
+        lane: _Lane,
+        activity: Callable[[], AbstractAsyncContextManager[object]] | None,
+    ) -> ChatOutcome:
+        if self.closing:
+            return ChatFailed("shutdown")
+        try:
+            op = await self._ledger.begin_operation(user_id, Origin.CHAT)
+        except HoldRefused as exc:
+            return ChatRefused(exc.refusal, running=lane.active > 1)
+        try:
+            history = await self._history.load(user_id, self._config.history_max_tokens)
+            system = Message("system", SYSTEM_PROMPT)
+            messages = (system, *history, user_msg)
+            cheaper = (system, *history[-2:], user_msg) if len(history) > 2 else None
+            request = LLMRequest(
+                messages=messages,
+                max_tokens=self._config.max_output_tokens,
+                allow_paid=True,
+                priority=Priority.CHAT,
+                cheaper_messages=cheaper,
+                fingerprint=fingerprint(messages),
+            )
+            ctx = activity() if activity is not None else nullcontext()
+            async with ctx:
+                completion = await self._backend.complete(op, request)
+            await self._history.append(
+                user_id,
+                [
+                    ("user", user_msg.content, self._count([user_msg])),
+                    ("assistant", completion.text, completion.usage.output_tokens),
+                ],
+                self._clock.now(),
+            )
+            return ChatAnswer(completion)
+        except HoldRefused as exc:
+            return ChatRefused(exc.refusal, running=lane.active > 1)
+        except ProviderRejected:
+            return ChatFailed("rejected")
+        except LLMError:
+            return ChatFailed("unavailable")
+        finally:
+            await self._ledger.end_operation(op)
+
+    async def drain(self, grace_s: float) -> None:
+        """Refuse new work; let in-flight operations finish for ``grace_s`` seconds, then
+        cancel them (the cascade settles interrupted calls by the ledger's rule)."""
+        self.closing = True
+        pending = set(self._tasks)
+        if not pending:
+            return
+        _done, still = await asyncio.wait(pending, timeout=grace_s)
+        for task in still:
+            task.cancel()
+        if still:
+            await asyncio.wait(still, timeout=5)
+
+
+async def run_guarded(coro: Awaitable[ChatOutcome]) -> ChatOutcome:
+    """Await ``coro``; any unexpected exception becomes ``ChatFailed('error')`` (logged)."""
+    try:
+        return await coro
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # noqa: BLE001 — last-resort guard: the user gets a template, not a trace
+        log.exception("chat operation failed unexpectedly")
+        return ChatFailed("error")

@@ -1,0 +1,109 @@
+"""Sending long, formatted text to Telegram within its limits.
+
+Model output is Markdown. It is converted with ``telegramify-markdown`` (chosen
+because it produces plain text + a MessageEntity list — no escaping of
+MarkdownV2 to get wrong — and splits on UTF-16 lengths at line boundaries
+without cutting a surrogate pair; an entity that must be cut is clipped into
+both parts). Telegram's limit is 4096 UTF-16 code units of text after entity
+parsing (core.telegram.org/bots/api#sendmessage). If Telegram still refuses the
+entities ("can't parse entities"), the same answer is resent as plain text —
+never a second LLM call.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import telegramify_markdown
+from aiogram import Bot
+from aiogram.exceptions import TelegramBadRequest, TelegramRetryAfter
+from aiogram.types import MessageEntity, ReplyParameters
+
+from budget.clock import Clock
+
+__all__ = ["TELEGRAM_TEXT_LIMIT", "send_markdown", "send_text", "split_markdown"]
+
+log = logging.getLogger(__name__)
+
+#: Max message text length in UTF-16 code units (Telegram Bot API, sendMessage).
+TELEGRAM_TEXT_LIMIT = 4096
+#: The longest Retry-After the chat path waits for before giving up on a part (s).
+MAX_RETRY_AFTER_S = 60.0
+
+
+def split_markdown(markdown: str) -> list[tuple[str, list[MessageEntity]]]:
+    """Markdown → parts of (text, entities), each within :data:`TELEGRAM_TEXT_LIMIT`."""
+    text, entities = telegramify_markdown.convert(markdown)
+    if not text.strip():
+        text, entities = markdown, []
+    parts = telegramify_markdown.split_entities(text, entities, TELEGRAM_TEXT_LIMIT)
+    return [
+        (
+            part_text,
+            [MessageEntity.model_validate(e.to_dict()) for e in part_entities],
+        )
+        for part_text, part_entities in parts
+    ]
+
+
+def _plain_parts(text: str) -> list[str]:
+    parts = telegramify_markdown.split_entities(text, [], TELEGRAM_TEXT_LIMIT)
+    return [p for p, _ in parts] or [text[:TELEGRAM_TEXT_LIMIT]]
+
+
+async def _send(
+    bot: Bot,
+    chat_id: int,
+    text: str,
+    entities: list[MessageEntity] | None,
+    reply_to: int | None,
+    clock: Clock,
+) -> None:
+    reply = ReplyParameters(message_id=reply_to, allow_sending_without_reply=True) if reply_to else None
+    for _attempt in range(3):
+        try:
+            await bot.send_message(
+                chat_id, text, entities=entities or None, parse_mode=None, reply_parameters=reply
+            )
+            return
+        except TelegramRetryAfter as exc:
+            if exc.retry_after > MAX_RETRY_AFTER_S:
+                raise
+            log.warning("telegram asked to wait %ss for chat %s", exc.retry_after, chat_id)
+            await clock.sleep(exc.retry_after)
+    await bot.send_message(chat_id, text, entities=entities or None, parse_mode=None)
+
+
+async def send_markdown(
+    bot: Bot, chat_id: int, markdown: str, *, clock: Clock, reply_to: int | None = None
+) -> int:
+    """Send Markdown as one or more messages. Returns the number of messages sent.
+
+    Raises:
+        aiogram.exceptions.TelegramAPIError: other than a parse error or a short
+            Retry-After (those are handled here).
+    """
+    parts = split_markdown(markdown)
+    sent = 0
+    for index, (text, entities) in enumerate(parts):
+        try:
+            await _send(bot, chat_id, text, entities, reply_to if index == 0 else None, clock)
+            sent += 1
+        except TelegramBadRequest as exc:
+            if "parse entities" not in exc.message.lower():
+                raise
+            log.warning("telegram refused entities; resending the answer as plain text")
+            rest = "\n".join(p for p, _ in parts[index:])
+            for plain in _plain_parts(rest):
+                await _send(bot, chat_id, plain, None, None, clock)
+                sent += 1
+            break
+    return sent
+
+
+async def send_text(
+    bot: Bot, chat_id: int, text: str, *, clock: Clock, reply_to: int | None = None
+) -> None:
+    """Send a template (plain text, split if ever needed)."""
+    for index, plain in enumerate(_plain_parts(text)):
+        await _send(bot, chat_id, plain, None, reply_to if index == 0 else None, clock)

@@ -1,0 +1,61 @@
+"""Logging set-up with secret redaction.
+
+Every record passes :class:`RedactSecrets` at the handler, so no token or API key
+reaches a log line even if a library formats one into a message or an exception
+(aiogram puts the bot token in request URLs).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterable
+
+__all__ = ["RedactSecrets", "setup_logging"]
+
+
+class RedactSecrets(logging.Filter):
+    """Replaces each secret (and the token's numeric-id-less tail) with ``***``."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        super().__init__()
+        parts: set[str] = set()
+        for s in secrets:
+            if len(s) >= 6:
+                parts.add(s)
+                if ":" in s:  # Telegram token "<bot id>:<secret>": the secret half alone too
+                    tail = s.split(":", 1)[1]
+                    if len(tail) >= 6:
+                        parts.add(tail)
+        self._secrets = sorted(parts, key=len, reverse=True)
+
+    def _clean(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if record.exc_info:
+            formatter = logging.Formatter()
+            message = message + "\n" + formatter.formatException(record.exc_info)
+            record.exc_info = None
+            record.exc_text = None
+        if record.stack_info:
+            message = message + "\n" + record.stack_info
+            record.stack_info = None
+        record.msg = self._clean(message)
+        record.args = None
+        return True
+
+
+def setup_logging(level: str, secrets: Iterable[str]) -> None:
+    """Root logging to stderr at ``level`` with secrets redacted."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactSecrets(secrets))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    logging.getLogger("aiogram.event").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -1,0 +1,110 @@
+"""Outer middlewares: who is writing (profile + language), exactly-once intake.
+
+Order on ``message`` updates: :class:`ProfileMiddleware` → :class:`LocaleMiddleware`
+→ :class:`IntakeMiddleware` → filters → handler.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiogram import BaseMiddleware
+from aiogram.types import Message, TelegramObject
+from aiogram.utils.i18n import I18n
+from aiogram.utils.i18n.middleware import I18nMiddleware
+
+from bot.context import ProfileStore, UserContext
+from bot.i18n import pick_language
+from bot.store import Intake
+from budget.clock import Clock
+
+__all__ = ["IntakeMiddleware", "LocaleMiddleware", "ProfileMiddleware"]
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[TelegramObject, dict[str, Any]], Awaitable[Any]]
+
+
+class ProfileMiddleware(BaseMiddleware):
+    """Builds :class:`UserContext` (``data["user_ctx"]``) from the stored profile."""
+
+    def __init__(self, profiles: ProfileStore, admin_ids: frozenset[int], default_tz: str) -> None:
+        self._profiles = profiles
+        self._admins = admin_ids
+        self._default_tz = default_tz
+
+    async def __call__(self, handler: Handler, event: TelegramObject, data: dict[str, Any]) -> Any:
+        if not isinstance(event, Message) or event.from_user is None:
+            return await handler(event, data)
+        user = event.from_user
+        language, tz = await self._profiles.touch(user.id, event.chat.id, user.language_code)
+        data["user_ctx"] = UserContext(
+            user_id=user.id,
+            chat_id=event.chat.id,
+            language=pick_language(language, user.language_code),
+            tz=tz or self._default_tz,
+            is_admin=user.id in self._admins,
+        )
+        return await handler(event, data)
+
+
+class LocaleMiddleware(I18nMiddleware):
+    """aiogram i18n with the language chosen by :class:`ProfileMiddleware`."""
+
+    def __init__(self, i18n: I18n) -> None:
+        super().__init__(i18n=i18n)
+
+    async def get_locale(self, event: TelegramObject, data: dict[str, Any]) -> str:
+        ctx = data.get("user_ctx")
+        return ctx.language if isinstance(ctx, UserContext) else self.i18n.default_locale
+
+
+class IntakeMiddleware(BaseMiddleware):
+    """Records every message's (chat_id, message_id) before anything else happens.
+
+    A message Telegram delivers again (the offset was not confirmed before a crash)
+    is dropped here, so it never reaches the LLM twice. The handler reports its
+    outcome in ``data["outcome"]`` (a mutable dict: ``{"status": ...}``); this
+    middleware persists it (default ``answered``; ``failed`` on an exception).
+    """
+
+    def __init__(self, intake: Intake, clock: Clock) -> None:
+        self._intake = intake
+        self._clock = clock
+
+    async def __call__(self, handler: Handler, event: TelegramObject, data: dict[str, Any]) -> Any:
+        if not isinstance(event, Message) or event.from_user is None:
+            return await handler(event, data)
+        ctx = data.get("user_ctx")
+        language = ctx.language if isinstance(ctx, UserContext) else "en"
+        first = await self._intake.record(
+            chat_id=event.chat.id,
+            message_id=event.message_id,
+            user_id=event.from_user.id,
+            language=language,
+            now=self._clock.now(),
+        )
+        if not first:
+            log.info("dropping a message delivered twice (chat %s)", event.chat.id)
+            return None
+        outcome: dict[str, str] = {"status": "answered"}
+        data["outcome"] = outcome
+        try:
+            result = await handler(event, data)
+        except BaseException:
+            await self._intake.finish(
+                chat_id=event.chat.id,
+                message_id=event.message_id,
+                status="failed",
+                now=self._clock.now(),
+            )
+            raise
+        await self._intake.finish(
+            chat_id=event.chat.id,
+            message_id=event.message_id,
+            status=outcome["status"],
+            now=self._clock.now(),
+        )
+        return result

@@ -1,0 +1,51 @@
+"""The bot's own tables: seen messages (exactly-once intake) and chat history."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, DateTime, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = ["Base", "ChatTurn", "SeenMessage", "metadata"]
+
+
+class Base(DeclarativeBase):
+    """Declarative base of ``bot/`` tables."""
+
+
+metadata = Base.metadata
+
+
+class SeenMessage(Base):
+    """A chat message the bot has taken in; recorded before anything else is done.
+
+    ``status``: ``received`` (being handled), ``answered``, ``refused``, ``failed``,
+    ``stale`` (sent while the bot was down), ``lost`` (the process died while handling
+    it; the user was asked to resend).
+    """
+
+    __tablename__ = "seen_messages"
+    __table_args__ = (UniqueConstraint("chat_id", "message_id", name="uq_seen_chat_message"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    message_id: Mapped[int] = mapped_column(BigInteger)
+    user_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    language: Mapped[str] = mapped_column(String(8), default="en")
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class ChatTurn(Base):
+    """One turn of a user's conversation (``role`` user or assistant)."""
+
+    __tablename__ = "chat_turns"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    role: Mapped[str] = mapped_column(String(16))
+    content: Mapped[str] = mapped_column(Text)
+    tokens: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

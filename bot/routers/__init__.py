@@ -1,0 +1,1 @@
+"""Router factories; each takes its dependencies as arguments (no globals)."""

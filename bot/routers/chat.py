@@ -1,0 +1,119 @@
+"""Chat: private text messages, and group messages that mention or reply to the bot."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+from typing import Any
+
+from aiogram import Bot, F, Router
+from aiogram.filters import Filter
+from aiogram.types import Message
+from aiogram.utils.chat_action import ChatActionSender
+
+from bot import templates
+from bot.chat import ChatAnswer, ChatFailed, ChatRefused, ChatService, run_guarded
+from bot.context import UserContext
+from bot.delivery import send_markdown, send_text
+from budget.clock import Clock
+
+__all__ = ["create_chat_router"]
+
+log = logging.getLogger(__name__)
+
+#: Telegram shows a chat action for 5 s; renew it every 4 s (Bot API, sendChatAction).
+TYPING_INTERVAL_S = 4.0
+
+
+class AddressedToBot(Filter):
+    """Private chats always; in groups only when the bot is mentioned or replied to."""
+
+    async def __call__(self, message: Message, bot: Bot) -> bool | dict[str, Any]:
+        if message.chat.type == "private":
+            return {"prompt": message.text or ""}
+        me = await bot.me()
+        text = message.text or ""
+        reply = message.reply_to_message
+        if reply is not None and reply.from_user is not None and reply.from_user.id == me.id:
+            return {"prompt": text}
+        mention = f"@{me.username}".lower() if me.username else None
+        for entity in message.entities or []:
+            if entity.type == "mention" and mention:
+                part = entity.extract_from(text)
+                if part.lower() == mention:
+                    return {"prompt": (text.replace(part, "", 1)).strip() or text}
+        return False
+
+
+def create_chat_router(*, stale_after_s: int) -> Router:
+    """The chat router.
+
+    Args:
+        stale_after_s: a message older than this when first seen was sent while the
+            bot was down: it gets a template asking to resend, no LLM call.
+    """
+    router = Router(name="chat")
+
+    @router.message(F.text, ~F.text.startswith("/"), AddressedToBot())
+    async def on_text(
+        message: Message,
+        bot: Bot,
+        prompt: str,
+        user_ctx: UserContext,
+        chat_service: ChatService,
+        clock: Clock,
+        outcome: dict[str, str],
+    ) -> None:
+        reply_to = message.message_id if message.chat.type != "private" else None
+        age = clock.now() - message.date
+        if age > timedelta(seconds=stale_after_s):
+            outcome["status"] = "stale"
+            await send_text(bot, message.chat.id, templates.stale_text(), clock=clock)
+            return
+
+        def typing() -> ChatActionSender:
+            return ChatActionSender.typing(
+                bot=bot, chat_id=message.chat.id, interval=TYPING_INTERVAL_S
+            )
+
+        try:
+            result = await run_guarded(
+                chat_service.handle(user_ctx.user_id, prompt, activity=typing)
+            )
+        except asyncio.CancelledError:
+            outcome["status"] = "failed"
+            await send_text(bot, message.chat.id, templates.shutting_down_text(), clock=clock)
+            raise
+        if isinstance(result, ChatAnswer):
+            await send_markdown(
+                bot, message.chat.id, result.completion.text, clock=clock, reply_to=reply_to
+            )
+            return
+        if isinstance(result, ChatRefused):
+            outcome["status"] = "refused"
+            text = templates.refusal_text(result.refusal, tz=user_ctx.tz, running=result.running)
+        else:
+            outcome["status"] = "refused" if result.kind in ("too_long", "queue_full") else "failed"
+            text = _failure_text(result)
+        await send_text(bot, message.chat.id, text, clock=clock, reply_to=reply_to)
+
+    @router.message(F.chat.type == "private", ~F.text)
+    async def on_non_text(message: Message, bot: Bot, clock: Clock) -> None:
+        await send_text(bot, message.chat.id, templates.non_text_text(), clock=clock)
+
+    return router
+
+
+def _failure_text(result: ChatFailed) -> str:
+    if result.kind == "too_long":
+        return templates.too_long_text(result.tokens, result.limit)
+    if result.kind == "queue_full":
+        return templates.too_many_queued_text()
+    if result.kind == "rejected":
+        return templates.rejected_text()
+    if result.kind == "unavailable":
+        return templates.unavailable_text()
+    if result.kind == "shutdown":
+        return templates.shutting_down_text()
+    return templates.error_text()

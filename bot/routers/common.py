@@ -1,0 +1,98 @@
+"""User commands: /start, /help, /reset, /tz, /lang (and the unknown-command fallback)."""
+
+from __future__ import annotations
+
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from aiogram import Bot, F, Router
+from aiogram.filters import Command, CommandObject, CommandStart
+from aiogram.types import Message
+from aiogram.utils.i18n import I18n
+from aiogram.utils.i18n import gettext as _
+
+from bot import templates
+from bot.context import ProfileStore, UserContext
+from bot.delivery import send_text
+from bot.i18n import SUPPORTED_LANGUAGES
+from bot.store import History
+from budget.clock import Clock
+
+__all__ = ["create_common_router", "create_fallback_router"]
+
+
+def create_common_router() -> Router:
+    """/start, /help, /reset, /tz, /lang."""
+    router = Router(name="common")
+
+    @router.message(CommandStart())
+    async def on_start(message: Message, bot: Bot, clock: Clock) -> None:
+        name = message.from_user.first_name if message.from_user else ""
+        await send_text(bot, message.chat.id, templates.start_text(name), clock=clock)
+
+    @router.message(Command("help"))
+    async def on_help(message: Message, bot: Bot, clock: Clock) -> None:
+        await send_text(bot, message.chat.id, templates.help_text(), clock=clock)
+
+    @router.message(Command("reset"))
+    async def on_reset(
+        message: Message, bot: Bot, clock: Clock, user_ctx: UserContext, history: History
+    ) -> None:
+        await history.clear(user_ctx.user_id)
+        await send_text(bot, message.chat.id, _("🧹 Conversation history cleared."), clock=clock)
+
+    @router.message(Command("tz"))
+    async def on_tz(
+        message: Message,
+        bot: Bot,
+        clock: Clock,
+        command: CommandObject,
+        user_ctx: UserContext,
+        profiles: ProfileStore,
+    ) -> None:
+        arg = (command.args or "").strip()
+        if not arg:
+            text = _("Your timezone is {tz}. Change it with /tz Area/City, e.g. /tz Europe/Berlin.")
+            await send_text(bot, message.chat.id, text.format(tz=user_ctx.tz), clock=clock)
+            return
+        try:
+            ZoneInfo(arg)
+        except (ZoneInfoNotFoundError, ValueError):
+            text = _("Unknown timezone. Use an IANA name such as Europe/Berlin or Asia/Tokyo.")
+            await send_text(bot, message.chat.id, text, clock=clock)
+            return
+        await profiles.set_tz(user_ctx.user_id, arg)
+        await send_text(
+            bot, message.chat.id, _("Timezone set to {tz}.").format(tz=arg), clock=clock
+        )
+
+    @router.message(Command("lang"))
+    async def on_lang(
+        message: Message,
+        bot: Bot,
+        clock: Clock,
+        command: CommandObject,
+        user_ctx: UserContext,
+        profiles: ProfileStore,
+        i18n: I18n,
+    ) -> None:
+        arg = (command.args or "").strip().lower()
+        if arg not in SUPPORTED_LANGUAGES:
+            await send_text(bot, message.chat.id, _("Usage: /lang en or /lang ru"), clock=clock)
+            return
+        await profiles.set_language(user_ctx.user_id, arg)
+        with i18n.use_locale(arg):
+            await send_text(bot, message.chat.id, _("Language set: English."), clock=clock)
+
+    return router
+
+
+def create_fallback_router() -> Router:
+    """Any command no other router took — including admin commands from non-admins,
+    which must look exactly like a typo."""
+    router = Router(name="fallback")
+
+    @router.message(F.text.startswith("/"))
+    async def on_unknown(message: Message, bot: Bot, clock: Clock) -> None:
+        await send_text(bot, message.chat.id, templates.unknown_command_text(), clock=clock)
+
+    return router

@@ -1,0 +1,143 @@
+"""Repositories over the bot's tables (portable SQLAlchemy; no SQLite specifics)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from bot.models import ChatTurn, SeenMessage
+from llm.types import Message
+
+__all__ = ["History", "Intake", "LostMessage"]
+
+
+@dataclass(frozen=True, slots=True)
+class LostMessage:
+    """A message taken in by a previous process and never answered."""
+
+    chat_id: int
+    message_id: int
+    user_id: int
+    language: str
+
+
+class Intake:
+    """Exactly-once intake of chat messages, keyed by Telegram's (chat_id, message_id)."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+
+    async def record(
+        self, *, chat_id: int, message_id: int, user_id: int, language: str, now: datetime
+    ) -> bool:
+        """Record a message before handling it.
+
+        Returns:
+            ``True`` the first time; ``False`` when Telegram delivers it again
+            (after a crash before the offset was confirmed) — it must then be dropped.
+        """
+        async with self._sessions() as session:
+            session.add(
+                SeenMessage(
+                    chat_id=chat_id,
+                    message_id=message_id,
+                    user_id=user_id,
+                    status="received",
+                    language=language,
+                    received_at=now,
+                )
+            )
+            try:
+                await session.commit()
+            except IntegrityError:
+                return False
+        return True
+
+    async def finish(self, *, chat_id: int, message_id: int, status: str, now: datetime) -> None:
+        """Mark a recorded message answered/refused/failed/stale."""
+        async with self._sessions() as session:
+            await session.execute(
+                update(SeenMessage)
+                .where(SeenMessage.chat_id == chat_id, SeenMessage.message_id == message_id)
+                .values(status=status, finished_at=now)
+            )
+            await session.commit()
+
+    async def take_lost(self, now: datetime) -> list[LostMessage]:
+        """Messages left ``received`` by a previous process; marks them ``lost``.
+
+        Call once at start-up, before polling starts.
+        """
+        async with self._sessions() as session:
+            rows = (
+                await session.execute(select(SeenMessage).where(SeenMessage.status == "received"))
+            ).scalars()
+            lost = [LostMessage(r.chat_id, r.message_id, r.user_id, r.language) for r in rows]
+            await session.execute(
+                update(SeenMessage)
+                .where(SeenMessage.status == "received")
+                .values(status="lost", finished_at=now)
+            )
+            await session.commit()
+        return lost
+
+    async def count_today(self, since: datetime) -> int:
+        """Messages taken in since ``since`` (for 'LLM requests per incoming message')."""
+        async with self._sessions() as session:
+            rows = await session.execute(
+                select(SeenMessage.id).where(SeenMessage.received_at >= since)
+            )
+            return len(rows.all())
+
+
+class History:
+    """Per-user conversation history, trimmed oldest-first to a token budget."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+
+    async def load(self, user_id: int, max_tokens: int) -> list[Message]:
+        """The newest turns whose token counts sum to at most ``max_tokens``, oldest first."""
+        async with self._sessions() as session:
+            rows = (
+                await session.execute(
+                    select(ChatTurn)
+                    .where(ChatTurn.user_id == user_id)
+                    .order_by(ChatTurn.id.desc())
+                    .limit(200)
+                )
+            ).scalars()
+            kept: list[Message] = []
+            total = 0
+            for row in rows:
+                if total + row.tokens > max_tokens:
+                    break
+                total += row.tokens
+                if row.role == "assistant":
+                    kept.append(Message("assistant", row.content))
+                else:
+                    kept.append(Message("user", row.content))
+        kept.reverse()
+        return kept
+
+    async def append(self, user_id: int, turns: list[tuple[str, str, int]], now: datetime) -> None:
+        """Append ``(role, content, tokens)`` turns."""
+        async with self._sessions() as session:
+            for role, content, tokens in turns:
+                session.add(
+                    ChatTurn(
+                        user_id=user_id, role=role, content=content, tokens=tokens, created_at=now
+                    )
+                )
+            await session.commit()
+
+    async def clear(self, user_id: int) -> int:
+        """Forget a user's history (/reset). Returns the number of turns removed."""
+        async with self._sessions() as session:
+            result = await session.execute(delete(ChatTurn).where(ChatTurn.user_id == user_id))
+            await session.commit()
+            return int(getattr(result, "rowcount", 0) or 0)

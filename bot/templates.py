@@ -1,0 +1,201 @@
+"""Every text the bot sends on its own: refusals, notices, help. One module, no LLM.
+
+Texts are gettext msgids in English; ``bot/locales/ru/LC_MESSAGES/messages.po``
+translates them. Call these functions inside an active locale (aiogram's I18n
+middleware sets it for handlers; elsewhere use ``i18n.use_locale(lang)``).
+
+A refusal is rendered from its value (:class:`budget.types.Refusal`), never from
+exception text: reason → which limit stopped the request, in words a user
+understands, what they can do, and when the limit resets (HH:MM in the user's
+timezone, with the zone name).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from aiogram.utils.i18n import gettext as _
+
+from budget.types import Level, Refusal, RefusalReason, Window
+
+__all__ = [
+    "format_reset",
+    "help_text",
+    "refusal_text",
+    "start_text",
+    "unknown_command_text",
+]
+
+
+def format_reset(when: datetime, tz: str) -> str:
+    """``HH:MM Zone/Name`` in ``tz``; prefixed with the date when not today there."""
+    local = when.astimezone(ZoneInfo(tz))
+    return f"{local:%H:%M} {tz}"
+
+
+def _window_word(window: Window | None) -> str:
+    if window is Window.HOUR:
+        return _("hourly")
+    if window is Window.DAY:
+        return _("daily")
+    return ""
+
+
+def _level_phrase(level: Level | None, window: Window | None, scope: str) -> str:
+    w = _window_word(window)
+    if level is Level.PERSONAL:
+        return _("your personal {window} limit").format(window=w)
+    if level is Level.TEAM:
+        return _("your team's {window} limit ({team})").format(window=w, team=scope)
+    if level is Level.PROVIDER:
+        return _("the paid provider's {window} cap").format(window=w)
+    return _("the bot's global {window} limit").format(window=w)
+
+
+def refusal_text(refusal: Refusal, *, tz: str, running: bool = False) -> str:
+    """The template for a ledger/cascade refusal.
+
+    Args:
+        refusal: the refusal value.
+        tz: the user's IANA timezone, for the reset time.
+        running: the user has an operation in flight that will still be answered.
+    """
+    r = refusal.reason
+    reset = format_reset(refusal.resets_at, tz) if refusal.resets_at else None
+    if r is RefusalReason.KILL:
+        text = _(
+            "⏸ The bot is paused by its administrators. Nothing to do for now: "
+            "please try again later. Work already started will finish."
+        )
+    elif r is RefusalReason.BUSY:
+        text = _(
+            "⏳ Busy: {limit} is fully held by requests in flight. "
+            "Please retry in a minute."
+        ).format(limit=_level_phrase(refusal.level, refusal.window, refusal.scope))
+    elif r is RefusalReason.LIMIT:
+        limit = _level_phrase(refusal.level, refusal.window, refusal.scope)
+        if refusal.level is Level.PERSONAL:
+            advice = _("Wait for the reset or ask your team's admin to raise it.")
+        elif refusal.level is Level.TEAM:
+            advice = _("Wait for the reset or ask your team's admin.")
+        elif refusal.level is Level.PROVIDER:
+            advice = _("The free providers are busy too. Please wait for the reset.")
+        else:
+            advice = _("Nothing to do but wait.")
+        if reset:
+            text = _("🚫 Limit reached: {limit}. It resets at {reset}. {advice}").format(
+                limit=limit, reset=reset, advice=advice
+            )
+        else:
+            text = _("🚫 Limit reached: {limit}. {advice}").format(limit=limit, advice=advice)
+    elif r is RefusalReason.INFLIGHT:
+        text = _("✋ Too many requests at once. Please retry in a minute.")
+    elif r is RefusalReason.RATE:
+        text = _("✋ Too many messages per minute. Please retry in a minute.")
+    elif r is RefusalReason.OPERATION_CAP:
+        text = _(
+            "🛑 This request hit its cost or size cap and was stopped. "
+            "Try a shorter question."
+        )
+    elif r is RefusalReason.LOOP:
+        text = _("🛑 The same request was repeated in a loop and was stopped.")
+    elif r is RefusalReason.MESSAGES:
+        if reset:
+            text = _("📭 You have used today's messages; the limit resets at {reset}.").format(
+                reset=reset
+            )
+        else:
+            text = _("📭 You have used today's messages.")
+    else:
+        text = _(
+            "⚠️ The budget ledger is unavailable, so no request can be made safely. "
+            "Please retry in a minute."
+        )
+    if running:
+        text += "\n" + _("Your request that is already running will still be answered.")
+    return text
+
+
+def too_many_queued_text() -> str:
+    """Overflow of the per-user queue (USER_QUEUE_MAX)."""
+    return _("✋ Too many messages at once: please wait for the answers, then retry.")
+
+
+def too_long_text(tokens: int, limit: int) -> str:
+    """A message over CHAT_MAX_INPUT_TOKENS."""
+    return _(
+        "✂️ Your message is too long (~{tokens} tokens, the limit is {limit}). "
+        "Please shorten it."
+    ).format(tokens=tokens, limit=limit)
+
+
+def rejected_text() -> str:
+    """The provider rejected our request (4xx other than rate/auth): no fallback."""
+    return _(
+        "⚠️ The model rejected this request. Try rephrasing it; /reset clears the history."
+    )
+
+
+def unavailable_text() -> str:
+    """Every provider failed or is cooling down; nothing was charged."""
+    return _(
+        "⚠️ All model providers are unavailable right now. Nothing was charged. "
+        "Please retry in a few minutes."
+    )
+
+
+def error_text() -> str:
+    """An unexpected failure; nothing was charged for it."""
+    return _("⚠️ Something went wrong on our side. Nothing was charged. Please retry.")
+
+
+def non_text_text() -> str:
+    """A photo, sticker, voice… in chat."""
+    return _("I can only read text messages for now.")
+
+
+def stale_text() -> str:
+    """A message sent while the bot was down (older than STALE_MESSAGE_SECONDS)."""
+    return _(
+        "🕰 I was offline when you sent this. Please send it again if you still need an answer."
+    )
+
+
+def lost_text() -> str:
+    """A message whose answer was lost in a crash."""
+    return _(
+        "🕰 I restarted while answering your last message. Please send it again."
+    )
+
+
+def shutting_down_text() -> str:
+    """New work during shutdown."""
+    return _("🔧 The bot is restarting. Please send your message again in a minute.")
+
+
+def unknown_command_text() -> str:
+    """Reply to any unknown command — and to admin commands from non-admins."""
+    return _("Unknown command. See /help.")
+
+
+def start_text(name: str) -> str:
+    """/start."""
+    return _(
+        "Hello, {name}! I am Kopek: ask me anything, and subscribe to public channels "
+        "to get a daily digest. See /help."
+    ).format(name=name)
+
+
+def help_text() -> str:
+    """/help."""
+    return _(
+        "Just write to chat with the model.\n\n"
+        "/me — your spend and limits\n"
+        "/reset — forget our conversation\n"
+        "/tz Europe/Berlin — your timezone\n"
+        "/lang en|ru — language\n"
+        "/sub @channel — daily digest of a public channel (or an RSS/Atom feed URL)\n"
+        "/unsub @channel, /subs — manage subscriptions\n"
+        "/digest_time 09:00, /digest_off, /digest_on — digest schedule"
+    )
