@@ -30,7 +30,7 @@ def main() -> int:
     from bot.settings import Settings
 
     try:
-        settings = Settings()  # type: ignore[call-arg]  # fields come from the environment
+        settings = Settings()  # fields come from the environment
     except ValidationError as exc:
         print(_config_error(exc), file=sys.stderr)
         return 2

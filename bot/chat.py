@@ -22,13 +22,13 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from bot.store import History
 from budget.clock import Clock
 from budget.errors import HoldRefused
 from budget.protocol import LedgerPort, OperationTicket
 from budget.types import Origin, Refusal
 from llm.errors import LLMError, ProviderRejected
 from llm.types import Completion, LLMRequest, Message, Priority
-from bot.store import History
 
 __all__ = [
     "ChatAnswer",
@@ -274,6 +274,6 @@ async def run_guarded(coro: Awaitable[ChatOutcome]) -> ChatOutcome:
         return await coro
     except asyncio.CancelledError:
         raise
-    except Exception:  # noqa: BLE001 — last-resort guard: the user gets a template, not a trace
+    except Exception:  # last-resort guard: the user gets a template, not a trace
         log.exception("chat operation failed unexpectedly")
         return ChatFailed("error")

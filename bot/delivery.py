@@ -13,6 +13,7 @@ never a second LLM call.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import telegramify_markdown
 from aiogram import Bot
@@ -58,8 +59,11 @@ async def _send(
     entities: list[MessageEntity] | None,
     reply_to: int | None,
     clock: Clock,
+    wait_retry: bool = True,
 ) -> None:
-    reply = ReplyParameters(message_id=reply_to, allow_sending_without_reply=True) if reply_to else None
+    reply = (
+        ReplyParameters(message_id=reply_to, allow_sending_without_reply=True) if reply_to else None
+    )
     for _attempt in range(3):
         try:
             await bot.send_message(
@@ -67,7 +71,7 @@ async def _send(
             )
             return
         except TelegramRetryAfter as exc:
-            if exc.retry_after > MAX_RETRY_AFTER_S:
+            if not wait_retry or exc.retry_after > MAX_RETRY_AFTER_S:
                 raise
             log.warning("telegram asked to wait %ss for chat %s", exc.retry_after, chat_id)
             await clock.sleep(exc.retry_after)
@@ -75,9 +79,22 @@ async def _send(
 
 
 async def send_markdown(
-    bot: Bot, chat_id: int, markdown: str, *, clock: Clock, reply_to: int | None = None
+    bot: Bot,
+    chat_id: int,
+    markdown: str,
+    *,
+    clock: Clock,
+    reply_to: int | None = None,
+    skip_parts: int = 0,
+    wait_retry: bool = True,
+    on_part_sent: Callable[[int], None] | None = None,
 ) -> int:
     """Send Markdown as one or more messages. Returns the number of messages sent.
+
+    Args:
+        skip_parts: parts already delivered by an earlier try (not sent again).
+        wait_retry: wait a short Retry-After here; ``False`` lets the 429 through.
+        on_part_sent: called with the number of parts delivered so far, after each.
 
     Raises:
         aiogram.exceptions.TelegramAPIError: other than a parse error or a short
@@ -86,8 +103,20 @@ async def send_markdown(
     parts = split_markdown(markdown)
     sent = 0
     for index, (text, entities) in enumerate(parts):
+        if index < skip_parts:
+            continue
         try:
-            await _send(bot, chat_id, text, entities, reply_to if index == 0 else None, clock)
+            await _send(
+                bot,
+                chat_id,
+                text,
+                entities,
+                reply_to if index == 0 else None,
+                clock,
+                wait_retry,
+            )
+            if on_part_sent is not None:
+                on_part_sent(index + 1)
             sent += 1
         except TelegramBadRequest as exc:
             if "parse entities" not in exc.message.lower():

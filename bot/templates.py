@@ -70,8 +70,7 @@ def refusal_text(refusal: Refusal, *, tz: str, running: bool = False) -> str:
         )
     elif r is RefusalReason.BUSY:
         text = _(
-            "⏳ Busy: {limit} is fully held by requests in flight. "
-            "Please retry in a minute."
+            "⏳ Busy: {limit} is fully held by requests in flight. Please retry in a minute."
         ).format(limit=_level_phrase(refusal.level, refusal.window, refusal.scope))
     elif r is RefusalReason.LIMIT:
         limit = _level_phrase(refusal.level, refusal.window, refusal.scope)
@@ -95,8 +94,7 @@ def refusal_text(refusal: Refusal, *, tz: str, running: bool = False) -> str:
         text = _("✋ Too many messages per minute. Please retry in a minute.")
     elif r is RefusalReason.OPERATION_CAP:
         text = _(
-            "🛑 This request hit its cost or size cap and was stopped. "
-            "Try a shorter question."
+            "🛑 This request hit its cost or size cap and was stopped. Try a shorter question."
         )
     elif r is RefusalReason.LOOP:
         text = _("🛑 The same request was repeated in a loop and was stopped.")
@@ -125,16 +123,13 @@ def too_many_queued_text() -> str:
 def too_long_text(tokens: int, limit: int) -> str:
     """A message over CHAT_MAX_INPUT_TOKENS."""
     return _(
-        "✂️ Your message is too long (~{tokens} tokens, the limit is {limit}). "
-        "Please shorten it."
+        "✂️ Your message is too long (~{tokens} tokens, the limit is {limit}). Please shorten it."
     ).format(tokens=tokens, limit=limit)
 
 
 def rejected_text() -> str:
     """The provider rejected our request (4xx other than rate/auth): no fallback."""
-    return _(
-        "⚠️ The model rejected this request. Try rephrasing it; /reset clears the history."
-    )
+    return _("⚠️ The model rejected this request. Try rephrasing it; /reset clears the history.")
 
 
 def unavailable_text() -> str:
@@ -164,9 +159,7 @@ def stale_text() -> str:
 
 def lost_text() -> str:
     """A message whose answer was lost in a crash."""
-    return _(
-        "🕰 I restarted while answering your last message. Please send it again."
-    )
+    return _("🕰 I restarted while answering your last message. Please send it again.")
 
 
 def shutting_down_text() -> str:
