@@ -1,0 +1,212 @@
+"""Circuit breaker per provider key: a pure closed / open / half-open state machine.
+
+Time is the injected clock's monotonic reading (seconds); tests move a
+:class:`budget.clock.ManualClock` instead of sleeping. Every transition is appended
+to :attr:`CircuitBreaker.events` so tests and the admin view can read the history.
+
+Timeline with ``cooldown_s=600``, ``failure_threshold=3``, ``failure_window_s=60``::
+
+    t=0     429, Retry-After 30      → open until 600 (max(30, 600))
+    t=100   429, Retry-After 5       → still open until 600 (a cooldown never shortens)
+    t=300   try_acquire()            → False (skipped without a request)
+    t=600   try_acquire()            → True: half-open, this caller holds the one trial
+    t=600   try_acquire()            → False (the trial is in flight)
+    t=601   record_success()         → closed
+    t=700, 710, 720  three 5xx       → open until 1320 (3 failures within 60 s)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from budget.clock import Clock
+
+__all__ = ["BreakerEvent", "CircuitBreaker", "CircuitState"]
+
+
+class CircuitState(StrEnum):
+    """State of one key's circuit."""
+
+    CLOSED = "closed"  # requests flow
+    OPEN = "open"  # skipped without a request until the cooldown ends
+    HALF_OPEN = "half_open"  # cooldown over; one trial request decides
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerEvent:
+    """One transition.
+
+    Attributes:
+        key: provider key name.
+        kind: ``opened``, ``extended`` (an open circuit's cooldown lengthened),
+            ``half_open`` (trial granted), ``closed``.
+        at: monotonic time of the transition, seconds.
+        until: end of the cooldown (monotonic seconds) for ``opened``/``extended``.
+        reason: ``rate_limited``, ``quota``, ``failures``, ``trial_failed``, or ``""``.
+    """
+
+    key: str
+    kind: str
+    at: float
+    until: float | None = None
+    reason: str = ""
+
+
+class _Circuit:
+    __slots__ = ("failures", "open_until", "trial")
+
+    def __init__(self) -> None:
+        self.open_until: float | None = None
+        self.trial = False
+        self.failures: list[float] = []
+
+
+class CircuitBreaker:
+    """Breakers for any number of keys, sharing one configuration.
+
+    Args:
+        clock: monotonic time source.
+        cooldown_s: minimum open time after a 429 or repeated failures, seconds
+            (COOLDOWN_SECONDS; tests pass small values or 0).
+        failure_threshold: failures (5xx, timeouts) within ``failure_window_s`` that open it.
+        failure_window_s: sliding window for counting failures, seconds.
+    """
+
+    __slots__ = (
+        "_circuits",
+        "_clock",
+        "cooldown_s",
+        "events",
+        "failure_threshold",
+        "failure_window_s",
+    )
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        cooldown_s: float = 600.0,
+        failure_threshold: int = 3,
+        failure_window_s: float = 60.0,
+    ) -> None:
+        self._clock = clock
+        self.cooldown_s = cooldown_s
+        self.failure_threshold = failure_threshold
+        self.failure_window_s = failure_window_s
+        self._circuits: dict[str, _Circuit] = {}
+        self.events: list[BreakerEvent] = []
+
+    def _get(self, key: str) -> _Circuit:
+        circuit = self._circuits.get(key)
+        if circuit is None:
+            circuit = self._circuits[key] = _Circuit()
+        return circuit
+
+    def state(self, key: str) -> CircuitState:
+        """Current state of ``key`` (an expired cooldown reads as half-open)."""
+        circuit = self._get(key)
+        if circuit.open_until is None:
+            return CircuitState.CLOSED
+        if circuit.trial or self._clock.monotonic() >= circuit.open_until:
+            return CircuitState.HALF_OPEN
+        return CircuitState.OPEN
+
+    def cooldown_remaining_s(self, key: str) -> float:
+        """Seconds until ``key`` may be tried again (0 when closed or half-open)."""
+        circuit = self._get(key)
+        if circuit.open_until is None:
+            return 0.0
+        return max(0.0, circuit.open_until - self._clock.monotonic())
+
+    def open_until(self, key: str) -> float | None:
+        """Monotonic end of the current cooldown, ``None`` when closed."""
+        return self._get(key).open_until
+
+    def available(self, key: str) -> bool:
+        """Would :meth:`try_acquire` succeed now? (No side effect.)"""
+        circuit = self._get(key)
+        if circuit.open_until is None:
+            return True
+        return not circuit.trial and self._clock.monotonic() >= circuit.open_until
+
+    def try_acquire(self, key: str) -> bool:
+        """May a request go to ``key`` now?
+
+        Closed: always. Open: no. Cooldown over: the first caller gets the single
+        half-open trial (and must report its outcome with a ``record_*`` method or
+        hand it back with :meth:`cancel`); others get ``False`` until it ends.
+        """
+        circuit = self._get(key)
+        if circuit.open_until is None:
+            return True
+        if circuit.trial or self._clock.monotonic() < circuit.open_until:
+            return False
+        circuit.trial = True
+        self.events.append(BreakerEvent(key, "half_open", self._clock.monotonic()))
+        return True
+
+    def cancel(self, key: str) -> None:
+        """Hand back a half-open trial that sent no request (no outcome)."""
+        self._get(key).trial = False
+
+    def record_success(self, key: str) -> None:
+        """The provider answered: close the circuit and forget failures."""
+        circuit = self._get(key)
+        circuit.failures.clear()
+        if circuit.open_until is not None:
+            circuit.open_until = None
+            circuit.trial = False
+            self.events.append(BreakerEvent(key, "closed", self._clock.monotonic()))
+
+    def record_rate_limited(
+        self, key: str, retry_after_s: float | None, *, reason: str = "rate_limited"
+    ) -> float:
+        """A 429 (or exhausted quota): open for ``max(retry_after_s, cooldown_s)``.
+
+        An existing longer cooldown is kept (never shortened).
+
+        Returns:
+            The monotonic end of the cooldown now in force.
+        """
+        seconds = max(retry_after_s or 0.0, self.cooldown_s)
+        return self._open(key, self._clock.monotonic() + seconds, reason)
+
+    def record_failure(self, key: str) -> bool:
+        """A 5xx, timeout or connection failure.
+
+        Opens the circuit for ``cooldown_s`` when ``failure_threshold`` failures fall
+        within ``failure_window_s``, or at once when it was the half-open trial.
+
+        Returns:
+            True when this failure opened (or re-opened) the circuit.
+        """
+        circuit = self._get(key)
+        now = self._clock.monotonic()
+        if circuit.trial:
+            self._open(key, now + self.cooldown_s, "trial_failed")
+            return True
+        horizon = now - self.failure_window_s
+        circuit.failures = [t for t in circuit.failures if t > horizon]
+        circuit.failures.append(now)
+        if len(circuit.failures) >= self.failure_threshold:
+            circuit.failures.clear()
+            self._open(key, now + self.cooldown_s, "failures")
+            return True
+        return False
+
+    def _open(self, key: str, until: float, reason: str) -> float:
+        circuit = self._get(key)
+        now = self._clock.monotonic()
+        circuit.trial = False
+        current = circuit.open_until
+        if current is not None and current >= until:
+            return current
+        kind = "extended" if current is not None and current > now else "opened"
+        circuit.open_until = until
+        self.events.append(BreakerEvent(key, kind, now, until=until, reason=reason))
+        return until
+
+    def __repr__(self) -> str:
+        states = ", ".join(f"{k}={self.state(k).value}" for k in sorted(self._circuits))
+        return f"CircuitBreaker({states})"

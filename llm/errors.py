@@ -1,0 +1,173 @@
+"""The error tree of ``llm/``.
+
+Every SDK or HTTP failure is translated into this tree at the client boundary
+(``llm/providers/``); nothing above ``llm/`` sees ``groq``, ``mistralai`` or
+``httpx`` exception types. Budget refusals are *not* wrapped: they propagate as
+:class:`budget.errors.HoldRefused`.
+
+::
+
+    LLMError
+    ├── ProviderError              .provider, .rate_limits, .status — one attempt failed
+    │   ├── ProviderRateLimited    .retry_after_s — 429 (per-minute limits); fall back
+    │   ├── QuotaExhausted         .retry_after_s — 402 / daily quota spent; fall back
+    │   ├── ProviderUnavailable    .interrupted, .partial_usage — 5xx, timeout, connection,
+    │   │                          overloaded, garbage 200, stream cut; fall back
+    │   ├── ProviderRejected       400/404/413/422 — our request is wrong; stop
+    │   │   └── ContextTooLong     the prompt does not fit this model; only a larger one may try
+    │   └── AuthFailed             401/403 — the key is disabled until re-enabled
+    └── AllProvidersFailed         .attempts, .skipped — no provider could answer
+
+Messages never contain a key: clients build them from the status code and the
+provider's own error text only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from budget.types import Usage
+from llm.types import RateLimitInfo
+
+__all__ = [
+    "AllProvidersFailed",
+    "AuthFailed",
+    "ContextTooLong",
+    "LLMError",
+    "ProviderError",
+    "ProviderRateLimited",
+    "ProviderRejected",
+    "ProviderUnavailable",
+    "QuotaExhausted",
+]
+
+
+class LLMError(Exception):
+    """Base of every error raised by ``llm/``."""
+
+
+class ProviderError(LLMError):
+    """One attempt at one provider key failed.
+
+    Attributes:
+        provider: provider key name (``groq``, ``groq2``, ``mistral``, ...).
+        detail: short operator-facing text (status and the provider's message,
+            truncated; never a key).
+        status: HTTP status, or ``None`` when no response was received.
+        rate_limits: rate-limit headers of the failed response, if any.
+    """
+
+    def __init__(
+        self,
+        provider: str,
+        detail: str = "",
+        *,
+        status: int | None = None,
+        rate_limits: RateLimitInfo | None = None,
+    ) -> None:
+        super().__init__(f"{provider}: {type(self).__name__}" + (f" ({detail})" if detail else ""))
+        self.provider = provider
+        self.detail = detail
+        self.status = status
+        self.rate_limits = rate_limits
+
+
+class ProviderRateLimited(ProviderError):
+    """429: the key hit a rate limit.
+
+    Attributes:
+        retry_after_s: seconds the provider asked us to wait (``Retry-After`` /
+            ``retry-after-ms``), ``None`` when it did not say.
+    """
+
+    def __init__(
+        self,
+        provider: str,
+        detail: str = "",
+        *,
+        retry_after_s: float | None = None,
+        status: int | None = 429,
+        rate_limits: RateLimitInfo | None = None,
+    ) -> None:
+        super().__init__(provider, detail, status=status, rate_limits=rate_limits)
+        self.retry_after_s = retry_after_s
+
+
+class QuotaExhausted(ProviderError):
+    """The account's quota or balance is spent (402, or a 429 naming a daily limit).
+
+    Attributes:
+        retry_after_s: seconds until the quota resets, if the provider said.
+    """
+
+    def __init__(
+        self,
+        provider: str,
+        detail: str = "",
+        *,
+        retry_after_s: float | None = None,
+        status: int | None = None,
+        rate_limits: RateLimitInfo | None = None,
+    ) -> None:
+        super().__init__(provider, detail, status=status, rate_limits=rate_limits)
+        self.retry_after_s = retry_after_s
+
+
+class ProviderUnavailable(ProviderError):
+    """The provider could not answer: 5xx, timeout, connection error, garbage 200, cut stream.
+
+    Attributes:
+        interrupted: ``True`` when the request reached the provider and may have
+            consumed tokens (total deadline hit, body cut mid-way, 200 with an
+            unreadable body); the cascade then settles by the interrupted-call
+            rule instead of releasing the hold.
+        partial_usage: usage the provider reported before failing, if any.
+    """
+
+    def __init__(
+        self,
+        provider: str,
+        detail: str = "",
+        *,
+        interrupted: bool = False,
+        partial_usage: Usage | None = None,
+        status: int | None = None,
+        rate_limits: RateLimitInfo | None = None,
+    ) -> None:
+        super().__init__(provider, detail, status=status, rate_limits=rate_limits)
+        self.interrupted = interrupted
+        self.partial_usage = partial_usage
+
+
+class ProviderRejected(ProviderError):
+    """400/404/413/422: the provider refused our request as malformed; no fallback."""
+
+
+class ContextTooLong(ProviderRejected):
+    """The prompt plus ``max_tokens`` exceeds this model's context window."""
+
+
+class AuthFailed(ProviderError):
+    """401/403: the key is revoked, wrong or region-blocked."""
+
+
+class AllProvidersFailed(LLMError):
+    """No provider could serve the request; nothing was charged for pre-token failures.
+
+    Attributes:
+        attempts: each attempt's failure, in cascade order.
+        skipped: ``(provider, reason)`` for every provider skipped without a request
+            (reasons: ``disabled``, ``open``, ``paced``, ``paid_not_allowed``,
+            ``context``, ``tried``).
+    """
+
+    def __init__(
+        self,
+        attempts: Sequence[ProviderError],
+        skipped: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        self.attempts: list[ProviderError] = list(attempts)
+        self.skipped: list[tuple[str, str]] = list(skipped)
+        tried = ", ".join(f"{e.provider}:{type(e).__name__}" for e in self.attempts) or "none"
+        skip = ", ".join(f"{p}:{r}" for p, r in self.skipped) or "none"
+        super().__init__(f"all providers failed (tried {tried}; skipped {skip})")

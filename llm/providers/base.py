@@ -1,0 +1,310 @@
+"""What every provider client shares: the :class:`Provider` protocol, usage and body
+parsing for OpenAI-style chat completions, and the status → error translation.
+
+Usage fields read (each provider's own, see ``tests/fixtures/llm/``):
+
+* ``prompt_tokens`` / ``completion_tokens`` — all providers;
+* cached input: DeepSeek ``prompt_cache_hit_tokens`` (api-docs.deepseek.com, context
+  caching), else ``prompt_tokens_details.cached_tokens`` (Groq, Cerebras, newer
+  Mistral), else Mistral's ``num_cached_tokens``;
+* reasoning: ``completion_tokens_details.reasoning_tokens`` (Groq, Cerebras, DeepSeek);
+* Groq streams report usage in ``x_groq.usage`` when ``usage`` is absent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import httpx
+
+from budget.types import Usage
+from llm.errors import (
+    AuthFailed,
+    ContextTooLong,
+    ProviderError,
+    ProviderRateLimited,
+    ProviderRejected,
+    ProviderUnavailable,
+    QuotaExhausted,
+)
+from llm.types import Completion, Message, RateLimitInfo
+
+__all__ = [
+    "Provider",
+    "decode_json",
+    "error_for_status",
+    "messages_payload",
+    "parse_completion_body",
+    "parse_usage",
+    "transport_error",
+]
+
+_CONTEXT_MARKERS = (
+    "context length",
+    "context_length",
+    "context window",
+    "maximum context",
+    "too many tokens",
+    "prompt is too long",
+    "reduce the length",
+)
+_QUOTA_MARKERS = ("per day", "(rpd)", "(tpd)", "insufficient balance", "quota exceeded")
+_DETAIL_MAX = 300
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """One provider key as the cascade sees it.
+
+    Attributes:
+        name: provider key name (``groq``, ``groq2``, ``mistral``, ``cerebras``, ``deepseek``).
+        model: default model id.
+        paid: True for a paid-tier account (the paid anchor).
+        context_window_tokens: the default model's context window, in tokens.
+    """
+
+    name: str
+    model: str
+    paid: bool
+    context_window_tokens: int
+
+    async def complete(
+        self, messages: Sequence[Message], max_tokens: int, model: str | None = None
+    ) -> Completion:
+        """One non-streaming chat completion within the client's total deadline.
+
+        Args:
+            messages: the prompt.
+            max_tokens: output cap, tokens.
+            model: a model other than the default (the cheap model of degraded mode).
+
+        Returns:
+            The normalised completion (``cost_musd`` 0: the cascade fills it).
+
+        Raises:
+            ProviderError: every failure, translated (see :mod:`llm.errors`).
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections."""
+        ...
+
+
+def messages_payload(messages: Sequence[Message]) -> list[dict[str, str]]:
+    """The ``messages`` array of an OpenAI-style request."""
+    return [{"role": m.role, "content": m.content} for m in messages]
+
+
+def _as_int(value: object) -> int:
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return 0
+
+
+def _sub(mapping: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = mapping.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def parse_usage(body: Mapping[str, Any]) -> Usage | None:
+    """Normalise the usage of an OpenAI-style completion body.
+
+    Returns:
+        The usage, or ``None`` when the body carries none.
+    """
+    usage = body.get("usage")
+    if not isinstance(usage, Mapping):
+        usage = _sub(_sub(body, "x_groq"), "usage")
+    if not usage:
+        return None
+    prompt = _as_int(usage.get("prompt_tokens"))
+    if "prompt_cache_hit_tokens" in usage:
+        cached = _as_int(usage.get("prompt_cache_hit_tokens"))
+    elif "cached_tokens" in _sub(usage, "prompt_tokens_details"):
+        cached = _as_int(_sub(usage, "prompt_tokens_details").get("cached_tokens"))
+    else:
+        cached = _as_int(usage.get("num_cached_tokens"))
+    extra: dict[str, int] = {}
+    if "prompt_cache_miss_tokens" in usage:
+        extra["prompt_cache_miss_tokens"] = _as_int(usage.get("prompt_cache_miss_tokens"))
+    time_info = _sub(body, "time_info") or usage
+    total_time = time_info.get("total_time")
+    if isinstance(total_time, int | float) and not isinstance(total_time, bool):
+        extra["provider_total_time_ms"] = round(float(total_time) * 1000)
+    return Usage(
+        input_tokens=prompt,
+        cached_input_tokens=min(cached, prompt),
+        output_tokens=_as_int(usage.get("completion_tokens")),
+        reasoning_tokens=_as_int(_sub(usage, "completion_tokens_details").get("reasoning_tokens")),
+        extra=extra,
+    )
+
+
+def parse_completion_body(
+    provider: str,
+    model: str,
+    body: object,
+    rate_limits: RateLimitInfo,
+    *,
+    paid: bool,
+) -> Completion:
+    """Build a :class:`Completion` from a 200 body (already JSON-decoded).
+
+    Raises:
+        ProviderUnavailable: (interrupted) the body is not a chat completion, e.g. an
+            HTML page or JSON without ``choices`` — the provider may still have billed it.
+    """
+    if not isinstance(body, Mapping):
+        raise ProviderUnavailable(
+            provider, "200 without a completion body", interrupted=True, status=200
+        )
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        raise ProviderUnavailable(
+            provider,
+            "200 without choices",
+            interrupted=True,
+            partial_usage=parse_usage(body),
+            status=200,
+        )
+    choice = choices[0]
+    message = _sub(choice, "message")
+    content = message.get("content")
+    if not isinstance(content, str):
+        raise ProviderUnavailable(
+            provider,
+            "200 without message content",
+            interrupted=True,
+            partial_usage=parse_usage(body),
+            status=200,
+        )
+    usage = parse_usage(body)
+    if usage is None:
+        raise ProviderUnavailable(provider, "200 without usage", interrupted=True, status=200)
+    finish = choice.get("finish_reason")
+    answered_model = body.get("model")
+    return Completion(
+        text=content,
+        finish_reason=finish if isinstance(finish, str) else "unknown",
+        provider=provider,
+        model=answered_model if isinstance(answered_model, str) and answered_model else model,
+        usage=usage,
+        rate_limits=rate_limits,
+        paid=paid,
+    )
+
+
+def decode_json(provider: str, raw: bytes) -> object:
+    """Decode a 200 body; an unreadable one is a (billed) provider failure.
+
+    Raises:
+        ProviderUnavailable: (interrupted) not JSON.
+    """
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProviderUnavailable(
+            provider, "200 with a body that is not JSON", interrupted=True, status=200
+        ) from exc
+
+
+def _error_text(body: str) -> str:
+    """The provider's own error message from an error body (truncated)."""
+    try:
+        data = json.loads(body)
+    except (ValueError, TypeError):
+        return body.strip()[:_DETAIL_MAX]
+    if isinstance(data, Mapping):
+        err = data.get("error")
+        if isinstance(err, Mapping):
+            data = err
+        msg = data.get("message") or data.get("detail")
+        if isinstance(msg, str):
+            return msg[:_DETAIL_MAX]
+        if msg is not None:
+            return json.dumps(msg)[:_DETAIL_MAX]
+    return body.strip()[:_DETAIL_MAX]
+
+
+def error_for_status(
+    provider: str, status: int, body: str, rate_limits: RateLimitInfo
+) -> ProviderError:
+    """Translate a non-2xx response into the ``llm`` error tree.
+
+    ============  ===============================================================
+    status        error
+    ============  ===============================================================
+    401, 403      :class:`AuthFailed`
+    402           :class:`QuotaExhausted` (DeepSeek "Insufficient Balance")
+    429           :class:`ProviderRateLimited`, or :class:`QuotaExhausted` when the
+                  message names a daily limit (Groq "(RPD)"/"(TPD)")
+    400/413/422   :class:`ContextTooLong` when the message is about the context
+                  length (413 always), else :class:`ProviderRejected`
+    404           :class:`ProviderRejected` (unknown model)
+    408, 5xx      :class:`ProviderUnavailable` (503 = overloaded)
+    other         :class:`ProviderUnavailable`
+    ============  ===============================================================
+    """
+    text = _error_text(body)
+    detail = f"HTTP {status}: {text}" if text else f"HTTP {status}"
+    low = text.lower()
+    if status in (401, 403):
+        return AuthFailed(provider, f"HTTP {status}", status=status, rate_limits=rate_limits)
+    if status == 402:
+        return QuotaExhausted(
+            provider,
+            detail,
+            retry_after_s=rate_limits.retry_after_s,
+            status=status,
+            rate_limits=rate_limits,
+        )
+    if status == 429:
+        if any(marker in low for marker in _QUOTA_MARKERS):
+            return QuotaExhausted(
+                provider,
+                detail,
+                retry_after_s=rate_limits.retry_after_s,
+                status=status,
+                rate_limits=rate_limits,
+            )
+        return ProviderRateLimited(
+            provider,
+            detail,
+            retry_after_s=rate_limits.retry_after_s,
+            status=status,
+            rate_limits=rate_limits,
+        )
+    if status == 413 or (
+        status in (400, 422) and any(marker in low for marker in _CONTEXT_MARKERS)
+    ):
+        return ContextTooLong(provider, detail, status=status, rate_limits=rate_limits)
+    if status in (400, 404, 409, 422):
+        return ProviderRejected(provider, detail, status=status, rate_limits=rate_limits)
+    return ProviderUnavailable(provider, detail, status=status, rate_limits=rate_limits)
+
+
+def transport_error(provider: str, exc: BaseException) -> ProviderUnavailable:
+    """Translate an ``httpx`` transport failure (or the total deadline) into
+    :class:`ProviderUnavailable`.
+
+    A failure before the request could reach the provider (connect error or
+    timeout, pool timeout) is *not* interrupted: the hold is released. Anything
+    later (read timeout, the total deadline, a cut body) is *interrupted*: the
+    provider may have generated and billed tokens.
+    """
+    cause: BaseException = exc
+    if not isinstance(exc, httpx.HTTPError | TimeoutError) and isinstance(
+        exc.__cause__, httpx.HTTPError | TimeoutError
+    ):
+        cause = exc.__cause__
+    if isinstance(cause, TimeoutError):
+        return ProviderUnavailable(provider, "total deadline exceeded", interrupted=True)
+    pre_token = isinstance(cause, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
+    return ProviderUnavailable(provider, type(cause).__name__, interrupted=not pre_token)

@@ -1,0 +1,125 @@
+"""Groq through the official ``groq`` SDK (``AsyncGroq``).
+
+``max_retries=0``: the SDK's default of 2 hidden retries would spend quota behind
+the cascade's back. The base URL is the API root without ``/openai/v1``
+(``https://api.groq.com``); the SDK appends ``/openai/v1/chat/completions``.
+Headers are read through ``with_raw_response``; usage is read from the raw JSON
+(``usage``, or ``x_groq.usage``). The SDK returns a bare ``str`` for a 200 whose
+content type is not JSON (an HTML error page): that is a provider failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, cast
+
+import groq
+import httpx
+
+from budget.clock import Clock, SystemClock
+from llm.errors import ProviderUnavailable
+from llm.providers.base import (
+    decode_json,
+    error_for_status,
+    messages_payload,
+    parse_completion_body,
+    transport_error,
+)
+from llm.ratelimits import parse_rate_limits
+from llm.types import Completion, Message
+
+__all__ = ["GroqProvider"]
+
+
+class GroqProvider:
+    """One Groq key.
+
+    Args:
+        name: provider key name (``groq``, ``groq2``).
+        api_key: the key (never logged or put in errors).
+        base_url: API root without ``/openai/v1`` (``https://api.groq.com``).
+        model: default model id.
+        paid: paid-tier account.
+        context_window_tokens: the default model's context window, tokens.
+        timeout_s: total deadline of one call, seconds.
+        clock: for HTTP-date ``Retry-After`` values.
+        transport: an ``httpx`` transport for tests (``None`` = network).
+    """
+
+    __slots__ = (
+        "_client",
+        "_clock",
+        "_timeout_s",
+        "context_window_tokens",
+        "model",
+        "name",
+        "paid",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        api_key: str,
+        base_url: str,
+        model: str,
+        paid: bool,
+        context_window_tokens: int,
+        timeout_s: float,
+        clock: Clock | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.name = name
+        self.model = model
+        self.paid = paid
+        self.context_window_tokens = context_window_tokens
+        self._timeout_s = timeout_s
+        self._clock: Clock = clock or SystemClock()
+        http_client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), transport=transport)
+        self._client = groq.AsyncGroq(
+            api_key=api_key,
+            base_url=base_url.rstrip("/"),
+            max_retries=0,
+            timeout=timeout_s,
+            http_client=http_client,
+        )
+
+    async def complete(
+        self, messages: Sequence[Message], max_tokens: int, model: str | None = None
+    ) -> Completion:
+        """See :meth:`llm.providers.base.Provider.complete`."""
+        use_model = model or self.model
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                raw = await self._client.chat.completions.with_raw_response.create(
+                    model=use_model,
+                    messages=cast(Any, messages_payload(messages)),
+                    max_tokens=max_tokens,
+                    stream=False,
+                )
+                parsed: object = await raw.parse()
+                content = raw.http_response.content
+        except groq.APIStatusError as exc:
+            limits = parse_rate_limits(exc.response.headers, now=self._clock.now())
+            raise error_for_status(self.name, exc.status_code, exc.response.text, limits) from None
+        except (groq.APIConnectionError, httpx.HTTPError, TimeoutError) as exc:
+            raise transport_error(self.name, exc) from None
+        except (groq.APIResponseValidationError, ValueError) as exc:
+            raise ProviderUnavailable(
+                self.name, f"unreadable 200 ({type(exc).__name__})", interrupted=True, status=200
+            ) from None
+        limits = parse_rate_limits(raw.headers, now=self._clock.now())
+        if isinstance(parsed, str):
+            raise ProviderUnavailable(
+                self.name, "200 with a non-JSON body", interrupted=True, status=200
+            )
+        body = decode_json(self.name, content)
+        return parse_completion_body(self.name, use_model, body, limits, paid=self.paid)
+
+    async def aclose(self) -> None:
+        """Close the SDK's connection pool."""
+        await self._client.close()
+
+    def __repr__(self) -> str:
+        return f"GroqProvider(name={self.name!r}, model={self.model!r}, paid={self.paid})"

@@ -1,0 +1,148 @@
+"""Mistral through the official ``mistralai`` SDK (``Mistral(server_url=...)``).
+
+Retries are off (``retries=None`` on every call; the SDK would otherwise retry
+429/5xx when configured). The base URL is the API root (``https://api.mistral.ai``);
+the SDK appends ``/v1/chat/completions``. The SDK returns only the parsed body, so
+the response (headers and raw JSON, which carries ``num_cached_tokens`` /
+``prompt_tokens_details``) is captured by an ``httpx`` response hook on the client we
+hand it. Its timeouts and connection errors surface as raw ``httpx`` exceptions, not
+SDK errors; both are translated here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from contextvars import ContextVar
+from typing import Any, cast
+
+import httpx
+from mistralai import Mistral, models
+
+from budget.clock import Clock, SystemClock
+from llm.errors import ProviderUnavailable
+from llm.providers.base import (
+    decode_json,
+    error_for_status,
+    messages_payload,
+    parse_completion_body,
+    transport_error,
+)
+from llm.ratelimits import parse_rate_limits
+from llm.types import Completion, Message
+
+__all__ = ["MistralProvider"]
+
+_captured: ContextVar[list[httpx.Response] | None] = ContextVar("kopek_mistral_resp", default=None)
+
+
+async def _capture(response: httpx.Response) -> None:
+    sink = _captured.get()
+    if sink is not None:
+        sink.append(response)
+
+
+class MistralProvider:
+    """One Mistral key.
+
+    Args:
+        name: provider key name (``mistral``).
+        api_key: the key (never logged or put in errors).
+        base_url: API root (``https://api.mistral.ai``).
+        model: default model id.
+        paid: paid-tier account.
+        context_window_tokens: the default model's context window, tokens.
+        timeout_s: total deadline of one call, seconds.
+        clock: for HTTP-date ``Retry-After`` values.
+        transport: an ``httpx`` transport for tests (``None`` = network).
+    """
+
+    __slots__ = (
+        "_clock",
+        "_http",
+        "_sdk",
+        "_timeout_s",
+        "context_window_tokens",
+        "model",
+        "name",
+        "paid",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        api_key: str,
+        base_url: str,
+        model: str,
+        paid: bool,
+        context_window_tokens: int,
+        timeout_s: float,
+        clock: Clock | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.name = name
+        self.model = model
+        self.paid = paid
+        self.context_window_tokens = context_window_tokens
+        self._timeout_s = timeout_s
+        self._clock: Clock = clock or SystemClock()
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s),
+            transport=transport,
+            follow_redirects=True,
+            event_hooks={"response": [_capture]},
+        )
+        self._sdk = Mistral(
+            api_key=api_key,
+            server_url=base_url.rstrip("/"),
+            async_client=self._http,
+            timeout_ms=int(timeout_s * 1000),
+        )
+
+    async def complete(
+        self, messages: Sequence[Message], max_tokens: int, model: str | None = None
+    ) -> Completion:
+        """See :meth:`llm.providers.base.Provider.complete`."""
+        use_model = model or self.model
+        sink: list[httpx.Response] = []
+        token = _captured.set(sink)
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self._sdk.chat.complete_async(
+                    model=use_model,
+                    messages=cast(Any, messages_payload(messages)),
+                    max_tokens=max_tokens,
+                    stream=False,
+                    retries=None,
+                )
+        except models.MistralError as exc:
+            limits = parse_rate_limits(exc.headers, now=self._clock.now())
+            if exc.status_code == 200 or isinstance(exc, models.ResponseValidationError):
+                raise ProviderUnavailable(
+                    self.name, "200 without a completion body", interrupted=True, status=200
+                ) from None
+            raise error_for_status(self.name, exc.status_code, exc.body, limits) from None
+        except models.NoResponseError:
+            raise ProviderUnavailable(self.name, "no response", interrupted=True) from None
+        except (httpx.HTTPError, TimeoutError) as exc:
+            raise transport_error(self.name, exc) from None
+        except ValueError:
+            raise ProviderUnavailable(
+                self.name, "unreadable 200", interrupted=True, status=200
+            ) from None
+        finally:
+            _captured.reset(token)
+        if not sink:
+            raise ProviderUnavailable(self.name, "response not captured", interrupted=True)
+        response = sink[-1]
+        limits = parse_rate_limits(response.headers, now=self._clock.now())
+        body = decode_json(self.name, response.content)
+        return parse_completion_body(self.name, use_model, body, limits, paid=self.paid)
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    def __repr__(self) -> str:
+        return f"MistralProvider(name={self.name!r}, model={self.model!r}, paid={self.paid})"

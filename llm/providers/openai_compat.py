@@ -1,0 +1,111 @@
+"""Client for OpenAI-compatible ``/chat/completions`` endpoints over ``httpx``: Cerebras
+(``https://api.cerebras.ai/v1``, inference-docs.cerebras.ai) and DeepSeek
+(``https://api.deepseek.com``, api-docs.deepseek.com).
+
+The base URL is used as given and ``/chat/completions`` appended. DeepSeek may send
+empty lines before the JSON body while a request waits for inference (its docs on
+rate limits); the JSON decoder skips that whitespace, and the total deadline bounds it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import httpx
+
+from budget.clock import Clock, SystemClock
+from llm.providers.base import (
+    decode_json,
+    error_for_status,
+    messages_payload,
+    parse_completion_body,
+    transport_error,
+)
+from llm.ratelimits import parse_rate_limits
+from llm.types import Completion, Message
+
+__all__ = ["OpenAICompatProvider"]
+
+
+class OpenAICompatProvider:
+    """One key of an OpenAI-compatible provider.
+
+    Args:
+        name: provider key name (``cerebras``, ``deepseek``).
+        api_key: the key (sent as a bearer token; never logged or put in errors).
+        base_url: API root, e.g. ``https://api.cerebras.ai/v1`` or ``https://api.deepseek.com``.
+        model: default model id.
+        paid: paid-tier account.
+        context_window_tokens: the default model's context window, tokens.
+        timeout_s: total deadline of one call, seconds (``asyncio.timeout`` around
+            the whole exchange, so a slow trickle is cut too).
+        clock: for HTTP-date ``Retry-After`` values.
+        transport: an ``httpx`` transport for tests (``None`` = network).
+    """
+
+    __slots__ = (
+        "_client",
+        "_clock",
+        "_timeout_s",
+        "_url",
+        "context_window_tokens",
+        "model",
+        "name",
+        "paid",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        api_key: str,
+        base_url: str,
+        model: str,
+        paid: bool,
+        context_window_tokens: int,
+        timeout_s: float,
+        clock: Clock | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.name = name
+        self.model = model
+        self.paid = paid
+        self.context_window_tokens = context_window_tokens
+        self._timeout_s = timeout_s
+        self._clock: Clock = clock or SystemClock()
+        self._url = base_url.rstrip("/") + "/chat/completions"
+        self._client = httpx.AsyncClient(
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=httpx.Timeout(timeout_s),
+            transport=transport,
+        )
+
+    async def complete(
+        self, messages: Sequence[Message], max_tokens: int, model: str | None = None
+    ) -> Completion:
+        """See :meth:`llm.providers.base.Provider.complete`."""
+        use_model = model or self.model
+        payload = {
+            "model": use_model,
+            "messages": messages_payload(messages),
+            "max_tokens": max_tokens,
+            "stream": False,
+        }
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                response = await self._client.post(self._url, json=payload)
+        except (httpx.HTTPError, TimeoutError) as exc:
+            raise transport_error(self.name, exc) from None
+        limits = parse_rate_limits(response.headers, now=self._clock.now())
+        if response.status_code != 200:
+            raise error_for_status(self.name, response.status_code, response.text, limits)
+        body = decode_json(self.name, response.content)
+        return parse_completion_body(self.name, use_model, body, limits, paid=self.paid)
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._client.aclose()
+
+    def __repr__(self) -> str:
+        return f"OpenAICompatProvider(name={self.name!r}, model={self.model!r}, paid={self.paid})"

@@ -1,0 +1,118 @@
+"""Value types of ``llm/``: what a caller sends to the cascade and what comes back.
+
+Units: tokens are integer counts; durations are seconds (float); times used for
+cooldowns and resets are readings of the injected monotonic clock
+(:meth:`budget.clock.Clock.monotonic`), not wall-clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Literal
+
+from budget.types import Usage
+
+__all__ = [
+    "Capacity",
+    "Completion",
+    "LLMRequest",
+    "Message",
+    "Priority",
+    "RateLimitInfo",
+]
+
+Role = Literal["system", "user", "assistant"]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message sent to a model."""
+
+    role: Role
+    content: str
+
+
+class Priority(IntEnum):
+    """Queue priority for a provider-call slot (GLOBAL_MAX_INFLIGHT_CALLS): lower goes first."""
+
+    CHAT = 0
+    DIGEST = 1
+
+
+@dataclass(frozen=True, slots=True)
+class LLMRequest:
+    """One logical LLM call.
+
+    Attributes:
+        messages: the prompt.
+        max_tokens: output cap (mandatory; it is what makes the ceiling finite).
+        allow_paid: may the paid anchor serve it (chat: True; digests decide per request).
+        priority: chat goes ahead of digests for a provider-call slot.
+        cheaper_messages: a cheaper variant of the prompt (chat: last 2 turns only),
+            tried first by the degradation ladder when the paid anchor's hold is refused.
+        fingerprint: identifies the prompt for loop detection; defaults to a hash of
+            ``messages`` computed by the cascade.
+    """
+
+    messages: tuple[Message, ...]
+    max_tokens: int
+    allow_paid: bool = True
+    priority: Priority = Priority.CHAT
+    cheaper_messages: tuple[Message, ...] | None = None
+    fingerprint: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitInfo:
+    """Rate-limit state read from one response's headers (``None`` = header absent).
+
+    Sources: Groq ``x-ratelimit-{remaining,reset}-{tokens,requests}``
+    (console.groq.com/docs/rate-limits); Mistral ``x-ratelimit-remaining-tokens-minute``;
+    Cerebras ``x-ratelimit-*-tokens-minute`` / ``-requests-day``
+    (inference-docs.cerebras.ai/support/rate-limits); ``retry-after`` / ``retry-after-ms``.
+    """
+
+    remaining_tokens: int | None = None
+    reset_tokens_s: float | None = None
+    remaining_requests: int | None = None
+    reset_requests_s: float | None = None
+    retry_after_s: float | None = None
+    raw: dict[str, str] = field(default_factory=dict)
+    limit_tokens: int | None = None  # size of the token window (``x-ratelimit-limit-tokens*``)
+    limit_requests: int | None = None  # size of the request window
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A normalised answer from one provider."""
+
+    text: str
+    finish_reason: str
+    provider: str
+    model: str
+    usage: Usage
+    rate_limits: RateLimitInfo = field(default_factory=RateLimitInfo)
+    cost_musd: int = 0  # actual cost booked by the ledger for this attempt (µUSD)
+    paid: bool = False  # served by a paid-tier provider
+    degraded: tuple[str, ...] = ()  # degradation-ladder steps applied, in order
+    fallbacks: tuple[str, ...] = ()  # "provider:reason" for each provider passed over first
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """What a free provider has left, for the digest runner's pacing.
+
+    Attributes:
+        provider: provider key name.
+        available: False while disabled (auth) or its breaker is open.
+        remaining_tokens: tokens left in the current rate window (``None`` = unknown).
+        reset_at: monotonic time at which tokens/cooldown reset (``None`` = unknown/now).
+        paid: True for the paid anchor.
+    """
+
+    provider: str
+    available: bool
+    remaining_tokens: int | None
+    reset_at: float | None
+    paid: bool
