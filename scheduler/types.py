@@ -1,0 +1,213 @@
+"""Values and ports of ``scheduler/``: what the bot injects and what it gets back.
+
+Units: datetimes are aware UTC; durations are seconds; tokens are integer counts.
+
+The bot renders everything users read (headers, notices) from these structured
+values with its own templates; the only text ``scheduler/`` produces for users is
+the body of a digest item (a post's summary, or an excerpt of the post itself when
+no summary could be made).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol
+
+from budget.protocol import OperationTicket
+from llm.types import Capacity, Completion, LLMRequest
+
+__all__ = [
+    "Deliverer",
+    "DigestItem",
+    "DigestSection",
+    "Notice",
+    "NoticeKind",
+    "Post",
+    "SourceKind",
+    "SourceRef",
+    "SubscribeResult",
+    "SubscribeStatus",
+    "SummaryBackend",
+]
+
+
+class SourceKind(StrEnum):
+    """What a subscription reads."""
+
+    CHANNEL = "channel"  # a public Telegram channel through its web preview
+    FEED = "feed"  # an RSS/Atom feed
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRef:
+    """A parsed /sub argument.
+
+    Attributes:
+        kind: channel or feed.
+        key: the channel name in lower case (``durov``) or the feed URL as given.
+    """
+
+    kind: SourceKind
+    key: str
+
+    @property
+    def display(self) -> str:
+        """``@name`` for a channel, the URL for a feed."""
+        return f"@{self.key}" if self.kind is SourceKind.CHANNEL else self.key
+
+
+@dataclass(frozen=True, slots=True)
+class Post:
+    """One post of a channel or one entry of a feed.
+
+    Attributes:
+        source_key: channel name (lower case) or feed URL.
+        post_id: channel post number; for feeds a stable number derived from the entry
+            id (ordering of feed entries uses ``published``).
+        published: aware UTC datetime of the post (``None`` if the source gave none).
+        text: the post's own text (a reply's quoted text is not part of it), plain.
+        link: public link to the post (``https://t.me/<name>/<id>`` or the entry link).
+        forwarded_from: name of the channel/user it was forwarded from, or ``None``.
+    """
+
+    source_key: str
+    post_id: int
+    published: datetime | None
+    text: str
+    link: str
+    forwarded_from: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DigestItem:
+    """One post in a digest.
+
+    Attributes:
+        post_id: the post number.
+        link: link to the post.
+        published: aware UTC datetime of the post, or ``None``.
+        summary: the summary (or, when ``summarized`` is False, an excerpt of the post).
+        summarized: False when no summary could be made (providers unavailable or the
+            digest's operation cap was reached) and ``summary`` is an excerpt.
+        forwarded_from: the origin of a forwarded post, or ``None``.
+    """
+
+    post_id: int
+    link: str
+    published: datetime | None
+    summary: str
+    summarized: bool = True
+    forwarded_from: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DigestSection:
+    """The part of a digest for one source; the bot renders headers and splits messages.
+
+    Attributes:
+        kind: channel or feed.
+        source_key: channel name or feed URL.
+        title: the channel's/feed's title as last seen (``""`` if unknown).
+        link: link to the channel (``https://t.me/<name>``) or the feed URL.
+        items: posts, oldest first.
+    """
+
+    kind: SourceKind
+    source_key: str
+    title: str
+    link: str
+    items: tuple[DigestItem, ...]
+
+
+class NoticeKind(StrEnum):
+    """What a :class:`Notice` tells the user; the bot picks the template by it."""
+
+    #: The ledger refused the digest; it goes out once the refusing window resets.
+    #: params: ``reason``, ``level``, ``window``, ``resets_at`` (ISO-8601 UTC or ``""``),
+    #: ``local_date`` (ISO date).
+    DEFERRED = "deferred"
+    #: A subscribed channel no longer has a public preview. params: ``channel``.
+    CHANNEL_LOST = "channel_lost"
+    #: The digest that follows is late (sent after the bot was down or deferred).
+    #: params: ``local_date``, ``due_at`` (ISO-8601 UTC).
+    LATE = "late"
+    #: Some posts of the digest that follows could not be summarised and are shown as
+    #: excerpts. params: ``count``, ``cause`` (``providers`` or ``operation_cap``).
+    UNAVAILABLE = "unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A structured notice to one user; the bot renders it with its templates."""
+
+    kind: NoticeKind
+    params: Mapping[str, str] = field(default_factory=dict)
+
+
+class Deliverer(Protocol):
+    """How digests and notices reach Telegram; implemented by the bot.
+
+    Both methods raise :class:`scheduler.errors.DeliveryRetryAfter` on Telegram's 429
+    and :class:`scheduler.errors.RecipientGone` on 403 (blocked/deactivated). The bot
+    splits a digest into messages within Telegram's limits.
+    """
+
+    async def send_digest(
+        self, user_id: int, chat_id: int, language: str, parts: Sequence[DigestSection]
+    ) -> None:
+        """Send one digest (all its messages)."""
+        ...
+
+    async def notify(self, user_id: int, chat_id: int, language: str, notice: Notice) -> None:
+        """Send one notice."""
+        ...
+
+
+class SummaryBackend(Protocol):
+    """The part of ``llm.cascade.Cascade`` the digest runner uses.
+
+    ``complete`` raises :class:`budget.errors.HoldRefused` when the ledger refuses and
+    :class:`llm.errors.LLMError` subclasses (``AllProvidersFailed`` when nobody could
+    answer) otherwise.
+    """
+
+    async def complete(self, op: OperationTicket, request: LLMRequest) -> Completion:
+        """Run one request inside ``op`` down the provider ladder."""
+        ...
+
+    def capacity(self) -> list[Capacity]:
+        """Each provider's remaining tokens and reset time (monotonic), cascade order."""
+        ...
+
+
+class SubscribeStatus(StrEnum):
+    """Outcome of /sub (the bot has one template per value)."""
+
+    OK = "ok"
+    ALREADY = "already"
+    INVALID = "invalid"  # not a channel name or http(s) feed URL
+    NO_PREVIEW = "no_preview"  # channel without public preview / not a readable feed
+    REFUSED_ADDRESS = "refused_address"  # feed URL to a non-public address (SSRF guard)
+    TOO_MANY = "too_many"  # the user has reached the subscription limit
+    UNAVAILABLE = "unavailable"  # the source could not be fetched right now; try later
+    NOT_SUBSCRIBED = "not_subscribed"  # /unsub of something the user does not follow
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribeResult:
+    """What /sub, /unsub return.
+
+    Attributes:
+        status: the outcome.
+        source: the parsed source (``None`` when the argument was invalid).
+        title: channel/feed title when known, else ``""``.
+        limit: the subscription limit (for ``too_many``), else 0.
+    """
+
+    status: SubscribeStatus
+    source: SourceRef | None = None
+    title: str = ""
+    limit: int = 0
