@@ -1,0 +1,120 @@
+"""The ledger's own configuration (filled by the composition root from ``bot.settings``).
+
+Units: every ``*_musd`` is integer µUSD (``None`` = no limit); ``*_s`` seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Literal
+
+from budget.errors import BudgetConfigError
+from budget.types import Level, Origin, Window
+from budget.windows import zone
+
+__all__ = ["LedgerConfig", "OperationCaps"]
+
+
+@dataclass(frozen=True, slots=True)
+class OperationCaps:
+    """Caps of one operation: max cost (µUSD, held + settled) and max requests."""
+
+    max_musd: int
+    max_requests: int
+
+
+def _default_caps() -> dict[Origin, OperationCaps]:
+    return {
+        Origin.CHAT: OperationCaps(max_musd=50_000, max_requests=8),
+        Origin.DIGEST: OperationCaps(max_musd=20_000, max_requests=40),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerConfig:
+    """Limits and knobs of the ledger.
+
+    Attributes:
+        tz: BUDGET_TZ, the IANA zone windows are cut in.
+        global_daily_musd .. team_hourly_musd: default limits per level/window
+            (``None`` = no limit); runtime overrides in the database win.
+        provider_daily_caps_musd: provider account caps per day,
+            e.g. ``{"deepseek": 2_000_000}`` (DEEPSEEK_DAILY_CAP_USD).
+        hold_ttl_s: HOLD_TTL_SECONDS; must exceed ``max_call_s``.
+        max_call_s: PROVIDER_TIMEOUT_SECONDS, the longest possible attempt.
+        operation_caps: caps per origin (chat: OPERATION_MAX_USD/REQUESTS; digest:
+            DIGEST_MAX_USD and a request cap).
+        user_max_inflight: USER_MAX_INFLIGHT operations running per user.
+        user_max_per_minute: USER_MAX_PER_MINUTE operations started per rolling minute.
+        user_daily_messages: USER_DAILY_MESSAGES courtesy cap (``None`` = off).
+        auto_kill_window_s: AUTO_KILL_WINDOW_MINUTES × 60.
+        auto_kill_fraction: AUTO_KILL_FRACTION of the global daily limit (0 = off).
+        auto_kill_musd_per_window: AUTO_KILL_USD_PER_WINDOW in µUSD; when set it
+            replaces the fraction (and works without a global limit); 0 = off.
+        sweep_interval_s: how often the sweeper expires orphaned holds.
+        synchronous: SQLite ``synchronous`` pragma of the ledger's writer; see
+            :mod:`budget.sqlite_store` for what each guarantees.
+    """
+
+    tz: str = "UTC"
+    global_daily_musd: int | None = None
+    global_hourly_musd: int | None = None
+    user_daily_musd: int | None = None
+    user_hourly_musd: int | None = None
+    team_daily_musd: int | None = None
+    team_hourly_musd: int | None = None
+    provider_daily_caps_musd: Mapping[str, int] = field(default_factory=dict)
+    hold_ttl_s: float = 300.0
+    max_call_s: float = 60.0
+    operation_caps: Mapping[Origin, OperationCaps] = field(default_factory=_default_caps)
+    user_max_inflight: int = 2
+    user_max_per_minute: int = 10
+    user_daily_messages: int | None = None
+    auto_kill_window_s: float = 3600.0
+    auto_kill_fraction: Decimal = Decimal("0.5")
+    auto_kill_musd_per_window: int | None = None
+    sweep_interval_s: float = 30.0
+    synchronous: Literal["FULL", "NORMAL"] = "FULL"
+
+    def __post_init__(self) -> None:
+        try:
+            zone(self.tz)
+        except Exception as exc:
+            raise BudgetConfigError(f"unknown BUDGET_TZ {self.tz!r}") from exc
+        if self.hold_ttl_s <= self.max_call_s:
+            raise BudgetConfigError(
+                f"HOLD_TTL_SECONDS ({self.hold_ttl_s}) must exceed the longest call "
+                f"PROVIDER_TIMEOUT_SECONDS ({self.max_call_s})"
+            )
+        for origin in Origin:
+            if origin not in self.operation_caps:
+                raise BudgetConfigError(f"no operation caps for origin {origin}")
+        limits = (
+            self.global_daily_musd,
+            self.global_hourly_musd,
+            self.user_daily_musd,
+            self.user_hourly_musd,
+            self.team_daily_musd,
+            self.team_hourly_musd,
+            *self.provider_daily_caps_musd.values(),
+        )
+        if any(v is not None and v < 0 for v in limits):
+            raise BudgetConfigError("limits must be >= 0")
+        if self.auto_kill_fraction < 0:
+            raise BudgetConfigError("AUTO_KILL_FRACTION must be >= 0")
+
+    def default_limit(self, level: Level, scope: str, window: Window) -> int | None:
+        """The configured default limit (µUSD) of a level/window, ``None`` = no limit."""
+        if level is Level.PROVIDER:
+            return self.provider_daily_caps_musd.get(scope) if window is Window.DAY else None
+        table: dict[tuple[Level, Window], int | None] = {
+            (Level.GLOBAL, Window.DAY): self.global_daily_musd,
+            (Level.GLOBAL, Window.HOUR): self.global_hourly_musd,
+            (Level.PERSONAL, Window.DAY): self.user_daily_musd,
+            (Level.PERSONAL, Window.HOUR): self.user_hourly_musd,
+            (Level.TEAM, Window.DAY): self.team_daily_musd,
+            (Level.TEAM, Window.HOUR): self.team_hourly_musd,
+        }
+        return table.get((level, window))

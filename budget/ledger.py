@@ -1,0 +1,467 @@
+"""The reservation ledger: every LLM attempt holds its ceiling here before it is sent.
+
+:class:`Ledger` implements :class:`budget.protocol.LedgerPort` on top of a store
+(today :class:`budget.sqlite_store.SqliteStore`: one writer thread, one
+``BEGIN IMMEDIATE`` transaction per step). Money is integer µUSD; times come from
+the injected :class:`~budget.clock.Clock`.
+
+Life cycle::
+
+    ledger = Ledger.sqlite("data/kopek.db", config, prices, clock)
+    await ledger.start()      # sweeps holds of a previous process, starts the sweeper
+    ...                       # begin_operation / begin_request / reserve / settle / release
+    await ledger.close()
+
+Money is committed when :meth:`Ledger.reserve` returns: the ceiling is held on every
+level until :meth:`Ledger.settle` or :meth:`Ledger.release`, or until the hold
+expires ``hold_ttl_s`` seconds after the grant (the sweeper records the expiry; a
+settle arriving later is still booked, counted as *late*).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Coroutine
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from budget.clock import Clock
+from budget.config import LedgerConfig
+from budget.errors import BudgetConfigError
+from budget.policy import interrupted_usage
+from budget.prices import PriceCard
+from budget.protocol import HoldTicket, OperationTicket
+from budget.sqlite_store import SettleOutcome, SqliteStore
+from budget.status import KillState, LedgerStatus, TeamStatus, UserStatus
+from budget.types import Level, Origin, Usage, Window
+
+__all__ = ["KillListener", "Ledger"]
+
+log = logging.getLogger(__name__)
+
+#: Called (as a task) when the automatic trigger trips the kill switch.
+KillListener = Callable[[KillState], Coroutine[Any, Any, None]]
+
+
+class Ledger:
+    """The ledger. Use :meth:`sqlite` to build one on a SQLite file.
+
+    Args:
+        store: the storage backend (owns the database connection).
+        config: limits and knobs (``store.config`` must be the same object).
+        prices: the price card (ceilings, actual costs, list-price equivalents).
+        clock: the one clock.
+        on_auto_kill: awaited in a task once when the burn-rate trigger trips.
+        sweep_previous_on_start: expire, on :meth:`start`, every hold and operation
+            left by another process (one bot process per database).
+
+    Every async method may raise :class:`~budget.errors.LedgerUnavailable` (the
+    database could not be written: fail closed, make no provider call).
+    """
+
+    __slots__ = (
+        "_closed",
+        "_notify_tasks",
+        "_on_auto_kill",
+        "_sweep_previous",
+        "_sweeper",
+        "clock",
+        "config",
+        "prices",
+        "store",
+    )
+
+    def __init__(
+        self,
+        store: SqliteStore,
+        config: LedgerConfig,
+        prices: PriceCard,
+        clock: Clock,
+        *,
+        on_auto_kill: KillListener | None = None,
+        sweep_previous_on_start: bool = True,
+    ) -> None:
+        if store.config is not config:
+            raise BudgetConfigError("store and ledger must share one LedgerConfig")
+        self.store = store
+        self.config = config
+        self.prices = prices
+        self.clock = clock
+        self._on_auto_kill = on_auto_kill
+        self._sweep_previous = sweep_previous_on_start
+        self._sweeper: asyncio.Task[None] | None = None
+        self._notify_tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    @classmethod
+    def sqlite(
+        cls,
+        path: str | Path,
+        config: LedgerConfig,
+        prices: PriceCard,
+        clock: Clock,
+        *,
+        on_auto_kill: KillListener | None = None,
+        sweep_previous_on_start: bool = True,
+    ) -> Ledger:
+        """A ledger on the SQLite file ``path`` (schema from Alembic revision 0001_ledger)."""
+        store = SqliteStore(path, config, process_id=uuid.uuid4().hex)
+        return cls(
+            store,
+            config,
+            prices,
+            clock,
+            on_auto_kill=on_auto_kill,
+            sweep_previous_on_start=sweep_previous_on_start,
+        )
+
+    # -- life cycle ----------------------------------------------------------------
+    async def start(self, *, run_sweeper: bool = True) -> int:
+        """Open the store, expire holds of a previous process, start the sweeper.
+
+        Returns:
+            how many holds were expired at start.
+        """
+        self.store.open()
+        swept = await self.store.call(self.store.sweep, self.clock.now(), self._sweep_previous)
+        if swept:
+            log.warning("ledger start: expired %d holds left by a previous process", swept)
+        if run_sweeper and self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep_loop(), name="ledger-sweeper")
+        return swept
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await self.clock.sleep(self.config.sweep_interval_s)
+            try:
+                n = await self.sweep()
+            except Exception:
+                log.exception("ledger sweep failed")
+                continue
+            if n:
+                log.warning("ledger sweeper expired %d orphaned holds", n)
+
+    async def sweep(self) -> int:
+        """Expire every hold past its TTL now; returns how many (each is recorded)."""
+        return await self.store.call(self.store.sweep, self.clock.now())
+
+    async def close(self) -> None:
+        """Stop the sweeper and close the store (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        for task in list(self._notify_tasks):
+            with contextlib.suppress(Exception):
+                await task
+        await asyncio.to_thread(self.store.close)
+
+    # -- LedgerPort ------------------------------------------------------------------
+    async def begin_operation(
+        self,
+        user_id: int,
+        origin: Origin,
+        *,
+        max_musd: int | None = None,
+        max_requests: int | None = None,
+    ) -> OperationTicket:
+        """Admit an operation and take one of the user's in-flight slots.
+
+        Checks, in order: kill switch (global, team, user), USER_MAX_INFLIGHT,
+        USER_MAX_PER_MINUTE. The slot is freed by :meth:`end_operation` or expires
+        with the operation's last hold.
+
+        Args:
+            max_musd / max_requests: the operation's caps; default: the origin's.
+
+        Raises:
+            HoldRefused: reason ``kill``, ``inflight`` or ``rate`` (``resets_at`` =
+                when the oldest start leaves the rolling minute).
+        """
+        caps = self.config.operation_caps[origin]
+        return await self.store.call(
+            self.store.begin_operation,
+            self.clock.now(),
+            user_id,
+            origin,
+            caps.max_musd if max_musd is None else max_musd,
+            caps.max_requests if max_requests is None else max_requests,
+        )
+
+    async def end_operation(self, op: OperationTicket) -> None:
+        """Free the operation's in-flight slot. Idempotent."""
+        await self.store.call(self.store.end_operation, self.clock.now(), op.operation_id)
+
+    async def begin_request(self, op: OperationTicket, fingerprint: str) -> str:
+        """Count a new request in ``op``; returns its id.
+
+        Raises:
+            HoldRefused: ``loop`` (same fingerprint already in this operation) or
+                ``operation_cap`` (max requests reached); both are recorded.
+            UnknownOperation: ``op`` ended or expired.
+        """
+        return await self.store.call(
+            self.store.begin_request, self.clock.now(), op.operation_id, fingerprint
+        )
+
+    async def reserve(
+        self,
+        op: OperationTicket,
+        request_id: str,
+        *,
+        provider: str,
+        model: str,
+        input_tokens: int,
+        max_tokens: int,
+    ) -> HoldTicket:
+        """Hold the ceiling of one attempt on every level and window, or nothing.
+
+        ceiling = input_tokens × input rate + max_tokens × output rate (rounded up;
+        0 µUSD for a free-tier provider, whose hold still counts for the kill
+        switch and the operation). ``input_tokens`` should already carry the
+        token safety factor (:class:`budget.tokens.TokenCounter`).
+
+        Raises:
+            ValueError: ``max_tokens`` < 1 (no ceiling without it) or negative input.
+            HoldRefused: ``kill``; ``operation_cap`` (the operation's max cost);
+                ``limit``/``busy`` with level, window, scope and ``resets_at``.
+            UnknownOperation: ``op`` ended or expired.
+            BudgetConfigError: a paid model without a price.
+        """
+        if max_tokens < 1:
+            raise ValueError("max_tokens is mandatory (>= 1): without it there is no ceiling")
+        if input_tokens < 0:
+            raise ValueError("input_tokens must be >= 0")
+        now = self.clock.now()
+        ceiling = self.prices.ceiling_musd(provider, model, input_tokens, max_tokens, now)
+        listed = self.prices.list_ceiling_musd(provider, model, input_tokens, max_tokens, now)
+        return await self.store.call(
+            self.store.reserve,
+            now,
+            op.operation_id,
+            request_id,
+            provider,
+            model,
+            input_tokens,
+            max_tokens,
+            ceiling,
+            listed,
+            self.prices.version,
+        )
+
+    async def free_musd(self, op: OperationTicket, provider: str) -> int | None:
+        """Smallest free µUSD over the levels a hold at ``provider`` would touch,
+        the operation's remaining cap included (never ``None`` since an operation
+        always has a cap; typed ``None``-able per the port)."""
+        return await self.store.call(
+            self.store.free_musd, self.clock.now(), op.operation_id, provider
+        )
+
+    def _pricer(
+        self, provider: str, model: str, usage: Usage, at: datetime
+    ) -> tuple[int, int | None]:
+        return (
+            self.prices.actual_musd(provider, model, usage, at),
+            self.prices.list_actual_musd(provider, model, usage, at),
+        )
+
+    def _after_settle(self, outcome: SettleOutcome) -> int:
+        if outcome.auto_killed is not None:
+            log.error("ledger kill switch tripped: %s", outcome.auto_killed.reason)
+            if self._on_auto_kill is not None:
+                task = asyncio.create_task(self._on_auto_kill(outcome.auto_killed))
+                self._notify_tasks.add(task)
+                task.add_done_callback(self._notify_tasks.discard)
+        return outcome.actual_musd
+
+    async def settle(self, hold_id: str, usage: Usage, *, estimated: bool = False) -> int:
+        """Replace the hold by its actual cost, booked in the hold's own windows.
+
+        Idempotent: a second settle (or a settle after release) books nothing and
+        returns the first actual. A hold that already expired is still booked
+        (counted as a late settle). An actual above the ceiling is booked in full
+        and counted. May trip the automatic kill switch.
+
+        Returns:
+            the actual cost in µUSD (0 for a free-tier provider).
+
+        Raises:
+            UnknownHold: ``hold_id`` was never granted.
+        """
+        outcome = await self.store.call(
+            self.store.settle, self.clock.now(), hold_id, usage, estimated, self._pricer
+        )
+        return self._after_settle(outcome)
+
+    async def settle_interrupted(
+        self, hold_id: str, reported: Usage | None, received_output_tokens: int | None
+    ) -> int:
+        """Settle a call cut short (shutdown, timeout, cancellation, broken stream).
+
+        The provider's ``reported`` usage if any; else the hold's input tokens plus
+        ``received_output_tokens`` (counted from what arrived); else the ceiling.
+        Always flagged "estimated" for reconciliation. Returns the µUSD booked.
+
+        Raises:
+            UnknownHold: ``hold_id`` was never granted.
+        """
+
+        def usage_of(input_tokens: int, max_tokens: int) -> Usage:
+            return interrupted_usage(input_tokens, max_tokens, reported, received_output_tokens)
+
+        outcome = await self.store.call(
+            self.store.settle, self.clock.now(), hold_id, usage_of, True, self._pricer
+        )
+        return self._after_settle(outcome)
+
+    async def release(self, hold_id: str) -> None:
+        """Return a hold that spent nothing. No-op after settle/release/expiry.
+
+        Raises:
+            UnknownHold: ``hold_id`` was never granted.
+        """
+        await self.store.call(self.store.release, self.clock.now(), hold_id)
+
+    # -- kill switch -----------------------------------------------------------------
+    async def kill(
+        self, reason: str, *, by: int | None, scope: tuple[str, str] | None = None
+    ) -> int:
+        """Trip the kill switch (persisted; survives restarts).
+
+        Args:
+            reason: shown to admins.
+            by: admin user id.
+            scope: ``None`` for global, or ``("user", "<id>")`` / ``("team", "<name>")``.
+
+        Returns:
+            the exposure: µUSD still held by work already admitted in that scope
+            (it finishes and settles normally; new holds are refused).
+        """
+        kind, name = _scope(scope)
+        return await self.store.call(
+            self.store.set_kill, self.clock.now(), kind, name, True, reason, by
+        )
+
+    async def unkill(self, *, by: int | None, scope: tuple[str, str] | None = None) -> int:
+        """Reset the kill switch. The automatic trigger then counts only spend settled
+        after this moment. Returns the µUSD still held in that scope (stuck holds)."""
+        kind, name = _scope(scope)
+        return await self.store.call(
+            self.store.set_kill, self.clock.now(), kind, name, False, "", by
+        )
+
+    async def kill_state(self) -> KillState:
+        """The global switch."""
+        states = await self.store.call(self.store.kill_states)
+        return next((s for s in states if s.scope_kind == "global"), KillState(False))
+
+    # -- limits, teams, messages ---------------------------------------------------------
+    async def set_limit(
+        self,
+        level: Level,
+        scope: str,
+        window: Window,
+        limit_musd: int | None,
+        *,
+        by: int | None = None,
+    ) -> None:
+        """Persist a runtime limit; ``limit_musd=None`` means *no limit* at that
+        level/window. ``scope``: user id as text, team name (``"*"`` = every team
+        without its own), ``""`` for global, provider name for a provider cap.
+
+        Raises:
+            ValueError: a negative limit or a MINUTE window.
+        """
+        _check_limit(window, limit_musd)
+        await self.store.call(
+            self.store.set_limit, self.clock.now(), level, scope, window, limit_musd, by, False
+        )
+
+    async def clear_limit(
+        self, level: Level, scope: str, window: Window, *, by: int | None = None
+    ) -> None:
+        """Drop a runtime override: the configured default applies again."""
+        _check_limit(window, None)
+        await self.store.call(
+            self.store.set_limit, self.clock.now(), level, scope, window, None, by, True
+        )
+
+    async def team_add(self, name: str, user_id: int) -> str | None:
+        """Put ``user_id`` in team ``name`` (a user is in at most one team).
+        Returns the team the user left, if any. Operations already admitted keep
+        the team they were admitted with."""
+        if not name or name == "*":
+            raise ValueError("team name must be non-empty and not '*'")
+        return await self.store.call(self.store.team_add, self.clock.now(), name, user_id)
+
+    async def team_remove(self, name: str, user_id: int) -> bool:
+        """Remove ``user_id`` from ``name``; ``False`` if they were not in it."""
+        return await self.store.call(self.store.team_remove, self.clock.now(), name, user_id)
+
+    async def teams(self) -> dict[str, list[int]]:
+        """Team name → member ids (a team exists while it has members)."""
+        return await self.store.call(self.store.teams)
+
+    async def record_message(self, user_id: int) -> int:
+        """Count an incoming message against USER_DAILY_MESSAGES (courtesy cap).
+
+        Returns:
+            messages counted today (BUDGET_TZ), this one included.
+
+        Raises:
+            HoldRefused: reason ``messages`` (window day, ``resets_at``) when the cap
+                is reached; the refused message is not counted.
+        """
+        return await self.store.call(self.store.record_message, self.clock.now(), user_id)
+
+    # -- status --------------------------------------------------------------------------
+    async def status(self) -> LedgerStatus:
+        """Global and provider buckets, holds, exposure, kill, spend, refusals, estimates."""
+        return await self.store.call(self.store.status, self.clock.now())
+
+    async def user_status(self, user_id: int) -> UserStatus:
+        """Personal, team and global buckets of ``user_id``; in-flight; messages."""
+        return await self.store.call(self.store.user_status, self.clock.now(), user_id)
+
+    async def team_status(self, name: str) -> TeamStatus:
+        """Team buckets, members and their spend today."""
+        return await self.store.call(self.store.team_status, self.clock.now(), name)
+
+    async def spend_per_hour(self, hours: int = 48) -> dict[str, list[tuple[datetime, int]]]:
+        """Settled µUSD per hour for the last ``hours`` hours by series (``"global"``,
+        ``"team:<name>"``, ``"provider:<name>"``), each ``[(hour start UTC, µUSD), …]``."""
+        if hours < 1:
+            raise ValueError("hours must be >= 1")
+        return await self.store.call(self.store.spend_per_hour, self.clock.now(), hours)
+
+    def __repr__(self) -> str:
+        return (
+            f"Ledger(store={self.store.name}:{self.store.path}, tz={self.config.tz!r}, "
+            f"closed={self._closed})"
+        )
+
+
+def _scope(scope: tuple[str, str] | None) -> tuple[str, str]:
+    if scope is None:
+        return "global", ""
+    kind, name = scope
+    if kind not in ("user", "team") or not name:
+        raise ValueError("scope must be ('user', '<id>') or ('team', '<name>')")
+    if kind == "user":
+        int(name)
+    return kind, name
+
+
+def _check_limit(window: Window, limit_musd: int | None) -> None:
+    if window is Window.MINUTE:
+        raise ValueError("limits exist per hour and per day only")
+    if limit_musd is not None and limit_musd < 0:
+        raise ValueError("a limit must be >= 0 µUSD")

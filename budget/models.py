@@ -1,0 +1,183 @@
+"""The ledger's schema as SQLAlchemy Core tables (portable types only).
+
+``metadata`` is what Alembic compares against; ``migrations/versions/0001_ledger.py``
+creates exactly these tables by hand. Times are REAL epoch seconds (UTC) read from
+the injected clock; money INTEGER µUSD; window keys as in :mod:`budget.windows`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import (
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    create_engine,
+)
+
+__all__ = ["create_schema", "metadata"]
+
+metadata = MetaData()
+
+buckets = Table(
+    "budget_buckets",
+    metadata,
+    Column("level", String(16), nullable=False),
+    Column("scope", String(128), nullable=False),
+    Column("win", String(8), nullable=False),
+    Column("wkey", String(32), nullable=False),
+    Column("settled_musd", Integer, nullable=False, server_default="0"),
+    Column("held_musd", Integer, nullable=False, server_default="0"),
+    Column("late_musd", Integer, nullable=False, server_default="0"),
+    PrimaryKeyConstraint("level", "scope", "win", "wkey", name="pk_budget_buckets"),
+)
+
+holds = Table(
+    "budget_holds",
+    metadata,
+    Column("hold_id", String(32), primary_key=True),
+    Column("operation_id", String(32), nullable=False),
+    Column("request_id", String(32), nullable=False),
+    Column("user_id", Integer, nullable=False),
+    Column("team", String(128), nullable=True),
+    Column("origin", String(16), nullable=False),
+    Column("provider", String(32), nullable=False),
+    Column("model", String(128), nullable=False),
+    Column("input_tokens", Integer, nullable=False),
+    Column("max_tokens", Integer, nullable=False),
+    Column("ceiling_musd", Integer, nullable=False),
+    Column("list_ceiling_musd", Integer, nullable=True),
+    Column("state", String(16), nullable=False),
+    Column("granted_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("tz", String(64), nullable=False),
+    Column("hour_key", String(32), nullable=False),
+    Column("day_key", String(16), nullable=False),
+    Column("scopes", Text, nullable=False),
+    Column("process_id", String(32), nullable=False),
+    Column("ended_at", Float, nullable=True),
+    Column("actual_musd", Integer, nullable=True),
+    Column("list_actual_musd", Integer, nullable=True),
+    Column("usage_input", Integer, nullable=True),
+    Column("usage_cached_input", Integer, nullable=True),
+    Column("usage_output", Integer, nullable=True),
+    Column("usage_reasoning", Integer, nullable=True),
+    Column("estimated", Integer, nullable=False, server_default="0"),
+    Column("late", Integer, nullable=False, server_default="0"),
+    Column("price_version", String(128), nullable=True),
+    Index("ix_budget_holds_state_expires", "state", "expires_at"),
+    Index("ix_budget_holds_ended", "ended_at"),
+    Index("ix_budget_holds_day", "day_key"),
+)
+
+operations = Table(
+    "budget_operations",
+    metadata,
+    Column("operation_id", String(32), primary_key=True),
+    Column("user_id", Integer, nullable=False),
+    Column("origin", String(16), nullable=False),
+    Column("team", String(128), nullable=True),
+    Column("started_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("ended_at", Float, nullable=True),
+    Column("max_musd", Integer, nullable=False),
+    Column("max_requests", Integer, nullable=False),
+    Column("requests", Integer, nullable=False, server_default="0"),
+    Column("committed_musd", Integer, nullable=False, server_default="0"),
+    Column("day_key", String(16), nullable=False),
+    Column("process_id", String(32), nullable=False),
+    Index("ix_budget_operations_user_open", "user_id", "ended_at"),
+    Index("ix_budget_operations_user_started", "user_id", "started_at"),
+    Index("ix_budget_operations_day", "day_key"),
+)
+
+requests = Table(
+    "budget_requests",
+    metadata,
+    Column("request_id", String(32), primary_key=True),
+    Column("operation_id", String(32), nullable=False),
+    Column("fingerprint", String(128), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("day_key", String(16), nullable=False),
+    UniqueConstraint("operation_id", "fingerprint", name="uq_budget_requests_op_fp"),
+    Index("ix_budget_requests_day", "day_key"),
+)
+
+limits = Table(
+    "budget_limits",
+    metadata,
+    Column("level", String(16), nullable=False),
+    Column("scope", String(128), nullable=False),
+    Column("win", String(8), nullable=False),
+    Column("limit_musd", Integer, nullable=True),
+    Column("updated_at", Float, nullable=False),
+    Column("updated_by", Integer, nullable=True),
+    PrimaryKeyConstraint("level", "scope", "win", name="pk_budget_limits"),
+)
+
+kills = Table(
+    "budget_kill",
+    metadata,
+    Column("scope_kind", String(8), nullable=False),
+    Column("scope", String(128), nullable=False),
+    Column("killed", Integer, nullable=False),
+    Column("reason", Text, nullable=False, server_default=""),
+    Column("automatic", Integer, nullable=False, server_default="0"),
+    Column("by_user", Integer, nullable=True),
+    Column("changed_at", Float, nullable=False),
+    Column("unkilled_at", Float, nullable=True),
+    PrimaryKeyConstraint("scope_kind", "scope", name="pk_budget_kill"),
+)
+
+teams = Table(
+    "budget_team_members",
+    metadata,
+    Column("user_id", Integer, primary_key=True),
+    Column("team", String(128), nullable=False),
+    Column("added_at", Float, nullable=False),
+    Index("ix_budget_team_members_team", "team"),
+)
+
+events = Table(
+    "budget_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("day_key", String(16), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("reason", String(32), nullable=True),
+    Column("level", String(16), nullable=True),
+    Column("win", String(8), nullable=True),
+    Column("scope", String(128), nullable=True),
+    Column("user_id", Integer, nullable=True),
+    Column("hold_id", String(32), nullable=True),
+    Column("detail", Text, nullable=True),
+    Index("ix_budget_events_day_kind", "day_key", "kind"),
+)
+
+messages = Table(
+    "budget_messages",
+    metadata,
+    Column("user_id", Integer, nullable=False),
+    Column("day_key", String(16), nullable=False),
+    Column("count", Integer, nullable=False, server_default="0"),
+    PrimaryKeyConstraint("user_id", "day_key", name="pk_budget_messages"),
+)
+
+
+def create_schema(path: str | Path) -> None:
+    """Create the ledger tables in the SQLite file ``path`` (tests and benchmarks;
+    production runs ``alembic upgrade head``). Idempotent."""
+    engine = create_engine(f"sqlite:///{path}")
+    try:
+        metadata.create_all(engine)
+    finally:
+        engine.dispose()

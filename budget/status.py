@@ -1,0 +1,152 @@
+"""What the ledger reports (``/budget``, ``/me``, metrics). Money is integer µUSD;
+times are aware UTC datetimes; "today" is the current day in BUDGET_TZ."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from budget.types import Level, Window
+
+__all__ = [
+    "BucketStatus",
+    "EstimateStats",
+    "KillState",
+    "LedgerStatus",
+    "ProviderSpend",
+    "TeamStatus",
+    "UserStatus",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class BucketStatus:
+    """One level/window now: limit (``None`` = none), settled, held, late, free, reset."""
+
+    level: Level
+    scope: str
+    window: Window
+    key: str
+    limit_musd: int | None
+    settled_musd: int
+    held_musd: int
+    late_musd: int
+    free_musd: int | None
+    resets_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class KillState:
+    """A kill switch (global, or scoped to a user/team).
+
+    Attributes:
+        killed: tripped now.
+        reason: the admin's reason or ``"automatic: …"``.
+        automatic: tripped by the burn-rate trigger.
+        by: admin user id (``None`` for automatic).
+        changed_at: when it was last tripped or reset.
+        scope_kind: ``"global"``, ``"user"`` or ``"team"``; ``scope`` the user id/team name.
+    """
+
+    killed: bool
+    reason: str = ""
+    automatic: bool = False
+    by: int | None = None
+    changed_at: datetime | None = None
+    scope_kind: str = "global"
+    scope: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderSpend:
+    """Per provider, today: calls settled, money settled, list-price equivalent
+    (``None`` when some model had no list price and nothing known was summed)."""
+
+    provider: str
+    calls: int
+    settled_musd: int
+    list_musd: int | None
+    held_musd: int
+
+
+@dataclass(frozen=True, slots=True)
+class EstimateStats:
+    """Estimate error of today's settled attempts (actual − ceiling; ≤ 0 when the
+    ceiling held). Token errors cover every attempt, money errors paid ones only;
+    ratio = actual ÷ ceiling in tokens. ``None`` when there is nothing to measure."""
+
+    count: int = 0
+    median_token_error: int | None = None
+    worst_token_error: int | None = None
+    median_musd_error: int | None = None
+    worst_musd_error: int | None = None
+    median_ratio: float | None = None
+    worst_ratio: float | None = None
+    over_ceiling: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerStatus:
+    """The whole ledger now.
+
+    Attributes:
+        buckets: global and provider levels, every window, current keys.
+        outstanding_holds: holds granted and not yet settled/released/expired.
+        exposure_musd: sum of outstanding ceilings — the most that can still be
+            spent by work already admitted (what a kill cannot stop).
+        kill: the global switch; ``scoped_kills`` the tripped user/team switches.
+        providers: today's spend per provider.
+        spend_by_origin_musd: today's settled spend per origin (chat, digest).
+        refusals_today: count per refusal reason.
+        estimate: estimate-error statistics (today).
+        operations_today / requests_today: counts; ``requests_per_operation``
+            their ratio (``None`` without operations) — a rise without new
+            messages is the sign of a loop.
+        expired_today / late_settled_musd_today: sweeper expiries and money booked
+            after expiry.
+    """
+
+    at: datetime
+    tz: str
+    buckets: list[BucketStatus]
+    outstanding_holds: int
+    exposure_musd: int
+    kill: KillState
+    scoped_kills: list[KillState]
+    providers: list[ProviderSpend]
+    spend_by_origin_musd: dict[str, int]
+    refusals_today: dict[str, int]
+    estimate: EstimateStats
+    operations_today: int
+    requests_today: int
+    requests_per_operation: float | None
+    expired_today: int
+    late_settled_musd_today: int
+    teams: dict[str, list[int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class UserStatus:
+    """One user now: their personal, team and global buckets; operations in flight;
+    messages counted today and the courtesy cap (``None`` = off); a scoped kill."""
+
+    user_id: int
+    team: str | None
+    buckets: list[BucketStatus]
+    inflight: int
+    outstanding_holds: int
+    messages_today: int
+    messages_limit: int | None
+    killed: KillState | None
+    settled_today_musd: int
+
+
+@dataclass(frozen=True, slots=True)
+class TeamStatus:
+    """One team now: members, team buckets, members' spend today (µUSD)."""
+
+    name: str
+    members: list[int]
+    buckets: list[BucketStatus]
+    member_spend_today_musd: dict[int, int]
+    killed: KillState | None

