@@ -707,7 +707,7 @@ class SqliteStore:
         if row is not None and row[1] is not None:
             since = max(since, row[1])
         cur.execute(
-            "SELECT COALESCE(SUM(actual_musd), 0) FROM budget_holds WHERE ended_at >= ?"
+            "SELECT COALESCE(SUM(actual_musd), 0) FROM budget_holds WHERE ended_at > ?"
             " AND state = 'settled' AND actual_musd > 0",
             (since,),
         )

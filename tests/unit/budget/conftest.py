@@ -1,0 +1,89 @@
+"""Fixtures of the ledger tests: a real SQLite file per test, a manual clock, and a
+test price card with exact rates (``test:m`` costs 1 µUSD per input token and
+1 µUSD per output token, so a ceiling equals input_tokens + max_tokens µUSD)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from budget.clock import ManualClock
+from budget.config import LedgerConfig
+from budget.ledger import Ledger
+from budget.models import create_schema
+from budget.prices import ModelRates, PriceCard, ProviderModel
+from budget.sqlite_store import SqliteStore
+
+#: Backends the contract suite runs against (a PostgreSQL store will be added here).
+BACKENDS = ["sqlite"]
+
+BASE_CONFIG = LedgerConfig(
+    tz="UTC",
+    user_max_inflight=1000,
+    user_max_per_minute=100_000,
+    auto_kill_fraction=Decimal(0),
+    hold_ttl_s=300.0,
+    max_call_s=60.0,
+)
+
+
+def card() -> PriceCard:
+    """``test:m`` paid at 1 µUSD/token in and out (cached 0.5), ``free:f`` free with
+    list price, ``free:nolist`` free without one, ``cap:m`` paid like test:m."""
+    one = ModelRates(Decimal(1), Decimal(1), Decimal("0.5"))
+    return PriceCard(
+        [
+            ProviderModel("test", "m", "paid"),
+            ProviderModel("cap", "m", "paid"),
+            ProviderModel("free", "f", "free"),
+            ProviderModel("free", "nolist", "free"),
+        ],
+        overrides={"test:m": one, "cap:m": one, "free:f": one},
+        use_default_overrides=False,
+    )
+
+
+
+LedgerFactory = Callable[..., Awaitable[Ledger]]
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """A manual clock at 2026-01-14 12:00 UTC."""
+    return ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    """A fresh ledger database file."""
+    path = tmp_path / "ledger.db"
+    create_schema(path)
+    return path
+
+
+@pytest.fixture(params=BACKENDS)
+async def make_ledger(
+    request: pytest.FixtureRequest, db_path: Path, clock: ManualClock
+) -> AsyncIterator[LedgerFactory]:
+    """Build started ledgers on the same database (``**overrides`` go to LedgerConfig);
+    all are closed at the end of the test."""
+    made: list[Ledger] = []
+
+    async def factory(**overrides: Any) -> Ledger:
+        cfg = replace(BASE_CONFIG, **overrides)
+        assert request.param == "sqlite"
+        store = SqliteStore(db_path, cfg, process_id=f"p{len(made)}")
+        ledger = Ledger(store, cfg, card(), clock)
+        await ledger.start(run_sweeper=False)
+        made.append(ledger)
+        return ledger
+
+    yield factory
+    for ledger in made:
+        await ledger.close()
