@@ -1,0 +1,2078 @@
+"""A loopback fake of the Telegram Bot API, for unit and end-to-end tests.
+
+The fake speaks the HTTP protocol aiogram's ``TelegramAPIServer.from_base(base)`` uses:
+``POST {base}/bot{token}/{method}`` with a form-encoded, JSON or multipart body (GET with
+a query string works too, as on Telegram). Every answer has Telegram's envelope
+``{"ok": true, "result": ...}`` or ``{"ok": false, "error_code": N, "description": ...,
+"parameters": {...}}``; the error texts are the real ones (see ``../shared/corpus/
+telegram_bot_api/`` and tdlib's ``test/message_entities.cpp`` for the parser messages).
+
+What it enforces, the way Telegram does:
+
+* message text is measured in UTF-16 code units *after* entity parsing (``parse_mode``
+  ``HTML``, ``MarkdownV2``, legacy ``Markdown``, or an ``entities`` list) and after the
+  leading/trailing whitespace is trimmed: over 4096 → 400 ``Bad Request: message is too
+  long``, nothing left → 400 ``Bad Request: message text is empty``; captions over 1024 →
+  400 ``Bad Request: message caption is too long``;
+* malformed markup → 400 ``Bad Request: can't parse entities: <tdlib's message>`` with
+  tdlib's wording and *byte* offsets (e.g. ``Unsupported start tag "p" at byte offset 0``,
+  ``Can't find end of Italic entity at byte offset 9``,
+  ``Character '.' is reserved and must be escaped with the preceding '\\'``);
+* a wrong token → 401 ``Unauthorized``; an unknown method → 404 ``Not Found``;
+  a second concurrent ``getUpdates`` → 409 for the older one;
+* a flood wait: after a 429 with ``retry_after`` the same method for the same chat keeps
+  getting 429 until that many seconds have passed (``enforce_retry_after``).
+
+One deliberate difference: Telegram silently clips an explicit ``entities`` list that
+runs past the text or overlaps without nesting; the fake refuses it with 400 ``can't
+parse entities`` (``strict_entities=True``) so that a splitter that cuts an entity is
+caught by the tests instead of being "fixed" by the server.
+
+Test API (in process, same event loop): :meth:`FakeTelegram.inject_message`,
+:meth:`~FakeTelegram.inject_update`, :meth:`~FakeTelegram.wait_for`,
+:meth:`~FakeTelegram.wait_sent`, :meth:`~FakeTelegram.sent_messages`,
+:meth:`~FakeTelegram.requests`, :meth:`~FakeTelegram.fail_next`. The same operations are
+served over HTTP under ``/_fake/`` for a test driving the fake from another process
+(:class:`FakeTelegramControl` is the client). Nothing waits on a timer: every recorded
+request notifies one ``asyncio.Condition``.
+
+Run it by hand (``make run`` against it, then talk to the bot)::
+
+    python -m tests.fakes.telegram serve --port 8081 --token 123:fake
+    python -m tests.fakes.telegram say --port 8081 --user 42 "/start"
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime
+from html.parser import HTMLParser
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from aiohttp import BodyPartReader, ClientSession, ClientTimeout, web
+
+from budget.clock import Clock, SystemClock
+
+__all__ = [
+    "CAPTION_MAX_UTF16",
+    "TEXT_MAX_UTF16",
+    "Entity",
+    "EntityParseError",
+    "FakeTelegram",
+    "FakeTelegramControl",
+    "ParsedText",
+    "RecordedRequest",
+    "SentMessage",
+    "parse_entities_list",
+    "parse_html",
+    "parse_markdown",
+    "parse_markdown_v2",
+    "parse_text",
+    "utf16_len",
+]
+
+#: Longest message text Telegram accepts, in UTF-16 code units after entity parsing.
+TEXT_MAX_UTF16 = 4096
+#: Longest media caption, in UTF-16 code units after entity parsing.
+CAPTION_MAX_UTF16 = 1024
+
+T = TypeVar("T")
+
+# --------------------------------------------------------------------------------------
+# Text measures and parsed text
+# --------------------------------------------------------------------------------------
+
+
+def utf16_len(text: str) -> int:
+    """Length of ``text`` in UTF-16 code units (how Telegram counts; an emoji is often 2)."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _byte_offset(text: str, char_index: int) -> int:
+    """UTF-8 byte offset of ``text[char_index]`` (tdlib reports parse errors in bytes)."""
+    return len(text[:char_index].encode("utf-8"))
+
+
+class EntityParseError(ValueError):
+    """Markup that Telegram refuses; ``message`` is tdlib's text (no ``Bad Request:`` prefix).
+
+    Attributes:
+        message: e.g. ``Unsupported start tag "p" at byte offset 0``.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Entity:
+    """One Bot API ``MessageEntity``; ``offset`` and ``length`` are UTF-16 code units."""
+
+    type: str
+    offset: int
+    length: int
+    url: str | None = None
+    language: str | None = None
+    custom_emoji_id: str | None = None
+
+    @property
+    def end(self) -> int:
+        """``offset + length`` (UTF-16 code units)."""
+        return self.offset + self.length
+
+    def to_json(self) -> dict[str, Any]:
+        """The Bot API JSON object (``None`` fields left out)."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedText:
+    """Text as Telegram delivers it: plain text plus entities (offsets in UTF-16 units)."""
+
+    text: str
+    entities: tuple[Entity, ...] = ()
+
+    @property
+    def utf16_length(self) -> int:
+        """Length of :attr:`text` in UTF-16 code units."""
+        return utf16_len(self.text)
+
+
+class _Builder:
+    """Accumulates output text and tracks its UTF-16 length."""
+
+    __slots__ = ("chars", "parts", "u16")
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.u16 = 0
+        self.chars = 0
+
+    def add(self, piece: str) -> None:
+        self.parts.append(piece)
+        self.u16 += utf16_len(piece)
+        self.chars += len(piece)
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+def _sorted(entities: Iterable[Entity]) -> tuple[Entity, ...]:
+    return tuple(sorted((e for e in entities if e.length > 0), key=lambda e: (e.offset, -e.length)))
+
+
+_TRIM = " \t\r\n\f\v"
+
+
+def _trim(parsed: ParsedText) -> ParsedText:
+    """Drop leading/trailing whitespace as Telegram does, clipping the entities."""
+    text = parsed.text
+    stripped = text.strip(_TRIM)
+    if stripped == text:
+        return parsed
+    lead = utf16_len(text[: len(text) - len(text.lstrip(_TRIM))])
+    size = utf16_len(stripped)
+    kept: list[Entity] = []
+    for e in parsed.entities:
+        start = max(0, e.offset - lead)
+        end = min(size, e.end - lead)
+        if end > start:
+            kept.append(replace(e, offset=start, length=end - start))
+    return ParsedText(stripped, _sorted(kept))
+
+
+def _normalize_url(url: str) -> str | None:
+    """tdlib-like URL check for text links: scheme-less hosts get ``http://`` and ``/``.
+
+    Returns ``None`` for something that is not a link (the entity is then dropped).
+    """
+    url = url.strip()
+    if not url:
+        return None
+    if re.match(r"^(tg|ton|mailto):", url, re.IGNORECASE):
+        return url
+    if "://" not in url:
+        url = "http://" + url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.scheme.lower() not in ("http", "https", "ftp") or not re.fullmatch(
+        r"[\w-]+(\.[\w-]+)*\.[^\W\d_]{2,}|\d{1,3}(\.\d{1,3}){3}", host
+    ):
+        return None
+    if not parts.path:
+        netloc_end = url.index(parts.netloc) + len(parts.netloc)
+        url = url[:netloc_end] + "/" + url[netloc_end:]
+    return url
+
+
+# --------------------------------------------------------------------------------------
+# HTML (parse_mode=HTML): stdlib html.parser tokenizes, Telegram's rules on top
+# --------------------------------------------------------------------------------------
+
+_HTML_TAGS = frozenset(
+    {
+        "a", "b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "span",
+        "tg-spoiler", "code", "pre", "blockquote", "tg-emoji",
+    }
+)  # fmt: skip
+_HTML_SIMPLE = {
+    "b": "bold",
+    "strong": "bold",
+    "i": "italic",
+    "em": "italic",
+    "u": "underline",
+    "ins": "underline",
+    "s": "strikethrough",
+    "strike": "strikethrough",
+    "del": "strikethrough",
+    "span": "spoiler",
+    "tg-spoiler": "spoiler",
+}
+_HTML_NAMED = {"lt": "<", "gt": ">", "amp": "&", "quot": '"'}
+_HTML_SPACE = " \t\r\n\f\v"
+_SURROGATE_ERROR = (
+    "Text contains invalid Unicode characters after decoding HTML entities, "
+    "check for unmatched surrogate code units"
+)
+
+
+def _decode_attr_entities(value: str) -> str:
+    """Decode only what Telegram decodes in attribute values (4 named + numeric)."""
+
+    def one(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name.startswith("#"):
+            code = int(name[2:], 16) if name[1:2] in ("x", "X") else int(name[1:])
+            return chr(code) if 0 < code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF else m[0]
+        return _HTML_NAMED.get(name, m[0])
+
+    return re.sub(r"&(#[xX][0-9a-fA-F]+|#\d+|[a-zA-Z0-9]+);?", one, value)
+
+
+def _scan_start_tag(raw: str, start: int) -> tuple[str, dict[str, str], int]:
+    """Read the start tag at ``raw[start] == "<"`` by Telegram's rules.
+
+    Returns:
+        ``(tag name in lower case, attributes, index just after ">")``.
+
+    Raises:
+        EntityParseError: with tdlib's message for the first problem found.
+    """
+    n = len(raw)
+    at = _byte_offset(raw, start)
+    i = start + 1
+    while i < n and raw[i] not in _HTML_SPACE and raw[i] != ">":
+        i += 1
+    if i >= n:
+        raise EntityParseError(f"Unclosed start tag at byte offset {at}")
+    name = raw[start + 1 : i].lower()
+    if name not in _HTML_TAGS:
+        raise EntityParseError(f'Unsupported start tag "{name}" at byte offset {at}')
+    attrs: dict[str, str] = {}
+    while True:
+        while i < n and raw[i] in _HTML_SPACE:
+            i += 1
+        if i >= n:
+            raise EntityParseError(f'Unclosed start tag "{name}" at byte offset {at}')
+        if raw[i] == ">":
+            return name, attrs, i + 1
+        attr_start = i
+        while i < n and raw[i] not in _HTML_SPACE and raw[i] not in "=>":
+            i += 1
+        attr = raw[attr_start:i].lower()
+        if not attr:
+            raise EntityParseError(f'Empty attribute name in the tag "{name}" at byte offset {at}')
+        while i < n and raw[i] in _HTML_SPACE:
+            i += 1
+        if i >= n:
+            raise EntityParseError(f'Unclosed start tag "{name}" at byte offset {at}')
+        if name == "blockquote" and attr == "expandable" and (i >= n or raw[i] != "="):
+            attrs[attr] = ""
+            continue
+        if i >= n or raw[i] != "=":
+            raise EntityParseError(
+                "Expected equal sign in declaration of an attribute of the tag "
+                f'"{name}" at byte offset {at}'
+            )
+        i += 1
+        while i < n and raw[i] in _HTML_SPACE:
+            i += 1
+        if i >= n:
+            raise EntityParseError(f'Unclosed start tag "{name}" at byte offset {at}')
+        if raw[i] in "\"'":
+            close = raw.find(raw[i], i + 1)
+            if close == -1:
+                raise EntityParseError(f"Unclosed start tag at byte offset {at}")
+            attrs[attr] = _decode_attr_entities(raw[i + 1 : close])
+            i = close + 1
+        else:
+            value_start = i
+            while i < n and raw[i].isascii() and (raw[i].isalnum() or raw[i] in ".-"):
+                i += 1
+            if i >= n or (raw[i] not in _HTML_SPACE and raw[i] != ">"):
+                raise EntityParseError(
+                    f"Unexpected end of name token at byte offset {_byte_offset(raw, value_start)}"
+                )
+            attrs[attr] = raw[value_start:i]
+
+
+@dataclass(slots=True)
+class _OpenTag:
+    tag: str
+    attrs: dict[str, str]
+    start_u16: int
+
+
+class _TelegramHTMLParser(HTMLParser):
+    """html.parser does the tokenizing; tags, attributes and entities follow Telegram."""
+
+    def __init__(self, raw: str) -> None:
+        super().__init__(convert_charrefs=False)
+        self._raw = raw
+        self._line_starts = [0] + [m.end() for m in re.finditer("\n", raw)]
+        self._out = _Builder()
+        self._open: list[_OpenTag] = []
+        self._entities: list[Entity] = []
+
+    # positions -------------------------------------------------------------------
+    def _pos(self) -> int:
+        line, col = self.getpos()
+        return self._line_starts[line - 1] + col
+
+    # tokens ----------------------------------------------------------------------
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        start = self._pos()
+        name, attributes, _ = _scan_start_tag(self._raw, start)
+        at = _byte_offset(self._raw, start)
+        if name == "span" and attributes.get("class") != "tg-spoiler":
+            raise EntityParseError(f'Tag "span" must have class "tg-spoiler" at byte offset {at}')
+        if name == "tg-emoji" and not attributes.get("emoji-id", "").isdigit():
+            raise EntityParseError("Invalid custom emoji identifier specified")
+        self._open.append(_OpenTag(name, attributes, self._out.u16))
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        start = self._pos()
+        _scan_start_tag(self._raw, start)  # "<b/>" → name "b/"; "<b />" → attribute "/"
+        raise EntityParseError(
+            f"Unclosed start tag at byte offset {_byte_offset(self._raw, start)}"
+        )
+
+    def handle_endtag(self, tag: str) -> None:
+        at = _byte_offset(self._raw, self._pos())
+        if not self._open:
+            raise EntityParseError(f"Unexpected end tag at byte offset {at}")
+        top = self._open[-1]
+        if tag != top.tag:
+            raise EntityParseError(
+                f'Unmatched end tag at byte offset {at}, expected "</{top.tag}>", found "</{tag}>"'
+            )
+        self._open.pop()
+        self._close(top)
+
+    def handle_data(self, data: str) -> None:
+        lt = data.find("<")
+        if lt != -1:
+            self._diagnose(self._pos() + lt)
+        self._out.add(data)
+
+    def handle_entityref(self, name: str) -> None:
+        if name in _HTML_NAMED:
+            self._out.add(_HTML_NAMED[name])
+            return
+        start = self._pos()
+        end = start + 1 + len(name)
+        if self._raw[end : end + 1] == ";":
+            end += 1
+        self._out.add(self._raw[start:end])  # unknown named entity: kept as written
+
+    def handle_charref(self, name: str) -> None:
+        code = int(name[1:], 16) if name[:1] in ("x", "X") else int(name)
+        if 0xD800 <= code <= 0xDFFF:
+            raise EntityParseError(_SURROGATE_ERROR)
+        if 0 < code <= 0x10FFFF:
+            self._out.add(chr(code))
+            return
+        start = self._pos()
+        end = start + 2 + len(name)
+        if self._raw[end : end + 1] == ";":
+            end += 1
+        self._out.add(self._raw[start:end])
+
+    def handle_comment(self, data: str) -> None:
+        self._diagnose(self._pos())
+
+    def handle_decl(self, decl: str) -> None:
+        self._diagnose(self._pos())
+
+    def handle_pi(self, data: str) -> None:
+        self._diagnose(self._pos())
+
+    def unknown_decl(self, data: str) -> None:
+        self._diagnose(self._pos())
+
+    # helpers ---------------------------------------------------------------------
+    def _diagnose(self, start: int) -> None:
+        """A "<" html.parser let through as text: say what Telegram would say."""
+        raw = self._raw
+        at = _byte_offset(raw, start)
+        if raw[start + 1 : start + 2] == "/":
+            if not self._open:
+                raise EntityParseError(f"Unexpected end tag at byte offset {at}")
+            close = raw.find(">", start)
+            name = raw[start + 2 : close].strip(_HTML_SPACE).lower() if close != -1 else ""
+            if close != -1 and name and name != self._open[-1].tag:
+                raise EntityParseError(
+                    f"Unmatched end tag at byte offset {at}, "
+                    f'expected "</{self._open[-1].tag}>", found "</{name}>"'
+                )
+            raise EntityParseError(f"Unclosed end tag at byte offset {at}")
+        _scan_start_tag(raw, start)
+        raise EntityParseError(f"Unclosed start tag at byte offset {at}")
+
+    def _close(self, tag: _OpenTag) -> None:
+        start, length = tag.start_u16, self._out.u16 - tag.start_u16
+        entity: Entity | None = None
+        if tag.tag in _HTML_SIMPLE:
+            entity = Entity(_HTML_SIMPLE[tag.tag], start, length)
+        elif tag.tag == "a":
+            url = _normalize_url(tag.attrs.get("href", ""))
+            if url is not None:
+                entity = Entity("text_link", start, length, url=url)
+        elif tag.tag == "code":
+            cls = tag.attrs.get("class", "")
+            lang = cls[len("language-") :] if cls.startswith("language-") else None
+            entity = Entity("code", start, length, language=lang or None)
+        elif tag.tag == "pre":
+            entity = Entity("pre", start, length)
+        elif tag.tag == "blockquote":
+            kind = "expandable_blockquote" if "expandable" in tag.attrs else "blockquote"
+            entity = Entity(kind, start, length)
+        elif tag.tag == "tg-emoji":
+            entity = Entity("custom_emoji", start, length, custom_emoji_id=tag.attrs["emoji-id"])
+        if entity is None or length == 0:
+            return
+        last = self._entities[-1] if self._entities else None
+        if (
+            last is not None
+            and (last.offset, last.length) == (start, length)
+            and {last.type, entity.type} == {"pre", "code"}
+        ):
+            # <pre><code class="language-x">…</code></pre> is one "pre" entity with a language
+            language = last.language if last.type == "code" else entity.language
+            self._entities[-1] = Entity("pre", start, length, language=language)
+            return
+        if entity.type == "code" and entity.language is not None:
+            entity = replace(entity, language=None)  # a language only means something in pre
+        self._entities.append(entity)
+
+    def result(self) -> ParsedText:
+        self.close()
+        if self._open:
+            raise EntityParseError(
+                f'Can\'t find end tag corresponding to start tag "{self._open[-1].tag}"'
+            )
+        return ParsedText(self._out.text(), _sorted(self._entities))
+
+
+def parse_html(raw: str) -> ParsedText:
+    """Parse ``parse_mode=HTML`` text as Telegram does (before trimming and length checks).
+
+    Supported: b strong i em u ins s strike del, span class="tg-spoiler", tg-spoiler,
+    a href, code (class="language-…" inside pre), pre, blockquote [expandable],
+    tg-emoji emoji-id; the entities ``&lt; &gt; &amp; &quot;`` and numeric ones (other
+    named entities stay as written). Source: core.telegram.org/bots/api#html-style.
+
+    Raises:
+        EntityParseError: with tdlib's message (byte offsets into the UTF-8 text).
+    """
+    parser = _TelegramHTMLParser(raw)
+    parser.feed(raw)
+    return parser.result()
+
+
+# --------------------------------------------------------------------------------------
+# MarkdownV2 (core.telegram.org/bots/api#markdownv2-style)
+# --------------------------------------------------------------------------------------
+
+_MDV2_SPECIAL = frozenset("_*[]()~`>#+-=|{}.!")
+_MDV2_TYPES = {
+    "Bold": "bold",
+    "Italic": "italic",
+    "Underline": "underline",
+    "Strikethrough": "strikethrough",
+    "Spoiler": "spoiler",
+    "Code": "code",
+    "Pre": "pre",
+    "PreCode": "pre",
+}
+
+
+@dataclass(slots=True)
+class _MdOpen:
+    kind: str  # tdlib's entity name, used in its error messages
+    start_u16: int
+    start_byte: int
+    start_char: int
+    argument: str | None = None
+
+
+def _mdv2_is_end(kind: str, raw: str, i: int) -> bool:
+    c, nxt = raw[i], raw[i + 1 : i + 2]
+    match kind:
+        case "Bold":
+            return c == "*"
+        case "Italic":
+            return c == "_" and nxt != "_"
+        case "Underline":
+            return c == "_" and nxt == "_"
+        case "Strikethrough":
+            return c == "~"
+        case "Spoiler":
+            return c == "|" and nxt == "|"
+        case "TextUrl" | "CustomEmoji":
+            return c == "]"
+        case "Code":
+            return c == "`"
+        case _:  # Pre, PreCode
+            return raw[i : i + 3] == "```"
+
+
+def parse_markdown_v2(raw: str) -> ParsedText:
+    """Parse ``parse_mode=MarkdownV2`` text as Telegram does (before trimming).
+
+    Rules (core.telegram.org/bots/api#markdownv2-style): ``*bold* _italic_ __underline__
+    ~strike~ ||spoiler|| `code` ```lang\\npre``` [text](url) ![👍](tg://emoji?id=N)``,
+    ``>`` at a line start quotes the line (``**>`` expandable); any character with code
+    1–126 can be escaped by ``\\``; outside code every one of ``_*[]()~`>#+-=|{}.!`` that
+    is not markup must be escaped.
+
+    Raises:
+        EntityParseError: with tdlib's message (byte offsets into the UTF-8 text).
+    """
+    out = _Builder()
+    entities: list[Entity] = []
+    stack: list[_MdOpen] = []
+    quote: tuple[int, bool] | None = None  # (start_u16, expandable)
+    n = len(raw)
+    i = 0
+
+    def close_quote() -> None:
+        nonlocal quote
+        if quote is not None:
+            kind = "expandable_blockquote" if quote[1] else "blockquote"
+            end = out.u16 - (1 if out.text().endswith("\n") else 0)
+            entities.append(Entity(kind, quote[0], end - quote[0]))
+            quote = None
+
+    while i < n:
+        c = raw[i]
+        top = stack[-1] if stack else None
+        in_code = top is not None and top.kind in ("Code", "Pre", "PreCode")
+        line_start = i == 0 or raw[i - 1] == "\n"
+        if not in_code and line_start and (c == ">" or raw.startswith("**>", i)):
+            if quote is None:
+                quote = (out.u16, c == "*")
+            i += 1 if c == ">" else 3
+            continue
+        if not in_code and line_start and quote is not None:
+            close_quote()
+        if (
+            quote is not None
+            and quote[1]
+            and not in_code
+            and raw.startswith("||", i)
+            and (i + 2 == n or raw[i + 2] == "\n")
+            and (top is None or top.kind != "Spoiler")
+        ):
+            i += 2  # "||" ending an expandable quote
+            continue
+        if c == "\\" and i + 1 < n and 0 < ord(raw[i + 1]) < 127:
+            out.add(raw[i + 1])
+            i += 2
+            continue
+        if in_code and c != "`":
+            out.add(c)
+            i += 1
+            continue
+        if not in_code and c not in _MDV2_SPECIAL:
+            out.add(c)
+            i += 1
+            continue
+        if top is not None and _mdv2_is_end(top.kind, raw, i):
+            stack.pop()
+            i = _mdv2_close(raw, i, top, out, entities)
+            continue
+        at = _byte_offset(raw, i)
+        if c == "_":
+            underline = raw[i + 1 : i + 2] == "_"
+            stack.append(_MdOpen("Underline" if underline else "Italic", out.u16, at, out.chars))
+            i += 2 if underline else 1
+        elif c == "*":
+            stack.append(_MdOpen("Bold", out.u16, at, out.chars))
+            i += 1
+        elif c == "~":
+            stack.append(_MdOpen("Strikethrough", out.u16, at, out.chars))
+            i += 1
+        elif c == "|" and raw[i + 1 : i + 2] == "|":
+            stack.append(_MdOpen("Spoiler", out.u16, at, out.chars))
+            i += 2
+        elif c == "[":
+            stack.append(_MdOpen("TextUrl", out.u16, at, out.chars))
+            i += 1
+        elif c == "!" and raw[i + 1 : i + 2] == "[":
+            stack.append(_MdOpen("CustomEmoji", out.u16, at, out.chars))
+            i += 2
+        elif c == "`" and raw[i : i + 3] == "```":
+            i += 3
+            lang_end = i
+            while lang_end < n and not raw[lang_end].isspace() and raw[lang_end] != "`":
+                lang_end += 1
+            opened = _MdOpen("Pre", out.u16, at, out.chars)
+            if lang_end != i and lang_end < n and raw[lang_end] != "`":
+                opened = _MdOpen("PreCode", out.u16, at, out.chars, raw[i:lang_end])
+                i = lang_end
+            if i < n and raw[i] in "\r\n":
+                pair = i + 1 < n and raw[i + 1] in "\r\n" and raw[i + 1] != raw[i]
+                i += 2 if pair else 1
+            opened.start_u16 = out.u16
+            stack.append(opened)
+        elif c == "`":
+            stack.append(_MdOpen("Code", out.u16, at, out.chars))
+            i += 1
+        else:
+            raise EntityParseError(
+                f"Character '{c}' is reserved and must be escaped with the preceding '\\'"
+            )
+    if stack:
+        top = stack[-1]
+        raise EntityParseError(
+            f"Can't find end of {top.kind} entity at byte offset {top.start_byte}"
+        )
+    close_quote()
+    return ParsedText(out.text(), _sorted(entities))
+
+
+def _mdv2_close(raw: str, i: int, top: _MdOpen, out: _Builder, entities: list[Entity]) -> int:
+    """Close ``top`` whose end marker is at ``raw[i]``; returns the index after it."""
+    start, length = top.start_u16, out.u16 - top.start_u16
+    if top.kind in _MDV2_TYPES:
+        marker = {"Underline": 2, "Spoiler": 2, "Pre": 3, "PreCode": 3}.get(top.kind, 1)
+        lang = top.argument if top.kind == "PreCode" else None
+        entities.append(Entity(_MDV2_TYPES[top.kind], start, length, language=lang))
+        return i + marker
+    # TextUrl / CustomEmoji: "]" then an optional "(url)"
+    i += 1
+    url: str | None = None
+    if raw[i : i + 1] == "(":
+        url_start = i + 1
+        j = url_start
+        chars: list[str] = []
+        while j < len(raw) and raw[j] != ")":
+            if raw[j] == "\\" and j + 1 < len(raw) and 0 < ord(raw[j + 1]) < 127:
+                chars.append(raw[j + 1])
+                j += 2
+            else:
+                chars.append(raw[j])
+                j += 1
+        if j >= len(raw):
+            raise EntityParseError(
+                f"Can't find end of a URL at byte offset {_byte_offset(raw, url_start)}"
+            )
+        url = "".join(chars)
+        i = j + 1
+    if top.kind == "CustomEmoji":
+        m = re.fullmatch(r"tg://emoji\?id=(\d+)", url or "")
+        if m is None:
+            raise EntityParseError("Custom emoji entity must contain a tg://emoji URL")
+        entities.append(Entity("custom_emoji", start, length, custom_emoji_id=m[1]))
+        return i
+    if url is None:
+        url = out.text()[top.start_char :]
+    link = _normalize_url(url)
+    if link is not None:
+        entities.append(Entity("text_link", start, length, url=link))
+    return i
+
+
+# --------------------------------------------------------------------------------------
+# Legacy Markdown (core.telegram.org/bots/api#markdown-style)
+# --------------------------------------------------------------------------------------
+
+
+def parse_markdown(raw: str) -> ParsedText:
+    """Parse legacy ``parse_mode=Markdown``: ``*bold* _italic_ `code` ```pre``` [t](url)``.
+
+    No nesting; ``\\`` escapes ``_ * ` [`` outside entities.
+
+    Raises:
+        EntityParseError: ``Can't find end of the entity starting at byte offset N``.
+    """
+    out = _Builder()
+    entities: list[Entity] = []
+    n = len(raw)
+    i = 0
+    while i < n:
+        c = raw[i]
+        if c == "\\" and raw[i + 1 : i + 2] in ("_", "*", "`", "["):
+            out.add(raw[i + 1])
+            i += 2
+            continue
+        if c not in "_*`[":
+            out.add(c)
+            i += 1
+            continue
+        at = _byte_offset(raw, i)
+        missing = EntityParseError(f"Can't find end of the entity starting at byte offset {at}")
+        start = out.u16
+        if raw.startswith("```", i):
+            end = raw.find("```", i + 3)
+            if end == -1:
+                raise missing
+            body = raw[i + 3 : end]
+            lang: str | None = None
+            first, nl, rest = body.partition("\n")
+            if nl and first and not first[0].isspace():
+                lang, body = first.strip(), rest
+            out.add(body)
+            entities.append(Entity("pre", start, out.u16 - start, language=lang))
+            i = end + 3
+        elif c == "[":
+            close = raw.find("]", i + 1)
+            if close == -1:
+                raise missing
+            if raw[close + 1 : close + 2] != "(" or raw.find(")", close) == -1:
+                raise missing
+            url_end = raw.find(")", close)
+            out.add(raw[i + 1 : close])
+            link = _normalize_url(raw[close + 2 : url_end])
+            if link is not None:
+                entities.append(Entity("text_link", start, out.u16 - start, url=link))
+            i = url_end + 1
+        else:
+            end = raw.find(c, i + 1)
+            if end == -1:
+                raise missing
+            out.add(raw[i + 1 : end])
+            kind = {"_": "italic", "*": "bold", "`": "code"}[c]
+            entities.append(Entity(kind, start, out.u16 - start))
+            i = end + 1
+    return ParsedText(out.text(), _sorted(entities))
+
+
+# --------------------------------------------------------------------------------------
+# An explicit "entities" list
+# --------------------------------------------------------------------------------------
+
+_ENTITY_TYPES = frozenset(
+    {
+        "mention", "hashtag", "cashtag", "bot_command", "url", "email", "phone_number",
+        "bold", "italic", "underline", "strikethrough", "spoiler", "blockquote",
+        "expandable_blockquote", "code", "pre", "text_link", "text_mention", "custom_emoji",
+    }
+)  # fmt: skip
+
+
+def parse_entities_list(
+    text: str, raw_entities: Sequence[Any], *, strict: bool = True
+) -> ParsedText:
+    """Check an explicit ``entities`` list (offsets and lengths in UTF-16 units).
+
+    Args:
+        text: the message text as sent.
+        raw_entities: the decoded JSON list of ``MessageEntity`` objects.
+        strict: refuse entities that run past the text, split a surrogate pair or overlap
+            without nesting (Telegram clips those silently; the fake refuses them so tests
+            catch a splitter that cuts an entity). ``False`` clips like Telegram.
+
+    Raises:
+        EntityParseError: for a malformed object, or a strict-mode violation.
+    """
+    size = utf16_len(text)
+    units = text.encode("utf-16-le")
+
+    def splits_pair(pos: int) -> bool:
+        if 0 < pos < size:
+            unit = int.from_bytes(units[2 * pos : 2 * pos + 2], "little")
+            return 0xDC00 <= unit <= 0xDFFF
+        return False
+
+    parsed: list[Entity] = []
+    for index, item in enumerate(raw_entities):
+        if not isinstance(item, Mapping):
+            raise EntityParseError("Can't parse MessageEntity: Object expected")
+        kind, offset, length = item.get("type"), item.get("offset"), item.get("length")
+        if not isinstance(kind, str) or kind not in _ENTITY_TYPES:
+            raise EntityParseError(f"Can't parse MessageEntity: Unsupported type {kind!r}")
+        if not isinstance(offset, int) or not isinstance(length, int):
+            raise EntityParseError(
+                'Can\'t parse MessageEntity: Field "offset" must be of Number type'
+            )
+        if offset < 0 or length <= 0:
+            continue  # Telegram ignores those
+        end = offset + length
+        if strict and end > size:
+            raise EntityParseError(
+                f"entity {index} ({kind}) at UTF-16 offset {offset} with length {length} "
+                f"ends after the end of the text ({size} UTF-16 code units)"
+            )
+        if strict and (splits_pair(offset) or splits_pair(end)):
+            raise EntityParseError(
+                f"entity {index} ({kind}) at UTF-16 offset {offset} with length {length} "
+                "splits a surrogate pair"
+            )
+        end = min(end, size)
+        if end <= offset:
+            continue
+        url = item.get("url")
+        if kind == "text_link" and not isinstance(url, str):
+            raise EntityParseError('Can\'t parse MessageEntity: Field "url" must be of type String')
+        language = item.get("language")
+        emoji = item.get("custom_emoji_id")
+        parsed.append(
+            Entity(
+                kind,
+                offset,
+                end - offset,
+                url=url if isinstance(url, str) else None,
+                language=language if isinstance(language, str) else None,
+                custom_emoji_id=emoji if isinstance(emoji, str) else None,
+            )
+        )
+    ordered = _sorted(parsed)
+    if strict:
+        open_ends: list[Entity] = []
+        for e in ordered:
+            while open_ends and open_ends[-1].end <= e.offset:
+                open_ends.pop()
+            if open_ends and e.end > open_ends[-1].end:
+                outer = open_ends[-1]
+                raise EntityParseError(
+                    f"entities {outer.type} [{outer.offset}, {outer.end}) and {e.type} "
+                    f"[{e.offset}, {e.end}) overlap without nesting"
+                )
+            open_ends.append(e)
+    return ParsedText(text, ordered)
+
+
+def parse_text(
+    text: str,
+    *,
+    parse_mode: str | None = None,
+    entities: Sequence[Any] | None = None,
+    strict_entities: bool = True,
+) -> ParsedText:
+    """Text and entities exactly as Telegram would deliver them, trimmed.
+
+    ``entities`` wins over ``parse_mode`` when both are given. No length check here.
+
+    Raises:
+        EntityParseError: markup Telegram refuses; ``ValueError`` for an unknown parse mode
+        (Telegram answers ``Bad Request: unsupported parse_mode``).
+    """
+    if entities is not None:
+        parsed = parse_entities_list(text, entities, strict=strict_entities)
+    elif parse_mode is None or parse_mode == "":
+        parsed = ParsedText(text)
+    elif parse_mode.lower() == "html":
+        parsed = parse_html(text)
+    elif parse_mode.lower() == "markdownv2":
+        parsed = parse_markdown_v2(text)
+    elif parse_mode.lower() == "markdown":
+        parsed = parse_markdown(text)
+    else:
+        raise ValueError("unsupported parse_mode")
+    return _trim(parsed)
+
+
+# --------------------------------------------------------------------------------------
+# What the fake records
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RecordedRequest:
+    """One Bot API call as the fake saw it.
+
+    Attributes:
+        seq: arrival order, from 0.
+        method: the canonical method name (``sendMessage``), or what was asked for.
+        params: decoded parameters (JSON-encoded fields such as ``reply_markup``,
+            ``entities`` or ``allowed_updates`` are decoded).
+        files: uploaded files by form field: ``{"name": str, "size": bytes, "content_type"}``.
+        at: arrival time from the fake's clock (aware UTC).
+        monotonic: arrival time, seconds on the clock's monotonic scale.
+        status: HTTP status answered, ``None`` while a long poll is still open.
+        response: the JSON body answered, ``None`` while open.
+        chat_id: the request's ``chat_id`` (int when numeric), if any.
+        flood_violation: sent to a chat still under a ``retry_after`` the fake had answered.
+    """
+
+    seq: int
+    method: str
+    params: dict[str, Any]
+    files: dict[str, dict[str, Any]]
+    at: datetime
+    monotonic: float
+    status: int | None = None
+    response: dict[str, Any] | None = None
+    chat_id: int | str | None = None
+    flood_violation: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form for the HTTP control API."""
+        data = asdict(self)
+        data["at"] = self.at.isoformat()
+        return data
+
+
+@dataclass(slots=True)
+class SentMessage:
+    """A message the bot delivered (or one edit of it), as Telegram would show it.
+
+    Attributes:
+        chat_id: target chat.
+        message_id: per-chat id (shared with the user's own messages, as in private chats).
+        method: ``sendMessage``, ``sendPhoto``, ``sendDocument`` or ``editMessageText``.
+        text: the text (or caption) after entity parsing and trimming.
+        entities: parsed entities, offsets in UTF-16 code units.
+        raw_text: the text as the bot sent it, before parsing.
+        parse_mode: as sent (``None`` if none).
+        reply_markup: decoded JSON, as sent.
+        date: Unix seconds from the fake's clock.
+        reply_to_message_id: the message replied to, if any.
+        file: for media, ``{"field", "name", "size", "content_type"}``.
+        edit_date: Unix seconds of the edit (edits only).
+    """
+
+    chat_id: int | str
+    message_id: int
+    method: str
+    text: str
+    entities: tuple[Entity, ...]
+    raw_text: str
+    parse_mode: str | None
+    reply_markup: Any
+    date: int
+    reply_to_message_id: int | None = None
+    file: dict[str, Any] | None = None
+    edit_date: int | None = None
+
+    @property
+    def is_edit(self) -> bool:
+        """True for an ``editMessageText`` event."""
+        return self.method == "editMessageText"
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form for the HTTP control API (entities as Bot API objects)."""
+        data = asdict(self)
+        data["entities"] = [e.to_json() for e in self.entities]
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SentMessage:
+        """Inverse of :meth:`to_json`."""
+        fields = dict(data)
+        fields["entities"] = tuple(Entity(**e) for e in fields.get("entities", ()))
+        return cls(**fields)
+
+
+@dataclass(slots=True)
+class _FailRule:
+    method: str  # lower case
+    status: int
+    description: str
+    retry_after: int | None
+    chat_id: int | str | None
+    remaining: int
+
+
+class _ApiError(Exception):
+    """An error answer in Telegram's envelope."""
+
+    def __init__(self, status: int, description: str, parameters: dict[str, Any] | None = None):
+        super().__init__(description)
+        self.status = status
+        self.description = description
+        self.parameters = parameters
+
+    def body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "ok": False,
+            "error_code": self.status,
+            "description": self.description,
+        }
+        if self.parameters:
+            body["parameters"] = self.parameters
+        return body
+
+
+_DEFAULT_DESCRIPTIONS = {
+    400: "Bad Request: can't parse entities: "
+    "Can't find end of the entity starting at byte offset 0",
+    401: "Unauthorized",
+    403: "Forbidden: bot was blocked by the user",
+    404: "Not Found",
+    409: "Conflict: terminated by other getUpdates request; make sure that only one bot "
+    "instance is running",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+}
+_JSON_FIELDS = frozenset(
+    {
+        "reply_markup", "entities", "caption_entities", "allowed_updates", "commands",
+        "scope", "link_preview_options", "reply_parameters", "media",
+    }
+)  # fmt: skip
+_CHAT_ACTIONS = frozenset(
+    {
+        "typing", "upload_photo", "record_video", "upload_video", "record_voice",
+        "upload_voice", "upload_document", "choose_sticker", "find_location",
+        "record_video_note", "upload_video_note",
+    }
+)  # fmt: skip
+_UPDATE_TYPES_DEFAULT_OFF = frozenset({"chat_member", "message_reaction", "message_reaction_count"})
+_METHODS = (
+    "getMe", "getUpdates", "deleteWebhook", "setWebhook", "getWebhookInfo", "sendMessage",
+    "editMessageText", "sendChatAction", "setMyCommands", "getMyCommands",
+    "deleteMyCommands", "sendPhoto", "sendDocument", "answerCallbackQuery",
+)  # fmt: skip
+_CANONICAL = {m.lower(): m for m in _METHODS}
+_CONFLICT = _DEFAULT_DESCRIPTIONS[409]
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)
+
+
+def _as_chat_id(value: Any) -> int | str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    return int(text) if re.fullmatch(r"-?\d+", text) else text
+
+
+def _as_int(value: Any, name: str, default: int | None = None) -> int | None:
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise _ApiError(400, f'Bad Request: invalid parameter "{name}"') from None
+
+
+# --------------------------------------------------------------------------------------
+# The server
+# --------------------------------------------------------------------------------------
+
+
+class FakeTelegram:
+    """The fake Bot API server; use as ``async with FakeTelegram() as tg: ...``.
+
+    Args:
+        token: the only token accepted (``<bot id>:<secret>``); others get 401.
+        clock: time source for message dates, request times and flood waits
+            (default: the real clock; a subprocess bot compares dates with real time).
+        host: bind address; loopback only.
+        port: TCP port, 0 for a free one (see :attr:`base_url` after :meth:`start`).
+        strict_entities: refuse an explicit ``entities`` list that overruns the text or
+            overlaps without nesting (see the module docstring).
+        enforce_retry_after: keep answering 429 to a chat under a flood wait.
+        require_known_chats: answer 400 ``Bad Request: chat not found`` for a chat that
+            never wrote to the bot (nor was added with :meth:`add_chat`).
+        bot_username: what ``getMe`` says.
+
+    The long poll and every ``wait_*`` helper wake on each recorded request or injected
+    update; the server must run in the test's event loop.
+    """
+
+    def __init__(
+        self,
+        token: str = "123456789:TEST-fake-token-AAAAAAAAAAAAAAAAAAAA",  # noqa: S107 - fake
+        *,
+        clock: Clock | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        strict_entities: bool = True,
+        enforce_retry_after: bool = True,
+        require_known_chats: bool = False,
+        bot_username: str = "kopek_test_bot",
+    ) -> None:
+        bot_id, _, secret = token.partition(":")
+        if not bot_id.isdigit() or not secret:
+            raise ValueError("token must look like '<digits>:<secret>'")
+        self.token = token
+        self.bot_id = int(bot_id)
+        self.bot_username = bot_username
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.host = host
+        self.strict_entities = strict_entities
+        self.enforce_retry_after = enforce_retry_after
+        self.require_known_chats = require_known_chats
+        self._port = port
+        self._runner: web.AppRunner | None = None
+        self._changed = asyncio.Event()
+        self._closing = False
+        self._requests: list[RecordedRequest] = []
+        self._events: list[SentMessage] = []
+        self._messages: dict[tuple[int | str, int], SentMessage] = {}
+        self._message_ids: dict[int | str, itertools.count[int]] = {}
+        self._chats: dict[int | str, dict[str, Any]] = {}
+        self._users: dict[int, dict[str, Any]] = {}
+        self._updates: list[dict[str, Any]] = []
+        self._update_ids = itertools.count(100_000_001)
+        self._allowed_updates: frozenset[str] | None = None
+        self._poll_generation = 0
+        self._rules: list[_FailRule] = []
+        self._flood_until: dict[object, float] = {}
+        self._blocked: set[int | str] = set()
+        self._commands: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self._callback_ids = itertools.count(1)
+        self.webhook_calls: list[dict[str, Any]] = []
+
+    # lifecycle -------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        """The bound TCP port (after :meth:`start`)."""
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>``: TELEGRAM_API_BASE for the bot."""
+        return f"http://{self.host}:{self._port}"
+
+    async def start(self) -> None:
+        """Bind and serve. Raises ``OSError`` if the port is taken."""
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/bot{token}/{method}", self._handle_api)
+        self._add_control_routes(app)
+        self._runner = web.AppRunner(
+            app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self._port)
+        await site.start()
+        self._port = self._runner.addresses[0][1]
+
+    async def close(self) -> None:
+        """Answer open long polls with no updates, then stop serving."""
+        self._closing = True
+        self._notify()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeTelegram:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"FakeTelegram(base_url={self.base_url!r}, requests={len(self._requests)}, "
+            f"pending_updates={len(self._updates)}, sent={len(self._events)})"
+        )
+
+    # waking ------------------------------------------------------------------------
+    def _notify(self) -> None:
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    async def wait_until(
+        self,
+        probe: Callable[[], T | None],
+        timeout: float = 10.0,  # noqa: ASYNC109 - the test API takes a deadline
+    ) -> T:
+        """Wait until ``probe()`` returns something other than ``None`` / ``False``.
+
+        ``probe`` is re-evaluated after every request and injected update.
+
+        Raises:
+            TimeoutError: after ``timeout`` seconds, with the last requests in the message.
+        """
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    event = self._changed
+                    result = probe()
+                    if result is not None and result is not False:
+                        return result
+                    await event.wait()
+        except TimeoutError:
+            tail = [(r.method, r.chat_id, r.status) for r in self._requests[-8:]]
+            raise TimeoutError(
+                f"nothing matched within {timeout} s; last requests: {tail}"
+            ) from None
+
+    # test API: updates -----------------------------------------------------------
+    def add_chat(self, chat: Mapping[str, Any]) -> None:
+        """Make a chat known (a Bot API ``Chat`` object with at least ``id`` and ``type``)."""
+        self._chats[_as_chat_id(chat["id"]) or 0] = dict(chat)
+
+    def _next_message_id(self, chat_id: int | str) -> int:
+        counter = self._message_ids.setdefault(chat_id, itertools.count(1))
+        return next(counter)
+
+    def _unix_now(self) -> int:
+        return int(self.clock.now().timestamp())
+
+    def inject_update(self, raw: Mapping[str, Any]) -> int:
+        """Queue a raw Update (``update_id`` is assigned when missing); returns its id."""
+        update = dict(raw)
+        if "update_id" not in update:
+            update["update_id"] = next(self._update_ids)
+        self._updates.append(update)
+        self._updates.sort(key=lambda u: int(u["update_id"]))
+        self._notify()
+        return int(update["update_id"])
+
+    def inject_message(
+        self,
+        user_id: int,
+        text: str,
+        *,
+        chat_id: int | None = None,
+        language_code: str | None = "en",
+        chat_type: str = "private",
+        date: datetime | int | None = None,
+        reply_to: int | None = None,
+        entities: Sequence[Mapping[str, Any]] | None = None,
+        username: str | None = None,
+        first_name: str | None = None,
+        chat_title: str | None = None,
+    ) -> int:
+        """Queue a text message from a user, as a real ``Update``; returns the update id.
+
+        Args:
+            user_id: the sender's Telegram id.
+            text: the message text; a leading ``/command`` gets its ``bot_command`` entity
+                (as real clients send it) unless ``entities`` is given.
+            chat_id: the chat (default: the user's private chat, ``user_id``).
+            language_code: the sender's client language (``None`` to leave it out).
+            chat_type: ``private``, ``group`` or ``supergroup``.
+            date: when the user sent it (aware datetime or Unix seconds; default now).
+            reply_to: id of a message in the same chat this one replies to.
+            entities: explicit entities (Bot API objects, UTF-16 offsets).
+            username: the sender's @username (default ``user<id>``).
+            first_name: the sender's first name (default ``User<id>``).
+            chat_title: title of a group chat (default ``Group <id>``).
+        """
+        chat = chat_id if chat_id is not None else user_id
+        user: dict[str, Any] = {
+            "id": user_id,
+            "is_bot": False,
+            "first_name": first_name or f"User{user_id}",
+            "username": username or f"user{user_id}",
+        }
+        if language_code is not None:
+            user["language_code"] = language_code
+        self._users[user_id] = user
+        if chat_type == "private":
+            chat_obj: dict[str, Any] = {
+                "id": chat,
+                "type": "private",
+                "first_name": user["first_name"],
+                "username": user["username"],
+            }
+        else:
+            chat_obj = {"id": chat, "type": chat_type, "title": chat_title or f"Group {chat}"}
+        self._chats[chat] = chat_obj
+        if date is None:
+            unix = self._unix_now()
+        elif isinstance(date, datetime):
+            if date.tzinfo is None:
+                raise ValueError("date must be timezone-aware")
+            unix = int(date.timestamp())
+        else:
+            unix = int(date)
+        message: dict[str, Any] = {
+            "message_id": self._next_message_id(chat),
+            "from": user,
+            "chat": chat_obj,
+            "date": unix,
+            "text": text,
+        }
+        if entities is not None:
+            message["entities"] = [dict(e) for e in entities]
+        elif match := re.match(r"/[A-Za-z0-9_]+(@[A-Za-z0-9_]+)?", text):
+            message["entities"] = [
+                {"type": "bot_command", "offset": 0, "length": utf16_len(match[0])}
+            ]
+        if reply_to is not None:
+            message["reply_to_message"] = self._message_json_for_reply(chat, reply_to)
+        return self.inject_update({"message": message})
+
+    def inject_callback_query(
+        self, user_id: int, data: str, *, message_id: int, chat_id: int | None = None
+    ) -> int:
+        """Queue a ``callback_query`` (a press on an inline button of a bot message)."""
+        chat = chat_id if chat_id is not None else user_id
+        user = self._users.get(user_id) or {
+            "id": user_id,
+            "is_bot": False,
+            "first_name": f"User{user_id}",
+        }
+        return self.inject_update(
+            {
+                "callback_query": {
+                    "id": str(next(self._callback_ids)),
+                    "from": user,
+                    "chat_instance": str(chat),
+                    "data": data,
+                    "message": self._message_json_for_reply(chat, message_id),
+                }
+            }
+        )
+
+    def pending_updates(self) -> list[dict[str, Any]]:
+        """Updates queued and not yet confirmed by an ``offset``."""
+        return list(self._updates)
+
+    # test API: what the bot did --------------------------------------------------
+    def requests(self, method: str | None = None) -> list[RecordedRequest]:
+        """Every call (or those of one method, case-insensitive), in arrival order."""
+        if method is None:
+            return list(self._requests)
+        wanted = method.lower()
+        return [r for r in self._requests if r.method.lower() == wanted]
+
+    def mark(self) -> int:
+        """Position in the sent-events log; pass it as ``since`` to ignore older events."""
+        return len(self._events)
+
+    def sent_events(self, chat_id: int | str | None = None, *, since: int = 0) -> list[SentMessage]:
+        """Every delivery and edit (oldest first), optionally for one chat."""
+        return [e for e in self._events[since:] if chat_id is None or e.chat_id == chat_id]
+
+    def sent_messages(self, chat_id: int | str | None = None) -> list[SentMessage]:
+        """Messages the bot sent, in their current (edited) state, oldest first."""
+        return [
+            m
+            for m in sorted(self._messages.values(), key=lambda m: (m.date, m.message_id))
+            if m.method != "inbound" and (chat_id is None or m.chat_id == chat_id)
+        ]
+
+    async def wait_for(
+        self,
+        predicate: Callable[[SentMessage], bool],
+        timeout: float = 10.0,  # noqa: ASYNC109 - the test API takes a deadline
+        *,
+        since: int = 0,
+    ) -> SentMessage:
+        """The first sent/edit event (from position ``since``) matching ``predicate``.
+
+        Raises:
+            TimeoutError: nothing matched within ``timeout`` seconds.
+        """
+
+        def probe() -> SentMessage | None:
+            return next((e for e in self._events[since:] if predicate(e)), None)
+
+        return await self.wait_until(probe, timeout)
+
+    async def wait_sent(
+        self,
+        chat_id: int | str,
+        count: int = 1,
+        timeout: float = 10.0,  # noqa: ASYNC109 - the test API takes a deadline
+        *,
+        since: int = 0,
+    ) -> list[SentMessage]:
+        """Wait until ``count`` new messages (not edits) reached ``chat_id``; returns them.
+
+        Raises:
+            TimeoutError: fewer arrived within ``timeout`` seconds.
+        """
+
+        def probe() -> list[SentMessage] | None:
+            got = [e for e in self.sent_events(chat_id, since=since) if not e.is_edit]
+            return got[:count] if len(got) >= count else None
+
+        return await self.wait_until(probe, timeout)
+
+    async def wait_request(
+        self, method: str, predicate: Callable[[RecordedRequest], bool] | None = None,
+        timeout: float = 10.0, *, since: int = 0,  # noqa: ASYNC109 - the test API takes a deadline
+    ) -> RecordedRequest:  # fmt: skip
+        """The first call of ``method`` from request number ``since`` matching ``predicate``.
+
+        Raises:
+            TimeoutError: no such call within ``timeout`` seconds.
+        """
+        wanted = method.lower()
+
+        def probe() -> RecordedRequest | None:
+            for r in self._requests[since:]:
+                if r.method.lower() == wanted and (predicate is None or predicate(r)):
+                    return r
+            return None
+
+        return await self.wait_until(probe, timeout)
+
+    def commands(self, *, scope: str = "default", language_code: str = "") -> list[dict[str, Any]]:
+        """The command list last set with ``setMyCommands`` for a scope type and language."""
+        return list(self._commands.get((scope, language_code), []))
+
+    def flood_violations(self) -> list[RecordedRequest]:
+        """Calls made to a chat before the ``retry_after`` the fake had given it elapsed."""
+        return [r for r in self._requests if r.flood_violation]
+
+    # test API: failures ----------------------------------------------------------
+    def fail_next(
+        self,
+        method: str,
+        status: int,
+        description: str | None = None,
+        retry_after: int | None = None,
+        chat_id: int | str | None = None,
+        count: int = 1,
+    ) -> None:
+        """Answer the next ``count`` calls of ``method`` (for ``chat_id`` only, if given)
+        with an error instead of doing them.
+
+        Args:
+            method: Bot API method, case-insensitive.
+            status: HTTP status and ``error_code`` (429, 403, 400, 5xx...).
+            description: Telegram's text; defaults per status, e.g. 403 →
+                ``Forbidden: bot was blocked by the user``, 429 →
+                ``Too Many Requests: retry after X``.
+            retry_after: seconds, for 429 (default 1); sent in ``parameters.retry_after``.
+            chat_id: only calls for this chat match.
+            count: how many calls fail.
+        """
+        if status == 429:
+            retry_after = 1 if retry_after is None else retry_after
+            description = description or f"Too Many Requests: retry after {retry_after}"
+        if description is None:
+            description = _DEFAULT_DESCRIPTIONS.get(status, f"Error {status}")
+        self._rules.append(
+            _FailRule(method.lower(), status, description, retry_after, _as_chat_id(chat_id), count)
+        )
+
+    def block(self, chat_id: int) -> None:
+        """The user blocked the bot: every send to ``chat_id`` gets 403 until :meth:`unblock`."""
+        self._blocked.add(chat_id)
+
+    def unblock(self, chat_id: int) -> None:
+        """The user unblocked the bot."""
+        self._blocked.discard(chat_id)
+
+    # HTTP: the Bot API -----------------------------------------------------------
+    async def _handle_api(self, request: web.Request) -> web.Response:
+        asked = request.match_info["method"]
+        method = _CANONICAL.get(asked.lower(), asked)
+        try:
+            params, files = await self._read_params(request)
+        except _ApiError as exc:
+            params, files = {}, {}
+            error: _ApiError | None = exc
+        else:
+            error = None
+        record = RecordedRequest(
+            seq=len(self._requests),
+            method=method,
+            params=params,
+            files=files,
+            at=self.clock.now(),
+            monotonic=self.clock.monotonic(),
+            chat_id=_as_chat_id(params.get("chat_id")),
+        )
+        self._requests.append(record)
+        self._notify()
+        try:
+            if request.match_info["token"] != self.token:
+                raise _ApiError(401, "Unauthorized")
+            if method.lower() not in _CANONICAL:
+                raise _ApiError(404, "Not Found")
+            if error is not None:
+                raise error
+            self._apply_failures(record)
+            handler = getattr(self, f"_m_{method}")
+            result = await handler(params, files, record)
+            status, body = 200, {"ok": True, "result": result}
+        except _ApiError as exc:
+            status, body = exc.status, exc.body()
+            if exc.status == 429 and exc.parameters and self.enforce_retry_after:
+                key = self._flood_key(record)
+                until = record.monotonic + float(exc.parameters["retry_after"])
+                self._flood_until[key] = max(self._flood_until.get(key, 0.0), until)
+        record.status, record.response = status, body
+        self._notify()
+        return web.json_response(body, status=status)
+
+    async def _read_params(
+        self, request: web.Request
+    ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        params: dict[str, Any] = dict(request.query)
+        files: dict[str, dict[str, Any]] = {}
+        ctype = request.content_type
+        if request.method == "POST" and request.can_read_body:
+            if ctype == "application/json":
+                try:
+                    body = await request.json()
+                except ValueError:
+                    raise _ApiError(400, "Bad Request: can't parse JSON object") from None
+                if not isinstance(body, dict):
+                    raise _ApiError(400, "Bad Request: can't parse JSON object")
+                params.update(body)
+            elif ctype == "multipart/form-data":
+                reader = await request.multipart()
+                while (part := await reader.next()) is not None:
+                    if not isinstance(part, BodyPartReader) or part.name is None:
+                        continue
+                    if part.filename is not None:
+                        data = await part.read()
+                        files[part.name] = {
+                            "name": part.filename,
+                            "size": len(data),
+                            "content_type": part.headers.get("Content-Type"),
+                        }
+                    else:
+                        params[part.name] = await part.text()
+            else:
+                params.update(await request.post())
+        for name in _JSON_FIELDS & params.keys():
+            value = params[name]
+            if isinstance(value, str):
+                try:
+                    params[name] = json.loads(value)
+                except ValueError:
+                    what = "entities" if "entities" in name else name.replace("_", " ")
+                    raise _ApiError(400, f"Bad Request: can't parse {what} JSON object") from None
+        return params, files
+
+    def _flood_key(self, record: RecordedRequest) -> object:
+        return ("chat", record.chat_id) if record.chat_id is not None else ("method", record.method)
+
+    def _apply_failures(self, record: RecordedRequest) -> None:
+        if self.enforce_retry_after:
+            until = self._flood_until.get(self._flood_key(record))
+            if until is not None and record.monotonic < until:
+                record.flood_violation = True
+                wait = max(1, int(until - record.monotonic + 0.999))
+                raise _ApiError(
+                    429, f"Too Many Requests: retry after {wait}", {"retry_after": wait}
+                )
+        for rule in self._rules:
+            if rule.method != record.method.lower():
+                continue
+            if rule.chat_id is not None and rule.chat_id != record.chat_id:
+                continue
+            rule.remaining -= 1
+            if rule.remaining <= 0:
+                self._rules.remove(rule)
+            params = {"retry_after": rule.retry_after} if rule.retry_after is not None else None
+            raise _ApiError(rule.status, rule.description, params)
+        if record.chat_id in self._blocked and record.method.startswith(("send", "edit")):
+            raise _ApiError(403, "Forbidden: bot was blocked by the user")
+
+    # methods ---------------------------------------------------------------------
+    def _bot_user(self) -> dict[str, Any]:
+        return {
+            "id": self.bot_id,
+            "is_bot": True,
+            "first_name": "Kopek (fake)",
+            "username": self.bot_username,
+        }
+
+    async def _m_getMe(self, params: dict[str, Any], files: Any, record: RecordedRequest) -> Any:
+        return {
+            **self._bot_user(),
+            "can_join_groups": True,
+            "can_read_all_group_messages": False,
+            "supports_inline_queries": False,
+            "can_connect_to_business": False,
+            "has_main_web_app": False,
+        }
+
+    async def _m_deleteWebhook(
+        self, params: dict[str, Any], files: Any, record: RecordedRequest
+    ) -> Any:
+        drop = _as_bool(params.get("drop_pending_updates", False))
+        self.webhook_calls.append({"method": "deleteWebhook", "drop_pending_updates": drop})
+        if drop:
+            self._updates.clear()
+        return True
+
+    async def _m_setWebhook(
+        self, params: dict[str, Any], files: Any, record: RecordedRequest
+    ) -> Any:
+        self.webhook_calls.append({"method": "setWebhook", **params})
+        return True
+
+    async def _m_getWebhookInfo(
+        self, params: dict[str, Any], files: Any, record: RecordedRequest
+    ) -> Any:
+        return {
+            "url": "",
+            "has_custom_certificate": False,
+            "pending_update_count": len(self._updates),
+        }
+
+    async def _m_getUpdates(
+        self, params: dict[str, Any], files: Any, record: RecordedRequest
+    ) -> Any:
+        offset = _as_int(params.get("offset"), "offset", 0) or 0
+        limit = min(100, max(1, _as_int(params.get("limit"), "limit", 100) or 100))
+        timeout = max(0, _as_int(params.get("timeout"), "timeout", 0) or 0)
+        if "allowed_updates" in params:
+            allowed = params["allowed_updates"]
+            self._allowed_updates = frozenset(allowed) if allowed else None
+        if offset > 0:
+            self._updates = [u for u in self._updates if int(u["update_id"]) >= offset]
+        elif offset < 0:
+            self._updates = self._updates[offset:]
+        self._poll_generation += 1
+        generation = self._poll_generation
+        self._notify()  # an older poll still waiting gets its 409
+
+        def ready() -> list[dict[str, Any]] | None:
+            if self._poll_generation != generation:
+                raise _ApiError(409, _CONFLICT)
+            batch = [u for u in self._updates if self._is_allowed(u)][:limit]
+            return batch if batch or self._closing else None
+
+        if timeout == 0:
+            return ready() or []
+        try:
+            return await self.wait_until(ready, timeout=timeout)
+        except TimeoutError:
+            return []
+
+    def _is_allowed(self, update: Mapping[str, Any]) -> bool:
+        kinds = set(update) - {"update_id"}
+        if self._allowed_updates is None:
+            return not kinds <= _UPDATE_TYPES_DEFAULT_OFF
+        return bool(kinds & self._allowed_updates)
+
+    def _chat_for(self, params: dict[str, Any]) -> int | str:
+        chat_id = _as_chat_id(params.get("chat_id"))
+        if chat_id is None:
+            raise _ApiError(400, "Bad Request: chat_id is empty")
+        if self.require_known_chats and chat_id not in self._chats:
+            raise _ApiError(400, "Bad Request: chat not found")
+        return chat_id
+
+    def _chat_json(self, chat_id: int | str) -> dict[str, Any]:
+        if chat_id in self._chats:
+            return self._chats[chat_id]
+        if isinstance(chat_id, str):
+            return {
+                "id": -1001000000000,
+                "type": "channel",
+                "title": chat_id,
+                "username": chat_id.lstrip("@"),
+            }
+        if chat_id > 0:
+            return {"id": chat_id, "type": "private", "first_name": f"User{chat_id}"}
+        kind = "supergroup" if str(chat_id).startswith("-100") else "group"
+        return {"id": chat_id, "type": kind, "title": f"Group {chat_id}"}
+
+    def _parse(self, text: str, parse_mode: Any, entities: Any, *, caption: bool) -> ParsedText:
+        if entities is not None and not isinstance(entities, list):
+            raise _ApiError(400, "Bad Request: can't parse entities JSON object")
+        try:
+            parsed = parse_text(
+                text,
+                parse_mode=str(parse_mode) if parse_mode else None,
+                entities=entities,
+                strict_entities=self.strict_entities,
+            )
+        except EntityParseError as exc:
+            raise _ApiError(400, f"Bad Request: can't parse entities: {exc.message}") from None
+        except ValueError:
+            raise _ApiError(400, "Bad Request: unsupported parse_mode") from None
+        limit = CAPTION_MAX_UTF16 if caption else TEXT_MAX_UTF16
+        if parsed.utf16_length > limit:
+            raise _ApiError(
+                400,
+                "Bad Request: message caption is too long"
+                if caption
+                else "Bad Request: message is too long",
+            )
+        return parsed
+
+    def _reply_to(self, params: dict[str, Any]) -> int | None:
+        reply = params.get("reply_parameters")
+        if isinstance(reply, Mapping) and "message_id" in reply:
+            return _as_int(reply["message_id"], "reply_parameters")
+        return _as_int(params.get("reply_to_message_id"), "reply_to_message_id")
+
+    def _store(self, sent: SentMessage) -> None:
+        self._messages[(sent.chat_id, sent.message_id)] = sent
+        self._events.append(sent)
+
+    def _message_json(self, sent: SentMessage) -> dict[str, Any]:
+        message: dict[str, Any] = {
+            "message_id": sent.message_id,
+            "from": self._bot_user(),
+            "chat": self._chat_json(sent.chat_id),
+            "date": sent.date,
+        }
+        key = "caption" if sent.file is not None else "text"
+        if sent.text:
+            message[key] = sent.text
+        if sent.entities:
+            message["caption_entities" if sent.file is not None else "entities"] = [
+                e.to_json() for e in sent.entities
+            ]
+        if sent.edit_date is not None:
+            message["edit_date"] = sent.edit_date
+        if isinstance(sent.reply_markup, Mapping) and "inline_keyboard" in sent.reply_markup:
+            message["reply_markup"] = sent.reply_markup
+        if sent.file is not None:
+            unique = f"fake-{sent.chat_id}-{sent.message_id}"
+            if sent.file["field"] == "photo":
+                message["photo"] = [
+                    {"file_id": unique, "file_unique_id": unique, "width": 1280, "height": 720,
+                     "file_size": sent.file["size"]}
+                ]  # fmt: skip
+            else:
+                message["document"] = {
+                    "file_id": unique,
+                    "file_unique_id": unique,
+                    "file_name": sent.file["name"],
+                    "mime_type": sent.file.get("content_type") or "application/octet-stream",
+                    "file_size": sent.file["size"],
+                }
+        return message
+
+    def _message_json_for_reply(self, chat_id: int | str, message_id: int) -> dict[str, Any]:
+        sent = self._messages.get((chat_id, message_id))
+        if sent is not None:
+            return self._message_json(sent)
+        return {
+            "message_id": message_id,
+            "chat": self._chat_json(chat_id),
+            "date": self._unix_now(),
+        }
+
+    async def _m_sendMessage(
+        self, params: dict[str, Any], files: Any, record: RecordedRequest
+    ) -> Any:
+        chat_id = self._chat_for(params)
+        raw = params.get("text")
+        if raw is None or raw == "":
+            raise _ApiError(400, "Bad Request: message text is empty")
+        parsed = self._parse(
+            str(raw), params.get("parse_mode"), params.get("entities"), caption=False
+        )
+        if not parsed.text:
+            raise _ApiError(400, "Bad Request: message text is empty")
+        sent = SentMessage(
+            chat_id=chat_id,
+            message_id=self._next_message_id(chat_id),
+            method="sendMessage",
+            text=parsed.text,
+            entities=parsed.entities,
+            raw_text=str(raw),
+            parse_mode=params.get("parse_mode") or None,
+            reply_markup=params.get("reply_markup"),
+            date=self._unix_now(),
+            reply_to_message_id=self._reply_to(params),
+        )
+        self._store(sent)
+        return self._message_json(sent)
+
+    async def _m_editMessageText(
+        self, params: dict[str, Any], files: Any, record: RecordedRequest
+    ) -> Any:
+        if params.get("inline_message_id"):
+            raise _ApiError(400, "Bad Request: MESSAGE_ID_INVALID")
+        chat_id = self._chat_for(params)
+        message_id = _as_int(params.get("message_id"), "message_id")
+        old = self._messages.get((chat_id, message_id or 0))
+        if old is None or old.method == "inbound":
+            raise _ApiError(400, "Bad Request: message to edit not found")
+        raw = params.get("text")
+        if raw is None or raw == "":
+            raise _ApiError(400, "Bad Request: message text is empty")
+        parsed = self._parse(
+            str(raw), params.get("parse_mode"), params.get("entities"), caption=False
+        )
+        if not parsed.text:
+            raise _ApiError(400, "Bad Request: message text is empty")
+        markup = params.get("reply_markup")
+        if (parsed.text, parsed.entities, markup) == (old.text, old.entities, old.reply_markup):
+            raise _ApiError(
+                400,
+                "Bad Request: message is not modified: specified new message content and reply "
+                "markup are exactly the same as a current content and reply markup of the message",
+            )
+        edited = replace(
+            old,
+            method="editMessageText",
+            text=parsed.text,
+            entities=parsed.entities,
+            raw_text=str(raw),
+            parse_mode=params.get("parse_mode") or None,
+            reply_markup=markup,
+            edit_date=self._unix_now(),
+        )
+        self._store(edited)
+        return self._message_json(edited)
+
+    async def _m_sendChatAction(
+        self, params: dict[str, Any], files: Any, record: RecordedRequest
+    ) -> Any:
+        self._chat_for(params)
+        if params.get("action") not in _CHAT_ACTIONS:
+            raise _ApiError(400, "Bad Request: wrong parameter action in request")
+        return True
+
+    def _command_key(self, params: dict[str, Any]) -> tuple[str, str]:
+        scope = params.get("scope")
+        kind = scope.get("type", "default") if isinstance(scope, Mapping) else "default"
+        return str(kind), str(params.get("language_code") or "")
+
+    async def _m_setMyCommands(
+        self, params: dict[str, Any], files: Any, record: RecordedRequest
+    ) -> Any:
+        commands = params.get("commands")
+        if not isinstance(commands, list) or len(commands) > 100:
+            raise _ApiError(400, "Bad Request: can't parse commands JSON object")
+        for item in commands:
+            if not isinstance(item, Mapping) or not re.fullmatch(
+                r"[a-z0-9_]{1,32}", str(item.get("command", ""))
+            ):
+                raise _ApiError(400, "Bad Request: BOT_COMMAND_INVALID")
+            if not 1 <= len(str(item.get("description", "")).strip()) <= 256:
+                raise _ApiError(400, "Bad Request: BOT_COMMAND_DESCRIPTION_INVALID")
+        self._commands[self._command_key(params)] = [dict(c) for c in commands]
+        return True
+
+    async def _m_getMyCommands(
+        self, params: dict[str, Any], files: Any, record: RecordedRequest
+    ) -> Any:
+        return self._commands.get(self._command_key(params), [])
+
+    async def _m_deleteMyCommands(
+        self, params: dict[str, Any], files: Any, record: RecordedRequest
+    ) -> Any:
+        self._commands.pop(self._command_key(params), None)
+        return True
+
+    async def _send_file(
+        self, field_name: str, params: dict[str, Any], files: dict[str, dict[str, Any]]
+    ) -> Any:
+        chat_id = self._chat_for(params)
+        ref = params.get(field_name)
+        upload: dict[str, Any] | None = None
+        if isinstance(ref, str) and ref.startswith("attach://"):
+            upload = files.get(ref[len("attach://") :])
+        elif field_name in files:
+            upload = files[field_name]
+        elif isinstance(ref, str) and ref:
+            upload = {"name": ref, "size": 0, "content_type": None}  # a file_id or URL
+        if upload is None:
+            raise _ApiError(400, f"Bad Request: there is no {field_name} in the request")
+        caption = str(params.get("caption") or "")
+        parsed = (
+            self._parse(
+                caption, params.get("parse_mode"), params.get("caption_entities"), caption=True
+            )
+            if caption
+            else ParsedText("")
+        )
+        sent = SentMessage(
+            chat_id=chat_id,
+            message_id=self._next_message_id(chat_id),
+            method="sendPhoto" if field_name == "photo" else "sendDocument",
+            text=parsed.text,
+            entities=parsed.entities,
+            raw_text=caption,
+            parse_mode=params.get("parse_mode") or None,
+            reply_markup=params.get("reply_markup"),
+            date=self._unix_now(),
+            reply_to_message_id=self._reply_to(params),
+            file={"field": field_name, **upload},
+        )
+        self._store(sent)
+        return self._message_json(sent)
+
+    async def _m_sendPhoto(
+        self, params: dict[str, Any], files: dict[str, dict[str, Any]], record: RecordedRequest
+    ) -> Any:
+        return await self._send_file("photo", params, files)
+
+    async def _m_sendDocument(
+        self, params: dict[str, Any], files: dict[str, dict[str, Any]], record: RecordedRequest
+    ) -> Any:
+        return await self._send_file("document", params, files)
+
+    async def _m_answerCallbackQuery(
+        self, params: dict[str, Any], files: Any, record: RecordedRequest
+    ) -> Any:
+        if not params.get("callback_query_id"):
+            raise _ApiError(
+                400,
+                "Bad Request: query is too old and response timeout expired or query ID is invalid",
+            )
+        return True
+
+    # HTTP: the control API ---------------------------------------------------------
+    def _add_control_routes(self, app: web.Application) -> None:
+        app.router.add_post("/_fake/inject_message", self._c_inject_message)
+        app.router.add_post("/_fake/inject_update", self._c_inject_update)
+        app.router.add_post("/_fake/fail_next", self._c_fail_next)
+        app.router.add_post("/_fake/block", self._c_block)
+        app.router.add_get("/_fake/sent", self._c_sent)
+        app.router.add_get("/_fake/requests", self._c_requests)
+        app.router.add_post("/_fake/wait_sent", self._c_wait_sent)
+
+    async def _c_inject_message(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        update_id = self.inject_message(int(body.pop("user_id")), str(body.pop("text")), **body)
+        return web.json_response({"update_id": update_id})
+
+    async def _c_inject_update(self, request: web.Request) -> web.Response:
+        return web.json_response({"update_id": self.inject_update(await request.json())})
+
+    async def _c_fail_next(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.fail_next(**body)
+        return web.json_response({"ok": True})
+
+    async def _c_block(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        (self.block if body.get("blocked", True) else self.unblock)(int(body["chat_id"]))
+        return web.json_response({"ok": True})
+
+    async def _c_sent(self, request: web.Request) -> web.Response:
+        chat_id = _as_chat_id(request.query.get("chat_id"))
+        since = int(request.query.get("since", "0"))
+        return web.json_response([e.to_json() for e in self.sent_events(chat_id, since=since)])
+
+    async def _c_requests(self, request: web.Request) -> web.Response:
+        found = self.requests(request.query.get("method"))
+        return web.json_response([r.to_json() for r in found])
+
+    async def _c_wait_sent(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        try:
+            got = await self.wait_sent(
+                _as_chat_id(body["chat_id"]) or 0,
+                int(body.get("count", 1)),
+                float(body.get("timeout", 10.0)),
+                since=int(body.get("since", 0)),
+            )
+        except TimeoutError as exc:
+            return web.json_response({"error": str(exc)}, status=408)
+        return web.json_response([e.to_json() for e in got])
+
+
+class FakeTelegramControl:
+    """Client of the fake's HTTP control API, for a fake running in another process.
+
+    Args:
+        base_url: the fake's ``http://127.0.0.1:<port>``.
+    """
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url.rstrip("/")
+
+    async def _call(self, verb: str, path: str, **kwargs: Any) -> Any:
+        url = f"{self.base_url}/_fake/{path}"
+        async with (
+            ClientSession(timeout=ClientTimeout(total=120)) as session,
+            session.request(verb, url, **kwargs) as resp,
+        ):
+            body = await resp.json()
+            if resp.status == 408:
+                raise TimeoutError(body.get("error", "timeout"))
+            resp.raise_for_status()
+            return body
+
+    async def inject_message(self, user_id: int, text: str, **kwargs: Any) -> int:
+        """See :meth:`FakeTelegram.inject_message` (``date`` as Unix seconds)."""
+        body = await self._call(
+            "POST", "inject_message", json={"user_id": user_id, "text": text, **kwargs}
+        )
+        return int(body["update_id"])
+
+    async def inject_update(self, raw: Mapping[str, Any]) -> int:
+        """See :meth:`FakeTelegram.inject_update`."""
+        return int((await self._call("POST", "inject_update", json=dict(raw)))["update_id"])
+
+    async def fail_next(self, method: str, status: int, **kwargs: Any) -> None:
+        """See :meth:`FakeTelegram.fail_next`."""
+        await self._call("POST", "fail_next", json={"method": method, "status": status, **kwargs})
+
+    async def sent_events(self, chat_id: int | None = None, *, since: int = 0) -> list[SentMessage]:
+        """See :meth:`FakeTelegram.sent_events`."""
+        query = {"since": str(since)} | ({"chat_id": str(chat_id)} if chat_id is not None else {})
+        return [SentMessage.from_json(e) for e in await self._call("GET", "sent", params=query)]
+
+    async def requests(self, method: str | None = None) -> list[dict[str, Any]]:
+        """See :meth:`FakeTelegram.requests` (as JSON objects)."""
+        query = {"method": method} if method else {}
+        return list(await self._call("GET", "requests", params=query))
+
+    async def wait_sent(
+        self,
+        chat_id: int,
+        count: int = 1,
+        timeout: float = 10.0,  # noqa: ASYNC109 - the test API takes a deadline
+        *,
+        since: int = 0,
+    ) -> list[SentMessage]:
+        """See :meth:`FakeTelegram.wait_sent`."""
+        body = {"chat_id": chat_id, "count": count, "timeout": timeout, "since": since}
+        return [SentMessage.from_json(e) for e in await self._call("POST", "wait_sent", json=body)]
+
+
+# --------------------------------------------------------------------------------------
+# By hand: python -m tests.fakes.telegram serve | say
+# --------------------------------------------------------------------------------------
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    async with FakeTelegram(args.token, port=args.port) as tg:
+        print(f"fake Bot API: TELEGRAM_API_BASE={tg.base_url} BOT_TOKEN={args.token}")
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()
+
+
+async def _say(args: argparse.Namespace) -> None:
+    control = FakeTelegramControl(f"http://127.0.0.1:{args.port}")
+    mark = len(await control.sent_events(args.user))
+    await control.inject_message(args.user, args.text, language_code=args.lang)
+    for message in await control.wait_sent(args.user, 1, args.timeout, since=mark):
+        print(message.text)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Command line: ``serve`` runs a fake; ``say`` sends a user message and prints the reply."""
+    parser = argparse.ArgumentParser(prog="python -m tests.fakes.telegram")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run a fake Bot API on 127.0.0.1")
+    serve.add_argument("--port", type=int, default=8081)
+    serve.add_argument("--token", default="123456789:TEST-fake-token-AAAAAAAAAAAAAAAAAAAA")
+    say = sub.add_parser("say", help="inject a user message and print the bot's reply")
+    say.add_argument("text")
+    say.add_argument("--port", type=int, default=8081)
+    say.add_argument("--user", type=int, default=42)
+    say.add_argument("--lang", default="en")
+    say.add_argument("--timeout", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(args) if args.command == "serve" else _say(args))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
