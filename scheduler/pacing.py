@@ -67,7 +67,10 @@ def decide(
     Returns:
         The decision (see the module docstring).
     """
-    free = [c for c in capacities if not c.paid]
+    readings = list(capacities)
+    if not readings:
+        return PaceDecision(send=True)  # no pacing data at all: free-only, the cascade decides
+    free = [c for c in readings if not c.paid]
     resets: list[float] = []
     for cap in free:
         stale = cap.reset_at is not None and cap.reset_at <= now_mono  # window already reset

@@ -1,0 +1,209 @@
+"""What the bot's handlers call for /sub, /unsub, /subs, /digest_time, /digest_on, /digest_off.
+
+Every method returns a value the bot renders with its templates; nothing here builds
+user-facing text. A channel is checked at /sub time (its preview page is fetched once):
+a channel without a public preview is refused with ``no_preview`` instead of producing
+empty digests later; a feed URL passes the address guard (``refused_address``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from budget.clock import Clock
+from scheduler.errors import (
+    FetchError,
+    InvalidSource,
+    NoPublicPreview,
+    RefusedAddress,
+    UnknownUser,
+)
+from scheduler.fetch import SourceFetcher
+from scheduler.models import DigestSource, DigestSubscription, UserProfile
+from scheduler.profiles import Profile, ProfileRepository
+from scheduler.sources import parse_source
+from scheduler.types import SourceKind, SourceRef, SubscribeResult, SubscribeStatus
+
+__all__ = ["DigestService", "Subscription"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """One line of /subs.
+
+    Attributes:
+        source: the channel or feed.
+        title: last seen title (``""`` if unknown).
+        preview_lost: the channel's public preview has disappeared.
+    """
+
+    source: SourceRef
+    title: str
+    preview_lost: bool
+
+
+class DigestService:
+    """Subscription and digest-preference commands.
+
+    Args:
+        session_factory: async sessions on the app's engine.
+        clock: the one clock.
+        fetcher: validates a source at /sub time.
+        profiles: the profile repository (digest time/on/off).
+        max_subscriptions: subscriptions per user (``too_many`` beyond).
+    """
+
+    __slots__ = ("_clock", "_fetcher", "_max", "_profiles", "_sessions")
+
+    def __init__(
+        self,
+        session_factory: async_sessionmaker[AsyncSession],
+        clock: Clock,
+        fetcher: SourceFetcher,
+        profiles: ProfileRepository,
+        *,
+        max_subscriptions: int = 50,
+    ) -> None:
+        self._sessions = session_factory
+        self._clock = clock
+        self._fetcher = fetcher
+        self._profiles = profiles
+        self._max = max_subscriptions
+
+    def __repr__(self) -> str:
+        return f"DigestService(max_subscriptions={self._max})"
+
+    async def _find(self, session: AsyncSession, user_id: int, ref: SourceRef) -> int | None:
+        return (
+            await session.execute(
+                select(DigestSubscription.id)
+                .join(DigestSource, DigestSource.id == DigestSubscription.source_id)
+                .where(
+                    DigestSubscription.user_id == user_id,
+                    DigestSource.kind == ref.kind.value,
+                    DigestSource.key == ref.key,
+                )
+            )
+        ).scalar_one_or_none()
+
+    async def _validate(self, ref: SourceRef) -> tuple[SubscribeStatus, str]:
+        try:
+            if ref.kind is SourceKind.CHANNEL:
+                fetched = await self._fetcher.fetch_channel(ref.key, None)
+                return SubscribeStatus.OK, fetched.title
+            feed = await self._fetcher.fetch_feed(ref.key)
+            return SubscribeStatus.OK, feed.title
+        except RefusedAddress as exc:
+            log.info("sub.refused_address source=%s: %s", ref.key, exc)
+            return SubscribeStatus.REFUSED_ADDRESS, ""
+        except NoPublicPreview:
+            return SubscribeStatus.NO_PREVIEW, ""
+        except FetchError as exc:
+            log.warning("sub.fetch_failed source=%s: %s", ref.key, exc)
+            return SubscribeStatus.UNAVAILABLE, ""
+
+    async def subscribe(self, user_id: int, argument: str) -> SubscribeResult:
+        """/sub: follow a channel or feed.
+
+        Returns:
+            ``ok`` (with the title), ``already``, ``invalid``, ``no_preview``,
+            ``refused_address``, ``too_many`` (with ``limit``) or ``unavailable``.
+
+        Raises:
+            UnknownUser: no profile (the bot creates it on every update first).
+        """
+        try:
+            ref = parse_source(argument)
+        except InvalidSource:
+            return SubscribeResult(SubscribeStatus.INVALID)
+        async with self._sessions() as session:
+            if await session.get(UserProfile, user_id) is None:
+                raise UnknownUser(user_id)
+            if await self._find(session, user_id, ref) is not None:
+                return SubscribeResult(SubscribeStatus.ALREADY, ref)
+            count = (
+                await session.execute(
+                    select(func.count())
+                    .select_from(DigestSubscription)
+                    .where(DigestSubscription.user_id == user_id)
+                )
+            ).scalar_one()
+        if count >= self._max:
+            return SubscribeResult(SubscribeStatus.TOO_MANY, ref, limit=self._max)
+        status, title = await self._validate(ref)
+        if status is not SubscribeStatus.OK:
+            return SubscribeResult(status, ref)
+        now = self._clock.now()
+        try:
+            async with self._sessions() as session, session.begin():
+                source = (
+                    await session.execute(
+                        select(DigestSource).where(
+                            DigestSource.kind == ref.kind.value, DigestSource.key == ref.key
+                        )
+                    )
+                ).scalar_one_or_none()
+                if source is None:
+                    source = DigestSource(kind=ref.kind.value, key=ref.key, title=title[:256])
+                    session.add(source)
+                    await session.flush()
+                else:
+                    source.preview_lost = False
+                    if title:
+                        source.title = title[:256]
+                session.add(
+                    DigestSubscription(
+                        user_id=user_id, source_id=source.id, created_at=now, lost_notified=False
+                    )
+                )
+        except IntegrityError:
+            return SubscribeResult(SubscribeStatus.ALREADY, ref)  # a concurrent /sub won
+        return SubscribeResult(SubscribeStatus.OK, ref, title)
+
+    async def unsubscribe(self, user_id: int, argument: str) -> SubscribeResult:
+        """/unsub: returns ``ok``, ``not_subscribed`` or ``invalid``."""
+        try:
+            ref = parse_source(argument)
+        except InvalidSource:
+            return SubscribeResult(SubscribeStatus.INVALID)
+        async with self._sessions() as session, session.begin():
+            sub_id = await self._find(session, user_id, ref)
+            if sub_id is None:
+                return SubscribeResult(SubscribeStatus.NOT_SUBSCRIBED, ref)
+            await session.execute(delete(DigestSubscription).where(DigestSubscription.id == sub_id))
+        return SubscribeResult(SubscribeStatus.OK, ref)
+
+    async def list_subscriptions(self, user_id: int) -> list[Subscription]:
+        """/subs: the user's subscriptions in the order they were made."""
+        async with self._sessions() as session:
+            rows = (
+                await session.execute(
+                    select(DigestSource)
+                    .join(DigestSubscription, DigestSubscription.source_id == DigestSource.id)
+                    .where(DigestSubscription.user_id == user_id)
+                    .order_by(DigestSubscription.id)
+                )
+            ).scalars()
+            return [
+                Subscription(SourceRef(SourceKind(r.kind), r.key), r.title, r.preview_lost)
+                for r in rows
+            ]
+
+    async def set_digest_time(self, user_id: int, hhmm: str) -> Profile:
+        """/digest_time HH:MM (local). Raises ``ValueError`` for a bad time, ``UnknownUser``."""
+        return await self._profiles.set_digest_time(user_id, hhmm)
+
+    async def digest_on(self, user_id: int) -> Profile:
+        """/digest_on. Raises ``UnknownUser``."""
+        return await self._profiles.set_digest_enabled(user_id, True)
+
+    async def digest_off(self, user_id: int) -> Profile:
+        """/digest_off. Raises ``UnknownUser``."""
+        return await self._profiles.set_digest_enabled(user_id, False)
