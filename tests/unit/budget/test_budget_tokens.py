@@ -1,0 +1,54 @@
+"""Offline token counting for ceilings."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from decimal import Decimal
+
+import pytest
+
+from budget.tokens import TokenCounter
+
+
+@dataclass(frozen=True)
+class Msg:
+    """A chat message shaped like llm.types.Message."""
+
+    role: str
+    content: str
+
+
+def test_counts_offline_without_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Encodings come from the wheel: counting works with sockets disabled."""
+
+    def no_network(*_a: object, **_k: object) -> None:
+        raise AssertionError("network used")
+
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    counter = TokenCounter("cl100k_base", Decimal(1))
+    assert counter.raw_text("hello world") == 2  # tiktoken cl100k: [15339, 1917]
+
+
+def test_safety_factor_rounds_up() -> None:
+    """The factor is applied once and rounded up: 2 tokens × 1.25 → 3."""
+    counter = TokenCounter("cl100k_base")
+    assert counter.text("hello world") == 3
+    assert counter.scale(8) == 10
+
+
+def test_messages_include_overhead() -> None:
+    """Chat counting adds 3 per message and 3 for reply priming."""
+    counter = TokenCounter("o200k_base", Decimal(1))
+    msgs = [Msg("user", "hello world")]
+    assert counter.raw_messages(msgs) == 3 + 3 + counter.raw_text("user") + counter.raw_text("hello world")
+    assert TokenCounter().messages(msgs) >= counter.raw_messages(msgs)
+
+
+def test_bad_arguments() -> None:
+    """Unknown encodings and factors below 1 are rejected."""
+    with pytest.raises(ValueError):
+        TokenCounter("p50k_base")
+    with pytest.raises(ValueError):
+        TokenCounter(safety_factor=Decimal("0.9"))
