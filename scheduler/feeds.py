@@ -130,10 +130,10 @@ def _entry_id(value: str) -> int:
 
 
 def _html_text(value: str) -> str:
-    if "<" not in value:
-        return value.strip()
-    body = LexborHTMLParser(value).body
-    return (body.text(separator=" ") if body is not None else "").strip()
+    if "<" in value:
+        body = LexborHTMLParser(value).body
+        value = body.text(separator=" ") if body is not None else ""
+    return " ".join(value.split())
 
 
 def _when(entry: Any) -> datetime | None:
