@@ -14,7 +14,8 @@ SHARED_FEEDS = Path(__file__).parents[4] / "shared" / "corpus" / "feeds"
 
 RSS = b"""<?xml version="1.0"?><rss version="2.0"><channel><title>T</title>
 <item><title>One</title><link>https://e.org/1</link><guid>1</guid>
-<pubDate>Mon, 02 Mar 2026 08:00:00 GMT</pubDate><description>&lt;p&gt;Body &lt;b&gt;one&lt;/b&gt;&lt;/p&gt;</description></item>
+<pubDate>Mon, 02 Mar 2026 08:00:00 GMT</pubDate>
+<description>&lt;p&gt;Body &lt;b&gt;one&lt;/b&gt;&lt;/p&gt;</description></item>
 <item><title>Two</title><link>https://e.org/2</link><guid>2</guid>
 <pubDate>Mon, 02 Mar 2026 07:00:00 GMT</pubDate></item>
 </channel></rss>"""
