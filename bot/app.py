@@ -1,0 +1,451 @@
+"""The composition root: the one place that builds everything from :class:`Settings`.
+
+Nothing is created at import time. :func:`create_app` wires the engine, ledger,
+cascade, digest runner, aiogram bot and dispatcher; :func:`run` applies migrations,
+starts polling and returns the exit code once a SIGTERM/SIGINT has drained the work.
+
+Start-up (``on_startup``): ledger start (sweeps holds left by a previous process),
+price card logged, deleteWebhook *without* dropping pending updates, setMyCommands,
+users whose message was lost in a crash are asked to resend, the digest scheduler and
+the metrics endpoint start. Shutdown (``on_shutdown``): no new work, in-flight chat
+calls get SHUTDOWN_GRACE_SECONDS and are then cancelled (their holds settled by the
+ledger's rule for interrupted calls), the scheduler stops, the ledger and engine close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from dataclasses import dataclass
+
+import httpx
+from aiogram import Bot, Dispatcher
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.telegram import TelegramAPIServer
+from aiogram.exceptions import TelegramAPIError
+from aiogram.types import BotCommand
+from aiogram.utils.i18n import I18n
+from prometheus_client import CollectorRegistry
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+
+from bot import templates
+from bot.admin_notify import AdminNotifier
+from bot.chat import ChatConfig, ChatService
+from bot.delivery import send_text
+from bot.digests import TelegramDeliverer
+from bot.i18n import LOCALES_DIR, CatalogueI18n
+from bot.metrics import MetricsServer
+from bot.middlewares import IntakeMiddleware, LocaleMiddleware, ProfileMiddleware
+from bot.routers.admin import AdminView, create_admin_router
+from bot.routers.chat import create_chat_router
+from bot.routers.common import create_common_router, create_fallback_router
+from bot.routers.digests import create_digest_router
+from bot.routers.me import create_me_router
+from bot.settings import Settings, usd_to_musd
+from bot.store import History, Intake
+from budget.clock import Clock, SystemClock
+from budget.config import LedgerConfig, OperationCaps
+from budget.db import create_engine, sqlite_path
+from budget.errors import BudgetConfigError
+from budget.ledger import Ledger
+from budget.prices import PriceCard, ProviderModel, parse_overrides
+from budget.tokens import TokenCounter
+from budget.types import Origin
+from llm.cascade import Cascade, CascadeConfig
+from llm.factory import ProviderSpec, build_cascade, provider_specs
+from scheduler.feeds import AddressGuard, FeedClient
+from scheduler.fetch import Fetchers
+from scheduler.profiles import ProfileRepository
+from scheduler.runner import DigestConfig, DigestRunner
+from scheduler.service import DigestService
+from scheduler.tme import TmeClient
+
+__all__ = ["App", "create_app", "migrate", "run"]
+
+log = logging.getLogger(__name__)
+
+USER_COMMANDS = [
+    ("start", "Start"),
+    ("help", "Help"),
+    ("me", "My spend and limits"),
+    ("reset", "Forget the conversation"),
+    ("sub", "Subscribe to a channel digest"),
+    ("subs", "My subscriptions"),
+    ("tz", "My timezone"),
+    ("lang", "Language"),
+]
+
+
+def migrate(database_url: str) -> None:
+    """``alembic upgrade head`` on ``database_url`` (idempotent; blocking: run in a thread)."""
+    from alembic import command
+    from alembic.config import Config
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cfg = Config(os.path.join(root, "alembic.ini"))
+    cfg.set_main_option("script_location", os.path.join(root, "migrations"))
+    cfg.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
+    command.upgrade(cfg, "head")
+
+
+def ledger_config(settings: Settings) -> LedgerConfig:
+    """Settings → the ledger's own config (USD → µUSD)."""
+    caps: dict[str, int] = {}
+    if settings.deepseek_daily_cap_usd is not None:
+        caps["deepseek"] = usd_to_musd(settings.deepseek_daily_cap_usd) or 0
+    digest_requests = max(8, settings.digest_max_posts + 4)
+    return LedgerConfig(
+        tz=settings.budget_tz,
+        global_daily_musd=usd_to_musd(settings.budget_global_daily_usd),
+        global_hourly_musd=usd_to_musd(settings.budget_global_hourly_usd),
+        user_daily_musd=usd_to_musd(settings.budget_user_daily_usd),
+        user_hourly_musd=usd_to_musd(settings.budget_user_hourly_usd),
+        team_daily_musd=usd_to_musd(settings.budget_team_daily_usd),
+        team_hourly_musd=usd_to_musd(settings.budget_team_hourly_usd),
+        provider_daily_caps_musd=caps,
+        hold_ttl_s=settings.hold_ttl_seconds,
+        max_call_s=settings.provider_timeout_seconds,
+        operation_caps={
+            Origin.CHAT: OperationCaps(
+                max_musd=usd_to_musd(settings.operation_max_usd) or 0,
+                max_requests=settings.operation_max_requests,
+            ),
+            Origin.DIGEST: OperationCaps(
+                max_musd=usd_to_musd(settings.digest_max_usd) or 0,
+                max_requests=digest_requests,
+            ),
+        },
+        user_max_inflight=settings.user_max_inflight,
+        user_max_per_minute=settings.user_max_per_minute,
+        user_daily_messages=settings.user_daily_messages,
+        auto_kill_window_s=settings.auto_kill_window_minutes * 60.0,
+        auto_kill_fraction=settings.auto_kill_fraction,
+        auto_kill_musd_per_window=usd_to_musd(settings.auto_kill_usd_per_window),
+    )
+
+
+def provider_models(settings: Settings) -> list[ProviderModel]:
+    """Every (provider, model, tier) the cascade may call, for the price card."""
+    tiers = {
+        "groq": settings.groq_tier,
+        "groq2": settings.groq_tier,
+        "mistral": settings.mistral_tier,
+        "cerebras": settings.cerebras_tier,
+        "deepseek": settings.deepseek_tier,
+    }
+    models = {
+        "groq": (settings.groq_model, settings.groq_cheap_model),
+        "groq2": (settings.groq_model, settings.groq_cheap_model),
+        "mistral": (settings.mistral_model, settings.mistral_cheap_model),
+        "cerebras": (settings.cerebras_model, settings.cerebras_cheap_model),
+        "deepseek": (settings.deepseek_model, settings.deepseek_cheap_model),
+    }
+    out: list[ProviderModel] = []
+    for name in settings.provider_keys():
+        for model in dict.fromkeys(models[name]):
+            out.append(ProviderModel(provider=name, model=model, tier=tiers[name]))
+    return out
+
+
+@dataclass(eq=False)
+class App:
+    """Everything the running bot holds; built by :func:`create_app`."""
+
+    settings: Settings
+    clock: Clock
+    engine: AsyncEngine
+    bot: Bot
+    dispatcher: Dispatcher
+    i18n: I18n
+    chat: ChatService
+    ledger: Ledger
+    prices: PriceCard
+    cascade: Cascade
+    runner: DigestRunner
+    intake: Intake
+    http: httpx.AsyncClient
+    registry: CollectorRegistry
+    notifier: AdminNotifier
+    _metrics: MetricsServer | None = None
+
+    async def on_startup(self) -> None:
+        """Ledger first (sweeps a previous process's holds), then Telegram, then jobs."""
+        swept = await self.ledger.start()
+        if swept:
+            log.warning("expired %d holds left by a previous process", swept)
+        for line in self.prices.describe(self.clock.now()):
+            log.info("price card: %s", line)
+        if not self.cascade.anchor:
+            log.warning("no DEEPSEEK_API_KEY: running free-only (no paid anchor)")
+        await self.bot.delete_webhook(drop_pending_updates=False)
+        await self.bot.set_my_commands(
+            [BotCommand(command=c, description=d) for c, d in USER_COMMANDS]
+        )
+        await self._notify_lost()
+        await self.runner.start()
+        if self.settings.metrics_port is not None:
+            self._metrics = MetricsServer(
+                self.registry,
+                self.settings.metrics_host,
+                self.settings.metrics_port,
+                self.ledger,
+                self.cascade,
+            )
+            await self._metrics.start()
+        log.info("kopek started")
+
+    async def _notify_lost(self) -> None:
+        for lost in await self.intake.take_lost(self.clock.now()):
+            with self.i18n.use_locale(lost.language):
+                text = templates.lost_text()
+            try:
+                await send_text(self.bot, lost.chat_id, text, clock=self.clock)
+            except TelegramAPIError as exc:
+                log.warning("could not tell chat %s to resend: %s", lost.chat_id, exc.message)
+
+    async def on_shutdown(self) -> None:
+        """Drain chat work within the grace period, stop jobs, close storage."""
+        log.info("stopping: in-flight chat operations=%d", self.chat.in_flight)
+        await self.chat.drain(self.settings.shutdown_grace_seconds)
+        await self.runner.stop()
+        if self._metrics is not None:
+            await self._metrics.stop()
+        await self.cascade.aclose()
+        await self.http.aclose()
+        await self.ledger.close()
+        await self.engine.dispose()
+        log.info("kopek stopped")
+
+
+class _Profiles:
+    """Adapter: ``scheduler.profiles.ProfileRepository`` as the bot's :class:`ProfileStore`."""
+
+    def __init__(self, repo: ProfileRepository) -> None:
+        self._repo = repo
+
+    async def touch(
+        self, user_id: int, chat_id: int, telegram_language: str | None
+    ) -> tuple[str | None, str | None]:
+        # A user's private chat id equals their user id; digests go there.
+        profile = await self._repo.get_or_create(user_id, user_id, telegram_language)
+        if not profile.active:
+            await self._repo.mark_active(user_id)
+        return profile.language, profile.tz
+
+    async def set_tz(self, user_id: int, tz: str) -> None:
+        await self._repo.set_tz(user_id, tz)
+
+    async def set_language(self, user_id: int, language: str) -> None:
+        await self._repo.set_language(user_id, language)
+
+
+def _cascade_config(settings: Settings) -> CascadeConfig:
+    return CascadeConfig(
+        timeout_s=settings.provider_timeout_seconds,
+        cooldown_s=settings.cooldown_seconds,
+        breaker_failure_threshold=settings.breaker_failure_threshold,
+        breaker_failure_window_s=settings.breaker_failure_window_seconds,
+        global_max_inflight_calls=settings.global_max_inflight_calls,
+        degraded_min_output_tokens=settings.degraded_min_output_tokens,
+        day_tz=settings.budget_tz,
+    )
+
+
+def _provider_specs(settings: Settings) -> list[ProviderSpec]:
+    return provider_specs(
+        keys={k: v.get_secret_value() for k, v in settings.provider_keys().items()},
+        base_urls={
+            "groq": settings.groq_base_url,
+            "mistral": settings.mistral_base_url,
+            "cerebras": settings.cerebras_base_url,
+            "deepseek": settings.deepseek_base_url,
+        },
+        models={
+            "groq": settings.groq_model,
+            "mistral": settings.mistral_model,
+            "cerebras": settings.cerebras_model,
+            "deepseek": settings.deepseek_model,
+        },
+        cheap_models={
+            "groq": settings.groq_cheap_model,
+            "mistral": settings.mistral_cheap_model,
+            "cerebras": settings.cerebras_cheap_model,
+            "deepseek": settings.deepseek_cheap_model,
+        },
+        tiers={
+            "groq": settings.groq_tier,
+            "mistral": settings.mistral_tier,
+            "cerebras": settings.cerebras_tier,
+            "deepseek": settings.deepseek_tier,
+        },
+    )
+
+
+def _digest_config(settings: Settings) -> DigestConfig:
+    return DigestConfig(
+        stagger_s=settings.digest_stagger_seconds,
+        llm_concurrency=settings.digest_llm_concurrency,
+        latest_delay_minutes=settings.digest_latest_delay_minutes,
+        max_free_share=float(settings.digest_max_free_share),
+        max_posts=settings.digest_max_posts,
+        summary_max_tokens=settings.digest_summary_max_tokens,
+        max_musd=usd_to_musd(settings.digest_max_usd) or 0,
+        default_tz=settings.user_tz,
+    )
+
+
+def create_app(settings: Settings, clock: Clock | None = None) -> App:
+    """Build the whole bot from ``settings``. Nothing is started here.
+
+    Raises:
+        budget.errors.BudgetConfigError: a paid model without a price, a bad limit.
+        ValueError: provider configuration that cannot work.
+    """
+    clock = clock or SystemClock()
+    engine = create_engine(settings.database_url)
+    sessions = async_sessionmaker(engine, expire_on_commit=False)
+    path = sqlite_path(settings.database_url)
+    if path is None:
+        raise BudgetConfigError("the ledger needs a SQLite DATABASE_URL (file) for now")
+
+    i18n = CatalogueI18n(path=LOCALES_DIR, default_locale="en", domain="messages")
+    bot = Bot(
+        token=settings.bot_token.get_secret_value(),
+        session=AiohttpSession(api=TelegramAPIServer.from_base(settings.telegram_api_base)),
+    )
+    notifier = AdminNotifier(bot, i18n, settings.admin_ids, clock)
+
+    prices = PriceCard(
+        provider_models(settings),
+        overrides=parse_overrides(settings.price_overrides) if settings.price_overrides else None,
+        max_call_seconds=settings.provider_timeout_seconds,
+    )
+    ledger = Ledger.sqlite(
+        path, ledger_config(settings), prices, clock, on_auto_kill=notifier.auto_kill
+    )
+    tokens = TokenCounter(safety_factor=settings.token_safety_factor)
+    registry = CollectorRegistry()
+    cascade = build_cascade(
+        _provider_specs(settings),
+        ledger=ledger,
+        clock=clock,
+        config=_cascade_config(settings),
+        token_counter=tokens.messages,
+        on_event=notifier.cascade_event,
+        registry=registry,
+    )
+    history = History(sessions)
+    intake = Intake(sessions)
+    chat = ChatService(
+        ledger=ledger,
+        backend=cascade,
+        history=history,
+        count_tokens=tokens.messages,
+        clock=clock,
+        config=ChatConfig(
+            max_output_tokens=settings.chat_max_output_tokens,
+            max_input_tokens=settings.chat_max_input_tokens,
+            history_max_tokens=settings.chat_history_max_tokens,
+            user_max_inflight=settings.user_max_inflight,
+            user_queue_max=settings.user_queue_max,
+        ),
+    )
+    repo = ProfileRepository(sessions, clock, default_digest_time=settings.digest_default_time)
+    profiles = _Profiles(repo)
+
+    async def tz_of(user_id: int) -> str:
+        profile = await repo.get(user_id)
+        return (profile.tz if profile and profile.tz else None) or settings.user_tz
+
+    http = httpx.AsyncClient(headers={"User-Agent": "KopekBot/0.1 (+digests)"})
+    fetchers = Fetchers(
+        TmeClient(
+            http,
+            base_url=settings.telegram_web_base,
+            max_bytes=settings.fetch_max_bytes,
+            timeout_s=settings.fetch_timeout_seconds,
+        ),
+        FeedClient(
+            http,
+            AddressGuard(),
+            max_bytes=settings.fetch_max_bytes,
+            timeout_s=settings.fetch_timeout_seconds,
+        ),
+        clock,
+    )
+    digests = DigestService(sessions, clock, fetchers, repo)
+    runner = DigestRunner(
+        clock=clock,
+        session_factory=sessions,
+        ledger=ledger,
+        backend=cascade,
+        deliverer=TelegramDeliverer(bot, i18n, clock, tz_of),
+        fetcher=fetchers,
+        config=_digest_config(settings),
+        count_tokens=tokens.text,
+    )
+
+    dp = Dispatcher(
+        clock=clock,
+        chat_service=chat,
+        history=history,
+        profiles=profiles,
+        i18n=i18n,
+        ledger=ledger,
+        cascade=cascade,
+        digests=digests,
+        intake=intake,
+        runner=runner,
+        engine=engine,
+        settings_view=AdminView(settings),
+    )
+    dp.message.outer_middleware(ProfileMiddleware(profiles, settings.admin_ids, settings.user_tz))
+    LocaleMiddleware(i18n).setup(dp)
+    dp.message.outer_middleware(IntakeMiddleware(intake, clock))
+    dp.include_router(create_admin_router(settings.admin_ids))
+    dp.include_router(create_common_router())
+    dp.include_router(create_digest_router())
+    dp.include_router(create_me_router())
+    dp.include_router(create_fallback_router())
+    dp.include_router(create_chat_router(stale_after_s=settings.stale_message_seconds))
+
+    return App(
+        settings=settings,
+        clock=clock,
+        engine=engine,
+        bot=bot,
+        dispatcher=dp,
+        i18n=i18n,
+        chat=chat,
+        ledger=ledger,
+        prices=prices,
+        cascade=cascade,
+        runner=runner,
+        intake=intake,
+        http=http,
+        registry=registry,
+        notifier=notifier,
+    )
+
+
+async def run(settings: Settings) -> int:
+    """Migrate, build, poll until SIGTERM/SIGINT; returns the exit code (0 = clean stop)."""
+    try:
+        await asyncio.to_thread(migrate, settings.database_url)
+        app = create_app(settings)
+    except (BudgetConfigError, ValueError) as exc:
+        print(f"kopek: configuration error: {exc}", file=sys.stderr)
+        return 2
+    dp = app.dispatcher
+    dp.startup.register(app.on_startup)
+    dp.shutdown.register(app.on_shutdown)
+    await dp.start_polling(
+        app.bot,
+        handle_signals=True,
+        close_bot_session=True,
+        tasks_concurrency_limit=settings.intake_max_concurrent,
+        polling_timeout=30,
+    )
+    return 0

@@ -1,0 +1,54 @@
+"""/budget chart: spend per hour over the last 48 hours, by level, as a PNG.
+
+matplotlib with the non-interactive Agg backend (no display needed); the figure is
+built and closed inside one call (run it in a thread: it is CPU-bound).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from io import BytesIO
+from zoneinfo import ZoneInfo
+
+__all__ = ["spend_chart_png"]
+
+
+def spend_chart_png(series: dict[str, list[tuple[datetime, int]]], tz: str) -> bytes:
+    """PNG bytes of one line per series (``global``, ``team:x``, ``provider:y``).
+
+    Args:
+        series: name → [(hour start, aware UTC; settled µUSD in that hour)].
+        tz: IANA zone for the x axis.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.dates as mdates
+    from matplotlib.figure import Figure
+
+    zone = ZoneInfo(tz)
+    fig = Figure(figsize=(9, 4.5), dpi=100)
+    ax = fig.add_subplot()
+    plotted = 0
+    for name, points in sorted(series.items()):
+        if not points:
+            continue
+        xs = [float(mdates.date2num(p[0])) for p in points]  # type: ignore[no-untyped-call]
+        ys = [Decimal(p[1]).scaleb(-6) for p in points]  # µUSD → USD, exact until drawn
+        ax.plot(xs, [float(y) for y in ys], label=name, marker="." if len(xs) < 60 else None)
+        plotted += 1
+    ax.set_title("Settled spend per hour, last 48 h")
+    ax.set_ylabel("USD")
+    ax.set_xlabel(tz)
+    formatter = mdates.DateFormatter("%d.%m %H:%M", tz=zone)  # type: ignore[no-untyped-call]
+    ax.xaxis.set_major_formatter(formatter)
+    ax.grid(True, alpha=0.3)
+    if plotted:
+        ax.legend(loc="upper left", fontsize="small")
+    else:
+        ax.text(0.5, 0.5, "no spend", ha="center", va="center", transform=ax.transAxes)
+    fig.autofmt_xdate()
+    buf = BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()

@@ -1,0 +1,106 @@
+"""Prometheus endpoint (prometheus-client text format, served by aiohttp).
+
+Off unless METRICS_PORT is set; bound to METRICS_HOST (127.0.0.1 by default).
+The cascade registers its own counters (calls, fallbacks, skips, cooldowns,
+paid-anchor calls, degraded steps, input estimate error) on the same registry;
+this module adds, refreshed from the ledger at every scrape:
+
+* ``kopek_budget_utilisation_ratio{level,scope,window}`` — (settled + held) ÷ limit;
+* ``kopek_budget_settled_musd`` / ``kopek_budget_held_musd`` per bucket (µUSD);
+* ``kopek_budget_exposure_musd`` — sum of outstanding holds (µUSD);
+* ``kopek_budget_killed`` — 1 while the global kill switch is tripped;
+* ``kopek_budget_refusals_today{reason}`` — ledger refusals today by reason;
+* ``kopek_budget_estimate_worst_ratio`` — worst actual ÷ ceiling today;
+* ``kopek_refusal_templates_total{template}`` — refusal templates sent by the bot.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    generate_latest,
+)
+
+from budget.ledger import Ledger
+from llm.cascade import Cascade
+
+__all__ = ["MetricsServer", "refusal_counter"]
+
+
+def refusal_counter(registry: CollectorRegistry) -> Counter:
+    """Counter of refusal templates sent, by template name."""
+    return Counter(
+        "kopek_refusal_templates", "Refusal templates sent", ["template"], registry=registry
+    )
+
+
+class MetricsServer:
+    """Serves ``/metrics``. Start with :meth:`start`, stop with :meth:`stop`."""
+
+    def __init__(
+        self, registry: CollectorRegistry, host: str, port: int, ledger: Ledger, cascade: Cascade
+    ) -> None:
+        self._registry = registry
+        self._host = host
+        self._port = port
+        self._ledger = ledger
+        self._cascade = cascade
+        self._runner: web.AppRunner | None = None
+        labels = ["level", "scope", "window"]
+        self._util = Gauge(
+            "kopek_budget_utilisation_ratio", "(settled+held)/limit", labels, registry=registry
+        )
+        self._settled = Gauge(
+            "kopek_budget_settled_musd", "Settled spend, µUSD", labels, registry=registry
+        )
+        self._held = Gauge(
+            "kopek_budget_held_musd", "Outstanding holds, µUSD", labels, registry=registry
+        )
+        self._exposure = Gauge(
+            "kopek_budget_exposure_musd", "Sum of outstanding holds, µUSD", registry=registry
+        )
+        self._killed = Gauge("kopek_budget_killed", "Global kill switch tripped", registry=registry)
+        self._refusals = Gauge(
+            "kopek_budget_refusals_today", "Ledger refusals today", ["reason"], registry=registry
+        )
+        self._worst = Gauge(
+            "kopek_budget_estimate_worst_ratio", "Worst actual/ceiling today", registry=registry
+        )
+
+    async def _refresh(self) -> None:
+        status = await self._ledger.status()
+        for b in status.buckets:
+            labels = (b.level.value, b.scope or "-", b.window.value)
+            self._settled.labels(*labels).set(b.settled_musd)
+            self._held.labels(*labels).set(b.held_musd)
+            if b.limit_musd:
+                self._util.labels(*labels).set((b.settled_musd + b.held_musd) / b.limit_musd)
+        self._exposure.set(status.exposure_musd)
+        self._killed.set(1 if status.kill.killed else 0)
+        for reason, count in status.refusals_today.items():
+            self._refusals.labels(reason).set(count)
+        if status.estimate.worst_ratio is not None:
+            self._worst.set(status.estimate.worst_ratio)
+
+    async def _handle(self, _request: web.Request) -> web.Response:
+        await self._refresh()
+        body = generate_latest(self._registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def start(self) -> None:
+        """Bind and serve."""
+        app = web.Application()
+        app.router.add_get("/metrics", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self._host, self._port).start()
+
+    async def stop(self) -> None:
+        """Stop serving."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

@@ -1,0 +1,387 @@
+"""Admin commands: /budget, /kill, /unkill, /limit, /team, /providers, /digest_now.
+
+The router's first filter checks ADMIN_IDS, before any argument is read: for anyone
+else no handler here matches, so the update falls through to the fallback router and
+gets the same "unknown command" reply as a typo — nothing leaks, nothing changes.
+Admin reports are in English.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from aiogram import Bot, Router
+from aiogram.exceptions import TelegramAPIError
+from aiogram.filters import Command, CommandObject, Filter
+from aiogram.types import BufferedInputFile, Message
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from bot.chart import spend_chart_png
+from bot.delivery import send_text
+from bot.money import parse_usd, usd
+from bot.settings import Settings
+from bot.store import Intake
+from bot.templates import format_reset
+from budget.clock import Clock
+from budget.errors import HoldRefused
+from budget.ledger import Ledger
+from budget.reports import top_users
+from budget.status import BucketStatus, LedgerStatus, TeamStatus, UserStatus
+from budget.types import Level, Window
+from budget.windows import day_bounds
+from llm.cascade import Cascade
+from scheduler.runner import DigestRunner
+
+__all__ = ["AdminView", "IsAdmin", "create_admin_router"]
+
+log = logging.getLogger(__name__)
+
+LIMIT_USAGE = "Usage: /limit <global|team NAME|user ID> <hour|day> <usd|off>"
+TEAM_USAGE = "Usage: /team <NAME> add|remove <user id>, or /team list"
+
+
+@dataclass(frozen=True, slots=True)
+class AdminView:
+    """What admin reports show of the settings (no secrets)."""
+
+    tz: str
+    has_paid_anchor: bool
+
+    def __init__(self, settings: Settings) -> None:
+        object.__setattr__(self, "tz", settings.budget_tz)
+        object.__setattr__(self, "has_paid_anchor", "deepseek" in settings.provider_keys())
+
+
+class IsAdmin(Filter):
+    """True only for a sender in ADMIN_IDS."""
+
+    def __init__(self, admin_ids: frozenset[int]) -> None:
+        self._ids = admin_ids
+
+    async def __call__(self, message: Message) -> bool:
+        return message.from_user is not None and message.from_user.id in self._ids
+
+
+def _bucket(b: BucketStatus, tz: str) -> str:
+    scope = f" {b.scope}" if b.scope else ""
+    return (
+        f"{b.level.value}{scope} {b.window.value}: settled {usd(b.settled_musd)}, "
+        f"held {usd(b.held_musd)}, limit {usd(b.limit_musd)}, free {usd(b.free_musd)}, "
+        f"resets {format_reset(b.resets_at, tz)}"
+    )
+
+
+def render_budget(
+    status: LedgerStatus,
+    top: list[tuple[int, int, int]],
+    cascade: Cascade,
+    tz: str,
+    messages_today: int,
+) -> str:
+    """The /budget report."""
+    k = status.kill
+    lines = [f"📒 Budget at {status.at:%Y-%m-%d %H:%M} UTC (windows cut in {tz})"]
+    if k.killed:
+        how = "automatic" if k.automatic else f"by {k.by}"
+        lines.append(f"⛔ KILLED ({how}): {k.reason}")
+    else:
+        lines.append("Kill switch: off")
+    for s in status.scoped_kills:
+        if s.killed:
+            lines.append(f"⛔ killed {s.scope_kind} {s.scope}: {s.reason}")
+    lines.append(
+        f"Outstanding holds: {status.outstanding_holds}; exposure if killed now: "
+        f"{usd(status.exposure_musd)}"
+    )
+    lines.append("")
+    for b in status.buckets:
+        if b.window in (Window.HOUR, Window.DAY):
+            lines.append("• " + _bucket(b, tz))
+    if status.teams:
+        lines.append("")
+        lines.append("Teams: " + ", ".join(f"{n} ({len(m)})" for n, m in status.teams.items()))
+    if top:
+        lines.append("")
+        lines.append("Top users today:")
+        for user_id, settled, held in top:
+            lines.append(f"• {user_id}: settled {usd(settled)}, held {usd(held)}")
+    lines.append("")
+    lines.append("Providers today:")
+    spend = {p.provider: p for p in status.providers}
+    for p in cascade.provider_status():
+        sp = spend.get(p.name)
+        money = f"settled {usd(sp.settled_musd)}, list {usd(sp.list_musd)}" if sp else "settled $0"
+        cooldown = f" ({p.cooldown_remaining_s:.0f}s)" if p.cooldown_remaining_s > 0 else ""
+        flags = "" if p.enabled else " DISABLED"
+        paid = " paid" if p.paid else ""
+        lines.append(
+            f"• {p.name}{paid}{flags}: {p.calls_today} calls, {money}, circuit {p.state}{cooldown}"
+        )
+    stats = cascade.stats()
+    lines.append(f"Paid-anchor calls (since start): {stats.paid_anchor_calls}")
+    origin = ", ".join(f"{o} {usd(m)}" for o, m in sorted(status.spend_by_origin_musd.items()))
+    lines.append(f"Spend by origin: {origin or '—'}")
+    per_msg = f"{status.requests_today / messages_today:.2f}" if messages_today else "—"
+    lines.append(
+        f"Messages today: {messages_today}; LLM requests: {status.requests_today} "
+        f"({per_msg} per message)"
+    )
+    refusals = ", ".join(f"{r} {n}" for r, n in sorted(status.refusals_today.items()))
+    lines.append(f"Refusals today: {refusals or 'none'}")
+    e = status.estimate
+    if e.count:
+        lines.append(
+            f"Estimate (actual/ceiling): median {e.median_ratio:.2f}, worst {e.worst_ratio:.2f}, "
+            f"over ceiling {e.over_ceiling} of {e.count}"
+        )
+    if status.expired_today or status.late_settled_musd_today:
+        lines.append(
+            f"Expired holds today: {status.expired_today}; booked late: "
+            f"{usd(status.late_settled_musd_today)}"
+        )
+    return "\n".join(lines)
+
+
+def render_user(status: UserStatus, tz: str) -> str:
+    """/budget user <id>."""
+    lines = [f"👤 User {status.user_id}" + (f" (team {status.team})" if status.team else "")]
+    lines.append(
+        f"Settled today {usd(status.settled_today_musd)}; in flight {status.inflight}; "
+        f"holds {status.outstanding_holds}; messages today {status.messages_today}"
+    )
+    if status.killed is not None and status.killed.killed:
+        lines.append(f"⛔ killed: {status.killed.reason}")
+    lines.extend("• " + _bucket(b, tz) for b in status.buckets if b.window is not Window.MINUTE)
+    return "\n".join(lines)
+
+
+def render_team(status: TeamStatus, tz: str) -> str:
+    """/budget team <name>."""
+    lines = [f"👥 Team {status.name}: {len(status.members)} members"]
+    if status.killed is not None and status.killed.killed:
+        lines.append(f"⛔ killed: {status.killed.reason}")
+    lines.extend("• " + _bucket(b, tz) for b in status.buckets)
+    for uid, musd in sorted(status.member_spend_today_musd.items(), key=lambda x: -x[1]):
+        lines.append(f"• {uid}: {usd(musd)} today")
+    return "\n".join(lines)
+
+
+def _parse_limit(args: list[str]) -> tuple[Level, str, Window, int | None] | None:
+    """``global hour 0.5`` / ``team NAME day off`` / ``user 42 day 1.00``."""
+    if not args:
+        return None
+    if args[0] == "global" and len(args) == 3:
+        level, scope, rest = Level.GLOBAL, "", args[1:]
+    elif args[0] == "team" and len(args) == 4 and args[1] and args[1] != "*":
+        level, scope, rest = Level.TEAM, args[1], args[2:]
+    elif args[0] == "user" and len(args) == 4 and args[1].isdigit():
+        level, scope, rest = Level.PERSONAL, args[1], args[2:]
+    else:
+        return None
+    windows = {"hour": Window.HOUR, "day": Window.DAY}
+    if rest[0] not in windows:
+        return None
+    if rest[1] == "off":
+        return level, scope, windows[rest[0]], None
+    amount = parse_usd(rest[1])
+    if amount is None:
+        return None
+    return level, scope, windows[rest[0]], amount
+
+
+def create_admin_router(admin_ids: frozenset[int]) -> Router:
+    """The admin router; every handler is behind :class:`IsAdmin`."""
+    router = Router(name="admin")
+    router.message.filter(IsAdmin(admin_ids))
+
+    async def reply(bot: Bot, message: Message, text: str, clock: Clock) -> None:
+        await send_text(bot, message.chat.id, text, clock=clock)
+
+    @router.message(Command("budget"))
+    async def on_budget(
+        message: Message,
+        bot: Bot,
+        clock: Clock,
+        command: CommandObject,
+        ledger: Ledger,
+        cascade: Cascade,
+        settings_view: AdminView,
+        intake: Intake,
+        engine: AsyncEngine,
+    ) -> None:
+        args = (command.args or "").split()
+        tz = settings_view.tz
+        try:
+            if args[:1] == ["chart"]:
+                series = await ledger.spend_per_hour(48)
+                png = await asyncio.to_thread(spend_chart_png, series, tz)
+                await bot.send_photo(
+                    message.chat.id,
+                    BufferedInputFile(png, filename="spend-48h.png"),
+                    caption="Spend per hour, last 48 h (USD)",
+                )
+                return
+            if len(args) == 2 and args[0] == "user" and args[1].isdigit():
+                await reply(
+                    bot, message, render_user(await ledger.user_status(int(args[1])), tz), clock
+                )
+                return
+            if len(args) == 2 and args[0] == "team":
+                await reply(bot, message, render_team(await ledger.team_status(args[1]), tz), clock)
+                return
+            if args:
+                await reply(bot, message, "Usage: /budget [user ID | team NAME | chart]", clock)
+                return
+            status = await ledger.status()
+            top = await top_users(engine, now=clock.now(), tz=tz, n=10)
+            _key, day_start, _end = day_bounds(clock.now(), tz)
+            messages_today = await intake.count_today(day_start)
+            await reply(
+                bot, message, render_budget(status, top, cascade, tz, messages_today), clock
+            )
+        except HoldRefused:
+            await reply(bot, message, "⚠️ The ledger is unavailable.", clock)
+
+    @router.message(Command("kill"))
+    async def on_kill(
+        message: Message, bot: Bot, clock: Clock, command: CommandObject, ledger: Ledger
+    ) -> None:
+        reason = (command.args or "").strip() or "manual"
+        by = message.from_user.id if message.from_user else None
+        exposure = await ledger.kill(reason, by=by)
+        log.warning("kill switch tripped by admin %s: %s", by, reason)
+        await reply(
+            bot,
+            message,
+            f"⛔ Kill switch ON ({reason}). New LLM work is refused; work in flight "
+            f"finishes. Exposure (outstanding holds): {usd(exposure)}",
+            clock,
+        )
+
+    @router.message(Command("unkill"))
+    async def on_unkill(message: Message, bot: Bot, clock: Clock, ledger: Ledger) -> None:
+        by = message.from_user.id if message.from_user else None
+        stuck = await ledger.unkill(by=by)
+        status = await ledger.status()
+        log.warning("kill switch reset by admin %s", by)
+        await reply(
+            bot,
+            message,
+            f"✅ Kill switch OFF. Outstanding holds: {status.outstanding_holds} "
+            f"({usd(stuck)} held)" + (" — no holds are stuck." if stuck == 0 else "."),
+            clock,
+        )
+
+    @router.message(Command("limit"))
+    async def on_limit(
+        message: Message, bot: Bot, clock: Clock, command: CommandObject, ledger: Ledger
+    ) -> None:
+        parsed = _parse_limit((command.args or "").split())
+        if parsed is None:
+            await reply(bot, message, LIMIT_USAGE, clock)
+            return
+        level, scope, window, amount = parsed
+        by = message.from_user.id if message.from_user else None
+        await ledger.set_limit(level, scope, window, amount, by=by)
+        what = f"{level.value}{' ' + scope if scope else ''} {window.value}"
+        await reply(
+            bot,
+            message,
+            f"Limit set: {what} = {usd(amount) if amount is not None else 'off'}",
+            clock,
+        )
+
+    @router.message(Command("team"))
+    async def on_team(
+        message: Message, bot: Bot, clock: Clock, command: CommandObject, ledger: Ledger
+    ) -> None:
+        args = (command.args or "").split()
+        if args == ["list"]:
+            teams = await ledger.teams()
+            text = "\n".join(f"{n}: {', '.join(map(str, m))}" for n, m in sorted(teams.items()))
+            await reply(bot, message, text or "No teams.", clock)
+            return
+        if (
+            len(args) != 3
+            or args[1] not in ("add", "remove")
+            or not args[2].isdigit()
+            or args[0] == "*"
+        ):
+            await reply(bot, message, TEAM_USAGE, clock)
+            return
+        name, action, uid = args[0], args[1], int(args[2])
+        if action == "add":
+            left = await ledger.team_add(name, uid)
+            moved = f" (moved from {left})" if left and left != name else ""
+            await reply(bot, message, f"User {uid} is in team {name}{moved}.", clock)
+        else:
+            removed = await ledger.team_remove(name, uid)
+            text = (
+                f"User {uid} removed from {name}." if removed else f"User {uid} is not in {name}."
+            )
+            await reply(bot, message, text, clock)
+
+    @router.message(Command("providers"))
+    async def on_providers(
+        message: Message, bot: Bot, clock: Clock, command: CommandObject, cascade: Cascade
+    ) -> None:
+        args = (command.args or "").split()
+        if len(args) == 2 and args[0] == "enable":
+            ok = cascade.enable(args[1])
+            await reply(
+                bot, message, f"{args[1]} enabled." if ok else f"Unknown provider {args[1]}.", clock
+            )
+            return
+        if args:
+            await reply(bot, message, "Usage: /providers [enable NAME]", clock)
+            return
+        lines = ["🔌 Providers (cascade order):"]
+        statuses = cascade.provider_status()
+        for p in statuses:
+            if not p.present:
+                lines.append(f"• {p.name}: no key")
+                continue
+            state = "enabled" if p.enabled else "DISABLED (auth failure)"
+            cooldown = (
+                f", cooldown {p.cooldown_remaining_s:.0f}s" if p.cooldown_remaining_s > 0 else ""
+            )
+            headers = ", ".join(f"{k}={v}" for k, v in sorted(p.last_rate_limits.items()))
+            lines.append(
+                f"• {p.name} ({p.model}{', paid' if p.paid else ', free'}): {state}, "
+                f"circuit {p.state}{cooldown}, calls today {p.calls_today}"
+                + (f"\n    last headers: {headers}" if headers else "")
+            )
+        if not any(p.paid and p.present for p in statuses):
+            lines.append("No paid anchor configured: running free-only.")
+        await reply(bot, message, "\n".join(lines), clock)
+
+    @router.message(Command("digest_now"))
+    async def on_digest_now(
+        message: Message, bot: Bot, clock: Clock, command: CommandObject, runner: DigestRunner
+    ) -> None:
+        arg = (command.args or "").strip()
+        if arg and not arg.isdigit():
+            await reply(bot, message, "Usage: /digest_now [user id]", clock)
+            return
+        target = int(arg) if arg else (message.from_user.id if message.from_user else 0)
+        progress_msg = await bot.send_message(message.chat.id, f"Digest for {target}: starting…")
+
+        async def progress(step: str) -> None:
+            try:
+                await bot.edit_message_text(
+                    f"Digest for {target}: {step}",
+                    chat_id=message.chat.id,
+                    message_id=progress_msg.message_id,
+                )
+            except TelegramAPIError:  # progress is cosmetic; the digest goes on
+                log.debug("progress edit failed", exc_info=True)
+
+        outcome = await runner.run_now(target, progress)
+        await progress(
+            f"{outcome.status} — {outcome.posts} posts, {outcome.llm_calls} LLM calls, "
+            f"{outcome.cache_hits} cache hits, {outcome.paid_calls} paid"
+        )
+
+    return router
