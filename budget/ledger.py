@@ -64,6 +64,7 @@ class Ledger:
     """
 
     __slots__ = (
+        "_card",
         "_closed",
         "_notify_tasks",
         "_on_auto_kill",
@@ -71,7 +72,6 @@ class Ledger:
         "_sweeper",
         "clock",
         "config",
-        "prices",
         "store",
     )
 
@@ -89,7 +89,7 @@ class Ledger:
             raise BudgetConfigError("store and ledger must share one LedgerConfig")
         self.store = store
         self.config = config
-        self.prices = prices
+        self._card = prices
         self.clock = clock
         self._on_auto_kill = on_auto_kill
         self._sweep_previous = sweep_previous_on_start
@@ -118,6 +118,11 @@ class Ledger:
             on_auto_kill=on_auto_kill,
             sweep_previous_on_start=sweep_previous_on_start,
         )
+
+    @property
+    def prices(self) -> PriceCard:
+        """The price card (``describe()`` gives the start-up log lines)."""
+        return self._card
 
     # -- life cycle ----------------------------------------------------------------
     async def start(self, *, run_sweeper: bool = True) -> int:
@@ -241,8 +246,8 @@ class Ledger:
         if input_tokens < 0:
             raise ValueError("input_tokens must be >= 0")
         now = self.clock.now()
-        ceiling = self.prices.ceiling_musd(provider, model, input_tokens, max_tokens, now)
-        listed = self.prices.list_ceiling_musd(provider, model, input_tokens, max_tokens, now)
+        ceiling = self._card.ceiling_musd(provider, model, input_tokens, max_tokens, now)
+        listed = self._card.list_ceiling_musd(provider, model, input_tokens, max_tokens, now)
         return await self.store.call(
             self.store.reserve,
             now,
@@ -254,7 +259,7 @@ class Ledger:
             max_tokens,
             ceiling,
             listed,
-            self.prices.version,
+            self._card.version,
         )
 
     async def free_musd(self, op: OperationTicket, provider: str) -> int | None:
@@ -269,8 +274,8 @@ class Ledger:
         self, provider: str, model: str, usage: Usage, at: datetime
     ) -> tuple[int, int | None]:
         return (
-            self.prices.actual_musd(provider, model, usage, at),
-            self.prices.list_actual_musd(provider, model, usage, at),
+            self._card.actual_musd(provider, model, usage, at),
+            self._card.list_actual_musd(provider, model, usage, at),
         )
 
     def _after_settle(self, outcome: SettleOutcome) -> int:
@@ -434,6 +439,11 @@ class Ledger:
     async def team_status(self, name: str) -> TeamStatus:
         """Team buckets, members and their spend today."""
         return await self.store.call(self.store.team_status, self.clock.now(), name)
+
+    async def top_users(self, n: int = 10) -> list[tuple[int, int, int]]:
+        """The ``n`` users with the most money today: ``[(user_id, settled µUSD today,
+        held µUSD now), …]``, largest settled + held first."""
+        return await self.store.call(self.store.top_users, self.clock.now(), n)
 
     async def spend_per_hour(self, hours: int = 48) -> dict[str, list[tuple[datetime, int]]]:
         """Settled µUSD per hour for the last ``hours`` hours by series (``"global"``,

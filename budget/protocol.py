@@ -89,7 +89,11 @@ class PriceCardPort(Protocol):
 class LedgerPort(Protocol):
     """Operations, requests, holds. Every method may raise ``HoldRefused``/``LedgerUnavailable``."""
 
-    prices: PriceCardPort
+    @property
+    def prices(self) -> PriceCardPort:
+        """The price card the ledger prices holds with (read-only, so an implementation
+        may expose a richer card, e.g. :class:`budget.prices.PriceCard`)."""
+        ...
 
     async def begin_operation(
         self,

@@ -1202,6 +1202,24 @@ class SqliteStore:
 
         return self._read(body)
 
+    def top_users(self, now: datetime, n: int) -> list[tuple[int, int, int]]:
+        """Top ``n`` users today by settled + held µUSD: ``(user_id, settled, held)``."""
+        day = window_keys(now, self.config.tz).day_key
+
+        def body(cur: sqlite3.Cursor) -> list[tuple[int, int, int]]:
+            cur.execute(
+                "SELECT user_id,"
+                " COALESCE(SUM(CASE WHEN state = 'settled' AND day_key = ?"
+                " THEN actual_musd END), 0) AS s,"
+                " COALESCE(SUM(CASE WHEN state = 'held' THEN ceiling_musd END), 0) AS h"
+                " FROM budget_holds WHERE day_key = ? OR state = 'held' GROUP BY user_id"
+                " HAVING s + h > 0 ORDER BY s + h DESC, user_id LIMIT ?",
+                (day, day, n),
+            )
+            return [(int(r[0]), int(r[1]), int(r[2])) for r in cur.fetchall()]
+
+        return self._read(body)
+
     def spend_per_hour(self, now: datetime, hours: int) -> dict[str, list[tuple[datetime, int]]]:
         """Settled µUSD per local hour for the last ``hours`` hours, by series:
         ``"global"``, ``"team:<name>"``, ``"provider:<name>"`` (zero-filled, oldest first)."""

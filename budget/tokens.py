@@ -92,5 +92,10 @@ class TokenCounter:
         """Ceiling token count of a chat prompt (overhead + safety factor, rounded up)."""
         return self.scale(self.raw_messages(messages))
 
+    def __call__(self, messages: Iterable[ChatMessage]) -> int:
+        """Same as :meth:`messages`: lets the counter be passed where a
+        ``Callable[[Sequence[Message]], int]`` is expected."""
+        return self.messages(messages)
+
     def __repr__(self) -> str:
         return f"TokenCounter(encoding={self.encoding!r}, safety_factor={self.safety_factor})"

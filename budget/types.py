@@ -23,8 +23,8 @@ from enum import StrEnum
 __all__ = [
     "Level",
     "Origin",
-    "RefusalReason",
     "Refusal",
+    "RefusalReason",
     "Usage",
     "Window",
 ]

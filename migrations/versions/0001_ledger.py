@@ -84,9 +84,7 @@ def upgrade() -> None:
         sa.Column("day_key", sa.String(16), nullable=False),
         sa.Column("process_id", sa.String(32), nullable=False),
     )
-    op.create_index(
-        "ix_budget_operations_user_open", "budget_operations", ["user_id", "ended_at"]
-    )
+    op.create_index("ix_budget_operations_user_open", "budget_operations", ["user_id", "ended_at"])
     op.create_index(
         "ix_budget_operations_user_started", "budget_operations", ["user_id", "started_at"]
     )

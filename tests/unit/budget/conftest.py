@@ -49,7 +49,6 @@ def card() -> PriceCard:
     )
 
 
-
 LedgerFactory = Callable[..., Awaitable[Ledger]]
 
 

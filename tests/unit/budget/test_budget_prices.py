@@ -27,7 +27,9 @@ def test_deepseek_cached_uncached_output_exact() -> None:
     card = PriceCard(DEFAULT_MODELS)
     usage = Usage(input_tokens=10_000, cached_input_tokens=8_000, output_tokens=200)
     assert card.actual_musd("deepseek", "deepseek-chat", usage, NOON) == 868
-    assert card.ceiling_musd("deepseek", "deepseek-chat", 10_000, 1024, NOON) == 3231  # 2800+430.08↑
+    assert (
+        card.ceiling_musd("deepseek", "deepseek-chat", 10_000, 1024, NOON) == 3231
+    )  # 2800+430.08↑
 
 
 def test_reasoning_is_priced_as_output() -> None:
@@ -49,7 +51,10 @@ def test_free_tier_zero_with_list_equivalent() -> None:
     card = PriceCard(DEFAULT_MODELS)
     assert card.ceiling_musd("groq", "llama-3.3-70b-versatile", 1000, 1000, NOON) == 0
     assert card.list_ceiling_musd("groq", "llama-3.3-70b-versatile", 1000, 1000, NOON) == 1380
-    assert card.list_actual_musd("groq2", "llama-3.3-70b-versatile", Usage(1000, 0, 1000), NOON) == 1380
+    assert (
+        card.list_actual_musd("groq2", "llama-3.3-70b-versatile", Usage(1000, 0, 1000), NOON)
+        == 1380
+    )
     assert card.is_free("groq") and not card.is_free("deepseek")
 
 
@@ -65,7 +70,9 @@ def test_paid_unknown_model_fails_closed_free_unknown_is_none() -> None:
 
 def test_settings_override_wins() -> None:
     """PRICE_OVERRIDES beats the shipped table and genai-prices."""
-    over = parse_overrides('{"deepseek:deepseek-chat": {"input": "0.27", "cached_input": "0.07", "output": "1.10"}}')
+    over = parse_overrides(
+        '{"deepseek:deepseek-chat": {"input": "0.27", "cached_input": "0.07", "output": "1.10"}}'
+    )
     card = PriceCard(DEFAULT_MODELS, overrides=over)
     assert card.ceiling_musd("deepseek", "deepseek-chat", 1_000_000, 0, NOON) == 270_000
     assert any("PRICE_OVERRIDES" in line for line in card.describe(NOON))
@@ -118,7 +125,9 @@ def test_describe_lists_every_model_with_source() -> None:
     """describe() gives one line per configured model, stating where prices come from."""
     lines = PriceCard(DEFAULT_MODELS).describe(NOON)
     assert len(lines) == len(DEFAULT_MODELS)
-    assert any(line.startswith("deepseek:deepseek-chat paid") and "deepseek.com" in line for line in lines)
+    assert any(
+        line.startswith("deepseek:deepseek-chat paid") and "deepseek.com" in line for line in lines
+    )
     assert "deepseek:deepseek-chat" in DEFAULT_OVERRIDES
 
 

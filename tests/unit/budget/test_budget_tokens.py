@@ -42,7 +42,9 @@ def test_messages_include_overhead() -> None:
     """Chat counting adds 3 per message and 3 for reply priming."""
     counter = TokenCounter("o200k_base", Decimal(1))
     msgs = [Msg("user", "hello world")]
-    assert counter.raw_messages(msgs) == 3 + 3 + counter.raw_text("user") + counter.raw_text("hello world")
+    assert counter.raw_messages(msgs) == 3 + 3 + counter.raw_text("user") + counter.raw_text(
+        "hello world"
+    )
     assert TokenCounter().messages(msgs) >= counter.raw_messages(msgs)
 
 

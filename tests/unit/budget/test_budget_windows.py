@@ -32,7 +32,10 @@ def test_berlin_autumn_day_has_25_hours_and_two_0200_hours() -> None:
 def test_berlin_spring_hour_after_the_gap() -> None:
     """At 01:30 CET the hour resets at 03:00 CEST = 01:00Z, one real hour later."""
     _, start, end = hour_bounds(datetime(2026, 3, 29, 0, 30, tzinfo=UTC), "Europe/Berlin")
-    assert (start, end) == (datetime(2026, 3, 29, 0, tzinfo=UTC), datetime(2026, 3, 29, 1, tzinfo=UTC))
+    assert (start, end) == (
+        datetime(2026, 3, 29, 0, tzinfo=UTC),
+        datetime(2026, 3, 29, 1, tzinfo=UTC),
+    )
 
 
 def test_half_hour_offset_zone() -> None:
@@ -48,9 +51,9 @@ def test_worked_timeline_day_of_a_late_settle() -> None:
     after = window_keys(datetime(2026, 1, 14, 23, 0, 3, tzinfo=UTC), "Europe/Berlin")
     assert (start.day_key, after.day_key) == ("2026-01-14", "2026-01-15")
     assert start.day_resets_at == datetime(2026, 1, 14, 23, tzinfo=UTC)
-    assert resets_at(Window.HOUR, datetime(2026, 1, 14, 22, 59, 58, tzinfo=UTC), "Europe/Berlin") == (
-        datetime(2026, 1, 14, 23, tzinfo=UTC)
-    )
+    assert resets_at(
+        Window.HOUR, datetime(2026, 1, 14, 22, 59, 58, tzinfo=UTC), "Europe/Berlin"
+    ) == (datetime(2026, 1, 14, 23, tzinfo=UTC))
 
 
 def test_midnight_skipped_by_dst() -> None:

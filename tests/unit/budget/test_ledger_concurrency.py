@@ -70,7 +70,5 @@ async def test_two_processes_on_one_file_never_overspend(make_ledger: LedgerFact
     file still grant exactly floor(limit / ceiling) holds: BEGIN IMMEDIATE serialises."""
     one = await make_ledger(global_daily_musd=100_000)
     two = await make_ledger(global_daily_musd=100_000)
-    results = await asyncio.gather(
-        *(attempt(one if i % 2 else two, i, 3_000) for i in range(200))
-    )
+    results = await asyncio.gather(*(attempt(one if i % 2 else two, i, 3_000) for i in range(200)))
     assert sum(isinstance(r, HoldTicket) for r in results) == 33

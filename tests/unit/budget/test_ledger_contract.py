@@ -16,7 +16,7 @@ from budget.errors import HoldRefused, UnknownHold
 from budget.ledger import Ledger
 from budget.protocol import HoldTicket, OperationTicket
 from budget.sqlite_store import UnknownOperation
-from budget.status import KillState
+from budget.status import BucketStatus, KillState
 from budget.types import Level, Origin, RefusalReason, Usage, Window
 
 
@@ -44,7 +44,7 @@ async def refused(coro: object) -> HoldRefused:
     return info.value
 
 
-def bucket(status_buckets: list, level: Level, window: Window):  # type: ignore[no-untyped-def]
+def bucket(status_buckets: list[BucketStatus], level: Level, window: Window) -> BucketStatus:
     """The status bucket of ``level``/``window``."""
     return next(b for b in status_buckets if b.level is level and b.window is window)
 
@@ -72,7 +72,12 @@ async def test_refusal_names_level_window_reset_and_holds_nothing(
     )
     await ledger.team_add("red", 1)
     r = (await refused(hold(ledger, ceiling=500_000))).refusal
-    assert (r.reason, r.level, r.window, r.scope) == (RefusalReason.LIMIT, Level.TEAM, Window.DAY, "red")
+    assert (r.reason, r.level, r.window, r.scope) == (
+        RefusalReason.LIMIT,
+        Level.TEAM,
+        Window.DAY,
+        "red",
+    )
     assert r.resets_at == datetime(2026, 1, 15, tzinfo=UTC)
     assert not r.busy
     st = await ledger.user_status(1)
@@ -100,7 +105,10 @@ async def test_exhausted_is_not_busy(make_ledger: LedgerFactory) -> None:
     await ledger.settle(h.hold_id, Usage(input_tokens=1, output_tokens=899))
     r = (await refused(hold(ledger, ceiling=200))).refusal
     assert (r.reason, r.level, r.window, r.busy) == (
-        RefusalReason.LIMIT, Level.PERSONAL, Window.HOUR, False,
+        RefusalReason.LIMIT,
+        Level.PERSONAL,
+        Window.HOUR,
+        False,
     )
     assert r.resets_at == datetime(2026, 1, 14, 13, 0, tzinfo=UTC)
 
@@ -172,7 +180,10 @@ async def test_late_settle_books_into_the_day_the_hold_started(
     g = bucket(st.buckets, Level.GLOBAL, Window.DAY)
     assert (g.key, g.settled_musd, g.held_musd) == ("2026-01-15", 0, 0)
     hours = (await ledger.spend_per_hour(hours=2))["global"]
-    assert hours == [(datetime(2026, 1, 14, 22, tzinfo=UTC), 200), (datetime(2026, 1, 14, 23, tzinfo=UTC), 0)]
+    assert hours == [
+        (datetime(2026, 1, 14, 22, tzinfo=UTC), 200),
+        (datetime(2026, 1, 14, 23, tzinfo=UTC), 0),
+    ]
 
 
 async def test_late_settle_into_closed_day_after_expiry(
@@ -206,9 +217,11 @@ async def test_operation_cost_cap_and_request_cap_and_loop(make_ledger: LedgerFa
     op = await ledger.begin_operation(1, Origin.CHAT, max_musd=1500, max_requests=2)
     r1 = await ledger.begin_request(op, "p1")
     await ledger.reserve(op, r1, provider="test", model="m", input_tokens=1, max_tokens=999)
-    r = (await refused(
-        ledger.reserve(op, r1, provider="test", model="m", input_tokens=1, max_tokens=999)
-    )).refusal
+    r = (
+        await refused(
+            ledger.reserve(op, r1, provider="test", model="m", input_tokens=1, max_tokens=999)
+        )
+    ).refusal
     assert r.reason is RefusalReason.OPERATION_CAP
     assert (await refused(ledger.begin_request(op, "p1"))).refusal.reason is RefusalReason.LOOP
     await ledger.begin_request(op, "p2")
@@ -224,7 +237,9 @@ async def test_cascade_attempts_share_one_request(make_ledger: LedgerFactory) ->
     req = await ledger.begin_request(op, "p")
     for provider in ("free", "free", "test"):
         model = "f" if provider == "free" else "m"
-        h = await ledger.reserve(op, req, provider=provider, model=model, input_tokens=10, max_tokens=10)
+        h = await ledger.reserve(
+            op, req, provider=provider, model=model, input_tokens=10, max_tokens=10
+        )
         await ledger.release(h.hold_id)
     st = await ledger.status()
     assert (st.operations_today, st.requests_today, st.requests_per_operation) == (1, 1, 1.0)
@@ -235,19 +250,25 @@ async def test_default_operation_caps_per_origin(make_ledger: LedgerFactory) -> 
     ledger = await make_ledger()
     op = await ledger.begin_operation(1, Origin.CHAT)
     req = await ledger.begin_request(op, "p")
-    r = (await refused(
-        ledger.reserve(op, req, provider="test", model="m", input_tokens=1, max_tokens=59_999)
-    )).refusal
+    r = (
+        await refused(
+            ledger.reserve(op, req, provider="test", model="m", input_tokens=1, max_tokens=59_999)
+        )
+    ).refusal
     assert r.reason is RefusalReason.OPERATION_CAP
 
 
-async def test_inflight_slots_expire_and_free(make_ledger: LedgerFactory, clock: ManualClock) -> None:
+async def test_inflight_slots_expire_and_free(
+    make_ledger: LedgerFactory, clock: ManualClock
+) -> None:
     """USER_MAX_INFLIGHT refuses a third operation; ending one frees a slot; a crashed
     operation's slot expires with its TTL."""
     ledger = await make_ledger(user_max_inflight=2)
     a = await ledger.begin_operation(1, Origin.CHAT)
     await ledger.begin_operation(1, Origin.CHAT)
-    assert (await refused(ledger.begin_operation(1, Origin.CHAT))).refusal.reason is RefusalReason.INFLIGHT
+    assert (
+        await refused(ledger.begin_operation(1, Origin.CHAT))
+    ).refusal.reason is RefusalReason.INFLIGHT
     await ledger.begin_operation(2, Origin.CHAT)  # other users are not affected
     await ledger.end_operation(a)
     await ledger.end_operation(a)  # idempotent
@@ -336,7 +357,7 @@ async def test_auto_kill_and_unkill_counts_only_later_spend(
     async def listener(state: KillState) -> None:
         calls.append(state)
 
-    ledger._on_auto_kill = listener  # noqa: SLF001 - the knob is a constructor parameter
+    ledger._on_auto_kill = listener
     h = await hold(ledger, ceiling=4000)
     await ledger.settle(h.hold_id, Usage(1, 0, 3999))
     assert not (await ledger.kill_state()).killed
@@ -410,6 +431,7 @@ async def test_teams(make_ledger: LedgerFactory) -> None:
     ts = await ledger.team_status("red")
     assert ts.members == [1] and ts.member_spend_today_musd == {1: 10}
     assert bucket(ts.buckets, Level.TEAM, Window.DAY).settled_musd == 10
+    assert await ledger.top_users(5) == [(1, 10, 0)]
     assert await ledger.team_remove("red", 1)
     assert not await ledger.team_remove("red", 1)
 

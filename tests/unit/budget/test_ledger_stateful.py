@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+from collections.abc import Coroutine
+from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import Any, TypeVar
 
 from conftest import BASE_CONFIG, card
-from dataclasses import replace
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
@@ -27,7 +29,12 @@ from budget.models import create_schema
 from budget.sqlite_store import SqliteStore
 from budget.types import Origin, Usage
 
-LIMITS = {"global_daily_musd": 5_000, "global_hourly_musd": 2_000, "user_daily_musd": 1_500}
+T = TypeVar("T")
+LIMITS: dict[str, Any] = {
+    "global_daily_musd": 5_000,
+    "global_hourly_musd": 2_000,
+    "user_daily_musd": 1_500,
+}
 
 
 class LedgerMachine(RuleBasedStateMachine):
@@ -48,7 +55,7 @@ class LedgerMachine(RuleBasedStateMachine):
         self.settled_total = 0
         self.ceilings: dict[str, int] = {}
 
-    def run(self, coro):  # type: ignore[no-untyped-def]
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run one ledger call to completion on the machine's loop."""
         return self.loop.run_until_complete(coro)
 
@@ -123,16 +130,18 @@ class LedgerMachine(RuleBasedStateMachine):
         assert audit["mismatches"] == []
         conn_rows = self.run(self.ledger.store.call(self._bucket_rows))
         for level, win, settled, held, late in conn_rows:
-            limit = {("global", "day"): 5_000, ("global", "hour"): 2_000, ("personal", "day"): 1_500}.get(
-                (level, win)
-            )
+            limit = {
+                ("global", "day"): 5_000,
+                ("global", "hour"): 2_000,
+                ("personal", "day"): 1_500,
+            }.get((level, win))
             if limit is not None:
                 assert settled + held <= limit + late
         total = sum(r[2] for r in conn_rows if r[0] == "global" and r[1] == "day")
         assert total == self.settled_total
 
     def _bucket_rows(self) -> list[tuple[str, str, int, int, int]]:
-        conn = self.ledger.store._conn  # noqa: SLF001 - runs on the writer thread
+        conn = self.ledger.store._conn
         assert conn is not None
         return conn.execute(
             "SELECT level, win, settled_musd, held_musd, late_musd FROM budget_buckets"
