@@ -1,0 +1,101 @@
+"""The harness proven against real aiogram long polling (``tests/e2e/echo_bot.py``)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import BotFactory
+from tests.e2e.harness import BotExited
+from tests.fakes.telegram import FakeTelegram
+
+ECHO = [sys.executable, str(Path(__file__).with_name("echo_bot.py"))]
+
+
+async def test_start_answered_in_both_languages_and_sigterm_exits_zero(
+    bot_factory: BotFactory, fake_telegram: FakeTelegram
+) -> None:
+    """/start is answered per language_code; SIGTERM ends the run with 0; no token in logs."""
+    bot = bot_factory(ECHO)
+    await bot.start()
+    hooks = fake_telegram.webhook_calls
+    assert hooks == [{"method": "deleteWebhook", "drop_pending_updates": False}]
+
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(42, "/start", language_code="en")
+    fake_telegram.inject_message(43, "/start", language_code="ru")
+    [en] = await fake_telegram.wait_sent(42, since=mark)
+    [ru] = await fake_telegram.wait_sent(43, since=mark)
+    assert en.text == "Hello! I am an echo bot."
+    assert ru.text.startswith("Привет")
+
+    assert await bot.stop(signal.SIGTERM) == 0
+    assert bot.logs(), "the run's output was captured"
+    assert fake_telegram.token not in bot.logs()
+    assert fake_telegram.token.split(":")[1] not in bot.logs()
+
+
+async def test_html_reply_is_parsed_by_the_fake(
+    bot_factory: BotFactory, fake_telegram: FakeTelegram
+) -> None:
+    """An echo sent with parse_mode HTML is stored as text plus a bold entity."""
+    bot = bot_factory(ECHO)
+    await bot.start()
+    fake_telegram.inject_message(7, "a < b & 🏟")
+    reply = await fake_telegram.wait_for(lambda m: m.chat_id == 7)
+    assert reply.text == "a < b & 🏟"
+    assert [(e.type, e.offset, e.length) for e in reply.entities] == [("bold", 0, 10)]
+    assert reply.parse_mode == "HTML"
+    await bot.stop()
+
+
+async def test_restart_redelivers_nothing_confirmed_and_keeps_what_came_while_down(
+    bot_factory: BotFactory, fake_telegram: FakeTelegram
+) -> None:
+    """After a restart the old /start is not answered again; a message sent while the
+    bot was down is answered once it polls again."""
+    bot = bot_factory(ECHO)
+    await bot.start()
+    fake_telegram.inject_message(42, "/start")
+    await fake_telegram.wait_sent(42)
+    # let the bot confirm that update with its next getUpdates offset
+    first = fake_telegram.requests("getUpdates")[-1].seq
+    await fake_telegram.wait_request(
+        "getUpdates", lambda r: int(r.params.get("offset", 0)) > 0, since=first
+    )
+    assert await bot.stop() == 0
+
+    fake_telegram.inject_message(42, "while you were away")
+    mark = fake_telegram.mark()
+    await bot.start()
+    [reply] = await fake_telegram.wait_sent(42, since=mark)
+    assert reply.text == "while you were away"
+    assert [m.text for m in fake_telegram.sent_messages(42)] == [
+        "Hello! I am an echo bot.",
+        "while you were away",
+    ]
+    assert bot.runs == 2
+    await bot.stop()
+
+
+async def test_early_exit_is_reported_with_its_code(
+    bot_factory: BotFactory, bot_env: dict[str, str]
+) -> None:
+    """A bot that exits before polling raises BotExited carrying code and output."""
+    env = {k: v for k, v in bot_env.items() if k != "BOT_TOKEN"}
+    bot = bot_factory(ECHO, env=env)
+    with pytest.raises(BotExited) as caught:
+        await bot.start()
+    assert caught.value.returncode == 2
+    assert "BOT_TOKEN is not set" in bot.stderr()
+
+
+async def test_kill_is_a_crash(bot_factory: BotFactory) -> None:
+    """kill() ends the process without a clean shutdown (SIGKILL)."""
+    bot = bot_factory(ECHO)
+    await bot.start()
+    await bot.kill()
+    assert bot.returncode == -signal.SIGKILL
