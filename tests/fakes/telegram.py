@@ -471,8 +471,6 @@ class _TelegramHTMLParser(HTMLParser):
             language = last.language if last.type == "code" else entity.language
             self._entities[-1] = Entity("pre", start, length, language=language)
             return
-        if entity.type == "code" and entity.language is not None:
-            entity = replace(entity, language=None)  # a language only means something in pre
         self._entities.append(entity)
 
     def result(self) -> ParsedText:
@@ -481,7 +479,9 @@ class _TelegramHTMLParser(HTMLParser):
             raise EntityParseError(
                 f'Can\'t find end tag corresponding to start tag "{self._open[-1].tag}"'
             )
-        return ParsedText(self._out.text(), _sorted(self._entities))
+        # a language only means something on pre; a lone code keeps none
+        entities = [replace(e, language=None) if e.type == "code" else e for e in self._entities]
+        return ParsedText(self._out.text(), _sorted(entities))
 
 
 def parse_html(raw: str) -> ParsedText:
