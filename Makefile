@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kopek-installed
 SRC := bot llm budget scheduler
 
-.PHONY: run test lint typecheck unit bench clean
+.PHONY: run test lint typecheck bench clean locales
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,3 +35,7 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+
+# Recompile the committed .mo catalogues after editing a .po (a test checks they match).
+locales: $(STAMP)
+	$(PY) -m bot.i18n

@@ -35,7 +35,7 @@ from bot.admin_notify import AdminNotifier
 from bot.chat import ChatConfig, ChatService
 from bot.delivery import send_text
 from bot.digests import TelegramDeliverer
-from bot.i18n import LOCALES_DIR, CatalogueI18n
+from bot.i18n import create_i18n
 from bot.metrics import MetricsServer
 from bot.middlewares import IntakeMiddleware, LocaleMiddleware, ProfileMiddleware
 from bot.routers.admin import AdminView, create_admin_router
@@ -310,7 +310,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     if path is None:
         raise BudgetConfigError("the ledger needs a SQLite DATABASE_URL (file) for now")
 
-    i18n = CatalogueI18n(path=LOCALES_DIR, default_locale="en", domain="messages")
+    i18n = create_i18n()
     bot = Bot(
         token=settings.bot_token.get_secret_value(),
         session=AiohttpSession(api=TelegramAPIServer.from_base(settings.telegram_api_base)),
@@ -398,7 +398,6 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         digests=digests,
         intake=intake,
         runner=runner,
-        engine=engine,
         settings_view=AdminView(settings),
     )
     dp.message.outer_middleware(ProfileMiddleware(profiles, settings.admin_ids, settings.user_tz))

@@ -43,7 +43,8 @@ def _md_escape(text: str) -> str:
 
 def render_digest(sections: Sequence[DigestSection], tz: str) -> str:
     """Markdown for a whole digest (headers from templates, summaries as produced)."""
-    lines = [f"**{_('📰 Your daily digest')}**", ""]
+    heading = _("📰 Your daily digest")
+    lines = [f"**{heading}**", ""]
     zone = ZoneInfo(tz)
     for section in sections:
         title = section.title or (
@@ -52,7 +53,8 @@ def render_digest(sections: Sequence[DigestSection], tz: str) -> str:
         lines.append(f"**[{_md_escape(title)}]({section.link})**")
         for item in section.items:
             when = f"{item.published.astimezone(zone):%d.%m %H:%M}" if item.published else ""
-            lead = f"[{when or _('post')}]({item.link})"
+            label = when or _("post")
+            lead = f"[{label}]({item.link})"
             fwd = (
                 _(" (forwarded from {name})").format(name=item.forwarded_from)
                 if (item.forwarded_from)

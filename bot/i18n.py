@@ -1,14 +1,13 @@
 """Translations: gettext catalogues (``bot/locales/<lang>/LC_MESSAGES/messages.po``).
 
 English is the source language (the msgids); Russian is a Babel ``.po`` catalogue.
-aiogram's :class:`~aiogram.utils.i18n.I18n` expects compiled ``.mo`` files; to keep
-a fresh clone runnable without a build step, :class:`CatalogueI18n` compiles each
-``.po`` in memory with Babel when the bot starts.
+aiogram's :class:`~aiogram.utils.i18n.I18n` loads compiled ``.mo`` files, which are
+committed next to their ``.po`` (``make locales`` recompiles them; a test fails when a
+``.mo`` is older than its ``.po``), so a fresh clone runs without a build step.
 """
 
 from __future__ import annotations
 
-import gettext
 from io import BytesIO
 from pathlib import Path
 
@@ -16,7 +15,14 @@ from aiogram.utils.i18n import I18n
 from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
 
-__all__ = ["LOCALES_DIR", "SUPPORTED_LANGUAGES", "CatalogueI18n", "pick_language"]
+__all__ = [
+    "LOCALES_DIR",
+    "SUPPORTED_LANGUAGES",
+    "compile_all",
+    "compile_catalogue",
+    "create_i18n",
+    "pick_language",
+]
 
 LOCALES_DIR = Path(__file__).parent / "locales"
 SUPPORTED_LANGUAGES = ("en", "ru")
@@ -31,17 +37,32 @@ def pick_language(stored: str | None, telegram_code: str | None) -> str:
     return "en"
 
 
-class CatalogueI18n(I18n):
-    """aiogram I18n that reads ``.po`` catalogues directly (compiled in memory by Babel)."""
+def create_i18n() -> I18n:
+    """aiogram's I18n over the compiled catalogues in :data:`LOCALES_DIR`."""
+    return I18n(path=LOCALES_DIR, default_locale="en", domain="messages")
 
-    def find_locales(self) -> dict[str, gettext.GNUTranslations]:
-        translations: dict[str, gettext.GNUTranslations] = {}
-        for po_path in sorted(self.path.glob(f"*/LC_MESSAGES/{self.domain}.po")):
-            locale = po_path.parent.parent.name
-            with po_path.open("rb") as fp:
-                catalog = read_po(fp, locale=locale)
-            buf = BytesIO()
-            write_mo(buf, catalog)
-            buf.seek(0)
-            translations[locale] = gettext.GNUTranslations(buf)
-        return translations
+
+def compile_catalogue(po_path: Path) -> bytes:
+    """The ``.mo`` bytes Babel compiles from ``po_path`` (used by ``make locales`` and by
+    the test that checks the committed ``.mo`` files are up to date)."""
+    locale = po_path.parent.parent.name
+    with po_path.open("rb") as fp:
+        catalog = read_po(fp, locale=locale)
+    buf = BytesIO()
+    write_mo(buf, catalog)
+    return buf.getvalue()
+
+
+def compile_all() -> list[Path]:
+    """Compile every ``.po`` under :data:`LOCALES_DIR` next to itself; returns the ``.mo`` paths."""
+    written = []
+    for po_path in sorted(LOCALES_DIR.glob("*/LC_MESSAGES/messages.po")):
+        mo_path = po_path.with_suffix(".mo")
+        mo_path.write_bytes(compile_catalogue(po_path))
+        written.append(mo_path)
+    return written
+
+
+if __name__ == "__main__":
+    for path in compile_all():
+        print(path)

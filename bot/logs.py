@@ -59,3 +59,4 @@ def setup_logging(level: str, secrets: Iterable[str]) -> None:
     root.setLevel(level.upper())
     logging.getLogger("aiogram.event").setLevel(logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)

@@ -6,12 +6,24 @@ import asyncio
 import os
 
 from alembic import context
+from sqlalchemy import MetaData
 from sqlalchemy.engine import Connection
 
 from budget.db import create_engine
 
 config = context.config
-target_metadata = None
+
+
+def _metadata() -> list[MetaData]:
+    # Each package owns its tables; Alembic compares against all of them.
+    from bot.models import metadata as bot_metadata
+    from budget.models import metadata as budget_metadata
+    from scheduler.models import metadata as scheduler_metadata
+
+    return [budget_metadata, scheduler_metadata, bot_metadata]
+
+
+target_metadata = _metadata()
 
 
 def _url() -> str:

@@ -16,7 +16,6 @@ from aiogram import Bot, Router
 from aiogram.exceptions import TelegramAPIError
 from aiogram.filters import Command, CommandObject, Filter
 from aiogram.types import BufferedInputFile, Message
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.chart import spend_chart_png
 from bot.delivery import send_text
@@ -27,7 +26,6 @@ from bot.templates import format_reset
 from budget.clock import Clock
 from budget.errors import HoldRefused
 from budget.ledger import Ledger
-from budget.reports import top_users
 from budget.status import BucketStatus, LedgerStatus, TeamStatus, UserStatus
 from budget.types import Level, Window
 from budget.windows import day_bounds
@@ -209,7 +207,6 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
         cascade: Cascade,
         settings_view: AdminView,
         intake: Intake,
-        engine: AsyncEngine,
     ) -> None:
         args = (command.args or "").split()
         tz = settings_view.tz
@@ -235,7 +232,7 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
                 await reply(bot, message, "Usage: /budget [user ID | team NAME | chart]", clock)
                 return
             status = await ledger.status()
-            top = await top_users(engine, now=clock.now(), tz=tz, n=10)
+            top = await ledger.top_users(10)
             _key, day_start, _end = day_bounds(clock.now(), tz)
             messages_today = await intake.count_today(day_start)
             await reply(

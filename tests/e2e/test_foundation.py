@@ -1,0 +1,109 @@
+"""Issue 2: the real ``python -m bot`` process against the loopback fakes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+from tests.e2e.conftest import BotFactory
+from tests.e2e.harness import REPO_ROOT, BotProcess
+from tests.fakes.providers import FakeProviders
+from tests.fakes.telegram import FakeTelegram
+
+
+async def _run_config_error(env: dict[str, str]) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        cwd=str(REPO_ROOT),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode is not None
+    return proc.returncode, (out + err).decode()
+
+
+async def test_start_and_help_in_english_and_russian_then_sigterm_exits_zero(
+    bot: BotProcess, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """/start and /help are templates in en and ru; no LLM call; SIGTERM → exit 0;
+    the bot token (whole or its secret half) never appears in the DEBUG logs."""
+    assert fake_telegram.webhook_calls[0] == {
+        "method": "deleteWebhook",
+        "drop_pending_updates": False,
+    }
+    assert {c["command"] for c in fake_telegram.commands()} >= {"start", "help", "me"}
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(42, "/start", language_code="en")
+    fake_telegram.inject_message(43, "/start", language_code="ru")
+    [en] = await fake_telegram.wait_sent(42, since=mark)
+    [ru] = await fake_telegram.wait_sent(43, since=mark)
+    assert en.text.startswith("Hello") and "/help" in en.text
+    assert ru.text.startswith("Привет")
+
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(42, "/help", language_code="en")
+    fake_telegram.inject_message(43, "/help", language_code="ru")
+    [en] = await fake_telegram.wait_sent(42, since=mark)
+    [ru] = await fake_telegram.wait_sent(43, since=mark)
+    assert "/me" in en.text and "/sub" in en.text
+    assert "/me" in ru.text and "ваши расходы" in ru.text
+    assert fake_providers.requests == []
+
+    assert await bot.stop(signal.SIGTERM) == 0
+    logs = bot.logs()
+    assert "kopek started" in logs
+    assert fake_telegram.token not in logs
+    assert fake_telegram.token.split(":")[1] not in logs
+    for key in ("gsk_fake_groq_key_1", "gsk_fake_groq_key_2", "fake_deepseek_key"):
+        assert key not in logs
+
+
+async def test_missing_bot_token_exits_2_with_one_clear_line(bot_env: dict[str, str]) -> None:
+    """Without BOT_TOKEN the process prints one line naming it and @BotFather, exit 2."""
+    env = {k: v for k, v in bot_env.items() if k != "BOT_TOKEN"}
+    code, output = await _run_config_error(env)
+    assert code == 2
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1, output
+    assert "BOT_TOKEN" in lines[0] and "BotFather" in lines[0]
+
+
+async def test_no_provider_key_exits_2(bot_env: dict[str, str]) -> None:
+    """With no provider key at all the bot refuses to start, in one line."""
+    env = {k: v for k, v in bot_env.items() if not k.endswith("_API_KEY") and k != "GROQ_API_KEY_2"}
+    code, output = await _run_config_error(env)
+    assert code == 2
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "provider key" in lines[0], output
+
+
+async def test_hold_ttl_not_above_timeout_is_a_start_error(bot_env: dict[str, str]) -> None:
+    """HOLD_TTL_SECONDS must exceed PROVIDER_TIMEOUT_SECONDS (fail fast, exit 2)."""
+    env = dict(bot_env, HOLD_TTL_SECONDS="30", PROVIDER_TIMEOUT_SECONDS="60")
+    code, output = await _run_config_error(env)
+    assert code == 2 and "HOLD_TTL_SECONDS" in output
+
+
+async def test_restart_keeps_state_and_migrations_are_idempotent(
+    bot_factory: BotFactory, fake_telegram: FakeTelegram, tmp_path: Path
+) -> None:
+    """A second start on the same database applies no migration again and answers."""
+    first = bot_factory()
+    await first.start()
+    assert await first.stop() == 0
+    second = bot_factory()
+    await second.start()
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(5, "/start")
+    [reply] = await fake_telegram.wait_sent(5, since=mark)
+    assert reply.text.startswith("Hello")
+    assert await second.stop() == 0
+    assert "Running upgrade" not in second.logs()
+    assert os.path.exists(tmp_path / "kopek.db")
