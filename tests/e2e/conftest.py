@@ -14,17 +14,16 @@ Every test in this directory gets the ``e2e`` marker (``pytest -m "not e2e"`` sk
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import REPO_ROOT, BotProcess, bot_environment
+from tests.e2e.harness import REPO_ROOT, BotFactory, BotProcess, bot_environment
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 from tests.fakes.tme import FakeTme
 
-BotFactory = Callable[..., BotProcess]
 _HERE = Path(__file__).resolve().parent
 
 

@@ -23,13 +23,13 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
 from tests.fakes.telegram import FakeTelegram
 
-__all__ = ["REPO_ROOT", "BotExited", "BotProcess", "bot_environment"]
+__all__ = ["REPO_ROOT", "BotExited", "BotFactory", "BotProcess", "bot_environment"]
 
 #: The repository root (where ``python -m bot`` is run from).
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -296,3 +296,7 @@ class BotProcess:
         for f in self._files:
             f.close()
         self._files = []
+
+
+#: The ``bot_factory`` fixture: ``(argv=None, env=None, **BotProcess kwargs) -> BotProcess``.
+BotFactory = Callable[..., BotProcess]

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import BotFactory
-from tests.e2e.harness import BotExited
+from tests.e2e.harness import BotExited, BotFactory
 from tests.fakes.telegram import FakeTelegram
 
 ECHO = [sys.executable, str(Path(__file__).with_name("echo_bot.py"))]
