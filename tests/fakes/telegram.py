@@ -1364,7 +1364,7 @@ class FakeTelegram:
         return [
             m
             for m in sorted(self._messages.values(), key=lambda m: (m.date, m.message_id))
-            if m.method != "inbound" and (chat_id is None or m.chat_id == chat_id)
+            if chat_id is None or m.chat_id == chat_id
         ]
 
     async def wait_for(
@@ -1797,7 +1797,7 @@ class FakeTelegram:
         chat_id = self._chat_for(params)
         message_id = _as_int(params.get("message_id"), "message_id")
         old = self._messages.get((chat_id, message_id or 0))
-        if old is None or old.method == "inbound":
+        if old is None:
             raise _ApiError(400, "Bad Request: message to edit not found")
         raw = params.get("text")
         if raw is None or raw == "":
