@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sys
 from pathlib import Path
@@ -106,4 +105,3 @@ async def test_restart_keeps_state_and_migrations_are_idempotent(
     assert reply.text.startswith("Hello")
     assert await second.stop() == 0
     assert "Running upgrade" not in second.logs()
-    assert os.path.exists(tmp_path / "kopek.db")
