@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from datetime import UTC, datetime, timedelta
 
-from tests.e2e.conftest import BotFactory
+from bot.delivery import split_markdown
+from tests.e2e.conftest import BotFactory, wait_provider_requests
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram, SentMessage
 
@@ -90,10 +89,8 @@ async def test_long_markdown_answer_is_split_within_telegram_limits(
     fake_providers.script("groq", {"text": _long_markdown(), "completion_tokens": 900})
     mark = fake_telegram.mark()
     fake_telegram.inject_message(11, "Write a long answer")
-    first = await fake_telegram.wait_sent(11, since=mark, timeout=20)
-    assert first
-    await asyncio.sleep(1.0)  # let the remaining parts arrive (they follow immediately)
-    parts = [e for e in fake_telegram.sent_events(11, since=mark) if not e.is_edit]
+    expected = len(split_markdown(_long_markdown()))
+    parts = await fake_telegram.wait_sent(11, expected, since=mark, timeout=20)
     assert len(parts) >= 3
     assert all(_utf16(p.text) <= TELEGRAM_LIMIT for p in parts)
     joined = "\n".join(p.text for p in parts)
@@ -289,10 +286,7 @@ async def test_kill_with_slow_requests_in_flight_then_restart_then_unkill(
     mark = fake_telegram.mark()
     for uid in (21, 22, 23):
         fake_telegram.inject_message(uid, f"slow question {uid}")
-    deadline = time.monotonic() + 20
-    while len(fake_providers.requests) < 3 and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert len(fake_providers.requests) == 3
+    await wait_provider_requests(fake_providers, 3)
     fake_telegram.inject_message(admin, "/kill incident drill")
     kill_reply = await fake_telegram.wait_for(
         lambda m: m.chat_id == admin and "Kill switch ON" in m.text, since=mark
