@@ -7,8 +7,8 @@ from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 __all__ = ["parse_usd", "usd"]
 
 
-def usd(musd: int | None, places: int = 4) -> str:
-    """``1234`` µUSD → ``$0.0012``; ``None`` → ``—`` (no limit / unknown)."""
+def usd(musd: int | None, places: int = 6) -> str:
+    """``1234`` µUSD → ``$0.001234`` (exact at the default 6 places); ``None`` → ``—``."""
     if musd is None:
         return "—"
     value = Decimal(musd).scaleb(-6).quantize(Decimal(1).scaleb(-places), ROUND_HALF_EVEN)

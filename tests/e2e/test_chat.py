@@ -292,7 +292,7 @@ async def test_kill_with_slow_requests_in_flight_then_restart_then_unkill(
         lambda m: m.chat_id == admin and "Kill switch ON" in m.text, since=mark
     )
     exposure = kill_reply.text.rsplit("$", 1)[1]
-    assert exposure != "0.0000", kill_reply.text
+    assert exposure != "0.000000", kill_reply.text
     fake_telegram.inject_message(admin, "/budget")
     budget = await fake_telegram.wait_for(
         lambda m: m.chat_id == admin and "Budget" in m.text, since=mark

@@ -1,0 +1,88 @@
+"""Money display, settings validation and secret redaction."""
+
+from __future__ import annotations
+
+import logging
+from decimal import Decimal
+
+import pytest
+from pydantic import ValidationError
+
+from bot.logs import RedactSecrets
+from bot.money import parse_usd, usd
+from bot.settings import Settings, usd_to_musd
+
+
+def test_usd_display_is_exact() -> None:
+    """µUSD are shown as dollars without float rounding; None is a dash."""
+    assert usd(1) == "$0.000001"
+    assert usd(868) == "$0.000868"
+    assert usd(1_234_567) == "$1.234567"
+    assert usd(1_234_567, places=2) == "$1.23"
+    assert usd(None) == "—"
+
+
+@pytest.mark.parametrize(
+    ("text", "musd"),
+    [
+        ("0.05", 50_000),
+        ("$1", 1_000_000),
+        ("0.0000005", 0),
+        ("abc", None),
+        ("-1", None),
+        ("nan", None),
+    ],
+)
+def test_parse_usd(text: str, musd: int | None) -> None:
+    """Admin amounts parse to integer µUSD; junk and negatives are refused."""
+    assert parse_usd(text) == musd
+
+
+def test_usd_to_musd_half_even() -> None:
+    """Settings' decimal dollars become integer µUSD."""
+    assert usd_to_musd(Decimal("0.05")) == 50_000
+    assert usd_to_musd(None) is None
+
+
+def _settings(**kw: object) -> Settings:
+    return Settings(_env_file=None, **kw)  # type: ignore[call-arg]
+
+
+def test_settings_parse_admin_ids_and_ignore_empty_keys() -> None:
+    """ADMIN_IDS is a comma list; an empty key leaves its provider out."""
+    s = _settings(bot_token="1:x", groq_api_key="k", mistral_api_key="", admin_ids="1, 2")
+    assert s.admin_ids == frozenset({1, 2})
+    assert list(s.provider_keys()) == ["groq"]
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"bot_token": "1:x"},  # no provider key
+        {"bot_token": "1:x", "groq_api_key": "k", "budget_tz": "Mars/Olympus"},
+        {"bot_token": "1:x", "groq_api_key": "k", "admin_ids": "one,two"},
+        {"bot_token": "1:x", "groq_api_key": "k", "hold_ttl_seconds": 10},
+    ],
+)
+def test_settings_fail_fast(kw: dict[str, object]) -> None:
+    """Unusable configuration is refused at start."""
+    with pytest.raises(ValidationError):
+        _settings(**kw)
+
+
+def test_secret_never_reaches_a_log_line() -> None:
+    """The filter removes the whole token, its secret half, and keys, incl. tracebacks."""
+    token = "123456:ABCDEFsecretpart"
+    record = logging.LogRecord(
+        "x", logging.ERROR, __file__, 1, "url /bot%s/getMe key=%s", (token, "gsk_abcdef"), None
+    )
+    try:
+        raise RuntimeError("ABCDEFsecretpart leaked")
+    except RuntimeError:
+        import sys
+
+        record.exc_info = sys.exc_info()
+    RedactSecrets([token, "gsk_abcdef"]).filter(record)
+    text = record.getMessage()
+    assert "ABCDEFsecretpart" not in text and "gsk_abcdef" not in text
+    assert "***" in text
