@@ -14,6 +14,7 @@ from aiogram.utils.i18n import I18n
 from aiogram.utils.i18n import gettext as _
 
 from bot.delivery import send_text
+from bot.i18n import in_locale
 from budget.clock import Clock
 from budget.status import KillState
 from llm.cascade import CascadeEvent
@@ -48,7 +49,7 @@ class AdminNotifier:
 
     async def auto_kill(self, state: KillState) -> None:
         """The burn-rate trigger tripped the kill switch (called once per trip)."""
-        with self._i18n.use_locale("en"):
+        with in_locale(self._i18n, "en"):
             text = _(
                 "🛑 Kill switch tripped automatically: {reason}. New LLM work is refused; "
                 "work in flight finishes. Check /budget, then /unkill when safe."
@@ -59,7 +60,7 @@ class AdminNotifier:
         """Provider events worth an admin's attention (a key disabled after an auth failure)."""
         if event.kind != "key_disabled":
             return
-        with self._i18n.use_locale("en"):
+        with in_locale(self._i18n, "en"):
             text = _(
                 "🔑 Provider key {name} was disabled after an authentication failure; the "
                 "cascade goes on without it. Fix the key, then /providers enable {name}."

@@ -35,7 +35,7 @@ from bot.admin_notify import AdminNotifier
 from bot.chat import ChatConfig, ChatService
 from bot.delivery import send_text
 from bot.digests import TelegramDeliverer
-from bot.i18n import create_i18n
+from bot.i18n import create_i18n, in_locale
 from bot.metrics import MetricsServer
 from bot.middlewares import IntakeMiddleware, LocaleMiddleware, ProfileMiddleware
 from bot.routers.admin import AdminView, create_admin_router
@@ -198,7 +198,7 @@ class App:
 
     async def _notify_lost(self) -> None:
         for lost in await self.intake.take_lost(self.clock.now()):
-            with self.i18n.use_locale(lost.language):
+            with in_locale(self.i18n, lost.language):
                 text = templates.lost_text()
             try:
                 await send_text(self.bot, lost.chat_id, text, clock=self.clock)

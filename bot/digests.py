@@ -21,6 +21,7 @@ from aiogram.utils.i18n import I18n
 from aiogram.utils.i18n import gettext as _
 
 from bot.delivery import send_markdown
+from bot.i18n import in_locale
 from bot.templates import format_reset
 from budget.clock import Clock
 from scheduler.errors import DeliveryRetryAfter, RecipientGone
@@ -118,7 +119,7 @@ class TelegramDeliverer:
         self, user_id: int, chat_id: int, language: str, parts: Sequence[DigestSection]
     ) -> None:
         tz = await self._tz_of(user_id)
-        with self._i18n.use_locale(language):
+        with in_locale(self._i18n, language):
             markdown = render_digest(parts, tz)
         key = (chat_id, hashlib.sha256(markdown.encode()).hexdigest())
         done = self._progress.get(key, 0)
@@ -141,7 +142,7 @@ class TelegramDeliverer:
 
     async def notify(self, user_id: int, chat_id: int, language: str, notice: Notice) -> None:
         tz = await self._tz_of(user_id)
-        with self._i18n.use_locale(language):
+        with in_locale(self._i18n, language):
             text = notice_text(notice, tz)
         await self._guarded(
             send_markdown(self._bot, chat_id, _md_escape(text), clock=self._clock, wait_retry=False)

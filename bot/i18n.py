@@ -8,6 +8,8 @@ committed next to their ``.po`` (``make locales`` recompiles them; a test fails 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from io import BytesIO
 from pathlib import Path
 
@@ -21,6 +23,7 @@ __all__ = [
     "compile_all",
     "compile_catalogue",
     "create_i18n",
+    "in_locale",
     "pick_language",
 ]
 
@@ -35,6 +38,14 @@ def pick_language(stored: str | None, telegram_code: str | None) -> str:
     if telegram_code and telegram_code.split("-")[0].lower() == "ru":
         return "ru"
     return "en"
+
+
+@contextmanager
+def in_locale(i18n: I18n, language: str) -> Iterator[None]:
+    """Translate in ``language`` outside a handler (jobs, start-up, admin notices):
+    sets aiogram's current I18n *and* its locale, as the middleware does for updates."""
+    with i18n.context(), i18n.use_locale(language):
+        yield
 
 
 def create_i18n() -> I18n:

@@ -1,0 +1,154 @@
+"""Issue 5: admin commands, crash recovery, per-user queue, provider auth failures, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import urllib.request
+from contextlib import closing
+
+from tests.e2e.conftest import BotFactory, wait_provider_requests
+from tests.fakes.providers import FakeProviders
+from tests.fakes.telegram import FakeTelegram
+
+ADMIN = 1
+
+
+def _free_port() -> int:
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _ask(tg: FakeTelegram, user: int, text: str, timeout: float = 20.0) -> str:  # noqa: ASYNC109
+    mark = tg.mark()
+    tg.inject_message(user, text)
+    [reply] = await tg.wait_sent(user, since=mark, timeout=timeout)
+    return reply.text
+
+
+async def test_limits_teams_budget_report_and_chart(
+    bot_factory: BotFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+) -> None:
+    """/limit and /team change persisted state; bad arguments get a usage line; /budget
+    shows teams and the limit; /budget chart sends a PNG photo; /me names the new limit."""
+    bot = bot_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN)))
+    await bot.start()
+    assert (await _ask(fake_telegram, ADMIN, "/limit global day lots")).startswith("Usage: /limit")
+    assert (await _ask(fake_telegram, ADMIN, "/limit planet day 1")).startswith("Usage: /limit")
+    assert "Limit set" in await _ask(fake_telegram, ADMIN, "/limit user 50 day 0.25")
+    assert "Limit set" in await _ask(fake_telegram, ADMIN, "/limit team core hour 1.5")
+    assert "in team core" in await _ask(fake_telegram, ADMIN, "/team core add 50")
+    assert (await _ask(fake_telegram, ADMIN, "/team core promote 50")).startswith("Usage: /team")
+    assert "core: 50" in await _ask(fake_telegram, ADMIN, "/team list")
+    report = await _ask(fake_telegram, ADMIN, "/budget")
+    assert "Teams: core (1)" in report and "Kill switch: off" in report
+    user = await _ask(fake_telegram, ADMIN, "/budget user 50")
+    assert "team core" in user and "$0.250000" in user
+    me = await _ask(fake_telegram, 50, "/me")
+    assert "$0.250000" in me and "Team: core" in me
+
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(ADMIN, "/budget chart")
+    photo = await fake_telegram.wait_for(
+        lambda m: m.chat_id == ADMIN and m.method == "sendPhoto", since=mark
+    )
+    assert photo.file is not None and photo.file["size"] > 1000
+    assert await bot.stop() == 0
+
+    again = bot_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN)))
+    await again.start()
+    assert "core: 50" in await _ask(fake_telegram, ADMIN, "/team list")
+    await again.stop()
+
+
+async def test_crash_mid_call_asks_the_user_to_resend_without_repeating_the_call(
+    bot_factory: BotFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """SIGKILL while a call is in flight: at the next start the user gets the resend
+    template, and the LLM call is not repeated."""
+    fake_providers.script("groq", {"text": "too late", "delay_s": 30})
+    bot = bot_factory()
+    await bot.start()
+    fake_telegram.inject_message(31, "a question before the crash")
+    await wait_provider_requests(fake_providers, 1)
+    await bot.kill()
+    again = bot_factory()
+    mark = fake_telegram.mark()
+    await again.start()
+    [notice] = await fake_telegram.wait_sent(31, since=mark, timeout=20)
+    assert "restarted" in notice.text
+    assert len(fake_providers.requests) == 1
+    await again.stop()
+
+
+async def test_user_queue_answers_in_order_and_refuses_overflow(
+    bot_factory: BotFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """USER_MAX_INFLIGHT=1, USER_QUEUE_MAX=2: of four quick messages, three are answered
+    in order and the fourth gets the 'too many at once' template (no provider call)."""
+    fake_providers.script("groq", *[{"text": f"answer {i}", "delay_s": 1.0} for i in range(3)])
+    bot = bot_factory(env=dict(bot_env, USER_MAX_INFLIGHT="1", USER_QUEUE_MAX="2"))
+    await bot.start()
+    mark = fake_telegram.mark()
+    for i in range(4):
+        fake_telegram.inject_message(32, f"q{i}")
+    replies = await fake_telegram.wait_sent(32, 4, since=mark, timeout=30)
+    texts = [r.text for r in replies]
+    assert "Too many messages at once" in texts[0]
+    assert texts[1:] == ["answer 0", "answer 1", "answer 2"]
+    assert len(fake_providers.requests) == 3
+    await bot.stop()
+
+
+async def test_auth_failure_disables_key_notifies_admins_once_and_enable_restores(
+    bot_factory: BotFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """Groq key 1 answers 401: key 2 answers; admins are told once; key 1 gets no more
+    requests; /providers shows it disabled; /providers enable groq brings it back."""
+    fake_providers.script("gsk_fake_groq_key_1", {"status": 401})
+    bot = bot_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN)))
+    await bot.start()
+    mark = fake_telegram.mark()
+    assert (await _ask(fake_telegram, 40, "first")).endswith("first")
+    assert (await _ask(fake_telegram, 40, "second")).endswith("second")
+    notices = [e for e in fake_telegram.sent_events(ADMIN, since=mark) if "disabled" in e.text]
+    assert len(notices) == 1 and "groq" in notices[0].text
+    assert "gsk_fake" not in notices[0].text
+    keys = [r.key for r in fake_providers.requests_for("groq")]
+    assert keys == ["gsk_fake_groq_key_1", "gsk_fake_groq_key_2", "gsk_fake_groq_key_2"]
+    providers = await _ask(fake_telegram, ADMIN, "/providers")
+    assert "groq (" in providers and "DISABLED" in providers
+    assert "gsk_fake" not in providers
+    assert "enabled" in await _ask(fake_telegram, ADMIN, "/providers enable groq")
+    await _ask(fake_telegram, 40, "third")
+    assert fake_providers.requests_for("groq")[-1].key == "gsk_fake_groq_key_1"
+    assert await bot.stop(signal.SIGINT) == 0
+
+
+async def test_metrics_endpoint_serves_ledger_and_cascade_figures(
+    bot_factory: BotFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+) -> None:
+    """METRICS_PORT set: /metrics on 127.0.0.1 has provider calls and budget gauges."""
+    port = _free_port()
+    bot = bot_factory(env=dict(bot_env, METRICS_PORT=str(port), BUDGET_GLOBAL_DAILY_USD="1"))
+    await bot.start()
+    await _ask(fake_telegram, 41, "count me")
+
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
+    body = await asyncio.to_thread(scrape)
+    assert 'kopek_llm_calls_total{provider="groq"} 1.0' in body
+    assert "kopek_budget_utilisation_ratio" in body
+    assert "kopek_budget_exposure_musd 0.0" in body
+    assert "kopek_llm_paid_anchor_calls_total 0.0" in body
+    await bot.stop()
