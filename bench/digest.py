@@ -38,8 +38,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,6 +189,12 @@ class Deliverer:
         return None
 
 
+def _no_fsync(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA synchronous=OFF")
+    cur.close()
+
+
 def channel_pages() -> dict[str, str]:
     """240 channel pages from the saved markup: names, ids and texts varied."""
     html = FIXTURE.read_text(encoding="utf-8")
@@ -223,6 +231,8 @@ async def run(users: int, *, pacing: bool, concurrency: int, stagger_s: float) -
     fetchers = Fetchers(tme, FeedClient(http, AddressGuard()), clock, memo_s=3600)
     with tempfile.TemporaryDirectory() as tmp:
         engine = create_engine(f"sqlite+aiosqlite:///{tmp}/bench.db")
+        # a benchmark database need not survive a power cut: no fsync per commit
+        event.listen(engine.sync_engine, "connect", _no_fsync)
         async with engine.begin() as conn:
             await conn.run_sync(metadata.create_all)
         sessions = async_sessionmaker(engine, expire_on_commit=False)
@@ -264,6 +274,8 @@ async def run(users: int, *, pacing: bool, concurrency: int, stagger_s: float) -
     total_tokens = sum(p.tokens for p in cascade.providers)
     free_tpm = sum(p.tpm or 0 for p in cascade.providers)
     lower = total_tokens / free_tpm * 60
+    # the buckets start full (one minute of tokens at t=0), so the tight bound is lower still
+    lower_full_start = max(0, total_tokens - free_tpm) / free_tpm * 60
     return {
         "digests": deliverer.sent,
         "llm_calls": runner.stats.llm_calls,
@@ -274,6 +286,7 @@ async def run(users: int, *, pacing: bool, concurrency: int, stagger_s: float) -
         "makespan_s": makespan,
         "lower_bound_s": lower,
         "ratio": makespan / lower if lower else math.inf,
+        "lower_full_start_s": lower_full_start,
         "wall_s": wall,
         **{f"calls_{p.name}": p.calls for p in cascade.providers},
     }
@@ -291,6 +304,7 @@ def show(title: str, r: dict[str, float]) -> None:
         f"  tokens {r['tokens']:.0f}  makespan {r['makespan_s']:.0f} s  lower bound "
         f"{r['lower_bound_s']:.0f} s  ratio {r['ratio']:.2f}  (wall {r['wall_s']:.1f} s)"
     )
+    print(f"  (bound counting the full buckets at start: {r['lower_full_start_s']:.0f} s)")
 
 
 def main() -> None:
