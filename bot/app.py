@@ -36,7 +36,7 @@ from bot.chat import ChatConfig, ChatService
 from bot.delivery import send_text
 from bot.digests import TelegramDeliverer
 from bot.i18n import create_i18n, in_locale
-from bot.metrics import MetricsServer
+from bot.metrics import MetricsServer, refusal_counter
 from bot.middlewares import IntakeMiddleware, LocaleMiddleware, ProfileMiddleware
 from bot.routers.admin import AdminView, create_admin_router
 from bot.routers.chat import create_chat_router
@@ -351,6 +351,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
             user_max_inflight=settings.user_max_inflight,
             user_queue_max=settings.user_queue_max,
         ),
+        record_message=ledger.record_message,
     )
     repo = ProfileRepository(sessions, clock, default_digest_time=settings.digest_default_time)
     profiles = _Profiles(repo)
@@ -399,6 +400,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         intake=intake,
         runner=runner,
         settings_view=AdminView(settings),
+        refusals=refusal_counter(registry),
     )
     dp.message.outer_middleware(ProfileMiddleware(profiles, settings.admin_ids, settings.user_tz))
     LocaleMiddleware(i18n).setup(dp)

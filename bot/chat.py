@@ -131,6 +131,8 @@ class ChatService:
         count_tokens: prompt → tokens (an upper-bound count, see ``budget.tokens``).
         clock: the one clock.
         config: chat knobs.
+        record_message: counts a message against the courtesy daily cap
+            (USER_DAILY_MESSAGES); raises ``HoldRefused`` (reason ``messages``) past it.
     """
 
     def __init__(
@@ -142,8 +144,10 @@ class ChatService:
         count_tokens: Callable[[Sequence[Message]], int],
         clock: Clock,
         config: ChatConfig,
+        record_message: Callable[[int], Awaitable[int]] | None = None,
     ) -> None:
         self._ledger = ledger
+        self._record_message = record_message
         self._backend = backend
         self._history = history
         self._count = count_tokens
@@ -184,6 +188,12 @@ class ChatService:
         if tokens > self._config.max_input_tokens:
             return ChatFailed("too_long", tokens=tokens, limit=self._config.max_input_tokens)
 
+        if self._record_message is not None:
+            try:
+                await self._record_message(user_id)
+            except HoldRefused as exc:
+                busy = self._lanes.get(user_id)
+                return ChatRefused(exc.refusal, running=busy is not None and busy.active > 0)
         lane = self._lanes.get(user_id)
         if lane is None:
             lane = self._lanes[user_id] = _Lane(self._config.user_max_inflight)

@@ -109,6 +109,8 @@ def render_budget(
     lines.append("Providers today:")
     spend = {p.provider: p for p in status.providers}
     for p in cascade.provider_status():
+        if not p.present:
+            continue
         sp = spend.get(p.name)
         money = f"settled {usd(sp.settled_musd)}, list {usd(sp.list_musd)}" if sp else "settled $0"
         cooldown = f" ({p.cooldown_remaining_s:.0f}s)" if p.cooldown_remaining_s > 0 else ""
@@ -117,8 +119,10 @@ def render_budget(
         lines.append(
             f"• {p.name}{paid}{flags}: {p.calls_today} calls, {money}, circuit {p.state}{cooldown}"
         )
+    paid_names = {p.name for p in cascade.provider_status() if p.paid}
+    paid_today = sum(p.calls for p in status.providers if p.provider in paid_names)
     stats = cascade.stats()
-    lines.append(f"Paid-anchor calls (since start): {stats.paid_anchor_calls}")
+    lines.append(f"Paid-anchor calls today: {paid_today} (since start: {stats.paid_anchor_calls})")
     origin = ", ".join(f"{o} {usd(m)}" for o, m in sorted(status.spend_by_origin_musd.items()))
     lines.append(f"Spend by origin: {origin or '—'}")
     per_msg = f"{status.requests_today / messages_today:.2f}" if messages_today else "—"

@@ -11,6 +11,7 @@ from aiogram import Bot, F, Router
 from aiogram.filters import Filter
 from aiogram.types import Message
 from aiogram.utils.chat_action import ChatActionSender
+from prometheus_client import Counter
 
 from bot import templates
 from bot.chat import ChatAnswer, ChatFailed, ChatRefused, ChatService, run_guarded
@@ -64,11 +65,13 @@ def create_chat_router(*, stale_after_s: int) -> Router:
         chat_service: ChatService,
         clock: Clock,
         outcome: dict[str, str],
+        refusals: Counter,
     ) -> None:
         reply_to = message.message_id if message.chat.type != "private" else None
         age = clock.now() - message.date
         if age > timedelta(seconds=stale_after_s):
             outcome["status"] = "stale"
+            refusals.labels("stale").inc()
             await send_text(bot, message.chat.id, templates.stale_text(), clock=clock)
             return
 
@@ -92,9 +95,11 @@ def create_chat_router(*, stale_after_s: int) -> Router:
             return
         if isinstance(result, ChatRefused):
             outcome["status"] = "refused"
+            refusals.labels(result.refusal.reason.value).inc()
             text = templates.refusal_text(result.refusal, tz=user_ctx.tz, running=result.running)
         else:
             outcome["status"] = "refused" if result.kind in ("too_long", "queue_full") else "failed"
+            refusals.labels(result.kind).inc()
             text = _failure_text(result)
         await send_text(bot, message.chat.id, text, clock=clock, reply_to=reply_to)
 

@@ -369,3 +369,28 @@ async def test_admin_commands_from_non_admin_look_unknown_and_change_nothing(
     assert "Kill switch: off" in budget.text
     assert "Teams" not in budget.text
     await bot.stop()
+
+
+async def test_courtesy_daily_message_limit(
+    bot_factory: BotFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """USER_DAILY_MESSAGES=1: the second message of the day gets the template with its
+    reset time and no LLM call; /me shows 0 messages left."""
+    bot = bot_factory(env=dict(bot_env, USER_DAILY_MESSAGES="1"))
+    await bot.start()
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(17, "first")
+    await fake_telegram.wait_sent(17, since=mark, timeout=20)
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(17, "second")
+    [refused] = await fake_telegram.wait_sent(17, since=mark)
+    assert "today's messages" in refused.text and "resets at 00:00 UTC" in refused.text
+    assert len(fake_providers.requests) == 1
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(17, "/me")
+    [me] = await fake_telegram.wait_sent(17, since=mark)
+    assert "Messages left today: 0 of 1" in me.text
+    await bot.stop()

@@ -93,7 +93,7 @@ async def test_blocked_user_marked_inactive_and_the_run_goes_on(
     mark = fake_telegram.mark()
     requests_mark = len(fake_telegram.requests())
     await again.start()
-    delivered = await fake_telegram.wait_for(
+    await fake_telegram.wait_for(
         lambda m: m.chat_id == 54 and "Portnews News" in m.text, since=mark, timeout=60
     )
     assert "late" in fake_telegram.sent_events(54, since=mark)[0].text  # missed at 00:00
