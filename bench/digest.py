@@ -264,8 +264,7 @@ async def run(users: int, *, pacing: bool, concurrency: int, stagger_s: float) -
         )
         wall = time.perf_counter()
         await runner.tick()
-        await clock.run(lambda: deliverer.sent >= users, limit_s=6 * 3600)
-        await runner.drain()
+        await clock.run(lambda: not runner.busy, limit_s=6 * 3600, max_idle_rounds=5000)
         wall = time.perf_counter() - wall
         await engine.dispose()
     await http.aclose()

@@ -395,6 +395,11 @@ class DigestRunner:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    @property
+    def busy(self) -> bool:
+        """True while digests are queued or running, or a delivery retry is pending."""
+        return bool(self._queued or self._tasks)
+
     async def drain(self) -> None:
         """Wait until every queued digest and pending delivery retry has finished."""
         while self._queued or self._tasks:
