@@ -510,7 +510,7 @@ class Cascade:
         if not is_anchor and not self.breaker.available(provider.name):
             return "open"
         if not provider.paid and self.pacer.would_exceed(
-            provider.name, input_tokens + request.max_tokens
+            provider.name, input_tokens + request.max_tokens, request.free_share
         ):
             return "paced"
         return None

@@ -109,15 +109,16 @@ class Pacer:
             pace.remaining_requests = None
             pace.requests_reset_at = None
 
-    def would_exceed(self, key: str, tokens: int) -> bool:
-        """True when ``tokens`` more would exceed what ``key`` has left before its reset."""
+    def would_exceed(self, key: str, tokens: int, share: float = 1.0) -> bool:
+        """True when ``tokens`` more would exceed ``share`` of what ``key`` has left
+        before its reset (``share`` = 1: all of it)."""
         pace = self._keys.get(key)
         if pace is None:
             return False
         self._expire(pace)
         if pace.remaining_requests is not None and pace.remaining_requests <= 0:
             return True
-        return pace.remaining_tokens is not None and tokens > pace.remaining_tokens
+        return pace.remaining_tokens is not None and tokens > pace.remaining_tokens * share
 
     def remaining_tokens(self, key: str) -> int | None:
         """Tokens ``key`` has left now (``None`` = unknown)."""

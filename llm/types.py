@@ -53,6 +53,9 @@ class LLMRequest:
             tried first by the degradation ladder when the paid anchor's hold is refused.
         fingerprint: identifies the prompt for loop detection; defaults to a hash of
             ``messages`` computed by the cascade.
+        free_share: the share (0 < share ≤ 1) of a free provider's remaining tokens this
+            request may take; a free provider with less room is treated as cooling until
+            its reset. Digests pass DIGEST_MAX_FREE_SHARE so chat keeps the rest.
     """
 
     messages: tuple[Message, ...]
@@ -61,6 +64,13 @@ class LLMRequest:
     priority: Priority = Priority.CHAT
     cheaper_messages: tuple[Message, ...] | None = None
     fingerprint: str | None = None
+    free_share: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.free_share <= 1:
+            raise ValueError("free_share must be in (0, 1]")
+        if self.max_tokens < 1:
+            raise ValueError("max_tokens is mandatory and must be >= 1")
 
 
 @dataclass(frozen=True, slots=True)

@@ -833,6 +833,7 @@ class DigestRunner:
                     allow_paid=decision.allow_paid,
                     priority=Priority.DIGEST,
                     fingerprint=f"{base}:{attempt}",
+                    free_share=self.config.max_free_share,
                 )
                 try:
                     completion = await self._backend.complete(op, request)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -291,6 +292,21 @@ async def test_pacing_skips_groq_without_a_request(make: Any, fake: FakeProvider
     cap = {c.provider: c for c in h.cascade.capacity()}
     assert cap["groq"].remaining_tokens is not None and cap["groq"].remaining_tokens <= 100
     assert cap["groq"].reset_at is not None
+
+
+async def test_free_share_keeps_room_for_chat(make: Any, fake: FakeProviders) -> None:
+    """Groq has 1,000 tokens left: a digest-style request allowed 0.8 of it skips Groq
+    when it needs 900, while the same request at share 1.0 goes to Groq."""
+    h = make(("groq", "mistral"))
+    fake.script(
+        key("groq"),
+        {"headers": {"x-ratelimit-remaining-tokens": "1000", "x-ratelimit-reset-tokens": "30s"}},
+    )
+    assert (await h.ask()).provider == "groq"
+    shared = replace(ask("digest", max_tokens=880), free_share=0.8)
+    assert (await h.ask(shared)).provider == "mistral"
+    whole = replace(ask("chat", max_tokens=880), free_share=1.0)
+    assert (await h.ask(whole)).provider == "groq"
 
 
 async def test_pacing_window_resets(make: Any, fake: FakeProviders, clock: ManualClock) -> None:

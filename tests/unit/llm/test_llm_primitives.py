@@ -202,6 +202,15 @@ def test_pacer_would_exceed_until_reset() -> None:
     assert not p.would_exceed("g", 2_000)
 
 
+def test_pacer_share_of_remaining() -> None:
+    """With 1,000 tokens left, 800 fit a 0.8 share and 801 do not."""
+    p = Pacer(ManualClock())
+    p.observe("g", RateLimitInfo(remaining_tokens=1000, reset_tokens_s=10.0))
+    assert not p.would_exceed("g", 800, 0.8)
+    assert p.would_exceed("g", 801, 0.8)
+    assert not p.would_exceed("g", 1000)
+
+
 def test_pacer_consume_and_limit_refill() -> None:
     """In-flight requests are subtracted; after the reset the full limit is assumed."""
     clock = ManualClock()
