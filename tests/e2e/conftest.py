@@ -14,7 +14,6 @@ Every test in this directory gets the ``e2e`` marker (``pytest -m "not e2e"`` sk
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -107,19 +106,3 @@ async def bot(bot_factory: BotFactory) -> BotProcess:
     process = bot_factory()
     await process.start()
     return process
-
-
-async def wait_provider_requests(fake: FakeProviders, count: int, timeout: float = 20.0) -> None:  # noqa: ASYNC109 - test deadline
-    """Wait until the provider fake has received ``count`` requests.
-
-    The provider fake has no change notification, so this polls every 20 ms.
-
-    Raises:
-        TimeoutError: fewer requests arrived within ``timeout`` seconds.
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while len(fake.requests) < count:
-        if loop.time() > deadline:
-            raise TimeoutError(f"{len(fake.requests)} of {count} provider requests arrived")
-        await asyncio.sleep(0.02)

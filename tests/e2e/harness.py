@@ -27,9 +27,17 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 
-__all__ = ["REPO_ROOT", "BotExited", "BotFactory", "BotProcess", "bot_environment"]
+__all__ = [
+    "REPO_ROOT",
+    "BotExited",
+    "BotFactory",
+    "BotProcess",
+    "bot_environment",
+    "wait_provider_requests",
+]
 
 #: The repository root (where ``python -m bot`` is run from).
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -300,3 +308,19 @@ class BotProcess:
 
 #: The ``bot_factory`` fixture: ``(argv=None, env=None, **BotProcess kwargs) -> BotProcess``.
 BotFactory = Callable[..., BotProcess]
+
+
+async def wait_provider_requests(fake: FakeProviders, count: int, timeout: float = 20.0) -> None:  # noqa: ASYNC109 - test deadline
+    """Wait until the provider fake has received ``count`` requests.
+
+    The provider fake has no change notification, so this polls every 20 ms.
+
+    Raises:
+        TimeoutError: fewer requests arrived within ``timeout`` seconds.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while len(fake.requests) < count:
+        if loop.time() > deadline:
+            raise TimeoutError(f"{len(fake.requests)} of {count} provider requests arrived")
+        await asyncio.sleep(0.02)

@@ -8,7 +8,7 @@ import socket
 import urllib.request
 from contextlib import closing
 
-from tests.e2e.conftest import BotFactory, wait_provider_requests
+from tests.e2e.harness import BotFactory, wait_provider_requests
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 

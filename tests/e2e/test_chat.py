@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from bot.delivery import split_markdown
-from tests.e2e.conftest import BotFactory, wait_provider_requests
+from tests.e2e.harness import BotFactory, wait_provider_requests
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram, SentMessage
 

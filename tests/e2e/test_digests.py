@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from tests.e2e.conftest import BotFactory
+from tests.e2e.harness import BotFactory
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 from tests.fakes.tme import FakeTme, TmePost

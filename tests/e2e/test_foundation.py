@@ -7,8 +7,7 @@ import signal
 import sys
 from pathlib import Path
 
-from tests.e2e.conftest import BotFactory
-from tests.e2e.harness import REPO_ROOT, BotProcess
+from tests.e2e.harness import REPO_ROOT, BotFactory, BotProcess, wait_provider_requests
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 
@@ -105,3 +104,48 @@ async def test_restart_keeps_state_and_migrations_are_idempotent(
     assert reply.text.startswith("Hello")
     assert await second.stop() == 0
     assert "Running upgrade" not in second.logs()
+
+
+async def test_sigterm_lets_an_in_flight_answer_finish_within_the_grace(
+    bot_factory: BotFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """SIGTERM while a 2 s call runs: the answer still arrives, then exit 0."""
+    fake_providers.script("groq", {"text": "finished in time", "delay_s": 2.0})
+    bot = bot_factory(env=dict(bot_env, SHUTDOWN_GRACE_SECONDS="15"))
+    await bot.start()
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(61, "slow one")
+    await wait_provider_requests(fake_providers, 1)
+    assert await bot.stop(signal.SIGTERM) == 0
+    [answer] = await fake_telegram.wait_sent(61, since=mark, timeout=5)
+    assert answer.text == "finished in time"
+
+
+async def test_sigterm_past_the_grace_cancels_tells_the_user_and_leaves_no_hold(
+    bot_factory: BotFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """SIGTERM with a 30 s call and a 0.5 s grace: the call is cancelled, the user is
+    told to resend, exit 0; after a restart the ledger shows no outstanding hold."""
+    fake_providers.script("groq", {"text": "never", "delay_s": 30.0})
+    env = dict(bot_env, SHUTDOWN_GRACE_SECONDS="0.5", ADMIN_IDS="1")
+    bot = bot_factory(env=env)
+    await bot.start()
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(62, "very slow one")
+    await wait_provider_requests(fake_providers, 1)
+    assert await bot.stop(signal.SIGTERM) == 0
+    [notice] = await fake_telegram.wait_sent(62, since=mark, timeout=5)
+    assert "restarting" in notice.text
+    again = bot_factory(env=env)
+    await again.start()
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(1, "/budget")
+    [budget] = await fake_telegram.wait_sent(1, since=mark)
+    assert "Outstanding holds: 0" in budget.text
+    await again.stop()
