@@ -9,6 +9,9 @@ this module adds, refreshed from the ledger at every scrape:
 * ``kopek_budget_settled_musd`` / ``kopek_budget_held_musd`` per bucket (µUSD);
 * ``kopek_budget_exposure_musd`` — sum of outstanding holds (µUSD);
 * ``kopek_budget_killed`` — 1 while the global kill switch is tripped;
+* ``kopek_budget_outstanding_holds``, ``kopek_budget_operations_today``,
+  ``kopek_budget_requests_today`` — holds in flight, operations admitted and LLM
+  requests counted today (requests ÷ operations rising alone is a loop);
 * ``kopek_budget_refusals_today{reason}`` — ledger refusals today by reason;
 * ``kopek_budget_estimate_worst_ratio`` — worst actual ÷ ceiling today;
 * ``kopek_refusal_templates_total{template}`` — refusal templates sent by the bot.
@@ -67,6 +70,15 @@ class MetricsServer:
         self._refusals = Gauge(
             "kopek_budget_refusals_today", "Ledger refusals today", ["reason"], registry=registry
         )
+        self._holds = Gauge(
+            "kopek_budget_outstanding_holds", "Holds granted, not yet settled", registry=registry
+        )
+        self._ops = Gauge(
+            "kopek_budget_operations_today", "Operations admitted today", registry=registry
+        )
+        self._requests = Gauge(
+            "kopek_budget_requests_today", "LLM requests counted today", registry=registry
+        )
         self._worst = Gauge(
             "kopek_budget_estimate_worst_ratio", "Worst actual/ceiling today", registry=registry
         )
@@ -80,6 +92,9 @@ class MetricsServer:
             if b.limit_musd:
                 self._util.labels(*labels).set((b.settled_musd + b.held_musd) / b.limit_musd)
         self._exposure.set(status.exposure_musd)
+        self._holds.set(status.outstanding_holds)
+        self._ops.set(status.operations_today)
+        self._requests.set(status.requests_today)
         self._killed.set(1 if status.kill.killed else 0)
         for reason, count in status.refusals_today.items():
             self._refusals.labels(reason).set(count)

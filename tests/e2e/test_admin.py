@@ -151,4 +151,5 @@ async def test_metrics_endpoint_serves_ledger_and_cascade_figures(
     assert "kopek_budget_utilisation_ratio" in body
     assert "kopek_budget_exposure_musd 0.0" in body
     assert "kopek_llm_paid_anchor_calls_total 0.0" in body
+    assert "kopek_budget_operations_today 1.0" in body
     await bot.stop()
