@@ -15,7 +15,6 @@ so the per-user map does not grow without bound.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
@@ -27,6 +26,7 @@ from budget.clock import Clock
 from budget.errors import HoldRefused
 from budget.protocol import LedgerPort, OperationTicket
 from budget.types import Origin, Refusal
+from llm.cascade import fingerprint
 from llm.errors import LLMError, ProviderRejected
 from llm.types import Completion, LLMRequest, Message, Priority
 
@@ -108,17 +108,6 @@ class _Lane:
 
     def idle(self) -> bool:
         return self.waiting == 0 and self.active == 0
-
-
-def fingerprint(messages: Sequence[Message]) -> str:
-    """sha256 over the prompt; the ledger uses it to catch a loop."""
-    h = hashlib.sha256()
-    for m in messages:
-        h.update(m.role.encode())
-        h.update(b"\x00")
-        h.update(m.content.encode())
-        h.update(b"\x01")
-    return h.hexdigest()
 
 
 class ChatService:
