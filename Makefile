@@ -14,9 +14,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# The bot applies the Alembic migrations itself on start (idempotent).
 run: $(STAMP)
-	@test -f .env || { echo "No .env found: copy .env.example to .env and set BOT_TOKEN (get one from @BotFather in Telegram: /newbot)."; exit 2; }
-	$(PY) -m alembic upgrade head
+	@test -f .env || { echo "No .env found: cp .env.example .env, then set BOT_TOKEN (from @BotFather in Telegram: /newbot) and a provider key."; exit 2; }
 	$(PY) -m bot
 
 lint: $(STAMP)

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-__all__ = ["PROVIDER_NAMES", "Settings", "usd_to_musd"]
+__all__ = ["PROVIDER_NAMES", "DatabaseSettings", "Settings", "usd_to_musd"]
 
 #: Cascade order: free tiers first, DeepSeek last as the paid anchor.
 PROVIDER_NAMES: tuple[str, ...] = ("groq", "groq2", "mistral", "cerebras", "deepseek")
@@ -213,3 +213,13 @@ class Settings(BaseSettings):
             "deepseek": self.deepseek_api_key,
         }
         return {name: key for name, key in keys.items() if key is not None}
+
+
+class DatabaseSettings(BaseSettings):
+    """Only DATABASE_URL, for the Alembic command line (no other variable is required)."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False
+    )
+
+    database_url: str = "sqlite+aiosqlite:///data/kopek.db"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 
 from alembic import context
 from sqlalchemy import MetaData
@@ -27,11 +26,11 @@ target_metadata = _metadata()
 
 
 def _url() -> str:
-    url = config.get_main_option("sqlalchemy.url") or os.environ.get("DATABASE_URL")
-    if not url:
-        from bot.settings import Settings  # only when run from the CLI with a .env
+    url = config.get_main_option("sqlalchemy.url")
+    if not url:  # the alembic command line: DATABASE_URL from the environment or .env
+        from bot.settings import DatabaseSettings
 
-        url = Settings().database_url  # type: ignore[call-arg]
+        url = DatabaseSettings().database_url
     return url
 
 
