@@ -110,7 +110,7 @@ class MetricsServer:
         """Bind and serve."""
         app = web.Application()
         app.router.add_get("/metrics", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         await web.TCPSite(self._runner, self._host, self._port).start()
 

@@ -200,7 +200,13 @@ class FakeProviders:
 
     async def start(self) -> None:
         """Bind and serve."""
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(
+            self.app,
+            access_log=None,
+            handle_signals=False,
+            handler_cancellation=True,
+            shutdown_timeout=1.0,
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)
         await site.start()
