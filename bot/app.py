@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sys
 from dataclasses import dataclass
 
@@ -24,10 +25,11 @@ import httpx
 from aiogram import Bot, Dispatcher
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
-from aiogram.exceptions import TelegramAPIError
+from aiogram.exceptions import TelegramAPIError, TelegramNetworkError, TelegramUnauthorizedError
 from aiogram.types import BotCommand
 from aiogram.utils.i18n import I18n
 from prometheus_client import CollectorRegistry
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from bot import templates
@@ -36,6 +38,7 @@ from bot.chat import ChatConfig, ChatService
 from bot.delivery import send_text
 from bot.digests import TelegramDeliverer
 from bot.i18n import create_i18n, in_locale
+from bot.logs import redact
 from bot.metrics import MetricsServer, refusal_counter
 from bot.middlewares import IntakeMiddleware, LocaleMiddleware, ProfileMiddleware
 from bot.routers.admin import AdminView, create_admin_router
@@ -171,7 +174,13 @@ class App:
     _metrics: MetricsServer | None = None
 
     async def on_startup(self) -> None:
-        """Ledger first (sweeps a previous process's holds), then Telegram, then jobs."""
+        """Telegram first (a refused token or an unreachable API fails fast, before
+        anything else is started), then the ledger (sweeps a previous process's holds),
+        then the resend notices, the digest jobs and metrics."""
+        await self.bot.delete_webhook(drop_pending_updates=False)
+        await self.bot.set_my_commands(
+            [BotCommand(command=c, description=d) for c, d in USER_COMMANDS]
+        )
         swept = await self.ledger.start()
         if swept:
             log.warning("expired %d holds left by a previous process", swept)
@@ -179,10 +188,6 @@ class App:
             log.info("price card: %s", line)
         if not self.cascade.anchor:
             log.warning("no DEEPSEEK_API_KEY: running free-only (no paid anchor)")
-        await self.bot.delete_webhook(drop_pending_updates=False)
-        await self.bot.set_my_commands(
-            [BotCommand(command=c, description=d) for c, d in USER_COMMANDS]
-        )
         await self._notify_lost()
         await self.runner.start()
         if self.settings.metrics_port is not None:
@@ -204,6 +209,14 @@ class App:
                 await send_text(self.bot, lost.chat_id, text, clock=self.clock)
             except TelegramAPIError as exc:
                 log.warning("could not tell chat %s to resend: %s", lost.chat_id, exc.message)
+
+    async def close_after_failed_start(self) -> None:
+        """Release what :func:`create_app` opened when polling never started."""
+        await self.cascade.aclose()
+        await self.http.aclose()
+        await self.ledger.close()
+        await self.engine.dispose()
+        await self.bot.session.close()
 
     async def on_shutdown(self) -> None:
         """Drain chat work within the grace period, stop jobs, close storage."""
@@ -431,22 +444,69 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     )
 
 
-async def run(settings: Settings) -> int:
-    """Migrate, build, poll until SIGTERM/SIGINT; returns the exit code (0 = clean stop)."""
+def _fail(message: str, settings: Settings) -> None:
+    """One line on stderr, with every secret removed."""
+    secrets = [settings.bot_token.get_secret_value()] + [
+        k.get_secret_value() for k in settings.provider_keys().values()
+    ]
+    print(f"kopek: {redact(message, secrets)}", file=sys.stderr)
+
+
+async def _migrate_shielded(database_url: str) -> bool:
+    """Apply migrations with SIGTERM/SIGINT deferred until they are done (a signal would
+    otherwise kill the process mid-migration). Returns True when a stop was requested."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
     try:
-        await asyncio.to_thread(migrate, settings.database_url)
+        await asyncio.to_thread(migrate, database_url)
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+    return stop.is_set()
+
+
+async def run(settings: Settings) -> int:
+    """Migrate, build, poll until SIGTERM/SIGINT; returns the exit code.
+
+    Exit codes: 0 after a clean stop; 2 for configuration the bot cannot run with
+    (database URL, token refused by Telegram, prices); 1 when Telegram cannot be reached
+    at start. Each failure is one line on stderr.
+    """
+    path = sqlite_path(settings.database_url)
+    if path is None:
+        _fail("DATABASE_URL must name a SQLite file (sqlite+aiosqlite:///path/kopek.db)", settings)
+        return 2
+    try:
+        if await _migrate_shielded(settings.database_url):
+            return 0
+    except (OSError, SQLAlchemyError) as exc:
+        _fail(f"cannot prepare the database {path}: {type(exc).__name__}: {exc}", settings)
+        return 2
+    try:
         app = create_app(settings)
     except (BudgetConfigError, ValueError) as exc:
-        print(f"kopek: configuration error: {exc}", file=sys.stderr)
+        _fail(f"configuration error: {exc}", settings)
         return 2
     dp = app.dispatcher
     dp.startup.register(app.on_startup)
     dp.shutdown.register(app.on_shutdown)
-    await dp.start_polling(
-        app.bot,
-        handle_signals=True,
-        close_bot_session=True,
-        tasks_concurrency_limit=settings.intake_max_concurrent,
-        polling_timeout=30,
-    )
+    try:
+        await dp.start_polling(
+            app.bot,
+            handle_signals=True,
+            close_bot_session=True,
+            tasks_concurrency_limit=settings.intake_max_concurrent,
+            polling_timeout=30,
+        )
+    except TelegramUnauthorizedError:
+        _fail("Telegram refused BOT_TOKEN (401 Unauthorized): check it with @BotFather", settings)
+        await app.close_after_failed_start()
+        return 2
+    except TelegramNetworkError as exc:
+        _fail(f"cannot reach the Bot API at {settings.telegram_api_base}: {exc.message}", settings)
+        await app.close_after_failed_start()
+        return 1
     return 0

@@ -11,7 +11,29 @@ import logging
 import sys
 from collections.abc import Iterable
 
-__all__ = ["RedactSecrets", "setup_logging"]
+__all__ = ["RedactSecrets", "redact", "setup_logging"]
+
+#: Shorter values are not treated as secrets (replacing them would garble every line).
+MIN_SECRET_LEN = 6
+
+
+def _secret_parts(secrets: Iterable[str]) -> list[str]:
+    parts: set[str] = set()
+    for s in secrets:
+        if len(s) >= MIN_SECRET_LEN:
+            parts.add(s)
+            if ":" in s:  # Telegram token "<bot id>:<secret>": the secret half alone too
+                tail = s.split(":", 1)[1]
+                if len(tail) >= MIN_SECRET_LEN:
+                    parts.add(tail)
+    return sorted(parts, key=len, reverse=True)
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every secret (and a token's secret half) replaced by ``***``."""
+    for secret in _secret_parts(secrets):
+        text = text.replace(secret, "***")
+    return text
 
 
 class RedactSecrets(logging.Filter):
@@ -19,15 +41,7 @@ class RedactSecrets(logging.Filter):
 
     def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()
-        parts: set[str] = set()
-        for s in secrets:
-            if len(s) >= 6:
-                parts.add(s)
-                if ":" in s:  # Telegram token "<bot id>:<secret>": the secret half alone too
-                    tail = s.split(":", 1)[1]
-                    if len(tail) >= 6:
-                        parts.add(tail)
-        self._secrets = sorted(parts, key=len, reverse=True)
+        self._secrets = _secret_parts(secrets)
 
     def _clean(self, text: str) -> str:
         for secret in self._secrets:

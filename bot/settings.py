@@ -13,8 +13,11 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from aiogram.utils.token import TokenValidationError, validate_token
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 __all__ = ["PROVIDER_NAMES", "DatabaseSettings", "Settings", "usd_to_musd"]
 
@@ -141,6 +144,19 @@ class Settings(BaseSettings):
             return frozenset({value})
         return value
 
+    @field_validator("database_url")
+    @classmethod
+    def _sqlite_url(cls, value: str) -> str:
+        try:
+            url = make_url(value)
+        except ArgumentError:
+            raise ValueError(
+                "not a database URL (e.g. sqlite+aiosqlite:///data/kopek.db)"
+            ) from None
+        if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+            raise ValueError("must name a SQLite file, e.g. sqlite+aiosqlite:///data/kopek.db")
+        return value
+
     @field_validator("budget_tz")
     @classmethod
     def _tz(cls, value: str) -> str:
@@ -182,8 +198,12 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Settings:
-        if not self.bot_token.get_secret_value().strip():
-            raise ValueError("BOT_TOKEN is empty")
+        try:
+            validate_token(self.bot_token.get_secret_value())
+        except TokenValidationError:
+            raise ValueError(
+                "BOT_TOKEN does not look like a bot token (<digits>:<secret>, from @BotFather)"
+            ) from None
         if not self.provider_keys():
             raise ValueError(
                 "no provider key set: set at least one of GROQ_API_KEY, GROQ_API_KEY_2, "

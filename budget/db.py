@@ -16,7 +16,13 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-__all__ = ["BUSY_TIMEOUT_MS", "create_engine", "is_sqlite", "sqlite_path"]
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "create_engine",
+    "is_sqlite",
+    "make_ddl_transactional",
+    "sqlite_path",
+]
 
 #: How long a SQLite connection waits for the write lock (milliseconds).
 BUSY_TIMEOUT_MS = 15_000
@@ -65,3 +71,25 @@ def create_engine(url: str | URL, *, pool_size: int = 5) -> AsyncEngine:
         event.listen(engine.sync_engine, "connect", _on_connect)
         return engine
     return create_async_engine(url, pool_size=pool_size, max_overflow=5, pool_timeout=30)
+
+
+def make_ddl_transactional(engine: AsyncEngine) -> None:
+    """Make every transaction on a SQLite ``engine`` a real ``BEGIN``…``COMMIT``, DDL included.
+
+    The sqlite3 driver only opens a transaction before DML, so ``CREATE TABLE`` commits
+    on its own and a migration cut half-way (a signal, a crash) leaves tables without an
+    ``alembic_version`` row. This is SQLAlchemy's documented pysqlite/aiosqlite recipe:
+    the driver's own transaction handling is switched off and ``BEGIN`` is emitted at
+    SQLAlchemy's begin. Used for migrations only; no-op for other backends.
+    """
+    if not is_sqlite(engine.url):
+        return
+
+    def _autocommit_driver(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+
+    def _begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN")
+
+    event.listen(engine.sync_engine, "connect", _autocommit_driver)
+    event.listen(engine.sync_engine, "begin", _begin)

@@ -8,7 +8,7 @@ from alembic import context
 from sqlalchemy import MetaData
 from sqlalchemy.engine import Connection
 
-from budget.db import create_engine
+from budget.db import create_engine, make_ddl_transactional
 
 config = context.config
 
@@ -39,6 +39,7 @@ def _run(connection: Connection) -> None:
         connection=connection,
         target_metadata=target_metadata,
         render_as_batch=True,  # SQLite ALTER TABLE support
+        transactional_ddl=True,  # see make_ddl_transactional: all or nothing
     )
     with context.begin_transaction():
         context.run_migrations()
@@ -46,6 +47,7 @@ def _run(connection: Connection) -> None:
 
 async def _run_async() -> None:
     engine = create_engine(_url())
+    make_ddl_transactional(engine)
     async with engine.connect() as conn:
         await conn.run_sync(_run)
         await conn.commit()

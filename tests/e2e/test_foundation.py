@@ -12,17 +12,27 @@ from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 
 
-async def _run_config_error(env: dict[str, str]) -> tuple[int, str]:
+async def _run_config_error(env: dict[str, str], cwd: Path) -> tuple[int, str]:
+    """Run ``python -m bot`` expecting it to refuse to start; killed if it does not end.
+
+    ``cwd`` is an empty folder, so a developer's ``.env`` in the repository cannot
+    supply the missing settings.
+    """
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "bot",
-        cwd=str(REPO_ROOT),
-        env=env,
+        cwd=str(cwd),
+        env=dict(env, PYTHONPATH=str(REPO_ROOT)),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
     assert proc.returncode is not None
     return proc.returncode, (out + err).decode()
 
@@ -63,29 +73,33 @@ async def test_start_and_help_in_english_and_russian_then_sigterm_exits_zero(
         assert key not in logs
 
 
-async def test_missing_bot_token_exits_2_with_one_clear_line(bot_env: dict[str, str]) -> None:
+async def test_missing_bot_token_exits_2_with_one_clear_line(
+    bot_env: dict[str, str], tmp_path: Path
+) -> None:
     """Without BOT_TOKEN the process prints one line naming it and @BotFather, exit 2."""
     env = {k: v for k, v in bot_env.items() if k != "BOT_TOKEN"}
-    code, output = await _run_config_error(env)
+    code, output = await _run_config_error(env, tmp_path)
     assert code == 2
     lines = [line for line in output.splitlines() if line.strip()]
     assert len(lines) == 1, output
     assert "BOT_TOKEN" in lines[0] and "BotFather" in lines[0]
 
 
-async def test_no_provider_key_exits_2(bot_env: dict[str, str]) -> None:
+async def test_no_provider_key_exits_2(bot_env: dict[str, str], tmp_path: Path) -> None:
     """With no provider key at all the bot refuses to start, in one line."""
     env = {k: v for k, v in bot_env.items() if not k.endswith("_API_KEY") and k != "GROQ_API_KEY_2"}
-    code, output = await _run_config_error(env)
+    code, output = await _run_config_error(env, tmp_path)
     assert code == 2
     lines = [line for line in output.splitlines() if line.strip()]
     assert len(lines) == 1 and "provider key" in lines[0], output
 
 
-async def test_hold_ttl_not_above_timeout_is_a_start_error(bot_env: dict[str, str]) -> None:
+async def test_hold_ttl_not_above_timeout_is_a_start_error(
+    bot_env: dict[str, str], tmp_path: Path
+) -> None:
     """HOLD_TTL_SECONDS must exceed PROVIDER_TIMEOUT_SECONDS (fail fast, exit 2)."""
     env = dict(bot_env, HOLD_TTL_SECONDS="30", PROVIDER_TIMEOUT_SECONDS="60")
-    code, output = await _run_config_error(env)
+    code, output = await _run_config_error(env, tmp_path)
     assert code == 2 and "HOLD_TTL_SECONDS" in output
 
 
@@ -149,3 +163,30 @@ async def test_sigterm_past_the_grace_cancels_tells_the_user_and_leaves_no_hold(
     [budget] = await fake_telegram.wait_sent(1, since=mark)
     assert "Outstanding holds: 0" in budget.text
     await again.stop()
+
+
+async def test_token_refused_by_telegram_exits_2_with_one_line(
+    bot_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A well-formed token that the Bot API answers 401 to: one line, exit 2, no trace."""
+    env = dict(bot_env, BOT_TOKEN="987654321:WRONG-token-BBBBBBBBBBBBBBBBBBBBBBBB")
+    code, output = await _run_config_error(env, tmp_path)
+    assert code == 2
+    assert "Traceback" not in output
+    assert "kopek: Telegram refused BOT_TOKEN" in output
+    assert "WRONG-token" not in output
+
+
+async def test_malformed_token_and_database_url_are_one_line_errors(
+    bot_env: dict[str, str], tmp_path: Path
+) -> None:
+    """BOT_TOKEN=hello, a non-URL DATABASE_URL, a PostgreSQL URL: exit 2, one line each."""
+    for override in (
+        {"BOT_TOKEN": "hello"},
+        {"DATABASE_URL": "notaurl"},
+        {"DATABASE_URL": "postgresql+asyncpg://user:pw@db/kopek"},
+    ):
+        code, output = await _run_config_error(dict(bot_env, **override), tmp_path)
+        lines = [line for line in output.splitlines() if line.strip()]
+        assert code == 2 and len(lines) == 1, (override, output)
+        assert "pw@" not in output

@@ -67,3 +67,23 @@ def test_upgrade_head_twice_is_a_no_op(tmp_path: Path) -> None:
     before = _tables(db)
     command.upgrade(cfg, "head")
     assert _tables(db) == before
+
+
+async def test_ddl_on_the_migration_engine_rolls_back(tmp_path: Path) -> None:
+    """With make_ddl_transactional a CREATE TABLE inside a rolled-back transaction is
+    gone — so a migration cut half-way leaves the database as it was."""
+    from sqlalchemy import text
+
+    from budget.db import create_engine as create_app_engine
+    from budget.db import make_ddl_transactional
+
+    db = tmp_path / "ddl.db"
+    engine = create_app_engine(f"sqlite+aiosqlite:///{db}")
+    make_ddl_transactional(engine)
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text("CREATE TABLE t (x INTEGER)"))
+            await conn.rollback()
+    finally:
+        await engine.dispose()
+    assert _tables(db) == set()
