@@ -14,8 +14,21 @@ Life cycle::
 
 Money is committed when :meth:`Ledger.reserve` returns: the ceiling is held on every
 level until :meth:`Ledger.settle` or :meth:`Ledger.release`, or until the hold
-expires ``hold_ttl_s`` seconds after the grant (the sweeper records the expiry; a
-settle arriving later is still booked, counted as *late*).
+expires ``hold_ttl_s`` seconds after the grant.
+
+Expiry (the periodic sweeper, or :meth:`Ledger.start` sweeping the holds of a
+crashed process) never forgets money: the provider may well have been paid, so
+the hold is booked as *settled at its ceiling, flagged estimated*, in the windows
+fixed at its grant, and counts as a call and as spend of its provider, against
+every limit and for the auto-kill trigger. A settle arriving later *corrects* the
+booking (− ceiling + actual, once, reported as a late settle); a release arriving
+later takes the ceiling back out (the provider was never reached). Worked timeline
+(TTL 300 s, ceiling 447 µUSD)::
+
+    12:00:00  reserve      held 447, settled 0
+    12:00:01  (kill -9 while the request is at the provider)
+    12:01:00  start()      held 0, settled 447 (estimated), provider 1 call
+    12:06:00  settle(120)  held 0, settled 120, late 120 — nothing counted twice
 """
 
 from __future__ import annotations
@@ -32,10 +45,10 @@ from typing import Any
 from budget.clock import Clock
 from budget.config import LedgerConfig
 from budget.errors import BudgetConfigError
-from budget.policy import interrupted_usage
+from budget.policy import check_user_id, interrupted_usage
 from budget.prices import PriceCard
 from budget.protocol import HoldTicket, OperationTicket
-from budget.sqlite_store import SettleOutcome, SqliteStore
+from budget.sqlite_store import SettleOutcome, SqliteStore, SweepOutcome
 from budget.status import KillState, LedgerStatus, TeamStatus, UserStatus
 from budget.types import Level, Origin, Usage, Window
 
@@ -128,31 +141,52 @@ class Ledger:
     async def start(self, *, run_sweeper: bool = True) -> int:
         """Open the store, expire holds of a previous process, start the sweeper.
 
+        Each hold expired here is booked at its ceiling, flagged estimated (see the
+        module docstring); the booking may trip the automatic kill switch.
+
         Returns:
             how many holds were expired at start.
         """
         self.store.open()
-        swept = await self.store.call(self.store.sweep, self.clock.now(), self._sweep_previous)
-        if swept:
-            log.warning("ledger start: expired %d holds left by a previous process", swept)
+        out = await self.store.call(self.store.sweep, self.clock.now(), self._sweep_previous)
+        if out.expired:
+            log.warning(
+                "ledger start: expired %d holds left by a previous process; booked %d µUSD"
+                " at their ceilings, estimated, until settled",
+                out.expired,
+                out.booked_musd,
+            )
+        self._after_sweep(out)
         if run_sweeper and self._sweeper is None:
             self._sweeper = asyncio.create_task(self._sweep_loop(), name="ledger-sweeper")
-        return swept
+        return out.expired
 
     async def _sweep_loop(self) -> None:
         while True:
             await self.clock.sleep(self.config.sweep_interval_s)
             try:
-                n = await self.sweep()
+                await self.sweep()
             except Exception:
                 log.exception("ledger sweep failed")
-                continue
-            if n:
-                log.warning("ledger sweeper expired %d orphaned holds", n)
 
     async def sweep(self) -> int:
-        """Expire every hold past its TTL now; returns how many (each is recorded)."""
-        return await self.store.call(self.store.sweep, self.clock.now())
+        """Expire every hold past its TTL now; returns how many.
+
+        Each is booked as settled at its ceiling, flagged estimated, in the windows
+        fixed at its grant (provider spend and calls included), and its expiry is
+        recorded now; a later settle/release corrects it. May trip the automatic
+        kill switch.
+        """
+        out = await self.store.call(self.store.sweep, self.clock.now())
+        if out.expired:
+            log.warning(
+                "ledger sweeper expired %d orphaned holds; booked %d µUSD at their"
+                " ceilings, estimated, until settled",
+                out.expired,
+                out.booked_musd,
+            )
+        self._after_sweep(out)
+        return out.expired
 
     async def close(self) -> None:
         """Stop the sweeper and close the store (idempotent)."""
@@ -190,7 +224,9 @@ class Ledger:
         Raises:
             HoldRefused: reason ``kill``, ``inflight`` or ``rate`` (``resets_at`` =
                 when the oldest start leaves the rolling minute).
+            ValueError: ``user_id`` outside the signed 64-bit range.
         """
+        check_user_id(user_id)
         caps = self.config.operation_caps[origin]
         return await self.store.call(
             self.store.begin_operation,
@@ -278,22 +314,31 @@ class Ledger:
             self._card.list_actual_musd(provider, model, usage, at),
         )
 
+    def _tripped(self, state: KillState | None) -> None:
+        if state is None:
+            return
+        log.error("ledger kill switch tripped: %s", state.reason)
+        if self._on_auto_kill is not None:
+            task = asyncio.create_task(self._on_auto_kill(state))
+            self._notify_tasks.add(task)
+            task.add_done_callback(self._notify_tasks.discard)
+
+    def _after_sweep(self, outcome: SweepOutcome) -> None:
+        self._tripped(outcome.auto_killed)
+
     def _after_settle(self, outcome: SettleOutcome) -> int:
-        if outcome.auto_killed is not None:
-            log.error("ledger kill switch tripped: %s", outcome.auto_killed.reason)
-            if self._on_auto_kill is not None:
-                task = asyncio.create_task(self._on_auto_kill(outcome.auto_killed))
-                self._notify_tasks.add(task)
-                task.add_done_callback(self._notify_tasks.discard)
+        self._tripped(outcome.auto_killed)
         return outcome.actual_musd
 
     async def settle(self, hold_id: str, usage: Usage, *, estimated: bool = False) -> int:
         """Replace the hold by its actual cost, booked in the hold's own windows.
 
         Idempotent: a second settle (or a settle after release) books nothing and
-        returns the first actual. A hold that already expired is still booked
-        (counted as a late settle). An actual above the ceiling is booked in full
-        and counted. May trip the automatic kill switch.
+        returns the first actual (0 after a release). A hold that already expired
+        (booked at its ceiling, estimated) is corrected to the actual: − ceiling +
+        actual in the same windows, exactly once, reported as a late settle. An
+        actual above the ceiling is booked in full and counted. May trip the
+        automatic kill switch.
 
         Returns:
             the actual cost in µUSD (0 for a free-tier provider).
@@ -328,7 +373,12 @@ class Ledger:
         return self._after_settle(outcome)
 
     async def release(self, hold_id: str) -> None:
-        """Return a hold that spent nothing. No-op after settle/release/expiry.
+        """Return a hold that spent nothing (the provider was never reached).
+
+        A held hold: its ceiling is returned. An expired hold (booked at its
+        ceiling, estimated): the booked ceiling is taken back out of settled spend,
+        since this release is the first word from the caller on it. No-op after a
+        settle or a release.
 
         Raises:
             UnknownHold: ``hold_id`` was never granted.
@@ -349,7 +399,12 @@ class Ledger:
         Returns:
             the exposure: µUSD still held by work already admitted in that scope
             (it finishes and settles normally; new holds are refused).
+
+        Raises:
+            ValueError: a malformed scope, or a user id (``by`` or the scope's)
+                outside the signed 64-bit range.
         """
+        _check_by(by)
         kind, name = _scope(scope)
         return await self.store.call(
             self.store.set_kill, self.clock.now(), kind, name, True, reason, by
@@ -357,7 +412,12 @@ class Ledger:
 
     async def unkill(self, *, by: int | None, scope: tuple[str, str] | None = None) -> int:
         """Reset the kill switch. The automatic trigger then counts only spend settled
-        after this moment. Returns the µUSD still held in that scope (stuck holds)."""
+        after this moment. Returns the µUSD still held in that scope (stuck holds).
+
+        Raises:
+            ValueError: as for :meth:`kill`.
+        """
+        _check_by(by)
         kind, name = _scope(scope)
         return await self.store.call(
             self.store.set_kill, self.clock.now(), kind, name, False, "", by
@@ -383,9 +443,13 @@ class Ledger:
         without its own), ``""`` for global, provider name for a provider cap.
 
         Raises:
-            ValueError: a negative limit or a MINUTE window.
+            ValueError: a negative limit or a MINUTE window; a personal scope that
+                is not ``"*"`` or a user id in the signed 64-bit range; ``by`` out
+                of that range.
         """
         _check_limit(window, limit_musd)
+        _check_limit_scope(level, scope)
+        _check_by(by)
         await self.store.call(
             self.store.set_limit, self.clock.now(), level, scope, window, limit_musd, by, False
         )
@@ -393,8 +457,14 @@ class Ledger:
     async def clear_limit(
         self, level: Level, scope: str, window: Window, *, by: int | None = None
     ) -> None:
-        """Drop a runtime override: the configured default applies again."""
+        """Drop a runtime override: the configured default applies again.
+
+        Raises:
+            ValueError: as for :meth:`set_limit`.
+        """
         _check_limit(window, None)
+        _check_limit_scope(level, scope)
+        _check_by(by)
         await self.store.call(
             self.store.set_limit, self.clock.now(), level, scope, window, None, by, True
         )
@@ -402,13 +472,24 @@ class Ledger:
     async def team_add(self, name: str, user_id: int) -> str | None:
         """Put ``user_id`` in team ``name`` (a user is in at most one team).
         Returns the team the user left, if any. Operations already admitted keep
-        the team they were admitted with."""
+        the team they were admitted with.
+
+        Raises:
+            ValueError: an empty or ``"*"`` name; ``user_id`` outside the signed
+                64-bit range.
+        """
         if not name or name == "*":
             raise ValueError("team name must be non-empty and not '*'")
+        check_user_id(user_id)
         return await self.store.call(self.store.team_add, self.clock.now(), name, user_id)
 
     async def team_remove(self, name: str, user_id: int) -> bool:
-        """Remove ``user_id`` from ``name``; ``False`` if they were not in it."""
+        """Remove ``user_id`` from ``name``; ``False`` if they were not in it.
+
+        Raises:
+            ValueError: ``user_id`` outside the signed 64-bit range.
+        """
+        check_user_id(user_id)
         return await self.store.call(self.store.team_remove, self.clock.now(), name, user_id)
 
     async def teams(self) -> dict[str, list[int]]:
@@ -424,7 +505,9 @@ class Ledger:
         Raises:
             HoldRefused: reason ``messages`` (window day, ``resets_at``) when the cap
                 is reached; the refused message is not counted.
+            ValueError: ``user_id`` outside the signed 64-bit range.
         """
+        check_user_id(user_id)
         return await self.store.call(self.store.record_message, self.clock.now(), user_id)
 
     # -- status --------------------------------------------------------------------------
@@ -433,7 +516,12 @@ class Ledger:
         return await self.store.call(self.store.status, self.clock.now())
 
     async def user_status(self, user_id: int) -> UserStatus:
-        """Personal, team and global buckets of ``user_id``; in-flight; messages."""
+        """Personal, team and global buckets of ``user_id``; in-flight; messages.
+
+        Raises:
+            ValueError: ``user_id`` outside the signed 64-bit range.
+        """
+        check_user_id(user_id)
         return await self.store.call(self.store.user_status, self.clock.now(), user_id)
 
     async def team_status(self, name: str) -> TeamStatus:
@@ -466,8 +554,18 @@ def _scope(scope: tuple[str, str] | None) -> tuple[str, str]:
     if kind not in ("user", "team") or not name:
         raise ValueError("scope must be ('user', '<id>') or ('team', '<name>')")
     if kind == "user":
-        int(name)
+        check_user_id(name, "user id in the kill scope")
     return kind, name
+
+
+def _check_by(by: int | None) -> None:
+    if by is not None:
+        check_user_id(by, "admin user id (by)")
+
+
+def _check_limit_scope(level: Level, scope: str) -> None:
+    if level is Level.PERSONAL and scope != "*":
+        check_user_id(scope, "personal limit scope (a user id)")
 
 
 def _check_limit(window: Window, limit_musd: int | None) -> None:

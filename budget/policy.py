@@ -1,5 +1,5 @@
 """Pure ledger policy: which levels a hold touches, whether it fits, the hold state
-machine, the auto-kill threshold and the interrupted-call rule.
+machine, the auto-kill threshold, the interrupted-call rule and user-id checks.
 
 No I/O here: a storage backend (:mod:`budget.sqlite_store`) reads bucket rows inside
 its write transaction, asks these functions, and writes the outcome. Money is
@@ -8,6 +8,7 @@ integer µUSD.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,16 +16,22 @@ from decimal import Decimal
 from enum import StrEnum
 
 from budget.config import LedgerConfig
+from budget.money import usd_text
 from budget.types import Level, Refusal, RefusalReason, Usage, Window
 from budget.windows import WindowKeys
 
 __all__ = [
+    "USER_ID_MAX",
+    "USER_ID_MIN",
     "Bucket",
     "HoldState",
     "Scope",
+    "auto_kill_reason",
     "auto_kill_threshold_musd",
     "check_hold",
+    "check_user_id",
     "interrupted_usage",
+    "release_transition",
     "scopes_for",
     "settle_transition",
 ]
@@ -34,6 +41,42 @@ __all__ = [
 Scope = tuple[Level, str]
 
 _LEVEL_ORDER = (Level.PERSONAL, Level.TEAM, Level.GLOBAL, Level.PROVIDER)
+
+_INT_TEXT = re.compile(r"-?[0-9]{1,40}")
+
+#: User ids are stored as SQLite INTEGER (signed 64-bit); Telegram ids fit easily.
+USER_ID_MIN = -(2**63)
+USER_ID_MAX = 2**63 - 1
+
+
+def check_user_id(user_id: object, what: str = "user id") -> int:
+    """``user_id`` if it is an int in the signed 64-bit range the database stores.
+
+    Args:
+        user_id: the value to check (an int, or a user id written as decimal text
+            such as a personal-level scope ``"42"``).
+        what: how the message names the value (``"user id"``, ``"admin id (by)"``).
+
+    Returns:
+        the id as an int.
+
+    Raises:
+        ValueError: not an integer (bools included) or outside
+            [``USER_ID_MIN``, ``USER_ID_MAX``]; the message names ``what`` and the range.
+    """
+    if isinstance(user_id, str):
+        if _INT_TEXT.fullmatch(user_id) is None:
+            raise ValueError(f"{what} must be an integer, got {user_id!r}")
+        value = int(user_id)
+    elif isinstance(user_id, int) and not isinstance(user_id, bool):
+        value = user_id
+    else:
+        raise ValueError(f"{what} must be an integer, got {user_id!r}")
+    if not USER_ID_MIN <= value <= USER_ID_MAX:
+        raise ValueError(
+            f"{what} {value} is outside the signed 64-bit range [{USER_ID_MIN}, {USER_ID_MAX}]"
+        )
+    return value
 
 
 def scopes_for(
@@ -142,6 +185,21 @@ def auto_kill_threshold_musd(
     return int(Decimal(global_daily_limit_musd) * config.auto_kill_fraction)
 
 
+def auto_kill_reason(spent_musd: int, threshold_musd: int, window_s: float) -> str:
+    """The kill switch's reason when the burn-rate trigger trips, e.g.
+    ``"automatic: settled $0.000700 in the last 60 min > threshold $0.000500"``.
+
+    The word "automatic" appears once (callers that also show
+    :attr:`budget.status.KillState.automatic` should not prefix it again); money
+    as exact dollars with six decimals.
+    """
+    minutes = int(window_s // 60)
+    return (
+        f"automatic: settled {usd_text(spent_musd)} in the last {minutes} min"
+        f" > threshold {usd_text(threshold_musd)}"
+    )
+
+
 def interrupted_usage(
     input_tokens: int,
     max_tokens: int,
@@ -162,7 +220,20 @@ def interrupted_usage(
 
 
 class HoldState(StrEnum):
-    """A hold's life: HELD → SETTLED | RELEASED | EXPIRED; EXPIRED → SETTLED (late)."""
+    """A hold's life::
+
+        HELD ──settle──▶ SETTLED            actual booked, ceiling returned
+        HELD ──release─▶ RELEASED           ceiling returned, nothing booked
+        HELD ──expire──▶ EXPIRED            ceiling booked as settled, flagged estimated
+        EXPIRED ─settle──▶ SETTLED (late)   booking corrected: − ceiling + actual
+        EXPIRED ─release─▶ RELEASED (late)  booked ceiling returned (provider never reached)
+
+    SETTLED and RELEASED are final: a later settle/release/expiry changes nothing.
+    An EXPIRED hold (TTL passed, or left by a crashed process) is money that may
+    have been spent at the provider, so it is counted at its ceiling — against
+    every limit, the provider's spend and calls, and the auto-kill trigger — until
+    the caller's own settle or release corrects it (reconciliation).
+    """
 
     HELD = "held"
     SETTLED = "settled"
@@ -176,7 +247,24 @@ def settle_transition(state: HoldState) -> tuple[bool, bool]:
     Returns:
         ``(book, late)``: ``book`` — the actual cost is booked now (False: the
         settle is a no-op, the hold already ended); ``late`` — the hold had expired,
-        so the booking counts as a late settle (its ceiling was already returned).
+        so its ceiling is already booked as settled: the booking is *corrected*
+        (− ceiling + actual) and the actual counts as a late settle.
+    """
+    if state is HoldState.HELD:
+        return True, False
+    if state is HoldState.EXPIRED:
+        return True, True
+    return False, False
+
+
+def release_transition(state: HoldState) -> tuple[bool, bool]:
+    """What a release does to a hold in ``state``.
+
+    Returns:
+        ``(release, late)``: ``release`` — the hold ends now with 0 µUSD spent
+        (False: no-op, it was already settled or released); ``late`` — the hold had
+        expired, so the ceiling booked at expiry is taken back out of settled spend
+        (a release says the provider was never reached).
     """
     if state is HoldState.HELD:
         return True, False

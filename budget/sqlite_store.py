@@ -43,8 +43,10 @@ from budget.policy import (
     Bucket,
     HoldState,
     Scope,
+    auto_kill_reason,
     auto_kill_threshold_musd,
     check_hold,
+    release_transition,
     scopes_for,
     settle_transition,
     windows_for,
@@ -62,7 +64,7 @@ from budget.status import (
 from budget.types import Level, Origin, Refusal, RefusalReason, Usage, Window
 from budget.windows import WindowKeys, hour_bounds, window_keys
 
-__all__ = ["BUSY_TIMEOUT_S", "SettleOutcome", "SqliteStore", "UnknownOperation"]
+__all__ = ["BUSY_TIMEOUT_S", "SettleOutcome", "SqliteStore", "SweepOutcome", "UnknownOperation"]
 
 T = TypeVar("T")
 
@@ -104,6 +106,18 @@ class SettleOutcome:
     def __init__(self, actual_musd: int, booked: bool, auto_killed: KillState | None) -> None:
         self.actual_musd = actual_musd
         self.booked = booked
+        self.auto_killed = auto_killed
+
+
+class SweepOutcome:
+    """Result of a sweep: holds expired (each booked at its ceiling, estimated), the
+    µUSD booked, and whether that booking tripped the kill switch."""
+
+    __slots__ = ("auto_killed", "booked_musd", "expired")
+
+    def __init__(self, expired: int, booked_musd: int, auto_killed: KillState | None) -> None:
+        self.expired = expired
+        self.booked_musd = booked_musd
         self.auto_killed = auto_killed
 
 
@@ -590,7 +604,7 @@ class SqliteStore:
     def _hold_row(self, cur: sqlite3.Cursor, hold_id: str) -> tuple[Any, ...]:
         cur.execute(
             "SELECT state, operation_id, user_id, provider, model, input_tokens, max_tokens,"
-            " ceiling_musd, granted_at, hour_key, day_key, scopes FROM budget_holds"
+            " ceiling_musd, granted_at, hour_key, day_key, scopes, actual_musd FROM budget_holds"
             " WHERE hold_id = ?",
             (hold_id,),
         )
@@ -607,7 +621,12 @@ class SqliteStore:
         estimated: bool,
         pricer: Pricer,
     ) -> SettleOutcome:
-        """Book the actual cost of a hold (idempotent; an expired hold books late).
+        """Book the actual cost of a hold (idempotent).
+
+        A held hold: − ceiling from held, + actual to settled. An expired hold (its
+        ceiling already booked as settled by the sweep): settled is corrected by
+        actual − booked, and the actual is added to ``late_musd`` (a late settle).
+        A settled or released hold: nothing; returns the first actual (0 if released).
 
         ``usage`` may be a function of the hold's (input_tokens, max_tokens) — the
         interrupted-call rule needs the hold's own figures.
@@ -628,6 +647,7 @@ class SqliteStore:
                 hour_key,
                 day_key,
                 scopes_json,
+                booked_at_expiry,
             ) = self._hold_row(cur, hold_id)
             book, late = settle_transition(HoldState(state))
             if not book:
@@ -638,13 +658,15 @@ class SqliteStore:
             assert granted_at is not None
             actual, list_actual = pricer(provider, model, u, granted_at)
             scopes = [(Level(lvl), sc) for lvl, sc in json.loads(scopes_json)]
+            # what this hold already counts for: its ceiling, held or booked at expiry
+            counted = int(booked_at_expiry or 0) if late else ceiling
             self._book(
                 cur,
                 scopes,
                 hour_key,
                 day_key,
                 held=0 if late else -ceiling,
-                settled=actual,
+                settled=actual - counted if late else actual,
                 late=actual if late else 0,
             )
             cur.execute(
@@ -668,11 +690,16 @@ class SqliteStore:
             cur.execute(
                 "UPDATE budget_operations SET committed_musd = committed_musd + ?"
                 " WHERE operation_id = ?",
-                (actual - (0 if late else ceiling), op_id),
+                (actual - counted, op_id),
             )
             if late:
                 self._event(
-                    cur, now, "late_settle", user_id=user_id, hold_id=hold_id, detail=f"{actual}"
+                    cur,
+                    now,
+                    "late_settle",
+                    user_id=user_id,
+                    hold_id=hold_id,
+                    detail=f"{actual} (booked {counted} at expiry)",
                 )
             if actual > ceiling:
                 self._event(
@@ -683,7 +710,8 @@ class SqliteStore:
                     hold_id=hold_id,
                     detail=f"{actual}>{ceiling}",
                 )
-            tripped = self._auto_kill(cur, now) if actual > 0 else None
+            grew = actual > counted if late else actual > 0
+            tripped = self._auto_kill(cur, now) if grew else None
             return SettleOutcome(actual, True, tripped)
 
         del cfg
@@ -708,79 +736,117 @@ class SqliteStore:
             since = max(since, row[1])
         cur.execute(
             "SELECT COALESCE(SUM(actual_musd), 0) FROM budget_holds WHERE ended_at > ?"
-            " AND state = 'settled' AND actual_musd > 0",
+            " AND state IN ('settled', 'expired') AND actual_musd > 0",
             (since,),
         )
         spent = int(cur.fetchone()[0])
         if spent <= threshold:
             return None
-        reason = (
-            f"automatic: {spent} µUSD settled in {int(cfg.auto_kill_window_s // 60)} min "
-            f"> {threshold} µUSD"
-        )
+        reason = auto_kill_reason(spent, threshold, cfg.auto_kill_window_s)
         self._set_kill(cur, now, "global", "", True, reason, True, None)
         return KillState(True, reason, True, None, now, "global", "")
 
     def release(self, now: datetime, hold_id: str) -> bool:
-        """Return a hold that spent nothing. ``False`` = no-op (already ended)."""
+        """Return a hold that spent nothing. ``False`` = no-op (already settled/released).
+
+        A held hold: − ceiling from held. An expired hold (its ceiling booked as
+        settled by the sweep): the booked ceiling is taken back out of settled
+        spend, recorded as a ``late_release`` event.
+        """
 
         def body(cur: sqlite3.Cursor) -> bool:
-            state, op_id, _, _, _, _, _, ceiling, _, hour_key, day_key, scopes_json = (
-                self._hold_row(cur, hold_id)
-            )
-            if state != HoldState.HELD.value:
+            row = self._hold_row(cur, hold_id)
+            state, op_id, user_id, ceiling = row[0], row[1], row[2], row[7]
+            hour_key, day_key, scopes_json, booked = row[9:13]
+            release, late = release_transition(HoldState(state))
+            if not release:
                 return False
+            counted = int(booked or 0) if late else ceiling
             scopes = [(Level(lvl), sc) for lvl, sc in json.loads(scopes_json)]
-            self._book(cur, scopes, hour_key, day_key, held=-ceiling)
+            if late:
+                self._book(cur, scopes, hour_key, day_key, settled=-counted)
+            else:
+                self._book(cur, scopes, hour_key, day_key, held=-ceiling)
             cur.execute(
-                "UPDATE budget_holds SET state = 'released', ended_at = ?, actual_musd = 0"
-                " WHERE hold_id = ?",
-                (_ts(now), hold_id),
+                "UPDATE budget_holds SET state = 'released', ended_at = ?, actual_musd = 0,"
+                " list_actual_musd = NULL, estimated = 0, late = ? WHERE hold_id = ?",
+                (_ts(now), int(late), hold_id),
             )
             cur.execute(
                 "UPDATE budget_operations SET committed_musd = committed_musd - ?"
                 " WHERE operation_id = ?",
-                (ceiling, op_id),
+                (counted, op_id),
             )
+            if late:
+                self._event(
+                    cur,
+                    now,
+                    "late_release",
+                    user_id=user_id,
+                    hold_id=hold_id,
+                    detail=f"returned {counted} booked at expiry",
+                )
             return True
 
         return self._txn(body)
 
-    def sweep(self, now: datetime, previous_processes: bool = False) -> int:
+    def sweep(self, now: datetime, previous_processes: bool = False) -> SweepOutcome:
         """Expire holds past their TTL (and, with ``previous_processes``, every hold
-        and operation of another process); record each expiry. Returns the count."""
+        and operation of another process).
 
-        def body(cur: sqlite3.Cursor) -> int:
+        Each expired hold is booked as settled at its ceiling, flagged estimated,
+        in the windows fixed at its grant (− ceiling from held, + ceiling to
+        settled on every level), with usage = input tokens + max_tokens and the
+        list-price ceiling as its list equivalent; its expiry is recorded now
+        (``ended_at`` and an ``expiry`` event). The booking counts for the
+        auto-kill trigger, which may trip.
+        """
+
+        def body(cur: sqlite3.Cursor) -> SweepOutcome:
             t = _ts(now)
+            cols = (
+                "SELECT hold_id, operation_id, user_id, ceiling_musd, list_ceiling_musd,"
+                " input_tokens, max_tokens, hour_key, day_key, scopes FROM budget_holds"
+            )
             if previous_processes:
                 cur.execute(
-                    "SELECT hold_id, operation_id, user_id, ceiling_musd, hour_key, day_key,"
-                    " scopes FROM budget_holds WHERE state = 'held' AND (expires_at <= ?"
-                    " OR process_id <> ?)",
+                    f"{cols} WHERE state = 'held' AND (expires_at <= ? OR process_id <> ?)",
                     (t, self.process_id),
                 )
             else:
-                cur.execute(
-                    "SELECT hold_id, operation_id, user_id, ceiling_musd, hour_key, day_key,"
-                    " scopes FROM budget_holds WHERE state = 'held' AND expires_at <= ?",
-                    (t,),
-                )
+                cur.execute(f"{cols} WHERE state = 'held' AND expires_at <= ?", (t,))
             rows = cur.fetchall()
-            for hold_id, op_id, user_id, ceiling, hour_key, day_key, scopes_json in rows:
+            booked_total = 0
+            for (
+                hold_id,
+                _op_id,
+                user_id,
+                ceiling,
+                list_ceiling,
+                in_tok,
+                max_tok,
+                hour_key,
+                day_key,
+                scopes_json,
+            ) in rows:
                 scopes = [(Level(lvl), sc) for lvl, sc in json.loads(scopes_json)]
-                self._book(cur, scopes, hour_key, day_key, held=-ceiling)
+                self._book(cur, scopes, hour_key, day_key, held=-ceiling, settled=ceiling)
+                # the operation's committed money keeps the ceiling: it now counts as spent
                 cur.execute(
-                    "UPDATE budget_holds SET state = 'expired', ended_at = ? WHERE hold_id = ?",
-                    (t, hold_id),
-                )
-                cur.execute(
-                    "UPDATE budget_operations SET committed_musd = committed_musd - ?"
-                    " WHERE operation_id = ?",
-                    (ceiling, op_id),
+                    "UPDATE budget_holds SET state = 'expired', ended_at = ?, actual_musd = ?,"
+                    " list_actual_musd = ?, usage_input = ?, usage_cached_input = 0,"
+                    " usage_output = ?, usage_reasoning = 0, estimated = 1 WHERE hold_id = ?",
+                    (t, ceiling, list_ceiling, in_tok, max_tok, hold_id),
                 )
                 self._event(
-                    cur, now, "expiry", user_id=user_id, hold_id=hold_id, detail=str(ceiling)
+                    cur,
+                    now,
+                    "expiry",
+                    user_id=user_id,
+                    hold_id=hold_id,
+                    detail=f"booked {ceiling} at ceiling, estimated",
                 )
+                booked_total += int(ceiling)
             if previous_processes:
                 cur.execute(
                     "UPDATE budget_operations SET ended_at = ? WHERE ended_at IS NULL"
@@ -792,7 +858,8 @@ class SqliteStore:
                 " AND expires_at <= ?",
                 (t,),
             )
-            return len(rows)
+            tripped = self._auto_kill(cur, now) if booked_total > 0 else None
+            return SweepOutcome(len(rows), booked_total, tripped)
 
         return self._txn(body)
 
@@ -1031,23 +1098,30 @@ class SqliteStore:
             glob = next((k for k in kills if k.scope_kind == "global"), KillState(False))
             scoped = [k for k in kills if k.scope_kind != "global" and k.killed]
             cur.execute(
-                "SELECT provider, SUM(CASE WHEN state = 'settled' THEN 1 ELSE 0 END),"
-                " COALESCE(SUM(CASE WHEN state = 'settled' THEN actual_musd END), 0),"
-                " SUM(CASE WHEN state = 'settled' THEN list_actual_musd END),"
-                " COALESCE(SUM(CASE WHEN state = 'held' THEN ceiling_musd END), 0)"
+                "SELECT provider, SUM(CASE WHEN state IN ('settled', 'expired') THEN 1 ELSE 0 END),"
+                " COALESCE(SUM(CASE WHEN state IN ('settled', 'expired') THEN actual_musd END), 0),"
+                " SUM(CASE WHEN state IN ('settled', 'expired') THEN list_actual_musd END),"
+                " COALESCE(SUM(CASE WHEN state = 'held' THEN ceiling_musd END), 0),"
+                " SUM(CASE WHEN state IN ('settled', 'expired') AND estimated = 1"
+                " THEN 1 ELSE 0 END)"
                 " FROM budget_holds WHERE day_key = ? OR state = 'held' GROUP BY provider"
                 " ORDER BY provider",
                 (day,),
             )
             providers = [
                 ProviderSpend(
-                    r[0], int(r[1] or 0), int(r[2]), None if r[3] is None else int(r[3]), int(r[4])
+                    r[0],
+                    int(r[1] or 0),
+                    int(r[2]),
+                    None if r[3] is None else int(r[3]),
+                    int(r[4]),
+                    int(r[5] or 0),
                 )
                 for r in cur.fetchall()
             ]
             cur.execute(
                 "SELECT origin, COALESCE(SUM(actual_musd), 0) FROM budget_holds"
-                " WHERE day_key = ? AND state = 'settled' GROUP BY origin",
+                " WHERE day_key = ? AND state IN ('settled', 'expired') GROUP BY origin",
                 (day,),
             )
             by_origin = {o.value: 0 for o in Origin}
@@ -1074,6 +1148,12 @@ class SqliteStore:
                 (day,),
             )
             late = int(cur.fetchone()[0])
+            cur.execute(
+                "SELECT COUNT(*), COALESCE(SUM(actual_musd), 0) FROM budget_holds"
+                " WHERE state = 'expired' AND day_key = ?",
+                (day,),
+            )
+            unreconciled, booked_at_ceiling = cur.fetchone()
             return LedgerStatus(
                 at=now,
                 tz=cfg.tz,
@@ -1092,6 +1172,8 @@ class SqliteStore:
                 expired_today=expired,
                 late_settled_musd_today=late,
                 teams=self._teams(cur),
+                expired_unreconciled_today=int(unreconciled),
+                expired_booked_musd_today=int(booked_at_ceiling),
             )
 
         return self._read(body)
@@ -1153,7 +1235,7 @@ class SqliteStore:
             ks = self._kill_of(cur, user_id, team)
             cur.execute(
                 "SELECT COALESCE(SUM(actual_musd), 0) FROM budget_holds WHERE user_id = ?"
-                " AND day_key = ? AND state = 'settled'",
+                " AND day_key = ? AND state IN ('settled', 'expired')",
                 (user_id, keys.day_key),
             )
             spent = int(cur.fetchone()[0])
@@ -1183,7 +1265,7 @@ class SqliteStore:
             for uid in members:
                 cur.execute(
                     "SELECT COALESCE(SUM(actual_musd), 0) FROM budget_holds WHERE user_id = ?"
-                    " AND day_key = ? AND state = 'settled'",
+                    " AND day_key = ? AND state IN ('settled', 'expired')",
                     (uid, keys.day_key),
                 )
                 spend[uid] = int(cur.fetchone()[0])
@@ -1209,7 +1291,7 @@ class SqliteStore:
         def body(cur: sqlite3.Cursor) -> list[tuple[int, int, int]]:
             cur.execute(
                 "SELECT user_id,"
-                " COALESCE(SUM(CASE WHEN state = 'settled' AND day_key = ?"
+                " COALESCE(SUM(CASE WHEN state IN ('settled', 'expired') AND day_key = ?"
                 " THEN actual_musd END), 0) AS s,"
                 " COALESCE(SUM(CASE WHEN state = 'held' THEN ceiling_musd END), 0) AS h"
                 " FROM budget_holds WHERE day_key = ? OR state = 'held' GROUP BY user_id"
@@ -1263,6 +1345,8 @@ class SqliteStore:
                         e = expect.setdefault((lvl, sc, w.value, k), [0, 0, 0])
                         if state == "held":
                             e[1] += ceiling
+                        elif state == "expired":  # booked at the ceiling by the sweep
+                            e[0] += actual or 0
                         elif state == "settled":
                             e[0] += actual or 0
                             if late:

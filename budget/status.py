@@ -41,7 +41,9 @@ class KillState:
 
     Attributes:
         killed: tripped now.
-        reason: the admin's reason or ``"automatic: …"``.
+        reason: the admin's reason, or for the burn-rate trigger e.g.
+            ``"automatic: settled $0.000700 in the last 60 min > threshold $0.000500"``
+            (already says "automatic": do not prefix it again).
         automatic: tripped by the burn-rate trigger.
         by: admin user id (``None`` for automatic).
         changed_at: when it was last tripped or reset.
@@ -59,14 +61,21 @@ class KillState:
 
 @dataclass(frozen=True, slots=True)
 class ProviderSpend:
-    """Per provider, today: calls settled, money settled, list-price equivalent
-    (``None`` when some model had no list price and nothing known was summed)."""
+    """Per provider, today (the day each hold was granted): calls settled, money
+    settled, list-price equivalent (``None`` when some model had no list price and
+    nothing known was summed), µUSD held now, and how many of the calls are
+    *estimated* (an expired hold booked at its ceiling, or an interrupted call).
+
+    Expired holds count as calls and as spend at their ceiling until their real
+    settle (or release) corrects them.
+    """
 
     provider: str
     calls: int
     settled_musd: int
     list_musd: int | None
     held_musd: int
+    estimated_calls: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +111,13 @@ class LedgerStatus:
         operations_today / requests_today: counts; ``requests_per_operation``
             their ratio (``None`` without operations) — a rise without new
             messages is the sign of a loop.
-        expired_today / late_settled_musd_today: sweeper expiries and money booked
-            after expiry.
+        expired_today / late_settled_musd_today: expiries recorded today (TTL
+            sweeper and start-up sweep) and the actual cost of settles that arrived
+            after their hold had expired (holds granted today).
+        expired_unreconciled_today / expired_booked_musd_today: holds granted today
+            that expired and are still booked at their ceiling, flagged estimated
+            (no settle or release has corrected them yet), and that money; it is
+            already part of every ``settled`` figure above.
     """
 
     at: datetime
@@ -123,6 +137,8 @@ class LedgerStatus:
     expired_today: int
     late_settled_musd_today: int
     teams: dict[str, list[int]] = field(default_factory=dict)
+    expired_unreconciled_today: int = 0
+    expired_booked_musd_today: int = 0
 
 
 @dataclass(frozen=True, slots=True)

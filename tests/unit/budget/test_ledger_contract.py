@@ -327,7 +327,8 @@ async def test_restart_keeps_spend_kill_and_limits_and_sweeps_old_holds(
     make_ledger: LedgerFactory,
 ) -> None:
     """A new process on the same file sees settled spend, the kill flag and runtime
-    limits; holds left by the dead process are expired at start."""
+    limits; a hold left by the dead process is expired at start and booked at its
+    ceiling (estimated), so /status shows it as spent and as a call."""
     first = await make_ledger(global_daily_musd=10_000)
     h = await hold(first, ceiling=1000)
     await first.settle(h.hold_id, Usage(1, 0, 99))
@@ -338,10 +339,15 @@ async def test_restart_keeps_spend_kill_and_limits_and_sweeps_old_holds(
     second = await make_ledger(global_daily_musd=10_000)
     st = await second.status()
     g = bucket(st.buckets, Level.GLOBAL, Window.DAY)
-    assert (g.settled_musd, g.held_musd) == (100, 0)
+    assert (g.settled_musd, g.held_musd, g.late_musd) == (2100, 0, 0)
     assert st.kill.killed and st.kill.reason == "manual" and st.expired_today == 1
+    assert (st.expired_unreconciled_today, st.expired_booked_musd_today) == (1, 2000)
+    (p,) = st.providers
+    assert (p.provider, p.calls, p.estimated_calls, p.settled_musd) == ("test", 2, 1, 2100)
+    assert st.spend_by_origin_musd["chat"] == 2100
     us = await second.user_status(1)
     assert bucket(us.buckets, Level.PERSONAL, Window.DAY).limit_musd == 5_000
+    assert us.settled_today_musd == 2100
 
 
 async def test_auto_kill_and_unkill_counts_only_later_spend(
@@ -488,3 +494,266 @@ async def test_spend_per_hour_series(make_ledger: LedgerFactory, clock: ManualCl
     assert len(points) == 48 and points[-1] == (datetime(2026, 1, 14, 13, tzinfo=UTC), 0)
     assert points[-2] == (datetime(2026, 1, 14, 12, tzinfo=UTC), 42)
     assert points[0][0] == datetime(2026, 1, 12, 14, tzinfo=UTC)
+
+
+# -- expiry books the ceiling (a crashed or orphaned call is never forgotten) ----------
+
+
+async def test_start_sweep_books_ceiling_estimated_in_grant_windows_and_provider(
+    make_ledger: LedgerFactory, clock: ManualClock
+) -> None:
+    """kill -9 between the request and the settle: the next start expires the hold
+    and books its 447 µUSD ceiling as settled, estimated, in the hour it was granted,
+    on every level (provider cap included), counted as one call of the provider."""
+    cfg = {"global_daily_musd": 10_000, "provider_daily_caps_musd": {"cap": 5_000}}
+    first = await make_ledger(**cfg)
+    clock.set(datetime(2026, 1, 14, 12, 59, 50, tzinfo=UTC))
+    await hold(first, ceiling=447, provider="cap")
+    await first.close()  # the process dies: no settle, no release
+    clock.set(datetime(2026, 1, 14, 13, 0, 30, tzinfo=UTC))
+    second = await make_ledger(**cfg)
+    st = await second.status()
+    assert (st.outstanding_holds, st.exposure_musd, st.expired_today) == (0, 0, 1)
+    day = bucket(st.buckets, Level.GLOBAL, Window.DAY)
+    hour = bucket(st.buckets, Level.GLOBAL, Window.HOUR)
+    assert (day.settled_musd, day.held_musd, day.free_musd) == (447, 0, 9_553)
+    assert (hour.key, hour.settled_musd) == ("2026-01-14T13:00Z", 0)  # not the sweep's hour
+    assert (await second.spend_per_hour(hours=2))["global"] == [
+        (datetime(2026, 1, 14, 12, tzinfo=UTC), 447),
+        (datetime(2026, 1, 14, 13, tzinfo=UTC), 0),
+    ]
+    cap = next(b for b in st.buckets if b.level is Level.PROVIDER)
+    assert (cap.scope, cap.settled_musd, cap.held_musd, cap.free_musd) == ("cap", 447, 0, 4_553)
+    (p,) = st.providers
+    assert (p.provider, p.calls, p.estimated_calls, p.settled_musd, p.list_musd) == (
+        "cap",
+        1,
+        1,
+        447,
+        447,
+    )
+    assert (st.expired_unreconciled_today, st.expired_booked_musd_today) == (1, 447)
+    personal = bucket((await second.user_status(1)).buckets, Level.PERSONAL, Window.DAY)
+    assert (personal.settled_musd, personal.held_musd) == (447, 0)
+
+
+async def test_start_sweep_books_into_the_day_the_hold_started(
+    make_ledger: LedgerFactory, clock: ManualClock
+) -> None:
+    """Granted 23:59:58, swept after a restart at 00:00:30: the ceiling lands in the
+    day and hour of the grant; the new day starts empty."""
+    first = await make_ledger(global_daily_musd=10_000)
+    clock.set(datetime(2026, 1, 14, 23, 59, 58, tzinfo=UTC))
+    await hold(first, ceiling=447)
+    await first.close()
+    clock.set(datetime(2026, 1, 15, 0, 0, 30, tzinfo=UTC))
+    second = await make_ledger(global_daily_musd=10_000)
+    today = bucket((await second.status()).buckets, Level.GLOBAL, Window.DAY)
+    assert (today.key, today.settled_musd, today.held_musd) == ("2026-01-15", 0, 0)
+    assert (await second.spend_per_hour(hours=2))["global"] == [
+        (datetime(2026, 1, 14, 23, tzinfo=UTC), 447),
+        (datetime(2026, 1, 15, 0, tzinfo=UTC), 0),
+    ]
+
+
+async def test_crash_loop_is_stopped_by_limits_and_auto_kill(
+    make_ledger: LedgerFactory,
+) -> None:
+    """Each crash's hold is counted at start, so a crash loop meets the global limit
+    (refused as exhausted, not busy) and trips the burn-rate kill switch."""
+    cfg = {"global_daily_musd": 1_000, "auto_kill_musd_per_window": 800}
+    first = await make_ledger(**cfg)
+    await hold(first, ceiling=447)
+    await first.close()
+    second = await make_ledger(**cfg)
+    assert not (await second.kill_state()).killed
+    await hold(second, ceiling=447)
+    await second.close()
+    third = await make_ledger(**cfg)
+    state = await third.kill_state()
+    assert state.killed and state.automatic
+    assert state.reason == "automatic: settled $0.000894 in the last 60 min > threshold $0.000800"
+    await third.unkill(by=1)
+    r = (await refused(hold(third, ceiling=447))).refusal
+    assert (r.reason, r.level, r.busy) == (RefusalReason.LIMIT, Level.GLOBAL, False)
+
+
+async def test_ttl_sweeper_books_ceiling_estimated(
+    make_ledger: LedgerFactory, clock: ManualClock
+) -> None:
+    """The periodic sweep does the same as the start sweep once the TTL has passed:
+    ceiling booked as settled, estimated, in the grant's hour; expiry recorded now."""
+    ledger = await make_ledger(global_daily_musd=10_000, provider_daily_caps_musd={"cap": 900})
+    clock.set(datetime(2026, 1, 14, 12, 58, tzinfo=UTC))
+    await hold(ledger, ceiling=447, provider="cap")
+    clock.advance(299)
+    assert await ledger.sweep() == 0
+    clock.advance(2)  # 13:03:01, past the 300 s TTL
+    assert await ledger.sweep() == 1
+    assert await ledger.sweep() == 0  # booked once
+    st = await ledger.status()
+    day = bucket(st.buckets, Level.GLOBAL, Window.DAY)
+    assert (day.settled_musd, day.held_musd, day.late_musd) == (447, 0, 0)
+    assert bucket(st.buckets, Level.GLOBAL, Window.HOUR).settled_musd == 0  # 13:00 hour
+    assert (await ledger.spend_per_hour(hours=2))["global"][0][1] == 447  # 12:00 hour
+    (p,) = st.providers
+    assert (p.calls, p.estimated_calls, p.settled_musd) == (1, 1, 447)
+    # the provider cap sees it: 900 − 447 leaves room for 453 µUSD, not 900
+    r = (await refused(hold(ledger, ceiling=454, provider="cap"))).refusal
+    assert (r.level, r.busy) == (Level.PROVIDER, False)
+    await hold(ledger, ceiling=453, provider="cap")
+
+
+async def test_free_tier_hold_expiry_counts_an_estimated_call(
+    make_ledger: LedgerFactory, clock: ManualClock
+) -> None:
+    """A free-tier hold (ceiling 0 µUSD) that expires changes no money but counts as
+    an estimated call with its list-price ceiling as the list equivalent."""
+    ledger = await make_ledger(global_daily_musd=10_000)
+    await hold(ledger, ceiling=300, provider="free", model="f")
+    clock.advance(301)
+    assert await ledger.sweep() == 1
+    st = await ledger.status()
+    assert bucket(st.buckets, Level.GLOBAL, Window.DAY).settled_musd == 0
+    (p,) = st.providers
+    assert (p.calls, p.estimated_calls, p.settled_musd, p.list_musd) == (1, 1, 0, 300)
+
+
+async def test_late_settle_after_expiry_corrects_to_actual_exactly_once(
+    make_ledger: LedgerFactory, clock: ManualClock
+) -> None:
+    """A settle of an expired (ceiling-booked) hold replaces the ceiling by the actual
+    in the same windows, once; it is reported as late and no longer estimated; any
+    later settle or release changes nothing."""
+    ledger = await make_ledger(global_daily_musd=10_000, provider_daily_caps_musd={"cap": 5_000})
+    h = await hold(ledger, ceiling=1000, provider="cap")
+    clock.advance(301)
+    await ledger.sweep()
+    assert await ledger.settle(h.hold_id, Usage(1, 0, 299)) == 300
+    for _ in range(2):
+        assert await ledger.settle(h.hold_id, Usage(1, 0, 999)) == 300
+        await ledger.release(h.hold_id)
+        assert await ledger.settle_interrupted(h.hold_id, None, None) == 300
+        assert await ledger.sweep() == 0
+        st = await ledger.status()
+        g = bucket(st.buckets, Level.GLOBAL, Window.DAY)
+        assert (g.settled_musd, g.held_musd, g.late_musd) == (300, 0, 300)
+        cap = next(b for b in st.buckets if b.level is Level.PROVIDER)
+        assert (cap.settled_musd, cap.late_musd) == (300, 300)
+        (p,) = st.providers
+        assert (p.calls, p.estimated_calls, p.settled_musd) == (1, 0, 300)
+        assert st.late_settled_musd_today == 300
+        assert (st.expired_unreconciled_today, st.expired_booked_musd_today) == (0, 0)
+    assert (await ledger.user_status(1)).settled_today_musd == 300
+    audit = await ledger.store.call(ledger.store.audit)
+    assert audit == {"mismatches": [], "held_total": 0}
+
+
+async def test_late_settle_above_ceiling_is_booked_in_full(
+    make_ledger: LedgerFactory, clock: ManualClock
+) -> None:
+    """An actual above the ceiling, arriving after expiry, is booked in full and
+    counted over the ceiling; settled is the actual, not ceiling + actual."""
+    ledger = await make_ledger(global_daily_musd=10_000)
+    h = await hold(ledger, ceiling=1000)
+    clock.advance(301)
+    await ledger.sweep()
+    assert await ledger.settle(h.hold_id, Usage(1, 0, 1499)) == 1500
+    st = await ledger.status()
+    g = bucket(st.buckets, Level.GLOBAL, Window.DAY)
+    assert (g.settled_musd, g.late_musd) == (1500, 1500)
+    assert st.estimate.over_ceiling == 1
+
+
+async def test_late_interrupted_settle_stays_estimated(
+    make_ledger: LedgerFactory, clock: ManualClock
+) -> None:
+    """settle_interrupted after expiry corrects to the interrupted-call rule's figure
+    and keeps the call flagged estimated."""
+    ledger = await make_ledger(global_daily_musd=10_000)
+    h = await hold(ledger, ceiling=1000)
+    clock.advance(301)
+    await ledger.sweep()
+    assert await ledger.settle_interrupted(h.hold_id, None, 49) == 50
+    st = await ledger.status()
+    assert bucket(st.buckets, Level.GLOBAL, Window.DAY).settled_musd == 50
+    (p,) = st.providers
+    assert (p.calls, p.estimated_calls) == (1, 1)
+
+
+async def test_release_after_expiry_returns_the_booked_ceiling_once(
+    make_ledger: LedgerFactory, clock: ManualClock
+) -> None:
+    """A release (provider never reached) of an expired hold takes the booked ceiling
+    back out of settled spend — it is the caller's first word on the hold; a settle or
+    release after it changes nothing, and a release after a late settle changes nothing."""
+    ledger = await make_ledger(global_daily_musd=10_000)
+    a = await hold(ledger, ceiling=1000)
+    b = await hold(ledger, ceiling=700)
+    clock.advance(301)
+    assert await ledger.sweep() == 2
+    assert bucket((await ledger.status()).buckets, Level.GLOBAL, Window.DAY).settled_musd == 1700
+    await ledger.release(a.hold_id)
+    await ledger.release(a.hold_id)
+    assert await ledger.settle(a.hold_id, Usage(1, 0, 999)) == 0
+    await ledger.settle(b.hold_id, Usage(1, 0, 99))
+    await ledger.release(b.hold_id)
+    st = await ledger.status()
+    g = bucket(st.buckets, Level.GLOBAL, Window.DAY)
+    assert (g.settled_musd, g.held_musd, g.late_musd) == (100, 0, 100)
+    (p,) = st.providers
+    assert (p.calls, p.settled_musd) == (1, 100)  # the released attempt is no call
+    assert (await ledger.store.call(ledger.store.audit))["mismatches"] == []
+
+
+# -- kill reason and user ids ------------------------------------------------------------
+
+
+async def test_auto_kill_reason_says_automatic_once_in_dollars(make_ledger: LedgerFactory) -> None:
+    """The burn-rate trip's reason names "automatic" once and shows exact dollars."""
+    ledger = await make_ledger(auto_kill_musd_per_window=500)
+    h = await hold(ledger, ceiling=700)
+    await ledger.settle(h.hold_id, Usage(1, 0, 699))
+    state = await ledger.kill_state()
+    assert state.reason == "automatic: settled $0.000700 in the last 60 min > threshold $0.000500"
+    assert state.reason.count("automatic") == 1
+
+
+@pytest.mark.parametrize("bad", [2**63, -(2**63) - 1, 10**30])
+async def test_user_ids_outside_int64_raise_value_error(
+    make_ledger: LedgerFactory, bad: int
+) -> None:
+    """Every ledger entry point that takes a user id rejects one SQLite cannot store
+    with a ValueError naming the range (never an OverflowError from the driver)."""
+    ledger = await make_ledger()
+    calls = [
+        ledger.team_add("red", bad),
+        ledger.team_remove("red", bad),
+        ledger.user_status(bad),
+        ledger.record_message(bad),
+        ledger.begin_operation(bad, Origin.CHAT),
+        ledger.set_limit(Level.PERSONAL, str(bad), Window.DAY, 5),
+        ledger.clear_limit(Level.PERSONAL, str(bad), Window.DAY),
+        ledger.set_limit(Level.GLOBAL, "", Window.DAY, 5, by=bad),
+        ledger.kill("x", by=bad),
+        ledger.kill("x", by=1, scope=("user", str(bad))),
+        ledger.unkill(by=bad),
+    ]
+    for coro in calls:
+        with pytest.raises(ValueError, match="signed 64-bit range"):
+            await coro
+    with pytest.raises(ValueError, match="must be an integer"):
+        await ledger.set_limit(Level.PERSONAL, "alice", Window.DAY, 5)
+    assert (await ledger.status()).kill.killed is False
+
+
+async def test_user_id_at_int64_bounds_is_accepted(make_ledger: LedgerFactory) -> None:
+    """The extreme ids of the signed 64-bit range are valid user ids."""
+    ledger = await make_ledger()
+    top = 2**63 - 1
+    assert await ledger.team_add("red", top) is None
+    assert (await ledger.user_status(top)).team == "red"
+    await ledger.set_limit(Level.PERSONAL, str(-(2**63)), Window.DAY, 5)
+    await ledger.set_limit(Level.PERSONAL, "*", Window.DAY, 5)
+    op = await ledger.begin_operation(top, Origin.CHAT)
+    assert op.user_id == top
