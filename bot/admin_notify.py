@@ -51,8 +51,9 @@ class AdminNotifier:
         """The burn-rate trigger tripped the kill switch (called once per trip)."""
         with in_locale(self._i18n, "en"):
             text = _(
-                "🛑 Kill switch tripped automatically: {reason}. New LLM work is refused; "
-                "work in flight finishes. Check /budget, then /unkill when safe."
+                "🛑 The burn-rate trigger tripped the kill switch ({reason}). "
+                "New LLM work is refused; work in flight finishes. "
+                "Check /budget, then /unkill when safe."
             ).format(reason=state.reason)
         await self._broadcast(text)
 

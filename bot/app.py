@@ -40,11 +40,17 @@ from bot.digests import TelegramDeliverer
 from bot.i18n import create_i18n, in_locale
 from bot.logs import redact
 from bot.metrics import MetricsServer, refusal_counter
-from bot.middlewares import IntakeMiddleware, LocaleMiddleware, ProfileMiddleware
+from bot.middlewares import (
+    ArrivalOrderMiddleware,
+    IntakeMiddleware,
+    LocaleMiddleware,
+    ProfileMiddleware,
+)
 from bot.routers.admin import AdminView, create_admin_router
 from bot.routers.chat import create_chat_router
 from bot.routers.common import create_common_router, create_fallback_router
 from bot.routers.digests import create_digest_router
+from bot.routers.errors import create_error_router
 from bot.routers.me import create_me_router
 from bot.settings import Settings, usd_to_musd
 from bot.store import History, Intake
@@ -415,9 +421,11 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         settings_view=AdminView(settings),
         refusals=refusal_counter(registry),
     )
+    dp.message.outer_middleware(ArrivalOrderMiddleware(chat))
     dp.message.outer_middleware(ProfileMiddleware(profiles, settings.admin_ids, settings.user_tz))
     LocaleMiddleware(i18n).setup(dp)
     dp.message.outer_middleware(IntakeMiddleware(intake, clock))
+    dp.include_router(create_error_router())
     dp.include_router(create_admin_router(settings.admin_ids))
     dp.include_router(create_common_router())
     dp.include_router(create_digest_router())

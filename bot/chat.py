@@ -6,15 +6,16 @@ prompt from stored history, sends one request through the cascade (each attempt
 holds, then settles or releases), and returns an outcome value the handler renders.
 It never builds user-facing text and never lets an exception's text out.
 
-Per-user queue: a user's messages take an in-flight slot in arrival order
-(USER_MAX_INFLIGHT slots); up to USER_QUEUE_MAX more wait for one, and take their
-hold only when they start. Overflow is refused at once. Lanes are dropped when idle,
-so the per-user map does not grow without bound.
+Per-user queue: a user's messages take an in-flight slot in the order Telegram
+delivered them (USER_MAX_INFLIGHT slots); up to USER_QUEUE_MAX more wait for one, and
+take their hold only when they start. The newest messages beyond that are refused at
+once. Lanes are dropped when empty, so the per-user map does not grow without bound.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
@@ -96,18 +97,23 @@ class ChatFailed:
 ChatOutcome = ChatAnswer | ChatRefused | ChatFailed
 
 
+#: A message's place in its user's queue: (chat id, message id).
+MessageKey = tuple[int, int]
+
+
 class _Lane:
-    """One user's slots and queue."""
+    """One user's messages in arrival order: the first USER_MAX_INFLIGHT run, the next
+    USER_QUEUE_MAX wait, anything after that is refused."""
 
-    __slots__ = ("active", "slots", "waiting")
+    __slots__ = ("changed", "order")
 
-    def __init__(self, slots: int) -> None:
-        self.slots = asyncio.Semaphore(slots)
-        self.waiting = 0
-        self.active = 0
+    def __init__(self) -> None:
+        self.order: list[MessageKey] = []
+        self.changed = asyncio.Event()
 
-    def idle(self) -> bool:
-        return self.waiting == 0 and self.active == 0
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
 
 
 class ChatService:
@@ -144,6 +150,7 @@ class ChatService:
         self._config = config
         self._lanes: dict[int, _Lane] = {}
         self._tasks: set[asyncio.Task[object]] = set()
+        self._anonymous = itertools.count(1)
         self.closing = False
 
     def __repr__(self) -> str:
@@ -154,11 +161,35 @@ class ChatService:
         """Chat operations being handled now."""
         return len(self._tasks)
 
+    def arrive(self, user_id: int, key: MessageKey) -> None:
+        """Register a message in its user's order *before* anything awaits.
+
+        aiogram handles updates as concurrent tasks, and the awaits in the middlewares
+        finish in any order; the first (synchronous) middleware calls this so messages
+        are served in the order Telegram delivered them. ``key`` is (chat id, message id).
+        """
+        lane = self._lanes.get(user_id)
+        if lane is None:
+            lane = self._lanes[user_id] = _Lane()
+        if key not in lane.order:
+            lane.order.append(key)
+
+    def depart(self, user_id: int, key: MessageKey) -> None:
+        """Forget a message (answered, refused, or not a chat message after all)."""
+        lane = self._lanes.get(user_id)
+        if lane is None or key not in lane.order:
+            return
+        lane.order.remove(key)
+        lane.notify()
+        if not lane.order:
+            del self._lanes[user_id]
+
     async def handle(
         self,
         user_id: int,
         text: str,
         *,
+        key: MessageKey | None = None,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None = None,
     ) -> ChatOutcome:
         """Answer one message, or say why not. Never raises for expected failures.
@@ -166,51 +197,58 @@ class ChatService:
         Args:
             user_id: the Telegram user charged.
             text: the message.
+            key: (chat id, message id) registered with :meth:`arrive` (its place in the
+                user's queue); ``None`` puts it at the end now.
             activity: a context manager factory shown while the model works
                 (the handler passes a "typing…" sender); entered once the
                 operation is admitted, left on every outcome.
         """
+        if key is None:
+            key = (0, -next(self._anonymous))
+        self.arrive(user_id, key)
+        try:
+            return await self._in_turn(user_id, key, text, activity)
+        finally:
+            self.depart(user_id, key)
+
+    async def _in_turn(
+        self,
+        user_id: int,
+        key: MessageKey,
+        text: str,
+        activity: Callable[[], AbstractAsyncContextManager[object]] | None,
+    ) -> ChatOutcome:
         if self.closing:
             return ChatFailed("shutdown")
+        lane = self._lanes[user_id]
+        slots = self._config.user_max_inflight
+        if lane.order.index(key) >= slots + self._config.user_queue_max:
+            return ChatFailed("queue_full", running=True)
         user_msg = Message("user", text)
         tokens = self._count([user_msg])
         if tokens > self._config.max_input_tokens:
             return ChatFailed("too_long", tokens=tokens, limit=self._config.max_input_tokens)
-
         if self._record_message is not None:
             try:
                 await self._record_message(user_id)
             except HoldRefused as exc:
-                busy = self._lanes.get(user_id)
-                return ChatRefused(exc.refusal, running=busy is not None and busy.active > 0)
-        lane = self._lanes.get(user_id)
-        if lane is None:
-            lane = self._lanes[user_id] = _Lane(self._config.user_max_inflight)
-        if lane.slots.locked() and lane.waiting >= self._config.user_queue_max:
-            return ChatFailed("queue_full", running=True)
+                return ChatRefused(exc.refusal, running=lane.order.index(key) > 0)
+        while lane.order.index(key) >= slots:
+            await lane.changed.wait()
         task = asyncio.current_task()
-        lane.waiting += 1
+        if task is not None:
+            self._tasks.add(task)
         try:
-            async with lane.slots:
-                lane.waiting -= 1
-                lane.active += 1
-                if task is not None:
-                    self._tasks.add(task)
-                try:
-                    return await self._admitted(user_id, user_msg, lane, activity)
-                finally:
-                    lane.active -= 1
-                    if task is not None:
-                        self._tasks.discard(task)
+            return await self._admitted(user_id, user_msg, lane.order.index(key) > 0, activity)
         finally:
-            if lane.idle():
-                self._lanes.pop(user_id, None)
+            if task is not None:
+                self._tasks.discard(task)
 
     async def _admitted(
         self,
         user_id: int,
         user_msg: Message,
-        lane: _Lane,
+        others_running: bool,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
     ) -> ChatOutcome:
         if self.closing:
@@ -218,7 +256,7 @@ class ChatService:
         try:
             op = await self._ledger.begin_operation(user_id, Origin.CHAT)
         except HoldRefused as exc:
-            return ChatRefused(exc.refusal, running=lane.active > 1)
+            return ChatRefused(exc.refusal, running=others_running)
         try:
             history = await self._history.load(user_id, self._config.history_max_tokens)
             system = Message("system", SYSTEM_PROMPT)
@@ -245,7 +283,7 @@ class ChatService:
             )
             return ChatAnswer(completion)
         except HoldRefused as exc:
-            return ChatRefused(exc.refusal, running=lane.active > 1)
+            return ChatRefused(exc.refusal, running=others_running)
         except ProviderRejected:
             return ChatFailed("rejected")
         except LLMError:

@@ -13,6 +13,7 @@ never a second LLM call.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 
 import telegramify_markdown
@@ -32,19 +33,59 @@ TELEGRAM_TEXT_LIMIT = 4096
 MAX_RETRY_AFTER_S = 60.0
 
 
+#: Link schemes kept as clickable links; any other (javascript:, file:, tg:) loses its link.
+SAFE_LINK_SCHEMES = frozenset({"http", "https"})
+
+_FENCE = re.compile(r"^\s{0,3}(```|~~~)")
+_BACKTICKS = re.compile(r"(`+)")
+
+
+def protect_angle_brackets(markdown: str) -> str:
+    """Escape ``<`` outside code so text like ``Vec<String>`` or ``a<b and b>c`` is not
+    taken for inline HTML, which the converter drops (CommonMark: ``\\<`` is a literal)."""
+    out: list[str] = []
+    in_fence = False
+    for line in markdown.split("\n"):
+        if _FENCE.match(line):
+            in_fence = not in_fence
+            out.append(line)
+            continue
+        if in_fence or "<" not in line:
+            out.append(line)
+            continue
+        pieces = _BACKTICKS.split(line)
+        opener: str | None = None
+        for i, piece in enumerate(pieces):
+            if piece.startswith("`") and set(piece) == {"`"}:
+                opener = None if opener == piece else (opener or piece)
+            elif opener is None:
+                pieces[i] = piece.replace("<", "\\<")
+        out.append("".join(pieces))
+    return "\n".join(out)
+
+
+def _safe(entity: MessageEntity) -> bool:
+    if entity.type != "text_link" or entity.url is None:
+        return True
+    scheme = entity.url.split(":", 1)[0].lower() if ":" in entity.url else ""
+    return scheme in SAFE_LINK_SCHEMES
+
+
 def split_markdown(markdown: str) -> list[tuple[str, list[MessageEntity]]]:
-    """Markdown → parts of (text, entities), each within :data:`TELEGRAM_TEXT_LIMIT`."""
-    text, entities = telegramify_markdown.convert(markdown)
+    """Markdown → parts of (text, entities), each within :data:`TELEGRAM_TEXT_LIMIT`.
+
+    Text that looks like HTML is kept as text; links whose scheme is not http(s) keep
+    their text but lose the link.
+    """
+    text, entities = telegramify_markdown.convert(protect_angle_brackets(markdown))
     if not text.strip():
         text, entities = markdown, []
     parts = telegramify_markdown.split_entities(text, entities, TELEGRAM_TEXT_LIMIT)
-    return [
-        (
-            part_text,
-            [MessageEntity.model_validate(e.to_dict()) for e in part_entities],
-        )
-        for part_text, part_entities in parts
-    ]
+    out: list[tuple[str, list[MessageEntity]]] = []
+    for part_text, part_entities in parts:
+        converted = [MessageEntity.model_validate(e.to_dict()) for e in part_entities]
+        out.append((part_text, [e for e in converted if _safe(e)]))
+    return out
 
 
 def _plain_parts(text: str) -> list[str]:

@@ -57,8 +57,8 @@ def render_digest(sections: Sequence[DigestSection], tz: str) -> str:
             label = when or _("post")
             lead = f"[{label}]({item.link})"
             fwd = (
-                _(" (forwarded from {name})").format(name=item.forwarded_from)
-                if (item.forwarded_from)
+                _(" (forwarded from {name})").format(name=_md_escape(item.forwarded_from))
+                if item.forwarded_from
                 else ""
             )
             marker = "" if item.summarized else _(" (excerpt)")

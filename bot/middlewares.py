@@ -1,7 +1,7 @@
 """Outer middlewares: who is writing (profile + language), exactly-once intake.
 
-Order on ``message`` updates: :class:`ProfileMiddleware` → :class:`LocaleMiddleware`
-→ :class:`IntakeMiddleware` → filters → handler.
+Order on ``message`` updates: :class:`ArrivalOrderMiddleware` → :class:`ProfileMiddleware`
+→ :class:`LocaleMiddleware` → :class:`IntakeMiddleware` → filters → handler.
 """
 
 from __future__ import annotations
@@ -15,16 +15,45 @@ from aiogram.types import Message, TelegramObject
 from aiogram.utils.i18n import I18n
 from aiogram.utils.i18n.middleware import I18nMiddleware
 
+from bot.chat import ChatService
 from bot.context import ProfileStore, UserContext
 from bot.i18n import pick_language
 from bot.store import Intake
 from budget.clock import Clock
 
-__all__ = ["IntakeMiddleware", "LocaleMiddleware", "ProfileMiddleware"]
+__all__ = ["ArrivalOrderMiddleware", "IntakeMiddleware", "LocaleMiddleware", "ProfileMiddleware"]
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[TelegramObject, dict[str, Any]], Awaitable[Any]]
+
+
+class ArrivalOrderMiddleware(BaseMiddleware):
+    """Takes each private chat message's place in its user's queue before anything awaits.
+
+    aiogram starts one task per update in delivery order; this middleware is the first
+    code of each task and does not await before :meth:`ChatService.arrive`, so the places
+    follow Telegram's order however the later (awaiting) middlewares interleave.
+    """
+
+    def __init__(self, chat: ChatService) -> None:
+        self._chat = chat
+
+    async def __call__(self, handler: Handler, event: TelegramObject, data: dict[str, Any]) -> Any:
+        if (
+            not isinstance(event, Message)
+            or event.from_user is None
+            or event.chat.type != "private"
+            or not event.text
+            or event.text.startswith("/")
+        ):
+            return await handler(event, data)
+        key = (event.chat.id, event.message_id)
+        self._chat.arrive(event.from_user.id, key)
+        try:
+            return await handler(event, data)
+        finally:
+            self._chat.depart(event.from_user.id, key)
 
 
 class ProfileMiddleware(BaseMiddleware):
@@ -67,7 +96,8 @@ class IntakeMiddleware(BaseMiddleware):
     A message Telegram delivers again (the offset was not confirmed before a crash)
     is dropped here, so it never reaches the LLM twice. The handler reports its
     outcome in ``data["outcome"]`` (a mutable dict: ``{"status": ...}``); this
-    middleware persists it (default ``answered``; ``failed`` on an exception).
+    middleware persists it (default ``answered``, ``command`` for a command;
+    ``failed`` on an exception).
     """
 
     def __init__(self, intake: Intake, clock: Clock) -> None:
@@ -89,7 +119,8 @@ class IntakeMiddleware(BaseMiddleware):
         if not first:
             log.info("dropping a message delivered twice (chat %s)", event.chat.id)
             return None
-        outcome: dict[str, str] = {"status": "answered"}
+        is_command = (event.text or "").startswith("/")
+        outcome: dict[str, str] = {"status": "command" if is_command else "answered"}
         data["outcome"] = outcome
         try:
             result = await handler(event, data)

@@ -20,7 +20,7 @@ metadata = Base.metadata
 class SeenMessage(Base):
     """A chat message the bot has taken in; recorded before anything else is done.
 
-    ``status``: ``received`` (being handled), ``answered``, ``refused``, ``failed``,
+    ``status``: ``received`` (being handled), ``answered``, ``command``, ``refused``, ``failed``,
     ``stale`` (sent while the bot was down), ``lost`` (the process died while handling
     it; the user was asked to resend).
     """

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+import re
+from decimal import ROUND_HALF_EVEN, Decimal
 
 __all__ = ["parse_usd", "usd"]
 
@@ -15,13 +16,18 @@ def usd(musd: int | None, places: int = 6) -> str:
     return f"${value}"
 
 
+_AMOUNT = re.compile(r"\$?(\d{1,7})(?:\.(\d{1,6}))?")
+
+
 def parse_usd(text: str) -> int | None:
-    """``"0.05"`` / ``"$0.05"`` → 50000 µUSD; ``None`` for anything that is not a
-    non-negative decimal amount."""
-    try:
-        value = Decimal(text.strip().removeprefix("$"))
-    except InvalidOperation:
+    """``"0.05"`` / ``"$0.05"`` → 50000 µUSD, exactly.
+
+    Returns ``None`` for anything else: signs, exponents, ``NaN``, underscores, more
+    than 6 decimals (finer than 1 µUSD) or more than $1,000,000.
+    """
+    match = _AMOUNT.fullmatch(text.strip())
+    if match is None:
         return None
-    if not value.is_finite() or value < 0 or value > Decimal(1_000_000):
-        return None
-    return int((value * 1_000_000).quantize(Decimal(1), ROUND_HALF_EVEN))
+    whole, frac = match.group(1), match.group(2) or ""
+    musd = int(whole) * 1_000_000 + int(frac.ljust(6, "0"))
+    return musd if musd <= 1_000_000 * 1_000_000 else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -86,12 +86,15 @@ class Intake:
         return lost
 
     async def count_today(self, since: datetime) -> int:
-        """Messages taken in since ``since`` (for 'LLM requests per incoming message')."""
+        """Chat messages (not commands) taken in since ``since`` — the denominator of
+        'LLM requests per incoming message' in /budget."""
         async with self._sessions() as session:
-            rows = await session.execute(
-                select(SeenMessage.id).where(SeenMessage.received_at >= since)
+            count = await session.scalar(
+                select(func.count(SeenMessage.id)).where(
+                    SeenMessage.received_at >= since, SeenMessage.status != "command"
+                )
             )
-            return len(rows.all())
+            return int(count or 0)
 
 
 class History:

@@ -140,6 +140,16 @@ def unavailable_text() -> str:
     )
 
 
+def empty_answer_text() -> str:
+    """The model returned no text at all."""
+    return _("🤷 The model returned an empty answer. Please rephrase and try again.")
+
+
+def empty_message_text() -> str:
+    """A message with nothing readable in it (only spaces or invisible characters)."""
+    return _("Your message looks empty. Please write some text.")
+
+
 def error_text() -> str:
     """An unexpected failure; nothing was charged for it."""
     return _("⚠️ Something went wrong on our side. Nothing was charged. Please retry.")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import dataclass
 
 from aiogram import Bot, Router
@@ -38,6 +39,26 @@ log = logging.getLogger(__name__)
 
 LIMIT_USAGE = "Usage: /limit <global|team NAME|user ID> <hour|day> <usd|off>"
 TEAM_USAGE = "Usage: /team <NAME> add|remove <user id>, or /team list"
+TEAM_NAME_RULE = "Team names are 1-32 letters, digits, _ or - (and not 'list')."
+USER_ID_RULE = "The user id must be a positive Telegram user id."
+AMOUNT_RULE = "The amount is USD with at most 6 decimals, from 0 to 1000000, e.g. 0.50 (or 'off')."
+
+#: Telegram user ids are positive and fit a signed 64-bit integer (Bot API: "User.id").
+MAX_USER_ID = 2**63 - 1
+_TEAM_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+def parse_user_id(text: str) -> int | None:
+    """A Telegram user id, or ``None`` for anything else (junk, 0, out of range)."""
+    if not text.isascii() or not text.isdigit():
+        return None
+    value = int(text)
+    return value if 0 < value <= MAX_USER_ID else None
+
+
+def valid_team_name(name: str) -> bool:
+    """Team names: ASCII letters, digits, ``_`` and ``-``, 1–32 long, not ``list``."""
+    return bool(_TEAM_NAME.fullmatch(name)) and name != "list"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +103,10 @@ def render_budget(
     k = status.kill
     lines = [f"📒 Budget at {status.at:%Y-%m-%d %H:%M} UTC (windows cut in {tz})"]
     if k.killed:
-        how = "automatic" if k.automatic else f"by {k.by}"
-        lines.append(f"⛔ KILLED ({how}): {k.reason}")
+        if k.automatic:
+            lines.append(f"⛔ KILLED by the burn-rate trigger — {k.reason}")
+        else:
+            lines.append(f"⛔ KILLED by admin {k.by}: {k.reason}")
     else:
         lines.append("Kill switch: off")
     for s in status.scoped_kills:
@@ -112,12 +135,19 @@ def render_budget(
         if not p.present:
             continue
         sp = spend.get(p.name)
-        money = f"settled {usd(sp.settled_musd)}, list {usd(sp.list_musd)}" if sp else "settled $0"
+        calls = sp.calls if sp else 0
+        estimated = f" ({sp.estimated_calls} estimated)" if sp and sp.estimated_calls else ""
+        money = (
+            f"settled {usd(sp.settled_musd)}, list {usd(sp.list_musd)}"
+            if sp
+            else f"settled {usd(0)}"
+        )
         cooldown = f" ({p.cooldown_remaining_s:.0f}s)" if p.cooldown_remaining_s > 0 else ""
         flags = "" if p.enabled else " DISABLED"
         paid = " paid" if p.paid else ""
         lines.append(
-            f"• {p.name}{paid}{flags}: {p.calls_today} calls, {money}, circuit {p.state}{cooldown}"
+            f"• {p.name}{paid}{flags}: {calls} calls{estimated}, {money}, "
+            f"circuit {p.state}{cooldown}"
         )
     paid_names = {p.name for p in cascade.provider_status() if p.paid}
     paid_today = sum(p.calls for p in status.providers if p.provider in paid_names)
@@ -137,6 +167,11 @@ def render_budget(
         lines.append(
             f"Estimate (actual/ceiling): median {e.median_ratio:.2f}, worst {e.worst_ratio:.2f}, "
             f"over ceiling {e.over_ceiling} of {e.count}"
+        )
+    if status.expired_unreconciled_today:
+        lines.append(
+            f"Expired holds booked at their ceiling (no settle yet): "
+            f"{status.expired_unreconciled_today}, {usd(status.expired_booked_musd_today)}"
         )
     if status.expired_today or status.late_settled_musd_today:
         lines.append(
@@ -170,26 +205,63 @@ def render_team(status: TeamStatus, tz: str) -> str:
     return "\n".join(lines)
 
 
-def _parse_limit(args: list[str]) -> tuple[Level, str, Window, int | None] | None:
-    """``global hour 0.5`` / ``team NAME day off`` / ``user 42 day 1.00``."""
-    if not args:
-        return None
-    if args[0] == "global" and len(args) == 3:
+#: /digest_now edits its progress message at most this often (seconds): Telegram
+#: limits edits of one message like any other message to a chat.
+PROGRESS_EDIT_INTERVAL_S = 2.0
+
+_STEPS = {
+    "started": "started",
+    "fetched": "fetched {} posts",
+    "summarised": "summarising {}",
+    "deferred": "postponed by the budget ({}); it will go out when the limit resets",
+    "empty": "nothing new to send",
+    "delivered": "delivered",
+    "delivery_retry": "Telegram asked to wait {} s before sending",
+    "recipient_gone": "the user has blocked the bot; marked inactive",
+    "already_sent": "today's digest was already sent",
+    "no_profile": "this user has never written to the bot",
+    "waiting": "waiting for free-tier capacity",
+    "sent": "sent",
+    "ready": "generated; delivery pending",
+    "pending": "in progress",
+    "failed_delivery": "could not be delivered",
+}
+_FINAL_STEPS = {"delivered", "deferred", "empty", "recipient_gone", "already_sent", "no_profile"}
+
+
+def describe_step(step: str) -> tuple[str, bool]:
+    """A runner progress step (``fetched:5``) → (readable text, is it final)."""
+    name, _, detail = step.partition(":")
+    template = _STEPS.get(name)
+    if template is None:
+        return step.replace("_", " "), False
+    return template.format(detail) if "{}" in template else template, name in _FINAL_STEPS
+
+
+def _parse_limit(args: list[str]) -> tuple[Level, str, Window, int | None] | str:
+    """``global hour 0.5`` / ``team NAME day off`` / ``user 42 day 1.00``; a string is
+    the reason the arguments were refused."""
+    if args[:1] == ["global"] and len(args) == 3:
         level, scope, rest = Level.GLOBAL, "", args[1:]
-    elif args[0] == "team" and len(args) == 4 and args[1] and args[1] != "*":
+    elif args[:1] == ["team"] and len(args) == 4:
+        if not valid_team_name(args[1]):
+            return TEAM_NAME_RULE
         level, scope, rest = Level.TEAM, args[1], args[2:]
-    elif args[0] == "user" and len(args) == 4 and args[1].isdigit():
-        level, scope, rest = Level.PERSONAL, args[1], args[2:]
+    elif args[:1] == ["user"] and len(args) == 4:
+        uid = parse_user_id(args[1])
+        if uid is None:
+            return USER_ID_RULE
+        level, scope, rest = Level.PERSONAL, str(uid), args[2:]
     else:
-        return None
+        return LIMIT_USAGE
     windows = {"hour": Window.HOUR, "day": Window.DAY}
     if rest[0] not in windows:
-        return None
+        return "The window is 'hour' or 'day'.\n" + LIMIT_USAGE
     if rest[1] == "off":
         return level, scope, windows[rest[0]], None
     amount = parse_usd(rest[1])
     if amount is None:
-        return None
+        return AMOUNT_RULE
     return level, scope, windows[rest[0]], amount
 
 
@@ -224,12 +296,18 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
                     caption="Spend per hour, last 48 h (USD)",
                 )
                 return
-            if len(args) == 2 and args[0] == "user" and args[1].isdigit():
-                await reply(
-                    bot, message, render_user(await ledger.user_status(int(args[1])), tz), clock
-                )
+            if len(args) == 2 and args[0] == "user":
+                uid = parse_user_id(args[1])
+                if uid is None:
+                    await reply(bot, message, USER_ID_RULE, clock)
+                    return
+                await reply(bot, message, render_user(await ledger.user_status(uid), tz), clock)
                 return
             if len(args) == 2 and args[0] == "team":
+                if args[1] not in await ledger.teams():
+                    text = f"No team {args[1]!r}; /team list shows the teams."
+                    await reply(bot, message, text, clock)
+                    return
                 await reply(bot, message, render_team(await ledger.team_status(args[1]), tz), clock)
                 return
             if args:
@@ -280,8 +358,8 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
         message: Message, bot: Bot, clock: Clock, command: CommandObject, ledger: Ledger
     ) -> None:
         parsed = _parse_limit((command.args or "").split())
-        if parsed is None:
-            await reply(bot, message, LIMIT_USAGE, clock)
+        if isinstance(parsed, str):
+            await reply(bot, message, parsed, clock)
             return
         level, scope, window, amount = parsed
         by = message.from_user.id if message.from_user else None
@@ -304,15 +382,17 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
             text = "\n".join(f"{n}: {', '.join(map(str, m))}" for n, m in sorted(teams.items()))
             await reply(bot, message, text or "No teams.", clock)
             return
-        if (
-            len(args) != 3
-            or args[1] not in ("add", "remove")
-            or not args[2].isdigit()
-            or args[0] == "*"
-        ):
+        if len(args) != 3 or args[1] not in ("add", "remove"):
             await reply(bot, message, TEAM_USAGE, clock)
             return
-        name, action, uid = args[0], args[1], int(args[2])
+        if not valid_team_name(args[0]):
+            await reply(bot, message, TEAM_NAME_RULE, clock)
+            return
+        parsed_uid = parse_user_id(args[2])
+        if parsed_uid is None:
+            await reply(bot, message, USER_ID_RULE, clock)
+            return
+        name, action, uid = args[0], args[1], parsed_uid
         if action == "add":
             left = await ledger.team_add(name, uid)
             moved = f" (moved from {left})" if left and left != name else ""
@@ -326,20 +406,30 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
 
     @router.message(Command("providers"))
     async def on_providers(
-        message: Message, bot: Bot, clock: Clock, command: CommandObject, cascade: Cascade
+        message: Message,
+        bot: Bot,
+        clock: Clock,
+        command: CommandObject,
+        cascade: Cascade,
+        ledger: Ledger,
     ) -> None:
         args = (command.args or "").split()
         if len(args) == 2 and args[0] == "enable":
-            ok = cascade.enable(args[1])
-            await reply(
-                bot, message, f"{args[1]} enabled." if ok else f"Unknown provider {args[1]}.", clock
-            )
+            known = {p.name for p in cascade.provider_status() if p.present}
+            if args[1] not in known:
+                names = ", ".join(sorted(known))
+                await reply(bot, message, f"Unknown provider {args[1]!r}; keys: {names}.", clock)
+            elif cascade.enable(args[1]):
+                await reply(bot, message, f"{args[1]} enabled.", clock)
+            else:
+                await reply(bot, message, f"{args[1]} is already enabled.", clock)
             return
         if args:
             await reply(bot, message, "Usage: /providers [enable NAME]", clock)
             return
         lines = ["🔌 Providers (cascade order):"]
         statuses = cascade.provider_status()
+        calls_today = {sp.provider: sp.calls for sp in (await ledger.status()).providers}
         for p in statuses:
             if not p.present:
                 lines.append(f"• {p.name}: no key")
@@ -351,7 +441,7 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
             headers = ", ".join(f"{k}={v}" for k, v in sorted(p.last_rate_limits.items()))
             lines.append(
                 f"• {p.name} ({p.model}{', paid' if p.paid else ', free'}): {state}, "
-                f"circuit {p.state}{cooldown}, calls today {p.calls_today}"
+                f"circuit {p.state}{cooldown}, calls today {calls_today.get(p.name, 0)}"
                 + (f"\n    last headers: {headers}" if headers else "")
             )
         if not any(p.paid and p.present for p in statuses):
@@ -363,26 +453,45 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
         message: Message, bot: Bot, clock: Clock, command: CommandObject, runner: DigestRunner
     ) -> None:
         arg = (command.args or "").strip()
-        if arg and not arg.isdigit():
-            await reply(bot, message, "Usage: /digest_now [user id]", clock)
-            return
-        target = int(arg) if arg else (message.from_user.id if message.from_user else 0)
+        if arg:
+            target = parse_user_id(arg)
+            if target is None:
+                await reply(bot, message, "Usage: /digest_now [user id]", clock)
+                return
+        else:
+            target = message.from_user.id if message.from_user else 0
         progress_msg = await bot.send_message(message.chat.id, f"Digest for {target}: starting…")
+        last_edit = [clock.monotonic() - PROGRESS_EDIT_INTERVAL_S]
+        shown = [""]
 
-        async def progress(step: str) -> None:
+        async def show(text: str, *, force: bool) -> None:
+            now = clock.monotonic()
+            if text == shown[0] or (not force and now - last_edit[0] < PROGRESS_EDIT_INTERVAL_S):
+                return
+            last_edit[0], shown[0] = now, text
             try:
                 await bot.edit_message_text(
-                    f"Digest for {target}: {step}",
+                    f"Digest for {target}: {text}",
                     chat_id=message.chat.id,
                     message_id=progress_msg.message_id,
                 )
             except TelegramAPIError:  # progress is cosmetic; the digest goes on
                 log.debug("progress edit failed", exc_info=True)
 
-        outcome = await runner.run_now(target, progress)
-        await progress(
-            f"{outcome.status} — {outcome.posts} posts, {outcome.llm_calls} LLM calls, "
-            f"{outcome.cache_hits} cache hits, {outcome.paid_calls} paid"
+        async def progress(step: str) -> None:
+            text, final = describe_step(step)
+            await show(text, force=final)
+
+        try:
+            outcome = await runner.run_now(target, progress)
+        except HoldRefused as exc:
+            await show(f"refused by the ledger ({exc.refusal.reason})", force=True)
+            return
+        await show(
+            f"{describe_step(outcome.status)[0]} — {outcome.posts} posts, "
+            f"{outcome.llm_calls} LLM calls, {outcome.cache_hits} from the cache, "
+            f"{outcome.paid_calls} paid",
+            force=True,
         )
 
     return router

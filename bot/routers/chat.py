@@ -68,6 +68,10 @@ def create_chat_router(*, stale_after_s: int) -> Router:
         refusals: Counter,
     ) -> None:
         reply_to = message.message_id if message.chat.type != "private" else None
+        if not _visible(prompt):
+            outcome["status"] = "refused"
+            await send_text(bot, message.chat.id, templates.empty_message_text(), clock=clock)
+            return
         age = clock.now() - message.date
         if age > timedelta(seconds=stale_after_s):
             outcome["status"] = "stale"
@@ -82,13 +86,24 @@ def create_chat_router(*, stale_after_s: int) -> Router:
 
         try:
             result = await run_guarded(
-                chat_service.handle(user_ctx.user_id, prompt, activity=typing)
+                chat_service.handle(
+                    user_ctx.user_id,
+                    prompt,
+                    key=(message.chat.id, message.message_id),
+                    activity=typing,
+                )
             )
         except asyncio.CancelledError:
             outcome["status"] = "failed"
             await send_text(bot, message.chat.id, templates.shutting_down_text(), clock=clock)
             raise
         if isinstance(result, ChatAnswer):
+            if not _visible(result.completion.text):
+                log.warning("empty answer from %s", result.completion.provider)
+                refusals.labels("empty_answer").inc()
+                outcome["status"] = "failed"
+                await send_text(bot, message.chat.id, templates.empty_answer_text(), clock=clock)
+                return
             await send_markdown(
                 bot, message.chat.id, result.completion.text, clock=clock, reply_to=reply_to
             )
@@ -108,6 +123,15 @@ def create_chat_router(*, stale_after_s: int) -> Router:
         await send_text(bot, message.chat.id, templates.non_text_text(), clock=clock)
 
     return router
+
+
+#: Characters that show nothing (zero-width space/joiners, word joiner, BOM).
+_INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff"))
+
+
+def _visible(text: str) -> bool:
+    """True when ``text`` has something besides white space and invisible characters."""
+    return bool(text.translate(_INVISIBLE).strip())
 
 
 def _failure_text(result: ChatFailed) -> str:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from functools import lru_cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from aiogram import Bot, F, Router
 from aiogram.filters import Command, CommandObject, CommandStart
@@ -18,6 +19,17 @@ from bot.store import History
 from budget.clock import Clock
 
 __all__ = ["create_common_router", "create_fallback_router"]
+
+
+@lru_cache(maxsize=1)
+def _zones_by_folded_name() -> dict[str, str]:
+    return {name.casefold(): name for name in available_timezones()}
+
+
+def canonical_zone(name: str) -> str | None:
+    """The IANA zone whose name matches ``name`` ignoring case (``europe/berlin`` →
+    ``Europe/Berlin``), or ``None``."""
+    return _zones_by_folded_name().get(name.strip().casefold())
 
 
 def create_common_router() -> Router:
@@ -54,6 +66,7 @@ def create_common_router() -> Router:
             text = _("Your timezone is {tz}. Change it with /tz Area/City, e.g. /tz Europe/Berlin.")
             await send_text(bot, message.chat.id, text.format(tz=user_ctx.tz), clock=clock)
             return
+        arg = canonical_zone(arg) or arg
         try:
             ZoneInfo(arg)
         except (ZoneInfoNotFoundError, ValueError):

@@ -67,7 +67,16 @@ def create_digest_router() -> Router:
         user_ctx: UserContext,
         digests: DigestService,
     ) -> None:
-        result = await digests.unsubscribe(user_ctx.user_id, (command.args or "").strip())
+        arg = (command.args or "").strip()
+        if not arg:
+            await send_text(
+                bot,
+                message.chat.id,
+                _("Usage: /unsub @channel or /unsub <feed URL>; /subs lists them."),
+                clock=clock,
+            )
+            return
+        result = await digests.unsubscribe(user_ctx.user_id, arg)
         text = subscribe_text(result, unsubscribing=True)
         await send_text(bot, message.chat.id, text, clock=clock)
 

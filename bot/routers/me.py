@@ -66,7 +66,10 @@ def render_me(status: UserStatus, tz: str) -> str:
     if status.inflight:
         lines.append(_("Requests running now: {n}").format(n=status.inflight))
     if status.killed is not None and status.killed.killed:
-        lines.append(_("⏸ Your access is paused by the administrators."))
+        if status.killed.scope_kind == "global":
+            lines.append(_("⏸ The bot is paused by its administrators."))
+        else:
+            lines.append(_("⏸ Your access is paused by the administrators."))
     return "\n".join(lines)
 
 

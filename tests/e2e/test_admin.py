@@ -35,12 +35,15 @@ async def test_limits_teams_budget_report_and_chart(
     shows teams and the limit; /budget chart sends a PNG photo; /me names the new limit."""
     bot = bot_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN)))
     await bot.start()
-    assert (await _ask(fake_telegram, ADMIN, "/limit global day lots")).startswith("Usage: /limit")
+    assert "The amount is USD" in await _ask(fake_telegram, ADMIN, "/limit global day lots")
     assert (await _ask(fake_telegram, ADMIN, "/limit planet day 1")).startswith("Usage: /limit")
     assert "Limit set" in await _ask(fake_telegram, ADMIN, "/limit user 50 day 0.25")
     assert "Limit set" in await _ask(fake_telegram, ADMIN, "/limit team core hour 1.5")
     assert "in team core" in await _ask(fake_telegram, ADMIN, "/team core add 50")
     assert (await _ask(fake_telegram, ADMIN, "/team core promote 50")).startswith("Usage: /team")
+    assert "user id" in await _ask(fake_telegram, ADMIN, "/team core add 99999999999999999999999")
+    assert "Team names" in await _ask(fake_telegram, ADMIN, "/team list add 5")
+    assert "No team" in await _ask(fake_telegram, ADMIN, "/budget team nosuch")
     assert "core: 50" in await _ask(fake_telegram, ADMIN, "/team list")
     report = await _ask(fake_telegram, ADMIN, "/budget")
     assert "Teams: core (1)" in report and "Kill switch: off" in report
@@ -89,19 +92,23 @@ async def test_user_queue_answers_in_order_and_refuses_overflow(
     fake_providers: FakeProviders,
     bot_env: dict[str, str],
 ) -> None:
-    """USER_MAX_INFLIGHT=1, USER_QUEUE_MAX=2: of four quick messages, three are answered
-    in order and the fourth gets the 'too many at once' template (no provider call)."""
-    fake_providers.script("groq", *[{"text": f"answer {i}", "delay_s": 1.0} for i in range(3)])
-    bot = bot_factory(env=dict(bot_env, USER_MAX_INFLIGHT="1", USER_QUEUE_MAX="2"))
+    """USER_MAX_INFLIGHT=2, USER_QUEUE_MAX=3: of a burst of seven messages, the first
+    five are answered in the order sent and the two newest get the 'too many at once'
+    template, with no provider call for them."""
+    fake_providers.script("groq", *[{"text": f"answer {i}", "delay_s": 0.6} for i in range(5)])
+    bot = bot_factory(env=dict(bot_env, USER_MAX_INFLIGHT="2", USER_QUEUE_MAX="3"))
     await bot.start()
     mark = fake_telegram.mark()
-    for i in range(4):
+    for i in range(7):
         fake_telegram.inject_message(32, f"q{i}")
-    replies = await fake_telegram.wait_sent(32, 4, since=mark, timeout=30)
-    texts = [r.text for r in replies]
-    assert "Too many messages at once" in texts[0]
-    assert texts[1:] == ["answer 0", "answer 1", "answer 2"]
-    assert len(fake_providers.requests) == 3
+    replies = await fake_telegram.wait_sent(32, 7, since=mark, timeout=30)
+    refused = [r for r in replies if "Too many messages at once" in r.text]
+    assert len(refused) == 2
+    answers = [r.text for r in replies if r not in refused]
+    assert sorted(answers) == [f"answer {i}" for i in range(5)]
+    prompts = [r.body["messages"][-1]["content"] for r in fake_providers.requests]
+    assert prompts[:2] and set(prompts[:2]) == {"q0", "q1"}
+    assert prompts[2:] == ["q2", "q3", "q4"]  # the newest two, q5 and q6, were refused
     await bot.stop()
 
 
