@@ -27,7 +27,7 @@ typecheck: $(STAMP)
 	$(PY) -m mypy
 
 test: $(STAMP) lint typecheck
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 bench: $(STAMP)
 	$(PY) bench/ledger.py

@@ -11,8 +11,7 @@ from scheduler.feeds import FeedFetch
 from scheduler.profiles import ProfileRepository
 from scheduler.service import DigestService
 from scheduler.types import SourceKind, SubscribeStatus
-
-from .conftest import FakeFetcher
+from tests.unit.scheduler.scheduler_fakes import FakeFetcher
 
 Sessions = async_sessionmaker[AsyncSession]
 

@@ -16,8 +16,7 @@ from scheduler.runner import DigestConfig, DigestRunner, cap_posts
 from scheduler.service import DigestService
 from scheduler.simclock import VirtualClock
 from scheduler.types import NoticeKind, Post, SubscribeStatus
-
-from .conftest import FakeBackend, FakeDeliverer, FakeFetcher, FakeLedger
+from tests.unit.scheduler.scheduler_fakes import FakeBackend, FakeDeliverer, FakeFetcher, FakeLedger
 
 Sessions = async_sessionmaker[AsyncSession]
 
