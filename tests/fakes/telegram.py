@@ -2050,7 +2050,7 @@ async def _serve(args: argparse.Namespace) -> None:
 
 async def _say(args: argparse.Namespace) -> None:
     control = FakeTelegramControl(f"http://127.0.0.1:{args.port}")
-    mark = len(await control.sent_events(args.user))
+    mark = len(await control.sent_events())  # a position in the log of all chats
     await control.inject_message(args.user, args.text, language_code=args.lang)
     for message in await control.wait_sent(args.user, 1, args.timeout, since=mark):
         print(message.text)
