@@ -98,8 +98,9 @@ def render_budget(
     cascade: Cascade,
     tz: str,
     messages_today: int,
+    teams: list[TeamStatus] | None = None,
 ) -> str:
-    """The /budget report."""
+    """The /budget report (``teams``: each team's status, for its buckets)."""
     k = status.kill
     lines = [f"📒 Budget at {status.at:%Y-%m-%d %H:%M} UTC (windows cut in {tz})"]
     if k.killed:
@@ -123,6 +124,8 @@ def render_budget(
     if status.teams:
         lines.append("")
         lines.append("Teams: " + ", ".join(f"{n} ({len(m)})" for n, m in status.teams.items()))
+        for team in teams or []:
+            lines.extend("• " + _bucket(b, tz) for b in team.buckets)
     if top:
         lines.append("")
         lines.append("Top users today:")
@@ -317,9 +320,9 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
             top = await ledger.top_users(10)
             _key, day_start, _end = day_bounds(clock.now(), tz)
             messages_today = await intake.count_today(day_start)
-            await reply(
-                bot, message, render_budget(status, top, cascade, tz, messages_today), clock
-            )
+            teams = [await ledger.team_status(name) for name in sorted(status.teams)]
+            text = render_budget(status, top, cascade, tz, messages_today, teams)
+            await reply(bot, message, text, clock)
         except HoldRefused:
             await reply(bot, message, "⚠️ The ledger is unavailable.", clock)
 

@@ -47,6 +47,7 @@ async def test_limits_teams_budget_report_and_chart(
     assert "core: 50" in await _ask(fake_telegram, ADMIN, "/team list")
     report = await _ask(fake_telegram, ADMIN, "/budget")
     assert "Teams: core (1)" in report and "Kill switch: off" in report
+    assert "team core hour" in report and "limit $1.500000" in report
     user = await _ask(fake_telegram, ADMIN, "/budget user 50")
     assert "team core" in user and "$0.250000" in user
     me = await _ask(fake_telegram, 50, "/me")
