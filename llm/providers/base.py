@@ -247,7 +247,9 @@ def error_for_status(
                   message names a daily limit (Groq "(RPD)"/"(TPD)")
     400/413/422   :class:`ContextTooLong` when the message is about the context
                   length (413 always), else :class:`ProviderRejected`
-    404           :class:`ProviderRejected` (unknown model)
+    404           :class:`ProviderUnavailable`: the model is unknown *at that provider*
+                  (retired or misnamed in settings) — the next provider can still
+                  answer, and repeated 404s open that provider's breaker
     408, 5xx      :class:`ProviderUnavailable` (503 = overloaded)
     other         :class:`ProviderUnavailable`
     ============  ===============================================================
@@ -285,7 +287,7 @@ def error_for_status(
         status in (400, 422) and any(marker in low for marker in _CONTEXT_MARKERS)
     ):
         return ContextTooLong(provider, detail, status=status, rate_limits=rate_limits)
-    if status in (400, 404, 409, 422):
+    if status in (400, 409, 422):
         return ProviderRejected(provider, detail, status=status, rate_limits=rate_limits)
     return ProviderUnavailable(provider, detail, status=status, rate_limits=rate_limits)
 

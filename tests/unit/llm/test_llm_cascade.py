@@ -276,6 +276,16 @@ async def test_paid_anchor_cut_is_settled_at_the_ceiling(
     assert hold.actual_musd == hold.ticket.ceiling_musd > 0
 
 
+async def test_unknown_model_at_one_provider_falls_through(make: Any, fake: FakeProviders) -> None:
+    """Groq answers 404 model_not_found (a retired model): Mistral answers instead."""
+    h = make(("groq", "mistral"))
+    body = {"error": {"message": "The model does not exist", "code": "model_not_found"}}
+    fake.script(key("groq"), {"status": 404, "body": body})
+    done = await h.ask()
+    assert done.provider == "mistral"
+    assert h.hits("groq") == 1
+
+
 async def test_pacing_skips_groq_without_a_request(make: Any, fake: FakeProviders) -> None:
     """Groq's headers say 100 tokens remain → a 2,000-token request goes to Mistral
     without touching Groq."""
