@@ -6,13 +6,16 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kopek-installed
 SRC := bot llm budget scheduler
 
-.PHONY: run test lint typecheck bench clean locales
+.PHONY: install run test lint typecheck bench clean locales
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
+
+# Only the venv (make run / make test do this themselves).
+install: $(STAMP)
 
 # The bot applies the Alembic migrations itself on start (idempotent).
 run: $(STAMP)

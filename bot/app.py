@@ -218,6 +218,7 @@ class App:
 
     async def close_after_failed_start(self) -> None:
         """Release what :func:`create_app` opened when polling never started."""
+        await self.runner.stop()
         await self.cascade.aclose()
         await self.http.aclose()
         await self.ledger.close()
@@ -517,4 +518,8 @@ async def run(settings: Settings) -> int:
         _fail(f"cannot reach the Bot API at {settings.telegram_api_base}: {exc.message}", settings)
         await app.close_after_failed_start()
         return 1
+    except OSError as exc:  # the metrics port cannot be bound
+        _fail(f"cannot start: {type(exc).__name__}: {exc}", settings)
+        await app.close_after_failed_start()
+        return 2
     return 0

@@ -109,7 +109,9 @@ class IntakeMiddleware(BaseMiddleware):
             return await handler(event, data)
         ctx = data.get("user_ctx")
         language = ctx.language if isinstance(ctx, UserContext) else "en"
+        is_command = (event.text or "").startswith("/")
         first = await self._intake.record(
+            status="command" if is_command else "received",
             chat_id=event.chat.id,
             message_id=event.message_id,
             user_id=event.from_user.id,
@@ -119,7 +121,6 @@ class IntakeMiddleware(BaseMiddleware):
         if not first:
             log.info("dropping a message delivered twice (chat %s)", event.chat.id)
             return None
-        is_command = (event.text or "").startswith("/")
         outcome: dict[str, str] = {"status": "command" if is_command else "answered"}
         data["outcome"] = outcome
         try:

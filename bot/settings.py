@@ -116,7 +116,7 @@ class Settings(BaseSettings):
     chat_history_max_tokens: int = Field(3000, ge=0)
     intake_max_concurrent: int = Field(50, ge=1)
     user_queue_max: int = Field(3, ge=0)
-    metrics_port: int | None = None
+    metrics_port: int | None = Field(None, ge=1, le=65535)
     metrics_host: str = "127.0.0.1"
 
     # --- digests --------------------------------------------------------------
@@ -143,6 +143,20 @@ class Settings(BaseSettings):
         if isinstance(value, int):
             return frozenset({value})
         return value
+
+    @field_validator(
+        "telegram_api_base",
+        "telegram_web_base",
+        "groq_base_url",
+        "mistral_base_url",
+        "cerebras_base_url",
+        "deepseek_base_url",
+    )
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")) or len(value) < 10:
+            raise ValueError("must be an http(s) URL")
+        return value.rstrip("/")
 
     @field_validator("database_url")
     @classmethod

@@ -32,9 +32,17 @@ class Intake:
         self._sessions = sessions
 
     async def record(
-        self, *, chat_id: int, message_id: int, user_id: int, language: str, now: datetime
+        self,
+        *,
+        chat_id: int,
+        message_id: int,
+        user_id: int,
+        language: str,
+        now: datetime,
+        status: str = "received",
     ) -> bool:
-        """Record a message before handling it.
+        """Record a message before handling it (``status``: ``received`` for chat
+        messages, ``command`` for commands — those need no resend notice after a crash).
 
         Returns:
             ``True`` the first time; ``False`` when Telegram delivers it again
@@ -46,7 +54,7 @@ class Intake:
                     chat_id=chat_id,
                     message_id=message_id,
                     user_id=user_id,
-                    status="received",
+                    status=status,
                     language=language,
                     received_at=now,
                 )

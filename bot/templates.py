@@ -63,7 +63,13 @@ def refusal_text(refusal: Refusal, *, tz: str, running: bool = False) -> str:
     """
     r = refusal.reason
     reset = format_reset(refusal.resets_at, tz) if refusal.resets_at else None
-    if r is RefusalReason.KILL:
+    if r is RefusalReason.KILL and refusal.note.startswith("automatic"):
+        text = _(
+            "⏸ The bot is paused by its spending safety switch, and its administrators "
+            "have been told. Nothing to do for now: please try again later. "
+            "Work already started will finish."
+        )
+    elif r is RefusalReason.KILL:
         text = _(
             "⏸ The bot is paused by its administrators. Nothing to do for now: "
             "please try again later. Work already started will finish."

@@ -345,6 +345,9 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
     @router.message(Command("unkill"))
     async def on_unkill(message: Message, bot: Bot, clock: Clock, ledger: Ledger) -> None:
         by = message.from_user.id if message.from_user else None
+        if not (await ledger.kill_state()).killed:
+            await reply(bot, message, "The kill switch is already off.", clock)
+            return
         stuck = await ledger.unkill(by=by)
         status = await ledger.status()
         log.warning("kill switch reset by admin %s", by)

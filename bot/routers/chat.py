@@ -116,7 +116,8 @@ def create_chat_router(*, stale_after_s: int) -> Router:
             outcome["status"] = "refused" if result.kind in ("too_long", "queue_full") else "failed"
             refusals.labels(result.kind).inc()
             text = _failure_text(result)
-        await send_text(bot, message.chat.id, text, clock=clock, reply_to=reply_to)
+        # a refusal answers the message it refuses (in a burst, the user sees which)
+        await send_text(bot, message.chat.id, text, clock=clock, reply_to=message.message_id)
 
     @router.message(F.chat.type == "private", ~F.text)
     async def on_non_text(message: Message, bot: Bot, clock: Clock) -> None:

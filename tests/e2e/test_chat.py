@@ -318,6 +318,10 @@ async def test_kill_with_slow_requests_in_flight_then_restart_then_unkill(
         lambda m: m.chat_id == admin and "OFF" in m.text, since=mark
     )
     assert "no holds are stuck" in unkill.text
+    fake_telegram.inject_message(admin, "/unkill")
+    await fake_telegram.wait_for(
+        lambda m: m.chat_id == admin and "already off" in m.text, since=mark
+    )
     fake_telegram.inject_message(25, "after unkill")
     served = await fake_telegram.wait_for(
         lambda m: m.chat_id == 25 and m.text != still.text, since=mark, timeout=20

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -180,13 +181,31 @@ async def test_token_refused_by_telegram_exits_2_with_one_line(
 async def test_malformed_token_and_database_url_are_one_line_errors(
     bot_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """BOT_TOKEN=hello, a non-URL DATABASE_URL, a PostgreSQL URL: exit 2, one line each."""
+    """BOT_TOKEN=hello, a non-URL DATABASE_URL, a PostgreSQL URL, a port out of range,
+    a Bot API base that is no URL: exit 2, one line each."""
     for override in (
         {"BOT_TOKEN": "hello"},
         {"DATABASE_URL": "notaurl"},
         {"DATABASE_URL": "postgresql+asyncpg://user:pw@db/kopek"},
+        {"METRICS_PORT": "99999"},
+        {"TELEGRAM_API_BASE": "notaurl"},
     ):
         code, output = await _run_config_error(dict(bot_env, **override), tmp_path)
         lines = [line for line in output.splitlines() if line.strip()]
         assert code == 2 and len(lines) == 1, (override, output)
         assert "pw@" not in output
+
+
+async def test_metrics_port_in_use_is_a_one_line_start_error(
+    bot_env: dict[str, str], tmp_path: Path
+) -> None:
+    """METRICS_PORT already taken: one line, exit 2, nothing left running."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, output = await _run_config_error(dict(bot_env, METRICS_PORT=str(port)), tmp_path)
+    lines = [line for line in output.splitlines() if line.startswith("kopek:")]
+    assert code == 2, output
+    assert len(lines) == 1 and "address already in use" in lines[0].lower()
+    assert "Traceback" not in output and "Unclosed" not in output
