@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
+from budget.clock import Clock, SystemClock
 from budget.types import Usage
 from llm.errors import (
     AuthFailed,
@@ -33,6 +34,7 @@ from llm.types import Completion, Message, RateLimitInfo
 
 __all__ = [
     "Provider",
+    "ProviderBase",
     "decode_json",
     "error_for_status",
     "messages_payload",
@@ -91,6 +93,34 @@ class Provider(Protocol):
     async def aclose(self) -> None:
         """Close the HTTP connections."""
         ...
+
+
+class ProviderBase:
+    """What every client shares: its identity (see :class:`Provider`), the total
+    deadline of one call (``timeout_s``, seconds) and the clock used for HTTP-date
+    ``Retry-After`` values (default: the system clock)."""
+
+    __slots__ = ("_clock", "_timeout_s", "context_window_tokens", "model", "name", "paid")
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        model: str,
+        paid: bool,
+        context_window_tokens: int,
+        timeout_s: float,
+        clock: Clock | None,
+    ) -> None:
+        self.name = name
+        self.model = model
+        self.paid = paid
+        self.context_window_tokens = context_window_tokens
+        self._timeout_s = timeout_s
+        self._clock: Clock = clock or SystemClock()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, paid={self.paid})"
 
 
 def messages_payload(messages: Sequence[Message]) -> list[dict[str, str]]:

@@ -17,9 +17,10 @@ from typing import Any, cast
 import groq
 import httpx
 
-from budget.clock import Clock, SystemClock
+from budget.clock import Clock
 from llm.errors import ProviderUnavailable
 from llm.providers.base import (
+    ProviderBase,
     decode_json,
     error_for_status,
     messages_payload,
@@ -32,7 +33,7 @@ from llm.types import Completion, Message
 __all__ = ["GroqProvider"]
 
 
-class GroqProvider:
+class GroqProvider(ProviderBase):
     """One Groq key.
 
     Args:
@@ -47,15 +48,7 @@ class GroqProvider:
         transport: an ``httpx`` transport for tests (``None`` = network).
     """
 
-    __slots__ = (
-        "_client",
-        "_clock",
-        "_timeout_s",
-        "context_window_tokens",
-        "model",
-        "name",
-        "paid",
-    )
+    __slots__ = ("_client",)
 
     def __init__(
         self,
@@ -70,12 +63,14 @@ class GroqProvider:
         clock: Clock | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.name = name
-        self.model = model
-        self.paid = paid
-        self.context_window_tokens = context_window_tokens
-        self._timeout_s = timeout_s
-        self._clock: Clock = clock or SystemClock()
+        super().__init__(
+            name,
+            model=model,
+            paid=paid,
+            context_window_tokens=context_window_tokens,
+            timeout_s=timeout_s,
+            clock=clock,
+        )
         http_client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), transport=transport)
         self._client = groq.AsyncGroq(
             api_key=api_key,
@@ -120,6 +115,3 @@ class GroqProvider:
     async def aclose(self) -> None:
         """Close the SDK's connection pool."""
         await self._client.close()
-
-    def __repr__(self) -> str:
-        return f"GroqProvider(name={self.name!r}, model={self.model!r}, paid={self.paid})"

@@ -19,9 +19,10 @@ from typing import Any, cast
 import httpx
 from mistralai import Mistral, models
 
-from budget.clock import Clock, SystemClock
+from budget.clock import Clock
 from llm.errors import ProviderUnavailable
 from llm.providers.base import (
+    ProviderBase,
     decode_json,
     error_for_status,
     messages_payload,
@@ -42,7 +43,7 @@ async def _capture(response: httpx.Response) -> None:
         sink.append(response)
 
 
-class MistralProvider:
+class MistralProvider(ProviderBase):
     """One Mistral key.
 
     Args:
@@ -57,16 +58,7 @@ class MistralProvider:
         transport: an ``httpx`` transport for tests (``None`` = network).
     """
 
-    __slots__ = (
-        "_clock",
-        "_http",
-        "_sdk",
-        "_timeout_s",
-        "context_window_tokens",
-        "model",
-        "name",
-        "paid",
-    )
+    __slots__ = ("_http", "_sdk")
 
     def __init__(
         self,
@@ -81,12 +73,14 @@ class MistralProvider:
         clock: Clock | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.name = name
-        self.model = model
-        self.paid = paid
-        self.context_window_tokens = context_window_tokens
-        self._timeout_s = timeout_s
-        self._clock: Clock = clock or SystemClock()
+        super().__init__(
+            name,
+            model=model,
+            paid=paid,
+            context_window_tokens=context_window_tokens,
+            timeout_s=timeout_s,
+            clock=clock,
+        )
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s),
             transport=transport,
@@ -143,6 +137,3 @@ class MistralProvider:
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self._http.aclose()
-
-    def __repr__(self) -> str:
-        return f"MistralProvider(name={self.name!r}, model={self.model!r}, paid={self.paid})"

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 
 import httpx
 
-from budget.clock import Clock, SystemClock
+from budget.clock import Clock
 from llm.providers.base import (
+    ProviderBase,
     decode_json,
     error_for_status,
     messages_payload,
@@ -28,7 +29,7 @@ from llm.types import Completion, Message
 __all__ = ["OpenAICompatProvider"]
 
 
-class OpenAICompatProvider:
+class OpenAICompatProvider(ProviderBase):
     """One key of an OpenAI-compatible provider.
 
     Args:
@@ -44,16 +45,7 @@ class OpenAICompatProvider:
         transport: an ``httpx`` transport for tests (``None`` = network).
     """
 
-    __slots__ = (
-        "_client",
-        "_clock",
-        "_timeout_s",
-        "_url",
-        "context_window_tokens",
-        "model",
-        "name",
-        "paid",
-    )
+    __slots__ = ("_client", "_url")
 
     def __init__(
         self,
@@ -68,12 +60,14 @@ class OpenAICompatProvider:
         clock: Clock | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.name = name
-        self.model = model
-        self.paid = paid
-        self.context_window_tokens = context_window_tokens
-        self._timeout_s = timeout_s
-        self._clock: Clock = clock or SystemClock()
+        super().__init__(
+            name,
+            model=model,
+            paid=paid,
+            context_window_tokens=context_window_tokens,
+            timeout_s=timeout_s,
+            clock=clock,
+        )
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._client = httpx.AsyncClient(
             headers={"Authorization": f"Bearer {api_key}"},
@@ -106,6 +100,3 @@ class OpenAICompatProvider:
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self._client.aclose()
-
-    def __repr__(self) -> str:
-        return f"OpenAICompatProvider(name={self.name!r}, model={self.model!r}, paid={self.paid})"
