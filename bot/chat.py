@@ -239,7 +239,8 @@ class ChatService:
         if task is not None:
             self._tasks.add(task)
         try:
-            return await self._admitted(user_id, user_msg, lane.order.index(key) > 0, activity)
+            others = lane.order.index(key) > 0
+            return await self._admitted(user_id, user_msg, tokens, others, activity)
         finally:
             if task is not None:
                 self._tasks.discard(task)
@@ -248,6 +249,7 @@ class ChatService:
         self,
         user_id: int,
         user_msg: Message,
+        user_tokens: int,
         others_running: bool,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
     ) -> ChatOutcome:
@@ -276,7 +278,7 @@ class ChatService:
             await self._history.append(
                 user_id,
                 [
-                    ("user", user_msg.content, self._count([user_msg])),
+                    ("user", user_msg.content, user_tokens),
                     ("assistant", completion.text, completion.usage.output_tokens),
                 ],
                 self._clock.now(),
