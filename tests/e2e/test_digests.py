@@ -50,12 +50,15 @@ async def test_two_subscribers_one_llm_request_per_post_even_across_a_restart(
     bot = bot_factory(env=env)
     await bot.start()
     for uid in (51, 52):
+        await _ask(fake_telegram, uid, "/digest_off")  # only /digest_now sends, whatever the hour
         assert "Subscribed" in await _ask(fake_telegram, uid, "/sub @citynews")
     assert fake_providers.requests == []
     mark = fake_telegram.mark()
     fake_telegram.inject_message(ADMIN, "/digest_now 51")
-    digest = await fake_telegram.wait_for(lambda m: m.chat_id == 51, since=mark, timeout=60)
-    assert "digest" in digest.text.lower() and "Citynews News" in digest.text
+    digest = await fake_telegram.wait_for(
+        lambda m: m.chat_id == 51 and "Citynews News" in m.text, since=mark, timeout=60
+    )
+    assert "digest" in digest.text.lower()
     assert len(fake_providers.requests) == 4
     assert await bot.stop() == 0
 
@@ -63,8 +66,9 @@ async def test_two_subscribers_one_llm_request_per_post_even_across_a_restart(
     await again.start()
     mark = fake_telegram.mark()
     fake_telegram.inject_message(ADMIN, "/digest_now 52")
-    second = await fake_telegram.wait_for(lambda m: m.chat_id == 52, since=mark, timeout=60)
-    assert "Citynews News" in second.text
+    second = await fake_telegram.wait_for(
+        lambda m: m.chat_id == 52 and "Citynews News" in m.text, since=mark, timeout=60
+    )
     assert len(fake_providers.requests) == 4, "the cache served the second digest"
     summaries_51 = [line for line in digest.text.splitlines() if line.startswith("•")]
     summaries_52 = [line for line in second.text.splitlines() if line.startswith("•")]
@@ -160,6 +164,7 @@ async def test_sub_refuses_private_addresses_and_channels_without_preview(
     _channel(fake_tme, "opennews", count=1)
     bot = bot_factory()
     await bot.start()
+    await _ask(fake_telegram, 57, "/digest_off")  # no scheduled digest mid-test
     for url in ("http://127.0.0.1:8080/feed.xml", "http://10.0.0.1/rss"):
         assert "not allowed" in await _ask(fake_telegram, 57, f"/sub {url}")
     assert "no public web preview" in await _ask(fake_telegram, 57, "/sub @closedclub")
