@@ -173,6 +173,30 @@ messages = Table(
 )
 
 
+corrections = Table(
+    "budget_corrections",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("hold_id", String(32), nullable=False),
+    Column("provider", String(32), nullable=False),
+    Column("model", String(128), nullable=False),
+    Column("bucket", String(32), nullable=False),
+    Column("old_musd", Integer, nullable=False),
+    Column("new_musd", Integer, nullable=False),
+    Column("by_user", Integer, nullable=True),
+    Column("source_file", String(255), nullable=False),
+    Column("source_sha256", String(64), nullable=False),
+    Column("over_limit", Text, nullable=True),
+    Index("ix_budget_corrections_hold", "hold_id"),
+)
+"""Correction events (``/reconcile apply``): one row per estimated booking whose cost
+was replaced by what the provider's usage export shows. ``bucket`` is the export's
+day (``YYYY-MM-DD``) or hour (``YYYY-MM-DDTHH``) in the provider's billing zone;
+``by_user`` the admin's Telegram id; ``over_limit`` names the windows the correction
+pushed over their limit (``None`` when none). Migration ``0004_corrections``."""
+
+
 def create_schema(path: str | Path) -> None:
     """Create the ledger tables in the SQLite file ``path`` (tests and benchmarks;
     production runs ``alembic upgrade head``). Idempotent."""

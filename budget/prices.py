@@ -430,6 +430,11 @@ class PriceCard:
             n -= 1
         return n
 
+    def configured(self) -> list[tuple[str, str]]:
+        """Every (provider key, model) the card knows: those given at construction and
+        those resolved since, sorted."""
+        return sorted(self._models)
+
     def describe(self, at: datetime) -> list[str]:
         """One start-up log line per configured model, rates as they apply at ``at``
         (the highest over the following day for time-of-day prices), e.g.

@@ -39,7 +39,12 @@ def test_every_revision_up_down_up_and_head_matches_models(tmp_path: Path) -> No
     db = tmp_path / "stairs.db"
     cfg = _config(db)
     revisions = list(reversed(list(ScriptDirectory.from_config(cfg).walk_revisions())))
-    assert [r.revision for r in revisions] == ["0001_ledger", "0002_digests", "0003_bot"]
+    assert [r.revision for r in revisions] == [
+        "0001_ledger",
+        "0002_digests",
+        "0003_bot",
+        "0004_corrections",
+    ]
     for rev in revisions:
         command.upgrade(cfg, rev.revision)
         after_up = _tables(db)

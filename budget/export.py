@@ -1,0 +1,315 @@
+"""Spend export: one CSV row per attempt booked in a period, and a totals CSV.
+
+``/budget export`` and ``python -m budget export`` both call :func:`write_export`.
+An attempt is *booked* when its hold ended with money on the books: settled (its
+actual cost) or expired (booked at its ceiling, flagged estimated). Released holds
+(0 µUSD, the provider never reached) and holds still in flight are not rows. An
+attempt belongs to the period its hold was granted in (the windows it counts
+against are fixed at grant, see :mod:`budget.ledger`).
+
+Rows are read with SQLAlchemy's server-side streaming (``yield_per``), written as
+they arrive: memory stays flat whatever the period. Only the totals (one entry per
+provider, model and day) are kept.
+
+Columns of the attempts file (:data:`EXPORT_COLUMNS`): ``utc_time`` and
+``local_time`` (ISO 8601, seconds), ``day_key`` (the ledger's day window, cut in
+BUDGET_TZ), ``user_id``, ``team``, ``origin`` (chat/digest), ``operation_id``,
+``provider`` (the company, e.g. ``groq``), ``key_name`` (the configured key, e.g.
+``groq2``), ``model``, token counts (``input_tokens`` counts every prompt token,
+cached ones included; ``output_tokens`` counts reasoning), unit prices in USD per
+1M tokens (the card's list price at the attempt's start) and ``price_source``
+(``genai-prices <version>`` or ``override: …``), ``price_version`` (the card the
+ledger priced it with), ``cost_musd`` (what the ledger booked, corrections
+included), ``list_price_musd`` (the list-price equivalent; for free tiers what the
+call would have cost), and the flags ``estimated``, ``late``, ``stopped``,
+``corrected`` (0/1), ``state`` and ``hold_id``.
+
+The totals file (:data:`TOTALS_COLUMNS`) has one row per provider key, per
+``key:model`` and per local day of the chosen zone, then one ``all`` row.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from budget.books import Period, company_of, price_source, rates_at, zone
+from budget.models import corrections, holds
+from budget.prices import ModelRates, PriceCard
+
+__all__ = [
+    "EXPORT_COLUMNS",
+    "STREAM_BATCH",
+    "TOTALS_COLUMNS",
+    "ExportSummary",
+    "booked_attempts",
+    "write_export",
+]
+
+#: Rows fetched per round trip while streaming.
+STREAM_BATCH = 500
+
+EXPORT_COLUMNS: tuple[str, ...] = (
+    "utc_time",
+    "local_time",
+    "day_key",
+    "user_id",
+    "team",
+    "origin",
+    "operation_id",
+    "provider",
+    "key_name",
+    "model",
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "input_usd_per_mtok",
+    "cached_input_usd_per_mtok",
+    "output_usd_per_mtok",
+    "price_source",
+    "price_version",
+    "cost_musd",
+    "list_price_musd",
+    "estimated",
+    "late",
+    "stopped",
+    "corrected",
+    "state",
+    "hold_id",
+)
+
+TOTALS_COLUMNS: tuple[str, ...] = (
+    "group",
+    "key",
+    "attempts",
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cost_musd",
+    "list_price_musd",
+    "estimated",
+)
+
+
+@dataclass(slots=True)
+class _Sum:
+    attempts: int = 0
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_musd: int = 0
+    list_price_musd: int = 0
+    estimated: int = 0
+
+    def add(self, row: Any) -> None:
+        self.attempts += 1
+        self.input_tokens += int(row.usage_input or 0)
+        self.cached_input_tokens += int(row.usage_cached_input or 0)
+        self.output_tokens += int(row.usage_output or 0)
+        self.reasoning_tokens += int(row.usage_reasoning or 0)
+        self.cost_musd += int(row.actual_musd or 0)
+        self.list_price_musd += int(row.list_actual_musd or 0)
+        self.estimated += int(row.estimated or 0)
+
+    def cells(self) -> list[int]:
+        return [
+            self.attempts,
+            self.input_tokens,
+            self.cached_input_tokens,
+            self.output_tokens,
+            self.reasoning_tokens,
+            self.cost_musd,
+            self.list_price_musd,
+            self.estimated,
+        ]
+
+
+@dataclass(slots=True)
+class ExportSummary:
+    """What an export wrote.
+
+    Attributes:
+        period: the period exported.
+        rows: attempt rows written.
+        cost_musd: sum of ``cost_musd`` over the rows.
+        list_price_musd: sum of ``list_price_musd`` over the rows.
+        estimated: rows flagged estimated.
+        per_provider: ``cost_musd`` per key name.
+    """
+
+    period: Period
+    rows: int = 0
+    cost_musd: int = 0
+    list_price_musd: int = 0
+    estimated: int = 0
+    per_provider: dict[str, int] = field(default_factory=dict)
+
+
+def _select(period: Period, key_name: str | None) -> sa.Select[Any]:
+    corrected = (
+        sa.exists().where(corrections.c.hold_id == holds.c.hold_id).correlate(holds).label("corr")
+    )
+    stopped_col = holds.c.get("stopped")
+    stopped = (
+        stopped_col.label("stopped") if stopped_col is not None else sa.literal(0).label("stopped")
+    )
+    stmt = (
+        sa.select(
+            holds.c.hold_id,
+            holds.c.operation_id,
+            holds.c.user_id,
+            holds.c.team,
+            holds.c.origin,
+            holds.c.provider,
+            holds.c.model,
+            holds.c.state,
+            holds.c.granted_at,
+            holds.c.day_key,
+            holds.c.usage_input,
+            holds.c.usage_cached_input,
+            holds.c.usage_output,
+            holds.c.usage_reasoning,
+            holds.c.actual_musd,
+            holds.c.list_actual_musd,
+            holds.c.estimated,
+            holds.c.late,
+            holds.c.price_version,
+            holds.c.input_tokens,
+            holds.c.ceiling_musd,
+            stopped,
+            corrected,
+        )
+        .where(holds.c.state.in_(("settled", "expired")))
+        .where(holds.c.granted_at >= period.start.timestamp())
+        .where(holds.c.granted_at < period.end.timestamp())
+        .order_by(holds.c.granted_at, holds.c.hold_id)
+    )
+    if key_name is not None:
+        stmt = stmt.where(holds.c.provider == key_name)
+    return stmt
+
+
+async def booked_attempts(
+    engine: AsyncEngine, period: Period, *, key_name: str | None = None
+) -> AsyncIterator[Any]:
+    """Stream the booked attempts granted in ``period`` (oldest first), ``STREAM_BATCH``
+    rows per round trip; each row has the attributes of :data:`EXPORT_COLUMNS`' sources
+    (``granted_at`` epoch seconds, ``actual_musd`` …). ``key_name`` limits to one key."""
+    async with engine.connect() as conn:
+        result = await conn.stream(
+            _select(period, key_name).execution_options(yield_per=STREAM_BATCH)
+        )
+        async for row in result:
+            yield row
+
+
+def _dec(value: Any) -> str:
+    return "" if value is None else format(value.normalize(), "f")
+
+
+async def write_export(
+    engine: AsyncEngine,
+    card: PriceCard,
+    period: Period,
+    out: TextIO,
+    totals_out: TextIO | None = None,
+    *,
+    tz: str | None = None,
+    key_name: str | None = None,
+) -> ExportSummary:
+    """Write the attempts of ``period`` as CSV to ``out`` and the totals to ``totals_out``.
+
+    Args:
+        engine: the bot's database (the ledger's tables).
+        card: the price card (unit prices and their source per row).
+        period: which attempts (by grant time).
+        out: text stream for the attempts file (opened with ``newline=""``).
+        totals_out: text stream for the totals file (``None``: not written).
+        tz: zone of ``local_time`` and of the per-day totals (default ``period.tz``).
+        key_name: only this provider key.
+
+    Returns:
+        The summary (rows, µUSD sums).
+
+    Raises:
+        PeriodError: ``tz`` is not an IANA zone.
+        sqlalchemy.exc.SQLAlchemyError: the database could not be read.
+    """
+    zone_name = tz or period.tz
+    local = zone(zone_name)
+    writer = csv.writer(out)
+    writer.writerow(EXPORT_COLUMNS)
+    summary = ExportSummary(period)
+    by_key: dict[str, _Sum] = {}
+    by_model: dict[str, _Sum] = {}
+    by_day: dict[str, _Sum] = {}
+    total = _Sum()
+    price_cache: dict[tuple[str, str, int], tuple[ModelRates | None, str]] = {}
+    async for row in booked_attempts(engine, period, key_name=key_name):
+        at = datetime.fromtimestamp(row.granted_at, UTC)
+        cache_key = (row.provider, row.model, int(row.granted_at // 60))
+        if cache_key not in price_cache:
+            rates = rates_at(card, row.provider, row.model, at)
+            price_cache[cache_key] = (rates, price_source(rates))
+        rates, source = price_cache[cache_key]
+        local_at = at.astimezone(local)
+        writer.writerow(
+            (
+                at.isoformat(timespec="seconds"),
+                local_at.isoformat(timespec="seconds"),
+                row.day_key,
+                row.user_id,
+                row.team or "",
+                row.origin,
+                row.operation_id,
+                company_of(row.provider),
+                row.provider,
+                row.model,
+                int(row.usage_input or 0),
+                int(row.usage_cached_input or 0),
+                int(row.usage_output or 0),
+                int(row.usage_reasoning or 0),
+                _dec(rates.input) if rates else "",
+                _dec(rates.cached) if rates else "",
+                _dec(rates.output) if rates else "",
+                source,
+                row.price_version or "",
+                int(row.actual_musd or 0),
+                "" if row.list_actual_musd is None else int(row.list_actual_musd),
+                int(row.estimated or 0),
+                int(row.late or 0),
+                int(row.stopped or 0),
+                int(bool(row.corr)),
+                row.state,
+                row.hold_id,
+            )
+        )
+        for table, key in (
+            (by_key, row.provider),
+            (by_model, f"{row.provider}:{row.model}"),
+            (by_day, local_at.date().isoformat()),
+        ):
+            table.setdefault(key, _Sum()).add(row)
+        total.add(row)
+    summary.rows = total.attempts
+    summary.cost_musd = total.cost_musd
+    summary.list_price_musd = total.list_price_musd
+    summary.estimated = total.estimated
+    summary.per_provider = {k: s.cost_musd for k, s in by_key.items()}
+    if totals_out is not None:
+        tw = csv.writer(totals_out)
+        tw.writerow(TOTALS_COLUMNS)
+        for group, table in (("provider", by_key), ("model", by_model), ("day", by_day)):
+            for key in sorted(table):
+                tw.writerow([group, key, *table[key].cells()])
+        tw.writerow(["all", period.label, *total.cells()])
+    return summary

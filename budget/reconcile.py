@@ -1,0 +1,915 @@
+"""Reconcile the ledger with a provider's usage export.
+
+The comparison follows the design's order, each step reported:
+
+1. **period** — per day (or hour, for an hourly export) in the provider's billing
+   zone (``<PROVIDER>_BILLING_TZ``): total tokens (input + output) of the export vs
+   the ledger's attempts of that key granted in the same window. When they only
+   agree with every window shifted by a whole number of hours, that is reported as a
+   timezone mismatch with the offset, and the later steps use the shifted windows.
+   Tokens, not money, so a wrong price or token category cannot hide a wrong period.
+2. **token categories** — per model: input (all prompt tokens, cached included),
+   cached input, output and (when the export has them) reasoning tokens side by side;
+   cached tokens billed as plain input are named as such.
+3. **price card** — per model: the export's cost vs the card's price of the export's
+   own tokens; a model off by more than the tolerance gets the line (input, cached
+   input or output) whose rate explains the difference, the rate the export implies,
+   and the ``PRICE_OVERRIDES`` entry that would fix the card.
+
+Bookings flagged *estimated* (booked at the ceiling after a crash or a timeout) are
+counted apart: they explain a ledger above the export and are what
+``/reconcile apply`` (:mod:`budget.corrections`) replaces with the export's figures.
+
+A difference within ``RECONCILE_TOLERANCE_USD`` (default 0.01) or 0.5 % of the
+export's figure counts as a match (tokens: 0.5 %).
+
+Layouts (detected from the header row, names case-insensitive):
+
+* **OpenAI-compatible usage export** (the Usage API's completions buckets as CSV):
+  ``start_time``, ``end_time`` (Unix seconds; 1 h or 1 d buckets), ``model``,
+  ``input_tokens`` (cached included), ``input_cached_tokens``, ``output_tokens``;
+  optional ``num_model_requests``, ``output_reasoning_tokens``, and a cost in USD as
+  ``cost_usd`` or ``amount_value`` (without one, costs are taken from the price card
+  and the price-card step is skipped).
+* **Generic CSV**: ``date`` (``YYYY-MM-DD``) or ``hour`` (``YYYY-MM-DDTHH[:MM]``),
+  in the billing zone; ``model``; ``input_tokens`` (cached included);
+  ``cached_input_tokens``; ``output_tokens``; ``cost_usd``; optional
+  ``reasoning_tokens``, ``requests`` and ``provider``.
+
+USD amounts are read with :class:`~decimal.Decimal` and kept as exact µUSD.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Literal
+from zoneinfo import ZoneInfo
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from budget.books import (
+    ExportFileError,
+    Period,
+    company_of,
+    rates_at,
+    usd_musd,
+    zone,
+)
+from budget.export import booked_attempts
+from budget.money import usd_text
+from budget.prices import PriceCard
+from budget.types import Usage
+
+__all__ = [
+    "DEFAULT_TOLERANCE_MUSD",
+    "MAX_EXPORT_BYTES",
+    "RELATIVE_TOLERANCE",
+    "EstimatedBooking",
+    "PlannedCorrection",
+    "ProviderExport",
+    "ReconcileReport",
+    "UsageLine",
+    "parse_export",
+    "reconcile",
+]
+
+#: Largest export read (Telegram's bots can download up to 20 MB).
+MAX_EXPORT_BYTES = 20 * 1024 * 1024
+#: RECONCILE_TOLERANCE_USD's default, in µUSD.
+DEFAULT_TOLERANCE_MUSD = 10_000
+#: Relative tolerance (0.5 %).
+RELATIVE_TOLERANCE = Decimal("0.005")
+#: Whole-hour shifts tried when the windows do not line up.
+MAX_SHIFT_H = 14
+_SLOT_S = 900  # every UTC offset in use is a multiple of 15 minutes
+
+Granularity = Literal["hour", "day"]
+
+_OPENAI_NEEDS = ("start_time", "end_time", "model", "input_tokens", "input_cached_tokens")
+_GENERIC_NEEDS = ("model", "input_tokens", "cached_input_tokens", "output_tokens", "cost_usd")
+LAYOUT_HELP = (
+    "Kopek reads the OpenAI-compatible usage export (columns start_time, end_time, model, "
+    "input_tokens, input_cached_tokens, output_tokens [, cost_usd]) or the generic CSV "
+    "(columns date or hour, model, input_tokens, cached_input_tokens, output_tokens, "
+    "cost_usd [, reasoning_tokens, provider])"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageLine:
+    """One row of a provider export.
+
+    Attributes:
+        start, end: the bucket, aware UTC ``[start, end)``.
+        label: the bucket in the billing zone (``2026-01-14`` or ``2026-01-14T13``).
+        model: the model as the provider names it.
+        input_tokens: every prompt token, cached included.
+        cached_input_tokens: the cached part of ``input_tokens``.
+        output_tokens: generated tokens, reasoning included.
+        reasoning_tokens: the reasoning part (``None`` when the export has no column).
+        cost_musd: the cost the export states, exact µUSD (``None``: no cost column).
+        line_no: 1-based line in the file (the header is line 1).
+    """
+
+    start: datetime
+    end: datetime
+    label: str
+    model: str
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int | None
+    cost_musd: Decimal | None
+    line_no: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderExport:
+    """A parsed usage export.
+
+    Attributes:
+        file_name: as given (shown in reports and correction events).
+        sha256: hex digest of the file's bytes.
+        layout: ``"openai"`` or ``"generic"``.
+        granularity: ``"hour"`` or ``"day"``.
+        tz: the billing zone its buckets were read in.
+        lines: the rows.
+        providers: values of a ``provider`` column (empty without one).
+    """
+
+    file_name: str
+    sha256: str
+    layout: str
+    granularity: Granularity
+    tz: str
+    lines: tuple[UsageLine, ...]
+    providers: frozenset[str] = frozenset()
+
+    @property
+    def has_cost(self) -> bool:
+        """True when every row states its cost."""
+        return all(line.cost_musd is not None for line in self.lines)
+
+    @property
+    def has_reasoning(self) -> bool:
+        """True when the rows carry reasoning tokens."""
+        return all(line.reasoning_tokens is not None for line in self.lines)
+
+
+def _int(value: str | None, column: str, line_no: int) -> int:
+    text = (value or "").strip()
+    if not text.isascii() or not text.isdigit():
+        raise ExportFileError(
+            f"line {line_no}: {column} {text[:20]!r} is not a whole number of tokens ≥ 0"
+        )
+    return int(text)
+
+
+def _usd(value: str | None, column: str, line_no: int) -> Decimal:
+    text = (value or "").strip().lstrip("$")
+    try:
+        usd = Decimal(text)
+    except InvalidOperation:
+        raise ExportFileError(
+            f"line {line_no}: {column} {text[:20]!r} is not a USD amount"
+        ) from None
+    if not usd.is_finite() or usd < 0 or usd > Decimal(10) ** 9:
+        raise ExportFileError(f"line {line_no}: {column} {text[:20]!r} is not a USD amount ≥ 0")
+    return usd.scaleb(6)  # exact µUSD
+
+
+def _local_bucket(
+    text: str, granularity: Granularity, tz: ZoneInfo, line_no: int
+) -> tuple[datetime, datetime, str]:
+    raw = text.strip()
+    try:
+        if granularity == "day":
+            day = datetime.strptime(raw[:10], "%Y-%m-%d")  # noqa: DTZ007 - local, zone added below
+            if len(raw) != 10:
+                raise ValueError
+            start = day.replace(tzinfo=tz)
+            nxt = (day + timedelta(days=1)).replace(tzinfo=tz)
+            return start.astimezone(UTC), nxt.astimezone(UTC), raw
+        norm = raw.replace(" ", "T").rstrip("Z")
+        hour = datetime.strptime(norm[:13], "%Y-%m-%dT%H")  # noqa: DTZ007 - local, zone below
+        if len(norm) > 13 and norm[13:] not in (":00", ":00:00"):
+            raise ValueError
+        start = hour.replace(tzinfo=tz).astimezone(UTC)
+        return start, start + timedelta(hours=1), hour.strftime("%Y-%m-%dT%H")
+    except ValueError:
+        what = "YYYY-MM-DD" if granularity == "day" else "YYYY-MM-DDTHH"
+        raise ExportFileError(f"line {line_no}: {granularity} {raw[:24]!r} is not {what}") from None
+
+
+def parse_export(data: bytes, file_name: str, billing_tz: str) -> ProviderExport:
+    """Read a provider usage export (layouts in the module docstring).
+
+    Args:
+        data: the file's bytes (UTF-8, an optional BOM).
+        file_name: its name, for reports.
+        billing_tz: the provider's billing zone (generic layout's dates are read in it).
+
+    Raises:
+        ExportFileError: too big, empty, not UTF-8 CSV, an unknown layout (the message
+            names the columns needed), a bad value (with its line), or no rows.
+        PeriodError: ``billing_tz`` is not an IANA zone.
+    """
+    tz = zone(billing_tz)
+    if len(data) > MAX_EXPORT_BYTES:
+        raise ExportFileError(
+            f"{file_name}: {len(data) / 1024 / 1024:.1f} MB is over the 20 MB limit; "
+            "export a shorter period"
+        )
+    if not data.strip():
+        raise ExportFileError(f"{file_name} is empty")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ExportFileError(f"{file_name} is not UTF-8 text (a CSV export is)") from None
+    try:
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
+        raise ExportFileError(f"{file_name} is not a readable CSV: {exc}") from None
+    if not rows:
+        raise ExportFileError(f"{file_name} is empty")
+    header = [h.strip().lower() for h in rows[0]]
+    cols = {name: i for i, name in enumerate(header) if name}
+    if all(c in cols for c in _OPENAI_NEEDS) and "output_tokens" in cols:
+        layout = "openai"
+    elif ("date" in cols or "hour" in cols) and all(c in cols for c in _GENERIC_NEEDS):
+        layout = "generic"
+    else:
+        shown = ", ".join(h for h in header[:12] if h) or "none"
+        raise ExportFileError(f"{file_name}: unknown layout (columns: {shown}). {LAYOUT_HELP}.")
+
+    def cell(row: list[str], name: str) -> str | None:
+        i = cols.get(name)
+        return row[i] if i is not None and i < len(row) else None
+
+    lines: list[UsageLine] = []
+    providers: set[str] = set()
+    granularity: Granularity = "hour" if layout == "generic" and "hour" in cols else "day"
+    for n, row in enumerate(rows[1:], start=2):
+        if not any(c.strip() for c in row):
+            continue
+        if len(row) != len(header):
+            raise ExportFileError(f"line {n}: {len(row)} fields where the header has {len(header)}")
+        model = (cell(row, "model") or "").strip()
+        if not model:
+            raise ExportFileError(f"line {n}: no model")
+        if layout == "openai":
+            s = _int(cell(row, "start_time"), "start_time", n)
+            e = _int(cell(row, "end_time"), "end_time", n)
+            width = e - s
+            if width not in (3600, 86400):
+                raise ExportFileError(f"line {n}: buckets must be 1 hour or 1 day wide")
+            line_granularity: Granularity = "hour" if width == 3600 else "day"
+            if lines and line_granularity != granularity:
+                raise ExportFileError(f"line {n}: hourly and daily buckets mixed")
+            granularity = line_granularity
+            start, end = datetime.fromtimestamp(s, UTC), datetime.fromtimestamp(e, UTC)
+            local = start.astimezone(tz)
+            label = local.strftime("%Y-%m-%d" if granularity == "day" else "%Y-%m-%dT%H")
+            cached = _int(cell(row, "input_cached_tokens"), "input_cached_tokens", n)
+            reasoning_raw = cell(row, "output_reasoning_tokens")
+            cost_col = "cost_usd" if "cost_usd" in cols else "amount_value"
+        else:
+            raw_bucket = cell(row, "hour" if granularity == "hour" else "date") or ""
+            start, end, label = _local_bucket(raw_bucket, granularity, tz, n)
+            cached = _int(cell(row, "cached_input_tokens"), "cached_input_tokens", n)
+            reasoning_raw = cell(row, "reasoning_tokens")
+            cost_col = "cost_usd"
+            prov = (cell(row, "provider") or "").strip().lower()
+            if prov:
+                providers.add(prov)
+        input_tokens = _int(cell(row, "input_tokens"), "input_tokens", n)
+        if cached > input_tokens:
+            raise ExportFileError(f"line {n}: more cached input tokens than input tokens")
+        cost_raw = cell(row, cost_col)
+        lines.append(
+            UsageLine(
+                start=start,
+                end=end,
+                label=label,
+                model=model,
+                input_tokens=input_tokens,
+                cached_input_tokens=cached,
+                output_tokens=_int(cell(row, "output_tokens"), "output_tokens", n),
+                reasoning_tokens=None
+                if reasoning_raw is None or not reasoning_raw.strip()
+                else _int(reasoning_raw, "reasoning_tokens", n),
+                cost_musd=None
+                if cost_raw is None or not cost_raw.strip()
+                else _usd(cost_raw, cost_col, n),
+                line_no=n,
+            )
+        )
+    if not lines:
+        raise ExportFileError(f"{file_name} has a header but no usage rows")
+    return ProviderExport(
+        file_name=file_name,
+        sha256=hashlib.sha256(data).hexdigest(),
+        layout=layout,
+        granularity=granularity,
+        tz=billing_tz,
+        lines=tuple(lines),
+        providers=frozenset(providers),
+    )
+
+
+# -- the ledger side ---------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Agg:
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_musd: int = 0
+    attempts: int = 0
+
+    def add_usage(self, i: int, c: int, o: int, r: int, cost: int) -> None:
+        self.input_tokens += i
+        self.cached_input_tokens += c
+        self.output_tokens += o
+        self.reasoning_tokens += r
+        self.cost_musd += cost
+        self.attempts += 1
+
+    def add(self, other: _Agg) -> None:
+        self.input_tokens += other.input_tokens
+        self.cached_input_tokens += other.cached_input_tokens
+        self.output_tokens += other.output_tokens
+        self.reasoning_tokens += other.reasoning_tokens
+        self.cost_musd += other.cost_musd
+        self.attempts += other.attempts
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class EstimatedBooking:
+    """An attempt booked at its ceiling and flagged estimated.
+
+    Attributes:
+        hold_id, model: which.
+        at: its grant (epoch seconds).
+        cost_musd: what the ledger books for it now (its ceiling, or a correction).
+        ceiling_musd: its ceiling (a correction never goes above it).
+        floor_musd: the cost of its input tokens alone (never below it).
+        tokens: the tokens the estimate assumed (input + max_tokens).
+    """
+
+    hold_id: str
+    model: str
+    at: float
+    cost_musd: int
+    ceiling_musd: int
+    floor_musd: int
+    tokens: int
+
+
+@dataclass(slots=True)
+class _LedgerSide:
+    exact: dict[tuple[int, str], _Agg] = field(default_factory=dict)  # (slot, model)
+    estimated: list[EstimatedBooking] = field(default_factory=list)
+    models: set[str] = field(default_factory=set)
+
+    def exact_in(self, start: datetime, end: datetime, model: str | None = None) -> _Agg:
+        lo, hi = int(start.timestamp()) // _SLOT_S, int(end.timestamp()) // _SLOT_S
+        out = _Agg()
+        for (slot, m), agg in self.exact.items():
+            if lo <= slot < hi and (model is None or m == model):
+                out.add(agg)
+        return out
+
+    def estimated_in(
+        self, start: datetime, end: datetime, model: str | None = None
+    ) -> list[EstimatedBooking]:
+        lo, hi = start.timestamp(), end.timestamp()
+        return [
+            e for e in self.estimated if lo <= e.at < hi and (model is None or e.model == model)
+        ]
+
+
+async def _load_ledger(
+    engine: AsyncEngine, card: PriceCard, key_name: str, start: datetime, end: datetime
+) -> _LedgerSide:
+    side = _LedgerSide()
+    period = Period("reconcile", "UTC", start, end)
+    async for row in booked_attempts(engine, period, key_name=key_name):
+        side.models.add(row.model)
+        if row.estimated:
+            at = datetime.fromtimestamp(row.granted_at, UTC)
+            rates = rates_at(card, key_name, row.model, at)
+            floor = (
+                0
+                if rates is None or card.is_free(key_name)
+                else rates.actual_musd(Usage(input_tokens=int(row.input_tokens)))
+            )
+            side.estimated.append(
+                EstimatedBooking(
+                    hold_id=row.hold_id,
+                    model=row.model,
+                    at=float(row.granted_at),
+                    cost_musd=int(row.actual_musd or 0),
+                    ceiling_musd=int(row.ceiling_musd),
+                    floor_musd=min(floor, int(row.ceiling_musd)),
+                    tokens=int(row.usage_input or 0) + int(row.usage_output or 0),
+                )
+            )
+            continue
+        key = (int(row.granted_at) // _SLOT_S, row.model)
+        side.exact.setdefault(key, _Agg()).add_usage(
+            int(row.usage_input or 0),
+            int(row.usage_cached_input or 0),
+            int(row.usage_output or 0),
+            int(row.usage_reasoning or 0),
+            int(row.actual_musd or 0),
+        )
+    return side
+
+
+# -- the comparison ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedCorrection:
+    """One estimated booking's new cost, as ``/reconcile apply`` would book it.
+
+    Attributes:
+        hold_id, model: which booking.
+        bucket: the export's day/hour label it was spread from.
+        old_musd: what the ledger books now.
+        new_musd: what it would book.
+    """
+
+    hold_id: str
+    model: str
+    bucket: str
+    old_musd: int
+    new_musd: int
+
+
+@dataclass(slots=True)
+class Step:
+    """One reported step: its name, whether it matched, and its lines."""
+
+    name: str
+    ok: bool
+    lines: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ReconcileReport:
+    """The result of :func:`reconcile`.
+
+    Attributes:
+        key_name: the provider key compared.
+        export: the parsed export.
+        start, end: the compared period (aware UTC).
+        shift_h: whole hours the export's windows are off (0 = aligned; ``None`` = no
+            shift lines them up).
+        steps: period, token categories, price card — in that order.
+        stale: per model, the price line the export says is stale (for
+            ``/providers prices``), e.g. ``{"deepseek-chat": "output $0.42 → $0.441"}``.
+        diff_rows: CSV rows (header first) of the (bucket, model) lines that differ.
+        plan: what ``/reconcile apply`` would change.
+        ledger_musd, export_musd: the period's totals (µUSD; export's rounded).
+    """
+
+    key_name: str
+    export: ProviderExport
+    start: datetime
+    end: datetime
+    shift_h: int | None
+    steps: list[Step]
+    stale: dict[str, str]
+    diff_rows: list[list[str]]
+    plan: list[PlannedCorrection]
+    ledger_musd: int
+    export_musd: int
+
+    @property
+    def ok(self) -> bool:
+        """True when every step matched."""
+        return all(s.ok for s in self.steps)
+
+    def text(self, max_lines: int = 8) -> str:
+        """The short report (each step's first ``max_lines`` lines)."""
+        ex = self.export
+        out = [
+            f"🧾 Reconcile {self.key_name} with {ex.file_name} ({ex.layout} layout, "
+            f"{'hourly' if ex.granularity == 'hour' else 'daily'}, {len(ex.lines)} rows, "
+            f"billing zone {ex.tz})",
+            f"Period {self.start:%Y-%m-%d %H:%M} – {self.end:%Y-%m-%d %H:%M} UTC: ledger "
+            f"{usd_text(self.ledger_musd)}, export {usd_text(self.export_musd)}",
+        ]
+        for n, step in enumerate(self.steps, start=1):
+            out.append(f"{n}. {step.name}: {'✅ match' if step.ok else '⚠️ differs'}")
+            out.extend(f"   {line}" for line in step.lines[:max_lines])
+            if len(step.lines) > max_lines:
+                out.append(f"   … {len(step.lines) - max_lines} more (see the CSV)")
+        if self.plan:
+            moved = sum(p.new_musd - p.old_musd for p in self.plan)
+            out.append(
+                f"{len(self.plan)} estimated bookings can be corrected from the export "
+                f"({'+' if moved >= 0 else '-'}{usd_text(abs(moved))}): /reconcile apply"
+            )
+        return "\n".join(out)
+
+    def diff_csv(self) -> bytes | None:
+        """The differing rows as CSV bytes (``None`` when nothing differs)."""
+        if len(self.diff_rows) <= 1:
+            return None
+        buf = io.StringIO(newline="")
+        csv.writer(buf).writerows(self.diff_rows)
+        return buf.getvalue().encode()
+
+
+def _tol_musd(value: Decimal | int, tolerance_musd: int) -> Decimal:
+    return max(Decimal(tolerance_musd), abs(Decimal(value)) * RELATIVE_TOLERANCE)
+
+
+def _close_tokens(a: int, b: int) -> bool:
+    return abs(a - b) <= max(Decimal(b), Decimal(a)) * RELATIVE_TOLERANCE
+
+
+def _buckets(export: ProviderExport, period: Period | None) -> list[tuple[datetime, datetime, str]]:
+    """Every window of the compared period (export rows outside ``period`` dropped)."""
+    tz = zone(export.tz)
+    if period is not None:
+        start, end = period.start, period.end
+    else:
+        start = min(line.start for line in export.lines)
+        end = max(line.end for line in export.lines)
+    out: list[tuple[datetime, datetime, str]] = []
+    cursor = start
+    while cursor < end and len(out) < 24 * 400:
+        local = cursor.astimezone(tz)
+        if export.granularity == "hour":
+            nxt = cursor + timedelta(hours=1)
+            label = local.strftime("%Y-%m-%dT%H")
+        else:
+            day = local.date()
+            nxt = datetime.combine(day + timedelta(days=1), local.time().min, tzinfo=tz)
+            nxt = nxt.astimezone(UTC)
+            label = day.isoformat()
+        out.append((cursor, nxt, label))
+        cursor = nxt
+    return out
+
+
+def _fmt_rate(value: Decimal) -> str:
+    if value == 0:
+        return "0"
+    q = Decimal(1).scaleb(value.adjusted() - 3)
+    return format(value.quantize(q).normalize(), "f")
+
+
+def _spread(target: int, bookings: list[EstimatedBooking]) -> list[int]:
+    """Split ``target`` µUSD over ``bookings``, each within [floor, ceiling],
+    proportional to its room above the floor (largest remainder; integers)."""
+    lo = [b.floor_musd for b in bookings]
+    hi = [b.ceiling_musd for b in bookings]
+    if target <= sum(lo):
+        return lo
+    if target >= sum(hi):
+        return hi
+    room = [h - low for h, low in zip(hi, lo, strict=True)]
+    extra = target - sum(lo)
+    total_room = sum(room)
+    shares = [Decimal(extra) * r / total_room for r in room]
+    out = [low + math.floor(s) for low, s in zip(lo, shares, strict=True)]
+    left = target - sum(out)
+    order = sorted(range(len(bookings)), key=lambda i: (-(shares[i] - math.floor(shares[i])), i))
+    for i in order[:left]:
+        out[i] += 1
+    return out
+
+
+async def reconcile(
+    engine: AsyncEngine,
+    card: PriceCard,
+    export: ProviderExport,
+    key_name: str,
+    *,
+    period: Period | None = None,
+    tolerance_musd: int = DEFAULT_TOLERANCE_MUSD,
+    known_models: Iterable[str] = (),
+) -> ReconcileReport:
+    """Compare ``export`` with the ledger's attempts of ``key_name`` (module docstring).
+
+    Args:
+        engine: the database holding the ledger.
+        card: the price card (implied prices, input-token floors of corrections).
+        export: from :func:`parse_export`, read in the provider's billing zone.
+        key_name: the provider key (``deepseek``, ``groq2`` …).
+        period: compare only this period (default: the export's first to last bucket).
+        tolerance_musd: RECONCILE_TOLERANCE_USD in µUSD.
+        known_models: models configured for this key (with the ledger's own, they
+            decide whether the export is this provider's at all).
+
+    Raises:
+        ExportFileError: the export names another provider, or none of its models is
+            one Kopek uses on ``key_name``; or nothing of it falls in ``period``.
+    """
+    company = company_of(key_name)
+    foreign = {p for p in export.providers if p not in (company, key_name.lower())}
+    if foreign:
+        raise ExportFileError(
+            f"{export.file_name} is an export of {', '.join(sorted(foreign))}, not "
+            f"{key_name}; nothing was compared or changed"
+        )
+    buckets = _buckets(export, period)
+    if not buckets:
+        raise ExportFileError("the period is empty")
+    span_start = buckets[0][0] - timedelta(hours=MAX_SHIFT_H + 1)
+    span_end = buckets[-1][1] + timedelta(hours=MAX_SHIFT_H + 1)
+    side = await _load_ledger(engine, card, key_name, span_start, span_end)
+    ours = side.models | set(known_models)
+    theirs = {line.model for line in export.lines}
+    if not theirs & ours:
+        raise ExportFileError(
+            f"none of the export's models ({', '.join(sorted(theirs)[:5])}) is a model "
+            f"Kopek uses on {key_name} ({', '.join(sorted(ours)[:5]) or 'none yet'}); "
+            "is this another provider's export? Nothing was compared or changed"
+        )
+    p_start, p_end = buckets[0][0], buckets[-1][1]
+    lines = [ln for ln in export.lines if p_start <= ln.start < p_end]
+    if not lines:
+        raise ExportFileError("no row of the export falls in the period asked for")
+    by_label: dict[str, list[UsageLine]] = defaultdict(list)
+    for ln in lines:
+        by_label[ln.label].append(ln)
+    free = card.is_free(key_name)
+
+    def line_cost(ln: UsageLine) -> Decimal:
+        if ln.cost_musd is not None:
+            return ln.cost_musd
+        if free:
+            return Decimal(0)
+        rates = rates_at(card, key_name, ln.model, ln.start)
+        if rates is None:
+            return Decimal(0)
+        return Decimal(
+            rates.actual_musd(Usage(ln.input_tokens, ln.cached_input_tokens, ln.output_tokens))
+        )
+
+    # 1. period ------------------------------------------------------------------
+    def aligned(shift: int) -> tuple[bool, list[str]]:
+        d = timedelta(hours=shift)
+        bad: list[str] = []
+        matched = 0
+        for s, e, label in buckets:
+            ex_tok = sum(ln.input_tokens + ln.output_tokens for ln in by_label.get(label, []))
+            exact = side.exact_in(s + d, e + d).tokens
+            est = side.estimated_in(s + d, e + d)
+            est_tok = sum(b.tokens for b in est)
+            if _close_tokens(exact + est_tok, ex_tok):
+                matched += ex_tok > 0
+                continue
+            if est and exact <= ex_tok * (1 + RELATIVE_TOLERANCE):
+                continue  # estimated bookings (at the ceiling, or cut short) may explain it
+            bad.append(f"{label}: ledger {exact + est_tok:,} tokens, export {ex_tok:,}")
+        return (not bad and matched > 0), bad
+
+    ok0, bad0 = aligned(0)
+    shift: int | None = 0
+    period_step = Step("period", ok0)
+    if not ok0:
+        shift = None
+        for k in sorted(range(-MAX_SHIFT_H, MAX_SHIFT_H + 1), key=lambda x: (abs(x), -x)):
+            if k and aligned(k)[0]:
+                shift = k
+                break
+        if shift is not None:
+            tz = zone(export.tz)
+            off = p_start.astimezone(tz).utcoffset() or timedelta(0)
+            provider_off = off - timedelta(hours=shift)
+            hours = provider_off.total_seconds() / 3600
+            env = f"{company.upper()}_BILLING_TZ"
+            period_step.lines.append(
+                f"timezone mismatch: totals match with every window shifted by "
+                f"{shift:+d} h — the export is cut in UTC{hours:+g}, not {export.tz} "
+                f"(set {env} to that zone)"
+            )
+        else:
+            period_step.lines.append("no whole-hour shift lines the windows up; differing:")
+            period_step.lines.extend(bad0)
+    delta = timedelta(hours=shift or 0)
+
+    # per (bucket, model): ledger vs export ---------------------------------------
+    header = [
+        "bucket",
+        "model",
+        "ledger_input_tokens",
+        "export_input_tokens",
+        "ledger_cached_input_tokens",
+        "export_cached_input_tokens",
+        "ledger_output_tokens",
+        "export_output_tokens",
+        "ledger_cost_musd",
+        "export_cost_musd",
+        "ledger_estimated",
+    ]
+    diff_rows: list[list[str]] = [header]
+    models = sorted(theirs | {m for m in side.models if m in ours})
+    per_model_ex: dict[str, _Agg] = {m: _Agg() for m in models}
+    per_model_led: dict[str, _Agg] = {m: _Agg() for m in models}
+    est_models: dict[str, int] = defaultdict(int)
+    ledger_total = 0
+    export_total = Decimal(0)
+    plan: list[PlannedCorrection] = []
+    for s, e, label in buckets:
+        for model in models:
+            ex_lines = [ln for ln in by_label.get(label, []) if ln.model == model]
+            ex = _Agg()
+            ex_cost = Decimal(0)
+            for ln in ex_lines:
+                ex.add_usage(
+                    ln.input_tokens,
+                    ln.cached_input_tokens,
+                    ln.output_tokens,
+                    ln.reasoning_tokens or 0,
+                    0,
+                )
+                ex_cost += line_cost(ln)
+            led = side.exact_in(s + delta, e + delta, model)
+            est = side.estimated_in(s + delta, e + delta, model)
+            est_cost = sum(b.cost_musd for b in est)
+            per_model_ex[model].add(ex)
+            per_model_led[model].add(led)
+            est_models[model] += len(est)
+            ledger_total += led.cost_musd + est_cost
+            export_total += ex_cost
+            if est and ex_lines and not free and shift is not None:
+                target = usd_musd(ex_cost) - led.cost_musd
+                new = _spread(target, est)
+                plan.extend(
+                    PlannedCorrection(b.hold_id, model, label, b.cost_musd, n)
+                    for b, n in zip(est, new, strict=True)
+                    if n != b.cost_musd
+                )
+            differs = (
+                not _close_tokens(led.input_tokens, ex.input_tokens)
+                or not _close_tokens(led.cached_input_tokens, ex.cached_input_tokens)
+                or not _close_tokens(led.output_tokens, ex.output_tokens)
+                or abs(ex_cost - led.cost_musd) > _tol_musd(ex_cost, tolerance_musd)
+            )
+            if est or (differs and (ex_lines or led.attempts)):
+                diff_rows.append(
+                    [
+                        label,
+                        model,
+                        str(led.input_tokens),
+                        str(ex.input_tokens),
+                        str(led.cached_input_tokens),
+                        str(ex.cached_input_tokens),
+                        str(led.output_tokens),
+                        str(ex.output_tokens),
+                        str(led.cost_musd + est_cost),
+                        str(ex_cost.normalize()),
+                        str(len(est)),
+                    ]
+                )
+    total_gap = export_total - ledger_total
+    if period_step.ok and abs(total_gap) > _tol_musd(export_total, tolerance_musd):
+        n_est = sum(est_models.values())
+        if n_est:
+            period_step.lines.append(
+                f"ledger {usd_text(ledger_total)} vs export {usd_text(usd_musd(export_total))}: "
+                f"{n_est} estimated bookings (booked at the ceiling) explain the gap"
+            )
+
+    # 2. token categories ---------------------------------------------------------
+    cat_step = Step("token categories", True)
+    for model in models:
+        led, ex = per_model_led[model], per_model_ex[model]
+        if est_models[model]:
+            cat_step.lines.append(
+                f"{model}: not compared — {est_models[model]} estimated bookings (their real "
+                "usage is only in the export)"
+            )
+            continue
+        pairs = [
+            ("input", led.input_tokens, ex.input_tokens),
+            ("cached", led.cached_input_tokens, ex.cached_input_tokens),
+            ("output", led.output_tokens, ex.output_tokens),
+        ]
+        if export.has_reasoning:
+            pairs.append(("reasoning", led.reasoning_tokens, ex.reasoning_tokens))
+        differing = [(n, a, b) for n, a, b in pairs if not _close_tokens(a, b)]
+        if not differing:
+            continue
+        cat_step.ok = False
+        side_by_side = ", ".join(f"{n} {a:,}/{b:,}" for n, a, b in pairs)
+        note = ""
+        names = {n for n, _, _ in differing}
+        if names == {"cached"} and ex.cached_input_tokens < led.cached_input_tokens:
+            note = (
+                f" — {led.cached_input_tokens - ex.cached_input_tokens:,} cached tokens "
+                "billed as plain input"
+            )
+        cat_step.lines.append(f"{model} (ledger/export): {side_by_side}{note}")
+
+    # 3. price card ---------------------------------------------------------------
+    card_step = Step("price card", True)
+    stale: dict[str, str] = {}
+    if not export.has_cost:
+        card_step.lines.append("the export states no cost: not compared")
+    elif free:
+        billed = sum((ln.cost_musd or Decimal(0) for ln in lines), Decimal(0))
+        if billed > _tol_musd(0, tolerance_musd):
+            card_step.ok = False
+            card_step.lines.append(
+                f"{key_name} is configured free tier but the export bills "
+                f"{usd_text(usd_musd(billed))}: set {company.upper()}_TIER=paid"
+            )
+    else:
+        for model in models:
+            rows = [ln for ln in lines if ln.model == model]
+            if not rows:
+                continue
+            first = rates_at(card, key_name, model, rows[0].start)
+            if first is None:
+                card_step.ok = False
+                card_step.lines.append(f"{model}: the card has no price for it")
+                continue
+            stated = sum((ln.cost_musd or Decimal(0) for ln in rows), Decimal(0))
+            parts: list[tuple[Decimal, Decimal]] = []  # (stated, card) per row
+            toks: list[tuple[int, int, int]] = []
+            for ln in rows:
+                r = rates_at(card, key_name, model, ln.start) or first
+                u = ln.input_tokens - ln.cached_input_tokens
+                c = ln.cached_input_tokens
+                o = ln.output_tokens
+                priced = Decimal(u) * r.input + Decimal(c) * r.cached + Decimal(o) * r.output
+                parts.append((ln.cost_musd or Decimal(0), priced))
+                toks.append((u, c, o))
+            carded = sum((p[1] for p in parts), Decimal(0))
+            gap = stated - carded
+            if abs(gap) <= _tol_musd(stated, tolerance_musd):
+                continue
+            card_step.ok = False
+            best: tuple[Decimal, str, Decimal] | None = None
+            for idx, name in enumerate(("input", "cached_input", "output")):
+                total = sum(t[idx] for t in toks)
+                if total == 0:
+                    continue
+                step_rate = gap / total
+                resid = sum(
+                    (
+                        abs(p[0] - p[1] - step_rate * t[idx])
+                        for p, t in zip(parts, toks, strict=True)
+                    ),
+                    Decimal(0),
+                )
+                if best is None or resid < best[0]:
+                    best = (resid, name, step_rate)
+            if best is None:
+                card_step.lines.append(f"{model}: export {gap:+} µUSD vs card, no tokens")
+                continue
+            _, name, step_rate = best
+            old = {"input": first.input, "cached_input": first.cached, "output": first.output}
+            implied = old[name] + step_rate
+            pct = step_rate / old[name] * 100 if old[name] else Decimal(0)
+            fixed = dict(old)
+            fixed[name] = Decimal(_fmt_rate(implied))
+            override = json.dumps(
+                {f"{key_name}:{model}": {k: _fmt_rate(v) for k, v in fixed.items()}},
+                separators=(",", ":"),
+            )
+            line_name = name.replace("_", " ")
+            card_step.lines.append(
+                f"{model} {line_name}: card ${_fmt_rate(old[name])} per 1M tokens, the export "
+                f"implies ${_fmt_rate(implied)} ({pct:+.1f}%); fix: PRICE_OVERRIDES={override}"
+            )
+            stale[model] = (
+                f"{line_name} ${_fmt_rate(old[name])} → ${_fmt_rate(implied)} per 1M tokens"
+            )
+    return ReconcileReport(
+        key_name=key_name,
+        export=export,
+        start=p_start,
+        end=p_end,
+        shift_h=shift,
+        steps=[period_step, cat_step, card_step],
+        stale=stale,
+        diff_rows=diff_rows,
+        plan=plan,
+        ledger_musd=ledger_total,
+        export_musd=usd_musd(export_total),
+    )
