@@ -7,6 +7,7 @@ bookings, never typed in.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import sqlite3
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+import budget.__main__ as budget_cli
 from budget.books import ExportFileError, PeriodError, parse_period
 from budget.clock import ManualClock
 from budget.config import LedgerConfig
@@ -395,3 +397,44 @@ async def test_f_another_providers_export_changes_nothing(books: Books) -> None:
     with pytest.raises(ExportFileError, match="another provider's export"):
         await _report(books, groq)
     assert books.holds() == before and books.corrections() == 0
+
+
+# -- the command line ------------------------------------------------------------------
+
+
+async def test_cli_export_and_reconcile(
+    books: Books, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python -m budget export`` writes the same rows and totals; ``reconcile`` exits 0
+    on a clean export, 1 when cached tokens were billed as input (the differing rows
+    written as CSV), 2 on an unknown layout."""
+    monkeypatch.setenv("DATABASE_URL", f"sqlite+aiosqlite:///{books.db}")
+    monkeypatch.setenv("BUDGET_TZ", "UTC")
+    out = tmp_path / "jan.csv"
+    code = await asyncio.to_thread(
+        budget_cli.main, ["export", "--period", "2026-01", "--tz", "UTC", "--out", str(out)]
+    )
+    with sqlite3.connect(books.db) as conn:
+        count, total = conn.execute(
+            "SELECT COUNT(*), SUM(actual_musd) FROM budget_holds WHERE state IN"
+            " ('settled', 'expired')"
+        ).fetchone()
+    rows = list(csv.DictReader(io.StringIO(out.read_text(encoding="utf-8"))))
+    assert code == 0 and len(rows) == count
+    assert sum(int(r["cost_musd"]) for r in rows) == total
+    totals = (tmp_path / "jan.totals.csv").read_text(encoding="utf-8")
+    assert f"all,2026-01,{count}," in totals
+
+    clean = tmp_path / "clean.csv"
+    clean.write_bytes(export_from_ledger(books.db, books.card, KEY))
+    stale = tmp_path / "stale.csv"
+    stale.write_bytes(export_from_ledger(books.db, books.card, KEY, cached_as_input=True))
+    junk = tmp_path / "junk.csv"
+    junk.write_text("a,b\n1,2\n", encoding="utf-8")
+    diff = tmp_path / "diff.csv"
+    args = ["--provider", KEY]
+    assert await asyncio.to_thread(budget_cli.main, ["reconcile", str(clean), *args]) == 0
+    stale_args = ["reconcile", str(stale), *args, "--diff-out", str(diff)]
+    assert await asyncio.to_thread(budget_cli.main, stale_args) == 1
+    assert diff.read_text(encoding="utf-8").startswith("bucket,model,")
+    assert await asyncio.to_thread(budget_cli.main, ["reconcile", str(junk), *args]) == 2

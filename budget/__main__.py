@@ -1,0 +1,211 @@
+"""The books from the command line (no bot, no Telegram).
+
+::
+
+    python -m budget export --period 2026-01 --tz Europe/Berlin --out jan.csv
+    python -m budget reconcile deepseek-usage.csv --provider deepseek [--period 2026-01]
+                                                  [--tz Asia/Shanghai] [--diff-out diff.csv]
+
+``export`` writes the same CSV as ``/budget export`` (``--out FILE``; the totals go to
+``FILE`` with ``.totals.csv`` instead of ``.csv``; without ``--out`` the attempts go to
+stdout and no totals file is written). ``reconcile`` prints the report of
+``/reconcile`` (corrections are applied from the bot, ``/reconcile apply``, where the
+admin who applies them is known).
+
+Reads from the environment (and ``.env``): ``DATABASE_URL``, ``BUDGET_TZ``,
+``PRICE_OVERRIDES``, ``RECONCILE_TOLERANCE_USD``, ``<PROVIDER>_BILLING_TZ`` and
+``<PROVIDER>_TIER`` — the bot's own settings, same meaning and defaults.
+
+Exit codes: 0 done (reconcile: everything matched), 1 reconcile found differences,
+2 a usage error (bad period, zone, file, database) — one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+from decimal import ROUND_HALF_EVEN, Decimal
+from pathlib import Path
+from typing import Literal, TextIO
+
+import sqlalchemy as sa
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from budget.books import BooksError, company_of, parse_period, zone
+from budget.clock import SystemClock
+from budget.db import create_engine, sqlite_path
+from budget.errors import BudgetConfigError
+from budget.export import write_export
+from budget.models import holds
+from budget.prices import PriceCard, ProviderModel, parse_overrides
+from budget.reconcile import MAX_EXPORT_BYTES, parse_export, reconcile
+
+Tier = Literal["free", "paid"]
+
+
+class BooksSettings(BaseSettings):
+    """The settings the books need (names and defaults as in the bot's settings)."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False
+    )
+
+    database_url: str = "sqlite+aiosqlite:///data/kopek.db"
+    budget_tz: str = "UTC"
+    price_overrides: str = ""
+    reconcile_tolerance_usd: Decimal = Field(Decimal("0.01"), ge=0)
+    groq_tier: Tier = "free"
+    mistral_tier: Tier = "free"
+    cerebras_tier: Tier = "free"
+    deepseek_tier: Tier = "paid"
+    groq_billing_tz: str = "UTC"
+    mistral_billing_tz: str = "UTC"
+    cerebras_billing_tz: str = "UTC"
+    deepseek_billing_tz: str = "UTC"
+
+    def tier(self, key_name: str) -> Tier:
+        """The tier of a provider key (``groq2`` is Groq's); unknown keys are paid."""
+        value = getattr(self, f"{company_of(key_name)}_tier", "paid")
+        return "free" if value == "free" else "paid"
+
+    def billing_tz(self, key_name: str) -> str:
+        """``<PROVIDER>_BILLING_TZ`` of a key (default UTC)."""
+        return str(getattr(self, f"{company_of(key_name)}_billing_tz", "UTC"))
+
+    @property
+    def tolerance_musd(self) -> int:
+        """RECONCILE_TOLERANCE_USD in µUSD."""
+        micro = self.reconcile_tolerance_usd * 1_000_000
+        return int(micro.quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
+
+
+class _Fail(Exception):
+    """A usage error: one line, exit 2."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m budget", description="Kopek's books.")
+    sub = p.add_subparsers(dest="command", required=True)
+    ex = sub.add_parser("export", help="spend export: one CSV row per booked attempt")
+    ex.add_argument("--period", default=None, help="YYYY-MM-DD or YYYY-MM (default: today)")
+    ex.add_argument("--tz", default=None, help="IANA zone of the period (default BUDGET_TZ)")
+    ex.add_argument("--out", default=None, help="CSV file (default: stdout)")
+    ex.add_argument("--provider", default=None, help="only this provider key")
+    rc = sub.add_parser("reconcile", help="compare with a provider's usage export")
+    rc.add_argument("file", help="the provider's usage export (CSV, at most 20 MB)")
+    rc.add_argument("--provider", required=True, help="the provider key, e.g. deepseek")
+    rc.add_argument("--period", default=None, help="YYYY-MM-DD or YYYY-MM (default: the file's)")
+    rc.add_argument("--tz", default=None, help="billing zone (default <PROVIDER>_BILLING_TZ)")
+    rc.add_argument("--diff-out", default=None, help="write the differing rows here")
+    return p
+
+
+async def _card(settings: BooksSettings, engine: AsyncEngine) -> PriceCard:
+    async with engine.connect() as conn:
+        pairs = (await conn.execute(sa.select(holds.c.provider, holds.c.model).distinct())).all()
+    models = [ProviderModel(p, m, settings.tier(p)) for p, m in pairs]
+    overrides = parse_overrides(settings.price_overrides) if settings.price_overrides else None
+    try:
+        return PriceCard(models, overrides=overrides)
+    except BudgetConfigError:  # a paid model the card cannot price: report it blank
+        return PriceCard([m for m in models if m.tier == "free"], overrides=overrides)
+
+
+def _read_export(name: str) -> tuple[str, bytes]:
+    file = Path(name)
+    try:
+        size = file.stat().st_size
+        if size > MAX_EXPORT_BYTES:
+            raise _Fail(f"{file.name}: {size / 1024 / 1024:.1f} MB is over the 20 MB limit")
+        return file.name, file.read_bytes()
+    except OSError as exc:
+        raise _Fail(f"cannot read {name!r}: {exc.strerror}") from None
+
+
+async def _run(
+    args: argparse.Namespace,
+    settings: BooksSettings,
+    out: TextIO,
+    totals: TextIO | None,
+    export_file: tuple[str, bytes] | None,
+) -> tuple[int, bytes | None]:
+    path = sqlite_path(settings.database_url)
+    if path is None or not await asyncio.to_thread(path.exists):
+        raise _Fail(f"no ledger database at {path or settings.database_url!r} (DATABASE_URL)")
+    engine = create_engine(settings.database_url)
+    try:
+        card = await _card(settings, engine)
+        now = SystemClock().now()
+        if export_file is None:
+            tz = args.tz or settings.budget_tz
+            period = parse_period(args.period, tz, now)
+            summary = await write_export(engine, card, period, out, totals, key_name=args.provider)
+            print(
+                f"{summary.rows} attempts, {summary.cost_musd} µUSD booked, "
+                f"{summary.estimated} estimated ({period.label}, {tz})",
+                file=sys.stderr,
+            )
+            return 0, None
+        tz = args.tz or settings.billing_tz(args.provider)
+        zone(tz)
+        export = parse_export(export_file[1], export_file[0], tz)
+        report = await reconcile(
+            engine,
+            card,
+            export,
+            args.provider,
+            period=parse_period(args.period, tz, now) if args.period else None,
+            tolerance_musd=settings.tolerance_musd,
+        )
+        print(report.text(max_lines=50), file=out)
+        return (0 if report.ok else 1), report.diff_csv()
+    finally:
+        await engine.dispose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit code (module docstring)."""
+    args = _parser().parse_args(argv)
+    try:
+        settings = BooksSettings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        print(f"bad setting {first['loc'][0]}: {first['msg']}", file=sys.stderr)
+        return 2
+    try:
+        with contextlib.ExitStack() as stack:
+            out: TextIO = sys.stdout
+            totals: TextIO | None = None
+            export_file = None
+            if args.command == "reconcile":
+                export_file = _read_export(args.file)
+            elif args.out is not None:
+                target = Path(args.out)
+                try:
+                    out = stack.enter_context(target.open("w", newline="", encoding="utf-8"))
+                    totals = stack.enter_context(
+                        target.with_name(target.stem + ".totals.csv").open(
+                            "w", newline="", encoding="utf-8"
+                        )
+                    )
+                except OSError as exc:
+                    raise _Fail(f"cannot write {args.out!r}: {exc.strerror}") from None
+            code, diff = asyncio.run(_run(args, settings, out, totals, export_file))
+        if diff is not None and getattr(args, "diff_out", None):
+            Path(args.diff_out).write_bytes(diff)
+        return code
+    except (_Fail, BooksError, BudgetConfigError) as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    except SQLAlchemyError as exc:
+        print(f"the ledger database could not be read: {type(exc).__name__}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
