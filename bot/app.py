@@ -47,6 +47,7 @@ from bot.middlewares import (
     ProfileMiddleware,
 )
 from bot.routers.admin import AdminView, create_admin_router
+from bot.routers.books import BooksDesk, create_books_router
 from bot.routers.chat import create_chat_router
 from bot.routers.common import create_common_router, create_fallback_router
 from bot.routers.digests import create_digest_router
@@ -420,6 +421,14 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         intake=intake,
         runner=runner,
         settings_view=AdminView(settings),
+        books=BooksDesk(
+            engine=engine,
+            ledger=ledger,
+            budget_tz=settings.budget_tz,
+            billing_tz=settings.billing_tz,
+            tolerance_musd=usd_to_musd(settings.reconcile_tolerance_usd) or 0,
+            keys={name: not prices.is_free(name) for name in settings.provider_keys()},
+        ),
         refusals=refusal_counter(registry),
     )
     dp.message.outer_middleware(ArrivalOrderMiddleware(chat))
@@ -427,6 +436,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     LocaleMiddleware(i18n).setup(dp)
     dp.message.outer_middleware(IntakeMiddleware(intake, clock))
     dp.include_router(create_error_router())
+    dp.include_router(create_books_router(settings.admin_ids))
     dp.include_router(create_admin_router(settings.admin_ids))
     dp.include_router(create_common_router())
     dp.include_router(create_digest_router())

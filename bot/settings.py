@@ -98,6 +98,11 @@ class Settings(BaseSettings):
     budget_team_daily_usd: Decimal | None = None
     budget_team_hourly_usd: Decimal | None = None
     deepseek_daily_cap_usd: Decimal | None = None
+    reconcile_tolerance_usd: Decimal = Field(Decimal("0.01"), ge=0)
+    groq_billing_tz: str = "UTC"
+    mistral_billing_tz: str = "UTC"
+    cerebras_billing_tz: str = "UTC"
+    deepseek_billing_tz: str = "UTC"
     price_overrides: str = ""  # JSON: {"provider:model": {"input": "0.27", ...}} USD per 1M tokens
     token_safety_factor: Decimal = Decimal("1.25")
     hold_ttl_seconds: float = Field(300.0, gt=0)
@@ -171,7 +176,13 @@ class Settings(BaseSettings):
             raise ValueError("must name a SQLite file, e.g. sqlite+aiosqlite:///data/kopek.db")
         return value
 
-    @field_validator("budget_tz")
+    @field_validator(
+        "budget_tz",
+        "groq_billing_tz",
+        "mistral_billing_tz",
+        "cerebras_billing_tz",
+        "deepseek_billing_tz",
+    )
     @classmethod
     def _tz(cls, value: str) -> str:
         return _check_tz(value)
@@ -236,6 +247,17 @@ class Settings(BaseSettings):
     def user_tz(self) -> str:
         """Timezone assumed for a user who has not set one (DEFAULT_USER_TZ or BUDGET_TZ)."""
         return self.default_user_tz or self.budget_tz
+
+    def billing_tz(self, key_name: str) -> str:
+        """``<PROVIDER>_BILLING_TZ`` of a provider key (``groq2`` bills as Groq)."""
+        zones = {
+            "groq": self.groq_billing_tz,
+            "groq2": self.groq_billing_tz,
+            "mistral": self.mistral_billing_tz,
+            "cerebras": self.cerebras_billing_tz,
+            "deepseek": self.deepseek_billing_tz,
+        }
+        return zones.get(key_name, "UTC")
 
     def provider_keys(self) -> dict[str, SecretStr]:
         """Configured provider keys by provider name, in cascade order."""

@@ -37,6 +37,7 @@ __all__ = ["AdminView", "IsAdmin", "create_admin_router"]
 
 log = logging.getLogger(__name__)
 
+BUDGET_USAGE = "Usage: /budget [user ID | team NAME | chart | export [YYYY-MM-DD | YYYY-MM] [zone]]"
 LIMIT_USAGE = "Usage: /limit <global|team NAME|user ID> <hour|day> <usd|off>"
 TEAM_USAGE = "Usage: /team <NAME> add|remove <user id>, or /team list"
 TEAM_NAME_RULE = "Team names are 1-32 letters, digits, _ or - (and not 'list')."
@@ -314,7 +315,7 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
                 await reply(bot, message, render_team(await ledger.team_status(args[1]), tz), clock)
                 return
             if args:
-                await reply(bot, message, "Usage: /budget [user ID | team NAME | chart]", clock)
+                await reply(bot, message, BUDGET_USAGE, clock)
                 return
             status = await ledger.status()
             top = await ledger.top_users(10)
@@ -431,7 +432,7 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
                 await reply(bot, message, f"{args[1]} is already enabled.", clock)
             return
         if args:
-            await reply(bot, message, "Usage: /providers [enable NAME]", clock)
+            await reply(bot, message, "Usage: /providers [enable NAME | prices]", clock)
             return
         lines = ["🔌 Providers (cascade order):"]
         statuses = cascade.provider_status()

@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import json
 import re
@@ -1044,7 +1045,7 @@ _UPDATE_TYPES_DEFAULT_OFF = frozenset({"chat_member", "message_reaction", "messa
 _METHODS = (
     "getMe", "getUpdates", "deleteWebhook", "setWebhook", "getWebhookInfo", "sendMessage",
     "editMessageText", "sendChatAction", "setMyCommands", "getMyCommands",
-    "deleteMyCommands", "sendPhoto", "sendDocument", "answerCallbackQuery",
+    "deleteMyCommands", "sendPhoto", "sendDocument", "answerCallbackQuery", "getFile",
 )  # fmt: skip
 _CANONICAL = {m.lower(): m for m in _METHODS}
 _CONFLICT = _DEFAULT_DESCRIPTIONS[409]
@@ -1142,6 +1143,7 @@ class FakeTelegram:
         self._commands: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._callback_ids = itertools.count(1)
         self.webhook_calls: list[dict[str, Any]] = []
+        self._blobs: dict[str, bytes] = {}  # uploads and injected files, by sha256 / file id
 
     # lifecycle -------------------------------------------------------------------
     @property
@@ -1158,6 +1160,7 @@ class FakeTelegram:
         """Bind and serve. Raises ``OSError`` if the port is taken."""
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/bot{token}/{method}", self._handle_api)
+        app.router.add_get("/file/bot{token}/{path:.+}", self._handle_file)
         self._add_control_routes(app)
         self._runner = web.AppRunner(
             app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None
@@ -1316,6 +1319,45 @@ class FakeTelegram:
         if reply_to is not None:
             message["reply_to_message"] = self._message_json_for_reply(chat, reply_to)
         return self.inject_update({"message": message})
+
+    def inject_document(
+        self,
+        user_id: int,
+        data: bytes,
+        *,
+        file_name: str = "export.csv",
+        caption: str = "",
+        mime_type: str = "text/csv",
+        file_size: int | None = None,
+    ) -> int:
+        """Queue a document sent by ``user_id`` in their private chat; returns the update
+        id. The bytes are served by ``getFile`` and ``/file/bot<token>/<path>`` (Telegram's
+        download URL). ``file_size`` overrides the size Telegram reports (e.g. a file over
+        the bots' 20 MB download limit without allocating it)."""
+        file_id = f"DOC{len(self._blobs) + 1}{hashlib.sha256(data).hexdigest()[:16]}"
+        self._blobs[file_id] = data
+        uid = self.inject_message(user_id, caption or "placeholder")
+        message = self._updates[-1]["message"]
+        message.pop("text")
+        entities = message.pop("entities", None)
+        if caption:
+            message["caption"] = caption
+            if entities is not None:
+                message["caption_entities"] = entities
+        message["document"] = {
+            "file_id": file_id,
+            "file_unique_id": file_id[:16],
+            "file_name": file_name,
+            "mime_type": mime_type,
+            "file_size": len(data) if file_size is None else file_size,
+        }
+        return uid
+
+    def document_bytes(self, sent: SentMessage) -> bytes:
+        """The bytes of a document or photo the bot uploaded."""
+        if sent.file is None or "sha256" not in sent.file:
+            raise KeyError("not an uploaded file")
+        return self._blobs[sent.file["sha256"]]
 
     def inject_callback_query(
         self, user_id: int, data: str, *, message_id: int, chat_id: int | None = None
@@ -1537,10 +1579,13 @@ class FakeTelegram:
                         continue
                     if part.filename is not None:
                         data = await part.read()
+                        digest = hashlib.sha256(data).hexdigest()
+                        self._blobs[digest] = bytes(data)
                         files[part.name] = {
                             "name": part.filename,
                             "size": len(data),
                             "content_type": part.headers.get("Content-Type"),
+                            "sha256": digest,
                         }
                     else:
                         params[part.name] = await part.text()
@@ -1914,6 +1959,29 @@ class FakeTelegram:
         self, params: dict[str, Any], files: dict[str, dict[str, Any]], record: RecordedRequest
     ) -> Any:
         return await self._send_file("document", params, files)
+
+    async def _m_getFile(self, params: dict[str, Any], files: Any, record: RecordedRequest) -> Any:
+        file_id = str(params.get("file_id") or "")
+        data = self._blobs.get(file_id)
+        if data is None:
+            raise _ApiError(400, "Bad Request: invalid file_id")
+        if len(data) > 20 * 1024 * 1024:
+            raise _ApiError(400, "Bad Request: file is too big")
+        return {
+            "file_id": file_id,
+            "file_unique_id": file_id[:16],
+            "file_size": len(data),
+            "file_path": f"documents/{file_id}",
+        }
+
+    async def _handle_file(self, request: web.Request) -> web.Response:
+        if request.match_info["token"] != self.token:
+            return web.Response(status=401)
+        path = request.match_info["path"]
+        data = self._blobs.get(path.removeprefix("documents/"))
+        if data is None:
+            return web.Response(status=404)
+        return web.Response(body=data, content_type="application/octet-stream")
 
     async def _m_answerCallbackQuery(
         self, params: dict[str, Any], files: Any, record: RecordedRequest
