@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import AsyncIterator
 
 import pytest
@@ -253,9 +254,12 @@ async def test_photo_document_commands_and_actions(bot: Bot, tg: FakeTelegram) -
     doc = await bot.send_document(4, BufferedInputFile(b"a,b\n", "spend.csv"))
     assert doc.document is not None and doc.document.file_name == "spend.csv"
     [p, d] = tg.sent_messages(4)
+    png = b"\x89PNG" + b"0" * 996
     assert p.file == {"field": "photo", "name": "chart.png", "size": 1000,
-                      "content_type": "application/octet-stream"}  # fmt: skip
+                      "content_type": "application/octet-stream",
+                      "sha256": hashlib.sha256(png).hexdigest()}  # fmt: skip
     assert (p.text, d.file and d.file["size"]) == ("48 h", 4)
+    assert tg.document_bytes(d) == b"a,b\n"
     await bot.set_my_commands([BotCommand(command="start", description="Start")])
     await bot.set_my_commands(
         [BotCommand(command="start", description="Старт")], language_code="ru"
@@ -293,3 +297,20 @@ async def test_http_control_api(bot: Bot, tg: FakeTelegram) -> None:
     assert sent.text == "hi"
     assert [e.text for e in await control.sent_events(11)] == ["hi"]
     assert [r["status"] for r in await control.requests("sendMessage")] == [403, 200]
+
+
+async def test_injected_document_is_served_by_get_file_and_download(
+    bot: Bot, tg: FakeTelegram
+) -> None:
+    """A document a user sends carries its caption command; getFile and the file URL
+    give its bytes back, as Telegram's download does."""
+    tg.inject_document(8, b"date,model\n", file_name="usage.csv", caption="/reconcile")
+    [update] = tg.pending_updates()[-1:]
+    message = update["message"]
+    assert message["caption"] == "/reconcile" and "text" not in message
+    assert message["caption_entities"][0]["type"] == "bot_command"
+    assert message["document"]["file_size"] == 11
+    buf = await bot.download(message["document"]["file_id"])
+    assert buf is not None and buf.read() == b"date,model\n"
+    with pytest.raises(TelegramBadRequest, match="invalid file_id"):
+        await bot.get_file("nope")
