@@ -34,7 +34,7 @@ import csv
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -47,13 +47,14 @@ __all__ = [
     "EXPORT_COLUMNS",
     "STREAM_BATCH",
     "TOTALS_COLUMNS",
+    "Attempt",
     "ExportSummary",
     "booked_attempts",
     "write_export",
 ]
 
-#: Rows fetched per round trip while streaming.
-STREAM_BATCH = 500
+#: Rows fetched per round trip while streaming (the event loop runs between batches).
+STREAM_BATCH = 200
 
 EXPORT_COLUMNS: tuple[str, ...] = (
     "utc_time",
@@ -110,7 +111,7 @@ class _Sum:
     list_price_musd: int = 0
     estimated: int = 0
 
-    def add(self, row: Any) -> None:
+    def add(self, row: Attempt) -> None:
         self.attempts += 1
         self.input_tokens += int(row.usage_input or 0)
         self.cached_input_tokens += int(row.usage_cached_input or 0)
@@ -152,6 +153,35 @@ class ExportSummary:
     list_price_musd: int = 0
     estimated: int = 0
     per_provider: dict[str, int] = field(default_factory=dict)
+
+
+class Attempt(NamedTuple):
+    """One booked attempt as :func:`booked_attempts` yields it (the hold's columns;
+    ``granted_at`` epoch seconds, money µUSD, ``corr`` true when corrected)."""
+
+    hold_id: str
+    operation_id: str
+    user_id: int
+    team: str | None
+    origin: str
+    provider: str
+    model: str
+    state: str
+    granted_at: float
+    day_key: str
+    usage_input: int | None
+    usage_cached_input: int | None
+    usage_output: int | None
+    usage_reasoning: int | None
+    actual_musd: int | None
+    list_actual_musd: int | None
+    estimated: int
+    late: int
+    price_version: str | None
+    input_tokens: int
+    ceiling_musd: int
+    stopped: int
+    corr: bool
 
 
 def _select(period: Period, key_name: str | None) -> sa.Select[Any]:
@@ -200,7 +230,7 @@ def _select(period: Period, key_name: str | None) -> sa.Select[Any]:
 
 async def booked_attempts(
     engine: AsyncEngine, period: Period, *, key_name: str | None = None
-) -> AsyncIterator[Any]:
+) -> AsyncIterator[Attempt]:
     """Stream the booked attempts granted in ``period`` (oldest first), ``STREAM_BATCH``
     rows per round trip; each row has the attributes of :data:`EXPORT_COLUMNS`' sources
     (``granted_at`` epoch seconds, ``actual_musd`` …). ``key_name`` limits to one key."""
@@ -208,8 +238,9 @@ async def booked_attempts(
         result = await conn.stream(
             _select(period, key_name).execution_options(yield_per=STREAM_BATCH)
         )
-        async for row in result:
-            yield row
+        async for partition in result.partitions():
+            for row in partition:
+                yield Attempt._make(row)
 
 
 def _dec(value: Any) -> str:
@@ -253,10 +284,11 @@ async def write_export(
     by_model: dict[str, _Sum] = {}
     by_day: dict[str, _Sum] = {}
     total = _Sum()
+    # rates per 15 minutes (time-of-day prices change on quarter hours at the finest)
     price_cache: dict[tuple[str, str, int], tuple[ModelRates | None, str]] = {}
     async for row in booked_attempts(engine, period, key_name=key_name):
         at = datetime.fromtimestamp(row.granted_at, UTC)
-        cache_key = (row.provider, row.model, int(row.granted_at // 60))
+        cache_key = (row.provider, row.model, int(row.granted_at // 900))
         if cache_key not in price_cache:
             rates = rates_at(card, row.provider, row.model, at)
             price_cache[cache_key] = (rates, price_source(rates))

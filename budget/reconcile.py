@@ -383,16 +383,23 @@ class EstimatedBooking:
 
 @dataclass(slots=True)
 class _LedgerSide:
-    exact: dict[tuple[int, str], _Agg] = field(default_factory=dict)  # (slot, model)
+    exact: dict[int, dict[str, _Agg]] = field(default_factory=dict)  # slot → model → sums
     estimated: list[EstimatedBooking] = field(default_factory=list)
     models: set[str] = field(default_factory=set)
 
     def exact_in(self, start: datetime, end: datetime, model: str | None = None) -> _Agg:
+        """Sums of the exact (not estimated) attempts granted in ``[start, end)``."""
         lo, hi = int(start.timestamp()) // _SLOT_S, int(end.timestamp()) // _SLOT_S
         out = _Agg()
-        for (slot, m), agg in self.exact.items():
-            if lo <= slot < hi and (model is None or m == model):
-                out.add(agg)
+        for slot in range(lo, hi):
+            per_model = self.exact.get(slot)
+            if per_model is None:
+                continue
+            if model is None:
+                for agg in per_model.values():
+                    out.add(agg)
+            elif model in per_model:
+                out.add(per_model[model])
         return out
 
     def estimated_in(
@@ -431,8 +438,8 @@ async def _load_ledger(
                 )
             )
             continue
-        key = (int(row.granted_at) // _SLOT_S, row.model)
-        side.exact.setdefault(key, _Agg()).add_usage(
+        per_model = side.exact.setdefault(int(row.granted_at) // _SLOT_S, {})
+        per_model.setdefault(row.model, _Agg()).add_usage(
             int(row.usage_input or 0),
             int(row.usage_cached_input or 0),
             int(row.usage_output or 0),
