@@ -658,6 +658,7 @@ async def reconcile(
     lines = [ln for ln in export.lines if p_start <= ln.start < p_end]
     if not lines:
         raise ExportFileError("no row of the export falls in the period asked for")
+    left_out = len(export.lines) - len(lines)
     by_label: dict[str, list[UsageLine]] = defaultdict(list)
     for ln in lines:
         by_label[ln.label].append(ln)
@@ -696,6 +697,8 @@ async def reconcile(
     ok0, bad0 = aligned(0)
     shift: int | None = 0
     period_step = Step("period", ok0)
+    if left_out:
+        period_step.lines.append(f"{left_out} rows of the export outside the period left out")
     if not ok0:
         shift = None
         for k in sorted(range(-MAX_SHIFT_H, MAX_SHIFT_H + 1), key=lambda x: (abs(x), -x)):

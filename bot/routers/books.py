@@ -108,6 +108,8 @@ class BooksDesk:
     def remember(self, admin_id: int, report: ReconcileReport, now: datetime) -> None:
         """Keep ``report`` for ``/reconcile apply`` and note its stale price lines."""
         self._last[admin_id] = report
+        if not report.export.has_cost:
+            return  # no cost: the price card was not compared
         for model, line in report.stale.items():
             self._stale[(report.key_name, model)] = _Stale(line, now, report.export.file_name)
         for model in {ln.model for ln in report.export.lines} - set(report.stale):
