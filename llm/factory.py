@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import httpx
 from prometheus_client import CollectorRegistry
@@ -26,9 +27,11 @@ from budget.clock import Clock
 from budget.protocol import LedgerPort
 from llm.cascade import Cascade, CascadeConfig, EventSink, TokenCounter
 from llm.providers.base import Provider
-from llm.providers.groq import GroqProvider
-from llm.providers.mistral import MistralProvider
-from llm.providers.openai_compat import OpenAICompatProvider
+
+if TYPE_CHECKING:  # imported at run time only for families that have a key
+    from llm.providers.groq import GroqProvider
+    from llm.providers.mistral import MistralProvider
+    from llm.providers.openai_compat import OpenAICompatProvider
 
 __all__ = [
     "CASCADE_ORDER",
@@ -151,17 +154,24 @@ def build_provider(
     clock: Clock | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> Provider:
-    """The client for one spec.
+    """The client for one spec. A family's SDK is imported here, on first use, so a bot
+    without a Groq or Mistral key never loads that SDK (seconds of start-up).
 
     Raises:
         ValueError: unknown ``spec.kind``.
     """
     cls: type[GroqProvider] | type[MistralProvider] | type[OpenAICompatProvider]
     if spec.kind == "groq":
+        from llm.providers.groq import GroqProvider
+
         cls = GroqProvider
     elif spec.kind == "mistral":
+        from llm.providers.mistral import MistralProvider
+
         cls = MistralProvider
     elif spec.kind == "openai":
+        from llm.providers.openai_compat import OpenAICompatProvider
+
         cls = OpenAICompatProvider
     else:
         raise ValueError(f"unknown provider kind {spec.kind!r}")

@@ -1,10 +1,11 @@
-"""Provider clients, one small module per API family, all satisfying :class:`Provider`."""
+"""Provider clients, one small module per API family, all satisfying :class:`Provider`.
+
+Import a client from its own module (``llm.providers.groq``...): each pulls in its SDK,
+and :func:`llm.factory.build_provider` imports only the families that have a key.
+"""
 
 from __future__ import annotations
 
 from llm.providers.base import Provider
-from llm.providers.groq import GroqProvider
-from llm.providers.mistral import MistralProvider
-from llm.providers.openai_compat import OpenAICompatProvider
 
-__all__ = ["GroqProvider", "MistralProvider", "OpenAICompatProvider", "Provider"]
+__all__ = ["Provider"]
