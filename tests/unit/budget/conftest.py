@@ -4,52 +4,19 @@ test price card with exact rates (``test:m`` costs 1 µUSD per input token and
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from budget.clock import ManualClock
-from budget.config import LedgerConfig
 from budget.ledger import Ledger
 from budget.models import create_schema
-from budget.prices import ModelRates, PriceCard, ProviderModel
 from budget.sqlite_store import SqliteStore
-
-#: Backends the contract suite runs against (a PostgreSQL store will be added here).
-BACKENDS = ["sqlite"]
-
-BASE_CONFIG = LedgerConfig(
-    tz="UTC",
-    user_max_inflight=1000,
-    user_max_per_minute=100_000,
-    auto_kill_fraction=Decimal(0),
-    hold_ttl_s=300.0,
-    max_call_s=60.0,
-)
-
-
-def card() -> PriceCard:
-    """``test:m`` paid at 1 µUSD/token in and out (cached 0.5), ``free:f`` free with
-    list price, ``free:nolist`` free without one, ``cap:m`` paid like test:m."""
-    one = ModelRates(Decimal(1), Decimal(1), Decimal("0.5"))
-    return PriceCard(
-        [
-            ProviderModel("test", "m", "paid"),
-            ProviderModel("cap", "m", "paid"),
-            ProviderModel("free", "f", "free"),
-            ProviderModel("free", "nolist", "free"),
-        ],
-        overrides={"test:m": one, "cap:m": one, "free:f": one},
-        use_default_overrides=False,
-    )
-
-
-LedgerFactory = Callable[..., Awaitable[Ledger]]
+from tests.unit.budget.ledger_helpers import BACKENDS, BASE_CONFIG, LedgerFactory, card
 
 
 @pytest.fixture

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import asyncio
 
-from conftest import LedgerFactory
-
 from budget.errors import HoldRefused
 from budget.ledger import Ledger
 from budget.protocol import HoldTicket
 from budget.types import Level, Origin, RefusalReason, Window
+from tests.unit.budget.ledger_helpers import LedgerFactory
 
 
 async def attempt(ledger: Ledger, user: int, ceiling: int) -> HoldTicket | HoldRefused:

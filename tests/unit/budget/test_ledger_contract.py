@@ -9,7 +9,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from conftest import LedgerFactory
 
 from budget.clock import ManualClock
 from budget.errors import HoldRefused, UnknownHold
@@ -18,6 +17,7 @@ from budget.protocol import HoldTicket, OperationTicket
 from budget.sqlite_store import UnknownOperation
 from budget.status import BucketStatus, KillState
 from budget.types import Level, Origin, RefusalReason, Usage, Window
+from tests.unit.budget.ledger_helpers import LedgerFactory
 
 
 async def hold(

@@ -29,7 +29,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
-from conftest import BASE_CONFIG, card
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
@@ -40,6 +39,7 @@ from budget.ledger import Ledger
 from budget.models import create_schema
 from budget.sqlite_store import SqliteStore
 from budget.types import Origin, Usage
+from tests.unit.budget.ledger_helpers import BASE_CONFIG, card
 
 T = TypeVar("T")
 LIMITS: dict[str, Any] = {
