@@ -8,6 +8,10 @@
 * ``bot_factory`` — ``bot_factory(argv=None, env=None) -> BotProcess`` (not started);
   every process it made is killed at teardown.
 * ``bot`` — ``python -m bot`` started and polling.
+* ``app_factory`` — ``app_factory(env=None) -> InProcessBot`` (not started):
+  the bot built by ``create_app`` in the test's loop (see ``tests/e2e/inprocess.py``);
+  every bot it made is stopped at teardown. Behaviour tests use it; exit codes,
+  signals, crashes, log redaction and ports need ``bot_factory``/``process_factory``.
 
 Every test in this directory gets the ``e2e`` marker (``pytest -m "not e2e"`` skips them).
 """
@@ -20,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.harness import REPO_ROOT, BotFactory, BotProcess, bot_environment
+from tests.e2e.inprocess import AppFactory, InProcessBot
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 from tests.fakes.tme import FakeTme
@@ -106,3 +111,25 @@ async def bot(bot_factory: BotFactory) -> BotProcess:
     process = bot_factory()
     await process.start()
     return process
+
+
+@pytest.fixture
+async def app_factory(
+    tmp_path: Path, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+) -> AsyncIterator[AppFactory]:
+    """Make :class:`InProcessBot` objects (not started); all are stopped at teardown."""
+    made: list[InProcessBot] = []
+
+    def make(env: dict[str, str] | None = None, **kwargs: object) -> InProcessBot:
+        instance = InProcessBot(
+            env if env is not None else bot_env,
+            telegram=fake_telegram,
+            log_dir=tmp_path / f"app{len(made) + 1}",
+            **kwargs,  # type: ignore[arg-type]
+        )
+        made.append(instance)
+        return instance
+
+    yield make
+    for instance in made:
+        await instance.aclose()

@@ -9,6 +9,7 @@ import urllib.request
 from contextlib import closing
 
 from tests.e2e.harness import BotFactory, wait_provider_requests
+from tests.e2e.inprocess import AppFactory
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 
@@ -29,11 +30,11 @@ async def _ask(tg: FakeTelegram, user: int, text: str, timeout: float = 20.0) ->
 
 
 async def test_limits_teams_budget_report_and_chart(
-    bot_factory: BotFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
 ) -> None:
     """/limit and /team change persisted state; bad arguments get a usage line; /budget
     shows teams and the limit; /budget chart sends a PNG photo; /me names the new limit."""
-    bot = bot_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN)))
+    bot = app_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN)))
     await bot.start()
     assert "The amount is USD" in await _ask(fake_telegram, ADMIN, "/limit global day lots")
     assert (await _ask(fake_telegram, ADMIN, "/limit planet day 1")).startswith("Usage: /limit")
@@ -61,7 +62,7 @@ async def test_limits_teams_budget_report_and_chart(
     assert photo.file is not None and photo.file["size"] > 1000
     assert await bot.stop() == 0
 
-    again = bot_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN)))
+    again = app_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN)))
     await again.start()
     assert "core: 50" in await _ask(fake_telegram, ADMIN, "/team list")
     await again.stop()
@@ -88,7 +89,7 @@ async def test_crash_mid_call_asks_the_user_to_resend_without_repeating_the_call
 
 
 async def test_user_queue_answers_in_order_and_refuses_overflow(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
     bot_env: dict[str, str],
@@ -97,7 +98,7 @@ async def test_user_queue_answers_in_order_and_refuses_overflow(
     five are answered in the order sent and the two newest get the 'too many at once'
     template, with no provider call for them."""
     fake_providers.script("groq", *[{"text": f"answer {i}", "delay_s": 0.6} for i in range(5)])
-    bot = bot_factory(env=dict(bot_env, USER_MAX_INFLIGHT="2", USER_QUEUE_MAX="3"))
+    bot = app_factory(env=dict(bot_env, USER_MAX_INFLIGHT="2", USER_QUEUE_MAX="3"))
     await bot.start()
     mark = fake_telegram.mark()
     for i in range(7):
@@ -114,7 +115,7 @@ async def test_user_queue_answers_in_order_and_refuses_overflow(
 
 
 async def test_auth_failure_disables_key_notifies_admins_once_and_enable_restores(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
     bot_env: dict[str, str],
@@ -122,7 +123,7 @@ async def test_auth_failure_disables_key_notifies_admins_once_and_enable_restore
     """Groq key 1 answers 401: key 2 answers; admins are told once; key 1 gets no more
     requests; /providers shows it disabled; /providers enable groq brings it back."""
     fake_providers.script("gsk_fake_groq_key_1", {"status": 401})
-    bot = bot_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN)))
+    bot = app_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN)))
     await bot.start()
     mark = fake_telegram.mark()
     assert (await _ask(fake_telegram, 40, "first")).endswith("first")
@@ -142,11 +143,11 @@ async def test_auth_failure_disables_key_notifies_admins_once_and_enable_restore
 
 
 async def test_metrics_endpoint_serves_ledger_and_cascade_figures(
-    bot_factory: BotFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
 ) -> None:
     """METRICS_PORT set: /metrics on 127.0.0.1 has provider calls and budget gauges."""
     port = _free_port()
-    bot = bot_factory(env=dict(bot_env, METRICS_PORT=str(port), BUDGET_GLOBAL_DAILY_USD="1"))
+    bot = app_factory(env=dict(bot_env, METRICS_PORT=str(port), BUDGET_GLOBAL_DAILY_USD="1"))
     await bot.start()
     await _ask(fake_telegram, 41, "count me")
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from bot.delivery import split_markdown
-from tests.e2e.harness import BotFactory, wait_provider_requests
+from tests.e2e.harness import wait_provider_requests
+from tests.e2e.inprocess import AppFactory
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram, SentMessage
 
@@ -17,11 +18,11 @@ def _utf16(text: str) -> int:
 
 
 async def test_chat_answered_by_first_free_provider_with_typing(
-    bot_factory: BotFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:
     """A private message is answered by Groq key 1 (first free provider); a typing
     action is sent; exactly one provider request; /me then shows the user's levels."""
-    bot = bot_factory()
+    bot = app_factory()
     await bot.start()
     fake_providers.script("groq", {"text": "Four.", "prompt_tokens": 30, "completion_tokens": 2})
     mark = fake_telegram.mark()
@@ -43,10 +44,10 @@ async def test_chat_answered_by_first_free_provider_with_typing(
 
 
 async def test_history_is_sent_and_reset_clears_it(
-    bot_factory: BotFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:
     """The second message carries the first turn as history; /reset clears it."""
-    bot = bot_factory()
+    bot = app_factory()
     await bot.start()
     for text in ("My name is Ada.", "What is my name?"):
         mark = fake_telegram.mark()
@@ -80,11 +81,11 @@ def _long_markdown() -> str:
 
 
 async def test_long_markdown_answer_is_split_within_telegram_limits(
-    bot_factory: BotFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:
     """10,000+ characters of Markdown with code blocks arrive as several messages, each
     within 4096 UTF-16 units, entities accepted by the fake's parser, no code line lost."""
-    bot = bot_factory()
+    bot = app_factory()
     await bot.start()
     fake_providers.script("groq", {"text": _long_markdown(), "completion_tokens": 900})
     mark = fake_telegram.mark()
@@ -103,11 +104,11 @@ async def test_long_markdown_answer_is_split_within_telegram_limits(
 
 
 async def test_parse_entities_error_resends_plain_text_without_second_llm_call(
-    bot_factory: BotFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:
     """Telegram refusing the entities (400 can't parse entities) → the same answer as
     plain text; exactly one LLM call."""
-    bot = bot_factory()
+    bot = app_factory()
     await bot.start()
     fake_providers.script("groq", {"text": "Here is **bold** and `code`."})
     fake_telegram.fail_next(
@@ -126,10 +127,10 @@ async def test_parse_entities_error_resends_plain_text_without_second_llm_call(
 
 
 async def test_same_message_delivered_twice_reaches_the_llm_once(
-    bot_factory: BotFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:
     """Telegram re-delivering an update (same chat_id, message_id) is dropped."""
-    bot = bot_factory()
+    bot = app_factory()
     await bot.start()
     mark = fake_telegram.mark()
     fake_telegram.inject_message(13, "only once please")
@@ -147,11 +148,11 @@ async def test_same_message_delivered_twice_reaches_the_llm_once(
 
 
 async def test_stale_message_gets_resend_template_and_no_llm_call(
-    bot_factory: BotFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:
     """A message older than STALE_MESSAGE_SECONDS is answered by a template; a command
     of the same age is still processed."""
-    bot = bot_factory()
+    bot = app_factory()
     await bot.start()
     old = datetime.now(UTC) - timedelta(hours=1)
     mark = fake_telegram.mark()
@@ -167,13 +168,13 @@ async def test_stale_message_gets_resend_template_and_no_llm_call(
 
 
 async def test_too_long_message_is_refused_before_any_llm_call(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
     bot_env: dict[str, str],
 ) -> None:
     """A message over CHAT_MAX_INPUT_TOKENS gets the too-long template (ru too)."""
-    bot = bot_factory(env=dict(bot_env, CHAT_MAX_INPUT_TOKENS="50"))
+    bot = app_factory(env=dict(bot_env, CHAT_MAX_INPUT_TOKENS="50"))
     await bot.start()
     mark = fake_telegram.mark()
     fake_telegram.inject_message(15, "word " * 200, language_code="ru")
@@ -184,10 +185,10 @@ async def test_too_long_message_is_refused_before_any_llm_call(
 
 
 async def test_group_messages_answered_only_when_mentioned_or_replied(
-    bot_factory: BotFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:
     """In a group, plain chatter is ignored; a mention of the bot is answered."""
-    bot = bot_factory()
+    bot = app_factory()
     await bot.start()
     me = fake_telegram.bot_username
     group = -100500
@@ -224,7 +225,7 @@ def _paid_only_env(bot_env: dict[str, str]) -> dict[str, str]:
 
 
 async def test_paid_anchor_only_twenty_users_never_exceed_the_global_limit(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
     bot_env: dict[str, str],
@@ -236,7 +237,7 @@ async def test_paid_anchor_only_twenty_users_never_exceed_the_global_limit(
     for target in ("groq", "mistral", "cerebras"):
         fake_providers.script(target, *[{"status": 429, "retry_after": "600"}] * 40)
     fake_providers.script("deepseek", *[{"text": "paid answer", "completion_tokens": 1024}] * 40)
-    bot = bot_factory(env=_paid_only_env(bot_env))
+    bot = app_factory(env=_paid_only_env(bot_env))
     await bot.start()
     users = list(range(1000, 1020))
     mark = fake_telegram.mark()
@@ -268,7 +269,7 @@ async def test_paid_anchor_only_twenty_users_never_exceed_the_global_limit(
 
 
 async def test_kill_with_slow_requests_in_flight_then_restart_then_unkill(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
     bot_env: dict[str, str],
@@ -281,7 +282,7 @@ async def test_kill_with_slow_requests_in_flight_then_restart_then_unkill(
     for name in ("GROQ_API_KEY", "GROQ_API_KEY_2", "MISTRAL_API_KEY", "CEREBRAS_API_KEY"):
         env.pop(name, None)
     fake_providers.script("deepseek", *[{"text": "slow answer", "delay_s": 3.0}] * 3)
-    bot = bot_factory(env=env)
+    bot = app_factory(env=env)
     await bot.start()
     mark = fake_telegram.mark()
     for uid in (21, 22, 23):
@@ -307,7 +308,7 @@ async def test_kill_with_slow_requests_in_flight_then_restart_then_unkill(
     assert len(fake_providers.requests) == 3
 
     assert await bot.stop() == 0
-    again = bot_factory(env=env)
+    again = app_factory(env=env)
     await again.start()
     mark = fake_telegram.mark()
     fake_telegram.inject_message(25, "after restart")
@@ -345,14 +346,14 @@ ADMIN_COMMANDS = [
 
 
 async def test_admin_commands_from_non_admin_look_unknown_and_change_nothing(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
     bot_env: dict[str, str],
 ) -> None:
     """Every admin command from a user not in ADMIN_IDS gets exactly the unknown-command
     reply; afterwards the bot is not killed and limits are unchanged (chat still works)."""
-    bot = bot_factory(env=dict(bot_env, ADMIN_IDS="1"))
+    bot = app_factory(env=dict(bot_env, ADMIN_IDS="1"))
     await bot.start()
     mark = fake_telegram.mark()
     fake_telegram.inject_message(77, "/definitely_unknown")
@@ -376,14 +377,14 @@ async def test_admin_commands_from_non_admin_look_unknown_and_change_nothing(
 
 
 async def test_courtesy_daily_message_limit(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
     bot_env: dict[str, str],
 ) -> None:
     """USER_DAILY_MESSAGES=1: the second message of the day gets the template with its
     reset time and no LLM call; /me shows 0 messages left."""
-    bot = bot_factory(env=dict(bot_env, USER_DAILY_MESSAGES="1"))
+    bot = app_factory(env=dict(bot_env, USER_DAILY_MESSAGES="1"))
     await bot.start()
     mark = fake_telegram.mark()
     fake_telegram.inject_message(17, "first")

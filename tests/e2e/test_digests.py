@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from tests.e2e.harness import BotFactory
+from tests.e2e.inprocess import AppFactory
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 from tests.fakes.tme import FakeTme, TmePost
@@ -37,7 +37,7 @@ def _env(bot_env: dict[str, str], **extra: str) -> dict[str, str]:
 
 
 async def test_two_subscribers_one_llm_request_per_post_even_across_a_restart(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     fake_telegram: FakeTelegram,
     fake_tme: FakeTme,
     fake_providers: FakeProviders,
@@ -47,7 +47,7 @@ async def test_two_subscribers_one_llm_request_per_post_even_across_a_restart(
     restart) together cost one LLM request per post; both get the summaries."""
     _channel(fake_tme, "citynews")
     env = _env(bot_env)
-    bot = bot_factory(env=env)
+    bot = app_factory(env=env)
     await bot.start()
     for uid in (51, 52):
         await _ask(fake_telegram, uid, "/digest_off")  # only /digest_now sends, whatever the hour
@@ -62,7 +62,7 @@ async def test_two_subscribers_one_llm_request_per_post_even_across_a_restart(
     assert len(fake_providers.requests) == 4
     assert await bot.stop() == 0
 
-    again = bot_factory(env=env)
+    again = app_factory(env=env)
     await again.start()
     mark = fake_telegram.mark()
     fake_telegram.inject_message(ADMIN, "/digest_now 52")
@@ -77,7 +77,7 @@ async def test_two_subscribers_one_llm_request_per_post_even_across_a_restart(
 
 
 async def test_blocked_user_marked_inactive_and_the_run_goes_on(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     fake_telegram: FakeTelegram,
     fake_tme: FakeTme,
     bot_env: dict[str, str],
@@ -86,14 +86,14 @@ async def test_blocked_user_marked_inactive_and_the_run_goes_on(
     digest, and the blocked one is not retried while inactive."""
     _channel(fake_tme, "portnews", count=2)
     env = _env(bot_env)
-    bot = bot_factory(env=env)
+    bot = app_factory(env=env)
     await bot.start()
     for uid in (53, 54):
         await _ask(fake_telegram, uid, "/sub @portnews")
         await _ask(fake_telegram, uid, "/digest_time 00:00")
     assert await bot.stop() == 0
     fake_telegram.block(53)
-    again = bot_factory(env=env)
+    again = app_factory(env=env)
     mark = fake_telegram.mark()
     requests_mark = len(fake_telegram.requests())
     await again.start()
@@ -116,7 +116,7 @@ async def test_blocked_user_marked_inactive_and_the_run_goes_on(
 
 
 async def test_429_on_one_chat_delays_only_that_chat(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     fake_telegram: FakeTelegram,
     fake_tme: FakeTme,
     bot_env: dict[str, str],
@@ -125,14 +125,14 @@ async def test_429_on_one_chat_delays_only_that_chat(
     55's after ≥ 3 s, with no call to 55's chat inside the flood wait."""
     _channel(fake_tme, "harbour", count=2)
     env = _env(bot_env)
-    bot = bot_factory(env=env)
+    bot = app_factory(env=env)
     await bot.start()
     for uid in (55, 56):
         await _ask(fake_telegram, uid, "/sub @harbour")
         await _ask(fake_telegram, uid, "/digest_time 00:00")
     assert await bot.stop() == 0
     fake_telegram.fail_next("sendMessage", 429, retry_after=3, chat_id=55)
-    again = bot_factory(env=env)
+    again = app_factory(env=env)
     mark = fake_telegram.mark()
     requests_mark = len(fake_telegram.requests())
     await again.start()
@@ -156,13 +156,13 @@ async def test_429_on_one_chat_delays_only_that_chat(
 
 
 async def test_sub_refuses_private_addresses_and_channels_without_preview(
-    bot_factory: BotFactory, fake_telegram: FakeTelegram, fake_tme: FakeTme
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_tme: FakeTme
 ) -> None:
     """Feed URLs to 127.0.0.1 or 10.0.0.1 are refused (SSRF); a channel without a public
     preview gets a clear message; junk gets the usage line; /subs lists what is there."""
     fake_tme.set_no_preview("closedclub")
     _channel(fake_tme, "opennews", count=1)
-    bot = bot_factory()
+    bot = app_factory()
     await bot.start()
     await _ask(fake_telegram, 57, "/digest_off")  # no scheduled digest mid-test
     for url in ("http://127.0.0.1:8080/feed.xml", "http://10.0.0.1/rss"):
