@@ -17,7 +17,7 @@ from datetime import datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 
 from budget.clock import Clock, ManualClock
-from budget.errors import HoldRefused, UnknownHold
+from budget.errors import BudgetConfigError, HoldRefused, UnknownHold
 from budget.protocol import HoldTicket, OperationTicket, PriceCardPort
 from budget.types import Level, Origin, Refusal, RefusalReason, Usage, Window
 
@@ -34,14 +34,20 @@ class Rates:
 
 
 class FakePrices:
-    """Flat rates per (provider, model); providers in ``free`` cost 0 µUSD."""
+    """Flat rates per (provider, model); providers in ``free`` cost 0 µUSD.
+
+    A paid (provider, model) without rates raises
+    :class:`~budget.errors.BudgetConfigError`, as the real price card does (never $0)."""
 
     def __init__(self, rates: dict[tuple[str, str], Rates], free: set[str]) -> None:
         self.rates = rates
         self.free = free
 
     def _rates(self, provider: str, model: str) -> Rates:
-        return self.rates.get((provider, model), Rates(Decimal(0), Decimal(0)))
+        found = self.rates.get((provider, model))
+        if found is None:  # as budget.prices.PriceCard: an unknown paid model is loud
+            raise BudgetConfigError(f"no price for paid model {provider}:{model}")
+        return found
 
     def ceiling_musd(
         self, provider: str, model: str, input_tokens: int, max_tokens: int, at: datetime
