@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import sys
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from bot.middlewares import (
     LocaleMiddleware,
     ProfileMiddleware,
 )
+from bot.migrate import migrate
 from bot.routers.admin import AdminView, create_admin_router
 from bot.routers.books import BooksDesk, create_books_router
 from bot.routers.chat import create_chat_router
@@ -86,18 +86,6 @@ USER_COMMANDS = [
     ("tz", "My timezone"),
     ("lang", "Language"),
 ]
-
-
-def migrate(database_url: str) -> None:
-    """``alembic upgrade head`` on ``database_url`` (idempotent; blocking: run in a thread)."""
-    from alembic import command
-    from alembic.config import Config
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    cfg = Config(os.path.join(root, "alembic.ini"))
-    cfg.set_main_option("script_location", os.path.join(root, "migrations"))
-    cfg.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
-    command.upgrade(cfg, "head")
 
 
 def ledger_config(settings: Settings) -> LedgerConfig:

@@ -12,6 +12,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 
+from bot.migrate import alembic_config
 from bot.models import metadata as bot_metadata
 from budget.models import metadata as budget_metadata
 from scheduler.models import metadata as scheduler_metadata
@@ -21,10 +22,7 @@ METADATA = [budget_metadata, scheduler_metadata, bot_metadata]
 
 
 def _config(db: Path) -> Config:
-    cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "migrations"))
-    cfg.set_main_option("sqlalchemy.url", f"sqlite+aiosqlite:///{db}")
-    return cfg
+    return alembic_config(f"sqlite+aiosqlite:///{db}")
 
 
 def _tables(db: Path) -> set[str]:
