@@ -8,10 +8,10 @@ SRC := bot llm budget scheduler
 
 .PHONY: install run test lint typecheck bench clean locales
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,chart]'
 	touch $(STAMP)
 
 # Only the venv (make run / make test do this themselves).
@@ -23,8 +23,8 @@ run: $(STAMP)
 	$(PY) -m bot
 
 lint: $(STAMP)
-	$(PY) -m ruff check $(SRC) tests bench migrations
-	$(PY) -m ruff format --check $(SRC) tests bench migrations
+	$(PY) -m ruff check $(SRC) tests bench
+	$(PY) -m ruff format --check $(SRC) tests bench
 
 typecheck: $(STAMP)
 	$(PY) -m mypy

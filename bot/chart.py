@@ -11,7 +11,22 @@ from decimal import Decimal
 from io import BytesIO
 from zoneinfo import ZoneInfo
 
-__all__ = ["spend_chart_png"]
+__all__ = ["CHART_MISSING", "chart_available", "spend_chart_png"]
+
+#: The /budget chart answer when matplotlib (the optional ``chart`` extra) is missing.
+CHART_MISSING = (
+    "The chart needs matplotlib, an optional extra: pip install 'kopek[chart]' "
+    "(make install includes it), then restart the bot."
+)
+
+
+def chart_available() -> bool:
+    """True when matplotlib can be imported (the ``chart`` extra is installed)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def spend_chart_png(series: dict[str, list[tuple[datetime, int]]], tz: str) -> bytes:

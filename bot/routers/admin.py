@@ -18,7 +18,7 @@ from aiogram.exceptions import TelegramAPIError
 from aiogram.filters import Command, CommandObject, Filter
 from aiogram.types import BufferedInputFile, Message
 
-from bot.chart import spend_chart_png
+from bot.chart import CHART_MISSING, chart_available, spend_chart_png
 from bot.delivery import send_text
 from bot.money import parse_usd, usd
 from bot.settings import Settings
@@ -292,6 +292,9 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
         tz = settings_view.tz
         try:
             if args[:1] == ["chart"]:
+                if not chart_available():
+                    await reply(bot, message, CHART_MISSING, clock)
+                    return
                 series = await ledger.spend_per_hour(48)
                 png = await asyncio.to_thread(spend_chart_png, series, tz)
                 await bot.send_photo(

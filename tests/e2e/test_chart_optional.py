@@ -1,0 +1,38 @@
+"""matplotlib is an optional extra: without it /budget chart says how to enable it."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.e2e.inprocess import AppFactory
+from tests.fakes.telegram import FakeTelegram
+
+ADMIN = 7
+
+
+async def test_budget_chart_without_matplotlib_says_how_to_enable_it(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    bot_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With matplotlib not importable, /budget chart answers with the extra to install
+    and sends no photo; /budget itself still answers."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    bot = app_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN)))
+    await bot.start()
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(ADMIN, "/budget chart")
+    [reply] = await fake_telegram.wait_sent(ADMIN, since=mark, timeout=20)
+    assert reply.text == (
+        "The chart needs matplotlib, an optional extra: pip install 'kopek[chart]' "
+        "(make install includes it), then restart the bot."
+    )
+    assert not fake_telegram.requests("sendPhoto")
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(ADMIN, "/budget")
+    [report] = await fake_telegram.wait_sent(ADMIN, since=mark, timeout=20)
+    assert "Kill switch: off" in report.text
+    assert await bot.stop() == 0

@@ -1,0 +1,98 @@
+"""The built wheel is the whole bot: installed into a fresh venv outside the repository,
+``kopek`` migrates from the packaged scripts and polls the fake Bot API.
+
+Offline and quick: the wheel is built without build isolation (setuptools from the
+project's venv), installed with ``--no-index --no-deps``, and the new venv sees the
+project venv's dependencies through a ``.pth`` line (not its editable install of Kopek:
+``.pth`` files inside that folder are not processed, so ``bot`` comes from the wheel).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+from tests.e2e.harness import REPO_ROOT, BotFactory
+from tests.fakes.telegram import FakeTelegram
+
+
+def _run(*argv: str | Path, cwd: Path) -> str:
+    done = subprocess.run(
+        [str(a) for a in argv],
+        cwd=cwd,
+        env={"PATH": "/usr/bin:/bin", "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, f"{argv}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def _build_wheel(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO_ROOT / name, src / name)
+    for package in ("bot", "llm", "budget", "scheduler"):
+        shutil.copytree(
+            REPO_ROOT / package, src / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    dist = tmp_path / "dist"
+    _run(
+        sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-index",
+        "--no-build-isolation", "--wheel-dir", dist, src,
+        cwd=tmp_path,
+    )  # fmt: skip
+    [wheel] = dist.glob("kopek-*.whl")
+    return wheel
+
+
+def _venv_with(wheel: Path, tmp_path: Path) -> Path:
+    venv = tmp_path / "venv"
+    _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
+    python = venv / "bin" / "python"
+    purelib = _run(
+        python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp_path
+    ).strip()
+    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (Path(purelib) / "kopek_test_deps.pth").write_text("\n".join(sorted(deps)) + "\n")
+    _run(
+        sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-deps",
+        "--no-index", wheel,
+        cwd=tmp_path,
+    )  # fmt: skip
+    return venv
+
+
+async def test_wheel_installs_and_kopek_runs_to_its_first_get_updates(
+    tmp_path: Path, bot_factory: BotFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+) -> None:
+    """The wheel carries the migrations; installed outside the repository, the ``kopek``
+    script imports the installed package, migrates a new database, calls getUpdates
+    and exits 0 on SIGTERM."""
+    wheel = _build_wheel(tmp_path)
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "bot/migrations/env.py" in names
+    assert "bot/migrations/versions/0001_ledger.py" in names
+    assert any(n.endswith("entry_points.txt") for n in names)
+
+    venv = _venv_with(wheel, tmp_path)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    where = _run(venv / "bin" / "python", "-c", "import bot; print(bot.__file__)", cwd=run_dir)
+    assert where.startswith(str(venv)), where
+
+    env = {k: v for k, v in bot_env.items() if k != "PYTHONPATH"}
+    kopek = bot_factory(argv=[str(venv / "bin" / "kopek")], env=env, cwd=run_dir)
+    await kopek.start()
+    assert fake_telegram.requests("getUpdates")
+    assert await kopek.stop() == 0
+    database = Path(env["DATABASE_URL"].removeprefix("sqlite+aiosqlite:///"))
+    assert (await asyncio.to_thread(database.stat)).st_size > 0
