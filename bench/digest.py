@@ -251,7 +251,7 @@ async def run(users: int, *, pacing: bool, concurrency: int, stagger_s: float) -
         runner = DigestRunner(
             clock=clock,
             session_factory=sessions,
-            ledger=Ledger(),  # type: ignore[arg-type]
+            ledger=Ledger(),
             backend=cascade,
             deliverer=deliverer,
             fetcher=fetchers,

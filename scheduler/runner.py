@@ -46,7 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from budget.clock import Clock
 from budget.errors import HoldRefused
-from budget.protocol import LedgerPort, OperationTicket
+from budget.protocol import OperationTicket
 from budget.types import Origin, Refusal, RefusalReason
 from llm.errors import AllProvidersFailed, LLMError
 from llm.types import LLMRequest, Message, Priority
@@ -69,6 +69,7 @@ from scheduler.types import (
     DigestSection,
     Notice,
     NoticeKind,
+    OperationGate,
     Post,
     SourceKind,
     SummaryBackend,
@@ -326,7 +327,7 @@ class DigestRunner:
         *,
         clock: Clock,
         session_factory: async_sessionmaker[AsyncSession],
-        ledger: LedgerPort,
+        ledger: OperationGate,
         backend: SummaryBackend,
         deliverer: Deliverer,
         fetcher: SourceFetcher,

@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from budget.protocol import OperationTicket
+from budget.types import Origin
 from llm.types import Capacity, Completion, LLMRequest
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "DigestSection",
     "Notice",
     "NoticeKind",
+    "OperationGate",
     "Post",
     "SourceKind",
     "SourceRef",
@@ -163,6 +165,30 @@ class Deliverer(Protocol):
 
     async def notify(self, user_id: int, chat_id: int, language: str, notice: Notice) -> None:
         """Send one notice."""
+        ...
+
+
+class OperationGate(Protocol):
+    """The part of :class:`budget.protocol.LedgerPort` the digest runner uses (one
+    operation per digest; the cascade takes the holds)."""
+
+    async def begin_operation(
+        self,
+        user_id: int,
+        origin: Origin,
+        *,
+        max_musd: int | None = None,
+        max_requests: int | None = None,
+    ) -> OperationTicket:
+        """Admit an operation (see :meth:`budget.protocol.LedgerPort.begin_operation`).
+
+        Raises:
+            budget.errors.HoldRefused: kill, in-flight or rate refusal.
+        """
+        ...
+
+    async def end_operation(self, op: OperationTicket) -> None:
+        """Free the operation's in-flight slot. Idempotent."""
         ...
 
 

@@ -303,7 +303,11 @@ async def test_kill_with_slow_requests_in_flight_then_restart_then_unkill(
     paused = await fake_telegram.wait_for(lambda m: m.chat_id == 24, since=mark, timeout=20)
     assert "paused" in paused.text
     for uid in (21, 22, 23):
-        answer = await fake_telegram.wait_for(lambda m, u=uid: m.chat_id == u, since=mark)
+
+        def in_chat(m: SentMessage, u: int = uid) -> bool:
+            return m.chat_id == u
+
+        answer = await fake_telegram.wait_for(in_chat, since=mark)
         assert answer.text == "slow answer"
     assert len(fake_providers.requests) == 3
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -47,8 +48,8 @@ def test_usd_to_musd_half_even() -> None:
     assert usd_to_musd(None) is None
 
 
-def _settings(**kw: object) -> Settings:
-    return Settings(_env_file=None, **kw)  # type: ignore[call-arg]
+def _settings(**kw: Any) -> Settings:
+    return Settings(_env_file=None, **kw)
 
 
 def test_settings_parse_admin_ids_and_ignore_empty_keys() -> None:

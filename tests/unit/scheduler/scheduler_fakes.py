@@ -25,7 +25,6 @@ class FakeLedger:
         self.refusal: Refusal | None = None
         self.begun: list[int] = []
         self.ended = 0
-        self.prices: object = None
 
     async def begin_operation(
         self,
