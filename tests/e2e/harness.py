@@ -134,7 +134,7 @@ class BotProcess:
         log_dir: Path,
         argv: Sequence[str] | None = None,
         cwd: Path | None = None,
-        ready_timeout: float = 30.0,
+        ready_timeout: float = 90.0,
         stop_timeout: float = 30.0,
     ) -> None:
         self.env = dict(env)
