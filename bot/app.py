@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from bot import templates
 from bot.admin_notify import AdminNotifier
 from bot.chat import ChatConfig, ChatService
+from bot.context import WorkflowData
 from bot.delivery import send_text
 from bot.digests import TelegramDeliverer
 from bot.i18n import create_i18n, in_locale
@@ -397,7 +398,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         count_tokens=tokens.text,
     )
 
-    dp = Dispatcher(
+    workflow = WorkflowData(
         clock=clock,
         chat_service=chat,
         history=history,
@@ -419,6 +420,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         ),
         refusals=refusal_counter(registry),
     )
+    dp = Dispatcher(**workflow)
     dp.message.outer_middleware(ArrivalOrderMiddleware(chat))
     dp.message.outer_middleware(ProfileMiddleware(profiles, settings.admin_ids, settings.user_tz))
     LocaleMiddleware(i18n).setup(dp)

@@ -20,7 +20,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from enum import StrEnum
+from typing import Protocol
 
 from bot.store import History
 from budget.clock import Clock
@@ -39,6 +40,7 @@ __all__ = [
     "ChatRefused",
     "ChatService",
     "CompletionBackend",
+    "FailureKind",
 ]
 
 log = logging.getLogger(__name__)
@@ -81,7 +83,15 @@ class ChatRefused:
     running: bool
 
 
-FailureKind = Literal["too_long", "queue_full", "rejected", "unavailable", "error", "shutdown"]
+class FailureKind(StrEnum):
+    """Why a chat message got no answer (the value is also the refusal metric's label)."""
+
+    TOO_LONG = "too_long"  # the prompt exceeds CHAT_MAX_INPUT_TOKENS
+    QUEUE_FULL = "queue_full"  # USER_QUEUE_MAX messages already wait
+    REJECTED = "rejected"  # a provider refused the content
+    UNAVAILABLE = "unavailable"  # no provider could answer
+    ERROR = "error"  # an unexpected exception (logged)
+    SHUTDOWN = "shutdown"  # the bot is stopping
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,15 +229,17 @@ class ChatService:
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
     ) -> ChatOutcome:
         if self.closing:
-            return ChatFailed("shutdown")
+            return ChatFailed(FailureKind.SHUTDOWN)
         lane = self._lanes[user_id]
         slots = self._config.user_max_inflight
         if lane.order.index(key) >= slots + self._config.user_queue_max:
-            return ChatFailed("queue_full", running=True)
+            return ChatFailed(FailureKind.QUEUE_FULL, running=True)
         user_msg = Message("user", text)
         tokens = self._count([user_msg])
         if tokens > self._config.max_input_tokens:
-            return ChatFailed("too_long", tokens=tokens, limit=self._config.max_input_tokens)
+            return ChatFailed(
+                FailureKind.TOO_LONG, tokens=tokens, limit=self._config.max_input_tokens
+            )
         if self._record_message is not None:
             try:
                 await self._record_message(user_id)
@@ -254,7 +266,7 @@ class ChatService:
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
     ) -> ChatOutcome:
         if self.closing:
-            return ChatFailed("shutdown")
+            return ChatFailed(FailureKind.SHUTDOWN)
         try:
             op = await self._ledger.begin_operation(user_id, Origin.CHAT)
         except HoldRefused as exc:
@@ -287,9 +299,9 @@ class ChatService:
         except HoldRefused as exc:
             return ChatRefused(exc.refusal, running=others_running)
         except ProviderRejected:
-            return ChatFailed("rejected")
+            return ChatFailed(FailureKind.REJECTED)
         except LLMError:
-            return ChatFailed("unavailable")
+            return ChatFailed(FailureKind.UNAVAILABLE)
         finally:
             await self._ledger.end_operation(op)
 
@@ -308,11 +320,11 @@ class ChatService:
 
 
 async def run_guarded(coro: Awaitable[ChatOutcome]) -> ChatOutcome:
-    """Await ``coro``; any unexpected exception becomes ``ChatFailed('error')`` (logged)."""
+    """Await ``coro``; any unexpected exception becomes a ``FailureKind.ERROR`` (logged)."""
     try:
         return await coro
     except asyncio.CancelledError:
         raise
     except Exception:  # last-resort guard: the user gets a template, not a trace
         log.exception("chat operation failed unexpectedly")
-        return ChatFailed("error")
+        return ChatFailed(FailureKind.ERROR)

@@ -3,9 +3,55 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from enum import StrEnum
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
-__all__ = ["ProfileStore", "UserContext"]
+if TYPE_CHECKING:
+    from aiogram.utils.i18n import I18n
+    from prometheus_client import Counter
+
+    from bot.chat import ChatService
+    from bot.routers.admin import AdminView
+    from bot.routers.books import BooksDesk
+    from bot.store import History, Intake
+    from budget.clock import Clock
+    from budget.ledger import Ledger
+    from llm.cascade import Cascade
+    from scheduler.runner import DigestRunner
+    from scheduler.service import DigestService
+
+__all__ = ["Outcome", "ProfileStore", "UserContext", "WorkflowData"]
+
+
+class Outcome(StrEnum):
+    """What became of a message, as a handler returns it; the intake middleware
+    stores it (``seen_messages.status``). A handler that returns anything else leaves
+    the default: ``command`` for a command, ``answered`` otherwise."""
+
+    ANSWERED = "answered"
+    COMMAND = "command"
+    REFUSED = "refused"
+    FAILED = "failed"
+    STALE = "stale"
+
+
+class WorkflowData(TypedDict):
+    """Everything ``create_app`` hands the dispatcher (``Dispatcher(**workflow_data)``);
+    handlers ask for these by name, next to aiogram's own data and ``user_ctx``."""
+
+    clock: Clock
+    chat_service: ChatService
+    history: History
+    profiles: ProfileStore
+    i18n: I18n
+    ledger: Ledger
+    cascade: Cascade
+    digests: DigestService
+    intake: Intake
+    runner: DigestRunner
+    settings_view: AdminView
+    refusals: Counter
+    books: BooksDesk
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from aiogram.utils.i18n import I18n
 from aiogram.utils.i18n.middleware import I18nMiddleware
 
 from bot.chat import ChatService
-from bot.context import ProfileStore, UserContext
+from bot.context import Outcome, ProfileStore, UserContext
 from bot.i18n import pick_language
 from bot.store import Intake
 from budget.clock import Clock
@@ -94,10 +94,9 @@ class IntakeMiddleware(BaseMiddleware):
     """Records every message's (chat_id, message_id) before anything else happens.
 
     A message Telegram delivers again (the offset was not confirmed before a crash)
-    is dropped here, so it never reaches the LLM twice. The handler reports its
-    outcome in ``data["outcome"]`` (a mutable dict: ``{"status": ...}``); this
-    middleware persists it (default ``answered``, ``command`` for a command;
-    ``failed`` on an exception).
+    is dropped here, so it never reaches the LLM twice. The handler returns its
+    :class:`~bot.context.Outcome`, which this middleware persists (default ``answered``,
+    ``command`` for a command; ``failed`` on an exception).
     """
 
     def __init__(self, intake: Intake, clock: Clock) -> None:
@@ -121,8 +120,7 @@ class IntakeMiddleware(BaseMiddleware):
         if not first:
             log.info("dropping a message delivered twice (chat %s)", event.chat.id)
             return None
-        outcome: dict[str, str] = {"status": "command" if is_command else "answered"}
-        data["outcome"] = outcome
+        default = Outcome.COMMAND if is_command else Outcome.ANSWERED
         try:
             result = await handler(event, data)
         except BaseException:
@@ -136,7 +134,7 @@ class IntakeMiddleware(BaseMiddleware):
         await self._intake.finish(
             chat_id=event.chat.id,
             message_id=event.message_id,
-            status=outcome["status"],
+            status=result if isinstance(result, Outcome) else default,
             now=self._clock.now(),
         )
         return result

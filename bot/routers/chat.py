@@ -14,8 +14,15 @@ from aiogram.utils.chat_action import ChatActionSender
 from prometheus_client import Counter
 
 from bot import templates
-from bot.chat import ChatAnswer, ChatFailed, ChatRefused, ChatService, run_guarded
-from bot.context import UserContext
+from bot.chat import (
+    ChatAnswer,
+    ChatFailed,
+    ChatRefused,
+    ChatService,
+    FailureKind,
+    run_guarded,
+)
+from bot.context import Outcome, UserContext
 from bot.delivery import send_markdown, send_text
 from budget.clock import Clock
 
@@ -64,20 +71,17 @@ def create_chat_router(*, stale_after_s: int) -> Router:
         user_ctx: UserContext,
         chat_service: ChatService,
         clock: Clock,
-        outcome: dict[str, str],
         refusals: Counter,
-    ) -> None:
+    ) -> Outcome:
         reply_to = message.message_id if message.chat.type != "private" else None
         if not _visible(prompt):
-            outcome["status"] = "refused"
             await send_text(bot, message.chat.id, templates.empty_message_text(), clock=clock)
-            return
+            return Outcome.REFUSED
         age = clock.now() - message.date
         if age > timedelta(seconds=stale_after_s):
-            outcome["status"] = "stale"
             refusals.labels("stale").inc()
             await send_text(bot, message.chat.id, templates.stale_text(), clock=clock)
-            return
+            return Outcome.STALE
 
         def typing() -> ChatActionSender:
             return ChatActionSender.typing(
@@ -93,31 +97,31 @@ def create_chat_router(*, stale_after_s: int) -> Router:
                     activity=typing,
                 )
             )
-        except asyncio.CancelledError:
-            outcome["status"] = "failed"
+        except asyncio.CancelledError:  # the intake middleware records it as failed
             await send_text(bot, message.chat.id, templates.shutting_down_text(), clock=clock)
             raise
         if isinstance(result, ChatAnswer):
             if not _visible(result.completion.text):
                 log.warning("empty answer from %s", result.completion.provider)
                 refusals.labels("empty_answer").inc()
-                outcome["status"] = "failed"
                 await send_text(bot, message.chat.id, templates.empty_answer_text(), clock=clock)
-                return
+                return Outcome.FAILED
             await send_markdown(
                 bot, message.chat.id, result.completion.text, clock=clock, reply_to=reply_to
             )
-            return
+            return Outcome.ANSWERED
         if isinstance(result, ChatRefused):
-            outcome["status"] = "refused"
+            outcome = Outcome.REFUSED
             refusals.labels(result.refusal.reason.value).inc()
             text = templates.refusal_text(result.refusal, tz=user_ctx.tz, running=result.running)
         else:
-            outcome["status"] = "refused" if result.kind in ("too_long", "queue_full") else "failed"
+            refused = result.kind in (FailureKind.TOO_LONG, FailureKind.QUEUE_FULL)
+            outcome = Outcome.REFUSED if refused else Outcome.FAILED
             refusals.labels(result.kind).inc()
             text = _failure_text(result)
         # a refusal answers the message it refuses (in a burst, the user sees which)
         await send_text(bot, message.chat.id, text, clock=clock, reply_to=message.message_id)
+        return outcome
 
     @router.message(F.chat.type == "private", ~F.text)
     async def on_non_text(message: Message, bot: Bot, clock: Clock) -> None:
@@ -136,14 +140,14 @@ def _visible(text: str) -> bool:
 
 
 def _failure_text(result: ChatFailed) -> str:
-    if result.kind == "too_long":
+    if result.kind is FailureKind.TOO_LONG:
         return templates.too_long_text(result.tokens, result.limit)
-    if result.kind == "queue_full":
+    if result.kind is FailureKind.QUEUE_FULL:
         return templates.too_many_queued_text()
-    if result.kind == "rejected":
+    if result.kind is FailureKind.REJECTED:
         return templates.rejected_text()
-    if result.kind == "unavailable":
+    if result.kind is FailureKind.UNAVAILABLE:
         return templates.unavailable_text()
-    if result.kind == "shutdown":
+    if result.kind is FailureKind.SHUTDOWN:
         return templates.shutting_down_text()
     return templates.error_text()
