@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Sequence
-from datetime import datetime
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
@@ -24,6 +23,7 @@ from bot.delivery import send_markdown
 from bot.i18n import in_locale
 from bot.templates import format_reset
 from budget.clock import Clock
+from budget.types import RefusalReason
 from scheduler.errors import DeliveryRetryAfter, RecipientGone
 from scheduler.types import DigestSection, Notice, NoticeKind, SourceKind
 
@@ -69,16 +69,14 @@ def render_digest(sections: Sequence[DigestSection], tz: str) -> str:
 
 def notice_text(notice: Notice, tz: str) -> str:
     """The template for a scheduler notice."""
-    p = notice.params
     if notice.kind is NoticeKind.DEFERRED:
-        resets = p.get("resets_at", "")
-        if resets:
-            when = format_reset(datetime.fromisoformat(resets), tz)
+        if notice.resets_at is not None:
+            when = format_reset(notice.resets_at, tz)
             return _(
                 "⏳ Today's digest is postponed: a budget limit is reached. "
                 "It will be sent once the limit resets at {reset}."
             ).format(reset=when)
-        if p.get("reason") == "kill":
+        if notice.reason is RefusalReason.KILL:
             return _(
                 "⏸ Today's digest is postponed: the bot is paused by its administrators. "
                 "It will be sent when they resume it."
@@ -88,13 +86,12 @@ def notice_text(notice: Notice, tz: str) -> str:
         return _(
             "⚠️ The channel @{channel} no longer has a public preview, so it is left out "
             "of your digest. /unsub @{channel} to remove it."
-        ).format(channel=p.get("channel", ""))
+        ).format(channel=notice.channel)
     if notice.kind is NoticeKind.LATE:
-        return _("🕰 This digest for {date} is late — sorry for the wait.").format(
-            date=p.get("local_date", "")
-        )
+        day = notice.local_date.isoformat() if notice.local_date is not None else ""
+        return _("🕰 This digest for {date} is late — sorry for the wait.").format(date=day)
     return _("⚠️ {count} posts could not be summarised right now and are shown as excerpts.").format(
-        count=p.get("count", "0")
+        count=notice.count
     )
 
 

@@ -71,7 +71,9 @@ from scheduler.types import (
     NoticeKind,
     OperationGate,
     Post,
+    ProgressStep,
     SourceKind,
+    Step,
     SummaryBackend,
 )
 
@@ -79,10 +81,8 @@ __all__ = ["DigestConfig", "DigestOutcome", "DigestRunner", "Progress", "RunnerS
 
 log = logging.getLogger(__name__)
 
-#: ``async (step) -> None``; steps: ``started``, ``fetched:<posts>``,
-#: ``summarised:<i>/<n>``, ``deferred:<reason>``, ``empty``, ``delivered``,
-#: ``delivery_retry:<seconds>``, ``recipient_gone``, ``already_sent``, ``no_profile``.
-Progress = Callable[[str], Awaitable[None]]
+#: ``async (step) -> None``: receives each :class:`~scheduler.types.ProgressStep` of a run.
+Progress = Callable[[ProgressStep], Awaitable[None]]
 
 _LANGUAGE_NAMES = {"en": "English", "ru": "Russian"}
 _DEFER_REASONS = frozenset(
@@ -517,7 +517,7 @@ class DigestRunner:
         now = self._clock.now()
         if profile is None:
             if progress is not None:
-                await progress("no_profile")
+                await progress(ProgressStep(Step.NO_PROFILE))
             return DigestOutcome(user_id, now.date(), RunStatus.FAILED_DELIVERY)
         tz = self._tz(profile)
         day = local_date(now, tz)
@@ -525,7 +525,7 @@ class DigestRunner:
         return await self._run(_Job(user_id, day, due_at, progress))
 
     # ------------------------------------------------------------------ one digest
-    async def _step(self, job: _Job, step: str) -> None:
+    async def _step(self, job: _Job, step: ProgressStep) -> None:
         if job.progress is not None:
             await job.progress(step)
 
@@ -576,12 +576,12 @@ class DigestRunner:
         run, profile = await self._load_run(job)
         outcome = DigestOutcome(job.user_id, job.day, RunStatus(run.status), late=run.late)
         if outcome.status in (RunStatus.SENT, RunStatus.EMPTY, RunStatus.FAILED_DELIVERY):
-            await self._step(job, "already_sent")
+            await self._step(job, ProgressStep(Step.ALREADY_SENT))
             return outcome
         if profile is None:
-            await self._step(job, "no_profile")
+            await self._step(job, ProgressStep(Step.NO_PROFILE))
             return outcome
-        await self._step(job, "started")
+        await self._step(job, ProgressStep(Step.STARTED))
         if outcome.status is RunStatus.READY and run.payload is not None:
             return await self._deliver(job, run, profile, _sections_from_json(run.payload), outcome)
         try:
@@ -649,7 +649,7 @@ class DigestRunner:
                 row.checked_at = self._clock.now()
         if notified:
             return
-        notice = Notice(NoticeKind.CHANNEL_LOST, {"channel": source.key})
+        notice = Notice(NoticeKind.CHANNEL_LOST, channel=source.key)
         if await self._notify(profile, notice):
             async with self._sessions() as session, session.begin():
                 sub = await session.get(DigestSubscription, sub_id)
@@ -671,11 +671,11 @@ class DigestRunner:
         gathered = await self._gather(job, profile)
         kept = cap_posts([g.posts for g in gathered], self.config.max_posts)
         total = sum(len(k) for k in kept)
-        await self._step(job, f"fetched:{total}")
+        await self._step(job, ProgressStep(Step.FETCHED, count=total))
         if total == 0:
             await self._finish_empty(job, run, gathered)
             outcome.status = RunStatus.EMPTY
-            await self._step(job, "empty")
+            await self._step(job, ProgressStep(Step.EMPTY))
             return outcome
         deadline = job.due_at + timedelta(minutes=self.config.latest_delay_minutes)
         language = profile.language
@@ -733,7 +733,7 @@ class DigestRunner:
                         )
                     )
                     done += 1
-                    await self._step(job, f"summarised:{done}/{total}")
+                    await self._step(job, ProgressStep(Step.SUMMARISED, count=done, total=total))
                 if items:
                     link = (
                         f"https://t.me/{source.key}"
@@ -751,9 +751,7 @@ class DigestRunner:
         notices: list[Notice] = []
         if not_summarised:
             cause = stopped or "providers"
-            notices.append(
-                Notice(NoticeKind.UNAVAILABLE, {"count": str(not_summarised), "cause": cause})
-            )
+            notices.append(Notice(NoticeKind.UNAVAILABLE, count=not_summarised, cause=cause))
         return await self._deliver(job, run, profile, sections, outcome, notices)
 
     async def _summary(
@@ -934,13 +932,11 @@ class DigestRunner:
         if notify:
             notice = Notice(
                 NoticeKind.DEFERRED,
-                {
-                    "reason": refusal.reason.value,
-                    "level": refusal.level.value if refusal.level else "",
-                    "window": refusal.window.value if refusal.window else "",
-                    "resets_at": refusal.resets_at.isoformat() if refusal.resets_at else "",
-                    "local_date": job.day.isoformat(),
-                },
+                reason=refusal.reason,
+                level=refusal.level,
+                window=refusal.window,
+                resets_at=refusal.resets_at,
+                local_date=job.day,
             )
             if await self._notify(profile, notice):
                 async with self._sessions() as session, session.begin():
@@ -949,7 +945,7 @@ class DigestRunner:
                         row.deferred_notified = True
         outcome.status = RunStatus.DEFERRED
         outcome.refusal = refusal
-        await self._step(job, f"deferred:{refusal.reason.value}")
+        await self._step(job, ProgressStep(Step.DEFERRED, reason=refusal.reason))
         return outcome
 
     async def _notify(self, profile: UserProfile, notice: Notice) -> bool:
@@ -987,10 +983,7 @@ class DigestRunner:
                         profile.user_id,
                         profile.chat_id,
                         profile.language,
-                        Notice(
-                            NoticeKind.LATE,
-                            {"local_date": job.day.isoformat(), "due_at": run.due_at.isoformat()},
-                        ),
+                        Notice(NoticeKind.LATE, local_date=job.day, due_at=run.due_at),
                     )
                 for notice in notices:
                     await self._deliverer.notify(
@@ -1005,7 +998,7 @@ class DigestRunner:
             await self._mark_inactive(profile.user_id)
             await self._set_status(run, RunStatus.FAILED_DELIVERY)
             outcome.status = RunStatus.FAILED_DELIVERY
-            await self._step(job, "recipient_gone")
+            await self._step(job, ProgressStep(Step.RECIPIENT_GONE))
             return outcome
         async with self._sessions() as session, session.begin():
             row = await session.get(DigestRun, run.id)
@@ -1018,7 +1011,7 @@ class DigestRunner:
         self.stats.digests_sent += 1
         outcome.status = RunStatus.SENT
         outcome.late = late
-        await self._step(job, "delivered")
+        await self._step(job, ProgressStep(Step.DELIVERED))
         return outcome
 
     async def _set_status(self, run: DigestRun, status: RunStatus) -> None:
@@ -1047,7 +1040,7 @@ class DigestRunner:
             outcome.status = RunStatus.FAILED_DELIVERY
             return outcome
         outcome.status = RunStatus.READY
-        await self._step(job, f"delivery_retry:{retry_after_s:g}")
+        await self._step(job, ProgressStep(Step.DELIVERY_RETRY, retry_after_s=retry_after_s))
         later = _Job(job.user_id, job.day, job.due_at)
 
         async def retry() -> None:

@@ -10,14 +10,14 @@ no summary could be made).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
 from enum import StrEnum
 from typing import Protocol
 
 from budget.protocol import OperationTicket
-from budget.types import Origin
+from budget.types import Level, Origin, RefusalReason, Window
 from llm.types import Capacity, Completion, LLMRequest
 
 __all__ = [
@@ -128,25 +128,45 @@ class NoticeKind(StrEnum):
     """What a :class:`Notice` tells the user; the bot picks the template by it."""
 
     #: The ledger refused the digest; it goes out once the refusing window resets.
-    #: params: ``reason``, ``level``, ``window``, ``resets_at`` (ISO-8601 UTC or ``""``),
-    #: ``local_date`` (ISO date).
+    #: Fields: ``reason``, ``level``, ``window``, ``resets_at``, ``local_date``.
     DEFERRED = "deferred"
-    #: A subscribed channel no longer has a public preview. params: ``channel``.
+    #: A subscribed channel no longer has a public preview. Field: ``channel``.
     CHANNEL_LOST = "channel_lost"
     #: The digest that follows is late (sent after the bot was down or deferred).
-    #: params: ``local_date``, ``due_at`` (ISO-8601 UTC).
+    #: Fields: ``local_date``, ``due_at``.
     LATE = "late"
     #: Some posts of the digest that follows could not be summarised and are shown as
-    #: excerpts. params: ``count``, ``cause`` (``providers`` or ``operation_cap``).
+    #: excerpts. Fields: ``count``, ``cause`` (``providers`` or ``operation_cap``).
     UNAVAILABLE = "unavailable"
 
 
 @dataclass(frozen=True, slots=True)
 class Notice:
-    """A structured notice to one user; the bot renders it with its templates."""
+    """A structured notice to one user; the bot renders it with its templates. Only
+    the fields its :class:`NoticeKind` names are set.
+
+    Attributes:
+        kind: which notice.
+        reason, level, window: the ledger's refusal (``DEFERRED``).
+        resets_at: aware UTC time the refusing window resets, ``None`` when nothing
+            resets on its own (a kill) (``DEFERRED``).
+        local_date: the digest's date in the user's timezone (``DEFERRED``, ``LATE``).
+        due_at: aware UTC time the digest was due (``LATE``).
+        channel: the channel's name (``CHANNEL_LOST``).
+        count: posts shown as excerpts (``UNAVAILABLE``).
+        cause: ``providers`` or ``operation_cap`` (``UNAVAILABLE``).
+    """
 
     kind: NoticeKind
-    params: Mapping[str, str] = field(default_factory=dict)
+    reason: RefusalReason | None = None
+    level: Level | None = None
+    window: Window | None = None
+    resets_at: datetime | None = None
+    local_date: date | None = None
+    due_at: datetime | None = None
+    channel: str = ""
+    count: int = 0
+    cause: str = ""
 
 
 class Deliverer(Protocol):
@@ -166,6 +186,59 @@ class Deliverer(Protocol):
     async def notify(self, user_id: int, chat_id: int, language: str, notice: Notice) -> None:
         """Send one notice."""
         ...
+
+
+class Step(StrEnum):
+    """A digest run's progress, as :meth:`scheduler.runner.DigestRunner.run_now` reports
+    it (the bot turns each into a sentence); see :class:`ProgressStep` for the details
+    each carries."""
+
+    STARTED = "started"
+    FETCHED = "fetched"  # count: posts fetched
+    SUMMARISED = "summarised"  # count of total posts summarised so far
+    DEFERRED = "deferred"  # reason: the ledger's refusal; goes out when the window resets
+    EMPTY = "empty"  # nothing new to send
+    DELIVERED = "delivered"
+    DELIVERY_RETRY = "delivery_retry"  # retry_after_s: Telegram's wait
+    RECIPIENT_GONE = "recipient_gone"  # the user blocked the bot; marked inactive
+    ALREADY_SENT = "already_sent"  # today's digest went out before
+    NO_PROFILE = "no_profile"  # the user never wrote to the bot
+
+    @property
+    def final(self) -> bool:
+        """True for the steps after which the run reports nothing more."""
+        return self in _FINAL_STEPS
+
+
+_FINAL_STEPS = frozenset(
+    {
+        Step.DELIVERED,
+        Step.DEFERRED,
+        Step.EMPTY,
+        Step.RECIPIENT_GONE,
+        Step.ALREADY_SENT,
+        Step.NO_PROFILE,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressStep:
+    """One progress report of a digest run.
+
+    Attributes:
+        step: what happened.
+        count: posts fetched (``FETCHED``) or summarised so far (``SUMMARISED``).
+        total: posts to summarise (``SUMMARISED``).
+        reason: the ledger's refusal reason (``DEFERRED``).
+        retry_after_s: seconds Telegram asked to wait (``DELIVERY_RETRY``).
+    """
+
+    step: Step
+    count: int = 0
+    total: int = 0
+    reason: RefusalReason | None = None
+    retry_after_s: float = 0.0
 
 
 class OperationGate(Protocol):

@@ -31,7 +31,9 @@ from budget.status import BucketStatus, LedgerStatus, TeamStatus, UserStatus
 from budget.types import Level, Window
 from budget.windows import day_bounds
 from llm.cascade import Cascade
+from scheduler.models import RunStatus
 from scheduler.runner import DigestRunner
+from scheduler.types import ProgressStep, Step
 
 __all__ = ["AdminView", "IsAdmin", "create_admin_router"]
 
@@ -213,33 +215,44 @@ def render_team(status: TeamStatus, tz: str) -> str:
 #: limits edits of one message like any other message to a chat.
 PROGRESS_EDIT_INTERVAL_S = 2.0
 
-_STEPS = {
-    "started": "started",
-    "fetched": "fetched {} posts",
-    "summarised": "summarising {}",
-    "deferred": "postponed by the budget ({}); it will go out when the limit resets",
-    "empty": "nothing new to send",
-    "delivered": "delivered",
-    "delivery_retry": "Telegram asked to wait {} s before sending",
-    "recipient_gone": "the user has blocked the bot; marked inactive",
-    "already_sent": "today's digest was already sent",
-    "no_profile": "this user has never written to the bot",
-    "waiting": "waiting for free-tier capacity",
-    "sent": "sent",
-    "ready": "generated; delivery pending",
-    "pending": "in progress",
-    "failed_delivery": "could not be delivered",
+_STEPS: dict[Step, str] = {
+    Step.STARTED: "started",
+    Step.FETCHED: "fetched {count} posts",
+    Step.SUMMARISED: "summarising {count}/{total}",
+    Step.DEFERRED: "postponed by the budget ({reason}); it will go out when the limit resets",
+    Step.EMPTY: "nothing new to send",
+    Step.DELIVERED: "delivered",
+    Step.DELIVERY_RETRY: "Telegram asked to wait {retry_after_s:g} s before sending",
+    Step.RECIPIENT_GONE: "the user has blocked the bot; marked inactive",
+    Step.ALREADY_SENT: "today's digest was already sent",
+    Step.NO_PROFILE: "this user has never written to the bot",
 }
-_FINAL_STEPS = {"delivered", "deferred", "empty", "recipient_gone", "already_sent", "no_profile"}
+
+_STATUSES: dict[RunStatus, str] = {
+    RunStatus.PENDING: "in progress",
+    RunStatus.DEFERRED: "postponed by the budget; it will go out when the limit resets",
+    RunStatus.READY: "generated; delivery pending",
+    RunStatus.SENT: "sent",
+    RunStatus.EMPTY: "nothing new to send",
+    RunStatus.FAILED_DELIVERY: "could not be delivered",
+}
 
 
-def describe_step(step: str) -> tuple[str, bool]:
-    """A runner progress step (``fetched:5``) → (readable text, is it final)."""
-    name, _, detail = step.partition(":")
-    template = _STEPS.get(name)
-    if template is None:
-        return step.replace("_", " "), False
-    return template.format(detail) if "{}" in template else template, name in _FINAL_STEPS
+def describe_step(progress: ProgressStep) -> tuple[str, bool]:
+    """A runner progress step → (readable text, is it final)."""
+    reason = progress.reason.value if progress.reason is not None else ""
+    text = _STEPS[progress.step].format(
+        count=progress.count,
+        total=progress.total,
+        reason=reason,
+        retry_after_s=progress.retry_after_s,
+    )
+    return text, progress.step.final
+
+
+def describe_status(status: RunStatus) -> str:
+    """A digest run's status after /digest_now, as text."""
+    return _STATUSES[status]
 
 
 def _parse_limit(args: list[str]) -> tuple[Level, str, Window, int | None] | str:
@@ -488,7 +501,7 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
             except TelegramAPIError:  # progress is cosmetic; the digest goes on
                 log.debug("progress edit failed", exc_info=True)
 
-        async def progress(step: str) -> None:
+        async def progress(step: ProgressStep) -> None:
             text, final = describe_step(step)
             await show(text, force=final)
 
@@ -498,7 +511,7 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
             await show(f"refused by the ledger ({exc.refusal.reason})", force=True)
             return
         await show(
-            f"{describe_step(outcome.status)[0]} — {outcome.posts} posts, "
+            f"{describe_status(outcome.status)} — {outcome.posts} posts, "
             f"{outcome.llm_calls} LLM calls, {outcome.cache_hits} from the cache, "
             f"{outcome.paid_calls} paid",
             force=True,

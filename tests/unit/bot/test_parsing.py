@@ -9,13 +9,16 @@ from bot.routers.admin import (
     AMOUNT_RULE,
     TEAM_NAME_RULE,
     _parse_limit,
+    describe_status,
     describe_step,
     parse_user_id,
     valid_team_name,
 )
 from bot.routers.chat import _visible
 from bot.routers.common import canonical_zone
-from budget.types import Level, Window
+from budget.types import Level, RefusalReason, Window
+from scheduler.models import RunStatus
+from scheduler.types import ProgressStep, Step
 
 
 def _utf16(text: str) -> int:
@@ -104,11 +107,22 @@ def test_parse_limit_values_and_reasons() -> None:
 
 
 def test_digest_progress_steps_read_like_sentences() -> None:
-    """Runner steps become readable text; final ones are flagged."""
-    assert describe_step("fetched:5") == ("fetched 5 posts", False)
-    assert describe_step("summarised:3/20") == ("summarising 3/20", False)
-    assert describe_step("delivered") == ("delivered", True)
-    assert describe_step("something_new") == ("something new", False)
+    """Runner steps become readable text; final ones are flagged; every step and every
+    run status has a text."""
+    assert describe_step(ProgressStep(Step.FETCHED, count=5)) == ("fetched 5 posts", False)
+    summarising = ProgressStep(Step.SUMMARISED, count=3, total=20)
+    assert describe_step(summarising) == ("summarising 3/20", False)
+    assert describe_step(ProgressStep(Step.DELIVERED)) == ("delivered", True)
+    deferred = describe_step(ProgressStep(Step.DEFERRED, reason=RefusalReason.LIMIT))
+    assert deferred == (
+        "postponed by the budget (limit); it will go out when the limit resets",
+        True,
+    )
+    wait = describe_step(ProgressStep(Step.DELIVERY_RETRY, retry_after_s=2.5))
+    assert wait == ("Telegram asked to wait 2.5 s before sending", False)
+    assert all(describe_step(ProgressStep(step))[0] for step in Step)
+    assert describe_status(RunStatus.FAILED_DELIVERY) == "could not be delivered"
+    assert all(describe_status(status) for status in RunStatus)
 
 
 def test_timezone_names_are_matched_without_case() -> None:

@@ -15,7 +15,7 @@ from scheduler.profiles import ProfileRepository
 from scheduler.runner import DigestConfig, DigestRunner, cap_posts
 from scheduler.service import DigestService
 from scheduler.simclock import VirtualClock
-from scheduler.types import NoticeKind, Post, SubscribeStatus
+from scheduler.types import NoticeKind, Post, ProgressStep, Step, SubscribeStatus
 from tests.unit.scheduler.scheduler_fakes import FakeBackend, FakeDeliverer, FakeFetcher, FakeLedger
 
 Sessions = async_sessionmaker[AsyncSession]
@@ -293,16 +293,22 @@ async def test_run_now_reports_progress_and_is_once_per_day(sessions: Sessions) 
     world = World(sessions, clock)
     world.fetcher.add("channel_a", [1, 2], clock.now())
     await world.user(1, "channel_a", tz="UTC", at="09:00")
-    steps: list[str] = []
+    steps: list[ProgressStep] = []
 
-    async def progress(step: str) -> None:
+    async def progress(step: ProgressStep) -> None:
         steps.append(step)
 
     outcome = await world.runner.run_now(1, progress)
     assert outcome.status is RunStatus.SENT and outcome.llm_calls == 2
-    assert steps == ["started", "fetched:2", "summarised:1/2", "summarised:2/2", "delivered"]
+    assert steps == [
+        ProgressStep(Step.STARTED),
+        ProgressStep(Step.FETCHED, count=2),
+        ProgressStep(Step.SUMMARISED, count=1, total=2),
+        ProgressStep(Step.SUMMARISED, count=2, total=2),
+        ProgressStep(Step.DELIVERED),
+    ]
     again = await world.runner.run_now(1, progress)
-    assert again.status is RunStatus.SENT and steps[-1] == "already_sent"
+    assert again.status is RunStatus.SENT and steps[-1] == ProgressStep(Step.ALREADY_SENT)
     clock.set(datetime(2026, 3, 2, 9, 5, tzinfo=UTC))
     await world.tick()
     assert len(world.deliverer.sent) == 1
