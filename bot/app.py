@@ -54,13 +54,14 @@ from bot.routers.common import create_common_router, create_fallback_router
 from bot.routers.digests import create_digest_router
 from bot.routers.errors import create_error_router
 from bot.routers.me import create_me_router
-from bot.settings import Settings, usd_to_musd
+from bot.settings import Settings
 from bot.store import History, Intake
 from budget.clock import Clock, SystemClock
 from budget.config import LedgerConfig, OperationCaps
 from budget.db import create_engine, sqlite_path
 from budget.errors import BudgetConfigError
 from budget.ledger import Ledger
+from budget.money import usd_to_musd
 from budget.prices import PriceCard, ProviderModel, parse_overrides
 from budget.tokens import TokenCounter
 from budget.types import Origin

@@ -2,15 +2,15 @@
 
 Created once in ``bot.__main__`` and injected; nothing reads ``os.environ`` elsewhere.
 Units are in the field names: ``*_usd`` are decimal US dollars as written by the
-operator (converted to integer µUSD by :func:`usd_to_musd` before the ledger sees
-them), ``*_seconds`` seconds, ``*_minutes`` minutes, ``*_tokens`` tokens.
+operator (converted to integer µUSD by :func:`budget.money.usd_to_musd` before the
+ledger sees them), ``*_seconds`` seconds, ``*_minutes`` minutes, ``*_tokens`` tokens.
 Every variable is documented in ``.env.example``.
 """
 
 from __future__ import annotations
 
 import re
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -18,6 +18,8 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
+
+from budget.money import usd_to_musd  # re-exported: the settings speak USD, the ledger µUSD
 
 __all__ = ["PROVIDER_NAMES", "DatabaseSettings", "Settings", "usd_to_musd"]
 
@@ -29,13 +31,6 @@ Tier = Literal["free", "paid"]
 #: A bot token as aiogram's ``validate_token`` accepts it: digits, a colon, then a secret
 #: without whitespace. Checked by pattern so reading settings never imports aiogram (~6 s).
 _TOKEN = re.compile(r"[0-9]+:\S+")
-
-
-def usd_to_musd(usd: Decimal | None) -> int | None:
-    """Convert a decimal USD amount to integer µUSD (half-even), ``None`` stays ``None``."""
-    if usd is None:
-        return None
-    return int((usd * 1_000_000).quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
 
 
 def _check_tz(name: str) -> str:

@@ -1,13 +1,36 @@
-"""Text of integer µUSD amounts for operator-facing strings the ledger writes itself
-(kill reasons, events). Exact: :class:`~decimal.Decimal`, never float."""
+"""Money helpers, the one place for them: integer µUSD ⇄ decimal USD, exactly
+(:class:`~decimal.Decimal`, never float).
+
+* :func:`usd_to_musd` — operator-written USD (settings) → µUSD, half-even.
+* :func:`parse_usd` — an admin's typed amount (``0.05``, ``$0.05``) → µUSD, or ``None``.
+* :func:`usd` — µUSD → ``$0.001234`` for replies (``None`` → ``—``).
+* :func:`usd_text` — µUSD → ``$0.000700`` / ``-$1.500000`` for strings the ledger
+  writes itself (kill reasons, events).
+"""
 
 from __future__ import annotations
 
-from decimal import Decimal
+import re
+from decimal import ROUND_HALF_EVEN, Decimal
 
-__all__ = ["usd_text"]
+__all__ = ["parse_usd", "usd", "usd_text", "usd_to_musd"]
 
 _MICRO = Decimal(1).scaleb(-6)
+
+
+def usd_to_musd(usd: Decimal | None) -> int | None:
+    """Convert a decimal USD amount to integer µUSD (half-even), ``None`` stays ``None``."""
+    if usd is None:
+        return None
+    return int((usd * 1_000_000).quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
+
+
+def usd(musd: int | None, places: int = 6) -> str:
+    """``1234`` µUSD → ``$0.001234`` (exact at the default 6 places); ``None`` → ``—``."""
+    if musd is None:
+        return "—"
+    value = Decimal(musd).scaleb(-6).quantize(Decimal(1).scaleb(-places), ROUND_HALF_EVEN)
+    return f"${value}"
 
 
 def usd_text(musd: int) -> str:
@@ -17,3 +40,20 @@ def usd_text(musd: int) -> str:
     """
     sign = "-" if musd < 0 else ""
     return f"{sign}${Decimal(abs(musd)).scaleb(-6).quantize(_MICRO)}"
+
+
+_AMOUNT = re.compile(r"\$?(\d{1,7})(?:\.(\d{1,6}))?")
+
+
+def parse_usd(text: str) -> int | None:
+    """``"0.05"`` / ``"$0.05"`` → 50000 µUSD, exactly.
+
+    Returns ``None`` for anything else: signs, exponents, ``NaN``, underscores, more
+    than 6 decimals (finer than 1 µUSD) or more than $1,000,000.
+    """
+    match = _AMOUNT.fullmatch(text.strip())
+    if match is None:
+        return None
+    whole, frac = match.group(1), match.group(2) or ""
+    musd = int(whole) * 1_000_000 + int(frac.ljust(6, "0"))
+    return musd if musd <= 1_000_000 * 1_000_000 else None

@@ -20,13 +20,13 @@ from aiogram.types import BufferedInputFile, Message
 
 from bot.chart import CHART_MISSING, chart_available, spend_chart_png
 from bot.delivery import send_text
-from bot.money import parse_usd, usd
 from bot.settings import Settings
 from bot.store import Intake
 from bot.templates import format_reset
 from budget.clock import Clock
 from budget.errors import HoldRefused
 from budget.ledger import Ledger
+from budget.money import parse_usd, usd
 from budget.status import BucketStatus, LedgerStatus, TeamStatus, UserStatus
 from budget.types import Level, Window
 from budget.windows import day_bounds

@@ -9,11 +9,11 @@ from aiogram.utils.i18n import gettext as _
 
 from bot.context import UserContext
 from bot.delivery import send_text
-from bot.money import usd
 from bot.templates import format_reset
 from budget.clock import Clock
 from budget.errors import HoldRefused
 from budget.ledger import Ledger
+from budget.money import usd
 from budget.status import BucketStatus, UserStatus
 from budget.types import Level, Window
 

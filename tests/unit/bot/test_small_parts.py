@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from bot.logs import RedactSecrets
-from bot.money import parse_usd, usd
-from bot.settings import Settings, usd_to_musd
+from bot.settings import Settings
+from budget.money import parse_usd, usd, usd_to_musd
 
 
 def test_usd_display_is_exact() -> None:
