@@ -42,12 +42,15 @@ __all__ = [
     "WindowKeys",
     "day_bounds",
     "hour_bounds",
+    "local_instant",
     "resets_at",
     "window_keys",
     "zone",
 ]
 
 _HOUR = timedelta(hours=1)
+_MINUTE = timedelta(minutes=1)
+_MIDNIGHT = time(0, 0)
 
 
 @lru_cache(maxsize=32)
@@ -66,21 +69,34 @@ def _utc(at: datetime) -> datetime:
     return at.astimezone(UTC)
 
 
-def _local_midnight(day: date, tz: ZoneInfo) -> datetime:
-    """The first instant of local ``day`` in UTC (handles a midnight skipped by DST)."""
-    naive = datetime.combine(day, time(0, 0))
-    candidate = naive.replace(tzinfo=tz)
-    # A non-existent local midnight (DST jump at 00:00) maps, with fold=0, to an
-    # instant before the gap; the day then starts at the first existing instant.
-    back = candidate.astimezone(UTC).astimezone(tz)
-    if back.replace(tzinfo=None) != naive:
-        for minutes in range(1, 181):
-            probe = (naive + timedelta(minutes=minutes)).replace(tzinfo=tz)
-            if probe.astimezone(UTC).astimezone(tz).replace(tzinfo=None) == probe.replace(
-                tzinfo=None
-            ):
-                return probe.astimezone(UTC)
-    return candidate.astimezone(UTC)
+def _exists(wall: datetime) -> bool:
+    """True when the aware local ``wall`` time exists (survives a round trip via UTC)."""
+    back = wall.astimezone(UTC).astimezone(wall.tzinfo)
+    return back.replace(tzinfo=None) == wall.replace(tzinfo=None)
+
+
+def local_instant(day: date, at: time, tz: ZoneInfo) -> datetime:
+    """The UTC instant of the local wall time ``at`` on ``day`` in ``tz`` — the one DST
+    helper (budget day windows and digest due times both use it).
+
+    * gap (the wall time does not exist, spring forward): the first existing minute
+      after it (02:30 Europe/Berlin on 2026-03-29 → 03:00 CEST = 01:00 UTC);
+    * fold (it happens twice, fall back): the first occurrence (``fold=0``).
+
+    Args:
+        day: the local date.
+        at: local wall time (seconds are ignored).
+        tz: the zone.
+
+    Returns:
+        An aware UTC datetime.
+    """
+    wall = datetime.combine(day, at.replace(second=0, microsecond=0), tzinfo=tz)
+    for _ in range(24 * 60):
+        if _exists(wall):
+            return wall.replace(fold=0).astimezone(UTC)
+        wall = (wall.replace(tzinfo=None) + _MINUTE).replace(tzinfo=tz)
+    raise ValueError(f"no valid local minute after {at} on {day} in {tz}")  # pragma: no cover
 
 
 def day_bounds(at: datetime, tz_name: str) -> tuple[str, datetime, datetime]:
@@ -93,8 +109,8 @@ def day_bounds(at: datetime, tz_name: str) -> tuple[str, datetime, datetime]:
     """
     tz = zone(tz_name)
     local_day = _utc(at).astimezone(tz).date()
-    start = _local_midnight(local_day, tz)
-    end = _local_midnight(local_day + timedelta(days=1), tz)
+    start = local_instant(local_day, _MIDNIGHT, tz)
+    end = local_instant(local_day + timedelta(days=1), _MIDNIGHT, tz)
     return local_day.isoformat(), start, end
 
 

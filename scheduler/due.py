@@ -24,18 +24,12 @@ on its own; the next digest covers its posts, because cursors are per subscripti
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime, time
 from zoneinfo import ZoneInfo
 
+from budget.windows import local_instant
+
 __all__ = ["due_instant", "is_late", "local_date", "todays_due"]
-
-_MINUTE = timedelta(minutes=1)
-
-
-def _exists(wall: datetime) -> bool:
-    """True when the aware local ``wall`` time exists (survives a round trip via UTC)."""
-    back = wall.astimezone(UTC).astimezone(wall.tzinfo)
-    return back.replace(tzinfo=None) == wall.replace(tzinfo=None)
 
 
 def due_instant(day: date, at: time, tz: ZoneInfo) -> datetime:
@@ -47,14 +41,9 @@ def due_instant(day: date, at: time, tz: ZoneInfo) -> datetime:
         tz: the user's zone.
 
     Returns:
-        An aware UTC datetime.
+        An aware UTC datetime (see :func:`budget.windows.local_instant`).
     """
-    wall = datetime.combine(day, at.replace(second=0, microsecond=0), tzinfo=tz)
-    for _ in range(24 * 60):
-        if _exists(wall):
-            return wall.replace(fold=0).astimezone(UTC)
-        wall = (wall.replace(tzinfo=None) + _MINUTE).replace(tzinfo=tz)
-    raise ValueError(f"no valid local minute after {at} on {day} in {tz}")  # pragma: no cover
+    return local_instant(day, at, tz)
 
 
 def local_date(now: datetime, tz: ZoneInfo) -> date:
