@@ -67,6 +67,7 @@ from budget.tokens import TokenCounter
 from budget.types import Origin
 from llm.cascade import Cascade, CascadeConfig
 from llm.factory import ProviderSpec, build_cascade, provider_specs
+from llm.names import CASCADE_ORDER
 from scheduler.feeds import AddressGuard, FeedClient
 from scheduler.fetch import Fetchers
 from scheduler.profiles import ProfileRepository
@@ -128,24 +129,11 @@ def ledger_config(settings: Settings) -> LedgerConfig:
 
 def provider_models(settings: Settings) -> list[ProviderModel]:
     """Every (provider, model, tier) the cascade may call, for the price card."""
-    tiers = {
-        "groq": settings.groq_tier,
-        "groq2": settings.groq_tier,
-        "mistral": settings.mistral_tier,
-        "cerebras": settings.cerebras_tier,
-        "deepseek": settings.deepseek_tier,
-    }
-    models = {
-        "groq": (settings.groq_model, settings.groq_cheap_model),
-        "groq2": (settings.groq_model, settings.groq_cheap_model),
-        "mistral": (settings.mistral_model, settings.mistral_cheap_model),
-        "cerebras": (settings.cerebras_model, settings.cerebras_cheap_model),
-        "deepseek": (settings.deepseek_model, settings.deepseek_cheap_model),
-    }
     out: list[ProviderModel] = []
     for name in settings.provider_keys():
-        for model in dict.fromkeys(models[name]):
-            out.append(ProviderModel(provider=name, model=model, tier=tiers[name]))
+        provider = settings.provider(name)
+        for model in dict.fromkeys((provider.model, provider.cheap_model)):
+            out.append(ProviderModel(provider=name, model=model, tier=provider.tier))
     return out
 
 
@@ -265,32 +253,13 @@ def _cascade_config(settings: Settings) -> CascadeConfig:
 
 
 def _provider_specs(settings: Settings) -> list[ProviderSpec]:
+    providers = {name: settings.provider(name) for name in CASCADE_ORDER}
     return provider_specs(
         keys={k: v.get_secret_value() for k, v in settings.provider_keys().items()},
-        base_urls={
-            "groq": settings.groq_base_url,
-            "mistral": settings.mistral_base_url,
-            "cerebras": settings.cerebras_base_url,
-            "deepseek": settings.deepseek_base_url,
-        },
-        models={
-            "groq": settings.groq_model,
-            "mistral": settings.mistral_model,
-            "cerebras": settings.cerebras_model,
-            "deepseek": settings.deepseek_model,
-        },
-        cheap_models={
-            "groq": settings.groq_cheap_model,
-            "mistral": settings.mistral_cheap_model,
-            "cerebras": settings.cerebras_cheap_model,
-            "deepseek": settings.deepseek_cheap_model,
-        },
-        tiers={
-            "groq": settings.groq_tier,
-            "mistral": settings.mistral_tier,
-            "cerebras": settings.cerebras_tier,
-            "deepseek": settings.deepseek_tier,
-        },
+        base_urls={n: p.base_url for n, p in providers.items()},
+        models={n: p.model for n, p in providers.items()},
+        cheap_models={n: p.cheap_model for n, p in providers.items()},
+        tiers={n: p.tier for n, p in providers.items()},
     )
 
 

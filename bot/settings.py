@@ -10,8 +10,9 @@ Every variable is documented in ``.env.example``.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import Annotated, Literal
+from typing import Annotated, Literal, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -20,11 +21,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from budget.money import usd_to_musd  # re-exported: the settings speak USD, the ledger µUSD
+from llm.names import CASCADE_ORDER, family
 
-__all__ = ["PROVIDER_NAMES", "DatabaseSettings", "Settings", "usd_to_musd"]
-
-#: Cascade order: free tiers first, DeepSeek last as the paid anchor.
-PROVIDER_NAMES: tuple[str, ...] = ("groq", "groq2", "mistral", "cerebras", "deepseek")
+__all__ = ["DatabaseSettings", "ProviderSettings", "Settings", "usd_to_musd"]
 
 Tier = Literal["free", "paid"]
 
@@ -227,10 +226,8 @@ class Settings(BaseSettings):
                 "BOT_TOKEN does not look like a bot token (<digits>:<secret>, from @BotFather)"
             )
         if not self.provider_keys():
-            raise ValueError(
-                "no provider key set: set at least one of GROQ_API_KEY, GROQ_API_KEY_2, "
-                "MISTRAL_API_KEY, CEREBRAS_API_KEY, DEEPSEEK_API_KEY"
-            )
+            names = ", ".join(_key_field(name).upper() for name in CASCADE_ORDER)
+            raise ValueError(f"no provider key set: set at least one of {names}")
         if self.hold_ttl_seconds <= self.provider_timeout_seconds:
             raise ValueError(
                 f"HOLD_TTL_SECONDS ({self.hold_ttl_seconds}) must exceed "
@@ -257,15 +254,35 @@ class Settings(BaseSettings):
         return zones.get(key_name, "UTC")
 
     def provider_keys(self) -> dict[str, SecretStr]:
-        """Configured provider keys by provider name, in cascade order."""
-        keys = {
-            "groq": self.groq_api_key,
-            "groq2": self.groq_api_key_2,
-            "mistral": self.mistral_api_key,
-            "cerebras": self.cerebras_api_key,
-            "deepseek": self.deepseek_api_key,
-        }
+        """Configured provider keys by key name, in cascade order (``llm.names``)."""
+        keys = {name: getattr(self, _key_field(name)) for name in CASCADE_ORDER}
         return {name: key for name, key in keys.items() if key is not None}
+
+    def provider(self, name: str) -> ProviderSettings:
+        """Base URL, models and tier of key ``name`` (``groq2`` shares ``groq``'s)."""
+        fam = family(name)
+        return ProviderSettings(
+            base_url=str(getattr(self, f"{fam}_base_url")),
+            model=str(getattr(self, f"{fam}_model")),
+            cheap_model=str(getattr(self, f"{fam}_cheap_model")),
+            tier=cast(Tier, getattr(self, f"{fam}_tier")),
+        )
+
+
+def _key_field(name: str) -> str:
+    """The settings field of key ``name``: ``groq_api_key``, ``groq_api_key_2``, ..."""
+    return "groq_api_key_2" if name == "groq2" else f"{name}_api_key"
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderSettings:
+    """One provider's settings (from ``<PROVIDER>_BASE_URL``, ``_MODEL``, ``_CHEAP_MODEL``,
+    ``_TIER``)."""
+
+    base_url: str
+    model: str
+    cheap_model: str
+    tier: Tier
 
 
 class DatabaseSettings(BaseSettings):

@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from budget.clock import Clock
 from budget.protocol import LedgerPort
 from llm.cascade import Cascade, CascadeConfig, EventSink, TokenCounter
+from llm.names import CASCADE_ORDER, KINDS, family
 from llm.providers.base import Provider
 
 if TYPE_CHECKING:  # imported at run time only for families that have a key
@@ -42,17 +43,6 @@ __all__ = [
     "provider_specs",
 ]
 
-#: Provider key names in cascade order: free tiers first, the paid anchor last.
-CASCADE_ORDER: tuple[str, ...] = ("groq", "groq2", "mistral", "cerebras", "deepseek")
-
-#: API family of each key name.
-_KINDS: dict[str, str] = {
-    "groq": "groq",
-    "groq2": "groq",
-    "mistral": "mistral",
-    "cerebras": "openai",
-    "deepseek": "openai",
-}
 
 #: Context window (tokens) of the default models. Sources: console.groq.com/docs/models
 #: (llama-3.3-70b-versatile 131,072); docs.mistral.ai/getting-started/models
@@ -120,9 +110,9 @@ def provider_specs(
         key = keys.get(name)
         if not key:
             continue
-        family = "groq" if name == "groq2" else name
+        fam = family(name)
 
-        def pick(table: Mapping[str, str], what: str, _n: str = name, _f: str = family) -> str:
+        def pick(table: Mapping[str, str], what: str, _n: str = name, _f: str = fam) -> str:
             value = table.get(_n) or table.get(_f)
             if not value:
                 raise ValueError(f"provider {_n}: no {what}")
@@ -135,11 +125,11 @@ def provider_specs(
         specs.append(
             ProviderSpec(
                 name=name,
-                kind=_KINDS[name],
+                kind=KINDS[name],
                 api_key=key,
                 base_url=pick(base_urls, "base URL"),
                 model=model,
-                cheap_model=cheap_models.get(name) or cheap_models.get(family) or model,
+                cheap_model=cheap_models.get(name) or cheap_models.get(fam) or model,
                 paid=tier == "paid",
                 context_window_tokens=windows[name],
             )
