@@ -3,24 +3,24 @@
 Run by ``tests/e2e/test_harness.py`` as ``python tests/e2e/echo_bot.py`` with the same
 environment contract as ``python -m bot``: BOT_TOKEN and TELEGRAM_API_BASE. It calls
 ``deleteWebhook`` (keeping pending updates) before polling, answers ``/start`` in English
-or Russian by the sender's ``language_code``, echoes other text in bold (HTML), and stops
-cleanly on SIGTERM/SIGINT (exit 0). Without BOT_TOKEN it prints one line and exits 2.
+or Russian by the sender's ``language_code``, echoes other text in bold (an ``entities``
+list), and stops cleanly on SIGTERM/SIGINT (exit 0). Without BOT_TOKEN it prints one
+line and exits 2.
 """
 
 from __future__ import annotations
 
 import asyncio
-import html
 import logging
 import os
 import sys
 
 from aiogram import Bot, Dispatcher, F
-from aiogram.client.default import DefaultBotProperties
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.filters import CommandStart
 from aiogram.types import Message
+from aiogram.utils.formatting import Bold
 
 
 async def _start(message: Message) -> None:
@@ -29,12 +29,12 @@ async def _start(message: Message) -> None:
 
 
 async def _echo(message: Message) -> None:
-    await message.answer(f"<b>{html.escape(message.text or '')}</b>")
+    await message.answer(**Bold(message.text or "").as_kwargs())
 
 
 async def _run(token: str, api_base: str) -> None:
     session = AiohttpSession(api=TelegramAPIServer.from_base(api_base))
-    bot = Bot(token, session=session, default=DefaultBotProperties(parse_mode="HTML"))
+    bot = Bot(token, session=session)
     dp = Dispatcher()
     dp.message.register(_start, CommandStart())
     dp.message.register(_echo, F.text)

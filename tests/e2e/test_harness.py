@@ -37,17 +37,17 @@ async def test_start_answered_in_both_languages_and_sigterm_exits_zero(
     assert fake_telegram.token.split(":")[1] not in bot.logs()
 
 
-async def test_html_reply_is_parsed_by_the_fake(
+async def test_bold_reply_arrives_as_text_and_entity(
     bot_factory: BotFactory, fake_telegram: FakeTelegram
 ) -> None:
-    """An echo sent with parse_mode HTML is stored as text plus a bold entity."""
+    """An echo sent with an entities list is stored as text plus a bold entity."""
     bot = bot_factory(ECHO)
     await bot.start()
     fake_telegram.inject_message(7, "a < b & 🏟")
     reply = await fake_telegram.wait_for(lambda m: m.chat_id == 7)
     assert reply.text == "a < b & 🏟"
     assert [(e.type, e.offset, e.length) for e in reply.entities] == [("bold", 0, 10)]
-    assert reply.parse_mode == "HTML"
+    assert reply.parse_mode is None
     await bot.stop()
 
 

@@ -9,15 +9,13 @@ telegram_bot_api/`` and tdlib's ``test/message_entities.cpp`` for the parser mes
 
 What it enforces, the way Telegram does:
 
-* message text is measured in UTF-16 code units *after* entity parsing (``parse_mode``
-  ``HTML``, ``MarkdownV2``, legacy ``Markdown``, or an ``entities`` list) and after the
-  leading/trailing whitespace is trimmed: over 4096 → 400 ``Bad Request: message is too
-  long``, nothing left → 400 ``Bad Request: message text is empty``; captions over 1024 →
-  400 ``Bad Request: message caption is too long``;
-* malformed markup → 400 ``Bad Request: can't parse entities: <tdlib's message>`` with
-  tdlib's wording and *byte* offsets (e.g. ``Unsupported start tag "p" at byte offset 0``,
-  ``Can't find end of Italic entity at byte offset 9``,
-  ``Character '.' is reserved and must be escaped with the preceding '\\'``);
+* message text is measured in UTF-16 code units, with its ``entities`` list checked,
+  after the leading/trailing whitespace is trimmed: over 4096 → 400 ``Bad Request:
+  message is too long``, nothing left → 400 ``Bad Request: message text is empty``;
+  captions over 1024 → 400 ``Bad Request: message caption is too long``;
+* a malformed ``entities`` list → 400 ``Bad Request: can't parse entities: ...``;
+* ``parse_mode`` is not emulated (Kopek never sends it; it sends ``entities``): any
+  parse mode → 400 ``Bad Request: unsupported parse_mode``;
 * a wrong token → 401 ``Unauthorized``; an unknown method → 404 ``Not Found``;
   a second concurrent ``getUpdates`` → 409 for the older one;
 * a flood wait: after a 429 with ``retry_after`` the same method for the same chat keeps
@@ -55,9 +53,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
-from html.parser import HTMLParser
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 from aiohttp import BodyPartReader, ClientSession, ClientTimeout, web
 
@@ -74,9 +70,6 @@ __all__ = [
     "RecordedRequest",
     "SentMessage",
     "parse_entities_list",
-    "parse_html",
-    "parse_markdown",
-    "parse_markdown_v2",
     "parse_text",
     "utf16_len",
 ]
@@ -96,11 +89,6 @@ T = TypeVar("T")
 def utf16_len(text: str) -> int:
     """Length of ``text`` in UTF-16 code units (how Telegram counts; an emoji is often 2)."""
     return len(text.encode("utf-16-le")) // 2
-
-
-def _byte_offset(text: str, char_index: int) -> int:
-    """UTF-8 byte offset of ``text[char_index]`` (tdlib reports parse errors in bytes)."""
-    return len(text[:char_index].encode("utf-8"))
 
 
 class EntityParseError(ValueError):
@@ -149,25 +137,6 @@ class ParsedText:
         return utf16_len(self.text)
 
 
-class _Builder:
-    """Accumulates output text and tracks its UTF-16 length."""
-
-    __slots__ = ("chars", "parts", "u16")
-
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-        self.u16 = 0
-        self.chars = 0
-
-    def add(self, piece: str) -> None:
-        self.parts.append(piece)
-        self.u16 += utf16_len(piece)
-        self.chars += len(piece)
-
-    def text(self) -> str:
-        return "".join(self.parts)
-
-
 def _sorted(entities: Iterable[Entity]) -> tuple[Entity, ...]:
     return tuple(sorted((e for e in entities if e.length > 0), key=lambda e: (e.offset, -e.length)))
 
@@ -190,584 +159,6 @@ def _trim(parsed: ParsedText) -> ParsedText:
         if end > start:
             kept.append(replace(e, offset=start, length=end - start))
     return ParsedText(stripped, _sorted(kept))
-
-
-def _normalize_url(url: str) -> str | None:
-    """tdlib-like URL check for text links: scheme-less hosts get ``http://`` and ``/``.
-
-    Returns ``None`` for something that is not a link (the entity is then dropped).
-    """
-    url = url.strip()
-    if not url:
-        return None
-    if re.match(r"^(tg|ton|mailto):", url, re.IGNORECASE):
-        return url
-    if "://" not in url:
-        url = "http://" + url
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.scheme.lower() not in ("http", "https", "ftp") or not re.fullmatch(
-        r"[\w-]+(\.[\w-]+)*\.[^\W\d_]{2,}|\d{1,3}(\.\d{1,3}){3}", host
-    ):
-        return None
-    if not parts.path:
-        netloc_end = url.index(parts.netloc) + len(parts.netloc)
-        url = url[:netloc_end] + "/" + url[netloc_end:]
-    return url
-
-
-# --------------------------------------------------------------------------------------
-# HTML (parse_mode=HTML): stdlib html.parser tokenizes, Telegram's rules on top
-# --------------------------------------------------------------------------------------
-
-_HTML_TAGS = frozenset(
-    {
-        "a", "b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "span",
-        "tg-spoiler", "code", "pre", "blockquote", "tg-emoji",
-    }
-)  # fmt: skip
-_HTML_SIMPLE = {
-    "b": "bold",
-    "strong": "bold",
-    "i": "italic",
-    "em": "italic",
-    "u": "underline",
-    "ins": "underline",
-    "s": "strikethrough",
-    "strike": "strikethrough",
-    "del": "strikethrough",
-    "span": "spoiler",
-    "tg-spoiler": "spoiler",
-}
-_HTML_NAMED = {"lt": "<", "gt": ">", "amp": "&", "quot": '"'}
-_HTML_SPACE = " \t\r\n\f\v"
-_SURROGATE_ERROR = (
-    "Text contains invalid Unicode characters after decoding HTML entities, "
-    "check for unmatched surrogate code units"
-)
-
-
-def _decode_attr_entities(value: str) -> str:
-    """Decode only what Telegram decodes in attribute values (4 named + numeric)."""
-
-    def one(m: re.Match[str]) -> str:
-        name = m.group(1)
-        if name.startswith("#"):
-            code = int(name[2:], 16) if name[1:2] in ("x", "X") else int(name[1:])
-            return chr(code) if 0 < code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF else m[0]
-        return _HTML_NAMED.get(name, m[0])
-
-    return re.sub(r"&(#[xX][0-9a-fA-F]+|#\d+|[a-zA-Z0-9]+);?", one, value)
-
-
-def _scan_start_tag(raw: str, start: int) -> tuple[str, dict[str, str], int]:
-    """Read the start tag at ``raw[start] == "<"`` by Telegram's rules.
-
-    Returns:
-        ``(tag name in lower case, attributes, index just after ">")``.
-
-    Raises:
-        EntityParseError: with tdlib's message for the first problem found.
-    """
-    n = len(raw)
-    at = _byte_offset(raw, start)
-    i = start + 1
-    while i < n and raw[i] not in _HTML_SPACE and raw[i] != ">":
-        i += 1
-    if i >= n:
-        raise EntityParseError(f"Unclosed start tag at byte offset {at}")
-    name = raw[start + 1 : i].lower()
-    if name not in _HTML_TAGS:
-        raise EntityParseError(f'Unsupported start tag "{name}" at byte offset {at}')
-    attrs: dict[str, str] = {}
-    while True:
-        while i < n and raw[i] in _HTML_SPACE:
-            i += 1
-        if i >= n:
-            raise EntityParseError(f'Unclosed start tag "{name}" at byte offset {at}')
-        if raw[i] == ">":
-            return name, attrs, i + 1
-        attr_start = i
-        while i < n and raw[i] not in _HTML_SPACE and raw[i] not in "=>":
-            i += 1
-        attr = raw[attr_start:i].lower()
-        if not attr:
-            raise EntityParseError(f'Empty attribute name in the tag "{name}" at byte offset {at}')
-        while i < n and raw[i] in _HTML_SPACE:
-            i += 1
-        if i >= n:
-            raise EntityParseError(f'Unclosed start tag "{name}" at byte offset {at}')
-        if name == "blockquote" and attr == "expandable" and (i >= n or raw[i] != "="):
-            attrs[attr] = ""
-            continue
-        if i >= n or raw[i] != "=":
-            raise EntityParseError(
-                "Expected equal sign in declaration of an attribute of the tag "
-                f'"{name}" at byte offset {at}'
-            )
-        i += 1
-        while i < n and raw[i] in _HTML_SPACE:
-            i += 1
-        if i >= n:
-            raise EntityParseError(f'Unclosed start tag "{name}" at byte offset {at}')
-        if raw[i] in "\"'":
-            close = raw.find(raw[i], i + 1)
-            if close == -1:
-                raise EntityParseError(f"Unclosed start tag at byte offset {at}")
-            attrs[attr] = _decode_attr_entities(raw[i + 1 : close])
-            i = close + 1
-        else:
-            value_start = i
-            while i < n and raw[i].isascii() and (raw[i].isalnum() or raw[i] in ".-"):
-                i += 1
-            if i >= n or (raw[i] not in _HTML_SPACE and raw[i] != ">"):
-                raise EntityParseError(
-                    f"Unexpected end of name token at byte offset {_byte_offset(raw, value_start)}"
-                )
-            attrs[attr] = raw[value_start:i]
-
-
-@dataclass(slots=True)
-class _OpenTag:
-    tag: str
-    attrs: dict[str, str]
-    start_u16: int
-
-
-class _TelegramHTMLParser(HTMLParser):
-    """html.parser does the tokenizing; tags, attributes and entities follow Telegram."""
-
-    def __init__(self, raw: str) -> None:
-        super().__init__(convert_charrefs=False)
-        self._raw = raw
-        self._line_starts = [0] + [m.end() for m in re.finditer("\n", raw)]
-        self._out = _Builder()
-        self._open: list[_OpenTag] = []
-        self._entities: list[Entity] = []
-
-    # positions -------------------------------------------------------------------
-    def _pos(self) -> int:
-        line, col = self.getpos()
-        return self._line_starts[line - 1] + col
-
-    # tokens ----------------------------------------------------------------------
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        start = self._pos()
-        name, attributes, _ = _scan_start_tag(self._raw, start)
-        at = _byte_offset(self._raw, start)
-        if name == "span" and attributes.get("class") != "tg-spoiler":
-            raise EntityParseError(f'Tag "span" must have class "tg-spoiler" at byte offset {at}')
-        if name == "tg-emoji" and not attributes.get("emoji-id", "").isdigit():
-            raise EntityParseError("Invalid custom emoji identifier specified")
-        self._open.append(_OpenTag(name, attributes, self._out.u16))
-
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        start = self._pos()
-        _scan_start_tag(self._raw, start)  # "<b/>" → name "b/"; "<b />" → attribute "/"
-        raise EntityParseError(
-            f"Unclosed start tag at byte offset {_byte_offset(self._raw, start)}"
-        )
-
-    def handle_endtag(self, tag: str) -> None:
-        at = _byte_offset(self._raw, self._pos())
-        if not self._open:
-            raise EntityParseError(f"Unexpected end tag at byte offset {at}")
-        top = self._open[-1]
-        if tag != top.tag:
-            raise EntityParseError(
-                f'Unmatched end tag at byte offset {at}, expected "</{top.tag}>", found "</{tag}>"'
-            )
-        self._open.pop()
-        self._close(top)
-
-    def handle_data(self, data: str) -> None:
-        lt = data.find("<")
-        if lt != -1:
-            self._diagnose(self._pos() + lt)
-        self._out.add(data)
-
-    def handle_entityref(self, name: str) -> None:
-        if name in _HTML_NAMED:
-            self._out.add(_HTML_NAMED[name])
-            return
-        start = self._pos()
-        end = start + 1 + len(name)
-        if self._raw[end : end + 1] == ";":
-            end += 1
-        self._out.add(self._raw[start:end])  # unknown named entity: kept as written
-
-    def handle_charref(self, name: str) -> None:
-        code = int(name[1:], 16) if name[:1] in ("x", "X") else int(name)
-        if 0xD800 <= code <= 0xDFFF:
-            raise EntityParseError(_SURROGATE_ERROR)
-        if 0 < code <= 0x10FFFF:
-            self._out.add(chr(code))
-            return
-        start = self._pos()
-        end = start + 2 + len(name)
-        if self._raw[end : end + 1] == ";":
-            end += 1
-        self._out.add(self._raw[start:end])
-
-    def handle_comment(self, data: str) -> None:
-        self._diagnose(self._pos())
-
-    def handle_decl(self, decl: str) -> None:
-        self._diagnose(self._pos())
-
-    def handle_pi(self, data: str) -> None:
-        self._diagnose(self._pos())
-
-    def unknown_decl(self, data: str) -> None:
-        self._diagnose(self._pos())
-
-    # helpers ---------------------------------------------------------------------
-    def _diagnose(self, start: int) -> None:
-        """A "<" html.parser let through as text: say what Telegram would say."""
-        raw = self._raw
-        at = _byte_offset(raw, start)
-        if raw[start + 1 : start + 2] == "/":
-            if not self._open:
-                raise EntityParseError(f"Unexpected end tag at byte offset {at}")
-            close = raw.find(">", start)
-            name = raw[start + 2 : close].strip(_HTML_SPACE).lower() if close != -1 else ""
-            if close != -1 and name and name != self._open[-1].tag:
-                raise EntityParseError(
-                    f"Unmatched end tag at byte offset {at}, "
-                    f'expected "</{self._open[-1].tag}>", found "</{name}>"'
-                )
-            raise EntityParseError(f"Unclosed end tag at byte offset {at}")
-        _scan_start_tag(raw, start)
-        raise EntityParseError(f"Unclosed start tag at byte offset {at}")
-
-    def _close(self, tag: _OpenTag) -> None:
-        start, length = tag.start_u16, self._out.u16 - tag.start_u16
-        entity: Entity | None = None
-        if tag.tag in _HTML_SIMPLE:
-            entity = Entity(_HTML_SIMPLE[tag.tag], start, length)
-        elif tag.tag == "a":
-            url = _normalize_url(tag.attrs.get("href", ""))
-            if url is not None:
-                entity = Entity("text_link", start, length, url=url)
-        elif tag.tag == "code":
-            cls = tag.attrs.get("class", "")
-            lang = cls[len("language-") :] if cls.startswith("language-") else None
-            entity = Entity("code", start, length, language=lang or None)
-        elif tag.tag == "pre":
-            entity = Entity("pre", start, length)
-        elif tag.tag == "blockquote":
-            kind = "expandable_blockquote" if "expandable" in tag.attrs else "blockquote"
-            entity = Entity(kind, start, length)
-        elif tag.tag == "tg-emoji":
-            entity = Entity("custom_emoji", start, length, custom_emoji_id=tag.attrs["emoji-id"])
-        if entity is None or length == 0:
-            return
-        last = self._entities[-1] if self._entities else None
-        if (
-            last is not None
-            and (last.offset, last.length) == (start, length)
-            and {last.type, entity.type} == {"pre", "code"}
-        ):
-            # <pre><code class="language-x">…</code></pre> is one "pre" entity with a language
-            language = last.language if last.type == "code" else entity.language
-            self._entities[-1] = Entity("pre", start, length, language=language)
-            return
-        self._entities.append(entity)
-
-    def result(self) -> ParsedText:
-        self.close()
-        if self._open:
-            raise EntityParseError(
-                f'Can\'t find end tag corresponding to start tag "{self._open[-1].tag}"'
-            )
-        # a language only means something on pre; a lone code keeps none
-        entities = [replace(e, language=None) if e.type == "code" else e for e in self._entities]
-        return ParsedText(self._out.text(), _sorted(entities))
-
-
-def parse_html(raw: str) -> ParsedText:
-    """Parse ``parse_mode=HTML`` text as Telegram does (before trimming and length checks).
-
-    Supported: b strong i em u ins s strike del, span class="tg-spoiler", tg-spoiler,
-    a href, code (class="language-…" inside pre), pre, blockquote [expandable],
-    tg-emoji emoji-id; the entities ``&lt; &gt; &amp; &quot;`` and numeric ones (other
-    named entities stay as written). Source: core.telegram.org/bots/api#html-style.
-
-    Raises:
-        EntityParseError: with tdlib's message (byte offsets into the UTF-8 text).
-    """
-    parser = _TelegramHTMLParser(raw)
-    parser.feed(raw)
-    return parser.result()
-
-
-# --------------------------------------------------------------------------------------
-# MarkdownV2 (core.telegram.org/bots/api#markdownv2-style)
-# --------------------------------------------------------------------------------------
-
-_MDV2_SPECIAL = frozenset("_*[]()~`>#+-=|{}.!")
-_MDV2_TYPES = {
-    "Bold": "bold",
-    "Italic": "italic",
-    "Underline": "underline",
-    "Strikethrough": "strikethrough",
-    "Spoiler": "spoiler",
-    "Code": "code",
-    "Pre": "pre",
-    "PreCode": "pre",
-}
-
-
-@dataclass(slots=True)
-class _MdOpen:
-    kind: str  # tdlib's entity name, used in its error messages
-    start_u16: int
-    start_byte: int
-    start_char: int
-    argument: str | None = None
-
-
-def _mdv2_is_end(kind: str, raw: str, i: int) -> bool:
-    c, nxt = raw[i], raw[i + 1 : i + 2]
-    match kind:
-        case "Bold":
-            return c == "*"
-        case "Italic":
-            return c == "_" and nxt != "_"
-        case "Underline":
-            return c == "_" and nxt == "_"
-        case "Strikethrough":
-            return c == "~"
-        case "Spoiler":
-            return c == "|" and nxt == "|"
-        case "TextUrl" | "CustomEmoji":
-            return c == "]"
-        case "Code":
-            return c == "`"
-        case _:  # Pre, PreCode
-            return raw[i : i + 3] == "```"
-
-
-def parse_markdown_v2(raw: str) -> ParsedText:
-    """Parse ``parse_mode=MarkdownV2`` text as Telegram does (before trimming).
-
-    Rules (core.telegram.org/bots/api#markdownv2-style): ``*bold* _italic_ __underline__
-    ~strike~ ||spoiler|| `code` ```lang\\npre``` [text](url) ![👍](tg://emoji?id=N)``,
-    ``>`` at a line start quotes the line (``**>`` expandable); any character with code
-    1–126 can be escaped by ``\\``; outside code every one of ``_*[]()~`>#+-=|{}.!`` that
-    is not markup must be escaped.
-
-    Raises:
-        EntityParseError: with tdlib's message (byte offsets into the UTF-8 text).
-    """
-    out = _Builder()
-    entities: list[Entity] = []
-    stack: list[_MdOpen] = []
-    quote: tuple[int, bool] | None = None  # (start_u16, expandable)
-    n = len(raw)
-    i = 0
-
-    def close_quote() -> None:
-        nonlocal quote
-        if quote is not None:
-            kind = "expandable_blockquote" if quote[1] else "blockquote"
-            end = out.u16 - (1 if out.text().endswith("\n") else 0)
-            entities.append(Entity(kind, quote[0], end - quote[0]))
-            quote = None
-
-    while i < n:
-        c = raw[i]
-        top = stack[-1] if stack else None
-        in_code = top is not None and top.kind in ("Code", "Pre", "PreCode")
-        line_start = i == 0 or raw[i - 1] == "\n"
-        if not in_code and line_start and (c == ">" or raw.startswith("**>", i)):
-            if quote is None:
-                quote = (out.u16, c == "*")
-            i += 1 if c == ">" else 3
-            continue
-        if not in_code and line_start and quote is not None:
-            close_quote()
-        if (
-            quote is not None
-            and quote[1]
-            and not in_code
-            and raw.startswith("||", i)
-            and (i + 2 == n or raw[i + 2] == "\n")
-            and (top is None or top.kind != "Spoiler")
-        ):
-            i += 2  # "||" ending an expandable quote
-            continue
-        if c == "\\" and i + 1 < n and 0 < ord(raw[i + 1]) < 127:
-            out.add(raw[i + 1])
-            i += 2
-            continue
-        if in_code and c != "`":
-            out.add(c)
-            i += 1
-            continue
-        if not in_code and c not in _MDV2_SPECIAL:
-            out.add(c)
-            i += 1
-            continue
-        if top is not None and _mdv2_is_end(top.kind, raw, i):
-            stack.pop()
-            i = _mdv2_close(raw, i, top, out, entities)
-            continue
-        at = _byte_offset(raw, i)
-        if c == "_":
-            underline = raw[i + 1 : i + 2] == "_"
-            stack.append(_MdOpen("Underline" if underline else "Italic", out.u16, at, out.chars))
-            i += 2 if underline else 1
-        elif c == "*":
-            stack.append(_MdOpen("Bold", out.u16, at, out.chars))
-            i += 1
-        elif c == "~":
-            stack.append(_MdOpen("Strikethrough", out.u16, at, out.chars))
-            i += 1
-        elif c == "|" and raw[i + 1 : i + 2] == "|":
-            stack.append(_MdOpen("Spoiler", out.u16, at, out.chars))
-            i += 2
-        elif c == "[":
-            stack.append(_MdOpen("TextUrl", out.u16, at, out.chars))
-            i += 1
-        elif c == "!" and raw[i + 1 : i + 2] == "[":
-            stack.append(_MdOpen("CustomEmoji", out.u16, at, out.chars))
-            i += 2
-        elif c == "`" and raw[i : i + 3] == "```":
-            i += 3
-            lang_end = i
-            while lang_end < n and not raw[lang_end].isspace() and raw[lang_end] != "`":
-                lang_end += 1
-            opened = _MdOpen("Pre", out.u16, at, out.chars)
-            if lang_end != i and lang_end < n and raw[lang_end] != "`":
-                opened = _MdOpen("PreCode", out.u16, at, out.chars, raw[i:lang_end])
-                i = lang_end
-            if i < n and raw[i] in "\r\n":
-                pair = i + 1 < n and raw[i + 1] in "\r\n" and raw[i + 1] != raw[i]
-                i += 2 if pair else 1
-            opened.start_u16 = out.u16
-            stack.append(opened)
-        elif c == "`":
-            stack.append(_MdOpen("Code", out.u16, at, out.chars))
-            i += 1
-        else:
-            raise EntityParseError(
-                f"Character '{c}' is reserved and must be escaped with the preceding '\\'"
-            )
-    if stack:
-        top = stack[-1]
-        raise EntityParseError(
-            f"Can't find end of {top.kind} entity at byte offset {top.start_byte}"
-        )
-    close_quote()
-    return ParsedText(out.text(), _sorted(entities))
-
-
-def _mdv2_close(raw: str, i: int, top: _MdOpen, out: _Builder, entities: list[Entity]) -> int:
-    """Close ``top`` whose end marker is at ``raw[i]``; returns the index after it."""
-    start, length = top.start_u16, out.u16 - top.start_u16
-    if top.kind in _MDV2_TYPES:
-        marker = {"Underline": 2, "Spoiler": 2, "Pre": 3, "PreCode": 3}.get(top.kind, 1)
-        lang = top.argument if top.kind == "PreCode" else None
-        entities.append(Entity(_MDV2_TYPES[top.kind], start, length, language=lang))
-        return i + marker
-    # TextUrl / CustomEmoji: "]" then an optional "(url)"
-    i += 1
-    url: str | None = None
-    if raw[i : i + 1] == "(":
-        url_start = i + 1
-        j = url_start
-        chars: list[str] = []
-        while j < len(raw) and raw[j] != ")":
-            if raw[j] == "\\" and j + 1 < len(raw) and 0 < ord(raw[j + 1]) < 127:
-                chars.append(raw[j + 1])
-                j += 2
-            else:
-                chars.append(raw[j])
-                j += 1
-        if j >= len(raw):
-            raise EntityParseError(
-                f"Can't find end of a URL at byte offset {_byte_offset(raw, url_start)}"
-            )
-        url = "".join(chars)
-        i = j + 1
-    if top.kind == "CustomEmoji":
-        m = re.fullmatch(r"tg://emoji\?id=(\d+)", url or "")
-        if m is None:
-            raise EntityParseError("Custom emoji entity must contain a tg://emoji URL")
-        entities.append(Entity("custom_emoji", start, length, custom_emoji_id=m[1]))
-        return i
-    if url is None:
-        url = out.text()[top.start_char :]
-    link = _normalize_url(url)
-    if link is not None:
-        entities.append(Entity("text_link", start, length, url=link))
-    return i
-
-
-# --------------------------------------------------------------------------------------
-# Legacy Markdown (core.telegram.org/bots/api#markdown-style)
-# --------------------------------------------------------------------------------------
-
-
-def parse_markdown(raw: str) -> ParsedText:
-    """Parse legacy ``parse_mode=Markdown``: ``*bold* _italic_ `code` ```pre``` [t](url)``.
-
-    No nesting; ``\\`` escapes ``_ * ` [`` outside entities.
-
-    Raises:
-        EntityParseError: ``Can't find end of the entity starting at byte offset N``.
-    """
-    out = _Builder()
-    entities: list[Entity] = []
-    n = len(raw)
-    i = 0
-    while i < n:
-        c = raw[i]
-        if c == "\\" and raw[i + 1 : i + 2] in ("_", "*", "`", "["):
-            out.add(raw[i + 1])
-            i += 2
-            continue
-        if c not in "_*`[":
-            out.add(c)
-            i += 1
-            continue
-        at = _byte_offset(raw, i)
-        missing = EntityParseError(f"Can't find end of the entity starting at byte offset {at}")
-        start = out.u16
-        if raw.startswith("```", i):
-            end = raw.find("```", i + 3)
-            if end == -1:
-                raise missing
-            body = raw[i + 3 : end]
-            lang: str | None = None
-            first, nl, rest = body.partition("\n")
-            if nl and first and not first[0].isspace():
-                lang, body = first.strip(), rest
-            out.add(body)
-            entities.append(Entity("pre", start, out.u16 - start, language=lang))
-            i = end + 3
-        elif c == "[":
-            close = raw.find("]", i + 1)
-            if close == -1:
-                raise missing
-            if raw[close + 1 : close + 2] != "(" or raw.find(")", close) == -1:
-                raise missing
-            url_end = raw.find(")", close)
-            out.add(raw[i + 1 : close])
-            link = _normalize_url(raw[close + 2 : url_end])
-            if link is not None:
-                entities.append(Entity("text_link", start, out.u16 - start, url=link))
-            i = url_end + 1
-        else:
-            end = raw.find(c, i + 1)
-            if end == -1:
-                raise missing
-            out.add(raw[i + 1 : end])
-            kind = {"_": "italic", "*": "bold", "`": "code"}[c]
-            entities.append(Entity(kind, start, out.u16 - start))
-            i = end + 1
-    return ParsedText(out.text(), _sorted(entities))
 
 
 # --------------------------------------------------------------------------------------
@@ -874,25 +265,20 @@ def parse_text(
 ) -> ParsedText:
     """Text and entities exactly as Telegram would deliver them, trimmed.
 
-    ``entities`` wins over ``parse_mode`` when both are given. No length check here.
+    The fake emulates no ``parse_mode`` (Kopek sends ``entities``): any parse mode is
+    refused with ``ValueError``, which the server answers with 400 ``Bad Request:
+    unsupported parse_mode`` (a test that needs HTML or Markdown must add it first).
+    No length check here.
 
     Raises:
-        EntityParseError: markup Telegram refuses; ``ValueError`` for an unknown parse mode
-        (Telegram answers ``Bad Request: unsupported parse_mode``).
+        EntityParseError: an ``entities`` list Telegram (or strict mode) refuses.
+        ValueError: a parse mode.
     """
-    if entities is not None:
-        parsed = parse_entities_list(text, entities, strict=strict_entities)
-    elif parse_mode is None or parse_mode == "":
-        parsed = ParsedText(text)
-    elif parse_mode.lower() == "html":
-        parsed = parse_html(text)
-    elif parse_mode.lower() == "markdownv2":
-        parsed = parse_markdown_v2(text)
-    elif parse_mode.lower() == "markdown":
-        parsed = parse_markdown(text)
-    else:
+    if parse_mode:
         raise ValueError("unsupported parse_mode")
-    return _trim(parsed)
+    if entities is not None:
+        return _trim(parse_entities_list(text, entities, strict=strict_entities))
+    return _trim(ParsedText(text))
 
 
 # --------------------------------------------------------------------------------------

@@ -58,20 +58,28 @@ async def bot(tg: FakeTelegram) -> AsyncIterator[Bot]:
     await client.session.close()
 
 
-async def test_send_html_and_read_it_back(bot: Bot, tg: FakeTelegram) -> None:
-    """A message sent with parse_mode HTML is stored as plain text plus entities."""
-    sent = await bot.send_message(42, "<b>Total</b>: 🏟 &lt;3 <i>ok</i>", parse_mode="HTML")
+async def test_send_entities_and_read_them_back(bot: Bot, tg: FakeTelegram) -> None:
+    """A message sent with an entities list is stored as text plus those entities."""
+    entities = [
+        MessageEntity(type="bold", offset=0, length=5),
+        MessageEntity(type="italic", offset=13, length=2),
+    ]
+    sent = await bot.send_message(42, "Total: 🏟 <3 ok", entities=entities)
     assert sent.text == "Total: 🏟 <3 ok"
     assert spans(sent.entities) == [("bold", 0, 5), ("italic", 13, 2)]
     [stored] = tg.sent_messages(42)
-    assert (stored.text, stored.parse_mode, stored.message_id) == (sent.text, "HTML", 1)
-    assert tg.requests("sendMessage")[0].params["parse_mode"] == "HTML"
+    assert (stored.text, stored.parse_mode, stored.message_id) == (sent.text, None, 1)
+    assert [(e.type, e.offset, e.length) for e in stored.entities] == [
+        ("bold", 0, 5),
+        ("italic", 13, 2),
+    ]
 
 
-async def test_text_limit_is_4096_utf16_units_after_parsing(bot: Bot) -> None:
-    """4096 units pass, 4097 fail; markup does not count; an emoji counts 2."""
+async def test_text_limit_is_4096_utf16_units(bot: Bot) -> None:
+    """4096 units pass, 4097 fail; entities do not count; an emoji counts 2."""
     await bot.send_message(1, "x" * 4096)
-    await bot.send_message(1, "<b>" + "x" * 4096 + "</b>", parse_mode="HTML")
+    bold = [MessageEntity(type="bold", offset=0, length=4096)]
+    await bot.send_message(1, "x" * 4096, entities=bold)
     await bot.send_message(1, "🏟" * 2048)
     for too_long in ("x" * 4097, "🏟" * 2048 + "x"):
         with pytest.raises(TelegramBadRequest) as caught:
@@ -80,22 +88,20 @@ async def test_text_limit_is_4096_utf16_units_after_parsing(bot: Bot) -> None:
 
 
 async def test_empty_and_whitespace_text_is_refused(bot: Bot, tg: FakeTelegram) -> None:
-    """Text that is empty after parsing and trimming gets 'message text is empty'."""
-    for text, mode in ((" \n ", None), ("<b> </b>", "HTML")):
+    """Text that is empty after trimming gets 'message text is empty'."""
+    for text in (" \n ", "\t"):
         with pytest.raises(TelegramBadRequest) as caught:
-            await bot.send_message(1, text, parse_mode=mode)
+            await bot.send_message(1, text)
         assert caught.value.message == "Bad Request: message text is empty"
     assert tg.sent_messages() == []
 
 
-async def test_parse_error_is_a_400_with_telegrams_text(bot: Bot) -> None:
-    """Malformed MarkdownV2 is refused with 'can't parse entities: …'."""
+async def test_a_parse_mode_is_refused(bot: Bot, tg: FakeTelegram) -> None:
+    """The fake emulates no parse mode (Kopek sends entities): 400 unsupported parse_mode."""
     with pytest.raises(TelegramBadRequest) as caught:
-        await bot.send_message(1, "Costs 3.5 USD", parse_mode="MarkdownV2")
-    assert caught.value.message == (
-        "Bad Request: can't parse entities: Character '.' is reserved and must be "
-        "escaped with the preceding '\\'"
-    )
+        await bot.send_message(1, "<b>x</b>", parse_mode="HTML")
+    assert caught.value.message == "Bad Request: unsupported parse_mode"
+    assert tg.sent_messages() == []
 
 
 async def test_entities_list_is_checked(bot: Bot) -> None:
@@ -247,8 +253,8 @@ async def test_edit_message_text(bot: Bot, tg: FakeTelegram) -> None:
 async def test_photo_document_commands_and_actions(bot: Bot, tg: FakeTelegram) -> None:
     """Multipart uploads record name and size; commands and chat actions are kept."""
     photo = await bot.send_photo(
-        4, BufferedInputFile(b"\x89PNG" + b"0" * 996, "chart.png"), caption="<b>48 h</b>",
-        parse_mode="HTML",
+        4, BufferedInputFile(b"\x89PNG" + b"0" * 996, "chart.png"), caption="48 h",
+        caption_entities=[MessageEntity(type="bold", offset=0, length=4)],
     )  # fmt: skip
     assert photo.photo is not None and photo.photo[-1].file_size == 1000
     doc = await bot.send_document(4, BufferedInputFile(b"a,b\n", "spend.csv"))
