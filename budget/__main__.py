@@ -33,7 +33,8 @@ from typing import Literal, TextIO
 import sqlalchemy as sa
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from budget.books import BooksError, company_of, parse_period, zone
@@ -116,6 +117,14 @@ async def _card(settings: BooksSettings, engine: AsyncEngine) -> PriceCard:
         return PriceCard([m for m in models if m.tier == "free"], overrides=overrides)
 
 
+def _safe_url(url: str) -> str:
+    """DATABASE_URL without its password (it may hold one)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "an unreadable URL"
+
+
 def _read_export(name: str) -> tuple[str, bytes]:
     file = Path(name)
     try:
@@ -136,7 +145,8 @@ async def _run(
 ) -> tuple[int, bytes | None]:
     path = sqlite_path(settings.database_url)
     if path is None or not await asyncio.to_thread(path.exists):
-        raise _Fail(f"no ledger database at {path or settings.database_url!r} (DATABASE_URL)")
+        shown = str(path) if path is not None else _safe_url(settings.database_url)
+        raise _Fail(f"no ledger database at {shown!r} (DATABASE_URL)")
     engine = create_engine(settings.database_url)
     try:
         card = await _card(settings, engine)
@@ -197,7 +207,10 @@ def main(argv: list[str] | None = None) -> int:
                     raise _Fail(f"cannot write {args.out!r}: {exc.strerror}") from None
             code, diff = asyncio.run(_run(args, settings, out, totals, export_file))
         if diff is not None and getattr(args, "diff_out", None):
-            Path(args.diff_out).write_bytes(diff)
+            try:
+                Path(args.diff_out).write_bytes(diff)
+            except OSError as exc:
+                raise _Fail(f"cannot write {args.diff_out!r}: {exc.strerror}") from None
         return code
     except (_Fail, BooksError, BudgetConfigError) as exc:
         print(str(exc), file=sys.stderr)

@@ -165,9 +165,16 @@ class ProviderExport:
         return all(line.reasoning_tokens is not None for line in self.lines)
 
 
+#: Most digits a token count or timestamp may have (a 4,300-digit number is not a count).
+_MAX_DIGITS = 18
+#: Buckets outside these years are refused (the comparison shifts windows by hours).
+_EARLIEST = datetime(1971, 1, 1, tzinfo=UTC)
+_LATEST = datetime(9998, 12, 31, tzinfo=UTC)
+
+
 def _int(value: str | None, column: str, line_no: int) -> int:
     text = (value or "").strip()
-    if not text.isascii() or not text.isdigit():
+    if not text.isascii() or not text.isdigit() or len(text) > _MAX_DIGITS:
         raise ExportFileError(
             f"line {line_no}: {column} {text[:20]!r} is not a whole number of tokens ≥ 0"
         )
@@ -205,6 +212,8 @@ def _local_bucket(
             raise ValueError
         start = hour.replace(tzinfo=tz).astimezone(UTC)
         return start, start + timedelta(hours=1), hour.strftime("%Y-%m-%dT%H")
+    except OverflowError:
+        raise ExportFileError(f"line {line_no}: the bucket is not between 1971 and 9998") from None
     except ValueError:
         what = "YYYY-MM-DD" if granularity == "day" else "YYYY-MM-DDTHH"
         raise ExportFileError(f"line {line_no}: {granularity} {raw[:24]!r} is not {what}") from None
@@ -276,7 +285,10 @@ def parse_export(data: bytes, file_name: str, billing_tz: str) -> ProviderExport
             if lines and line_granularity != granularity:
                 raise ExportFileError(f"line {n}: hourly and daily buckets mixed")
             granularity = line_granularity
-            start, end = datetime.fromtimestamp(s, UTC), datetime.fromtimestamp(e, UTC)
+            try:
+                start, end = datetime.fromtimestamp(s, UTC), datetime.fromtimestamp(e, UTC)
+            except (ValueError, OverflowError, OSError):
+                start = end = _EARLIEST - timedelta(days=1)  # refused just below
             local = start.astimezone(tz)
             label = local.strftime("%Y-%m-%d" if granularity == "day" else "%Y-%m-%dT%H")
             cached = _int(cell(row, "input_cached_tokens"), "input_cached_tokens", n)
@@ -291,6 +303,8 @@ def parse_export(data: bytes, file_name: str, billing_tz: str) -> ProviderExport
             prov = (cell(row, "provider") or "").strip().lower()
             if prov:
                 providers.add(prov)
+        if start < _EARLIEST or end > _LATEST:
+            raise ExportFileError(f"line {n}: the bucket is not between 1971 and 9998")
         input_tokens = _int(cell(row, "input_tokens"), "input_tokens", n)
         if cached > input_tokens:
             raise ExportFileError(f"line {n}: more cached input tokens than input tokens")
@@ -562,6 +576,8 @@ def _buckets(export: ProviderExport, period: Period | None) -> list[tuple[dateti
     else:
         start = min(line.start for line in export.lines)
         end = max(line.end for line in export.lines)
+    if start < _EARLIEST or end > _LATEST:
+        raise ExportFileError("the period is not between 1971 and 9998")
     out: list[tuple[datetime, datetime, str]] = []
     cursor = start
     while cursor < end and len(out) < 24 * 400:
@@ -576,6 +592,12 @@ def _buckets(export: ProviderExport, period: Period | None) -> list[tuple[dateti
             label = day.isoformat()
         out.append((cursor, nxt, label))
         cursor = nxt
+    if cursor < end:
+        unit = "hours" if export.granularity == "hour" else "days"
+        raise ExportFileError(
+            f"the export spans more than {len(out):,} {unit}; compare a shorter period "
+            "(a month: /reconcile PROVIDER YYYY-MM, or --period YYYY-MM)"
+        )
     return out
 
 
@@ -690,7 +712,8 @@ async def reconcile(
                 matched += ex_tok > 0
                 continue
             if est and exact <= ex_tok * (1 + RELATIVE_TOLERANCE):
-                continue  # estimated bookings (at the ceiling, or cut short) may explain it
+                matched += ex_tok > 0  # estimated bookings (at the ceiling) may explain it
+                continue
             bad.append(f"{label}: ledger {exact + est_tok:,} tokens, export {ex_tok:,}")
         return (not bad and matched > 0), bad
 
@@ -700,21 +723,34 @@ async def reconcile(
     if left_out:
         period_step.lines.append(f"{left_out} rows of the export outside the period left out")
     if not ok0:
-        shift = None
-        for k in sorted(range(-MAX_SHIFT_H, MAX_SHIFT_H + 1), key=lambda x: (abs(x), -x)):
-            if k and aligned(k)[0]:
-                shift = k
-                break
-        if shift is not None:
-            tz = zone(export.tz)
-            off = p_start.astimezone(tz).utcoffset() or timedelta(0)
-            provider_off = off - timedelta(hours=shift)
-            hours = provider_off.total_seconds() / 3600
-            env = f"{company.upper()}_BILLING_TZ"
+        order = sorted(range(-MAX_SHIFT_H, MAX_SHIFT_H + 1), key=lambda x: (abs(x), -x))
+        fits = [k for k in order if k and aligned(k)[0]]
+        shift = fits[0] if fits else None
+        env = f"{company.upper()}_BILLING_TZ"
+        off = p_start.astimezone(zone(export.tz)).utcoffset() or timedelta(0)
+
+        def cut_in(k: int) -> str:
+            return f"UTC{(off - timedelta(hours=k)).total_seconds() / 3600:+g}"
+
+        if len(fits) == 1:
             period_step.lines.append(
                 f"timezone mismatch: totals match with every window shifted by "
-                f"{shift:+d} h — the export is cut in UTC{hours:+g}, not {export.tz} "
+                f"{shift:+d} h — the export is cut in {cut_in(fits[0])}, not {export.tz} "
                 f"(set {env} to that zone)"
+            )
+        elif fits:
+            # too few bookings to tell the offset: name every one that fits, claim none
+            ks = sorted(fits)
+            if ks[-1] - ks[0] == len(ks) - 1:  # one run of offsets: name its ends
+                shifts = f"{ks[0]:+d} … {ks[-1]:+d}"
+                zones = f"{cut_in(ks[-1])} … {cut_in(ks[0])}"
+            else:
+                shifts = ", ".join(f"{k:+d}" for k in ks)
+                zones = ", ".join(cut_in(k) for k in reversed(ks))
+            period_step.lines.append(
+                f"timezone mismatch: totals match with the windows shifted by any of "
+                f"{shifts} h — the export is cut in one of {zones}, not {export.tz}; too "
+                f"few bookings to tell which (set {env} to the provider's zone)"
             )
         else:
             period_step.lines.append("no whole-hour shift lines the windows up; differing:")
@@ -874,11 +910,12 @@ async def reconcile(
             if abs(gap) <= _tol_musd(stated, tolerance_musd):
                 continue
             card_step.ok = False
-            best: tuple[Decimal, str, Decimal] | None = None
+            old = {"input": first.input, "cached_input": first.cached, "output": first.output}
+            line_fits: list[tuple[Decimal, str, Decimal]] = []  # (residual, line, rate step)
             for idx, name in enumerate(("input", "cached_input", "output")):
                 total = sum(t[idx] for t in toks)
-                if total == 0:
-                    continue
+                if total == 0 or old[name] + gap / total < 0:
+                    continue  # no tokens on that line, or a negative price
                 step_rate = gap / total
                 resid = sum(
                     (
@@ -887,13 +924,36 @@ async def reconcile(
                     ),
                     Decimal(0),
                 )
-                if best is None or resid < best[0]:
-                    best = (resid, name, step_rate)
-            if best is None:
-                card_step.lines.append(f"{model}: export {gap:+} µUSD vs card, no tokens")
+                line_fits.append((resid, name, step_rate))
+            if not line_fits:
+                card_step.lines.append(
+                    f"{model}: export {usd_text(usd_musd(stated))} vs card "
+                    f"{usd_text(usd_musd(carded))}; no single price line explains it"
+                )
                 continue
-            _, name, step_rate = best
-            old = {"input": first.input, "cached_input": first.cached, "output": first.output}
+            line_fits.sort(key=lambda f: f[0])
+            # lines whose fit is within 1 % of the gap (plus a µUSD of rounding per row)
+            # of the best: the rows' token mix cannot tell them apart
+            tol = line_fits[0][0] + abs(gap) / 100 + len(rows)
+            if len(line_fits) > 1 and line_fits[1][0] <= tol:
+                # e.g. one row: name every line that would explain it, claim none
+                order_of = list(old)
+                each = sorted(
+                    (f for f in line_fits if f[0] <= tol), key=lambda f: order_of.index(f[1])
+                )
+                alts = " or ".join(
+                    f"{n.replace('_', ' ')} ${_fmt_rate(old[n])} → ${_fmt_rate(old[n] + step)}"
+                    for _, n, step in each
+                )
+                pct = gap / carded * 100 if carded else Decimal(0)
+                card_step.lines.append(
+                    f"{model}: the export costs {pct:+.1f}% against the card; its rows cannot "
+                    f"tell which line is off ({alts} per 1M tokens) — compare an hourly or "
+                    "longer export before setting PRICE_OVERRIDES"
+                )
+                stale[model] = f"{alts} per 1M tokens (one of them)"
+                continue
+            _, name, step_rate = line_fits[0]
             implied = old[name] + step_rate
             pct = step_rate / old[name] * 100 if old[name] else Decimal(0)
             fixed = dict(old)
