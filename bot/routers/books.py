@@ -234,13 +234,16 @@ def create_books_router(admin_ids: frozenset[int]) -> Router:
         key: str | None = None
         period_arg: str | None = None
         for arg in args:
-            if _PERIOD.fullmatch(arg):
+            if _PERIOD.fullmatch(arg) and period_arg is None:
                 period_arg = arg
-            elif arg in books.keys:
-                key = arg
+            elif arg.lower() in books.keys and key is None:
+                key = arg.lower()
             else:
                 known = ", ".join(books.keys)
-                await reply(bot, message, f"Unknown provider {arg!r}; keys: {known}.", clock)
+                text = f"Unknown provider {arg!r}; keys: {known}."
+                if _PERIOD.fullmatch(arg) or arg.lower() in books.keys:
+                    text = RECONCILE_USAGE  # a second period or provider
+                await reply(bot, message, text, clock)
                 return
         try:
             buf = await bot.download(doc.file_id)
@@ -266,7 +269,8 @@ def create_books_router(admin_ids: frozenset[int]) -> Router:
                 known_models=[m for k, m in books.ledger.prices.configured() if k == key],
             )
         except BooksError as exc:
-            await reply(bot, message, f"⚠️ {exc}. Nothing was changed.", clock)
+            text = str(exc) if "changed" in str(exc) else f"{exc}. Nothing was changed"
+            await reply(bot, message, f"⚠️ {text}.", clock)
             return
         except SQLAlchemyError:
             log.exception("reconcile failed")
@@ -288,7 +292,7 @@ def create_books_router(admin_ids: frozenset[int]) -> Router:
             await reply(bot, message, "No reconcile report to apply. " + RECONCILE_USAGE, clock)
             return
         if not report.plan:
-            text = "Nothing to correct: the report found no estimated booking to replace."
+            text = "Nothing to correct: the report planned no change to an estimated booking."
             await reply(bot, message, text, clock)
             return
         try:
