@@ -40,11 +40,11 @@ import uuid
 from collections.abc import Callable, Coroutine
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from budget.clock import Clock
 from budget.config import LedgerConfig
-from budget.errors import BudgetConfigError
+from budget.errors import BudgetConfigError, LedgerUnavailable
 from budget.policy import check_user_id, interrupted_usage
 from budget.prices import PriceCard
 from budget.protocol import HoldTicket, OperationTicket
@@ -52,12 +52,16 @@ from budget.sqlite_store import SettleOutcome, SqliteStore, SweepOutcome
 from budget.status import KillState, LedgerStatus, TeamStatus, UserStatus
 from budget.types import Level, Origin, Usage, Window
 
-__all__ = ["KillListener", "Ledger"]
+__all__ = ["KillListener", "Ledger", "LostListener"]
 
 log = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+
 #: Called (as a task) when the automatic trigger trips the kill switch.
 KillListener = Callable[[KillState], Coroutine[Any, Any, None]]
+#: Called (as a task) once when the database file is found deleted or replaced.
+LostListener = Callable[[str], Coroutine[Any, Any, None]]
 
 
 class Ledger:
@@ -79,8 +83,10 @@ class Ledger:
     __slots__ = (
         "_card",
         "_closed",
+        "_lost_told",
         "_notify_tasks",
         "_on_auto_kill",
+        "_on_lost",
         "_sweep_previous",
         "_sweeper",
         "clock",
@@ -97,6 +103,7 @@ class Ledger:
         *,
         on_auto_kill: KillListener | None = None,
         sweep_previous_on_start: bool = True,
+        on_lost: LostListener | None = None,
     ) -> None:
         if store.config is not config:
             raise BudgetConfigError("store and ledger must share one LedgerConfig")
@@ -109,6 +116,8 @@ class Ledger:
         self._sweeper: asyncio.Task[None] | None = None
         self._notify_tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._on_lost = on_lost
+        self._lost_told = False
 
     @classmethod
     def sqlite(
@@ -120,6 +129,7 @@ class Ledger:
         *,
         on_auto_kill: KillListener | None = None,
         sweep_previous_on_start: bool = True,
+        on_lost: LostListener | None = None,
     ) -> Ledger:
         """A ledger on the SQLite file ``path`` (schema from Alembic revision 0001_ledger)."""
         store = SqliteStore(path, config, process_id=uuid.uuid4().hex)
@@ -130,6 +140,7 @@ class Ledger:
             clock,
             on_auto_kill=on_auto_kill,
             sweep_previous_on_start=sweep_previous_on_start,
+            on_lost=on_lost,
         )
 
     @property
@@ -176,8 +187,12 @@ class Ledger:
         fixed at its grant (provider spend and calls included), and its expiry is
         recorded now; a later settle/release corrects it. May trip the automatic
         kill switch.
+
+        Raises:
+            LedgerUnavailable: storage failed, or the database path no longer names
+                the open file (admins are told once; no hold is granted again).
         """
-        out = await self.store.call(self.store.sweep, self.clock.now())
+        out = await self._guarded(self.store.sweep, self.clock.now())
         if out.expired:
             log.warning(
                 "ledger sweeper expired %d orphaned holds; booked %d µUSD at their"
@@ -262,13 +277,21 @@ class Ledger:
         model: str,
         input_tokens: int,
         max_tokens: int,
+        input_bound_tokens: int | None = None,
     ) -> HoldTicket:
         """Hold the ceiling of one attempt on every level and window, or nothing.
 
         ceiling = input_tokens × input rate + max_tokens × output rate (rounded up;
         0 µUSD for a free-tier provider, whose hold still counts for the kill
-        switch and the operation). ``input_tokens`` should already carry the
-        token safety factor (:class:`budget.tokens.TokenCounter`).
+        switch and the operation). ``input_tokens`` is the (calibrated) estimate.
+
+        ``input_bound_tokens`` is a provable upper bound of the input the provider
+        can bill (:func:`budget.tokens.input_bound`). The hold is granted only when
+        its *bound* ceiling fits every bucket after the bound excess (``margin``) of
+        every other outstanding hold; it then holds the estimated ceiling and keeps
+        the margin out of the buckets until it ends. So the settled spend of a
+        bucket never exceeds its limit while providers bill at most the bound and
+        ``max_tokens`` — however wrong the estimate was.
 
         Raises:
             ValueError: ``max_tokens`` < 1 (no ceiling without it) or negative input.
@@ -284,7 +307,11 @@ class Ledger:
         now = self.clock.now()
         ceiling = self._card.ceiling_musd(provider, model, input_tokens, max_tokens, now)
         listed = self._card.list_ceiling_musd(provider, model, input_tokens, max_tokens, now)
-        return await self.store.call(
+        margin = 0
+        if input_bound_tokens is not None and input_bound_tokens > input_tokens:
+            bound = self._card.ceiling_musd(provider, model, input_bound_tokens, max_tokens, now)
+            margin = max(0, bound - ceiling)
+        return await self._guarded(
             self.store.reserve,
             now,
             op.operation_id,
@@ -296,6 +323,7 @@ class Ledger:
             ceiling,
             listed,
             self._card.version,
+            margin,
         )
 
     async def free_musd(self, op: OperationTicket, provider: str) -> int | None:
@@ -304,6 +332,37 @@ class Ledger:
         always has a cap; typed ``None``-able per the port)."""
         return await self.store.call(
             self.store.free_musd, self.clock.now(), op.operation_id, provider
+        )
+
+    async def _guarded(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``store.call`` that tells admins (once) when the database file is lost."""
+        try:
+            return await self.store.call(fn, *args)
+        except LedgerUnavailable:
+            if self.store.lost and not self._lost_told:
+                self._lost_told = True
+                log.error(
+                    "ledger database file %s was %s while open: failing closed, no new holds",
+                    self.store.path,
+                    self.store.lost,
+                )
+                if self._on_lost is not None:
+                    task = asyncio.create_task(self._on_lost(self.store.lost))
+                    self._notify_tasks.add(task)
+                    task.add_done_callback(self._notify_tasks.discard)
+            raise
+
+    async def calibration(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """Persisted estimate calibration: ``(provider, model) → (reported ÷ counted
+        input tokens in parts per million, samples)``."""
+        return await self.store.call(self.store.calibration)
+
+    async def record_calibration(
+        self, provider: str, model: str, ratio_ppm: int, samples: int
+    ) -> None:
+        """Persist one model's calibration (see :meth:`calibration`)."""
+        await self.store.call(
+            self.store.record_calibration, self.clock.now(), provider, model, ratio_ppm, samples
         )
 
     def _pricer(

@@ -73,6 +73,8 @@ holds = Table(
     Column("estimated", Integer, nullable=False, server_default="0"),
     Column("late", Integer, nullable=False, server_default="0"),
     Column("price_version", String(128), nullable=True),
+    # provable-bound ceiling − this ceiling: counted against limits while held
+    Column("margin_musd", Integer, nullable=False, server_default="0"),
     Index("ix_budget_holds_state_expires", "state", "expires_at"),
     Index("ix_budget_holds_ended", "ended_at"),
     Index("ix_budget_holds_day", "day_key"),
@@ -195,6 +197,18 @@ was replaced by what the provider's usage export shows. ``bucket`` is the export
 day (``YYYY-MM-DD``) or hour (``YYYY-MM-DDTHH``) in the provider's billing zone;
 ``by_user`` the admin's Telegram id; ``over_limit`` names the windows the correction
 pushed over their limit (``None`` when none). Migration ``0004_corrections``."""
+
+
+calibration = Table(
+    "budget_calibration",
+    metadata,
+    Column("provider", String(32), nullable=False),
+    Column("model", String(128), nullable=False),
+    Column("ratio_ppm", Integer, nullable=False),
+    Column("samples", Integer, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    PrimaryKeyConstraint("provider", "model", name="pk_budget_calibration"),
+)
 
 
 def create_schema(path: str | Path) -> None:

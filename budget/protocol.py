@@ -136,10 +136,15 @@ class LedgerPort(Protocol):
         model: str,
         input_tokens: int,
         max_tokens: int,
+        input_bound_tokens: int | None = None,
     ) -> HoldTicket:
         """Hold the ceiling for one attempt, atomically on every level and window
         (user, team, global, provider account cap) and against the operation's max cost.
         All or nothing: on refusal nothing is held anywhere.
+
+        ``input_tokens`` is the estimate held; ``input_bound_tokens`` a provable upper
+        bound of the billed input: admission counts the bound (for this hold and every
+        outstanding one), so estimates that are too low never overshoot a limit.
 
         Raises:
             HoldRefused: kill, limit (with level/window/resets_at, ``busy`` when
@@ -163,4 +168,14 @@ class LedgerPort(Protocol):
     async def release(self, hold_id: str) -> None:
         """Return a hold that spent nothing. No-op after settle/release; after an
         expiry it takes back the ceiling the expiry booked."""
+        ...
+
+    async def calibration(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """Persisted ``(provider, model) → (reported ÷ counted input, ppm; samples)``."""
+        ...
+
+    async def record_calibration(
+        self, provider: str, model: str, ratio_ppm: int, samples: int
+    ) -> None:
+        """Persist one model's estimate calibration."""
         ...

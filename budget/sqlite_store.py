@@ -27,7 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import dataclasses
 import json
+import os
 import sqlite3
 import statistics
 import threading
@@ -140,6 +143,10 @@ class SqliteStore:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
         self._thread_id: int | None = None
+        self._identity: tuple[int, int] | None = None
+        #: set once the path stops naming the open file (deleted or replaced):
+        #: every later write fails closed with LedgerUnavailable
+        self.lost: str = ""
 
     # -- thread plumbing --------------------------------------------------------
     def open(self) -> None:
@@ -160,6 +167,30 @@ class SqliteStore:
         conn.execute(f"PRAGMA synchronous={self.config.synchronous}")
         self._conn = conn
         self._thread_id = threading.get_ident()
+        st = os.stat(self.path)
+        self._identity = (st.st_dev, st.st_ino)
+
+    def check_file(self) -> None:
+        """Fail closed when the path no longer names the open database file.
+
+        A file deleted (or replaced) under a running process keeps working on the
+        unlinked inode, and everything booked there is gone at the next start. So
+        before each hold batch and in every sweep the path is stat-ed and compared
+        with the (device, inode) opened.
+
+        Raises:
+            LedgerUnavailable: the file is gone or replaced (sticky: :attr:`lost`).
+        """
+        if self.lost:
+            raise LedgerUnavailable()
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            self.lost = "deleted"
+            raise LedgerUnavailable() from None
+        if self._identity is not None and (st.st_dev, st.st_ino) != self._identity:
+            self.lost = "replaced"
+            raise LedgerUnavailable()
 
     def _disconnect(self) -> None:
         if self._conn is not None:
@@ -178,7 +209,8 @@ class SqliteStore:
         """Run ``fn(*args)`` on the writer thread and await its result.
 
         Raises:
-            LedgerUnavailable: the store is closed.
+            LedgerUnavailable: the store is closed, or any storage failure (SQLite
+                error, OS error such as a full disk) — never a raw ``sqlite3`` error.
         """
         if self._executor is None:
             raise LedgerUnavailable()
@@ -187,6 +219,17 @@ class SqliteStore:
             return await loop.run_in_executor(self._executor, fn, *args)
         except RuntimeError as exc:  # executor shut down under us
             raise LedgerUnavailable() from exc
+        except (sqlite3.Error, OSError) as exc:
+            raise LedgerUnavailable() from exc
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection) -> None:
+        """Roll back if a transaction is still open (SQLite may already have rolled
+        it back itself, e.g. on SQLITE_FULL: "cannot rollback - no transaction is
+        active" must not replace the real failure)."""
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
 
     def _txn(self, body: Callable[[sqlite3.Cursor], T]) -> T:
         """Run ``body`` in one ``BEGIN IMMEDIATE`` transaction; fail closed on any DB error."""
@@ -204,19 +247,19 @@ class SqliteStore:
             try:
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
-                conn.execute("ROLLBACK")
+                self._rollback(conn)
                 raise LedgerUnavailable() from exc
             raise HoldRefused(refused.refusal) from None
-        except sqlite3.Error as exc:
-            conn.execute("ROLLBACK")
+        except (sqlite3.Error, OSError) as exc:
+            self._rollback(conn)
             raise LedgerUnavailable() from exc
         except BaseException:
-            conn.execute("ROLLBACK")
+            self._rollback(conn)
             raise
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            conn.execute("ROLLBACK")
+            self._rollback(conn)
             raise LedgerUnavailable() from exc
         return result
 
@@ -230,8 +273,10 @@ class SqliteStore:
             try:
                 return body(conn.cursor())
             finally:
-                conn.execute("COMMIT")
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
         except sqlite3.Error as exc:
+            self._rollback(conn)
             raise LedgerUnavailable() from exc
 
     # -- shared helpers (inside a transaction) ------------------------------------
@@ -361,6 +406,33 @@ class SqliteStore:
                 )
             )
         return out
+
+    @staticmethod
+    def _with_margins(cur: sqlite3.Cursor, buckets: list[Bucket]) -> list[Bucket]:
+        """``buckets`` with the margins of outstanding holds counted as held: each
+        hold granted at its estimated ceiling keeps its provable bound's excess
+        (``margin_musd``) out of every bucket it touches until it ends."""
+        cur.execute(
+            "SELECT scopes, hour_key, day_key, margin_musd FROM budget_holds"
+            " WHERE state = 'held' AND margin_musd > 0"
+        )
+        extra: dict[tuple[str, str, str, str], int] = {}
+        for scopes_json, hour_key, day_key, margin in cur.fetchall():
+            for lvl, sc in json.loads(scopes_json):
+                for w in windows_for(Level(lvl)):
+                    k = hour_key if w is Window.HOUR else day_key
+                    key = (lvl, sc, w.value, k)
+                    extra[key] = extra.get(key, 0) + int(margin)
+        if not extra:
+            return buckets
+        return [
+            dataclasses.replace(
+                b,
+                held_musd=b.held_musd
+                + extra.get((b.level.value, b.scope, b.window.value, b.key), 0),
+            )
+            for b in buckets
+        ]
 
     @staticmethod
     def _book(
@@ -520,9 +592,16 @@ class SqliteStore:
         ceiling_musd: int,
         list_ceiling_musd: int | None,
         price_version: str,
+        margin_musd: int = 0,
     ) -> HoldTicket:
-        """Grant a hold on every level/window at once, or refuse with nothing held."""
+        """Grant a hold on every level/window at once, or refuse with nothing held.
+
+        The hold fits when ``ceiling + margin`` (its provable bound) fits every
+        bucket after the margins of the other outstanding holds; only ``ceiling``
+        is held (and booked at expiry), ``margin`` is kept out while it is held.
+        """
         cfg = self.config
+        self.check_file()
 
         def body(cur: sqlite3.Cursor) -> HoldTicket:
             t = _ts(now)
@@ -539,8 +618,9 @@ class SqliteStore:
             overrides = self._overrides(cur)
             scopes = scopes_for(user_id, team, provider, self._provider_caps(overrides))
             keys = window_keys(now, cfg.tz)
-            if ceiling_musd > 0:
-                refusal = check_hold(self._buckets(cur, scopes, keys, overrides), ceiling_musd)
+            if ceiling_musd + margin_musd > 0:
+                buckets = self._with_margins(cur, self._buckets(cur, scopes, keys, overrides))
+                refusal = check_hold(buckets, ceiling_musd + margin_musd)
                 if refusal is not None:
                     raise self._refuse(cur, now, refusal, user_id)
             hold_id = uuid.uuid4().hex
@@ -550,8 +630,8 @@ class SqliteStore:
                 "INSERT INTO budget_holds (hold_id, operation_id, request_id, user_id, team,"
                 " origin, provider, model, input_tokens, max_tokens, ceiling_musd,"
                 " list_ceiling_musd, state, granted_at, expires_at, tz, hour_key, day_key,"
-                " scopes, process_id, estimated, late, price_version)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,'held',?,?,?,?,?,?,?,0,0,?)",
+                " scopes, process_id, estimated, late, price_version, margin_musd)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,'held',?,?,?,?,?,?,?,0,0,?,?)",
                 (
                     hold_id,
                     operation_id,
@@ -573,6 +653,7 @@ class SqliteStore:
                     json.dumps([[lvl.value, sc] for lvl, sc in scopes]),
                     self.process_id,
                     price_version,
+                    margin_musd,
                 ),
             )
             cur.execute(
@@ -591,10 +672,9 @@ class SqliteStore:
             user_id, _, team, max_musd, _, _, committed, _ = self._open_op(cur, operation_id, now)
             overrides = self._overrides(cur)
             scopes = scopes_for(user_id, team, provider, self._provider_caps(overrides))
+            buckets = self._buckets(cur, scopes, window_keys(now, self.config.tz), overrides)
             frees = [
-                b.free_musd
-                for b in self._buckets(cur, scopes, window_keys(now, self.config.tz), overrides)
-                if b.free_musd is not None
+                b.free_musd for b in self._with_margins(cur, buckets) if b.free_musd is not None
             ]
             frees.append(max_musd - committed)
             return max(0, min(frees))
@@ -802,6 +882,8 @@ class SqliteStore:
         auto-kill trigger, which may trip.
         """
 
+        self.check_file()
+
         def body(cur: sqlite3.Cursor) -> SweepOutcome:
             t = _ts(now)
             cols = (
@@ -862,6 +944,32 @@ class SqliteStore:
             return SweepOutcome(len(rows), booked_total, tripped)
 
         return self._txn(body)
+
+    # -- estimate calibration ----------------------------------------------------
+    def calibration(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """``(provider, model) → (ratio ppm, samples)`` of reported ÷ counted input tokens."""
+
+        def body(cur: sqlite3.Cursor) -> dict[tuple[str, str], tuple[int, int]]:
+            cur.execute("SELECT provider, model, ratio_ppm, samples FROM budget_calibration")
+            return {(p, m): (int(r), int(n)) for p, m, r, n in cur.fetchall()}
+
+        return self._read(body)
+
+    def record_calibration(
+        self, now: datetime, provider: str, model: str, ratio_ppm: int, samples: int
+    ) -> None:
+        """Persist one model's calibration (upsert)."""
+
+        def body(cur: sqlite3.Cursor) -> None:
+            cur.execute(
+                "INSERT INTO budget_calibration (provider, model, ratio_ppm, samples, updated_at)"
+                " VALUES (?,?,?,?,?) ON CONFLICT (provider, model) DO UPDATE SET"
+                " ratio_ppm = excluded.ratio_ppm, samples = excluded.samples,"
+                " updated_at = excluded.updated_at",
+                (provider, model, ratio_ppm, samples, _ts(now)),
+            )
+
+        self._txn(body)
 
     # -- kill switch -------------------------------------------------------------
     def _set_kill(

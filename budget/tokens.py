@@ -19,12 +19,27 @@ from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any, Protocol
 
-__all__ = ["ChatMessage", "TokenCounter"]
+__all__ = [
+    "BOUND_TOKENS_PER_MESSAGE",
+    "BOUND_TOKENS_REPLY",
+    "ChatMessage",
+    "TokenCounter",
+    "input_bound",
+]
 
 #: Tokens added per message by the chat format (role, separators).
 TOKENS_PER_MESSAGE = 3
 #: Tokens priming the assistant's reply.
 TOKENS_REPLY_PRIMING = 3
+
+
+#: Tokens allowed per chat message, beyond its content's bytes, for the chat
+#: template's special tokens and role name: Llama 3 adds 5 (``<|start_header_id|>``
+#: role ``<|end_header_id|>`` ``\n\n`` … ``<|eot_id|>``), Mistral's ``[INST]``/``[/INST]``
+#: and DeepSeek's ``<｜User｜>``/``<｜Assistant｜>`` markers fewer; 16 leaves room.
+BOUND_TOKENS_PER_MESSAGE = 16
+#: Tokens allowed once per prompt (BOS, the assistant header that primes the reply).
+BOUND_TOKENS_REPLY = 16
 
 
 class ChatMessage(Protocol):
@@ -99,3 +114,19 @@ class TokenCounter:
 
     def __repr__(self) -> str:
         return f"TokenCounter(encoding={self.encoding!r}, safety_factor={self.safety_factor})"
+
+
+def input_bound(messages: Iterable[ChatMessage]) -> int:
+    """A provable upper bound of the input tokens any byte-level BPE tokenizer
+    (o200k, Llama 3, Mistral Tekken, DeepSeek) bills for this chat prompt.
+
+    Such a tokenizer never makes more tokens than the text has UTF-8 bytes (every
+    token covers at least one byte), so: Σ UTF-8 bytes of the contents +
+    :data:`BOUND_TOKENS_PER_MESSAGE` per message + :data:`BOUND_TOKENS_REPLY`.
+    It assumes the provider adds nothing else to the prompt (no hidden system
+    prompt longer than the allowance).
+    """
+    total = BOUND_TOKENS_REPLY
+    for m in messages:
+        total += len(m.content.encode("utf-8")) + BOUND_TOKENS_PER_MESSAGE
+    return total

@@ -4,9 +4,10 @@ Time is the injected clock's monotonic reading (seconds); tests move a
 :class:`budget.clock.ManualClock` instead of sleeping. Every transition is appended
 to :attr:`CircuitBreaker.events` so tests and the admin view can read the history.
 
-Timeline with ``cooldown_s=600``, ``failure_threshold=3``, ``failure_window_s=60``::
+Timeline with ``cooldown_s=600``, ``cooldown_max_s=3600``, ``failure_threshold=3``,
+``failure_window_s=60``::
 
-    t=0     429, Retry-After 30      → open until 600 (max(30, 600))
+    t=0     429, no Retry-After      → open until 600 (COOLDOWN_SECONDS)
     t=100   429, Retry-After 5       → still open until 600 (a cooldown never shortens)
     t=300   try_acquire()            → False (skipped without a request)
     t=600   try_acquire()            → True: half-open, this caller holds the one trial
@@ -17,12 +18,21 @@ Timeline with ``cooldown_s=600``, ``failure_threshold=3``, ``failure_window_s=60
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
 from budget.clock import Clock
 
-__all__ = ["BreakerEvent", "CircuitBreaker", "CircuitState"]
+__all__ = ["BreakerEvent", "CircuitBreaker", "CircuitState", "cooldown_seconds"]
+
+
+def cooldown_seconds(retry_after_s: float | None, default_s: float, max_s: float) -> float:
+    """The cooldown a 429 imposes, seconds: the provider's own wait when given and
+    finite, clamped to [1, ``max_s``]; ``default_s`` when none (or ``inf``/``nan``)."""
+    if retry_after_s is None or not math.isfinite(retry_after_s):
+        return default_s
+    return min(max(retry_after_s, 1.0), max(max_s, 1.0))
 
 
 class CircuitState(StrEnum):
@@ -67,8 +77,10 @@ class CircuitBreaker:
 
     Args:
         clock: monotonic time source.
-        cooldown_s: minimum open time after a 429 or repeated failures, seconds
-            (COOLDOWN_SECONDS; tests pass small values or 0).
+        cooldown_s: open time after a 429 that names no wait, or after repeated
+            failures, seconds (COOLDOWN_SECONDS; tests pass small values or 0).
+        cooldown_max_s: the longest wait a provider's own Retry-After may impose,
+            seconds (COOLDOWN_MAX_SECONDS).
         failure_threshold: failures (5xx, timeouts) within ``failure_window_s`` that open it.
         failure_window_s: sliding window for counting failures, seconds.
     """
@@ -76,6 +88,7 @@ class CircuitBreaker:
     __slots__ = (
         "_circuits",
         "_clock",
+        "cooldown_max_s",
         "cooldown_s",
         "events",
         "failure_threshold",
@@ -89,9 +102,11 @@ class CircuitBreaker:
         cooldown_s: float = 600.0,
         failure_threshold: int = 3,
         failure_window_s: float = 60.0,
+        cooldown_max_s: float = 3600.0,
     ) -> None:
         self._clock = clock
         self.cooldown_s = cooldown_s
+        self.cooldown_max_s = cooldown_max_s
         self.failure_threshold = failure_threshold
         self.failure_window_s = failure_window_s
         self._circuits: dict[str, _Circuit] = {}
@@ -162,14 +177,16 @@ class CircuitBreaker:
     def record_rate_limited(
         self, key: str, retry_after_s: float | None, *, reason: str = "rate_limited"
     ) -> float:
-        """A 429 (or exhausted quota): open for ``max(retry_after_s, cooldown_s)``.
+        """A 429 (or exhausted quota): open for the provider's own wait.
 
-        An existing longer cooldown is kept (never shortened).
+        ``retry_after_s`` (Retry-After or a reset header), when given and finite, is
+        clamped to [1 s, ``cooldown_max_s``]; without one, ``cooldown_s``. An existing
+        longer cooldown is kept (never shortened).
 
         Returns:
             The monotonic end of the cooldown now in force.
         """
-        seconds = max(retry_after_s or 0.0, self.cooldown_s)
+        seconds = cooldown_seconds(retry_after_s, self.cooldown_s, self.cooldown_max_s)
         return self._open(key, self._clock.monotonic() + seconds, reason)
 
     def record_failure(self, key: str) -> bool:

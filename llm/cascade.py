@@ -15,13 +15,26 @@ Cerebras), the paid anchor (DeepSeek) last. For one request::
             (2) max_tokens shrunk to ledger.free_musd (≥ DEGRADED_MIN_OUTPUT_TOKENS)
             (3) re-raise the refusal
         call the provider (its own total deadline)
-        success          → settle(usage); return
-        429 / quota      → release; breaker open ≥ COOLDOWN_SECONDS; next
+        success          → settle(usage); return (see "usage" below)
+        blank text       → settle(usage); EmptyCompletion (billed, not an answer)
+        429 / quota      → release; breaker open for the provider's Retry-After
+                           (clamped to [1 s, COOLDOWN_MAX_SECONDS]) or COOLDOWN_SECONDS; next
         unavailable      → release (or settle estimated if interrupted); failure count; next
-        auth failed      → release; key disabled until enable(); admins notified once; next
+        auth failed, 402 → release; key disabled until enable(); admins notified once; next
         context too long → release; only a larger context window may try next
         other rejection  → release; raise (our request is wrong)
     nothing answered → AllProvidersFailed (every failure and skip attached)
+
+Holds: the estimate held is the token counter's count × the model's calibration
+(reported ÷ counted input, persisted by the ledger); the ledger admits it only when
+its provable bound (:func:`budget.tokens.input_bound`: UTF-8 bytes + a template
+allowance) fits, so a provider counting more than we did never overshoots a limit.
+
+Usage: a report that is not a set of non-negative integers counts as missing →
+settled at the bound ceiling, flagged estimated. More than 10× the ceiling's tokens
+is implausible → booked at the ceiling, flagged, the key cooled, admins told. More
+output than ``max_tokens`` → billed as reported, the key cooled, admins told once.
+An answer longer than ``max_tokens`` × :data:`MAX_CHARS_PER_TOKEN` characters is cut.
 
 Fallback happens on :class:`~llm.errors.ProviderRateLimited`,
 :class:`~llm.errors.QuotaExhausted` and :class:`~llm.errors.ProviderUnavailable`
@@ -49,12 +62,15 @@ from prometheus_client import Histogram as PromHistogram
 from budget.clock import Clock
 from budget.errors import BudgetError, HoldRefused
 from budget.protocol import HoldTicket, LedgerPort, OperationTicket
+from budget.tokens import input_bound
 from budget.types import RefusalReason, Usage
 from llm.breaker import CircuitBreaker, CircuitState
 from llm.errors import (
     AllProvidersFailed,
     AuthFailed,
+    BalanceExhausted,
     ContextTooLong,
+    EmptyCompletion,
     ProviderError,
     ProviderRateLimited,
     ProviderRejected,
@@ -68,6 +84,8 @@ from llm.types import Capacity, Completion, LLMRequest, Message
 
 __all__ = [
     "FALLBACK_ON",
+    "IMPLAUSIBLE_FACTOR",
+    "MAX_CHARS_PER_TOKEN",
     "Cascade",
     "CascadeConfig",
     "CascadeEvent",
@@ -85,6 +103,18 @@ FALLBACK_ON: tuple[type[ProviderError], ...] = (
     QuotaExhausted,
     ProviderUnavailable,
 )
+
+#: Characters one output token can plausibly produce; a longer answer is cut.
+MAX_CHARS_PER_TOKEN = 8
+#: Reported tokens above this multiple of the hold's tokens are implausible.
+IMPLAUSIBLE_FACTOR = 10
+#: Calibration: samples before the estimate follows reported usage, the moving
+#: average's weight of a new sample (1/8), and the head-room on the ratio (+10 %).
+CALIBRATION_MIN_SAMPLES = 3
+_CAL_WEIGHT = 8
+_CAL_HEADROOM_PPM = 1_100_000
+#: A free key parked longer than this is worth telling admins about, seconds.
+PARK_NOTICE_S = 3600.0
 
 #: Refusal reasons the degradation ladder tries to work around.
 _LADDER_REASONS = frozenset({RefusalReason.LIMIT, RefusalReason.BUSY})
@@ -111,7 +141,9 @@ class CascadeConfig:
     Attributes:
         timeout_s: PROVIDER_TIMEOUT_SECONDS. Each client enforces it; the cascade adds
             ``timeout_grace_s`` on top as a backstop for a client that does not.
-        cooldown_s: COOLDOWN_SECONDS, minimum open time after a 429 or repeated failures.
+        cooldown_s: COOLDOWN_SECONDS, open time after a 429 that names no wait, or
+            after repeated failures.
+        cooldown_max_s: COOLDOWN_MAX_SECONDS, the longest provider-named wait obeyed.
         breaker_failure_threshold: failures within the window that open a breaker.
         breaker_failure_window_s: that window, seconds.
         global_max_inflight_calls: GLOBAL_MAX_INFLIGHT_CALLS.
@@ -125,6 +157,7 @@ class CascadeConfig:
 
     timeout_s: float = 60.0
     cooldown_s: float = 600.0
+    cooldown_max_s: float = 3600.0
     breaker_failure_threshold: int = 3
     breaker_failure_window_s: float = 60.0
     global_max_inflight_calls: int = 8
@@ -140,8 +173,11 @@ class CascadeEvent:
     """Something admins may want to hear about.
 
     Attributes:
-        kind: ``key_disabled`` (auth failure; once per disable), ``key_enabled``,
-            ``cooldown_opened``, ``paid_anchor_call``, ``degraded``, ``degraded_refused``.
+        kind: ``key_disabled`` (auth failure; once per disable), ``key_disabled_balance``
+            (402 / balance error; once per disable), ``key_enabled``,
+            ``cooldown_opened``, ``key_parked`` (a free key cooled longer than 1 h),
+            ``usage_anomaly`` (output above max_tokens or implausible usage; once per
+            key and kind), ``paid_anchor_call``, ``degraded``, ``degraded_refused``.
         provider: provider key name.
         detail: operator-facing text (never a key).
     """
@@ -205,7 +241,17 @@ class CascadeStats:
 
 
 class _Metrics:
-    __slots__ = ("calls", "cooldowns", "degraded", "estimate", "fallbacks", "paid", "skips")
+    __slots__ = (
+        "anomalies",
+        "calls",
+        "cooldowns",
+        "degraded",
+        "empty",
+        "estimate",
+        "fallbacks",
+        "paid",
+        "skips",
+    )
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.calls = PromCounter(
@@ -232,6 +278,19 @@ class _Metrics:
         self.degraded = PromCounter(
             "kopek_llm_degraded_steps", "Degradation-ladder steps", ["step"], registry=registry
         )
+        self.anomalies = PromCounter(
+            "kopek_llm_usage_anomalies",
+            "Usage reports not taken at face value (missing, invalid, implausible,"
+            " output_over_max_tokens)",
+            ["provider", "kind"],
+            registry=registry,
+        )
+        self.empty = PromCounter(
+            "kopek_llm_empty_completions",
+            "Billed completions with no usable text",
+            ["provider"],
+            registry=registry,
+        )
         self.estimate = PromHistogram(
             "kopek_llm_input_estimate_error_tokens",
             "Reported minus counted input tokens per attempt",
@@ -245,8 +304,10 @@ class _Attempt:
     messages: tuple[Message, ...]
     model: str
     max_tokens: int
-    input_tokens: int
+    input_tokens: int  # the estimate held (calibrated, never above the bound)
     degraded: list[str]
+    input_bound: int = 0  # provable bound (budget.tokens.input_bound)
+    counted: int = 0  # the token counter's own count (before calibration)
 
 
 class Cascade:
@@ -298,6 +359,7 @@ class Cascade:
             cooldown_s=config.cooldown_s,
             failure_threshold=config.breaker_failure_threshold,
             failure_window_s=config.breaker_failure_window_s,
+            cooldown_max_s=config.cooldown_max_s,
         )
         self.pacer = Pacer(clock, default_window_s=config.pacing_window_s)
         self.slots = PrioritySlots(config.global_max_inflight_calls)
@@ -313,6 +375,9 @@ class Cascade:
         self._degraded: Counter[str] = Counter()
         self._estimate_errors: list[int] = []
         self._tasks: set[asyncio.Future[None]] = set()
+        self._calibration: dict[tuple[str, str], tuple[int, int]] | None = None
+        self._anomalies_told: set[tuple[str, str]] = set()
+        self._anomalies: Counter[str] = Counter()
 
     # ------------------------------------------------------------------ public
 
@@ -525,7 +590,8 @@ class Cascade:
         is_anchor: bool,
         passed: list[str],
     ) -> Completion:
-        plan = _Attempt(request.messages, provider.model, request.max_tokens, input_tokens, [])
+        plan = _Attempt(request.messages, provider.model, request.max_tokens, 0, [])
+        await self._size(plan, provider.name, input_tokens)
         async with self.slots.slot(request.priority):
             try:
                 hold = await self._reserve(op, request_id, provider, plan)
@@ -550,7 +616,9 @@ class Cascade:
                         None if plan.model == provider.model else plan.model,
                     )
             except ProviderError as exc:
-                if isinstance(exc, ProviderUnavailable) and exc.interrupted:
+                if exc.billed_usage is not None:
+                    await self._settle_billed(hold, exc.billed_usage)
+                elif isinstance(exc, ProviderUnavailable) and exc.interrupted:
                     await self._settle_interrupted(hold, plan, exc.partial_usage)
                 else:
                     await self._release(hold)
@@ -568,8 +636,11 @@ class Cascade:
                 self.breaker.cancel(provider.name)
                 await self._settle_interrupted(hold, plan, None)
                 raise
+            completion, usage, anomaly = self._judge(plan, completion)
             try:
-                cost = await self._ledger.settle(hold.hold_id, completion.usage)
+                cost = await self._ledger.settle(
+                    hold.hold_id, usage, estimated=anomaly in _AT_CEILING
+                )
             except BudgetError:
                 # the answer exists and was paid for; the hold stays booked at its
                 # ceiling until the sweeper expires it, so report that upper bound
@@ -577,9 +648,22 @@ class Cascade:
                 cost = hold.ceiling_musd
         self.breaker.record_success(provider.name)
         self.pacer.observe(provider.name, completion.rate_limits)
-        error = completion.usage.input_tokens - plan.input_tokens
-        self._estimate_errors.append(error)
-        self._metrics.estimate.observe(error)
+        if anomaly:
+            await self._usage_anomaly(provider, plan, completion, anomaly)
+        else:
+            error = completion.usage.input_tokens - plan.input_tokens
+            self._estimate_errors.append(error)
+            self._metrics.estimate.observe(error)
+            await self._calibrate(provider.name, plan, completion.usage.input_tokens)
+        if not _usable(completion.text):
+            self._metrics.empty.labels(provider=provider.name).inc()
+            log.warning(
+                "empty completion from %s (finish_reason=%s), %d µUSD booked",
+                provider.name,
+                completion.finish_reason,
+                cost,
+            )
+            raise EmptyCompletion(provider.name, completion.finish_reason, cost)
         return replace(
             completion,
             cost_musd=cost,
@@ -587,6 +671,108 @@ class Cascade:
             degraded=tuple(plan.degraded),
             fallbacks=tuple(passed),
         )
+
+    # ------------------------------------------------------- estimate and usage
+
+    async def _size(self, plan: _Attempt, provider: str, counted: int | None = None) -> None:
+        """Fill ``plan``'s counted tokens, provable bound and calibrated estimate."""
+        plan.counted = self._count(plan.messages) if counted is None else counted
+        plan.input_bound = input_bound(plan.messages)
+        plan.input_tokens = min(
+            await self._estimate(provider, plan.model, plan.counted), plan.input_bound
+        )
+
+    async def _calibrations(self) -> dict[tuple[str, str], tuple[int, int]]:
+        if self._calibration is None:
+            try:
+                self._calibration = dict(await self._ledger.calibration())
+            except BudgetError:
+                log.warning("estimate calibration could not be read; using raw counts")
+                return {}
+        return self._calibration
+
+    async def _estimate(self, provider: str, model: str, counted: int) -> int:
+        """``counted`` × the model's reported ÷ counted ratio (+10 %), once calibrated."""
+        ratio, samples = (await self._calibrations()).get((provider, model), (0, 0))
+        if samples < CALIBRATION_MIN_SAMPLES or ratio <= 0:
+            return counted
+        return max(1, -(-counted * ratio * _CAL_HEADROOM_PPM // 10**12))
+
+    async def _calibrate(self, provider: str, plan: _Attempt, reported: int) -> None:
+        """Fold one reported input count into the model's ratio (persisted)."""
+        if plan.counted <= 0 or reported <= 0:
+            return
+        table = await self._calibrations()
+        sample = reported * 1_000_000 // plan.counted
+        ratio, samples = table.get((provider, plan.model), (0, 0))
+        ratio = sample if samples == 0 else (ratio * (_CAL_WEIGHT - 1) + sample) // _CAL_WEIGHT
+        table[(provider, plan.model)] = (ratio, samples + 1)
+        try:
+            await self._ledger.record_calibration(provider, plan.model, ratio, samples + 1)
+        except BudgetError:
+            log.warning("estimate calibration of %s/%s not persisted", provider, plan.model)
+
+    def _judge(self, plan: _Attempt, completion: Completion) -> tuple[Completion, Usage, str]:
+        """What to settle for a 200 answer, and which anomaly (``""`` = none).
+
+        Missing or unreadable usage, and usage above :data:`IMPLAUSIBLE_FACTOR` × the
+        hold's tokens, are settled at the hold's ceiling (estimated); output above
+        ``max_tokens`` is settled as billed. An over-long text is cut.
+        """
+        text = completion.text
+        limit = plan.max_tokens * MAX_CHARS_PER_TOKEN
+        if len(text) > limit:
+            completion = replace(completion, text=text[:limit], cut=True)
+        ceiling = Usage(input_tokens=plan.input_tokens, output_tokens=plan.max_tokens)
+        usage = completion.usage
+        if completion.usage_issue:
+            return completion, ceiling, completion.usage_issue
+        if usage.input_tokens + usage.output_tokens > IMPLAUSIBLE_FACTOR * (
+            plan.input_bound + plan.max_tokens
+        ):
+            return completion, ceiling, "implausible"
+        if usage.output_tokens > plan.max_tokens:
+            return completion, usage, "output_over_max_tokens"
+        return completion, usage, ""
+
+    async def _usage_anomaly(
+        self, provider: Provider, plan: _Attempt, completion: Completion, kind: str
+    ) -> None:
+        name = provider.name
+        self._anomalies[kind] += 1
+        self._metrics.anomalies.labels(provider=name, kind=kind).inc()
+        u = completion.usage
+        log.warning(
+            "usage anomaly at %s/%s: %s (reported input=%d output=%d; held input=%d"
+            " max_tokens=%d)%s",
+            name,
+            plan.model,
+            kind,
+            u.input_tokens,
+            u.output_tokens,
+            plan.input_tokens,
+            plan.max_tokens,
+            "; settled at the ceiling, estimated" if kind in _AT_CEILING else "",
+        )
+        if kind not in _COOL_ON:
+            return
+        before = self.breaker.open_until(name)
+        until = self.breaker.record_rate_limited(name, None, reason="usage_anomaly")
+        if until != before:
+            await self._cooldown_opened(name, "usage_anomaly", until, provider.paid)
+        if (name, kind) not in self._anomalies_told:
+            self._anomalies_told.add((name, kind))
+            if kind == "implausible":
+                detail = (
+                    f"reported {u.input_tokens}+{u.output_tokens} tokens for a hold of "
+                    f"{plan.input_tokens}+{plan.max_tokens}; booked at the ceiling"
+                )
+            else:
+                detail = (
+                    f"billed {u.output_tokens} output tokens with max_tokens "
+                    f"{plan.max_tokens}; booked as billed"
+                )
+            await self._emit(CascadeEvent("usage_anomaly", name, detail))
 
     async def _reserve(
         self, op: OperationTicket, request_id: str, provider: Provider, plan: _Attempt
@@ -598,6 +784,7 @@ class Cascade:
             model=plan.model,
             input_tokens=plan.input_tokens,
             max_tokens=plan.max_tokens,
+            input_bound_tokens=plan.input_bound,
         )
 
     async def _degrade(
@@ -630,7 +817,7 @@ class Cascade:
 
         if request.cheaper_messages is not None and request.cheaper_messages != plan.messages:
             plan.messages = request.cheaper_messages
-            plan.input_tokens = self._count(plan.messages)
+            await self._size(plan, provider.name)
             if (hold := await step("cheaper_messages")) is not None:
                 return await self._degraded_event(provider, hold, tried)
         cheap = self._config.cheap_models.get(provider.name)
@@ -640,8 +827,9 @@ class Cascade:
                 return await self._degraded_event(provider, hold, tried)
         free = await self._ledger.free_musd(op, provider.name)
         if free is not None:
+            # sized on the provable bound: the shrunk hold can never overshoot
             fit = self._ledger.prices.max_tokens_within(
-                provider.name, plan.model, plan.input_tokens, free, self._clock.now()
+                provider.name, plan.model, plan.input_bound, free, self._clock.now()
             )
             if self._config.degraded_min_output_tokens <= fit < plan.max_tokens:
                 plan.max_tokens = fit
@@ -666,6 +854,14 @@ class Cascade:
         except BudgetError:
             log.exception("release of hold %s failed; the sweeper will expire it", hold.hold_id)
 
+    async def _settle_billed(self, hold: HoldTicket, usage: Usage) -> None:
+        """A failure that still reports usage (an error object in a 200 with usage):
+        settle what the provider says it billed."""
+        try:
+            await self._ledger.settle(hold.hold_id, usage)
+        except BudgetError:
+            log.exception("settle of hold %s failed; the sweeper will book it", hold.hold_id)
+
     async def _settle_interrupted(
         self, hold: HoldTicket, plan: _Attempt, reported: Usage | None
     ) -> None:
@@ -680,17 +876,23 @@ class Cascade:
     async def _after_failure(self, provider: Provider, exc: ProviderError) -> str:
         """Update breaker/keys/counters after a failed attempt; returns the reason."""
         name = provider.name
-        if isinstance(exc, ProviderRateLimited | QuotaExhausted):
+        if isinstance(exc, BalanceExhausted):
+            reason = "balance"
+            self.breaker.cancel(name)
+            if name not in self._disabled:
+                self._disabled.add(name)
+                await self._emit(CascadeEvent("key_disabled_balance", name, exc.detail))
+        elif isinstance(exc, ProviderRateLimited | QuotaExhausted):
             reason = "rate_limited" if isinstance(exc, ProviderRateLimited) else "quota"
             before = self.breaker.open_until(name)
-            until = self.breaker.record_rate_limited(name, exc.retry_after_s, reason=reason)
+            until = self.breaker.record_rate_limited(name, _provider_wait(exc), reason=reason)
             if until != before:
-                await self._cooldown_opened(name, reason, until)
+                await self._cooldown_opened(name, reason, until, provider.paid)
         elif isinstance(exc, ProviderUnavailable):
             reason = "unavailable"
             if self.breaker.record_failure(name):
                 until = self.breaker.open_until(name) or self._clock.monotonic()
-                await self._cooldown_opened(name, "failures", until)
+                await self._cooldown_opened(name, "failures", until, provider.paid)
         elif isinstance(exc, AuthFailed):
             reason = "auth"
             self.breaker.cancel(name)
@@ -709,11 +911,13 @@ class Cascade:
         log.info("provider %s failed: %s", name, exc)
         return reason
 
-    async def _cooldown_opened(self, name: str, reason: str, until: float) -> None:
+    async def _cooldown_opened(self, name: str, reason: str, until: float, paid: bool) -> None:
         self._cooldowns[name] += 1
         self._metrics.cooldowns.labels(provider=name).inc()
         remaining = max(0.0, until - self._clock.monotonic())
         await self._emit(CascadeEvent("cooldown_opened", name, f"{reason}, {remaining:.0f} s"))
+        if not paid and remaining > PARK_NOTICE_S:
+            await self._emit(CascadeEvent("key_parked", name, f"{reason}, {remaining:.0f} s"))
 
     # ---------------------------------------------------------------- counters
 
@@ -763,6 +967,38 @@ class Cascade:
                 return
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+
+#: Anomalies settled at the hold's ceiling (flagged estimated) instead of as reported.
+_AT_CEILING = frozenset({"missing", "invalid", "implausible"})
+#: Anomalies that cool the key down and are told to admins (once per key and kind).
+_COOL_ON = frozenset({"implausible", "output_over_max_tokens"})
+#: Characters that show nothing (zero-width space/joiners, word joiner, BOM).
+_INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))
+
+
+def _usable(text: str) -> bool:
+    """True when ``text`` has something besides white space and invisible characters."""
+    return bool(text.translate(_INVISIBLE).strip())
+
+
+def _provider_wait(exc: ProviderRateLimited | QuotaExhausted) -> float | None:
+    """The wait the provider named: Retry-After, else the reset of an exhausted
+    window (``x-ratelimit-reset-*`` with nothing remaining); ``None`` = not said."""
+    if exc.retry_after_s is not None:
+        return exc.retry_after_s
+    rl = exc.rate_limits
+    if rl is None:
+        return None
+    resets = [
+        reset
+        for remaining, reset in (
+            (rl.remaining_requests, rl.reset_requests_s),
+            (rl.remaining_tokens, rl.reset_tokens_s),
+        )
+        if remaining == 0 and reset is not None
+    ]
+    return max(resets) if resets else None
 
 
 class _Skip(Exception):

@@ -10,13 +10,17 @@ Every SDK or HTTP failure is translated into this tree at the client boundary
     LLMError
     ├── ProviderError              .provider, .rate_limits, .status — one attempt failed
     │   ├── ProviderRateLimited    .retry_after_s — 429 (per-minute limits); fall back
-    │   ├── QuotaExhausted         .retry_after_s — 402 / daily quota spent; fall back
+    │   ├── QuotaExhausted         .retry_after_s — daily quota spent; fall back
+    │   │   └── BalanceExhausted   402 / a balance error in any body: the key is disabled
+    │   │                          until an admin re-enables it; fall back
     │   ├── ProviderUnavailable    .interrupted, .partial_usage — 5xx, timeout, connection,
     │   │                          overloaded, garbage 200, stream cut; fall back
     │   ├── ProviderRejected       400/404/413/422 — our request is wrong; stop
     │   │   └── ContextTooLong     the prompt does not fit this model; only a larger one may try
     │   └── AuthFailed             401/403 — the key is disabled until re-enabled
-    └── AllProvidersFailed         .attempts, .skipped — no provider could answer
+    ├── AllProvidersFailed         .attempts, .skipped — no provider could answer
+    └── EmptyCompletion            .provider, .cost_musd — answered with no usable text
+                                   (billed, settled as reported; not an answer)
 
 Messages never contain a key: clients build them from the status code and the
 provider's own error text only.
@@ -32,7 +36,9 @@ from llm.types import RateLimitInfo
 __all__ = [
     "AllProvidersFailed",
     "AuthFailed",
+    "BalanceExhausted",
     "ContextTooLong",
+    "EmptyCompletion",
     "LLMError",
     "ProviderError",
     "ProviderRateLimited",
@@ -55,6 +61,9 @@ class ProviderError(LLMError):
             truncated; never a key).
         status: HTTP status, or ``None`` when no response was received.
         rate_limits: rate-limit headers of the failed response, if any.
+        billed_usage: usage the provider reported with the failure (an error object
+            inside a 200 that still carries ``usage``): the cascade settles it
+            instead of releasing the hold.
     """
 
     def __init__(
@@ -64,12 +73,14 @@ class ProviderError(LLMError):
         *,
         status: int | None = None,
         rate_limits: RateLimitInfo | None = None,
+        billed_usage: Usage | None = None,
     ) -> None:
         super().__init__(f"{provider}: {type(self).__name__}" + (f" ({detail})" if detail else ""))
         self.provider = provider
         self.detail = detail
         self.status = status
         self.rate_limits = rate_limits
+        self.billed_usage = billed_usage
 
 
 class ProviderRateLimited(ProviderError):
@@ -113,6 +124,12 @@ class QuotaExhausted(ProviderError):
         self.retry_after_s = retry_after_s
 
 
+class BalanceExhausted(QuotaExhausted):
+    """402 (DeepSeek "Insufficient Balance") or a balance/quota error in any body:
+    the account cannot pay. The key is disabled like after an auth failure until
+    an admin re-enables it (``/providers enable``)."""
+
+
 class ProviderUnavailable(ProviderError):
     """The provider could not answer: 5xx, timeout, connection error, garbage 200, cut stream.
 
@@ -133,8 +150,11 @@ class ProviderUnavailable(ProviderError):
         partial_usage: Usage | None = None,
         status: int | None = None,
         rate_limits: RateLimitInfo | None = None,
+        billed_usage: Usage | None = None,
     ) -> None:
-        super().__init__(provider, detail, status=status, rate_limits=rate_limits)
+        super().__init__(
+            provider, detail, status=status, rate_limits=rate_limits, billed_usage=billed_usage
+        )
         self.interrupted = interrupted
         self.partial_usage = partial_usage
 
@@ -171,3 +191,22 @@ class AllProvidersFailed(LLMError):
         tried = ", ".join(f"{e.provider}:{type(e).__name__}" for e in self.attempts) or "none"
         skip = ", ".join(f"{p}:{r}" for p, r in self.skipped) or "none"
         super().__init__(f"all providers failed (tried {tried}; skipped {skip})")
+
+
+class EmptyCompletion(LLMError):
+    """The provider answered (and billed) but with no usable text: blank content, or
+    ``finish_reason == "length"`` with nothing visible (a reasoning model spent all of
+    ``max_tokens`` thinking). The spend was settled as reported; it is a failed
+    attempt for the answer, never an answer.
+
+    Attributes:
+        provider: provider key name.
+        finish_reason: the provider's finish reason.
+        cost_musd: µUSD booked by the ledger for it.
+    """
+
+    def __init__(self, provider: str, finish_reason: str, cost_musd: int) -> None:
+        super().__init__(f"{provider}: empty completion (finish_reason={finish_reason})")
+        self.provider = provider
+        self.finish_reason = finish_reason
+        self.cost_musd = cost_musd

@@ -26,6 +26,7 @@ Header families (names are case-insensitive):
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from datetime import datetime
@@ -69,7 +70,8 @@ def parse_duration_s(value: str | None) -> float | None:
     ``"2m59.56s"`` = 179.56 s).
 
     Returns:
-        Seconds (≥ 0), or ``None`` for a missing or unreadable value.
+        Seconds (≥ 0), or ``None`` for a missing, unreadable, negative or
+        non-finite (``inf``, ``nan``) value.
     """
     if value is None:
         return None
@@ -77,9 +79,13 @@ def parse_duration_s(value: str | None) -> float | None:
     if not text:
         return None
     try:
-        return float(Decimal(text))
+        number = Decimal(text)
     except InvalidOperation:
         pass
+    else:
+        if not number.is_finite() or number < 0 or not math.isfinite(float(number)):
+            return None
+        return float(number)
     match = _DURATION.match(text)
     if match is None or not any(match.groups()):
         return None

@@ -107,6 +107,13 @@ class Completion:
     paid: bool = False  # served by a paid-tier provider
     degraded: tuple[str, ...] = ()  # degradation-ladder steps applied, in order
     fallbacks: tuple[str, ...] = ()  # "provider:reason" for each provider passed over first
+    #: "" when ``usage`` is the provider's own report; "missing"/"invalid" when it sent
+    #: none or one that is not a set of non-negative integers (``usage`` is then zero
+    #: and the cascade settles the hold at its ceiling, flagged estimated)
+    usage_issue: str = ""
+    #: the text was longer than ``max_tokens`` could plausibly produce
+    #: (:data:`llm.cascade.MAX_CHARS_PER_TOKEN`) and was cut
+    cut: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ Usage fields read (each provider's own, see ``tests/fixtures/llm/``):
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -23,6 +24,7 @@ from budget.clock import Clock, SystemClock
 from budget.types import Usage
 from llm.errors import (
     AuthFailed,
+    BalanceExhausted,
     ContextTooLong,
     ProviderError,
     ProviderRateLimited,
@@ -40,6 +42,7 @@ __all__ = [
     "messages_payload",
     "parse_completion_body",
     "parse_usage",
+    "read_usage",
     "transport_error",
 ]
 
@@ -52,7 +55,18 @@ _CONTEXT_MARKERS = (
     "prompt is too long",
     "reduce the length",
 )
-_QUOTA_MARKERS = ("per day", "(rpd)", "(tpd)", "insufficient balance", "quota exceeded")
+_QUOTA_MARKERS = ("per day", "(rpd)", "(tpd)", "quota exceeded")
+#: An error body naming these means the account cannot pay: the key is disabled.
+_BALANCE_MARKERS = (
+    "insufficient balance",
+    "insufficient_balance",
+    "insufficient_quota",
+    "insufficient funds",
+    "balance is not enough",
+    "credit balance",
+    "payment required",
+    "exceeded your current quota",
+)
 _DETAIL_MAX = 300
 
 
@@ -128,14 +142,30 @@ def messages_payload(messages: Sequence[Message]) -> list[dict[str, str]]:
     return [{"role": m.role, "content": m.content} for m in messages]
 
 
+class _BadUsage(ValueError):
+    """Internal: a usage field that is not a non-negative integer."""
+
+
 def _as_int(value: object) -> int:
+    """A usage count: a non-negative integer (an integral float or a numeric string
+    is coerced); anything else raises :class:`_BadUsage`."""
     if isinstance(value, bool):
-        return 0
+        raise _BadUsage(repr(value))
     if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return 0
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str) and value.strip().isdigit():
+        number = int(value.strip())
+    else:
+        raise _BadUsage(repr(value)[:40])
+    if number < 0:
+        raise _BadUsage(str(number))
+    return number
+
+
+def _opt_int(mapping: Mapping[str, Any], key: str) -> int:
+    return _as_int(mapping[key]) if mapping.get(key) is not None else 0
 
 
 def _sub(mapping: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -143,38 +173,85 @@ def _sub(mapping: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def parse_usage(body: Mapping[str, Any]) -> Usage | None:
-    """Normalise the usage of an OpenAI-style completion body.
+def read_usage(body: Mapping[str, Any]) -> tuple[Usage | None, str]:
+    """Normalise the usage of an OpenAI-style completion body, strictly.
 
     Returns:
-        The usage, or ``None`` when the body carries none.
+        ``(usage, "")`` for a readable report; ``(None, "missing")`` when the body
+        carries none; ``(None, "invalid")`` when it is not a set of non-negative
+        integers (negative, fractional, boolean or non-numeric values; numeric
+        strings are coerced) — which counts as missing.
     """
     usage = body.get("usage")
     if not isinstance(usage, Mapping):
         usage = _sub(_sub(body, "x_groq"), "usage")
     if not usage:
-        return None
-    prompt = _as_int(usage.get("prompt_tokens"))
-    if "prompt_cache_hit_tokens" in usage:
-        cached = _as_int(usage.get("prompt_cache_hit_tokens"))
-    elif "cached_tokens" in _sub(usage, "prompt_tokens_details"):
-        cached = _as_int(_sub(usage, "prompt_tokens_details").get("cached_tokens"))
-    else:
-        cached = _as_int(usage.get("num_cached_tokens"))
-    extra: dict[str, int] = {}
-    if "prompt_cache_miss_tokens" in usage:
-        extra["prompt_cache_miss_tokens"] = _as_int(usage.get("prompt_cache_miss_tokens"))
+        return None, "missing"
+    try:
+        prompt = _as_int(usage.get("prompt_tokens"))
+        output = _as_int(usage.get("completion_tokens"))
+        if "prompt_cache_hit_tokens" in usage:
+            cached = _opt_int(usage, "prompt_cache_hit_tokens")
+        elif "cached_tokens" in _sub(usage, "prompt_tokens_details"):
+            cached = _opt_int(_sub(usage, "prompt_tokens_details"), "cached_tokens")
+        else:
+            cached = _opt_int(usage, "num_cached_tokens")
+        reasoning = _opt_int(_sub(usage, "completion_tokens_details"), "reasoning_tokens")
+        extra: dict[str, int] = {}
+        if "prompt_cache_miss_tokens" in usage:
+            extra["prompt_cache_miss_tokens"] = _opt_int(usage, "prompt_cache_miss_tokens")
+    except _BadUsage:
+        return None, "invalid"
     time_info = _sub(body, "time_info") or usage
     total_time = time_info.get("total_time")
-    if isinstance(total_time, int | float) and not isinstance(total_time, bool):
+    if (
+        isinstance(total_time, int | float)
+        and not isinstance(total_time, bool)
+        and math.isfinite(total_time)
+        and 0 <= total_time < 1e6
+    ):
         extra["provider_total_time_ms"] = round(float(total_time) * 1000)
-    return Usage(
-        input_tokens=prompt,
-        cached_input_tokens=min(cached, prompt),
-        output_tokens=_as_int(usage.get("completion_tokens")),
-        reasoning_tokens=_as_int(_sub(usage, "completion_tokens_details").get("reasoning_tokens")),
-        extra=extra,
+    return (
+        Usage(
+            input_tokens=prompt,
+            cached_input_tokens=min(cached, prompt),
+            output_tokens=output,
+            reasoning_tokens=reasoning,
+            extra=extra,
+        ),
+        "",
     )
+
+
+def parse_usage(body: Mapping[str, Any]) -> Usage | None:
+    """Normalise the usage of an OpenAI-style completion body.
+
+    Returns:
+        The usage, or ``None`` when the body carries none or an unreadable one
+        (see :func:`read_usage`).
+    """
+    return read_usage(body)[0]
+
+
+def _error_status(err: Mapping[str, Any]) -> int:
+    """The HTTP status an error object inside a 200 stands for: its numeric ``code``
+    (or ``status``) when that is one, else guessed from its type/message."""
+    for key in ("code", "status"):
+        value = err.get(key)
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int) and 100 <= value <= 599:
+            return value
+        if isinstance(value, str) and value.strip().isdigit() and 100 <= int(value) <= 599:
+            return int(value)
+    words = " ".join(str(err.get(k, "")) for k in ("code", "type", "message")).lower()
+    if any(marker in words for marker in _BALANCE_MARKERS):
+        return 402
+    if "rate" in words and "limit" in words:
+        return 429
+    if "auth" in words or "api key" in words:
+        return 401
+    return 502
 
 
 def parse_completion_body(
@@ -187,37 +264,59 @@ def parse_completion_body(
 ) -> Completion:
     """Build a :class:`Completion` from a 200 body (already JSON-decoded).
 
+    * An error object and no ``choices`` (gateways, providers under load:
+      ``{"error": {"code": 502, ...}}``): the error its code stands for, exactly as
+      :func:`error_for_status` maps that HTTP status; not interrupted (the hold is
+      released) unless the body also reports usage (then that usage is settled,
+      ``billed_usage``).
+    * No ``choices`` and no usage: nothing was generated → :class:`ProviderUnavailable`,
+      not interrupted (the hold is released).
+    * Usage but no ``choices``: :class:`ProviderUnavailable` carrying that usage
+      (settled as reported).
+    * Choices with text but usage missing or unreadable: the completion, with
+      ``usage_issue`` set (the cascade settles at the ceiling, estimated).
+
     Raises:
-        ProviderUnavailable: (interrupted) the body is not a chat completion, e.g. an
-            HTML page or JSON without ``choices`` — the provider may still have billed it.
+        ProviderError: as above; ProviderUnavailable (interrupted) for a body that
+            is not a JSON object or has no message content.
     """
     if not isinstance(body, Mapping):
         raise ProviderUnavailable(
             provider, "200 without a completion body", interrupted=True, status=200
         )
+    usage, issue = read_usage(body)
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        err = body.get("error")
+        if isinstance(err, Mapping):
+            status = _error_status(err)
+            exc = error_for_status(provider, status, json.dumps(body), rate_limits)
+            exc.detail = f"200 with an error object: {exc.detail}"
+            exc.billed_usage = usage
+            raise exc
+        if usage is None:
+            raise ProviderUnavailable(provider, "200 without choices or usage", status=200)
         raise ProviderUnavailable(
             provider,
             "200 without choices",
             interrupted=True,
-            partial_usage=parse_usage(body),
+            partial_usage=usage,
             status=200,
+            billed_usage=usage,
         )
     choice = choices[0]
     message = _sub(choice, "message")
     content = message.get("content")
+    if content is None:
+        content = ""
     if not isinstance(content, str):
         raise ProviderUnavailable(
             provider,
             "200 without message content",
             interrupted=True,
-            partial_usage=parse_usage(body),
+            partial_usage=usage,
             status=200,
         )
-    usage = parse_usage(body)
-    if usage is None:
-        raise ProviderUnavailable(provider, "200 without usage", interrupted=True, status=200)
     finish = choice.get("finish_reason")
     answered_model = body.get("model")
     return Completion(
@@ -225,9 +324,10 @@ def parse_completion_body(
         finish_reason=finish if isinstance(finish, str) else "unknown",
         provider=provider,
         model=answered_model if isinstance(answered_model, str) and answered_model else model,
-        usage=usage,
+        usage=usage or Usage(),
         rate_limits=rate_limits,
         paid=paid,
+        usage_issue=issue,
     )
 
 
@@ -272,7 +372,8 @@ def error_for_status(
     status        error
     ============  ===============================================================
     401, 403      :class:`AuthFailed`
-    402           :class:`QuotaExhausted` (DeepSeek "Insufficient Balance")
+    402           :class:`BalanceExhausted` (DeepSeek "Insufficient Balance"), and
+                  any status whose message names a balance/quota-of-money error
     429           :class:`ProviderRateLimited`, or :class:`QuotaExhausted` when the
                   message names a daily limit (Groq "(RPD)"/"(TPD)")
     400/413/422   :class:`ContextTooLong` when the message is about the context
@@ -289,8 +390,8 @@ def error_for_status(
     low = text.lower()
     if status in (401, 403):
         return AuthFailed(provider, f"HTTP {status}", status=status, rate_limits=rate_limits)
-    if status == 402:
-        return QuotaExhausted(
+    if status == 402 or any(marker in low for marker in _BALANCE_MARKERS):
+        return BalanceExhausted(
             provider,
             detail,
             retry_after_s=rate_limits.retry_after_s,

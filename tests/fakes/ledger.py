@@ -96,6 +96,8 @@ class FakeHold:
     request_id: str
     input_tokens: int
     max_tokens: int
+    input_bound_tokens: int | None = None
+    margin_musd: int = 0  # provable-bound ceiling − ceiling, kept out of the limit while held
     state: str = "held"  # held | settled | released
     usage: Usage | None = None
     actual_musd: int = 0
@@ -134,6 +136,7 @@ class FakeLedger:
         self.killed = False
         self.holds: dict[str, FakeHold] = {}
         self.refusals: list[Refusal] = []
+        self.calibrations: dict[tuple[str, str], tuple[int, int]] = {}
         self._ops: dict[str, _Op] = {}
         self._ids = itertools.count(1)
 
@@ -169,7 +172,10 @@ class FakeLedger:
         return sum(h.actual_musd for h in self.holds.values() if h.state == "settled")
 
     def _held(self) -> int:
-        return sum(h.ticket.ceiling_musd for h in self.holds.values() if h.state == "held")
+        """Held ceilings plus the provable-bound margins kept out while held."""
+        return sum(
+            h.ticket.ceiling_musd + h.margin_musd for h in self.holds.values() if h.state == "held"
+        )
 
     async def reserve(
         self,
@@ -180,15 +186,20 @@ class FakeLedger:
         model: str,
         input_tokens: int,
         max_tokens: int,
+        input_bound_tokens: int | None = None,
     ) -> HoldTicket:
         if self.killed:
             raise self._refuse(Refusal(RefusalReason.KILL))
         at = self.clock.now()
         ceiling = self.prices.ceiling_musd(provider, model, input_tokens, max_tokens, at)
+        margin = 0
+        if input_bound_tokens is not None and input_bound_tokens > input_tokens:
+            bound = self.prices.ceiling_musd(provider, model, input_bound_tokens, max_tokens, at)
+            margin = max(0, bound - ceiling)
         if self.global_limit_musd is not None:
             spent, held = self._spent(), self._held()
-            if ceiling > self.global_limit_musd - spent - held:
-                busy = ceiling <= self.global_limit_musd - spent
+            if ceiling + margin > self.global_limit_musd - spent - held:
+                busy = ceiling + margin <= self.global_limit_musd - spent
                 raise self._refuse(
                     Refusal(
                         RefusalReason.BUSY if busy else RefusalReason.LIMIT,
@@ -199,7 +210,13 @@ class FakeLedger:
                 )
         ticket = HoldTicket(f"h{next(self._ids)}", provider, model, ceiling, ceiling, at)
         self.holds[ticket.hold_id] = FakeHold(
-            ticket, op.operation_id, request_id, input_tokens, max_tokens
+            ticket,
+            op.operation_id,
+            request_id,
+            input_tokens,
+            max_tokens,
+            input_bound_tokens,
+            margin_musd=margin,
         )
         return ticket
 
@@ -226,6 +243,14 @@ class FakeLedger:
             estimated,
         )
         return actual
+
+    async def calibration(self) -> dict[tuple[str, str], tuple[int, int]]:
+        return dict(self.calibrations)
+
+    async def record_calibration(
+        self, provider: str, model: str, ratio_ppm: int, samples: int
+    ) -> None:
+        self.calibrations[(provider, model)] = (ratio_ppm, samples)
 
     async def release(self, hold_id: str) -> None:
         hold = self.holds.get(hold_id)

@@ -30,6 +30,8 @@ from tests.unit.llm.llm_helpers import KEYS, count_tokens, spec
 FREE = ("groq", "groq2", "mistral", "cerebras")
 LONG = (Message("system", "s" * 2000), Message("user", "u" * 2000))  # 1,008 counted tokens
 SHORT = (Message("user", "u" * 40),)  # 14 counted tokens
+#: a prompt for which a 10,000-token report is plausible (bound 4,032 tokens)
+MID = (Message("user", "u" * 4000),)
 
 
 def key(name: str) -> str:
@@ -103,15 +105,16 @@ async def test_ladder_step1_cheap_model(anchor_only: Any, fake: FakeProviders) -
 
 
 async def test_ladder_step2_shrinks_max_tokens(anchor_only: Any, fake: FakeProviders) -> None:
-    """No cheaper prompt, cheap model still too dear (182 > 150) → max_tokens shrunk to
-    the largest that fits the free 150 µUSD (723 tokens ≥ 128)."""
-    cascade, ledger, _ = await anchor_only(150)
+    """No cheaper prompt, cheap model still too dear (its provable bound, 4,048 input
+    tokens + 1,000 output = 394 µUSD > 350) → max_tokens shrunk to the largest whose
+    *bound* fits the free 350 µUSD (605 tokens ≥ 128)."""
+    cascade, ledger, _ = await anchor_only(350)
     done = await run(cascade, ledger, LLMRequest(LONG, max_tokens=1000))
     assert done.degraded == ("cheap_model", "shrunk_max_tokens")
     sent = fake.requests_for(key=key("deepseek"))[0].body
-    assert 128 <= sent["max_tokens"] < 1000
+    assert sent["max_tokens"] == 605
     hold = ledger.holds_for("deepseek")[0]
-    assert hold.ticket.ceiling_musd <= 150
+    assert hold.ticket.ceiling_musd + hold.margin_musd <= 350
 
 
 async def test_ladder_step3_refuses_without_a_request(
@@ -170,7 +173,7 @@ async def test_cost_is_exact_at_cached_uncached_output_rates(
         key("deepseek"), {"prompt_tokens": 10_000, "cached_tokens": 8_000, "completion_tokens": 200}
     )
     try:
-        done = await run(cascade, ledger, LLMRequest(SHORT, max_tokens=300))
+        done = await run(cascade, ledger, LLMRequest(MID, max_tokens=300))
     finally:
         await cascade.aclose()
     assert done.cost_musd == 868
@@ -205,7 +208,7 @@ async def test_cascade_on_the_real_ledger(
         key("deepseek"), {"prompt_tokens": 10_000, "cached_tokens": 8_000, "completion_tokens": 200}
     )
     try:
-        done = await run(cascade, ledger, LLMRequest(SHORT, max_tokens=300))
+        done = await run(cascade, ledger, LLMRequest(MID, max_tokens=300))
     finally:
         await cascade.aclose()
     assert done.provider == "deepseek" and done.cost_musd == 868
