@@ -39,6 +39,7 @@ class AdminNotifier:
         self._i18n = i18n
         self._admins = sorted(admin_ids)
         self._clock = clock
+        self._storage_told: set[str] = set()
 
     async def _broadcast(self, text: str) -> None:
         for admin in self._admins:
@@ -57,13 +58,55 @@ class AdminNotifier:
             ).format(reason=state.reason)
         await self._broadcast(text)
 
-    async def cascade_event(self, event: CascadeEvent) -> None:
-        """Provider events worth an admin's attention (a key disabled after an auth failure)."""
-        if event.kind != "key_disabled":
+    async def storage_failed(self, reason: str) -> None:
+        """The database failed (once per reason and process): ``deleted``/``replaced``
+        (the file was removed under the running bot) or ``storage`` (read-only, full
+        disk, I/O error). The ledger fails closed: no provider call is made."""
+        if reason in self._storage_told:
             return
+        self._storage_told.add(reason)
         with in_locale(self._i18n, "en"):
-            text = _(
-                "🔑 Provider key {name} was disabled after an authentication failure; the "
-                "cascade goes on without it. Fix the key, then /providers enable {name}."
-            ).format(name=event.provider)
+            if reason in ("deleted", "replaced"):
+                text = _(
+                    "🗄 The database file was {how} while the bot was running. The ledger "
+                    "fails closed: no paid or free LLM call is made until the bot is "
+                    "restarted on a good database."
+                ).format(how=reason)
+            else:
+                text = _(
+                    "🗄 The database cannot be written (read-only, full disk or I/O "
+                    "error). The ledger fails closed: no LLM call is made until it can "
+                    "write again; /budget shows what can still be read."
+                )
+        await self._broadcast(text)
+
+    async def cascade_event(self, event: CascadeEvent) -> None:
+        """Provider events worth an admin's attention: a key disabled (auth failure or
+        no balance), a free key parked longer than an hour, a usage anomaly."""
+        with in_locale(self._i18n, "en"):
+            if event.kind == "key_disabled":
+                text = _(
+                    "🔑 Provider key {name} was disabled after an authentication failure; "
+                    "the cascade goes on without it. Fix the key, then "
+                    "/providers enable {name}."
+                ).format(name=event.provider)
+            elif event.kind == "key_disabled_balance":
+                text = _(
+                    "💳 Provider key {name} was disabled: its account has no balance or "
+                    "quota left ({detail}). The cascade goes on without it. Top it up, "
+                    "then /providers enable {name}."
+                ).format(name=event.provider, detail=event.detail)
+            elif event.kind == "key_parked":
+                text = _(
+                    "🅿️ Free provider key {name} is cooling down for more than an hour "
+                    "({detail}); until then its traffic goes to the next providers, "
+                    "possibly the paid one."
+                ).format(name=event.provider, detail=event.detail)
+            elif event.kind == "usage_anomaly":
+                text = _(
+                    "⚠️ Provider {name} reported usage Kopek does not trust: {detail}. "
+                    "The key is cooling down."
+                ).format(name=event.provider, detail=event.detail)
+            else:
+                return
         await self._broadcast(text)

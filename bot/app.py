@@ -244,6 +244,7 @@ def _cascade_config(settings: Settings) -> CascadeConfig:
     return CascadeConfig(
         timeout_s=settings.provider_timeout_seconds,
         cooldown_s=settings.cooldown_seconds,
+        cooldown_max_s=settings.cooldown_max_seconds,
         breaker_failure_threshold=settings.breaker_failure_threshold,
         breaker_failure_window_s=settings.breaker_failure_window_seconds,
         global_max_inflight_calls=settings.global_max_inflight_calls,
@@ -303,7 +304,12 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         max_call_seconds=settings.provider_timeout_seconds,
     )
     ledger = Ledger.sqlite(
-        path, ledger_config(settings), prices, clock, on_auto_kill=notifier.auto_kill
+        path,
+        ledger_config(settings),
+        prices,
+        clock,
+        on_auto_kill=notifier.auto_kill,
+        on_unavailable=notifier.storage_failed,
     )
     tokens = TokenCounter(safety_factor=settings.token_safety_factor)
     registry = CollectorRegistry()
@@ -389,6 +395,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
             keys={name: not prices.is_free(name) for name in settings.provider_keys()},
         ),
         refusals=refusal_counter(registry),
+        notifier=notifier,
     )
     dp = Dispatcher(**workflow)
     dp.message.outer_middleware(ArrivalOrderMiddleware(chat))

@@ -25,11 +25,11 @@ from typing import Protocol
 
 from bot.store import History
 from budget.clock import Clock
-from budget.errors import HoldRefused
+from budget.errors import BudgetError, HoldRefused
 from budget.protocol import LedgerPort, OperationTicket
 from budget.types import Origin, Refusal
 from llm.cascade import fingerprint
-from llm.errors import LLMError, ProviderRejected
+from llm.errors import EmptyCompletion, LLMError, ProviderRejected
 from llm.types import Completion, LLMRequest, Message, Priority
 
 __all__ = [
@@ -92,16 +92,19 @@ class FailureKind(StrEnum):
     UNAVAILABLE = "unavailable"  # no provider could answer
     ERROR = "error"  # an unexpected exception (logged)
     SHUTDOWN = "shutdown"  # the bot is stopping
+    EMPTY = "empty"  # the model answered (billed) with no usable text
 
 
 @dataclass(frozen=True, slots=True)
 class ChatFailed:
-    """No answer, nothing charged. ``tokens``/``limit`` are set for ``too_long``."""
+    """No answer. ``tokens``/``limit`` are set for ``too_long``. ``empty``: the model
+    answered with no usable text — billed (``cost_musd`` µUSD booked), not an answer."""
 
     kind: FailureKind
     tokens: int = 0
     limit: int = 0
     running: bool = False
+    cost_musd: int = 0
 
 
 ChatOutcome = ChatAnswer | ChatRefused | ChatFailed
@@ -287,23 +290,42 @@ class ChatService:
             ctx = activity() if activity is not None else nullcontext()
             async with ctx:
                 completion = await self._backend.complete(op, request)
-            await self._history.append(
-                user_id,
-                [
-                    ("user", user_msg.content, user_tokens),
-                    ("assistant", completion.text, completion.usage.output_tokens),
-                ],
-                self._clock.now(),
-            )
+            await self._remember(user_id, user_msg, user_tokens, completion)
             return ChatAnswer(completion)
         except HoldRefused as exc:
             return ChatRefused(exc.refusal, running=others_running)
         except ProviderRejected:
             return ChatFailed(FailureKind.REJECTED)
+        except EmptyCompletion as exc:
+            return ChatFailed(FailureKind.EMPTY, cost_musd=exc.cost_musd)
         except LLMError:
             return ChatFailed(FailureKind.UNAVAILABLE)
         finally:
-            await self._ledger.end_operation(op)
+            try:
+                await self._ledger.end_operation(op)
+            except BudgetError:
+                # storage failed: the slot expires with the operation's TTL; an answer
+                # that exists is still delivered
+                log.exception("could not end operation %s", op.operation_id)
+
+    async def _remember(
+        self, user_id: int, user_msg: Message, user_tokens: int, completion: Completion
+    ) -> None:
+        """Store the turn; the answer's tokens are the ones Kopek counts for the
+        stored (possibly cut) text, never the provider's claim. A storage failure
+        loses the turn, not the answer."""
+        answer_tokens = self._count([Message("assistant", completion.text)])
+        try:
+            await self._history.append(
+                user_id,
+                [
+                    ("user", user_msg.content, user_tokens),
+                    ("assistant", completion.text, answer_tokens),
+                ],
+                self._clock.now(),
+            )
+        except Exception:
+            log.exception("chat history not stored (storage failure); the answer is delivered")
 
     async def drain(self, grace_s: float) -> None:
         """Refuse new work; let in-flight operations finish for ``grace_s`` seconds, then

@@ -18,7 +18,7 @@ from aiogram.utils.i18n.middleware import I18nMiddleware
 from bot.chat import ChatService
 from bot.context import Outcome, ProfileStore, UserContext
 from bot.i18n import pick_language
-from bot.store import Intake
+from bot.store import Intake, is_storage_failure
 from budget.clock import Clock
 
 __all__ = ["ArrivalOrderMiddleware", "IntakeMiddleware", "LocaleMiddleware", "ProfileMiddleware"]
@@ -26,6 +26,18 @@ __all__ = ["ArrivalOrderMiddleware", "IntakeMiddleware", "LocaleMiddleware", "Pr
 log = logging.getLogger(__name__)
 
 Handler = Callable[[TelegramObject, dict[str, Any]], Awaitable[Any]]
+
+#: Commands that only read, and so still run while the database cannot be written
+#: (everything else gets the ledger-unavailable template from the error router).
+READ_ONLY_COMMANDS = frozenset({"budget"})
+
+
+def _reads_only(event: Message) -> bool:
+    text = event.text or ""
+    if not text.startswith("/"):
+        return False
+    name = text[1:].split(maxsplit=1)[0].split("@", 1)[0].lower() if len(text) > 1 else ""
+    return name in READ_ONLY_COMMANDS
 
 
 class ArrivalOrderMiddleware(BaseMiddleware):
@@ -68,7 +80,13 @@ class ProfileMiddleware(BaseMiddleware):
         if not isinstance(event, Message) or event.from_user is None:
             return await handler(event, data)
         user = event.from_user
-        language, tz = await self._profiles.touch(user.id, event.chat.id, user.language_code)
+        try:
+            language, tz = await self._profiles.touch(user.id, event.chat.id, user.language_code)
+        except Exception as exc:
+            if not (is_storage_failure(exc) and _reads_only(event)):
+                raise
+            log.warning("profile not readable/writable (storage failure); defaults used")
+            language, tz = None, None
         data["user_ctx"] = UserContext(
             user_id=user.id,
             chat_id=event.chat.id,
@@ -109,14 +127,21 @@ class IntakeMiddleware(BaseMiddleware):
         ctx = data.get("user_ctx")
         language = ctx.language if isinstance(ctx, UserContext) else "en"
         is_command = (event.text or "").startswith("/")
-        first = await self._intake.record(
-            status="command" if is_command else "received",
-            chat_id=event.chat.id,
-            message_id=event.message_id,
-            user_id=event.from_user.id,
-            language=language,
-            now=self._clock.now(),
-        )
+        try:
+            first = await self._intake.record(
+                status="command" if is_command else "received",
+                chat_id=event.chat.id,
+                message_id=event.message_id,
+                user_id=event.from_user.id,
+                language=language,
+                now=self._clock.now(),
+            )
+        except Exception as exc:
+            if not (is_storage_failure(exc) and _reads_only(event)):
+                raise
+            # the database cannot be written: a read-only command still reads what it can
+            log.warning("intake not recorded (storage failure); running a read-only command")
+            return await handler(event, data)
         if not first:
             log.info("dropping a message delivered twice (chat %s)", event.chat.id)
             return None
@@ -124,17 +149,22 @@ class IntakeMiddleware(BaseMiddleware):
         try:
             result = await handler(event, data)
         except BaseException:
+            await self._finish(event, Outcome.FAILED)
+            raise
+        await self._finish(event, result if isinstance(result, Outcome) else default)
+        return result
+
+    async def _finish(self, event: Message, status: Outcome) -> None:
+        """Record the outcome; a storage failure here is logged, never turned into a
+        second reply after the handler already answered."""
+        try:
             await self._intake.finish(
                 chat_id=event.chat.id,
                 message_id=event.message_id,
-                status="failed",
+                status=status,
                 now=self._clock.now(),
             )
-            raise
-        await self._intake.finish(
-            chat_id=event.chat.id,
-            message_id=event.message_id,
-            status=result if isinstance(result, Outcome) else default,
-            now=self._clock.now(),
-        )
-        return result
+        except Exception as exc:
+            if not is_storage_failure(exc):
+                raise
+            log.error("intake outcome %s not recorded (storage failure)", status)

@@ -82,7 +82,9 @@ class Settings(BaseSettings):
     cerebras_tier: Tier = "free"
     deepseek_tier: Tier = "paid"
     provider_timeout_seconds: float = Field(60.0, gt=0)
-    cooldown_seconds: float = Field(600.0, ge=0)
+    cooldown_seconds: float = Field(600.0, ge=0, allow_inf_nan=False)
+    # the longest wait a provider's own Retry-After may impose (clamped to [1 s, this])
+    cooldown_max_seconds: float = Field(3600.0, ge=1, allow_inf_nan=False)
     breaker_failure_threshold: int = Field(3, ge=1)
     breaker_failure_window_seconds: float = Field(60.0, gt=0)
     global_max_inflight_calls: int = Field(8, ge=1)

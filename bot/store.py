@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import delete, func, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.models import ChatTurn, SeenMessage
+from budget.errors import LedgerUnavailable
 from llm.types import Message
 
-__all__ = ["History", "Intake", "LostMessage"]
+__all__ = ["History", "Intake", "LostMessage", "is_storage_failure"]
+
+
+def is_storage_failure(exc: BaseException) -> bool:
+    """True for a failure of the database itself (read-only, full disk, I/O error,
+    file gone) — the ledger's ``LedgerUnavailable`` or SQLAlchemy's/sqlite3's
+    ``OperationalError`` — as opposed to a bug."""
+    return isinstance(exc, LedgerUnavailable | OperationalError | sqlite3.OperationalError)
 
 
 @dataclass(frozen=True, slots=True)

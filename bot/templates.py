@@ -156,6 +156,23 @@ def empty_message_text() -> str:
     return _("Your message looks empty. Please write some text.")
 
 
+def could_not_answer_text() -> str:
+    """The model answered with no usable text (blank, or its whole output budget spent
+    on reasoning). It was billed, so this names no "nothing was charged"."""
+    return _("🤷 The model could not answer this one. Please rephrase it and try again.")
+
+
+def shortened_note() -> str:
+    """Appended to a degraded answer (max_tokens shrunk to fit the budget) that the
+    model had to stop at that limit."""
+    return _("✂️ This answer was shortened to fit the remaining budget.")
+
+
+def cut_note() -> str:
+    """Appended to an answer longer than its output limit could produce; it was cut."""
+    return _("✂️ The answer was longer than its limit allows and was cut here.")
+
+
 def error_text() -> str:
     """An unexpected failure; nothing was charged for it."""
     return _("⚠️ Something went wrong on our side. Nothing was charged. Please retry.")

@@ -60,7 +60,9 @@ _T = TypeVar("_T")
 
 #: Called (as a task) when the automatic trigger trips the kill switch.
 KillListener = Callable[[KillState], Coroutine[Any, Any, None]]
-#: Called (as a task) once when the database file is found deleted or replaced.
+#: Called (as a task) once per reason when storage fails: ``"deleted"``/``"replaced"``
+#: (the database path no longer names the open file) or ``"storage"`` (read-only,
+#: full disk, I/O error).
 LostListener = Callable[[str], Coroutine[Any, Any, None]]
 
 
@@ -83,12 +85,12 @@ class Ledger:
     __slots__ = (
         "_card",
         "_closed",
-        "_lost_told",
         "_notify_tasks",
         "_on_auto_kill",
-        "_on_lost",
+        "_on_unavailable",
         "_sweep_previous",
         "_sweeper",
+        "_told",
         "clock",
         "config",
         "store",
@@ -103,7 +105,7 @@ class Ledger:
         *,
         on_auto_kill: KillListener | None = None,
         sweep_previous_on_start: bool = True,
-        on_lost: LostListener | None = None,
+        on_unavailable: LostListener | None = None,
     ) -> None:
         if store.config is not config:
             raise BudgetConfigError("store and ledger must share one LedgerConfig")
@@ -116,8 +118,8 @@ class Ledger:
         self._sweeper: asyncio.Task[None] | None = None
         self._notify_tasks: set[asyncio.Task[None]] = set()
         self._closed = False
-        self._on_lost = on_lost
-        self._lost_told = False
+        self._on_unavailable = on_unavailable
+        self._told: set[str] = set()
 
     @classmethod
     def sqlite(
@@ -129,7 +131,7 @@ class Ledger:
         *,
         on_auto_kill: KillListener | None = None,
         sweep_previous_on_start: bool = True,
-        on_lost: LostListener | None = None,
+        on_unavailable: LostListener | None = None,
     ) -> Ledger:
         """A ledger on the SQLite file ``path`` (schema from Alembic revision 0001_ledger)."""
         store = SqliteStore(path, config, process_id=uuid.uuid4().hex)
@@ -140,7 +142,7 @@ class Ledger:
             clock,
             on_auto_kill=on_auto_kill,
             sweep_previous_on_start=sweep_previous_on_start,
-            on_lost=on_lost,
+            on_unavailable=on_unavailable,
         )
 
     @property
@@ -159,7 +161,7 @@ class Ledger:
             how many holds were expired at start.
         """
         self.store.open()
-        out = await self.store.call(self.store.sweep, self.clock.now(), self._sweep_previous)
+        out = await self._guarded(self.store.sweep, self.clock.now(), self._sweep_previous)
         if out.expired:
             log.warning(
                 "ledger start: expired %d holds left by a previous process; booked %d µUSD"
@@ -243,7 +245,7 @@ class Ledger:
         """
         check_user_id(user_id)
         caps = self.config.operation_caps[origin]
-        return await self.store.call(
+        return await self._guarded(
             self.store.begin_operation,
             self.clock.now(),
             user_id,
@@ -254,7 +256,7 @@ class Ledger:
 
     async def end_operation(self, op: OperationTicket) -> None:
         """Free the operation's in-flight slot. Idempotent."""
-        await self.store.call(self.store.end_operation, self.clock.now(), op.operation_id)
+        await self._guarded(self.store.end_operation, self.clock.now(), op.operation_id)
 
     async def begin_request(self, op: OperationTicket, fingerprint: str) -> str:
         """Count a new request in ``op``; returns its id.
@@ -264,7 +266,7 @@ class Ledger:
                 ``operation_cap`` (max requests reached); both are recorded.
             UnknownOperation: ``op`` ended or expired.
         """
-        return await self.store.call(
+        return await self._guarded(
             self.store.begin_request, self.clock.now(), op.operation_id, fingerprint
         )
 
@@ -330,38 +332,46 @@ class Ledger:
         """Smallest free µUSD over the levels a hold at ``provider`` would touch,
         the operation's remaining cap included (never ``None`` since an operation
         always has a cap; typed ``None``-able per the port)."""
-        return await self.store.call(
+        return await self._guarded(
             self.store.free_musd, self.clock.now(), op.operation_id, provider
         )
 
     async def _guarded(self, fn: Callable[..., _T], *args: Any) -> _T:
-        """``store.call`` that tells admins (once) when the database file is lost."""
+        """``store.call`` that tells admins once per reason when storage fails."""
         try:
             return await self.store.call(fn, *args)
         except LedgerUnavailable:
-            if self.store.lost and not self._lost_told:
-                self._lost_told = True
-                log.error(
-                    "ledger database file %s was %s while open: failing closed, no new holds",
-                    self.store.path,
-                    self.store.lost,
-                )
-                if self._on_lost is not None:
-                    task = asyncio.create_task(self._on_lost(self.store.lost))
-                    self._notify_tasks.add(task)
-                    task.add_done_callback(self._notify_tasks.discard)
+            if not self._closed:
+                self._unavailable(self.store.lost or "storage")
             raise
+
+    def _unavailable(self, reason: str) -> None:
+        if reason in self._told:
+            return
+        self._told.add(reason)
+        if reason == "storage":
+            log.error("ledger storage failed (read-only, full or broken): failing closed")
+        else:
+            log.error(
+                "ledger database file %s was %s while open: failing closed, no new holds",
+                self.store.path,
+                reason,
+            )
+        if self._on_unavailable is not None:
+            task = asyncio.create_task(self._on_unavailable(reason))
+            self._notify_tasks.add(task)
+            task.add_done_callback(self._notify_tasks.discard)
 
     async def calibration(self) -> dict[tuple[str, str], tuple[int, int]]:
         """Persisted estimate calibration: ``(provider, model) → (reported ÷ counted
         input tokens in parts per million, samples)``."""
-        return await self.store.call(self.store.calibration)
+        return await self._guarded(self.store.calibration)
 
     async def record_calibration(
         self, provider: str, model: str, ratio_ppm: int, samples: int
     ) -> None:
         """Persist one model's calibration (see :meth:`calibration`)."""
-        await self.store.call(
+        await self._guarded(
             self.store.record_calibration, self.clock.now(), provider, model, ratio_ppm, samples
         )
 
@@ -405,7 +415,7 @@ class Ledger:
         Raises:
             UnknownHold: ``hold_id`` was never granted.
         """
-        outcome = await self.store.call(
+        outcome = await self._guarded(
             self.store.settle, self.clock.now(), hold_id, usage, estimated, self._pricer
         )
         return self._after_settle(outcome)
@@ -426,7 +436,7 @@ class Ledger:
         def usage_of(input_tokens: int, max_tokens: int) -> Usage:
             return interrupted_usage(input_tokens, max_tokens, reported, received_output_tokens)
 
-        outcome = await self.store.call(
+        outcome = await self._guarded(
             self.store.settle, self.clock.now(), hold_id, usage_of, True, self._pricer
         )
         return self._after_settle(outcome)
@@ -442,7 +452,7 @@ class Ledger:
         Raises:
             UnknownHold: ``hold_id`` was never granted.
         """
-        await self.store.call(self.store.release, self.clock.now(), hold_id)
+        await self._guarded(self.store.release, self.clock.now(), hold_id)
 
     # -- kill switch -----------------------------------------------------------------
     async def kill(
@@ -465,7 +475,7 @@ class Ledger:
         """
         _check_by(by)
         kind, name = _scope(scope)
-        return await self.store.call(
+        return await self._guarded(
             self.store.set_kill, self.clock.now(), kind, name, True, reason, by
         )
 
@@ -478,13 +488,11 @@ class Ledger:
         """
         _check_by(by)
         kind, name = _scope(scope)
-        return await self.store.call(
-            self.store.set_kill, self.clock.now(), kind, name, False, "", by
-        )
+        return await self._guarded(self.store.set_kill, self.clock.now(), kind, name, False, "", by)
 
     async def kill_state(self) -> KillState:
         """The global switch."""
-        states = await self.store.call(self.store.kill_states)
+        states = await self._guarded(self.store.kill_states)
         return next((s for s in states if s.scope_kind == "global"), KillState(False))
 
     # -- limits, teams, messages ---------------------------------------------------------
@@ -509,7 +517,7 @@ class Ledger:
         _check_limit(window, limit_musd)
         _check_limit_scope(level, scope)
         _check_by(by)
-        await self.store.call(
+        await self._guarded(
             self.store.set_limit, self.clock.now(), level, scope, window, limit_musd, by, False
         )
 
@@ -524,7 +532,7 @@ class Ledger:
         _check_limit(window, None)
         _check_limit_scope(level, scope)
         _check_by(by)
-        await self.store.call(
+        await self._guarded(
             self.store.set_limit, self.clock.now(), level, scope, window, None, by, True
         )
 
@@ -540,7 +548,7 @@ class Ledger:
         if not name or name == "*":
             raise ValueError("team name must be non-empty and not '*'")
         check_user_id(user_id)
-        return await self.store.call(self.store.team_add, self.clock.now(), name, user_id)
+        return await self._guarded(self.store.team_add, self.clock.now(), name, user_id)
 
     async def team_remove(self, name: str, user_id: int) -> bool:
         """Remove ``user_id`` from ``name``; ``False`` if they were not in it.
@@ -549,11 +557,11 @@ class Ledger:
             ValueError: ``user_id`` outside the signed 64-bit range.
         """
         check_user_id(user_id)
-        return await self.store.call(self.store.team_remove, self.clock.now(), name, user_id)
+        return await self._guarded(self.store.team_remove, self.clock.now(), name, user_id)
 
     async def teams(self) -> dict[str, list[int]]:
         """Team name → member ids (a team exists while it has members)."""
-        return await self.store.call(self.store.teams)
+        return await self._guarded(self.store.teams)
 
     async def record_message(self, user_id: int) -> int:
         """Count an incoming message against USER_DAILY_MESSAGES (courtesy cap).
@@ -567,12 +575,12 @@ class Ledger:
             ValueError: ``user_id`` outside the signed 64-bit range.
         """
         check_user_id(user_id)
-        return await self.store.call(self.store.record_message, self.clock.now(), user_id)
+        return await self._guarded(self.store.record_message, self.clock.now(), user_id)
 
     # -- status --------------------------------------------------------------------------
     async def status(self) -> LedgerStatus:
         """Global and provider buckets, holds, exposure, kill, spend, refusals, estimates."""
-        return await self.store.call(self.store.status, self.clock.now())
+        return await self._guarded(self.store.status, self.clock.now())
 
     async def user_status(self, user_id: int) -> UserStatus:
         """Personal, team and global buckets of ``user_id``; in-flight; messages.
@@ -581,23 +589,23 @@ class Ledger:
             ValueError: ``user_id`` outside the signed 64-bit range.
         """
         check_user_id(user_id)
-        return await self.store.call(self.store.user_status, self.clock.now(), user_id)
+        return await self._guarded(self.store.user_status, self.clock.now(), user_id)
 
     async def team_status(self, name: str) -> TeamStatus:
         """Team buckets, members and their spend today."""
-        return await self.store.call(self.store.team_status, self.clock.now(), name)
+        return await self._guarded(self.store.team_status, self.clock.now(), name)
 
     async def top_users(self, n: int = 10) -> list[tuple[int, int, int]]:
         """The ``n`` users with the most money today: ``[(user_id, settled µUSD today,
         held µUSD now), …]``, largest settled + held first."""
-        return await self.store.call(self.store.top_users, self.clock.now(), n)
+        return await self._guarded(self.store.top_users, self.clock.now(), n)
 
     async def spend_per_hour(self, hours: int = 48) -> dict[str, list[tuple[datetime, int]]]:
         """Settled µUSD per hour for the last ``hours`` hours by series (``"global"``,
         ``"team:<name>"``, ``"provider:<name>"``), each ``[(hour start UTC, µUSD), …]``."""
         if hours < 1:
             raise ValueError("hours must be >= 1")
-        return await self.store.call(self.store.spend_per_hour, self.clock.now(), hours)
+        return await self._guarded(self.store.spend_per_hour, self.clock.now(), hours)
 
     def __repr__(self) -> str:
         return (

@@ -25,6 +25,7 @@ from bot.chat import (
 from bot.context import Outcome, UserContext
 from bot.delivery import send_markdown, send_text
 from budget.clock import Clock
+from llm.types import Completion
 
 __all__ = ["create_chat_router"]
 
@@ -107,7 +108,7 @@ def create_chat_router(*, stale_after_s: int) -> Router:
                 await send_text(bot, message.chat.id, templates.empty_answer_text(), clock=clock)
                 return Outcome.FAILED
             await send_markdown(
-                bot, message.chat.id, result.completion.text, clock=clock, reply_to=reply_to
+                bot, message.chat.id, _with_notes(result.completion), clock=clock, reply_to=reply_to
             )
             return Outcome.ANSWERED
         if isinstance(result, ChatRefused):
@@ -150,4 +151,17 @@ def _failure_text(result: ChatFailed) -> str:
         return templates.unavailable_text()
     if result.kind is FailureKind.SHUTDOWN:
         return templates.shutting_down_text()
+    if result.kind == "empty":
+        return templates.could_not_answer_text()
     return templates.error_text()
+
+
+def _with_notes(completion: Completion) -> str:
+    """The answer text plus a short note when it was cut (longer than its output
+    limit allows) or stopped at a max_tokens the degradation ladder shrank."""
+    text = completion.text
+    if completion.cut:
+        text += "\n\n" + templates.cut_note()
+    elif completion.finish_reason == "length" and "shrunk_max_tokens" in completion.degraded:
+        text += "\n\n" + templates.shortened_note()
+    return text
