@@ -113,7 +113,7 @@ IMPLAUSIBLE_FACTOR = 10
 CALIBRATION_MIN_SAMPLES = 3
 _CAL_WEIGHT = 8
 _CAL_HEADROOM_PPM = 1_100_000
-#: A free key parked longer than this is worth telling admins about, seconds.
+#: A free key parked this long or longer is worth telling admins about, seconds.
 PARK_NOTICE_S = 3600.0
 
 #: Refusal reasons the degradation ladder tries to work around.
@@ -916,7 +916,7 @@ class Cascade:
         self._metrics.cooldowns.labels(provider=name).inc()
         remaining = max(0.0, until - self._clock.monotonic())
         await self._emit(CascadeEvent("cooldown_opened", name, f"{reason}, {remaining:.0f} s"))
-        if not paid and remaining > PARK_NOTICE_S:
+        if not paid and remaining >= PARK_NOTICE_S:
             await self._emit(CascadeEvent("key_parked", name, f"{reason}, {remaining:.0f} s"))
 
     # ---------------------------------------------------------------- counters

@@ -48,7 +48,7 @@ from budget.clock import Clock
 from budget.errors import HoldRefused
 from budget.protocol import OperationTicket
 from budget.types import Origin, Refusal, RefusalReason
-from llm.errors import AllProvidersFailed, LLMError
+from llm.errors import AllProvidersFailed, EmptyCompletion, LLMError
 from llm.types import LLMRequest, Message, Priority
 from scheduler.cache import CacheKey, Made, SummaryCache, content_hash
 from scheduler.due import due_instant, is_late, local_date, todays_due
@@ -178,6 +178,9 @@ class RunnerStats:
     digests_deferred: int = 0
     delivery_retries: int = 0
     unparseable_posts: int = 0
+    #: summaries the model answered with no usable text (billed; shown as an
+    #: excerpt, never cached)
+    empty_summaries: int = 0
 
 
 @dataclass(slots=True)
@@ -716,6 +719,9 @@ class DigestRunner:
                             if reason in _DEFER_REASONS:
                                 raise _Deferred(refused.refusal) from refused
                             stopped = "operation_cap"  # operation cap or loop: deliver what we have
+                        except EmptyCompletion as exc:
+                            self.stats.empty_summaries += 1
+                            log.warning("digest.summary_empty post=%s: %s", post.link, exc)
                         except LLMError as exc:
                             log.warning("digest.summary_failed post=%s: %s", post.link, exc)
                     summarized = summary is not None

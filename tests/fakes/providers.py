@@ -29,6 +29,13 @@ a dict (JSON over the control API)::
     {"raw_body": {...}}                       # 200 with exactly this JSON (recorded bodies)
     {"trickle_s": 5}                          # 200, one newline every 50 ms, then the body
     {"cut": true}                             # 200, Content-Length larger than sent, close
+    {"error_in_200": 502}                     # 200 {"error": {"code": 502, ...}}, no choices
+    {"error_in_200": 429, "usage": {...}}     # the same, with a usage object
+    {"text": "", "finish_reason": "length"}   # an empty completion (all reasoning)
+    {"usage": {"prompt_tokens": -1, ...}}     # this exact usage object (perturbations)
+
+``default(target, step)`` makes a step sticky: it answers whenever the target's queue
+is empty (e.g. a provider that bills 1,000 output tokens whatever max_tokens was).
 
 With an empty queue the default answer echoes the last user message with usage
 counted as ceil(chars / 4) + 4 per message. Token-bucket mode (``set_bucket``) gives a
@@ -38,7 +45,8 @@ that does not fit gets a 429 with ``retry-after`` and the provider's headers.
 In-process: ``async with FakeProviders() as fake: ...``. As a process:
 ``python -m tests.fakes.providers --port N`` prints one JSON line with the base URLs
 and serves the control API: ``POST /_control/script`` ``{"target", "steps"}``,
-``POST /_control/bucket`` ``{"target", "tokens_per_minute"}``, ``POST /_control/reset``,
+``POST /_control/bucket`` ``{"target", "tokens_per_minute"}``, ``POST /_control/default``
+``{"target", "step"}``, ``POST /_control/reset``,
 ``GET /_control/requests``, ``GET /_control/stats``.
 """
 
@@ -169,6 +177,7 @@ def _go_duration(seconds: float) -> str:
 @dataclass(slots=True)
 class _State:
     scripts: dict[str, deque[dict[str, Any]]] = field(default_factory=dict)
+    defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
     buckets: dict[str, Bucket] = field(default_factory=dict)
     requests: list[RecordedRequest] = field(default_factory=list)
     in_flight: int = 0
@@ -260,6 +269,11 @@ class FakeProviders:
         """Queue ``steps`` for ``target`` (an API key or a provider name)."""
         self._state.scripts.setdefault(target, deque()).extend(steps)
 
+    def default(self, target: str, step: dict[str, Any]) -> None:
+        """Answer ``target`` (an API key or a provider name) with ``step`` whenever
+        its queue is empty."""
+        self._state.defaults[target] = dict(step)
+
     def set_bucket(self, target: str, tokens_per_minute: int) -> None:
         """Token-bucket mode for ``target`` (an API key or a provider name)."""
         now = self._clock.monotonic()
@@ -299,6 +313,7 @@ class FakeProviders:
         app.router.add_post("/deepseek/chat/completions", self._handler("deepseek"))
         app.router.add_post("/_control/script", self._ctl_script)
         app.router.add_post("/_control/bucket", self._ctl_bucket)
+        app.router.add_post("/_control/default", self._ctl_default)
         app.router.add_post("/_control/reset", self._ctl_reset)
         app.router.add_get("/_control/requests", self._ctl_requests)
         app.router.add_get("/_control/stats", self._ctl_stats)
@@ -307,6 +322,11 @@ class FakeProviders:
     async def _ctl_script(self, request: web.Request) -> web.Response:
         data = await request.json()
         self.script(str(data["target"]), *list(data.get("steps", [])))
+        return web.json_response({"ok": True})
+
+    async def _ctl_default(self, request: web.Request) -> web.Response:
+        data = await request.json()
+        self.default(str(data["target"]), dict(data.get("step", {})))
         return web.json_response({"ok": True})
 
     async def _ctl_bucket(self, request: web.Request) -> web.Response:
@@ -344,6 +364,9 @@ class FakeProviders:
             queue = self._state.scripts.get(target)
             if queue:
                 return queue.popleft()
+        for target in (key, provider):
+            if target in self._state.defaults:
+                return dict(self._state.defaults[target])
         return {}
 
     def _bucket(self, provider: str, key: str) -> Bucket | None:
@@ -373,6 +396,14 @@ class FakeProviders:
             )
         if "raw_body" in step:
             return web.json_response(step["raw_body"], headers=dict(step.get("headers", {})))
+        if "error_in_200" in step:
+            code = step["error_in_200"]
+            error_body: dict[str, Any] = {
+                "error": {"code": code, "message": str(step.get("message", f"fake {code}"))}
+            }
+            if "usage" in step:
+                error_body["usage"] = step["usage"]
+            return web.json_response(error_body, headers=dict(step.get("headers", {})))
         completion, usage_tokens = self._completion(provider, body, step)
         headers = dict(step.get("headers", {}))
         bucket = self._bucket(provider, key)
@@ -583,6 +614,8 @@ class FakeProviders:
                 usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
             choice["logprobs"] = None
             out.update(usage=usage, system_fingerprint="fp_fake")
+        if "usage" in step:
+            out["usage"] = step["usage"]
         return out, total
 
 

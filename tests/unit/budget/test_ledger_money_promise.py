@@ -1,0 +1,132 @@
+"""Issue 16 §1 on the ledger: provable-bound admission (zero overshoot whatever the
+estimate), a deleted database file, and storage failures that surface as
+``LedgerUnavailable`` only (never a raw sqlite error)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+from conftest import LedgerFactory
+
+from budget.errors import HoldRefused, LedgerUnavailable
+from budget.ledger import Ledger
+from budget.protocol import HoldTicket
+from budget.types import Level, Origin, RefusalReason, Usage, Window
+
+
+async def _reserve(
+    ledger: Ledger, user: int, input_tokens: int, max_tokens: int, bound: int | None
+) -> HoldTicket:
+    op = await ledger.begin_operation(user, Origin.CHAT, max_musd=10**9, max_requests=10**6)
+    req = await ledger.begin_request(op, f"fp-{user}")
+    return await ledger.reserve(
+        op,
+        req,
+        provider="test",
+        model="m",
+        input_tokens=input_tokens,
+        max_tokens=max_tokens,
+        input_bound_tokens=bound,
+    )
+
+
+async def test_admission_counts_the_bound_so_under_counts_never_overshoot(
+    make_ledger: LedgerFactory,
+) -> None:
+    """Limit 5,000 µUSD; each attempt estimates 58 input tokens, the provable bound is
+    300, the provider bills 120 + 100 output (test:m is 1 µUSD a token). Holds are
+    granted while their bound fits; every one settled as billed stays ≤ the limit."""
+    ledger = await make_ledger(global_daily_musd=5_000)
+    granted: list[HoldTicket] = []
+    for user in range(1, 61):
+        try:
+            granted.append(await _reserve(ledger, user, 58, 100, 300))
+        except HoldRefused as exc:
+            assert exc.refusal.reason in (RefusalReason.BUSY, RefusalReason.LIMIT)
+    # 400 µUSD bound each: exactly 12 fit in 5,000 (12 × 400 = 4,800)
+    assert len(granted) == 12
+    st = await ledger.status()
+    day = next(b for b in st.buckets if b.level is Level.GLOBAL and b.window is Window.DAY)
+    assert day.held_musd == 12 * 158  # only the estimates are held
+    for ticket in granted:
+        await ledger.settle(ticket.hold_id, Usage(input_tokens=120, output_tokens=100))
+    st = await ledger.status()
+    day = next(b for b in st.buckets if b.level is Level.GLOBAL and b.window is Window.DAY)
+    assert day.settled_musd == 12 * 220 <= 5_000
+    assert day.held_musd == 0
+
+
+async def test_free_musd_keeps_outstanding_margins_out(make_ledger: LedgerFactory) -> None:
+    """The ladder's free amount subtracts the bound excess of outstanding holds."""
+    ledger = await make_ledger(global_daily_musd=1_000)
+    await _reserve(ledger, 1, 10, 90, 400)  # ceiling 100, bound 490
+    op = await ledger.begin_operation(2, Origin.CHAT, max_musd=10**9, max_requests=10)
+    assert await ledger.free_musd(op, "test") == 1_000 - 490
+
+
+async def test_deleted_database_fails_closed_and_tells_admins_once(
+    make_ledger: LedgerFactory, db_path: Path
+) -> None:
+    """The file is unlinked under the running ledger: the next hold and every sweep
+    raise LedgerUnavailable (no hold on the orphaned inode); admins are told once."""
+    ledger = await make_ledger(global_daily_musd=10_000)
+    told: list[str] = []
+
+    async def tell(reason: str) -> None:
+        told.append(reason)
+
+    ledger._on_unavailable = tell
+    await _reserve(ledger, 1, 10, 10, 40)
+    for suffix in ("", "-wal", "-shm"):
+        path = Path(f"{db_path}{suffix}")
+        if path.exists():
+            os.remove(path)
+    with pytest.raises(LedgerUnavailable):
+        await _reserve(ledger, 2, 10, 10, 40)
+    with pytest.raises(LedgerUnavailable):
+        await ledger.sweep()
+    with pytest.raises(LedgerUnavailable):
+        await _reserve(ledger, 3, 10, 10, 40)
+    for task in list(ledger._notify_tasks):
+        await task
+    assert told == ["deleted"]
+    assert ledger.store.lost == "deleted"
+
+
+async def test_full_disk_surfaces_as_ledger_unavailable_only(make_ledger: LedgerFactory) -> None:
+    """SQLITE_FULL (the database may not grow a page more) during holds and settles:
+    every failure is LedgerUnavailable — never "cannot rollback - no transaction is
+    active" or any other raw sqlite3 error — and admins are told once."""
+    ledger = await make_ledger(global_daily_musd=10**9)
+    told: list[str] = []
+
+    async def tell(reason: str) -> None:
+        told.append(reason)
+
+    ledger._on_unavailable = tell
+    store = ledger.store
+
+    def cap() -> None:
+        assert store._conn is not None
+        pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+        store._conn.execute(f"PRAGMA max_page_count={pages}")
+
+    await store.call(cap)
+    failures: list[BaseException] = []
+    for user in range(1, 400):
+        try:
+            ticket = await _reserve(ledger, user, 500, 500, 2_000)
+            await ledger.settle(ticket.hold_id, Usage(input_tokens=400, output_tokens=400))
+        except Exception as exc:
+            failures.append(exc)
+            if len(failures) >= 3:
+                break
+    assert failures, "the capped database never filled up"
+    assert all(isinstance(f, LedgerUnavailable) for f in failures)
+    assert not any(isinstance(f, sqlite3.Error) for f in failures)
+    for task in list(ledger._notify_tasks):
+        await task
+    assert told == ["storage"]
