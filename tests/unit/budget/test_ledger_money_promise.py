@@ -4,6 +4,7 @@ estimate), a deleted database file, and storage failures that surface as
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from pathlib import Path
@@ -81,9 +82,8 @@ async def test_deleted_database_fails_closed_and_tells_admins_once(
     ledger._on_unavailable = tell
     await _reserve(ledger, 1, 10, 10, 40)
     for suffix in ("", "-wal", "-shm"):
-        path = Path(f"{db_path}{suffix}")
-        if path.exists():
-            os.remove(path)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(f"{db_path}{suffix}")
     with pytest.raises(LedgerUnavailable):
         await _reserve(ledger, 2, 10, 10, 40)
     with pytest.raises(LedgerUnavailable):
