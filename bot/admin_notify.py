@@ -62,8 +62,8 @@ class AdminNotifier:
         """The database failed (once per reason and process): ``deleted``/``replaced``
         (the file was removed under the running bot) or ``storage`` (read-only, full
         disk, I/O error). The ledger fails closed: no provider call is made."""
-        if reason in self._storage_told:
-            return
+        if reason in self._storage_told or (reason == "storage" and self._storage_told):
+            return  # one alert per incident: a lost file also fails every later write
         self._storage_told.add(reason)
         with in_locale(self._i18n, "en"):
             if reason in ("deleted", "replaced"):
