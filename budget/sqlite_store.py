@@ -888,7 +888,8 @@ class SqliteStore:
             t = _ts(now)
             cols = (
                 "SELECT hold_id, operation_id, user_id, ceiling_musd, list_ceiling_musd,"
-                " input_tokens, max_tokens, hour_key, day_key, scopes FROM budget_holds"
+                " input_tokens, max_tokens, hour_key, day_key, scopes, margin_musd"
+                " FROM budget_holds"
             )
             if previous_processes:
                 cur.execute(
@@ -910,15 +911,19 @@ class SqliteStore:
                 hour_key,
                 day_key,
                 scopes_json,
+                margin,
             ) in rows:
                 scopes = [(Level(lvl), sc) for lvl, sc in json.loads(scopes_json)]
-                self._book(cur, scopes, hour_key, day_key, held=-ceiling, settled=ceiling)
+                # booked at its provable bound (ceiling + margin): a late settle can
+                # then only correct it downwards, never past what was admitted
+                booked = int(ceiling) + int(margin)
+                self._book(cur, scopes, hour_key, day_key, held=-ceiling, settled=booked)
                 # the operation's committed money keeps the ceiling: it now counts as spent
                 cur.execute(
                     "UPDATE budget_holds SET state = 'expired', ended_at = ?, actual_musd = ?,"
                     " list_actual_musd = ?, usage_input = ?, usage_cached_input = 0,"
                     " usage_output = ?, usage_reasoning = 0, estimated = 1 WHERE hold_id = ?",
-                    (t, ceiling, list_ceiling, in_tok, max_tok, hold_id),
+                    (t, booked, list_ceiling, in_tok, max_tok, hold_id),
                 )
                 self._event(
                     cur,
@@ -926,9 +931,9 @@ class SqliteStore:
                     "expiry",
                     user_id=user_id,
                     hold_id=hold_id,
-                    detail=f"booked {ceiling} at ceiling, estimated",
+                    detail=f"booked {booked} at ceiling, estimated",
                 )
-                booked_total += int(ceiling)
+                booked_total += booked
             if previous_processes:
                 cur.execute(
                     "UPDATE budget_operations SET ended_at = ? WHERE ended_at IS NULL"

@@ -130,3 +130,19 @@ async def test_full_disk_surfaces_as_ledger_unavailable_only(make_ledger: Ledger
     for task in list(ledger._notify_tasks):
         await task
     assert told == ["storage"]
+
+
+async def test_expiry_books_the_provable_bound(make_ledger: LedgerFactory) -> None:
+    """An orphaned hold (estimate 10+90 = 100 µUSD, bound 400+90 = 490) is booked at
+    its bound, so a late settle can only correct it downwards."""
+    ledger = await make_ledger(global_daily_musd=10_000, hold_ttl_s=90.0)
+    ticket = await _reserve(ledger, 1, 10, 90, 400)
+    ledger.clock.advance(91)  # type: ignore[attr-defined]
+    assert await ledger.sweep() == 1
+    st = await ledger.status()
+    day = next(b for b in st.buckets if b.level is Level.GLOBAL and b.window is Window.DAY)
+    assert (day.held_musd, day.settled_musd) == (0, 490)
+    assert await ledger.settle(ticket.hold_id, Usage(input_tokens=120, output_tokens=90)) == 210
+    st = await ledger.status()
+    day = next(b for b in st.buckets if b.level is Level.GLOBAL and b.window is Window.DAY)
+    assert day.settled_musd == 210
