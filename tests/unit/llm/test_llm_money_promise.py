@@ -15,10 +15,11 @@ import pytest
 
 from budget.clock import ManualClock
 from budget.config import LedgerConfig
+from budget.errors import HoldRefused
 from budget.ledger import Ledger
 from budget.models import create_schema
 from budget.tokens import input_bound
-from budget.types import Level, Origin, Usage, Window
+from budget.types import Level, Origin, RefusalReason, Usage, Window
 from llm.cascade import MAX_CHARS_PER_TOKEN
 from llm.errors import AllProvidersFailed, EmptyCompletion, ProviderRejected
 from llm.ratelimits import parse_retry_after_s
@@ -407,13 +408,15 @@ async def test_sixty_users_never_overshoot_the_global_limit(
         step["completion_tokens"] = completion_tokens
     fake.default(key("deepseek"), step)
 
+    refusals: list[RefusalReason] = []
+
     async def user(uid: int) -> None:
         op = await ledger.begin_operation(uid, Origin.CHAT)
         try:
             messages = (Message("system", CHAT_SYSTEM), Message("user", f"Question {uid}?"))
             await h.cascade.complete(op, LLMRequest(messages, max_tokens=1024))
-        except Exception:  # refusals are expected once the limit is reached
-            pass
+        except HoldRefused as refused:  # expected once the limit is reached
+            refusals.append(refused.refusal.reason)
         finally:
             await ledger.end_operation(op)
 
@@ -427,6 +430,7 @@ async def test_sixty_users_never_overshoot_the_global_limit(
     assert status.outstanding_holds == 0
     calls = len(fake.requests)
     assert calls >= 5
+    assert refusals and set(refusals) <= {RefusalReason.BUSY, RefusalReason.LIMIT}
     over = [r for r in fake.requests if (completion_tokens or 0) > r.body["max_tokens"]]
     if not over:
         assert settled <= 5_000
