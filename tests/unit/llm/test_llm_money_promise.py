@@ -8,6 +8,7 @@ import asyncio
 import math
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -380,6 +381,7 @@ async def limited_ledger(tmp_path: Path) -> AsyncIterator[tuple[Ledger, ManualCl
         hold_ttl_s=60.0,
         user_max_inflight=10,
         user_max_per_minute=1000,
+        auto_kill_fraction=Decimal(0),  # the burn-rate switch would stop the test early
     )
     ledger = Ledger.sqlite(path, config, real_card(), clock)
     await ledger.start(run_sweeper=False)
