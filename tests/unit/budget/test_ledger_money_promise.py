@@ -146,3 +146,12 @@ async def test_expiry_books_the_provable_bound(make_ledger: LedgerFactory) -> No
     st = await ledger.status()
     day = next(b for b in st.buckets if b.level is Level.GLOBAL and b.window is Window.DAY)
     assert day.settled_musd == 210
+
+
+async def test_calibration_is_persisted(make_ledger: LedgerFactory) -> None:
+    """A model's reported ÷ counted ratio survives a new ledger on the same file."""
+    first = await make_ledger()
+    await first.record_calibration("deepseek", "deepseek-chat", 2_068_965, 3)
+    await first.record_calibration("deepseek", "deepseek-chat", 2_100_000, 4)
+    second = await make_ledger()
+    assert await second.calibration() == {("deepseek", "deepseek-chat"): (2_100_000, 4)}
