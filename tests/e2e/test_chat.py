@@ -81,13 +81,18 @@ def _long_markdown() -> str:
 
 
 async def test_long_markdown_answer_is_split_within_telegram_limits(
-    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+    app_factory: AppFactory,
+    bot_env: dict[str, str],
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
 ) -> None:
     """10,000+ characters of Markdown with code blocks arrive as several messages, each
-    within 4096 UTF-16 units, entities accepted by the fake's parser, no code line lost."""
-    bot = app_factory()
+    within 4096 UTF-16 units, entities accepted by the fake's parser, no code line lost.
+    (max_tokens 2048: 10,925 characters are more than 1,024 tokens could produce at the
+    plausibility rule of 8 characters a token, and would be cut.)"""
+    bot = app_factory(env={**bot_env, "CHAT_MAX_OUTPUT_TOKENS": "2048"})
     await bot.start()
-    fake_providers.script("groq", {"text": _long_markdown(), "completion_tokens": 900})
+    fake_providers.script("groq", {"text": _long_markdown(), "completion_tokens": 1900})
     mark = fake_telegram.mark()
     fake_telegram.inject_message(11, "Write a long answer")
     expected = len(split_markdown(_long_markdown()))
