@@ -71,7 +71,10 @@ async def test_sixty_users_on_deepseek_never_overshoot_the_global_limit(
     provider reports prompt_tokens 120 (Kopek counts ~58) and bills all of max_tokens.
     Was 5,204 µUSD settled; now ≤ 5,000 (every hold's provable bound was admitted)."""
     env = _deepseek_only(bot_env, fake_providers, BUDGET_GLOBAL_DAILY_USD="0.005")
-    fake_providers.default(DEEPSEEK_KEY, {"prompt_tokens": 120, "delay_s": 2.0, "text": "y" * 4096})
+    # 4,100 characters of short words: the fake bills min(max_tokens, 1,025) output
+    # tokens, i.e. every call uses its whole max_tokens (and counting them stays cheap)
+    step = {"prompt_tokens": 120, "delay_s": 2.0, "text": "word " * 820}
+    fake_providers.default(DEEPSEEK_KEY, step)
     bot = await _start(bot_factory, env)
     marks = fake_telegram.mark()
     users = range(1000, 1060)
@@ -220,7 +223,8 @@ async def test_oversized_answer_is_cut_and_stored_cut(
     messages, not 74); history keeps the cut text with the tokens Kopek counted for it,
     not the provider's claimed 1,024."""
     env = _deepseek_only(bot_env, fake_providers)
-    fake_providers.script(DEEPSEEK_KEY, {"text": "z" * 300_000, "completion_tokens": 1024})
+    huge = "ab " * 100_000  # ~300 KB of short words (cheap to count once cut)
+    fake_providers.script(DEEPSEEK_KEY, {"text": huge, "completion_tokens": 1024})
     bot = await _start(bot_factory, env)
     mark = fake_telegram.mark()
     fake_telegram.inject_message(47, "Write a lot")
@@ -234,5 +238,5 @@ async def test_oversized_answer_is_cut_and_stored_cut(
         [(content, tokens)] = conn.execute(
             "SELECT content, tokens FROM chat_turns WHERE role = 'assistant'"
         ).fetchall()
-    assert content == "z" * 8192
+    assert content == huge[:8192]
     assert tokens == TokenCounter().messages([Message("assistant", content)])
