@@ -10,12 +10,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import LedgerFactory
 
 from budget.errors import HoldRefused, LedgerUnavailable
 from budget.ledger import Ledger
 from budget.protocol import HoldTicket
 from budget.types import Level, Origin, RefusalReason, Usage, Window
+from tests.unit.budget.ledger_helpers import LedgerFactory
 
 
 async def _reserve(
