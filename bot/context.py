@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from aiogram.utils.i18n import I18n
     from prometheus_client import Counter
 
+    from bot.admin_notify import AdminNotifier
     from bot.chat import ChatService
     from bot.routers.admin import AdminView
     from bot.routers.books import BooksDesk
@@ -52,6 +53,7 @@ class WorkflowData(TypedDict):
     settings_view: AdminView
     refusals: Counter
     books: BooksDesk
+    notifier: AdminNotifier
 
 
 @dataclass(frozen=True, slots=True)

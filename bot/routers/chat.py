@@ -151,7 +151,7 @@ def _failure_text(result: ChatFailed) -> str:
         return templates.unavailable_text()
     if result.kind is FailureKind.SHUTDOWN:
         return templates.shutting_down_text()
-    if result.kind == "empty":
+    if result.kind is FailureKind.EMPTY:
         return templates.could_not_answer_text()
     return templates.error_text()
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from bot.chat import ChatAnswer, ChatConfig, ChatFailed, ChatService
+from bot.chat import ChatAnswer, ChatConfig, ChatFailed, ChatService, FailureKind
 from bot.store import is_storage_failure
 from budget.clock import ManualClock
 from budget.errors import LedgerUnavailable
@@ -94,7 +94,7 @@ async def test_answer_is_delivered_when_storage_fails_after_the_call() -> None:
 async def test_empty_completion_is_a_charged_failure() -> None:
     """A blank completion is ChatFailed("empty") carrying what was booked."""
     outcome = await _service(_ledger(), "").handle(7, "question")
-    assert outcome == ChatFailed("empty", cost_musd=5)
+    assert outcome == ChatFailed(FailureKind.EMPTY, cost_musd=5)
 
 
 def test_storage_failures_are_recognised() -> None:
