@@ -19,6 +19,7 @@ import logging
 import signal
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 from aiogram import Bot, Dispatcher
@@ -58,6 +59,7 @@ from bot.settings import Settings
 from bot.store import History, Intake
 from budget.clock import Clock, SystemClock
 from budget.config import LedgerConfig, OperationCaps
+from budget import instance_lock
 from budget.db import create_engine, sqlite_path
 from budget.errors import BudgetConfigError
 from budget.ledger import Ledger
@@ -457,14 +459,34 @@ async def _migrate_shielded(database_url: str) -> bool:
 async def run(settings: Settings) -> int:
     """Migrate, build, poll until SIGTERM/SIGINT; returns the exit code.
 
+    The database's instance lock (:mod:`budget.instance_lock`) is taken first, before
+    migrations and before the ledger sweeps holds: a second process on the same file
+    exits 2 naming the file and the holder's PID, and touches nothing.
+
     Exit codes: 0 after a clean stop; 2 for configuration the bot cannot run with
-    (database URL, token refused by Telegram, prices); 1 when Telegram cannot be reached
+    (database URL, database in use by another process, token refused by Telegram,
+    prices); 1 when Telegram cannot be reached
     at start. Each failure is one line on stderr.
     """
     path = sqlite_path(settings.database_url)
     if path is None:
         _fail("DATABASE_URL must name a SQLite file (sqlite+aiosqlite:///path/kopek.db)", settings)
         return 2
+    try:
+        lock = instance_lock.acquire(path)
+    except instance_lock.InstanceLocked as exc:
+        _fail(f"{exc}; only one bot may run on a database file", settings)
+        return 2
+    except OSError as exc:
+        _fail(f"cannot lock the database {path}: {type(exc).__name__}: {exc}", settings)
+        return 2
+    try:
+        return await _run_locked(settings, path)
+    finally:
+        lock.release()
+
+
+async def _run_locked(settings: Settings, path: Path) -> int:
     try:
         if await _migrate_shielded(settings.database_url):
             return 0
