@@ -57,9 +57,9 @@ from bot.routers.errors import create_error_router
 from bot.routers.me import create_me_router
 from bot.settings import Settings
 from bot.store import History, Intake
+from budget import instance_lock
 from budget.clock import Clock, SystemClock
 from budget.config import LedgerConfig, OperationCaps
-from budget import instance_lock
 from budget.db import create_engine, sqlite_path
 from budget.errors import BudgetConfigError
 from budget.ledger import Ledger

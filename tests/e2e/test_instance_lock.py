@@ -13,7 +13,8 @@ from tests.fakes.telegram import FakeTelegram
 def _held(database: Path) -> list[tuple[str, str]]:
     """(hold_id, state) of every hold, read straight from the file."""
     with sqlite3.connect(database) as conn:
-        return [(str(h), str(s)) for h, s in conn.execute("SELECT hold_id, state FROM budget_holds")]
+        rows = conn.execute("SELECT hold_id, state FROM budget_holds").fetchall()
+    return [(str(h), str(s)) for h, s in rows]
 
 
 async def test_second_process_on_the_same_file_exits_2_and_leaves_the_first_alone(
