@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from tests.fakes.telegram import FakeTelegram
 
 def _held(database: Path) -> list[tuple[str, str]]:
     """(hold_id, state) of every hold, read straight from the file."""
-    with sqlite3.connect(database) as conn:
+    with contextlib.closing(sqlite3.connect(database)) as conn:
         rows = conn.execute("SELECT hold_id, state FROM budget_holds").fetchall()
     return [(str(h), str(s)) for h, s in rows]
 
