@@ -70,7 +70,7 @@ from budget.types import Origin
 from llm.cascade import Cascade, CascadeConfig
 from llm.factory import ProviderSpec, build_cascade, provider_specs
 from llm.names import CASCADE_ORDER
-from scheduler.feeds import AddressGuard, FeedClient
+from scheduler.feeds import AddressGuard, FeedClient, GuardedTransport
 from scheduler.fetch import Fetchers
 from scheduler.profiles import ProfileRepository
 from scheduler.runner import DigestConfig, DigestRunner
@@ -156,6 +156,7 @@ class App:
     runner: DigestRunner
     intake: Intake
     http: httpx.AsyncClient
+    feed_http: httpx.AsyncClient
     registry: CollectorRegistry
     notifier: AdminNotifier
     _metrics: MetricsServer | None = None
@@ -202,6 +203,7 @@ class App:
         await self.runner.stop()
         await self.cascade.aclose()
         await self.http.aclose()
+        await self.feed_http.aclose()
         await self.ledger.close()
         await self.engine.dispose()
         await self.bot.session.close()
@@ -215,6 +217,7 @@ class App:
             await self._metrics.stop()
         await self.cascade.aclose()
         await self.http.aclose()
+        await self.feed_http.aclose()
         await self.ledger.close()
         await self.engine.dispose()
         log.info("kopek stopped")
@@ -349,6 +352,12 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         return (profile.tz if profile and profile.tz else None) or settings.user_tz
 
     http = httpx.AsyncClient(headers={"User-Agent": "KopekBot/0.1 (+digests)"})
+    guard = AddressGuard()
+    feed_http = httpx.AsyncClient(
+        headers={"User-Agent": "KopekBot/0.1 (+digests)"},
+        transport=GuardedTransport(guard),
+        trust_env=False,
+    )
     fetchers = Fetchers(
         TmeClient(
             http,
@@ -357,8 +366,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
             timeout_s=settings.fetch_timeout_seconds,
         ),
         FeedClient(
-            http,
-            AddressGuard(),
+            feed_http,
+            guard,
             max_bytes=settings.fetch_max_bytes,
             timeout_s=settings.fetch_timeout_seconds,
         ),
@@ -427,6 +436,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         runner=runner,
         intake=intake,
         http=http,
+        feed_http=feed_http,
         registry=registry,
         notifier=notifier,
     )

@@ -8,7 +8,8 @@
     ├── FetchError             .source — a channel page or feed could not be read
     │   ├── NoPublicPreview    the channel has no web preview (redirect to the contact page,
     │   │                      "No posts found", or not a channel at all)
-    │   ├── FetchTooLarge      .limit_bytes — the body exceeded the size limit
+    │   ├── FetchTooLarge      .limit_bytes — the body (decoded) exceeded the size limit
+    │   ├── BadEncoding        .encoding — stacked, unknown or corrupt Content-Encoding
     │   └── RefusedAddress     .host, .address — the URL resolves to a non-public address (SSRF)
     └── DeliveryError          raised by a :class:`scheduler.types.Deliverer` (the bot translates
         │                      aiogram's exceptions into these at its boundary)
@@ -22,6 +23,7 @@ inside ``scheduler/tme.py`` and ``scheduler/feeds.py``; nothing above them sees 
 from __future__ import annotations
 
 __all__ = [
+    "BadEncoding",
     "DeliveryError",
     "DeliveryRetryAfter",
     "FetchError",
@@ -91,6 +93,19 @@ class FetchTooLarge(FetchError):
     def __init__(self, source: str, limit_bytes: int) -> None:
         super().__init__(source, f"body larger than {limit_bytes} bytes")
         self.limit_bytes = limit_bytes
+
+
+class BadEncoding(FetchError):
+    """The response's ``Content-Encoding`` is refused: more than one coding layer (a
+    stacked-gzip bomb), a coding we did not offer, or a body that does not decode.
+
+    Attributes:
+        encoding: the ``Content-Encoding`` header as received.
+    """
+
+    def __init__(self, source: str, encoding: str, why: str) -> None:
+        super().__init__(source, f"content-encoding {encoding!r} refused: {why}")
+        self.encoding = encoding
 
 
 class RefusedAddress(FetchError):

@@ -15,11 +15,14 @@ Markup read (as served by t.me in 2022–2023; see the saved pages in
   page ``/<name>``; an empty one shows ``.tme_no_messages_found``.
 
 A post whose id or date cannot be read is counted in :attr:`ChannelPage.unparseable`
-and logged, never dropped silently.
+and logged, never dropped silently. That includes ids outside 1..2^53-1 (a 23-digit id
+fits no database integer) and dates outside 2013–9000 (year 1 cannot even be shown in
+a zone west of UTC). Pages are parsed in a worker thread, never on the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from dataclasses import dataclass, field
@@ -37,6 +40,12 @@ __all__ = ["ChannelFetch", "ChannelPage", "TmeClient", "parse_channel_page"]
 log = logging.getLogger(__name__)
 
 _SPACES = re.compile(r"[ \t\r\f\v\n]+")
+
+#: Telegram ids have at most 52 significant bits (core.telegram.org/bots/api).
+_MAX_POST_ID = 2**53 - 1
+#: Telegram started in August 2013; anything outside this is no real post date.
+_EARLIEST = datetime(2013, 8, 1, tzinfo=UTC)
+_LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +138,13 @@ def _parse_datetime(value: str) -> datetime:
     parsed = datetime.fromisoformat(value)
     if parsed.tzinfo is None:
         raise ValueError(f"naive datetime {value!r}")
-    return parsed.astimezone(UTC)
+    try:
+        when = parsed.astimezone(UTC)
+    except OverflowError as exc:
+        raise ValueError(f"date out of range {value!r}") from exc
+    if not _EARLIEST <= when < _LATEST:
+        raise ValueError(f"date out of range {value!r}")
+    return when
 
 
 def parse_channel_page(html: str | bytes, channel: str) -> ChannelPage:
@@ -162,6 +177,8 @@ def parse_channel_page(html: str | bytes, channel: str) -> ChannelPage:
         data_post = message.attributes.get("data-post") or ""
         try:
             post_id = int(data_post.rsplit("/", 1)[1])
+            if not 0 < post_id <= _MAX_POST_ID:
+                raise ValueError("post id out of range")
         except (IndexError, ValueError):
             unparseable += 1
             log.warning("tme.unparseable_post channel=%s data_post=%r", channel, data_post)
@@ -199,7 +216,7 @@ def parse_channel_page(html: str | bytes, channel: str) -> ChannelPage:
     before: int | None = None
     if more is not None:
         raw = more.attributes.get("data-before") or ""
-        before = int(raw) if raw.isdigit() else None
+        before = int(raw) if raw.isdigit() and len(raw) <= 16 else None
     if unparseable:
         log.warning("tme.page channel=%s unparseable=%d", channel, unparseable)
     return ChannelPage(channel, title, tuple(posts), service, unparseable, True, before)
@@ -258,7 +275,7 @@ class TmeClient:
             raise NoPublicPreview(channel, f"HTTP {got.status} -> {got.location or ''}")
         if got.status != 200:
             raise FetchError(channel, f"HTTP {got.status}")
-        page = parse_channel_page(got.body, channel)
+        page = await asyncio.to_thread(parse_channel_page, got.body, channel)
         if not page.is_preview or (before is None and not page.posts and not page.service_skipped):
             raise NoPublicPreview(channel, "no public posts")
         return page

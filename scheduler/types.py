@@ -73,6 +73,8 @@ class Post:
         text: the post's own text (a reply's quoted text is not part of it), plain.
         link: public link to the post (``https://t.me/<name>/<id>`` or the entry link).
         forwarded_from: name of the channel/user it was forwarded from, or ``None``.
+        title: a feed entry's title, plain (``""`` for channel posts); the digest's
+            link label.
     """
 
     source_key: str
@@ -81,6 +83,7 @@ class Post:
     text: str
     link: str
     forwarded_from: str | None = None
+    title: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +98,7 @@ class DigestItem:
         summarized: False when no summary could be made (providers unavailable or the
             digest's operation cap was reached) and ``summary`` is an excerpt.
         forwarded_from: the origin of a forwarded post, or ``None``.
+        title: a feed entry's title (``""`` for channel posts): the link's label.
     """
 
     post_id: int
@@ -103,6 +107,7 @@ class DigestItem:
     summary: str
     summarized: bool = True
     forwarded_from: str | None = None
+    title: str = ""
 
 
 @dataclass(frozen=True, slots=True)
