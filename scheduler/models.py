@@ -6,6 +6,9 @@
 * ``digest_sources`` — channels and feeds: title, newest post id seen, ``preview_lost``.
 * ``digest_subscriptions`` — user × source, with the user's own cursor (last post id
   included in one of their digests) and whether the loss of preview was reported.
+* ``digest_delivered`` — feed entries a subscription has delivered (by entry id, never
+  by date), the last N per subscription (N = max(4 × the feed's size, 200)); migration
+  ``0006_feed_delivered``.
 * ``digest_runs`` — one row per (user, local date), unique: status, ``late``,
   ``retry_not_before``, the generated digest (JSON) so delivery never regenerates it.
 * ``summary_cache`` — summaries shared by every reader, keyed by (source, post id,
@@ -38,6 +41,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
     "Base",
+    "DeliveredEntry",
     "DigestRun",
     "DigestSource",
     "DigestSubscription",
@@ -150,6 +154,25 @@ class DigestSubscription(Base):
     last_post_id: Mapped[int | None] = mapped_column(BigInteger, default=None)
     last_digest_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
     lost_notified: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class DeliveredEntry(Base):
+    """A feed entry one subscription has delivered (or skipped as backlog at its start).
+
+    ``post_id`` is the entry's identity number (:func:`scheduler.feeds.entry_identity`);
+    ``seen_at`` is the last digest that saw the entry in the feed (oldest rows are pruned
+    first, so entries still in the feed are never forgotten).
+    """
+
+    __tablename__ = "digest_delivered"
+    __table_args__ = (UniqueConstraint("subscription_id", "post_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    subscription_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("digest_subscriptions.id", ondelete="CASCADE"), index=True
+    )
+    post_id: Mapped[int] = mapped_column(BigInteger)
+    seen_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
 class DigestRun(Base):

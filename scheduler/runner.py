@@ -21,6 +21,14 @@ Guarantees:
   ``resets_at`` (a kill switch: re-checked every ``kill_recheck_s`` seconds, i.e. until
   the unkill); the user is told once; the (user, date) key is kept, so it goes out late,
   once;
+* a feed entry is delivered once, in the first digest after it first appears in the
+  feed, whatever its date says: entries are identified by id/guid, else link, else a
+  hash of title + content, and each subscription remembers the entries it delivered
+  (``digest_delivered``, the last max(4 × feed size, 200) seen), recorded in the same
+  transaction as the generated digest. Dates only order and label entries; the one
+  exception is a subscription's first digest, which leaves out (and remembers) entries
+  dated before ``lookback_hours`` (or before the last digest, for subscriptions older
+  than this memory);
 * a digest is generated once: the generated sections are stored (``ready``) before
   delivery; Telegram's 429 delays that chat only (a per-chat timer, other users go on);
   403 marks the user inactive and ends that digest as ``failed_delivery``.
@@ -41,7 +49,7 @@ from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import select
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from budget.clock import Clock
@@ -55,6 +63,7 @@ from scheduler.due import due_instant, is_late, local_date, todays_due
 from scheduler.errors import DeliveryRetryAfter, FetchError, NoPublicPreview, RecipientGone
 from scheduler.fetch import SourceFetcher
 from scheduler.models import (
+    DeliveredEntry,
     DigestRun,
     DigestSource,
     DigestSubscription,
@@ -85,6 +94,12 @@ log = logging.getLogger(__name__)
 Progress = Callable[[ProgressStep], Awaitable[None]]
 
 _LANGUAGE_NAMES = {"en": "English", "ru": "Russian"}
+
+#: Entries remembered per feed subscription: at least ``DigestConfig.delivered_min``
+#: and at least this many times the feed's current size.
+_DELIVERED_FEED_FACTOR = 4
+#: Ids per ``IN (...)`` (SQLite's variable limit is far above; this keeps statements small).
+_ID_BATCH = 500
 _DEFER_REASONS = frozenset(
     {
         RefusalReason.KILL,
@@ -142,6 +157,8 @@ class DigestConfig:
         delivery_max_attempts: 429s tolerated for one digest before ``failed_delivery``.
         max_input_chars: a post's text is cut to this many characters in the prompt.
         excerpt_chars: length of the excerpt shown when no summary could be made.
+        delivered_min: feed entry ids remembered per subscription at least (the memory
+            also always holds 4 × the feed's current size).
     """
 
     stagger_s: float = 10.0
@@ -163,6 +180,7 @@ class DigestConfig:
     delivery_max_attempts: int = 8
     max_input_chars: int = 4000
     excerpt_chars: int = 300
+    delivered_min: int = 200
 
 
 @dataclass(slots=True)
@@ -219,6 +237,7 @@ class _Gathered:
     title: str
     posts: list[Post]
     newest_id: int | None
+    seen_ids: tuple[int, ...] = ()  # feeds: every entry id in the feed now
 
 
 @dataclass(slots=True)
@@ -254,6 +273,7 @@ def _sections_to_json(sections: Sequence[DigestSection]) -> str:
                         "summary": i.summary,
                         "summarized": i.summarized,
                         "forwarded_from": i.forwarded_from,
+                        "title": i.title,
                     }
                     for i in s.items
                 ],
@@ -280,6 +300,7 @@ def _sections_from_json(raw: str) -> list[DigestSection]:
                     summary=i["summary"],
                     summarized=i["summarized"],
                     forwarded_from=i["forwarded_from"],
+                    title=i.get("title", ""),
                 )
                 for i in s["items"]
             ),
@@ -611,6 +632,7 @@ class DigestRunner:
         gathered: list[_Gathered] = []
         for sub_id, last_post_id, last_digest_at, lost_notified, source in subs:
             kind = SourceKind(source.kind)
+            seen: tuple[int, ...] = ()
             try:
                 if kind is SourceKind.CHANNEL:
                     fetched = await self._fetcher.fetch_channel(source.key, last_post_id)
@@ -622,10 +644,12 @@ class DigestRunner:
                 else:
                     feed = await self._fetcher.fetch_feed(source.key)
                     title, newest = feed.title, None
-                    since = last_digest_at or lookback
-                    posts = [
-                        p for p in feed.posts if p.published is not None and p.published > since
-                    ]
+                    delivered = await self._delivered(sub_id)
+                    posts = [p for p in feed.posts if p.post_id not in delivered]
+                    if not delivered:  # first digest: the backlog is remembered, not sent
+                        since = last_digest_at or lookback
+                        posts = [p for p in posts if p.published is None or p.published > since]
+                    seen = tuple(p.post_id for p in feed.posts)
             except NoPublicPreview:
                 await self._source_lost(job, profile, sub_id, source, lost_notified)
                 continue
@@ -638,9 +662,72 @@ class DigestRunner:
                 await self._source_back(sub_id, source.id)
             posts = [p for p in posts if p.text.strip()]
             gathered.append(
-                _Gathered(sub_id, source.id, kind, source.key, title or source.title, posts, newest)
+                _Gathered(
+                    sub_id,
+                    source.id,
+                    kind,
+                    source.key,
+                    title or source.title,
+                    posts,
+                    newest,
+                    seen,
+                )
             )
         return gathered
+
+    async def _delivered(self, sub_id: int) -> set[int]:
+        """Entry ids this feed subscription has delivered (the remembered window)."""
+        async with self._sessions() as session:
+            rows = await session.execute(
+                select(DeliveredEntry.post_id).where(DeliveredEntry.subscription_id == sub_id)
+            )
+            return set(rows.scalars())
+
+    async def _remember(
+        self, session: AsyncSession, sub_id: int, seen_ids: Sequence[int], now: datetime
+    ) -> None:
+        """Record every entry now in the feed as delivered; prune beyond the window."""
+        known = set(
+            (
+                await session.execute(
+                    select(DeliveredEntry.post_id).where(DeliveredEntry.subscription_id == sub_id)
+                )
+            ).scalars()
+        )
+        fresh = list(dict.fromkeys(i for i in seen_ids if i not in known))
+        if fresh:
+            await session.execute(
+                insert(DeliveredEntry),
+                [{"subscription_id": sub_id, "post_id": i, "seen_at": now} for i in fresh],
+            )
+        still = [i for i in seen_ids if i in known]
+        for start in range(0, len(still), _ID_BATCH):
+            await session.execute(
+                update(DeliveredEntry)
+                .where(
+                    DeliveredEntry.subscription_id == sub_id,
+                    DeliveredEntry.post_id.in_(still[start : start + _ID_BATCH]),
+                )
+                .values(seen_at=now)
+            )
+        keep = max(self.config.delivered_min, _DELIVERED_FEED_FACTOR * len(seen_ids))
+        total = (
+            await session.execute(
+                select(func.count())
+                .select_from(DeliveredEntry)
+                .where(DeliveredEntry.subscription_id == sub_id)
+            )
+        ).scalar_one()
+        if total > keep:
+            oldest = (
+                select(DeliveredEntry.id)
+                .where(DeliveredEntry.subscription_id == sub_id)
+                .order_by(DeliveredEntry.seen_at, DeliveredEntry.id)
+                .limit(total - keep)
+            )
+            await session.execute(
+                delete(DeliveredEntry).where(DeliveredEntry.id.in_(oldest.scalar_subquery()))
+            )
 
     async def _source_lost(
         self, job: _Job, profile: UserProfile, sub_id: int, source: DigestSource, notified: bool
@@ -736,6 +823,7 @@ class DigestRunner:
                             summary,
                             summarized=summarized,
                             forwarded_from=post.forwarded_from,
+                            title=post.title,
                         )
                     )
                     done += 1
@@ -869,6 +957,8 @@ class DigestRunner:
     ) -> None:
         for g in gathered:
             sub = await session.get(DigestSubscription, g.sub_id)
+            if sub is not None and g.kind is SourceKind.FEED:
+                await self._remember(session, g.sub_id, g.seen_ids, now)
             if sub is not None:
                 newest = g.newest_id
                 if newest is not None and (sub.last_post_id is None or newest > sub.last_post_id):
