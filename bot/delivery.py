@@ -23,7 +23,14 @@ from aiogram.types import MessageEntity, ReplyParameters
 
 from budget.clock import Clock
 
-__all__ = ["TELEGRAM_TEXT_LIMIT", "send_markdown", "send_text", "split_markdown"]
+__all__ = [
+    "TELEGRAM_TEXT_LIMIT",
+    "send_formatted",
+    "send_markdown",
+    "send_text",
+    "split_formatted",
+    "split_markdown",
+]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +87,17 @@ def split_markdown(markdown: str) -> list[tuple[str, list[MessageEntity]]]:
     text, entities = telegramify_markdown.convert(protect_angle_brackets(markdown))
     if not text.strip():
         text, entities = markdown, []
+    return split_formatted(text, entities)
+
+
+def split_formatted(
+    text: str, entities: list[telegramify_markdown.MessageEntity]
+) -> list[tuple[str, list[MessageEntity]]]:
+    """Text + entities (telegramify's, UTF-16 offsets) → parts within the limit.
+
+    For text built without Markdown (digests): untrusted strings stay text, and a link
+    exists only where an entity puts it. Links whose scheme is not http(s) are dropped.
+    """
     parts = telegramify_markdown.split_entities(text, entities, TELEGRAM_TEXT_LIMIT)
     out: list[tuple[str, list[MessageEntity]]] = []
     for part_text, part_entities in parts:
@@ -141,7 +159,31 @@ async def send_markdown(
         aiogram.exceptions.TelegramAPIError: other than a parse error or a short
             Retry-After (those are handled here).
     """
-    parts = split_markdown(markdown)
+    return await send_formatted(
+        bot,
+        chat_id,
+        split_markdown(markdown),
+        clock=clock,
+        reply_to=reply_to,
+        skip_parts=skip_parts,
+        wait_retry=wait_retry,
+        on_part_sent=on_part_sent,
+    )
+
+
+async def send_formatted(
+    bot: Bot,
+    chat_id: int,
+    parts: list[tuple[str, list[MessageEntity]]],
+    *,
+    clock: Clock,
+    reply_to: int | None = None,
+    skip_parts: int = 0,
+    wait_retry: bool = True,
+    on_part_sent: Callable[[int], None] | None = None,
+) -> int:
+    """Send parts from :func:`split_markdown` or :func:`split_formatted`, as
+    :func:`send_markdown` does (same arguments, same errors)."""
     sent = 0
     for index, (text, entities) in enumerate(parts):
         if index < skip_parts:

@@ -1,5 +1,12 @@
 """The bot's side of digests: rendering sections and notices, and delivering them.
 
+A digest is built as plain text + entities (:class:`_Builder`), never as Markdown:
+titles, links, summaries and excerpts come from feeds, channels and the LLM, and a
+Markdown round trip would let them write into the layout (a feed link such as
+``https://evil.example/a) [⚠️ Kopek: …](https://evil.example/b`` became a clickable fake
+line). Here every untrusted string is text, and the only links are ``text_link``
+entities whose URL is the entry's link as given (http/https only).
+
 :class:`TelegramDeliverer` implements ``scheduler.types.Deliverer``. It translates
 aiogram's errors at this boundary: ``TelegramRetryAfter`` → ``DeliveryRetryAfter``,
 ``TelegramForbiddenError`` → ``RecipientGone``. A digest cut by a 429 after some of
@@ -14,12 +21,13 @@ from collections.abc import Awaitable, Sequence
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
+import telegramify_markdown
 from aiogram import Bot
 from aiogram.exceptions import TelegramForbiddenError, TelegramRetryAfter
 from aiogram.utils.i18n import I18n
 from aiogram.utils.i18n import gettext as _
 
-from bot.delivery import send_markdown
+from bot.delivery import send_formatted, send_markdown, split_formatted
 from bot.i18n import in_locale
 from bot.templates import format_reset
 from budget.clock import Clock
@@ -42,29 +50,79 @@ def _md_escape(text: str) -> str:
     return text
 
 
-def render_digest(sections: Sequence[DigestSection], tz: str) -> str:
-    """Markdown for a whole digest (headers from templates, summaries as produced)."""
-    heading = _("📰 Your daily digest")
-    lines = [f"**{heading}**", ""]
+def _utf16(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+class _Builder:
+    """Plain text plus entities with Telegram's UTF-16 offsets."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.length = 0
+        self.entities: list[telegramify_markdown.MessageEntity] = []
+
+    def add(self, text: str, *kinds: str, url: str | None = None) -> None:
+        if not text:
+            return
+        size = _utf16(text)
+        for kind in kinds:
+            if kind == "text_link" and not url:
+                continue
+            self.entities.append(
+                telegramify_markdown.MessageEntity(
+                    type=kind,
+                    offset=self.length,
+                    length=size,
+                    url=url if kind == "text_link" else None,
+                )
+            )
+        self.parts.append(text)
+        self.length += size
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def render_digest(
+    sections: Sequence[DigestSection], tz: str
+) -> tuple[str, list[telegramify_markdown.MessageEntity]]:
+    """A whole digest as plain text + entities (headers from templates).
+
+    Source titles and entry titles are link labels; an item without a title is labelled
+    by its date (or "post"); links are entities carrying the URL as given, so nothing a
+    source or the LLM wrote can become a link or formatting.
+    """
+    out = _Builder()
+    out.add(_("📰 Your daily digest"), "bold")
     zone = ZoneInfo(tz)
     for section in sections:
-        title = section.title or (
+        title = _one_line(section.title) or (
             f"@{section.source_key}" if section.kind is SourceKind.CHANNEL else section.link
         )
-        lines.append(f"**[{_md_escape(title)}]({section.link})**")
+        out.add("\n\n")
+        out.add(title, "bold", "text_link", url=section.link)
         for item in section.items:
             when = f"{item.published.astimezone(zone):%d.%m %H:%M}" if item.published else ""
-            label = when or _("post")
-            lead = f"[{label}]({item.link})"
-            fwd = (
-                _(" (forwarded from {name})").format(name=_md_escape(item.forwarded_from))
-                if item.forwarded_from
-                else ""
-            )
-            marker = "" if item.summarized else _(" (excerpt)")
-            lines.append(f"• {lead}{fwd}{marker}: {item.summary.strip()}")
-        lines.append("")
-    return "\n".join(lines).strip()
+            out.add("\n• ")
+            label = _one_line(item.title)
+            if label:
+                out.add(label, "text_link", url=item.link)
+                if when:
+                    out.add(f" ({when})")
+            else:
+                out.add(when or _("post"), "text_link", url=item.link)
+            if item.forwarded_from:
+                out.add(_(" (forwarded from {name})").format(name=item.forwarded_from))
+            if not item.summarized:
+                out.add(_(" (excerpt)"))
+            out.add(": " + item.summary.strip())
+    return out.text, out.entities
 
 
 def notice_text(notice: Notice, tz: str) -> str:
@@ -117,18 +175,18 @@ class TelegramDeliverer:
     ) -> None:
         tz = await self._tz_of(user_id)
         with in_locale(self._i18n, language):
-            markdown = render_digest(parts, tz)
-        key = (chat_id, hashlib.sha256(markdown.encode()).hexdigest())
+            text, entities = render_digest(parts, tz)
+        key = (chat_id, hashlib.sha256(text.encode()).hexdigest())
         done = self._progress.get(key, 0)
 
         def remember(n: int) -> None:
             self._progress[key] = n
 
         await self._guarded(
-            send_markdown(
+            send_formatted(
                 self._bot,
                 chat_id,
-                markdown,
+                split_formatted(text, entities),
                 clock=self._clock,
                 skip_parts=done,
                 wait_retry=False,

@@ -57,6 +57,7 @@ from budget.errors import HoldRefused
 from budget.protocol import OperationTicket
 from budget.types import Origin, Refusal, RefusalReason
 from llm.errors import AllProvidersFailed, EmptyCompletion, LLMError
+from llm.sanitize import clean_prompt, has_visible
 from llm.types import LLMRequest, Message, Priority
 from scheduler.cache import CacheKey, Made, SummaryCache, content_hash
 from scheduler.due import due_instant, is_late, local_date, todays_due
@@ -660,7 +661,7 @@ class DigestRunner:
                 continue
             if source.preview_lost or lost_notified:
                 await self._source_back(sub_id, source.id)
-            posts = [p for p in posts if p.text.strip()]
+            posts = [p for p in posts if has_visible(clean_prompt(p.text))]
             gathered.append(
                 _Gathered(
                     sub_id,
@@ -883,7 +884,7 @@ class DigestRunner:
         )
         return (
             Message("system", system),
-            Message("user", post.text[: self.config.max_input_chars]),
+            Message("user", clean_prompt(post.text).strip()[: self.config.max_input_chars]),
         )
 
     def _tokens(self, messages: Sequence[Message]) -> int:

@@ -25,6 +25,7 @@ from bot.chat import (
 from bot.context import Outcome, UserContext
 from bot.delivery import send_markdown, send_text
 from budget.clock import Clock
+from llm.sanitize import clean_prompt, has_visible
 from llm.types import Completion
 
 __all__ = ["create_chat_router"]
@@ -75,7 +76,8 @@ def create_chat_router(*, stale_after_s: int) -> Router:
         refusals: Counter,
     ) -> Outcome:
         reply_to = message.message_id if message.chat.type != "private" else None
-        if not _visible(prompt):
+        prompt = clean_prompt(prompt)  # hidden tag-character instructions never reach a model
+        if not has_visible(prompt):
             await send_text(bot, message.chat.id, templates.empty_message_text(), clock=clock)
             return Outcome.REFUSED
         age = clock.now() - message.date
@@ -102,7 +104,7 @@ def create_chat_router(*, stale_after_s: int) -> Router:
             await send_text(bot, message.chat.id, templates.shutting_down_text(), clock=clock)
             raise
         if isinstance(result, ChatAnswer):
-            if not _visible(result.completion.text):
+            if not has_visible(result.completion.text):
                 log.warning("empty answer from %s", result.completion.provider)
                 refusals.labels("empty_answer").inc()
                 await send_text(bot, message.chat.id, templates.empty_answer_text(), clock=clock)
@@ -129,15 +131,6 @@ def create_chat_router(*, stale_after_s: int) -> Router:
         await send_text(bot, message.chat.id, templates.non_text_text(), clock=clock)
 
     return router
-
-
-#: Characters that show nothing (zero-width space/joiners, word joiner, BOM).
-_INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff"))
-
-
-def _visible(text: str) -> bool:
-    """True when ``text`` has something besides white space and invisible characters."""
-    return bool(text.translate(_INVISIBLE).strip())
 
 
 def _failure_text(result: ChatFailed) -> str:
