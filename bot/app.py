@@ -373,7 +373,15 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         ),
         clock,
     )
-    digests = DigestService(sessions, clock, fetchers, repo)
+    digests = DigestService(
+        sessions,
+        clock,
+        fetchers,
+        repo,
+        lookups_per_window=settings.sub_lookups_per_minute,
+        lookup_window_s=60.0,
+        negative_ttl_s=settings.sub_negative_cache_seconds,
+    )
     runner = DigestRunner(
         clock=clock,
         session_factory=sessions,

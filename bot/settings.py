@@ -135,6 +135,8 @@ class Settings(BaseSettings):
     digest_default_time: str = "09:00"
     fetch_timeout_seconds: float = Field(15.0, gt=0)
     fetch_max_bytes: int = Field(2_000_000, ge=1024)
+    sub_lookups_per_minute: int = Field(5, ge=1)
+    sub_negative_cache_seconds: float = Field(300.0, ge=0)
 
     @field_validator("admin_ids", mode="before")
     @classmethod

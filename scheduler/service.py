@@ -4,11 +4,19 @@ Every method returns a value the bot renders with its templates; nothing here bu
 user-facing text. A channel is checked at /sub time (its preview page is fetched once):
 a channel without a public preview is refused with ``no_preview`` instead of producing
 empty digests later; a feed URL passes the address guard (``refused_address``).
+
+Look-ups are bounded: each user may make ``lookups_per_window`` source look-ups (fetches
+at /sub time) per ``lookup_window_s`` seconds (``rate_limited`` beyond, with the seconds
+to wait), and a failed look-up (no preview, refused address, unreachable, too large) is
+remembered for ``negative_ttl_s`` seconds: asking again within that time answers from
+memory without a fetch. Both use the injected clock's monotonic time.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+from collections import deque
 from dataclasses import dataclass
 
 from sqlalchemy import delete, func, select
@@ -58,9 +66,27 @@ class DigestService:
         fetcher: validates a source at /sub time.
         profiles: the profile repository (digest time/on/off).
         max_subscriptions: subscriptions per user (``too_many`` beyond).
+        lookups_per_window: source look-ups one user may make per window (SUB_LOOKUPS_PER_MINUTE).
+        lookup_window_s: the window, in seconds.
+        negative_ttl_s: seconds a failed look-up is remembered (SUB_NEGATIVE_CACHE_SECONDS;
+            0 = not remembered).
     """
 
-    __slots__ = ("_clock", "_fetcher", "_max", "_profiles", "_sessions")
+    __slots__ = (
+        "_clock",
+        "_failed",
+        "_fetcher",
+        "_lookups",
+        "_max",
+        "_negative_ttl_s",
+        "_per_window",
+        "_profiles",
+        "_sessions",
+        "_window_s",
+    )
+
+    #: Most failed look-ups remembered at once (oldest forgotten first).
+    NEGATIVE_CACHE_SIZE = 1024
 
     def __init__(
         self,
@@ -70,12 +96,20 @@ class DigestService:
         profiles: ProfileRepository,
         *,
         max_subscriptions: int = 50,
+        lookups_per_window: int = 5,
+        lookup_window_s: float = 60.0,
+        negative_ttl_s: float = 300.0,
     ) -> None:
         self._sessions = session_factory
         self._clock = clock
         self._fetcher = fetcher
         self._profiles = profiles
         self._max = max_subscriptions
+        self._per_window = lookups_per_window
+        self._window_s = lookup_window_s
+        self._negative_ttl_s = negative_ttl_s
+        self._lookups: dict[int, deque[float]] = {}
+        self._failed: dict[SourceRef, tuple[float, SubscribeStatus]] = {}
 
     def __repr__(self) -> str:
         return f"DigestService(max_subscriptions={self._max})"
@@ -92,6 +126,33 @@ class DigestService:
                 )
             )
         ).scalar_one_or_none()
+
+    def _remembered_failure(self, ref: SourceRef) -> SubscribeStatus | None:
+        now = self._clock.monotonic()
+        for key in [k for k, (until, _) in self._failed.items() if until <= now]:
+            del self._failed[key]
+        hit = self._failed.get(ref)
+        return hit[1] if hit is not None else None
+
+    def _remember_failure(self, ref: SourceRef, status: SubscribeStatus) -> None:
+        if self._negative_ttl_s <= 0:
+            return
+        while len(self._failed) >= self.NEGATIVE_CACHE_SIZE:
+            del self._failed[next(iter(self._failed))]
+        self._failed[ref] = (self._clock.monotonic() + self._negative_ttl_s, status)
+
+    def _take_lookup(self, user_id: int) -> int:
+        """Count one look-up for ``user_id``; 0 when allowed, else seconds to wait."""
+        now = self._clock.monotonic()
+        for uid in [u for u, q in self._lookups.items() if q and q[-1] <= now - self._window_s]:
+            del self._lookups[uid]  # users idle for a whole window are forgotten
+        times = self._lookups.setdefault(user_id, deque())
+        while times and times[0] <= now - self._window_s:
+            times.popleft()
+        if len(times) >= self._per_window:
+            return max(1, math.ceil(times[0] + self._window_s - now))
+        times.append(now)
+        return 0
 
     async def _validate(self, ref: SourceRef) -> tuple[SubscribeStatus, str]:
         try:
@@ -114,7 +175,9 @@ class DigestService:
 
         Returns:
             ``ok`` (with the title), ``already``, ``invalid``, ``no_preview``,
-            ``refused_address``, ``too_many`` (with ``limit``) or ``unavailable``.
+            ``refused_address``, ``too_many`` (with ``limit``), ``unavailable`` or
+            ``rate_limited`` (with ``retry_after_s``). A failure may come from the
+            negative cache (no fetch).
 
         Raises:
             UnknownUser: no profile (the bot creates it on every update first).
@@ -137,8 +200,15 @@ class DigestService:
             ).scalar_one()
         if count >= self._max:
             return SubscribeResult(SubscribeStatus.TOO_MANY, ref, limit=self._max)
+        remembered = self._remembered_failure(ref)
+        if remembered is not None:
+            return SubscribeResult(remembered, ref)
+        wait_s = self._take_lookup(user_id)
+        if wait_s:
+            return SubscribeResult(SubscribeStatus.RATE_LIMITED, ref, retry_after_s=wait_s)
         status, title = await self._validate(ref)
         if status is not SubscribeStatus.OK:
+            self._remember_failure(ref, status)
             return SubscribeResult(status, ref)
         now = self._clock.now()
         try:

@@ -298,6 +298,7 @@ class SubscribeStatus(StrEnum):
     TOO_MANY = "too_many"  # the user has reached the subscription limit
     UNAVAILABLE = "unavailable"  # the source could not be fetched right now; try later
     NOT_SUBSCRIBED = "not_subscribed"  # /unsub of something the user does not follow
+    RATE_LIMITED = "rate_limited"  # too many source look-ups by this user; retry_after_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,9 +310,11 @@ class SubscribeResult:
         source: the parsed source (``None`` when the argument was invalid).
         title: channel/feed title when known, else ``""``.
         limit: the subscription limit (for ``too_many``), else 0.
+        retry_after_s: seconds until another look-up is allowed (``rate_limited``), else 0.
     """
 
     status: SubscribeStatus
     source: SourceRef | None = None
     title: str = ""
     limit: int = 0
+    retry_after_s: int = 0

@@ -37,6 +37,10 @@ def subscribe_text(result: SubscribeResult, *, unsubscribing: bool = False) -> s
         return _("You have reached the limit of {limit} subscriptions.").format(limit=result.limit)
     if s is SubscribeStatus.UNAVAILABLE:
         return _("I could not reach this source right now. Please try again later.")
+    if s is SubscribeStatus.RATE_LIMITED:
+        return _("Too many /sub look-ups in a short time. Please try again in {seconds} s.").format(
+            seconds=result.retry_after_s
+        )
     if s is SubscribeStatus.NOT_SUBSCRIBED:
         return _("You are not subscribed to {name}.").format(name=name)
     return _("Usage: /sub @channel, /sub https://t.me/channel or /sub https://site/feed.xml")

@@ -14,9 +14,9 @@ from bot.routers.admin import (
     parse_user_id,
     valid_team_name,
 )
-from bot.routers.chat import _visible
 from bot.routers.common import canonical_zone
 from budget.types import Level, RefusalReason, Window
+from llm.sanitize import has_visible
 from scheduler.models import RunStatus
 from scheduler.types import ProgressStep, Step
 
@@ -136,4 +136,4 @@ def test_timezone_names_are_matched_without_case() -> None:
 )
 def test_visible_text(text: str, visible: bool) -> None:
     """Whitespace and zero-width characters alone are not a message."""
-    assert _visible(text) is visible
+    assert has_visible(text) is visible
