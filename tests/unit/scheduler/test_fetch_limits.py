@@ -169,7 +169,9 @@ def _big_feed(items: int) -> bytes:
 
 async def test_a_big_feed_is_parsed_off_the_event_loop() -> None:
     """A 1.9 MB feed of 18,500 items (seconds of parsing) leaves the loop responsive:
-    the longest gap between 10 ms ticks stays under 0.5 s."""
+    the longest gap between 10 ms ticks stays under a tenth of the fetch's duration
+    (parsed on the loop, one gap would be nearly all of it). A ratio, not an absolute
+    bound, so a loaded machine slows both sides alike."""
     body = _big_feed(18_500)
     assert 1_800_000 < len(body) < MAX_BYTES
     client = FeedClient(_serving(body, ""), _public_guard(), max_bytes=MAX_BYTES)
@@ -189,7 +191,8 @@ async def test_a_big_feed_is_parsed_off_the_event_loop() -> None:
     done.set()
     await tick
     assert len(feed.posts) == 18_500
-    assert max(lags) < 0.5, (max(lags), elapsed)
+    assert elapsed > 0.3, elapsed  # the parse is real work
+    assert max(lags) < elapsed / 10, (max(lags), elapsed)
 
 
 class _Recorder:
