@@ -61,7 +61,7 @@ class World:
         self.runner = DigestRunner(
             clock=clock,
             session_factory=sessions,
-            ledger=FakeLedger(),  # type: ignore[arg-type]  # the runner uses two methods
+            ledger=FakeLedger(),
             backend=self.backend,
             deliverer=self.deliverer,
             fetcher=self.fetcher,
