@@ -101,11 +101,20 @@ def create_common_router() -> Router:
 
 def create_fallback_router() -> Router:
     """Any command no other router took — including admin commands from non-admins,
-    which must look exactly like a typo."""
+    which must look exactly like a typo.
+
+    Private chats get the "unknown command" template. Groups get nothing: Telegram
+    delivers every command to every bot in a group (privacy mode off), so a command we
+    do not know (``/frobnicate``) or one addressed to another bot (``/help@other_bot``,
+    which aiogram's ``Command`` filter does not match: it compares the mention with our
+    username from getMe) is another bot's business.
+    """
     router = Router(name="fallback")
 
     @router.message(F.text.startswith("/"))
     async def on_unknown(message: Message, bot: Bot, clock: Clock) -> None:
+        if message.chat.type != "private":
+            return
         await send_text(bot, message.chat.id, templates.unknown_command_text(), clock=clock)
 
     return router

@@ -1,0 +1,71 @@
+"""Issue 9 §1, commands for other bots: in groups, commands addressed to another bot and
+unknown commands get nothing — through the real bot process against the fake Bot API."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.e2e.harness import BotFactory
+from tests.fakes.providers import FakeProviders
+from tests.fakes.telegram import FakeTelegram, SentMessage
+
+ADMIN = 1
+BOT = "kopek_test_bot"  # the fake's getMe username
+
+
+async def _drain(tg: FakeTelegram, sentinel_chat: int, *, timeout: float = 20.0) -> SentMessage:  # noqa: ASYNC109
+    """Wait until every queued update was fetched, then send ``/help@<bot>`` to
+    ``sentinel_chat`` and return its one reply: a cheap barrier after which the bot has
+    handled (or ignored) everything injected before."""
+    await tg.wait_until(lambda: None if tg.pending_updates() else True, timeout)
+    mark = tg.mark()
+    tg.inject_message(7777, f"/help@{BOT}", chat_id=sentinel_chat, chat_type="supergroup")
+    [reply] = await tg.wait_sent(sentinel_chat, since=mark, timeout=timeout)
+    await asyncio.sleep(0.3)  # handlers of earlier updates finish their (cheap) work
+    return reply
+
+
+async def test_commands_for_other_bots_and_unknown_commands_get_nothing_in_groups(
+    bot_factory: BotFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """In a group: /help@other_bot, /kill@other_bot (from an admin) and /frobnicate →
+    0 messages, and the kill switch stays off; /help@kopek_test_bot → exactly one reply.
+    In a private chat /frobnicate still gets "Unknown command"."""
+    bot = bot_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN)))
+    await bot.start()
+    group = -1001234
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(5, "/help@other_bot", chat_id=group, chat_type="supergroup")
+    fake_telegram.inject_message(
+        ADMIN, "/kill@other_bot because", chat_id=group, chat_type="supergroup"
+    )
+    fake_telegram.inject_message(5, "/frobnicate", chat_id=group, chat_type="supergroup")
+    fake_telegram.inject_message(ADMIN, "/budget@other_bot", chat_id=group, chat_type="supergroup")
+    await _drain(fake_telegram, -1009999)
+    assert fake_telegram.sent_events(group, since=mark) == []
+
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(5, f"/help@{BOT}", chat_id=group, chat_type="supergroup")
+    [help_reply] = await fake_telegram.wait_sent(group, since=mark)
+    assert "/me" in help_reply.text
+    await _drain(fake_telegram, -1009999)
+    assert len(fake_telegram.sent_events(group, since=mark)) == 1
+
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(5, "/frobnicate")
+    [unknown] = await fake_telegram.wait_sent(5, since=mark)
+    assert unknown.text == "Unknown command. See /help."
+
+    # /kill@other_bot never ran: the kill switch is off and chat is answered
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(ADMIN, "/budget")
+    [report] = await fake_telegram.wait_sent(ADMIN, since=mark, timeout=20)
+    assert "Kill switch: off" in report.text
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(5, "still there?")
+    [answer] = await fake_telegram.wait_sent(5, since=mark, timeout=20)
+    assert answer.text.startswith("echo: still there?")
+    assert await bot.stop() == 0
