@@ -155,7 +155,7 @@ def _as_int(value: object) -> int:
         number = value
     elif isinstance(value, float) and value.is_integer():
         number = int(value)
-    elif isinstance(value, str) and value.strip().isdigit():
+    elif isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         number = int(value.strip())
     else:
         raise _BadUsage(repr(value)[:40])
@@ -288,6 +288,10 @@ def parse_completion_body(
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
         err = body.get("error")
+        if err is None and isinstance(body.get("detail"), str):
+            err = body["detail"]  # FastAPI-style gateways: {"detail": "..."}
+        if isinstance(err, str) and err.strip():
+            err = {"message": err}  # {"error": "Insufficient Balance"}
         if isinstance(err, Mapping):
             status = _error_status(err)
             exc = error_for_status(provider, status, json.dumps(body), rate_limits)
@@ -339,7 +343,9 @@ def decode_json(provider: str, raw: bytes) -> object:
     """
     try:
         return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:
+        # JSONDecodeError and UnicodeDecodeError are ValueErrors; so is an integer
+        # literal over Python's 4,300-digit limit; nesting too deep is a RecursionError
         raise ProviderUnavailable(
             provider, "200 with a body that is not JSON", interrupted=True, status=200
         ) from exc
