@@ -40,8 +40,11 @@ class InstanceLocked(Exception):
 
 
 def lock_path_for(database: Path) -> Path:
-    """``<database>.lock`` next to the database file."""
-    return database.with_name(database.name + ".lock")
+    """``<database>.lock`` next to the database file the path really names: symlinks
+    (of the file or of any folder on the way) and relative parts resolved, so one file
+    reached by two spellings has one lock."""
+    real = database.resolve()
+    return real.with_name(real.name + ".lock")
 
 
 class InstanceLock:
@@ -85,6 +88,7 @@ def acquire(database: Path) -> InstanceLock:
     """
     database.parent.mkdir(parents=True, exist_ok=True)
     path = lock_path_for(database)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

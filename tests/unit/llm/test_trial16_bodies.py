@@ -8,7 +8,7 @@ import pytest
 
 from llm.errors import BalanceExhausted, ProviderRateLimited, ProviderUnavailable
 from llm.providers.base import decode_json, parse_completion_body, read_usage
-from llm.ratelimits import RateLimitInfo
+from llm.types import RateLimitInfo
 
 
 def _parse(body: object) -> None:
