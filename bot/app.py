@@ -40,7 +40,7 @@ from bot.delivery import send_text
 from bot.digests import TelegramDeliverer
 from bot.i18n import create_i18n, in_locale
 from bot.logs import redact
-from bot.metrics import MetricsServer, refusal_counter
+from bot.metrics import MetricsServer, delivery_failure_counter, refusal_counter
 from bot.middlewares import (
     ArrivalOrderMiddleware,
     IntakeMiddleware,
@@ -48,6 +48,7 @@ from bot.middlewares import (
     ProfileMiddleware,
 )
 from bot.migrate import migrate
+from bot.paste import PasteJoiner
 from bot.routers.admin import AdminView, create_admin_router
 from bot.routers.books import BooksDesk, create_books_router
 from bot.routers.chat import create_chat_router
@@ -57,6 +58,7 @@ from bot.routers.errors import create_error_router
 from bot.routers.me import create_me_router
 from bot.settings import Settings
 from bot.store import History, Intake
+from bot.topics import TopicMiddleware, TopicRequestMiddleware, in_topic
 from budget import instance_lock
 from budget.clock import Clock, SystemClock
 from budget.config import LedgerConfig, OperationCaps
@@ -194,7 +196,8 @@ class App:
             with in_locale(self.i18n, lost.language):
                 text = templates.lost_text()
             try:
-                await send_text(self.bot, lost.chat_id, text, clock=self.clock)
+                with in_topic(lost.chat_id, lost.thread_id):
+                    await send_text(self.bot, lost.chat_id, text, clock=self.clock)
             except TelegramAPIError as exc:
                 log.warning("could not tell chat %s to resend: %s", lost.chat_id, exc.message)
 
@@ -415,9 +418,14 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         ),
         refusals=refusal_counter(registry),
         notifier=notifier,
+        delivery_failures=delivery_failure_counter(registry),
     )
     dp = Dispatcher(**workflow)
-    dp.message.outer_middleware(ArrivalOrderMiddleware(chat))
+    bot.session.middleware(TopicRequestMiddleware())
+    dp.message.outer_middleware(TopicMiddleware())
+    dp.message.outer_middleware(
+        ArrivalOrderMiddleware(chat, PasteJoiner(clock, settings.paste_join_seconds))
+    )
     dp.message.outer_middleware(ProfileMiddleware(profiles, settings.admin_ids, settings.user_tz))
     LocaleMiddleware(i18n).setup(dp)
     dp.message.outer_middleware(IntakeMiddleware(intake, clock))

@@ -70,9 +70,11 @@ class ChatConfig:
 
 @dataclass(frozen=True, slots=True)
 class ChatAnswer:
-    """The model answered."""
+    """The model answered. ``operation``: the ledger operation it was booked under
+    (ask :meth:`ChatService.booked_musd` what it cost, e.g. when delivery fails)."""
 
     completion: Completion
+    operation: OperationTicket | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,13 +100,19 @@ class FailureKind(StrEnum):
 @dataclass(frozen=True, slots=True)
 class ChatFailed:
     """No answer. ``tokens``/``limit`` are set for ``too_long``. ``empty``: the model
-    answered with no usable text — billed (``cost_musd`` µUSD booked), not an answer."""
+    answered with no usable text — billed (``cost_musd`` µUSD booked), not an answer.
+
+    ``charged_musd``: what the ledger booked for the operation (µUSD), asked after the
+    failure — 0 when nothing was charged (also when no operation was started), ``None``
+    when the ledger could not answer.
+    """
 
     kind: FailureKind
     tokens: int = 0
     limit: int = 0
     running: bool = False
     cost_musd: int = 0
+    charged_musd: int | None = 0
 
 
 ChatOutcome = ChatAnswer | ChatRefused | ChatFailed
@@ -291,15 +299,22 @@ class ChatService:
             async with ctx:
                 completion = await self._backend.complete(op, request)
             await self._remember(user_id, user_msg, user_tokens, completion)
-            return ChatAnswer(completion)
+            return ChatAnswer(completion, op)
         except HoldRefused as exc:
             return ChatRefused(exc.refusal, running=others_running)
         except ProviderRejected:
-            return ChatFailed(FailureKind.REJECTED)
+            return ChatFailed(FailureKind.REJECTED, charged_musd=await self.booked_musd(op))
         except EmptyCompletion as exc:
-            return ChatFailed(FailureKind.EMPTY, cost_musd=exc.cost_musd)
+            return ChatFailed(
+                FailureKind.EMPTY,
+                cost_musd=exc.cost_musd,
+                charged_musd=await self.booked_musd(op),
+            )
         except LLMError:
-            return ChatFailed(FailureKind.UNAVAILABLE)
+            return ChatFailed(FailureKind.UNAVAILABLE, charged_musd=await self.booked_musd(op))
+        except Exception:  # last-resort guard inside the operation: what did it cost?
+            log.exception("chat operation failed unexpectedly")
+            return ChatFailed(FailureKind.ERROR, charged_musd=await self.booked_musd(op))
         finally:
             try:
                 await self._ledger.end_operation(op)
@@ -326,6 +341,17 @@ class ChatService:
             )
         except Exception:
             log.exception("chat history not stored (storage failure); the answer is delivered")
+
+    async def booked_musd(self, op: OperationTicket | None) -> int | None:
+        """What the ledger booked for ``op`` (µUSD; 0 for no operation), ``None`` when
+        the ledger cannot answer — so a template never guesses "nothing was charged"."""
+        if op is None:
+            return 0
+        try:
+            return await self._ledger.operation_booked_musd(op)
+        except Exception:  # an unreadable ledger must not hide the failure being reported
+            log.warning("could not read what operation %s booked", op.operation_id, exc_info=True)
+            return None
 
     async def drain(self, grace_s: float) -> None:
         """Refuse new work; let in-flight operations finish for ``grace_s`` seconds, then

@@ -34,6 +34,8 @@ class Outcome(StrEnum):
     REFUSED = "refused"
     FAILED = "failed"
     STALE = "stale"
+    JOINED = "joined"  # a later part of a long paste, answered with its first part
+    UNDELIVERABLE = "undeliverable"  # Telegram refused the send (400/403)
 
 
 class WorkflowData(TypedDict):
@@ -54,6 +56,7 @@ class WorkflowData(TypedDict):
     refusals: Counter
     books: BooksDesk
     notifier: AdminNotifier
+    delivery_failures: Counter
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,10 @@ this module adds, refreshed from the ledger at every scrape:
   requests counted today (requests ÷ operations rising alone is a loop);
 * ``kopek_budget_refusals_today{reason}`` — ledger refusals today by reason;
 * ``kopek_budget_estimate_worst_ratio`` — worst actual ÷ ceiling today;
-* ``kopek_refusal_templates_total{template}`` — refusal templates sent by the bot.
+* ``kopek_refusal_templates_total{template}`` — refusal templates sent by the bot;
+* ``kopek_delivery_failures_total{what,reason}`` — answers/templates Telegram refused
+  to take (``reason``: ``TOPIC_CLOSED``, ``CHAT_WRITE_FORBIDDEN``, ``not_enough_rights``…,
+  see :func:`delivery_failure_reason`).
 """
 
 from __future__ import annotations
@@ -31,7 +34,12 @@ from prometheus_client import (
 from budget.ledger import Ledger
 from llm.cascade import Cascade
 
-__all__ = ["MetricsServer", "refusal_counter"]
+__all__ = [
+    "MetricsServer",
+    "delivery_failure_counter",
+    "delivery_failure_reason",
+    "refusal_counter",
+]
 
 
 def refusal_counter(registry: CollectorRegistry) -> Counter:
@@ -39,6 +47,41 @@ def refusal_counter(registry: CollectorRegistry) -> Counter:
     return Counter(
         "kopek_refusal_templates", "Refusal templates sent", ["template"], registry=registry
     )
+
+
+def delivery_failure_counter(registry: CollectorRegistry) -> Counter:
+    """Counter of sends Telegram refused, by what was sent and a short reason."""
+    return Counter(
+        "kopek_delivery_failures",
+        "Answers and templates Telegram refused to deliver",
+        ["what", "reason"],
+        registry=registry,
+    )
+
+
+#: Telegram descriptions (Bot API error texts) → metric label; anything else is
+#: labelled by its status (``bad_request``, ``forbidden``, ``other``).
+_REASONS = (
+    ("topic_closed", "TOPIC_CLOSED"),
+    ("topic_deleted", "TOPIC_DELETED"),
+    ("message thread not found", "thread_not_found"),
+    ("chat_write_forbidden", "CHAT_WRITE_FORBIDDEN"),
+    ("not enough rights", "not_enough_rights"),
+    ("have no rights", "not_enough_rights"),
+    ("chat not found", "chat_not_found"),
+    ("blocked by the user", "blocked"),
+    ("kicked", "kicked"),
+    ("deactivated", "deactivated"),
+)
+
+
+def delivery_failure_reason(description: str, status: int | None) -> str:
+    """A bounded label for Telegram's ``description`` of a refused send."""
+    folded = description.lower()
+    for needle, label in _REASONS:
+        if needle.lower() in folded:
+            return label
+    return {400: "bad_request", 403: "forbidden"}.get(status or 0, "other")
 
 
 class MetricsServer:

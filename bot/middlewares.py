@@ -18,7 +18,10 @@ from aiogram.utils.i18n.middleware import I18nMiddleware
 from bot.chat import ChatService
 from bot.context import Outcome, ProfileStore, UserContext
 from bot.i18n import pick_language
+from bot.paste import PasteJoiner
+from bot.senders import is_on_behalf_of_chat, payer_id
 from bot.store import Intake, is_storage_failure
+from bot.topics import topic_of
 from budget.clock import Clock
 
 __all__ = ["ArrivalOrderMiddleware", "IntakeMiddleware", "LocaleMiddleware", "ProfileMiddleware"]
@@ -41,35 +44,56 @@ def _reads_only(event: Message) -> bool:
 
 
 class ArrivalOrderMiddleware(BaseMiddleware):
-    """Takes each private chat message's place in its user's queue before anything awaits.
+    """Takes each chat message's place before anything awaits: in its payer's queue
+    (private chats) and in a long paste (:class:`bot.paste.PasteJoiner`, any chat).
 
     aiogram starts one task per update in delivery order; this middleware is the first
-    code of each task and does not await before :meth:`ChatService.arrive`, so the places
-    follow Telegram's order however the later (awaiting) middlewares interleave.
+    code of each task and does not await before :meth:`ChatService.arrive` and
+    :meth:`PasteJoiner.arrive`, so the places follow Telegram's order however the later
+    (awaiting) middlewares interleave. The paste ticket reaches the handler as
+    ``data["paste"]`` (``None`` for an ordinary message).
     """
 
-    def __init__(self, chat: ChatService) -> None:
+    def __init__(self, chat: ChatService, pastes: PasteJoiner | None = None) -> None:
         self._chat = chat
+        self._pastes = pastes
 
     async def __call__(self, handler: Handler, event: TelegramObject, data: dict[str, Any]) -> Any:
         if (
             not isinstance(event, Message)
             or event.from_user is None
-            or event.chat.type != "private"
             or not event.text
             or event.text.startswith("/")
         ):
             return await handler(event, data)
+        payer = payer_id(event)
+        if payer is None:  # not reached: from_user is set
+            return await handler(event, data)
+        ticket = None
+        if self._pastes is not None:
+            ticket = self._pastes.arrive((payer, event.chat.id), event.message_id, event.text)
+        data["paste"] = ticket
         key = (event.chat.id, event.message_id)
-        self._chat.arrive(event.from_user.id, key)
+        private = event.chat.type == "private"
+        if private:
+            self._chat.arrive(payer, key)
         try:
             return await handler(event, data)
         finally:
-            self._chat.depart(event.from_user.id, key)
+            if private:
+                self._chat.depart(payer, key)
+            if ticket is not None:
+                ticket.leave()
 
 
 class ProfileMiddleware(BaseMiddleware):
-    """Builds :class:`UserContext` (``data["user_ctx"]``) from the stored profile."""
+    """Builds :class:`UserContext` (``data["user_ctx"]``) from the stored profile.
+
+    ``user_ctx.user_id`` is the *payer* (:func:`bot.senders.payer_id`): the sender, or
+    for a message sent on behalf of a chat (anonymous admin, channel) that chat's id. No
+    profile row is created for such a payer (it is nobody's personal account): it gets
+    the defaults (language from the client, DEFAULT_USER_TZ).
+    """
 
     def __init__(self, profiles: ProfileStore, admin_ids: frozenset[int], default_tz: str) -> None:
         self._profiles = profiles
@@ -80,19 +104,28 @@ class ProfileMiddleware(BaseMiddleware):
         if not isinstance(event, Message) or event.from_user is None:
             return await handler(event, data)
         user = event.from_user
-        try:
-            language, tz = await self._profiles.touch(user.id, event.chat.id, user.language_code)
-        except Exception as exc:
-            if not (is_storage_failure(exc) and _reads_only(event)):
-                raise
-            log.warning("profile not readable/writable (storage failure); defaults used")
-            language, tz = None, None
+        payer = payer_id(event)
+        if payer is None:  # not reached: from_user is set
+            return await handler(event, data)
+        on_behalf = is_on_behalf_of_chat(event)
+        if on_behalf:
+            language, tz = None, None  # a chat has no profile row
+        else:
+            try:
+                language, tz = await self._profiles.touch(
+                    user.id, event.chat.id, user.language_code
+                )
+            except Exception as exc:
+                if not (is_storage_failure(exc) and _reads_only(event)):
+                    raise
+                log.warning("profile not readable/writable (storage failure); defaults used")
+                language, tz = None, None
         data["user_ctx"] = UserContext(
-            user_id=user.id,
+            user_id=payer,
             chat_id=event.chat.id,
             language=pick_language(language, user.language_code),
             tz=tz or self._default_tz,
-            is_admin=user.id in self._admins,
+            is_admin=not on_behalf and user.id in self._admins,
         )
         return await handler(event, data)
 
@@ -132,9 +165,10 @@ class IntakeMiddleware(BaseMiddleware):
                 status="command" if is_command else "received",
                 chat_id=event.chat.id,
                 message_id=event.message_id,
-                user_id=event.from_user.id,
+                user_id=ctx.user_id if isinstance(ctx, UserContext) else event.from_user.id,
                 language=language,
                 now=self._clock.now(),
+                thread_id=topic_of(event),
             )
         except Exception as exc:
             if not (is_storage_failure(exc) and _reads_only(event)):

@@ -22,7 +22,9 @@ class SeenMessage(Base):
 
     ``status``: ``received`` (being handled), ``answered``, ``command``, ``refused``, ``failed``,
     ``stale`` (sent while the bot was down), ``lost`` (the process died while handling
-    it; the user was asked to resend).
+    it; the user was asked to resend), ``joined`` (a part of a long paste, answered with
+    the paste's first message), ``undeliverable`` (the answer or template could not be
+    sent: Telegram answered 400/403 for that chat; never generated again).
     """
 
     __tablename__ = "seen_messages"
@@ -34,6 +36,8 @@ class SeenMessage(Base):
     user_id: Mapped[int] = mapped_column(BigInteger, index=True)
     status: Mapped[str] = mapped_column(String(16), index=True)
     language: Mapped[str] = mapped_column(String(8), default="en")
+    #: forum topic (``message_thread_id``) of the message, ``None`` outside topics
+    thread_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 

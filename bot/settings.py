@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from bot.senders import SERVICE_USER_IDS
 from budget.money import usd_to_musd  # re-exported: the settings speak USD, the ledger µUSD
 from llm.names import CASCADE_ORDER, family
 
@@ -121,6 +122,7 @@ class Settings(BaseSettings):
     chat_history_max_tokens: int = Field(3000, ge=0)
     intake_max_concurrent: int = Field(50, ge=1)
     user_queue_max: int = Field(3, ge=0)
+    paste_join_seconds: float = Field(1.5, ge=0, le=10)
     metrics_port: int | None = Field(None, ge=1, le=65535)
     metrics_host: str = "127.0.0.1"
 
@@ -149,6 +151,16 @@ class Settings(BaseSettings):
                 raise ValueError("ADMIN_IDS must be comma-separated integers") from exc
         if isinstance(value, int):
             return frozenset({value})
+        return value
+
+    @field_validator("admin_ids")
+    @classmethod
+    def _no_service_admins(cls, value: frozenset[int]) -> frozenset[int]:
+        for uid in sorted(value & SERVICE_USER_IDS.keys()):
+            raise ValueError(
+                f"ADMIN_IDS contains {uid} ({SERVICE_USER_IDS[uid]}): it is not one person, "
+                "so anyone could use admin commands through it; list personal user ids only"
+            )
         return value
 
     @field_validator(

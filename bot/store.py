@@ -32,6 +32,7 @@ class LostMessage:
     message_id: int
     user_id: int
     language: str
+    thread_id: int | None = None
 
 
 class Intake:
@@ -49,9 +50,11 @@ class Intake:
         language: str,
         now: datetime,
         status: str = "received",
+        thread_id: int | None = None,
     ) -> bool:
         """Record a message before handling it (``status``: ``received`` for chat
-        messages, ``command`` for commands — those need no resend notice after a crash).
+        messages, ``command`` for commands — those need no resend notice after a crash;
+        ``thread_id``: the forum topic, so that notice goes to the right topic).
 
         Returns:
             ``True`` the first time; ``False`` when Telegram delivers it again
@@ -65,6 +68,7 @@ class Intake:
                     user_id=user_id,
                     status=status,
                     language=language,
+                    thread_id=thread_id,
                     received_at=now,
                 )
             )
@@ -93,7 +97,10 @@ class Intake:
             rows = (
                 await session.execute(select(SeenMessage).where(SeenMessage.status == "received"))
             ).scalars()
-            lost = [LostMessage(r.chat_id, r.message_id, r.user_id, r.language) for r in rows]
+            lost = [
+                LostMessage(r.chat_id, r.message_id, r.user_id, r.language, r.thread_id)
+                for r in rows
+            ]
             await session.execute(
                 update(SeenMessage)
                 .where(SeenMessage.status == "received")

@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 
 from aiogram.utils.i18n import gettext as _
 
+from budget.money import usd
 from budget.types import Level, Refusal, RefusalReason, Window
 
 __all__ = [
@@ -138,12 +139,25 @@ def rejected_text() -> str:
     return _("⚠️ The model rejected this request. Try rephrasing it; /reset clears the history.")
 
 
-def unavailable_text() -> str:
-    """Every provider failed or is cooling down; nothing was charged."""
+def unavailable_text(charged_musd: int | None = 0) -> str:
+    """Every provider failed or is cooling down.
+
+    Args:
+        charged_musd: what the ledger booked for the operation (µUSD); "nothing was
+            charged" is said only for 0; ``None`` (the ledger could not say) says
+            nothing about money.
+    """
+    if charged_musd == 0:
+        return _(
+            "⚠️ All model providers are unavailable right now. Nothing was charged. "
+            "Please retry in a few minutes."
+        )
+    if charged_musd is None:
+        return _("⚠️ All model providers are unavailable right now. Please retry in a few minutes.")
     return _(
-        "⚠️ All model providers are unavailable right now. Nothing was charged. "
+        "⚠️ All model providers are unavailable right now. The failed attempts cost {cost}. "
         "Please retry in a few minutes."
-    )
+    ).format(cost=usd(charged_musd))
 
 
 def empty_answer_text() -> str:
@@ -173,9 +187,22 @@ def cut_note() -> str:
     return _("✂️ The answer was longer than its limit allows and was cut here.")
 
 
-def error_text() -> str:
-    """An unexpected failure; nothing was charged for it."""
-    return _("⚠️ Something went wrong on our side. Nothing was charged. Please retry.")
+def error_text(charged_musd: int | None = 0) -> str:
+    """An unexpected failure.
+
+    Args:
+        charged_musd: what the ledger booked for the operation (µUSD); "nothing was
+            charged" is said only for 0; ``None`` (no ledger answer) says nothing about
+            money; a positive amount is named (and no retry is suggested: it would be
+            another paid call).
+    """
+    if charged_musd == 0:
+        return _("⚠️ Something went wrong on our side. Nothing was charged. Please retry.")
+    if charged_musd is None:
+        return _("⚠️ Something went wrong on our side.")
+    return _("⚠️ Something went wrong on our side. This request was charged {cost}.").format(
+        cost=usd(charged_musd)
+    )
 
 
 def non_text_text() -> str:

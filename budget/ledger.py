@@ -258,6 +258,17 @@ class Ledger:
         """Free the operation's in-flight slot. Idempotent."""
         await self._guarded(self.store.end_operation, self.clock.now(), op.operation_id)
 
+    async def operation_booked_musd(self, op: OperationTicket) -> int:
+        """Money booked for ``op`` (µUSD): settled actuals + ceilings still held or
+        booked at expiry; 0 when nothing could be charged. Works after
+        :meth:`end_operation` too.
+
+        Raises:
+            LedgerUnavailable: the ledger could not be read.
+            UnknownOperation: no such operation.
+        """
+        return await self.store.call(self.store.operation_booked_musd, op.operation_id)
+
     async def begin_request(self, op: OperationTicket, fingerprint: str) -> str:
         """Count a new request in ``op``; returns its id.
 

@@ -116,6 +116,17 @@ class LedgerPort(Protocol):
         """Free the operation's in-flight slot. Idempotent."""
         ...
 
+    async def operation_booked_musd(self, op: OperationTicket) -> int:
+        """Money booked for ``op`` so far (µUSD): the actual cost of its settled holds
+        plus the ceilings of holds still held or booked at expiry; 0 when nothing
+        could be charged (no hold, only released holds, free-tier settles at 0).
+        What a template may say about the charge depends on this answer.
+
+        Raises:
+            LedgerUnavailable: the ledger could not be read.
+        """
+        ...
+
     async def begin_request(self, op: OperationTicket, fingerprint: str) -> str:
         """Count a new request in ``op``; returns its request id.
 

@@ -544,6 +544,22 @@ class SqliteStore:
 
         self._txn(body)
 
+    def operation_booked_musd(self, operation_id: str) -> int:
+        """``committed_musd`` of an operation (ended or not): settled actuals plus the
+        ceilings of holds held or booked at expiry (releases take theirs back out)."""
+
+        def body(cur: sqlite3.Cursor) -> int:
+            cur.execute(
+                "SELECT committed_musd FROM budget_operations WHERE operation_id = ?",
+                (operation_id,),
+            )
+            row = cur.fetchone()
+            if row is None:
+                raise UnknownOperation(operation_id)
+            return int(row[0] or 0)
+
+        return self._read(body)
+
     def begin_request(self, now: datetime, operation_id: str, fingerprint: str) -> str:
         """Count a request in the operation; refuse a repeat fingerprint or too many."""
 

@@ -1,8 +1,11 @@
 """Admin commands: /budget, /kill, /unkill, /limit, /team, /providers, /digest_now.
 
 The router's first filter checks ADMIN_IDS, before any argument is read: for anyone
-else no handler here matches, so the update falls through to the fallback router and
-gets the same "unknown command" reply as a typo — nothing leaks, nothing changes.
+else — and for any message sent on behalf of a chat (``sender_chat``) — no handler here
+matches, so the update falls through to the fallback router and gets the same reply as
+a typo ("unknown command" in private chats, nothing in groups) — nothing leaks, nothing
+changes. A command addressed to another bot (``/kill@other_bot``) does not match
+aiogram's ``Command`` filter (it compares the mention with our username from getMe).
 Admin reports are in English.
 """
 
@@ -20,6 +23,7 @@ from aiogram.types import BufferedInputFile, Message
 
 from bot.chart import CHART_MISSING, chart_available, spend_chart_png
 from bot.delivery import send_text
+from bot.senders import is_on_behalf_of_chat
 from bot.settings import Settings
 from bot.store import Intake
 from bot.templates import format_reset
@@ -77,13 +81,20 @@ class AdminView:
 
 
 class IsAdmin(Filter):
-    """True only for a sender in ADMIN_IDS."""
+    """True only for a person in ADMIN_IDS writing as themselves.
+
+    A message with ``sender_chat`` set (an anonymous group admin, a channel, a linked
+    channel's post) never passes, whatever its ``from`` says: Telegram shows all of
+    them under shared service ids (see :mod:`bot.senders`).
+    """
 
     def __init__(self, admin_ids: frozenset[int]) -> None:
         self._ids = admin_ids
 
     async def __call__(self, message: Message) -> bool:
-        return message.from_user is not None and message.from_user.id in self._ids
+        if is_on_behalf_of_chat(message) or message.from_user is None:
+            return False
+        return not message.from_user.is_bot and message.from_user.id in self._ids
 
 
 def _bucket(b: BucketStatus, tz: str) -> str:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from datetime import timedelta
 from typing import Any
 
 from aiogram import Bot, F, Router
+from aiogram.exceptions import TelegramAPIError
 from aiogram.filters import Filter
 from aiogram.types import Message
 from aiogram.utils.chat_action import ChatActionSender
@@ -24,6 +26,9 @@ from bot.chat import (
 )
 from bot.context import Outcome, UserContext
 from bot.delivery import send_markdown, send_text
+from bot.delivery_failures import UNDELIVERABLE, record_delivery_failure
+from bot.paste import PasteTicket
+from bot.topics import topic_of
 from budget.clock import Clock
 from llm.sanitize import clean_prompt, has_visible
 from llm.types import Completion
@@ -37,13 +42,19 @@ TYPING_INTERVAL_S = 4.0
 
 
 class AddressedToBot(Filter):
-    """Private chats always; in groups only when the bot is mentioned or replied to."""
+    """Private chats always; in groups only when the bot is mentioned or replied to —
+    or when the message continues a long paste whose first part was (its mention is
+    in that first part only)."""
 
-    async def __call__(self, message: Message, bot: Bot) -> bool | dict[str, Any]:
+    async def __call__(
+        self, message: Message, bot: Bot, paste: PasteTicket | None = None
+    ) -> bool | dict[str, Any]:
         if message.chat.type == "private":
             return {"prompt": message.text or ""}
-        me = await bot.me()
         text = message.text or ""
+        if paste is not None and not paste.is_lead and paste.lead_accepted:
+            return {"prompt": text}
+        me = await bot.me()
         reply = message.reply_to_message
         if reply is not None and reply.from_user is not None and reply.from_user.id == me.id:
             return {"prompt": text}
@@ -62,6 +73,11 @@ def create_chat_router(*, stale_after_s: int) -> Router:
     Args:
         stale_after_s: a message older than this when first seen was sent while the
             bot was down: it gets a template asking to resend, no LLM call.
+
+    Everything sent about a message goes to its chat (and forum topic, see
+    :mod:`bot.topics`). A send Telegram refuses with 400/403 ends delivery for that
+    message (:mod:`bot.delivery_failures`): no template follows, and the message is
+    recorded ``undeliverable`` so its answer is never generated again.
     """
     router = Router(name="chat")
 
@@ -74,21 +90,48 @@ def create_chat_router(*, stale_after_s: int) -> Router:
         chat_service: ChatService,
         clock: Clock,
         refusals: Counter,
+        delivery_failures: Counter | None = None,
+        paste: PasteTicket | None = None,
     ) -> Outcome:
+        if paste is not None:
+            if not paste.is_lead and paste.contribute(prompt):
+                return Outcome.JOINED  # answered with the paste's first part
+            if paste.is_lead:
+                paste.contribute(prompt)
+                prompt = await paste.joined()
+        chat_id = message.chat.id
         reply_to = message.message_id if message.chat.type != "private" else None
+        refused_send = False
+
+        async def template(text: str, *, reply: int | None = None) -> None:
+            nonlocal refused_send
+            try:
+                await send_text(bot, chat_id, text, clock=clock, reply_to=reply)
+            except UNDELIVERABLE as exc:
+                refused_send = True
+                record_delivery_failure(
+                    exc, chat_id=chat_id, what="template", failures=delivery_failures
+                )
+
+        def settled(outcome: Outcome) -> Outcome:
+            return Outcome.UNDELIVERABLE if refused_send else outcome
+
         prompt = clean_prompt(prompt)  # hidden tag-character instructions never reach a model
         if not has_visible(prompt):
-            await send_text(bot, message.chat.id, templates.empty_message_text(), clock=clock)
-            return Outcome.REFUSED
+            await template(templates.empty_message_text())
+            return settled(Outcome.REFUSED)
         age = clock.now() - message.date
         if age > timedelta(seconds=stale_after_s):
             refusals.labels("stale").inc()
-            await send_text(bot, message.chat.id, templates.stale_text(), clock=clock)
-            return Outcome.STALE
+            await template(templates.stale_text())
+            return settled(Outcome.STALE)
 
         def typing() -> ChatActionSender:
             return ChatActionSender.typing(
-                bot=bot, chat_id=message.chat.id, interval=TYPING_INTERVAL_S
+                bot=bot,
+                chat_id=chat_id,
+                interval=TYPING_INTERVAL_S,
+                message_thread_id=topic_of(message),
             )
 
         try:
@@ -96,22 +139,38 @@ def create_chat_router(*, stale_after_s: int) -> Router:
                 chat_service.handle(
                     user_ctx.user_id,
                     prompt,
-                    key=(message.chat.id, message.message_id),
+                    key=(chat_id, message.message_id),
                     activity=typing,
                 )
             )
         except asyncio.CancelledError:  # the intake middleware records it as failed
-            await send_text(bot, message.chat.id, templates.shutting_down_text(), clock=clock)
+            await template(templates.shutting_down_text())
             raise
         if isinstance(result, ChatAnswer):
             if not has_visible(result.completion.text):
                 log.warning("empty answer from %s", result.completion.provider)
                 refusals.labels("empty_answer").inc()
-                await send_text(bot, message.chat.id, templates.empty_answer_text(), clock=clock)
-                return Outcome.FAILED
-            await send_markdown(
-                bot, message.chat.id, _with_notes(result.completion), clock=clock, reply_to=reply_to
-            )
+                await template(templates.empty_answer_text())
+                return settled(Outcome.FAILED)
+            try:
+                await send_markdown(
+                    bot, chat_id, _with_notes(result.completion), clock=clock, reply_to=reply_to
+                )
+            except UNDELIVERABLE as exc:
+                # that chat will not take it: nothing more is sent for this message, and
+                # the intake record keeps the answer from ever being generated again
+                record_delivery_failure(
+                    exc, chat_id=chat_id, what="answer", failures=delivery_failures
+                )
+                return Outcome.UNDELIVERABLE
+            except TelegramAPIError as exc:
+                record_delivery_failure(
+                    exc, chat_id=chat_id, what="answer", failures=delivery_failures
+                )
+                charged = await chat_service.booked_musd(result.operation)
+                with contextlib.suppress(TelegramAPIError):
+                    await template(templates.error_text(charged))
+                return settled(Outcome.FAILED)
             return Outcome.ANSWERED
         if isinstance(result, ChatRefused):
             outcome = Outcome.REFUSED
@@ -123,8 +182,8 @@ def create_chat_router(*, stale_after_s: int) -> Router:
             refusals.labels(result.kind).inc()
             text = _failure_text(result)
         # a refusal answers the message it refuses (in a burst, the user sees which)
-        await send_text(bot, message.chat.id, text, clock=clock, reply_to=message.message_id)
-        return outcome
+        await template(text, reply=message.message_id)
+        return settled(outcome)
 
     @router.message(F.chat.type == "private", ~F.text)
     async def on_non_text(message: Message, bot: Bot, clock: Clock) -> None:
@@ -141,12 +200,12 @@ def _failure_text(result: ChatFailed) -> str:
     if result.kind is FailureKind.REJECTED:
         return templates.rejected_text()
     if result.kind is FailureKind.UNAVAILABLE:
-        return templates.unavailable_text()
+        return templates.unavailable_text(result.charged_musd)
     if result.kind is FailureKind.SHUTDOWN:
         return templates.shutting_down_text()
     if result.kind is FailureKind.EMPTY:
         return templates.could_not_answer_text()
-    return templates.error_text()
+    return templates.error_text(result.charged_musd)
 
 
 def _with_notes(completion: Completion) -> str:

@@ -52,7 +52,8 @@ def create_common_router() -> Router:
         await history.clear(user_ctx.user_id)
         await send_text(bot, message.chat.id, _("🧹 Conversation history cleared."), clock=clock)
 
-    @router.message(Command("tz"))
+    # /tz and /lang set a person's profile; a message sent on behalf of a chat has none
+    @router.message(Command("tz"), F.sender_chat.is_(None))
     async def on_tz(
         message: Message,
         bot: Bot,
@@ -78,7 +79,7 @@ def create_common_router() -> Router:
             bot, message.chat.id, _("Timezone set to {tz}.").format(tz=arg), clock=clock
         )
 
-    @router.message(Command("lang"))
+    @router.message(Command("lang"), F.sender_chat.is_(None))
     async def on_lang(
         message: Message,
         bot: Bot,

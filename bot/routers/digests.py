@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aiogram import Bot, Router
+from aiogram import Bot, F, Router
 from aiogram.filters import Command, CommandObject
 from aiogram.types import Message
 from aiogram.utils.i18n import gettext as _
@@ -49,6 +49,9 @@ def subscribe_text(result: SubscribeResult, *, unsubscribing: bool = False) -> s
 def create_digest_router() -> Router:
     """The digest commands router."""
     router = Router(name="digests")
+    # subscriptions belong to a person's profile; a message sent on behalf of a chat
+    # (anonymous admin, channel) has none and falls through like an unknown command
+    router.message.filter(F.sender_chat.is_(None))
 
     @router.message(Command("sub"))
     async def on_sub(

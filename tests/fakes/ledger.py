@@ -158,6 +158,14 @@ class FakeLedger:
     async def end_operation(self, op: OperationTicket) -> None:
         self._ops.pop(op.operation_id, None)
 
+    async def operation_booked_musd(self, op: OperationTicket) -> int:
+        booked = 0
+        for h in self.holds.values():
+            if h.op_id == op.operation_id:
+                booked += h.ticket.ceiling_musd if h.state == "held" else 0
+                booked += h.actual_musd if h.state == "settled" else 0
+        return booked
+
     async def begin_request(self, op: OperationTicket, fingerprint: str) -> str:
         state = self._ops[op.operation_id]
         if fingerprint in state.fingerprints:
