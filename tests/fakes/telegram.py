@@ -339,6 +339,7 @@ class SentMessage:
         reply_to_message_id: the message replied to, if any.
         file: for media, ``{"field", "name", "size", "content_type"}``.
         edit_date: Unix seconds of the edit (edits only).
+        message_thread_id: the forum topic it was sent to (``None``: none/General).
     """
 
     chat_id: int | str
@@ -353,6 +354,7 @@ class SentMessage:
     reply_to_message_id: int | None = None
     file: dict[str, Any] | None = None
     edit_date: int | None = None
+    message_thread_id: int | None = None
 
     @property
     def is_edit(self) -> bool:
@@ -526,6 +528,8 @@ class FakeTelegram:
         self._rules: list[_FailRule] = []
         self._flood_until: dict[object, float] = {}
         self._blocked: set[int | str] = set()
+        self._closed_topics: set[tuple[int | str, int]] = set()
+        self._restricted: dict[int | str, str] = {}
         self._commands: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._callback_ids = itertools.count(1)
         self.webhook_calls: list[dict[str, Any]] = []
@@ -644,6 +648,10 @@ class FakeTelegram:
         username: str | None = None,
         first_name: str | None = None,
         chat_title: str | None = None,
+        sender_chat: Mapping[str, Any] | None = None,
+        thread_id: int | None = None,
+        is_forum: bool = False,
+        user_is_bot: bool = False,
     ) -> int:
         """Queue a text message from a user, as a real ``Update``; returns the update id.
 
@@ -660,11 +668,21 @@ class FakeTelegram:
             username: the sender's @username (default ``user<id>``).
             first_name: the sender's first name (default ``User<id>``).
             chat_title: title of a group chat (default ``Group <id>``).
+            sender_chat: the chat the message is sent on behalf of (a Bot API ``Chat``):
+                an anonymous group admin (``user_id`` 1087968824, ``GroupAnonymousBot``,
+                ``sender_chat`` = the group), a linked channel's post (777000), a
+                channel-signed message (136817688).
+            thread_id: the forum topic: the message gets ``message_thread_id`` and
+                ``is_topic_message: true`` (and the chat ``is_forum``).
+            is_forum: the supergroup has topics (implied by ``thread_id``); a message
+                without ``thread_id`` is then in General (no thread fields, as Telegram
+                sends it).
+            user_is_bot: the sender's ``is_bot`` (``GroupAnonymousBot`` is a bot).
         """
         chat = chat_id if chat_id is not None else user_id
         user: dict[str, Any] = {
             "id": user_id,
-            "is_bot": False,
+            "is_bot": user_is_bot,
             "first_name": first_name or f"User{user_id}",
             "username": username or f"user{user_id}",
         }
@@ -680,6 +698,8 @@ class FakeTelegram:
             }
         else:
             chat_obj = {"id": chat, "type": chat_type, "title": chat_title or f"Group {chat}"}
+            if is_forum or thread_id is not None:
+                chat_obj["is_forum"] = True
         self._chats[chat] = chat_obj
         if date is None:
             unix = self._unix_now()
@@ -704,6 +724,11 @@ class FakeTelegram:
             ]
         if reply_to is not None:
             message["reply_to_message"] = self._message_json_for_reply(chat, reply_to)
+        if sender_chat is not None:
+            message["sender_chat"] = dict(sender_chat)
+        if thread_id is not None:
+            message["message_thread_id"] = thread_id
+            message["is_topic_message"] = True
         return self.inject_update({"message": message})
 
     def inject_document(
@@ -900,6 +925,19 @@ class FakeTelegram:
         """The user unblocked the bot."""
         self._blocked.discard(chat_id)
 
+    def close_topic(self, chat_id: int, thread_id: int) -> None:
+        """An admin closed a forum topic: messages sent into it get 400
+        ``Bad Request: TOPIC_CLOSED`` (sends elsewhere in the chat still work)."""
+        self._closed_topics.add((chat_id, thread_id))
+
+    def restrict(
+        self, chat_id: int, description: str = "Bad Request: CHAT_WRITE_FORBIDDEN"
+    ) -> None:
+        """The bot lost the right to write in ``chat_id``: every message sent there gets
+        400 with ``description`` (Telegram's texts: ``Bad Request: CHAT_WRITE_FORBIDDEN``,
+        ``Bad Request: not enough rights to send text messages to the chat``)."""
+        self._restricted[chat_id] = description
+
     # HTTP: the Bot API -----------------------------------------------------------
     async def _handle_api(self, request: web.Request) -> web.Response:
         asked = request.match_info["method"]
@@ -1011,6 +1049,14 @@ class FakeTelegram:
             raise _ApiError(rule.status, rule.description, params)
         if record.chat_id in self._blocked and record.method.startswith(("send", "edit")):
             raise _ApiError(403, "Forbidden: bot was blocked by the user")
+        posts = record.method in ("sendMessage", "sendPhoto", "sendDocument")
+        if posts and record.chat_id is not None:
+            description = self._restricted.get(record.chat_id)
+            if description is not None:
+                raise _ApiError(400, description)
+            thread = record.params.get("message_thread_id")
+            if thread not in (None, "") and (record.chat_id, int(thread)) in self._closed_topics:
+                raise _ApiError(400, "Bad Request: TOPIC_CLOSED")
 
     # methods ---------------------------------------------------------------------
     def _bot_user(self) -> dict[str, Any]:
@@ -1164,6 +1210,9 @@ class FakeTelegram:
             ]
         if sent.edit_date is not None:
             message["edit_date"] = sent.edit_date
+        if sent.message_thread_id is not None:
+            message["message_thread_id"] = sent.message_thread_id
+            message["is_topic_message"] = True
         if isinstance(sent.reply_markup, Mapping) and "inline_keyboard" in sent.reply_markup:
             message["reply_markup"] = sent.reply_markup
         if sent.file is not None:
@@ -1216,6 +1265,7 @@ class FakeTelegram:
             reply_markup=params.get("reply_markup"),
             date=self._unix_now(),
             reply_to_message_id=self._reply_to(params),
+            message_thread_id=_as_int(params.get("message_thread_id"), "message_thread_id"),
         )
         self._store(sent)
         return self._message_json(sent)
@@ -1332,6 +1382,7 @@ class FakeTelegram:
             date=self._unix_now(),
             reply_to_message_id=self._reply_to(params),
             file={"field": field_name, **upload},
+            message_thread_id=_as_int(params.get("message_thread_id"), "message_thread_id"),
         )
         self._store(sent)
         return self._message_json(sent)
