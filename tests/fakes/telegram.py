@@ -20,6 +20,13 @@ What it enforces, the way Telegram does:
   a second concurrent ``getUpdates`` → 409 for the older one;
 * a flood wait: after a 429 with ``retry_after`` the same method for the same chat keeps
   getting 429 until that many seconds have passed (``enforce_retry_after``).
+* groups as Telegram shows them: :meth:`FakeTelegram.inject_message` can set
+  ``sender_chat`` (anonymous admins as ``GroupAnonymousBot`` 1087968824, linked-channel
+  posts as 777000, channel-signed messages as 136817688) and a forum topic
+  (``message_thread_id`` + ``is_topic_message``; General carries neither); sent messages
+  record their ``message_thread_id``; :meth:`~FakeTelegram.close_topic` makes sends into a
+  topic fail with 400 ``Bad Request: TOPIC_CLOSED`` and :meth:`~FakeTelegram.restrict`
+  makes every send to a chat fail with 400 ``CHAT_WRITE_FORBIDDEN`` (or another text).
 
 One deliberate difference: Telegram silently clips an explicit ``entities`` list that
 runs past the text or overlaps without nesting; the fake refuses it with 400 ``can't
