@@ -6,7 +6,7 @@ from __future__ import annotations
 from budget.ledger import Ledger
 from budget.protocol import HoldTicket, OperationTicket
 from budget.types import Origin, Usage
-from tests.unit.budget.conftest import LedgerFactory
+from tests.unit.budget.ledger_helpers import LedgerFactory
 
 
 async def _op(ledger: Ledger, user: int = 1) -> OperationTicket:
