@@ -18,7 +18,10 @@ are one payer per group. No user profile is created for such a payer.
 
 from __future__ import annotations
 
-from aiogram.types import Message
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # settings import this module; reading settings must not load aiogram
+    from aiogram.types import Message
 
 __all__ = ["SERVICE_USER_IDS", "is_on_behalf_of_chat", "payer_id"]
 
