@@ -49,52 +49,6 @@ def _rows(db: Path, sql: str, *params: object) -> list[tuple[Any, ...]]:
         return list(conn.execute(sql, params).fetchall())
 
 
-async def test_commands_for_other_bots_and_unknown_commands_get_nothing_in_groups(
-    bot_factory: BotFactory,
-    fake_telegram: FakeTelegram,
-    fake_providers: FakeProviders,
-    bot_env: dict[str, str],
-) -> None:
-    """In a group: /help@other_bot, /kill@other_bot (from an admin) and /frobnicate →
-    0 messages, and the kill switch stays off; /help@kopek_test_bot → exactly one reply.
-    In a private chat /frobnicate still gets "Unknown command"."""
-    bot = bot_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN)))
-    await bot.start()
-    group = -1001234
-    mark = fake_telegram.mark()
-    fake_telegram.inject_message(5, "/help@other_bot", chat_id=group, chat_type="supergroup")
-    fake_telegram.inject_message(
-        ADMIN, "/kill@other_bot because", chat_id=group, chat_type="supergroup"
-    )
-    fake_telegram.inject_message(5, "/frobnicate", chat_id=group, chat_type="supergroup")
-    fake_telegram.inject_message(ADMIN, "/budget@other_bot", chat_id=group, chat_type="supergroup")
-    await _drain(fake_telegram, -1009999)
-    assert fake_telegram.sent_events(group, since=mark) == []
-
-    mark = fake_telegram.mark()
-    fake_telegram.inject_message(5, f"/help@{BOT}", chat_id=group, chat_type="supergroup")
-    [help_reply] = await fake_telegram.wait_sent(group, since=mark)
-    assert "/me" in help_reply.text
-    await _drain(fake_telegram, -1009999)
-    assert len(fake_telegram.sent_events(group, since=mark)) == 1
-
-    mark = fake_telegram.mark()
-    fake_telegram.inject_message(5, "/frobnicate")
-    [unknown] = await fake_telegram.wait_sent(5, since=mark)
-    assert unknown.text == "Unknown command. See /help."
-
-    # /kill@other_bot never ran: the kill switch is off and chat is answered
-    mark = fake_telegram.mark()
-    fake_telegram.inject_message(ADMIN, "/budget")
-    [report] = await fake_telegram.wait_sent(ADMIN, since=mark, timeout=20)
-    assert "Kill switch: off" in report.text
-    mark = fake_telegram.mark()
-    fake_telegram.inject_message(5, "still there?")
-    [answer] = await fake_telegram.wait_sent(5, since=mark, timeout=20)
-    assert answer.text.startswith("echo: still there?")
-    assert await bot.stop() == 0
-
-
 async def test_service_ids_in_admin_ids_exit_2_with_one_line(
     bot_factory: BotFactory, bot_env: dict[str, str]
 ) -> None:
