@@ -305,11 +305,8 @@ class ChatService:
         except ProviderRejected:
             return ChatFailed(FailureKind.REJECTED, charged_musd=await self.booked_musd(op))
         except EmptyCompletion as exc:
-            return ChatFailed(
-                FailureKind.EMPTY,
-                cost_musd=exc.cost_musd,
-                charged_musd=await self.booked_musd(op),
-            )
+            # billed, and its template claims nothing about money: cost_musd says what
+            return ChatFailed(FailureKind.EMPTY, cost_musd=exc.cost_musd)
         except LLMError:
             return ChatFailed(FailureKind.UNAVAILABLE, charged_musd=await self.booked_musd(op))
         except Exception:  # last-resort guard inside the operation: what did it cost?
