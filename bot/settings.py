@@ -45,7 +45,11 @@ class Settings(BaseSettings):
     """All configuration. See ``.env.example`` for meaning and units of each field."""
 
     model_config = SettingsConfigDict(
-        env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        case_sensitive=False,
+        allow_inf_nan=False,  # HOLD_TTL_SECONDS=inf would keep a crashed call's hold forever
     )
 
     # --- foundation -------------------------------------------------------
