@@ -230,6 +230,17 @@ def _entry_id(value: str) -> int:
     return int.from_bytes(hashlib.sha256(value.encode()).digest()[:8], "big") >> 1
 
 
+#: Longest entry title kept, characters (a digest shows it as the item's link label; a
+#: feed with 60 KB titles would otherwise turn one digest into hundreds of messages).
+TITLE_MAX_CHARS = 256
+
+
+def _short_title(title: str) -> str:
+    if len(title) <= TITLE_MAX_CHARS:
+        return title
+    return title[: TITLE_MAX_CHARS - 1].rstrip() + "…"
+
+
 def _html_text(value: str) -> str:
     if "<" in value:
         body = LexborHTMLParser(value).body
@@ -285,7 +296,8 @@ def parse_feed(body: bytes, url: str) -> FeedFetch:
         The feed; ``posts`` are ordered oldest first by date where dates exist. Undated
         entries come first, in reverse document order (feeds list newest first), so
         the newest of them stay nearest the end. A date outside 1990–9000 counts as
-        none. An entry with neither text nor identity is skipped.
+        none. An entry with neither text nor identity is skipped. Titles longer than
+        :data:`TITLE_MAX_CHARS` are cut with an ellipsis (the post's text keeps them).
 
     CPU-bound: call it through :func:`asyncio.to_thread` from async code.
 
@@ -317,7 +329,7 @@ def parse_feed(body: bytes, url: str) -> FeedFetch:
                 published=_when(entry),
                 text=text,
                 link=str(entry.get("link", "")),
-                title=title,
+                title=_short_title(title),
             )
         )
     undated = [p for p in reversed(posts) if p.published is None]
