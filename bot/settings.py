@@ -160,6 +160,11 @@ class Settings(BaseSettings):
     @field_validator("admin_ids")
     @classmethod
     def _no_service_admins(cls, value: frozenset[int]) -> frozenset[int]:
+        for uid in sorted(u for u in value if u <= 0):
+            raise ValueError(
+                f"ADMIN_IDS contains {uid}: a group or channel id, not a person's user id "
+                "(admin notices would be posted in that chat); list personal user ids only"
+            )
         for uid in sorted(value & SERVICE_USER_IDS.keys()):
             raise ValueError(
                 f"ADMIN_IDS contains {uid} ({SERVICE_USER_IDS[uid]}): it is not one person, "

@@ -57,3 +57,14 @@ def test_python_m_bot_exits_2_naming_hold_ttl_seconds(tmp_path: Path) -> None:
     assert "HOLD_TTL_SECONDS" in lines[0]
     assert "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA" not in done.stderr + done.stdout
     assert not (tmp_path / "kopek.db").exists()
+
+
+@pytest.mark.parametrize("ids", ["42, -1001234567890", "0", "-5"])
+def test_admin_ids_with_a_chat_id_or_zero_are_refused(ids: str) -> None:
+    """A group/channel id (negative) or 0 names no person; admin notices sent to a
+    group id would be posted for everyone in that group."""
+    with pytest.raises(ValidationError) as info:
+        Settings(_env_file=None, bot_token="1:x", groq_api_key="k", admin_ids=ids)
+    [error] = info.value.errors()
+    assert error["loc"] == ("admin_ids",)
+    assert "not a person" in str(error["msg"])
