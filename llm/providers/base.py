@@ -66,6 +66,9 @@ _BALANCE_MARKERS = (
     "credit balance",
     "payment required",
     "exceeded your current quota",
+    "insufficient credit",  # OpenRouter-style "Insufficient credits"
+    "out of credit",
+    "billing",  # OpenAI "billing_hard_limit_reached", "billing_not_active"
 )
 _DETAIL_MAX = 300
 
@@ -355,7 +358,7 @@ def _error_text(body: str) -> str:
     """The provider's own error message from an error body (truncated)."""
     try:
         data = json.loads(body)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):  # deep nesting: RecursionError
         return body.strip()[:_DETAIL_MAX]
     if isinstance(data, Mapping):
         err = data.get("error")

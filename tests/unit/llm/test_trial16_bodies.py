@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from llm.errors import BalanceExhausted, ProviderRateLimited, ProviderUnavailable
-from llm.providers.base import decode_json, parse_completion_body, read_usage
+from llm.errors import (
+    BalanceExhausted,
+    ProviderRateLimited,
+    ProviderRejected,
+    ProviderUnavailable,
+)
+from llm.providers.base import decode_json, error_for_status, parse_completion_body, read_usage
 from llm.types import RateLimitInfo
 
 
@@ -60,3 +65,21 @@ def test_json_the_decoder_refuses_otherwise_is_an_interrupted_failure(raw: bytes
     with pytest.raises(ProviderUnavailable) as info:
         decode_json("deepseek", raw)
     assert info.value.interrupted is True  # possibly billed: settled at the ceiling
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"error": {"message": "Insufficient credits. Add more using the dashboard"}},
+        {"error": {"code": "billing_hard_limit_reached", "message": "Billing hard limit"}},
+        {"error": "You are out of credits"},
+    ],
+)
+def test_other_balance_wordings_in_a_200_are_balance_failures(body: object) -> None:
+    with pytest.raises(BalanceExhausted):
+        _parse(body)
+
+
+def test_an_error_body_nested_too_deep_is_translated_not_a_crash() -> None:
+    exc = error_for_status("deepseek", 400, "[" * 100_000 + "]" * 100_000, RateLimitInfo())
+    assert isinstance(exc, ProviderRejected)
