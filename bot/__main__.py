@@ -38,9 +38,7 @@ def main() -> int:
     from bot.app import run
     from bot.logs import setup_logging
 
-    secrets = [settings.bot_token.get_secret_value()] + [
-        k.get_secret_value() for k in settings.provider_keys().values()
-    ]
+    secrets = settings.secret_values()
     setup_logging(settings.log_level, secrets)
     return asyncio.run(run(settings))
 

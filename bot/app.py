@@ -460,9 +460,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
 
 def _fail(message: str, settings: Settings) -> None:
     """One line on stderr, with every secret removed."""
-    secrets = [settings.bot_token.get_secret_value()] + [
-        k.get_secret_value() for k in settings.provider_keys().values()
-    ]
+    secrets = settings.secret_values()
     print(f"kopek: {redact(message, secrets)}", file=sys.stderr)
 
 

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Annotated, Literal, cast
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -277,6 +278,28 @@ class Settings(BaseSettings):
             "deepseek": self.deepseek_billing_tz,
         }
         return zones.get(key_name, "UTC")
+
+    def secret_values(self) -> list[str]:
+        """Every secret the settings hold, for redaction: the bot token, the provider
+        keys and the password of any ``user:password@`` in a configured URL (a proxy's
+        credentials in ``TELEGRAM_API_BASE``)."""
+        out = [self.bot_token.get_secret_value()]
+        out += [k.get_secret_value() for k in self.provider_keys().values()]
+        for field in (
+            "telegram_api_base",
+            "telegram_web_base",
+            "groq_base_url",
+            "mistral_base_url",
+            "cerebras_base_url",
+            "deepseek_base_url",
+        ):
+            try:
+                password = urlsplit(str(getattr(self, field))).password
+            except ValueError:
+                continue
+            if password:
+                out.append(password)
+        return out
 
     def provider_keys(self) -> dict[str, SecretStr]:
         """Configured provider keys by key name, in cascade order (``llm.names``)."""
