@@ -185,6 +185,14 @@ class Settings(BaseSettings):
     def _http_url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")) or len(value) < 10:
             raise ValueError("must be an http(s) URL")
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - raises ValueError for a port out of 0-65535
+        except ValueError:
+            raise ValueError("must be an http(s) URL (unreadable host or port)") from None
+        host = parts.hostname or ""
+        if not host or any(ch.isspace() for ch in value):
+            raise ValueError("must be an http(s) URL with a host and no spaces")
         return value.rstrip("/")
 
     @field_validator("database_url")

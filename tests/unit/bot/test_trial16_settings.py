@@ -68,3 +68,14 @@ def test_admin_ids_with_a_chat_id_or_zero_are_refused(ids: str) -> None:
     [error] = info.value.errors()
     assert error["loc"] == ("admin_ids",)
     assert "not a person" in str(error["msg"])
+
+
+@pytest.mark.parametrize(
+    "base",
+    ["http://[::1:9", "http://127.0.0.1:99999", "http://exa mple.com", "http://:8080/x"],
+)
+def test_unreadable_base_urls_are_refused_at_settings(base: str) -> None:
+    """They failed only at start, after migrations, as "cannot reach the Bot API" (exit 1)."""
+    with pytest.raises(ValidationError) as info:
+        Settings(_env_file=None, bot_token="1:x", groq_api_key="k", telegram_api_base=base)
+    assert info.value.errors()[0]["loc"] == ("telegram_api_base",)
