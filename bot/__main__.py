@@ -35,11 +35,13 @@ def main() -> int:
         print(_config_error(exc), file=sys.stderr)
         return 2
 
-    from bot.app import run
-    from bot.logs import setup_logging
+    from bot.logs import install_excepthooks, setup_logging
 
     secrets = settings.secret_values()
+    install_excepthooks(secrets)
     setup_logging(settings.log_level, secrets)
+    from bot.app import run
+
     return asyncio.run(run(settings))
 
 

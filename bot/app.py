@@ -25,7 +25,12 @@ import httpx
 from aiogram import Bot, Dispatcher
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
-from aiogram.exceptions import TelegramAPIError, TelegramNetworkError, TelegramUnauthorizedError
+from aiogram.exceptions import (
+    ClientDecodeError,
+    TelegramAPIError,
+    TelegramNetworkError,
+    TelegramUnauthorizedError,
+)
 from aiogram.types import BotCommand
 from aiogram.utils.i18n import I18n
 from prometheus_client import CollectorRegistry
@@ -459,9 +464,11 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
 
 
 def _fail(message: str, settings: Settings) -> None:
-    """One line on stderr, with every secret removed."""
+    """One line on stderr, with every secret removed (line breaks of a library's
+    message become spaces, so the line stays one)."""
     secrets = settings.secret_values()
-    print(f"kopek: {redact(message, secrets)}", file=sys.stderr)
+    line = " ".join(redact(message, secrets).split())
+    print(f"kopek: {line}", file=sys.stderr)
 
 
 async def _migrate_shielded(database_url: str) -> bool:
@@ -489,8 +496,9 @@ async def run(settings: Settings) -> int:
 
     Exit codes: 0 after a clean stop; 2 for configuration the bot cannot run with
     (database URL, database in use by another process, token refused by Telegram,
-    prices); 1 when Telegram cannot be reached
-    at start. Each failure is one line on stderr.
+    prices); 1 when Telegram cannot be reached at start, answers with something that
+    is not a Telegram response, or anything unexpected ends the bot. Each failure is
+    one line on stderr, secrets redacted.
     """
     path = sqlite_path(settings.database_url)
     if path is None:
@@ -541,8 +549,29 @@ async def _run_locked(settings: Settings, path: Path) -> int:
         _fail(f"cannot reach the Bot API at {settings.telegram_api_base}: {exc.message}", settings)
         await app.close_after_failed_start()
         return 1
+    except ClientDecodeError:
+        # A proxy's error page or a typo'd URL: the body may echo the request path,
+        # which holds the token, so none of it is printed.
+        _fail(
+            f"the Bot API at {settings.telegram_api_base} answered with something that is "
+            "not a Telegram response: check TELEGRAM_API_BASE",
+            settings,
+        )
+        await app.close_after_failed_start()
+        return 1
+    except TelegramAPIError as exc:
+        _fail(
+            f"the Bot API at {settings.telegram_api_base} refused to start: {exc.message}", settings
+        )
+        await app.close_after_failed_start()
+        return 1
     except OSError as exc:  # the metrics port cannot be bound
         _fail(f"cannot start: {type(exc).__name__}: {exc}", settings)
         await app.close_after_failed_start()
         return 2
+    except Exception as exc:  # last resort: one redacted line, not a trace
+        log.debug("the bot failed", exc_info=exc)
+        _fail(f"failed: {type(exc).__name__} (the redacted trace is logged at DEBUG)", settings)
+        await app.close_after_failed_start()
+        return 1
     return 0

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+import traceback
 from collections.abc import Iterable
+from types import TracebackType
 
-__all__ = ["RedactSecrets", "redact", "setup_logging"]
+__all__ = ["RedactSecrets", "install_excepthooks", "redact", "setup_logging"]
 
 #: Shorter values are not treated as secrets (replacing them would garble every line).
 MIN_SECRET_LEN = 6
@@ -75,3 +78,26 @@ def setup_logging(level: str, secrets: Iterable[str]) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # a line every minute
+
+
+def install_excepthooks(secrets: Iterable[str]) -> None:
+    """Last resort: an exception nothing caught (in the main thread or any other) is
+    printed with every secret redacted, never by Python's default hook (which would print
+    a request URL holding the bot token)."""
+    parts = _secret_parts(secrets)
+
+    def clean(text: str) -> str:
+        for secret in parts:
+            text = text.replace(secret, "***")
+        return text
+
+    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        text = "".join(traceback.format_exception(kind, value, tb))
+        print(clean(f"kopek: unexpected error\n{text}"), file=sys.stderr, end="")
+
+    def thread_hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_value is not None:
+            hook(args.exc_type, args.exc_value, args.exc_traceback)
+
+    sys.excepthook = hook
+    threading.excepthook = thread_hook
