@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sqlite3
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,7 @@ from bot.middlewares import (
     ProfileMiddleware,
 )
 from bot.migrate import migrate
+from bot.money import usd
 from bot.paste import PasteJoiner
 from bot.routers.admin import AdminView, create_admin_router
 from bot.routers.books import BooksDesk, create_books_router
@@ -77,6 +79,7 @@ from budget.types import Origin
 from llm.cascade import Cascade, CascadeConfig
 from llm.factory import ProviderSpec, build_cascade, provider_specs
 from llm.names import CASCADE_ORDER
+from llm.limits import max_output_tokens
 from scheduler.feeds import AddressGuard, FeedClient, GuardedTransport
 from scheduler.fetch import Fetchers
 from scheduler.profiles import ProfileRepository
@@ -463,6 +466,83 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     )
 
 
+def check_database(path: Path) -> str | None:
+    """``None`` when the SQLite file at ``path`` can be created, opened and written;
+    else why not (one line). Blocking: run in a thread."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, timeout=5)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def check_settings(settings: Settings, clock: Clock) -> str | None:
+    """Cross-checks that need the price card and the models' limits, made before any
+    migration. Returns ``None``, or one line naming the setting that cannot work.
+
+    * A paid model without a price (``PRICE_OVERRIDES``).
+    * ``OPERATION_MAX_USD`` below the ceiling of one full-size chat request
+      (``CHAT_MAX_INPUT_TOKENS`` in, ``CHAT_MAX_OUTPUT_TOKENS`` out) on every paid model:
+      each such message would be refused for a cap the user cannot change.
+    * ``CHAT_MAX_OUTPUT_TOKENS`` above the documented output limit of every configured
+      model (``llm.limits``; checked only when every model's limit is known).
+    """
+    try:
+        prices = PriceCard(
+            provider_models(settings),
+            overrides=parse_overrides(settings.price_overrides)
+            if settings.price_overrides
+            else None,
+            max_call_seconds=settings.provider_timeout_seconds,
+        )
+    except (BudgetConfigError, ValueError) as exc:
+        return f"configuration error: {exc}"
+    models = provider_models(settings)
+    now = clock.now()
+    cap_musd = usd_to_musd(settings.operation_max_usd) or 0
+    limits = [(max_output_tokens(m.provider, m.model), m) for m in models]
+    known = [(limit, m) for limit, m in limits if limit is not None]
+    if known and len(known) == len(limits):
+        largest, model = max(known, key=lambda pair: pair[0])
+        if settings.chat_max_output_tokens > largest:
+            return (
+                f"configuration error in CHAT_MAX_OUTPUT_TOKENS: "
+                f"{settings.chat_max_output_tokens} is beyond every configured model's output "
+                f"limit (the largest is {largest} on {model.provider}:{model.model})"
+            )
+    paid = [
+        (
+            prices.ceiling_musd(
+                m.provider,
+                m.model,
+                settings.chat_max_input_tokens,
+                settings.chat_max_output_tokens,
+                now,
+            ),
+            m,
+        )
+        for m in models
+        if not prices.is_free(m.provider)
+    ]
+    if paid:
+        cheapest, model = min(paid, key=lambda pair: pair[0])
+        if cap_musd < cheapest:
+            return (
+                f"configuration error in OPERATION_MAX_USD: ${settings.operation_max_usd:f} is "
+                f"below one chat request's ceiling ({usd(cheapest)} on "
+                f"{model.provider}:{model.model} for CHAT_MAX_INPUT_TOKENS="
+                f"{settings.chat_max_input_tokens} in, CHAT_MAX_OUTPUT_TOKENS="
+                f"{settings.chat_max_output_tokens} out): paid answers would all be refused"
+            )
+    return None
+
+
 def _fail(message: str, settings: Settings) -> None:
     """One line on stderr, with every secret removed (line breaks of a library's
     message become spaces, so the line stays one)."""
@@ -503,6 +583,14 @@ async def run(settings: Settings) -> int:
     path = sqlite_path(settings.database_url)
     if path is None:
         _fail("DATABASE_URL must name a SQLite file (sqlite+aiosqlite:///path/kopek.db)", settings)
+        return 2
+    problem = check_settings(settings, SystemClock())
+    if problem is not None:
+        _fail(problem, settings)
+        return 2
+    problem = await asyncio.to_thread(check_database, path)
+    if problem is not None:
+        _fail(f"configuration error in DATABASE_URL: cannot write {path}: {problem}", settings)
         return 2
     try:
         lock = instance_lock.acquire(path)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Annotated, Literal, cast
 from urllib.parse import urlsplit
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -33,12 +33,18 @@ Tier = Literal["free", "paid"]
 #: without whitespace. Checked by pattern so reading settings never imports aiogram (~6 s).
 _TOKEN = re.compile(r"[0-9]+:\S+")
 
+#: The largest amount any ``*_USD`` setting may hold (a million dollars; its µUSD fits
+#: SQLite's 64-bit integers with room for sums). ``1e400`` is a typo, not a budget.
+MAX_USD = Decimal(1_000_000)
+
 
 def _check_tz(name: str) -> str:
+    if name not in available_timezones():  # a folder ("Europe") or a long name: OSError
+        raise ValueError(f"unknown IANA timezone {name[:64]!r}")
     try:
         ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise ValueError(f"unknown IANA timezone {name!r}") from exc
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        raise ValueError(f"unknown IANA timezone {name[:64]!r}") from exc
     return name
 
 
@@ -97,14 +103,14 @@ class Settings(BaseSettings):
     degraded_min_output_tokens: int = Field(128, ge=1)
 
     # --- budget -------------------------------------------------------------
-    budget_global_daily_usd: Decimal | None = None
-    budget_global_hourly_usd: Decimal | None = None
-    budget_user_daily_usd: Decimal | None = None
-    budget_user_hourly_usd: Decimal | None = None
-    budget_team_daily_usd: Decimal | None = None
-    budget_team_hourly_usd: Decimal | None = None
-    deepseek_daily_cap_usd: Decimal | None = None
-    reconcile_tolerance_usd: Decimal = Field(Decimal("0.01"), ge=0)
+    budget_global_daily_usd: Decimal | None = Field(None, ge=0, le=MAX_USD)
+    budget_global_hourly_usd: Decimal | None = Field(None, ge=0, le=MAX_USD)
+    budget_user_daily_usd: Decimal | None = Field(None, ge=0, le=MAX_USD)
+    budget_user_hourly_usd: Decimal | None = Field(None, ge=0, le=MAX_USD)
+    budget_team_daily_usd: Decimal | None = Field(None, ge=0, le=MAX_USD)
+    budget_team_hourly_usd: Decimal | None = Field(None, ge=0, le=MAX_USD)
+    deepseek_daily_cap_usd: Decimal | None = Field(None, ge=0, le=MAX_USD)
+    reconcile_tolerance_usd: Decimal = Field(Decimal("0.01"), ge=0, le=MAX_USD)
     groq_billing_tz: str = "UTC"
     mistral_billing_tz: str = "UTC"
     cerebras_billing_tz: str = "UTC"
@@ -112,14 +118,14 @@ class Settings(BaseSettings):
     price_overrides: str = ""  # JSON: {"provider:model": {"input": "0.27", ...}} USD per 1M tokens
     token_safety_factor: Decimal = Decimal("1.25")
     hold_ttl_seconds: float = Field(300.0, gt=0)
-    operation_max_usd: Decimal = Decimal("0.05")
+    operation_max_usd: Decimal = Field(Decimal("0.05"), gt=0, le=MAX_USD)
     operation_max_requests: int = Field(8, ge=1)
     user_max_inflight: int = Field(2, ge=1)
     user_max_per_minute: int = Field(10, ge=1)
     user_daily_messages: int | None = Field(None, ge=1)
     auto_kill_window_minutes: int = Field(60, ge=1)
     auto_kill_fraction: Decimal = Decimal("0.5")
-    auto_kill_usd_per_window: Decimal | None = None
+    auto_kill_usd_per_window: Decimal | None = Field(None, ge=0, le=MAX_USD)
 
     # --- chat ---------------------------------------------------------------
     chat_max_output_tokens: int = Field(1024, ge=1)
@@ -138,7 +144,7 @@ class Settings(BaseSettings):
     digest_max_free_share: Decimal = Decimal("0.8")
     digest_max_posts: int = Field(30, ge=1)
     digest_summary_max_tokens: int = Field(300, ge=16)
-    digest_max_usd: Decimal = Decimal("0.02")
+    digest_max_usd: Decimal = Field(Decimal("0.02"), gt=0, le=MAX_USD)
     digest_default_time: str = "09:00"
     fetch_timeout_seconds: float = Field(15.0, gt=0)
     fetch_max_bytes: int = Field(2_000_000, ge=1024)

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, time
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -54,10 +54,12 @@ def check_timezone(name: str) -> str:
     Raises:
         ValueError: unknown zone.
     """
+    if name not in available_timezones():  # a folder ("Europe") or a long name: OSError
+        raise ValueError(f"unknown IANA timezone {name[:64]!r}")
     try:
         ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise ValueError(f"unknown IANA timezone {name!r}") from exc
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        raise ValueError(f"unknown IANA timezone {name[:64]!r}") from exc
     return name
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+from zoneinfo import available_timezones
 
 from aiogram import Bot, F, Router
 from aiogram.filters import Command, CommandObject, CommandStart
@@ -67,13 +67,14 @@ def create_common_router() -> Router:
             text = _("Your timezone is {tz}. Change it with /tz Area/City, e.g. /tz Europe/Berlin.")
             await send_text(bot, message.chat.id, text.format(tz=user_ctx.tz), clock=clock)
             return
-        arg = canonical_zone(arg) or arg
-        try:
-            ZoneInfo(arg)
-        except (ZoneInfoNotFoundError, ValueError):
+        # Only names of the zone database are zones: "Europe" is a folder and a long
+        # name is an OSError inside ZoneInfo, neither may reach ZoneInfo.
+        zone = canonical_zone(arg)
+        if zone is None:
             text = _("Unknown timezone. Use an IANA name such as Europe/Berlin or Asia/Tokyo.")
             await send_text(bot, message.chat.id, text, clock=clock)
             return
+        arg = zone
         await profiles.set_tz(user_ctx.user_id, arg)
         await send_text(
             bot, message.chat.id, _("Timezone set to {tz}.").format(tz=arg), clock=clock

@@ -129,3 +129,46 @@ def test_the_last_resort_hook_redacts(capsys: pytest.CaptureFixture[str]) -> Non
     err = capsys.readouterr().err
     assert "RuntimeError" in err and "***" in err
     assert "SECRET-half" not in err
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("BUDGET_GLOBAL_DAILY_USD", "1e400"),
+        ("BUDGET_GLOBAL_DAILY_USD", "inf"),
+        ("BUDGET_GLOBAL_DAILY_USD", "nan"),
+        ("DIGEST_MAX_USD", "-1"),
+        ("OPERATION_MAX_USD", "0"),
+        ("OPERATION_MAX_USD", "-0.01"),
+        ("OPERATION_MAX_USD", "0.0000001"),  # below one DeepSeek chat request's ceiling
+        ("CHAT_MAX_OUTPUT_TOKENS", "1000000"),  # beyond every configured model's limit
+    ],
+)
+async def test_a_setting_that_cannot_work_exits_2_before_migrations(
+    bot_env: dict[str, str], tmp_path: Path, setting: str, value: str
+) -> None:
+    """Each bad value: exit 2, exactly one ``kopek:`` line naming the setting, no
+    traceback, and no migration ran (the database file was never created)."""
+    database = tmp_path / "kopek.db"
+    code, output = await run_bot(dict(bot_env, **{setting: value}), tmp_path)
+    assert code == 2, output
+    [line] = kopek_lines(output)
+    assert setting in line, line
+    assert "Traceback" not in output and "Running upgrade" not in output
+    assert not database.exists()
+
+
+async def test_an_unwritable_database_path_is_one_line(
+    bot_env: dict[str, str], tmp_path: Path
+) -> None:
+    """DATABASE_URL below a regular file (no folder can be made there): exit 2, one line
+    naming DATABASE_URL and the path, nothing else on stderr."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    env = dict(bot_env, DATABASE_URL=f"sqlite+aiosqlite:///{blocker}/kopek.db", LOG_LEVEL="INFO")
+    code, output = await run_bot(env, tmp_path)
+    assert code == 2, output
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1, output
+    assert lines[0].startswith("kopek: ") and "DATABASE_URL" in lines[0]
+    assert str(blocker) in lines[0]
