@@ -27,6 +27,7 @@ from bot.store import History
 from budget.clock import Clock
 from budget.errors import BudgetError, HoldRefused
 from budget.protocol import LedgerPort, OperationTicket
+from budget.tokens import count_off_loop
 from budget.types import Origin, Refusal
 from llm.cascade import fingerprint
 from llm.errors import EmptyCompletion, LLMError, ProviderRejected
@@ -246,7 +247,7 @@ class ChatService:
         if lane.order.index(key) >= slots + self._config.user_queue_max:
             return ChatFailed(FailureKind.QUEUE_FULL, running=True)
         user_msg = Message("user", text)
-        tokens = self._count([user_msg])
+        tokens = await count_off_loop(self._count, [user_msg])
         if tokens > self._config.max_input_tokens:
             return ChatFailed(
                 FailureKind.TOO_LONG, tokens=tokens, limit=self._config.max_input_tokens

@@ -14,16 +14,46 @@ and separators, plus 3 tokens priming the reply.
 
 from __future__ import annotations
 
+import asyncio
 import math
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+_T = TypeVar("_T")
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _counting_pool() -> ThreadPoolExecutor:
+    global _pool  # one counting thread per process, made on first use
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kopek-tokens")
+        return _pool
+
+
+async def count_off_loop(count: Callable[[_T], int], arg: _T) -> int:
+    """``count(arg)`` in the process's one counting thread, never on the event loop.
+
+    A long prompt takes seconds in the pure-Python tokenizer (``"你好" * 2048``: ~5 s);
+    on the loop that would stall every user. One thread, not a pool: counting holds the
+    GIL, and each extra counting thread would lengthen the loop's wait for it; counts
+    queue behind each other instead. Cancelling the caller does not stop a count that
+    has started (its result is dropped).
+    """
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_counting_pool(), count, arg)
+
 
 __all__ = [
     "BOUND_TOKENS_PER_MESSAGE",
     "BOUND_TOKENS_REPLY",
     "ChatMessage",
     "TokenCounter",
+    "count_off_loop",
     "input_bound",
 ]
 

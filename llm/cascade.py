@@ -62,7 +62,7 @@ from prometheus_client import Histogram as PromHistogram
 from budget.clock import Clock
 from budget.errors import BudgetError, HoldRefused
 from budget.protocol import HoldTicket, LedgerPort, OperationTicket
-from budget.tokens import input_bound
+from budget.tokens import count_off_loop, input_bound
 from budget.types import RefusalReason, Usage
 from llm.breaker import CircuitBreaker, CircuitState
 from llm.errors import (
@@ -416,7 +416,7 @@ class Cascade:
         request_id = await self._ledger.begin_request(
             op, request.fingerprint or fingerprint(request.messages)
         )
-        input_tokens = self._count(request.messages)
+        input_tokens = await count_off_loop(self._count, request.messages)
         failures: list[ProviderError] = []
         skipped: list[tuple[str, str]] = []
         passed: list[str] = []
@@ -676,7 +676,9 @@ class Cascade:
 
     async def _size(self, plan: _Attempt, provider: str, counted: int | None = None) -> None:
         """Fill ``plan``'s counted tokens, provable bound and calibrated estimate."""
-        plan.counted = self._count(plan.messages) if counted is None else counted
+        if counted is None:
+            counted = await count_off_loop(self._count, plan.messages)
+        plan.counted = counted
         plan.input_bound = input_bound(plan.messages)
         plan.input_tokens = min(
             await self._estimate(provider, plan.model, plan.counted), plan.input_bound
