@@ -46,7 +46,7 @@ from bot.delivery import send_text
 from bot.digests import TelegramDeliverer
 from bot.i18n import create_i18n, in_locale
 from bot.logs import redact
-from bot.metrics import MetricsServer, delivery_failure_counter, refusal_counter
+from bot.metrics import MetricsServer, delivery_failure_counter, dropped_counter, refusal_counter
 from bot.middlewares import (
     ArrivalOrderMiddleware,
     IntakeMiddleware,
@@ -55,7 +55,9 @@ from bot.middlewares import (
 )
 from bot.migrate import migrate
 from bot.money import usd
+from bot.outbox import Outbox
 from bot.paste import PasteJoiner
+from bot.ratelimit import UpdateRateMiddleware
 from bot.routers.admin import AdminView, create_admin_router
 from bot.routers.books import BooksDesk, create_books_router
 from bot.routers.chat import create_chat_router
@@ -63,6 +65,7 @@ from bot.routers.common import create_common_router, create_fallback_router
 from bot.routers.digests import create_digest_router
 from bot.routers.errors import create_error_router
 from bot.routers.me import create_me_router
+from bot.sendgate import FloodGate
 from bot.settings import Settings
 from bot.store import History, Intake
 from bot.topics import TopicMiddleware, TopicRequestMiddleware, in_topic
@@ -78,8 +81,8 @@ from budget.tokens import TokenCounter
 from budget.types import Origin
 from llm.cascade import Cascade, CascadeConfig
 from llm.factory import ProviderSpec, build_cascade, provider_specs
-from llm.names import CASCADE_ORDER
 from llm.limits import max_output_tokens
+from llm.names import CASCADE_ORDER
 from scheduler.feeds import AddressGuard, FeedClient, GuardedTransport
 from scheduler.fetch import Fetchers
 from scheduler.profiles import ProfileRepository
@@ -169,6 +172,7 @@ class App:
     feed_http: httpx.AsyncClient
     registry: CollectorRegistry
     notifier: AdminNotifier
+    outbox: Outbox
     _metrics: MetricsServer | None = None
 
     async def on_startup(self) -> None:
@@ -187,6 +191,7 @@ class App:
         if not self.cascade.anchor:
             log.warning("no DEEPSEEK_API_KEY: running free-only (no paid anchor)")
         await self._notify_lost()
+        await self.outbox.start()
         await self.runner.start()
         if self.settings.metrics_port is not None:
             self._metrics = MetricsServer(
@@ -211,6 +216,7 @@ class App:
 
     async def close_after_failed_start(self) -> None:
         """Release what :func:`create_app` opened when polling never started."""
+        await self.outbox.stop()
         await self.runner.stop()
         await self.cascade.aclose()
         await self.http.aclose()
@@ -223,6 +229,7 @@ class App:
         """Drain chat work within the grace period, stop jobs, close storage."""
         log.info("stopping: in-flight chat operations=%d", self.chat.in_flight)
         await self.chat.drain(self.settings.shutdown_grace_seconds)
+        await self.outbox.stop()
         await self.runner.stop()
         if self._metrics is not None:
             await self._metrics.stop()
@@ -312,6 +319,11 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         token=settings.bot_token.get_secret_value(),
         session=AiohttpSession(api=TelegramAPIServer.from_base(settings.telegram_api_base)),
     )
+    registry = CollectorRegistry()
+    dropped = dropped_counter(registry)
+    bot.session.middleware(
+        FloodGate(clock, on_drop=lambda _method: dropped.labels("flood_wait").inc())
+    )
     notifier = AdminNotifier(bot, i18n, settings.admin_ids, clock)
 
     prices = PriceCard(
@@ -328,7 +340,6 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         on_unavailable=notifier.storage_failed,
     )
     tokens = TokenCounter(safety_factor=settings.token_safety_factor)
-    registry = CollectorRegistry()
     cascade = build_cascade(
         _provider_specs(settings),
         ledger=ledger,
@@ -340,6 +351,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     )
     history = History(sessions)
     intake = Intake(sessions)
+    outbox = Outbox(sessions, bot, clock)
     chat = ChatService(
         ledger=ledger,
         backend=cascade,
@@ -427,10 +439,19 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         refusals=refusal_counter(registry),
         notifier=notifier,
         delivery_failures=delivery_failure_counter(registry),
+        outbox=outbox,
     )
     dp = Dispatcher(**workflow)
     bot.session.middleware(TopicRequestMiddleware())
     dp.message.outer_middleware(TopicMiddleware())
+    dp.update.outer_middleware(
+        UpdateRateMiddleware(
+            settings.user_max_updates_per_minute,
+            clock,
+            i18n,
+            on_drop=lambda: dropped.labels("update_rate").inc(),
+        )
+    )
     dp.message.outer_middleware(
         ArrivalOrderMiddleware(chat, PasteJoiner(clock, settings.paste_join_seconds))
     )
@@ -463,6 +484,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         feed_http=feed_http,
         registry=registry,
         notifier=notifier,
+        outbox=outbox,
     )
 
 
@@ -487,9 +509,10 @@ def check_settings(settings: Settings, clock: Clock) -> str | None:
     migration. Returns ``None``, or one line naming the setting that cannot work.
 
     * A paid model without a price (``PRICE_OVERRIDES``).
-    * ``OPERATION_MAX_USD`` below the ceiling of one full-size chat request
-      (``CHAT_MAX_INPUT_TOKENS`` in, ``CHAT_MAX_OUTPUT_TOKENS`` out) on every paid model:
-      each such message would be refused for a cap the user cannot change.
+    * ``OPERATION_MAX_USD`` below the smallest hold a chat message can need on every
+      paid model (no input, the smaller of ``DEGRADED_MIN_OUTPUT_TOKENS`` and
+      ``CHAT_MAX_OUTPUT_TOKENS`` out): every paid answer would be refused, blaming a cap
+      the user cannot change.
     * ``CHAT_MAX_OUTPUT_TOKENS`` above the documented output limit of every configured
       model (``llm.limits``; checked only when every model's limit is known).
     """
@@ -516,17 +539,12 @@ def check_settings(settings: Settings, clock: Clock) -> str | None:
                 f"{settings.chat_max_output_tokens} is beyond every configured model's output "
                 f"limit (the largest is {largest} on {model.provider}:{model.model})"
             )
+    # The smallest hold any chat message can need: no input at all and the fewest output
+    # tokens the degradation ladder would still send. Below it, every paid answer is
+    # refused, whatever the message.
+    smallest_output = min(settings.degraded_min_output_tokens, settings.chat_max_output_tokens)
     paid = [
-        (
-            prices.ceiling_musd(
-                m.provider,
-                m.model,
-                settings.chat_max_input_tokens,
-                settings.chat_max_output_tokens,
-                now,
-            ),
-            m,
-        )
+        (prices.ceiling_musd(m.provider, m.model, 0, smallest_output, now), m)
         for m in models
         if not prices.is_free(m.provider)
     ]
@@ -535,10 +553,8 @@ def check_settings(settings: Settings, clock: Clock) -> str | None:
         if cap_musd < cheapest:
             return (
                 f"configuration error in OPERATION_MAX_USD: ${settings.operation_max_usd:f} is "
-                f"below one chat request's ceiling ({usd(cheapest)} on "
-                f"{model.provider}:{model.model} for CHAT_MAX_INPUT_TOKENS="
-                f"{settings.chat_max_input_tokens} in, CHAT_MAX_OUTPUT_TOKENS="
-                f"{settings.chat_max_output_tokens} out): paid answers would all be refused"
+                f"below the smallest chat hold ({usd(cheapest)}: {smallest_output} output "
+                f"tokens on {model.provider}:{model.model}): every paid answer would be refused"
             )
     return None
 

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
     from bot.admin_notify import AdminNotifier
     from bot.chat import ChatService
+    from bot.outbox import Outbox
     from bot.routers.admin import AdminView
     from bot.routers.books import BooksDesk
     from bot.store import History, Intake
@@ -57,6 +58,7 @@ class WorkflowData(TypedDict):
     books: BooksDesk
     notifier: AdminNotifier
     delivery_failures: Counter
+    outbox: Outbox
 
 
 @dataclass(frozen=True, slots=True)

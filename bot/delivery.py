@@ -36,10 +36,6 @@ log = logging.getLogger(__name__)
 
 #: Max message text length in UTF-16 code units (Telegram Bot API, sendMessage).
 TELEGRAM_TEXT_LIMIT = 4096
-#: The longest Retry-After the chat path waits for before giving up on a part (s).
-MAX_RETRY_AFTER_S = 60.0
-
-
 #: Link schemes kept as clickable links; any other (javascript:, file:, tg:) loses its link.
 SAFE_LINK_SCHEMES = frozenset({"http", "https"})
 
@@ -117,24 +113,13 @@ async def _send(
     text: str,
     entities: list[MessageEntity] | None,
     reply_to: int | None,
-    clock: Clock,
-    wait_retry: bool = True,
 ) -> None:
     reply = (
         ReplyParameters(message_id=reply_to, allow_sending_without_reply=True) if reply_to else None
     )
-    for _attempt in range(3):
-        try:
-            await bot.send_message(
-                chat_id, text, entities=entities or None, parse_mode=None, reply_parameters=reply
-            )
-            return
-        except TelegramRetryAfter as exc:
-            if not wait_retry or exc.retry_after > MAX_RETRY_AFTER_S:
-                raise
-            log.warning("telegram asked to wait %ss for chat %s", exc.retry_after, chat_id)
-            await clock.sleep(exc.retry_after)
-    await bot.send_message(chat_id, text, entities=entities or None, parse_mode=None)
+    await bot.send_message(
+        chat_id, text, entities=entities or None, parse_mode=None, reply_parameters=reply
+    )
 
 
 async def send_markdown(
@@ -145,19 +130,21 @@ async def send_markdown(
     clock: Clock,
     reply_to: int | None = None,
     skip_parts: int = 0,
-    wait_retry: bool = True,
     on_part_sent: Callable[[int], None] | None = None,
 ) -> int:
     """Send Markdown as one or more messages. Returns the number of messages sent.
 
+    Nothing waits here: a flood wait (``TelegramRetryAfter``, from Telegram or from the
+    per-chat gate in ``bot.sendgate``) is raised after the parts already delivered, so the
+    caller can keep the rest (``bot.outbox``).
+
     Args:
         skip_parts: parts already delivered by an earlier try (not sent again).
-        wait_retry: wait a short Retry-After here; ``False`` lets the 429 through.
-        on_part_sent: called with the number of parts delivered so far, after each.
+        on_part_sent: called with the number of parts delivered so far, after each
+            (the parts of a plain-text resend count as the parts they replace).
 
     Raises:
-        aiogram.exceptions.TelegramAPIError: other than a parse error or a short
-            Retry-After (those are handled here).
+        aiogram.exceptions.TelegramAPIError: other than a parse error (handled here).
     """
     return await send_formatted(
         bot,
@@ -189,15 +176,7 @@ async def send_formatted(
         if index < skip_parts:
             continue
         try:
-            await _send(
-                bot,
-                chat_id,
-                text,
-                entities,
-                reply_to if index == 0 else None,
-                clock,
-                wait_retry,
-            )
+            await _send(bot, chat_id, text, entities, reply_to if index == 0 else None)
             if on_part_sent is not None:
                 on_part_sent(index + 1)
             sent += 1
@@ -207,15 +186,29 @@ async def send_formatted(
             log.warning("telegram refused entities; resending the answer as plain text")
             rest = "\n".join(p for p, _ in parts[index:])
             for plain in _plain_parts(rest):
-                await _send(bot, chat_id, plain, None, None, clock)
+                await _send(bot, chat_id, plain, None, None)
                 sent += 1
+            if on_part_sent is not None:
+                on_part_sent(len(parts))
             break
     return sent
 
 
 async def send_text(
     bot: Bot, chat_id: int, text: str, *, clock: Clock, reply_to: int | None = None
-) -> None:
-    """Send a template (plain text, split if ever needed)."""
+) -> bool:
+    """Send a template (plain text, split if ever needed). Returns False when the chat is
+    under a flood wait: the template is dropped, not queued (it costs nothing to lose, and
+    waiting would hold the handler's intake slot).
+
+    Raises:
+        aiogram.exceptions.TelegramAPIError: other than a flood wait.
+    """
+    del clock  # kept for the callers' signature; nothing waits here
     for index, plain in enumerate(_plain_parts(text)):
-        await _send(bot, chat_id, plain, None, reply_to if index == 0 else None, clock)
+        try:
+            await _send(bot, chat_id, plain, None, reply_to if index == 0 else None)
+        except TelegramRetryAfter as exc:
+            log.info("template for chat %s dropped: flood wait %s s", chat_id, exc.retry_after)
+            return False
+    return True

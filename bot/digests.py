@@ -189,7 +189,6 @@ class TelegramDeliverer:
                 split_formatted(text, entities),
                 clock=self._clock,
                 skip_parts=done,
-                wait_retry=False,
                 on_part_sent=remember,
             )
         )
@@ -199,9 +198,7 @@ class TelegramDeliverer:
         tz = await self._tz_of(user_id)
         with in_locale(self._i18n, language):
             text = notice_text(notice, tz)
-        await self._guarded(
-            send_markdown(self._bot, chat_id, _md_escape(text), clock=self._clock, wait_retry=False)
-        )
+        await self._guarded(send_markdown(self._bot, chat_id, _md_escape(text), clock=self._clock))
 
     async def _guarded(self, send: Awaitable[int]) -> None:
         try:

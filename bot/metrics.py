@@ -84,6 +84,15 @@ def delivery_failure_reason(description: str, status: int | None) -> str:
     return {400: "bad_request", 403: "forbidden"}.get(status or 0, "other")
 
 
+def dropped_counter(registry: CollectorRegistry) -> Counter:
+    """Counter of what was dropped on purpose, by reason: ``update_rate`` (a user over
+    USER_MAX_UPDATES_PER_MINUTE), ``flood_wait`` (a Bot API call for a chat under a flood
+    wait, not sent), ``undecodable_update`` (an update the client could not decode)."""
+    return Counter(
+        "kopek_dropped", "Updates and calls dropped on purpose", ["reason"], registry=registry
+    )
+
+
 class MetricsServer:
     """Serves ``/metrics``. Start with :meth:`start`, stop with :meth:`stop`."""
 

@@ -1,4 +1,4 @@
-"""The bot's own tables: seen messages (exactly-once intake) and chat history."""
+"""The bot's own tables: seen messages (exactly-once intake), chat history, the outbox."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import BigInteger, DateTime, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "ChatTurn", "SeenMessage", "metadata"]
+__all__ = ["Base", "ChatTurn", "PendingAnswer", "SeenMessage", "metadata"]
 
 
 class Base(DeclarativeBase):
@@ -52,4 +52,24 @@ class ChatTurn(Base):
     role: Mapped[str] = mapped_column(String(16))
     content: Mapped[str] = mapped_column(Text)
     tokens: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class PendingAnswer(Base):
+    """A paid answer Telegram would not take yet (a flood wait): kept until it is sent.
+
+    ``text`` is the answer's Markdown; ``parts_sent`` of its parts were delivered before
+    the wait; ``not_before`` is when the wait ends (aware UTC); ``attempts`` counts sends
+    that hit a wait or an error.
+    """
+
+    __tablename__ = "outbox"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    reply_to: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    text: Mapped[str] = mapped_column(Text)
+    parts_sent: Mapped[int] = mapped_column(Integer, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    not_before: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -122,6 +122,7 @@ class Settings(BaseSettings):
     operation_max_requests: int = Field(8, ge=1)
     user_max_inflight: int = Field(2, ge=1)
     user_max_per_minute: int = Field(10, ge=1)
+    user_max_updates_per_minute: int = Field(20, ge=1)
     user_daily_messages: int | None = Field(None, ge=1)
     auto_kill_window_minutes: int = Field(60, ge=1)
     auto_kill_fraction: Decimal = Decimal("0.5")

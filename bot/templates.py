@@ -122,6 +122,14 @@ def refusal_text(refusal: Refusal, *, tz: str, running: bool = False) -> str:
     return text
 
 
+def too_fast_text() -> str:
+    """A user over USER_MAX_UPDATES_PER_MINUTE (sent at most once a minute)."""
+    return _(
+        "✋ You are sending too fast: your messages are ignored until the rate drops. "
+        "Please wait a minute."
+    )
+
+
 def too_many_queued_text() -> str:
     """Overflow of the per-user queue (USER_QUEUE_MAX)."""
     return _("✋ Too many messages at once: please wait for the answers, then retry.")

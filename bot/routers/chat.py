@@ -25,8 +25,9 @@ from bot.chat import (
     run_guarded,
 )
 from bot.context import Outcome, UserContext
-from bot.delivery import send_markdown, send_text
+from bot.delivery import send_text
 from bot.delivery_failures import UNDELIVERABLE, record_delivery_failure
+from bot.outbox import Outbox
 from bot.paste import PasteTicket
 from bot.topics import topic_of
 from budget.clock import Clock
@@ -90,6 +91,7 @@ def create_chat_router(*, stale_after_s: int) -> Router:
         chat_service: ChatService,
         clock: Clock,
         refusals: Counter,
+        outbox: Outbox,
         delivery_failures: Counter | None = None,
         paste: PasteTicket | None = None,
     ) -> Outcome:
@@ -153,9 +155,8 @@ def create_chat_router(*, stale_after_s: int) -> Router:
                 await template(templates.empty_answer_text())
                 return settled(Outcome.FAILED)
             try:
-                await send_markdown(
-                    bot, chat_id, _with_notes(result.completion), clock=clock, reply_to=reply_to
-                )
+                # Paid for: under a flood wait it is kept and sent when the wait ends.
+                await outbox.deliver(chat_id, _with_notes(result.completion), reply_to=reply_to)
             except UNDELIVERABLE as exc:
                 # that chat will not take it: nothing more is sent for this message, and
                 # the intake record keeps the answer from ever being generated again

@@ -3,8 +3,36 @@ and every sentence the bot says is the right one."""
 
 from __future__ import annotations
 
-from tests.e2e.harness import BotProcess
+import asyncio
+import itertools
+from typing import Any
+
+from tests.e2e.harness import BotFactory, BotProcess
+from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
+
+_message_ids = itertools.count(900_000)
+
+
+def inject_sticker(fake: FakeTelegram, user_id: int) -> int:
+    """Queue a sticker from ``user_id`` in his private chat (Bot API ``Sticker`` shape)."""
+    user: dict[str, Any] = {"id": user_id, "is_bot": False, "first_name": f"User{user_id}"}
+    message = {
+        "message_id": next(_message_ids),
+        "from": user,
+        "chat": {"id": user_id, "type": "private", "first_name": user["first_name"]},
+        "date": int(fake.clock.now().timestamp()),
+        "sticker": {
+            "file_id": "CAACAgIAAxkBAAEBsticker",
+            "file_unique_id": "AgADsticker",
+            "type": "regular",
+            "width": 512,
+            "height": 512,
+            "is_animated": False,
+            "is_video": False,
+        },
+    }
+    return fake.inject_update({"message": message})
 
 
 async def test_tz_with_a_folder_or_a_long_name_is_an_unknown_timezone(
@@ -37,6 +65,13 @@ async def _taken(fake: FakeTelegram, update_id: int) -> None:
     await fake.wait_until(probe, 30)
 
 
+async def _wait_log_count(bot: BotProcess, text: str, count: int, timeout: float = 30) -> None:  # noqa: ASYNC109 - test deadline
+    """Wait until ``text`` occurs ``count`` times in the bot's output (polls every 50 ms)."""
+    async with asyncio.timeout(timeout):
+        while bot.logs().count(text) < count:  # noqa: ASYNC110 - another process writes it
+            await asyncio.sleep(0.05)
+
+
 def _reply_latency(fake: FakeTelegram, chat_id: int, since_seq: int, started: float) -> float:
     """Seconds from ``started`` (fake clock) to the first sendMessage to ``chat_id``."""
     sends = [
@@ -67,3 +102,103 @@ async def test_five_long_cjk_messages_do_not_stall_another_users_help(
     assert latency < 0.5, f"/help took {latency:.2f} s"
     for user in range(301, 306):  # the five are answered too (a template or an answer)
         await fake_telegram.wait_sent(user, timeout=120)
+
+
+async def test_a_flood_wait_gets_no_sends_and_does_not_slow_other_users(
+    bot_factory: BotFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+) -> None:
+    """User 501's chat gets a 40 s flood wait; he then sends 80 stickers. No call goes to
+    his chat during the wait (templates for it are dropped, not queued or retried), and
+    another user's /help is answered in under 1 s. (The per-user update rate is raised
+    here so that the gate alone is what keeps the chat quiet.)"""
+    bot = bot_factory(env=dict(bot_env, USER_MAX_UPDATES_PER_MINUTE="1000"))
+    await bot.start()
+    fake_telegram.fail_next("sendMessage", 429, retry_after=40, chat_id=501)
+    mark = fake_telegram.mark()
+    inject_sticker(fake_telegram, 501)
+    await fake_telegram.wait_until(
+        lambda: any(r.status == 429 for r in fake_telegram.requests() if r.chat_id == 501), 20
+    )
+    first = len(fake_telegram.requests())
+    last = 0
+    for _ in range(80):
+        last = inject_sticker(fake_telegram, 501)
+    await _taken(fake_telegram, last)
+    seq = len(fake_telegram.requests())
+    started = fake_telegram.clock.monotonic()
+    fake_telegram.inject_message(502, "/help")
+    await fake_telegram.wait_sent(502, since=mark, timeout=30)
+    latency = _reply_latency(fake_telegram, 502, seq, started)
+    assert latency < 1.0, f"/help took {latency:.2f} s"
+    # every sticker's template was dropped (the first one by Telegram's 429 itself)
+    await _wait_log_count(bot, "template for chat 501 dropped", 81)
+    to_501 = [r for r in fake_telegram.requests()[first:] if r.chat_id == 501]
+    assert to_501 == []
+    assert fake_telegram.flood_violations() == []
+    assert await bot.stop() == 0
+
+
+async def test_a_paid_answer_meeting_a_flood_wait_is_sent_when_it_ends(
+    bot: BotProcess, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """The answer's sendMessage gets 429 retry_after 3: the answer is kept and delivered
+    once the wait is over, with no call inside the wait and one provider request."""
+    fake_providers.script("groq", {"text": "kept answer"})
+    fake_telegram.fail_next("sendMessage", 429, retry_after=3, chat_id=511)
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(511, "question")
+    [answer] = await fake_telegram.wait_sent(511, since=mark, timeout=30)
+    assert answer.text == "kept answer"
+    to_511 = [r for r in fake_telegram.requests("sendMessage") if r.chat_id == 511]
+    assert [r.status for r in to_511] == [429, 200]
+    assert to_511[1].monotonic - to_511[0].monotonic >= 3.0
+    assert fake_telegram.flood_violations() == []
+    assert len(fake_providers.requests) == 1
+
+
+async def test_a_kept_answer_survives_a_restart(
+    bot_factory: BotFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """The answer meets a 6 s flood wait; the bot is stopped inside the wait and started
+    again: the kept answer is delivered after the wait, never generated again, and the
+    user is not asked to resend."""
+    fake_providers.script("groq", {"text": "answer across a restart"})
+    bot = bot_factory()
+    await bot.start()
+    fake_telegram.fail_next("sendMessage", 429, retry_after=6, chat_id=521)
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(521, "question")
+    await fake_telegram.wait_until(
+        lambda: any(r.status == 429 for r in fake_telegram.requests() if r.chat_id == 521), 30
+    )
+    assert await bot.stop() == 0
+    await bot.start()
+    [answer] = await fake_telegram.wait_sent(521, since=mark, timeout=30)
+    assert answer.text == "answer across a restart"
+    assert fake_telegram.flood_violations() == []
+    assert len(fake_providers.requests) == 1
+    assert await bot.stop() == 0
+
+
+async def test_cheap_replies_are_bounded_per_user(
+    bot_factory: BotFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+) -> None:
+    """60 stickers + 60 unknown commands from one user, USER_MAX_UPDATES_PER_MINUTE=20:
+    20 template replies and one too-fast notice, nothing more; another user is served."""
+    bot = bot_factory(env=dict(bot_env, USER_MAX_UPDATES_PER_MINUTE="20"))
+    await bot.start()
+    mark = fake_telegram.mark()
+    last = 0
+    for i in range(60):
+        inject_sticker(fake_telegram, 531)
+        last = fake_telegram.inject_message(531, f"/frobnicate{i}")
+    await _taken(fake_telegram, last)
+    fake_telegram.inject_message(532, "/help")
+    await fake_telegram.wait_sent(532, since=mark, timeout=30)
+    await fake_telegram.wait_sent(531, count=21, since=mark, timeout=30)
+    await asyncio.sleep(1.0)  # nothing more arrives
+    replies = [e.text for e in fake_telegram.sent_events(531, since=mark)]
+    notices = [t for t in replies if "sending too fast" in t]
+    assert len(notices) == 1
+    assert len(replies) == 21, replies
+    assert await bot.stop() == 0

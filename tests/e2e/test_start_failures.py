@@ -140,7 +140,7 @@ def test_the_last_resort_hook_redacts(capsys: pytest.CaptureFixture[str]) -> Non
         ("DIGEST_MAX_USD", "-1"),
         ("OPERATION_MAX_USD", "0"),
         ("OPERATION_MAX_USD", "-0.01"),
-        ("OPERATION_MAX_USD", "0.0000001"),  # below one DeepSeek chat request's ceiling
+        ("OPERATION_MAX_USD", "0.0000001"),  # below the smallest DeepSeek chat hold
         ("CHAT_MAX_OUTPUT_TOKENS", "1000000"),  # beyond every configured model's limit
     ],
 )

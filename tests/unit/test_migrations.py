@@ -45,6 +45,7 @@ def test_every_revision_up_down_up_and_head_matches_models(tmp_path: Path) -> No
         "0005_money",
         "0006_feed_delivered",
         "0007_topics",
+        "0008_outbox",
     ]
     for rev in revisions:
         command.upgrade(cfg, rev.revision)

@@ -1,0 +1,123 @@
+"""Per-user update rate: every update a user sends counts, templates and commands too.
+
+Replies that cost no money still cost Telegram sends, database writes and loop time; a
+user sending stickers or unknown commands as fast as his client allows must not get a
+reply to each. :class:`UpdateRateMiddleware` (an outer middleware on ``update``, so it sees
+messages, commands, callback queries alike, before any handler or database write) lets
+at most ``limit`` updates per user through in any 60 s; the rest are dropped in silence,
+except for one notice per user per minute (in a private chat only: a group is not told
+about one member).
+
+Sliding window on the injected monotonic clock, worked timeline with ``limit=3``:
+updates at t=0, 1, 2 pass; t=3 is dropped and gets the notice; t=30 is dropped silently;
+t=60.5 passes (t=0 left the window); t=63 is dropped and gets a notice again (the last
+one was more than 60 s ago).
+
+Hand-written, not ``limits``/``aiolimiter``: both read the system clock, and the bot's
+time comes only from the injected clock; this is twenty lines over a deque.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiogram import BaseMiddleware, Bot
+from aiogram.exceptions import TelegramAPIError
+from aiogram.types import Chat, TelegramObject, User
+from aiogram.utils.i18n import I18n
+
+from bot import templates
+from bot.delivery import send_text
+from bot.i18n import in_locale, pick_language
+from budget.clock import Clock
+
+__all__ = ["UpdateRateMiddleware"]
+
+log = logging.getLogger(__name__)
+
+#: The window, seconds.
+WINDOW_S = 60.0
+#: Users tracked before the idle ones are forgotten (a bound on memory).
+MAX_TRACKED_USERS = 10_000
+
+Handler = Callable[[TelegramObject, dict[str, Any]], Awaitable[Any]]
+
+
+class UpdateRateMiddleware(BaseMiddleware):
+    """Drops a user's updates beyond ``limit`` per 60 s (see the module docstring).
+
+    Args:
+        limit: updates per user per 60 s (USER_MAX_UPDATES_PER_MINUTE).
+        clock: the one clock (monotonic seconds).
+        i18n: for the notice's language (the sender's Telegram language).
+        on_drop: called once per dropped update (a metric), if given.
+    """
+
+    def __init__(
+        self,
+        limit: int,
+        clock: Clock,
+        i18n: I18n,
+        on_drop: Callable[[], None] | None = None,
+    ) -> None:
+        self._limit = limit
+        self._clock = clock
+        self._i18n = i18n
+        self._on_drop = on_drop
+        self._seen: dict[int, deque[float]] = {}
+        self._noticed: dict[int, float] = {}
+
+    def __repr__(self) -> str:
+        return f"UpdateRateMiddleware(limit={self._limit}/min, users={len(self._seen)})"
+
+    def allow(self, user_id: int) -> bool:
+        """Count one update of ``user_id``; False when it is over the rate."""
+        now = self._clock.monotonic()
+        times = self._seen.get(user_id)
+        if times is None:
+            if len(self._seen) >= MAX_TRACKED_USERS:
+                self._forget_idle(now)
+            times = self._seen[user_id] = deque()
+        while times and times[0] <= now - WINDOW_S:
+            times.popleft()
+        if len(times) >= self._limit:
+            return False
+        times.append(now)
+        return True
+
+    def _forget_idle(self, now: float) -> None:
+        for user_id in [u for u, t in self._seen.items() if not t or t[-1] <= now - WINDOW_S]:
+            del self._seen[user_id]
+            self._noticed.pop(user_id, None)
+
+    def notice_due(self, user_id: int) -> bool:
+        """True (and remembered) when this user has had no notice in the last 60 s."""
+        now = self._clock.monotonic()
+        last = self._noticed.get(user_id)
+        if last is not None and now - last < WINDOW_S:
+            return False
+        self._noticed[user_id] = now
+        return True
+
+    async def __call__(self, handler: Handler, event: TelegramObject, data: dict[str, Any]) -> Any:
+        user = data.get("event_from_user")
+        if not isinstance(user, User) or user.is_bot or self.allow(user.id):
+            return await handler(event, data)
+        if self._on_drop is not None:
+            self._on_drop()
+        chat = data.get("event_chat")
+        bot = data.get("bot")
+        private = isinstance(chat, Chat) and chat.type == "private"
+        if private and isinstance(bot, Bot) and self.notice_due(user.id):
+            assert isinstance(chat, Chat)
+            log.info("user %s over %d updates/min: dropping", user.id, self._limit)
+            with in_locale(self._i18n, pick_language(None, user.language_code)):
+                text = templates.too_fast_text()
+            try:
+                await send_text(bot, chat.id, text, clock=self._clock)
+            except TelegramAPIError as exc:
+                log.warning("could not send the too-fast notice: %s", exc.message)
+        return None
