@@ -69,6 +69,7 @@ from bot.sendgate import FloodGate
 from bot.settings import Settings
 from bot.store import History, Intake
 from bot.topics import TopicMiddleware, TopicRequestMiddleware, in_topic
+from bot.updates import SkipUndecodableUpdates
 from budget import instance_lock
 from budget.clock import Clock, SystemClock
 from budget.config import LedgerConfig, OperationCaps
@@ -323,6 +324,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dropped = dropped_counter(registry)
     bot.session.middleware(
         FloodGate(clock, on_drop=lambda _method: dropped.labels("flood_wait").inc())
+    )
+    bot.session.middleware(
+        SkipUndecodableUpdates(on_skip=lambda: dropped.labels("undecodable_update").inc())
     )
     notifier = AdminNotifier(bot, i18n, settings.admin_ids, clock)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from aiogram.client.session.middlewares.base import (
     BaseRequestMiddleware,
@@ -104,7 +104,9 @@ class FloodGate(BaseRequestMiddleware):
             if self._on_drop is not None:
                 self._on_drop(name)
             if isinstance(method, SendChatAction):
-                return Response[TelegramType](ok=True, result=True)
+                # make_request hands back the result (True for a chat action), not the
+                # Response its annotation names
+                return cast(Response[TelegramType], True)
             raise TelegramRetryAfter(
                 method=method,
                 message=f"Flood wait for chat {chat_id}: {math.ceil(left)} s left (not sent)",

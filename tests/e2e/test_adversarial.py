@@ -202,3 +202,43 @@ async def test_cheap_replies_are_bounded_per_user(
     assert len(notices) == 1
     assert len(replies) == 21, replies
     assert await bot.stop() == 0
+
+
+async def test_an_update_the_client_cannot_decode_is_skipped_and_polling_goes_on(
+    bot: BotProcess, fake_telegram: FakeTelegram
+) -> None:
+    """A forwarded message whose ``forward_origin`` has a type newer than the installed
+    aiogram (its model rejects the whole getUpdates batch), alone and then in a batch
+    with a good update: each is skipped and logged with its id, the good one in the same
+    batch is answered, and the next message is answered too (the offset moved on)."""
+    user: dict[str, Any] = {"id": 551, "is_bot": False, "first_name": "User551"}
+
+    def future_forward() -> dict[str, Any]:
+        return {
+            "message": {
+                "message_id": next(_message_ids),
+                "from": user,
+                "chat": {"id": 551, "type": "private", "first_name": "User551"},
+                "date": int(fake_telegram.clock.now().timestamp()),
+                "text": "forwarded",
+                "forward_origin": {"type": "future_origin", "date": 1},
+            }
+        }
+
+    alone = fake_telegram.inject_update(future_forward())
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(552, "/help")
+    await fake_telegram.wait_sent(552, since=mark, timeout=30)
+    # a bad update and a good one in one batch
+    await _taken(fake_telegram, alone)
+    mark = fake_telegram.mark()
+    mixed = fake_telegram.inject_update(future_forward())
+    fake_telegram.inject_message(553, "/help")
+    await fake_telegram.wait_sent(553, since=mark, timeout=30)
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(551, "/help")
+    await fake_telegram.wait_sent(551, since=mark, timeout=30)
+    logs = bot.logs()
+    assert f"skipped update {alone}: the client cannot decode it" in logs
+    assert f"skipped update {mixed}: the client cannot decode it" in logs
+    assert "Failed to fetch updates" not in logs
