@@ -54,7 +54,6 @@ from bot.middlewares import (
     ProfileMiddleware,
 )
 from bot.migrate import migrate
-from bot.money import usd
 from bot.outbox import Outbox
 from bot.paste import PasteJoiner
 from bot.ratelimit import UpdateRateMiddleware
@@ -76,7 +75,7 @@ from budget.config import LedgerConfig, OperationCaps
 from budget.db import create_engine, sqlite_path
 from budget.errors import BudgetConfigError
 from budget.ledger import Ledger
-from budget.money import usd_to_musd
+from budget.money import usd, usd_to_musd
 from budget.prices import PriceCard, ProviderModel, parse_overrides
 from budget.tokens import TokenCounter
 from budget.types import Origin
