@@ -153,7 +153,6 @@ async def send_markdown(
         clock=clock,
         reply_to=reply_to,
         skip_parts=skip_parts,
-        wait_retry=wait_retry,
         on_part_sent=on_part_sent,
     )
 
@@ -166,7 +165,6 @@ async def send_formatted(
     clock: Clock,
     reply_to: int | None = None,
     skip_parts: int = 0,
-    wait_retry: bool = True,
     on_part_sent: Callable[[int], None] | None = None,
 ) -> int:
     """Send parts from :func:`split_markdown` or :func:`split_formatted`, as
