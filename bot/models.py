@@ -68,6 +68,8 @@ class PendingAnswer(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     chat_id: Mapped[int] = mapped_column(BigInteger)
     reply_to: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    #: forum topic (``message_thread_id``) of the message answered; ``None`` outside topics
+    thread_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     text: Mapped[str] = mapped_column(Text)
     parts_sent: Mapped[int] = mapped_column(Integer, default=0)
     attempts: Mapped[int] = mapped_column(Integer, default=0)

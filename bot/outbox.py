@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.delivery import send_markdown
 from bot.models import PendingAnswer
+from bot.topics import current_topic, in_topic
 from budget.clock import Clock
 
 __all__ = ["Outbox"]
@@ -114,6 +115,7 @@ class Outbox:
                 PendingAnswer(
                     chat_id=chat_id,
                     reply_to=reply_to,
+                    thread_id=current_topic(chat_id),  # the handler's topic scope
                     text=markdown,
                     parts_sent=sent,
                     attempts=1,
@@ -188,15 +190,16 @@ class Outbox:
             sent = n
 
         try:
-            await send_markdown(
-                self._bot,
-                row.chat_id,
-                row.text,
-                clock=self._clock,
-                reply_to=row.reply_to if row.parts_sent == 0 else None,
-                skip_parts=row.parts_sent,
-                on_part_sent=progress,
-            )
+            with in_topic(row.chat_id, row.thread_id):  # back to the topic it answers
+                await send_markdown(
+                    self._bot,
+                    row.chat_id,
+                    row.text,
+                    clock=self._clock,
+                    reply_to=row.reply_to if row.parts_sent == 0 else None,
+                    skip_parts=row.parts_sent,
+                    on_part_sent=progress,
+                )
         except TelegramRetryAfter as exc:
             await self._reschedule(row, sent, float(exc.retry_after))
             return

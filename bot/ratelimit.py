@@ -26,12 +26,13 @@ from typing import Any
 
 from aiogram import BaseMiddleware, Bot
 from aiogram.exceptions import TelegramAPIError
-from aiogram.types import Chat, TelegramObject, User
+from aiogram.types import Chat, Message, TelegramObject, Update, User
 from aiogram.utils.i18n import I18n
 
 from bot import templates
 from bot.delivery import send_text
 from bot.i18n import in_locale, pick_language
+from bot.senders import payer_id
 from budget.clock import Clock
 
 __all__ = ["UpdateRateMiddleware"]
@@ -104,16 +105,19 @@ class UpdateRateMiddleware(BaseMiddleware):
 
     async def __call__(self, handler: Handler, event: TelegramObject, data: dict[str, Any]) -> Any:
         user = data.get("event_from_user")
-        if not isinstance(user, User) or user.is_bot or self.allow(user.id):
+        if not isinstance(user, User):
+            return await handler(event, data)
+        payer = _payer(event, user)
+        if payer is None or self.allow(payer):
             return await handler(event, data)
         if self._on_drop is not None:
             self._on_drop()
         chat = data.get("event_chat")
         bot = data.get("bot")
         private = isinstance(chat, Chat) and chat.type == "private"
-        if private and isinstance(bot, Bot) and self.notice_due(user.id):
+        if private and isinstance(bot, Bot) and self.notice_due(payer):
             assert isinstance(chat, Chat)
-            log.info("user %s over %d updates/min: dropping", user.id, self._limit)
+            log.info("payer %s over %d updates/min: dropping", payer, self._limit)
             with in_locale(self._i18n, pick_language(None, user.language_code)):
                 text = templates.too_fast_text()
             try:
@@ -121,3 +125,13 @@ class UpdateRateMiddleware(BaseMiddleware):
             except TelegramAPIError as exc:
                 log.warning("could not send the too-fast notice: %s", exc.message)
         return None
+
+
+def _payer(event: TelegramObject, user: User) -> int | None:
+    """The id an update counts under: a message's payer (``bot.senders.payer_id``: a
+    group's anonymous admins are one payer per group, never the shared service id);
+    another bot's update (``is_bot`` without ``sender_chat``) is not counted."""
+    message = (event.message or event.edited_message) if isinstance(event, Update) else None
+    if isinstance(message, Message) and (message.sender_chat is not None or not user.is_bot):
+        return payer_id(message)
+    return None if user.is_bot else user.id

@@ -36,7 +36,14 @@ from aiogram.types import Message, TelegramObject
 if TYPE_CHECKING:
     from aiogram import Bot
 
-__all__ = ["TopicMiddleware", "TopicRequestMiddleware", "in_topic", "in_topic_of", "topic_of"]
+__all__ = [
+    "TopicMiddleware",
+    "TopicRequestMiddleware",
+    "current_topic",
+    "in_topic",
+    "in_topic_of",
+    "topic_of",
+]
 
 #: (chat id, message_thread_id) of the message being handled, if it is in a topic.
 _TOPIC: ContextVar[tuple[int, int] | None] = ContextVar("kopek_topic", default=None)
@@ -59,6 +66,13 @@ def in_topic(chat_id: int, thread_id: int | None) -> Iterator[None]:
         yield
     finally:
         _TOPIC.reset(token)
+
+
+def current_topic(chat_id: int) -> int | None:
+    """The topic calls to ``chat_id`` go to in the current scope (``None``: none), so
+    work that outlives the handler (a kept answer) can send there later."""
+    topic = _TOPIC.get()
+    return topic[1] if topic is not None and topic[0] == chat_id else None
 
 
 def in_topic_of(message: Message) -> Any:
