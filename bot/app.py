@@ -273,6 +273,8 @@ def _cascade_config(settings: Settings) -> CascadeConfig:
         global_max_inflight_calls=settings.global_max_inflight_calls,
         degraded_min_output_tokens=settings.degraded_min_output_tokens,
         day_tz=settings.budget_tz,
+        first_token_timeout_s=settings.provider_first_token_timeout_seconds,
+        idle_timeout_s=settings.provider_idle_timeout_seconds,
     )
 
 

@@ -28,6 +28,8 @@ from llm.names import CASCADE_ORDER, family
 __all__ = ["DatabaseSettings", "ProviderSettings", "Settings", "usd_to_musd"]
 
 Tier = Literal["free", "paid"]
+StreamModePrivate = Literal["draft", "edit", "off"]
+StreamModeGroup = Literal["edit", "off"]
 
 #: A bot token as aiogram's ``validate_token`` accepts it: digits, a colon, then a secret
 #: without whitespace. Checked by pattern so reading settings never imports aiogram (~6 s).
@@ -101,6 +103,17 @@ class Settings(BaseSettings):
     breaker_failure_window_seconds: float = Field(60.0, gt=0)
     global_max_inflight_calls: int = Field(8, ge=1)
     degraded_min_output_tokens: int = Field(128, ge=1)
+    # streamed answers: the wait for the first chunk and the longest gap between chunks
+    provider_first_token_timeout_seconds: float = Field(20.0, gt=0, allow_inf_nan=False)
+    provider_idle_timeout_seconds: float = Field(20.0, gt=0, allow_inf_nan=False)
+
+    # --- streaming to Telegram ---------------------------------------------------
+    stream_mode_private: StreamModePrivate = "draft"
+    stream_mode_group: StreamModeGroup = "edit"
+    # at most one draft per chat per this many ms (and only when the text grew)
+    stream_draft_interval_ms: int = Field(600, ge=100, le=60_000)
+    # at most one edit of a streamed group message per this many ms
+    stream_edit_interval_ms: int = Field(1500, ge=1000, le=60_000)
 
     # --- budget -------------------------------------------------------------
     budget_global_daily_usd: Decimal | None = Field(None, ge=0, le=MAX_USD)

@@ -46,6 +46,7 @@ is open: when it is reached it is the last resort.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import inspect
 import logging
@@ -80,6 +81,7 @@ from llm.errors import (
 from llm.pacing import Pacer
 from llm.providers.base import Provider
 from llm.slots import PrioritySlots
+from llm.stream import StreamControl, StreamingProvider, StreamResult, pump
 from llm.types import Capacity, Completion, LLMRequest, Message
 
 __all__ = [
@@ -153,6 +155,9 @@ class CascadeConfig:
         day_tz: IANA zone in which "calls today" is counted (BUDGET_TZ).
         pacing_window_s: reset assumed when a provider gives no reset header, seconds.
         timeout_grace_s: see ``timeout_s``.
+        first_token_timeout_s: PROVIDER_FIRST_TOKEN_TIMEOUT_SECONDS, a streamed call's
+            wait for its first chunk.
+        idle_timeout_s: PROVIDER_IDLE_TIMEOUT_SECONDS, the longest gap between chunks.
     """
 
     timeout_s: float = 60.0
@@ -166,6 +171,8 @@ class CascadeConfig:
     day_tz: str = "UTC"
     pacing_window_s: float = 60.0
     timeout_grace_s: float = 5.0
+    first_token_timeout_s: float = 20.0
+    idle_timeout_s: float = 20.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,12 +399,20 @@ class Cascade:
         last = self._providers[-1]
         return last if last.paid else None
 
-    async def complete(self, op: OperationTicket, request: LLMRequest) -> Completion:
+    async def complete(
+        self, op: OperationTicket, request: LLMRequest, *, stream: StreamControl | None = None
+    ) -> Completion:
         """Serve one request down the cascade.
 
         Args:
             op: the admitted operation charged for every attempt.
             request: the prompt, ``max_tokens`` (> 0), ``allow_paid``, priority.
+            stream: stream the answer: each attempt at a provider that can stream
+                passes its text to ``stream.on_text`` as it grows, and
+                ``stream.stop()`` ends it at once. A stopped answer, or one cut after
+                ``stream.shown``, is returned as it stands (``stopped``/``stream_cut``)
+                and settled on the tokens received; a cut before anything was shown
+                falls through to the next provider.
 
         Returns:
             The first answer, with ``cost_musd`` (settled by the ledger), ``paid``,
@@ -433,7 +448,7 @@ class Cascade:
                 continue
             try:
                 return await self._attempt(
-                    op, request_id, provider, request, input_tokens, is_anchor, passed
+                    op, request_id, provider, request, input_tokens, is_anchor, passed, stream
                 )
             except _Skip as skip:
                 skipped.append((provider.name, skip.reason))
@@ -589,6 +604,7 @@ class Cascade:
         input_tokens: int,
         is_anchor: bool,
         passed: list[str],
+        stream: StreamControl | None = None,
     ) -> Completion:
         plan = _Attempt(request.messages, provider.model, request.max_tokens, 0, [])
         await self._size(plan, provider.name, input_tokens)
@@ -610,11 +626,14 @@ class Cascade:
             self._record_call(provider, is_anchor)
             try:
                 async with asyncio.timeout(self._config.timeout_s + self._config.timeout_grace_s):
-                    completion = await provider.complete(
-                        plan.messages,
-                        plan.max_tokens,
-                        None if plan.model == provider.model else plan.model,
-                    )
+                    if stream is not None and isinstance(provider, StreamingProvider):
+                        completion = await self._streamed(provider, plan, stream)
+                    else:
+                        completion = await provider.complete(
+                            plan.messages,
+                            plan.max_tokens,
+                            None if plan.model == provider.model else plan.model,
+                        )
             except ProviderError as exc:
                 if exc.billed_usage is not None:
                     await self._settle_billed(hold, exc.billed_usage)
@@ -636,26 +655,34 @@ class Cascade:
                 self.breaker.cancel(provider.name)
                 await self._settle_interrupted(hold, plan, None)
                 raise
-            completion, usage, anomaly = self._judge(plan, completion)
+            if completion.stopped or completion.stream_cut:
+                usage, anomaly = completion.usage, ""  # settled on what was received
+            else:
+                completion, usage, anomaly = self._judge(plan, completion)
             try:
                 cost = await self._ledger.settle(
-                    hold.hold_id, usage, estimated=anomaly in _AT_CEILING
+                    hold.hold_id, usage, estimated=anomaly in _AT_CEILING or completion.estimated
                 )
             except BudgetError:
                 # the answer exists and was paid for; the hold stays booked at its
                 # ceiling until the sweeper expires it, so report that upper bound
                 log.exception("settle of hold %s failed", hold.hold_id)
                 cost = hold.ceiling_musd
-        self.breaker.record_success(provider.name)
+        if completion.stream_cut:
+            self.breaker.record_failure(provider.name)
+        else:
+            self.breaker.record_success(provider.name)
         self.pacer.observe(provider.name, completion.rate_limits)
         if anomaly:
             await self._usage_anomaly(provider, plan, completion, anomaly)
+        elif completion.estimated:
+            pass  # Kopek's own count: nothing to calibrate against
         else:
             error = completion.usage.input_tokens - plan.input_tokens
             self._estimate_errors.append(error)
             self._metrics.estimate.observe(error)
             await self._calibrate(provider.name, plan, completion.usage.input_tokens)
-        if not _usable(completion.text):
+        if not completion.stopped and not _usable(completion.text):
             self._metrics.empty.labels(provider=provider.name).inc()
             log.warning(
                 "empty completion from %s (finish_reason=%s), %d µUSD booked",
@@ -670,7 +697,116 @@ class Cascade:
             paid=provider.paid,
             degraded=tuple(plan.degraded),
             fallbacks=tuple(passed),
+            hold_id=hold.hold_id,
         )
+
+    async def _streamed(
+        self, provider: StreamingProvider, plan: _Attempt, control: StreamControl
+    ) -> Completion:
+        """One streamed call, read to its end, a stop or a cut.
+
+        Returns the completion (a stopped one, or one cut after text was shown, with
+        ``usage`` = what to settle: the provider's report if it came, else the input
+        held plus the output received as counted, × the safety factor, never above
+        ``max_tokens``; flagged ``estimated``).
+
+        Raises:
+            ProviderError: the request failed before the stream began; or a cut before
+                any text was shown (``ProviderUnavailable``: interrupted with the tokens
+                received when any arrived, else not interrupted — the hold is released).
+        """
+        model = None if plan.model == provider_model(provider) else plan.model
+        if control.stopped.is_set():  # stopped before anything was sent: nothing spent
+            return self._stopped_unsent(provider, plan, control)
+        opening = asyncio.ensure_future(provider.stream(plan.messages, plan.max_tokens, model))
+        stopper = asyncio.ensure_future(control.stopped.wait())
+        try:
+            await asyncio.wait({opening, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            if not opening.done():
+                opening.cancel()  # the request's connection is closed
+                with contextlib.suppress(asyncio.CancelledError, ProviderError):
+                    await opening
+        if opening.cancelled():
+            usage = Usage(input_tokens=plan.input_tokens)  # it may have read the prompt
+            return replace(
+                self._stopped_unsent(provider, plan, control), usage=usage, estimated=True
+            )
+        opened = opening.result()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._config.timeout_s
+        result = await pump(
+            opened,
+            control,
+            first_token_s=self._config.first_token_timeout_s,
+            idle_s=self._config.idle_timeout_s,
+            deadline=deadline,
+        )
+        if result.ended == "complete":
+            return Completion(
+                text=result.text,
+                finish_reason=result.finish_reason or "unknown",
+                provider=provider.name,
+                model=result.model,
+                usage=result.usage or Usage(),
+                rate_limits=opened.rate_limits,
+                usage_issue=result.usage_issue if result.usage is None else "",
+            )
+        usage, estimated = await self._received_usage(plan, result)
+        if result.ended == "cut" and not control.shown:
+            error = result.error or ProviderUnavailable(provider.name, "stream cut")
+            raise ProviderUnavailable(
+                provider.name,
+                error.detail,
+                interrupted=result.chunks > 0 or result.usage is not None,
+                partial_usage=usage if result.chunks > 0 or result.usage is not None else None,
+                rate_limits=opened.rate_limits,
+            )
+        if result.ended == "cut":
+            log.warning(
+                "stream from %s cut after text was shown (%s); finished with a note",
+                provider.name,
+                result.error.detail if result.error is not None else "cut",
+            )
+        return Completion(
+            text=result.text,
+            finish_reason=result.finish_reason or result.ended,
+            provider=provider.name,
+            model=result.model,
+            usage=usage,
+            rate_limits=opened.rate_limits,
+            stopped=control.reason or "user" if result.ended == "stopped" else "",
+            stream_cut=result.ended == "cut",
+            estimated=estimated,
+        )
+
+    def _stopped_unsent(
+        self, provider: StreamingProvider, plan: _Attempt, control: StreamControl
+    ) -> Completion:
+        return Completion(
+            text="",
+            finish_reason="stopped",
+            provider=provider.name,
+            model=plan.model,
+            usage=Usage(),
+            stopped=control.reason or "user",
+        )
+
+    async def _received_usage(self, plan: _Attempt, result: StreamResult) -> tuple[Usage, bool]:
+        """What an interrupted stream is settled at, and whether that is Kopek's
+        estimate: the provider's report when it came, else the input held plus the
+        output received (counted × the safety factor, at least one token per chunk),
+        never above ``max_tokens``."""
+        if result.usage is not None:
+            return result.usage, False
+        counted = (
+            await count_off_loop(self._count, [Message("assistant", result.text)])
+            if result.text
+            else 0
+        )
+        output = min(plan.max_tokens, max(counted, result.chunks))
+        return Usage(input_tokens=plan.input_tokens, output_tokens=output), True
 
     # ------------------------------------------------------- estimate and usage
 
@@ -977,6 +1113,12 @@ _AT_CEILING = frozenset({"missing", "invalid", "implausible"})
 _COOL_ON = frozenset({"implausible", "output_over_max_tokens"})
 #: Characters that show nothing (zero-width space/joiners, word joiner, BOM).
 _INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))
+
+
+def provider_model(provider: object) -> str | None:
+    """A provider's default model (``None`` when it has none)."""
+    model = getattr(provider, "model", None)
+    return model if isinstance(model, str) else None
 
 
 def _usable(text: str) -> bool:

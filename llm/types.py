@@ -114,6 +114,17 @@ class Completion:
     #: the text was longer than ``max_tokens`` could plausibly produce
     #: (:data:`llm.cascade.MAX_CHARS_PER_TOKEN`) and was cut
     cut: bool = False
+    #: a streamed answer stopped before its end: ``"user"`` (Stop button, /stop) or
+    #: ``"kill"`` (/kill hard); ``text`` is what had arrived
+    stopped: str = ""
+    #: a streamed answer whose connection dropped (or went idle) after text was shown:
+    #: ``text`` is what had arrived; no other provider was asked
+    stream_cut: bool = False
+    #: the cost was settled by the interrupted-call rule on Kopek's own count of the
+    #: tokens received (the provider reported no usage before the end)
+    estimated: bool = False
+    #: the ledger hold this answer was settled under
+    hold_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,19 +6,24 @@ the cascade's back. The base URL is the API root without ``/openai/v1``
 Headers are read through ``with_raw_response``; usage is read from the raw JSON
 (``usage``, or ``x_groq.usage``). The SDK returns a bare ``str`` for a 200 whose
 content type is not JSON (an HTML error page): that is a provider failure.
+
+Streaming (:meth:`GroqProvider.stream`): the SDK's ``stream=True``; Groq reports usage
+unasked, on the finish chunk (``x_groq.usage`` and/or ``usage``); an ``event: error``
+after the 200 is raised by the SDK as ``APIError`` and translated to an interrupted
+:class:`~llm.errors.ProviderUnavailable`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, cast
 
 import groq
 import httpx
 
 from budget.clock import Clock
-from llm.errors import ProviderUnavailable
+from llm.errors import ProviderError, ProviderUnavailable
 from llm.providers.base import (
     ProviderBase,
     decode_json,
@@ -28,6 +33,7 @@ from llm.providers.base import (
     transport_error,
 )
 from llm.ratelimits import parse_rate_limits
+from llm.stream import ChunkStream
 from llm.types import Completion, Message
 
 __all__ = ["GroqProvider"]
@@ -112,6 +118,49 @@ class GroqProvider(ProviderBase):
         body = decode_json(self.name, content)
         return parse_completion_body(self.name, use_model, body, limits, paid=self.paid)
 
+    async def stream(
+        self, messages: Sequence[Message], max_tokens: int, model: str | None = None
+    ) -> ChunkStream:
+        """See :meth:`llm.stream.StreamingProvider.stream`."""
+        use_model = model or self.model
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                raw = await self._client.chat.completions.with_raw_response.create(
+                    model=use_model,
+                    messages=cast(Any, messages_payload(messages)),
+                    max_tokens=max_tokens,
+                    stream=True,
+                )
+                sdk_stream: Any = await raw.parse()
+        except groq.APIStatusError as exc:
+            limits = parse_rate_limits(exc.response.headers, now=self._clock.now())
+            raise error_for_status(self.name, exc.status_code, exc.response.text, limits) from None
+        except (groq.APIConnectionError, httpx.HTTPError, TimeoutError) as exc:
+            raise transport_error(self.name, exc) from None
+        limits = parse_rate_limits(raw.headers, now=self._clock.now())
+        return ChunkStream(
+            self.name,
+            use_model,
+            _chunks(sdk_stream),
+            sdk_stream.close,
+            lambda exc: _stream_error(self.name, exc),
+            limits,
+        )
+
     async def aclose(self) -> None:
         """Close the SDK's connection pool."""
         await self._client.close()
+
+
+async def _chunks(sdk_stream: Any) -> AsyncIterator[Mapping[str, Any]]:
+    """The SDK's chunk objects as plain JSON mappings (usage is read strictly later)."""
+    async for chunk in sdk_stream:
+        yield chunk.to_dict()
+
+
+def _stream_error(provider: str, exc: Exception) -> ProviderError:
+    """A failure after the 200 (the SDK's ``APIError`` for an error event, a dropped
+    connection): the provider may have billed what it generated."""
+    if isinstance(exc, groq.APIConnectionError | httpx.HTTPError | TimeoutError):
+        return transport_error(provider, exc)
+    return ProviderUnavailable(provider, f"stream failed ({type(exc).__name__})", interrupted=True)

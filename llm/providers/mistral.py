@@ -7,12 +7,16 @@ the response (headers and raw JSON, which carries ``num_cached_tokens`` /
 ``prompt_tokens_details``) is captured by an ``httpx`` response hook on the client we
 hand it. Its timeouts and connection errors surface as raw ``httpx`` exceptions, not
 SDK errors; both are translated here.
+
+Streaming (:meth:`MistralProvider.stream`): the SDK's ``chat.stream_async``; usage comes
+on the finish chunk; ``content`` may be a list of parts (thinking models), of which
+only ``text`` parts are shown.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, cast
 
@@ -20,7 +24,7 @@ import httpx
 from mistralai import Mistral, models
 
 from budget.clock import Clock
-from llm.errors import ProviderUnavailable
+from llm.errors import ProviderError, ProviderUnavailable
 from llm.providers.base import (
     ProviderBase,
     decode_json,
@@ -30,6 +34,7 @@ from llm.providers.base import (
     transport_error,
 )
 from llm.ratelimits import parse_rate_limits
+from llm.stream import ChunkStream
 from llm.types import Completion, Message
 
 __all__ = ["MistralProvider"]
@@ -134,6 +139,56 @@ class MistralProvider(ProviderBase):
         body = decode_json(self.name, response.content)
         return parse_completion_body(self.name, use_model, body, limits, paid=self.paid)
 
+    async def stream(
+        self, messages: Sequence[Message], max_tokens: int, model: str | None = None
+    ) -> ChunkStream:
+        """See :meth:`llm.stream.StreamingProvider.stream`."""
+        use_model = model or self.model
+        sink: list[httpx.Response] = []
+        token = _captured.set(sink)
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                events: Any = await self._sdk.chat.stream_async(
+                    model=use_model,
+                    messages=cast(Any, messages_payload(messages)),
+                    max_tokens=max_tokens,
+                    retries=None,
+                )
+        except models.MistralError as exc:
+            limits = parse_rate_limits(exc.headers, now=self._clock.now())
+            raise error_for_status(self.name, exc.status_code, exc.body, limits) from None
+        except models.NoResponseError:
+            raise ProviderUnavailable(self.name, "no response", interrupted=True) from None
+        except (httpx.HTTPError, TimeoutError) as exc:
+            raise transport_error(self.name, exc) from None
+        finally:
+            _captured.reset(token)
+        headers = sink[-1].headers if sink else httpx.Headers()
+        limits = parse_rate_limits(headers, now=self._clock.now())
+        return ChunkStream(
+            self.name,
+            use_model,
+            _chunks(events),
+            events.response.aclose,
+            lambda exc: _stream_error(self.name, exc),
+            limits,
+        )
+
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self._http.aclose()
+
+
+async def _chunks(events: Any) -> AsyncIterator[Mapping[str, Any]]:
+    """The SDK's completion events as plain JSON mappings."""
+    async for event in events:
+        data = event.data.model_dump(by_alias=True, mode="json")
+        if isinstance(data, Mapping):
+            yield data
+
+
+def _stream_error(provider: str, exc: Exception) -> ProviderError:
+    """A failure after the 200: the provider may have billed what it generated."""
+    if isinstance(exc, httpx.HTTPError | TimeoutError):
+        return transport_error(provider, exc)
+    return ProviderUnavailable(provider, f"stream failed ({type(exc).__name__})", interrupted=True)

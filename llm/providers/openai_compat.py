@@ -5,16 +5,25 @@
 The base URL is used as given and ``/chat/completions`` appended. DeepSeek may send
 empty lines before the JSON body while a request waits for inference (its docs on
 rate limits); the JSON decoder skips that whitespace, and the total deadline bounds it.
+
+Streaming (:meth:`OpenAICompatProvider.stream`): ``stream: true`` with
+``stream_options: {"include_usage": true}`` so the usage arrives in a final chunk;
+server-sent events are read with ``httpx-sse`` (comment lines such as DeepSeek's
+``: keep-alive`` are skipped), ``data: [DONE]`` ends the stream.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
 import httpx
+from httpx_sse import EventSource
 
 from budget.clock import Clock
+from llm.errors import ProviderError, ProviderUnavailable
 from llm.providers.base import (
     ProviderBase,
     decode_json,
@@ -24,6 +33,7 @@ from llm.providers.base import (
     transport_error,
 )
 from llm.ratelimits import parse_rate_limits
+from llm.stream import ChunkStream
 from llm.types import Completion, Message
 
 __all__ = ["OpenAICompatProvider"]
@@ -97,6 +107,65 @@ class OpenAICompatProvider(ProviderBase):
         body = decode_json(self.name, response.content)
         return parse_completion_body(self.name, use_model, body, limits, paid=self.paid)
 
+    async def stream(
+        self, messages: Sequence[Message], max_tokens: int, model: str | None = None
+    ) -> ChunkStream:
+        """See :meth:`llm.stream.StreamingProvider.stream`."""
+        use_model = model or self.model
+        payload = {
+            "model": use_model,
+            "messages": messages_payload(messages),
+            "max_tokens": max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        request = self._client.build_request(
+            "POST", self._url, json=payload, headers={"Accept": "text/event-stream"}
+        )
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                response = await self._client.send(request, stream=True)
+                limits = parse_rate_limits(response.headers, now=self._clock.now())
+                if response.status_code != 200:
+                    try:
+                        await response.aread()
+                    finally:
+                        await response.aclose()
+                    raise error_for_status(self.name, response.status_code, response.text, limits)
+        except (httpx.HTTPError, TimeoutError) as exc:
+            raise transport_error(self.name, exc) from None
+        return ChunkStream(
+            self.name,
+            use_model,
+            _sse_chunks(self.name, response),
+            response.aclose,
+            lambda exc: _stream_error(self.name, exc),
+            limits,
+        )
+
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self._client.aclose()
+
+
+async def _sse_chunks(provider: str, response: httpx.Response) -> AsyncIterator[Mapping[str, Any]]:
+    """The JSON chunks of an SSE body up to ``data: [DONE]`` (or its end)."""
+    async for event in EventSource(response).aiter_sse():
+        if event.data.strip() == "[DONE]":
+            return
+        if not event.data:
+            continue
+        try:
+            chunk = json.loads(event.data)
+        except (ValueError, RecursionError):
+            raise ProviderUnavailable(
+                provider, "stream chunk is not JSON", interrupted=True
+            ) from None
+        yield chunk
+
+
+def _stream_error(provider: str, exc: Exception) -> ProviderError:
+    """A failure after the 200: the provider may have billed what it generated."""
+    if isinstance(exc, httpx.HTTPError | TimeoutError):
+        return transport_error(provider, exc)
+    return ProviderUnavailable(provider, f"stream failed ({type(exc).__name__})", interrupted=True)

@@ -34,6 +34,24 @@ a dict (JSON over the control API)::
     {"text": "", "finish_reason": "length"}   # an empty completion (all reasoning)
     {"usage": {"prompt_tokens": -1, ...}}     # this exact usage object (perturbations)
 
+Streamed requests (``"stream": true``) are answered with server-sent events in each
+provider's own chunk shapes (``tests/fixtures/llm/streams/``): Groq puts usage in
+``x_groq.usage`` on the finish chunk, Mistral in ``usage`` on the finish chunk, DeepSeek
+sends ``"usage": null`` on every chunk and the report on the finish chunk, Cerebras
+follows the OpenAI ``include_usage`` shape (a last chunk with ``choices: []``); all end
+with ``data: [DONE]``. Extra step keys for streams::
+
+    {"chunks": ["a", "b"]}        # the text deltas (default: the text cut in 4-char pieces)
+    {"first_token_s": 0.3, "interval_s": 0.033}   # pace
+    {"cut_after": 5}              # close the connection after 5 text chunks (no finish)
+    {"gap_after": 3, "gap_s": 2}  # an idle gap after 3 text chunks
+    {"error_event_after": 2}      # Groq's ``event: error`` after 2 text chunks
+    {"no_usage": true}            # no usage report at all
+    {"raw_sse": "data: ...\n\n"} # exactly this body (recorded streams)
+
+Each streamed response is logged in :meth:`FakeProviders.streams` (:class:`StreamLog`):
+text chunks sent and when (loop time) the client closed the connection early.
+
 ``default(target, step)`` makes a step sticky: it answers whenever the target's queue
 is empty (e.g. a provider that bills 1,000 output tokens whatever max_tokens was).
 
@@ -68,7 +86,7 @@ from aiohttp import web
 
 from budget.clock import Clock, SystemClock
 
-__all__ = ["PROVIDERS", "Bucket", "FakeProviders", "RecordedRequest"]
+__all__ = ["PROVIDERS", "Bucket", "FakeProviders", "RecordedRequest", "StreamLog"]
 
 PROVIDERS = ("groq", "mistral", "cerebras", "deepseek")
 
@@ -134,6 +152,28 @@ class RecordedRequest:
 
 
 @dataclass(slots=True)
+class StreamLog:
+    """One streamed response as the fake served it.
+
+    Attributes:
+        provider: which API.
+        chunks_sent: text chunks written.
+        text_sent: their text, joined.
+        closed_at: loop time at which the client's close was noticed (``None``: the
+            fake ended the stream itself).
+        finished: the finish chunk and ``[DONE]`` were sent.
+        last_chunk_at: loop time of the last chunk written.
+    """
+
+    provider: str
+    chunks_sent: int = 0
+    text_sent: str = ""
+    closed_at: float | None = None
+    finished: bool = False
+    last_chunk_at: float | None = None
+
+
+@dataclass(slots=True)
 class Bucket:
     """Token bucket: ``tokens_per_minute`` capacity, refilled continuously."""
 
@@ -165,6 +205,11 @@ def _count_tokens(text: str) -> int:
     return math.ceil(len(text) / 4)
 
 
+def _pieces(text: str, size: int = 4) -> list[str]:
+    """The default stream deltas: ``text`` in ``size``-character pieces."""
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
 def _go_duration(seconds: float) -> str:
     """Groq-style reset value: ``7.66s`` or ``2m59.56s``."""
     seconds = max(0.0, seconds)
@@ -180,6 +225,7 @@ class _State:
     defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
     buckets: dict[str, Bucket] = field(default_factory=dict)
     requests: list[RecordedRequest] = field(default_factory=list)
+    streams: list[StreamLog] = field(default_factory=list)
     in_flight: int = 0
     max_concurrent: int = 0
 
@@ -299,6 +345,11 @@ class FakeProviders:
         ]
 
     @property
+    def streams(self) -> list[StreamLog]:
+        """Streamed responses served, in order."""
+        return list(self._state.streams)
+
+    @property
     def max_concurrent(self) -> int:
         """Most chat requests in progress at once."""
         return self._state.max_concurrent
@@ -394,6 +445,8 @@ class FakeProviders:
                 text="<html><body><h1>502 Bad Gateway</h1></body></html>",
                 content_type="text/html",
             )
+        if "raw_sse" in step:
+            return await self._sse(request, provider, [str(step["raw_sse"]).encode()], step)
         if "raw_body" in step:
             return web.json_response(step["raw_body"], headers=dict(step.get("headers", {})))
         if "error_in_200" in step:
@@ -423,12 +476,145 @@ class FakeProviders:
             headers = {**self._limit_headers(provider, bucket), **headers}
         elif not step.get("headers"):
             headers = self._limit_headers(provider, None)
+        if body.get("stream"):
+            return await self._stream(request, provider, completion, headers, step)
         raw = json.dumps(completion).encode()
         if step.get("cut"):
             return await self._cut(request, raw, headers)
         if step.get("trickle_s"):
             return await self._trickle(request, raw, headers, float(step["trickle_s"]))
         return web.Response(status=200, body=raw, content_type="application/json", headers=headers)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        provider: str,
+        completion: dict[str, Any],
+        headers: dict[str, str],
+        step: dict[str, Any],
+    ) -> web.StreamResponse:
+        text = str(completion["choices"][0]["message"]["content"])
+        pieces = [str(c) for c in step["chunks"]] if "chunks" in step else _pieces(text)
+        usage = completion.get("usage")
+        base = {
+            "id": completion["id"],
+            "object": "chat.completion.chunk",
+            "created": completion["created"],
+            "model": completion["model"],
+        }
+        finish = str(completion["choices"][0]["finish_reason"])
+        events: list[bytes | tuple[str, float] | str] = []
+
+        def chunk(delta: dict[str, Any], reason: str | None, **extra: Any) -> bytes:
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": reason}
+            if provider in ("groq", "deepseek"):
+                choice["logprobs"] = None
+            out = {**base, "choices": [choice], **extra}
+            if provider == "deepseek" and "usage" not in extra:
+                out["usage"] = None
+            return b"data: " + json.dumps(out).encode() + b"\n\n"
+
+        events.append(chunk({"role": "assistant", "content": ""}, None))
+        for i, piece in enumerate(pieces):
+            if step.get("cut_after") is not None and i >= int(step["cut_after"]):
+                events.append("cut")
+                break
+            if step.get("error_event_after") is not None and i >= int(step["error_event_after"]):
+                err = {"error": {"message": "fake mid-stream failure", "type": "server_error"}}
+                events.append(b"event: error\ndata: " + json.dumps(err).encode() + b"\n\n")
+                events.append("cut")
+                break
+            if step.get("gap_after") is not None and i == int(step["gap_after"]):
+                events.append(("gap", float(step.get("gap_s", 30))))
+            events.append(("text", 0.0))
+            events.append(chunk({"content": piece}, None))
+        else:
+            sent_tokens = max(1, _count_tokens("".join(pieces)))
+            if isinstance(usage, dict) and "completion_tokens" not in step:
+                usage = {**usage, "completion_tokens": sent_tokens}
+                if "prompt_tokens" in usage:
+                    usage["total_tokens"] = int(usage["prompt_tokens"]) + sent_tokens
+            if step.get("no_usage") or not isinstance(usage, dict):
+                events.append(chunk({}, finish))
+            elif provider == "groq":
+                x_groq = {"id": f"req_fake{completion['id']}", "usage": usage}
+                events.append(chunk({}, finish, x_groq=x_groq))
+            elif provider == "cerebras":
+                events.append(chunk({}, finish))
+                last = {**base, "choices": [], "usage": usage}
+                events.append(b"data: " + json.dumps(last).encode() + b"\n\n")
+            else:
+                events.append(chunk({"content": ""}, finish, usage=usage))
+            events.append(b"data: [DONE]\n\n")
+            events.append("done")
+        return await self._sse(request, provider, events, step, headers, pieces)
+
+    async def _sse(
+        self,
+        request: web.Request,
+        provider: str,
+        events: list[bytes | tuple[str, float] | str],
+        step: dict[str, Any],
+        headers: dict[str, str] | None = None,
+        pieces: list[str] | None = None,
+    ) -> web.StreamResponse:
+        log = StreamLog(provider)
+        self._state.streams.append(log)
+        response = web.StreamResponse(status=200, headers=headers or {})
+        response.content_type = "text/event-stream"
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        loop = asyncio.get_running_loop()
+        first = float(step.get("first_token_s", 0))
+        interval = float(step.get("interval_s", 0))
+        transport = request.transport
+        texts = iter(pieces or [])
+
+        async def wait(seconds: float) -> bool:
+            """Sleep, watching the connection; False once the client closed it."""
+            end = loop.time() + seconds
+            while True:
+                if transport is None or transport.is_closing():
+                    return False
+                left = end - loop.time()
+                if left <= 0:
+                    return True
+                await asyncio.sleep(min(left, 0.01))
+
+        try:
+            if first and not await wait(first):
+                raise ConnectionResetError
+            for event in events:
+                if event == "cut":
+                    if transport is not None:
+                        transport.close()
+                    return response
+                if event == "done":
+                    log.finished = True
+                    continue
+                if isinstance(event, tuple):
+                    if event[0] == "gap" and not await wait(event[1]):
+                        raise ConnectionResetError
+                    if event[0] == "text":
+                        if log.chunks_sent and interval and not await wait(interval):
+                            raise ConnectionResetError
+                        log.chunks_sent += 1
+                        log.text_sent += next(texts, "")
+                    continue
+                if transport is None or transport.is_closing():
+                    raise ConnectionResetError
+                if isinstance(event, bytes):
+                    await response.write(event)
+                log.last_chunk_at = loop.time()
+            if "raw_sse" in step:
+                log.finished = True
+            await response.write_eof()
+        except ConnectionError:
+            log.closed_at = loop.time()
+        except asyncio.CancelledError:
+            log.closed_at = loop.time()
+            raise
+        return response
 
     async def _cut(
         self, request: web.Request, raw: bytes, headers: dict[str, str]

@@ -1,0 +1,392 @@
+"""Streamed completions: one normalized iterator per provider, and the pump that reads
+it under the first-token and idle-gap timeouts while a user may press Stop.
+
+Shapes read (see ``tests/fixtures/llm/streams/``): every provider sends
+OpenAI-style ``chat.completion.chunk`` objects; text is ``choices[0].delta.content``
+(a string, or for Mistral's thinking models a list whose ``{"type": "text"}`` parts
+are text — ``thinking`` parts are not shown); the finish reason comes on the last
+chunk with choices. Usage arrives once, near the end:
+
+* Groq: on the finish chunk under ``x_groq.usage`` (older API versions) and/or
+  ``usage``, sometimes again on a trailing chunk with ``choices: []``;
+* Mistral: ``usage`` on the finish chunk;
+* DeepSeek: ``"usage": null`` on every chunk, the report on the finish chunk;
+* Cerebras and the OpenAI reference shape (``stream_options.include_usage``): a
+  final chunk with ``choices: []`` and ``usage``, then ``data: [DONE]``.
+
+A stream that ends without a finish reason (connection closed, ``[DONE]`` missing
+after a cut) is a *cut*. A chunk that carries an ``error`` object (Groq's
+``event: error`` after the 200) is a cut too: the provider may have billed what it
+generated.
+
+Timeouts (seconds, on the event loop's clock): ``first_token_s`` from the request
+until the first chunk; ``idle_s`` between chunks; the attempt's total deadline over
+everything. SSE comment lines (DeepSeek's ``: keep-alive``) are not chunks.
+
+Errors: what the providers raise is already in :mod:`llm.errors`
+(:class:`~llm.errors.ProviderUnavailable` with ``interrupted=True`` for anything
+after the 200). :func:`pump` never raises for a cut: it reports it in
+:class:`StreamResult`, so the cascade can settle the tokens received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from budget.types import Usage
+from llm.errors import ProviderError, ProviderUnavailable
+from llm.providers.base import read_usage
+from llm.types import Message, RateLimitInfo
+
+__all__ = [
+    "ChunkStream",
+    "StreamControl",
+    "StreamResult",
+    "StreamingProvider",
+    "chunk_text",
+    "pump",
+]
+
+log = logging.getLogger("kopek.llm.stream")
+
+Ended = Literal["complete", "stopped", "cut"]
+
+
+def _sub(mapping: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = mapping.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def chunk_text(chunk: Mapping[str, Any]) -> str:
+    """The visible text of one chunk (``""`` for role, reasoning, usage-only chunks)."""
+    choices = chunk.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        return ""
+    content = _sub(choices[0], "delta").get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # Mistral: [{"type": "text", "text": ...}, {"type": "thinking"}]
+        return "".join(
+            part["text"]
+            for part in content
+            if isinstance(part, Mapping)
+            and part.get("type") == "text"
+            and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+class ChunkStream:
+    """One streamed call after its 200: iterate for text deltas (``""`` for a chunk
+    without visible text), then read ``usage``/``usage_issue``/``finish_reason``.
+
+    Args:
+        provider: provider key name.
+        model: the model asked for (replaced by the chunks' ``model`` when they say).
+        chunks: the decoded JSON chunks, in order, ending at ``[DONE]`` or EOF.
+        close: closes the HTTP response (the provider sees its connection closed).
+        translate: maps an exception raised by ``chunks`` to the ``llm`` error tree.
+        rate_limits: headers of the 200.
+
+    Attributes:
+        usage: the provider's report (``None`` until one arrives).
+        usage_issue: ``""``, ``"missing"`` or ``"invalid"`` (see
+            :func:`llm.providers.base.read_usage`); ``"missing"`` until a report.
+        finish_reason: ``""`` until the finish chunk.
+    """
+
+    __slots__ = (
+        "_chunks",
+        "_close",
+        "_closed",
+        "_translate",
+        "finish_reason",
+        "model",
+        "provider",
+        "rate_limits",
+        "usage",
+        "usage_issue",
+    )
+
+    def __init__(
+        self,
+        provider: str,
+        model: str,
+        chunks: AsyncIterator[Mapping[str, Any]],
+        close: Callable[[], Awaitable[None]],
+        translate: Callable[[Exception], ProviderError],
+        rate_limits: RateLimitInfo,
+    ) -> None:
+        self.provider = provider
+        self.model = model
+        self._chunks = chunks
+        self._close = close
+        self._closed = False
+        self._translate = translate
+        self.rate_limits = rate_limits
+        self.usage: Usage | None = None
+        self.usage_issue = "missing"
+        self.finish_reason = ""
+
+    def __repr__(self) -> str:
+        return f"ChunkStream({self.provider!r}, finish={self.finish_reason!r})"
+
+    def __aiter__(self) -> ChunkStream:
+        return self
+
+    async def __anext__(self) -> str:
+        try:
+            chunk = await self._chunks.__anext__()
+        except StopAsyncIteration:
+            if not self.finish_reason:
+                raise ProviderUnavailable(
+                    self.provider, "stream ended without a finish reason", interrupted=True
+                ) from None
+            raise
+        except ProviderError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - an SDK's or httpx's failure, translated here
+            raise self._translate(exc) from None
+        if not isinstance(chunk, Mapping):
+            raise ProviderUnavailable(
+                self.provider, "stream chunk is not an object", interrupted=True
+            )
+        if chunk.get("error") is not None and not chunk.get("choices"):
+            raise ProviderUnavailable(self.provider, "error event in the stream", interrupted=True)
+        if isinstance(chunk.get("usage"), Mapping) or _sub(_sub(chunk, "x_groq"), "usage"):
+            usage, issue = read_usage(chunk)
+            if usage is not None or self.usage is None:
+                self.usage, self.usage_issue = usage, issue
+        choices = chunk.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
+            finish = choices[0].get("finish_reason")
+            if isinstance(finish, str) and finish:
+                self.finish_reason = finish
+        model = chunk.get("model")
+        if isinstance(model, str) and model:
+            self.model = model
+        return chunk_text(chunk)
+
+    async def aclose(self) -> None:
+        """Close the connection (idempotent; errors while closing are logged)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._close()
+        except Exception:  # closing a broken connection must not hide the real outcome
+            log.debug("closing the %s stream failed", self.provider, exc_info=True)
+
+
+@runtime_checkable
+class StreamingProvider(Protocol):
+    """A provider key that can stream (every real client does; test doubles may not)."""
+
+    name: str
+
+    async def stream(
+        self, messages: Sequence[Message], max_tokens: int, model: str | None = None
+    ) -> ChunkStream:
+        """Send a streamed request and return once its 200 arrived.
+
+        Raises:
+            ProviderError: the request failed before the stream began (translated as
+                for :meth:`llm.providers.base.Provider.complete`).
+        """
+        ...
+
+
+class StreamControl:
+    """What the bot and the cascade share about one streamed answer.
+
+    Args:
+        on_text: called (synchronously, on the loop) with the whole text so far each
+            time it grew; it must not block (the bot's sink only schedules a draft).
+        loop_time: the clock for the figures below (default: the running loop's).
+
+    Attributes:
+        reason: why it was stopped (``"user"``, ``"kill"``), ``None`` while running.
+        shown: set by the bot once some text was visible to the user; a cut after
+            that finishes the answer with a note instead of asking another provider.
+        text: the text received so far (of the current attempt).
+        first_token_at: loop time of the first chunk of the attempt that answered.
+    """
+
+    __slots__ = ("_loop_time", "first_token_at", "on_text", "reason", "shown", "stopped", "text")
+
+    def __init__(
+        self,
+        on_text: Callable[[str], None] | None = None,
+        *,
+        loop_time: Callable[[], float] | None = None,
+    ) -> None:
+        self.on_text = on_text
+        self.stopped = asyncio.Event()
+        self.reason: str | None = None
+        self.shown = False
+        self.text = ""
+        self.first_token_at: float | None = None
+        self._loop_time = loop_time
+
+    def __repr__(self) -> str:
+        return f"StreamControl(reason={self.reason!r}, chars={len(self.text)}, shown={self.shown})"
+
+    def now(self) -> float:
+        """The control's clock, seconds."""
+        if self._loop_time is not None:
+            return self._loop_time()
+        return asyncio.get_running_loop().time()
+
+    def stop(self, reason: str = "user") -> bool:
+        """Ask the provider stream to stop (the connection is closed within one chunk
+        read). Returns False if it was already stopped."""
+        if self.stopped.is_set():
+            return False
+        self.reason = reason
+        self.stopped.set()
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class StreamResult:
+    """How one streamed attempt ended.
+
+    Attributes:
+        text: every text delta received, joined.
+        ended: ``complete`` (finish reason seen), ``stopped`` (Stop, ``/kill hard``)
+            or ``cut`` (connection drop, idle gap, first-token timeout, total deadline,
+            error event).
+        error: the failure of a cut (``interrupted``), else ``None``.
+        chunks: chunks received (with or without text).
+        usage: the provider's report, if it sent one before the end.
+        usage_issue: as :attr:`ChunkStream.usage_issue`.
+        finish_reason: the provider's, ``""`` when none came.
+        model: the model that answered.
+    """
+
+    text: str
+    ended: Ended
+    error: ProviderUnavailable | None
+    chunks: int
+    usage: Usage | None
+    usage_issue: str
+    finish_reason: str
+    model: str
+
+
+async def _read(
+    stream: ChunkStream,
+    control: StreamControl,
+    parts: list[str],
+    counter: list[int],
+    *,
+    first_token_s: float,
+    idle_s: float,
+    deadline: float,
+) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        limit = first_token_s if counter[0] == 0 else idle_s
+        at = min(deadline, loop.time() + limit)
+        try:
+            async with asyncio.timeout_at(at):
+                delta = await stream.__anext__()
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            if at >= deadline:
+                what = "total deadline exceeded while streaming"
+            elif counter[0] == 0:
+                what = f"no first token within {first_token_s:g} s"
+            else:
+                what = f"no chunk for {idle_s:g} s"
+            raise ProviderUnavailable(stream.provider, what, interrupted=True) from None
+        if counter[0] == 0:
+            control.first_token_at = control.now()
+        counter[0] += 1
+        if delta:
+            parts.append(delta)
+            control.text = "".join(parts)
+            if control.on_text is not None:
+                try:
+                    control.on_text(control.text)
+                except Exception:  # the display must never break the answer
+                    log.exception("stream display callback failed")
+
+
+async def pump(
+    stream: ChunkStream,
+    control: StreamControl,
+    *,
+    first_token_s: float,
+    idle_s: float,
+    deadline: float,
+) -> StreamResult:
+    """Read ``stream`` to its end, a cut or a stop, then close it.
+
+    Args:
+        stream: an open stream (its 200 arrived).
+        control: receives the text as it grows; its ``stopped`` event ends the read
+            at once (the connection is closed, so the provider stops generating).
+        first_token_s: seconds allowed until the first chunk.
+        idle_s: seconds allowed between two chunks.
+        deadline: the attempt's total deadline, in loop time.
+
+    Returns:
+        The result; a cut is reported, not raised.
+
+    Raises:
+        asyncio.CancelledError: when the caller is cancelled (the stream is closed first).
+    """
+    control.text = ""
+    parts: list[str] = []
+    counter = [0]
+    error: ProviderUnavailable | None = None
+    ended: Ended = "complete"
+    reader = asyncio.ensure_future(
+        _read(
+            stream,
+            control,
+            parts,
+            counter,
+            first_token_s=first_token_s,
+            idle_s=idle_s,
+            deadline=deadline,
+        )
+    )
+    stopper = asyncio.ensure_future(control.stopped.wait())
+    try:
+        await asyncio.wait({reader, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if reader.done():
+            exc = reader.exception()
+            if isinstance(exc, ProviderUnavailable):
+                error, ended = exc, "cut"
+            elif isinstance(exc, ProviderError):
+                error = ProviderUnavailable(stream.provider, exc.detail, interrupted=True)
+                ended = "cut"
+            elif exc is not None:
+                raise exc
+        else:
+            ended = "stopped"
+    finally:
+        stopper.cancel()
+        if not reader.done():
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+        await stream.aclose()
+    return StreamResult(
+        text="".join(parts),
+        ended=ended,
+        error=error,
+        chunks=counter[0],
+        usage=stream.usage,
+        usage_issue=stream.usage_issue,
+        finish_reason=stream.finish_reason,
+        model=stream.model,
+    )
