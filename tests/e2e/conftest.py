@@ -11,7 +11,8 @@
 * ``app_factory`` — ``app_factory(env=None) -> InProcessBot`` (not started):
   the bot built by ``create_app`` in the test's loop (see ``tests/e2e/inprocess.py``);
   every bot it made is stopped at teardown. Behaviour tests use it; exit codes,
-  signals, crashes, log redaction and ports need ``bot_factory``/``process_factory``.
+  signals, crashes, log redaction and ports need ``bot_factory``.
+* ``app`` — an :class:`InProcessBot` with ``bot_env``, started and polling.
 
 Every test in this directory gets the ``e2e`` marker (``pytest -m "not e2e"`` skips them).
 """
@@ -133,3 +134,11 @@ async def app_factory(
     yield make
     for instance in made:
         await instance.aclose()
+
+
+@pytest.fixture
+async def app(app_factory: AppFactory) -> InProcessBot:
+    """The bot built in the test's loop with ``bot_env``, started and polling."""
+    instance = app_factory()
+    await instance.start()
+    return instance

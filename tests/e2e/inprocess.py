@@ -9,6 +9,10 @@ Bot API. What needs a process stays with :class:`~tests.e2e.harness.BotProcess`:
 codes, signals and the shutdown grace, crashes and restarts after a crash, migrations at
 start, log redaction on stdout/stderr, ports.
 
+The bot's log records (INFO and up, secrets redacted by :class:`bot.logs.RedactSecrets`
+as in a process) are kept for :meth:`InProcessBot.logs`, so a behaviour test can assert
+on a log line as it would on a process's output.
+
 :class:`InProcessBot` has the API the behaviour tests use on ``BotProcess`` (``start``,
 ``stop``, ``restart``, ``running``, ``returncode``), so a test module switches by fixture
 (``app_factory`` in ``tests/e2e/conftest.py`` instead of ``bot_factory``)::
@@ -25,6 +29,7 @@ needs a process.
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -35,6 +40,7 @@ from sqlalchemy.pool import Pool
 from sqlalchemy.util import greenlet_spawn
 
 from bot.app import App, create_app, migrate
+from bot.logs import RedactSecrets
 from bot.settings import Settings
 from tests.e2e.harness import BotExited
 from tests.fakes.telegram import FakeTelegram
@@ -69,6 +75,46 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
     return _EnvSettings(**values)
 
 
+#: Loggers quietened as :func:`bot.logs.setup_logging` does in a process.
+_QUIET = ("aiogram.event", "httpx", "alembic.runtime.plugins", "apscheduler")
+
+
+class _LogCapture(logging.Handler):
+    """Root handler that keeps the bot's formatted log lines (the process's stderr).
+
+    Records are kept from INFO up: the root logger is set to INFO while it is installed
+    (a process runs at ``LOG_LEVEL``, DEBUG in the tests; no behaviour test needs DEBUG
+    lines, and formatting them would cost every test time), the loggers a process
+    quietens are quietened, and both are restored by :meth:`uninstall`.
+    """
+
+    def __init__(self, lines: list[str], secrets: list[str]) -> None:
+        super().__init__(logging.INFO)
+        self.lines = lines
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        self.addFilter(RedactSecrets(secrets))
+        self._levels: dict[str, int] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+    def install(self) -> None:
+        root = logging.getLogger()
+        self._levels[""] = root.level
+        root.setLevel(logging.INFO)
+        for name in _QUIET:
+            self._levels[name] = logging.getLogger(name).level
+            logging.getLogger(name).setLevel(logging.WARNING)
+        root.addHandler(self)
+
+    def uninstall(self) -> None:
+        root = logging.getLogger()
+        root.removeHandler(self)
+        for name, level in self._levels.items():
+            (logging.getLogger(name) if name else root).setLevel(level)
+        self._levels.clear()
+
+
 class InProcessBot:
     """One in-process bot run (restartable: each start builds a new app on the same
     database, as a process restart does).
@@ -99,6 +145,8 @@ class InProcessBot:
         self.app: App | None = None
         self._task: asyncio.Task[None] | None = None
         self._returncode: int | None = None
+        self._lines: list[str] = []
+        self._capture: _LogCapture | None = None
 
     def __repr__(self) -> str:
         state = "running" if self.running else f"stopped (rc={self.returncode})"
@@ -125,6 +173,9 @@ class InProcessBot:
             raise RuntimeError("the bot is already running")
         settings = settings_from_env(self.env)
         self.runs += 1
+        if self._capture is None:
+            self._capture = _LogCapture(self._lines, settings.secret_values())
+            self._capture.install()
         self._returncode = None
         since = len(self.telegram.requests())
         await asyncio.to_thread(migrate, settings.database_url)
@@ -188,6 +239,7 @@ class InProcessBot:
             raise TimeoutError(f"bot did not stop within {self.stop_timeout} s") from None
         failed = self._task.cancelled() or self._task.exception() is not None
         await self._exit(pool)
+        self._stop_capture()
         self._returncode = 1 if failed else 0
         return self._returncode
 
@@ -215,10 +267,23 @@ class InProcessBot:
         ``process_factory``."""
         raise TypeError("an in-process bot cannot crash; use process_factory for kill tests")
 
+    def logs(self) -> str:
+        """The log lines of every run so far (INFO and up, secrets redacted), one a line:
+        what a process would have written to stderr."""
+        return "\n".join(self._lines)
+
     async def aclose(self) -> None:
-        """Stop if still running (fixture teardown)."""
-        if self.running:
-            await self.stop()
+        """Stop if still running and stop capturing logs (fixture teardown)."""
+        try:
+            if self.running:
+                await self.stop()
+        finally:
+            self._stop_capture()
+
+    def _stop_capture(self) -> None:
+        if self._capture is not None:
+            self._capture.uninstall()
+            self._capture = None
 
 
 #: The ``app_factory`` fixture: ``(env=None, **InProcessBot kwargs) -> InProcessBot``.

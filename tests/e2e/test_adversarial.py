@@ -1,4 +1,4 @@
-"""Issue 16 §3 and §5 through the real bot process: one user must never stall everyone,
+"""Issue 16 §3 and §5 in-process (create_app): one user must never stall everyone,
 and every sentence the bot says is the right one."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 import itertools
 from typing import Any
 
-from tests.e2e.harness import BotFactory, BotProcess
+from tests.e2e.inprocess import AppFactory, InProcessBot
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 
@@ -36,7 +36,7 @@ def inject_sticker(fake: FakeTelegram, user_id: int) -> int:
 
 
 async def test_tz_with_a_folder_or_a_long_name_is_an_unknown_timezone(
-    bot: BotProcess, fake_telegram: FakeTelegram
+    app: InProcessBot, fake_telegram: FakeTelegram
 ) -> None:
     """``/tz Europe`` (a folder of the zone database) and a 300-character zone answer
     "Unknown timezone", not "Something went wrong"; a real zone is still accepted."""
@@ -49,7 +49,7 @@ async def test_tz_with_a_folder_or_a_long_name_is_an_unknown_timezone(
     fake_telegram.inject_message(71, "/tz europe/berlin")
     [reply] = await fake_telegram.wait_sent(71, since=mark)
     assert reply.text == "Timezone set to Europe/Berlin."
-    assert "unhandled error" not in bot.logs()
+    assert "unhandled error" not in app.logs()
 
 
 async def _taken(fake: FakeTelegram, update_id: int) -> None:
@@ -65,10 +65,10 @@ async def _taken(fake: FakeTelegram, update_id: int) -> None:
     await fake.wait_until(probe, 30)
 
 
-async def _wait_log_count(bot: BotProcess, text: str, count: int, timeout: float = 30) -> None:  # noqa: ASYNC109 - test deadline
+async def _wait_log_count(bot: InProcessBot, text: str, count: int, timeout: float = 30) -> None:  # noqa: ASYNC109 - test deadline
     """Wait until ``text`` occurs ``count`` times in the bot's output (polls every 50 ms)."""
     async with asyncio.timeout(timeout):
-        while bot.logs().count(text) < count:  # noqa: ASYNC110 - another process writes it
+        while bot.logs().count(text) < count:  # noqa: ASYNC110 - the bot's tasks write it
             await asyncio.sleep(0.05)
 
 
@@ -83,7 +83,7 @@ def _reply_latency(fake: FakeTelegram, chat_id: int, since_seq: int, started: fl
 
 
 async def test_five_long_cjk_messages_do_not_stall_another_users_help(
-    bot: BotProcess, fake_telegram: FakeTelegram
+    app: InProcessBot, fake_telegram: FakeTelegram
 ) -> None:
     """Five ``"你好" * 2048`` messages (seconds each in the pure-Python tokenizer) are
     in flight; another user's /help is answered within 0.5 s, because counting runs in
@@ -105,13 +105,13 @@ async def test_five_long_cjk_messages_do_not_stall_another_users_help(
 
 
 async def test_a_flood_wait_gets_no_sends_and_does_not_slow_other_users(
-    bot_factory: BotFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
 ) -> None:
     """User 501's chat gets a 40 s flood wait; he then sends 80 stickers. No call goes to
     his chat during the wait (templates for it are dropped, not queued or retried), and
     another user's /help is answered in under 1 s. (The per-user update rate is raised
     here so that the gate alone is what keeps the chat quiet.)"""
-    bot = bot_factory(env=dict(bot_env, USER_MAX_UPDATES_PER_MINUTE="1000"))
+    bot = app_factory(env=dict(bot_env, USER_MAX_UPDATES_PER_MINUTE="1000"))
     await bot.start()
     fake_telegram.fail_next("sendMessage", 429, retry_after=40, chat_id=501)
     mark = fake_telegram.mark()
@@ -139,7 +139,7 @@ async def test_a_flood_wait_gets_no_sends_and_does_not_slow_other_users(
 
 
 async def test_a_paid_answer_meeting_a_flood_wait_is_sent_when_it_ends(
-    bot: BotProcess, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+    app: InProcessBot, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:
     """The answer's sendMessage gets 429 retry_after 3: the answer is kept and delivered
     once the wait is over, with no call inside the wait and one provider request."""
@@ -157,13 +157,13 @@ async def test_a_paid_answer_meeting_a_flood_wait_is_sent_when_it_ends(
 
 
 async def test_a_kept_answer_survives_a_restart(
-    bot_factory: BotFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:
     """The answer meets a 6 s flood wait; the bot is stopped inside the wait and started
     again: the kept answer is delivered after the wait, never generated again, and the
     user is not asked to resend."""
     fake_providers.script("groq", {"text": "answer across a restart"})
-    bot = bot_factory()
+    bot = app_factory()
     await bot.start()
     fake_telegram.fail_next("sendMessage", 429, retry_after=6, chat_id=521)
     mark = fake_telegram.mark()
@@ -181,11 +181,11 @@ async def test_a_kept_answer_survives_a_restart(
 
 
 async def test_cheap_replies_are_bounded_per_user(
-    bot_factory: BotFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
 ) -> None:
     """60 stickers + 60 unknown commands from one user, USER_MAX_UPDATES_PER_MINUTE=20:
     20 template replies and one too-fast notice, nothing more; another user is served."""
-    bot = bot_factory(env=dict(bot_env, USER_MAX_UPDATES_PER_MINUTE="20"))
+    bot = app_factory(env=dict(bot_env, USER_MAX_UPDATES_PER_MINUTE="20"))
     await bot.start()
     mark = fake_telegram.mark()
     last = 0
@@ -205,7 +205,7 @@ async def test_cheap_replies_are_bounded_per_user(
 
 
 async def test_an_update_the_client_cannot_decode_is_skipped_and_polling_goes_on(
-    bot: BotProcess, fake_telegram: FakeTelegram
+    app: InProcessBot, fake_telegram: FakeTelegram
 ) -> None:
     """A forwarded message whose ``forward_origin`` has a type newer than the installed
     aiogram (its model rejects the whole getUpdates batch), alone and then in a batch
@@ -238,7 +238,7 @@ async def test_an_update_the_client_cannot_decode_is_skipped_and_polling_goes_on
     mark = fake_telegram.mark()
     fake_telegram.inject_message(551, "/help")
     await fake_telegram.wait_sent(551, since=mark, timeout=30)
-    logs = bot.logs()
+    logs = app.logs()
     assert f"skipped update {alone}: the client cannot decode it" in logs
     assert f"skipped update {mixed}: the client cannot decode it" in logs
     assert "Failed to fetch updates" not in logs

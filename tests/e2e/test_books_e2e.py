@@ -1,4 +1,4 @@
-"""Issue 14 through the real bot process: /budget export, /reconcile, /providers prices."""
+"""Issue 14 in-process (create_app): /budget export, /reconcile, /providers prices."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
 from budget.prices import DEFAULT_OVERRIDES
-from tests.e2e.harness import BotFactory
+from tests.e2e.inprocess import AppFactory
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram, SentMessage
 
@@ -48,7 +48,7 @@ def _list_price_musd(prompt: int, cached: int, completion: int) -> int:
 
 
 async def test_budget_export_reconcile_and_prices_through_the_bot(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
     bot_env: dict[str, str],
@@ -68,7 +68,7 @@ async def test_budget_export_reconcile_and_prices_through_the_bot(
             for i, (p, c, o) in enumerate(BILLED)
         ],
     )
-    bot = bot_factory(env=env)
+    bot = app_factory(env=env)
     await bot.start()
     for i in range(len(BILLED)):
         assert await _ask(fake_telegram, USER, f"question {i}") == f"answer {i}"

@@ -1,4 +1,4 @@
-"""Issue 14 tried as a new operator would, through the real bot process."""
+"""Issue 14 tried as a new operator would, in-process (create_app)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from budget.prices import PriceCard, ProviderModel
 from budget.reconcile import parse_export
 from budget.types import Usage
-from tests.e2e.harness import BotFactory
+from tests.e2e.inprocess import AppFactory
 from tests.fakes.provider_exports import export_from_ledger
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
@@ -38,7 +38,7 @@ async def _send(tg: FakeTelegram, data: bytes, caption: str) -> str:
 
 
 async def test_a_timed_out_paid_call_is_corrected_from_a_one_row_daily_export(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
     bot_env: dict[str, str],
@@ -56,7 +56,7 @@ async def test_a_timed_out_paid_call_is_corrected_from_a_one_row_daily_export(
         {"text": "answer", "prompt_tokens": 1200, "cached_tokens": 400, "completion_tokens": 300},
         {"delay_s": 4, "text": "too late"},
     )
-    bot = bot_factory(env=env)
+    bot = app_factory(env=env)
     await bot.start()
     assert await _ask(fake_telegram, USER, "question 0") == "answer"
     await _ask(fake_telegram, USER, "question 1")  # times out: booked at the ceiling

@@ -1,10 +1,10 @@
-"""Issue 16 §5: t.me posts with impossible dates or ids, through the real bot process."""
+"""Issue 16 §5: t.me posts with impossible dates or ids, in-process (create_app)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from tests.e2e.harness import BotFactory
+from tests.e2e.inprocess import AppFactory
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 from tests.fakes.tme import FakeTme, TmePost
@@ -13,7 +13,7 @@ ADMIN = 1
 
 
 async def test_year_one_and_a_23_digit_id_are_skipped_and_the_digest_goes_out(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     fake_telegram: FakeTelegram,
     fake_tme: FakeTme,
     fake_providers: FakeProviders,
@@ -33,7 +33,7 @@ async def test_year_one_and_a_23_digit_id_are_skipped_and_the_digest_goes_out(
         title="Odd News",
     )
     env = dict(bot_env, ADMIN_IDS=str(ADMIN), DIGEST_STAGGER_SECONDS="0")
-    bot = bot_factory(env=env)
+    bot = app_factory(env=env)
     await bot.start()
     for text in ("/digest_off", "/sub @oddnews"):
         mark = fake_telegram.mark()

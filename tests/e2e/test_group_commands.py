@@ -1,11 +1,11 @@
 """Issue 9 §1, commands for other bots: in groups, commands addressed to another bot and
-unknown commands get nothing — through the real bot process against the fake Bot API."""
+unknown commands get nothing — through the bot built by create_app against the fake Bot API."""
 
 from __future__ import annotations
 
 import asyncio
 
-from tests.e2e.harness import BotFactory
+from tests.e2e.inprocess import AppFactory
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram, SentMessage
 
@@ -26,7 +26,7 @@ async def _drain(tg: FakeTelegram, sentinel_chat: int, *, timeout: float = 20.0)
 
 
 async def test_commands_for_other_bots_and_unknown_commands_get_nothing_in_groups(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
     bot_env: dict[str, str],
@@ -34,7 +34,7 @@ async def test_commands_for_other_bots_and_unknown_commands_get_nothing_in_group
     """In a group: /help@other_bot, /kill@other_bot (from an admin) and /frobnicate →
     0 messages, and the kill switch stays off; /help@kopek_test_bot → exactly one reply.
     In a private chat /frobnicate still gets "Unknown command"."""
-    bot = bot_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN)))
+    bot = app_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN)))
     await bot.start()
     group = -1001234
     mark = fake_telegram.mark()

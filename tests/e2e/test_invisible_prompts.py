@@ -1,8 +1,8 @@
-"""Issue 16 §4 (b): invisible prompts, through the real bot process."""
+"""Issue 16 §4 (b): invisible prompts, in-process (create_app)."""
 
 from __future__ import annotations
 
-from tests.e2e.harness import BotFactory
+from tests.e2e.inprocess import AppFactory
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 
@@ -22,11 +22,11 @@ INVISIBLE_MESSAGES = [
 
 
 async def test_messages_with_nothing_visible_get_the_empty_template_and_no_call(
-    bot_factory: BotFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:
     """Each message made only of invisible characters gets "looks empty"; no provider
     request at all."""
-    bot = bot_factory()
+    bot = app_factory()
     await bot.start()
     for index, text in enumerate(INVISIBLE_MESSAGES):
         mark = fake_telegram.mark()
@@ -38,10 +38,10 @@ async def test_messages_with_nothing_visible_get_the_empty_template_and_no_call(
 
 
 async def test_tag_characters_are_stripped_from_a_visible_message(
-    bot_factory: BotFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:
     """A visible question with a tag-encoded instruction reaches the model without it."""
-    bot = bot_factory()
+    bot = app_factory()
     await bot.start()
     fake_providers.script("groq", {"text": "Paris."})
     mark = fake_telegram.mark()

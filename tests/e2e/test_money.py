@@ -1,4 +1,4 @@
-"""Issue 16 §1/§5 and issue 9 §2 through the real bot process: no overshoot with a
+"""Issue 16 §1/§5 and issue 9 §2 in-process (create_app): no overshoot with a
 provider that counts more than we do, errors inside a 200, empty completions, 402,
 a deleted database, budget-shortened and oversized answers."""
 
@@ -12,7 +12,8 @@ from pathlib import Path
 
 from budget.tokens import TokenCounter
 from llm.types import Message
-from tests.e2e.harness import BotFactory, BotProcess, wait_provider_requests
+from tests.e2e.harness import wait_provider_requests
+from tests.e2e.inprocess import AppFactory, InProcessBot
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 
@@ -55,14 +56,14 @@ def _holds(db: Path) -> list[tuple[str, int | None, int]]:
     return [(r[0], r[1], r[2]) for r in rows]
 
 
-async def _start(bot_factory: BotFactory, env: dict[str, str]) -> BotProcess:
-    bot = bot_factory(env=env)
+async def _start(app_factory: AppFactory, env: dict[str, str]) -> InProcessBot:
+    bot = app_factory(env=env)
     await bot.start()
     return bot
 
 
 async def test_sixty_users_on_deepseek_never_overshoot_the_global_limit(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     bot_env: dict[str, str],
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
@@ -75,7 +76,7 @@ async def test_sixty_users_on_deepseek_never_overshoot_the_global_limit(
     # tokens, i.e. every call uses its whole max_tokens (and counting them stays cheap)
     step = {"prompt_tokens": 120, "delay_s": 2.0, "text": "word " * 820}
     fake_providers.default(DEEPSEEK_KEY, step)
-    bot = await _start(bot_factory, env)
+    bot = await _start(app_factory, env)
     marks = fake_telegram.mark()
     users = range(1000, 1060)
     for uid in users:
@@ -89,7 +90,7 @@ async def test_sixty_users_on_deepseek_never_overshoot_the_global_limit(
 
 
 async def test_error_in_200_releases_the_hold(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     bot_env: dict[str, str],
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
@@ -99,7 +100,7 @@ async def test_error_in_200_releases_the_hold(
     providers are unavailable — true, nothing was booked."""
     env = _deepseek_only(bot_env, fake_providers)
     fake_providers.script(DEEPSEEK_KEY, {"error_in_200": 502, "message": "upstream overloaded"})
-    bot = await _start(bot_factory, env)
+    bot = await _start(app_factory, env)
     mark = fake_telegram.mark()
     fake_telegram.inject_message(42, "hello")
     [reply] = await fake_telegram.wait_sent(42, since=mark, timeout=20)
@@ -110,7 +111,7 @@ async def test_error_in_200_releases_the_hold(
 
 
 async def test_empty_length_completion_gets_could_not_answer(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     bot_env: dict[str, str],
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
@@ -123,7 +124,7 @@ async def test_empty_length_completion_gets_could_not_answer(
         DEEPSEEK_KEY,
         {"text": "", "finish_reason": "length", "completion_tokens": 1024, "prompt_tokens": 40},
     )
-    bot = await _start(bot_factory, env)
+    bot = await _start(app_factory, env)
     mark = fake_telegram.mark()
     fake_telegram.inject_message(43, "think hard")
     [reply] = await fake_telegram.wait_sent(43, since=mark, timeout=20)
@@ -136,7 +137,7 @@ async def test_empty_length_completion_gets_could_not_answer(
 
 
 async def test_402_disables_deepseek_and_tells_admins_once(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     bot_env: dict[str, str],
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
@@ -148,7 +149,7 @@ async def test_402_disables_deepseek_and_tells_admins_once(
         DEEPSEEK_KEY,
         {"status": 402, "body": {"error": {"message": "Insufficient Balance", "type": "x"}}},
     )
-    bot = await _start(bot_factory, env)
+    bot = await _start(app_factory, env)
     admin_mark = fake_telegram.mark()
     for text in ("first", "second"):
         mark = fake_telegram.mark()
@@ -164,7 +165,7 @@ async def test_402_disables_deepseek_and_tells_admins_once(
 
 
 async def test_deleted_database_fails_closed_and_alerts_admins(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     bot_env: dict[str, str],
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
@@ -172,7 +173,7 @@ async def test_deleted_database_fails_closed_and_alerts_admins(
     """The database file is deleted under the running bot: no provider call, the user
     gets the ledger-unavailable template, admins are told once."""
     env = _deepseek_only(bot_env, fake_providers)
-    bot = await _start(bot_factory, env)
+    bot = await _start(app_factory, env)
     db = _db(env)
     for suffix in ("", "-wal", "-shm"):
         with contextlib.suppress(FileNotFoundError):
@@ -193,7 +194,7 @@ async def test_deleted_database_fails_closed_and_alerts_admins(
 
 
 async def test_budget_shortened_answer_says_so(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     bot_env: dict[str, str],
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
@@ -202,7 +203,7 @@ async def test_budget_shortened_answer_says_so(
     shrinks max_tokens; the answer stopped at that limit ends with a short note."""
     env = _deepseek_only(bot_env, fake_providers, BUDGET_GLOBAL_DAILY_USD="0.0003")
     fake_providers.script(DEEPSEEK_KEY, {"text": "A partial answer", "finish_reason": "length"})
-    bot = await _start(bot_factory, env)
+    bot = await _start(app_factory, env)
     mark = fake_telegram.mark()
     fake_telegram.inject_message(46, "Tell me everything")
     [reply] = await fake_telegram.wait_sent(46, since=mark, timeout=20)
@@ -214,7 +215,7 @@ async def test_budget_shortened_answer_says_so(
 
 
 async def test_oversized_answer_is_cut_and_stored_cut(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     bot_env: dict[str, str],
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
@@ -225,7 +226,7 @@ async def test_oversized_answer_is_cut_and_stored_cut(
     env = _deepseek_only(bot_env, fake_providers)
     huge = "ab " * 100_000  # ~300 KB of short words (cheap to count once cut)
     fake_providers.script(DEEPSEEK_KEY, {"text": huge, "completion_tokens": 1024})
-    bot = await _start(bot_factory, env)
+    bot = await _start(app_factory, env)
     mark = fake_telegram.mark()
     fake_telegram.inject_message(47, "Write a lot")
     parts = await fake_telegram.wait_sent(47, 3, since=mark, timeout=30)

@@ -3,7 +3,7 @@ group's anonymous admins count toward the update rate as one payer (found in a t
 
 from __future__ import annotations
 
-from tests.e2e.harness import BotFactory
+from tests.e2e.inprocess import AppFactory
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 
@@ -11,11 +11,11 @@ BOT = "kopek_test_bot"  # the fake's getMe username
 
 
 async def test_a_kept_answer_is_delivered_in_its_topic(
-    bot_factory: BotFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:
     """A mention in topic 7 whose answer meets a 429 (retry_after 2): the outbox sends it
     when the wait ends, still in topic 7 (not General), with one provider request."""
-    bot = bot_factory()
+    bot = app_factory()
     await bot.start()
     forum = -1007100
     fake_providers.script("groq", {"text": "kept topic answer"})
@@ -41,7 +41,7 @@ async def test_a_kept_answer_is_delivered_in_its_topic(
 
 
 async def test_anonymous_admins_count_toward_the_update_rate_per_group(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
     bot_env: dict[str, str],
@@ -49,7 +49,7 @@ async def test_anonymous_admins_count_toward_the_update_rate_per_group(
     """USER_MAX_UPDATES_PER_MINUTE=5: group A's anonymous admins (GroupAnonymousBot,
     ``is_bot``, ``sender_chat`` = the group) send 12 mentions — 5 reach the bot, the rest
     are dropped in silence; group B's anonymous admin is counted apart and answered."""
-    bot = bot_factory(env={**bot_env, "USER_MAX_UPDATES_PER_MINUTE": "5"})
+    bot = app_factory(env={**bot_env, "USER_MAX_UPDATES_PER_MINUTE": "5"})
     await bot.start()
     group_a, group_b = -1002001, -1002002
 
