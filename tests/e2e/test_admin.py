@@ -14,6 +14,7 @@ from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 
 ADMIN = 1
+BOT = "kopek_test_bot"  # the fake's getMe username
 
 
 def _free_port() -> int:
@@ -71,20 +72,32 @@ async def test_limits_teams_budget_report_and_chart(
 async def test_crash_mid_call_asks_the_user_to_resend_without_repeating_the_call(
     bot_factory: BotFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:
-    """SIGKILL while a call is in flight: at the next start the user gets the resend
-    template, and the LLM call is not repeated."""
-    fake_providers.script("groq", {"text": "too late", "delay_s": 30})
+    """SIGKILL while two calls are in flight (a private chat, and a mention in topic 7
+    of a forum): at the next start each gets the resend template — the forum's in topic
+    7 — and no LLM call is repeated. (One process pair for both: a crash needs a
+    process, and a process start costs seconds.)"""
+    fake_providers.script(
+        "groq", {"text": "too late", "delay_s": 30}, {"text": "never", "delay_s": 30}
+    )
     bot = bot_factory()
     await bot.start()
+    forum, mention = -1007000, f"@{BOT} long question"
     fake_telegram.inject_message(31, "a question before the crash")
     await wait_provider_requests(fake_providers, 1)
+    fake_telegram.inject_message(
+        30, mention, chat_id=forum, chat_type="supergroup", thread_id=7,
+        entities=[{"type": "mention", "offset": 0, "length": len(BOT) + 1}],
+    )  # fmt: skip
+    await wait_provider_requests(fake_providers, 2)
     await bot.kill()
     again = bot_factory()
     mark = fake_telegram.mark()
     await again.start()
     [notice] = await fake_telegram.wait_sent(31, since=mark, timeout=20)
     assert "restarted" in notice.text
-    assert len(fake_providers.requests) == 1
+    [topic_notice] = await fake_telegram.wait_sent(forum, since=mark, timeout=20)
+    assert "restarted" in topic_notice.text and topic_notice.message_thread_id == 7
+    assert len(fake_providers.requests) == 2
     await again.stop()
 
 

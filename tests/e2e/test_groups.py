@@ -1,5 +1,7 @@
 """Issue 9 §1: groups, anonymous admins, forum topics, refused sends, long pastes —
-through the real bot process against the fake Bot API."""
+in-process (create_app) against the fake Bot API; the exit on service ids in ADMIN_IDS
+through the real process (an exit code), the resend notice in a topic after a crash in
+``test_admin.py``'s crash test (one process pair for both)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.harness import BotFactory, wait_provider_requests
+from tests.e2e.inprocess import AppFactory
 from tests.e2e.test_admin import _free_port
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram, SentMessage
@@ -63,7 +66,7 @@ async def test_service_ids_in_admin_ids_exit_2_with_one_line(
 
 
 async def test_anonymous_admins_are_one_payer_per_group_and_never_admins(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
     bot_env: dict[str, str],
@@ -75,7 +78,7 @@ async def test_anonymous_admins_are_one_payer_per_group_and_never_admins(
     anonymous admin — and even an ADMIN_IDS user posting with sender_chat — cannot run
     /budget or /kill (no reply, kill switch off). No profile row for the service id;
     the ledger's operations are keyed by the group ids."""
-    bot = bot_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN), USER_DAILY_MESSAGES="1"))
+    bot = app_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN), USER_DAILY_MESSAGES="1"))
     await bot.start()
     group_a, group_b, group_c = -1001001, -1001002, -1001003
 
@@ -138,15 +141,15 @@ async def test_anonymous_admins_are_one_payer_per_group_and_never_admins(
 
 
 async def test_topic_messages_are_answered_in_their_topic_and_general_in_general(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
     bot_env: dict[str, str],
 ) -> None:
     """A mention in topic 7: typing action, answer and a refusal template carry
-    message_thread_id 7; the stale template too; a message in General carries none;
-    after a crash the resend notice goes to topic 7 as well."""
-    bot = bot_factory()
+    message_thread_id 7; the stale template too; a message in General carries none.
+    (After a crash the resend notice goes to topic 7 as well: test_admin.py.)"""
+    bot = app_factory()
     await bot.start()
     forum = -1007000
 
@@ -190,27 +193,23 @@ async def test_topic_messages_are_answered_in_their_topic_and_general_in_general
     last = fake_telegram.requests("sendMessage")[-1]
     assert "message_thread_id" not in last.params
 
-    # a crash while answering in topic 7: the resend notice goes to topic 7
-    fake_providers.script("groq", {"text": "never", "delay_s": 5})
-    calls = len(fake_providers.requests)
-    in_topic(f"@{BOT} long question")
-    await wait_provider_requests(fake_providers, calls + 1)
-    await bot.kill()
-    mark = fake_telegram.mark()
-    await bot.start()
-    [notice] = await fake_telegram.wait_sent(forum, since=mark, timeout=20)
-    assert "restarted" in notice.text and notice.message_thread_id == 7
     assert await bot.stop() == 0
 
 
-def _metric(port: int, name: str) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        body = resp.read().decode()
+async def _metric(port: int, name: str) -> str:
+    """The lines of ``/metrics`` starting with ``name`` (read in a thread: the bot serves
+    them from this process)."""
+
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            return str(resp.read().decode())
+
+    body = await asyncio.to_thread(scrape)
     return "\n".join(line for line in body.splitlines() if line.startswith(name))
 
 
 async def test_undeliverable_paid_answer_is_not_called_free_nor_generated_again(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
     bot_env: dict[str, str],
@@ -228,7 +227,7 @@ async def test_undeliverable_paid_answer_is_not_called_free_nor_generated_again(
         "deepseek",
         *[{"text": "paid answer", "prompt_tokens": 200, "completion_tokens": 300}] * 3,
     )
-    bot = bot_factory(env=env)
+    bot = app_factory(env=env)
     await bot.start()
     forum, closed = -1008000, 7
     fake_telegram.close_topic(forum, closed)
@@ -280,7 +279,7 @@ async def test_undeliverable_paid_answer_is_not_called_free_nor_generated_again(
     everything = [r for r in fake_telegram.requests()[requests_mark:] if "text" in r.params]
     assert not any("othing was charged" in str(r.params["text"]) for r in everything)
 
-    failures = _metric(port, "kopek_delivery_failures_total")
+    failures = await _metric(port, "kopek_delivery_failures_total")
     assert 'reason="TOPIC_CLOSED",what="answer"} 1.0' in failures, failures
     assert 'reason="CHAT_WRITE_FORBIDDEN",what="answer"} 1.0' in failures, failures
     assert 'reason="not_enough_rights",what="answer"} 1.0' in failures, failures
@@ -308,7 +307,7 @@ def _paste_parts(sizes: tuple[int, ...]) -> list[str]:
 
 
 async def test_long_paste_split_by_telegram_is_one_question_with_one_answer(
-    bot_factory: BotFactory,
+    app_factory: AppFactory,
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
     bot_env: dict[str, str],
@@ -316,7 +315,7 @@ async def test_long_paste_split_by_telegram_is_one_question_with_one_answer(
     """9,392 characters as 4096 + 4096 + 1200, 0.2 s apart → one provider call whose
     last user turn is the three parts joined in order, one answer. Two short messages
     0.2 s apart are two questions."""
-    bot = bot_factory()
+    bot = app_factory()
     await bot.start()
     parts = _paste_parts((4096, 4096, 1200))
     assert sum(map(len, parts)) == 9392
