@@ -1,4 +1,6 @@
-"""The harness proven against real aiogram long polling (``tests/e2e/echo_bot.py``)."""
+"""The harness proven against real aiogram long polling (``tests/e2e/echo_bot.py``).
+
+Each echo-bot start costs seconds of imports, so one run checks several things."""
 
 from __future__ import annotations
 
@@ -14,10 +16,11 @@ from tests.fakes.telegram import FakeTelegram
 ECHO = [sys.executable, str(Path(__file__).with_name("echo_bot.py"))]
 
 
-async def test_start_answered_in_both_languages_and_sigterm_exits_zero(
+async def test_start_answered_in_both_languages_bold_as_entity_and_sigterm_exits_zero(
     bot_factory: BotFactory, fake_telegram: FakeTelegram
 ) -> None:
-    """/start is answered per language_code; SIGTERM ends the run with 0; no token in logs."""
+    """/start is answered per language_code; an echo sent with an entities list is stored
+    as text plus a bold entity; SIGTERM ends the run with 0; no token in logs."""
     bot = bot_factory(ECHO)
     await bot.start()
     hooks = fake_telegram.webhook_calls
@@ -31,31 +34,24 @@ async def test_start_answered_in_both_languages_and_sigterm_exits_zero(
     assert en.text == "Hello! I am an echo bot."
     assert ru.text.startswith("Привет")
 
+    fake_telegram.inject_message(7, "a < b & 🏟")
+    reply = await fake_telegram.wait_for(lambda m: m.chat_id == 7)
+    assert reply.text == "a < b & 🏟"
+    assert [(e.type, e.offset, e.length) for e in reply.entities] == [("bold", 0, 10)]
+    assert reply.parse_mode is None
+
     assert await bot.stop(signal.SIGTERM) == 0
     assert bot.logs(), "the run's output was captured"
     assert fake_telegram.token not in bot.logs()
     assert fake_telegram.token.split(":")[1] not in bot.logs()
 
 
-async def test_bold_reply_arrives_as_text_and_entity(
-    bot_factory: BotFactory, fake_telegram: FakeTelegram
-) -> None:
-    """An echo sent with an entities list is stored as text plus a bold entity."""
-    bot = bot_factory(ECHO)
-    await bot.start()
-    fake_telegram.inject_message(7, "a < b & 🏟")
-    reply = await fake_telegram.wait_for(lambda m: m.chat_id == 7)
-    assert reply.text == "a < b & 🏟"
-    assert [(e.type, e.offset, e.length) for e in reply.entities] == [("bold", 0, 10)]
-    assert reply.parse_mode is None
-    await bot.stop()
-
-
-async def test_restart_redelivers_nothing_confirmed_and_keeps_what_came_while_down(
+async def test_restart_redelivers_nothing_confirmed_keeps_what_came_and_kill_is_a_crash(
     bot_factory: BotFactory, fake_telegram: FakeTelegram
 ) -> None:
     """After a restart the old /start is not answered again; a message sent while the
-    bot was down is answered once it polls again."""
+    bot was down is answered once it polls again. kill() then ends the process without
+    a clean shutdown (SIGKILL)."""
     bot = bot_factory(ECHO)
     await bot.start()
     fake_telegram.inject_message(42, "/start")
@@ -77,7 +73,8 @@ async def test_restart_redelivers_nothing_confirmed_and_keeps_what_came_while_do
         "while you were away",
     ]
     assert bot.runs == 2
-    await bot.stop()
+    await bot.kill()
+    assert bot.returncode == -signal.SIGKILL
 
 
 async def test_early_exit_is_reported_with_its_code(
@@ -90,11 +87,3 @@ async def test_early_exit_is_reported_with_its_code(
         await bot.start()
     assert caught.value.returncode == 2
     assert "BOT_TOKEN is not set" in bot.stderr()
-
-
-async def test_kill_is_a_crash(bot_factory: BotFactory) -> None:
-    """kill() ends the process without a clean shutdown (SIGKILL)."""
-    bot = bot_factory(ECHO)
-    await bot.start()
-    await bot.kill()
-    assert bot.returncode == -signal.SIGKILL
