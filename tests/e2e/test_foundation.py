@@ -104,31 +104,24 @@ async def test_hold_ttl_not_above_timeout_is_a_start_error(
     assert code == 2 and "HOLD_TTL_SECONDS" in output
 
 
-async def test_restart_keeps_state_and_migrations_are_idempotent(
-    bot_factory: BotFactory, fake_telegram: FakeTelegram, tmp_path: Path
-) -> None:
-    """A second start on the same database applies no migration again and answers."""
-    first = bot_factory()
-    await first.start()
-    assert await first.stop() == 0
-    second = bot_factory()
-    await second.start()
-    mark = fake_telegram.mark()
-    fake_telegram.inject_message(5, "/start")
-    [reply] = await fake_telegram.wait_sent(5, since=mark)
-    assert reply.text.startswith("Hello")
-    assert await second.stop() == 0
-    assert "Running upgrade" not in second.logs()
-
-
-async def test_sigterm_lets_an_in_flight_answer_finish_within_the_grace(
+async def test_sigterm_grace_then_restart_keeps_state_without_migrating_again(
     bot_factory: BotFactory,
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
     bot_env: dict[str, str],
 ) -> None:
-    """SIGTERM while a 2 s call runs: the answer still arrives, then exit 0."""
-    fake_providers.script("groq", {"text": "finished in time", "delay_s": 2.0})
+    """Three runs on one database (each process start costs seconds, so one test):
+
+    1. SHUTDOWN_GRACE_SECONDS=15, SIGTERM while a 2 s call runs: the answer still
+       arrives, then exit 0.
+    2. A second start on the same database applies no migration again and answers.
+       With a 0.5 s grace, SIGTERM during a 30 s call: the call is cancelled, the user
+       is told to resend, exit 0.
+    3. After that restart the ledger shows no outstanding hold.
+    """
+    fake_providers.script(
+        "groq", {"text": "finished in time", "delay_s": 2.0}, {"text": "never", "delay_s": 30.0}
+    )
     bot = bot_factory(env=dict(bot_env, SHUTDOWN_GRACE_SECONDS="15"))
     await bot.start()
     mark = fake_telegram.mark()
@@ -138,32 +131,28 @@ async def test_sigterm_lets_an_in_flight_answer_finish_within_the_grace(
     [answer] = await fake_telegram.wait_sent(61, since=mark, timeout=5)
     assert answer.text == "finished in time"
 
-
-async def test_sigterm_past_the_grace_cancels_tells_the_user_and_leaves_no_hold(
-    bot_factory: BotFactory,
-    fake_telegram: FakeTelegram,
-    fake_providers: FakeProviders,
-    bot_env: dict[str, str],
-) -> None:
-    """SIGTERM with a 30 s call and a 0.5 s grace: the call is cancelled, the user is
-    told to resend, exit 0; after a restart the ledger shows no outstanding hold."""
-    fake_providers.script("groq", {"text": "never", "delay_s": 30.0})
     env = dict(bot_env, SHUTDOWN_GRACE_SECONDS="0.5", ADMIN_IDS="1")
-    bot = bot_factory(env=env)
-    await bot.start()
+    second = bot_factory(env=env)
+    await second.start()
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(5, "/start")
+    [reply] = await fake_telegram.wait_sent(5, since=mark)
+    assert reply.text.startswith("Hello")
+    assert "Running upgrade" not in second.logs()
     mark = fake_telegram.mark()
     fake_telegram.inject_message(62, "very slow one")
-    await wait_provider_requests(fake_providers, 1)
-    assert await bot.stop(signal.SIGTERM) == 0
+    await wait_provider_requests(fake_providers, 2)
+    assert await second.stop(signal.SIGTERM) == 0
     [notice] = await fake_telegram.wait_sent(62, since=mark, timeout=5)
     assert "restarting" in notice.text
+
     again = bot_factory(env=env)
     await again.start()
     mark = fake_telegram.mark()
     fake_telegram.inject_message(1, "/budget")
     [budget] = await fake_telegram.wait_sent(1, since=mark)
     assert "Outstanding holds: 0" in budget.text
-    await again.stop()
+    assert await again.stop() == 0
 
 
 async def test_token_refused_by_telegram_exits_2_with_one_line(
