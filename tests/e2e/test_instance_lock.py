@@ -49,7 +49,7 @@ async def test_second_process_exits_2_leaves_the_first_alone_and_a_kill_leaves_n
     lock file appears beside the alias. Then SIGKILL of the holder leaves no stale lock
     (the OS releases it): the next start succeeds."""
     database = tmp_path / "kopek.db"
-    fake_providers.script("groq", {"text": "still mine", "delay_s": 20.0})
+    fake_providers.script("groq", {"text": "still mine", "gate": "slow"})
     first = bot_factory()
     await first.start()
     mark = fake_telegram.mark()
@@ -72,6 +72,7 @@ async def test_second_process_exits_2_leaves_the_first_alone_and_a_kill_leaves_n
     assert _held(database) == before  # nothing swept, nothing booked by the others
 
     assert first.running
+    fake_providers.open_gate("slow")
     [answer] = await fake_telegram.wait_sent(71, since=mark, timeout=30)
     assert answer.text == "still mine"
     async with asyncio.timeout(30):  # settled by the first

@@ -33,6 +33,7 @@ a dict (JSON over the control API)::
     {"error_in_200": 429, "usage": {...}}     # the same, with a usage object
     {"text": "", "finish_reason": "length"}   # an empty completion (all reasoning)
     {"usage": {"prompt_tokens": -1, ...}}     # this exact usage object (perturbations)
+    {"gate": "g1", "text": "late"}            # answers once open_gate("g1") was called
 
 Streamed requests (``"stream": true``) are answered with server-sent events in each
 provider's own chunk shapes (``tests/fixtures/llm/streams/``): Groq puts usage in
@@ -228,6 +229,7 @@ class _State:
     streams: list[StreamLog] = field(default_factory=list)
     in_flight: int = 0
     max_concurrent: int = 0
+    gates: dict[str, asyncio.Event] = field(default_factory=dict)
 
 
 class FakeProviders:
@@ -324,6 +326,14 @@ class FakeProviders:
         """Token-bucket mode for ``target`` (an API key or a provider name)."""
         now = self._clock.monotonic()
         self._state.buckets[target] = Bucket(tokens_per_minute, float(tokens_per_minute), now)
+
+    def _gate(self, name: str) -> asyncio.Event:
+        return self._state.gates.setdefault(name, asyncio.Event())
+
+    def open_gate(self, name: str) -> None:
+        """Let every request held by a ``{"gate": name}`` step (now or later) answer: a
+        test decides when a slow call ends instead of sleeping past a fixed delay."""
+        self._gate(name).set()
 
     def reset(self) -> None:
         """Forget scripts, buckets, records and the concurrency peak."""
@@ -434,6 +444,8 @@ class FakeProviders:
             body = {}
         self._state.requests.append(RecordedRequest(provider, key, body, self._clock.monotonic()))
         step = self._next_step(provider, key)
+        if step.get("gate"):
+            await self._gate(str(step["gate"])).wait()
         if step.get("delay_s"):
             await asyncio.sleep(float(step["delay_s"]))
         status = int(step.get("status", 200))
