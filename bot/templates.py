@@ -45,7 +45,7 @@ def _window_word(window: Window | None) -> str:
 
 def _level_phrase(level: Level | None, window: Window | None, scope: str) -> str:
     w = _window_word(window)
-    if level is Level.PERSONAL:
+    if level is Level.USER:
         return _("your personal {window} limit").format(window=w)
     if level is Level.TEAM:
         return _("your team's {window} limit ({team})").format(window=w, team=scope)
@@ -81,7 +81,7 @@ def refusal_text(refusal: Refusal, *, tz: str, running: bool = False) -> str:
         ).format(limit=_level_phrase(refusal.level, refusal.window, refusal.scope))
     elif r is RefusalReason.LIMIT:
         limit = _level_phrase(refusal.level, refusal.window, refusal.scope)
-        if refusal.level is Level.PERSONAL:
+        if refusal.level is Level.USER:
             advice = _("Wait for the reset or ask your team's admin to raise it.")
         elif refusal.level is Level.TEAM:
             advice = _("Wait for the reset or ask your team's admin.")

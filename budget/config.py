@@ -112,8 +112,8 @@ class LedgerConfig:
         table: dict[tuple[Level, Window], int | None] = {
             (Level.GLOBAL, Window.DAY): self.global_daily_musd,
             (Level.GLOBAL, Window.HOUR): self.global_hourly_musd,
-            (Level.PERSONAL, Window.DAY): self.user_daily_musd,
-            (Level.PERSONAL, Window.HOUR): self.user_hourly_musd,
+            (Level.USER, Window.DAY): self.user_daily_musd,
+            (Level.USER, Window.HOUR): self.user_hourly_musd,
             (Level.TEAM, Window.DAY): self.team_daily_musd,
             (Level.TEAM, Window.HOUR): self.team_hourly_musd,
         }

@@ -1,7 +1,8 @@
 """Correct estimated bookings from a provider's usage export (``/reconcile apply``).
 
 :func:`apply_corrections` books a :class:`~budget.reconcile.PlannedCorrection` list
-in ONE ledger transaction on the store's writer thread:
+in ONE ledger transaction of the store (:meth:`budget.store.LedgerStore.apply_corrections`;
+the SQL is the backend's, the rules below are here):
 
 * each booking still flagged estimated and still booked at the amount the report
   saw gets its new cost (``actual_musd``; for a paid key also ``list_actual_musd``);
@@ -20,19 +21,19 @@ only the money follows the bill.
 
 from __future__ import annotations
 
-import json
-import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from budget.money import usd_text
-from budget.policy import windows_for
 from budget.reconcile import PlannedCorrection
-from budget.sqlite_store import SqliteStore
 from budget.types import Level, Window
-from budget.windows import window_keys
 
-__all__ = ["ApplyResult", "apply_corrections"]
+if TYPE_CHECKING:
+    from budget.store import LedgerStore
+
+__all__ = ["ApplyResult", "applies", "apply_corrections", "over_limit_line"]
 
 
 @dataclass(slots=True)
@@ -66,16 +67,47 @@ class ApplyResult:
         return "\n".join(lines)
 
 
+def applies(
+    item: PlannedCorrection, state: str | None, estimated: bool, actual_musd: int, ceiling_musd: int
+) -> bool:
+    """Whether ``item`` may be booked on a hold now in ``state`` (``None``: no such hold):
+    still an estimated booking (settled or expired), still at the amount the report
+    saw, and the new cost between 0 and the hold's ceiling."""
+    return (
+        state in ("settled", "expired")
+        and estimated
+        and actual_musd == item.old_musd
+        and 0 <= item.new_musd <= ceiling_musd
+    )
+
+
+def over_limit_line(
+    level: Level,
+    scope: str,
+    window: Window,
+    key: str,
+    settled_musd: int,
+    limit_musd: int,
+    closed: bool,
+) -> str:
+    """Operator line for a window a correction lifted over its limit."""
+    shown = f" {scope}" if scope else ""
+    return (
+        f"{level.value}{shown} {window.value} {key}: {usd_text(settled_musd)} "
+        f"over its {usd_text(limit_musd)} limit" + (" (closed window)" if closed else "")
+    )
+
+
 async def apply_corrections(
-    store: SqliteStore,
+    store: LedgerStore,
     now: datetime,
-    plan: list[PlannedCorrection],
+    plan: Sequence[PlannedCorrection],
     *,
     by_user: int | None,
     file_name: str,
     sha256: str,
 ) -> ApplyResult:
-    """Book ``plan`` in one transaction on the store's writer thread (module docstring).
+    """Book ``plan`` in one transaction of the ledger's store (module docstring).
 
     Args:
         store: the ledger's store (``Ledger.store``).
@@ -87,95 +119,4 @@ async def apply_corrections(
     Raises:
         LedgerUnavailable: the ledger could not be written (nothing was changed).
     """
-    tz = store.config.tz
-    current = window_keys(now, tz)
-
-    def body(cur: sqlite3.Cursor) -> ApplyResult:
-        result = ApplyResult()
-        overrides = store._overrides(cur)  # same package, same transaction
-        for item in plan:
-            cur.execute(
-                "SELECT state, estimated, actual_musd, ceiling_musd, list_actual_musd,"
-                " operation_id, user_id, hour_key, day_key, scopes, provider FROM budget_holds"
-                " WHERE hold_id = ?",
-                (item.hold_id,),
-            )
-            row = cur.fetchone()
-            if (
-                row is None
-                or row[0] not in ("settled", "expired")
-                or not row[1]
-                or int(row[2] or 0) != item.old_musd
-                or not 0 <= item.new_musd <= int(row[3])
-            ):
-                result.skipped.append(item.hold_id)
-                continue
-            _, _, old, _, list_old, op_id, user_id, hour_key, day_key, scopes_json, _ = row
-            moved = item.new_musd - int(old or 0)
-            scopes = [(Level(lvl), sc) for lvl, sc in json.loads(scopes_json)]
-            store._book(cur, scopes, hour_key, day_key, settled=moved)
-            paid = item.new_musd > 0 or int(row[3]) > 0
-            cur.execute(
-                "UPDATE budget_holds SET actual_musd = ?, list_actual_musd = ? WHERE hold_id = ?",
-                (item.new_musd, item.new_musd if paid else list_old, item.hold_id),
-            )
-            cur.execute(
-                "UPDATE budget_operations SET committed_musd = committed_musd + ?"
-                " WHERE operation_id = ?",
-                (moved, op_id),
-            )
-            over: list[str] = []
-            if moved > 0:
-                for lvl, sc in scopes:
-                    for w in windows_for(lvl):
-                        key = hour_key if w is Window.HOUR else day_key
-                        limit = store._limit(overrides, lvl, sc, w)
-                        if limit is None:
-                            continue
-                        cur.execute(
-                            "SELECT settled_musd FROM budget_buckets WHERE level = ? AND"
-                            " scope = ? AND win = ? AND wkey = ?",
-                            (lvl.value, sc, w.value, key),
-                        )
-                        got = cur.fetchone()
-                        settled = int(got[0]) if got else 0
-                        if settled > limit >= settled - moved:
-                            closed = key != current.key(w)
-                            scope = f" {sc}" if sc else ""
-                            over.append(
-                                f"{lvl.value}{scope} {w.value} {key}: {usd_text(settled)} "
-                                f"over its {usd_text(limit)} limit"
-                                + (" (closed window)" if closed else "")
-                            )
-            cur.execute(
-                "INSERT INTO budget_corrections (at, hold_id, provider, model, bucket, old_musd,"
-                " new_musd, by_user, source_file, source_sha256, over_limit)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    now.timestamp(),
-                    item.hold_id,
-                    row[10],
-                    item.model,
-                    item.bucket,
-                    int(old or 0),
-                    item.new_musd,
-                    by_user,
-                    file_name[:255],
-                    sha256,
-                    "; ".join(over) or None,
-                ),
-            )
-            store._event(
-                cur,
-                now,
-                "correction",
-                user_id=user_id,
-                hold_id=item.hold_id,
-                detail=f"{int(old or 0)} -> {item.new_musd} from {file_name[:80]} {sha256[:12]}",
-            )
-            result.changed.append(item)
-            result.moved_musd += moved
-            result.over_limit.extend(over)
-        return result
-
-    return await store.call(store._txn, body)
+    return await store.apply_corrections(now, plan, by_user, file_name, sha256)

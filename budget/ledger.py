@@ -1,9 +1,9 @@
 """The reservation ledger: every LLM attempt holds its ceiling here before it is sent.
 
-:class:`Ledger` implements :class:`budget.protocol.LedgerPort` on top of a store
-(today :class:`budget.sqlite_store.SqliteStore`: one writer thread, one
-``BEGIN IMMEDIATE`` transaction per step). Money is integer µUSD; times come from
-the injected :class:`~budget.clock.Clock`.
+:class:`Ledger` implements :class:`budget.protocol.LedgerPort` on top of any
+:class:`budget.store.LedgerStore` (e.g. :class:`budget.sqlite_store.SqliteStore`:
+one writer thread, one ``BEGIN IMMEDIATE`` transaction per step). Money is integer
+µUSD; times come from the injected :class:`~budget.clock.Clock`.
 
 Life cycle::
 
@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -48,8 +48,9 @@ from budget.errors import BudgetConfigError, LedgerUnavailable
 from budget.policy import check_user_id, interrupted_usage
 from budget.prices import PriceCard
 from budget.protocol import HoldTicket, OperationTicket
-from budget.sqlite_store import SettleOutcome, SqliteStore, SweepOutcome
+from budget.sqlite_store import SqliteStore
 from budget.status import KillState, LedgerStatus, TeamStatus, UserStatus
+from budget.store import LedgerStore, SettleOutcome, SweepOutcome
 from budget.types import Level, Origin, Usage, Window
 
 __all__ = ["KillListener", "Ledger", "LostListener"]
@@ -98,7 +99,7 @@ class Ledger:
 
     def __init__(
         self,
-        store: SqliteStore,
+        store: LedgerStore,
         config: LedgerConfig,
         prices: PriceCard,
         clock: Clock,
@@ -160,8 +161,8 @@ class Ledger:
         Returns:
             how many holds were expired at start.
         """
-        self.store.open()
-        out = await self._guarded(self.store.sweep, self.clock.now(), self._sweep_previous)
+        await self.store.open()
+        out = await self._guarded(self.store.sweep(self.clock.now(), self._sweep_previous))
         if out.expired:
             log.warning(
                 "ledger start: expired %d holds left by a previous process; booked %d µUSD"
@@ -194,7 +195,7 @@ class Ledger:
             LedgerUnavailable: storage failed, or the database path no longer names
                 the open file (admins are told once; no hold is granted again).
         """
-        out = await self._guarded(self.store.sweep, self.clock.now())
+        out = await self._guarded(self.store.sweep(self.clock.now()))
         if out.expired:
             log.warning(
                 "ledger sweeper expired %d orphaned holds; booked %d µUSD at their"
@@ -218,7 +219,7 @@ class Ledger:
         for task in list(self._notify_tasks):
             with contextlib.suppress(Exception):
                 await task
-        await asyncio.to_thread(self.store.close)
+        await self.store.close()
 
     # -- LedgerPort ------------------------------------------------------------------
     async def begin_operation(
@@ -246,17 +247,18 @@ class Ledger:
         check_user_id(user_id)
         caps = self.config.operation_caps[origin]
         return await self._guarded(
-            self.store.begin_operation,
-            self.clock.now(),
-            user_id,
-            origin,
-            caps.max_musd if max_musd is None else max_musd,
-            caps.max_requests if max_requests is None else max_requests,
+            self.store.begin_operation(
+                self.clock.now(),
+                user_id,
+                origin,
+                caps.max_musd if max_musd is None else max_musd,
+                caps.max_requests if max_requests is None else max_requests,
+            )
         )
 
     async def end_operation(self, op: OperationTicket) -> None:
         """Free the operation's in-flight slot. Idempotent."""
-        await self._guarded(self.store.end_operation, self.clock.now(), op.operation_id)
+        await self._guarded(self.store.end_operation(self.clock.now(), op.operation_id))
 
     async def operation_booked_musd(self, op: OperationTicket) -> int:
         """Money booked for ``op`` (µUSD): settled actuals + ceilings still held or
@@ -267,7 +269,7 @@ class Ledger:
             LedgerUnavailable: the ledger could not be read.
             UnknownOperation: no such operation.
         """
-        return await self.store.call(self.store.operation_booked_musd, op.operation_id)
+        return await self.store.operation_booked_musd(op.operation_id)
 
     async def begin_request(self, op: OperationTicket, fingerprint: str) -> str:
         """Count a new request in ``op``; returns its id.
@@ -278,7 +280,7 @@ class Ledger:
             UnknownOperation: ``op`` ended or expired.
         """
         return await self._guarded(
-            self.store.begin_request, self.clock.now(), op.operation_id, fingerprint
+            self.store.begin_request(self.clock.now(), op.operation_id, fingerprint)
         )
 
     async def reserve(
@@ -325,32 +327,33 @@ class Ledger:
             bound = self._card.ceiling_musd(provider, model, input_bound_tokens, max_tokens, now)
             margin = max(0, bound - ceiling)
         return await self._guarded(
-            self.store.reserve,
-            now,
-            op.operation_id,
-            request_id,
-            provider,
-            model,
-            input_tokens,
-            max_tokens,
-            ceiling,
-            listed,
-            self._card.version,
-            margin,
+            self.store.reserve(
+                now,
+                op.operation_id,
+                request_id,
+                provider,
+                model,
+                input_tokens,
+                max_tokens,
+                ceiling,
+                listed,
+                self._card.version,
+                margin,
+            )
         )
 
-    async def free_musd(self, op: OperationTicket, provider: str) -> int | None:
-        """Smallest free µUSD over the levels a hold at ``provider`` would touch,
+    async def remaining_musd(self, op: OperationTicket, provider: str) -> int | None:
+        """Smallest remaining µUSD over the levels a hold at ``provider`` would touch,
         the operation's remaining cap included (never ``None`` since an operation
         always has a cap; typed ``None``-able per the port)."""
         return await self._guarded(
-            self.store.free_musd, self.clock.now(), op.operation_id, provider
+            self.store.remaining_musd(self.clock.now(), op.operation_id, provider)
         )
 
-    async def _guarded(self, fn: Callable[..., _T], *args: Any) -> _T:
-        """``store.call`` that tells admins once per reason when storage fails."""
+    async def _guarded(self, step: Awaitable[_T]) -> _T:
+        """Await a store step; tells admins once per reason when storage fails."""
         try:
-            return await self.store.call(fn, *args)
+            return await step
         except LedgerUnavailable:
             if not self._closed:
                 self._unavailable(self.store.lost or "storage")
@@ -365,7 +368,7 @@ class Ledger:
         else:
             log.error(
                 "ledger database file %s was %s while open: failing closed, no new holds",
-                self.store.path,
+                self.store.location,
                 reason,
             )
         if self._on_unavailable is not None:
@@ -376,14 +379,14 @@ class Ledger:
     async def calibration(self) -> dict[tuple[str, str], tuple[int, int]]:
         """Persisted estimate calibration: ``(provider, model) → (reported ÷ counted
         input tokens in parts per million, samples)``."""
-        return await self._guarded(self.store.calibration)
+        return await self._guarded(self.store.calibration())
 
     async def record_calibration(
         self, provider: str, model: str, ratio_ppm: int, samples: int
     ) -> None:
         """Persist one model's calibration (see :meth:`calibration`)."""
         await self._guarded(
-            self.store.record_calibration, self.clock.now(), provider, model, ratio_ppm, samples
+            self.store.record_calibration(self.clock.now(), provider, model, ratio_ppm, samples)
         )
 
     def _pricer(
@@ -427,7 +430,7 @@ class Ledger:
             UnknownHold: ``hold_id`` was never granted.
         """
         outcome = await self._guarded(
-            self.store.settle, self.clock.now(), hold_id, usage, estimated, self._pricer
+            self.store.settle(self.clock.now(), hold_id, usage, estimated, self._pricer)
         )
         return self._after_settle(outcome)
 
@@ -448,7 +451,7 @@ class Ledger:
             return interrupted_usage(input_tokens, max_tokens, reported, received_output_tokens)
 
         outcome = await self._guarded(
-            self.store.settle, self.clock.now(), hold_id, usage_of, True, self._pricer
+            self.store.settle(self.clock.now(), hold_id, usage_of, True, self._pricer)
         )
         return self._after_settle(outcome)
 
@@ -463,7 +466,7 @@ class Ledger:
         Raises:
             UnknownHold: ``hold_id`` was never granted.
         """
-        await self._guarded(self.store.release, self.clock.now(), hold_id)
+        await self._guarded(self.store.release(self.clock.now(), hold_id))
 
     # -- kill switch -----------------------------------------------------------------
     async def kill(
@@ -487,7 +490,7 @@ class Ledger:
         _check_by(by)
         kind, name = _scope(scope)
         return await self._guarded(
-            self.store.set_kill, self.clock.now(), kind, name, True, reason, by
+            self.store.set_kill(self.clock.now(), kind, name, True, reason, by)
         )
 
     async def unkill(self, *, by: int | None, scope: tuple[str, str] | None = None) -> int:
@@ -499,11 +502,11 @@ class Ledger:
         """
         _check_by(by)
         kind, name = _scope(scope)
-        return await self._guarded(self.store.set_kill, self.clock.now(), kind, name, False, "", by)
+        return await self._guarded(self.store.set_kill(self.clock.now(), kind, name, False, "", by))
 
     async def kill_state(self) -> KillState:
         """The global switch."""
-        states = await self._guarded(self.store.kill_states)
+        states = await self._guarded(self.store.kill_states())
         return next((s for s in states if s.scope_kind == "global"), KillState(False))
 
     # -- limits, teams, messages ---------------------------------------------------------
@@ -529,7 +532,7 @@ class Ledger:
         _check_limit_scope(level, scope)
         _check_by(by)
         await self._guarded(
-            self.store.set_limit, self.clock.now(), level, scope, window, limit_musd, by, False
+            self.store.set_limit(self.clock.now(), level, scope, window, limit_musd, by, False)
         )
 
     async def clear_limit(
@@ -544,7 +547,7 @@ class Ledger:
         _check_limit_scope(level, scope)
         _check_by(by)
         await self._guarded(
-            self.store.set_limit, self.clock.now(), level, scope, window, None, by, True
+            self.store.set_limit(self.clock.now(), level, scope, window, None, by, True)
         )
 
     async def team_add(self, name: str, user_id: int) -> str | None:
@@ -559,7 +562,7 @@ class Ledger:
         if not name or name == "*":
             raise ValueError("team name must be non-empty and not '*'")
         check_user_id(user_id)
-        return await self._guarded(self.store.team_add, self.clock.now(), name, user_id)
+        return await self._guarded(self.store.team_add(self.clock.now(), name, user_id))
 
     async def team_remove(self, name: str, user_id: int) -> bool:
         """Remove ``user_id`` from ``name``; ``False`` if they were not in it.
@@ -568,11 +571,11 @@ class Ledger:
             ValueError: ``user_id`` outside the signed 64-bit range.
         """
         check_user_id(user_id)
-        return await self._guarded(self.store.team_remove, self.clock.now(), name, user_id)
+        return await self._guarded(self.store.team_remove(self.clock.now(), name, user_id))
 
     async def teams(self) -> dict[str, list[int]]:
         """Team name → member ids (a team exists while it has members)."""
-        return await self._guarded(self.store.teams)
+        return await self._guarded(self.store.teams())
 
     async def record_message(self, user_id: int) -> int:
         """Count an incoming message against USER_DAILY_MESSAGES (courtesy cap).
@@ -586,12 +589,12 @@ class Ledger:
             ValueError: ``user_id`` outside the signed 64-bit range.
         """
         check_user_id(user_id)
-        return await self._guarded(self.store.record_message, self.clock.now(), user_id)
+        return await self._guarded(self.store.record_message(self.clock.now(), user_id))
 
     # -- status --------------------------------------------------------------------------
     async def status(self) -> LedgerStatus:
         """Global and provider buckets, holds, exposure, kill, spend, refusals, estimates."""
-        return await self._guarded(self.store.status, self.clock.now())
+        return await self._guarded(self.store.status(self.clock.now()))
 
     async def user_status(self, user_id: int) -> UserStatus:
         """Personal, team and global buckets of ``user_id``; in-flight; messages.
@@ -600,27 +603,27 @@ class Ledger:
             ValueError: ``user_id`` outside the signed 64-bit range.
         """
         check_user_id(user_id)
-        return await self._guarded(self.store.user_status, self.clock.now(), user_id)
+        return await self._guarded(self.store.user_status(self.clock.now(), user_id))
 
     async def team_status(self, name: str) -> TeamStatus:
         """Team buckets, members and their spend today."""
-        return await self._guarded(self.store.team_status, self.clock.now(), name)
+        return await self._guarded(self.store.team_status(self.clock.now(), name))
 
     async def top_users(self, n: int = 10) -> list[tuple[int, int, int]]:
         """The ``n`` users with the most money today: ``[(user_id, settled µUSD today,
         held µUSD now), …]``, largest settled + held first."""
-        return await self._guarded(self.store.top_users, self.clock.now(), n)
+        return await self._guarded(self.store.top_users(self.clock.now(), n))
 
     async def spend_per_hour(self, hours: int = 48) -> dict[str, list[tuple[datetime, int]]]:
         """Settled µUSD per hour for the last ``hours`` hours by series (``"global"``,
         ``"team:<name>"``, ``"provider:<name>"``), each ``[(hour start UTC, µUSD), …]``."""
         if hours < 1:
             raise ValueError("hours must be >= 1")
-        return await self._guarded(self.store.spend_per_hour, self.clock.now(), hours)
+        return await self._guarded(self.store.spend_per_hour(self.clock.now(), hours))
 
     def __repr__(self) -> str:
         return (
-            f"Ledger(store={self.store.name}:{self.store.path}, tz={self.config.tz!r}, "
+            f"Ledger(store={self.store.name}:{self.store.location}, tz={self.config.tz!r}, "
             f"closed={self._closed})"
         )
 
@@ -642,7 +645,7 @@ def _check_by(by: int | None) -> None:
 
 
 def _check_limit_scope(level: Level, scope: str) -> None:
-    if level is Level.PERSONAL and scope != "*":
+    if level is Level.USER and scope != "*":
         check_user_id(scope, "personal limit scope (a user id)")
 
 

@@ -1,22 +1,28 @@
-"""Pure ledger policy: which levels a hold touches, whether it fits, the hold state
-machine, the auto-kill threshold, the interrupted-call rule and user-id checks.
+"""Pure ledger policy shared by every store: which levels a hold touches, the
+effective limit of a bucket, buckets built from stored rows, the margins of
+outstanding holds, whether a hold fits (and the refusal when not), the hold state
+machine, the kill and auto-kill rules, the interrupted-call rule and user-id checks.
 
-No I/O here: a storage backend (:mod:`budget.sqlite_store`) reads bucket rows inside
-its write transaction, asks these functions, and writes the outcome. Money is
-integer µUSD.
+No I/O here: a storage backend (:mod:`budget.sqlite_store`, or any other
+:class:`budget.store.LedgerStore`) reads rows inside its write transaction, asks
+these functions, and writes the outcome. Money is integer µUSD.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
-from collections.abc import Mapping, Sequence
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from enum import StrEnum
 
 from budget.config import LedgerConfig
 from budget.money import usd_text
+from budget.status import EstimateStats, KillState
 from budget.types import Level, Refusal, RefusalReason, Usage, Window
 from budget.windows import WindowKeys
 
@@ -24,23 +30,44 @@ __all__ = [
     "USER_ID_MAX",
     "USER_ID_MIN",
     "Bucket",
+    "BucketKey",
     "HoldState",
+    "Overrides",
     "Scope",
+    "audit_mismatches",
     "auto_kill_reason",
+    "auto_kill_since",
     "auto_kill_threshold_musd",
+    "bucket_keys",
+    "build_buckets",
     "check_hold",
     "check_user_id",
+    "dump_scopes",
+    "estimate_stats",
     "interrupted_usage",
+    "kill_refusal",
+    "limit_of",
+    "load_scopes",
+    "pick_kill",
+    "provider_caps",
+    "rate_refusal",
     "release_transition",
     "scopes_for",
     "settle_transition",
+    "windows_for",
+    "with_margins",
 ]
+
+#: Runtime limit overrides as stored: ``(level, scope, window) → µUSD`` (``None`` = no limit).
+Overrides = Mapping[tuple[str, str, str], int | None]
+#: A stored bucket row's key: ``(level, scope, window, window key)`` (enum values as text).
+BucketKey = tuple[str, str, str, str]
 
 #: (level, scope name): scope is the user id as text, the team name, "" for global,
 #: or the provider name.
 Scope = tuple[Level, str]
 
-_LEVEL_ORDER = (Level.PERSONAL, Level.TEAM, Level.GLOBAL, Level.PROVIDER)
+_LEVEL_ORDER = (Level.USER, Level.TEAM, Level.GLOBAL, Level.PROVIDER)
 
 _INT_TEXT = re.compile(r"-?[0-9]{1,40}")
 
@@ -54,7 +81,7 @@ def check_user_id(user_id: object, what: str = "user id") -> int:
 
     Args:
         user_id: the value to check (an int, or a user id written as decimal text
-            such as a personal-level scope ``"42"``).
+            such as a user-level scope ``"42"``).
         what: how the message names the value (``"user id"``, ``"admin id (by)"``).
 
     Returns:
@@ -87,7 +114,7 @@ def scopes_for(
     The provider level is included only when the provider has an account cap
     (configured default or runtime override); see ``provider_caps``.
     """
-    scopes: list[Scope] = [(Level.PERSONAL, str(user_id))]
+    scopes: list[Scope] = [(Level.USER, str(user_id))]
     if team:
         scopes.append((Level.TEAM, team))
     scopes.append((Level.GLOBAL, ""))
@@ -124,7 +151,7 @@ class Bucket:
     resets_at: datetime
 
     @property
-    def free_musd(self) -> int | None:
+    def remaining_musd(self) -> int | None:
         """limit − settled − held (may be negative after late settles); ``None`` = unlimited."""
         if self.limit_musd is None:
             return None
@@ -134,10 +161,10 @@ class Bucket:
 def check_hold(buckets: Sequence[Bucket], ceiling_musd: int) -> Refusal | None:
     """Would a hold of ``ceiling_musd`` fit on every bucket? ``None`` = yes.
 
-    A hold fits a bucket when ``ceiling ≤ free``. A 0 µUSD hold (free tier)
+    A hold fits a bucket when ``ceiling ≤ remaining``. A 0 µUSD hold (free tier)
     spends nothing and always fits. When several buckets refuse, the refusal names
     an *exhausted* one (settled spend alone blocks it) before a *busy* one
-    (outstanding holds block it), most personal level first, day before hour.
+    (outstanding holds block it), the user level first, day before hour.
     ``busy`` is true when ``ceiling ≤ limit − settled``: waiting for holds to
     settle may free the room.
     """
@@ -145,8 +172,8 @@ def check_hold(buckets: Sequence[Bucket], ceiling_musd: int) -> Refusal | None:
         return None
     refusing: list[tuple[bool, int, int, Bucket]] = []
     for b in buckets:
-        free = b.free_musd
-        if free is None or ceiling_musd <= free:
+        remaining = b.remaining_musd
+        if remaining is None or ceiling_musd <= remaining:
             continue
         assert b.limit_musd is not None
         busy = ceiling_musd <= b.limit_musd - b.settled_musd
@@ -271,3 +298,178 @@ def release_transition(state: HoldState) -> tuple[bool, bool]:
     if state is HoldState.EXPIRED:
         return True, True
     return False, False
+
+
+# -- bookkeeping shared by the stores ------------------------------------------------
+def dump_scopes(scopes: Sequence[Scope]) -> str:
+    """A hold's scopes as stored (JSON ``[[level, scope], …]``)."""
+    return json.dumps([[lvl.value, sc] for lvl, sc in scopes])
+
+
+def load_scopes(text: str) -> list[Scope]:
+    """The inverse of :func:`dump_scopes`."""
+    return [(Level(lvl), sc) for lvl, sc in json.loads(text)]
+
+
+def limit_of(
+    config: LedgerConfig, overrides: Overrides, level: Level, scope: str, window: Window
+) -> int | None:
+    """The effective limit (µUSD, ``None`` = none) of one bucket: its own runtime
+    override, else the level-wide ``"*"`` override (team and user levels), else
+    the configured default."""
+    key = (level.value, scope, window.value)
+    if key in overrides:
+        return overrides[key]
+    if level in (Level.TEAM, Level.USER) and (level.value, "*", window.value) in overrides:
+        return overrides[(level.value, "*", window.value)]
+    return config.default_limit(level, scope, window)
+
+
+def provider_caps(config: LedgerConfig, overrides: Overrides) -> dict[str, int]:
+    """Provider → daily account cap (µUSD): configured caps with runtime overrides
+    applied (an override of ``None`` removes the cap)."""
+    caps = dict(config.provider_daily_caps_musd)
+    for (level, scope, win), value in overrides.items():
+        if level == Level.PROVIDER.value and win == Window.DAY.value:
+            if value is None:
+                caps.pop(scope, None)
+            else:
+                caps[scope] = value
+    return caps
+
+
+def bucket_keys(scopes: Sequence[Scope], keys: WindowKeys) -> list[BucketKey]:
+    """Every bucket a hold on ``scopes`` at the instant of ``keys`` touches, in the
+    order of ``scopes`` then windows (day before hour)."""
+    return [(lvl.value, sc, w.value, keys.key(w)) for lvl, sc in scopes for w in windows_for(lvl)]
+
+
+def build_buckets(
+    config: LedgerConfig,
+    overrides: Overrides,
+    scopes: Sequence[Scope],
+    keys: WindowKeys,
+    rows: Mapping[BucketKey, tuple[int, int, int]],
+) -> list[Bucket]:
+    """:class:`Bucket` of each of :func:`bucket_keys` from stored ``rows``
+    (``key → (settled, held, late)`` µUSD; a missing row is all zero)."""
+    out = []
+    for lvl, sc in scopes:
+        for w in windows_for(lvl):
+            k = keys.key(w)
+            settled, held, late = rows.get((lvl.value, sc, w.value, k), (0, 0, 0))
+            limit = limit_of(config, overrides, lvl, sc, w)
+            out.append(Bucket(lvl, sc, w, k, limit, settled, held, late, keys.resets_at(w)))
+    return out
+
+
+def with_margins(
+    buckets: list[Bucket], margins: Iterable[tuple[str, str, str, int]]
+) -> list[Bucket]:
+    """``buckets`` with the margins of outstanding holds counted as held.
+
+    Each hold granted at its estimated ceiling keeps its provable bound's excess
+    (``margin_musd``) out of every bucket it touches until it ends. ``margins``:
+    ``(scopes JSON, hour key, day key, margin µUSD)`` of each held hold with a margin.
+    """
+    extra: dict[BucketKey, int] = {}
+    for scopes_json, hour_key, day_key, margin in margins:
+        for lvl, sc in load_scopes(scopes_json):
+            for w in windows_for(lvl):
+                key = (lvl.value, sc, w.value, hour_key if w is Window.HOUR else day_key)
+                extra[key] = extra.get(key, 0) + int(margin)
+    if not extra:
+        return buckets
+    return [
+        dataclasses.replace(
+            b, held_musd=b.held_musd + extra.get((b.level.value, b.scope, b.window.value, b.key), 0)
+        )
+        for b in buckets
+    ]
+
+
+_KILL_ORDER = {"global": 0, "team": 1, "user": 2}
+
+
+def pick_kill(rows: Iterable[KillState]) -> KillState | None:
+    """The tripped switch that applies among ``rows`` (global, then team, then user)."""
+    tripped = [k for k in rows if k.killed]
+    if not tripped:
+        return None
+    return min(tripped, key=lambda k: _KILL_ORDER.get(k.scope_kind, 9))
+
+
+def kill_refusal(ks: KillState) -> Refusal:
+    """The refusal a tripped switch gives (level of its scope, its reason as note)."""
+    level = {"global": Level.GLOBAL, "team": Level.TEAM, "user": Level.USER}[ks.scope_kind]
+    return Refusal(reason=RefusalReason.KILL, level=level, scope=ks.scope, note=ks.reason)
+
+
+def rate_refusal(oldest_start: datetime) -> Refusal:
+    """USER_MAX_PER_MINUTE refusal: resets when the oldest start leaves the minute."""
+    return Refusal(
+        RefusalReason.RATE, window=Window.MINUTE, resets_at=oldest_start + timedelta(seconds=60)
+    )
+
+
+def auto_kill_since(config: LedgerConfig, now: datetime, unkilled_at: datetime | None) -> datetime:
+    """Start of the spend the burn-rate trigger counts: the auto-kill window back
+    from ``now``, but never before the last reset of the global switch."""
+    since = now - timedelta(seconds=config.auto_kill_window_s)
+    if unkilled_at is not None:
+        since = max(since, unkilled_at)
+    return since
+
+
+def estimate_stats(rows: Sequence[tuple[int, int, int, int]]) -> EstimateStats:
+    """Estimate quality of today's settled holds from ``(input + max tokens,
+    reported input + output tokens, ceiling µUSD, actual µUSD)`` rows."""
+    if not rows:
+        return EstimateStats()
+    tok_err = [int(r[1]) - int(r[0]) for r in rows]
+    ratios = [int(r[1]) / int(r[0]) for r in rows if r[0]]
+    paid = [int(r[3]) - int(r[2]) for r in rows if r[2] > 0]
+    return EstimateStats(
+        count=len(rows),
+        median_token_error=int(statistics.median(tok_err)),
+        worst_token_error=max(tok_err),
+        median_musd_error=int(statistics.median(paid)) if paid else None,
+        worst_musd_error=max(paid) if paid else None,
+        median_ratio=statistics.median(ratios) if ratios else None,
+        worst_ratio=max(ratios) if ratios else None,
+        over_ceiling=sum(1 for r in rows if r[3] > r[2] or int(r[1]) > int(r[0])),
+    )
+
+
+def audit_mismatches(
+    holds: Iterable[tuple[str, int, int | None, bool, str, str, str]],
+    stored: Mapping[BucketKey, list[int]],
+) -> list[tuple[BucketKey, list[int], list[int]]]:
+    """Buckets whose stored ``[settled, held, late]`` differ from what the holds
+    imply. ``holds``: ``(state, ceiling, actual, late, hour key, day key, scopes JSON)``."""
+    expect: dict[BucketKey, list[int]] = {}
+    for state, ceiling, actual, late, hk, dk, scopes_json in holds:
+        for lvl, sc in load_scopes(scopes_json):
+            for w in windows_for(lvl):
+                e = expect.setdefault(
+                    (lvl.value, sc, w.value, hk if w is Window.HOUR else dk), [0, 0, 0]
+                )
+                if state == "held":
+                    e[1] += ceiling
+                elif state == "expired":  # booked at the ceiling by the sweep
+                    e[0] += actual or 0
+                elif state == "settled":
+                    e[0] += actual or 0
+                    if late:
+                        e[2] += actual or 0
+    zero = [0, 0, 0]
+    return [
+        (k, expect.get(k, zero), list(stored.get(k, zero)))
+        for k in set(expect) | set(stored)
+        if expect.get(k, zero) != list(stored.get(k, zero))
+    ]
+
+
+def utc(ts: float | None) -> datetime | None:
+    """Epoch seconds as an aware UTC datetime (``None`` stays ``None``)."""
+    return None if ts is None else datetime.fromtimestamp(ts, UTC)

@@ -164,8 +164,8 @@ class LedgerPort(Protocol):
         """
         ...
 
-    async def free_musd(self, op: OperationTicket, provider: str) -> int | None:
-        """Smallest free amount (µUSD) over every level/window that ``provider``'s
+    async def remaining_musd(self, op: OperationTicket, provider: str) -> int | None:
+        """Smallest remaining amount (µUSD) over every level/window that ``provider``'s
         hold would touch for ``op`` (incl. the operation cap); ``None`` = no limit."""
         ...
 

@@ -21,7 +21,7 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class BucketStatus:
-    """One level/window now: limit (``None`` = none), settled, held, late, free, reset."""
+    """One level/window now: limit (``None`` = none), settled, held, late, remaining, reset."""
 
     level: Level
     scope: str
@@ -31,7 +31,7 @@ class BucketStatus:
     settled_musd: int
     held_musd: int
     late_musd: int
-    free_musd: int | None
+    remaining_musd: int | None
     resets_at: datetime
 
 

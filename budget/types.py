@@ -47,7 +47,7 @@ class RefusalReason(StrEnum):
 class Level(StrEnum):
     """Budget level a limit belongs to."""
 
-    PERSONAL = "personal"
+    USER = "user"
     TEAM = "team"
     GLOBAL = "global"
     PROVIDER = "provider"

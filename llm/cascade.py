@@ -12,7 +12,7 @@ Cerebras), the paid anchor (DeepSeek) last. For one request::
         reserve(op, req, provider, model, input_tokens, max_tokens)
             paid anchor refused (limit/busy) → degradation ladder:
             (0) request.cheaper_messages (1) the anchor's cheap model
-            (2) max_tokens shrunk to ledger.free_musd (≥ DEGRADED_MIN_OUTPUT_TOKENS)
+            (2) max_tokens shrunk to ledger.remaining_musd (≥ DEGRADED_MIN_OUTPUT_TOKENS)
             (3) re-raise the refusal
         call the provider (its own total deadline)
         success          → settle(usage); return (see "usage" below)
@@ -963,11 +963,11 @@ class Cascade:
             plan.model = cheap
             if (hold := await step("cheap_model")) is not None:
                 return await self._degraded_event(provider, hold, tried)
-        free = await self._ledger.free_musd(op, provider.name)
-        if free is not None:
+        remaining = await self._ledger.remaining_musd(op, provider.name)
+        if remaining is not None:
             # sized on the provable bound: the shrunk hold can never overshoot
             fit = self._ledger.prices.max_tokens_within(
-                provider.name, plan.model, plan.input_bound, free, self._clock.now()
+                provider.name, plan.model, plan.input_bound, remaining, self._clock.now()
             )
             if self._config.degraded_min_output_tokens <= fit < plan.max_tokens:
                 plan.max_tokens = fit

@@ -101,7 +101,7 @@ def _bucket(b: BucketStatus, tz: str) -> str:
     scope = f" {b.scope}" if b.scope else ""
     return (
         f"{b.level.value}{scope} {b.window.value}: settled {usd(b.settled_musd)}, "
-        f"held {usd(b.held_musd)}, limit {usd(b.limit_musd)}, free {usd(b.free_musd)}, "
+        f"held {usd(b.held_musd)}, limit {usd(b.limit_musd)}, remaining {usd(b.remaining_musd)}, "
         f"resets {format_reset(b.resets_at, tz)}"
     )
 
@@ -279,7 +279,7 @@ def _parse_limit(args: list[str]) -> tuple[Level, str, Window, int | None] | str
         uid = parse_user_id(args[1])
         if uid is None:
             return USER_ID_RULE
-        level, scope, rest = Level.PERSONAL, str(uid), args[2:]
+        level, scope, rest = Level.USER, str(uid), args[2:]
     else:
         return LIMIT_USAGE
     windows = {"hour": Window.HOUR, "day": Window.DAY}

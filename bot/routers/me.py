@@ -21,7 +21,7 @@ __all__ = ["create_me_router", "render_me"]
 
 
 def _level_name(level: Level) -> str:
-    if level is Level.PERSONAL:
+    if level is Level.USER:
         return _("personal")
     if level is Level.TEAM:
         return _("team")
@@ -36,12 +36,14 @@ def _bucket_line(b: BucketStatus, tz: str) -> str:
         return _("{level}, {window}: spent {spent} (no limit)").format(
             level=_level_name(b.level), window=window, spent=usd(b.settled_musd)
         )
-    return _("{level}, {window}: spent {spent} of {limit}, {free} left; resets at {reset}").format(
+    return _(
+        "{level}, {window}: spent {spent} of {limit}, {remaining} left; resets at {reset}"
+    ).format(
         level=_level_name(b.level),
         window=window,
         spent=usd(b.settled_musd + b.held_musd),
         limit=usd(b.limit_musd),
-        free=usd(b.free_musd),
+        remaining=usd(b.remaining_musd),
         reset=format_reset(b.resets_at, tz),
     )
 
@@ -52,7 +54,7 @@ def render_me(status: UserStatus, tz: str) -> str:
     lines.append(_("Spent today: {spent}").format(spent=usd(status.settled_today_musd)))
     if status.team:
         lines.append(_("Team: {team}").format(team=status.team))
-    order = {Level.PERSONAL: 0, Level.TEAM: 1, Level.GLOBAL: 2, Level.PROVIDER: 3}
+    order = {Level.USER: 0, Level.TEAM: 1, Level.GLOBAL: 2, Level.PROVIDER: 3}
     for b in sorted(status.buckets, key=lambda x: (order[x.level], x.window != Window.HOUR)):
         if b.window in (Window.HOUR, Window.DAY) and b.level is not Level.PROVIDER:
             lines.append("• " + _bucket_line(b, tz))

@@ -228,7 +228,7 @@ class FakeLedger:
         )
         return ticket
 
-    async def free_musd(self, op: OperationTicket, provider: str) -> int | None:
+    async def remaining_musd(self, op: OperationTicket, provider: str) -> int | None:
         if self.global_limit_musd is None:
             return None
         return max(0, self.global_limit_musd - self._spent() - self._held())

@@ -47,6 +47,7 @@ def test_every_revision_up_down_up_and_head_matches_models(tmp_path: Path) -> No
         "0007_topics",
         "0008_outbox",
         "0009_outbox_topic",
+        "0010_level_user",
     ]
     for rev in revisions:
         command.upgrade(cfg, rev.revision)

@@ -96,7 +96,7 @@ def test_team_names(name: str, ok: bool) -> None:
 def test_parse_limit_values_and_reasons() -> None:
     """Good arguments parse to µUSD; each bad one says what is wrong."""
     assert _parse_limit(["global", "hour", "0.5"]) == (Level.GLOBAL, "", Window.HOUR, 500_000)
-    assert _parse_limit(["user", "42", "day", "off"]) == (Level.PERSONAL, "42", Window.DAY, None)
+    assert _parse_limit(["user", "42", "day", "off"]) == (Level.USER, "42", Window.DAY, None)
     assert _parse_limit(["team", "core", "day", "1"]) == (Level.TEAM, "core", Window.DAY, 1_000_000)
     assert _parse_limit(["team", "li st", "day", "1"]) == TEAM_NAME_RULE
     for amount in ("-5", "1e308", "NaN", "99999999999999999999", "0.0000001", "1_000", "lots"):

@@ -25,7 +25,7 @@ def i18n() -> Iterator[I18n]:
 
 @pytest.mark.parametrize(
     ("level", "word"),
-    [(Level.PERSONAL, "personal"), (Level.TEAM, "team"), (Level.GLOBAL, "global")],
+    [(Level.USER, "personal"), (Level.TEAM, "team"), (Level.GLOBAL, "global")],
 )
 def test_limit_refusal_names_level_window_and_reset_in_user_tz(
     i18n: I18n, level: Level, word: str
@@ -41,7 +41,7 @@ def test_limit_refusal_names_level_window_and_reset_in_user_tz(
 
 def test_personal_limit_tells_what_to_do_and_running_request_is_mentioned(i18n: I18n) -> None:
     """Personal: wait for the reset or ask the team's admin; a running request will finish."""
-    refusal = Refusal(RefusalReason.LIMIT, Level.PERSONAL, Window.HOUR, RESET)
+    refusal = Refusal(RefusalReason.LIMIT, Level.USER, Window.HOUR, RESET)
     with i18n.use_locale("en"):
         text = templates.refusal_text(refusal, tz="UTC", running=True)
     assert "hourly" in text and "ask your team's admin" in text

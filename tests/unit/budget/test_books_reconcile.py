@@ -246,7 +246,7 @@ async def test_e_estimated_bookings_after_a_crash_are_corrected_from_the_export(
         )
         real[hold.hold_id] = Usage(1500 + i, 0, 120 + 40 * i)
         books.clock.advance(3600)
-    await crashed.call(crashed._disconnect)  # the process dies: nothing settles
+    await crashed.writer.call(crashed.writer._disconnect)  # the process dies: nothing settles
     restarted = Ledger(SqliteStore(books.db, CONFIG, "p2"), CONFIG, books.card, books.clock)
     await restarted.start(run_sweeper=False)  # books the crashed holds at their ceiling
     before = books.holds()

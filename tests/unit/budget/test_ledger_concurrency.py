@@ -45,7 +45,7 @@ async def test_b_new_user_burst_exact_count(make_ledger: LedgerFactory) -> None:
     assert sum(isinstance(r, HoldTicket) for r in results) == 2
     refusals = [r.refusal for r in results if isinstance(r, HoldRefused)]
     assert {(r.level, r.window, r.reason) for r in refusals} == {
-        (Level.PERSONAL, Window.DAY, RefusalReason.BUSY)
+        (Level.USER, Window.DAY, RefusalReason.BUSY)
     }
 
 

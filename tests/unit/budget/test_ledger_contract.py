@@ -54,12 +54,12 @@ async def test_hold_and_settle_books_actual(make_ledger: LedgerFactory) -> None:
     ledger = await make_ledger(global_daily_musd=10_000, user_daily_musd=5_000)
     h = await hold(ledger, ceiling=1000)
     st = await ledger.user_status(1)
-    assert bucket(st.buckets, Level.PERSONAL, Window.DAY).held_musd == 1000
-    assert bucket(st.buckets, Level.GLOBAL, Window.DAY).free_musd == 9000
+    assert bucket(st.buckets, Level.USER, Window.DAY).held_musd == 1000
+    assert bucket(st.buckets, Level.GLOBAL, Window.DAY).remaining_musd == 9000
     assert await ledger.settle(h.hold_id, Usage(input_tokens=1, output_tokens=299)) == 300
     st = await ledger.user_status(1)
-    b = bucket(st.buckets, Level.PERSONAL, Window.DAY)
-    assert (b.held_musd, b.settled_musd, b.free_musd) == (0, 300, 4700)
+    b = bucket(st.buckets, Level.USER, Window.DAY)
+    assert (b.held_musd, b.settled_musd, b.remaining_musd) == (0, 300, 4700)
 
 
 async def test_refusal_names_level_window_reset_and_holds_nothing(
@@ -106,7 +106,7 @@ async def test_exhausted_is_not_busy(make_ledger: LedgerFactory) -> None:
     r = (await refused(hold(ledger, ceiling=200))).refusal
     assert (r.reason, r.level, r.window, r.busy) == (
         RefusalReason.LIMIT,
-        Level.PERSONAL,
+        Level.USER,
         Window.HOUR,
         False,
     )
@@ -125,7 +125,7 @@ async def test_settle_is_idempotent_and_release_after_settle_is_noop(
     st = await ledger.status()
     g = bucket(st.buckets, Level.GLOBAL, Window.DAY)
     assert (g.settled_musd, g.held_musd) == (100, 0)
-    assert (await ledger.store.call(ledger.store.audit))["mismatches"] == []
+    assert (await ledger.store.audit())["mismatches"] == []
 
 
 async def test_unknown_hold(make_ledger: LedgerFactory) -> None:
@@ -317,7 +317,7 @@ async def test_scoped_kill(make_ledger: LedgerFactory) -> None:
     assert (r.reason, r.level, r.scope) == (RefusalReason.KILL, Level.TEAM, "red")
     await ledger.begin_operation(2, Origin.CHAT)
     await ledger.kill("user", by=9, scope=("user", "2"))
-    assert (await refused(ledger.begin_operation(2, Origin.CHAT))).refusal.level is Level.PERSONAL
+    assert (await refused(ledger.begin_operation(2, Origin.CHAT))).refusal.level is Level.USER
     await ledger.unkill(by=9, scope=("team", "red"))
     await ledger.begin_operation(1, Origin.CHAT)
     assert [k.scope for k in (await ledger.status()).scoped_kills] == ["2"]
@@ -333,7 +333,7 @@ async def test_restart_keeps_spend_kill_and_limits_and_sweeps_old_holds(
     h = await hold(first, ceiling=1000)
     await first.settle(h.hold_id, Usage(1, 0, 99))
     await hold(first, ceiling=2000)  # orphaned by the "crash"
-    await first.set_limit(Level.PERSONAL, "1", Window.DAY, 5_000, by=1)
+    await first.set_limit(Level.USER, "1", Window.DAY, 5_000, by=1)
     await first.kill("manual", by=7)
     await first.close()
     second = await make_ledger(global_daily_musd=10_000)
@@ -346,7 +346,7 @@ async def test_restart_keeps_spend_kill_and_limits_and_sweeps_old_holds(
     assert (p.provider, p.calls, p.estimated_calls, p.settled_musd) == ("test", 2, 1, 2100)
     assert st.spend_by_origin_musd["chat"] == 2100
     us = await second.user_status(1)
-    assert bucket(us.buckets, Level.PERSONAL, Window.DAY).limit_musd == 5_000
+    assert bucket(us.buckets, Level.USER, Window.DAY).limit_musd == 5_000
     assert us.settled_today_musd == 2100
 
 
@@ -417,9 +417,9 @@ async def test_runtime_limits_override_and_clear(make_ledger: LedgerFactory) -> 
     """set_limit overrides a default (None = no limit); clear_limit restores it."""
     ledger = await make_ledger(user_daily_musd=100)
     await refused(hold(ledger, ceiling=200))
-    await ledger.set_limit(Level.PERSONAL, "1", Window.DAY, None)
+    await ledger.set_limit(Level.USER, "1", Window.DAY, None)
     await hold(ledger, ceiling=200)
-    await ledger.clear_limit(Level.PERSONAL, "1", Window.DAY)
+    await ledger.clear_limit(Level.USER, "1", Window.DAY)
     await refused(hold(ledger, ceiling=200))
     with pytest.raises(ValueError):
         await ledger.set_limit(Level.GLOBAL, "", Window.MINUTE, 5)
@@ -454,14 +454,14 @@ async def test_record_message_courtesy_cap(make_ledger: LedgerFactory, clock: Ma
     assert await ledger.record_message(5) == 1
 
 
-async def test_free_musd_and_status_estimates(make_ledger: LedgerFactory) -> None:
-    """free_musd is the tightest level (op cap included); status reports estimate
+async def test_remaining_musd_and_status_estimates(make_ledger: LedgerFactory) -> None:
+    """remaining_musd is the tightest level (op cap included); status reports estimate
     errors (actual − ceiling) and spend by origin."""
     ledger = await make_ledger(global_daily_musd=10_000, user_daily_musd=3_000)
     op = await ledger.begin_operation(1, Origin.DIGEST, max_musd=2_500)
-    assert await ledger.free_musd(op, "test") == 2_500
+    assert await ledger.remaining_musd(op, "test") == 2_500
     h = await hold(ledger, ceiling=1000, op=op)
-    assert await ledger.free_musd(op, "test") == 1_500
+    assert await ledger.remaining_musd(op, "test") == 1_500
     await ledger.settle(h.hold_id, Usage(1, 0, 399))
     st = await ledger.status()
     assert st.spend_by_origin_musd == {"chat": 0, "digest": 400}
@@ -516,14 +516,19 @@ async def test_start_sweep_books_ceiling_estimated_in_grant_windows_and_provider
     assert (st.outstanding_holds, st.exposure_musd, st.expired_today) == (0, 0, 1)
     day = bucket(st.buckets, Level.GLOBAL, Window.DAY)
     hour = bucket(st.buckets, Level.GLOBAL, Window.HOUR)
-    assert (day.settled_musd, day.held_musd, day.free_musd) == (447, 0, 9_553)
+    assert (day.settled_musd, day.held_musd, day.remaining_musd) == (447, 0, 9_553)
     assert (hour.key, hour.settled_musd) == ("2026-01-14T13:00Z", 0)  # not the sweep's hour
     assert (await second.spend_per_hour(hours=2))["global"] == [
         (datetime(2026, 1, 14, 12, tzinfo=UTC), 447),
         (datetime(2026, 1, 14, 13, tzinfo=UTC), 0),
     ]
     cap = next(b for b in st.buckets if b.level is Level.PROVIDER)
-    assert (cap.scope, cap.settled_musd, cap.held_musd, cap.free_musd) == ("cap", 447, 0, 4_553)
+    assert (cap.scope, cap.settled_musd, cap.held_musd, cap.remaining_musd) == (
+        "cap",
+        447,
+        0,
+        4_553,
+    )
     (p,) = st.providers
     assert (p.provider, p.calls, p.estimated_calls, p.settled_musd, p.list_musd) == (
         "cap",
@@ -533,7 +538,7 @@ async def test_start_sweep_books_ceiling_estimated_in_grant_windows_and_provider
         447,
     )
     assert (st.expired_unreconciled_today, st.expired_booked_musd_today) == (1, 447)
-    personal = bucket((await second.user_status(1)).buckets, Level.PERSONAL, Window.DAY)
+    personal = bucket((await second.user_status(1)).buckets, Level.USER, Window.DAY)
     assert (personal.settled_musd, personal.held_musd) == (447, 0)
 
 
@@ -645,8 +650,8 @@ async def test_late_settle_after_expiry_corrects_to_actual_exactly_once(
         assert st.late_settled_musd_today == 300
         assert (st.expired_unreconciled_today, st.expired_booked_musd_today) == (0, 0)
     assert (await ledger.user_status(1)).settled_today_musd == 300
-    audit = await ledger.store.call(ledger.store.audit)
-    assert audit == {"mismatches": [], "held_total": 0}
+    audit = await ledger.store.audit()
+    assert (audit["mismatches"], audit["held_total"]) == ([], 0)
 
 
 async def test_late_settle_above_ceiling_is_booked_in_full(
@@ -703,7 +708,7 @@ async def test_release_after_expiry_returns_the_booked_ceiling_once(
     assert (g.settled_musd, g.held_musd, g.late_musd) == (100, 0, 100)
     (p,) = st.providers
     assert (p.calls, p.settled_musd) == (1, 100)  # the released attempt is no call
-    assert (await ledger.store.call(ledger.store.audit))["mismatches"] == []
+    assert (await ledger.store.audit())["mismatches"] == []
 
 
 # -- kill reason and user ids ------------------------------------------------------------
@@ -732,8 +737,8 @@ async def test_user_ids_outside_int64_raise_value_error(
         ledger.user_status(bad),
         ledger.record_message(bad),
         ledger.begin_operation(bad, Origin.CHAT),
-        ledger.set_limit(Level.PERSONAL, str(bad), Window.DAY, 5),
-        ledger.clear_limit(Level.PERSONAL, str(bad), Window.DAY),
+        ledger.set_limit(Level.USER, str(bad), Window.DAY, 5),
+        ledger.clear_limit(Level.USER, str(bad), Window.DAY),
         ledger.set_limit(Level.GLOBAL, "", Window.DAY, 5, by=bad),
         ledger.kill("x", by=bad),
         ledger.kill("x", by=1, scope=("user", str(bad))),
@@ -743,7 +748,7 @@ async def test_user_ids_outside_int64_raise_value_error(
         with pytest.raises(ValueError, match="signed 64-bit range"):
             await coro
     with pytest.raises(ValueError, match="must be an integer"):
-        await ledger.set_limit(Level.PERSONAL, "alice", Window.DAY, 5)
+        await ledger.set_limit(Level.USER, "alice", Window.DAY, 5)
     assert (await ledger.status()).kill.killed is False
 
 
@@ -753,7 +758,7 @@ async def test_user_id_at_int64_bounds_is_accepted(make_ledger: LedgerFactory) -
     top = 2**63 - 1
     assert await ledger.team_add("red", top) is None
     assert (await ledger.user_status(top)).team == "red"
-    await ledger.set_limit(Level.PERSONAL, str(-(2**63)), Window.DAY, 5)
-    await ledger.set_limit(Level.PERSONAL, "*", Window.DAY, 5)
+    await ledger.set_limit(Level.USER, str(-(2**63)), Window.DAY, 5)
+    await ledger.set_limit(Level.USER, "*", Window.DAY, 5)
     op = await ledger.begin_operation(top, Origin.CHAT)
     assert op.user_id == top

@@ -14,6 +14,7 @@ import pytest
 from budget.errors import HoldRefused, LedgerUnavailable
 from budget.ledger import Ledger
 from budget.protocol import HoldTicket
+from budget.sqlite_store import SqliteStore
 from budget.types import Level, Origin, RefusalReason, Usage, Window
 from tests.unit.budget.ledger_helpers import LedgerFactory
 
@@ -60,12 +61,12 @@ async def test_admission_counts_the_bound_so_under_counts_never_overshoot(
     assert day.held_musd == 0
 
 
-async def test_free_musd_keeps_outstanding_margins_out(make_ledger: LedgerFactory) -> None:
+async def test_remaining_musd_keeps_outstanding_margins_out(make_ledger: LedgerFactory) -> None:
     """The ladder's free amount subtracts the bound excess of outstanding holds."""
     ledger = await make_ledger(global_daily_musd=1_000)
     await _reserve(ledger, 1, 10, 90, 400)  # ceiling 100, bound 490
     op = await ledger.begin_operation(2, Origin.CHAT, max_musd=10**9, max_requests=10)
-    assert await ledger.free_musd(op, "test") == 1_000 - 490
+    assert await ledger.remaining_musd(op, "test") == 1_000 - 490
 
 
 async def test_deleted_database_fails_closed_and_tells_admins_once(
@@ -108,13 +109,15 @@ async def test_full_disk_surfaces_as_ledger_unavailable_only(make_ledger: Ledger
 
     ledger._on_unavailable = tell
     store = ledger.store
+    assert isinstance(store, SqliteStore)
+    writer = store.writer
 
     def cap() -> None:
-        assert store._conn is not None
-        pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
-        store._conn.execute(f"PRAGMA max_page_count={pages}")
+        assert writer.conn is not None
+        pages = writer.conn.execute("PRAGMA page_count").fetchone()[0]
+        writer.conn.execute(f"PRAGMA max_page_count={pages}")
 
-    await store.call(cap)
+    await writer.call(cap)
     failures: list[BaseException] = []
     for user in range(1, 400):
         try:

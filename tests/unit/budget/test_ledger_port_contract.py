@@ -61,7 +61,7 @@ async def test_holds_are_all_or_nothing_busy_then_exhausted(port: LedgerPort) ->
     once 600 settles at 600 the same hold is refused as the limit, not busy."""
     first = await _hold(port, 1, "a", (100, 500))
     op = await port.begin_operation(2, Origin.CHAT)
-    assert await port.free_musd(op, "test") == 400
+    assert await port.remaining_musd(op, "test") == 400
     req = await port.begin_request(op, "b")
     with pytest.raises(HoldRefused) as busy:
         await port.reserve(op, req, provider="test", model="m", input_tokens=100, max_tokens=400)
@@ -72,7 +72,7 @@ async def test_holds_are_all_or_nothing_busy_then_exhausted(port: LedgerPort) ->
     with pytest.raises(HoldRefused) as limit:
         await port.reserve(op, req, provider="test", model="m", input_tokens=100, max_tokens=400)
     assert limit.value.refusal.reason is RefusalReason.LIMIT and not limit.value.refusal.busy
-    assert await port.free_musd(op, "test") == 400
+    assert await port.remaining_musd(op, "test") == 400
 
 
 async def test_settle_and_release_are_idempotent_and_unknown_holds_raise(
@@ -88,7 +88,7 @@ async def test_settle_and_release_are_idempotent_and_unknown_holds_raise(
     await port.release(released)
     await port.release(released)
     op = await port.begin_operation(3, Origin.CHAT)
-    assert await port.free_musd(op, "test") == LIMIT_MUSD - 30
+    assert await port.remaining_musd(op, "test") == LIMIT_MUSD - 30
     with pytest.raises(UnknownHold):
         await port.settle("no-such-hold", Usage(input_tokens=1, output_tokens=1))
     with pytest.raises(UnknownHold):

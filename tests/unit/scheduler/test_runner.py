@@ -132,9 +132,7 @@ async def test_deferred_digest_retried_only_after_window_resets(sessions: Sessio
     world.fetcher.add("channel_a", [1, 2], clock.now())
     await world.user(1, "channel_a", tz="UTC", at="09:00")
     resets = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
-    world.ledger.refusal = Refusal(
-        RefusalReason.LIMIT, Level.PERSONAL, Window.DAY, resets_at=resets
-    )
+    world.ledger.refusal = Refusal(RefusalReason.LIMIT, Level.USER, Window.DAY, resets_at=resets)
     await world.tick()
     assert len(world.ledger.begun) == 1
     (run,) = await world.runs()

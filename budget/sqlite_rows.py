@@ -1,0 +1,297 @@
+"""Row-level SQL of the SQLite ledger shared by its modules (inside a transaction).
+
+Each function takes the open cursor of the caller's transaction
+(:class:`budget.sqlite_writer.SqliteWriter`); the rules themselves come from
+:mod:`budget.policy`. Times are stored as epoch seconds; money is integer µUSD.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
+
+from budget.config import LedgerConfig
+from budget.policy import (
+    Bucket,
+    Overrides,
+    Scope,
+    auto_kill_reason,
+    auto_kill_since,
+    auto_kill_threshold_musd,
+    build_buckets,
+    limit_of,
+    pick_kill,
+    utc,
+    windows_for,
+    with_margins,
+)
+from budget.status import KillState
+from budget.store import RefusedCommit
+from budget.types import Level, Refusal, Window
+from budget.windows import WindowKeys, window_keys
+
+__all__ = [
+    "auto_kill",
+    "book",
+    "buckets",
+    "event",
+    "exposure",
+    "kill_of",
+    "overrides",
+    "refuse",
+    "set_kill",
+    "team_of",
+    "teams",
+]
+
+_KILL_COLS = "killed, reason, automatic, by_user, changed_at, scope_kind, scope"
+
+
+def kill_state(row: Sequence[object]) -> KillState:
+    """A ``budget_kill`` row selected as ``_KILL_COLS``."""
+    killed, reason, auto, by, at, kind, scope = row
+    return KillState(
+        bool(killed),
+        str(reason or ""),
+        bool(auto),
+        None if by is None else int(str(by)),
+        utc(None if at is None else float(str(at))),
+        str(kind),
+        str(scope),
+    )
+
+
+def event(
+    cur: sqlite3.Cursor,
+    tz: str,
+    now: datetime,
+    kind: str,
+    *,
+    reason: str | None = None,
+    level: str | None = None,
+    window: str | None = None,
+    scope: str | None = None,
+    user_id: int | None = None,
+    hold_id: str | None = None,
+    detail: str | None = None,
+) -> None:
+    """Append one ``budget_events`` row (its day is ``now``'s day in ``tz``)."""
+    cur.execute(
+        "INSERT INTO budget_events (at, day_key, kind, reason, level, win, scope, user_id,"
+        " hold_id, detail) VALUES (?,?,?,?,?,?,?,?,?,?)",
+        (
+            now.timestamp(),
+            window_keys(now, tz).day_key,
+            kind,
+            reason,
+            level,
+            window,
+            scope,
+            user_id,
+            hold_id,
+            detail,
+        ),
+    )
+
+
+def refuse(
+    cur: sqlite3.Cursor, tz: str, now: datetime, refusal: Refusal, user_id: int | None
+) -> RefusedCommit:
+    """Record a refusal event; returns the exception to raise (committing the event)."""
+    event(
+        cur,
+        tz,
+        now,
+        "refusal",
+        reason=refusal.reason.value,
+        level=None if refusal.level is None else refusal.level.value,
+        window=None if refusal.window is None else refusal.window.value,
+        scope=refusal.scope,
+        user_id=user_id,
+    )
+    return RefusedCommit(refusal)
+
+
+def kill_of(cur: sqlite3.Cursor, user_id: int | None, team: str | None) -> KillState | None:
+    """The tripped switch that applies to ``user_id``/``team`` (global first), or ``None``."""
+    cur.execute(
+        f"SELECT {_KILL_COLS} FROM budget_kill"  # noqa: S608 - fixed column list
+        " WHERE killed = 1 AND ((scope_kind = 'global')"
+        " OR (scope_kind = 'user' AND scope = ?) OR (scope_kind = 'team' AND scope = ?))",
+        ("" if user_id is None else str(user_id), team or ""),
+    )
+    return pick_kill(kill_state(r) for r in cur.fetchall())
+
+
+def kill_states(cur: sqlite3.Cursor) -> list[KillState]:
+    """Every switch row."""
+    cur.execute(f"SELECT {_KILL_COLS} FROM budget_kill")  # noqa: S608 - fixed column list
+    return [kill_state(r) for r in cur.fetchall()]
+
+
+def team_of(cur: sqlite3.Cursor, user_id: int) -> str | None:
+    """The user's team, or ``None``."""
+    cur.execute("SELECT team FROM budget_team_members WHERE user_id = ?", (user_id,))
+    row = cur.fetchone()
+    return None if row is None else str(row[0])
+
+
+def overrides(cur: sqlite3.Cursor) -> dict[tuple[str, str, str], int | None]:
+    """Every runtime limit override."""
+    cur.execute("SELECT level, scope, win, limit_musd FROM budget_limits")
+    return {(r[0], r[1], r[2]): r[3] for r in cur.fetchall()}
+
+
+def buckets(
+    cur: sqlite3.Cursor,
+    config: LedgerConfig,
+    scopes: Sequence[Scope],
+    keys: WindowKeys,
+    limits: Overrides,
+    *,
+    margins: bool = False,
+) -> list[Bucket]:
+    """The buckets of ``scopes`` at ``keys`` (with outstanding holds' margins counted
+    as held when ``margins``)."""
+    rows: dict[tuple[str, str, str, str], tuple[int, int, int]] = {}
+    for lvl, sc in scopes:
+        for w in windows_for(lvl):
+            key = (lvl.value, sc, w.value, keys.key(w))
+            cur.execute(
+                "SELECT settled_musd, held_musd, late_musd FROM budget_buckets"
+                " WHERE level = ? AND scope = ? AND win = ? AND wkey = ?",
+                key,
+            )
+            row = cur.fetchone()
+            if row is not None:
+                rows[key] = (row[0], row[1], row[2])
+    out = build_buckets(config, limits, scopes, keys, rows)
+    if margins:
+        cur.execute(
+            "SELECT scopes, hour_key, day_key, margin_musd FROM budget_holds"
+            " WHERE state = 'held' AND margin_musd > 0"
+        )
+        out = with_margins(out, cur.fetchall())
+    return out
+
+
+def book(
+    cur: sqlite3.Cursor,
+    scopes: Sequence[Scope],
+    hour_key: str,
+    day_key: str,
+    *,
+    held: int = 0,
+    settled: int = 0,
+    late: int = 0,
+) -> None:
+    """Add the deltas (µUSD) to every bucket of ``scopes`` in the hold's windows."""
+    if held == 0 and settled == 0 and late == 0:
+        return
+    params = []
+    for lvl, sc in scopes:
+        for w in windows_for(lvl):
+            k = hour_key if w is Window.HOUR else day_key
+            params.append((lvl.value, sc, w.value, k, settled, held, late))
+    cur.executemany(
+        "INSERT INTO budget_buckets (level, scope, win, wkey, settled_musd, held_musd,"
+        " late_musd) VALUES (?,?,?,?,?,?,?) ON CONFLICT (level, scope, win, wkey) DO UPDATE"
+        " SET settled_musd = settled_musd + excluded.settled_musd,"
+        " held_musd = held_musd + excluded.held_musd,"
+        " late_musd = late_musd + excluded.late_musd",
+        params,
+    )
+
+
+def set_kill(
+    cur: sqlite3.Cursor,
+    tz: str,
+    now: datetime,
+    kind: str,
+    scope: str,
+    killed: bool,
+    reason: str,
+    automatic: bool,
+    by: int | None,
+) -> None:
+    """Trip or reset one switch and record the event."""
+    t = now.timestamp()
+    cur.execute(
+        "INSERT INTO budget_kill (scope_kind, scope, killed, reason, automatic, by_user,"
+        " changed_at, unkilled_at) VALUES (?,?,?,?,?,?,?,?)"
+        " ON CONFLICT (scope_kind, scope) DO UPDATE SET killed = excluded.killed,"
+        " reason = excluded.reason, automatic = excluded.automatic,"
+        " by_user = excluded.by_user, changed_at = excluded.changed_at,"
+        " unkilled_at = COALESCE(excluded.unkilled_at, budget_kill.unkilled_at)",
+        (kind, scope, int(killed), reason, int(automatic), by, t, None if killed else t),
+    )
+    event(
+        cur,
+        tz,
+        now,
+        "kill" if killed else "unkill",
+        scope=f"{kind}:{scope}",
+        user_id=by,
+        detail=reason,
+    )
+
+
+def exposure(cur: sqlite3.Cursor, kind: str = "global", scope: str = "") -> int:
+    """µUSD held by outstanding holds in a kill scope."""
+    if kind == "user":
+        cur.execute(
+            "SELECT COALESCE(SUM(ceiling_musd), 0) FROM budget_holds"
+            " WHERE state = 'held' AND user_id = ?",
+            (int(scope),),
+        )
+    elif kind == "team":
+        cur.execute(
+            "SELECT COALESCE(SUM(ceiling_musd), 0) FROM budget_holds"
+            " WHERE state = 'held' AND team = ?",
+            (scope,),
+        )
+    else:
+        cur.execute("SELECT COALESCE(SUM(ceiling_musd), 0) FROM budget_holds WHERE state = 'held'")
+    return int(cur.fetchone()[0])
+
+
+def teams(cur: sqlite3.Cursor) -> dict[str, list[int]]:
+    """Team name → sorted member ids."""
+    cur.execute("SELECT team, user_id FROM budget_team_members ORDER BY team, user_id")
+    out: dict[str, list[int]] = {}
+    for team, uid in cur.fetchall():
+        out.setdefault(team, []).append(uid)
+    return out
+
+
+def auto_kill(cur: sqlite3.Cursor, config: LedgerConfig, now: datetime) -> KillState | None:
+    """Trip the global switch when the settled spend of the auto-kill window is over
+    the threshold (:func:`budget.policy.auto_kill_threshold_musd`); the new state or ``None``."""
+    threshold = auto_kill_threshold_musd(
+        config, limit_of(config, overrides(cur), Level.GLOBAL, "", Window.DAY)
+    )
+    if threshold is None:
+        return None
+    cur.execute(
+        "SELECT killed, unkilled_at FROM budget_kill WHERE scope_kind = 'global' AND scope = ''"
+    )
+    row = cur.fetchone()
+    if row is not None and row[0]:
+        return None
+    # the window back from now, never before the last reset (policy.auto_kill_since),
+    # compared on the stored epoch floats themselves
+    since = auto_kill_since(config, now, None).timestamp()
+    if row is not None and row[1] is not None:
+        since = max(since, float(row[1]))
+    cur.execute(
+        "SELECT COALESCE(SUM(actual_musd), 0) FROM budget_holds WHERE ended_at > ?"
+        " AND state IN ('settled', 'expired') AND actual_musd > 0",
+        (since,),
+    )
+    spent = int(cur.fetchone()[0])
+    if spent <= threshold:
+        return None
+    reason = auto_kill_reason(spent, threshold, config.auto_kill_window_s)
+    set_kill(cur, config.tz, now, "global", "", True, reason, True, None)
+    return KillState(True, reason, True, None, now, "global", "")
