@@ -64,9 +64,11 @@ from bot.routers.common import create_common_router, create_fallback_router
 from bot.routers.digests import create_digest_router
 from bot.routers.errors import create_error_router
 from bot.routers.me import create_me_router
+from bot.routers.stream import create_stream_router
 from bot.sendgate import FloodGate
 from bot.settings import Settings
 from bot.store import History, Intake
+from bot.streaming import StreamConfig, StreamMetrics, StreamRegistry
 from bot.topics import TopicMiddleware, TopicRequestMiddleware, in_topic
 from bot.updates import SkipUndecodableUpdates
 from budget import instance_lock
@@ -77,6 +79,7 @@ from budget.errors import BudgetConfigError
 from budget.ledger import Ledger
 from budget.money import usd, usd_to_musd
 from budget.prices import PriceCard, ProviderModel, parse_overrides
+from budget.stops import StopBook
 from budget.tokens import TokenCounter
 from budget.types import Origin
 from llm.cascade import Cascade, CascadeConfig
@@ -357,6 +360,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     history = History(sessions)
     intake = Intake(sessions)
     outbox = Outbox(sessions, bot, clock)
+    streams = StreamRegistry()
     chat = ChatService(
         ledger=ledger,
         backend=cascade,
@@ -445,6 +449,15 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         notifier=notifier,
         delivery_failures=delivery_failure_counter(registry),
         outbox=outbox,
+        streams=streams,
+        stream_config=StreamConfig(
+            private=settings.stream_mode_private,
+            group=settings.stream_mode_group,
+            draft_interval_s=settings.stream_draft_interval_ms / 1000,
+            edit_interval_s=settings.stream_edit_interval_ms / 1000,
+        ),
+        stream_metrics=StreamMetrics(registry),
+        stop_book=StopBook(sessions),
     )
     dp = Dispatcher(**workflow)
     bot.session.middleware(TopicRequestMiddleware())
@@ -466,6 +479,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp.include_router(create_error_router())
     dp.include_router(create_books_router(settings.admin_ids))
     dp.include_router(create_admin_router(settings.admin_ids))
+    dp.include_router(create_stream_router(settings.admin_ids))
     dp.include_router(create_common_router())
     dp.include_router(create_digest_router())
     dp.include_router(create_me_router())

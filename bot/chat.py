@@ -31,6 +31,7 @@ from budget.tokens import count_off_loop
 from budget.types import Origin, Refusal
 from llm.cascade import fingerprint
 from llm.errors import EmptyCompletion, LLMError, ProviderRejected
+from llm.stream import StreamControl
 from llm.types import Completion, LLMRequest, Message, Priority
 
 __all__ = [
@@ -55,7 +56,9 @@ SYSTEM_PROMPT = (
 class CompletionBackend(Protocol):
     """What the chat needs of ``llm.cascade.Cascade``."""
 
-    async def complete(self, op: OperationTicket, request: LLMRequest) -> Completion: ...
+    async def complete(
+        self, op: OperationTicket, request: LLMRequest, *, stream: StreamControl | None = None
+    ) -> Completion: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +216,7 @@ class ChatService:
         *,
         key: MessageKey | None = None,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None = None,
+        stream: StreamControl | None = None,
     ) -> ChatOutcome:
         """Answer one message, or say why not. Never raises for expected failures.
 
@@ -224,12 +228,14 @@ class ChatService:
             activity: a context manager factory shown while the model works
                 (the handler passes a "typing…" sender); entered once the
                 operation is admitted, left on every outcome.
+            stream: stream the answer through this control (see
+                :meth:`llm.cascade.Cascade.complete`); ``None`` = one piece.
         """
         if key is None:
             key = (0, -next(self._anonymous))
         self.arrive(user_id, key)
         try:
-            return await self._in_turn(user_id, key, text, activity)
+            return await self._in_turn(user_id, key, text, activity, stream)
         finally:
             self.depart(user_id, key)
 
@@ -239,6 +245,7 @@ class ChatService:
         key: MessageKey,
         text: str,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
+        stream: StreamControl | None = None,
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
@@ -264,7 +271,7 @@ class ChatService:
             self._tasks.add(task)
         try:
             others = lane.order.index(key) > 0
-            return await self._admitted(user_id, user_msg, tokens, others, activity)
+            return await self._admitted(user_id, user_msg, tokens, others, activity, stream)
         finally:
             if task is not None:
                 self._tasks.discard(task)
@@ -276,6 +283,7 @@ class ChatService:
         user_tokens: int,
         others_running: bool,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
+        stream: StreamControl | None = None,
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
@@ -298,7 +306,10 @@ class ChatService:
             )
             ctx = activity() if activity is not None else nullcontext()
             async with ctx:
-                completion = await self._backend.complete(op, request)
+                if stream is None:
+                    completion = await self._backend.complete(op, request)
+                else:
+                    completion = await self._backend.complete(op, request, stream=stream)
             await self._remember(user_id, user_msg, user_tokens, completion)
             return ChatAnswer(completion, op)
         except HoldRefused as exc:

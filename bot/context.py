@@ -16,8 +16,10 @@ if TYPE_CHECKING:
     from bot.routers.admin import AdminView
     from bot.routers.books import BooksDesk
     from bot.store import History, Intake
+    from bot.streaming import StreamConfig, StreamMetrics, StreamRegistry
     from budget.clock import Clock
     from budget.ledger import Ledger
+    from budget.stops import StopBook
     from llm.cascade import Cascade
     from scheduler.runner import DigestRunner
     from scheduler.service import DigestService
@@ -59,6 +61,10 @@ class WorkflowData(TypedDict):
     notifier: AdminNotifier
     delivery_failures: Counter
     outbox: Outbox
+    streams: StreamRegistry
+    stream_config: StreamConfig
+    stream_metrics: StreamMetrics
+    stop_book: StopBook
 
 
 @dataclass(frozen=True, slots=True)

@@ -190,6 +190,41 @@ def shortened_note() -> str:
     return _("✂️ This answer was shortened to fit the remaining budget.")
 
 
+def stopped_note(by_admin: bool = False) -> str:
+    """Appended to a streamed answer that was stopped before its end."""
+    if by_admin:
+        return _("⏹ Stopped by an admin; this is the answer so far.")
+    return _("⏹ Stopped; this is the answer so far.")
+
+
+def stopped_empty_text(by_admin: bool = False) -> str:
+    """A streamed answer stopped before any text arrived."""
+    if by_admin:
+        return _("⏹ Stopped by an admin before the model wrote anything.")
+    return _("⏹ Stopped before the model wrote anything.")
+
+
+def stream_cut_note() -> str:
+    """Appended to a streamed answer whose connection to the model dropped after text
+    was shown (no other model is asked: the text so far is the answer)."""
+    return _("⚠️ The connection to the model dropped here; this is the answer so far.")
+
+
+def stop_button_text() -> str:
+    """The inline button that stops a streamed answer."""
+    return _("⏹ Stop")
+
+
+def stopping_text() -> str:
+    """Shown briefly to whoever pressed Stop on their own answer."""
+    return _("Stopping…")
+
+
+def nothing_to_stop_text() -> str:
+    """/stop when none of the sender's answers is being written."""
+    return _("Nothing of yours is being written right now.")
+
+
 def cut_note() -> str:
     """Appended to an answer longer than its output limit could produce; it was cut."""
     return _("✂️ The answer was longer than its limit allows and was cut here.")

@@ -75,6 +75,8 @@ holds = Table(
     Column("price_version", String(128), nullable=True),
     # provable-bound ceiling − this ceiling: counted against limits while held
     Column("margin_musd", Integer, nullable=False, server_default="0"),
+    # 1 = a streamed answer stopped by its user or /kill hard (budget.stops)
+    Column("stopped", Integer, nullable=False, server_default="0"),
     Index("ix_budget_holds_state_expires", "state", "expires_at"),
     Index("ix_budget_holds_ended", "ended_at"),
     Index("ix_budget_holds_day", "day_key"),

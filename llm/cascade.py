@@ -698,6 +698,7 @@ class Cascade:
             degraded=tuple(plan.degraded),
             fallbacks=tuple(passed),
             hold_id=hold.hold_id,
+            max_tokens=plan.max_tokens,
         )
 
     async def _streamed(
@@ -756,11 +757,13 @@ class Cascade:
         usage, estimated = await self._received_usage(plan, result)
         if result.ended == "cut" and not control.shown:
             error = result.error or ProviderUnavailable(provider.name, "stream cut")
+            # more than the opening role chunk, or a report: something was generated
+            generated = result.chunks > 1 or result.usage is not None
             raise ProviderUnavailable(
                 provider.name,
                 error.detail,
-                interrupted=result.chunks > 0 or result.usage is not None,
-                partial_usage=usage if result.chunks > 0 or result.usage is not None else None,
+                interrupted=generated,
+                partial_usage=usage if generated else None,
                 rate_limits=opened.rate_limits,
             )
         if result.ended == "cut":

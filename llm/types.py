@@ -125,6 +125,8 @@ class Completion:
     estimated: bool = False
     #: the ledger hold this answer was settled under
     hold_id: str = ""
+    #: the output cap the answering attempt held (tokens)
+    max_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,12 +26,14 @@ from bot.delivery import send_text
 from bot.senders import is_on_behalf_of_chat
 from bot.settings import Settings
 from bot.store import Intake
+from bot.streaming import StreamRegistry
 from bot.templates import format_reset
 from budget.clock import Clock
 from budget.errors import HoldRefused
 from budget.ledger import Ledger
 from budget.money import parse_usd, usd
 from budget.status import BucketStatus, LedgerStatus, TeamStatus, UserStatus
+from budget.stops import StopBook, StopTotals
 from budget.types import Level, Window
 from budget.windows import day_bounds
 from llm.cascade import Cascade
@@ -113,8 +115,10 @@ def render_budget(
     tz: str,
     messages_today: int,
     teams: list[TeamStatus] | None = None,
+    stops: StopTotals | None = None,
 ) -> str:
-    """The /budget report (``teams``: each team's status, for its buckets)."""
+    """The /budget report (``teams``: each team's status, for its buckets; ``stops``:
+    today's stopped streamed answers, from the ledger's holds)."""
     k = status.kill
     lines = [f"📒 Budget at {status.at:%Y-%m-%d %H:%M} UTC (windows cut in {tz})"]
     if k.killed:
@@ -179,6 +183,12 @@ def render_budget(
     )
     refusals = ", ".join(f"{r} {n}" for r, n in sorted(status.refusals_today.items()))
     lines.append(f"Refusals today: {refusals or 'none'}")
+    if stops is not None:
+        lines.append(
+            f"Stopped answers today: {stops.stopped}; output tokens not generated: "
+            f"{stops.tokens_not_generated}; held by ceilings but saved by the stops: "
+            f"{usd(stops.saved_musd)}"
+        )
     e = status.estimate
     if e.count:
         lines.append(
@@ -311,6 +321,7 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
         cascade: Cascade,
         settings_view: AdminView,
         intake: Intake,
+        stop_book: StopBook | None = None,
     ) -> None:
         args = (command.args or "").split()
         tz = settings_view.tz
@@ -346,27 +357,47 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
                 return
             status = await ledger.status()
             top = await ledger.top_users(10)
-            _key, day_start, _end = day_bounds(clock.now(), tz)
+            day_key, day_start, _end = day_bounds(clock.now(), tz)
             messages_today = await intake.count_today(day_start)
             teams = [await ledger.team_status(name) for name in sorted(status.teams)]
-            text = render_budget(status, top, cascade, tz, messages_today, teams)
+            stops = await stop_book.totals(day_key) if stop_book is not None else None
+            text = render_budget(status, top, cascade, tz, messages_today, teams, stops)
             await reply(bot, message, text, clock)
         except HoldRefused:
             await reply(bot, message, "⚠️ The ledger is unavailable.", clock)
 
     @router.message(Command("kill"))
     async def on_kill(
-        message: Message, bot: Bot, clock: Clock, command: CommandObject, ledger: Ledger
+        message: Message,
+        bot: Bot,
+        clock: Clock,
+        command: CommandObject,
+        ledger: Ledger,
+        streams: StreamRegistry | None = None,
     ) -> None:
-        reason = (command.args or "").strip() or "manual"
+        words = (command.args or "").strip().split(maxsplit=1)
+        hard = bool(words) and words[0].lower() == "hard"
+        reason = words[1] if hard and len(words) > 1 else "" if hard else (command.args or "")
+        reason = reason.strip() or "manual"
         by = message.from_user.id if message.from_user else None
         exposure = await ledger.kill(reason, by=by)
-        log.warning("kill switch tripped by admin %s: %s", by, reason)
+        log.warning("kill switch tripped by admin %s%s: %s", by, " (hard)" if hard else "", reason)
+        if not hard:
+            await reply(
+                bot,
+                message,
+                f"⛔ Kill switch ON ({reason}). New LLM work is refused; work in flight "
+                f"finishes. Exposure (outstanding holds): {usd(exposure)}",
+                clock,
+            )
+            return
+        cut = streams.stop_all("kill") if streams is not None else 0
         await reply(
             bot,
             message,
-            f"⛔ Kill switch ON ({reason}). New LLM work is refused; work in flight "
-            f"finishes. Exposure (outstanding holds): {usd(exposure)}",
+            f"⛔ Kill switch ON, hard ({reason}). New LLM work is refused; {cut} streamed "
+            f"answer(s) in flight cut now (settled at the tokens received). Exposure when "
+            f"killed: {usd(exposure)}",
             clock,
         )
 

@@ -29,8 +29,10 @@ from bot.delivery import send_text
 from bot.delivery_failures import UNDELIVERABLE, record_delivery_failure
 from bot.outbox import Outbox
 from bot.paste import PasteTicket
+from bot.streaming import StreamConfig, StreamMetrics, StreamRegistry, StreamSession
 from bot.topics import topic_of
 from budget.clock import Clock
+from budget.stops import StopBook
 from llm.sanitize import clean_prompt, has_visible
 from llm.types import Completion
 
@@ -94,7 +96,12 @@ def create_chat_router(*, stale_after_s: int) -> Router:
         outbox: Outbox,
         delivery_failures: Counter | None = None,
         paste: PasteTicket | None = None,
+        streams: StreamRegistry | None = None,
+        stream_config: StreamConfig | None = None,
+        stream_metrics: StreamMetrics | None = None,
+        stop_book: StopBook | None = None,
     ) -> Outcome:
+        received_at = asyncio.get_running_loop().time()
         if paste is not None:
             if not paste.is_lead and paste.contribute(prompt):
                 return Outcome.JOINED  # answered with the paste's first part
@@ -136,6 +143,22 @@ def create_chat_router(*, stale_after_s: int) -> Router:
                 message_thread_id=topic_of(message),
             )
 
+        session = (
+            StreamSession.open(
+                bot=bot,
+                chat_id=chat_id,
+                private=message.chat.type == "private",
+                reply_to=reply_to,
+                owner_id=user_ctx.user_id,
+                config=stream_config,
+                registry=streams,
+                metrics=stream_metrics,
+                clock=clock,
+                received_at=received_at,
+            )
+            if streams is not None and stream_config is not None
+            else None
+        )
         try:
             result = await run_guarded(
                 chat_service.handle(
@@ -143,11 +166,25 @@ def create_chat_router(*, stale_after_s: int) -> Router:
                     prompt,
                     key=(chat_id, message.message_id),
                     activity=typing,
+                    stream=session.control if session is not None else None,
                 )
             )
         except asyncio.CancelledError:  # the intake middleware records it as failed
+            if session is not None:
+                await session.close()
             await template(templates.shutting_down_text())
             raise
+        if session is not None:
+            await session.close()
+        if isinstance(result, ChatAnswer) and result.completion.stopped:
+            await _book_stop(result.completion, stop_book, stream_metrics)
+            if not has_visible(result.completion.text):
+                by_admin = result.completion.stopped == "kill"
+                if session is None or not await session.finish(
+                    templates.stopped_empty_text(by_admin)
+                ):
+                    await template(templates.stopped_empty_text(by_admin), reply=reply_to)
+                return settled(Outcome.ANSWERED)
         if isinstance(result, ChatAnswer):
             if not has_visible(result.completion.text):
                 log.warning("empty answer from %s", result.completion.provider)
@@ -155,8 +192,10 @@ def create_chat_router(*, stale_after_s: int) -> Router:
                 await template(templates.empty_answer_text())
                 return settled(Outcome.FAILED)
             try:
-                # Paid for: under a flood wait it is kept and sent when the wait ends.
-                await outbox.deliver(chat_id, _with_notes(result.completion), reply_to=reply_to)
+                answer = _with_notes(result.completion)
+                if session is None or not await session.finish(answer):
+                    # Paid for: under a flood wait it is kept and sent when the wait ends.
+                    await outbox.deliver(chat_id, answer, reply_to=reply_to)
             except UNDELIVERABLE as exc:
                 # that chat will not take it: nothing more is sent for this message, and
                 # the intake record keeps the answer from ever being generated again
@@ -209,11 +248,32 @@ def _failure_text(result: ChatFailed) -> str:
     return templates.error_text(result.charged_musd)
 
 
+async def _book_stop(
+    completion: Completion, stop_book: StopBook | None, metrics: StreamMetrics | None
+) -> None:
+    """Flag a stopped answer's hold in the ledger (for /budget) and count it."""
+    if metrics is not None:
+        metrics.stops.labels(by=completion.stopped).inc()
+        saved = completion.max_tokens - completion.usage.output_tokens
+        if saved > 0:
+            metrics.tokens_saved.inc(saved)
+    if stop_book is not None and completion.hold_id:
+        try:
+            await stop_book.mark(completion.hold_id)
+        except Exception:  # the answer and its settlement stand; only the flag is lost
+            log.exception("could not flag hold %s as stopped", completion.hold_id)
+
+
 def _with_notes(completion: Completion) -> str:
-    """The answer text plus a short note when it was cut (longer than its output
-    limit allows) or stopped at a max_tokens the degradation ladder shrank."""
+    """The answer text plus a short note when it was stopped, cut off by a dropped
+    stream, cut (longer than its output limit allows) or stopped at a max_tokens the
+    degradation ladder shrank."""
     text = completion.text
-    if completion.cut:
+    if completion.stopped:
+        text += "\n\n" + templates.stopped_note(by_admin=completion.stopped == "kill")
+    elif completion.stream_cut:
+        text += "\n\n" + templates.stream_cut_note()
+    elif completion.cut:
         text += "\n\n" + templates.cut_note()
     elif completion.finish_reason == "length" and "shrunk_max_tokens" in completion.degraded:
         text += "\n\n" + templates.shortened_note()

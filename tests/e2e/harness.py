@@ -92,6 +92,9 @@ def bot_environment(
             "TELEGRAM_API_BASE": telegram.base_url,
             "DATABASE_URL": f"sqlite+aiosqlite:///{database_path}",
             "LOG_LEVEL": "DEBUG",
+            # answers in one piece unless a test asks for streaming (tests/e2e/test_stream*.py)
+            "STREAM_MODE_PRIVATE": "off",
+            "STREAM_MODE_GROUP": "off",
         }
     )
     if web_base is not None:

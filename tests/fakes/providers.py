@@ -542,7 +542,7 @@ class FakeProviders:
             events.append(chunk({"content": piece}, None))
         else:
             sent_tokens = max(1, _count_tokens("".join(pieces)))
-            if isinstance(usage, dict) and "completion_tokens" not in step:
+            if isinstance(usage, dict) and not {"completion_tokens", "usage"} & set(step):
                 usage = {**usage, "completion_tokens": sent_tokens}
                 if "prompt_tokens" in usage:
                     usage["total_tokens"] = int(usage["prompt_tokens"]) + sent_tokens

@@ -33,6 +33,14 @@ runs past the text or overlaps without nesting; the fake refuses it with 400 ``c
 parse entities`` (``strict_entities=True``) so that a splitter that cuts an entity is
 caught by the tests instead of being "fixed" by the server.
 
+Streaming: ``sendMessageDraft`` is accepted with the limits its documentation states
+(core.telegram.org/bots/api#sendmessagedraft): private chats only, a non-zero
+``draft_id``, 0–4096 UTF-16 units of text after entity parsing (an empty text is the
+"Thinking…" placeholder). Drafts are recorded (:meth:`FakeTelegram.drafts`), not stored
+as messages — they are ephemeral on Telegram too. :meth:`~FakeTelegram.inject_stopped_generation`
+queues the ``stopped_message_generation`` update a Stop press produces. The error texts
+of refused drafts are the fake's own (no real response was captured).
+
 Test API (in process, same event loop): :meth:`FakeTelegram.inject_message`,
 :meth:`~FakeTelegram.inject_update`, :meth:`~FakeTelegram.wait_for`,
 :meth:`~FakeTelegram.wait_sent`, :meth:`~FakeTelegram.sent_messages`,
@@ -69,6 +77,7 @@ from budget.clock import Clock, SystemClock
 __all__ = [
     "CAPTION_MAX_UTF16",
     "TEXT_MAX_UTF16",
+    "Draft",
     "Entity",
     "EntityParseError",
     "FakeTelegram",
@@ -382,6 +391,29 @@ class SentMessage:
         return cls(**fields)
 
 
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """One accepted ``sendMessageDraft``.
+
+    Attributes:
+        chat_id: the private chat.
+        draft_id: the draft's id (non-zero).
+        text: the text after entity parsing (``""``: the "Thinking…" placeholder).
+        entities: parsed entities.
+        can_stop: a Stop button was asked for.
+        message_thread_id: as sent.
+        at: the event loop's time when it arrived, seconds.
+    """
+
+    chat_id: int | str
+    draft_id: int
+    text: str
+    entities: tuple[Entity, ...]
+    can_stop: bool
+    message_thread_id: int | None
+    at: float
+
+
 @dataclass(slots=True)
 class _FailRule:
     method: str  # lower case
@@ -441,6 +473,7 @@ _METHODS = (
     "getMe", "getUpdates", "deleteWebhook", "setWebhook", "getWebhookInfo", "sendMessage",
     "editMessageText", "sendChatAction", "setMyCommands", "getMyCommands",
     "deleteMyCommands", "sendPhoto", "sendDocument", "answerCallbackQuery", "getFile",
+    "sendMessageDraft",
 )  # fmt: skip
 _CANONICAL = {m.lower(): m for m in _METHODS}
 _CONFLICT = _DEFAULT_DESCRIPTIONS[409]
@@ -524,6 +557,7 @@ class FakeTelegram:
         self._closing = False
         self._requests: list[RecordedRequest] = []
         self._events: list[SentMessage] = []
+        self._drafts: list[Draft] = []
         self._messages: dict[tuple[int | str, int], SentMessage] = {}
         self._message_ids: dict[int | str, itertools.count[int]] = {}
         self._chats: dict[int | str, dict[str, Any]] = {}
@@ -798,6 +832,19 @@ class FakeTelegram:
                 }
             }
         )
+
+    def inject_stopped_generation(
+        self, chat_id: int, draft_id: int, *, message_thread_id: int | None = None
+    ) -> int:
+        """Queue the ``stopped_message_generation`` update of a Stop press on a draft."""
+        stopped: dict[str, Any] = {"chat": self._chat_json(chat_id), "draft_id": draft_id}
+        if message_thread_id is not None:
+            stopped["message_thread_id"] = message_thread_id
+        return self.inject_update({"stopped_message_generation": stopped})
+
+    def drafts(self, chat_id: int | str | None = None) -> list[Draft]:
+        """Accepted drafts (oldest first), optionally for one chat."""
+        return [d for d in self._drafts if chat_id is None or d.chat_id == chat_id]
 
     def pending_updates(self) -> list[dict[str, Any]]:
         """Updates queued and not yet confirmed by an ``offset``."""
@@ -1276,6 +1323,30 @@ class FakeTelegram:
         )
         self._store(sent)
         return self._message_json(sent)
+
+    async def _m_sendMessageDraft(
+        self, params: dict[str, Any], files: Any, record: RecordedRequest
+    ) -> Any:
+        chat_id = self._chat_for(params)
+        if self._chat_json(chat_id).get("type") != "private":
+            raise _ApiError(400, "Bad Request: drafts can be sent to private chats only")
+        draft_id = _as_int(params.get("draft_id"), "draft_id")
+        if not draft_id:
+            raise _ApiError(400, "Bad Request: draft_id must be non-zero")
+        raw = str(params.get("text") or "")
+        parsed = self._parse(raw, params.get("parse_mode"), params.get("entities"), caption=False)
+        self._drafts.append(
+            Draft(
+                chat_id=chat_id,
+                draft_id=draft_id,
+                text=parsed.text,
+                entities=parsed.entities,
+                can_stop=_as_bool(params.get("can_stop")),
+                message_thread_id=_as_int(params.get("message_thread_id"), "message_thread_id"),
+                at=asyncio.get_running_loop().time(),
+            )
+        )
+        return True
 
     async def _m_editMessageText(
         self, params: dict[str, Any], files: Any, record: RecordedRequest

@@ -48,6 +48,7 @@ def test_every_revision_up_down_up_and_head_matches_models(tmp_path: Path) -> No
         "0008_outbox",
         "0009_outbox_topic",
         "0010_level_user",
+        "0011_stopped",
     ]
     for rev in revisions:
         command.upgrade(cfg, rev.revision)

@@ -19,6 +19,7 @@ from budget.errors import LedgerUnavailable
 from budget.protocol import OperationTicket
 from budget.types import Usage
 from llm.errors import EmptyCompletion
+from llm.stream import StreamControl
 from llm.types import Completion, LLMRequest, Message
 from tests.fakes.ledger import FakeLedger, FakePrices, Rates
 
@@ -35,7 +36,9 @@ class _Backend:
         self.ledger = ledger
         self.text = text
 
-    async def complete(self, op: OperationTicket, request: LLMRequest) -> Completion:
+    async def complete(
+        self, op: OperationTicket, request: LLMRequest, *, stream: StreamControl | None = None
+    ) -> Completion:
         hold = await self.ledger.reserve(
             op, "r1", provider="deepseek", model="m", input_tokens=10, max_tokens=20
         )

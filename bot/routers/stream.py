@@ -1,0 +1,57 @@
+"""Stopping a streamed answer: the draft's Stop (``stopped_message_generation``), the
+inline Stop button of an edited message, and ``/stop``.
+
+Only the message's own sender or an admin may stop an answer. A draft is shown only
+to its private chat's user, so its Stop is the sender's; a button pressed by anyone
+else does nothing (its spinner is cleared, nothing is said or changed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from aiogram import Bot, F, Router
+from aiogram.exceptions import TelegramAPIError
+from aiogram.filters import Command
+from aiogram.types import CallbackQuery, Message, MessageGenerationStopped
+
+from bot import templates
+from bot.delivery import send_text
+from bot.senders import payer_id
+from bot.streaming import STOP_PREFIX, StopResult, StreamRegistry
+from budget.clock import Clock
+
+__all__ = ["create_stream_router"]
+
+log = logging.getLogger(__name__)
+
+
+def create_stream_router(admin_ids: frozenset[int]) -> Router:
+    """The router for stops (see the module docstring)."""
+    router = Router(name="stream")
+
+    @router.stopped_message_generation()
+    async def on_draft_stopped(event: MessageGenerationStopped, streams: StreamRegistry) -> None:
+        result = streams.stop_draft(event.chat.id, event.draft_id)
+        log.info("draft %s in chat %s: stop %s", event.draft_id, event.chat.id, result.value)
+
+    @router.callback_query(F.data.startswith(STOP_PREFIX))
+    async def on_stop_button(query: CallbackQuery, streams: StreamRegistry) -> None:
+        token = (query.data or "").removeprefix(STOP_PREFIX)
+        user_id = query.from_user.id
+        result = streams.stop_token(token, user_id, is_admin=user_id in admin_ids)
+        text = templates.stopping_text() if result is StopResult.STOPPED else None
+        with contextlib.suppress(TelegramAPIError):  # the spinner clears by itself anyway
+            await query.answer(text)
+
+    @router.message(Command("stop"))
+    async def on_stop(message: Message, bot: Bot, clock: Clock, streams: StreamRegistry) -> None:
+        user_id = payer_id(message)
+        if user_id is None:
+            return
+        stopped = streams.stop_user(message.chat.id, user_id, is_admin=user_id in admin_ids)
+        if not stopped:
+            await send_text(bot, message.chat.id, templates.nothing_to_stop_text(), clock=clock)
+
+    return router

@@ -1,0 +1,617 @@
+"""Showing an answer while it streams, and stopping it.
+
+Two displays (``STREAM_MODE_PRIVATE`` / ``STREAM_MODE_GROUP``):
+
+* **draft** (private chats): ``sendMessageDraft`` with ``can_stop`` — at most one draft
+  per ``STREAM_DRAFT_INTERVAL_MS`` and only when the text grew; the text goes through
+  the same Markdown pipeline as final answers (a draft Telegram refuses is retried as
+  plain text; any other failure only ends the drafts, never the answer); over 4096
+  UTF-16 units the draft shows the tail part. Drafts are ephemeral: the final answer is
+  sent exactly as without streaming (``sendMessage``, split, entities).
+* **edit** (groups and topics): a first ``sendMessage`` (in the message's topic, as a
+  reply) with an inline Stop button, then ``editMessageText`` at most once per
+  ``STREAM_EDIT_INTERVAL_MS``; at the end the same message is edited to the final
+  answer's first part (no button) and the other parts follow as new messages.
+
+Stop: a ``stopped_message_generation`` update (the draft's Stop), the inline button, or
+``/stop`` ask :class:`StreamRegistry` to stop the stream; the cascade then closes the
+provider connection at once (:class:`llm.stream.StreamControl`). Only the message's
+own sender or an admin may stop it; a press by anyone else does nothing. ``/kill hard``
+stops every stream in flight.
+
+Throttling uses the event loop's clock (the interval is a Telegram flood limit, real
+time by nature).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from aiogram import Bot
+from aiogram.exceptions import TelegramAPIError, TelegramBadRequest, TelegramRetryAfter
+from aiogram.types import (
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    MessageEntity,
+    ReplyParameters,
+)
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from bot import templates
+from bot.delivery import TELEGRAM_TEXT_LIMIT, send_formatted, split_markdown
+from budget.clock import Clock
+from llm.stream import StreamControl
+
+__all__ = [
+    "STOP_PREFIX",
+    "DraftDisplay",
+    "EditDisplay",
+    "LiveStream",
+    "StopResult",
+    "StreamConfig",
+    "StreamMetrics",
+    "StreamRegistry",
+    "StreamSession",
+    "tail_part",
+]
+
+log = logging.getLogger(__name__)
+
+#: ``callback_data`` prefix of the inline Stop button (``stop:<token>``).
+STOP_PREFIX = "stop:"
+_draft_ids = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConfig:
+    """How answers stream (from Settings).
+
+    Attributes:
+        private: STREAM_MODE_PRIVATE: ``draft``, ``edit`` or ``off``.
+        group: STREAM_MODE_GROUP: ``edit`` or ``off``.
+        draft_interval_s: STREAM_DRAFT_INTERVAL_MS ÷ 1000, seconds.
+        edit_interval_s: STREAM_EDIT_INTERVAL_MS ÷ 1000, seconds.
+    """
+
+    private: str = "draft"
+    group: str = "edit"
+    draft_interval_s: float = 0.6
+    edit_interval_s: float = 1.5
+
+
+class StopResult(StrEnum):
+    """What a stop request did."""
+
+    STOPPED = "stopped"
+    DENIED = "denied"  # someone other than the sender or an admin
+    GONE = "gone"  # nothing streaming under that id (finished already)
+
+
+class StreamMetrics:
+    """Prometheus figures of streamed answers.
+
+    * ``kopek_stream_first_token_seconds`` — update received → first chunk from the provider;
+    * ``kopek_stream_first_visible_seconds`` — update received → first text shown (draft or
+      message);
+    * ``kopek_stream_stops_total{by}`` — answers stopped (``user``, ``kill``);
+    * ``kopek_stream_tokens_saved_total`` — output tokens not generated thanks to stops
+      (``max_tokens`` held − output settled);
+    * ``kopek_stream_drafts_total`` / ``kopek_stream_edits_total`` — Bot API calls made.
+    """
+
+    __slots__ = ("drafts", "edits", "first_token", "first_visible", "stops", "tokens_saved")
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        buckets = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 60)
+        self.first_token = Histogram(
+            "kopek_stream_first_token_seconds",
+            "Update received to the provider's first chunk, seconds",
+            buckets=buckets,
+            registry=registry,
+        )
+        self.first_visible = Histogram(
+            "kopek_stream_first_visible_seconds",
+            "Update received to the first text shown to the user, seconds",
+            buckets=buckets,
+            registry=registry,
+        )
+        self.stops = Counter(
+            "kopek_stream_stops", "Streamed answers stopped", ["by"], registry=registry
+        )
+        self.tokens_saved = Counter(
+            "kopek_stream_tokens_saved",
+            "Output tokens not generated thanks to stops (max_tokens held minus output settled)",
+            registry=registry,
+        )
+        self.drafts = Counter("kopek_stream_drafts", "sendMessageDraft calls", registry=registry)
+        self.edits = Counter(
+            "kopek_stream_edits", "editMessageText calls of streamed answers", registry=registry
+        )
+
+
+@dataclass(slots=True)
+class LiveStream:
+    """One answer streaming now.
+
+    Attributes:
+        control: shared with the cascade (stop, text so far).
+        chat_id: the chat it streams into.
+        owner_id: the Telegram user whose message it answers (may stop it).
+        draft_id: the draft's id (0 in edit mode).
+        token: the inline Stop button's id (``""`` in draft mode).
+    """
+
+    control: StreamControl
+    chat_id: int
+    owner_id: int
+    draft_id: int = 0
+    token: str = ""
+
+
+@dataclass(slots=True)
+class StreamRegistry:
+    """Every answer streaming now, for the three ways to stop one and for ``/kill hard``.
+
+    Entries are added when a stream starts and removed when it ends, so the registry
+    never outgrows what is in flight.
+    """
+
+    _live: list[LiveStream] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return f"StreamRegistry(in_flight={len(self._live)})"
+
+    @property
+    def in_flight(self) -> int:
+        """Streams in flight."""
+        return len(self._live)
+
+    def add(self, entry: LiveStream) -> None:
+        """Register a stream that has started."""
+        self._live.append(entry)
+
+    def remove(self, entry: LiveStream) -> None:
+        """Forget a stream that has ended (no-op when already gone)."""
+        with contextlib.suppress(ValueError):
+            self._live.remove(entry)
+
+    def stop_draft(self, chat_id: int, draft_id: int) -> StopResult:
+        """The draft's Stop (``stopped_message_generation``): only the chat's user sees
+        a private draft, so it is the sender."""
+        for entry in self._live:
+            if entry.chat_id == chat_id and entry.draft_id == draft_id and draft_id:
+                return _stopped(entry, "user")
+        return StopResult.GONE
+
+    def stop_token(self, token: str, user_id: int, *, is_admin: bool) -> StopResult:
+        """The inline Stop button: stops only for the sender or an admin."""
+        for entry in self._live:
+            if entry.token and entry.token == token:
+                if user_id != entry.owner_id and not is_admin:
+                    return StopResult.DENIED
+                return _stopped(entry, "user")
+        return StopResult.GONE
+
+    def stop_user(self, chat_id: int, user_id: int, *, is_admin: bool) -> int:
+        """``/stop``: the sender's streams in that chat (an admin's: all of that chat's).
+        Returns how many were stopped."""
+        stopped = 0
+        for entry in list(self._live):
+            if entry.chat_id == chat_id and (is_admin or entry.owner_id == user_id):
+                stopped += _stopped(entry, "user") is StopResult.STOPPED
+        return stopped
+
+    def stop_all(self, reason: str = "kill") -> int:
+        """``/kill hard``: every stream in flight. Returns how many were stopped."""
+        return sum(_stopped(entry, reason) is StopResult.STOPPED for entry in list(self._live))
+
+
+def _stopped(entry: LiveStream, reason: str) -> StopResult:
+    entry.control.stop(reason)
+    return StopResult.STOPPED
+
+
+def new_draft_id() -> int:
+    """A non-zero draft id, unique in this process."""
+    return next(_draft_ids)
+
+
+def new_token() -> str:
+    """An unguessable id for an inline Stop button."""
+    return secrets.token_urlsafe(9)
+
+
+def tail_part(text: str) -> tuple[str, list[MessageEntity]]:
+    """The Markdown pipeline's last part of ``text`` (the tail over 4096 UTF-16 units)."""
+    parts = split_markdown(text)
+    if not parts:
+        return text[-TELEGRAM_TEXT_LIMIT:], []
+    return parts[-1]
+
+
+def _plain_tail(text: str) -> str:
+    """The last ≤ 4096 UTF-16 units of ``text`` as plain text (never half a pair)."""
+    out: list[str] = []
+    units = 0
+    for char in reversed(text):
+        size = 2 if ord(char) > 0xFFFF else 1
+        if units + size > TELEGRAM_TEXT_LIMIT:
+            break
+        out.append(char)
+        units += size
+    return "".join(reversed(out))
+
+
+class _Throttled:
+    """Shows the latest text at most once per ``interval_s``, only when it changed; the
+    Bot API call runs in its own task so the provider stream is never held up."""
+
+    __slots__ = ("_changed", "_interval_s", "_latest", "_loop", "_shown_text", "_task", "control")
+
+    def __init__(self, control: StreamControl, interval_s: float) -> None:
+        self.control = control
+        self._interval_s = interval_s
+        self._latest = ""
+        self._shown_text = ""
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._loop = asyncio.get_running_loop()
+
+    def on_text(self, text: str) -> None:
+        """The stream's callback: remember the text, wake the sender."""
+        self._latest = text
+        self._changed.set()
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            text = self._latest
+            if not text.strip() or text == self._shown_text:
+                continue
+            sent_at = self._loop.time()
+            try:
+                shown = await self._show(text)
+            except TelegramRetryAfter:
+                log.info("stream display paused: flood wait")
+                return  # the final answer still goes out (the outbox keeps it)
+            except TelegramAPIError as exc:
+                log.info("stream display failed (%s); the answer continues", exc)
+                return
+            if shown:
+                self._shown_text = text
+                self.control.shown = True
+            wait = self._interval_s - (self._loop.time() - sent_at)
+            if wait > 0:
+                await asyncio.sleep(wait)
+
+    async def _show(self, text: str) -> bool:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """Stop showing (the final answer follows)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+
+class DraftDisplay(_Throttled):
+    """Drafts in a private chat (see the module docstring).
+
+    Args:
+        bot: the bot.
+        chat_id: the private chat.
+        draft_id: non-zero id shared by every draft of this answer.
+        interval_s: STREAM_DRAFT_INTERVAL_MS ÷ 1000.
+        control: the stream.
+        on_shown: called once with the loop time of the first draft accepted.
+        metrics: counters (optional).
+    """
+
+    __slots__ = ("_bot", "_chat_id", "_draft_id", "_metrics", "_on_shown", "_plain")
+
+    def __init__(
+        self,
+        bot: Bot,
+        chat_id: int,
+        draft_id: int,
+        interval_s: float,
+        control: StreamControl,
+        *,
+        on_shown: Callable[[float], None] | None = None,
+        metrics: StreamMetrics | None = None,
+    ) -> None:
+        super().__init__(control, interval_s)
+        self._bot = bot
+        self._chat_id = chat_id
+        self._draft_id = draft_id
+        self._on_shown = on_shown
+        self._metrics = metrics
+        self._plain = False
+
+    async def _show(self, text: str) -> bool:
+        body, entities = (_plain_tail(text), []) if self._plain else tail_part(text)
+        try:
+            await self._draft(body, entities)
+        except TelegramBadRequest as exc:
+            if self._plain:
+                raise
+            log.info("draft refused (%s); drafts go plain", exc.message)
+            self._plain = True
+            await self._draft(_plain_tail(text), [])
+        if not self.control.shown and self._on_shown is not None:
+            self._on_shown(asyncio.get_running_loop().time())
+        return True
+
+    async def _draft(self, text: str, entities: list[MessageEntity]) -> None:
+        await self._bot.send_message_draft(
+            chat_id=self._chat_id,
+            draft_id=self._draft_id,
+            text=text,
+            entities=entities or None,
+            parse_mode=None,
+            can_stop=True,
+        )
+        if self._metrics is not None:
+            self._metrics.drafts.inc()
+
+
+class EditDisplay(_Throttled):
+    """A message edited in place, with an inline Stop button (see the module docstring).
+
+    Args:
+        bot: the bot (its session puts the first message into the handler's topic).
+        chat_id: the chat.
+        reply_to: the message answered (groups), or ``None``.
+        token: the Stop button's id.
+        interval_s: STREAM_EDIT_INTERVAL_MS ÷ 1000.
+        control: the stream.
+        on_shown: called once with the loop time of the first message sent.
+        metrics: counters (optional).
+    """
+
+    __slots__ = (
+        "_bot",
+        "_chat_id",
+        "_clock",
+        "_message_id",
+        "_metrics",
+        "_on_shown",
+        "_reply_to",
+        "_token",
+    )
+
+    def __init__(
+        self,
+        bot: Bot,
+        chat_id: int,
+        reply_to: int | None,
+        token: str,
+        interval_s: float,
+        control: StreamControl,
+        clock: Clock,
+        *,
+        on_shown: Callable[[float], None] | None = None,
+        metrics: StreamMetrics | None = None,
+    ) -> None:
+        super().__init__(control, interval_s)
+        self._clock = clock
+        self._bot = bot
+        self._chat_id = chat_id
+        self._reply_to = reply_to
+        self._token = token
+        self._on_shown = on_shown
+        self._metrics = metrics
+        self._message_id: int | None = None
+
+    @property
+    def message_id(self) -> int | None:
+        """The streamed message, once sent."""
+        return self._message_id
+
+    def _button(self) -> InlineKeyboardMarkup:
+        return InlineKeyboardMarkup(
+            inline_keyboard=[
+                [
+                    InlineKeyboardButton(
+                        text=templates.stop_button_text(), callback_data=STOP_PREFIX + self._token
+                    )
+                ]
+            ]
+        )
+
+    async def _show(self, text: str) -> bool:
+        body, entities = tail_part(text)
+        try:
+            await self._put(body, entities)
+        except TelegramBadRequest as exc:
+            if "not modified" in exc.message.lower():
+                return True
+            if "parse entities" not in exc.message.lower():
+                raise
+            await self._put(_plain_tail(text), [])
+        return True
+
+    async def _put(self, text: str, entities: list[MessageEntity]) -> None:
+        if self._message_id is None:
+            reply = (
+                ReplyParameters(message_id=self._reply_to, allow_sending_without_reply=True)
+                if self._reply_to
+                else None
+            )
+            sent = await self._bot.send_message(
+                self._chat_id,
+                text,
+                entities=entities or None,
+                parse_mode=None,
+                reply_parameters=reply,
+                reply_markup=self._button(),
+            )
+            self._message_id = sent.message_id
+            if self._on_shown is not None:
+                self._on_shown(asyncio.get_running_loop().time())
+            return
+        await self._bot.edit_message_text(
+            text=text,
+            chat_id=self._chat_id,
+            message_id=self._message_id,
+            entities=entities or None,
+            parse_mode=None,
+            reply_markup=self._button(),
+        )
+        if self._metrics is not None:
+            self._metrics.edits.inc()
+
+    async def finish(self, markdown: str) -> bool:
+        """Turn the streamed message into the final answer: its first part replaces the
+        text (no button), the other parts follow as new messages.
+
+        Returns:
+            False when nothing was streamed yet (the caller sends the answer as usual).
+
+        Raises:
+            aiogram.exceptions.TelegramAPIError: from the parts sent after the first.
+        """
+        await self.close()
+        if self._message_id is None:
+            return False
+        parts = split_markdown(markdown)
+        first_text, first_entities = parts[0]
+        try:
+            await self._final_edit(first_text, first_entities)
+        except TelegramBadRequest as exc:
+            low = exc.message.lower()
+            if "parse entities" in low:
+                await self._final_edit("\n".join(p for p, _e in parts)[:TELEGRAM_TEXT_LIMIT], [])
+                return True
+            if "not modified" not in low:
+                raise
+        if len(parts) > 1:
+            await send_formatted(self._bot, self._chat_id, parts, clock=self._clock, skip_parts=1)
+        return True
+
+    async def _final_edit(self, text: str, entities: list[MessageEntity]) -> None:
+        assert self._message_id is not None
+        await self._bot.edit_message_text(
+            text=text,
+            chat_id=self._chat_id,
+            message_id=self._message_id,
+            entities=entities or None,
+            parse_mode=None,
+            reply_markup=None,
+        )
+
+
+class StreamSession:
+    """One answer's stream from the handler's side: its control (for the cascade), its
+    display and its registry entry. Open with :meth:`open`; always :meth:`close`."""
+
+    __slots__ = ("_display", "_entry", "_metrics", "_received_at", "_registry", "control")
+
+    def __init__(
+        self,
+        control: StreamControl,
+        display: DraftDisplay | EditDisplay,
+        entry: LiveStream,
+        registry: StreamRegistry,
+        metrics: StreamMetrics | None,
+        received_at: float,
+    ) -> None:
+        self.control = control
+        self._display = display
+        self._entry = entry
+        self._registry = registry
+        self._metrics = metrics
+        self._received_at = received_at
+
+    def __repr__(self) -> str:
+        return f"StreamSession({type(self._display).__name__}, {self.control!r})"
+
+    @classmethod
+    def open(
+        cls,
+        *,
+        bot: Bot,
+        chat_id: int,
+        private: bool,
+        reply_to: int | None,
+        owner_id: int,
+        config: StreamConfig,
+        registry: StreamRegistry,
+        metrics: StreamMetrics | None,
+        clock: Clock,
+        received_at: float,
+    ) -> StreamSession | None:
+        """Start showing an answer in ``chat_id``, or ``None`` when its chat type's mode
+        is ``off``.
+
+        Args:
+            received_at: loop time at which the update arrived (for the metrics).
+        """
+        mode = config.private if private else config.group
+        if mode == "off":
+            return None
+        control = StreamControl()
+
+        def shown(at: float) -> None:
+            if metrics is not None:
+                metrics.first_visible.observe(max(0.0, at - received_at))
+
+        display: DraftDisplay | EditDisplay
+        if mode == "draft" and private:
+            entry = LiveStream(control, chat_id, owner_id, draft_id=new_draft_id())
+            display = DraftDisplay(
+                bot,
+                chat_id,
+                entry.draft_id,
+                config.draft_interval_s,
+                control,
+                on_shown=shown,
+                metrics=metrics,
+            )
+        else:
+            entry = LiveStream(control, chat_id, owner_id, token=new_token())
+            display = EditDisplay(
+                bot,
+                chat_id,
+                reply_to,
+                entry.token,
+                config.edit_interval_s,
+                control,
+                clock,
+                on_shown=shown,
+                metrics=metrics,
+            )
+        control.on_text = display.on_text
+        registry.add(entry)
+        return cls(control, display, entry, registry, metrics, received_at)
+
+    async def close(self) -> None:
+        """The stream ended: no more drafts or edits; leave the registry (idempotent)."""
+        self._registry.remove(self._entry)
+        await self._display.close()
+        if self._metrics is not None and self.control.first_token_at is not None:
+            first = max(0.0, self.control.first_token_at - self._received_at)
+            self._metrics.first_token.observe(first)
+            self.control.first_token_at = None  # observed once
+
+    async def finish(self, markdown: str) -> bool:
+        """Deliver the final answer through the display when it owns a message (edit
+        mode); ``False`` when the caller sends it as usual (drafts, or nothing shown).
+
+        Raises:
+            aiogram.exceptions.TelegramAPIError: as :meth:`EditDisplay.finish`.
+        """
+        if isinstance(self._display, EditDisplay):
+            return await self._display.finish(markdown)
+        return False
