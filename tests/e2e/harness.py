@@ -36,6 +36,7 @@ __all__ = [
     "BotFactory",
     "BotProcess",
     "bot_environment",
+    "run_bot_to_exit",
     "wait_provider_requests",
 ]
 
@@ -327,3 +328,38 @@ async def wait_provider_requests(fake: FakeProviders, count: int, timeout: float
         if loop.time() > deadline:
             raise TimeoutError(f"{len(fake.requests)} of {count} provider requests arrived")
         await asyncio.sleep(0.02)
+
+
+async def run_bot_to_exit(
+    env: Mapping[str, str],
+    cwd: Path,
+    timeout: float = 60.0,  # noqa: ASYNC109 - test deadline
+) -> tuple[int, str]:
+    """Run ``python -m bot`` expecting it to end by itself (a start-up failure).
+
+    Args:
+        env: the environment (``PYTHONPATH`` is set to the repository root).
+        cwd: the working directory; an empty folder, so a developer's ``.env`` in the
+            repository cannot supply missing settings.
+        timeout: seconds before the process is killed and :class:`TimeoutError` raised.
+
+    Returns:
+        (exit code, stdout and stderr concatenated).
+    """
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        cwd=str(cwd),
+        env=dict(env, PYTHONPATH=str(REPO_ROOT)),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=timeout)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, (out + err).decode()

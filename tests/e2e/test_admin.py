@@ -8,13 +8,13 @@ import socket
 import urllib.request
 from contextlib import closing
 
+from tests.e2e.groups import BOT, mention
 from tests.e2e.harness import BotFactory, wait_provider_requests
 from tests.e2e.inprocess import AppFactory
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 
 ADMIN = 1
-BOT = "kopek_test_bot"  # the fake's getMe username
 
 
 def _free_port() -> int:
@@ -81,12 +81,12 @@ async def test_crash_mid_call_asks_the_user_to_resend_without_repeating_the_call
     )
     bot = bot_factory()
     await bot.start()
-    forum, mention = -1007000, f"@{BOT} long question"
+    forum, question = -1007000, f"@{BOT} long question"
     fake_telegram.inject_message(31, "a question before the crash")
     await wait_provider_requests(fake_providers, 1)
     fake_telegram.inject_message(
-        30, mention, chat_id=forum, chat_type="supergroup", thread_id=7,
-        entities=[{"type": "mention", "offset": 0, "length": len(BOT) + 1}],
+        30, question, chat_id=forum, chat_type="supergroup", thread_id=7,
+        entities=mention(f"@{BOT}"),
     )  # fmt: skip
     await wait_provider_requests(fake_providers, 2)
     await bot.kill()

@@ -2,40 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import socket
-import sys
 from pathlib import Path
 
-from tests.e2e.harness import REPO_ROOT, BotFactory, BotProcess, wait_provider_requests
+from tests.e2e.harness import BotFactory, BotProcess, run_bot_to_exit, wait_provider_requests
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
-
-
-async def _run_config_error(env: dict[str, str], cwd: Path) -> tuple[int, str]:
-    """Run ``python -m bot`` expecting it to refuse to start; killed if it does not end.
-
-    ``cwd`` is an empty folder, so a developer's ``.env`` in the repository cannot
-    supply the missing settings.
-    """
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot",
-        cwd=str(cwd),
-        env=dict(env, PYTHONPATH=str(REPO_ROOT)),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode is not None
-    return proc.returncode, (out + err).decode()
 
 
 async def test_start_and_help_in_english_and_russian_then_sigterm_exits_zero(
@@ -79,7 +52,7 @@ async def test_missing_bot_token_exits_2_with_one_clear_line(
 ) -> None:
     """Without BOT_TOKEN the process prints one line naming it and @BotFather, exit 2."""
     env = {k: v for k, v in bot_env.items() if k != "BOT_TOKEN"}
-    code, output = await _run_config_error(env, tmp_path)
+    code, output = await run_bot_to_exit(env, tmp_path)
     assert code == 2
     lines = [line for line in output.splitlines() if line.strip()]
     assert len(lines) == 1, output
@@ -89,7 +62,7 @@ async def test_missing_bot_token_exits_2_with_one_clear_line(
 async def test_no_provider_key_exits_2(bot_env: dict[str, str], tmp_path: Path) -> None:
     """With no provider key at all the bot refuses to start, in one line."""
     env = {k: v for k, v in bot_env.items() if not k.endswith("_API_KEY") and k != "GROQ_API_KEY_2"}
-    code, output = await _run_config_error(env, tmp_path)
+    code, output = await run_bot_to_exit(env, tmp_path)
     assert code == 2
     lines = [line for line in output.splitlines() if line.strip()]
     assert len(lines) == 1 and "provider key" in lines[0], output
@@ -100,7 +73,7 @@ async def test_hold_ttl_not_above_timeout_is_a_start_error(
 ) -> None:
     """HOLD_TTL_SECONDS must exceed PROVIDER_TIMEOUT_SECONDS (fail fast, exit 2)."""
     env = dict(bot_env, HOLD_TTL_SECONDS="30", PROVIDER_TIMEOUT_SECONDS="60")
-    code, output = await _run_config_error(env, tmp_path)
+    code, output = await run_bot_to_exit(env, tmp_path)
     assert code == 2 and "HOLD_TTL_SECONDS" in output
 
 
@@ -160,7 +133,7 @@ async def test_token_refused_by_telegram_exits_2_with_one_line(
 ) -> None:
     """A well-formed token that the Bot API answers 401 to: one line, exit 2, no trace."""
     env = dict(bot_env, BOT_TOKEN="987654321:WRONG-token-BBBBBBBBBBBBBBBBBBBBBBBB")
-    code, output = await _run_config_error(env, tmp_path)
+    code, output = await run_bot_to_exit(env, tmp_path)
     assert code == 2
     assert "Traceback" not in output
     assert "kopek: Telegram refused BOT_TOKEN" in output
@@ -179,7 +152,7 @@ async def test_malformed_token_and_database_url_are_one_line_errors(
         {"METRICS_PORT": "99999"},
         {"TELEGRAM_API_BASE": "notaurl"},
     ):
-        code, output = await _run_config_error(dict(bot_env, **override), tmp_path)
+        code, output = await run_bot_to_exit(dict(bot_env, **override), tmp_path)
         lines = [line for line in output.splitlines() if line.strip()]
         assert code == 2 and len(lines) == 1, (override, output)
         assert "pw@" not in output
@@ -193,7 +166,7 @@ async def test_metrics_port_in_use_is_a_one_line_start_error(
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        code, output = await _run_config_error(dict(bot_env, METRICS_PORT=str(port)), tmp_path)
+        code, output = await run_bot_to_exit(dict(bot_env, METRICS_PORT=str(port)), tmp_path)
     lines = [line for line in output.splitlines() if line.startswith("kopek:")]
     assert code == 2, output
     assert len(lines) == 1 and "address already in use" in lines[0].lower()

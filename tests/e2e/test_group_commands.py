@@ -3,26 +3,12 @@ unknown commands get nothing — through the bot built by create_app against the
 
 from __future__ import annotations
 
-import asyncio
-
+from tests.e2e.groups import BOT, drain
 from tests.e2e.inprocess import AppFactory
 from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram, SentMessage
+from tests.fakes.telegram import FakeTelegram
 
 ADMIN = 1
-BOT = "kopek_test_bot"  # the fake's getMe username
-
-
-async def _drain(tg: FakeTelegram, sentinel_chat: int, *, timeout: float = 20.0) -> SentMessage:  # noqa: ASYNC109
-    """Wait until every queued update was fetched, then send ``/help@<bot>`` to
-    ``sentinel_chat`` and return its one reply: a cheap barrier after which the bot has
-    handled (or ignored) everything injected before."""
-    await tg.wait_until(lambda: None if tg.pending_updates() else True, timeout)
-    mark = tg.mark()
-    tg.inject_message(7777, f"/help@{BOT}", chat_id=sentinel_chat, chat_type="supergroup")
-    [reply] = await tg.wait_sent(sentinel_chat, since=mark, timeout=timeout)
-    await asyncio.sleep(0.3)  # handlers of earlier updates finish their (cheap) work
-    return reply
 
 
 async def test_commands_for_other_bots_and_unknown_commands_get_nothing_in_groups(
@@ -44,14 +30,14 @@ async def test_commands_for_other_bots_and_unknown_commands_get_nothing_in_group
     )
     fake_telegram.inject_message(5, "/frobnicate", chat_id=group, chat_type="supergroup")
     fake_telegram.inject_message(ADMIN, "/budget@other_bot", chat_id=group, chat_type="supergroup")
-    await _drain(fake_telegram, -1009999)
+    await drain(fake_telegram, -1009999)
     assert fake_telegram.sent_events(group, since=mark) == []
 
     mark = fake_telegram.mark()
     fake_telegram.inject_message(5, f"/help@{BOT}", chat_id=group, chat_type="supergroup")
     [help_reply] = await fake_telegram.wait_sent(group, since=mark)
     assert "/me" in help_reply.text
-    await _drain(fake_telegram, -1009999)
+    await drain(fake_telegram, -1009999)
     assert len(fake_telegram.sent_events(group, since=mark)) == 1
 
     mark = fake_telegram.mark()

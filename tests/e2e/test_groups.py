@@ -12,39 +12,21 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from tests.e2e.groups import BOT, drain, mention
 from tests.e2e.harness import BotFactory, wait_provider_requests
 from tests.e2e.inprocess import AppFactory
 from tests.e2e.test_admin import _free_port
 from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram, SentMessage
+from tests.fakes.telegram import FakeTelegram
 
 ADMIN = 1
-BOT = "kopek_test_bot"  # the fake's getMe username
 ANONYMOUS_ADMIN = 1087968824  # GroupAnonymousBot
 TELEGRAM_SERVICE = 777000  # channel posts forwarded into a discussion group
 CHANNEL_BOT = 136817688  # channel-signed messages
 
 
-def _mention(text: str) -> list[dict[str, Any]]:
-    """The ``mention`` entity of ``@<bot>`` at the start of ``text`` (as clients send it)."""
-    assert text.startswith(f"@{BOT}")
-    return [{"type": "mention", "offset": 0, "length": len(BOT) + 1}]
-
-
 def _group(chat_id: int, title: str = "Group") -> dict[str, Any]:
     return {"id": chat_id, "type": "supergroup", "title": title}
-
-
-async def _drain(tg: FakeTelegram, sentinel_chat: int, *, timeout: float = 20.0) -> SentMessage:  # noqa: ASYNC109
-    """Wait until every queued update was fetched, then send ``/help@<bot>`` to
-    ``sentinel_chat`` and return its one reply: a cheap barrier after which the bot has
-    handled (or ignored) everything injected before."""
-    await tg.wait_until(lambda: None if tg.pending_updates() else True, timeout)
-    mark = tg.mark()
-    tg.inject_message(7777, f"/help@{BOT}", chat_id=sentinel_chat, chat_type="supergroup")
-    [reply] = await tg.wait_sent(sentinel_chat, since=mark, timeout=timeout)
-    await asyncio.sleep(0.3)  # handlers of earlier updates finish their (cheap) work
-    return reply
 
 
 def _rows(db: Path, sql: str, *params: object) -> list[tuple[Any, ...]]:
@@ -86,7 +68,7 @@ async def test_anonymous_admins_are_one_payer_per_group_and_never_admins(
         fake_telegram.inject_message(
             ANONYMOUS_ADMIN,
             text,
-            entities=_mention(text) if text.startswith("@") else None,
+            entities=mention(text) if text.startswith("@") else None,
             chat_id=chat,
             chat_type="supergroup",
             sender_chat=_group(chat),
@@ -125,7 +107,7 @@ async def test_anonymous_admins_are_one_payer_per_group_and_never_admins(
         CHANNEL_BOT, "/unkill", chat_id=group_c, chat_type="supergroup",
         sender_chat={"id": -1006666, "type": "channel", "title": "Signed"},
     )  # fmt: skip
-    await _drain(fake_telegram, -1009999)
+    await drain(fake_telegram, -1009999)
     assert fake_telegram.sent_events(group_c, since=mark) == []
     mark = fake_telegram.mark()
     fake_telegram.inject_message(ADMIN, "/budget")
@@ -156,7 +138,7 @@ async def test_topic_messages_are_answered_in_their_topic_and_general_in_general
     def in_topic(text: str, **kwargs: Any) -> None:
         fake_telegram.inject_message(
             30, text, chat_id=forum, chat_type="supergroup", thread_id=7,
-            entities=_mention(text), **kwargs,
+            entities=mention(text), **kwargs,
         )  # fmt: skip
 
     fake_providers.script("groq", {"text": "topic answer", "delay_s": 0.3})
@@ -186,7 +168,7 @@ async def test_topic_messages_are_answered_in_their_topic_and_general_in_general
     mark = fake_telegram.mark()
     fake_telegram.inject_message(
         31, f"@{BOT} hello general", chat_id=forum, chat_type="supergroup", is_forum=True,
-        entities=_mention(f"@{BOT}"),
+        entities=mention(f"@{BOT}"),
     )  # fmt: skip
     [general] = await fake_telegram.wait_sent(forum, since=mark, timeout=20)
     assert general.text.startswith("echo:") and general.message_thread_id is None
@@ -247,7 +229,7 @@ async def test_undeliverable_paid_answer_is_not_called_free_nor_generated_again(
     }
     fake_telegram.inject_update(update)
     await wait_provider_requests(fake_providers, 1)
-    await _drain(fake_telegram, -1009999)
+    await drain(fake_telegram, -1009999)
     sends = [r for r in fake_telegram.requests("sendMessage") if r.chat_id == forum]
     assert len(sends) == 1 and sends[0].status == 400
     assert sends[0].response is not None
@@ -258,7 +240,7 @@ async def test_undeliverable_paid_answer_is_not_called_free_nor_generated_again(
 
     # the same message delivered again (e.g. after a crash): never generated again
     fake_telegram.inject_update(update)
-    await _drain(fake_telegram, -1009999)
+    await drain(fake_telegram, -1009999)
     assert len(fake_providers.requests) == 1
 
     # two more chats that refuse the bot's messages
@@ -268,10 +250,10 @@ async def test_undeliverable_paid_answer_is_not_called_free_nor_generated_again(
     ):
         fake_telegram.restrict(chat, description)
         fake_telegram.inject_message(
-            41, f"@{BOT} q", chat_id=chat, chat_type="supergroup", entities=_mention(f"@{BOT}")
+            41, f"@{BOT} q", chat_id=chat, chat_type="supergroup", entities=mention(f"@{BOT}")
         )
     await wait_provider_requests(fake_providers, 3)
-    await _drain(fake_telegram, -1009999)
+    await drain(fake_telegram, -1009999)
     for chat in (-1008001, -1008002):
         attempts = [r for r in fake_telegram.requests("sendMessage") if r.chat_id == chat]
         assert len(attempts) == 1 and attempts[0].status == 400
@@ -327,7 +309,7 @@ async def test_long_paste_split_by_telegram_is_one_question_with_one_answer(
         fake_telegram.inject_message(50, part)
     [reply] = await fake_telegram.wait_sent(50, since=mark, timeout=20)
     assert reply.text == "one answer"
-    await _drain(fake_telegram, -1009999)
+    await drain(fake_telegram, -1009999)
     assert len(fake_telegram.sent_events(50, since=mark)) == 1
     [request] = fake_providers.requests
     assert request.body["messages"][-1] == {"role": "user", "content": "".join(parts)}

@@ -3,11 +3,10 @@ group's anonymous admins count toward the update rate as one payer (found in a t
 
 from __future__ import annotations
 
+from tests.e2e.groups import BOT, mention
 from tests.e2e.inprocess import AppFactory
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
-
-BOT = "kopek_test_bot"  # the fake's getMe username
 
 
 async def test_a_kept_answer_is_delivered_in_its_topic(
@@ -28,7 +27,7 @@ async def test_a_kept_answer_is_delivered_in_its_topic(
         chat_id=forum,
         chat_type="supergroup",
         thread_id=7,
-        entities=[{"type": "mention", "offset": 0, "length": len(BOT) + 1}],
+        entities=mention(f"@{BOT}"),
     )
     [answer] = await fake_telegram.wait_sent(forum, since=mark, timeout=30)
     assert answer.text == "kept topic answer"
@@ -57,7 +56,7 @@ async def test_anonymous_admins_count_toward_the_update_rate_per_group(
         fake_telegram.inject_message(
             1087968824,
             text,
-            entities=[{"type": "mention", "offset": 0, "length": len(BOT) + 1}],
+            entities=mention(f"@{BOT}"),
             chat_id=chat,
             chat_type="supergroup",
             sender_chat={"id": chat, "type": "supergroup", "title": f"G{chat}"},

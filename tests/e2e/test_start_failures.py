@@ -3,7 +3,6 @@ before migrations when it is a setting."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -12,28 +11,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from tests.e2e.harness import REPO_ROOT
-
-
-async def run_bot(env: dict[str, str], cwd: Path) -> tuple[int, str]:
-    """Run ``python -m bot`` expecting it to end by itself; returns (exit code, output)."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot",
-        cwd=str(cwd),
-        env=dict(env, PYTHONPATH=str(REPO_ROOT)),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode is not None
-    return proc.returncode, (out + err).decode()
+from tests.e2e.harness import run_bot_to_exit
 
 
 def kopek_lines(output: str) -> list[str]:
@@ -100,7 +78,7 @@ async def test_a_non_telegram_answer_at_start_is_one_redacted_line(
     (which holds the token): exit 1, one ``kopek:`` line, no traceback, and neither the
     token nor its secret half anywhere in stdout/stderr (DEBUG logging on)."""
     env = dict(bot_env, TELEGRAM_API_BASE=echo_server(responder))
-    code, output = await run_bot(env, tmp_path)
+    code, output = await run_bot_to_exit(env, tmp_path)
     token = bot_env["BOT_TOKEN"]
     assert code == 1, output
     assert token not in output
@@ -150,7 +128,7 @@ async def test_a_setting_that_cannot_work_exits_2_before_migrations(
     """Each bad value: exit 2, exactly one ``kopek:`` line naming the setting, no
     traceback, and no migration ran (the database file was never created)."""
     database = tmp_path / "kopek.db"
-    code, output = await run_bot(dict(bot_env, **{setting: value}), tmp_path)
+    code, output = await run_bot_to_exit(dict(bot_env, **{setting: value}), tmp_path)
     assert code == 2, output
     [line] = kopek_lines(output)
     assert setting in line, line
@@ -166,7 +144,7 @@ async def test_an_unwritable_database_path_is_one_line(
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
     env = dict(bot_env, DATABASE_URL=f"sqlite+aiosqlite:///{blocker}/kopek.db", LOG_LEVEL="INFO")
-    code, output = await run_bot(env, tmp_path)
+    code, output = await run_bot_to_exit(env, tmp_path)
     assert code == 2, output
     lines = [line for line in output.splitlines() if line.strip()]
     assert len(lines) == 1, output
