@@ -12,7 +12,7 @@ actions — whoever makes it. It never sleeps:
 
 Waiting is the caller's business, and never a handler's: templates for a closed chat are
 dropped (``bot.delivery.send_text``), a paid answer is kept in the outbox and sent by its
-worker when the wait ends (``bot.outbox``), digests reschedule (``scheduler.runner``). So
+worker when the wait ends (``bot.outbox``), digests reschedule (``scheduler.digest_delivery``). So
 a flood wait never holds one of the polling's intake slots.
 
 Timeline (monotonic seconds): t=0 ``sendMessage`` → 429 ``retry_after=40``: chat closed

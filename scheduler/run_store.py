@@ -1,0 +1,397 @@
+"""The digest tables as the runner uses them: runs (``digest_runs``), subscriptions and
+their sources, and the feed entries each subscription delivered (``digest_delivered``).
+
+Each method is one short transaction on the app's engine (its own session); the runner
+never holds a session across a provider call or a delivery. Times are aware datetimes
+from the injected clock.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from budget.clock import Clock
+from budget.types import RefusalReason
+from scheduler.digest_job import DigestConfig, Gathered, Job
+from scheduler.models import (
+    DeliveredEntry,
+    DigestRun,
+    DigestSource,
+    DigestSubscription,
+    RunStatus,
+    UserProfile,
+)
+from scheduler.types import DigestItem, DigestSection, SourceKind
+
+__all__ = ["RunStore", "Subscription", "sections_from_json", "sections_to_json"]
+
+#: Entries remembered per feed subscription: at least ``DigestConfig.delivered_min``
+#: and at least this many times the feed's current size.
+_DELIVERED_FEED_FACTOR = 4
+#: Ids per ``IN (...)`` (SQLite's variable limit is far above; this keeps statements small).
+_ID_BATCH = 500
+
+#: ``(subscription id, last post id, last digest at, lost notified, source)``.
+Subscription = tuple[int, int | None, datetime | None, bool, DigestSource]
+
+
+def sections_to_json(sections: Sequence[DigestSection]) -> str:
+    """A generated digest as the JSON stored in ``digest_runs.payload``."""
+    return json.dumps(
+        [
+            {
+                "kind": s.kind.value,
+                "source_key": s.source_key,
+                "title": s.title,
+                "link": s.link,
+                "items": [
+                    {
+                        "post_id": i.post_id,
+                        "link": i.link,
+                        "published": i.published.isoformat() if i.published else None,
+                        "summary": i.summary,
+                        "summarized": i.summarized,
+                        "forwarded_from": i.forwarded_from,
+                        "title": i.title,
+                    }
+                    for i in s.items
+                ],
+            }
+            for s in sections
+        ],
+        ensure_ascii=False,
+    )
+
+
+def sections_from_json(raw: str) -> list[DigestSection]:
+    """The digest stored by :func:`sections_to_json`."""
+    data: list[dict[str, Any]] = json.loads(raw)
+    return [
+        DigestSection(
+            kind=SourceKind(s["kind"]),
+            source_key=s["source_key"],
+            title=s["title"],
+            link=s["link"],
+            items=tuple(
+                DigestItem(
+                    post_id=i["post_id"],
+                    link=i["link"],
+                    published=datetime.fromisoformat(i["published"]) if i["published"] else None,
+                    summary=i["summary"],
+                    summarized=i["summarized"],
+                    forwarded_from=i["forwarded_from"],
+                    title=i.get("title", ""),
+                )
+                for i in s["items"]
+            ),
+        )
+        for s in data
+    ]
+
+
+class RunStore:
+    """Reads and writes of one digest run (see the module docstring).
+
+    Args:
+        session_factory: async sessions on the app's engine.
+        clock: the one clock (``updated_at`` and the like).
+        config: the runner's knobs (``delivered_min``).
+    """
+
+    __slots__ = ("_clock", "_config", "_sessions")
+
+    def __init__(
+        self, session_factory: async_sessionmaker[AsyncSession], clock: Clock, config: DigestConfig
+    ) -> None:
+        self._sessions = session_factory
+        self._clock = clock
+        self._config = config
+
+    def __repr__(self) -> str:
+        return f"RunStore(delivered_min={self._config.delivered_min})"
+
+    async def due_candidates(
+        self, since: date
+    ) -> tuple[list[UserProfile], dict[tuple[int, date], DigestRun]]:
+        """Active users with digests on and a subscription, and the runs of local dates
+        from ``since`` on, keyed by (user id, local date)."""
+        async with self._sessions() as session:
+            profiles = (
+                (
+                    await session.execute(
+                        select(UserProfile).where(
+                            UserProfile.active.is_(True),
+                            UserProfile.digest_enabled.is_(True),
+                            UserProfile.user_id.in_(select(DigestSubscription.user_id)),
+                        )
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            runs = {
+                (r.user_id, r.local_date): r
+                for r in (
+                    await session.execute(select(DigestRun).where(DigestRun.local_date >= since))
+                )
+                .scalars()
+                .all()
+            }
+        return list(profiles), runs
+
+    async def profile(self, user_id: int) -> UserProfile | None:
+        """The user's profile, ``None`` for a user never seen."""
+        async with self._sessions() as session:
+            return await session.get(UserProfile, user_id)
+
+    async def load(self, job: Job) -> tuple[DigestRun, UserProfile | None]:
+        """The job's run (created ``pending`` if new; a pending or deferred run counts
+        one more attempt) and the user's profile, both detached."""
+        now = self._clock.now()
+        async with self._sessions() as session, session.begin():
+            run = (
+                await session.execute(
+                    select(DigestRun).where(
+                        DigestRun.user_id == job.user_id, DigestRun.local_date == job.day
+                    )
+                )
+            ).scalar_one_or_none()
+            if run is None:
+                run = DigestRun(
+                    user_id=job.user_id,
+                    local_date=job.day,
+                    status=RunStatus.PENDING.value,
+                    due_at=job.due_at,
+                    late=False,
+                    deferred_notified=False,
+                    attempts=0,
+                    delivery_attempts=0,
+                    post_count=0,
+                    created_at=now,
+                    updated_at=now,
+                )
+                session.add(run)
+            if run.status in (RunStatus.PENDING, RunStatus.DEFERRED):
+                run.attempts += 1
+                run.updated_at = now
+            await session.flush()
+            profile = await session.get(UserProfile, job.user_id)
+            session.expunge_all()
+            return run, profile
+
+    async def subscriptions(self, user_id: int) -> list[Subscription]:
+        """The user's subscriptions with their sources, in subscription order (detached)."""
+        async with self._sessions() as session:
+            rows = (
+                await session.execute(
+                    select(DigestSubscription, DigestSource)
+                    .join(DigestSource, DigestSource.id == DigestSubscription.source_id)
+                    .where(DigestSubscription.user_id == user_id)
+                    .order_by(DigestSubscription.id)
+                )
+            ).all()
+            subs: list[Subscription] = [
+                (s.id, s.last_post_id, s.last_digest_at, s.lost_notified, src) for s, src in rows
+            ]
+            session.expunge_all()
+        return subs
+
+    async def delivered(self, sub_id: int) -> set[int]:
+        """Entry ids this feed subscription has delivered (the remembered window)."""
+        async with self._sessions() as session:
+            rows = await session.execute(
+                select(DeliveredEntry.post_id).where(DeliveredEntry.subscription_id == sub_id)
+            )
+            return set(rows.scalars())
+
+    async def _remember(
+        self, session: AsyncSession, sub_id: int, seen_ids: Sequence[int], now: datetime
+    ) -> None:
+        """Record every entry now in the feed as delivered; prune beyond the window."""
+        known = set(
+            (
+                await session.execute(
+                    select(DeliveredEntry.post_id).where(DeliveredEntry.subscription_id == sub_id)
+                )
+            ).scalars()
+        )
+        fresh = list(dict.fromkeys(i for i in seen_ids if i not in known))
+        if fresh:
+            await session.execute(
+                insert(DeliveredEntry),
+                [{"subscription_id": sub_id, "post_id": i, "seen_at": now} for i in fresh],
+            )
+        still = [i for i in seen_ids if i in known]
+        for start in range(0, len(still), _ID_BATCH):
+            await session.execute(
+                update(DeliveredEntry)
+                .where(
+                    DeliveredEntry.subscription_id == sub_id,
+                    DeliveredEntry.post_id.in_(still[start : start + _ID_BATCH]),
+                )
+                .values(seen_at=now)
+            )
+        keep = max(self._config.delivered_min, _DELIVERED_FEED_FACTOR * len(seen_ids))
+        total = (
+            await session.execute(
+                select(func.count())
+                .select_from(DeliveredEntry)
+                .where(DeliveredEntry.subscription_id == sub_id)
+            )
+        ).scalar_one()
+        if total > keep:
+            oldest = (
+                select(DeliveredEntry.id)
+                .where(DeliveredEntry.subscription_id == sub_id)
+                .order_by(DeliveredEntry.seen_at, DeliveredEntry.id)
+                .limit(total - keep)
+            )
+            await session.execute(
+                delete(DeliveredEntry).where(DeliveredEntry.id.in_(oldest.scalar_subquery()))
+            )
+
+    async def source_lost(self, source_id: int) -> None:
+        """Mark the source as having no public preview."""
+        async with self._sessions() as session, session.begin():
+            row = await session.get(DigestSource, source_id)
+            if row is not None:
+                row.preview_lost = True
+                row.checked_at = self._clock.now()
+
+    async def lost_notified(self, sub_id: int) -> None:
+        """Record that the subscriber was told the source is lost."""
+        async with self._sessions() as session, session.begin():
+            sub = await session.get(DigestSubscription, sub_id)
+            if sub is not None:
+                sub.lost_notified = True
+
+    async def source_back(self, sub_id: int, source_id: int) -> None:
+        """The source has a preview again: clear the lost marks."""
+        async with self._sessions() as session, session.begin():
+            row = await session.get(DigestSource, source_id)
+            if row is not None:
+                row.preview_lost = False
+            sub = await session.get(DigestSubscription, sub_id)
+            if sub is not None:
+                sub.lost_notified = False
+
+    async def finish_empty(self, run: DigestRun, gathered: Sequence[Gathered]) -> None:
+        """Nothing to send: the run ends ``empty`` and the cursors advance."""
+        now = self._clock.now()
+        async with self._sessions() as session, session.begin():
+            row = await session.get(DigestRun, run.id)
+            assert row is not None
+            row.status = RunStatus.EMPTY.value
+            row.updated_at = now
+            row.retry_not_before = None
+            await self._advance_cursors(session, gathered, now)
+
+    async def _advance_cursors(
+        self, session: AsyncSession, gathered: Sequence[Gathered], now: datetime
+    ) -> None:
+        for g in gathered:
+            sub = await session.get(DigestSubscription, g.sub_id)
+            if sub is not None and g.kind is SourceKind.FEED:
+                await self._remember(session, g.sub_id, g.seen_ids, now)
+            if sub is not None:
+                newest = g.newest_id
+                if newest is not None and (sub.last_post_id is None or newest > sub.last_post_id):
+                    sub.last_post_id = newest
+                sub.last_digest_at = now
+            source = await session.get(DigestSource, g.source_id)
+            if source is not None:
+                if g.title:
+                    source.title = g.title[:256]
+                if g.newest_id is not None:
+                    source.last_seen_post_id = max(source.last_seen_post_id or 0, g.newest_id)
+                source.checked_at = now
+
+    async def store_ready(
+        self,
+        run: DigestRun,
+        gathered: Sequence[Gathered],
+        sections: Sequence[DigestSection],
+        total: int,
+    ) -> None:
+        """Store the generated digest (``ready``) and advance the cursors in one
+        transaction; ``run`` is updated to match."""
+        now = self._clock.now()
+        payload = sections_to_json(sections)
+        async with self._sessions() as session, session.begin():
+            row = await session.get(DigestRun, run.id)
+            assert row is not None
+            row.status = RunStatus.READY.value
+            row.payload = payload
+            row.post_count = total
+            row.retry_not_before = None
+            row.updated_at = now
+            await self._advance_cursors(session, gathered, now)
+        run.status = RunStatus.READY.value
+        run.payload = payload
+
+    async def defer(
+        self, run: DigestRun, reason: RefusalReason, retry_at: datetime, now: datetime
+    ) -> None:
+        """The ledger refused at ``now``: ``deferred`` until ``retry_at``."""
+        async with self._sessions() as session, session.begin():
+            row = await session.get(DigestRun, run.id)
+            assert row is not None
+            row.status = RunStatus.DEFERRED.value
+            row.retry_not_before = retry_at
+            row.refusal_reason = reason.value
+            row.updated_at = now
+
+    async def deferred_notified(self, run: DigestRun) -> None:
+        """Record that the user was told of the deferral (told once per run)."""
+        async with self._sessions() as session, session.begin():
+            row = await session.get(DigestRun, run.id)
+            if row is not None:
+                row.deferred_notified = True
+
+    async def sent(self, run: DigestRun, now: datetime, *, late: bool) -> None:
+        """The digest went out at ``now``: ``sent``."""
+        async with self._sessions() as session, session.begin():
+            row = await session.get(DigestRun, run.id)
+            assert row is not None
+            row.status = RunStatus.SENT.value
+            row.sent_at = now
+            row.late = late
+            row.retry_not_before = None
+            row.updated_at = now
+
+    async def set_status(self, run: DigestRun, status: RunStatus) -> None:
+        """Set the run's status."""
+        async with self._sessions() as session, session.begin():
+            row = await session.get(DigestRun, run.id)
+            assert row is not None
+            row.status = status.value
+            row.updated_at = self._clock.now()
+
+    async def delivery_retry(
+        self, run: DigestRun, attempts: int, retry_after_s: float, *, give_up: bool
+    ) -> None:
+        """A delivery met a flood wait: count the attempt (``attempts`` in all), retry
+        not before ``retry_after_s`` seconds from now (``give_up``: the run ends
+        ``failed_delivery``)."""
+        now = self._clock.now()
+        async with self._sessions() as session, session.begin():
+            row = await session.get(DigestRun, run.id)
+            assert row is not None
+            row.delivery_attempts = attempts
+            row.retry_not_before = now + timedelta(seconds=retry_after_s)
+            row.updated_at = now
+            if give_up:
+                row.status = RunStatus.FAILED_DELIVERY.value
+
+    async def mark_inactive(self, user_id: int) -> None:
+        """The user blocked the bot: no more digests for them."""
+        async with self._sessions() as session, session.begin():
+            row = await session.get(UserProfile, user_id)
+            if row is not None:
+                row.active = False
