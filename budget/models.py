@@ -1,8 +1,10 @@
 """The ledger's schema as SQLAlchemy Core tables (portable types only).
 
 ``metadata`` is what Alembic compares against; ``migrations/versions/0001_ledger.py``
-creates exactly these tables by hand. Times are REAL epoch seconds (UTC) read from
-the injected clock; money INTEGER µUSD; window keys as in :mod:`budget.windows`.
+creates exactly these tables by hand. Times are epoch seconds (UTC; REAL on SQLite,
+``double precision`` on PostgreSQL) read from the injected clock; money integer µUSD
+(:data:`BIG`: INTEGER on SQLite, BIGINT on PostgreSQL, as are Telegram ids); window keys
+as in :mod:`budget.windows`.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sqlalchemy import (
+    BigInteger,
     Column,
     Float,
     Index,
@@ -23,7 +26,11 @@ from sqlalchemy import (
     create_engine,
 )
 
-__all__ = ["create_schema", "metadata"]
+__all__ = ["BIG", "create_schema", "metadata"]
+
+#: µUSD amounts and Telegram ids: 64-bit on both engines (PostgreSQL's INTEGER is 32-bit;
+#: SQLite's INTEGER is 64-bit already, and existing files keep their DDL).
+BIG = BigInteger().with_variant(Integer(), "sqlite")
 
 metadata = MetaData()
 
@@ -34,9 +41,9 @@ buckets = Table(
     Column("scope", String(128), nullable=False),
     Column("win", String(8), nullable=False),
     Column("wkey", String(32), nullable=False),
-    Column("settled_musd", Integer, nullable=False, server_default="0"),
-    Column("held_musd", Integer, nullable=False, server_default="0"),
-    Column("late_musd", Integer, nullable=False, server_default="0"),
+    Column("settled_musd", BIG, nullable=False, server_default="0"),
+    Column("held_musd", BIG, nullable=False, server_default="0"),
+    Column("late_musd", BIG, nullable=False, server_default="0"),
     PrimaryKeyConstraint("level", "scope", "win", "wkey", name="pk_budget_buckets"),
 )
 
@@ -46,15 +53,15 @@ holds = Table(
     Column("hold_id", String(32), primary_key=True),
     Column("operation_id", String(32), nullable=False),
     Column("request_id", String(32), nullable=False),
-    Column("user_id", Integer, nullable=False),
+    Column("user_id", BIG, nullable=False),
     Column("team", String(128), nullable=True),
     Column("origin", String(16), nullable=False),
     Column("provider", String(32), nullable=False),
     Column("model", String(128), nullable=False),
     Column("input_tokens", Integer, nullable=False),
     Column("max_tokens", Integer, nullable=False),
-    Column("ceiling_musd", Integer, nullable=False),
-    Column("list_ceiling_musd", Integer, nullable=True),
+    Column("ceiling_musd", BIG, nullable=False),
+    Column("list_ceiling_musd", BIG, nullable=True),
     Column("state", String(16), nullable=False),
     Column("granted_at", Float, nullable=False),
     Column("expires_at", Float, nullable=False),
@@ -64,8 +71,8 @@ holds = Table(
     Column("scopes", Text, nullable=False),
     Column("process_id", String(32), nullable=False),
     Column("ended_at", Float, nullable=True),
-    Column("actual_musd", Integer, nullable=True),
-    Column("list_actual_musd", Integer, nullable=True),
+    Column("actual_musd", BIG, nullable=True),
+    Column("list_actual_musd", BIG, nullable=True),
     Column("usage_input", Integer, nullable=True),
     Column("usage_cached_input", Integer, nullable=True),
     Column("usage_output", Integer, nullable=True),
@@ -74,7 +81,7 @@ holds = Table(
     Column("late", Integer, nullable=False, server_default="0"),
     Column("price_version", String(128), nullable=True),
     # provable-bound ceiling − this ceiling: counted against limits while held
-    Column("margin_musd", Integer, nullable=False, server_default="0"),
+    Column("margin_musd", BIG, nullable=False, server_default="0"),
     # 1 = a streamed answer stopped by its user or /kill hard (budget.stops)
     Column("stopped", Integer, nullable=False, server_default="0"),
     Index("ix_budget_holds_state_expires", "state", "expires_at"),
@@ -86,16 +93,16 @@ operations = Table(
     "budget_operations",
     metadata,
     Column("operation_id", String(32), primary_key=True),
-    Column("user_id", Integer, nullable=False),
+    Column("user_id", BIG, nullable=False),
     Column("origin", String(16), nullable=False),
     Column("team", String(128), nullable=True),
     Column("started_at", Float, nullable=False),
     Column("expires_at", Float, nullable=False),
     Column("ended_at", Float, nullable=True),
-    Column("max_musd", Integer, nullable=False),
+    Column("max_musd", BIG, nullable=False),
     Column("max_requests", Integer, nullable=False),
     Column("requests", Integer, nullable=False, server_default="0"),
-    Column("committed_musd", Integer, nullable=False, server_default="0"),
+    Column("committed_musd", BIG, nullable=False, server_default="0"),
     Column("day_key", String(16), nullable=False),
     Column("process_id", String(32), nullable=False),
     Index("ix_budget_operations_user_open", "user_id", "ended_at"),
@@ -121,9 +128,9 @@ limits = Table(
     Column("level", String(16), nullable=False),
     Column("scope", String(128), nullable=False),
     Column("win", String(8), nullable=False),
-    Column("limit_musd", Integer, nullable=True),
+    Column("limit_musd", BIG, nullable=True),
     Column("updated_at", Float, nullable=False),
-    Column("updated_by", Integer, nullable=True),
+    Column("updated_by", BIG, nullable=True),
     PrimaryKeyConstraint("level", "scope", "win", name="pk_budget_limits"),
 )
 
@@ -135,7 +142,7 @@ kills = Table(
     Column("killed", Integer, nullable=False),
     Column("reason", Text, nullable=False, server_default=""),
     Column("automatic", Integer, nullable=False, server_default="0"),
-    Column("by_user", Integer, nullable=True),
+    Column("by_user", BIG, nullable=True),
     Column("changed_at", Float, nullable=False),
     Column("unkilled_at", Float, nullable=True),
     PrimaryKeyConstraint("scope_kind", "scope", name="pk_budget_kill"),
@@ -144,7 +151,7 @@ kills = Table(
 teams = Table(
     "budget_team_members",
     metadata,
-    Column("user_id", Integer, primary_key=True),
+    Column("user_id", BIG, primary_key=True, autoincrement=False),
     Column("team", String(128), nullable=False),
     Column("added_at", Float, nullable=False),
     Index("ix_budget_team_members_team", "team"),
@@ -161,7 +168,7 @@ events = Table(
     Column("level", String(16), nullable=True),
     Column("win", String(8), nullable=True),
     Column("scope", String(128), nullable=True),
-    Column("user_id", Integer, nullable=True),
+    Column("user_id", BIG, nullable=True),
     Column("hold_id", String(32), nullable=True),
     Column("detail", Text, nullable=True),
     Index("ix_budget_events_day_kind", "day_key", "kind"),
@@ -170,7 +177,7 @@ events = Table(
 messages = Table(
     "budget_messages",
     metadata,
-    Column("user_id", Integer, nullable=False),
+    Column("user_id", BIG, nullable=False),
     Column("day_key", String(16), nullable=False),
     Column("count", Integer, nullable=False, server_default="0"),
     PrimaryKeyConstraint("user_id", "day_key", name="pk_budget_messages"),
@@ -186,9 +193,9 @@ corrections = Table(
     Column("provider", String(32), nullable=False),
     Column("model", String(128), nullable=False),
     Column("bucket", String(32), nullable=False),
-    Column("old_musd", Integer, nullable=False),
-    Column("new_musd", Integer, nullable=False),
-    Column("by_user", Integer, nullable=True),
+    Column("old_musd", BIG, nullable=False),
+    Column("new_musd", BIG, nullable=False),
+    Column("by_user", BIG, nullable=True),
     Column("source_file", String(255), nullable=False),
     Column("source_sha256", String(64), nullable=False),
     Column("over_limit", Text, nullable=True),

@@ -38,6 +38,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeEngine
 
 __all__ = [
     "Base",
@@ -54,7 +55,8 @@ __all__ = [
 
 
 class UTCDateTime(TypeDecorator[datetime]):
-    """An aware-UTC datetime on every backend (SQLite keeps no offset: stored as naive UTC).
+    """An aware-UTC datetime on every backend (SQLite keeps no offset: stored as naive UTC;
+    PostgreSQL: ``timestamptz``).
 
     Raises:
         ValueError: when a naive datetime is written.
@@ -63,11 +65,19 @@ class UTCDateTime(TypeDecorator[datetime]):
     impl = DateTime
     cache_ok = True
 
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        # PostgreSQL has a real instant type: timestamptz
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(DateTime(timezone=True))
+        return dialect.type_descriptor(DateTime())
+
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
         if value.tzinfo is None:
             raise ValueError("naive datetime written to a UTCDateTime column")
+        if dialect.name == "postgresql":
+            return value.astimezone(UTC)
         return value.astimezone(UTC).replace(tzinfo=None)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:

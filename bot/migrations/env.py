@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 
 from alembic import context
-from sqlalchemy import MetaData
+from sqlalchemy import MetaData, text
 from sqlalchemy.engine import Connection
 
+from bot.migrate import MIGRATION_LOCK_KEY, refuse_unknown
 from budget.db import create_engine, make_ddl_transactional
 
 config = context.config
@@ -35,23 +36,32 @@ def _url() -> str:
 
 
 def _run(connection: Connection) -> None:
+    postgres = connection.dialect.name == "postgresql"
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
-        render_as_batch=True,  # SQLite ALTER TABLE support
+        render_as_batch=not postgres,  # SQLite ALTER TABLE support; plain ALTER elsewhere
         transactional_ddl=True,  # see make_ddl_transactional: all or nothing
     )
     with context.begin_transaction():
+        if postgres:
+            # processes starting at once: one migrates, the others wait, then see head
+            connection.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY}
+            )
+        refuse_unknown(context.script, tuple(context.get_context().get_current_heads()))
         context.run_migrations()
 
 
 async def _run_async() -> None:
     engine = create_engine(_url())
     make_ddl_transactional(engine)
-    async with engine.connect() as conn:
-        await conn.run_sync(_run)
-        await conn.commit()
-    await engine.dispose()
+    try:
+        async with engine.connect() as conn:
+            await conn.run_sync(_run)
+            await conn.commit()
+    finally:
+        await engine.dispose()
 
 
 if context.is_offline_mode():

@@ -1,19 +1,26 @@
-"""The whole Alembic chain: every revision up, down, up (stairway); head equals the models."""
+"""The whole Alembic chain on both engines (SQLite and PostgreSQL): every revision up,
+down, up (stairway); head equals the models; on PostgreSQL concurrent starts migrate once
+and a database ahead of the code is refused untouched."""
 
 from __future__ import annotations
 
-import sqlite3
+import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine
+from sqlalchemy import inspect, text
+from sqlalchemy.engine import Connection
 
-from bot.migrate import alembic_config
+from bot.migrate import SchemaMismatch, alembic_config, check_schema, head_revision, migrate
 from bot.models import metadata as bot_metadata
+from budget.db import create_engine
 from budget.models import metadata as budget_metadata
 from scheduler.models import metadata as scheduler_metadata
 
@@ -21,21 +28,49 @@ ROOT = Path(__file__).resolve().parents[2]
 METADATA = [budget_metadata, scheduler_metadata, bot_metadata]
 
 
-def _config(db: Path) -> Config:
-    return alembic_config(f"sqlite+aiosqlite:///{db}")
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database on each engine (PostgreSQL: the suite's server, ``tests/pg.py``)."""
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'stairs.db'}"
+    url: str = request.getfixturevalue("pg_url")
+    return url
 
 
-def _tables(db: Path) -> set[str]:
-    with sqlite3.connect(db) as conn:
-        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-    return {r[0] for r in rows} - {"alembic_version", "sqlite_sequence"}
+def _config(url: str) -> Config:
+    return alembic_config(url)
 
 
-def test_every_revision_up_down_up_and_head_matches_models(tmp_path: Path) -> None:
+def _on(url: str, fn: object) -> object:
+    """``fn(sync_connection)`` on ``url`` (through the async engine, as the bot connects)."""
+
+    async def go() -> object:
+        engine = create_engine(url)
+        try:
+            async with engine.connect() as conn:
+                return await conn.run_sync(fn)  # type: ignore[arg-type]
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(go())
+
+
+def _tables(url: str) -> set[str]:
+    names = _on(url, lambda conn: set(inspect(conn).get_table_names()))
+    assert isinstance(names, set)
+    return names - {"alembic_version", "sqlite_sequence"}
+
+
+def _diff(conn: Connection) -> list[object]:
+    # a list, as in env.py's target_metadata: Alembic accepts it, its stub says one
+    return list(compare_metadata(MigrationContext.configure(conn), METADATA))  # type: ignore[arg-type]
+
+
+def test_every_revision_up_down_up_and_head_matches_models(database_url: str) -> None:
     """Each revision upgrades, downgrades one step and upgrades again; at head the schema
-    has no difference from the three packages' metadata; base leaves no table."""
-    db = tmp_path / "stairs.db"
-    cfg = _config(db)
+    has no difference from the three packages' metadata (types included: BIGINT µUSD and
+    ids, timestamptz on PostgreSQL); base leaves no table."""
+    cfg = _config(database_url)
     revisions = list(reversed(list(ScriptDirectory.from_config(cfg).walk_revisions())))
     assert [r.revision for r in revisions] == [
         "0001_ledger",
@@ -52,46 +87,127 @@ def test_every_revision_up_down_up_and_head_matches_models(tmp_path: Path) -> No
     ]
     for rev in revisions:
         command.upgrade(cfg, rev.revision)
-        after_up = _tables(db)
+        after_up = _tables(database_url)
         down = rev.down_revision
         assert down is None or isinstance(down, str), "the chain has no merge points"
         command.downgrade(cfg, down or "base")
         command.upgrade(cfg, rev.revision)
-        assert _tables(db) == after_up
+        assert _tables(database_url) == after_up
     expected = set().union(*(m.tables for m in METADATA))
-    assert _tables(db) == expected
-    engine = create_engine(f"sqlite:///{db}")
-    try:
-        with engine.connect() as conn:
-            # a list, as in env.py's target_metadata: Alembic accepts it, its stub says one
-            diff = compare_metadata(MigrationContext.configure(conn), METADATA)  # type: ignore[arg-type]
-    finally:
-        engine.dispose()
-    assert diff == []
+    assert _tables(database_url) == expected
+    assert _on(database_url, _diff) == []
     command.downgrade(cfg, "base")
-    assert _tables(db) == set()
+    assert _tables(database_url) == set()
 
 
-def test_upgrade_head_twice_is_a_no_op(tmp_path: Path) -> None:
+def test_upgrade_head_twice_is_a_no_op(database_url: str) -> None:
     """``alembic upgrade head`` on an up-to-date database changes nothing (it runs on start)."""
-    db = tmp_path / "twice.db"
-    cfg = _config(db)
+    cfg = _config(database_url)
     command.upgrade(cfg, "head")
-    before = _tables(db)
+    before = _tables(database_url)
     command.upgrade(cfg, "head")
-    assert _tables(db) == before
+    assert _tables(database_url) == before
+    check_schema(database_url)  # at head: no complaint
+
+
+def test_money_and_ids_are_64_bit_on_postgres(pg_migrated_url: str) -> None:
+    """µUSD columns and Telegram ids hold values past 2**31 on PostgreSQL (BIGINT), and the
+    scheduler's datetimes are ``timestamptz``."""
+
+    def types(conn: Connection) -> dict[str, str]:
+        rows = conn.execute(
+            text(
+                "SELECT table_name || '.' || column_name, data_type FROM information_schema.columns"
+                " WHERE table_schema = 'public'"
+            )
+        )
+        return {name: kind for name, kind in rows}
+
+    found = _on(pg_migrated_url, types)
+    assert isinstance(found, dict)
+    for column in (
+        "budget_buckets.settled_musd",
+        "budget_buckets.held_musd",
+        "budget_holds.ceiling_musd",
+        "budget_holds.margin_musd",
+        "budget_holds.user_id",
+        "budget_operations.committed_musd",
+        "budget_limits.limit_musd",
+        "budget_team_members.user_id",
+        "budget_corrections.new_musd",
+        "user_profiles.user_id",
+        "seen_messages.chat_id",
+    ):
+        assert found[column] == "bigint", column
+    for column in ("digest_runs.due_at", "user_profiles.created_at", "seen_messages.received_at"):
+        assert found[column] == "timestamp with time zone", column
+    assert "budget_team_members_user_id_seq" not in str(
+        _on(pg_migrated_url, lambda c: c.execute(text("SELECT relname FROM pg_class")).all())
+    )
+
+
+def test_a_database_ahead_of_the_code_is_refused_untouched(database_url: str) -> None:
+    """A revision this code does not know (a newer version migrated): ``migrate`` and
+    ``check_schema`` raise :class:`SchemaMismatch` (ahead) and change nothing; a database
+    behind is reported behind."""
+    migrate(database_url)
+    tables = _tables(database_url)
+
+    def set_future(conn: Connection) -> None:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999_future'"))
+        conn.commit()
+
+    _on(database_url, set_future)
+    with pytest.raises(SchemaMismatch) as ahead:
+        migrate(database_url)
+    assert ahead.value.ahead
+    assert "9999_future" in str(ahead.value)
+    assert head_revision() in str(ahead.value)
+    with pytest.raises(SchemaMismatch):
+        check_schema(database_url)
+    assert _tables(database_url) == tables
+
+    def set_old(conn: Connection) -> None:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0008_outbox'"))
+        conn.commit()
+
+    _on(database_url, set_old)
+    with pytest.raises(SchemaMismatch) as behind:
+        check_schema(database_url)
+    assert not behind.value.ahead
+
+
+def test_processes_starting_at_once_migrate_once_on_postgres(pg_url: str) -> None:
+    """Three processes run the migrations on one new PostgreSQL database at the same
+    moment: all succeed (the advisory lock serialises them; without it the second
+    CREATE TABLE fails) and the schema is at head once."""
+    code = "import sys; from bot.migrate import migrate; migrate(sys.argv[1])"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, pg_url],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for _ in range(3)
+    ]
+    outputs = [p.communicate(timeout=120)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outputs
+    versions = _on(
+        pg_url, lambda c: c.execute(text("SELECT version_num FROM alembic_version")).all()
+    )
+    assert isinstance(versions, list)
+    assert [v[0] for v in versions] == [head_revision()]
 
 
 async def test_ddl_on_the_migration_engine_rolls_back(tmp_path: Path) -> None:
     """With make_ddl_transactional a CREATE TABLE inside a rolled-back transaction is
     gone — so a migration cut half-way leaves the database as it was."""
-    from sqlalchemy import text
-
-    from budget.db import create_engine as create_app_engine
     from budget.db import make_ddl_transactional
 
     db = tmp_path / "ddl.db"
-    engine = create_app_engine(f"sqlite+aiosqlite:///{db}")
+    url = f"sqlite+aiosqlite:///{db}"
+    engine = create_engine(url)
     make_ddl_transactional(engine)
     try:
         async with engine.connect() as conn:
@@ -99,4 +215,4 @@ async def test_ddl_on_the_migration_engine_rolls_back(tmp_path: Path) -> None:
             await conn.rollback()
     finally:
         await engine.dispose()
-    assert _tables(db) == set()
+    assert await asyncio.to_thread(_tables, url) == set()

@@ -20,6 +20,11 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+def _utc() -> sa.DateTime:
+    """UTC datetimes: ``timestamptz`` on PostgreSQL; SQLite keeps naive UTC as before."""
+    return sa.DateTime().with_variant(sa.DateTime(timezone=True), "postgresql")
+
+
 def upgrade() -> None:
     op.create_table(
         "user_profiles",
@@ -30,8 +35,8 @@ def upgrade() -> None:
         sa.Column("digest_time", sa.String(5), nullable=False),
         sa.Column("digest_enabled", sa.Boolean(), nullable=False),
         sa.Column("active", sa.Boolean(), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
-        sa.Column("last_seen_at", sa.DateTime(), nullable=False),
+        sa.Column("created_at", _utc(), nullable=False),
+        sa.Column("last_seen_at", _utc(), nullable=False),
         sa.PrimaryKeyConstraint("user_id", name="pk_user_profiles"),
     )
     op.create_table(
@@ -42,7 +47,7 @@ def upgrade() -> None:
         sa.Column("title", sa.String(256), nullable=False),
         sa.Column("last_seen_post_id", sa.BigInteger(), nullable=True),
         sa.Column("preview_lost", sa.Boolean(), nullable=False),
-        sa.Column("checked_at", sa.DateTime(), nullable=True),
+        sa.Column("checked_at", _utc(), nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_digest_sources"),
         sa.UniqueConstraint("kind", "key", name="uq_digest_sources_kind"),
     )
@@ -51,9 +56,9 @@ def upgrade() -> None:
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("user_id", sa.BigInteger(), nullable=False),
         sa.Column("source_id", sa.Integer(), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
+        sa.Column("created_at", _utc(), nullable=False),
         sa.Column("last_post_id", sa.BigInteger(), nullable=True),
-        sa.Column("last_digest_at", sa.DateTime(), nullable=True),
+        sa.Column("last_digest_at", _utc(), nullable=True),
         sa.Column("lost_notified", sa.Boolean(), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_digest_subscriptions"),
         sa.ForeignKeyConstraint(
@@ -82,18 +87,18 @@ def upgrade() -> None:
         sa.Column("user_id", sa.BigInteger(), nullable=False),
         sa.Column("local_date", sa.Date(), nullable=False),
         sa.Column("status", sa.String(16), nullable=False),
-        sa.Column("due_at", sa.DateTime(), nullable=False),
+        sa.Column("due_at", _utc(), nullable=False),
         sa.Column("late", sa.Boolean(), nullable=False),
-        sa.Column("retry_not_before", sa.DateTime(), nullable=True),
+        sa.Column("retry_not_before", _utc(), nullable=True),
         sa.Column("refusal_reason", sa.String(32), nullable=True),
         sa.Column("deferred_notified", sa.Boolean(), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("delivery_attempts", sa.Integer(), nullable=False),
         sa.Column("post_count", sa.Integer(), nullable=False),
         sa.Column("payload", sa.Text(), nullable=True),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(), nullable=False),
-        sa.Column("sent_at", sa.DateTime(), nullable=True),
+        sa.Column("created_at", _utc(), nullable=False),
+        sa.Column("updated_at", _utc(), nullable=False),
+        sa.Column("sent_at", _utc(), nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_digest_runs"),
         sa.UniqueConstraint("user_id", "local_date", name="uq_digest_runs_user_id"),
     )
@@ -109,7 +114,7 @@ def upgrade() -> None:
         sa.Column("summary", sa.Text(), nullable=False),
         sa.Column("provider", sa.String(32), nullable=False),
         sa.Column("model", sa.String(128), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
+        sa.Column("created_at", _utc(), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_summary_cache"),
         sa.UniqueConstraint(
             "source_key",

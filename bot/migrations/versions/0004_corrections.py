@@ -15,6 +15,12 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+def _big() -> sa.types.TypeEngine[int]:
+    """µUSD amounts and Telegram ids: BIGINT on PostgreSQL (its INTEGER is 32-bit);
+    INTEGER on SQLite (already 64-bit; existing SQLite files keep the same DDL)."""
+    return sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
 def upgrade() -> None:
     op.create_table(
         "budget_corrections",
@@ -24,9 +30,9 @@ def upgrade() -> None:
         sa.Column("provider", sa.String(32), nullable=False),
         sa.Column("model", sa.String(128), nullable=False),
         sa.Column("bucket", sa.String(32), nullable=False),
-        sa.Column("old_musd", sa.Integer(), nullable=False),
-        sa.Column("new_musd", sa.Integer(), nullable=False),
-        sa.Column("by_user", sa.Integer(), nullable=True),
+        sa.Column("old_musd", _big(), nullable=False),
+        sa.Column("new_musd", _big(), nullable=False),
+        sa.Column("by_user", _big(), nullable=True),
         sa.Column("source_file", sa.String(255), nullable=False),
         sa.Column("source_sha256", sa.String(64), nullable=False),
         sa.Column("over_limit", sa.Text(), nullable=True),

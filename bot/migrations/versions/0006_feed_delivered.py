@@ -15,13 +15,18 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+def _utc() -> sa.DateTime:
+    """UTC datetimes: ``timestamptz`` on PostgreSQL; SQLite keeps naive UTC as before."""
+    return sa.DateTime().with_variant(sa.DateTime(timezone=True), "postgresql")
+
+
 def upgrade() -> None:
     op.create_table(
         "digest_delivered",
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("subscription_id", sa.Integer(), nullable=False),
         sa.Column("post_id", sa.BigInteger(), nullable=False),
-        sa.Column("seen_at", sa.DateTime(), nullable=False),
+        sa.Column("seen_at", _utc(), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_digest_delivered"),
         sa.ForeignKeyConstraint(
             ["subscription_id"],
