@@ -38,6 +38,7 @@ test: $(STAMP) lint typecheck
 bench: $(STAMP)
 	$(PY) bench/ledger.py
 	$(PY) bench/digest.py
+	$(PY) bench/stream.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

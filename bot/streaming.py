@@ -164,6 +164,8 @@ class StreamRegistry:
     """
 
     _live: list[LiveStream] = field(default_factory=list)
+    #: chat → loop time of the last draft/edit Telegram answered (the per-chat interval)
+    pace: dict[int, float] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return f"StreamRegistry(in_flight={len(self._live)})"
@@ -174,8 +176,12 @@ class StreamRegistry:
         return len(self._live)
 
     def add(self, entry: LiveStream) -> None:
-        """Register a stream that has started."""
+        """Register a stream that has started (and forget the pace of chats idle for a
+        minute, so the map stays as small as the chats recently streamed to)."""
         self._live.append(entry)
+        now = asyncio.get_running_loop().time()
+        for chat in [c for c, at in self.pace.items() if at < now - 60]:
+            del self.pace[chat]
 
     def remove(self, entry: LiveStream) -> None:
         """Forget a stream that has ended (no-op when already gone)."""
@@ -253,11 +259,29 @@ class _Throttled:
     """Shows the latest text at most once per ``interval_s``, only when it changed; the
     Bot API call runs in its own task so the provider stream is never held up."""
 
-    __slots__ = ("_changed", "_interval_s", "_latest", "_loop", "_shown_text", "_task", "control")
+    __slots__ = (
+        "_changed",
+        "_interval_s",
+        "_key",
+        "_latest",
+        "_loop",
+        "_pace",
+        "_shown_text",
+        "_task",
+        "control",
+    )
 
-    def __init__(self, control: StreamControl, interval_s: float) -> None:
+    def __init__(
+        self,
+        control: StreamControl,
+        interval_s: float,
+        key: int = 0,
+        pace: dict[int, float] | None = None,
+    ) -> None:
         self.control = control
         self._interval_s = interval_s
+        self._key = key  # the chat: the interval holds per chat, across answers
+        self._pace: dict[int, float] = pace if pace is not None else {}
         self._latest = ""
         self._shown_text = ""
         self._changed = asyncio.Event()
@@ -274,11 +298,15 @@ class _Throttled:
     async def _run(self) -> None:
         while True:
             await self._changed.wait()
+            # the interval runs from the last call Telegram answered, in this chat
+            wait = self._pace.get(self._key, -self._interval_s) + self._interval_s
+            wait -= self._loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
             self._changed.clear()
             text = self._latest
             if not text.strip() or text == self._shown_text:
                 continue
-            sent_at = self._loop.time()
             try:
                 shown = await self._show(text)
             except TelegramRetryAfter:
@@ -287,12 +315,11 @@ class _Throttled:
             except TelegramAPIError as exc:
                 log.info("stream display failed (%s); the answer continues", exc)
                 return
+            finally:
+                self._pace[self._key] = self._loop.time()
             if shown:
                 self._shown_text = text
                 self.control.shown = True
-            wait = self._interval_s - (self._loop.time() - sent_at)
-            if wait > 0:
-                await asyncio.sleep(wait)
 
     async def _show(self, text: str) -> bool:
         raise NotImplementedError
@@ -330,8 +357,9 @@ class DraftDisplay(_Throttled):
         *,
         on_shown: Callable[[float], None] | None = None,
         metrics: StreamMetrics | None = None,
+        pace: dict[int, float] | None = None,
     ) -> None:
-        super().__init__(control, interval_s)
+        super().__init__(control, interval_s, chat_id, pace)
         self._bot = bot
         self._chat_id = chat_id
         self._draft_id = draft_id
@@ -403,8 +431,9 @@ class EditDisplay(_Throttled):
         *,
         on_shown: Callable[[float], None] | None = None,
         metrics: StreamMetrics | None = None,
+        pace: dict[int, float] | None = None,
     ) -> None:
-        super().__init__(control, interval_s)
+        super().__init__(control, interval_s, chat_id, pace)
         self._clock = clock
         self._bot = bot
         self._chat_id = chat_id
@@ -578,6 +607,7 @@ class StreamSession:
                 control,
                 on_shown=shown,
                 metrics=metrics,
+                pace=registry.pace,
             )
         else:
             entry = LiveStream(control, chat_id, owner_id, token=new_token())
@@ -591,6 +621,7 @@ class StreamSession:
                 clock,
                 on_shown=shown,
                 metrics=metrics,
+                pace=registry.pace,
             )
         control.on_text = display.on_text
         registry.add(entry)
