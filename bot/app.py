@@ -140,6 +140,8 @@ def ledger_config(settings: Settings) -> LedgerConfig:
         user_max_per_minute=settings.user_max_per_minute,
         user_daily_messages=settings.user_daily_messages,
         auto_kill_window_s=settings.auto_kill_window_minutes * 60.0,
+        process_heartbeat_s=settings.process_heartbeat_seconds,
+        process_dead_after_s=settings.process_dead_after_seconds,
         auto_kill_fraction=settings.auto_kill_fraction,
         auto_kill_musd_per_window=usd_to_musd(settings.auto_kill_usd_per_window),
     )
@@ -316,8 +318,11 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     engine = create_engine(settings.database_url)
     sessions = async_sessionmaker(engine, expire_on_commit=False)
     path = sqlite_path(settings.database_url)
-    if path is None:
-        raise BudgetConfigError("the ledger needs a SQLite DATABASE_URL (file) for now")
+    on_postgres = settings.database_url.startswith("postgresql+asyncpg://")
+    if path is None and not on_postgres:
+        raise BudgetConfigError(
+            "the ledger needs a SQLite file or a postgresql+asyncpg:// DATABASE_URL"
+        )
 
     i18n = create_i18n()
     bot = Bot(
@@ -339,13 +344,26 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         overrides=parse_overrides(settings.price_overrides) if settings.price_overrides else None,
         max_call_seconds=settings.provider_timeout_seconds,
     )
-    ledger = Ledger.sqlite(
-        path,
-        ledger_config(settings),
-        prices,
-        clock,
-        on_auto_kill=notifier.auto_kill,
-        on_unavailable=notifier.storage_failed,
+    # the ledger's store by DATABASE_URL's scheme: one SQLite file (one process), or a
+    # PostgreSQL database shared by several processes
+    ledger = (
+        Ledger.sqlite(
+            path,
+            ledger_config(settings),
+            prices,
+            clock,
+            on_auto_kill=notifier.auto_kill,
+            on_unavailable=notifier.storage_failed,
+        )
+        if path is not None
+        else Ledger.postgres(
+            settings.database_url,
+            ledger_config(settings),
+            prices,
+            clock,
+            on_auto_kill=notifier.auto_kill,
+            on_unavailable=notifier.storage_failed,
+        )
     )
     tokens = TokenCounter(safety_factor=settings.token_safety_factor)
     cascade = build_cascade(

@@ -131,6 +131,8 @@ class Settings(BaseSettings):
     price_overrides: str = ""  # JSON: {"provider:model": {"input": "0.27", ...}} USD per 1M tokens
     token_safety_factor: Decimal = Decimal("1.25")
     hold_ttl_seconds: float = Field(300.0, gt=0)
+    process_heartbeat_seconds: float = Field(10.0, gt=0)
+    process_dead_after_seconds: float = Field(60.0, gt=0)
     operation_max_usd: Decimal = Field(Decimal("0.05"), gt=0, le=MAX_USD)
     operation_max_requests: int = Field(8, ge=1)
     user_max_inflight: int = Field(2, ge=1)
@@ -286,6 +288,11 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"HOLD_TTL_SECONDS ({self.hold_ttl_seconds}) must exceed "
                 f"PROVIDER_TIMEOUT_SECONDS ({self.provider_timeout_seconds})"
+            )
+        if self.process_dead_after_seconds <= self.process_heartbeat_seconds:
+            raise ValueError(
+                f"PROCESS_DEAD_AFTER_SECONDS ({self.process_dead_after_seconds}) must exceed "
+                f"PROCESS_HEARTBEAT_SECONDS ({self.process_heartbeat_seconds})"
             )
         if self.token_safety_factor < 1:
             raise ValueError("TOKEN_SAFETY_FACTOR must be >= 1 (the ceiling is an upper bound)")

@@ -54,6 +54,11 @@ class LedgerConfig:
         auto_kill_musd_per_window: AUTO_KILL_USD_PER_WINDOW in µUSD; when set it
             replaces the fraction (and works without a global limit); 0 = off.
         sweep_interval_s: how often the sweeper expires orphaned holds.
+        process_heartbeat_s: PostgreSQL ledger: seconds between this process's
+            heartbeats (PROCESS_HEARTBEAT_SECONDS).
+        process_dead_after_s: PostgreSQL ledger: a process whose last heartbeat is
+            older than this many seconds is dead and its holds are swept
+            (PROCESS_DEAD_AFTER_SECONDS; must exceed the heartbeat interval).
         synchronous: SQLite ``synchronous`` pragma of the ledger's writer; see
             :mod:`budget.sqlite_store` for what each guarantees.
     """
@@ -76,6 +81,8 @@ class LedgerConfig:
     auto_kill_fraction: Decimal = Decimal("0.5")
     auto_kill_musd_per_window: int | None = None
     sweep_interval_s: float = 30.0
+    process_heartbeat_s: float = 10.0
+    process_dead_after_s: float = 60.0
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
 
     def __post_init__(self) -> None:
@@ -102,6 +109,10 @@ class LedgerConfig:
         )
         if any(v is not None and v < 0 for v in limits):
             raise BudgetConfigError("limits must be >= 0")
+        if self.process_dead_after_s <= self.process_heartbeat_s:
+            raise BudgetConfigError(
+                "PROCESS_DEAD_AFTER_SECONDS must exceed PROCESS_HEARTBEAT_SECONDS"
+            )
         if self.auto_kill_fraction < 0:
             raise BudgetConfigError("AUTO_KILL_FRACTION must be >= 0")
 

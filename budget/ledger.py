@@ -146,6 +146,33 @@ class Ledger:
             on_unavailable=on_unavailable,
         )
 
+    @classmethod
+    def postgres(
+        cls,
+        url: str,
+        config: LedgerConfig,
+        prices: PriceCard,
+        clock: Clock,
+        *,
+        on_auto_kill: KillListener | None = None,
+        on_unavailable: LostListener | None = None,
+    ) -> Ledger:
+        """A ledger on the PostgreSQL database ``url`` (``postgresql+asyncpg://…``),
+        shared with other processes: only dead processes' holds are swept
+        (:class:`budget.pg_store.PgStore`)."""
+        from budget.pg_store import PgStore  # asyncpg only when PostgreSQL is used
+
+        store = PgStore(url, config, process_id=uuid.uuid4().hex, clock=clock)
+        return cls(
+            store,
+            config,
+            prices,
+            clock,
+            on_auto_kill=on_auto_kill,
+            sweep_previous_on_start=False,
+            on_unavailable=on_unavailable,
+        )
+
     @property
     def prices(self) -> PriceCard:
         """The price card (``describe()`` gives the start-up log lines)."""

@@ -220,6 +220,18 @@ calibration = Table(
 )
 
 
+processes = Table(
+    "budget_processes",
+    metadata,
+    # one row per running bot process sharing a PostgreSQL ledger (heartbeat in epoch
+    # seconds of the ledger clock); a process whose heartbeat is older than
+    # PROCESS_DEAD_AFTER_SECONDS is dead and its holds are swept
+    Column("process_id", String(32), primary_key=True),
+    Column("started_at", Float, nullable=False),
+    Column("heartbeat_at", Float, nullable=False),
+)
+
+
 def create_schema(path: str | Path) -> None:
     """Create the ledger tables in the SQLite file ``path`` (tests and benchmarks;
     production runs ``alembic upgrade head``). Idempotent."""

@@ -3,11 +3,11 @@ the courtesy message counter and estimate calibration (each inside one transacti
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import datetime
 
 from budget.config import LedgerConfig
 from budget.sqlite_rows import event, exposure, refuse, set_kill, team_of
+from budget.store import Cursor
 from budget.types import Level, Refusal, RefusalReason, Window
 from budget.windows import window_keys
 
@@ -22,14 +22,14 @@ __all__ = [
 ]
 
 
-def calibration(cur: sqlite3.Cursor) -> dict[tuple[str, str], tuple[int, int]]:
+def calibration(cur: Cursor) -> dict[tuple[str, str], tuple[int, int]]:
     """``(provider, model) → (ratio ppm, samples)`` of reported ÷ counted input tokens."""
     cur.execute("SELECT provider, model, ratio_ppm, samples FROM budget_calibration")
     return {(p, m): (int(r), int(n)) for p, m, r, n in cur.fetchall()}
 
 
 def record_calibration(
-    cur: sqlite3.Cursor, now: datetime, provider: str, model: str, ratio_ppm: int, samples: int
+    cur: Cursor, now: datetime, provider: str, model: str, ratio_ppm: int, samples: int
 ) -> None:
     """Persist one model's calibration (upsert)."""
     cur.execute(
@@ -42,7 +42,7 @@ def record_calibration(
 
 
 def set_kill_exposure(
-    cur: sqlite3.Cursor,
+    cur: Cursor,
     cfg: LedgerConfig,
     now: datetime,
     kind: str,
@@ -57,7 +57,7 @@ def set_kill_exposure(
 
 
 def set_limit(
-    cur: sqlite3.Cursor,
+    cur: Cursor,
     cfg: LedgerConfig,
     now: datetime,
     level: Level,
@@ -94,7 +94,7 @@ def set_limit(
     )
 
 
-def team_add(cur: sqlite3.Cursor, now: datetime, name: str, user_id: int) -> str | None:
+def team_add(cur: Cursor, now: datetime, name: str, user_id: int) -> str | None:
     """Put ``user_id`` in team ``name``; returns the team they left, if any."""
     prev = team_of(cur, user_id)
     cur.execute(
@@ -106,13 +106,13 @@ def team_add(cur: sqlite3.Cursor, now: datetime, name: str, user_id: int) -> str
     return prev if prev != name else None
 
 
-def team_remove(cur: sqlite3.Cursor, name: str, user_id: int) -> bool:
+def team_remove(cur: Cursor, name: str, user_id: int) -> bool:
     """Remove ``user_id`` from team ``name``; ``False`` if they were not in it."""
     cur.execute("DELETE FROM budget_team_members WHERE user_id = ? AND team = ?", (user_id, name))
     return cur.rowcount > 0
 
 
-def record_message(cur: sqlite3.Cursor, cfg: LedgerConfig, now: datetime, user_id: int) -> int:
+def record_message(cur: Cursor, cfg: LedgerConfig, now: datetime, user_id: int) -> int:
     """Count a message against USER_DAILY_MESSAGES; returns today's count.
 
     Raises (via the transaction): HoldRefused(messages) when the cap is reached;
@@ -136,7 +136,7 @@ def record_message(cur: sqlite3.Cursor, cfg: LedgerConfig, now: datetime, user_i
         raise refuse(cur, cfg.tz, now, refusal, user_id)
     cur.execute(
         "INSERT INTO budget_messages (user_id, day_key, count) VALUES (?,?,1)"
-        " ON CONFLICT (user_id, day_key) DO UPDATE SET count = count + 1",
+        " ON CONFLICT (user_id, day_key) DO UPDATE SET count = budget_messages.count + 1",
         (user_id, keys.day_key),
     )
     return n + 1

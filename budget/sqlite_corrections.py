@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -11,6 +10,7 @@ from budget.corrections import ApplyResult, applies, over_limit_line
 from budget.policy import limit_of, load_scopes, windows_for
 from budget.reconcile import PlannedCorrection
 from budget.sqlite_rows import book, event, overrides
+from budget.store import Cursor
 from budget.types import Window
 from budget.windows import window_keys
 
@@ -18,7 +18,7 @@ __all__ = ["apply_corrections"]
 
 
 def apply_corrections(
-    cur: sqlite3.Cursor,
+    cur: Cursor,
     cfg: LedgerConfig,
     now: datetime,
     plan: Sequence[PlannedCorrection],

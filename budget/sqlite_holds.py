@@ -7,7 +7,6 @@ from the ledger's clock; money integer µUSD.
 
 from __future__ import annotations
 
-import sqlite3
 import uuid
 from collections.abc import Callable
 from datetime import datetime
@@ -30,7 +29,7 @@ from budget.policy import (
 )
 from budget.protocol import HoldTicket, OperationTicket
 from budget.sqlite_rows import auto_kill, book, buckets, event, kill_of, overrides, refuse, team_of
-from budget.store import Pricer, SettleOutcome, SweepOutcome, UnknownOperation
+from budget.store import Cursor, Pricer, SettleOutcome, SweepOutcome, UnknownOperation
 from budget.types import Origin, Refusal, RefusalReason, Usage
 from budget.windows import window_keys
 
@@ -47,7 +46,7 @@ __all__ = [
 ]
 
 
-def _open_op(cur: sqlite3.Cursor, operation_id: str) -> tuple[Any, ...]:
+def _open_op(cur: Cursor, operation_id: str) -> tuple[Any, ...]:
     cur.execute(
         "SELECT user_id, origin, team, max_musd, max_requests, requests, committed_musd,"
         " expires_at FROM budget_operations WHERE operation_id = ? AND ended_at IS NULL",
@@ -60,7 +59,7 @@ def _open_op(cur: sqlite3.Cursor, operation_id: str) -> tuple[Any, ...]:
 
 
 def begin_operation(
-    cur: sqlite3.Cursor,
+    cur: Cursor,
     cfg: LedgerConfig,
     process_id: str,
     now: datetime,
@@ -113,7 +112,7 @@ def begin_operation(
     return OperationTicket(op_id, user_id, origin, team)
 
 
-def end_operation(cur: sqlite3.Cursor, now: datetime, operation_id: str) -> None:
+def end_operation(cur: Cursor, now: datetime, operation_id: str) -> None:
     """Free the operation's slot (idempotent)."""
     cur.execute(
         "UPDATE budget_operations SET ended_at = ? WHERE operation_id = ? AND ended_at IS NULL",
@@ -121,7 +120,7 @@ def end_operation(cur: sqlite3.Cursor, now: datetime, operation_id: str) -> None
     )
 
 
-def operation_booked_musd(cur: sqlite3.Cursor, operation_id: str) -> int:
+def operation_booked_musd(cur: Cursor, operation_id: str) -> int:
     """``committed_musd`` of an operation (ended or not)."""
     cur.execute(
         "SELECT committed_musd FROM budget_operations WHERE operation_id = ?", (operation_id,)
@@ -133,7 +132,7 @@ def operation_booked_musd(cur: sqlite3.Cursor, operation_id: str) -> int:
 
 
 def begin_request(
-    cur: sqlite3.Cursor, cfg: LedgerConfig, now: datetime, operation_id: str, fingerprint: str
+    cur: Cursor, cfg: LedgerConfig, now: datetime, operation_id: str, fingerprint: str
 ) -> str:
     """Count a request in the operation; refuse a repeat fingerprint or too many."""
     user_id, _, _, _, max_requests, n, _, _ = _open_op(cur, operation_id)
@@ -160,7 +159,7 @@ def begin_request(
 
 
 def reserve(
-    cur: sqlite3.Cursor,
+    cur: Cursor,
     cfg: LedgerConfig,
     process_id: str,
     now: datetime,
@@ -235,7 +234,7 @@ def reserve(
 
 
 def remaining_musd(
-    cur: sqlite3.Cursor, cfg: LedgerConfig, now: datetime, operation_id: str, provider: str
+    cur: Cursor, cfg: LedgerConfig, now: datetime, operation_id: str, provider: str
 ) -> int | None:
     """Smallest remaining amount over the levels a hold at ``provider`` would touch."""
     user_id, _, team, max_musd, _, _, committed, _ = _open_op(cur, operation_id)
@@ -247,7 +246,7 @@ def remaining_musd(
     return max(0, min(remaining))
 
 
-def _hold_row(cur: sqlite3.Cursor, hold_id: str) -> tuple[Any, ...]:
+def _hold_row(cur: Cursor, hold_id: str) -> tuple[Any, ...]:
     cur.execute(
         "SELECT state, operation_id, user_id, provider, model, input_tokens, max_tokens,"
         " ceiling_musd, granted_at, hour_key, day_key, scopes, actual_musd FROM budget_holds"
@@ -261,7 +260,7 @@ def _hold_row(cur: sqlite3.Cursor, hold_id: str) -> tuple[Any, ...]:
 
 
 def settle(
-    cur: sqlite3.Cursor,
+    cur: Cursor,
     cfg: LedgerConfig,
     now: datetime,
     hold_id: str,
@@ -343,7 +342,7 @@ def settle(
     return SettleOutcome(actual, True, tripped)
 
 
-def release(cur: sqlite3.Cursor, cfg: LedgerConfig, now: datetime, hold_id: str) -> bool:
+def release(cur: Cursor, cfg: LedgerConfig, now: datetime, hold_id: str) -> bool:
     """Return a hold that spent nothing. ``False`` = no-op (already settled/released).
 
     A held hold: − ceiling from held. An expired hold (its ceiling booked as
@@ -378,16 +377,31 @@ def release(cur: sqlite3.Cursor, cfg: LedgerConfig, now: datetime, hold_id: str)
 
 
 def sweep(
-    cur: sqlite3.Cursor,
+    cur: Cursor,
     cfg: LedgerConfig,
     process_id: str,
     now: datetime,
     previous_processes: bool,
+    dead_before: float | None = None,
 ) -> SweepOutcome:
     """Expire holds past their TTL (and, with ``previous_processes``, every hold and
     operation of another process), each booked as settled at its provable bound
-    (ceiling + margin), flagged estimated, in the windows fixed at its grant."""
+    (ceiling + margin), flagged estimated, in the windows fixed at its grant.
+
+    ``dead_before`` (epoch seconds; several processes on one database): "another
+    process" means one without a heartbeat in ``budget_processes`` after that time —
+    a live process's holds are never swept.
+    """
     t = now.timestamp()
+    others = "process_id <> ?"
+    others_args: tuple[object, ...] = (process_id,)
+    if dead_before is not None:
+        previous_processes = True
+        others = (
+            "process_id <> ? AND process_id NOT IN"
+            " (SELECT process_id FROM budget_processes WHERE heartbeat_at > ?)"
+        )
+        others_args = (process_id, dead_before)
     cols = (
         "SELECT hold_id, operation_id, user_id, ceiling_musd, list_ceiling_musd,"
         " input_tokens, max_tokens, hour_key, day_key, scopes, margin_musd"
@@ -395,8 +409,7 @@ def sweep(
     )
     if previous_processes:
         cur.execute(
-            f"{cols} WHERE state = 'held' AND (expires_at <= ? OR process_id <> ?)",
-            (t, process_id),
+            f"{cols} WHERE state = 'held' AND (expires_at <= ? OR {others})", (t, *others_args)
         )
     else:
         cur.execute(f"{cols} WHERE state = 'held' AND expires_at <= ?", (t,))
@@ -431,8 +444,8 @@ def sweep(
         booked_total += booked
     if previous_processes:
         cur.execute(
-            "UPDATE budget_operations SET ended_at = ? WHERE ended_at IS NULL AND process_id <> ?",
-            (t, process_id),
+            f"UPDATE budget_operations SET ended_at = ? WHERE ended_at IS NULL AND {others}",  # noqa: S608 - fixed fragments
+            (t, *others_args),
         )
     cur.execute(
         "UPDATE budget_operations SET ended_at = expires_at WHERE ended_at IS NULL"

@@ -7,7 +7,6 @@ Money is integer µUSD.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,6 +22,7 @@ from budget.status import (
     TeamStatus,
     UserStatus,
 )
+from budget.store import Cursor
 from budget.types import Level, Origin
 from budget.windows import WindowKeys, hour_bounds, window_keys
 
@@ -30,7 +30,7 @@ __all__ = ["audit", "spend_per_hour", "status", "team_status", "top_users", "use
 
 
 def bucket_status(
-    cur: sqlite3.Cursor,
+    cur: Cursor,
     cfg: LedgerConfig,
     scopes: Sequence[Scope],
     keys: WindowKeys,
@@ -54,12 +54,12 @@ def bucket_status(
     ]
 
 
-def _one(cur: sqlite3.Cursor, sql: str, args: Sequence[object] = ()) -> int:
+def _one(cur: Cursor, sql: str, args: Sequence[object] = ()) -> int:
     cur.execute(sql, args)
     return int(cur.fetchone()[0] or 0)
 
 
-def status(cur: sqlite3.Cursor, cfg: LedgerConfig, now: datetime) -> LedgerStatus:
+def status(cur: Cursor, cfg: LedgerConfig, now: datetime) -> LedgerStatus:
     """The whole ledger now (see :class:`budget.status.LedgerStatus`)."""
     keys = window_keys(now, cfg.tz)
     day = keys.day_key
@@ -155,7 +155,7 @@ def status(cur: sqlite3.Cursor, cfg: LedgerConfig, now: datetime) -> LedgerStatu
     )
 
 
-def user_status(cur: sqlite3.Cursor, cfg: LedgerConfig, now: datetime, user_id: int) -> UserStatus:
+def user_status(cur: Cursor, cfg: LedgerConfig, now: datetime, user_id: int) -> UserStatus:
     """One user now (see :class:`budget.status.UserStatus`)."""
     keys = window_keys(now, cfg.tz)
     team = team_of(cur, user_id)
@@ -190,7 +190,7 @@ def user_status(cur: sqlite3.Cursor, cfg: LedgerConfig, now: datetime, user_id: 
     )
 
 
-def team_status(cur: sqlite3.Cursor, cfg: LedgerConfig, now: datetime, name: str) -> TeamStatus:
+def team_status(cur: Cursor, cfg: LedgerConfig, now: datetime, name: str) -> TeamStatus:
     """One team now (see :class:`budget.status.TeamStatus`)."""
     keys = window_keys(now, cfg.tz)
     members = teams(cur).get(name, [])
@@ -210,25 +210,23 @@ def team_status(cur: sqlite3.Cursor, cfg: LedgerConfig, now: datetime, name: str
     return TeamStatus(name, members, bucket_list, spend, ks)
 
 
-def top_users(
-    cur: sqlite3.Cursor, cfg: LedgerConfig, now: datetime, n: int
-) -> list[tuple[int, int, int]]:
+def top_users(cur: Cursor, cfg: LedgerConfig, now: datetime, n: int) -> list[tuple[int, int, int]]:
     """Top ``n`` users today by settled + held µUSD: ``(user_id, settled, held)``."""
     day = window_keys(now, cfg.tz).day_key
     cur.execute(
-        "SELECT user_id,"
+        "SELECT user_id, s, h FROM (SELECT user_id,"
         " COALESCE(SUM(CASE WHEN state IN ('settled', 'expired') AND day_key = ?"
         " THEN actual_musd END), 0) AS s,"
         " COALESCE(SUM(CASE WHEN state = 'held' THEN ceiling_musd END), 0) AS h"
-        " FROM budget_holds WHERE day_key = ? OR state = 'held' GROUP BY user_id"
-        " HAVING s + h > 0 ORDER BY s + h DESC, user_id LIMIT ?",
+        " FROM budget_holds WHERE day_key = ? OR state = 'held' GROUP BY user_id) AS t"
+        " WHERE s + h > 0 ORDER BY s + h DESC, user_id LIMIT ?",
         (day, day, n),
     )
     return [(int(r[0]), int(r[1]), int(r[2])) for r in cur.fetchall()]
 
 
 def spend_per_hour(
-    cur: sqlite3.Cursor, cfg: LedgerConfig, now: datetime, hours: int
+    cur: Cursor, cfg: LedgerConfig, now: datetime, hours: int
 ) -> dict[str, list[tuple[datetime, int]]]:
     """Settled µUSD per local hour for the last ``hours`` hours, by series:
     ``"global"``, ``"team:<name>"``, ``"provider:<name>"`` (zero-filled, oldest first)."""
@@ -250,7 +248,7 @@ def spend_per_hour(
     }
 
 
-def audit(cur: sqlite3.Cursor) -> dict[str, Any]:
+def audit(cur: Cursor) -> dict[str, Any]:
     """Recompute bucket totals from the holds (tests/reconciliation): returns
     ``{"mismatches": [...], "held_total": int, "buckets": [(level, win, settled,
     held, late), …]}``; empty mismatches = consistent."""

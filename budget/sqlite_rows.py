@@ -7,7 +7,6 @@ Each function takes the open cursor of the caller's transaction
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -27,7 +26,7 @@ from budget.policy import (
     with_margins,
 )
 from budget.status import KillState
-from budget.store import RefusedCommit
+from budget.store import Cursor, RefusedCommit
 from budget.types import Level, Refusal, Window
 from budget.windows import WindowKeys, window_keys
 
@@ -63,7 +62,7 @@ def kill_state(row: Sequence[object]) -> KillState:
 
 
 def event(
-    cur: sqlite3.Cursor,
+    cur: Cursor,
     tz: str,
     now: datetime,
     kind: str,
@@ -96,7 +95,7 @@ def event(
 
 
 def refuse(
-    cur: sqlite3.Cursor, tz: str, now: datetime, refusal: Refusal, user_id: int | None
+    cur: Cursor, tz: str, now: datetime, refusal: Refusal, user_id: int | None
 ) -> RefusedCommit:
     """Record a refusal event; returns the exception to raise (committing the event)."""
     event(
@@ -113,7 +112,7 @@ def refuse(
     return RefusedCommit(refusal)
 
 
-def kill_of(cur: sqlite3.Cursor, user_id: int | None, team: str | None) -> KillState | None:
+def kill_of(cur: Cursor, user_id: int | None, team: str | None) -> KillState | None:
     """The tripped switch that applies to ``user_id``/``team`` (global first), or ``None``."""
     cur.execute(
         f"SELECT {_KILL_COLS} FROM budget_kill"  # noqa: S608 - fixed column list
@@ -124,27 +123,27 @@ def kill_of(cur: sqlite3.Cursor, user_id: int | None, team: str | None) -> KillS
     return pick_kill(kill_state(r) for r in cur.fetchall())
 
 
-def kill_states(cur: sqlite3.Cursor) -> list[KillState]:
+def kill_states(cur: Cursor) -> list[KillState]:
     """Every switch row."""
     cur.execute(f"SELECT {_KILL_COLS} FROM budget_kill")  # noqa: S608 - fixed column list
     return [kill_state(r) for r in cur.fetchall()]
 
 
-def team_of(cur: sqlite3.Cursor, user_id: int) -> str | None:
+def team_of(cur: Cursor, user_id: int) -> str | None:
     """The user's team, or ``None``."""
     cur.execute("SELECT team FROM budget_team_members WHERE user_id = ?", (user_id,))
     row = cur.fetchone()
     return None if row is None else str(row[0])
 
 
-def overrides(cur: sqlite3.Cursor) -> dict[tuple[str, str, str], int | None]:
+def overrides(cur: Cursor) -> dict[tuple[str, str, str], int | None]:
     """Every runtime limit override."""
     cur.execute("SELECT level, scope, win, limit_musd FROM budget_limits")
     return {(r[0], r[1], r[2]): r[3] for r in cur.fetchall()}
 
 
 def buckets(
-    cur: sqlite3.Cursor,
+    cur: Cursor,
     config: LedgerConfig,
     scopes: Sequence[Scope],
     keys: WindowKeys,
@@ -177,7 +176,7 @@ def buckets(
 
 
 def book(
-    cur: sqlite3.Cursor,
+    cur: Cursor,
     scopes: Sequence[Scope],
     hour_key: str,
     day_key: str,
@@ -197,15 +196,15 @@ def book(
     cur.executemany(
         "INSERT INTO budget_buckets (level, scope, win, wkey, settled_musd, held_musd,"
         " late_musd) VALUES (?,?,?,?,?,?,?) ON CONFLICT (level, scope, win, wkey) DO UPDATE"
-        " SET settled_musd = settled_musd + excluded.settled_musd,"
-        " held_musd = held_musd + excluded.held_musd,"
-        " late_musd = late_musd + excluded.late_musd",
-        params,
+        " SET settled_musd = budget_buckets.settled_musd + excluded.settled_musd,"
+        " held_musd = budget_buckets.held_musd + excluded.held_musd,"
+        " late_musd = budget_buckets.late_musd + excluded.late_musd",
+        sorted(params),  # one fixed row order for every writer (no lock-order cycles)
     )
 
 
 def set_kill(
-    cur: sqlite3.Cursor,
+    cur: Cursor,
     tz: str,
     now: datetime,
     kind: str,
@@ -237,7 +236,7 @@ def set_kill(
     )
 
 
-def exposure(cur: sqlite3.Cursor, kind: str = "global", scope: str = "") -> int:
+def exposure(cur: Cursor, kind: str = "global", scope: str = "") -> int:
     """µUSD held by outstanding holds in a kill scope."""
     if kind == "user":
         cur.execute(
@@ -256,7 +255,7 @@ def exposure(cur: sqlite3.Cursor, kind: str = "global", scope: str = "") -> int:
     return int(cur.fetchone()[0])
 
 
-def teams(cur: sqlite3.Cursor) -> dict[str, list[int]]:
+def teams(cur: Cursor) -> dict[str, list[int]]:
     """Team name → sorted member ids."""
     cur.execute("SELECT team, user_id FROM budget_team_members ORDER BY team, user_id")
     out: dict[str, list[int]] = {}
@@ -265,7 +264,7 @@ def teams(cur: sqlite3.Cursor) -> dict[str, list[int]]:
     return out
 
 
-def auto_kill(cur: sqlite3.Cursor, config: LedgerConfig, now: datetime) -> KillState | None:
+def auto_kill(cur: Cursor, config: LedgerConfig, now: datetime) -> KillState | None:
     """Trip the global switch when the settled spend of the auto-kill window is over
     the threshold (:func:`budget.policy.auto_kill_threshold_musd`); the new state or ``None``."""
     threshold = auto_kill_threshold_musd(

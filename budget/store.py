@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from budget.reconcile import PlannedCorrection
 
 __all__ = [
+    "Cursor",
     "LedgerStore",
     "Pricer",
     "RefusedCommit",
@@ -48,6 +49,22 @@ class UnknownOperation(BudgetError):
     def __init__(self, operation_id: str) -> None:
         super().__init__(f"unknown or ended operation {operation_id!r}")
         self.operation_id = operation_id
+
+
+class Cursor(Protocol):
+    """The DB-API cursor subset the ledger's SQL uses (``?`` placeholders):
+    ``sqlite3.Cursor``, or :class:`budget.pg_store.PgCursor` over asyncpg."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Any: ...
+
+    def executemany(self, sql: str, seq_of_parameters: Any, /) -> Any: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
 
 
 class RefusedCommit(Exception):

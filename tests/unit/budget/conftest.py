@@ -1,5 +1,5 @@
-"""Fixtures of the ledger tests: a real SQLite file per test, a manual clock, and a
-test price card with exact rates (``test:m`` costs 1 µUSD per input token and
+"""Fixtures of the ledger tests: a real SQLite file (or PostgreSQL database) per test, a
+manual clock, and a test price card with exact rates (``test:m`` costs 1 µUSD per input token and
 1 µUSD per output token, so a ceiling equals input_tokens + max_tokens µUSD)."""
 
 from __future__ import annotations
@@ -15,8 +15,16 @@ import pytest
 from budget.clock import ManualClock
 from budget.ledger import Ledger
 from budget.models import create_schema
+from budget.pg_store import PgStore
 from budget.sqlite_store import SqliteStore
-from tests.unit.budget.ledger_helpers import BACKENDS, BASE_CONFIG, LedgerFactory, card
+from budget.store import LedgerStore
+from tests.unit.budget.ledger_helpers import (
+    BACKENDS,
+    BASE_CONFIG,
+    LedgerFactory,
+    card,
+    create_pg_schema,
+)
 
 
 @pytest.fixture
@@ -38,13 +46,20 @@ async def make_ledger(
     request: pytest.FixtureRequest, db_path: Path, clock: ManualClock
 ) -> AsyncIterator[LedgerFactory]:
     """Build started ledgers on the same database (``**overrides`` go to LedgerConfig);
-    all are closed at the end of the test."""
+    all are closed at the end of the test. Parametrized over :data:`BACKENDS`."""
     made: list[Ledger] = []
+    url = ""
+    if request.param == "postgres":
+        url = request.getfixturevalue("pg_url")
+        await create_pg_schema(url)
 
     async def factory(**overrides: Any) -> Ledger:
         cfg = replace(BASE_CONFIG, **overrides)
-        assert request.param == "sqlite"
-        store = SqliteStore(db_path, cfg, process_id=f"p{len(made)}")
+        store: LedgerStore
+        if request.param == "postgres":
+            store = PgStore(url, cfg, process_id=f"p{len(made)}", clock=clock, run_heartbeat=False)
+        else:
+            store = SqliteStore(db_path, cfg, process_id=f"p{len(made)}")
         ledger = Ledger(store, cfg, card(), clock)
         await ledger.start(run_sweeper=False)
         made.append(ledger)

@@ -10,12 +10,14 @@ from decimal import Decimal
 
 from budget.config import LedgerConfig
 from budget.ledger import Ledger
+from budget.models import metadata
 from budget.prices import ModelRates, PriceCard, ProviderModel
 
-__all__ = ["BACKENDS", "BASE_CONFIG", "LedgerFactory", "card"]
+__all__ = ["BACKENDS", "BASE_CONFIG", "LedgerFactory", "card", "create_pg_schema"]
 
-#: Backends the contract suite runs against (a PostgreSQL store will be added here).
-BACKENDS = ["sqlite"]
+#: Backends the contract suite runs against: the SQLite file, and a real PostgreSQL
+#: server (``tests/pg.py``, a fresh database per test).
+BACKENDS = ["sqlite", "postgres"]
 
 BASE_CONFIG = LedgerConfig(
     tz="UTC",
@@ -44,3 +46,24 @@ def card() -> PriceCard:
 
 
 LedgerFactory = Callable[..., Awaitable[Ledger]]
+
+
+async def create_pg_schema(url: str) -> None:
+    """The ledger tables in the PostgreSQL database ``url`` (as ``create_schema``), every
+    integer column 64-bit (user ids and µUSD need BIGINT on PostgreSQL, as the migrations
+    make them)."""
+    from sqlalchemy import Integer, text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(metadata.create_all)
+            for table in metadata.sorted_tables:
+                for column in table.columns:
+                    if isinstance(column.type, Integer):
+                        await conn.execute(
+                            text(f"ALTER TABLE {table.name} ALTER COLUMN {column.name} TYPE BIGINT")
+                        )
+    finally:
+        await engine.dispose()

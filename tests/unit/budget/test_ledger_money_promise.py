@@ -69,6 +69,11 @@ async def test_remaining_musd_keeps_outstanding_margins_out(make_ledger: LedgerF
     assert await ledger.remaining_musd(op, "test") == 1_000 - 490
 
 
+#: a SQLite file's own failure modes (the file deleted under the process, SQLITE_FULL)
+SQLITE_ONLY = pytest.mark.parametrize("make_ledger", ["sqlite"], indirect=True)
+
+
+@SQLITE_ONLY
 async def test_deleted_database_fails_closed_and_tells_admins_once(
     make_ledger: LedgerFactory, db_path: Path
 ) -> None:
@@ -97,6 +102,7 @@ async def test_deleted_database_fails_closed_and_tells_admins_once(
     assert ledger.store.lost == "deleted"
 
 
+@SQLITE_ONLY
 async def test_full_disk_surfaces_as_ledger_unavailable_only(make_ledger: LedgerFactory) -> None:
     """SQLITE_FULL (the database may not grow a page more) during holds and settles:
     every failure is LedgerUnavailable — never "cannot rollback - no transaction is

@@ -1,0 +1,108 @@
+"""The PostgreSQL ledger shared by several processes: exact counts across OS processes,
+liveness (only dead processes' holds are swept), a kill switch seen by every process."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from budget.clock import ManualClock
+from budget.errors import HoldRefused
+from budget.ledger import Ledger
+from budget.pg_store import PgStore
+from budget.types import Level, Origin, RefusalReason, Usage
+from tests.unit.budget.ledger_helpers import BASE_CONFIG, card, create_pg_schema
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _spread(url: str, case: str, shares: list[int]) -> list[int]:
+    """Run one worker process per share, all starting at the same instant; their grants."""
+    start = time.time() + 2.5  # every process is up (imports, pool) before the start
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.unit.budget.pg_worker", url, case, str(n), str(start)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for n in shares
+    ]
+    out = []
+    for proc in procs:
+        stdout, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0
+        out.append(int(stdout.strip()))
+    return out
+
+
+async def test_three_processes_grant_exactly_what_fits(pg_url: str) -> None:
+    """3 OS processes on one database: 1,000 concurrent $0.003 holds on a $1.00 global
+    limit → exactly 333 granted; 8 simultaneous first requests of one new user
+    ($0.010 user limit, $0.004 each) over the 3 processes → exactly 2."""
+    await create_pg_schema(pg_url)
+    granted = await asyncio.to_thread(_spread, pg_url, "global", [334, 333, 333])
+    assert sum(granted) == 333
+    granted = await asyncio.to_thread(_spread, pg_url, "user", [3, 3, 2])
+    assert sum(granted) == 2
+
+
+async def _ledger(url: str, name: str, clock: ManualClock, **cfg: object) -> Ledger:
+    config = replace(BASE_CONFIG, **cfg)  # type: ignore[arg-type]
+    store = PgStore(url, config, process_id=name, clock=clock, run_heartbeat=False)
+    ledger = Ledger(store, config, card(), clock, sweep_previous_on_start=False)
+    await ledger.start(run_sweeper=False)
+    return ledger
+
+
+async def test_only_a_dead_process_holds_are_swept_and_kill_reaches_every_process(
+    pg_url: str,
+) -> None:
+    """Process B never sweeps the holds of live process A; once A's heartbeat is older
+    than PROCESS_DEAD_AFTER_SECONDS (and the hold's TTL has not passed), B books A's
+    hold at its ceiling, estimated. A kill set by B refuses A's next admission; a team
+    refusal holds nothing anywhere."""
+    await create_pg_schema(pg_url)
+    clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
+    cfg = {"global_daily_musd": 100_000, "team_daily_musd": 500, "hold_ttl_s": 600.0}
+    a = await _ledger(pg_url, "proc-a", clock, **cfg)
+    b = await _ledger(pg_url, "proc-b", clock, **cfg)
+    try:
+        op = await a.begin_operation(1, Origin.CHAT)
+        req = await a.begin_request(op, "x")
+        hold = await a.reserve(op, req, provider="test", model="m", input_tokens=1, max_tokens=999)
+        clock.advance(30)
+        assert await b.sweep() == 0  # A is alive (heartbeat 30 s old)
+        clock.advance(61)  # A silent for 91 s > 60; the hold's TTL (600 s) is far off
+        assert await b.sweep() == 1
+        st = await b.status()
+        assert (st.outstanding_holds, st.expired_today, st.expired_booked_musd_today) == (
+            0,
+            1,
+            1_000,
+        )
+        assert await a.settle(hold.hold_id, Usage(input_tokens=1, output_tokens=99)) == 100
+
+        await b.team_add("t", 2)
+        op2 = await a.begin_operation(2, Origin.CHAT)
+        req2 = await a.begin_request(op2, "y")
+        with pytest.raises(HoldRefused) as refused:
+            await a.reserve(op2, req2, provider="test", model="m", input_tokens=1, max_tokens=999)
+        assert refused.value.refusal.level is Level.TEAM
+        assert (await b.status()).outstanding_holds == 0
+        assert (await b.store.audit())["mismatches"] == []
+
+        await b.kill("test", by=9)
+        with pytest.raises(HoldRefused) as killed:
+            await a.begin_operation(3, Origin.CHAT)
+        assert killed.value.refusal.reason is RefusalReason.KILL
+    finally:
+        await a.close()
+        await b.close()
