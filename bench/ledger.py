@@ -1,4 +1,6 @@
 """Ledger benchmark (issue 3): run ``.venv/bin/python bench/ledger.py``; < 60 s.
+``bench/ledger.py --backend postgres`` runs the PostgreSQL figures instead
+(``bench/ledger_pg.py``).
 
 Prints, in one run:
 1. a stdlib-sqlite3 per-operation baseline (hold+settle over 3 levels, WAL,
@@ -255,6 +257,11 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:3] == ["--backend", "postgres"]:
+        import ledger_pg
+
+        ledger_pg.main()
+        raise SystemExit(0)
     if len(sys.argv) > 1 and sys.argv[1].upper() in ("FULL", "NORMAL"):
         SYNC = sys.argv[1].upper()
     asyncio.run(main())

