@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(PY) bench/ledger.py
 	$(PY) bench/digest.py
 	$(PY) bench/stream.py
+	$(PY) bench/bot.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,100 @@
+"""Runs a bot inside a measuring wrapper (used by ``bench/bot.py``; not a test helper).
+
+``python bench/probe.py OUT -m bot`` or ``python bench/probe.py OUT path/to/script.py``
+runs the target as ``__main__`` with two probes installed first:
+
+* **event-loop lag**: the first event loop created gets a task that sleeps 1 ms in a
+  loop and records how late it wakes (the same ticker as ``bench/ledger.py``), with
+  ``time.monotonic()`` timestamps (one clock for every process on Linux);
+* **commits**: every ``sqlite3`` connection the process opens (the ledger's writer,
+  aiosqlite's workers) gets a trace callback that counts ``COMMIT`` statements (one
+  WAL fsync each under ``synchronous=FULL``).
+
+On ``SIGUSR1`` the probe writes ``OUT`` (JSON: ``seq``, cumulative ``commits``, and
+the ``lags`` ``[[monotonic s, lateness s], ...]`` recorded since the previous dump),
+through a temporary file and a rename, so the driver reads whole files only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import runpy
+import signal
+import sqlite3
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+_OUT = Path(sys.argv[1])
+_lock = threading.Lock()
+_state: dict[str, Any] = {"seq": 0, "commits": 0}
+_lags: list[tuple[float, float]] = []
+_real_connect = sqlite3.connect
+
+
+def _trace(statement: str) -> None:
+    if statement[:6].upper() == "COMMIT":
+        with _lock:
+            _state["commits"] += 1
+
+
+def _connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+    conn: sqlite3.Connection = _real_connect(*args, **kwargs)
+    conn.set_trace_callback(_trace)
+    return conn
+
+
+async def _ticker() -> None:
+    while True:
+        t0 = time.perf_counter()
+        await asyncio.sleep(0.001)
+        _lags.append((time.monotonic(), time.perf_counter() - t0 - 0.001))
+
+
+class _Policy(asyncio.DefaultEventLoopPolicy):
+    started = False
+
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        loop = super().new_event_loop()
+        if not _Policy.started:
+            _Policy.started = True
+            loop.call_soon(lambda: _keep.append(loop.create_task(_ticker())))
+        return loop
+
+
+_keep: list[asyncio.Task[None]] = []
+
+
+def _dump(_signum: int, _frame: FrameType | None) -> None:
+    with _lock:
+        _state["seq"] += 1
+        body = {"seq": _state["seq"], "commits": _state["commits"], "lags": list(_lags)}
+    _lags.clear()
+    tmp = _OUT.with_suffix(".tmp")
+    tmp.write_text(json.dumps(body))
+    os.replace(tmp, _OUT)
+
+
+def main() -> None:
+    """Install the probes and run the target as ``__main__``."""
+    sqlite3.connect = _connect  # type: ignore[assignment]
+    asyncio.set_event_loop_policy(_Policy())
+    signal.signal(signal.SIGUSR1, _dump)
+    target = sys.argv[2:]
+    sys.path.pop(0)  # bench/ (where this file is): its bot.py must not shadow the package
+    if target[0] == "-m":
+        sys.argv = [target[1], *target[2:]]
+        runpy.run_module(target[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = list(target)
+        sys.path.insert(0, str(Path(target[0]).resolve().parent))
+        runpy.run_path(target[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()
