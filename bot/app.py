@@ -57,6 +57,7 @@ from bot.migrate import migrate
 from bot.outbox import Outbox
 from bot.paste import PasteJoiner
 from bot.ratelimit import UpdateRateMiddleware
+from bot.responses import PinResponseModels
 from bot.routers.admin import AdminView, create_admin_router
 from bot.routers.books import BooksDesk, create_books_router
 from bot.routers.chat import create_chat_router
@@ -337,6 +338,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     bot.session.middleware(
         SkipUndecodableUpdates(on_skip=lambda: dropped.labels("undecodable_update").inc())
     )
+    bot.session.middleware(PinResponseModels())
     notifier = AdminNotifier(bot, i18n, settings.admin_ids, clock)
 
     prices = PriceCard(
@@ -383,7 +385,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         ledger=ledger,
         backend=cascade,
         history=history,
-        count_tokens=tokens.messages,
+        count_tokens=tokens,
         clock=clock,
         config=ChatConfig(
             max_output_tokens=settings.chat_max_output_tokens,

@@ -27,7 +27,7 @@ from bot.store import History
 from budget.clock import Clock
 from budget.errors import BudgetError, HoldRefused
 from budget.protocol import LedgerPort, OperationTicket
-from budget.tokens import count_off_loop
+from budget.tokens import TOKENS_REPLY_PRIMING, count_off_loop
 from budget.types import Origin, Refusal
 from llm.cascade import fingerprint
 from llm.errors import EmptyCompletion, LLMError, ProviderRejected
@@ -51,6 +51,14 @@ SYSTEM_PROMPT = (
     "You are Kopek, a concise and helpful assistant in a Telegram chat. "
     "Answer in the language of the user's message. Use Markdown sparingly."
 )
+
+
+class PromptCounter(Protocol):
+    """What the chat needs of ``budget.tokens.TokenCounter``."""
+
+    def raw_messages(self, messages: Sequence[Message]) -> int: ...
+
+    def scale(self, raw: int) -> int: ...
 
 
 class CompletionBackend(Protocol):
@@ -147,8 +155,11 @@ class ChatService:
     Args:
         ledger: the reservation ledger.
         backend: the provider cascade.
-        history: stored conversation turns.
-        count_tokens: prompt → tokens (an upper-bound count, see ``budget.tokens``).
+        history: stored conversation turns (each with its raw token count).
+        count_tokens: the token counter (``budget.tokens.TokenCounter``). Each text is
+            counted once: the message when it arrives, the answer when it is stored;
+            the prompt's count is the sum of the stored counts (exactly what counting
+            the whole prompt would give), handed to the cascade.
         clock: the one clock.
         config: chat knobs.
         record_message: counts a message against the courtesy daily cap
@@ -161,7 +172,7 @@ class ChatService:
         ledger: LedgerPort,
         backend: CompletionBackend,
         history: History,
-        count_tokens: Callable[[Sequence[Message]], int],
+        count_tokens: PromptCounter,
         clock: Clock,
         config: ChatConfig,
         record_message: Callable[[int], Awaitable[int]] | None = None,
@@ -171,6 +182,7 @@ class ChatService:
         self._backend = backend
         self._history = history
         self._count = count_tokens
+        self._system_raw: int | None = None
         self._clock = clock
         self._config = config
         self._lanes: dict[int, _Lane] = {}
@@ -254,7 +266,8 @@ class ChatService:
         if lane.order.index(key) >= slots + self._config.user_queue_max:
             return ChatFailed(FailureKind.QUEUE_FULL, running=True)
         user_msg = Message("user", text)
-        tokens = await count_off_loop(self._count, [user_msg])
+        user_raw = await self._raw_turn(user_msg)
+        tokens = self._count.scale(user_raw + TOKENS_REPLY_PRIMING)
         if tokens > self._config.max_input_tokens:
             return ChatFailed(
                 FailureKind.TOO_LONG, tokens=tokens, limit=self._config.max_input_tokens
@@ -271,7 +284,9 @@ class ChatService:
             self._tasks.add(task)
         try:
             others = lane.order.index(key) > 0
-            return await self._admitted(user_id, user_msg, tokens, others, activity, stream)
+            return await self._admitted(
+                user_id, user_msg, (tokens, user_raw), others, activity, stream
+            )
         finally:
             if task is not None:
                 self._tasks.discard(task)
@@ -280,7 +295,7 @@ class ChatService:
         self,
         user_id: int,
         user_msg: Message,
-        user_tokens: int,
+        user_tokens: tuple[int, int],
         others_running: bool,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
         stream: StreamControl | None = None,
@@ -292,8 +307,14 @@ class ChatService:
         except HoldRefused as exc:
             return ChatRefused(exc.refusal, running=others_running)
         try:
-            history = await self._history.load(user_id, self._config.history_max_tokens)
+            turns = await self._history.load_counted(user_id, self._config.history_max_tokens)
+            history = [m for m, _raw in turns]
             system = Message("system", SYSTEM_PROMPT)
+            if self._system_raw is None:
+                self._system_raw = await self._raw_turn(system)
+            raw = TOKENS_REPLY_PRIMING + self._system_raw + user_tokens[1]
+            for message, turn_raw in turns:
+                raw += turn_raw if turn_raw is not None else await self._raw_turn(message)
             messages = (system, *history, user_msg)
             cheaper = (system, *history[-2:], user_msg) if len(history) > 2 else None
             request = LLMRequest(
@@ -303,6 +324,7 @@ class ChatService:
                 priority=Priority.CHAT,
                 cheaper_messages=cheaper,
                 fingerprint=fingerprint(messages),
+                input_tokens=self._count.scale(raw),
             )
             ctx = activity() if activity is not None else nullcontext()
             async with ctx:
@@ -332,19 +354,33 @@ class ChatService:
                 # that exists is still delivered
                 log.exception("could not end operation %s", op.operation_id)
 
+    async def _raw_turn(self, message: Message) -> int:
+        """``message``'s raw count as one turn of a prompt (no factor, no priming),
+        counted in the counting thread."""
+        return await count_off_loop(self._count.raw_messages, [message]) - TOKENS_REPLY_PRIMING
+
     async def _remember(
-        self, user_id: int, user_msg: Message, user_tokens: int, completion: Completion
+        self,
+        user_id: int,
+        user_msg: Message,
+        user_tokens: tuple[int, int],
+        completion: Completion,
     ) -> None:
         """Store the turn; the answer's tokens are the ones Kopek counts for the
         stored (possibly cut) text, never the provider's claim. A storage failure
         loses the turn, not the answer."""
-        answer_tokens = self._count([Message("assistant", completion.text)])
         try:
+            answer_raw = await self._raw_turn(Message("assistant", completion.text))
             await self._history.append(
                 user_id,
                 [
-                    ("user", user_msg.content, user_tokens),
-                    ("assistant", completion.text, answer_tokens),
+                    ("user", user_msg.content, user_tokens[0], user_tokens[1]),
+                    (
+                        "assistant",
+                        completion.text,
+                        self._count.scale(answer_raw + TOKENS_REPLY_PRIMING),
+                        answer_raw,
+                    ),
                 ],
                 self._clock.now(),
             )

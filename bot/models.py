@@ -52,6 +52,10 @@ class ChatTurn(Base):
     role: Mapped[str] = mapped_column(String(16))
     content: Mapped[str] = mapped_column(Text)
     tokens: Mapped[int] = mapped_column(Integer)
+    #: the turn as one chat message in the encoding, no safety factor, no reply priming
+    #: (``budget.tokens.TokenCounter.raw_messages`` of it minus 3); ``None`` for turns
+    #: stored before revision 0010 (counted when loaded)
+    raw_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 

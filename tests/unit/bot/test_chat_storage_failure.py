@@ -17,6 +17,7 @@ from bot.store import is_storage_failure
 from budget.clock import ManualClock
 from budget.errors import LedgerUnavailable
 from budget.protocol import OperationTicket
+from budget.tokens import TokenCounter
 from budget.types import Usage
 from llm.errors import EmptyCompletion
 from llm.stream import StreamControl
@@ -63,7 +64,7 @@ class _FullHistory:
     def __init__(self) -> None:
         self.appended: list[Any] = []
 
-    async def load(self, user_id: int, max_tokens: int) -> list[Message]:
+    async def load_counted(self, user_id: int, max_tokens: int) -> list[tuple[Message, int | None]]:
         return []
 
     async def append(self, user_id: int, turns: Sequence[Any], now: datetime) -> None:
@@ -75,7 +76,7 @@ def _service(ledger: FakeLedger, text: str) -> ChatService:
         ledger=ledger,
         backend=_Backend(ledger, text),
         history=_FullHistory(),  # type: ignore[arg-type]
-        count_tokens=lambda ms: sum(len(m.content) for m in ms),
+        count_tokens=TokenCounter(),
         clock=ManualClock(),
         config=ChatConfig(),
     )

@@ -8,7 +8,8 @@ from decimal import Decimal
 
 import pytest
 
-from budget.tokens import TokenCounter
+from budget import tokens
+from budget.tokens import TokenCounter, load_encoding
 
 
 @dataclass(frozen=True)
@@ -20,15 +21,26 @@ class Msg:
 
 
 def test_counts_offline_without_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Encodings come from the wheel: counting works with sockets disabled."""
+    """The rank files ship in the package: loading both encodings from scratch and
+    counting opens no socket (tiktoken.get_encoding would download them)."""
 
     def no_network(*_a: object, **_k: object) -> None:
         raise AssertionError("network used")
 
     monkeypatch.setattr(socket, "create_connection", no_network)
     monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket.socket, "connect_ex", no_network)
+    monkeypatch.setattr(tokens, "_encodings", {})  # load again, with the network blocked
     counter = TokenCounter("cl100k_base", Decimal(1))
     assert counter.raw_text("hello world") == 2  # tiktoken cl100k: [15339, 1917]
+    assert TokenCounter("o200k_base", Decimal(1)).raw_text("hello world") == 2
+
+
+def test_encodings_are_openais() -> None:
+    """The shipped files give OpenAI's token ids (values from tiktoken's own files)."""
+    assert load_encoding("cl100k_base").encode_ordinary("hello world") == [15339, 1917]
+    assert load_encoding("o200k_base").encode_ordinary("hello world") == [24912, 2375]
+    assert load_encoding("o200k_base").n_vocab == 200019
 
 
 def test_safety_factor_rounds_up() -> None:
