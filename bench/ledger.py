@@ -258,7 +258,7 @@ async def main() -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:3] == ["--backend", "postgres"]:
-        import ledger_pg
+        from bench import ledger_pg  # the repository root is on sys.path (above)
 
         ledger_pg.main()
         raise SystemExit(0)
