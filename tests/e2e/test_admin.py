@@ -110,7 +110,13 @@ async def test_user_queue_answers_in_order_and_refuses_overflow(
     """USER_MAX_INFLIGHT=2, USER_QUEUE_MAX=3: of a burst of seven messages, the first
     five are answered in the order sent and the two newest get the 'too many at once'
     template, with no provider call for them."""
-    fake_providers.script("groq", *[{"text": f"answer {i}", "delay_s": 0.6} for i in range(5)])
+    # Distinct finish times (slot A: 0.3 s, then q2 0.3 s, then q3 0.2 s; slot B: 1.0 s), so
+    # one slot frees at a time and the provider sees the queued prompts in queue order;
+    # two slots freeing at the same instant would make the arrival order a race.
+    delays = [0.3, 1.0, 0.3, 0.2, 0.3]
+    fake_providers.script(
+        "groq", *[{"text": f"answer {i}", "delay_s": d} for i, d in enumerate(delays)]
+    )
     bot = app_factory(env=dict(bot_env, USER_MAX_INFLIGHT="2", USER_QUEUE_MAX="3"))
     await bot.start()
     mark = fake_telegram.mark()

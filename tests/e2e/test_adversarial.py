@@ -129,7 +129,8 @@ async def test_a_flood_wait_gets_no_sends_and_does_not_slow_other_users(
     fake_telegram.inject_message(502, "/help")
     await fake_telegram.wait_sent(502, since=mark, timeout=30)
     latency = _reply_latency(fake_telegram, 502, seq, started)
-    assert latency < 1.0, f"/help took {latency:.2f} s"
+    # the flood wait is 40 s: 5 s proves nobody waited for it, and survives a loaded CI
+    assert latency < 5.0, f"/help took {latency:.2f} s"
     # every sticker's template was dropped (the first one by Telegram's 429 itself)
     await _wait_log_count(bot, "template for chat 501 dropped", 81)
     to_501 = [r for r in fake_telegram.requests()[first:] if r.chat_id == 501]
