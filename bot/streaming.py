@@ -25,6 +25,7 @@ time by nature).
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import itertools
@@ -255,7 +256,7 @@ def _plain_tail(text: str) -> str:
     return "".join(reversed(out))
 
 
-class _Throttled:
+class _Throttled(abc.ABC):
     """Shows the latest text at most once per ``interval_s``, only when it changed; the
     Bot API call runs in its own task so the provider stream is never held up."""
 
@@ -321,8 +322,9 @@ class _Throttled:
                 self._shown_text = text
                 self.control.shown = True
 
+    @abc.abstractmethod
     async def _show(self, text: str) -> bool:
-        raise NotImplementedError
+        """Show ``text`` once; ``True`` when Telegram accepted it (drafts or an edit)."""
 
     async def close(self) -> None:
         """Stop showing (the final answer follows)."""
