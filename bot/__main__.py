@@ -40,7 +40,7 @@ def main() -> int:
     secrets = settings.secret_values()
     install_excepthooks(secrets)
     setup_logging(settings.log_level, secrets)
-    from bot.app import run
+    from bot.polling import run
 
     return asyncio.run(run(settings))
 

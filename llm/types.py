@@ -116,7 +116,7 @@ class Completion:
     #: and the cascade settles the hold at its ceiling, flagged estimated)
     usage_issue: str = ""
     #: the text was longer than ``max_tokens`` could plausibly produce
-    #: (:data:`llm.cascade.MAX_CHARS_PER_TOKEN`) and was cut
+    #: (:data:`llm.cascade_types.MAX_CHARS_PER_TOKEN`) and was cut
     cut: bool = False
     #: a streamed answer stopped before its end: ``"user"`` (Stop button, /stop) or
     #: ``"kill"`` (/kill hard); ``text`` is what had arrived

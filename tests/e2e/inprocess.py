@@ -39,8 +39,10 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 from sqlalchemy.pool import Pool
 from sqlalchemy.util import greenlet_spawn
 
-from bot.app import App, create_app, migrate
+from bot.app import create_app
+from bot.lifecycle import App
 from bot.logs import RedactSecrets
+from bot.migrate import migrate
 from bot.settings import Settings
 from tests.e2e.harness import BotExited
 from tests.fakes.telegram import FakeTelegram

@@ -1,0 +1,145 @@
+"""The running bot's lifecycle: :class:`App` holds everything :func:`bot.app.create_app`
+built, and its start-up and shutdown hooks (registered on the dispatcher by
+:func:`bot.polling.run`).
+
+Start-up (``on_startup``): deleteWebhook *without* dropping pending updates,
+setMyCommands, ledger start (sweeps holds left by a previous process), price card
+logged, users whose message was lost in a crash are asked to resend, the outbox, the
+digest scheduler and the metrics endpoint start. Shutdown (``on_shutdown``): no new
+work, in-flight chat calls get SHUTDOWN_GRACE_SECONDS and are then cancelled (their
+holds settled by the ledger's rule for interrupted calls), the scheduler stops, the
+ledger and engine close.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import httpx
+from aiogram import Bot, Dispatcher
+from aiogram.exceptions import TelegramAPIError
+from aiogram.types import BotCommand
+from aiogram.utils.i18n import I18n
+from prometheus_client import CollectorRegistry
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from bot import templates
+from bot.admin_notify import AdminNotifier
+from bot.chat import ChatService
+from bot.delivery import send_text
+from bot.i18n import in_locale
+from bot.metrics import MetricsServer
+from bot.outbox import Outbox
+from bot.settings import Settings
+from bot.store import Intake
+from bot.topics import in_topic
+from budget.clock import Clock
+from budget.ledger import Ledger
+from budget.prices import PriceCard
+from llm.cascade import Cascade
+from scheduler.runner import DigestRunner
+
+__all__ = ["USER_COMMANDS", "App"]
+
+log = logging.getLogger("bot.app")  # the name before the split: log lines unchanged
+
+USER_COMMANDS = [
+    ("start", "Start"),
+    ("help", "Help"),
+    ("me", "My spend and limits"),
+    ("reset", "Forget the conversation"),
+    ("sub", "Subscribe to a channel digest"),
+    ("subs", "My subscriptions"),
+    ("tz", "My timezone"),
+    ("lang", "Language"),
+]
+
+
+@dataclass(eq=False)
+class App:
+    """Everything the running bot holds; built by :func:`create_app`."""
+
+    settings: Settings
+    clock: Clock
+    engine: AsyncEngine
+    bot: Bot
+    dispatcher: Dispatcher
+    i18n: I18n
+    chat: ChatService
+    ledger: Ledger
+    prices: PriceCard
+    cascade: Cascade
+    runner: DigestRunner
+    intake: Intake
+    http: httpx.AsyncClient
+    feed_http: httpx.AsyncClient
+    registry: CollectorRegistry
+    notifier: AdminNotifier
+    outbox: Outbox
+    _metrics: MetricsServer | None = None
+
+    async def on_startup(self) -> None:
+        """Telegram first (a refused token or an unreachable API fails fast, before
+        anything else is started), then the ledger (sweeps a previous process's holds),
+        then the resend notices, the digest jobs and metrics."""
+        await self.bot.delete_webhook(drop_pending_updates=False)
+        await self.bot.set_my_commands(
+            [BotCommand(command=c, description=d) for c, d in USER_COMMANDS]
+        )
+        swept = await self.ledger.start()
+        if swept:
+            log.warning("expired %d holds left by a previous process", swept)
+        for line in self.prices.describe(self.clock.now()):
+            log.info("price card: %s", line)
+        if not self.cascade.anchor:
+            log.warning("no DEEPSEEK_API_KEY: running free-only (no paid anchor)")
+        await self._notify_lost()
+        await self.outbox.start()
+        await self.runner.start()
+        if self.settings.metrics_port is not None:
+            self._metrics = MetricsServer(
+                self.registry,
+                self.settings.metrics_host,
+                self.settings.metrics_port,
+                self.ledger,
+                self.cascade,
+            )
+            await self._metrics.start()
+        log.info("kopek started")
+
+    async def _notify_lost(self) -> None:
+        for lost in await self.intake.take_lost(self.clock.now()):
+            with in_locale(self.i18n, lost.language):
+                text = templates.lost_text()
+            try:
+                with in_topic(lost.chat_id, lost.thread_id):
+                    await send_text(self.bot, lost.chat_id, text, clock=self.clock)
+            except TelegramAPIError as exc:
+                log.warning("could not tell chat %s to resend: %s", lost.chat_id, exc.message)
+
+    async def close_after_failed_start(self) -> None:
+        """Release what :func:`create_app` opened when polling never started."""
+        await self.outbox.stop()
+        await self.runner.stop()
+        await self.cascade.aclose()
+        await self.http.aclose()
+        await self.feed_http.aclose()
+        await self.ledger.close()
+        await self.engine.dispose()
+        await self.bot.session.close()
+
+    async def on_shutdown(self) -> None:
+        """Drain chat work within the grace period, stop jobs, close storage."""
+        log.info("stopping: in-flight chat operations=%d", self.chat.in_flight)
+        await self.chat.drain(self.settings.shutdown_grace_seconds)
+        await self.outbox.stop()
+        await self.runner.stop()
+        if self._metrics is not None:
+            await self._metrics.stop()
+        await self.cascade.aclose()
+        await self.http.aclose()
+        await self.feed_http.aclose()
+        await self.ledger.close()
+        await self.engine.dispose()
+        log.info("kopek stopped")

@@ -1,0 +1,155 @@
+"""The process's course: checks, instance lock, migrations, :func:`bot.app.create_app`,
+long polling until SIGTERM/SIGINT, and the exit code (:func:`run`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from aiogram.exceptions import (
+    ClientDecodeError,
+    TelegramAPIError,
+    TelegramNetworkError,
+    TelegramUnauthorizedError,
+)
+from sqlalchemy.exc import SQLAlchemyError
+
+from bot.app import create_app
+from bot.logs import redact
+from bot.migrate import migrate
+from bot.preflight import check_database, check_settings
+from bot.settings import Settings
+from budget import instance_lock
+from budget.clock import SystemClock
+from budget.db import sqlite_path
+from budget.errors import BudgetConfigError
+
+__all__ = ["run"]
+
+log = logging.getLogger("bot.app")  # the name before the split: log lines unchanged
+
+
+def _fail(message: str, settings: Settings) -> None:
+    """One line on stderr, with every secret removed (line breaks of a library's
+    message become spaces, so the line stays one)."""
+    secrets = settings.secret_values()
+    line = " ".join(redact(message, secrets).split())
+    print(f"kopek: {line}", file=sys.stderr)
+
+
+async def _migrate_shielded(database_url: str) -> bool:
+    """Apply migrations with SIGTERM/SIGINT deferred until they are done (a signal would
+    otherwise kill the process mid-migration). Returns True when a stop was requested."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await asyncio.to_thread(migrate, database_url)
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+    return stop.is_set()
+
+
+async def run(settings: Settings) -> int:
+    """Migrate, build, poll until SIGTERM/SIGINT; returns the exit code.
+
+    The database's instance lock (:mod:`budget.instance_lock`) is taken first, before
+    migrations and before the ledger sweeps holds: a second process on the same file
+    exits 2 naming the file and the holder's PID, and touches nothing.
+
+    Exit codes: 0 after a clean stop; 2 for configuration the bot cannot run with
+    (database URL, database in use by another process, token refused by Telegram,
+    prices); 1 when Telegram cannot be reached at start, answers with something that
+    is not a Telegram response, or anything unexpected ends the bot. Each failure is
+    one line on stderr, secrets redacted.
+    """
+    path = sqlite_path(settings.database_url)
+    if path is None:
+        _fail("DATABASE_URL must name a SQLite file (sqlite+aiosqlite:///path/kopek.db)", settings)
+        return 2
+    problem = check_settings(settings, SystemClock())
+    if problem is not None:
+        _fail(problem, settings)
+        return 2
+    problem = await asyncio.to_thread(check_database, path)
+    if problem is not None:
+        _fail(f"configuration error in DATABASE_URL: cannot write {path}: {problem}", settings)
+        return 2
+    try:
+        lock = instance_lock.acquire(path)
+    except instance_lock.InstanceLocked as exc:
+        _fail(f"{exc}; only one bot may run on a database file", settings)
+        return 2
+    except OSError as exc:
+        _fail(f"cannot lock the database {path}: {type(exc).__name__}: {exc}", settings)
+        return 2
+    try:
+        return await _run_locked(settings, path)
+    finally:
+        lock.release()
+
+
+async def _run_locked(settings: Settings, path: Path) -> int:
+    try:
+        if await _migrate_shielded(settings.database_url):
+            return 0
+    except (OSError, SQLAlchemyError) as exc:
+        _fail(f"cannot prepare the database {path}: {type(exc).__name__}: {exc}", settings)
+        return 2
+    try:
+        app = create_app(settings)
+    except (BudgetConfigError, ValueError) as exc:
+        _fail(f"configuration error: {exc}", settings)
+        return 2
+    dp = app.dispatcher
+    dp.startup.register(app.on_startup)
+    dp.shutdown.register(app.on_shutdown)
+    try:
+        await dp.start_polling(
+            app.bot,
+            handle_signals=True,
+            close_bot_session=True,
+            tasks_concurrency_limit=settings.intake_max_concurrent,
+            polling_timeout=30,
+        )
+    except TelegramUnauthorizedError:
+        _fail("Telegram refused BOT_TOKEN (401 Unauthorized): check it with @BotFather", settings)
+        await app.close_after_failed_start()
+        return 2
+    except TelegramNetworkError as exc:
+        _fail(f"cannot reach the Bot API at {settings.telegram_api_base}: {exc.message}", settings)
+        await app.close_after_failed_start()
+        return 1
+    except ClientDecodeError:
+        # A proxy's error page or a typo'd URL: the body may echo the request path,
+        # which holds the token, so none of it is printed.
+        _fail(
+            f"the Bot API at {settings.telegram_api_base} answered with something that is "
+            "not a Telegram response: check TELEGRAM_API_BASE",
+            settings,
+        )
+        await app.close_after_failed_start()
+        return 1
+    except TelegramAPIError as exc:
+        _fail(
+            f"the Bot API at {settings.telegram_api_base} refused to start: {exc.message}", settings
+        )
+        await app.close_after_failed_start()
+        return 1
+    except OSError as exc:  # the metrics port cannot be bound
+        _fail(f"cannot start: {type(exc).__name__}: {exc}", settings)
+        await app.close_after_failed_start()
+        return 2
+    except Exception as exc:  # last resort: one redacted line, not a trace
+        log.debug("the bot failed", exc_info=exc)
+        _fail(f"failed: {type(exc).__name__} (the redacted trace is logged at DEBUG)", settings)
+        await app.close_after_failed_start()
+        return 1
+    return 0

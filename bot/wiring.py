@@ -1,0 +1,137 @@
+"""Settings → the parts' own config objects: the pieces :func:`bot.app.create_app`
+wires together, each a pure function of :class:`~bot.settings.Settings` (USD → µUSD,
+milliseconds → seconds), plus the adapter that gives the bot its profile store.
+
+Nothing here starts anything or touches the network.
+"""
+
+from __future__ import annotations
+
+from bot.settings import Settings
+from budget.config import LedgerConfig, OperationCaps
+from budget.money import usd_to_musd
+from budget.prices import ProviderModel
+from budget.types import Origin
+from llm.cascade import CascadeConfig
+from llm.factory import ProviderSpec, provider_specs
+from llm.names import CASCADE_ORDER
+from scheduler.profiles import ProfileRepository
+from scheduler.runner import DigestConfig
+
+__all__ = [
+    "ProfileStoreAdapter",
+    "cascade_config",
+    "digest_config",
+    "ledger_config",
+    "provider_models",
+    "provider_specs_of",
+]
+
+
+def ledger_config(settings: Settings) -> LedgerConfig:
+    """Settings → the ledger's own config (USD → µUSD)."""
+    caps: dict[str, int] = {}
+    if settings.deepseek_daily_cap_usd is not None:
+        caps["deepseek"] = usd_to_musd(settings.deepseek_daily_cap_usd) or 0
+    digest_requests = max(8, settings.digest_max_posts + 4)
+    return LedgerConfig(
+        tz=settings.budget_tz,
+        global_daily_musd=usd_to_musd(settings.budget_global_daily_usd),
+        global_hourly_musd=usd_to_musd(settings.budget_global_hourly_usd),
+        user_daily_musd=usd_to_musd(settings.budget_user_daily_usd),
+        user_hourly_musd=usd_to_musd(settings.budget_user_hourly_usd),
+        team_daily_musd=usd_to_musd(settings.budget_team_daily_usd),
+        team_hourly_musd=usd_to_musd(settings.budget_team_hourly_usd),
+        provider_daily_caps_musd=caps,
+        hold_ttl_s=settings.hold_ttl_seconds,
+        max_call_s=settings.provider_timeout_seconds,
+        operation_caps={
+            Origin.CHAT: OperationCaps(
+                max_musd=usd_to_musd(settings.operation_max_usd) or 0,
+                max_requests=settings.operation_max_requests,
+            ),
+            Origin.DIGEST: OperationCaps(
+                max_musd=usd_to_musd(settings.digest_max_usd) or 0,
+                max_requests=digest_requests,
+            ),
+        },
+        user_max_inflight=settings.user_max_inflight,
+        user_max_per_minute=settings.user_max_per_minute,
+        user_daily_messages=settings.user_daily_messages,
+        auto_kill_window_s=settings.auto_kill_window_minutes * 60.0,
+        process_heartbeat_s=settings.process_heartbeat_seconds,
+        process_dead_after_s=settings.process_dead_after_seconds,
+        auto_kill_fraction=settings.auto_kill_fraction,
+        auto_kill_musd_per_window=usd_to_musd(settings.auto_kill_usd_per_window),
+    )
+
+
+def provider_models(settings: Settings) -> list[ProviderModel]:
+    """Every (provider, model, tier) the cascade may call, for the price card."""
+    out: list[ProviderModel] = []
+    for name in settings.provider_keys():
+        provider = settings.provider(name)
+        for model in dict.fromkeys((provider.model, provider.cheap_model)):
+            out.append(ProviderModel(provider=name, model=model, tier=provider.tier))
+    return out
+
+
+class ProfileStoreAdapter:
+    """Adapter: ``scheduler.profiles.ProfileRepository`` as the bot's :class:`ProfileStore`."""
+
+    def __init__(self, repo: ProfileRepository) -> None:
+        self._repo = repo
+
+    async def touch(
+        self, user_id: int, chat_id: int, telegram_language: str | None
+    ) -> tuple[str | None, str | None]:
+        # A user's private chat id equals their user id; digests go there.
+        profile = await self._repo.get_or_create(user_id, user_id, telegram_language)
+        if not profile.active:
+            await self._repo.mark_active(user_id)
+        return profile.language, profile.tz
+
+    async def set_tz(self, user_id: int, tz: str) -> None:
+        await self._repo.set_tz(user_id, tz)
+
+    async def set_language(self, user_id: int, language: str) -> None:
+        await self._repo.set_language(user_id, language)
+
+
+def cascade_config(settings: Settings) -> CascadeConfig:
+    return CascadeConfig(
+        timeout_s=settings.provider_timeout_seconds,
+        cooldown_s=settings.cooldown_seconds,
+        cooldown_max_s=settings.cooldown_max_seconds,
+        breaker_failure_threshold=settings.breaker_failure_threshold,
+        breaker_failure_window_s=settings.breaker_failure_window_seconds,
+        global_max_inflight_calls=settings.global_max_inflight_calls,
+        degraded_min_output_tokens=settings.degraded_min_output_tokens,
+        day_tz=settings.budget_tz,
+        first_token_timeout_s=settings.provider_first_token_timeout_seconds,
+        idle_timeout_s=settings.provider_idle_timeout_seconds,
+    )
+
+
+def provider_specs_of(settings: Settings) -> list[ProviderSpec]:
+    providers = {name: settings.provider(name) for name in CASCADE_ORDER}
+    return provider_specs(
+        keys={k: v.get_secret_value() for k, v in settings.provider_keys().items()},
+        base_urls={n: p.base_url for n, p in providers.items()},
+        models={n: p.model for n, p in providers.items()},
+        cheap_models={n: p.cheap_model for n, p in providers.items()},
+        tiers={n: p.tier for n, p in providers.items()},
+    )
+
+
+def digest_config(settings: Settings) -> DigestConfig:
+    return DigestConfig(
+        stagger_s=settings.digest_stagger_seconds,
+        llm_concurrency=settings.digest_llm_concurrency,
+        latest_delay_minutes=settings.digest_latest_delay_minutes,
+        max_free_share=float(settings.digest_max_free_share),
+        max_posts=settings.digest_max_posts,
+        summary_max_tokens=settings.digest_summary_max_tokens,
+        max_musd=usd_to_musd(settings.digest_max_usd) or 0,
+        default_tz=settings.user_tz,
+    )
