@@ -47,6 +47,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: Seconds a drain gives stopped streams to settle and deliver their text before it
+#: cancels them (a stop closes the provider connection at once; what remains is a
+#: ledger write and one or two Bot API calls).
+STOP_WAIT_S = 5.0
+
 SYSTEM_PROMPT = (
     "You are Kopek, a concise and helpful assistant in a Telegram chat. "
     "Answer in the language of the user's message. Use Markdown sparingly."
@@ -398,14 +403,26 @@ class ChatService:
             log.warning("could not read what operation %s booked", op.operation_id, exc_info=True)
             return None
 
-    async def drain(self, grace_s: float) -> None:
-        """Refuse new work; let in-flight operations finish for ``grace_s`` seconds, then
-        cancel them (the cascade settles interrupted calls by the ledger's rule)."""
+    async def drain(
+        self,
+        grace_s: float,
+        *,
+        stop_streams: Callable[[], int] | None = None,
+        stop_wait_s: float = STOP_WAIT_S,
+    ) -> None:
+        """Refuse new work; let in-flight operations finish for ``grace_s`` seconds.
+        Then streams still running are stopped (``stop_streams``, e.g.
+        ``StreamRegistry.stop_all("shutdown")``: each settles on what it received, as a
+        Stop does, and its handler sends the text so far, marked) and given
+        ``stop_wait_s`` seconds to do so; whatever is left is cancelled (the cascade
+        settles interrupted calls by the ledger's rule)."""
         self.closing = True
         pending = set(self._tasks)
         if not pending:
             return
         _done, still = await asyncio.wait(pending, timeout=grace_s)
+        if still and stop_streams is not None and stop_streams():
+            _done, still = await asyncio.wait(still, timeout=stop_wait_s)
         for task in still:
             task.cancel()
         if still:

@@ -99,16 +99,28 @@ class Outbox:
                 on_part_sent=progress,
             )
         except TelegramRetryAfter as exc:
-            await self._keep(chat_id, markdown, reply_to, sent, float(exc.retry_after))
+            await self.keep(
+                chat_id, markdown, reply_to=reply_to, parts_sent=sent, wait_s=float(exc.retry_after)
+            )
             log.info(
                 "answer for chat %s kept in the outbox: flood wait %s s", chat_id, exc.retry_after
             )
             return False
         return True
 
-    async def _keep(
-        self, chat_id: int, markdown: str, reply_to: int | None, sent: int, wait_s: float
+    async def keep(
+        self,
+        chat_id: int,
+        markdown: str,
+        *,
+        reply_to: int | None,
+        parts_sent: int,
+        wait_s: float,
     ) -> None:
+        """Keep an answer for the worker: sent in the handler's forum topic once
+        ``wait_s`` seconds have passed, from part ``parts_sent`` (0-based count of the
+        parts of ``split_markdown(markdown)`` already delivered; ``reply_to`` is used
+        only when none was)."""
         now = self._clock.now()
         async with self._sessions() as session:
             session.add(
@@ -117,7 +129,7 @@ class Outbox:
                     reply_to=reply_to,
                     thread_id=current_topic(chat_id),  # the handler's topic scope
                     text=markdown,
-                    parts_sent=sent,
+                    parts_sent=parts_sent,
                     attempts=1,
                     not_before=now + timedelta(seconds=wait_s),
                     created_at=now,

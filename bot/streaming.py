@@ -46,7 +46,14 @@ from aiogram.types import (
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from bot import templates
-from bot.delivery import TELEGRAM_TEXT_LIMIT, send_formatted, split_markdown
+from bot.delivery import (
+    OFF_LOOP_CHARS,
+    TELEGRAM_TEXT_LIMIT,
+    send_formatted,
+    split_formatted,
+    split_markdown,
+)
+from bot.outbox import Outbox
 from budget.clock import Clock
 from llm.stream import StreamControl
 
@@ -101,7 +108,7 @@ class StreamMetrics:
     * ``kopek_stream_first_token_seconds`` — update received → first chunk from the provider;
     * ``kopek_stream_first_visible_seconds`` — update received → first text shown (draft or
       message);
-    * ``kopek_stream_stops_total{by}`` — answers stopped (``user``, ``kill``);
+    * ``kopek_stream_stops_total{by}`` — answers stopped (``user``, ``kill``, ``shutdown``);
     * ``kopek_stream_tokens_saved_total`` — output tokens not generated thanks to stops
       (``max_tokens`` held − output settled);
     * ``kopek_stream_drafts_total`` / ``kopek_stream_edits_total`` — Bot API calls made.
@@ -167,6 +174,8 @@ class StreamRegistry:
     _live: list[LiveStream] = field(default_factory=list)
     #: chat → loop time of the last draft/edit Telegram answered (the per-chat interval)
     pace: dict[int, float] = field(default_factory=dict)
+    #: set (and dropped) when a stream leaves; created by whoever waits for that
+    _left: asyncio.Event | None = None
 
     def __repr__(self) -> str:
         return f"StreamRegistry(in_flight={len(self._live)})"
@@ -188,6 +197,28 @@ class StreamRegistry:
         """Forget a stream that has ended (no-op when already gone)."""
         with contextlib.suppress(ValueError):
             self._live.remove(entry)
+        if self._left is not None:
+            self._left.set()
+            self._left = None
+
+    async def wait_stopped(self, timeout_s: float) -> int:
+        """Wait until every stream asked to stop has left — its attempt settled (a
+        stream leaves once the cascade returned) — for at most ``timeout_s`` seconds.
+
+        Returns:
+            How many stopped streams are still in flight (0: all settled).
+        """
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        while True:
+            left = sum(1 for entry in self._live if entry.control.stopped.is_set())
+            if not left or loop.time() >= end:
+                return left
+            if self._left is None:
+                self._left = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(end):
+                    await self._left.wait()
 
     def stop_draft(self, chat_id: int, draft_id: int) -> StopResult:
         """The draft's Stop (``stopped_message_generation``): only the chat's user sees
@@ -216,7 +247,8 @@ class StreamRegistry:
         return stopped
 
     def stop_all(self, reason: str = "kill") -> int:
-        """``/kill hard``: every stream in flight. Returns how many were stopped."""
+        """``/kill hard`` (``"kill"``) or shutdown (``"shutdown"``): every stream in
+        flight. Returns how many were stopped."""
         return sum(_stopped(entry, reason) is StopResult.STOPPED for entry in list(self._live))
 
 
@@ -503,32 +535,75 @@ class EditDisplay(_Throttled):
         if self._metrics is not None:
             self._metrics.edits.inc()
 
-    async def finish(self, markdown: str) -> bool:
+    async def finish(self, markdown: str, outbox: Outbox | None = None) -> bool:
         """Turn the streamed message into the final answer: its first part replaces the
-        text (no button), the other parts follow as new messages.
+        text (no button), the other parts follow as new messages. If Telegram refuses
+        the entities, the whole answer goes plain (first plain part edited in, the rest
+        sent). A flood wait (Telegram's 429, or the per-chat gate) on any of it hands
+        what is not delivered yet to ``outbox``, sent when the wait ends: the whole
+        answer as new messages if the final edit itself waited (the streamed message
+        keeps its partial text), else the parts not yet sent.
 
         Returns:
             False when nothing was streamed yet (the caller sends the answer as usual).
 
         Raises:
-            aiogram.exceptions.TelegramAPIError: from the parts sent after the first.
+            aiogram.exceptions.TelegramRetryAfter: a flood wait, when no ``outbox``.
+            aiogram.exceptions.TelegramAPIError: any other refusal.
         """
         await self.close()
         if self._message_id is None:
             return False
-        parts = split_markdown(markdown)
-        first_text, first_entities = parts[0]
+        parts = (
+            split_markdown(markdown)
+            if len(markdown) <= OFF_LOOP_CHARS
+            else await asyncio.to_thread(split_markdown, markdown)
+        )
+        delivered = 0
+
+        def progress(n: int) -> None:
+            nonlocal delivered
+            delivered = n
+
         try:
-            await self._final_edit(first_text, first_entities)
-        except TelegramBadRequest as exc:
-            low = exc.message.lower()
-            if "parse entities" in low:
-                await self._final_edit("\n".join(p for p, _e in parts)[:TELEGRAM_TEXT_LIMIT], [])
-                return True
-            if "not modified" not in low:
+            first_text, first_entities = parts[0]
+            try:
+                await self._final_edit(first_text, first_entities)
+            except TelegramBadRequest as exc:
+                low = exc.message.lower()
+                if "parse entities" in low:
+                    log.warning("telegram refused entities; the streamed answer goes plain")
+                    parts = split_formatted("\n".join(p for p, _e in parts), [])
+                    await self._final_edit(parts[0][0], [])
+                elif "not modified" not in low:
+                    raise
+            delivered = 1
+            if len(parts) > 1:
+                await send_formatted(
+                    self._bot,
+                    self._chat_id,
+                    parts,
+                    clock=self._clock,
+                    skip_parts=1,
+                    on_part_sent=progress,
+                )
+        except TelegramRetryAfter as exc:
+            if outbox is None:
                 raise
-        if len(parts) > 1:
-            await send_formatted(self._bot, self._chat_id, parts, clock=self._clock, skip_parts=1)
+            await outbox.keep(
+                self._chat_id,
+                markdown,
+                reply_to=self._reply_to,
+                parts_sent=delivered,
+                wait_s=float(exc.retry_after),
+            )
+            log.info(
+                "streamed answer for chat %s kept in the outbox (%d part(s) shown): flood "
+                "wait %s s",
+                self._chat_id,
+                delivered,
+                exc.retry_after,
+            )
         return True
 
     async def _final_edit(self, text: str, entities: list[MessageEntity]) -> None:
@@ -638,13 +713,14 @@ class StreamSession:
             self._metrics.first_token.observe(first)
             self.control.first_token_at = None  # observed once
 
-    async def finish(self, markdown: str) -> bool:
+    async def finish(self, markdown: str, outbox: Outbox | None = None) -> bool:
         """Deliver the final answer through the display when it owns a message (edit
-        mode); ``False`` when the caller sends it as usual (drafts, or nothing shown).
+        mode; a flood wait hands the rest to ``outbox``); ``False`` when the caller
+        sends it as usual (drafts, or nothing shown).
 
         Raises:
             aiogram.exceptions.TelegramAPIError: as :meth:`EditDisplay.finish`.
         """
         if isinstance(self._display, EditDisplay):
-            return await self._display.finish(markdown)
+            return await self._display.finish(markdown, outbox)
         return False

@@ -204,6 +204,11 @@ def stopped_empty_text(by_admin: bool = False) -> str:
     return _("⏹ Stopped before the model wrote anything.")
 
 
+def shutdown_note() -> str:
+    """Appended to a streamed answer cut short because the bot is shutting down."""
+    return _("⏹ Interrupted: the bot is restarting; this is the answer so far.")
+
+
 def stream_cut_note() -> str:
     """Appended to a streamed answer whose connection to the model dropped after text
     was shown (no other model is asked: the text so far is the answer)."""
@@ -218,6 +223,16 @@ def stop_button_text() -> str:
 def stopping_text() -> str:
     """Shown briefly to whoever pressed Stop on their own answer."""
     return _("Stopping…")
+
+
+def stop_denied_text() -> str:
+    """Shown to someone who pressed Stop on another user's answer (nothing changes)."""
+    return _("Only the person who asked, or an admin, can stop this answer.")
+
+
+def stop_gone_text() -> str:
+    """Shown to whoever pressed Stop on an answer that is no longer being written."""
+    return _("This answer is no longer being written.")
 
 
 def nothing_to_stop_text() -> str:

@@ -54,6 +54,8 @@ AMOUNT_RULE = "The amount is USD with at most 6 decimals, from 0 to 1000000, e.g
 
 #: Telegram user ids are positive and fit a signed 64-bit integer (Bot API: "User.id").
 MAX_USER_ID = 2**63 - 1
+#: Seconds /kill hard waits for the streams it cut to settle before it reports exposure.
+CUT_SETTLE_WAIT_S = 5.0
 _TEAM_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 
@@ -392,12 +394,19 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
             )
             return
         cut = streams.stop_all("kill") if streams is not None else 0
+        unsettled = await streams.wait_stopped(CUT_SETTLE_WAIT_S) if streams is not None else 0
+        after = (await ledger.status()).exposure_musd
+        settled = (
+            "settled at the tokens received"
+            if not unsettled
+            else f"{unsettled} not settled after {CUT_SETTLE_WAIT_S:g} s"
+        )
         await reply(
             bot,
             message,
             f"⛔ Kill switch ON, hard ({reason}). New LLM work is refused; {cut} streamed "
-            f"answer(s) in flight cut now (settled at the tokens received). Exposure when "
-            f"killed: {usd(exposure)}",
+            f"answer(s) in flight cut ({settled}). Exposure when killed: {usd(exposure)}; "
+            f"now: {usd(after)}",
             clock,
         )
 

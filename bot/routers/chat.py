@@ -170,20 +170,29 @@ def create_chat_router(*, stale_after_s: int) -> Router:
                 )
             )
         except asyncio.CancelledError:  # the intake middleware records it as failed
-            if session is not None:
-                await session.close()
-            await template(templates.shutting_down_text())
+            # what the user already saw stays theirs, marked; else: send it again later
+            if session is None or not (session.control.shown and has_visible(session.control.text)):
+                if session is not None:
+                    await session.close()
+                await template(templates.shutting_down_text())
+                raise
+            await session.close()
+            partial = session.control.text + "\n\n" + templates.shutdown_note()
+            with contextlib.suppress(TelegramAPIError):
+                if not await session.finish(partial, outbox):
+                    await outbox.deliver(chat_id, partial, reply_to=reply_to)
             raise
         if session is not None:
             await session.close()
         if isinstance(result, ChatAnswer) and result.completion.stopped:
             await _book_stop(result.completion, stop_book, stream_metrics)
             if not has_visible(result.completion.text):
-                by_admin = result.completion.stopped == "kill"
-                if session is None or not await session.finish(
-                    templates.stopped_empty_text(by_admin)
-                ):
-                    await template(templates.stopped_empty_text(by_admin), reply=reply_to)
+                if result.completion.stopped == "shutdown":
+                    empty = templates.shutting_down_text()
+                else:
+                    empty = templates.stopped_empty_text(result.completion.stopped == "kill")
+                if session is None or not await session.finish(empty, outbox):
+                    await template(empty, reply=reply_to)
                 return settled(Outcome.ANSWERED)
         if isinstance(result, ChatAnswer):
             if not has_visible(result.completion.text):
@@ -193,7 +202,7 @@ def create_chat_router(*, stale_after_s: int) -> Router:
                 return settled(Outcome.FAILED)
             try:
                 answer = _with_notes(result.completion)
-                if session is None or not await session.finish(answer):
+                if session is None or not await session.finish(answer, outbox):
                     # Paid for: under a flood wait it is kept and sent when the wait ends.
                     await outbox.deliver(chat_id, answer, reply_to=reply_to)
             except UNDELIVERABLE as exc:
@@ -265,11 +274,14 @@ async def _book_stop(
 
 
 def _with_notes(completion: Completion) -> str:
-    """The answer text plus a short note when it was stopped, cut off by a dropped
+    """The answer text plus a short note when it was stopped (by its user, an admin or
+    the bot shutting down), cut off by a dropped
     stream, cut (longer than its output limit allows) or stopped at a max_tokens the
     degradation ladder shrank."""
     text = completion.text
-    if completion.stopped:
+    if completion.stopped == "shutdown":
+        text += "\n\n" + templates.shutdown_note()
+    elif completion.stopped:
         text += "\n\n" + templates.stopped_note(by_admin=completion.stopped == "kill")
     elif completion.stream_cut:
         text += "\n\n" + templates.stream_cut_note()

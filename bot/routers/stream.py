@@ -3,7 +3,8 @@ inline Stop button of an edited message, and ``/stop``.
 
 Only the message's own sender or an admin may stop an answer. A draft is shown only
 to its private chat's user, so its Stop is the sender's; a button pressed by anyone
-else does nothing (its spinner is cleared, nothing is said or changed).
+else changes nothing: the presser alone is told (a callback answer) who can stop it.
+A press on an answer no longer being written says so.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from aiogram import Bot, F, Router
 from aiogram.exceptions import TelegramAPIError
 from aiogram.filters import Command
 from aiogram.types import CallbackQuery, Message, MessageGenerationStopped
+from aiogram.utils.i18n import I18n
 
 from bot import templates
 from bot.delivery import send_text
+from bot.i18n import in_locale, pick_language
 from bot.senders import payer_id
 from bot.streaming import STOP_PREFIX, StopResult, StreamRegistry
 from budget.clock import Clock
@@ -37,11 +40,22 @@ def create_stream_router(admin_ids: frozenset[int]) -> Router:
         log.info("draft %s in chat %s: stop %s", event.draft_id, event.chat.id, result.value)
 
     @router.callback_query(F.data.startswith(STOP_PREFIX))
-    async def on_stop_button(query: CallbackQuery, streams: StreamRegistry) -> None:
+    async def on_stop_button(query: CallbackQuery, streams: StreamRegistry, i18n: I18n) -> None:
         token = (query.data or "").removeprefix(STOP_PREFIX)
         user_id = query.from_user.id
         result = streams.stop_token(token, user_id, is_admin=user_id in admin_ids)
-        text = templates.stopping_text() if result is StopResult.STOPPED else None
+        # a press carries no stored profile: the presser's Telegram language it is
+        with in_locale(i18n, pick_language(None, query.from_user.language_code)):
+            text = {
+                StopResult.STOPPED: templates.stopping_text,
+                StopResult.DENIED: templates.stop_denied_text,
+                StopResult.GONE: templates.stop_gone_text,
+            }[result]()
+        log.info(
+            "stop button in chat %s: %s",
+            query.message.chat.id if query.message else "?",
+            result.value,
+        )
         with contextlib.suppress(TelegramAPIError):  # the spinner clears by itself anyway
             await query.answer(text)
 

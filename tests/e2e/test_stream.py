@@ -18,6 +18,7 @@ from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 
 BOT = "kopek_test_bot"
+DENIED = "Only the person who asked, or an admin, can stop this answer."
 LONG = " ".join(f"word{i}" for i in range(120))  # 120 words, ~160 four-character chunks
 STREAMING = {
     "STREAM_MODE_PRIVATE": "draft",
@@ -133,7 +134,8 @@ async def test_topic_edits_keep_thread_and_others_cannot_stop(
 ) -> None:
     """In a forum topic: one message sent into the topic with a Stop button, edited at
     most once per STREAM_EDIT_INTERVAL_MS (the edits stay in the topic); a Stop press by
-    another user does nothing; the final edit has the whole text and no button."""
+    another user is refused with a callback answer and the stream goes on; the final
+    edit has the whole text and no button; a press after the end says it is over."""
     bot = app_factory(env=env_for(tmp_path, fake_telegram, fake_providers, ("groq",)))
     await bot.start()
     forum = -1007000
@@ -148,6 +150,8 @@ async def test_topic_edits_keep_thread_and_others_cannot_stop(
     assert first.message_thread_id == 7
     data = first.reply_markup["inline_keyboard"][0][0]["callback_data"]
     fake_telegram.inject_callback_query(31, data, message_id=first.message_id, chat_id=forum)
+    refused = await fake_telegram.wait_request("answerCallbackQuery", timeout=10)
+    assert refused.params.get("text") == DENIED  # told, and only them (a callback answer)
 
     def done() -> bool:
         events = fake_telegram.sent_events(forum, since=mark)
@@ -162,6 +166,13 @@ async def test_topic_edits_keep_thread_and_others_cannot_stop(
     gaps = [b.monotonic - a.monotonic for a, b in itertools.pairwise(streaming_edits)]
     assert all(gap >= 1.0 - 0.02 for gap in gaps)
     assert fake_providers.streams[0].finished  # not stopped by the other user
+    # the asker's press after the end changes nothing and says why
+    fake_telegram.inject_callback_query(30, data, message_id=first.message_id, chat_id=forum)
+    late = await fake_telegram.wait_request(
+        "answerCallbackQuery", lambda r: r.seq > refused.seq, timeout=10
+    )
+    assert late.params.get("text") == "This answer is no longer being written."
+    assert fake_telegram.sent_events(forum, since=mark)[-1].text == LONG
     assert await bot.stop() == 0
 
 
@@ -205,7 +216,8 @@ async def test_kill_hard_cuts_every_stream(
     tmp_path: Path,
 ) -> None:
     """/kill hard with 3 streams in flight: all 3 connections closed within 1 s, each
-    hold settled at the tokens received, nothing left held."""
+    hold settled at the tokens received, nothing left held; the admin's reply is written
+    after the cuts settled and says so (exposure now $0, not the three ceilings)."""
     bot = app_factory(env=env_for(tmp_path, fake_telegram, fake_providers, ("deepseek",)))
     await bot.start()
     fake_providers.default("deepseek", {"text": LONG, "interval_s": 0.1, "no_usage": True})
@@ -232,7 +244,10 @@ async def test_kill_hard_cuts_every_stream(
     assert all(r["state"] == "settled" and r["estimated"] == 1 for r in rows)
     assert all(0 < r["actual_musd"] < r["ceiling_musd"] for r in rows)
     [report] = await fake_telegram.wait_sent(1, since=mark, timeout=20)
-    assert "3 streamed answer(s) in flight cut" in report.text
+    # the reply comes once the cuts settled, and says what is still held then
+    assert "3 streamed answer(s) in flight cut (settled at the tokens received)" in report.text
+    assert report.text.endswith("now: $0.000000")
+    assert "Exposure when killed: $0.000000" not in report.text  # three holds were out
     assert await bot.stop() == 0
 
 
