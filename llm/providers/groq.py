@@ -34,7 +34,7 @@ from llm.providers.base import (
 )
 from llm.ratelimits import parse_rate_limits
 from llm.stream import ChunkStream
-from llm.types import Completion, Message
+from llm.types import Completion, Message, RateLimitInfo
 
 __all__ = ["GroqProvider"]
 
@@ -91,26 +91,7 @@ class GroqProvider(ProviderBase):
     ) -> Completion:
         """See :meth:`llm.providers.base.Provider.complete`."""
         use_model = model or self.model
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                raw = await self._client.chat.completions.with_raw_response.create(
-                    model=use_model,
-                    messages=cast(Any, messages_payload(messages)),
-                    max_tokens=max_tokens,
-                    stream=False,
-                )
-                parsed: object = await raw.parse()
-                content = raw.http_response.content
-        except groq.APIStatusError as exc:
-            limits = parse_rate_limits(exc.response.headers, now=self._clock.now())
-            raise error_for_status(self.name, exc.status_code, exc.response.text, limits) from None
-        except (groq.APIConnectionError, httpx.HTTPError, TimeoutError) as exc:
-            raise transport_error(self.name, exc) from None
-        except (groq.APIResponseValidationError, ValueError) as exc:
-            raise ProviderUnavailable(
-                self.name, f"unreadable 200 ({type(exc).__name__})", interrupted=True, status=200
-            ) from None
-        limits = parse_rate_limits(raw.headers, now=self._clock.now())
+        parsed, content, limits = await self._create(messages, max_tokens, use_model, stream=False)
         if isinstance(parsed, str):
             raise ProviderUnavailable(
                 self.name, "200 with a non-JSON body", interrupted=True, status=200
@@ -123,21 +104,10 @@ class GroqProvider(ProviderBase):
     ) -> ChunkStream:
         """See :meth:`llm.stream.StreamingProvider.stream`."""
         use_model = model or self.model
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                raw = await self._client.chat.completions.with_raw_response.create(
-                    model=use_model,
-                    messages=cast(Any, messages_payload(messages)),
-                    max_tokens=max_tokens,
-                    stream=True,
-                )
-                sdk_stream: Any = await raw.parse()
-        except groq.APIStatusError as exc:
-            limits = parse_rate_limits(exc.response.headers, now=self._clock.now())
-            raise error_for_status(self.name, exc.status_code, exc.response.text, limits) from None
-        except (groq.APIConnectionError, httpx.HTTPError, TimeoutError) as exc:
-            raise transport_error(self.name, exc) from None
-        limits = parse_rate_limits(raw.headers, now=self._clock.now())
+        sdk_stream: Any
+        sdk_stream, _content, limits = await self._create(
+            messages, max_tokens, use_model, stream=True
+        )
         return ChunkStream(
             self.name,
             use_model,
@@ -146,6 +116,42 @@ class GroqProvider(ProviderBase):
             lambda exc: _stream_error(self.name, exc),
             limits,
         )
+
+    async def _create(
+        self, messages: Sequence[Message], max_tokens: int, model: str, *, stream: bool
+    ) -> tuple[object, bytes, RateLimitInfo]:
+        """One ``chat.completions.create`` through the raw-response API, within the
+        call's deadline, with the SDK's errors translated.
+
+        Returns:
+            (what the SDK parsed — a ``ChatCompletion``, a bare ``str`` for a non-JSON
+            200, or the SDK's ``AsyncStream`` when ``stream``; the body's bytes, ``b""``
+            for a stream, which is read later; the 200's rate-limit headers).
+
+        Raises:
+            ProviderError: the status translated (429, 5xx, 401...), a transport
+                failure or the deadline, or an unreadable 200 (interrupted).
+        """
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                raw = await self._client.chat.completions.with_raw_response.create(
+                    model=model,
+                    messages=cast(Any, messages_payload(messages)),
+                    max_tokens=max_tokens,
+                    stream=stream,
+                )
+                parsed: object = await raw.parse()
+                content = b"" if stream else raw.http_response.content
+        except groq.APIStatusError as exc:
+            limits = parse_rate_limits(exc.response.headers, now=self._clock.now())
+            raise error_for_status(self.name, exc.status_code, exc.response.text, limits) from None
+        except (groq.APIConnectionError, httpx.HTTPError, TimeoutError) as exc:
+            raise transport_error(self.name, exc) from None
+        except (groq.APIResponseValidationError, ValueError) as exc:
+            raise ProviderUnavailable(
+                self.name, f"unreadable 200 ({type(exc).__name__})", interrupted=True, status=200
+            ) from None
+        return parsed, content, parse_rate_limits(raw.headers, now=self._clock.now())
 
     async def aclose(self) -> None:
         """Close the SDK's connection pool."""
