@@ -10,6 +10,8 @@ import os
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from budget.tokens import TokenCounter
 from llm.types import Message
 from tests.e2e.harness import wait_provider_requests
@@ -62,7 +64,9 @@ async def _start(app_factory: AppFactory, env: dict[str, str]) -> InProcessBot:
     return bot
 
 
+@pytest.mark.parametrize("streaming", [False, True], ids=["one_piece", "streamed"])
 async def test_sixty_users_on_deepseek_never_overshoot_the_global_limit(
+    streaming: bool,
     app_factory: AppFactory,
     bot_env: dict[str, str],
     fake_telegram: FakeTelegram,
@@ -70,8 +74,12 @@ async def test_sixty_users_on_deepseek_never_overshoot_the_global_limit(
 ) -> None:
     """DeepSeek only, global day 5,000 µUSD, 60 users at once, answers after 2 s; the
     provider reports prompt_tokens 120 (Kopek counts ~58) and bills all of max_tokens.
-    Was 5,204 µUSD settled; now ≤ 5,000 (every hold's provable bound was admitted)."""
+    Was 5,204 µUSD settled; now ≤ 5,000 (every hold's provable bound was admitted).
+    The same with streaming at its defaults (drafts): the streamed path holds and
+    settles under the same limit."""
     env = _deepseek_only(bot_env, fake_providers, BUDGET_GLOBAL_DAILY_USD="0.005")
+    if streaming:
+        del env["STREAM_MODE_PRIVATE"], env["STREAM_MODE_GROUP"]  # the defaults
     # 4,100 characters of short words: the fake bills min(max_tokens, 1,025) output
     # tokens, i.e. every call uses its whole max_tokens (and counting them stays cheap)
     step = {"prompt_tokens": 120, "delay_s": 2.0, "text": "word " * 820}
@@ -85,6 +93,8 @@ async def test_sixty_users_on_deepseek_never_overshoot_the_global_limit(
     assert await bot.stop() == 0
     settled = _global_day_settled(_db(env))
     assert len(fake_providers.requests) >= 5
+    assert all(bool(r.body.get("stream")) is streaming for r in fake_providers.requests)
+    assert bool(fake_telegram.drafts()) is streaming
     assert 0 < settled <= 5_000
     assert all(state != "held" for state, _, _ in _holds(_db(env)))
 
@@ -241,3 +251,60 @@ async def test_oversized_answer_is_cut_and_stored_cut(
         ).fetchall()
     assert content == huge[:8192]
     assert tokens == TokenCounter().messages([Message("assistant", content)])
+
+
+#: $10 in / $1 cached / $20 out per 1M tokens: 10, 1 and 20 µUSD a token.
+_CARD = '{"deepseek:deepseek-chat": {"input": "10", "cached_input": "1", "output": "20"}}'
+
+
+@pytest.mark.parametrize("chat", ["private", "group"])
+async def test_streamed_answer_settles_exactly_the_reported_usage(
+    chat: str,
+    app_factory: AppFactory,
+    bot_env: dict[str, str],
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+) -> None:
+    """Streaming at its defaults (drafts in a private chat, a message edited in place in
+    a group): DeepSeek streams the answer and reports 57 prompt (8 of them cached) and
+    33 completion tokens on its finish chunk. The hold settles exactly that usage at the
+    card's prices — 49×10 + 8×1 + 33×20 = 1,158 µUSD, not estimated, not stopped — and
+    the global day's spend is that amount; the user has the whole answer once."""
+    env = _deepseek_only(bot_env, fake_providers, PRICE_OVERRIDES=_CARD)
+    del env["STREAM_MODE_PRIVATE"], env["STREAM_MODE_GROUP"]  # the defaults: draft, edit
+    answer = "Streamed, and billed as the provider reported. " * 4
+    usage = {"prompt_tokens": 57, "cached_tokens": 8, "completion_tokens": 33}
+    fake_providers.script(DEEPSEEK_KEY, {"text": answer, "interval_s": 0.01, **usage})
+    bot = await _start(app_factory, env)
+    mark = fake_telegram.mark()
+    if chat == "private":
+        where = 48
+        fake_telegram.inject_message(where, "Tell me something")
+    else:
+        where = -1004800
+        text = "@kopek_test_bot tell me something"
+        fake_telegram.inject_message(
+            48, text, chat_id=where, chat_type="supergroup",
+            entities=[{"type": "mention", "offset": 0, "length": 15}],
+        )  # fmt: skip
+
+    def whole() -> bool:
+        events = fake_telegram.sent_events(where, since=mark)
+        return bool(events) and events[-1].text == answer.strip()
+
+    await fake_telegram.wait_until(whole, 20)
+    assert fake_providers.requests[0].body["stream"] is True
+    if chat == "private":
+        assert fake_telegram.drafts(where), "the answer streamed as drafts"
+        assert len(fake_telegram.sent_events(where, since=mark)) == 1
+    else:
+        [sent, *edits] = fake_telegram.sent_events(where, since=mark)
+        assert sent.reply_markup and edits and all(e.is_edit for e in edits)
+    assert await bot.stop() == 0
+    with contextlib.closing(sqlite3.connect(_db(env))) as conn:
+        [row] = conn.execute(
+            "SELECT state, usage_input, usage_cached_input, usage_output, actual_musd, estimated,"
+            " stopped FROM budget_holds"
+        ).fetchall()
+    assert row == ("settled", 57, 8, 33, 49 * 10 + 8 * 1 + 33 * 20, 0, 0)
+    assert _global_day_settled(_db(env)) == 1158
