@@ -290,4 +290,5 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         registry=registry,
         notifier=notifier,
         outbox=outbox,
+        streams=streams,
     )

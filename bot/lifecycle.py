@@ -33,6 +33,7 @@ from bot.metrics import MetricsServer
 from bot.outbox import Outbox
 from bot.settings import Settings
 from bot.store import Intake
+from bot.streaming import StreamRegistry
 from bot.topics import in_topic
 from budget.clock import Clock
 from budget.ledger import Ledger
@@ -77,6 +78,7 @@ class App:
     registry: CollectorRegistry
     notifier: AdminNotifier
     outbox: Outbox
+    streams: StreamRegistry
     _metrics: MetricsServer | None = None
 
     async def on_startup(self) -> None:
@@ -130,9 +132,14 @@ class App:
         await self.bot.session.close()
 
     async def on_shutdown(self) -> None:
-        """Drain chat work within the grace period, stop jobs, close storage."""
+        """Drain chat work within the grace period (streams still running then are
+        stopped: settled on what they received, their text so far sent, marked), stop
+        jobs, close storage."""
         log.info("stopping: in-flight chat operations=%d", self.chat.in_flight)
-        await self.chat.drain(self.settings.shutdown_grace_seconds)
+        await self.chat.drain(
+            self.settings.shutdown_grace_seconds,
+            stop_streams=lambda: self.streams.stop_all("shutdown"),
+        )
         await self.outbox.stop()
         await self.runner.stop()
         if self._metrics is not None:

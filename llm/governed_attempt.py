@@ -48,7 +48,7 @@ from llm.pacing import Pacer
 from llm.providers.base import Provider
 from llm.slots import PrioritySlots
 from llm.stream import StreamControl, StreamingProvider
-from llm.streamed_attempt import streamed_call
+from llm.streamed_attempt import StreamProgress, cancelled_usage, streamed_call
 from llm.types import Completion, LLMRequest
 
 __all__ = ["GovernedAttempt", "SkipProvider"]
@@ -181,11 +181,18 @@ class GovernedAttempt:
             if not provider.paid:
                 self._pacer.consume(provider.name, plan.input_tokens + plan.max_tokens)
             self._telemetry.record_call(provider.name, is_anchor)
+            progress: StreamProgress | None = None
             try:
                 async with asyncio.timeout(self._config.timeout_s + self._config.timeout_grace_s):
                     if stream is not None and isinstance(provider, StreamingProvider):
+                        progress = StreamProgress()
                         completion = await streamed_call(
-                            provider, plan, stream, config=self._config, count=self._count
+                            provider,
+                            plan,
+                            stream,
+                            config=self._config,
+                            count=self._count,
+                            progress=progress,
                         )
                     else:
                         completion = await provider.complete(
@@ -210,9 +217,13 @@ class GovernedAttempt:
                 ) from None
             except BaseException:
                 # cancellation (shutdown, user gone) or a client bug: the call may have
-                # been billed, so the interrupted-call rule applies
+                # been billed, so the interrupted-call rule applies — a stream's by what
+                # it received (as a stop), a one-piece call's at the ceiling
                 self._breaker.cancel(provider.name)
-                await self._settle_interrupted(hold, plan, None)
+                received = None
+                if progress is not None and stream is not None:
+                    received = await cancelled_usage(plan, stream, progress, self._count)
+                await self._settle_interrupted(hold, plan, received)
                 raise
             if completion.stopped or completion.stream_cut:
                 usage, anomaly = completion.usage, ""  # settled on what was received
@@ -313,8 +324,8 @@ class GovernedAttempt:
     async def _settle_interrupted(
         self, hold: HoldTicket, plan: AttemptPlan, reported: Usage | None
     ) -> None:
-        """The ledger's rule for interrupted calls: the provider's reported usage if
-        any, else (no output counted for a non-streaming call) the ceiling."""
+        """The ledger's rule for interrupted calls: the provider's reported usage (or,
+        for a stream, what it received) if any, else the ceiling (estimated)."""
         usage = reported or Usage(input_tokens=plan.input_tokens, output_tokens=plan.max_tokens)
         try:
             await self._ledger.settle(hold.hold_id, usage, estimated=True)

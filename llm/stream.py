@@ -214,10 +214,20 @@ class StreamControl:
         shown: set by the bot once some text was visible to the user; a cut after
             that finishes the answer with a note instead of asking another provider.
         text: the text received so far (of the current attempt).
+        chunks: chunks received so far (of the current attempt, with or without text).
         first_token_at: loop time of the first chunk of the attempt that answered.
     """
 
-    __slots__ = ("_loop_time", "first_token_at", "on_text", "reason", "shown", "stopped", "text")
+    __slots__ = (
+        "_loop_time",
+        "chunks",
+        "first_token_at",
+        "on_text",
+        "reason",
+        "shown",
+        "stopped",
+        "text",
+    )
 
     def __init__(
         self,
@@ -230,6 +240,7 @@ class StreamControl:
         self.reason: str | None = None
         self.shown = False
         self.text = ""
+        self.chunks = 0
         self.first_token_at: float | None = None
         self._loop_time = loop_time
 
@@ -309,6 +320,7 @@ async def _read(
         if counter[0] == 0:
             control.first_token_at = control.now()
         counter[0] += 1
+        control.chunks = counter[0]
         if delta:
             parts.append(delta)
             control.text = "".join(parts)
@@ -344,6 +356,7 @@ async def pump(
         asyncio.CancelledError: when the caller is cancelled (the stream is closed first).
     """
     control.text = ""
+    control.chunks = 0
     parts: list[str] = []
     counter = [0]
     error: ProviderUnavailable | None = None

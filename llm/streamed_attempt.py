@@ -11,17 +11,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from budget.tokens import count_off_loop
 from budget.types import Usage
 from llm.attempt_plan import AttemptPlan
 from llm.cascade_types import CascadeConfig, TokenCounter
 from llm.errors import ProviderError, ProviderUnavailable
-from llm.stream import StreamControl, StreamingProvider, StreamResult, pump
+from llm.stream import ChunkStream, StreamControl, StreamingProvider, StreamResult, pump
 from llm.types import Completion, Message
 
-__all__ = ["provider_model", "streamed_call"]
+__all__ = ["StreamProgress", "cancelled_usage", "provider_model", "streamed_call"]
 
 log = logging.getLogger("kopek.llm.cascade")  # one logger for every part of the cascade
 
@@ -32,6 +32,33 @@ def provider_model(provider: object) -> str | None:
     return model if isinstance(model, str) else None
 
 
+@dataclass(slots=True)
+class StreamProgress:
+    """How far a streamed call got, for settling it if it is cancelled (shutdown past
+    its stop wait, a handler torn down): ``opened`` is the stream once its 200 came."""
+
+    opened: ChunkStream | None = None
+
+
+async def cancelled_usage(
+    plan: AttemptPlan, control: StreamControl, progress: StreamProgress, count: TokenCounter
+) -> Usage:
+    """What a cancelled streamed call is settled at (estimated), by the rule of a stop
+    or a cut: the provider's report if one came, else the input held plus the output
+    received (counted × the safety factor, at least one token per chunk, never above
+    ``max_tokens``); before its 200, the input alone (the provider may have read the
+    prompt)."""
+    opened = progress.opened
+    if opened is None:
+        return Usage(input_tokens=plan.input_tokens)
+    if opened.usage is not None:
+        return opened.usage
+    text = control.text
+    counted = await count_off_loop(count, [Message("assistant", text)]) if text else 0
+    output = min(plan.max_tokens, max(counted, control.chunks))
+    return Usage(input_tokens=plan.input_tokens, output_tokens=output)
+
+
 async def streamed_call(
     provider: StreamingProvider,
     plan: AttemptPlan,
@@ -39,6 +66,7 @@ async def streamed_call(
     *,
     config: CascadeConfig,
     count: TokenCounter,
+    progress: StreamProgress | None = None,
 ) -> Completion:
     """One streamed call, read to its end, a stop or a cut.
 
@@ -48,6 +76,7 @@ async def streamed_call(
         control: the caller's stop switch and text sink.
         config: ``timeout_s`` (total), ``first_token_timeout_s``, ``idle_timeout_s``.
         count: the token counter for output received without a usage report.
+        progress: filled as the call goes (see :func:`cancelled_usage`).
 
     Returns the completion (a stopped one, or one cut after text was shown, with
     ``usage`` = what to settle: the provider's report if it came, else the input
@@ -76,6 +105,8 @@ async def streamed_call(
         usage = Usage(input_tokens=plan.input_tokens)  # it may have read the prompt
         return replace(_stopped_unsent(provider, plan, control), usage=usage, estimated=True)
     opened = opening.result()
+    if progress is not None:
+        progress.opened = opened
     loop = asyncio.get_running_loop()
     deadline = loop.time() + config.timeout_s
     result = await pump(

@@ -233,3 +233,47 @@ async def test_all_cut_before_text_is_all_failed(cascades: Any, fake: FakeProvid
         await complete(cascade, ledger, StreamControl())
     hold = ledger.holds_for("groq")[0]
     assert hold.state == "settled" and hold.estimated
+
+
+async def test_a_cancelled_stream_settles_what_it_received(
+    cascades: Any, fake: FakeProviders
+) -> None:
+    """The caller cancelled mid-stream (the bot torn down without a stop): the hold is
+    settled estimated at the input held + the output received as counted — as a stop
+    would be — not at the ceiling; the connection is closed."""
+    cascade, ledger = cascades(("deepseek",))
+    fake.script("sk-deepseek", {"text": LONG_TEXT, "interval_s": 0.03, "no_usage": True})
+    control = StreamControl()
+    task = asyncio.ensure_future(complete(cascade, ledger, control))
+    while control.chunks < 6:
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    text = control.text
+    assert len(text) >= 16
+    hold = ledger.holds_for("deepseek")[0]
+    assert hold.state == "settled" and hold.estimated and hold.usage is not None
+    assert hold.usage.output_tokens == count_tokens([Message("assistant", text)])
+    assert hold.usage.input_tokens == hold.input_tokens
+    assert hold.actual_musd < hold.ticket.ceiling_musd // 4
+    await asyncio.sleep(0.05)
+    assert fake.streams[-1].closed_at is not None and not fake.streams[-1].finished
+
+
+async def test_a_cancelled_stream_before_its_200_settles_the_input(
+    cascades: Any, fake: FakeProviders
+) -> None:
+    """Cancelled while the request waits for its 200: the provider may have read the
+    prompt, so the input held is booked (estimated), no output."""
+    cascade, ledger = cascades(("deepseek",))
+    fake.script("sk-deepseek", {"text": LONG_TEXT, "delay_s": 5})
+    task = asyncio.ensure_future(complete(cascade, ledger, StreamControl()))
+    while not fake.requests:
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    hold = ledger.holds_for("deepseek")[0]
+    assert hold.state == "settled" and hold.estimated and hold.usage is not None
+    assert (hold.usage.input_tokens, hold.usage.output_tokens) == (hold.input_tokens, 0)
