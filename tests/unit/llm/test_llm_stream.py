@@ -18,6 +18,7 @@ from llm.errors import AllProvidersFailed, ProviderRateLimited
 from llm.factory import build_cascade
 from llm.stream import StreamControl, StreamingProvider, pump
 from llm.types import LLMRequest, Message
+from tests.e2e.harness import wait_provider_requests
 from tests.fakes.ledger import FakeLedger, FakePrices
 from tests.fakes.providers import FakeProviders
 from tests.unit.llm.llm_helpers import FIXTURES, KEYS, count_tokens, spec
@@ -243,10 +244,10 @@ async def test_a_cancelled_stream_settles_what_it_received(
     would be — not at the ceiling; the connection is closed."""
     cascade, ledger = cascades(("deepseek",))
     fake.script("sk-deepseek", {"text": LONG_TEXT, "interval_s": 0.03, "no_usage": True})
-    control = StreamControl()
+    sixth = asyncio.Event()
+    control = StreamControl(lambda _text: sixth.set() if control.chunks >= 6 else None)
     task = asyncio.ensure_future(complete(cascade, ledger, control))
-    while control.chunks < 6:
-        await asyncio.sleep(0.01)
+    await sixth.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -269,8 +270,7 @@ async def test_a_cancelled_stream_before_its_200_settles_the_input(
     cascade, ledger = cascades(("deepseek",))
     fake.script("sk-deepseek", {"text": LONG_TEXT, "delay_s": 5})
     task = asyncio.ensure_future(complete(cascade, ledger, StreamControl()))
-    while not fake.requests:
-        await asyncio.sleep(0.01)
+    await wait_provider_requests(fake, 1)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
