@@ -1,6 +1,7 @@
 """``python -m bot``: read settings, set up logging, run the bot until SIGTERM/SIGINT.
 
 Exit codes: 0 after a clean stop; 2 for a configuration error (one line on stderr).
+``python -m bot export-config FILE`` / ``import-config FILE``: see :mod:`bot.configio`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,15 @@ def _config_error(exc: ValidationError) -> str:
 
 
 def main() -> int:
-    """Entry point; returns the process exit code."""
+    """Entry point; returns the process exit code.
+
+    ``python -m bot export-config FILE`` / ``import-config FILE`` carry the configuration
+    tables between databases (:mod:`bot.configio`); without arguments the bot runs.
+    """
+    if sys.argv[1:2] and sys.argv[1] in ("export-config", "import-config"):
+        from bot.configio import main as config_main
+
+        return config_main(sys.argv[1], sys.argv[2:])
     from bot.settings import Settings
 
     try:

@@ -8,7 +8,6 @@ import asyncio
 import logging
 import signal
 import sys
-from pathlib import Path
 
 from aiogram.exceptions import (
     ClientDecodeError,
@@ -19,8 +18,9 @@ from aiogram.exceptions import (
 from sqlalchemy.exc import SQLAlchemyError
 
 from bot.app import create_app
+from bot.database import start_failure
 from bot.logs import redact
-from bot.migrate import migrate
+from bot.migrate import SchemaMismatch, migrate
 from bot.preflight import check_database, check_settings
 from bot.settings import Settings
 from budget import instance_lock
@@ -60,24 +60,26 @@ async def _migrate_shielded(database_url: str) -> bool:
 async def run(settings: Settings) -> int:
     """Migrate, build, poll until SIGTERM/SIGINT; returns the exit code.
 
-    The database's instance lock (:mod:`budget.instance_lock`) is taken first, before
-    migrations and before the ledger sweeps holds: a second process on the same file
-    exits 2 naming the file and the holder's PID, and touches nothing.
+    On SQLite the database's instance lock (:mod:`budget.instance_lock`) is taken first,
+    before migrations and before the ledger sweeps holds: a second process on the same
+    file exits 2 naming the file and the holder's PID, and touches nothing. On
+    PostgreSQL several processes share the database: the migrations run under an
+    advisory lock (:mod:`bot.migrate`) and no instance lock is taken.
 
     Exit codes: 0 after a clean stop; 2 for configuration the bot cannot run with
-    (database URL, database in use by another process, token refused by Telegram,
-    prices); 1 when Telegram cannot be reached at start, answers with something that
+    (database URL, database in use by another process, a schema ahead of this code, a
+    refused database login, token refused by Telegram, prices); 1 when Telegram or the
+    PostgreSQL server cannot be reached at start, Telegram answers with something that
     is not a Telegram response, or anything unexpected ends the bot. Each failure is
-    one line on stderr, secrets redacted.
+    one line on stderr, secrets redacted (:mod:`bot.database`).
     """
-    path = sqlite_path(settings.database_url)
-    if path is None:
-        _fail("DATABASE_URL must name a SQLite file (sqlite+aiosqlite:///path/kopek.db)", settings)
-        return 2
     problem = check_settings(settings, SystemClock())
     if problem is not None:
         _fail(problem, settings)
         return 2
+    path = sqlite_path(settings.database_url)
+    if path is None:  # PostgreSQL (settings accept nothing else): no instance lock
+        return await _run_locked(settings)
     problem = await asyncio.to_thread(check_database, path)
     if problem is not None:
         _fail(f"configuration error in DATABASE_URL: cannot write {path}: {problem}", settings)
@@ -91,18 +93,19 @@ async def run(settings: Settings) -> int:
         _fail(f"cannot lock the database {path}: {type(exc).__name__}: {exc}", settings)
         return 2
     try:
-        return await _run_locked(settings, path)
+        return await _run_locked(settings)
     finally:
         lock.release()
 
 
-async def _run_locked(settings: Settings, path: Path) -> int:
+async def _run_locked(settings: Settings) -> int:
     try:
         if await _migrate_shielded(settings.database_url):
             return 0
-    except (OSError, SQLAlchemyError) as exc:
-        _fail(f"cannot prepare the database {path}: {type(exc).__name__}: {exc}", settings)
-        return 2
+    except (SchemaMismatch, OSError, SQLAlchemyError) as exc:
+        code, line = start_failure(exc, settings.database_url)
+        _fail(line, settings)
+        return code
     try:
         app = create_app(settings)
     except (BudgetConfigError, ValueError) as exc:

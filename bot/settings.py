@@ -25,7 +25,14 @@ from bot.senders import SERVICE_USER_IDS
 from budget.money import usd_to_musd  # re-exported: the settings speak USD, the ledger µUSD
 from llm.names import CASCADE_ORDER, family
 
-__all__ = ["DatabaseSettings", "ProviderSettings", "Settings", "usd_to_musd"]
+__all__ = [
+    "DatabaseSettings",
+    "ProviderSettings",
+    "Settings",
+    "check_database_url",
+    "database_url_passwords",
+    "usd_to_musd",
+]
 
 Tier = Literal["free", "paid"]
 StreamModePrivate = Literal["draft", "edit", "off"]
@@ -219,16 +226,8 @@ class Settings(BaseSettings):
 
     @field_validator("database_url")
     @classmethod
-    def _sqlite_url(cls, value: str) -> str:
-        try:
-            url = make_url(value)
-        except ArgumentError:
-            raise ValueError(
-                "not a database URL (e.g. sqlite+aiosqlite:///data/kopek.db)"
-            ) from None
-        if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
-            raise ValueError("must name a SQLite file, e.g. sqlite+aiosqlite:///data/kopek.db")
-        return value
+    def _database_url(cls, value: str) -> str:
+        return check_database_url(value)
 
     @field_validator(
         "budget_tz",
@@ -317,9 +316,11 @@ class Settings(BaseSettings):
     def secret_values(self) -> list[str]:
         """Every secret the settings hold, for redaction: the bot token, the provider
         keys and the password of any ``user:password@`` in a configured URL (a proxy's
-        credentials in ``TELEGRAM_API_BASE``)."""
+        credentials in ``TELEGRAM_API_BASE``; the PostgreSQL password in ``DATABASE_URL``,
+        as written and percent-decoded)."""
         out = [self.bot_token.get_secret_value()]
         out += [k.get_secret_value() for k in self.provider_keys().values()]
+        out += database_url_passwords(self.database_url)
         for field in (
             "telegram_api_base",
             "telegram_web_base",
@@ -352,6 +353,55 @@ class Settings(BaseSettings):
         )
 
 
+def check_database_url(value: str) -> str:
+    """``value`` when it is a SQLite file URL or a ``postgresql+asyncpg://`` URL with a
+    host and a database.
+
+    Raises:
+        ValueError: anything else (the message never holds the URL: it may hold a
+            password).
+    """
+    try:
+        url = make_url(value)
+    except ArgumentError:
+        raise ValueError(
+            "not a database URL (e.g. sqlite+aiosqlite:///data/kopek.db or "
+            "postgresql+asyncpg://user:password@host:5432/kopek)"
+        ) from None
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        if url.database in (None, "", ":memory:"):
+            raise ValueError("must name a SQLite file, e.g. sqlite+aiosqlite:///data/kopek.db")
+        return value
+    if backend == "postgresql":
+        if url.get_driver_name() != "asyncpg":
+            raise ValueError(
+                f"PostgreSQL is used through the asyncpg driver only: write "
+                f"postgresql+asyncpg://… (not {url.drivername}://…)"
+            )
+        if not url.host or not url.database:
+            raise ValueError(
+                "a PostgreSQL URL names a host and a database: "
+                "postgresql+asyncpg://user:password@host:5432/kopek"
+            )
+        return value
+    raise ValueError(
+        f"{backend[:32]!r} is not supported: use sqlite+aiosqlite:///path/kopek.db or "
+        "postgresql+asyncpg://user:password@host:5432/kopek"
+    )
+
+
+def database_url_passwords(database_url: str) -> list[str]:
+    """The password of a database URL as written (percent-encoded) and decoded (as
+    the driver sends it and a library might print it); none for SQLite."""
+    try:
+        written = urlsplit(database_url).password
+        decoded = make_url(database_url).password
+    except (ValueError, ArgumentError):
+        return []
+    return [str(p) for p in dict.fromkeys((written, decoded)) if p]
+
+
 def _key_field(name: str) -> str:
     """The settings field of key ``name``: ``groq_api_key``, ``groq_api_key_2``, ..."""
     return "groq_api_key_2" if name == "groq2" else f"{name}_api_key"
@@ -376,3 +426,8 @@ class DatabaseSettings(BaseSettings):
     )
 
     database_url: str = "sqlite+aiosqlite:///data/kopek.db"
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        return check_database_url(value)

@@ -7,16 +7,23 @@
   ``postgresql+asyncpg://postgres@127.0.0.1:<port>/<name>``, dropped afterwards.
 * ``pg_migrated_url`` — the same, with the whole Alembic chain applied (a copy of a
   template database migrated once per session: ~20 ms per test).
+* ``pg_password_url`` — a new empty database owned by :data:`tests.pg.PASSWORD_ROLE`,
+  whose login needs its password (:data:`PG_PASSWORD`, with characters that must be
+  percent-encoded in the URL): ``postgresql+asyncpg://kopek_password:<encoded>@…``.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Iterator
 
 import pytest
 from sqlalchemy.engine import make_url
 
 from tests.pg import PgServer, start_server
+
+#: The password of :data:`tests.pg.PASSWORD_ROLE` (``@`` and ``/`` must be encoded in a URL).
+PG_PASSWORD = "Kp@ss/w0rd-4f9e1c"
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +42,10 @@ def pg_template(pg_server: PgServer) -> str:
     from bot.migrate import migrate
 
     url = pg_server.create_database(prefix="template")
-    migrate(url)
+    # in a thread of its own: Alembic's env.py runs its own event loop, and the first
+    # test to ask for the template may be running in one (an async fixture)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(migrate, url).result()
     name = make_url(url).database
     assert name is not None
     return name
@@ -59,3 +69,13 @@ def pg_url(pg_server: PgServer) -> Iterator[str]:
 def pg_migrated_url(pg_server: PgServer, pg_template: str) -> Iterator[str]:
     """A new PostgreSQL database at the migrations' head for this test."""
     yield from _fresh(pg_server, pg_template)
+
+
+@pytest.fixture
+def pg_password_url(pg_server: PgServer) -> Iterator[str]:
+    """A new empty database owned by the password role; its URL carries the password."""
+    url = pg_server.create_password_database(PG_PASSWORD)
+    yield url
+    name = make_url(url).database
+    assert name is not None
+    pg_server.drop_database(name)

