@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import socket
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
 
+import asyncpg
 from sqlalchemy import delete, func, select, update
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.models import ChatTurn, SeenMessage
@@ -17,11 +19,56 @@ from llm.types import Message
 __all__ = ["History", "Intake", "LostMessage", "is_storage_failure"]
 
 
+#: SQLSTATE classes of PostgreSQL that mean the database, not the statement, failed:
+#: connection exception, insufficient resources (disk full, too many connections),
+#: operator intervention (shutdown, cancel, cannot connect now), system error.
+_PG_STORAGE_CLASSES = frozenset({"08", "53", "57", "58"})
+#: Single SQLSTATEs that do too: a read-only transaction (a hot standby, a read-only
+#: database).
+_PG_STORAGE_STATES = frozenset({"25006"})
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc``, SQLAlchemy's ``orig`` and the ``__cause__`` chain (a few links)."""
+    out: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and len(out) < 6 and current not in out:
+        out.append(current)
+        orig = getattr(current, "orig", None)
+        current = orig if isinstance(orig, BaseException) else current.__cause__
+    return out
+
+
 def is_storage_failure(exc: BaseException) -> bool:
-    """True for a failure of the database itself (read-only, full disk, I/O error,
-    file gone) — the ledger's ``LedgerUnavailable`` or SQLAlchemy's/sqlite3's
-    ``OperationalError`` — as opposed to a bug."""
-    return isinstance(exc, LedgerUnavailable | OperationalError | sqlite3.OperationalError)
+    """True for a failure of the database itself, as opposed to a bug.
+
+    SQLite: read-only, full disk, I/O error, file gone — the ledger's
+    ``LedgerUnavailable`` or SQLAlchemy's/sqlite3's ``OperationalError``. PostgreSQL
+    (asyncpg): the server cannot be reached (refused, unknown host, timeout — raised
+    as ``OSError``), the connection was lost or closed (SQLAlchemy marks it
+    ``connection_invalidated``; asyncpg's ``InterfaceError``/``PostgresConnectionError``),
+    or the server answers with a SQLSTATE of a failing database (classes 08, 53, 57,
+    58; 25006 read-only). A constraint violation or a syntax error is not one."""
+    if isinstance(exc, LedgerUnavailable | OperationalError | sqlite3.OperationalError):
+        return True
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    for link in _causes(exc):
+        if isinstance(
+            link,
+            ConnectionError
+            | TimeoutError
+            | socket.gaierror
+            | asyncpg.InterfaceError
+            | asyncpg.PostgresConnectionError,
+        ):
+            return True
+        state = getattr(link, "sqlstate", None)
+        if isinstance(state, str) and (
+            state[:2] in _PG_STORAGE_CLASSES or state in _PG_STORAGE_STATES
+        ):
+            return True
+    return False
 
 
 @dataclass(frozen=True, slots=True)

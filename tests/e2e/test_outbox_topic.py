@@ -3,18 +3,30 @@ group's anonymous admins count toward the update rate as one payer (found in a t
 
 from __future__ import annotations
 
+import pytest
+
 from tests.e2e.groups import BOT, mention
 from tests.e2e.inprocess import AppFactory
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 
 
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
 async def test_a_kept_answer_is_delivered_in_its_topic(
-    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+    database: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     """A mention in topic 7 whose answer meets a 429 (retry_after 2): the outbox sends it
-    when the wait ends, still in topic 7 (not General), with one provider request."""
-    bot = app_factory()
+    when the wait ends, still in topic 7 (not General), with one provider request — with
+    the outbox row in a SQLite file and in PostgreSQL."""
+    env = dict(bot_env)
+    if database == "postgresql":
+        env["DATABASE_URL"] = request.getfixturevalue("pg_migrated_url")
+    bot = app_factory(env=env)
     await bot.start()
     forum = -1007100
     fake_providers.script("groq", {"text": "kept topic answer"})

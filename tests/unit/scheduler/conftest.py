@@ -17,12 +17,18 @@ from tests.unit.scheduler.scheduler_fakes import FakeBackend, FakeDeliverer, Fak
 __all__ = ["FakeBackend", "FakeDeliverer", "FakeFetcher", "FakeLedger"]
 
 
-@pytest.fixture
-async def sessions(tmp_path: Path) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
-    """A fresh SQLite file with the scheduler tables."""
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'kopek.db'}")
-    async with engine.begin() as conn:
-        await conn.run_sync(metadata.create_all)
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def sessions(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    """The scheduler tables on each engine: a fresh SQLite file (``create_all``), and a
+    fresh PostgreSQL database at the migrations' head (``pg_migrated_url``)."""
+    if request.param == "postgresql":
+        engine = create_engine(request.getfixturevalue("pg_migrated_url"))
+    else:
+        engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'kopek.db'}")
+        async with engine.begin() as conn:
+            await conn.run_sync(metadata.create_all)
     yield async_sessionmaker(engine, expire_on_commit=False)
     await engine.dispose()
 

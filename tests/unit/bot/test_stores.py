@@ -1,0 +1,208 @@
+"""The bot's own stores on both engines (issue 12): exactly-once intake, history, the
+stop book — the same calls, the same answers on a SQLite file and on PostgreSQL — and
+PostgreSQL's failures of the database itself recognised as storage failures."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import asyncpg
+import pytest
+from sqlalchemy import insert, text
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from bot.migrate import migrate
+from bot.models import SeenMessage
+from bot.store import History, Intake, is_storage_failure
+from budget.db import create_engine
+from budget.models import holds
+from budget.stops import StopBook
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database at the migrations' head: a SQLite file, or a PostgreSQL database."""
+    if request.param == "postgresql":
+        url: str = request.getfixturevalue("pg_migrated_url")
+        return url
+    url = f"sqlite+aiosqlite:///{tmp_path / 'kopek.db'}"
+    await asyncio.to_thread(migrate, url)
+    return url
+
+
+@pytest.fixture
+async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    """Sessions on :func:`database_url`."""
+    engine = create_engine(database_url)
+    yield async_sessionmaker(engine, expire_on_commit=False)
+    await engine.dispose()
+
+
+async def test_intake_is_exactly_once_and_finds_what_a_crash_left(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """A redelivered (chat, message) is refused (the unique key, on both engines); a
+    message left ``received`` is handed back once with its topic and marked lost;
+    commands are not counted as chat messages."""
+    intake = Intake(sessions)
+    assert await intake.record(
+        chat_id=-100, message_id=1, user_id=7, language="ru", now=T0, thread_id=5
+    )
+    assert not await intake.record(chat_id=-100, message_id=1, user_id=7, language="ru", now=T0)
+    assert await intake.record(chat_id=7, message_id=2, user_id=7, language="en", now=T0)
+    assert await intake.record(
+        chat_id=7, message_id=3, user_id=7, language="en", now=T0, status="command"
+    )
+    await intake.finish(chat_id=7, message_id=2, status="answered", now=T0 + timedelta(seconds=3))
+    assert await intake.count_today(T0 - timedelta(hours=1)) == 2
+    assert await intake.count_today(T0 + timedelta(seconds=1)) == 0
+
+    lost = await intake.take_lost(T0 + timedelta(minutes=5))
+    assert [(m.chat_id, m.message_id, m.user_id, m.language, m.thread_id) for m in lost] == [
+        (-100, 1, 7, "ru", 5)
+    ]
+    assert await intake.take_lost(T0 + timedelta(minutes=6)) == []
+    async with sessions() as session:
+        row = await session.get(SeenMessage, 1)
+        assert row is not None and row.status == "lost"
+        assert row.finished_at is not None
+        assert row.finished_at.replace(tzinfo=UTC) == T0 + timedelta(minutes=5)
+
+
+async def test_history_trims_oldest_first_and_reset_counts_what_it_removed(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """Turns come back oldest first within the token budget, with their raw counts;
+    ``clear`` reports how many turns it removed (the driver's row count)."""
+    history = History(sessions)
+    await history.append(7, [("user", "one", 10, 8), ("assistant", "two", 20, 17)], T0)
+    await history.append(7, [("user", "three", 30)], T0 + timedelta(minutes=1))
+    await history.append(8, [("user", "other user", 5)], T0)
+    got = await history.load_counted(7, 50)
+    assert [(m.role, m.content, raw) for m, raw in got] == [
+        ("assistant", "two", 17),
+        ("user", "three", None),
+    ]
+    assert [m.content for m in await history.load(7, 60)] == ["one", "two", "three"]
+    assert await history.clear(7) == 3
+    assert await history.load(7, 1000) == []
+    assert [m.content for m in await history.load(8, 1000)] == ["other user"]
+
+
+def _hold(hold_id: str, day_key: str, **values: object) -> dict[str, object]:
+    row: dict[str, object] = {
+        "hold_id": hold_id,
+        "operation_id": "op",
+        "request_id": "rq",
+        "user_id": 7,
+        "origin": "chat",
+        "provider": "deepseek",
+        "model": "deepseek-chat",
+        "input_tokens": 100,
+        "max_tokens": 1000,
+        "ceiling_musd": 9_000_000_000,  # beyond 32 bits: BIGINT on PostgreSQL
+        "state": "settled",
+        "granted_at": 0.0,
+        "expires_at": 300.0,
+        "tz": "UTC",
+        "hour_key": f"{day_key}T12",
+        "day_key": day_key,
+        "scopes": "[]",
+        "process_id": "p",
+        "usage_output": 250,
+        "actual_musd": 1_000,
+    }
+    row.update(values)
+    return row
+
+
+async def test_stop_book_totals_only_todays_settled_stopped_holds(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """Marked holds of the day count (tokens not generated, µUSD the stop saved);
+    unmarked, held or other days' holds do not; marking twice counts once."""
+    async with sessions() as session, session.begin():
+        await session.execute(
+            insert(holds),
+            [
+                _hold("a", "2026-03-01"),
+                _hold("b", "2026-03-01", state="held", usage_output=None, actual_musd=None),
+                _hold("c", "2026-02-28"),
+                _hold("d", "2026-03-01"),
+            ],
+        )
+    book = StopBook(sessions)
+    for hold_id in ("a", "a", "b", "c"):
+        await book.mark(hold_id)
+    totals = await book.totals("2026-03-01")
+    assert (totals.stopped, totals.tokens_not_generated, totals.saved_musd) == (
+        1,
+        750,
+        9_000_000_000 - 1_000,
+    )
+
+
+async def test_postgres_failures_of_the_database_are_storage_failures(
+    pg_migrated_url: str,
+) -> None:
+    """Real asyncpg failures through SQLAlchemy: a server that is not there, a database
+    made read-only, a connection the server terminated — storage failures (the
+    ledger-unavailable reply, admins alerted); a duplicate key is not (a bug or a
+    redelivery)."""
+    closed = pg_migrated_url.rsplit(":", 1)[0] + ":9/" + pg_migrated_url.rsplit("/", 1)[1]
+    failures: list[BaseException] = []
+
+    async def attempt(url: str, statement: str) -> None:
+        engine = create_engine(url)
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(text(statement))
+        except Exception as exc:
+            failures.append(exc)
+        finally:
+            await engine.dispose()
+
+    row = "INSERT INTO chat_turns (user_id, role, content, tokens, created_at)"
+    row += " VALUES (1, 'user', 'x', 1, now())"
+    await attempt(closed, "SELECT 1")
+    admin = await asyncpg.connect(pg_migrated_url.replace("+asyncpg", ""))
+    try:
+        await admin.execute("SET default_transaction_read_only = off")
+        name = await admin.fetchval("SELECT current_database()")
+        await admin.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+        await attempt(pg_migrated_url, row)
+        await admin.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
+
+        engine = create_engine(pg_migrated_url)
+        try:
+            async with engine.connect() as conn:
+                pid = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+                await admin.execute("SELECT pg_terminate_backend($1)", pid)
+                with pytest.raises(Exception) as terminated:
+                    await conn.execute(text("SELECT 1"))
+            failures.append(terminated.value)
+        finally:
+            await engine.dispose()
+    finally:
+        await admin.close()
+    assert len(failures) == 3
+    assert [is_storage_failure(exc) for exc in failures] == [True, True, True], failures
+
+    seen = "INSERT INTO seen_messages (chat_id, message_id, user_id, status, language,"
+    seen += " received_at) VALUES (1, 1, 1, 'received', 'en', now())"
+    engine = create_engine(pg_migrated_url)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text(seen))
+        with pytest.raises(IntegrityError) as duplicate:
+            async with engine.begin() as conn:
+                await conn.execute(text(seen))
+    finally:
+        await engine.dispose()
+    assert not is_storage_failure(duplicate.value)
