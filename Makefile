@@ -6,7 +6,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kopek-installed
 SRC := bot llm budget scheduler
 
-.PHONY: install run test lint typecheck bench clean locales
+PG_PORT ?= 5433
+
+.PHONY: install run run-postgres test lint typecheck bench clean locales
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +23,12 @@ install: $(STAMP)
 run: $(STAMP)
 	@test -f .env || { echo "No .env found: cp .env.example .env, then set BOT_TOKEN (from @BotFather in Telegram: /newbot) and a provider key."; exit 2; }
 	$(PY) -m bot
+
+# The bot on a local PostgreSQL: the test suite's embedded server (tests/pg.py, data kept in
+# .pgdata, port PG_PORT), DATABASE_URL pointed at it; Ctrl-C stops the bot, then the server.
+run-postgres: $(STAMP)
+	@test -f .env || { echo "No .env found: cp .env.example .env, then set BOT_TOKEN (from @BotFather in Telegram: /newbot) and a provider key."; exit 2; }
+	$(PY) -m tests.pg run --data .pgdata --port $(PG_PORT) -- $(PY) -m bot
 
 lint: $(STAMP)
 	$(PY) -m ruff check $(SRC) tests bench
