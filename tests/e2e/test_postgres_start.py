@@ -20,9 +20,9 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
-from bot.polling import run
 from bot.logs import setup_logging
 from bot.migrate import migrate
+from bot.polling import run
 from tests.conftest import PG_PASSWORD
 from tests.e2e.harness import run_bot_to_exit
 from tests.e2e.inprocess import settings_from_env
