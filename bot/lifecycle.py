@@ -50,6 +50,7 @@ USER_COMMANDS = [
     ("help", "Help"),
     ("me", "My spend and limits"),
     ("reset", "Forget the conversation"),
+    ("stop", "Stop the answer being written"),
     ("sub", "Subscribe to a channel digest"),
     ("subs", "My subscriptions"),
     ("tz", "My timezone"),

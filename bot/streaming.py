@@ -5,19 +5,25 @@ Two displays (``STREAM_MODE_PRIVATE`` / ``STREAM_MODE_GROUP``):
 * **draft** (private chats): ``sendMessageDraft`` with ``can_stop`` — at most one draft
   per ``STREAM_DRAFT_INTERVAL_MS`` and only when the text grew; the text goes through
   the same Markdown pipeline as final answers (a draft Telegram refuses is retried as
-  plain text; any other failure only ends the drafts, never the answer); over 4096
-  UTF-16 units the draft shows the tail part. Drafts are ephemeral: the final answer is
-  sent exactly as without streaming (``sendMessage``, split, entities).
+  plain text); over 4096 UTF-16 units the draft shows the tail part. Drafts are
+  ephemeral: the final answer is sent exactly as without streaming (``sendMessage``,
+  split, entities).
 * **edit** (groups and topics): a first ``sendMessage`` (in the message's topic, as a
   reply) with an inline Stop button, then ``editMessageText`` at most once per
   ``STREAM_EDIT_INTERVAL_MS``; at the end the same message is edited to the final
   answer's first part (no button) and the other parts follow as new messages.
 
+Either display: a flood wait pauses it until the wait ends, then it shows the text as
+it is then; a refusal meaning the chat takes no message from the bot (403,
+``CHAT_WRITE_FORBIDDEN``, ``TOPIC_CLOSED``…: :func:`refuses_chat`) stops the stream —
+the answer could never be delivered, so it is not generated further; any other failure
+ends the display only (the answer continues and is sent as usual).
+
 Stop: a ``stopped_message_generation`` update (the draft's Stop), the inline button, or
 ``/stop`` ask :class:`StreamRegistry` to stop the stream; the cascade then closes the
 provider connection at once (:class:`llm.stream.StreamControl`). Only the message's
-own sender or an admin may stop it; a press by anyone else does nothing. ``/kill hard``
-stops every stream in flight.
+own sender or an admin may stop it; a press by anyone else changes nothing (they are
+told who can). ``/kill hard`` and a shutdown past its grace stop every stream in flight.
 
 Throttling uses the event loop's clock (the interval is a Telegram flood limit, real
 time by nature).
@@ -36,7 +42,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from aiogram import Bot
-from aiogram.exceptions import TelegramAPIError, TelegramBadRequest, TelegramRetryAfter
+from aiogram.exceptions import (
+    TelegramAPIError,
+    TelegramBadRequest,
+    TelegramForbiddenError,
+    TelegramRetryAfter,
+)
 from aiogram.types import (
     InlineKeyboardButton,
     InlineKeyboardMarkup,
@@ -53,6 +64,7 @@ from bot.delivery import (
     split_formatted,
     split_markdown,
 )
+from bot.metrics import delivery_failure_reason
 from bot.outbox import Outbox
 from budget.clock import Clock
 from llm.stream import StreamControl
@@ -108,7 +120,8 @@ class StreamMetrics:
     * ``kopek_stream_first_token_seconds`` — update received → first chunk from the provider;
     * ``kopek_stream_first_visible_seconds`` — update received → first text shown (draft or
       message);
-    * ``kopek_stream_stops_total{by}`` — answers stopped (``user``, ``kill``, ``shutdown``);
+    * ``kopek_stream_stops_total{by}`` — answers stopped (``user``, ``kill``, ``shutdown``,
+      ``undeliverable``: the chat refused the streamed display);
     * ``kopek_stream_tokens_saved_total`` — output tokens not generated thanks to stops
       (``max_tokens`` held − output settled);
     * ``kopek_stream_drafts_total`` / ``kopek_stream_edits_total`` — Bot API calls made.
@@ -257,6 +270,17 @@ def _stopped(entry: LiveStream, reason: str) -> StopResult:
     return StopResult.STOPPED
 
 
+def refuses_chat(exc: TelegramAPIError) -> bool:
+    """Telegram's refusal means the chat takes no message from the bot now (a 403:
+    blocked, kicked; a 400 naming the chat or topic: ``CHAT_WRITE_FORBIDDEN``,
+    ``TOPIC_CLOSED``, not enough rights, chat not found) — not a refusal of one text."""
+    if isinstance(exc, TelegramForbiddenError):
+        return True
+    if isinstance(exc, TelegramBadRequest):
+        return delivery_failure_reason(exc.message, 400) != "bad_request"
+    return False
+
+
 def new_draft_id() -> int:
     """A non-zero draft id, unique in this process."""
     return next(_draft_ids)
@@ -342,14 +366,22 @@ class _Throttled(abc.ABC):
                 continue
             try:
                 shown = await self._show(text)
-            except TelegramRetryAfter:
-                log.info("stream display paused: flood wait")
-                return  # the final answer still goes out (the outbox keeps it)
+            except TelegramRetryAfter as exc:
+                # resume once the wait is over, with the text as it is then
+                log.info("stream display paused for %s s: flood wait", exc.retry_after)
+                self._pace[self._key] = self._loop.time() + exc.retry_after - self._interval_s
+                self._changed.set()
+                continue
             except TelegramAPIError as exc:
-                log.info("stream display failed (%s); the answer continues", exc)
-                return
-            finally:
                 self._pace[self._key] = self._loop.time()
+                if refuses_chat(exc):
+                    # the answer could never be delivered: stop paying for it
+                    log.info("stream display refused (%s); the stream is stopped", exc.message)
+                    self.control.stop("undeliverable")
+                else:
+                    log.info("stream display failed (%s); the answer continues", exc.message)
+                return
+            self._pace[self._key] = self._loop.time()
             if shown:
                 self._shown_text = text
                 self.control.shown = True

@@ -71,9 +71,10 @@ def refusal_text(refusal: Refusal, *, tz: str, running: bool = False) -> str:
             "Work already started will finish."
         )
     elif r is RefusalReason.KILL:
+        # no word on work in flight: /kill lets it finish, /kill hard cuts streams
         text = _(
             "⏸ The bot is paused by its administrators. Nothing to do for now: "
-            "please try again later. Work already started will finish."
+            "please try again later."
         )
     elif r is RefusalReason.BUSY:
         text = _(
@@ -236,8 +237,9 @@ def stop_gone_text() -> str:
 
 
 def nothing_to_stop_text() -> str:
-    """/stop when none of the sender's answers is being written."""
-    return _("Nothing of yours is being written right now.")
+    """/stop when none of the sender's answers is being written in that chat (``/stop``
+    acts on the chat it is sent in)."""
+    return _("Nothing of yours is being written in this chat right now.")
 
 
 def cut_note() -> str:
@@ -304,6 +306,7 @@ def help_text() -> str:
         "Just write to chat with the model.\n\n"
         "/me — your spend and limits\n"
         "/reset — forget our conversation\n"
+        "/stop — stop the answer being written\n"
         "/tz Europe/Berlin — your timezone\n"
         "/lang en|ru — language\n"
         "/sub @channel — daily digest of a public channel (or an RSS/Atom feed URL)\n"

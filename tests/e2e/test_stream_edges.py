@@ -72,7 +72,7 @@ async def test_stop_command_ends_the_senders_stream_and_metrics_count_it(
     mark = fake_telegram.mark()
     fake_telegram.inject_message(42, "/stop")
     [nothing] = await fake_telegram.wait_sent(42, since=mark, timeout=10)
-    assert nothing.text == "Nothing of yours is being written right now."
+    assert nothing.text == "Nothing of yours is being written in this chat right now."
     assert len(fake_providers.requests) == 1
 
     assert metric(bot, "kopek_stream_stops_total", {"by": "user"}) == 1
@@ -302,3 +302,70 @@ async def test_shutdown_mid_stream_settles_what_was_received_and_sends_it(
     assert 0 < hold["usage_output"] <= counted + stream.chunks_sent + 1
     assert hold["usage_input"] == hold["input_tokens"]
     assert hold["actual_musd"] < hold["ceiling_musd"] // 4
+
+
+async def test_a_flood_wait_pauses_the_display_which_then_resumes(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    tmp_path: Path,
+) -> None:
+    """A 429 on a streaming edit (group, retry after 2 s) and on a draft (private, 1 s):
+    each display waits out its chat's flood wait, then goes on showing the growing text
+    (an edit / a draft accepted after the wait and before the end); nothing is sent to
+    either chat during its wait; both answers end whole."""
+    env = env_for(tmp_path, fake_telegram, fake_providers, ("groq",))
+    bot = app_factory(env=env)
+    await bot.start()
+    fake_providers.default("groq", {"text": LONG, "interval_s": 0.03})
+    fake_telegram.fail_next("editMessageText", 429, retry_after=2, chat_id=GROUP)
+    fake_telegram.fail_next("sendMessageDraft", 429, retry_after=1, chat_id=42)
+    mark = fake_telegram.mark()
+    mention(fake_telegram, 30, "tell me a long story")
+    fake_telegram.inject_message(42, "Tell me a long story")
+    [private] = await fake_telegram.wait_sent(42, since=mark, timeout=30)
+    assert private.text == LONG
+
+    def group_done() -> bool:
+        events = fake_telegram.sent_events(GROUP, since=mark)
+        return bool(events) and events[-1].text == LONG and not events[-1].reply_markup
+
+    await until(group_done, 30)
+    for method, chat, wait in (("editMessageText", GROUP, 2), ("sendMessageDraft", 42, 1)):
+        calls = [r for r in fake_telegram.requests(method) if r.chat_id == chat]
+        [refused] = [r for r in calls if r.status == 429]
+        later = [r for r in calls if r.seq > refused.seq and r.status == 200]
+        assert len(later) >= 2, method  # resumed, not only the final answer
+        assert later[0].monotonic - refused.monotonic >= wait - 0.05
+    assert fake_telegram.flood_violations() == []
+    assert await bot.stop() == 0
+
+
+async def test_a_chat_that_refuses_the_stream_stops_it(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    tmp_path: Path,
+) -> None:
+    """The user blocks the bot while their answer streams: the next draft gets 403, so
+    the answer could never be delivered — the stream is stopped (the provider's
+    connection closes at once, it does not run to max_tokens), the hold is settled on
+    what was received, and the refused delivery is logged as such."""
+    bot = app_factory(env=env_for(tmp_path, fake_telegram, fake_providers, ("deepseek",)))
+    await bot.start()
+    fake_providers.script("deepseek", {"text": LONG, "interval_s": 0.05, "no_usage": True})
+    fake_telegram.inject_message(43, "Tell me a long story")
+    await until(lambda: bool(fake_telegram.drafts(43)))
+    blocked_at = asyncio.get_running_loop().time()
+    fake_telegram.block(43)
+    stream = await fake_telegram.wait_until(
+        lambda: fake_providers.streams[0] if fake_providers.streams[0].closed_at else None, 10
+    )
+    assert stream.closed_at is not None and stream.closed_at - blocked_at < 1.0
+    assert not stream.finished
+    await until(lambda: holds(tmp_path / "kopek.db")[0]["state"] != "held")
+    [hold] = holds(tmp_path / "kopek.db")
+    assert hold["state"] == "settled" and hold["estimated"] == 1
+    assert hold["actual_musd"] < hold["ceiling_musd"] // 4
+    await until(lambda: "could not deliver the answer to chat 43 (blocked)" in bot.logs())
+    assert await bot.stop() == 0
