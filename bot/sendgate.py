@@ -19,6 +19,10 @@ Timeline (monotonic seconds): t=0 ``sendMessage`` → 429 ``retry_after=40``: ch
 until 40. t=1..39: every send to it raises ``TelegramRetryAfter(retry_after=39..1)``
 locally, ``sendChatAction`` returns ``True`` unsent; other chats are not affected. t≥40:
 calls go out again.
+
+A chat action that Telegram refuses (400/403: the bot was blocked, has no rights) is
+answered as done too, and logged: it is cosmetic, and aiogram's ``ChatActionSender``
+would otherwise die with an exception nobody retrieves.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from aiogram.client.session.middlewares.base import (
     BaseRequestMiddleware,
     NextRequestMiddlewareType,
 )
-from aiogram.exceptions import TelegramRetryAfter
+from aiogram.exceptions import TelegramBadRequest, TelegramForbiddenError, TelegramRetryAfter
 from aiogram.methods import Response, SendChatAction, TelegramMethod
 from aiogram.methods.base import TelegramType
 
@@ -123,3 +127,10 @@ class FloodGate(BaseRequestMiddleware):
             )
             self.close(chat_id, float(exc.retry_after))
             raise
+        except (TelegramBadRequest, TelegramForbiddenError) as exc:
+            if not isinstance(method, SendChatAction):
+                raise
+            # "typing…" is cosmetic: a chat that refuses it (blocked, no rights) must not
+            # crash aiogram's ChatActionSender task; what matters is reported by the sends
+            log.info("chat action for chat %s refused: %s", chat_id, exc.message)
+            return cast(Response[TelegramType], True)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from aiogram import Bot
-from aiogram.exceptions import TelegramRetryAfter
+from aiogram.exceptions import TelegramForbiddenError, TelegramRetryAfter
 from aiogram.methods import SendChatAction, SendMessage, TelegramMethod
 
 from bot.sendgate import FloodGate
@@ -69,3 +69,26 @@ async def test_a_later_429_never_shortens_a_wait() -> None:
     gate.close(7, 5)
     clock.advance(20)
     assert gate.wait_left(7) == pytest.approx(20)
+
+
+class Refusing(Transport):
+    """A chat that refuses everything: 403, bot blocked."""
+
+    async def __call__(self, bot: Bot, method: TelegramMethod[Any]) -> Any:
+        self.calls.append(method)
+        raise TelegramForbiddenError(
+            method=method, message="Forbidden: bot was blocked by the user"
+        )
+
+
+async def test_a_refused_chat_action_is_answered_as_done_and_a_send_still_raises() -> None:
+    """A blocked chat: "typing…" comes back as done (cosmetic; aiogram's ChatActionSender
+    must not die with an unretrieved exception), while a message to it still raises the
+    403 its caller records as undeliverable."""
+    gate = FloodGate(ManualClock())
+    transport = Refusing()
+    bot = Bot(TOKEN)
+    assert await send(gate, transport, bot, SendChatAction(chat_id=5, action="typing")) is True
+    with pytest.raises(TelegramForbiddenError):
+        await send(gate, transport, bot, SendMessage(chat_id=5, text="a"))
+    assert len(transport.calls) == 2
