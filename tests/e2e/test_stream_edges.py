@@ -369,3 +369,38 @@ async def test_a_chat_that_refuses_the_stream_stops_it(
     assert hold["actual_musd"] < hold["ceiling_musd"] // 4
     await until(lambda: "could not deliver the answer to chat 43 (blocked)" in bot.logs())
     assert await bot.stop() == 0
+
+
+async def test_an_admin_can_stop_anyones_answer_in_a_group(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    tmp_path: Path,
+) -> None:
+    """In a group, an admin (ADMIN_IDS) may stop another member's answer: by its Stop
+    button ("Stopping…", the message becomes the text so far marked stopped), and by
+    ``/stop`` in that group (every answer being written there)."""
+    bot = app_factory(env=env_for(tmp_path, fake_telegram, fake_providers, ("groq",)))
+    await bot.start()
+    fake_providers.default("groq", {"text": LONG, "interval_s": 0.05})
+    for n, how in enumerate(("button", "command")):
+        mark = fake_telegram.mark()
+        mention(fake_telegram, 30, "tell me a long story")
+        [streamed] = await fake_telegram.wait_sent(GROUP, since=mark, timeout=20)
+        await until(lambda: fake_providers.streams[n].chunks_sent >= 5)  # noqa: B023
+        if how == "button":
+            data = streamed.reply_markup["inline_keyboard"][0][0]["callback_data"]
+            fake_telegram.inject_callback_query(
+                1, data, message_id=streamed.message_id, chat_id=GROUP
+            )
+            answer = await fake_telegram.wait_request("answerCallbackQuery", timeout=10)
+            assert answer.params.get("text") == "Stopping…"
+        else:
+            fake_telegram.inject_message(1, "/stop", chat_id=GROUP, chat_type="supergroup")
+        final = await fake_telegram.wait_for(
+            lambda e: e.message_id == streamed.message_id and STOPPED_NOTE in e.text,  # noqa: B023
+            since=mark, timeout=20,
+        )  # fmt: skip
+        assert not final.reply_markup
+        assert not fake_providers.streams[n].finished
+    assert await bot.stop() == 0
