@@ -13,35 +13,12 @@ a SQLite file that cannot be written); 1 for a PostgreSQL server that cannot be 
 
 from __future__ import annotations
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
 from bot.migrate import SchemaMismatch
-from budget.db import sqlite_path
+from budget.db import failure_reason, location, sqlite_path
 
 __all__ = ["location", "start_failure"]
-
-
-def location(database_url: str) -> str:
-    """The SQLite file's path, or ``postgresql://host:port/database`` (no user, no
-    password) of ``database_url``."""
-    path = sqlite_path(database_url)
-    if path is not None:
-        return str(path)
-    url = make_url(database_url)
-    port = f":{url.port}" if url.port else ""
-    return f"{url.get_backend_name()}://{url.host or ''}{port}/{url.database or ''}"
-
-
-def _reason(exc: BaseException) -> str:
-    """The driver's own sentence (``password authentication failed for user …``), not
-    SQLAlchemy's wrapper with its statement, parameters and help link."""
-    if isinstance(exc, DBAPIError) and exc.orig is not None:
-        inner: BaseException = exc.orig
-        args = inner.args
-        text = str(args[0]) if args else ""
-        return text or type(inner).__name__
-    return f"{type(exc).__name__}: {exc}"
 
 
 def start_failure(exc: BaseException, database_url: str) -> tuple[int, str]:
@@ -58,7 +35,7 @@ def start_failure(exc: BaseException, database_url: str) -> tuple[int, str]:
     if isinstance(exc, SchemaMismatch):
         return 2, f"cannot start on the database {where}: {exc}"
     on_sqlite = sqlite_path(database_url) is not None
-    reason = " ".join(_reason(exc).split())
+    reason = failure_reason(exc)
     if not on_sqlite and isinstance(exc, OSError):
         return 1, f"cannot reach the database {where}: {reason}"
     if isinstance(exc, OSError | SQLAlchemyError):

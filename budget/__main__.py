@@ -16,8 +16,12 @@ Reads from the environment (and ``.env``): ``DATABASE_URL``, ``BUDGET_TZ``,
 ``PRICE_OVERRIDES``, ``RECONCILE_TOLERANCE_USD``, ``<PROVIDER>_BILLING_TZ`` and
 ``<PROVIDER>_TIER`` — the bot's own settings, same meaning and defaults.
 
+``DATABASE_URL`` is the bot's: a SQLite file or ``postgresql+asyncpg://…`` (the same
+engine the bot's ``/budget export`` reads). No error line shows its password.
+
 Exit codes: 0 done (reconcile: everything matched), 1 reconcile found differences,
-2 a usage error (bad period, zone, file, database) — one line on stderr.
+2 a usage error (bad period, zone, file, database, a server that cannot be reached) —
+one line on stderr.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import sys
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 from typing import Literal, TextIO
+from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 from pydantic import Field, ValidationError
@@ -39,7 +44,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from budget.books import BooksError, company_of, parse_period, zone
 from budget.clock import SystemClock
-from budget.db import create_engine, sqlite_path
+from budget.db import create_engine, failure_reason, location, sqlite_path
 from budget.errors import BudgetConfigError
 from budget.export import write_export
 from budget.models import holds
@@ -117,12 +122,48 @@ async def _card(settings: BooksSettings, engine: AsyncEngine) -> PriceCard:
         return PriceCard([m for m in models if m.tier == "free"], overrides=overrides)
 
 
-def _safe_url(url: str) -> str:
-    """DATABASE_URL without its password (it may hold one)."""
+_URL_FORMS = "sqlite+aiosqlite:///data/kopek.db or postgresql+asyncpg://user:password@host/kopek"
+
+
+async def _check_url(url: str) -> None:
+    """Refuse (:class:`_Fail`) a DATABASE_URL the books cannot read: not a URL, a SQLite
+    file that does not exist, PostgreSQL through another driver than asyncpg (the bot's
+    own rule), any other engine."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
     except ArgumentError:
-        return "an unreadable URL"
+        raise _Fail(f"DATABASE_URL is not a database URL (e.g. {_URL_FORMS})") from None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        path = sqlite_path(parsed)
+        if path is None or not await asyncio.to_thread(path.exists):
+            raise _Fail(f"no ledger database at {str(path or ':memory:')!r} (DATABASE_URL)")
+    elif backend == "postgresql":
+        if parsed.get_driver_name() != "asyncpg":
+            raise _Fail(
+                "PostgreSQL is read through the asyncpg driver only: write "
+                f"postgresql+asyncpg://… in DATABASE_URL (not {parsed.drivername}://…)"
+            )
+        if not parsed.host or not parsed.database:
+            raise _Fail(f"DATABASE_URL names no host or no database (e.g. {_URL_FORMS})")
+    else:
+        raise _Fail(f"DATABASE_URL: {backend[:32]!r} is not supported (use {_URL_FORMS})")
+
+
+def _passwords(url: str) -> list[str]:
+    """The password of ``url`` as written (percent-encoded) and decoded."""
+    try:
+        found = (urlsplit(url).password, make_url(url).password)
+    except (ValueError, ArgumentError):
+        return []
+    return [str(p) for p in dict.fromkeys(found) if p]
+
+
+def _say(line: str, url: str) -> None:
+    """One line on stderr, with DATABASE_URL's password replaced by ``***``."""
+    for secret in _passwords(url):
+        line = line.replace(secret, "***")
+    print(" ".join(line.split()), file=sys.stderr)
 
 
 def _read_export(name: str) -> tuple[str, bytes]:
@@ -143,12 +184,26 @@ async def _run(
     totals: TextIO | None,
     export_file: tuple[str, bytes] | None,
 ) -> tuple[int, bytes | None]:
-    path = sqlite_path(settings.database_url)
-    if path is None or not await asyncio.to_thread(path.exists):
-        shown = str(path) if path is not None else _safe_url(settings.database_url)
-        raise _Fail(f"no ledger database at {shown!r} (DATABASE_URL)")
-    engine = create_engine(settings.database_url)
+    url = settings.database_url
+    await _check_url(url)
+    engine = create_engine(url)
     try:
+        try:
+            async with engine.connect() as conn:
+                found = await conn.run_sync(lambda c: sa.inspect(c).has_table(holds.name))
+        except OSError as exc:  # asyncpg: refused, unknown host, timeout
+            raise _Fail(
+                f"cannot reach the ledger database {location(url)}: {failure_reason(exc)}"
+            ) from None
+        except SQLAlchemyError as exc:  # a refused login, a missing database
+            raise _Fail(
+                f"cannot open the ledger database {location(url)}: {failure_reason(exc)}"
+            ) from None
+        if not found:
+            raise _Fail(
+                f"no ledger in the database {location(url)} (DATABASE_URL): the bot has not "
+                "created its tables there"
+            )
         card = await _card(settings, engine)
         now = SystemClock().now()
         if export_file is None:
@@ -213,10 +268,14 @@ def main(argv: list[str] | None = None) -> int:
                 raise _Fail(f"cannot write {args.diff_out!r}: {exc.strerror}") from None
         return code
     except (_Fail, BooksError, BudgetConfigError) as exc:
-        print(str(exc), file=sys.stderr)
+        _say(str(exc), settings.database_url)
         return 2
-    except SQLAlchemyError as exc:
-        print(f"the ledger database could not be read: {type(exc).__name__}", file=sys.stderr)
+    except SQLAlchemyError as exc:  # e.g. the server went away while reading
+        where = location(settings.database_url)
+        _say(
+            f"the ledger database {where} could not be read: {failure_reason(exc)}",
+            settings.database_url,
+        )
         return 2
 
 

@@ -14,12 +14,15 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
     "create_engine",
+    "failure_reason",
     "is_sqlite",
+    "location",
     "make_ddl_transactional",
     "sqlite_path",
 ]
@@ -39,6 +42,29 @@ def sqlite_path(url: str | URL) -> Path | None:
     if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
         return None
     return Path(u.database)
+
+
+def location(url: str | URL) -> str:
+    """The SQLite file's path, or ``postgresql://host:port/database`` (no user, no
+    password) of ``url``: safe to print."""
+    path = sqlite_path(url)
+    if path is not None:
+        return str(path)
+    u = make_url(url)
+    port = f":{u.port}" if u.port else ""
+    return f"{u.get_backend_name()}://{u.host or ''}{port}/{u.database or ''}"
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The driver's own sentence for a database failure (``password authentication
+    failed for user …``), not SQLAlchemy's wrapper with its statement, parameters and
+    help link; ``Type: text`` for anything else. May hold a host name, never the URL."""
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        inner: BaseException = exc.orig
+        args = inner.args
+        text = str(args[0]) if args else ""
+        return " ".join((text or type(inner).__name__).split())
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 def _on_connect(dbapi_conn: Any, _record: Any) -> None:

@@ -212,4 +212,9 @@ async def test_cli_unwritable_diff_and_a_password_in_database_url(
     assert await asyncio.to_thread(budget_cli.main, ["export"]) == 2
     captured = capsys.readouterr()
     assert "s3cr3t-pw" not in captured.err + captured.out
-    assert "postgresql://kopek:***@db.example/kopek" in captured.err
+    assert "asyncpg driver only" in captured.err  # the bot's rule (F3 of trial 12)
+    monkeypatch.setenv("DATABASE_URL", "postgresql+asyncpg://kopek:s3cr3t-pw@127.0.0.1:1/kopek")
+    assert await asyncio.to_thread(budget_cli.main, ["export"]) == 2
+    captured = capsys.readouterr()
+    assert "s3cr3t-pw" not in captured.err + captured.out
+    assert "cannot reach the ledger database postgresql://127.0.0.1:1/kopek" in captured.err
