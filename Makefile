@@ -25,7 +25,8 @@ run: $(STAMP)
 	$(PY) -m bot
 
 # The bot on a local PostgreSQL: the test suite's embedded server (tests/pg.py, data kept in
-# .pgdata, port PG_PORT), DATABASE_URL pointed at it; Ctrl-C stops the bot, then the server.
+# .pgdata, port PG_PORT), DATABASE_URL pointed at it; Ctrl-C or SIGTERM stops the bot, then
+# the server (tests/pg.py forwards the signal; both die with the runner if it is killed).
 run-postgres: $(STAMP)
 	@test -f .env || { echo "No .env found: cp .env.example .env, then set BOT_TOKEN (from @BotFather in Telegram: /newbot) and a provider key."; exit 2; }
 	$(PY) -m tests.pg run --data .pgdata --port $(PG_PORT) -- $(PY) -m bot

@@ -34,13 +34,20 @@ Command line (a server to try the bot with, see ``make run-postgres``)::
 
     python -m tests.pg serve --data .pgdata --port 5432     # prints its DATABASE_URL
     python -m tests.pg run --data .pgdata --port 5433 -- python -m bot
+
+``run`` starts COMMAND in a session of its own and forwards SIGTERM, SIGHUP (as
+SIGTERM) and SIGINT to it — once, so a Ctrl-C is not delivered twice — waits for it,
+then stops the server; ``serve`` stops the server on any of them. Every server and
+every COMMAND started from a main thread dies with its parent (Linux
+``PR_SET_PDEATHSIG``: the server gets SIGINT, a fast shutdown; COMMAND gets SIGTERM), so
+a runner or a pytest worker killed with SIGKILL leaves nothing running.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
+import ctypes
 import fcntl
 import importlib.metadata
 import importlib.util
@@ -55,7 +62,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -87,6 +94,9 @@ _FAST = ("fsync=off", "synchronous_commit=off", "full_page_writes=off")
 
 _T = TypeVar("_T")
 
+#: ``prctl(2)`` option: the signal a process gets when the thread that started it ends.
+_PR_SET_PDEATHSIG = 1
+
 
 class PgStartError(RuntimeError):
     """The test PostgreSQL server could not be initialised or started (message: why,
@@ -111,6 +121,29 @@ def _run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
     if error:
         raise error[0]
     return result[0]
+
+
+def _die_with_parent(sig: signal.Signals) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get ``sig`` when this process ends (``None``
+    off Linux, or outside the main thread: the kernel signals when the *thread* that
+    forked ends, and only the main thread lives as long as the process). A child whose
+    parent is already gone when the guard is set exits before it runs anything."""
+    if not sys.platform.startswith("linux"):
+        return None
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def guard() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return guard
 
 
 def _free_port() -> int:
@@ -388,6 +421,7 @@ def _start(
             stderr=subprocess.STDOUT,
             cwd=base_dir,
             start_new_session=True,  # a Ctrl-C in the terminal reaches pytest, not the server
+            preexec_fn=_die_with_parent(signal.SIGINT),
             **ids,
         )
     finally:
@@ -459,14 +493,29 @@ def start_server(
     raise PgStartError(f"PostgreSQL did not start (log below)\n{last}")
 
 
+def _start_problem(exc: PgStartError, data: Path, port: int) -> str:
+    """One line for a server that did not start (the log's last lines name the cause)."""
+    text = str(exc)
+    if 'lock file "postmaster.pid" already exists' in text:
+        try:
+            pid = (data / "data" / "postmaster.pid").read_text().split()[0]
+        except (OSError, IndexError):
+            pid = "?"
+        return f"a PostgreSQL server already runs on {data} (PID {pid}): stop it first"
+    if "could not bind" in text or "Address already in use" in text:
+        return f"port {port} on 127.0.0.1 is taken: choose another (--port, PG_PORT=)"
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return f"{first}; the server log: {data / 'postgres.log'}"
+
+
 def _serve(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.pg", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run a durable local server until Ctrl-C")
+    serve = sub.add_parser("serve", help="run a durable local server until Ctrl-C or SIGTERM")
     run = sub.add_parser(
         "run",
         help="start the server, run COMMAND with DATABASE_URL set to it, stop the server "
-        "when COMMAND ends (its exit code is ours)",
+        "when COMMAND ends (its exit code is ours); SIGTERM/SIGINT/SIGHUP are forwarded",
     )
     for sub_parser in (serve, run):
         sub_parser.add_argument(
@@ -476,7 +525,25 @@ def _serve(argv: list[str]) -> int:
         sub_parser.add_argument("--database", default="kopek", help="database to create if missing")
     run.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     args = parser.parse_args(argv)
-    server = start_server(args.data.resolve(), port=args.port, durable=True)
+
+    received: list[int] = []
+    children: list[subprocess.Popen[bytes]] = []  # who a signal is forwarded to
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        for child in children:
+            if child.poll() is None:  # the server: SIGINT is its fast shutdown
+                fast = signum == signal.SIGINT or args.command == "serve"
+                child.send_signal(signal.SIGINT if fast else signal.SIGTERM)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    data = args.data.resolve()
+    try:
+        server = start_server(data, port=args.port, durable=True)
+    except PgStartError as exc:
+        print(f"tests.pg: {_start_problem(exc, data, args.port)}", file=sys.stderr)
+        return 2
 
     async def ensure_db() -> None:
         conn = await server.connect()
@@ -495,17 +562,24 @@ def _serve(argv: list[str]) -> int:
         if args.command == "serve":
             print(f"DATABASE_URL={url}", flush=True)
             print(f"data in {server.data_dir}; Ctrl-C stops the server", flush=True)
-            with contextlib.suppress(KeyboardInterrupt):
+            children.append(server.process)  # SIGINT to the server: a fast shutdown
+            if not received:
                 server.process.wait()
             return 0
+        if received:  # stopped while the server started: COMMAND never runs
+            return 128 + received[0]
         command: list[str] = [a for a in args.argv if a != "--"] or [sys.executable, "-m", "bot"]
         print(f"PostgreSQL on {url} (data in {server.data_dir})", file=sys.stderr, flush=True)
-        child = subprocess.Popen(command, env=dict(os.environ, DATABASE_URL=url))
-        while True:  # Ctrl-C reaches the child too (same process group): wait for it
-            try:
-                return child.wait()
-            except KeyboardInterrupt:
-                continue
+        child = subprocess.Popen(
+            command,
+            env=dict(os.environ, DATABASE_URL=url),
+            start_new_session=True,  # a terminal's Ctrl-C reaches it once, through us
+            preexec_fn=_die_with_parent(signal.SIGTERM),
+        )
+        children.append(child)
+        if received and child.poll() is None:  # a signal between Popen and the line above
+            child.send_signal(signal.SIGTERM)
+        return child.wait()
     finally:
         server.stop()
 

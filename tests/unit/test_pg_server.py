@@ -10,7 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from tests.pg import PgServer
+from tests.pg import PgServer, PgStartError, _start_problem
 
 
 async def test_a_test_database_is_empty_and_takes_sql(pg_url: str) -> None:
@@ -90,3 +90,22 @@ def test_the_server_runs_unprivileged_on_loopback_only(pg_server: PgServer) -> N
     conf = pg_server.log_tail(200)
     assert 'listening on IPv4 address "127.0.0.1"' in conf
     assert "Unix socket" not in conf
+
+
+def test_a_server_already_running_or_a_taken_port_is_one_line(tmp_path: Path) -> None:
+    """``make run-postgres`` while a server runs on the data folder, or on a taken port,
+    printed a traceback and 40 lines of server log (trial 12, F2); the cause is one line."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "postmaster.pid").write_text("2474\n/x/data\n")
+    locked = PgStartError(
+        "PostgreSQL did not start (log below)\n"
+        'FATAL:  lock file "postmaster.pid" already exists\n'
+        "HINT:  Is another postmaster (PID 2474) running in data directory?"
+    )
+    assert _start_problem(locked, tmp_path, 5433) == (
+        f"a PostgreSQL server already runs on {tmp_path} (PID 2474): stop it first"
+    )
+    taken = PgStartError("PostgreSQL did not start (log below)\nLOG: could not bind IPv4 address")
+    assert _start_problem(taken, tmp_path, 5433).startswith("port 5433 on 127.0.0.1 is taken")
+    other = _start_problem(PgStartError("initdb failed (1): x"), tmp_path, 5433)
+    assert other == f"initdb failed (1): x; the server log: {tmp_path / 'postgres.log'}"
