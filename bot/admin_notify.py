@@ -60,9 +60,11 @@ class AdminNotifier:
 
     async def storage_failed(self, reason: str) -> None:
         """The database failed (once per reason and process): ``deleted``/``replaced``
-        (the file was removed under the running bot) or ``storage`` (read-only, full
-        disk, I/O error). The ledger fails closed: no provider call is made."""
-        if reason in self._storage_told or (reason == "storage" and self._storage_told):
+        (the file was removed under the running bot), ``storage`` (SQLite: read-only,
+        full disk, I/O error) or ``server`` (PostgreSQL: the server cannot be reached or
+        does not take the ledger's queries). The ledger fails closed: no provider call
+        is made."""
+        if reason in self._storage_told or (reason in ("storage", "server") and self._storage_told):
             return  # one alert per incident: a lost file also fails every later write
         self._storage_told.add(reason)
         with in_locale(self._i18n, "en"):
@@ -72,6 +74,13 @@ class AdminNotifier:
                     "fails closed: no paid or free LLM call is made until the bot is "
                     "restarted on a good database."
                 ).format(how=reason)
+            elif reason == "server":
+                text = _(
+                    "🗄 The database server cannot be reached or does not take the "
+                    "ledger's queries (server down, network, login, disk). The ledger "
+                    "fails closed: no LLM call is made until the server answers again; "
+                    "the bot reconnects by itself."
+                )
             else:
                 text = _(
                     "🗄 The database cannot be written (read-only, full disk or I/O "

@@ -383,8 +383,13 @@ class Ledger:
             return await step
         except LedgerUnavailable:
             if not self._closed:
-                self._unavailable(self.store.lost or "storage")
+                self._unavailable(self.store.lost or self._failure_kind())
             raise
+
+    def _failure_kind(self) -> str:
+        """``server`` on PostgreSQL (a server that cannot be reached or refuses the
+        ledger's queries), ``storage`` on SQLite (read-only, full disk, I/O error)."""
+        return "server" if self.store.name == "postgresql" else "storage"
 
     def _unavailable(self, reason: str) -> None:
         if reason in self._told:
@@ -392,6 +397,12 @@ class Ledger:
         self._told.add(reason)
         if reason == "storage":
             log.error("ledger storage failed (read-only, full or broken): failing closed")
+        elif reason == "server":
+            log.error(
+                "ledger database server %s cannot be reached or refused the ledger's"
+                " queries: failing closed until it answers",
+                self.store.location,
+            )
         else:
             log.error(
                 "ledger database file %s was %s while open: failing closed, no new holds",
