@@ -14,7 +14,13 @@ import traceback
 from collections.abc import Iterable
 from types import TracebackType
 
-__all__ = ["RedactSecrets", "install_excepthooks", "redact", "setup_logging"]
+__all__ = [
+    "PollingConflicts",
+    "RedactSecrets",
+    "install_excepthooks",
+    "redact",
+    "setup_logging",
+]
 
 #: Shorter values are not treated as secrets (replacing them would garble every line).
 MIN_SECRET_LEN = 6
@@ -66,6 +72,49 @@ class RedactSecrets(logging.Filter):
         return True
 
 
+class PollingConflicts(logging.Filter):
+    """On aiogram's dispatcher logger: Telegram's ``409 Conflict`` (another process polls
+    the same token; Telegram allows one ``getUpdates`` consumer per token) is one
+    WARNING that says so, not an ERROR and a "Sleep for" line every few seconds forever.
+    Later conflicts go to DEBUG (dropped unless DEBUG is on); other failures pass
+    unchanged. aiogram keeps retrying either way: the process takes over when it is
+    the only poller left."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._warned = False
+        self._quiet_sleep = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if record.msg == "Failed to fetch updates - %s: %s" and args[:1] == (
+            "TelegramConflictError",
+        ):
+            self._quiet_sleep = True
+            if not self._warned:
+                self._warned = True
+                record.levelno, record.levelname = logging.WARNING, "WARNING"
+                record.msg = (
+                    "another process is polling this bot token (Telegram 409 Conflict: one "
+                    "getUpdates consumer per token); this process keeps retrying and takes "
+                    "over when it is the only one — run one polling process per token "
+                    "(further conflicts are logged at DEBUG)"
+                )
+                record.args = None
+                return True
+            return self._debug(record)
+        if self._quiet_sleep and str(record.msg).startswith("Sleep for "):
+            self._quiet_sleep = False
+            return self._debug(record)
+        self._quiet_sleep = False
+        return True
+
+    @staticmethod
+    def _debug(record: logging.LogRecord) -> bool:
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
 def setup_logging(level: str, secrets: Iterable[str]) -> None:
     """Root logging to stderr at ``level`` with secrets redacted."""
     handler = logging.StreamHandler(sys.stderr)
@@ -75,6 +124,10 @@ def setup_logging(level: str, secrets: Iterable[str]) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     logging.getLogger("aiogram.event").setLevel(logging.WARNING)
+    dispatcher = logging.getLogger("aiogram.dispatcher")
+    for old in [f for f in dispatcher.filters if isinstance(f, PollingConflicts)]:
+        dispatcher.removeFilter(old)
+    dispatcher.addFilter(PollingConflicts())
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # a line every minute
