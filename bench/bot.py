@@ -13,7 +13,8 @@ Printed side by side:
   past a personal limit ($0), and ``busy`` (a personal limit that one in-flight hold
   fills), 30 each, with the provider requests they caused (must be 0);
 * **event-loop lag** p99 inside each bot process during the burst (a 1 ms ticker);
-* **commits per message** (SQLite ``COMMIT`` statements in the bot process ÷ messages).
+* **commits per message** (SQLite ``COMMIT`` statements in the bot process ÷ messages),
+  and in brackets the fsync'd ones (commits under ``synchronous=FULL``).
 
 Update→reply = from the driver injecting the update to the fake Bot API receiving the
 ``sendMessage`` for that chat (both on ``time.monotonic()``). Targets (issue 10):
@@ -48,6 +49,7 @@ ADMIN = 1
 BURST = 300
 SEQUENTIAL = 30
 REFUSALS = 30
+COMMITS = "  commits (fsync'd) per message"
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -72,6 +74,7 @@ class Phase:
     answered: int = 0
     sent: int = 0
     commits: int = 0
+    synced: int = 0
     lags: list[float] = field(default_factory=list)
     provider_requests: int = 0
     sample: str = ""
@@ -95,8 +98,9 @@ class Driver:
         self._dumps = 0
         self._cursor = 0
 
-    async def dump(self) -> tuple[int, list[tuple[float, float]]]:
-        """Ask the probe for its counters: (commits so far, lag samples since last)."""
+    async def dump(self) -> tuple[tuple[int, int], list[tuple[float, float]]]:
+        """Ask the probe for its counters: ((commits, fsync'd commits) so far, lag
+        samples since the last dump)."""
         self._dumps += 1
         assert self.proc.pid is not None
         os.kill(self.proc.pid, signal.SIGUSR1)
@@ -105,7 +109,8 @@ class Driver:
             try:
                 body = json.loads(self.out.read_text())
                 if body["seq"] >= self._dumps:
-                    return int(body["commits"]), [(t, v) for t, v in body["lags"]]
+                    counts = int(body["commits"]), int(body["synced"])
+                    return counts, [(t, v) for t, v in body["lags"]]
             except (OSError, ValueError):
                 pass
             if time.monotonic() > deadline:
@@ -159,7 +164,8 @@ class Driver:
         phase.latencies = [at - t0 for at in got.values()]
         phase.answered = len(got)
         phase.elapsed_s = end - t0
-        phase.commits = commits1 - commits0
+        phase.commits = commits1[0] - commits0[0]
+        phase.synced = commits1[1] - commits0[1]
         phase.lags = [v for t, v in lags if t0 <= t <= end]
         return phase
 
@@ -177,7 +183,8 @@ class Driver:
                 phase.sample = " ".join(reply.split())[:70]
         phase.elapsed_s = time.monotonic() - t0
         commits1, _ = await self.dump()
-        phase.commits = commits1 - commits0
+        phase.commits = commits1[0] - commits0[0]
+        phase.synced = commits1[1] - commits0[1]
         phase.provider_requests = len(self.providers.requests) - requests0
         return phase
 
@@ -257,6 +264,11 @@ async def refusals(d: Driver, results: dict[str, Phase]) -> None:
     await d.tg.wait_until(slow_done, timeout=30)
 
 
+def per(phase: Phase, n: int) -> str:
+    """Commits per message, the fsync'd ones in brackets."""
+    return f"{phase.commits / n:.2f} ({phase.synced / n:.2f})"
+
+
 def report(echo: dict[str, Phase], kopek: dict[str, Phase]) -> list[str]:
     """The side-by-side table."""
     eb, kb = echo["burst"], kopek["burst"]
@@ -271,14 +283,13 @@ def report(echo: dict[str, Phase], kopek: dict[str, Phase]) -> list[str]:
         f"{ms(pct(kb.latencies, 0.5)) + ' / ' + ms(pct(kb.latencies, 0.99)):>18}",
         f"{'  event-loop lag p99 in the bot, ms':44}{ms(pct(eb.lags, 0.99)):>18}"
         f"{ms(pct(kb.lags, 0.99)):>18}   (<= 5 ms)",
-        f"{'  commits per message':44}{eb.commits / BURST:>18.2f}{kb.commits / BURST:>18.2f}",
+        f"{COMMITS:44}{per(eb, BURST):>18}{per(kb, BURST):>18}",
         f"{'sequential, 30 from one user: p50 / p99 ms':44}"
         f"{ms(pct(es.latencies, 0.5)) + ' / ' + ms(pct(es.latencies, 0.99)):>18}"
         f"{ms(pct(ks.latencies, 0.5)) + ' / ' + ms(pct(ks.latencies, 0.99)):>18}   "
         f"+{ms(pct(ks.latencies, 0.5) - pct(es.latencies, 0.5))} / "
         f"+{ms(pct(ks.latencies, 0.99) - pct(es.latencies, 0.99))} ms (<= 3 / 10)",
-        f"{'  commits per message':44}{es.commits / SEQUENTIAL:>18.2f}"
-        f"{ks.commits / SEQUENTIAL:>18.2f}",
+        f"{COMMITS:44}{per(es, SEQUENTIAL):>18}{per(ks, SEQUENTIAL):>18}",
     ]
     base = pct(es.latencies, 0.5)
     for name, phase in kopek.items():
@@ -291,8 +302,7 @@ def report(echo: dict[str, Phase], kopek: dict[str, Phase]) -> list[str]:
             f"{phase.provider_requests} provider requests (0)"
         )
         lines.append(
-            f"{'  commits per message; reply':44}{'':>18}{phase.commits / phase.sent:>18.2f}"
-            f"   {phase.sample!r}"
+            f"{COMMITS + '; reply':44}{'':>18}{per(phase, phase.sent):>18}   {phase.sample!r}"
         )
     return lines
 

@@ -7,12 +7,15 @@ runs the target as ``__main__`` with two probes installed first:
   loop and records how late it wakes (the same ticker as ``bench/ledger.py``), with
   ``time.monotonic()`` timestamps (one clock for every process on Linux);
 * **commits**: every ``sqlite3`` connection the process opens (the ledger's writer,
-  aiosqlite's workers) gets a trace callback that counts ``COMMIT`` statements (one
-  WAL fsync each under ``synchronous=FULL``).
+  aiosqlite's workers) gets a trace callback that counts ``COMMIT`` statements, and
+  among them the *synced* ones: those made while the connection's ``synchronous`` level
+  was ``FULL`` (one WAL fsync each; SQLite's default level, changed by a ``PRAGMA
+  synchronous=…`` statement, which the same callback sees).
 
-On ``SIGUSR1`` the probe writes ``OUT`` (JSON: ``seq``, cumulative ``commits``, and
-the ``lags`` ``[[monotonic s, lateness s], ...]`` recorded since the previous dump),
-through a temporary file and a rename, so the driver reads whole files only.
+On ``SIGUSR1`` the probe writes ``OUT`` (JSON: ``seq``, cumulative ``commits`` and
+``synced`` commits, and the ``lags`` ``[[monotonic s, lateness s], ...]`` recorded since
+the previous dump), through a temporary file and a rename, so the driver reads whole
+files only.
 """
 
 from __future__ import annotations
@@ -32,20 +35,32 @@ from typing import Any
 
 _OUT = Path(sys.argv[1])
 _lock = threading.Lock()
-_state: dict[str, Any] = {"seq": 0, "commits": 0}
+_state: dict[str, Any] = {"seq": 0, "commits": 0, "synced": 0}
 _lags: list[tuple[float, float]] = []
 _real_connect = sqlite3.connect
 
 
-def _trace(statement: str) -> None:
-    if statement[:6].upper() == "COMMIT":
-        with _lock:
-            _state["commits"] += 1
+def _tracer() -> Any:
+    """A trace callback for one connection (it keeps that connection's level)."""
+    full = [True]  # SQLite's default synchronous level is FULL
+
+    def trace(statement: str) -> None:
+        head = statement[:24].upper()
+        if head.startswith("COMMIT"):
+            with _lock:
+                _state["commits"] += 1
+                _state["synced"] += full[0]
+        elif head.startswith("PRAGMA SYNCHRONOUS"):
+            level = statement.split("=", 1)[-1].strip().upper()
+            if "=" in statement:
+                full[0] = level in ("FULL", "2", "EXTRA", "3")
+
+    return trace
 
 
 def _connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
     conn: sqlite3.Connection = _real_connect(*args, **kwargs)
-    conn.set_trace_callback(_trace)
+    conn.set_trace_callback(_tracer())
     return conn
 
 
@@ -73,7 +88,12 @@ _keep: list[asyncio.Task[None]] = []
 def _dump(_signum: int, _frame: FrameType | None) -> None:
     with _lock:
         _state["seq"] += 1
-        body = {"seq": _state["seq"], "commits": _state["commits"], "lags": list(_lags)}
+        body = {
+            "seq": _state["seq"],
+            "commits": _state["commits"],
+            "synced": _state["synced"],
+            "lags": list(_lags),
+        }
     _lags.clear()
     tmp = _OUT.with_suffix(".tmp")
     tmp.write_text(json.dumps(body))

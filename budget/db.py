@@ -1,10 +1,17 @@
 """Engine factory: the one module that knows SQLite specifics.
 
 Everything else talks portable SQLAlchemy. For SQLite this module turns on WAL
-(readers never block the writer), ``synchronous=FULL`` (a committed hold survives a
-power cut or process crash), a busy timeout (``database is locked`` must never reach
-a user) and foreign keys, and creates the database folder. Other backends
-(PostgreSQL via DATABASE_URL) get the plain engine.
+(readers never block the writer), ``synchronous=NORMAL``, a busy timeout (``database is
+locked`` must never reach a user) and foreign keys, and creates the database folder.
+
+``synchronous=NORMAL`` in WAL mode: a commit is written to the WAL before it returns
+(it survives a process crash, kill -9 included) but not fsync'd (an OS crash or power
+cut may lose it). The bot's tables (intake, history, profiles, counters) need no more:
+the ledger's writer fsyncs every hold (``synchronous=FULL`` for its durable steps), and
+that fsync of the one sequential WAL also makes durable every frame written before it —
+a message's intake record included, which is committed before the message's first
+hold (issue 10). The ledger's own connection is set up in :mod:`budget.sqlite_writer`.
+Other backends (PostgreSQL via DATABASE_URL) get the plain engine.
 """
 
 from __future__ import annotations
@@ -71,7 +78,7 @@ def _on_connect(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=FULL")
+    cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
 

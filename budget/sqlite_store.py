@@ -1,12 +1,20 @@
 """The SQLite ledger store: :class:`budget.store.LedgerStore` on one SQLite file.
 
-The pieces: :mod:`budget.sqlite_writer` (one connection on one writer thread, each
-step one ``BEGIN IMMEDIATE`` transaction, errors translated to
-``LedgerUnavailable``), :mod:`budget.sqlite_holds` (operations, requests, holds,
+The pieces: :mod:`budget.sqlite_writer` (one connection on one writer thread, the
+steps queued run in one ``BEGIN IMMEDIATE`` group transaction, a savepoint each, errors
+translated to ``LedgerUnavailable``), :mod:`budget.sqlite_holds` (operations, requests, holds,
 sweep), :mod:`budget.sqlite_admin` (kill, limits, teams, messages, calibration),
 :mod:`budget.sqlite_reports` (status and audit), :mod:`budget.sqlite_corrections`,
 and the shared row helpers in :mod:`budget.sqlite_rows`. The rules are in
 :mod:`budget.policy`, common to every backend.
+
+Durable and grouped steps: a hold (:meth:`SqliteStore.reserve`), the kill switch,
+limits, teams, corrections and the sweep are *durable* (their group is fsync'd before
+they are answered, ``synchronous=FULL``); operation and request admission, settle,
+release, the end of an operation, the message counter and calibration are *grouped*
+(committed before they are answered, fsync'd by the next durable group). A power cut
+can lose only grouped steps: a lost settle or release leaves its hold, which the next
+start books at its ceiling (never less than real); a lost admission took no money.
 
 One bot process per file (:mod:`budget.instance_lock`): the holds of any other
 process id are swept at start. Times are epoch seconds from the ledger's clock;
@@ -92,11 +100,13 @@ class SqliteStore:
             max_musd=max_musd,
             max_requests=max_requests,
         )
-        return await self.writer.txn(body)
+        return await self.writer.txn(body, durable=False)
 
     async def end_operation(self, now: datetime, operation_id: str) -> None:
         """See :meth:`budget.store.LedgerStore.end_operation`."""
-        await self.writer.txn(partial(holds.end_operation, now=now, operation_id=operation_id))
+        await self.writer.txn(
+            partial(holds.end_operation, now=now, operation_id=operation_id), durable=False
+        )
 
     async def operation_booked_musd(self, operation_id: str) -> int:
         """See :meth:`budget.store.LedgerStore.operation_booked_musd`."""
@@ -113,7 +123,7 @@ class SqliteStore:
             operation_id=operation_id,
             fingerprint=fingerprint,
         )
-        return await self.writer.txn(body)
+        return await self.writer.txn(body, durable=False)
 
     async def reserve(
         self,
@@ -177,12 +187,12 @@ class SqliteStore:
             estimated=estimated,
             pricer=pricer,
         )
-        return await self.writer.txn(body)
+        return await self.writer.txn(body, durable=False)
 
     async def release(self, now: datetime, hold_id: str) -> bool:
         """See :meth:`budget.store.LedgerStore.release`."""
         return await self.writer.txn(
-            partial(holds.release, cfg=self.config, now=now, hold_id=hold_id)
+            partial(holds.release, cfg=self.config, now=now, hold_id=hold_id), durable=False
         )
 
     async def sweep(self, now: datetime, previous_processes: bool = False) -> SweepOutcome:
@@ -213,7 +223,7 @@ class SqliteStore:
             ratio_ppm=ratio_ppm,
             samples=samples,
         )
-        await self.writer.txn(body)
+        await self.writer.txn(body, durable=False)
 
     async def set_kill(
         self, now: datetime, kind: str, scope: str, killed: bool, reason: str, by: int | None
@@ -275,7 +285,8 @@ class SqliteStore:
     async def record_message(self, now: datetime, user_id: int) -> int:
         """See :meth:`budget.store.LedgerStore.record_message`."""
         return await self.writer.txn(
-            partial(admin.record_message, cfg=self.config, now=now, user_id=user_id)
+            partial(admin.record_message, cfg=self.config, now=now, user_id=user_id),
+            durable=False,
         )
 
     # -- reports ---------------------------------------------------------------------------

@@ -1,20 +1,38 @@
-"""The SQLite ledger's connection: one stdlib ``sqlite3`` connection owned by one thread.
+"""The SQLite ledger's connection: one stdlib ``sqlite3`` connection owned by one thread,
+with group commit.
 
 Design (see issue 3's benchmark notes): a single writer. Every ledger step (admit an
-operation, reserve, settle, release, sweep, kill …) is ONE ``BEGIN IMMEDIATE``
-transaction run on that thread: the write lock is taken before the first read, so
-the check ("does the ceiling fit on every level?") and the write happen atomically,
-also against other processes using the same file. The asyncio event loop only
-awaits a future, so it is never blocked by the database.
+operation, reserve, settle, release, sweep, kill …) runs on that thread inside a
+``BEGIN IMMEDIATE`` transaction: the write lock is taken before the first read, so the
+check ("does the ceiling fit on every level?") and the write happen atomically, also
+against other processes using the same file. The asyncio event loop only queues a step
+and awaits its future, so it is never blocked by the database.
 
-Durability: WAL journal. ``synchronous=FULL`` (default) fsyncs the WAL on every
-commit, so a granted hold or a settlement survives a process crash *and* a power
-cut before the caller is told. ``synchronous=NORMAL`` writes the WAL before
-``COMMIT`` returns (safe against a process crash, which is what the ledger
-promises) but fsyncs only at checkpoints (an OS crash may lose the last commits).
+Group commit (issue 10). The thread takes every step queued, runs them in the order
+queued inside ONE transaction, each in its own ``SAVEPOINT`` (a refusal keeps what its
+step wrote, the refusal event; an error rolls back that step only, never another's),
+then commits once and answers every step of the group. At low load a group is one step:
+one transaction, one commit, as before. No step is answered before the COMMIT that
+contains it returned.
+
+Durable and grouped steps. SQLite's ``synchronous`` level is per connection and is set
+before each group: ``FULL`` (the WAL is fsync'd before ``COMMIT`` returns: the group
+survives a power cut) when the group holds a *durable* step (``durable=True``, the
+default: a hold, a kill switch, a limit, a sweep), otherwise ``NORMAL`` (the WAL is
+written, not fsync'd, before ``COMMIT`` returns). SQLite documents that "transactions
+are durable across application crashes regardless of the synchronous setting" in WAL
+mode; only an OS crash or power cut can lose the unsynced tail of the WAL — and since
+the WAL is one sequential file whose frames are only valid in order (each frame's
+checksum covers every frame before it), the fsync of a durable group also makes durable
+every earlier frame, including grouped steps and the rows other connections (the bot's
+intake record) committed before it. With ``LedgerConfig.synchronous="NORMAL"`` no group
+is fsync'd (a power cut may then lose granted holds).
 
 Errors: any ``sqlite3.Error`` or ``OSError`` becomes
-:class:`~budget.errors.LedgerUnavailable` here, at the boundary.
+:class:`~budget.errors.LedgerUnavailable` here, at the boundary. When the COMMIT fails,
+or SQLite itself rolls the whole transaction back (a full disk, an I/O error), every
+step of the group that wrote fails with ``LedgerUnavailable`` (nothing of it was
+committed).
 """
 
 from __future__ import annotations
@@ -23,6 +41,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
+import queue
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -32,41 +51,114 @@ from typing import Any, TypeVar
 from budget.errors import HoldRefused, LedgerUnavailable
 from budget.store import RefusedCommit
 
-__all__ = ["BUSY_TIMEOUT_S", "SqliteWriter"]
+__all__ = ["BUSY_TIMEOUT_S", "MAX_GROUP", "SqliteWriter"]
 
 T = TypeVar("T")
 
 #: Seconds a connection waits for another process's write lock.
 BUSY_TIMEOUT_S = 15.0
+#: Steps run in one group transaction at most.
+MAX_GROUP = 256
+
+_TXN, _READ, _CALL = 0, 1, 2
+_STOP = object()
+
+
+class _Step:
+    __slots__ = ("args", "check_file", "durable", "fn", "future", "kind", "loop")
+
+    def __init__(
+        self,
+        kind: int,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        durable: bool,
+        check_file: bool,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+    ) -> None:
+        self.kind = kind
+        self.fn = fn
+        self.args = args
+        self.durable = durable
+        self.check_file = check_file
+        self.loop = loop
+        self.future = future
+
+
+#: one step's answer: (step, ok, result or exception)
+_Result = tuple[_Step, bool, Any]
+
+
+def _settle_futures(results: list[_Result]) -> None:
+    """On the event loop: hand each step its result (a cancelled waiter is skipped)."""
+    for step, ok, value in results:
+        if step.future.done():
+            continue
+        if ok:
+            step.future.set_result(value)
+        else:
+            step.future.set_exception(value)
+
+
+def _unavailable(exc: BaseException | None = None) -> LedgerUnavailable:
+    error = LedgerUnavailable()
+    error.__cause__ = exc
+    return error
 
 
 class SqliteWriter:
-    """One SQLite connection on one dedicated thread.
+    """The one connection to a SQLite file, on one dedicated thread, with group commit.
 
     Args:
         path: the database file.
-        synchronous: ``"FULL"`` or ``"NORMAL"`` (see the module docstring).
+        synchronous: ``"FULL"`` (durable groups are fsync'd) or ``"NORMAL"`` (none
+            is); see the module docstring.
+        max_group: steps per transaction at most.
+
+    Attributes:
+        commits: COMMITs done; ``synced_commits``: those made under ``synchronous=FULL``
+            (for the benchmark and tests).
     """
 
-    def __init__(self, path: str | Path, synchronous: str) -> None:
+    def __init__(self, path: str | Path, synchronous: str, *, max_group: int = MAX_GROUP) -> None:
         self.path = Path(path)
         self.synchronous = synchronous
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self.max_group = max_group
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
         self.conn: sqlite3.Connection | None = None
-        self._thread_id: int | None = None
+        self._level = ""
         self._identity: tuple[int, int] | None = None
+        self.commits = 0
+        self.synced_commits = 0
         #: set once the path stops naming the open file (deleted or replaced):
         #: every later write fails closed with LedgerUnavailable
         self.lost: str = ""
 
-    def open(self) -> None:
-        """Start the writer thread and open its connection (idempotent)."""
-        if self._executor is not None:
-            return
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="ledger-writer"
+    def __repr__(self) -> str:
+        state = "open" if self._thread is not None else "closed"
+        return (
+            f"SqliteWriter({str(self.path)!r}, {state}, commits={self.commits}, "
+            f"synced_commits={self.synced_commits})"
         )
-        self._executor.submit(self._connect).result()
+
+    # -- life cycle -------------------------------------------------------------------
+    def open(self) -> None:
+        """Start the writer thread and open its connection (idempotent).
+
+        Raises:
+            sqlite3.Error, OSError: the file cannot be opened.
+        """
+        if self._thread is not None:
+            return
+        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        thread = threading.Thread(
+            target=self._main, args=(ready,), name="ledger-writer", daemon=True
+        )
+        thread.start()
+        ready.result()
+        self._thread = thread
 
     def _connect(self) -> None:
         conn = sqlite3.connect(
@@ -74,11 +166,32 @@ class SqliteWriter:
         )
         conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={self.synchronous}")
         self.conn = conn
-        self._thread_id = threading.get_ident()
+        self._level = ""
+        self._set_level(self.synchronous)
         st = os.stat(self.path)
         self._identity = (st.st_dev, st.st_ino)
+
+    def _set_level(self, level: str) -> None:
+        """``PRAGMA synchronous`` (only outside a transaction; only when it changes)."""
+        if level != self._level and self.conn is not None:
+            self.conn.execute(f"PRAGMA synchronous={level}")
+            self._level = level
+
+    def _disconnect(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.close()
+            self.conn = None
+
+    def close(self) -> None:
+        """Finish the steps queued, close the connection, stop the thread (idempotent).
+        Steps queued after this fail with ``LedgerUnavailable``."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._queue.put(_STOP)
+        thread.join()
 
     def check_file(self) -> None:
         """Fail closed when the path no longer names the open database file.
@@ -102,56 +215,216 @@ class SqliteWriter:
             self.lost = "replaced"
             raise LedgerUnavailable()
 
-    def _disconnect(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
-
-    def close(self) -> None:
-        """Close the connection and stop the writer thread (idempotent)."""
-        if self._executor is None:
-            return
-        self._executor.submit(self._disconnect).result()
-        self._executor.shutdown(wait=True)
-        self._executor = None
+    # -- the event loop's side ----------------------------------------------------------
+    async def _submit(
+        self,
+        kind: int,
+        fn: Callable[..., T],
+        args: tuple[Any, ...] = (),
+        *,
+        durable: bool = True,
+        check_file: bool = False,
+    ) -> T:
+        if self._thread is None:
+            raise LedgerUnavailable()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put(_Step(kind, fn, args, durable, check_file, loop, future))
+        return await future
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(*args)`` on the writer thread and await its result.
+        """Run ``fn(*args)`` on the writer thread, outside any transaction (what the
+        group before it wrote is committed first), and await its result.
 
         Raises:
             LedgerUnavailable: the writer is closed, or any storage failure (SQLite
                 error, OS error such as a full disk) — never a raw ``sqlite3`` error.
         """
-        if self._executor is None:
-            raise LedgerUnavailable()
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(self._executor, fn, *args)
-        except RuntimeError as exc:  # executor shut down under us
-            raise LedgerUnavailable() from exc
-        except (sqlite3.Error, OSError) as exc:
-            raise LedgerUnavailable() from exc
+        return await self._submit(_CALL, fn, args)
 
-    async def txn(self, body: Callable[[sqlite3.Cursor], T], *, check_file: bool = False) -> T:
-        """Run ``body`` in one ``BEGIN IMMEDIATE`` transaction on the writer thread
-        (after :meth:`check_file` when asked); fail closed on any DB error.
+    async def txn(
+        self,
+        body: Callable[[sqlite3.Cursor], T],
+        *,
+        check_file: bool = False,
+        durable: bool = True,
+    ) -> T:
+        """Run ``body`` as one step of a group transaction on the writer thread (after
+        :meth:`check_file` when asked): all of it or none of it. Answered once the
+        group's COMMIT returned.
+
+        Args:
+            durable: the group is committed with ``synchronous=FULL`` (fsync'd) before
+                this step is answered; ``False``: a *grouped* step, fsync'd by the next
+                durable group (see the module docstring).
 
         Raises:
             HoldRefused: ``body`` raised :class:`~budget.store.RefusedCommit` (what it
-                wrote, the refusal event, is committed first).
-            LedgerUnavailable: storage failed (nothing was committed).
+                wrote, the refusal event, is committed with the group).
+            LedgerUnavailable: storage failed (nothing of this step was committed).
         """
-
-        def run() -> T:
-            if check_file:
-                self.check_file()
-            return self.txn_sync(body)
-
-        return await self.call(run)
+        return await self._submit(_TXN, body, durable=durable, check_file=check_file)
 
     async def read(self, body: Callable[[sqlite3.Cursor], T]) -> T:
-        """Run a read-only ``body`` in one deferred transaction (a consistent snapshot)."""
-        return await self.call(self.read_sync, body)
+        """Run a read-only ``body`` on the writer's connection: a consistent snapshot
+        that includes every step queued before it."""
+        return await self._submit(_READ, body)
+
+    # -- the writer thread --------------------------------------------------------------
+    def _main(self, ready: concurrent.futures.Future[None]) -> None:
+        try:
+            self._connect()
+        except BaseException as exc:  # noqa: BLE001 - handed to open(), which raises it
+            ready.set_exception(exc)
+            return
+        ready.set_result(None)
+        stopping = False
+        while not stopping:
+            group = [self._queue.get()]
+            while len(group) < self.max_group:
+                try:
+                    group.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            segment: list[_Step] = []
+            for item in group:
+                if item is _STOP:
+                    stopping = True
+                    continue
+                assert isinstance(item, _Step)
+                if stopping:
+                    self._deliver([(item, False, LedgerUnavailable())])
+                elif item.kind == _CALL:
+                    self._run_segment(segment)
+                    segment = []
+                    self._deliver([self._call(item)])
+                else:
+                    segment.append(item)
+            self._run_segment(segment)
+        self._drain_closed()
+        self._disconnect()
+
+    def _drain_closed(self) -> None:
+        """Steps queued while closing: fail closed."""
+        late: list[_Result] = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, _Step):
+                late.append((item, False, LedgerUnavailable()))
+        self._deliver(late)
+
+    @staticmethod
+    def _call(step: _Step) -> _Result:
+        try:
+            return step, True, step.fn(*step.args)
+        except (sqlite3.Error, OSError) as exc:
+            return step, False, _unavailable(exc)
+        except Exception as exc:  # noqa: BLE001 - re-raised in the caller (a bug, LedgerUnavailable)
+            return step, False, exc
+
+    def _run_segment(self, steps: list[_Step]) -> None:
+        """Run ``steps`` (transactions and reads) in one transaction, commit once, answer."""
+        if not steps:
+            return
+        conn = self.conn
+        if conn is None:
+            self._deliver([(s, False, LedgerUnavailable()) for s in steps])
+            return
+        writes = any(s.kind == _TXN for s in steps)
+        durable = self.synchronous == "FULL" and any(s.kind == _TXN and s.durable for s in steps)
+        done: list[_Result] = []  # answered once the COMMIT returned
+        failed: list[_Result] = []  # answered whatever happens to the transaction
+        try:
+            self._set_level("FULL" if durable else "NORMAL")
+            conn.execute("BEGIN IMMEDIATE" if writes else "BEGIN")
+        except sqlite3.Error as exc:
+            self._rollback(conn)
+            self._deliver([(s, False, _unavailable(exc)) for s in steps])
+            return
+        for step in steps:
+            if not conn.in_transaction:
+                # SQLite rolled the whole transaction back (full disk, I/O error): what
+                # the earlier steps wrote is gone; start over for the rest
+                failed.extend((s, False, LedgerUnavailable()) for s, _ok, _v in done)
+                done.clear()
+                try:
+                    conn.execute("BEGIN IMMEDIATE" if writes else "BEGIN")
+                except sqlite3.Error as exc:
+                    failed.append((step, False, _unavailable(exc)))
+                    continue
+            result = self._step(conn, step)
+            (done if result[1] or isinstance(result[2], HoldRefused) else failed).append(result)
+        if conn.in_transaction:
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback(conn)
+                failed.extend((s, False, _unavailable(exc)) for s, _ok, _v in done)
+                done.clear()
+            else:
+                self.commits += 1
+                self.synced_commits += durable
+        else:
+            failed.extend((s, False, LedgerUnavailable()) for s, _ok, _v in done)
+            done.clear()
+        self._deliver(done + failed)
+
+    def _step(self, conn: sqlite3.Connection, step: _Step) -> _Result:
+        """Run one step inside the open transaction."""
+        if step.kind == _READ:
+            try:
+                return step, True, step.fn(conn.cursor())
+            except (sqlite3.Error, OSError) as exc:
+                return step, False, _unavailable(exc)
+            except Exception as exc:  # noqa: BLE001 - a bug: re-raised in the caller
+                return step, False, exc
+        try:
+            if step.check_file:
+                self.check_file()
+            conn.execute("SAVEPOINT step")
+        except LedgerUnavailable as exc:
+            return step, False, exc
+        except sqlite3.Error as exc:
+            return step, False, _unavailable(exc)
+        try:
+            result = step.fn(conn.cursor())
+        except RefusedCommit as refused:
+            # keep what the step wrote (the refusal event); it commits with the group
+            if not self._release(conn):
+                return step, False, LedgerUnavailable()
+            return step, False, HoldRefused(refused.refusal)
+        except (sqlite3.Error, OSError) as exc:
+            self._undo(conn)
+            return step, False, _unavailable(exc)
+        except Exception as exc:  # noqa: BLE001 - re-raised in the caller (UnknownOperation …)
+            self._undo(conn)
+            return step, False, exc
+        if not self._release(conn):
+            return step, False, LedgerUnavailable()
+        return step, True, result
+
+    @staticmethod
+    def _release(conn: sqlite3.Connection) -> bool:
+        try:
+            conn.execute("RELEASE step")
+        except sqlite3.Error:
+            SqliteWriter._rollback(conn)
+            return False
+        return True
+
+    @staticmethod
+    def _undo(conn: sqlite3.Connection) -> None:
+        """Roll back one step's savepoint (or the whole transaction if that fails)."""
+        if not conn.in_transaction:
+            return
+        try:
+            conn.execute("ROLLBACK TO step")
+            conn.execute("RELEASE step")
+        except sqlite3.Error:
+            SqliteWriter._rollback(conn)
 
     @staticmethod
     def _rollback(conn: sqlite3.Connection) -> None:
@@ -162,50 +435,12 @@ class SqliteWriter:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
 
-    def txn_sync(self, body: Callable[[sqlite3.Cursor], T]) -> T:
-        """:meth:`txn` on the writer thread itself."""
-        conn = self.conn
-        if conn is None:
-            raise LedgerUnavailable()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise LedgerUnavailable() from exc
-        cur = conn.cursor()
-        try:
-            result = body(cur)
-        except RefusedCommit as refused:
-            try:
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._rollback(conn)
-                raise LedgerUnavailable() from exc
-            raise HoldRefused(refused.refusal) from None
-        except (sqlite3.Error, OSError) as exc:
-            self._rollback(conn)
-            raise LedgerUnavailable() from exc
-        except BaseException:
-            self._rollback(conn)
-            raise
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._rollback(conn)
-            raise LedgerUnavailable() from exc
-        return result
-
-    def read_sync(self, body: Callable[[sqlite3.Cursor], T]) -> T:
-        """:meth:`read` on the writer thread itself."""
-        conn = self.conn
-        if conn is None:
-            raise LedgerUnavailable()
-        try:
-            conn.execute("BEGIN")
-            try:
-                return body(conn.cursor())
-            finally:
-                if conn.in_transaction:
-                    conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._rollback(conn)
-            raise LedgerUnavailable() from exc
+    @staticmethod
+    def _deliver(results: list[_Result]) -> None:
+        """Hand results to their event loops: one wake-up per loop per group."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Result]] = {}
+        for result in results:
+            by_loop.setdefault(result[0].loop, []).append(result)
+        for loop, batch in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(_settle_futures, batch)

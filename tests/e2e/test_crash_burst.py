@@ -1,0 +1,123 @@
+"""SIGKILL in the middle of a burst of paid messages: no money lost, nothing asked twice.
+
+Issue 10's durability rules, on a real bot process (the crash needs one): a hold is on
+disk before its provider call starts; a message's intake record is durable no later than
+its first hold; settle, release, the end of an operation, history and counters ride
+grouped commits that a crash may lose. A burst of 100 first messages from 100 users on
+the paid provider in two halves; the process is SIGKILLed during each half at a seeded
+point (after the k-th provider request of that half) and restarted, and finally stopped
+once every message taken in got its answer or the resend template. Then the ledger must
+book at least what the fake provider billed (an unsettled hold is booked at its ceiling
+by the next start), hold nothing, and no message may have reached the provider twice or
+been answered twice.
+
+Not asserted: that every message is taken in. aiogram confirms a batch of updates (the
+next ``getUpdates`` offset) as soon as it has started their tasks, so a kill between
+that and a message's intake record loses the message silently (no answer, no resend
+template, no provider call, no money) — a gap of the polling loop, not of the ledger.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+from budget.prices import PriceCard, ProviderModel
+from budget.types import Usage
+from tests.e2e.harness import BotFactory, bot_environment, wait_provider_requests
+from tests.fakes.providers import FakeProviders
+from tests.fakes.telegram import FakeTelegram
+
+USERS = 100
+FIRST_USER = 7_000
+#: what the fake bills each call: 100 input + 50 output tokens
+BILL = {"prompt_tokens": 100, "completion_tokens": 50}
+#: the fake's answer echoes the question, so an answer names its question
+QUESTION = "paid question from user {}"
+
+
+async def test_sigkill_during_a_paid_burst_loses_no_money_and_asks_nothing_twice(
+    bot_factory: BotFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    tmp_path: Path,
+) -> None:
+    """Two SIGKILLs at seeded points of a 100-message paid burst: on restart the
+    ledger's settled + booked-at-ceiling money ≥ what the provider billed, no hold is
+    left, no message reached the provider twice, none was answered twice, and every
+    message taken in got an answer or the resend template."""
+    rng = random.Random(10)  # where each burst is cut: after this many of its provider calls
+    fake_providers.default("deepseek", BILL)
+    db = tmp_path / "kopek.db"
+    env = bot_environment(
+        telegram=fake_telegram,
+        database_path=db,
+        provider_base_urls={"deepseek": fake_providers.base_urls["deepseek"]},
+        extra={"LOG_LEVEL": "INFO"},
+    )
+    bot = bot_factory(env=env)
+    await bot.start()
+    half = USERS // 2
+    for burst in range(2):
+        before = len(fake_providers.requests)
+        for i in range(burst * half, (burst + 1) * half):
+            fake_telegram.inject_message(FIRST_USER + i, QUESTION.format(FIRST_USER + i))
+        await wait_provider_requests(fake_providers, before + rng.randint(3, 20), timeout=60)
+        await bot.kill()
+        await bot.start()
+
+    def taken_in() -> set[int]:
+        """Chats whose message has an intake record (read beside the running bot)."""
+        conn = sqlite3.connect(db)
+        try:
+            return {row[0] for row in conn.execute("SELECT chat_id FROM seen_messages")}
+        finally:
+            conn.close()
+
+    def every_message_closed() -> bool:
+        replied = {m.chat_id for m in fake_telegram.sent_events() if m.method == "sendMessage"}
+        return not fake_telegram.pending_updates() and taken_in() <= replied
+
+    await fake_telegram.wait_until(every_message_closed, timeout=120)
+    assert await bot.stop() == 0  # a clean stop commits what is grouped
+
+    requests = [r for r in fake_providers.requests if r.provider == "deepseek"]
+    asked = Counter(
+        next(m["content"] for m in reversed(r.body["messages"]) if m["role"] == "user")
+        for r in requests
+    )
+    assert max(asked.values()) == 1, "a message reached the provider twice"
+    card = PriceCard([ProviderModel("deepseek", "deepseek-chat", "paid")])
+    per_call = card.actual_musd(
+        "deepseek",
+        "deepseek-chat",
+        Usage(input_tokens=BILL["prompt_tokens"], output_tokens=BILL["completion_tokens"]),
+        datetime.now(UTC),
+    )
+    assert per_call > 0
+    billed = per_call * len(requests)
+
+    conn = sqlite3.connect(db)
+    try:
+        booked, held, holds = conn.execute(
+            "SELECT COALESCE(SUM(CASE WHEN state IN ('settled', 'expired') THEN actual_musd"
+            " ELSE 0 END), 0),"
+            " COALESCE(SUM(CASE WHEN state = 'held' THEN 1 ELSE 0 END), 0), COUNT(*)"
+            " FROM budget_holds WHERE provider = 'deepseek'"
+        ).fetchone()
+    finally:
+        conn.close()
+    assert holds >= len(requests), "a provider call without a hold on disk"
+    assert held == 0, "a hold is still outstanding"
+    assert booked >= billed, f"booked {booked} µUSD < billed {billed} µUSD"
+
+    answers = Counter(
+        m.chat_id
+        for m in fake_telegram.sent_events()
+        if m.method == "sendMessage" and "paid question from user" in (m.text or "")
+    )
+    assert max(answers.values()) == 1, "a message was answered twice"
+    assert sum(answers.values()) <= len(requests)

@@ -1,0 +1,176 @@
+"""The SQLite writer's group commit (issue 10): the steps queued while the writer is busy
+run in one transaction, a savepoint each, and are committed once; a group is fsync'd
+(``synchronous=FULL``) only when it holds a durable step."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from budget.errors import HoldRefused, LedgerUnavailable
+from budget.sqlite_writer import SqliteWriter
+from budget.store import RefusedCommit
+from budget.types import Refusal, RefusalReason
+
+
+@pytest.fixture
+async def writer(tmp_path: Path) -> AsyncIterator[SqliteWriter]:
+    """A writer (synchronous FULL for durable steps) on a file with one table ``t``."""
+    path = tmp_path / "w.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER)")
+    conn.commit()
+    conn.close()
+    w = SqliteWriter(path, "FULL")
+    w.open()
+    yield w
+    w.close()
+
+
+def _insert(key: str, value: int = 1) -> Any:
+    def body(cur: sqlite3.Cursor) -> str:
+        cur.execute("INSERT INTO t VALUES (?, ?)", (key, value))
+        return key
+
+    return body
+
+
+async def _grouped(writer: SqliteWriter, steps: Sequence[Awaitable[Any]]) -> list[Any]:
+    """Queue ``steps`` while the writer thread is held busy, so they form one group."""
+    running, gate = threading.Event(), threading.Event()
+
+    def hold_busy() -> None:
+        running.set()
+        gate.wait(10)
+
+    busy = asyncio.ensure_future(writer.call(hold_busy))
+    await asyncio.to_thread(running.wait, 10)
+    tasks = [asyncio.ensure_future(s) for s in steps]
+    await asyncio.sleep(0)  # each task queues its step before its first await returns
+    gate.set()
+    await busy
+    return await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _rows(writer: SqliteWriter) -> dict[str, int]:
+    return dict(await writer.read(lambda cur: cur.execute("SELECT k, v FROM t").fetchall()))
+
+
+async def _level(writer: SqliteWriter) -> int:
+    """The connection's ``synchronous`` level now (1 NORMAL, 2 FULL)."""
+
+    def level() -> int:
+        assert writer.conn is not None
+        return int(writer.conn.execute("PRAGMA synchronous").fetchone()[0])
+
+    return await writer.call(level)
+
+
+async def test_steps_queued_together_share_one_commit_and_isolate_failures(
+    writer: SqliteWriter,
+) -> None:
+    """Ten steps queued while the writer is busy: one COMMIT; a step that fails rolls
+    back its own writes only; a refused step keeps what it wrote (the refusal event)."""
+
+    def fails(cur: sqlite3.Cursor) -> None:
+        cur.execute("INSERT INTO t VALUES ('failed', 1)")
+        raise ValueError("a bug in this step")
+
+    def refused(cur: sqlite3.Cursor) -> None:
+        cur.execute("INSERT INTO t VALUES ('refusal-event', 1)")
+        raise RefusedCommit(Refusal(RefusalReason.KILL))
+
+    def duplicate(cur: sqlite3.Cursor) -> None:
+        cur.execute("INSERT INTO t VALUES ('dup-partial', 1)")
+        cur.execute("INSERT INTO t VALUES ('k0', 2)")  # primary key taken: sqlite3 error
+
+    before = writer.commits
+    steps = [writer.txn(_insert(f"k{i}"), durable=False) for i in range(6)]
+    steps += [writer.txn(fails), writer.txn(refused), writer.txn(duplicate)]
+    steps.append(writer.txn(_insert("last")))
+    results = await _grouped(writer, steps)
+    assert writer.commits - before == 1
+    assert results[:6] == [f"k{i}" for i in range(6)]
+    assert isinstance(results[6], ValueError)
+    assert isinstance(results[7], HoldRefused)
+    assert isinstance(results[8], LedgerUnavailable)
+    assert results[9] == "last"
+    rows = await _rows(writer)
+    assert set(rows) == {"k0", "k1", "k2", "k3", "k4", "k5", "refusal-event", "last"}
+    assert rows["k0"] == 1
+
+
+async def test_only_groups_with_a_durable_step_are_fsynced(writer: SqliteWriter) -> None:
+    """A grouped step commits under synchronous=NORMAL, a durable one under FULL; a group
+    mixing both is committed once, under FULL."""
+    synced = writer.synced_commits
+    await writer.txn(_insert("settle"), durable=False)
+    assert await _level(writer) == 1
+    assert writer.synced_commits == synced
+    await writer.txn(_insert("hold"))
+    assert await _level(writer) == 2
+    assert writer.synced_commits == synced + 1
+    before = writer.commits
+    await _grouped(
+        writer,
+        [writer.txn(_insert("g1"), durable=False), writer.txn(_insert("h2"))],
+    )
+    assert (writer.commits - before, writer.synced_commits) == (1, synced + 2)
+    assert set(await _rows(writer)) == {"settle", "hold", "g1", "h2"}
+
+
+async def test_normal_mode_never_fsyncs(tmp_path: Path) -> None:
+    """With ``synchronous="NORMAL"`` even a durable step commits without an fsync."""
+    path = tmp_path / "n.db"
+    sqlite3.connect(path).execute("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER)").close()
+    w = SqliteWriter(path, "NORMAL")
+    w.open()
+    try:
+        await w.txn(_insert("hold"))
+        assert await _level(w) == 1
+        assert (w.commits, w.synced_commits) == (1, 0)
+    finally:
+        w.close()
+
+
+async def test_a_failed_commit_fails_every_step_of_the_group(writer: SqliteWriter) -> None:
+    """When SQLite rolls the whole transaction back (the file may not grow: SQLITE_FULL),
+    every step of the group that wrote fails with LedgerUnavailable — none is answered
+    as if committed — and the writer keeps working once there is room again."""
+
+    def cap(pages: int | None) -> None:
+        assert writer.conn is not None
+        if pages is None:
+            pages = int(writer.conn.execute("PRAGMA page_count").fetchone()[0])
+        writer.conn.execute(f"PRAGMA max_page_count={pages}")
+
+    await writer.call(cap, None)
+
+    def big(key: str) -> Any:
+        def body(cur: sqlite3.Cursor) -> str:
+            cur.execute("INSERT INTO t VALUES (?, ?)", (key, 1))
+            cur.execute("UPDATE t SET k = k || ? WHERE k = ?", ("x" * 20_000, key))
+            return key
+
+        return body
+
+    results = await _grouped(writer, [writer.txn(big(f"b{i}"), durable=False) for i in range(3)])
+    assert all(isinstance(r, LedgerUnavailable) for r in results)
+    await writer.call(cap, 10_000)
+    assert await writer.txn(_insert("after")) == "after"
+    assert set(await _rows(writer)) == {"after"}
+
+
+async def test_closed_writer_fails_closed(writer: SqliteWriter) -> None:
+    """After close() every step fails with LedgerUnavailable, never a raw error."""
+    writer.close()
+    with pytest.raises(LedgerUnavailable):
+        await writer.txn(_insert("late"))
+    with pytest.raises(LedgerUnavailable):
+        await writer.read(lambda cur: None)
