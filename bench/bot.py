@@ -14,7 +14,9 @@ Printed side by side:
   fills), 30 each, with the provider requests they caused (must be 0);
 * **event-loop lag** p99 inside each bot process during the burst (a 1 ms ticker);
 * **commits per message** (SQLite ``COMMIT`` statements in the bot process ÷ messages),
-  and in brackets the fsync'd ones (commits under ``synchronous=FULL``).
+  and in brackets the fsync'd ones (commits under ``synchronous=FULL``);
+* **CPU ms per message**: the bot process's CPU time (all threads) ÷ messages — the
+  figure that other processes loading the shared machine do not inflate.
 
 Update→reply = from the driver injecting the update to the fake Bot API receiving the
 ``sendMessage`` for that chat (both on ``time.monotonic()``). Targets (issue 10):
@@ -75,6 +77,7 @@ class Phase:
     sent: int = 0
     commits: int = 0
     synced: int = 0
+    cpu_s: float = 0.0
     lags: list[float] = field(default_factory=list)
     provider_requests: int = 0
     sample: str = ""
@@ -98,9 +101,9 @@ class Driver:
         self._dumps = 0
         self._cursor = 0
 
-    async def dump(self) -> tuple[tuple[int, int], list[tuple[float, float]]]:
-        """Ask the probe for its counters: ((commits, fsync'd commits) so far, lag
-        samples since the last dump)."""
+    async def dump(self) -> tuple[tuple[int, int, float], list[tuple[float, float]]]:
+        """Ask the probe for its counters: ((commits, fsync'd commits, CPU s) so far,
+        lag samples since the last dump)."""
         self._dumps += 1
         assert self.proc.pid is not None
         os.kill(self.proc.pid, signal.SIGUSR1)
@@ -109,7 +112,7 @@ class Driver:
             try:
                 body = json.loads(self.out.read_text())
                 if body["seq"] >= self._dumps:
-                    counts = int(body["commits"]), int(body["synced"])
+                    counts = int(body["commits"]), int(body["synced"]), float(body["cpu_s"])
                     return counts, [(t, v) for t, v in body["lags"]]
             except (OSError, ValueError):
                 pass
@@ -166,6 +169,7 @@ class Driver:
         phase.elapsed_s = end - t0
         phase.commits = commits1[0] - commits0[0]
         phase.synced = commits1[1] - commits0[1]
+        phase.cpu_s = commits1[2] - commits0[2]
         phase.lags = [v for t, v in lags if t0 <= t <= end]
         return phase
 
@@ -185,6 +189,7 @@ class Driver:
         commits1, _ = await self.dump()
         phase.commits = commits1[0] - commits0[0]
         phase.synced = commits1[1] - commits0[1]
+        phase.cpu_s = commits1[2] - commits0[2]
         phase.provider_requests = len(self.providers.requests) - requests0
         return phase
 
@@ -269,6 +274,11 @@ def per(phase: Phase, n: int) -> str:
     return f"{phase.commits / n:.2f} ({phase.synced / n:.2f})"
 
 
+def cpu(phase: Phase, n: int) -> str:
+    """The bot's CPU time per message, ms."""
+    return f"{phase.cpu_s / n * 1000:.1f}"
+
+
 def report(echo: dict[str, Phase], kopek: dict[str, Phase]) -> list[str]:
     """The side-by-side table."""
     eb, kb = echo["burst"], kopek["burst"]
@@ -284,6 +294,7 @@ def report(echo: dict[str, Phase], kopek: dict[str, Phase]) -> list[str]:
         f"{'  event-loop lag p99 in the bot, ms':44}{ms(pct(eb.lags, 0.99)):>18}"
         f"{ms(pct(kb.lags, 0.99)):>18}   (<= 5 ms)",
         f"{COMMITS:44}{per(eb, BURST):>18}{per(kb, BURST):>18}",
+        f"{'  CPU ms per message in the bot':44}{cpu(eb, BURST):>18}{cpu(kb, BURST):>18}",
         f"{'sequential, 30 from one user: p50 / p99 ms':44}"
         f"{ms(pct(es.latencies, 0.5)) + ' / ' + ms(pct(es.latencies, 0.99)):>18}"
         f"{ms(pct(ks.latencies, 0.5)) + ' / ' + ms(pct(ks.latencies, 0.99)):>18}   "

@@ -12,8 +12,11 @@ runs the target as ``__main__`` with two probes installed first:
   was ``FULL`` (one WAL fsync each; SQLite's default level, changed by a ``PRAGMA
   synchronous=…`` statement, which the same callback sees).
 
+* **CPU**: the process's CPU time (``time.process_time()``: user + system, all threads),
+  a cost that does not grow when other processes load the machine.
+
 On ``SIGUSR1`` the probe writes ``OUT`` (JSON: ``seq``, cumulative ``commits`` and
-``synced`` commits, and the ``lags`` ``[[monotonic s, lateness s], ...]`` recorded since
+``synced`` commits, ``cpu_s``, and the ``lags`` ``[[monotonic s, lateness s], ...]`` recorded since
 the previous dump), through a temporary file and a rename, so the driver reads whole
 files only.
 """
@@ -92,6 +95,7 @@ def _dump(_signum: int, _frame: FrameType | None) -> None:
             "seq": _state["seq"],
             "commits": _state["commits"],
             "synced": _state["synced"],
+            "cpu_s": time.process_time(),
             "lags": list(_lags),
         }
     _lags.clear()

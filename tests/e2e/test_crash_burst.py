@@ -119,5 +119,6 @@ async def test_sigkill_during_a_paid_burst_loses_no_money_and_asks_nothing_twice
         for m in fake_telegram.sent_events()
         if m.method == "sendMessage" and "paid question from user" in (m.text or "")
     )
-    assert max(answers.values()) == 1, "a message was answered twice"
+    # (a kill may come before any answer went out: every message then gets the template)
+    assert all(n == 1 for n in answers.values()), "a message was answered twice"
     assert sum(answers.values()) <= len(requests)
