@@ -187,7 +187,10 @@ async def main() -> None:
     with tempfile.TemporaryDirectory(dir=Path.cwd()) as d:
         tmp = Path(d)
         base_rate, base_p50 = baseline(tmp / "baseline.db")
-        print(f"synchronous mode: {SYNC} (WAL; fsync of the WAL on every commit)")
+        print(
+            f"synchronous mode: {SYNC} (WAL; the ledger fsyncs each group holding a hold, "
+            "settles ride grouped commits; the baseline fsyncs every commit)"
+        )
         print(
             f"baseline stdlib sqlite3 on the loop thread: {base_rate:,.0f} pairs/s, "
             f"p50 {base_p50:.3f} ms"
