@@ -368,7 +368,17 @@ def check_database_url(value: str) -> str:
             "not a database URL (e.g. sqlite+aiosqlite:///data/kopek.db or "
             "postgresql+asyncpg://user:password@host:5432/kopek)"
         ) from None
+    except ValueError:  # e.g. a raw ':' in the password read as a port
+        raise ValueError(
+            "cannot read the URL: percent-encode @ : / % and spaces in the user and "
+            "password (@ is %40, : is %3A, / is %2F, % is %25)"
+        ) from None
     backend = url.get_backend_name()
+    if backend == "postgres":
+        raise ValueError(
+            "PostgreSQL is used through the asyncpg driver only: write "
+            "postgresql+asyncpg://… (not postgres://…)"
+        )
     if backend == "sqlite":
         if url.database in (None, "", ":memory:"):
             raise ValueError("must name a SQLite file, e.g. sqlite+aiosqlite:///data/kopek.db")

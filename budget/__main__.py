@@ -133,6 +133,8 @@ async def _check_url(url: str) -> None:
         parsed = make_url(url)
     except ArgumentError:
         raise _Fail(f"DATABASE_URL is not a database URL (e.g. {_URL_FORMS})") from None
+    except ValueError:  # e.g. a raw ':' in the password read as a port
+        raise _Fail("cannot read DATABASE_URL: percent-encode @ : / % in the password") from None
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         path = sqlite_path(parsed)

@@ -38,6 +38,9 @@ def test_sqlite_files_and_asyncpg_urls_are_accepted(url: str) -> None:
         ("mysql+aiomysql://kopek:secret-pw@db/kopek", "'mysql' is not supported"),
         ("sqlite+aiosqlite://", "must name a SQLite file"),
         ("notaurl", "not a database URL"),
+        # trial 12, F6/F7: Python's int() error; no asyncpg hint for postgres://
+        ("postgresql+asyncpg://kopek:p@ss:w/rd%secret-pw@db:5432/kopek", "percent-encode @ :"),
+        ("postgres://kopek:secret-pw@db/kopek", "write postgresql+asyncpg://… (not postgres"),
     ],
 )
 def test_other_drivers_and_backends_are_one_error_without_the_url(url: str, says: str) -> None:

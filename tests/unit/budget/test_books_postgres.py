@@ -103,9 +103,10 @@ async def test_postgres_failures_are_one_true_line_without_the_password(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """A database without the bot's tables, a refused login and a server that does not
-    answer each give exit 2 and one line naming host, port and database — never a
-    password (neither the right one nor a wrong one, encoded or not)."""
+    """A database without the bot's tables, a refused login, a server that does not
+    answer and a password not percent-encoded each give exit 2 and one line (naming
+    host, port and database where it can) — never a password (neither the right one
+    nor a wrong one, encoded or not)."""
     empty = make_url(pg_url)
     cases = [
         (pg_url, f"no ledger in the database postgresql://127.0.0.1:{empty.port}/{empty.database}"),
@@ -117,6 +118,7 @@ async def test_postgres_failures_are_one_true_line_without_the_password(
             pg_password_url.replace(f":{empty.port}/", ":1/"),
             "cannot reach the ledger database postgresql://127.0.0.1:1/",
         ),
+        ("postgresql+asyncpg://kopek:Kp@ss:w0rd@127.0.0.1:1/kopek", "percent-encode @ : /"),
     ]
     for url, needle in cases:
         monkeypatch.setenv("DATABASE_URL", url)
@@ -124,5 +126,5 @@ async def test_postgres_failures_are_one_true_line_without_the_password(
         captured = capsys.readouterr()
         lines = captured.err.strip().splitlines()
         assert len(lines) == 1 and needle in lines[0], lines
-        for secret in (PG_PASSWORD, "Kp%40ss", "wr0ng", "ss/w0rd"):
+        for secret in (PG_PASSWORD, "Kp%40ss", "wr0ng", "ss/w0rd", "ss:w0rd"):
             assert secret not in captured.err + captured.out
