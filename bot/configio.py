@@ -43,7 +43,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from bot.database import start_failure
 from bot.logs import redact
 from bot.migrate import SchemaMismatch, check_schema, head_revision, migrate
-from budget.db import create_engine
+from budget.db import create_engine, location, sqlite_path
 
 __all__ = ["CONFIG_TABLES", "FORMAT", "ConfigFileError", "export_config", "import_config", "main"]
 
@@ -116,11 +116,24 @@ async def export_config(database_url: str, path: Path) -> dict[str, int]:
         rows written per table.
 
     Raises:
+        ConfigFileError: no such SQLite file, or a database without Kopek's tables
+            (nothing is created).
         SchemaMismatch: the database is not at this code's schema head.
         OSError, sqlalchemy.exc.SQLAlchemyError: the database cannot be read, the file
             cannot be written.
     """
-    await asyncio.to_thread(check_schema, database_url)
+    file = sqlite_path(database_url)
+    if file is not None and not await asyncio.to_thread(file.exists):
+        raise ConfigFileError(f"nothing to export: there is no database file {file}")
+    try:
+        await asyncio.to_thread(check_schema, database_url)
+    except SchemaMismatch as exc:
+        if exc.current:
+            raise
+        raise ConfigFileError(
+            f"nothing to export: the database {location(database_url)} has no Kopek tables "
+            "(is DATABASE_URL the bot's database?)"
+        ) from None
     engine = create_engine(database_url)
     try:
         async with engine.connect() as conn:

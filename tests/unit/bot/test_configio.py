@@ -158,3 +158,28 @@ def test_a_file_that_is_not_an_export_is_refused_with_one_line(
         [line] = capsys.readouterr().err.splitlines()
         assert line.startswith("kopek: ") and says in line, line
     assert not (tmp_path / "new.db").exists()
+
+
+def test_exporting_a_database_that_is_not_there_says_so_and_creates_nothing(
+    tmp_path: Path,
+    pg_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A mistyped SQLite path was created empty and answered "cannot start … at revision
+    no schema … apply the migrations (alembic upgrade head)" (trial 12, F9): nothing
+    was started, and migrating a wrong database is the wrong advice. Expected: one
+    line, exit 2, no file left behind; the same for an empty PostgreSQL database."""
+    missing = tmp_path / "nothere.db"
+    for url, says in (
+        (
+            f"sqlite+aiosqlite:///{missing}",
+            f"nothing to export: there is no database file {missing}",
+        ),
+        (pg_url, "nothing to export: the database postgresql://127.0.0.1:"),
+    ):
+        monkeypatch.setenv("DATABASE_URL", url)
+        assert main("export-config", [str(tmp_path / "out.json")]) == 2
+        [line] = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"kopek: {says}"), line
+    assert not missing.exists() and not (tmp_path / "out.json").exists()
