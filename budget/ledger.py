@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 
 from budget.clock import Clock
 from budget.config import LedgerConfig
-from budget.errors import BudgetConfigError, LedgerUnavailable
+from budget.errors import BudgetConfigError, LedgerUnavailable, UnknownHold
 from budget.policy import check_user_id, interrupted_usage
 from budget.prices import PriceCard
 from budget.protocol import HoldTicket, OperationTicket
@@ -65,6 +65,10 @@ KillListener = Callable[[KillState], Coroutine[Any, Any, None]]
 #: (the database path no longer names the open file) or ``"storage"`` (read-only,
 #: full disk, I/O error).
 LostListener = Callable[[str], Coroutine[Any, Any, None]]
+
+#: Settles kept for the next sweep after a storage failure, at most (the rest are
+#: booked at their ceilings by the sweep, estimated, as before).
+MAX_UNSETTLED = 10_000
 
 
 class Ledger:
@@ -92,6 +96,7 @@ class Ledger:
         "_sweep_previous",
         "_sweeper",
         "_told",
+        "_unsettled",
         "clock",
         "config",
         "store",
@@ -121,6 +126,7 @@ class Ledger:
         self._closed = False
         self._on_unavailable = on_unavailable
         self._told: set[str] = set()
+        self._unsettled: dict[str, tuple[Usage | Callable[[int, int], Usage], bool]] = {}
 
     @classmethod
     def sqlite(
@@ -222,6 +228,7 @@ class Ledger:
             LedgerUnavailable: storage failed, or the database path no longer names
                 the open file (admins are told once; no hold is granted again).
         """
+        await self._retry_unsettled()
         out = await self._guarded(self.store.sweep(self.clock.now()))
         if out.expired:
             log.warning(
@@ -451,6 +458,38 @@ class Ledger:
         self._tripped(outcome.auto_killed)
         return outcome.actual_musd
 
+    async def _settle(
+        self, hold_id: str, usage: Usage | Callable[[int, int], Usage], estimated: bool
+    ) -> SettleOutcome:
+        """Settle, or keep the usage to settle at the next sweep when storage fails (the
+        usage is known only to this process: without it the hold would be booked at
+        its ceiling, estimated, for good)."""
+        try:
+            return await self._guarded(
+                self.store.settle(self.clock.now(), hold_id, usage, estimated, self._pricer)
+            )
+        except LedgerUnavailable:
+            if len(self._unsettled) < MAX_UNSETTLED:
+                self._unsettled[hold_id] = (usage, estimated)
+            raise
+
+    async def _retry_unsettled(self) -> None:
+        """Settle the holds whose settle failed (oldest first); stop at the first that
+        still fails (storage is still gone)."""
+        for hold_id, (usage, estimated) in list(self._unsettled.items()):
+            try:
+                outcome = await self.store.settle(
+                    self.clock.now(), hold_id, usage, estimated, self._pricer
+                )
+            except LedgerUnavailable:
+                return
+            except UnknownHold:
+                outcome = None
+            del self._unsettled[hold_id]
+            if outcome is not None:
+                log.info("settled hold %s after the storage failure", hold_id)
+                self._after_settle(outcome)
+
     async def settle(self, hold_id: str, usage: Usage, *, estimated: bool = False) -> int:
         """Replace the hold by its actual cost, booked in the hold's own windows.
 
@@ -459,7 +498,10 @@ class Ledger:
         (booked at its ceiling, estimated) is corrected to the actual: − ceiling +
         actual in the same windows, exactly once, reported as a late settle. An
         actual above the ceiling is booked in full and counted. May trip the
-        automatic kill switch.
+        automatic kill switch. When storage fails, ``LedgerUnavailable`` is raised and
+        the usage is kept: each sweep settles it once storage is back (up to
+        :data:`MAX_UNSETTLED` kept settles; a restart loses them, and then the hold is
+        booked at its ceiling, estimated, as without this).
 
         Returns:
             the actual cost in µUSD (0 for a free-tier provider).
@@ -467,9 +509,7 @@ class Ledger:
         Raises:
             UnknownHold: ``hold_id`` was never granted.
         """
-        outcome = await self._guarded(
-            self.store.settle(self.clock.now(), hold_id, usage, estimated, self._pricer)
-        )
+        outcome = await self._settle(hold_id, usage, estimated)
         return self._after_settle(outcome)
 
     async def settle_interrupted(
@@ -488,9 +528,7 @@ class Ledger:
         def usage_of(input_tokens: int, max_tokens: int) -> Usage:
             return interrupted_usage(input_tokens, max_tokens, reported, received_output_tokens)
 
-        outcome = await self._guarded(
-            self.store.settle(self.clock.now(), hold_id, usage_of, True, self._pricer)
-        )
+        outcome = await self._settle(hold_id, usage_of, True)
         return self._after_settle(outcome)
 
     async def release(self, hold_id: str) -> None:

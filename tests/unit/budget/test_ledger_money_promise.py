@@ -164,3 +164,33 @@ async def test_calibration_is_persisted(make_ledger: LedgerFactory) -> None:
     await first.record_calibration("deepseek", "deepseek-chat", 2_100_000, 4)
     second = await make_ledger()
     assert await second.calibration() == {("deepseek", "deepseek-chat"): (2_100_000, 4)}
+
+
+async def test_a_settle_that_failed_is_settled_by_the_next_sweep(
+    make_ledger: LedgerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database went away while a paid answer was generated: its settle failed, and
+    the process, which alone knew the usage, kept nothing — at its TTL the hold was
+    booked at its ceiling, estimated, for good (trial 12, F13, ~20x the call). Now the
+    next sweep after storage is back settles it with the real usage: the same booking
+    as a twin settled at once, no hold outstanding, nothing kept."""
+    ledger = await make_ledger(global_daily_musd=10**6)
+    usage = Usage(10, 0, 5)
+    late, twin = await _reserve(ledger, 1, 10, 10, 40), await _reserve(ledger, 2, 10, 10, 40)
+    real_settle = ledger.store.settle
+
+    async def down(*args: object, **kwargs: object) -> object:
+        raise LedgerUnavailable()
+
+    monkeypatch.setattr(ledger.store, "settle", down)
+    with pytest.raises(LedgerUnavailable):
+        await ledger.settle(late.hold_id, usage)
+    await ledger.sweep()  # settling still fails: kept for the next sweep
+    assert (await ledger.user_status(1)).outstanding_holds == 1
+    monkeypatch.setattr(ledger.store, "settle", real_settle)
+    cost = await ledger.settle(twin.hold_id, usage)
+    await ledger.sweep()
+    first, second = await ledger.user_status(1), await ledger.user_status(2)
+    assert first.outstanding_holds == 0 and first.settled_today_musd == cost > 0
+    assert second.settled_today_musd == cost
+    assert await ledger.settle(late.hold_id, usage) == cost  # idempotent, as before
