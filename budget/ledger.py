@@ -67,7 +67,7 @@ KillListener = Callable[[KillState], Coroutine[Any, Any, None]]
 LostListener = Callable[[str], Coroutine[Any, Any, None]]
 
 #: Settles kept for the next sweep after a storage failure, at most (the rest are
-#: booked at their ceilings by the sweep, estimated, as before).
+#: booked at their bounds by the sweep, estimated, as before).
 MAX_UNSETTLED = 10_000
 
 
@@ -199,7 +199,7 @@ class Ledger:
         if out.expired:
             log.warning(
                 "ledger start: expired %d holds left by a previous process; booked %d µUSD"
-                " at their ceilings, estimated, until settled",
+                " at their bounds (ceiling plus admission margin), estimated, until settled",
                 out.expired,
                 out.booked_musd,
             )
@@ -232,8 +232,8 @@ class Ledger:
         out = await self._guarded(self.store.sweep(self.clock.now()))
         if out.expired:
             log.warning(
-                "ledger sweeper expired %d orphaned holds; booked %d µUSD at their"
-                " ceilings, estimated, until settled",
+                "ledger sweeper expired %d orphaned holds; booked %d µUSD at their bounds"
+                " (ceiling plus admission margin), estimated, until settled",
                 out.expired,
                 out.booked_musd,
             )

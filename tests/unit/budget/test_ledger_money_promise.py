@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from budget.clock import ManualClock
 from budget.errors import HoldRefused, LedgerUnavailable
 from budget.ledger import Ledger
 from budget.protocol import HoldTicket
@@ -194,3 +195,17 @@ async def test_a_settle_that_failed_is_settled_by_the_next_sweep(
     assert first.outstanding_holds == 0 and first.settled_today_musd == cost > 0
     assert second.settled_today_musd == cost
     assert await ledger.settle(late.hold_id, usage) == cost  # idempotent, as before
+
+
+async def test_the_sweep_log_names_the_bound_it_booked(
+    make_ledger: LedgerFactory, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An expired hold is booked at its bound (ceiling plus admission margin); the log
+    said "at their ceilings" beside a figure above the ceiling (trial 12, F12)."""
+    ledger = await make_ledger(global_daily_musd=10**6)
+    hold = await _reserve(ledger, 1, 10, 10, 40)
+    clock.advance(ledger.config.hold_ttl_s + 1)
+    assert await ledger.sweep() == 1
+    booked = (await ledger.user_status(1)).settled_today_musd
+    assert booked > hold.ceiling_musd  # the margin of the 40-token input bound
+    assert f"booked {booked} µUSD at their bounds (ceiling plus admission margin)" in caplog.text
