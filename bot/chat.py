@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from bot.store import History
+from bot.store import Conversation, History
 from budget.clock import Clock
 from budget.errors import BudgetError, HoldRefused
 from budget.protocol import LedgerPort, OperationTicket
@@ -231,6 +231,8 @@ class ChatService:
         user_id: int,
         text: str,
         *,
+        chat_id: int,
+        thread_id: int | None,
         key: MessageKey | None = None,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None = None,
         stream: StreamControl | None = None,
@@ -240,6 +242,10 @@ class ChatService:
         Args:
             user_id: the Telegram user charged.
             text: the message.
+            chat_id: the chat it was sent in, and
+            thread_id: its forum topic (``None``: none) — the history sent with it
+                and stored after it is the user's in that chat and topic only
+                (:class:`bot.store.Conversation`).
             key: (chat id, message id) registered with :meth:`arrive` (its place in the
                 user's queue); ``None`` puts it at the end now.
             activity: a context manager factory shown while the model works
@@ -252,13 +258,14 @@ class ChatService:
             key = (0, -next(self._anonymous))
         self.arrive(user_id, key)
         try:
-            return await self._in_turn(user_id, key, text, activity, stream)
+            where = Conversation(chat_id, thread_id, user_id)
+            return await self._in_turn(where, key, text, activity, stream)
         finally:
             self.depart(user_id, key)
 
     async def _in_turn(
         self,
-        user_id: int,
+        where: Conversation,
         key: MessageKey,
         text: str,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
@@ -266,6 +273,7 @@ class ChatService:
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
+        user_id = where.user_id
         lane = self._lanes[user_id]
         slots = self._config.user_max_inflight
         if lane.order.index(key) >= slots + self._config.user_queue_max:
@@ -290,7 +298,7 @@ class ChatService:
         try:
             others = lane.order.index(key) > 0
             return await self._admitted(
-                user_id, user_msg, (tokens, user_raw), others, activity, stream
+                where, user_msg, (tokens, user_raw), others, activity, stream
             )
         finally:
             if task is not None:
@@ -298,7 +306,7 @@ class ChatService:
 
     async def _admitted(
         self,
-        user_id: int,
+        where: Conversation,
         user_msg: Message,
         user_tokens: tuple[int, int],
         others_running: bool,
@@ -308,11 +316,11 @@ class ChatService:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
         try:
-            op = await self._ledger.begin_operation(user_id, Origin.CHAT)
+            op = await self._ledger.begin_operation(where.user_id, Origin.CHAT)
         except HoldRefused as exc:
             return ChatRefused(exc.refusal, running=others_running)
         try:
-            turns = await self._history.load_counted(user_id, self._config.history_max_tokens)
+            turns = await self._history.load_counted(where, self._config.history_max_tokens)
             history = [m for m, _raw in turns]
             system = Message("system", SYSTEM_PROMPT)
             if self._system_raw is None:
@@ -337,7 +345,7 @@ class ChatService:
                     completion = await self._backend.complete(op, request)
                 else:
                     completion = await self._backend.complete(op, request, stream=stream)
-            await self._remember(user_id, user_msg, user_tokens, completion)
+            await self._remember(where, user_msg, user_tokens, completion)
             return ChatAnswer(completion, op)
         except HoldRefused as exc:
             return ChatRefused(exc.refusal, running=others_running)
@@ -366,7 +374,7 @@ class ChatService:
 
     async def _remember(
         self,
-        user_id: int,
+        where: Conversation,
         user_msg: Message,
         user_tokens: tuple[int, int],
         completion: Completion,
@@ -377,7 +385,7 @@ class ChatService:
         try:
             answer_raw = await self._raw_turn(Message("assistant", completion.text))
             await self._history.append(
-                user_id,
+                where,
                 [
                     ("user", user_msg.content, user_tokens[0], user_tokens[1]),
                     (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, DateTime, Integer, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, DateTime, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = ["Base", "ChatTurn", "PendingAnswer", "SeenMessage", "metadata"]
@@ -43,12 +43,19 @@ class SeenMessage(Base):
 
 
 class ChatTurn(Base):
-    """One turn of a user's conversation (``role`` user or assistant)."""
+    """One turn of a user's conversation in one chat and topic (``role`` user or
+    assistant); see ``bot.store.Conversation``."""
 
     __tablename__ = "chat_turns"
+    #: the history's load (newest first) and /reset: one user's turns in one chat/topic
+    __table_args__ = (Index("ix_chat_turns_conversation", "user_id", "chat_id", "thread_id", "id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    user_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    #: the chat the turn was said in (a private chat's id is the user's id)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    #: the forum topic (``message_thread_id``); ``None`` outside topics
+    thread_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     role: Mapped[str] = mapped_column(String(16))
     content: Mapped[str] = mapped_column(Text)
     tokens: Mapped[int] = mapped_column(Integer)

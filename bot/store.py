@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import asyncpg
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import ColumnElement, and_, delete, func, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -16,7 +16,7 @@ from bot.models import ChatTurn, SeenMessage
 from budget.errors import LedgerUnavailable
 from llm.types import Message
 
-__all__ = ["History", "Intake", "LostMessage", "is_storage_failure"]
+__all__ = ["Conversation", "History", "Intake", "LostMessage", "is_storage_failure"]
 
 
 #: SQLSTATE classes of PostgreSQL that mean the database, not the statement, failed:
@@ -168,26 +168,47 @@ class Intake:
             return int(count or 0)
 
 
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """One context of history: a user's turns in one chat, in one forum topic of it.
+
+    A user's private chat, each group and each forum topic are separate contexts;
+    nothing of one is ever sent as history in another (a private secret never reaches
+    a group's prompt).
+
+    Attributes:
+        chat_id: the Telegram chat (a private chat's id equals its user's id).
+        thread_id: the forum topic (``bot.topics.topic_of``); ``None`` outside topics
+            (private chats, plain groups, a forum's General).
+        user_id: the Telegram user whose turns these are.
+    """
+
+    chat_id: int
+    thread_id: int | None
+    user_id: int
+
+
 class History:
-    """Per-user conversation history, trimmed oldest-first to a token budget."""
+    """Conversation history per :class:`Conversation`, trimmed oldest-first to a token
+    budget."""
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self._sessions = sessions
 
-    async def load(self, user_id: int, max_tokens: int) -> list[Message]:
-        """The newest turns whose token counts sum to at most ``max_tokens``, oldest first."""
-        return [m for m, _raw in await self.load_counted(user_id, max_tokens)]
+    async def load(self, where: Conversation, max_tokens: int) -> list[Message]:
+        """The newest turns of ``where`` whose token counts sum to at most
+        ``max_tokens``, oldest first."""
+        return [m for m, _raw in await self.load_counted(where, max_tokens)]
 
-    async def load_counted(self, user_id: int, max_tokens: int) -> list[tuple[Message, int | None]]:
+    async def load_counted(
+        self, where: Conversation, max_tokens: int
+    ) -> list[tuple[Message, int | None]]:
         """As :meth:`load`, each turn with its stored raw token count (``None`` for a
         turn stored before the count was kept)."""
         async with self._sessions() as session:
             rows = (
                 await session.execute(
-                    select(ChatTurn)
-                    .where(ChatTurn.user_id == user_id)
-                    .order_by(ChatTurn.id.desc())
-                    .limit(200)
+                    select(ChatTurn).where(_in(where)).order_by(ChatTurn.id.desc()).limit(200)
                 )
             ).scalars()
             kept: list[tuple[Message, int | None]] = []
@@ -207,17 +228,20 @@ class History:
 
     async def append(
         self,
-        user_id: int,
+        where: Conversation,
         turns: list[tuple[str, str, int]] | list[tuple[str, str, int, int]],
         now: datetime,
     ) -> None:
-        """Append ``(role, content, tokens[, raw_tokens])`` turns (``tokens``: the
-        ceiling count used to trim history; ``raw_tokens``: see ``ChatTurn``)."""
+        """Append ``(role, content, tokens[, raw_tokens])`` turns to ``where``
+        (``tokens``: the ceiling count used to trim history; ``raw_tokens``: see
+        ``ChatTurn``)."""
         async with self._sessions() as session:
             for role, content, tokens, *raw in turns:
                 session.add(
                     ChatTurn(
-                        user_id=user_id,
+                        user_id=where.user_id,
+                        chat_id=where.chat_id,
+                        thread_id=where.thread_id,
                         role=role,
                         content=content,
                         tokens=tokens,
@@ -227,9 +251,20 @@ class History:
                 )
             await session.commit()
 
-    async def clear(self, user_id: int) -> int:
-        """Forget a user's history (/reset). Returns the number of turns removed."""
+    async def clear(self, where: Conversation) -> int:
+        """Forget the user's history in that chat and topic only (/reset), their other
+        chats untouched. Returns the number of turns removed."""
         async with self._sessions() as session:
-            result = await session.execute(delete(ChatTurn).where(ChatTurn.user_id == user_id))
+            result = await session.execute(delete(ChatTurn).where(_in(where)))
             await session.commit()
             return int(getattr(result, "rowcount", 0) or 0)
+
+
+def _in(where: Conversation) -> ColumnElement[bool]:
+    """The turns of ``where`` (``thread_id`` ``None`` matches NULL, not any topic)."""
+    thread = (
+        ChatTurn.thread_id.is_(None)
+        if where.thread_id is None
+        else ChatTurn.thread_id == where.thread_id
+    )
+    return and_(ChatTurn.user_id == where.user_id, ChatTurn.chat_id == where.chat_id, thread)

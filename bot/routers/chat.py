@@ -164,6 +164,8 @@ def create_chat_router(*, stale_after_s: int) -> Router:
                 chat_service.handle(
                     user_ctx.user_id,
                     prompt,
+                    chat_id=chat_id,
+                    thread_id=topic_of(message),
                     key=(chat_id, message.message_id),
                     activity=typing,
                     stream=session.control if session is not None else None,

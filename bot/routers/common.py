@@ -15,7 +15,8 @@ from bot import templates
 from bot.context import ProfileStore, UserContext
 from bot.delivery import send_text
 from bot.i18n import SUPPORTED_LANGUAGES
-from bot.store import History
+from bot.store import Conversation, History
+from bot.topics import topic_of
 from budget.clock import Clock
 
 __all__ = ["create_common_router", "create_fallback_router"]
@@ -49,8 +50,19 @@ def create_common_router() -> Router:
     async def on_reset(
         message: Message, bot: Bot, clock: Clock, user_ctx: UserContext, history: History
     ) -> None:
-        await history.clear(user_ctx.user_id)
-        await send_text(bot, message.chat.id, _("🧹 Conversation history cleared."), clock=clock)
+        # history is per chat and topic: this one's goes, the user's other chats keep theirs
+        thread_id = topic_of(message)
+        await history.clear(Conversation(message.chat.id, thread_id, user_ctx.user_id))
+        if thread_id is None:
+            text = _(
+                "🧹 Your conversation history in this chat is cleared; other chats keep theirs."
+            )
+        else:
+            text = _(
+                "🧹 Your conversation history in this topic is cleared; "
+                "other topics and chats keep theirs."
+            )
+        await send_text(bot, message.chat.id, text, clock=clock)
 
     # /tz and /lang set a person's profile; a message sent on behalf of a chat has none
     @router.message(Command("tz"), F.sender_chat.is_(None))

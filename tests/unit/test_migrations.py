@@ -86,6 +86,7 @@ def test_every_revision_up_down_up_and_head_matches_models(database_url: str) ->
         "0011_stopped",
         "0012_processes",
         "0013_turn_tokens",
+        "0014_turn_chat",
     ]
     for rev in revisions:
         command.upgrade(cfg, rev.revision)
@@ -139,6 +140,8 @@ def test_money_and_ids_are_64_bit_on_postgres(pg_migrated_url: str) -> None:
         "budget_corrections.new_musd",
         "user_profiles.user_id",
         "seen_messages.chat_id",
+        "chat_turns.chat_id",
+        "chat_turns.thread_id",
     ):
         assert found[column] == "bigint", column
     for column in ("digest_runs.due_at", "user_profiles.created_at", "seen_messages.received_at"):
@@ -146,6 +149,61 @@ def test_money_and_ids_are_64_bit_on_postgres(pg_migrated_url: str) -> None:
     assert "budget_team_members_user_id_seq" not in str(
         _on(pg_migrated_url, lambda c: c.execute(text("SELECT relname FROM pg_class")).all())
     )
+
+
+def test_legacy_turns_go_to_the_private_chat_and_a_downgrade_keeps_only_those(
+    database_url: str,
+) -> None:
+    """0014_turn_chat: turns stored when history was one per user (no chat) all become
+    the user's private chat's (``chat_id = user_id``, no topic), never a group's; the
+    downgrade drops group and topic turns, which the older code would carry everywhere."""
+    cfg = _config(database_url)
+    command.upgrade(cfg, "0013_turn_tokens")
+
+    def legacy(conn: Connection) -> None:
+        conn.execute(
+            text(
+                "INSERT INTO chat_turns (user_id, role, content, tokens, created_at) VALUES"
+                " (7, 'user', 'My bank PIN is 4321', 9, '2026-03-01 12:00:00+00:00'),"
+                " (5000000000, 'user', 'another user', 4, '2026-03-01 12:00:00+00:00')"
+            )
+        )
+        conn.commit()
+
+    _on(database_url, legacy)
+    command.upgrade(cfg, "0014_turn_chat")
+
+    def turns(conn: Connection) -> list[tuple[object, ...]]:
+        rows = conn.execute(
+            text("SELECT user_id, chat_id, thread_id, content FROM chat_turns ORDER BY id")
+        )
+        return [tuple(r) for r in rows]
+
+    assert _on(database_url, turns) == [
+        (7, 7, None, "My bank PIN is 4321"),
+        (5000000000, 5000000000, None, "another user"),
+    ]
+
+    def in_groups(conn: Connection) -> None:
+        conn.execute(
+            text(
+                "INSERT INTO chat_turns (user_id, chat_id, thread_id, role, content, tokens,"
+                " created_at) VALUES"
+                " (7, -1001234567890, NULL, 'user', 'group', 1, '2026-03-01 12:00:00+00:00'),"
+                " (7, -1001234567890, 11, 'user', 'topic', 1, '2026-03-01 12:00:00+00:00')"
+            )
+        )
+        conn.commit()
+
+    _on(database_url, in_groups)
+    command.downgrade(cfg, "0013_turn_tokens")
+    rows = _on(
+        database_url,
+        lambda c: [
+            tuple(r) for r in c.execute(text("SELECT user_id, content FROM chat_turns ORDER BY id"))
+        ],
+    )
+    assert rows == [(7, "My bank PIN is 4321"), (5000000000, "another user")]
 
 
 def test_a_database_ahead_of_the_code_is_refused_untouched(database_url: str) -> None:

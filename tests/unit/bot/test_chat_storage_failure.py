@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from bot.chat import ChatAnswer, ChatConfig, ChatFailed, ChatService, FailureKind
-from bot.store import is_storage_failure
+from bot.store import Conversation, is_storage_failure
 from budget.clock import ManualClock
 from budget.errors import LedgerUnavailable
 from budget.protocol import OperationTicket
@@ -64,10 +64,12 @@ class _FullHistory:
     def __init__(self) -> None:
         self.appended: list[Any] = []
 
-    async def load_counted(self, user_id: int, max_tokens: int) -> list[tuple[Message, int | None]]:
+    async def load_counted(
+        self, where: Conversation, max_tokens: int
+    ) -> list[tuple[Message, int | None]]:
         return []
 
-    async def append(self, user_id: int, turns: Sequence[Any], now: datetime) -> None:
+    async def append(self, where: Conversation, turns: Sequence[Any], now: datetime) -> None:
         raise OperationalError("INSERT", {}, sqlite3.OperationalError("database or disk is full"))
 
 
@@ -90,14 +92,16 @@ def _ledger() -> FakeLedger:
 async def test_answer_is_delivered_when_storage_fails_after_the_call() -> None:
     """History append and end_operation both fail (disk full): the user still gets the
     paid answer — one outcome, no error template."""
-    outcome = await _service(_ledger(), "the answer").handle(7, "question")
+    outcome = await _service(_ledger(), "the answer").handle(
+        7, "question", chat_id=7, thread_id=None
+    )
     assert isinstance(outcome, ChatAnswer)
     assert outcome.completion.text == "the answer"
 
 
 async def test_empty_completion_is_a_charged_failure() -> None:
     """A blank completion is ChatFailed("empty") carrying what was booked."""
-    outcome = await _service(_ledger(), "").handle(7, "question")
+    outcome = await _service(_ledger(), "").handle(7, "question", chat_id=7, thread_id=None)
     assert outcome == ChatFailed(FailureKind.EMPTY, cost_musd=5)
 
 

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.migrate import migrate
 from bot.models import SeenMessage
-from bot.store import History, Intake, is_storage_failure
+from bot.store import Conversation, History, Intake, is_storage_failure
 from budget.db import create_engine
 from budget.models import holds
 from budget.stops import StopBook
@@ -81,18 +81,63 @@ async def test_history_trims_oldest_first_and_reset_counts_what_it_removed(
     """Turns come back oldest first within the token budget, with their raw counts;
     ``clear`` reports how many turns it removed (the driver's row count)."""
     history = History(sessions)
-    await history.append(7, [("user", "one", 10, 8), ("assistant", "two", 20, 17)], T0)
-    await history.append(7, [("user", "three", 30)], T0 + timedelta(minutes=1))
-    await history.append(8, [("user", "other user", 5)], T0)
-    got = await history.load_counted(7, 50)
+    dm, other = Conversation(7, None, 7), Conversation(8, None, 8)
+    await history.append(dm, [("user", "one", 10, 8), ("assistant", "two", 20, 17)], T0)
+    await history.append(dm, [("user", "three", 30)], T0 + timedelta(minutes=1))
+    await history.append(other, [("user", "other user", 5)], T0)
+    got = await history.load_counted(dm, 50)
     assert [(m.role, m.content, raw) for m, raw in got] == [
         ("assistant", "two", 17),
         ("user", "three", None),
     ]
-    assert [m.content for m in await history.load(7, 60)] == ["one", "two", "three"]
-    assert await history.clear(7) == 3
-    assert await history.load(7, 1000) == []
-    assert [m.content for m in await history.load(8, 1000)] == ["other user"]
+    assert [m.content for m in await history.load(dm, 60)] == ["one", "two", "three"]
+    assert await history.clear(dm) == 3
+    assert await history.load(dm, 1000) == []
+    assert [m.content for m in await history.load(other, 1000)] == ["other user"]
+
+
+async def test_history_is_one_context_per_chat_topic_and_user(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """A user's turns in their private chat, in a group, in each forum topic and in
+    General are separate contexts, and apart from another member's in the same group
+    (chat ids past 32 bits, as supergroups have); ``clear`` forgets one context only."""
+    group = -1001234567890
+    dm = Conversation(7, None, 7)
+    in_group = Conversation(group, None, 7)
+    topic_a, topic_b = Conversation(group, 11, 7), Conversation(group, 12, 7)
+    member = Conversation(group, None, 8)
+    history = History(sessions)
+    for where, said in [
+        (dm, "My bank PIN is 4321"),
+        (in_group, "group talk"),
+        (topic_a, "topic A story"),
+        (topic_b, "topic B story"),
+        (member, "another member"),
+    ]:
+        await history.append(where, [("user", said, 5, 4)], T0)
+    seen = {
+        name: [m.content for m in await history.load(where, 1000)]
+        for name, where in [
+            ("dm", dm),
+            ("group", in_group),
+            ("a", topic_a),
+            ("b", topic_b),
+            ("member", member),
+        ]
+    }
+    assert seen == {
+        "dm": ["My bank PIN is 4321"],
+        "group": ["group talk"],
+        "a": ["topic A story"],
+        "b": ["topic B story"],
+        "member": ["another member"],
+    }
+    assert await history.clear(in_group) == 1
+    assert await history.load(in_group, 1000) == []
+    assert [m.content for m in await history.load(dm, 1000)] == ["My bank PIN is 4321"]
+    assert [m.content for m in await history.load(topic_a, 1000)] == ["topic A story"]
+    assert [m.content for m in await history.load(member, 1000)] == ["another member"]
 
 
 def _hold(hold_id: str, day_key: str, **values: object) -> dict[str, object]:
