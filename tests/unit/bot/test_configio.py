@@ -63,8 +63,8 @@ async def _fill(engine: AsyncEngine) -> None:
         )
         await conn.execute(
             insert(ChatTurn),
-            [{"user_id": 7, "role": "user", "content": "not carried", "tokens": 3,
-              "created_at": T0}],
+            [{"user_id": 7, "chat_id": 7, "role": "user", "content": "not carried",
+              "tokens": 3, "created_at": T0}],
         )  # fmt: skip
 
 
