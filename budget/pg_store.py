@@ -1,23 +1,26 @@
 """The PostgreSQL ledger store: :class:`budget.store.LedgerStore` shared by several processes.
 
-Same SQL as the SQLite store (the ``budget.sqlite_*`` row modules are written in the
-common subset: ``?`` placeholders translated to ``$n``, upserts qualified, no alias
-in ``HAVING``), same rules (:mod:`budget.policy`), same refusals. Driver: asyncpg
-directly, one pool per process (SQLAlchemy's async layer added ~0.3 ms per statement
-on the hold path for nothing the ledger uses).
+Same rules (:mod:`budget.policy`, :mod:`budget.steps`), same refusals and the same
+statements where the engines agree (:mod:`budget.ledger_sql`) as the SQLite store.
+Driver: asyncpg directly, one pool per process (SQLAlchemy's async layer added
+~0.3 ms per statement on the hold path for nothing the ledger uses).
 
-Atomicity across processes: every writing step is ONE ``READ COMMITTED`` transaction
-that first takes ``pg_advisory_xact_lock(LEDGER_LOCK)``, the PostgreSQL counterpart of
-SQLite's ``BEGIN IMMEDIATE``: the check ("does the ceiling fit on every level and
-window?") and the write are atomic against every other process, all or nothing,
-with a single lock (no lock-order cycle, so no deadlock between ledger steps). A
-serialization or deadlock error (from anything else touching the tables) is retried
-:data:`RETRIES` times, then :class:`~budget.errors.LedgerUnavailable` (fail closed).
-Reads run in a ``REPEATABLE READ READ ONLY`` snapshot and take no lock.
+Atomicity across processes without a global lock: every writing step is ONE
+``READ COMMITTED`` transaction that locks only the rows it touches, always in the
+same order — hold rows, then bucket rows by key, then operation rows (details in
+:mod:`budget.pg_rows`) — so no update is lost and ledger steps never deadlock each
+other. The hot path (operations, requests, holds, sweep: :mod:`budget.pg_holds`) is
+async SQL on the event loop, each statement prepared once per connection; a refusal
+rolls its transaction back (nothing held anywhere) and then records its event. A
+serialization failure or a deadlock (from anything else touching the tables) is
+retried up to :data:`RETRIES` attempts after a random pause (jitter, growing), then
+:class:`~budget.errors.LedgerUnavailable` (fail closed: no provider call).
 
-The row modules are synchronous (written for the SQLite writer thread), so a step's
-body runs in a worker thread and each statement is awaited on the event loop through
-:class:`PgCursor`; the loop itself never blocks.
+Reports and the rare admin steps reuse the shared synchronous row modules
+(``budget.sqlite_*``, written in the common SQL subset): their body runs in a worker
+thread, each statement awaited on the loop through :class:`budget.pg_rows.PgCursor`.
+Reads run in a ``REPEATABLE READ READ ONLY`` snapshot and take no lock; admin steps
+that check then write first lock their rows in the order above.
 
 Liveness: :meth:`PgStore.open` registers the process in ``budget_processes`` and
 updates its heartbeat every ``process_heartbeat_s`` seconds of the ledger clock; a
@@ -34,100 +37,60 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
 import logging
-import re
-from collections.abc import Callable, Sequence
+import random
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
 
+from budget import pg_holds as holds
 from budget import sqlite_admin as admin
-from budget import sqlite_holds as holds
+from budget import sqlite_holds as sync_holds
 from budget import sqlite_reports as reports
 from budget.clock import Clock
 from budget.config import LedgerConfig
 from budget.errors import HoldRefused, LedgerUnavailable
+from budget.ledger_sql import EVENT_INSERT, refusal_event_row
+from budget.pg_rows import PgCursor, Refused, asyncpg_dsn, lock_corrections, translate
 from budget.protocol import HoldTicket, OperationTicket
 from budget.sqlite_corrections import apply_corrections
 from budget.sqlite_rows import kill_states, teams
 from budget.status import KillState, LedgerStatus, TeamStatus, UserStatus
 from budget.store import Cursor, Pricer, RefusedCommit, SettleOutcome, SweepOutcome
 from budget.types import Level, Origin, Usage, Window
+from budget.windows import window_keys
 
 if TYPE_CHECKING:
     from budget.corrections import ApplyResult
     from budget.reconcile import PlannedCorrection
 
-__all__ = ["LEDGER_LOCK", "RETRIES", "PgCursor", "PgStore", "asyncpg_dsn"]
+__all__ = ["RETRIES", "PgCursor", "PgStore", "asyncpg_dsn"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Advisory lock key every writing ledger step holds for its transaction ("kopek").
-LEDGER_LOCK = 0x6B6F70656B
 #: Attempts of a step that hit a serialization failure or a deadlock.
 RETRIES = 5
-#: Connections per process (and worker threads running step bodies).
+#: Connections per process (and worker threads running synchronous step bodies).
 POOL_SIZE = 8
+#: First retry pause, seconds (random in [0, this × 2^attempt]).
+RETRY_BACKOFF_S = 0.002
 
 _RETRYABLE = (asyncpg.exceptions.SerializationError, asyncpg.exceptions.DeadlockDetectedError)
 _STORAGE = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, asyncio.TimeoutError)
 
+#: Locks (creating it) the user's message counter of the day before the check.
+_MESSAGES_LOCK = (
+    "INSERT INTO budget_messages (user_id, day_key, count) VALUES ($1, $2, 0)"
+    " ON CONFLICT (user_id, day_key) DO UPDATE SET count = budget_messages.count"
+)
 
-def asyncpg_dsn(url: str) -> str:
-    """``postgresql+asyncpg://…`` (SQLAlchemy's form, as in DATABASE_URL) → asyncpg's DSN."""
-    return re.sub(r"^postgresql\+asyncpg://", "postgresql://", url)
-
-
-@functools.lru_cache(maxsize=512)
-def _translate(sql: str) -> str:
-    """``?`` placeholders → ``$1``, ``$2`` … (the row modules never quote a ``?``)."""
-    counter = iter(range(1, 1000))
-    return re.sub(r"\?", lambda _: f"${next(counter)}", sql)
-
-
-class PgCursor:
-    """A DB-API-like cursor (:class:`budget.store.Cursor`) over one asyncpg connection,
-    used from a worker thread: each statement runs on the event loop ``loop``."""
-
-    __slots__ = ("_conn", "_loop", "_rows", "rowcount")
-
-    def __init__(self, conn: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self._conn = conn
-        self._loop = loop
-        self._rows: list[Any] = []
-        self.rowcount = -1
-
-    def _run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
-
-    def execute(self, sql: str, parameters: Any = (), /) -> PgCursor:
-        query = _translate(sql)
-        if query.lstrip()[:6].upper() == "SELECT":
-            self._rows = list(self._run(self._conn.fetch(query, *parameters)))
-            self.rowcount = len(self._rows)
-        else:
-            status = str(self._run(self._conn.execute(query, *parameters)))
-            self._rows = []
-            tail = status.rsplit(" ", 1)[-1]
-            self.rowcount = int(tail) if tail.isdigit() else -1
-        return self
-
-    def executemany(self, sql: str, seq_of_parameters: Any, /) -> PgCursor:
-        self._run(self._conn.executemany(_translate(sql), list(seq_of_parameters)))
-        self._rows = []
-        return self
-
-    def fetchone(self) -> Any:
-        return self._rows.pop(0) if self._rows else None
-
-    def fetchall(self) -> list[Any]:
-        rows, self._rows = self._rows, []
-        return rows
+#: A transaction body on one asyncpg connection.
+Body = Callable[[Any], Awaitable[T]]
 
 
 class PgStore:
@@ -140,6 +103,8 @@ class PgStore:
         clock: the ledger's clock (heartbeats are in its time, as sweeps are).
         run_heartbeat: start the heartbeat task at :meth:`open` (tests driving a
             manual clock pass ``False``; every sweep also refreshes the heartbeat).
+        retry_backoff_s: first pause before retrying a conflicting step, seconds
+            (random jitter up to this × 2^attempt; tests may pass 0).
     """
 
     name = "postgresql"
@@ -152,8 +117,10 @@ class PgStore:
         clock: Clock,
         *,
         run_heartbeat: bool = True,
+        retry_backoff_s: float = RETRY_BACKOFF_S,
     ) -> None:
         self._run_heartbeat = run_heartbeat
+        self._backoff_s = retry_backoff_s
         self._dsn = asyncpg_dsn(url)
         self.config = config
         self.process_id = process_id
@@ -236,9 +203,56 @@ class PgStore:
         except _STORAGE as exc:
             raise LedgerUnavailable() from exc
 
-    async def _step(self, body: Callable[[Cursor], T], *, write: bool = True) -> T:
-        """Run ``body`` in one transaction (module docstring), retried on
-        serialization/deadlock errors.
+    async def _pause(self, attempt: int) -> None:
+        """Random pause before retry ``attempt`` (0-based): jitter so that the steps
+        that conflicted do not meet again at once."""
+        if self._backoff_s > 0:
+            await asyncio.sleep(random.uniform(0, self._backoff_s * 2**attempt))
+
+    async def tx(self, now: datetime, body: Body[T], *, single: bool = False) -> T:
+        """Run the async ``body`` in ONE transaction (``single``: one statement,
+        which is its own transaction), retried on serialization/deadlock errors.
+
+        Raises:
+            HoldRefused: ``body`` raised :class:`~budget.pg_rows.Refused`: its
+                transaction was rolled back, the refusal event is then recorded.
+            LedgerUnavailable: storage failed, or still conflicting after RETRIES.
+        """
+        pool = self._pool
+        if pool is None:
+            raise LedgerUnavailable()
+        last: BaseException | None = None
+        for attempt in range(RETRIES):
+            try:
+                async with pool.acquire() as conn:
+                    try:
+                        if single:
+                            return await body(conn)
+                        async with conn.transaction():
+                            return await body(conn)
+                    except Refused as refused:
+                        row = refusal_event_row(
+                            self.config.tz, now, refused.refusal, refused.user_id
+                        )
+                        await conn.execute(translate(EVENT_INSERT), *row)
+                        raise HoldRefused(refused.refusal) from None
+            except _RETRYABLE as exc:
+                last = exc
+                await self._pause(attempt)
+            except _STORAGE as exc:
+                raise LedgerUnavailable() from exc
+        raise LedgerUnavailable() from last
+
+    async def _step(
+        self,
+        body: Callable[[Cursor], T],
+        *,
+        write: bool = True,
+        prelock: Body[None] | None = None,
+    ) -> T:
+        """Run the synchronous ``body`` (a shared row module function) in one
+        transaction through :class:`PgCursor`, after ``prelock`` took its row locks;
+        retried on serialization/deadlock errors.
 
         Raises:
             HoldRefused: ``body`` refused (its refusal event is committed first).
@@ -249,7 +263,7 @@ class PgStore:
             raise LedgerUnavailable()
         loop = asyncio.get_running_loop()
         last: BaseException | None = None
-        for _ in range(RETRIES):
+        for attempt in range(RETRIES):
             refused: RefusedCommit | None = None
             try:
                 async with pool.acquire() as conn:
@@ -258,8 +272,8 @@ class PgStore:
                     else:
                         txn = conn.transaction(isolation="repeatable_read", readonly=True)
                     async with txn:
-                        if write:
-                            await conn.execute("SELECT pg_advisory_xact_lock($1)", LEDGER_LOCK)
+                        if prelock is not None:
+                            await prelock(conn)
                         cur = PgCursor(conn, loop)
                         try:
                             result = await loop.run_in_executor(executor, body, cur)
@@ -267,6 +281,7 @@ class PgStore:
                             refused = exc  # leave the block normally: commit the event
             except _RETRYABLE as exc:
                 last = exc
+                await self._pause(attempt)
                 continue
             except _STORAGE as exc:
                 raise LedgerUnavailable() from exc
@@ -280,7 +295,8 @@ class PgStore:
         self, now: datetime, user_id: int, origin: Origin, max_musd: int, max_requests: int
     ) -> OperationTicket:
         """See :meth:`budget.store.LedgerStore.begin_operation`."""
-        return await self._step(
+        return await self.tx(
+            now,
             partial(
                 holds.begin_operation,
                 cfg=self.config,
@@ -290,29 +306,31 @@ class PgStore:
                 origin=origin,
                 max_musd=max_musd,
                 max_requests=max_requests,
-            )
+            ),
         )
 
     async def end_operation(self, now: datetime, operation_id: str) -> None:
         """See :meth:`budget.store.LedgerStore.end_operation`."""
-        await self._step(partial(holds.end_operation, now=now, operation_id=operation_id))
+        body = partial(holds.end_operation, now=now, operation_id=operation_id)
+        await self.tx(now, body, single=True)
 
     async def operation_booked_musd(self, operation_id: str) -> int:
         """See :meth:`budget.store.LedgerStore.operation_booked_musd`."""
         return await self._step(
-            partial(holds.operation_booked_musd, operation_id=operation_id), write=False
+            partial(sync_holds.operation_booked_musd, operation_id=operation_id), write=False
         )
 
     async def begin_request(self, now: datetime, operation_id: str, fingerprint: str) -> str:
         """See :meth:`budget.store.LedgerStore.begin_request`."""
-        return await self._step(
+        return await self.tx(
+            now,
             partial(
                 holds.begin_request,
                 cfg=self.config,
                 now=now,
                 operation_id=operation_id,
                 fingerprint=fingerprint,
-            )
+            ),
         )
 
     async def reserve(
@@ -330,7 +348,8 @@ class PgStore:
         margin_musd: int = 0,
     ) -> HoldTicket:
         """See :meth:`budget.store.LedgerStore.reserve`."""
-        return await self._step(
+        return await self.tx(
+            now,
             partial(
                 holds.reserve,
                 cfg=self.config,
@@ -346,14 +365,14 @@ class PgStore:
                 list_ceiling_musd=list_ceiling_musd,
                 price_version=price_version,
                 margin_musd=margin_musd,
-            )
+            ),
         )
 
     async def remaining_musd(self, now: datetime, operation_id: str, provider: str) -> int | None:
         """See :meth:`budget.store.LedgerStore.remaining_musd`."""
         return await self._step(
             partial(
-                holds.remaining_musd,
+                sync_holds.remaining_musd,
                 cfg=self.config,
                 now=now,
                 operation_id=operation_id,
@@ -371,7 +390,8 @@ class PgStore:
         pricer: Pricer,
     ) -> SettleOutcome:
         """See :meth:`budget.store.LedgerStore.settle`."""
-        return await self._step(
+        return await self.tx(
+            now,
             partial(
                 holds.settle,
                 cfg=self.config,
@@ -380,12 +400,12 @@ class PgStore:
                 usage=usage,
                 estimated=estimated,
                 pricer=pricer,
-            )
+            ),
         )
 
     async def release(self, now: datetime, hold_id: str) -> bool:
         """See :meth:`budget.store.LedgerStore.release`."""
-        return await self._step(partial(holds.release, cfg=self.config, now=now, hold_id=hold_id))
+        return await self.tx(now, partial(holds.release, cfg=self.config, now=now, hold_id=hold_id))
 
     async def sweep(self, now: datetime, previous_processes: bool = False) -> SweepOutcome:
         """Expire holds past their TTL and every hold and operation of a dead process
@@ -394,15 +414,15 @@ class PgStore:
         del previous_processes
         await self.beat()
         dead_before = now.timestamp() - self.config.process_dead_after_s
-        return await self._step(
+        return await self.tx(
+            now,
             partial(
                 holds.sweep,
                 cfg=self.config,
                 process_id=self.process_id,
                 now=now,
-                previous_processes=True,
                 dead_before=dead_before,
-            )
+            ),
         )
 
     # -- calibration, kill switch, limits, teams, messages --------------------------------
@@ -485,9 +505,16 @@ class PgStore:
         return await self._step(teams, write=False)
 
     async def record_message(self, now: datetime, user_id: int) -> int:
-        """See :meth:`budget.store.LedgerStore.record_message`."""
+        """See :meth:`budget.store.LedgerStore.record_message` (the day's counter row
+        is locked before it is checked, so two processes never both take the last)."""
+        day_key = window_keys(now, self.config.tz).day_key
+
+        async def lock(conn: Any) -> None:
+            await conn.execute(_MESSAGES_LOCK, user_id, day_key)
+
         return await self._step(
-            partial(admin.record_message, cfg=self.config, now=now, user_id=user_id)
+            partial(admin.record_message, cfg=self.config, now=now, user_id=user_id),
+            prelock=lock,
         )
 
     # -- reports ---------------------------------------------------------------------------
@@ -533,7 +560,9 @@ class PgStore:
         file_name: str,
         sha256: str,
     ) -> ApplyResult:
-        """See :meth:`budget.store.LedgerStore.apply_corrections`."""
+        """See :meth:`budget.store.LedgerStore.apply_corrections` (the plan's holds,
+        their buckets and operations are locked first, in the one lock order)."""
+        hold_ids = sorted({item.hold_id for item in plan})
         return await self._step(
             partial(
                 apply_corrections,
@@ -543,7 +572,8 @@ class PgStore:
                 by_user=by_user,
                 file_name=file_name,
                 sha256=sha256,
-            )
+            ),
+            prelock=partial(lock_corrections, hold_ids=hold_ids),
         )
 
     def __repr__(self) -> str:

@@ -14,14 +14,27 @@ from typing import Any
 
 from budget.config import LedgerConfig
 from budget.errors import UnknownHold
+from budget.ledger_sql import (
+    HOLD_EXPIRE,
+    HOLD_INSERT,
+    HOLD_RELEASE,
+    HOLD_ROW,
+    HOLD_SETTLE,
+    OPEN_COUNT,
+    OPERATION_COMMIT,
+    OPERATION_INSERT,
+    RATE_COUNT,
+    REQUEST_INSERT,
+    operation_row,
+    settle_events,
+    settled_row,
+)
 from budget.policy import (
     HoldState,
     check_hold,
     dump_scopes,
-    kill_refusal,
     load_scopes,
     provider_caps,
-    rate_refusal,
     release_transition,
     scopes_for,
     settle_transition,
@@ -29,8 +42,16 @@ from budget.policy import (
 )
 from budget.protocol import HoldTicket, OperationTicket
 from budget.sqlite_rows import auto_kill, book, buckets, event, kill_of, overrides, refuse, team_of
+from budget.steps import (
+    admission_refusal,
+    expiry_booking,
+    release_booking,
+    request_refusal,
+    reserve_refusal,
+    settle_booking,
+)
 from budget.store import Cursor, Pricer, SettleOutcome, SweepOutcome, UnknownOperation
-from budget.types import Origin, Refusal, RefusalReason, Usage
+from budget.types import Origin, Usage
 from budget.windows import window_keys
 
 __all__ = [
@@ -72,42 +93,19 @@ def begin_operation(
     t = now.timestamp()
     team = team_of(cur, user_id)
     ks = kill_of(cur, user_id, team)
-    if ks is not None:
-        raise refuse(cur, cfg.tz, now, kill_refusal(ks), user_id)
-    cur.execute(
-        "SELECT COUNT(*) FROM budget_operations WHERE user_id = ? AND ended_at IS NULL"
-        " AND expires_at > ?",
-        (user_id, t),
-    )
-    if cur.fetchone()[0] >= cfg.user_max_inflight:
-        raise refuse(cur, cfg.tz, now, Refusal(RefusalReason.INFLIGHT), user_id)
-    cur.execute(
-        "SELECT COUNT(*), MIN(started_at) FROM budget_operations WHERE user_id = ?"
-        " AND started_at > ?",
-        (user_id, t - 60.0),
-    )
+    cur.execute(OPEN_COUNT, (user_id, t))
+    open_ops = int(cur.fetchone()[0])
+    cur.execute(RATE_COUNT, (user_id, t - 60.0))
     count, oldest = cur.fetchone()
-    if count >= cfg.user_max_per_minute:
-        oldest_at = utc(oldest)
-        assert oldest_at is not None
-        raise refuse(cur, cfg.tz, now, rate_refusal(oldest_at), user_id)
+    refusal = admission_refusal(
+        ks, open_ops, cfg.user_max_inflight, count, cfg.user_max_per_minute, utc(oldest)
+    )
+    if refusal is not None:
+        raise refuse(cur, cfg.tz, now, refusal, user_id)
     op_id = uuid.uuid4().hex
     cur.execute(
-        "INSERT INTO budget_operations (operation_id, user_id, origin, team, started_at,"
-        " expires_at, ended_at, max_musd, max_requests, requests, committed_musd,"
-        " day_key, process_id) VALUES (?,?,?,?,?,?,NULL,?,?,0,0,?,?)",
-        (
-            op_id,
-            user_id,
-            origin.value,
-            team,
-            t,
-            t + cfg.hold_ttl_s,
-            max_musd,
-            max_requests,
-            window_keys(now, cfg.tz).day_key,
-            process_id,
-        ),
+        OPERATION_INSERT,
+        operation_row(cfg, process_id, now, op_id, user_id, origin, team, max_musd, max_requests),
     )
     return OperationTicket(op_id, user_id, origin, team)
 
@@ -140,17 +138,12 @@ def begin_request(
         "SELECT 1 FROM budget_requests WHERE operation_id = ? AND fingerprint = ?",
         (operation_id, fingerprint),
     )
-    if cur.fetchone() is not None:
-        raise refuse(cur, cfg.tz, now, Refusal(RefusalReason.LOOP), user_id)
-    if n >= max_requests:
-        refusal = Refusal(RefusalReason.OPERATION_CAP, note="requests")
+    refusal = request_refusal(cur.fetchone() is not None, n, max_requests)
+    if refusal is not None:
         raise refuse(cur, cfg.tz, now, refusal, user_id)
     req_id = uuid.uuid4().hex
-    cur.execute(
-        "INSERT INTO budget_requests (request_id, operation_id, fingerprint, created_at,"
-        " day_key) VALUES (?,?,?,?,?)",
-        (req_id, operation_id, fingerprint, now.timestamp(), window_keys(now, cfg.tz).day_key),
-    )
+    day_key = window_keys(now, cfg.tz).day_key
+    cur.execute(REQUEST_INSERT, (req_id, operation_id, fingerprint, now.timestamp(), day_key))
     cur.execute(
         "UPDATE budget_operations SET requests = requests + 1 WHERE operation_id = ?",
         (operation_id,),
@@ -177,12 +170,9 @@ def reserve(
     """Grant a hold on every level/window at once, or refuse with nothing held."""
     t = now.timestamp()
     user_id, origin, team, max_musd, _, _, committed, op_exp = _open_op(cur, operation_id)
-    ks = kill_of(cur, user_id, team)
-    if ks is not None:
-        raise refuse(cur, cfg.tz, now, kill_refusal(ks), user_id)
-    if committed + ceiling_musd > max_musd:
-        refusal = Refusal(RefusalReason.OPERATION_CAP, note="cost")
-        raise refuse(cur, cfg.tz, now, refusal, user_id)
+    early = reserve_refusal(kill_of(cur, user_id, team), committed, ceiling_musd, max_musd)
+    if early is not None:
+        raise refuse(cur, cfg.tz, now, early, user_id)
     limits = overrides(cur)
     scopes = scopes_for(user_id, team, provider, provider_caps(cfg, limits))
     keys = window_keys(now, cfg.tz)
@@ -196,11 +186,7 @@ def reserve(
     expires = t + cfg.hold_ttl_s
     book(cur, scopes, keys.hour_key, keys.day_key, held=ceiling_musd)
     cur.execute(
-        "INSERT INTO budget_holds (hold_id, operation_id, request_id, user_id, team,"
-        " origin, provider, model, input_tokens, max_tokens, ceiling_musd,"
-        " list_ceiling_musd, state, granted_at, expires_at, tz, hour_key, day_key,"
-        " scopes, process_id, estimated, late, price_version, margin_musd)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,'held',?,?,?,?,?,?,?,0,0,?,?)",
+        HOLD_INSERT,
         (
             hold_id,
             operation_id,
@@ -247,12 +233,7 @@ def remaining_musd(
 
 
 def _hold_row(cur: Cursor, hold_id: str) -> tuple[Any, ...]:
-    cur.execute(
-        "SELECT state, operation_id, user_id, provider, model, input_tokens, max_tokens,"
-        " ceiling_musd, granted_at, hour_key, day_key, scopes, actual_musd FROM budget_holds"
-        " WHERE hold_id = ?",
-        (hold_id,),
-    )
+    cur.execute(HOLD_ROW, (hold_id,))
     row = cur.fetchone()
     if row is None:
         raise UnknownHold(hold_id)
@@ -297,48 +278,18 @@ def settle(
     granted_at = utc(granted)
     assert granted_at is not None
     actual, list_actual = pricer(provider, model, u, granted_at)
-    scopes = load_scopes(scopes_json)
     # what this hold already counts for: its ceiling, held or booked at expiry
-    counted = int(booked_at_expiry or 0) if late else ceiling
-    book(
-        cur,
-        scopes,
-        hour_key,
-        day_key,
-        held=0 if late else -ceiling,
-        settled=actual - counted if late else actual,
-        late=actual if late else 0,
-    )
+    b = settle_booking(late, ceiling, int(booked_at_expiry or 0), actual)
+    scopes = load_scopes(scopes_json)
+    book(cur, scopes, hour_key, day_key, held=b.held, settled=b.settled, late=b.late)
     cur.execute(
-        "UPDATE budget_holds SET state = 'settled', ended_at = ?, actual_musd = ?,"
-        " list_actual_musd = ?, usage_input = ?, usage_cached_input = ?,"
-        " usage_output = ?, usage_reasoning = ?, estimated = ?, late = ?"
-        " WHERE hold_id = ?",
-        (
-            now.timestamp(),
-            actual,
-            list_actual,
-            u.input_tokens,
-            u.cached_input_tokens,
-            u.output_tokens,
-            u.reasoning_tokens,
-            int(estimated),
-            int(late),
-            hold_id,
-        ),
+        HOLD_SETTLE,
+        settled_row(now, hold_id, u, actual, list_actual, estimated, late),
     )
-    cur.execute(
-        "UPDATE budget_operations SET committed_musd = committed_musd + ? WHERE operation_id = ?",
-        (actual - counted, op_id),
-    )
-    if late:
-        detail = f"{actual} (booked {counted} at expiry)"
-        event(cur, cfg.tz, now, "late_settle", user_id=user_id, hold_id=hold_id, detail=detail)
-    if actual > ceiling:
-        detail = f"{actual}>{ceiling}"
-        event(cur, cfg.tz, now, "over_ceiling", user_id=user_id, hold_id=hold_id, detail=detail)
-    grew = actual > counted if late else actual > 0
-    tripped = auto_kill(cur, cfg, now) if grew else None
+    cur.execute(OPERATION_COMMIT, (b.committed, op_id))
+    for kind, detail in settle_events(late, b, actual, ceiling):
+        event(cur, cfg.tz, now, kind, user_id=user_id, hold_id=hold_id, detail=detail)
+    tripped = auto_kill(cur, cfg, now) if b.grew else None
     return SettleOutcome(actual, True, tripped)
 
 
@@ -355,23 +306,12 @@ def release(cur: Cursor, cfg: LedgerConfig, now: datetime, hold_id: str) -> bool
     do_release, late = release_transition(HoldState(state))
     if not do_release:
         return False
-    counted = int(booked or 0) if late else ceiling
-    scopes = load_scopes(scopes_json)
+    b = release_booking(late, ceiling, int(booked or 0))
+    book(cur, load_scopes(scopes_json), hour_key, day_key, held=b.held, settled=b.settled)
+    cur.execute(HOLD_RELEASE, (now.timestamp(), int(late), hold_id))
+    cur.execute(OPERATION_COMMIT, (b.committed, op_id))
     if late:
-        book(cur, scopes, hour_key, day_key, settled=-counted)
-    else:
-        book(cur, scopes, hour_key, day_key, held=-ceiling)
-    cur.execute(
-        "UPDATE budget_holds SET state = 'released', ended_at = ?, actual_musd = 0,"
-        " list_actual_musd = NULL, estimated = 0, late = ? WHERE hold_id = ?",
-        (now.timestamp(), int(late), hold_id),
-    )
-    cur.execute(
-        "UPDATE budget_operations SET committed_musd = committed_musd - ? WHERE operation_id = ?",
-        (counted, op_id),
-    )
-    if late:
-        detail = f"returned {counted} booked at expiry"
+        detail = f"returned {b.counted} booked at expiry"
         event(cur, cfg.tz, now, "late_release", user_id=user_id, hold_id=hold_id, detail=detail)
     return True
 
@@ -430,15 +370,11 @@ def sweep(
     ) in rows:
         # booked at its provable bound (ceiling + margin): a late settle can
         # then only correct it downwards, never past what was admitted
-        booked = int(ceiling) + int(margin)
-        book(cur, load_scopes(scopes_json), hour_key, day_key, held=-ceiling, settled=booked)
+        b = expiry_booking(int(ceiling), int(margin))
+        booked = b.settled
+        book(cur, load_scopes(scopes_json), hour_key, day_key, held=b.held, settled=booked)
         # the operation's committed money keeps the ceiling: it now counts as spent
-        cur.execute(
-            "UPDATE budget_holds SET state = 'expired', ended_at = ?, actual_musd = ?,"
-            " list_actual_musd = ?, usage_input = ?, usage_cached_input = 0,"
-            " usage_output = ?, usage_reasoning = 0, estimated = 1 WHERE hold_id = ?",
-            (t, booked, list_ceiling, in_tok, max_tok, hold_id),
-        )
+        cur.execute(HOLD_EXPIRE, (t, booked, list_ceiling, in_tok, max_tok, hold_id))
         detail = f"booked {booked} at ceiling, estimated"
         event(cur, cfg.tz, now, "expiry", user_id=user_id, hold_id=hold_id, detail=detail)
         booked_total += booked

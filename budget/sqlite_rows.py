@@ -9,8 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from budget.config import LedgerConfig
+from budget.ledger_sql import (
+    BOOK_UPSERT,
+    EVENT_INSERT,
+    KILL_COLS,
+    KILL_UPSERT,
+    event_row,
+    refusal_event_row,
+)
 from budget.policy import (
     Bucket,
     Overrides,
@@ -26,9 +35,10 @@ from budget.policy import (
     with_margins,
 )
 from budget.status import KillState
+from budget.steps import Booking, booking_rows
 from budget.store import Cursor, RefusedCommit
 from budget.types import Level, Refusal, Window
-from budget.windows import WindowKeys, window_keys
+from budget.windows import WindowKeys
 
 __all__ = [
     "auto_kill",
@@ -37,6 +47,7 @@ __all__ = [
     "event",
     "exposure",
     "kill_of",
+    "kill_state",
     "overrides",
     "refuse",
     "set_kill",
@@ -44,11 +55,9 @@ __all__ = [
     "teams",
 ]
 
-_KILL_COLS = "killed, reason, automatic, by_user, changed_at, scope_kind, scope"
-
 
 def kill_state(row: Sequence[object]) -> KillState:
-    """A ``budget_kill`` row selected as ``_KILL_COLS``."""
+    """A ``budget_kill`` row selected as ``KILL_COLS``."""
     killed, reason, auto, by, at, kind, scope = row
     return KillState(
         bool(killed),
@@ -61,61 +70,23 @@ def kill_state(row: Sequence[object]) -> KillState:
     )
 
 
-def event(
-    cur: Cursor,
-    tz: str,
-    now: datetime,
-    kind: str,
-    *,
-    reason: str | None = None,
-    level: str | None = None,
-    window: str | None = None,
-    scope: str | None = None,
-    user_id: int | None = None,
-    hold_id: str | None = None,
-    detail: str | None = None,
-) -> None:
-    """Append one ``budget_events`` row (its day is ``now``'s day in ``tz``)."""
-    cur.execute(
-        "INSERT INTO budget_events (at, day_key, kind, reason, level, win, scope, user_id,"
-        " hold_id, detail) VALUES (?,?,?,?,?,?,?,?,?,?)",
-        (
-            now.timestamp(),
-            window_keys(now, tz).day_key,
-            kind,
-            reason,
-            level,
-            window,
-            scope,
-            user_id,
-            hold_id,
-            detail,
-        ),
-    )
+def event(cur: Cursor, tz: str, now: datetime, kind: str, **fields: Any) -> None:
+    """Append one ``budget_events`` row (fields as :func:`event_row`)."""
+    cur.execute(EVENT_INSERT, event_row(tz, now, kind, **fields))
 
 
 def refuse(
     cur: Cursor, tz: str, now: datetime, refusal: Refusal, user_id: int | None
 ) -> RefusedCommit:
     """Record a refusal event; returns the exception to raise (committing the event)."""
-    event(
-        cur,
-        tz,
-        now,
-        "refusal",
-        reason=refusal.reason.value,
-        level=None if refusal.level is None else refusal.level.value,
-        window=None if refusal.window is None else refusal.window.value,
-        scope=refusal.scope,
-        user_id=user_id,
-    )
+    cur.execute(EVENT_INSERT, refusal_event_row(tz, now, refusal, user_id))
     return RefusedCommit(refusal)
 
 
 def kill_of(cur: Cursor, user_id: int | None, team: str | None) -> KillState | None:
     """The tripped switch that applies to ``user_id``/``team`` (global first), or ``None``."""
     cur.execute(
-        f"SELECT {_KILL_COLS} FROM budget_kill"  # noqa: S608 - fixed column list
+        f"SELECT {KILL_COLS} FROM budget_kill"  # noqa: S608 - fixed column list
         " WHERE killed = 1 AND ((scope_kind = 'global')"
         " OR (scope_kind = 'user' AND scope = ?) OR (scope_kind = 'team' AND scope = ?))",
         ("" if user_id is None else str(user_id), team or ""),
@@ -125,7 +96,7 @@ def kill_of(cur: Cursor, user_id: int | None, team: str | None) -> KillState | N
 
 def kill_states(cur: Cursor) -> list[KillState]:
     """Every switch row."""
-    cur.execute(f"SELECT {_KILL_COLS} FROM budget_kill")  # noqa: S608 - fixed column list
+    cur.execute(f"SELECT {KILL_COLS} FROM budget_kill")  # noqa: S608 - fixed column list
     return [kill_state(r) for r in cur.fetchall()]
 
 
@@ -188,19 +159,8 @@ def book(
     """Add the deltas (µUSD) to every bucket of ``scopes`` in the hold's windows."""
     if held == 0 and settled == 0 and late == 0:
         return
-    params = []
-    for lvl, sc in scopes:
-        for w in windows_for(lvl):
-            k = hour_key if w is Window.HOUR else day_key
-            params.append((lvl.value, sc, w.value, k, settled, held, late))
-    cur.executemany(
-        "INSERT INTO budget_buckets (level, scope, win, wkey, settled_musd, held_musd,"
-        " late_musd) VALUES (?,?,?,?,?,?,?) ON CONFLICT (level, scope, win, wkey) DO UPDATE"
-        " SET settled_musd = budget_buckets.settled_musd + excluded.settled_musd,"
-        " held_musd = budget_buckets.held_musd + excluded.held_musd,"
-        " late_musd = budget_buckets.late_musd + excluded.late_musd",
-        sorted(params),  # one fixed row order for every writer (no lock-order cycles)
-    )
+    rows = booking_rows(scopes, hour_key, day_key, Booking(held, settled, late, 0, 0))
+    cur.executemany(BOOK_UPSERT, [(*key, s, h, lt) for key, s, h, lt in rows])
 
 
 def set_kill(
@@ -216,15 +176,8 @@ def set_kill(
 ) -> None:
     """Trip or reset one switch and record the event."""
     t = now.timestamp()
-    cur.execute(
-        "INSERT INTO budget_kill (scope_kind, scope, killed, reason, automatic, by_user,"
-        " changed_at, unkilled_at) VALUES (?,?,?,?,?,?,?,?)"
-        " ON CONFLICT (scope_kind, scope) DO UPDATE SET killed = excluded.killed,"
-        " reason = excluded.reason, automatic = excluded.automatic,"
-        " by_user = excluded.by_user, changed_at = excluded.changed_at,"
-        " unkilled_at = COALESCE(excluded.unkilled_at, budget_kill.unkilled_at)",
-        (kind, scope, int(killed), reason, int(automatic), by, t, None if killed else t),
-    )
+    unkilled = None if killed else t
+    cur.execute(KILL_UPSERT, (kind, scope, int(killed), reason, int(automatic), by, t, unkilled))
     event(
         cur,
         tz,

@@ -1,0 +1,432 @@
+"""PostgreSQL SQL of operations, requests and holds: the ledger's hot path on asyncpg.
+
+Each function is the body of ONE ``READ COMMITTED`` transaction on the connection it
+is given (:meth:`budget.pg_store.PgStore.tx` retries it on a serialization failure or
+a deadlock, then fails closed). No global lock: each step locks only the rows it
+touches, in the one order of :mod:`budget.pg_rows` (holds, buckets by key,
+operations), so concurrent steps of several processes never lose an update and never
+deadlock each other:
+
+* ``reserve`` — read the operation, the kill switches and the runtime limits; add the
+  ceiling to every bucket of the hold (user, team, global, provider × day, hour) in
+  one statement that creates the missing rows and locks them all in key order; then,
+  in a fresh snapshot taken under those locks, read the other holds' margins, insert
+  the hold and charge the operation (only if its cost cap still allows); check the
+  policy (:func:`budget.policy.check_hold` on the buckets as they were before the
+  ceiling). A refusal rolls the whole transaction back — nothing held anywhere — and
+  only the refusal event is written. Five round trips: BEGIN, read, buckets,
+  hold + operation + margins, COMMIT.
+* ``settle``/``release`` — lock the hold row, then one statement books the deltas
+  (:mod:`budget.steps`) on the hold's buckets (key order), the hold and its
+  operation. Four round trips.
+* ``begin_operation`` — a per-user advisory lock, then the admission counts.
+
+Rules from :mod:`budget.policy` and :mod:`budget.steps`, statements shared with
+SQLite from :mod:`budget.ledger_sql`; times are epoch seconds of the ledger clock,
+money integer µUSD.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from budget.config import LedgerConfig
+from budget.errors import UnknownHold
+from budget.ledger_sql import (
+    HOLD_EXPIRE,
+    HOLD_INSERT,
+    HOLD_RELEASE,
+    HOLD_ROW,
+    HOLD_SETTLE,
+    OPERATION_INSERT,
+    REQUEST_INSERT,
+    operation_row,
+    settle_events,
+    settled_row,
+)
+from budget.pg_rows import (
+    BOOK,
+    KILLS_OF,
+    LIMITS,
+    Refused,
+    auto_kill,
+    book,
+    book_arrays,
+    event,
+    translate,
+)
+from budget.pg_rows import overrides_of as _overrides
+from budget.policy import (
+    BucketKey,
+    HoldState,
+    build_buckets,
+    check_hold,
+    dump_scopes,
+    load_scopes,
+    pick_kill,
+    provider_caps,
+    release_transition,
+    scopes_for,
+    settle_transition,
+    utc,
+    with_margins,
+)
+from budget.protocol import HoldTicket, OperationTicket
+from budget.sqlite_rows import kill_state
+from budget.steps import (
+    Booking,
+    admission_refusal,
+    booking_rows,
+    expiry_booking,
+    release_booking,
+    request_refusal,
+    reserve_refusal,
+    settle_booking,
+)
+from budget.store import Pricer, SettleOutcome, SweepOutcome, UnknownOperation
+from budget.types import Origin, Refusal, RefusalReason, Usage
+from budget.windows import window_keys
+
+__all__ = [
+    "begin_operation",
+    "begin_request",
+    "end_operation",
+    "release",
+    "reserve",
+    "settle",
+    "sweep",
+]
+
+_ADMISSION_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('kopek-admission:' || $1, 0))"
+_ADMISSION_READ = (
+    "SELECT (SELECT team FROM budget_team_members WHERE user_id = $1),"  # noqa: S608 - fixed fragments
+    + KILLS_OF.format(
+        user="$2",
+        team="COALESCE((SELECT team FROM budget_team_members WHERE user_id = $1), '')",
+    )
+    + ", (SELECT COUNT(*) FROM budget_operations WHERE user_id = $1 AND ended_at IS NULL"
+    " AND expires_at > $3), (SELECT COUNT(*) FROM budget_operations WHERE user_id = $1"
+    " AND started_at > $4), (SELECT MIN(started_at) FROM budget_operations"
+    " WHERE user_id = $1 AND started_at > $4)"
+)
+_REQUEST_READ = (
+    "SELECT user_id, max_requests, requests, EXISTS (SELECT 1 FROM budget_requests"
+    " WHERE operation_id = $1 AND fingerprint = $2) FROM budget_operations"
+    " WHERE operation_id = $1 AND ended_at IS NULL FOR UPDATE"
+)
+_REQUEST_WRITE = (
+    "WITH r AS (" + translate(REQUEST_INSERT) + ") UPDATE budget_operations"  # noqa: S608 - fixed fragments
+    " SET requests = requests + 1 WHERE operation_id = $2"
+)
+_RESERVE_READ = (
+    "SELECT o.user_id, o.origin, o.team, o.max_musd, o.committed_musd, "  # noqa: S608 - fixed fragments
+    + KILLS_OF.format(user="o.user_id::text", team="COALESCE(o.team, '')")
+    + ", "
+    + LIMITS
+    + " FROM budget_operations o WHERE o.operation_id = $1 AND o.ended_at IS NULL"
+)
+#: Insert the hold ($1..$21), charge the operation if its cap allows ($22 ceiling,
+#: $23 expiry), and read the margins of the other outstanding holds — in a snapshot
+#: taken after the bucket locks, so every hold touching these buckets is seen.
+_GRANT = (
+    "WITH h AS (" + translate(HOLD_INSERT) + "), o AS (UPDATE budget_operations"  # noqa: S608 - fixed fragments
+    " SET committed_musd = committed_musd + $22, expires_at = GREATEST(expires_at, $23)"
+    " WHERE operation_id = $2 AND ended_at IS NULL AND committed_musd + $22 <= max_musd"
+    " RETURNING 1) SELECT (SELECT COUNT(*) FROM o), ARRAY(SELECT ROW(scopes, hour_key,"
+    " day_key, margin_musd) FROM budget_holds WHERE state = 'held' AND margin_musd > 0)"
+)
+_HOLD_LOCK = translate(HOLD_ROW) + " FOR UPDATE"
+
+
+def _end_write(hold_sql: str) -> str:
+    """One statement booking a hold's end: its buckets ($1..$7, locked in key order
+    by :data:`budget.pg_rows.BOOK`), then its operation ($8 delta, $9 operation id)
+    and the hold row itself (``hold_sql``, renumbered from $10; already locked)."""
+    hold = re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + 9}", translate(hold_sql))
+    return (
+        f"WITH h AS ({hold}), o AS (UPDATE budget_operations"  # noqa: S608 - fixed fragments
+        " SET committed_musd = committed_musd + $8 WHERE operation_id = $9) " + BOOK
+    )
+
+
+_SETTLE_WRITE = _end_write(HOLD_SETTLE)
+_RELEASE_WRITE = _end_write(HOLD_RELEASE)
+
+
+async def begin_operation(
+    conn: Any,
+    cfg: LedgerConfig,
+    process_id: str,
+    now: datetime,
+    user_id: int,
+    origin: Origin,
+    max_musd: int,
+    max_requests: int,
+) -> OperationTicket:
+    """Admit an operation (kill, in-flight, rate) and take an in-flight slot. One
+    user's admissions are serialised by an advisory lock on the user id (the counts
+    are read after it, so two processes never both take the last slot)."""
+    t = now.timestamp()
+    await conn.execute(_ADMISSION_LOCK, str(user_id))
+    team, kills, open_ops, recent, oldest = await conn.fetchrow(
+        _ADMISSION_READ, user_id, str(user_id), t, t - 60.0
+    )
+    refusal = admission_refusal(
+        pick_kill(kill_state(k) for k in kills),
+        open_ops,
+        cfg.user_max_inflight,
+        recent,
+        cfg.user_max_per_minute,
+        utc(oldest),
+    )
+    if refusal is not None:
+        raise Refused(refusal, user_id)
+    op_id = uuid.uuid4().hex
+    await conn.execute(
+        translate(OPERATION_INSERT),
+        *operation_row(cfg, process_id, now, op_id, user_id, origin, team, max_musd, max_requests),
+    )
+    return OperationTicket(op_id, user_id, origin, team)
+
+
+async def end_operation(conn: Any, now: datetime, operation_id: str) -> None:
+    """Free the operation's slot (idempotent)."""
+    await conn.execute(
+        "UPDATE budget_operations SET ended_at = $1 WHERE operation_id = $2 AND ended_at IS NULL",
+        now.timestamp(),
+        operation_id,
+    )
+
+
+async def begin_request(
+    conn: Any, cfg: LedgerConfig, now: datetime, operation_id: str, fingerprint: str
+) -> str:
+    """Count a request in the operation (its row locked); refuse a repeat fingerprint
+    or too many."""
+    row = await conn.fetchrow(_REQUEST_READ, operation_id, fingerprint)
+    if row is None:
+        raise UnknownOperation(operation_id)
+    user_id, max_requests, n, repeated = row
+    refusal = request_refusal(repeated, n, max_requests)
+    if refusal is not None:
+        raise Refused(refusal, user_id)
+    req_id = uuid.uuid4().hex
+    day_key = window_keys(now, cfg.tz).day_key
+    await conn.execute(_REQUEST_WRITE, req_id, operation_id, fingerprint, now.timestamp(), day_key)
+    return req_id
+
+
+async def reserve(
+    conn: Any,
+    cfg: LedgerConfig,
+    process_id: str,
+    now: datetime,
+    operation_id: str,
+    request_id: str,
+    provider: str,
+    model: str,
+    input_tokens: int,
+    max_tokens: int,
+    ceiling_musd: int,
+    list_ceiling_musd: int | None,
+    price_version: str,
+    margin_musd: int,
+) -> HoldTicket:
+    """Grant a hold on every level/window at once, or refuse with nothing held
+    (module docstring)."""
+    t = now.timestamp()
+    row = await conn.fetchrow(_RESERVE_READ, operation_id)
+    if row is None:
+        raise UnknownOperation(operation_id)
+    user_id, origin, team, max_musd, committed, kills, limit_rows = row
+    early = reserve_refusal(
+        pick_kill(kill_state(k) for k in kills), committed, ceiling_musd, max_musd
+    )
+    if early is not None:
+        raise Refused(early, user_id)
+    limits = _overrides(limit_rows)
+    scopes = scopes_for(user_id, team, provider, provider_caps(cfg, limits))
+    keys = window_keys(now, cfg.tz)
+    checked = ceiling_musd + margin_musd > 0
+    before: dict[BucketKey, tuple[int, int, int]] = {}
+    if checked:
+        grant = Booking(ceiling_musd, 0, 0, 0, ceiling_musd)
+        rows = booking_rows(scopes, keys.hour_key, keys.day_key, grant)
+        after = await book(conn, {k: (s, h, lt) for k, s, h, lt in rows})
+        before = {k: (s, h - ceiling_musd, lt) for k, (s, h, lt) in after.items()}
+    hold_id = uuid.uuid4().hex
+    expires = t + cfg.hold_ttl_s
+    charged, margins = await conn.fetchrow(
+        _GRANT,
+        hold_id,
+        operation_id,
+        request_id,
+        user_id,
+        team,
+        origin,
+        provider,
+        model,
+        input_tokens,
+        max_tokens,
+        ceiling_musd,
+        list_ceiling_musd,
+        t,
+        expires,
+        cfg.tz,
+        keys.hour_key,
+        keys.day_key,
+        dump_scopes(scopes),
+        process_id,
+        price_version,
+        margin_musd,
+        ceiling_musd,
+        expires,
+    )
+    if not charged:  # another step of this operation took the cap, or ended it
+        raise Refused(Refusal(RefusalReason.OPERATION_CAP, note="cost"), user_id)
+    if checked:
+        found = build_buckets(cfg, limits, scopes, keys, before)
+        refusal = check_hold(with_margins(found, margins), ceiling_musd + margin_musd)
+        if refusal is not None:
+            raise Refused(refusal, user_id)
+    return HoldTicket(hold_id, provider, model, ceiling_musd, list_ceiling_musd, now)
+
+
+async def _locked_hold(conn: Any, hold_id: str) -> tuple[Any, ...]:
+    row = await conn.fetchrow(_HOLD_LOCK, hold_id)
+    if row is None:
+        raise UnknownHold(hold_id)
+    return tuple(row)
+
+
+async def _book_end(
+    conn: Any,
+    write: str,
+    scopes_json: str,
+    hour_key: str,
+    day_key: str,
+    b: Booking,
+    op_id: str,
+    hold_args: tuple[object, ...],
+) -> None:
+    """Book a hold's end (``write``: :data:`_SETTLE_WRITE` or :data:`_RELEASE_WRITE`)."""
+    rows = booking_rows(load_scopes(scopes_json), hour_key, day_key, b)
+    if not (b.held or b.settled or b.late):
+        rows = []  # nothing to add: no bucket row touched (as SQLite)
+    arrays = book_arrays({k: (s, h, lt) for k, s, h, lt in rows})
+    await conn.fetch(write, *arrays, b.committed, op_id, *hold_args)
+
+
+async def settle(
+    conn: Any,
+    cfg: LedgerConfig,
+    now: datetime,
+    hold_id: str,
+    usage: Usage | Callable[[int, int], Usage],
+    estimated: bool,
+    pricer: Pricer,
+) -> SettleOutcome:
+    """Book the actual cost of a hold (idempotent; see
+    :func:`budget.sqlite_holds.settle` for the rules)."""
+    (
+        state,
+        op_id,
+        user_id,
+        provider,
+        model,
+        in_tok,
+        max_tok,
+        ceiling,
+        granted,
+        hour_key,
+        day_key,
+        scopes_json,
+        booked_at_expiry,
+    ) = await _locked_hold(conn, hold_id)
+    do_book, late = settle_transition(HoldState(state))
+    if not do_book:
+        return SettleOutcome(int(booked_at_expiry or 0), False, None)
+    u = usage(in_tok, max_tok) if callable(usage) else usage
+    granted_at = utc(granted)
+    assert granted_at is not None
+    actual, list_actual = pricer(provider, model, u, granted_at)
+    b = settle_booking(late, ceiling, int(booked_at_expiry or 0), actual)
+    row = settled_row(now, hold_id, u, actual, list_actual, estimated, late)
+    await _book_end(conn, _SETTLE_WRITE, scopes_json, hour_key, day_key, b, op_id, row)
+    for kind, detail in settle_events(late, b, actual, ceiling):
+        await event(conn, cfg.tz, now, kind, user_id=user_id, hold_id=hold_id, detail=detail)
+    tripped = await auto_kill(conn, cfg, now) if b.grew else None
+    return SettleOutcome(actual, True, tripped)
+
+
+async def release(conn: Any, cfg: LedgerConfig, now: datetime, hold_id: str) -> bool:
+    """Return a hold that spent nothing (see :func:`budget.sqlite_holds.release`)."""
+    row = await _locked_hold(conn, hold_id)
+    state, op_id, user_id, ceiling = row[0], row[1], row[2], row[7]
+    hour_key, day_key, scopes_json, booked = row[9:13]
+    do_release, late = release_transition(HoldState(state))
+    if not do_release:
+        return False
+    b = release_booking(late, ceiling, int(booked or 0))
+    args = (now.timestamp(), int(late), hold_id)
+    await _book_end(conn, _RELEASE_WRITE, scopes_json, hour_key, day_key, b, op_id, args)
+    if late:
+        detail = f"returned {b.counted} booked at expiry"
+        await event(
+            conn, cfg.tz, now, "late_release", user_id=user_id, hold_id=hold_id, detail=detail
+        )
+    return True
+
+
+async def sweep(
+    conn: Any, cfg: LedgerConfig, process_id: str, now: datetime, dead_before: float
+) -> SweepOutcome:
+    """Expire the holds past their TTL and every hold and operation of a dead process
+    (no heartbeat after ``dead_before``, epoch seconds): each booked at its provable
+    bound, estimated (:func:`budget.steps.expiry_booking`). Holds are locked in id
+    order, their buckets in key order (all deltas summed first), then operations."""
+    t = now.timestamp()
+    dead = (
+        "process_id <> $2 AND process_id NOT IN"
+        " (SELECT process_id FROM budget_processes WHERE heartbeat_at > $3)"
+    )
+    rows = await conn.fetch(
+        "SELECT hold_id, user_id, ceiling_musd, list_ceiling_musd, input_tokens, max_tokens,"  # noqa: S608 - fixed fragments
+        " hour_key, day_key, scopes, margin_musd FROM budget_holds WHERE state = 'held'"
+        f" AND (expires_at <= $1 OR ({dead})) ORDER BY hold_id FOR UPDATE",
+        t,
+        process_id,
+        dead_before,
+    )
+    deltas: dict[BucketKey, tuple[int, int, int]] = {}
+    expired = []
+    for hold_id, user_id, ceiling, list_ceiling, in_tok, max_tok, hk, dk, scopes, margin in rows:
+        b = expiry_booking(int(ceiling), int(margin))
+        for key, s, h, lt in booking_rows(load_scopes(scopes), hk, dk, b):
+            old = deltas.get(key, (0, 0, 0))
+            deltas[key] = (old[0] + s, old[1] + h, old[2] + lt)
+        expired.append((hold_id, user_id, b.settled, list_ceiling, in_tok, max_tok))
+    if deltas:
+        await book(conn, deltas)
+    for hold_id, user_id, booked, list_ceiling, in_tok, max_tok in expired:
+        # the operation's committed money keeps the ceiling: it now counts as spent
+        await conn.execute(
+            translate(HOLD_EXPIRE), t, booked, list_ceiling, in_tok, max_tok, hold_id
+        )
+        detail = f"booked {booked} at ceiling, estimated"
+        await event(conn, cfg.tz, now, "expiry", user_id=user_id, hold_id=hold_id, detail=detail)
+    await conn.execute(
+        "UPDATE budget_operations SET ended_at = $1 WHERE operation_id IN (SELECT operation_id"  # noqa: S608 - fixed fragments
+        " FROM budget_operations WHERE ended_at IS NULL AND (expires_at <= $1 OR"
+        f" ({dead})) ORDER BY operation_id FOR UPDATE)",
+        t,
+        process_id,
+        dead_before,
+    )
+    booked_total = sum(e[2] for e in expired)
+    tripped = await auto_kill(conn, cfg, now) if booked_total > 0 else None
+    return SweepOutcome(len(rows), booked_total, tripped)
