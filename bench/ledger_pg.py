@@ -30,7 +30,8 @@ import asyncpg  # noqa: E402
 
 from budget.clock import SystemClock  # noqa: E402
 from budget.ledger import Ledger  # noqa: E402
-from budget.pg_store import asyncpg_dsn  # noqa: E402
+from budget.pg_rows import asyncpg_dsn  # noqa: E402
+from budget.pg_store import POOL_SIZE, keep_session  # noqa: E402
 from budget.types import Origin, Usage  # noqa: E402
 from tests.unit.budget.ledger_helpers import BASE_CONFIG, card, create_pg_schema  # noqa: E402
 
@@ -72,8 +73,11 @@ async def ledger_worker(url: str, conc: int, start: float) -> dict[str, object]:
 
 
 async def baseline_worker(url: str, conc: int, start: float) -> dict[str, object]:
-    """``conc`` tasks, each transaction one single-row UPDATE (same pool size as the store)."""
-    pool = await asyncpg.create_pool(asyncpg_dsn(url), min_size=1, max_size=8)
+    """``conc`` tasks, each transaction one single-row UPDATE (the store's pool settings:
+    same size, no session reset on release)."""
+    pool = await asyncpg.create_pool(
+        asyncpg_dsn(url), min_size=1, max_size=POOL_SIZE, reset=keep_session
+    )
     lat: list[float] = []
 
     async def task() -> None:

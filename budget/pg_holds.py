@@ -140,6 +140,13 @@ _GRANT = (
     " day_key, margin_musd) FROM budget_holds WHERE state = 'held' AND margin_musd > 0)"
 )
 _HOLD_LOCK = translate(HOLD_ROW) + " FOR UPDATE"
+#: The same, and this transaction commits without waiting for its WAL flush.
+_HOLD_LOCK_ASYNC = (
+    translate(HOLD_ROW).replace(
+        " FROM budget_holds", ", set_config('synchronous_commit', 'off', true) FROM budget_holds"
+    )
+    + " FOR UPDATE"
+)
 
 
 def _end_write(hold_sql: str) -> str:
@@ -296,11 +303,13 @@ async def reserve(
     return HoldTicket(hold_id, provider, model, ceiling_musd, list_ceiling_musd, now)
 
 
-async def _locked_hold(conn: Any, hold_id: str) -> tuple[Any, ...]:
-    row = await conn.fetchrow(_HOLD_LOCK, hold_id)
+async def _locked_hold(conn: Any, hold_id: str, durable: bool) -> tuple[Any, ...]:
+    """The hold's row (``HOLD_ROW`` columns), locked; unless ``durable``, the
+    transaction's commit will not wait for the disk (``synchronous_commit = off``)."""
+    row = await conn.fetchrow(_HOLD_LOCK if durable else _HOLD_LOCK_ASYNC, hold_id)
     if row is None:
         raise UnknownHold(hold_id)
-    return tuple(row)
+    return tuple(row)[:13]
 
 
 async def _book_end(
@@ -329,9 +338,11 @@ async def settle(
     usage: Usage | Callable[[int, int], Usage],
     estimated: bool,
     pricer: Pricer,
+    durable: bool = True,
 ) -> SettleOutcome:
     """Book the actual cost of a hold (idempotent; see
-    :func:`budget.sqlite_holds.settle` for the rules)."""
+    :func:`budget.sqlite_holds.settle` for the rules). ``durable=False``: commit
+    without waiting for the WAL flush (:class:`budget.pg_store.PgStore`)."""
     (
         state,
         op_id,
@@ -346,7 +357,7 @@ async def settle(
         day_key,
         scopes_json,
         booked_at_expiry,
-    ) = await _locked_hold(conn, hold_id)
+    ) = await _locked_hold(conn, hold_id, durable)
     do_book, late = settle_transition(HoldState(state))
     if not do_book:
         return SettleOutcome(int(booked_at_expiry or 0), False, None)
@@ -363,9 +374,12 @@ async def settle(
     return SettleOutcome(actual, True, tripped)
 
 
-async def release(conn: Any, cfg: LedgerConfig, now: datetime, hold_id: str) -> bool:
-    """Return a hold that spent nothing (see :func:`budget.sqlite_holds.release`)."""
-    row = await _locked_hold(conn, hold_id)
+async def release(
+    conn: Any, cfg: LedgerConfig, now: datetime, hold_id: str, durable: bool = True
+) -> bool:
+    """Return a hold that spent nothing (see :func:`budget.sqlite_holds.release`;
+    ``durable`` as :func:`settle`)."""
+    row = await _locked_hold(conn, hold_id, durable)
     state, op_id, user_id, ceiling = row[0], row[1], row[2], row[7]
     hour_key, day_key, scopes_json, booked = row[9:13]
     do_release, late = release_transition(HoldState(state))

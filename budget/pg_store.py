@@ -89,6 +89,16 @@ _MESSAGES_LOCK = (
     " ON CONFLICT (user_id, day_key) DO UPDATE SET count = budget_messages.count"
 )
 
+
+async def keep_session(conn: Any) -> None:
+    """The pool's reset of a released connection: nothing beyond asyncpg's own
+    rollback of an open transaction. The ledger sets no session state, opens no
+    cursor, listens to nothing and takes only transaction-scoped locks, so asyncpg's
+    default reset (``RESET ALL``, ``UNLISTEN *``… : one more round trip per step)
+    has nothing to undo."""
+    del conn
+
+
 #: A transaction body on one asyncpg connection.
 Body = Callable[[Any], Awaitable[T]]
 
@@ -105,6 +115,14 @@ class PgStore:
             manual clock pass ``False``; every sweep also refreshes the heartbeat).
         retry_backoff_s: first pause before retrying a conflicting step, seconds
             (random jitter up to this × 2^attempt; tests may pass 0).
+        durable_settle: settle and release wait for their commit to reach the disk.
+            ``False`` (default): they commit without waiting for the WAL flush
+            (``synchronous_commit = off`` for that transaction only), so the bucket
+            rows they lock are free ~one fsync sooner. Safe for the money guarantee:
+            a server crash may lose only the last such commits (PostgreSQL:
+            at most 3 × ``wal_writer_delay``), and a lost settle or release leaves
+            its hold held — booked at its ceiling, estimated, when it expires: never
+            less than was spent. Holds and admissions always wait for the disk.
     """
 
     name = "postgresql"
@@ -118,8 +136,10 @@ class PgStore:
         *,
         run_heartbeat: bool = True,
         retry_backoff_s: float = RETRY_BACKOFF_S,
+        durable_settle: bool = False,
     ) -> None:
         self._run_heartbeat = run_heartbeat
+        self._durable_settle = durable_settle
         self._backoff_s = retry_backoff_s
         self._dsn = asyncpg_dsn(url)
         self.config = config
@@ -146,7 +166,7 @@ class PgStore:
             return
         try:
             self._pool = await asyncpg.create_pool(
-                self._dsn, min_size=1, max_size=POOL_SIZE, command_timeout=30
+                self._dsn, min_size=1, max_size=POOL_SIZE, command_timeout=30, reset=keep_session
             )
         except _STORAGE as exc:
             raise LedgerUnavailable() from exc
@@ -400,12 +420,16 @@ class PgStore:
                 usage=usage,
                 estimated=estimated,
                 pricer=pricer,
+                durable=self._durable_settle,
             ),
         )
 
     async def release(self, now: datetime, hold_id: str) -> bool:
         """See :meth:`budget.store.LedgerStore.release`."""
-        return await self.tx(now, partial(holds.release, cfg=self.config, now=now, hold_id=hold_id))
+        body = partial(
+            holds.release, cfg=self.config, now=now, hold_id=hold_id, durable=self._durable_settle
+        )
+        return await self.tx(now, body)
 
     async def sweep(self, now: datetime, previous_processes: bool = False) -> SweepOutcome:
         """Expire holds past their TTL and every hold and operation of a dead process

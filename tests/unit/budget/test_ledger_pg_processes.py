@@ -11,36 +11,57 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from budget.clock import ManualClock
 from budget.errors import HoldRefused
 from budget.ledger import Ledger
+from budget.pg_rows import asyncpg_dsn
 from budget.pg_store import PgStore
 from budget.types import Level, Origin, RefusalReason, Usage
 from tests.unit.budget.ledger_helpers import BASE_CONFIG, card, create_pg_schema
+from tests.unit.budget.pg_worker import team_user
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _spread(url: str, case: str, shares: list[int]) -> list[int]:
-    """Run one worker process per share, all starting at the same instant; their grants."""
+def _run(url: str, case: str, shares: list[int], flags: Path | None = None) -> list[str]:
+    """Run one worker process per share, all starting at the same instant; their
+    result lines (``flags``: the folder of the kill case's signal files)."""
     start = time.time() + 2.5  # every process is up (imports, pool) before the start
+    extra = [] if flags is None else [str(flags)]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.unit.budget.pg_worker", url, case, str(n), str(start)],
+            [
+                sys.executable,
+                "-m",
+                "tests.unit.budget.pg_worker",
+                url,
+                case,
+                str(n),
+                str(start),
+                str(index),
+                *extra,
+            ],
             cwd=ROOT,
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
         )
-        for n in shares
+        for index, n in enumerate(shares)
     ]
     out = []
     for proc in procs:
-        stdout, _ = proc.communicate(timeout=120)
-        assert proc.returncode == 0
-        out.append(int(stdout.strip()))
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0, stderr[-2000:]
+        out.append(stdout.strip())
     return out
+
+
+def _spread(url: str, case: str, shares: list[int]) -> list[int]:
+    """:func:`_run` for the cases that print a grant count (then refusal levels)."""
+    return [int(line.split()[0]) for line in _run(url, case, shares)]
 
 
 async def test_three_processes_grant_exactly_what_fits(pg_url: str) -> None:
@@ -52,6 +73,48 @@ async def test_three_processes_grant_exactly_what_fits(pg_url: str) -> None:
     assert sum(granted) == 333
     granted = await asyncio.to_thread(_spread, pg_url, "user", [3, 3, 2])
     assert sum(granted) == 2
+
+
+async def test_three_processes_team_refusal_holds_nothing_and_kill_reaches_all(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """3 OS processes: 12 concurrent holds of $0.003 by members of one team ($0.010 team
+    limit) → exactly 3 granted, the 9 refusals name the team level and hold nothing
+    anywhere (every bucket holds exactly the 3 grants); a kill switch tripped by one
+    process refuses the next admission of the two others."""
+    await create_pg_schema(pg_url)
+    clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
+    admin = await _ledger(pg_url, "admin", clock)
+    try:
+        for index in range(3):
+            for i in range(4):
+                await admin.team_add("t", team_user(index, i))
+    finally:
+        await admin.close()
+    lines = await asyncio.to_thread(_run, pg_url, "team", [4, 4, 4])
+    results = [line.split() for line in lines]
+    assert sum(int(r[0]) for r in results) == 3
+    assert sorted(level for r in results for level in r[1:]) == ["team"] * 9
+    conn = await asyncpg.connect(asyncpg_dsn(pg_url))
+    try:
+        # held, or booked at the ceiling if a process that started late swept the
+        # holds of one that had already finished
+        counted = await conn.fetch(
+            "SELECT level, SUM(held_musd + settled_musd) FROM budget_buckets"
+            " GROUP BY level ORDER BY level"
+        )
+        holds = await conn.fetchval("SELECT COUNT(*) FROM budget_holds")
+    finally:
+        await conn.close()
+    # day + hour windows: each level counts the 3 grants twice, the refusals nowhere
+    assert [tuple(r) for r in counted] == [("global", 18_000), ("team", 18_000), ("user", 18_000)]
+    assert holds == 3
+
+    assert await asyncio.to_thread(_run, pg_url, "kill", [1, 1, 1], tmp_path) == [
+        "killed",
+        "kill",
+        "kill",
+    ]
 
 
 async def _ledger(url: str, name: str, clock: ManualClock, **cfg: object) -> Ledger:
