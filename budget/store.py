@@ -53,7 +53,7 @@ class UnknownOperation(BudgetError):
 
 class Cursor(Protocol):
     """The DB-API cursor subset the ledger's SQL uses (``?`` placeholders):
-    ``sqlite3.Cursor``, or :class:`budget.pg_store.PgCursor` over asyncpg."""
+    ``sqlite3.Cursor``, or :class:`budget.pg_rows.PgCursor` over asyncpg."""
 
     @property
     def rowcount(self) -> int: ...
