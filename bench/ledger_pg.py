@@ -5,9 +5,14 @@ wheel's binaries, PostgreSQL's default fsync settings), then for concurrency 1 a
 and for 1 and 3 OS processes on one database, prints:
 
 * the ledger's hold+settle pairs/s and hold (``reserve``) p50/p99, each pair being two
-  ledger transactions (hold, settle) through :class:`budget.pg_store.PgStore`;
+  ledger transactions (hold, settle) through :class:`budget.pg_store.PgStore` with its
+  defaults (the hold waits for the disk, the settle does not);
 * a bare asyncpg baseline measured in the same run on the same server at the same
-  concurrency: one single-row ``UPDATE`` per transaction (transactions/s and p50/p99).
+  concurrency, with the store's pool settings: one single-row ``UPDATE`` per
+  transaction (transactions/s and p50/p99).
+
+Every hold of the run touches the same global buckets (one global limit), so at
+concurrency 100 holds queue on those rows as the baseline's updates queue on its row.
 
 Targets (issue 12): with 3 processes ≥ 50% of the baseline's rate; hold p50 ≤ 2 ms.
 """

@@ -11,6 +11,7 @@ integer µUSD.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import NamedTuple
 
 from budget.config import LedgerConfig
 from budget.steps import Booking
@@ -32,7 +33,9 @@ __all__ = [
     "OPERATION_INSERT",
     "RATE_COUNT",
     "REQUEST_INSERT",
+    "HoldRow",
     "event_row",
+    "hold_values",
     "operation_row",
     "refusal_event_row",
     "settle_events",
@@ -109,6 +112,27 @@ HOLD_ROW = (
     " ceiling_musd, granted_at, hour_key, day_key, scopes, actual_musd FROM budget_holds"
     " WHERE hold_id = ?"
 )
+
+
+class HoldRow(NamedTuple):
+    """A hold as :data:`HOLD_ROW` selects it (µUSD; ``granted_at`` epoch seconds;
+    ``booked_musd``: the actual so far — what the sweep booked once expired)."""
+
+    state: str
+    operation_id: str
+    user_id: int
+    provider: str
+    model: str
+    input_tokens: int
+    max_tokens: int
+    ceiling_musd: int
+    granted_at: float
+    hour_key: str
+    day_key: str
+    scopes: str
+    booked_musd: int | None
+
+
 #: A settled hold (values: :func:`settled_row`).
 HOLD_SETTLE = (
     "UPDATE budget_holds SET state = 'settled', ended_at = ?, actual_musd = ?,"
@@ -154,6 +178,49 @@ def operation_row(
         max_requests,
         day_key,
         process_id,
+    )
+
+
+def hold_values(
+    cfg: LedgerConfig,
+    process_id: str,
+    now: datetime,
+    hold_id: str,
+    op: tuple[str, str, int, str | None, str],
+    call: tuple[str, str, int, int],
+    money: tuple[int, int | None, int, str],
+    keys: tuple[str, str],
+    scopes_json: str,
+) -> tuple[object, ...]:
+    """The values of :data:`HOLD_INSERT`: ``op`` = (operation id, request id, user id,
+    team, origin), ``call`` = (provider, model, input tokens, max tokens), ``money`` =
+    (ceiling, list ceiling, margin µUSD, price version), ``keys`` = (hour, day)."""
+    operation_id, request_id, user_id, team, origin = op
+    provider, model, input_tokens, max_tokens = call
+    ceiling, list_ceiling, margin, price_version = money
+    t = now.timestamp()
+    return (
+        hold_id,
+        operation_id,
+        request_id,
+        user_id,
+        team,
+        origin,
+        provider,
+        model,
+        input_tokens,
+        max_tokens,
+        ceiling,
+        list_ceiling,
+        t,
+        t + cfg.hold_ttl_s,
+        cfg.tz,
+        keys[0],
+        keys[1],
+        scopes_json,
+        process_id,
+        price_version,
+        margin,
     )
 
 

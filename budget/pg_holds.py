@@ -44,6 +44,8 @@ from budget.ledger_sql import (
     HOLD_SETTLE,
     OPERATION_INSERT,
     REQUEST_INSERT,
+    HoldRow,
+    hold_values,
     operation_row,
     settle_events,
     settled_row,
@@ -71,11 +73,11 @@ from budget.policy import (
     provider_caps,
     release_transition,
     scopes_for,
-    settle_transition,
     utc,
     with_margins,
 )
 from budget.protocol import HoldTicket, OperationTicket
+from budget.sqlite_holds import plan_of
 from budget.sqlite_rows import kill_state
 from budget.steps import (
     Booking,
@@ -85,7 +87,6 @@ from budget.steps import (
     release_booking,
     request_refusal,
     reserve_refusal,
-    settle_booking,
 )
 from budget.store import Pricer, SettleOutcome, SweepOutcome, UnknownOperation
 from budget.types import Origin, Refusal, RefusalReason, Usage
@@ -267,32 +268,18 @@ async def reserve(
         before = {k: (s, h - ceiling_musd, lt) for k, (s, h, lt) in after.items()}
     hold_id = uuid.uuid4().hex
     expires = t + cfg.hold_ttl_s
-    charged, margins = await conn.fetchrow(
-        _GRANT,
-        hold_id,
-        operation_id,
-        request_id,
-        user_id,
-        team,
-        origin,
-        provider,
-        model,
-        input_tokens,
-        max_tokens,
-        ceiling_musd,
-        list_ceiling_musd,
-        t,
-        expires,
-        cfg.tz,
-        keys.hour_key,
-        keys.day_key,
-        dump_scopes(scopes),
+    values = hold_values(
+        cfg,
         process_id,
-        price_version,
-        margin_musd,
-        ceiling_musd,
-        expires,
+        now,
+        hold_id,
+        (operation_id, request_id, user_id, team, origin),
+        (provider, model, input_tokens, max_tokens),
+        (ceiling_musd, list_ceiling_musd, margin_musd, price_version),
+        (keys.hour_key, keys.day_key),
+        dump_scopes(scopes),
     )
+    charged, margins = await conn.fetchrow(_GRANT, *values, ceiling_musd, expires)
     if not charged:  # another step of this operation took the cap, or ended it
         raise Refused(Refusal(RefusalReason.OPERATION_CAP, note="cost"), user_id)
     if checked:
@@ -343,35 +330,19 @@ async def settle(
     """Book the actual cost of a hold (idempotent; see
     :func:`budget.sqlite_holds.settle` for the rules). ``durable=False``: commit
     without waiting for the WAL flush (:class:`budget.pg_store.PgStore`)."""
-    (
-        state,
-        op_id,
-        user_id,
-        provider,
-        model,
-        in_tok,
-        max_tok,
-        ceiling,
-        granted,
-        hour_key,
-        day_key,
-        scopes_json,
-        booked_at_expiry,
-    ) = await _locked_hold(conn, hold_id, durable)
-    do_book, late = settle_transition(HoldState(state))
-    if not do_book:
-        return SettleOutcome(int(booked_at_expiry or 0), False, None)
-    u = usage(in_tok, max_tok) if callable(usage) else usage
-    granted_at = utc(granted)
-    assert granted_at is not None
-    actual, list_actual = pricer(provider, model, u, granted_at)
-    b = settle_booking(late, ceiling, int(booked_at_expiry or 0), actual)
-    row = settled_row(now, hold_id, u, actual, list_actual, estimated, late)
-    await _book_end(conn, _SETTLE_WRITE, scopes_json, hour_key, day_key, b, op_id, row)
-    for kind, detail in settle_events(late, b, actual, ceiling):
-        await event(conn, cfg.tz, now, kind, user_id=user_id, hold_id=hold_id, detail=detail)
+    h = HoldRow._make(await _locked_hold(conn, hold_id, durable))
+    plan = plan_of(h, usage, pricer)
+    if plan is None:
+        return SettleOutcome(int(h.booked_musd or 0), False, None)
+    b = plan.booking
+    row = settled_row(
+        now, hold_id, plan.usage, plan.actual_musd, plan.list_actual_musd, estimated, plan.late
+    )
+    await _book_end(conn, _SETTLE_WRITE, h.scopes, h.hour_key, h.day_key, b, h.operation_id, row)
+    for kind, detail in settle_events(plan.late, b, plan.actual_musd, h.ceiling_musd):
+        await event(conn, cfg.tz, now, kind, user_id=h.user_id, hold_id=hold_id, detail=detail)
     tripped = await auto_kill(conn, cfg, now) if b.grew else None
-    return SettleOutcome(actual, True, tripped)
+    return SettleOutcome(plan.actual_musd, True, tripped)
 
 
 async def release(

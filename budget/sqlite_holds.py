@@ -25,6 +25,8 @@ from budget.ledger_sql import (
     OPERATION_INSERT,
     RATE_COUNT,
     REQUEST_INSERT,
+    HoldRow,
+    hold_values,
     operation_row,
     settle_events,
     settled_row,
@@ -37,18 +39,18 @@ from budget.policy import (
     provider_caps,
     release_transition,
     scopes_for,
-    settle_transition,
     utc,
 )
 from budget.protocol import HoldTicket, OperationTicket
 from budget.sqlite_rows import auto_kill, book, buckets, event, kill_of, overrides, refuse, team_of
 from budget.steps import (
+    SettlePlan,
     admission_refusal,
     expiry_booking,
     release_booking,
     request_refusal,
     reserve_refusal,
-    settle_booking,
+    settle_plan,
 )
 from budget.store import Cursor, Pricer, SettleOutcome, SweepOutcome, UnknownOperation
 from budget.types import Origin, Usage
@@ -59,6 +61,7 @@ __all__ = [
     "begin_request",
     "end_operation",
     "operation_booked_musd",
+    "plan_of",
     "release",
     "remaining_musd",
     "reserve",
@@ -185,32 +188,18 @@ def reserve(
     hold_id = uuid.uuid4().hex
     expires = t + cfg.hold_ttl_s
     book(cur, scopes, keys.hour_key, keys.day_key, held=ceiling_musd)
-    cur.execute(
-        HOLD_INSERT,
-        (
-            hold_id,
-            operation_id,
-            request_id,
-            user_id,
-            team,
-            origin,
-            provider,
-            model,
-            input_tokens,
-            max_tokens,
-            ceiling_musd,
-            list_ceiling_musd,
-            t,
-            expires,
-            cfg.tz,
-            keys.hour_key,
-            keys.day_key,
-            dump_scopes(scopes),
-            process_id,
-            price_version,
-            margin_musd,
-        ),
+    values = hold_values(
+        cfg,
+        process_id,
+        now,
+        hold_id,
+        (operation_id, request_id, user_id, team, origin),
+        (provider, model, input_tokens, max_tokens),
+        (ceiling_musd, list_ceiling_musd, margin_musd, price_version),
+        (keys.hour_key, keys.day_key),
+        dump_scopes(scopes),
     )
+    cur.execute(HOLD_INSERT, values)
     cur.execute(
         "UPDATE budget_operations SET committed_musd = committed_musd + ?,"
         " expires_at = ? WHERE operation_id = ?",
@@ -256,41 +245,41 @@ def settle(
     actual − booked, and the actual is added to ``late_musd`` (a late settle).
     A settled or released hold: nothing; returns the first actual (0 if released).
     """
-    (
-        state,
-        op_id,
-        user_id,
-        provider,
-        model,
-        in_tok,
-        max_tok,
-        ceiling,
-        granted,
-        hour_key,
-        day_key,
-        scopes_json,
-        booked_at_expiry,
-    ) = _hold_row(cur, hold_id)
-    do_book, late = settle_transition(HoldState(state))
-    if not do_book:
-        return SettleOutcome(int(booked_at_expiry or 0), False, None)
-    u = usage(in_tok, max_tok) if callable(usage) else usage
-    granted_at = utc(granted)
-    assert granted_at is not None
-    actual, list_actual = pricer(provider, model, u, granted_at)
-    # what this hold already counts for: its ceiling, held or booked at expiry
-    b = settle_booking(late, ceiling, int(booked_at_expiry or 0), actual)
-    scopes = load_scopes(scopes_json)
-    book(cur, scopes, hour_key, day_key, held=b.held, settled=b.settled, late=b.late)
+    h = HoldRow._make(_hold_row(cur, hold_id))
+    plan = plan_of(h, usage, pricer)
+    if plan is None:
+        return SettleOutcome(int(h.booked_musd or 0), False, None)
+    b = plan.booking
+    scopes = load_scopes(h.scopes)
+    book(cur, scopes, h.hour_key, h.day_key, held=b.held, settled=b.settled, late=b.late)
     cur.execute(
         HOLD_SETTLE,
-        settled_row(now, hold_id, u, actual, list_actual, estimated, late),
+        settled_row(
+            now, hold_id, plan.usage, plan.actual_musd, plan.list_actual_musd, estimated, plan.late
+        ),
     )
-    cur.execute(OPERATION_COMMIT, (b.committed, op_id))
-    for kind, detail in settle_events(late, b, actual, ceiling):
-        event(cur, cfg.tz, now, kind, user_id=user_id, hold_id=hold_id, detail=detail)
+    cur.execute(OPERATION_COMMIT, (b.committed, h.operation_id))
+    for kind, detail in settle_events(plan.late, b, plan.actual_musd, h.ceiling_musd):
+        event(cur, cfg.tz, now, kind, user_id=h.user_id, hold_id=hold_id, detail=detail)
     tripped = auto_kill(cur, cfg, now) if b.grew else None
-    return SettleOutcome(actual, True, tripped)
+    return SettleOutcome(plan.actual_musd, True, tripped)
+
+
+def plan_of(
+    h: HoldRow, usage: Usage | Callable[[int, int], Usage], pricer: Pricer
+) -> SettlePlan | None:
+    """:func:`budget.steps.settle_plan` of a hold row (priced at its grant time)."""
+    granted_at = utc(h.granted_at)
+    assert granted_at is not None
+    return settle_plan(
+        HoldState(h.state),
+        h.input_tokens,
+        h.max_tokens,
+        h.ceiling_musd,
+        int(h.booked_musd or 0),
+        usage,
+        lambda u: pricer(h.provider, h.model, u, granted_at),
+    )
 
 
 def release(cur: Cursor, cfg: LedgerConfig, now: datetime, hold_id: str) -> bool:

@@ -9,16 +9,25 @@ Money is integer µUSD.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from budget.policy import BucketKey, Scope, kill_refusal, rate_refusal, windows_for
+from budget.policy import (
+    BucketKey,
+    HoldState,
+    Scope,
+    kill_refusal,
+    rate_refusal,
+    settle_transition,
+    windows_for,
+)
 from budget.status import KillState
-from budget.types import Refusal, RefusalReason, Window
+from budget.types import Refusal, RefusalReason, Usage, Window
 
 __all__ = [
     "Booking",
+    "SettlePlan",
     "admission_refusal",
     "booking_rows",
     "expiry_booking",
@@ -26,6 +35,7 @@ __all__ = [
     "request_refusal",
     "reserve_refusal",
     "settle_booking",
+    "settle_plan",
 ]
 
 
@@ -147,3 +157,36 @@ def reserve_refusal(
     if committed_musd + ceiling_musd > max_musd:
         return Refusal(RefusalReason.OPERATION_CAP, note="cost")
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class SettlePlan:
+    """What a settle books: the usage, its actual and list-price cost (µUSD), the
+    deltas, and whether the hold had expired (a late settle)."""
+
+    usage: Usage
+    actual_musd: int
+    list_actual_musd: int | None
+    booking: Booking
+    late: bool
+
+
+def settle_plan(
+    state: HoldState,
+    input_tokens: int,
+    max_tokens: int,
+    ceiling_musd: int,
+    booked_musd: int,
+    usage: Usage | Callable[[int, int], Usage],
+    price: Callable[[Usage], tuple[int, int | None]],
+) -> SettlePlan | None:
+    """A settle of a hold in ``state`` (``None``: a no-op, the hold already ended).
+    ``usage`` may be a function of the hold's (input_tokens, max_tokens); ``price``
+    gives (actual, list actual) µUSD of a usage."""
+    do_book, late = settle_transition(state)
+    if not do_book:
+        return None
+    u = usage(input_tokens, max_tokens) if callable(usage) else usage
+    actual, list_actual = price(u)
+    booking = settle_booking(late, ceiling_musd, booked_musd, actual)
+    return SettlePlan(u, actual, list_actual, booking, late)
