@@ -31,7 +31,7 @@ from bot.middlewares import (
 )
 from bot.outbox import Outbox
 from bot.paste import PasteJoiner
-from bot.ratelimit import UpdateRateMiddleware
+from bot.ratelimit import RateGate, UpdateRateMiddleware
 from bot.responses import PinResponseModels
 from bot.routers.admin import AdminView, create_admin_router
 from bot.routers.books import BooksDesk, create_books_router
@@ -248,14 +248,13 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp = Dispatcher(**workflow)
     bot.session.middleware(TopicRequestMiddleware())
     dp.message.outer_middleware(TopicMiddleware())
-    dp.update.outer_middleware(
-        UpdateRateMiddleware(
-            settings.user_max_updates_per_minute,
-            clock,
-            i18n,
-            on_drop=lambda: dropped.labels("update_rate").inc(),
-        )
+    rate = UpdateRateMiddleware(
+        settings.user_max_updates_per_minute,
+        clock,
+        i18n,
+        on_drop=lambda: dropped.labels("update_rate").inc(),
     )
+    dp.update.outer_middleware(rate)
     dp.message.outer_middleware(
         ArrivalOrderMiddleware(chat, PasteJoiner(clock, settings.paste_join_seconds))
     )
@@ -271,6 +270,12 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp.include_router(create_me_router())
     dp.include_router(create_fallback_router())
     dp.include_router(create_chat_router(stale_after_s=settings.stale_message_seconds))
+    # controls tagged flags={"rate_limit": False} pass the update rate (bot/ratelimit.py)
+    rate.exempt(dp)
+    gate = RateGate()
+    for name, observer in dp.observers.items():
+        if name not in ("update", "error"):
+            observer.middleware(gate)
 
     return App(
         settings=settings,

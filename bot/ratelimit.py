@@ -13,6 +13,19 @@ updates at t=0, 1, 2 pass; t=3 is dropped and gets the notice; t=30 is dropped s
 t=60.5 passes (t=0 left the window); t=63 is dropped and gets a notice again (the last
 one was more than 60 s ago).
 
+Controls that only reduce spend or stop work are never dropped: a handler tagged
+``flags={"rate_limit": False}`` (``/kill`` from an admin, ``/stop``, the Stop button, a
+draft's Stop) still runs for a user over the rate. The limit sits on ``update`` (outer)
+so that a flood costs no profile or intake write; aiogram resolves the handler (and so
+its flags) only later, for inner middlewares. So an update over the rate is let on only
+if the *own* filters of a handler tagged exempt match it (:meth:`exempt`, cheap pure
+checks: a command name, the admin id, a callback prefix) and :class:`RateGate` (an inner
+middleware) drops it still if the handler aiogram picks is not tagged exempt — e.g. a
+non-admin's ``/kill``, which stays dropped like any unknown command. An exempt update
+over the rate is not counted and gets no too-fast notice; it makes no provider call
+(controls only stop work), and its handler is told ``over_rate=True`` so that it stays
+silent when it had nothing to stop.
+
 Hand-written, not ``limits``/``aiolimiter``: both read the system clock, and the bot's
 time comes only from the injected clock; this is twenty lines over a deque.
 """
@@ -24,7 +37,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiogram import BaseMiddleware, Bot
+from aiogram import BaseMiddleware, Bot, Router
+from aiogram.dispatcher.event.handler import HandlerObject
+from aiogram.dispatcher.flags import get_flag
 from aiogram.exceptions import TelegramAPIError
 from aiogram.types import Chat, Message, TelegramObject, Update, User
 from aiogram.utils.i18n import I18n
@@ -35,7 +50,7 @@ from bot.i18n import in_locale, pick_language
 from bot.senders import payer_id
 from budget.clock import Clock
 
-__all__ = ["UpdateRateMiddleware"]
+__all__ = ["NOT_RATE_LIMITED", "OVER_RATE", "RATE_LIMIT_FLAG", "RateGate", "UpdateRateMiddleware"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +58,13 @@ log = logging.getLogger(__name__)
 WINDOW_S = 60.0
 #: Users tracked before the idle ones are forgotten (a bound on memory).
 MAX_TRACKED_USERS = 10_000
+
+#: The handler flag: ``flags={RATE_LIMIT_FLAG: False}`` exempts a handler from the limit.
+RATE_LIMIT_FLAG = "rate_limit"
+#: The ``data`` key (and handler argument) set True for an exempt update over the rate.
+OVER_RATE = "over_rate"
+#: The flags of a control handler: ``@router.message(..., flags=NOT_RATE_LIMITED)``.
+NOT_RATE_LIMITED: dict[str, Any] = {RATE_LIMIT_FLAG: False}
 
 Handler = Callable[[TelegramObject, dict[str, Any]], Awaitable[Any]]
 
@@ -70,6 +92,32 @@ class UpdateRateMiddleware(BaseMiddleware):
         self._on_drop = on_drop
         self._seen: dict[int, deque[float]] = {}
         self._noticed: dict[int, float] = {}
+        self._exempt: dict[str, list[HandlerObject]] = {}
+
+    def exempt(self, root: Router) -> None:
+        """Learn the handlers tagged ``flags={"rate_limit": False}`` under ``root`` (call
+        once every router is included): their own filters decide which updates over the
+        rate are let on to :class:`RateGate`."""
+        self._exempt = {}
+        for router in root.chain_tail:
+            for name, observer in router.observers.items():
+                for handler in observer.handlers:
+                    if get_flag(handler, RATE_LIMIT_FLAG, default=True) is False:
+                        self._exempt.setdefault(name, []).append(handler)
+
+    async def _may_be_exempt(self, event: TelegramObject, data: dict[str, Any]) -> bool:
+        """True if the own filters of an exempt handler match this update."""
+        if not isinstance(event, Update):
+            return False
+        handlers = self._exempt.get(event.event_type)
+        if not handlers:
+            return False
+        inner = event.event
+        for handler in handlers:
+            matched, _ = await handler.check(inner, **data)
+            if matched:
+                return True
+        return False
 
     def __repr__(self) -> str:
         return f"UpdateRateMiddleware(limit={self._limit}/min, users={len(self._seen)})"
@@ -110,6 +158,9 @@ class UpdateRateMiddleware(BaseMiddleware):
         payer = _payer(event, user)
         if payer is None or self.allow(payer):
             return await handler(event, data)
+        if await self._may_be_exempt(event, data):
+            data[OVER_RATE] = True  # RateGate drops it unless the chosen handler is exempt
+            return await handler(event, data)
         if self._on_drop is not None:
             self._on_drop()
         chat = data.get("event_chat")
@@ -135,3 +186,15 @@ def _payer(event: TelegramObject, user: User) -> int | None:
     if isinstance(message, Message) and (message.sender_chat is not None or not user.is_bot):
         return payer_id(message)
     return None if user.is_bot else user.id
+
+
+class RateGate(BaseMiddleware):
+    """The inner half of the limit (register on every event observer but ``update`` and
+    ``error``): an update :class:`UpdateRateMiddleware` let on over the rate reaches its
+    handler only if that handler is tagged ``flags={"rate_limit": False}``; any other is
+    dropped in silence, as the outer middleware drops everything else over the rate."""
+
+    async def __call__(self, handler: Handler, event: TelegramObject, data: dict[str, Any]) -> Any:
+        if data.get(OVER_RATE) and get_flag(data, RATE_LIMIT_FLAG, default=True) is not False:
+            return None
+        return await handler(event, data)

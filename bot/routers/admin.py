@@ -23,6 +23,7 @@ from aiogram.types import BufferedInputFile, Message
 
 from bot.chart import CHART_MISSING, chart_available, spend_chart_png
 from bot.delivery import send_text
+from bot.ratelimit import NOT_RATE_LIMITED
 from bot.senders import is_on_behalf_of_chat
 from bot.settings import Settings
 from bot.store import Intake
@@ -368,7 +369,9 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
         except HoldRefused:
             await reply(bot, message, "⚠️ The ledger is unavailable.", clock)
 
-    @router.message(Command("kill"))
+    # the admin check again as the handler's own first filter: the update rate's
+    # exemption (bot/ratelimit.py) tests a handler's own filters before the router's
+    @router.message(IsAdmin(admin_ids), Command("kill"), flags=NOT_RATE_LIMITED)
     async def on_kill(
         message: Message,
         bot: Bot,

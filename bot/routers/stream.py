@@ -21,6 +21,7 @@ from aiogram.utils.i18n import I18n
 from bot import templates
 from bot.delivery import send_text
 from bot.i18n import in_locale, pick_language
+from bot.ratelimit import NOT_RATE_LIMITED
 from bot.senders import payer_id
 from bot.streaming import STOP_PREFIX, StopResult, StreamRegistry
 from budget.clock import Clock
@@ -34,13 +35,16 @@ def create_stream_router(admin_ids: frozenset[int]) -> Router:
     """The router for stops (see the module docstring)."""
     router = Router(name="stream")
 
-    @router.stopped_message_generation()
+    # controls only stop work: never dropped by the update rate (bot/ratelimit.py)
+    @router.stopped_message_generation(flags=NOT_RATE_LIMITED)
     async def on_draft_stopped(event: MessageGenerationStopped, streams: StreamRegistry) -> None:
         result = streams.stop_draft(event.chat.id, event.draft_id)
         log.info("draft %s in chat %s: stop %s", event.draft_id, event.chat.id, result.value)
 
-    @router.callback_query(F.data.startswith(STOP_PREFIX))
-    async def on_stop_button(query: CallbackQuery, streams: StreamRegistry, i18n: I18n) -> None:
+    @router.callback_query(F.data.startswith(STOP_PREFIX), flags=NOT_RATE_LIMITED)
+    async def on_stop_button(
+        query: CallbackQuery, streams: StreamRegistry, i18n: I18n, over_rate: bool = False
+    ) -> None:
         token = (query.data or "").removeprefix(STOP_PREFIX)
         user_id = query.from_user.id
         result = streams.stop_token(token, user_id, is_admin=user_id in admin_ids)
@@ -56,16 +60,24 @@ def create_stream_router(admin_ids: frozenset[int]) -> Router:
             query.message.chat.id if query.message else "?",
             result.value,
         )
+        if over_rate and result is not StopResult.STOPPED:
+            return  # a flood of presses gets no answer each (the spinner clears by itself)
         with contextlib.suppress(TelegramAPIError):  # the spinner clears by itself anyway
             await query.answer(text)
 
-    @router.message(Command("stop"))
-    async def on_stop(message: Message, bot: Bot, clock: Clock, streams: StreamRegistry) -> None:
+    @router.message(Command("stop"), flags=NOT_RATE_LIMITED)
+    async def on_stop(
+        message: Message,
+        bot: Bot,
+        clock: Clock,
+        streams: StreamRegistry,
+        over_rate: bool = False,
+    ) -> None:
         user_id = payer_id(message)
         if user_id is None:
             return
         stopped = streams.stop_user(message.chat.id, user_id, is_admin=user_id in admin_ids)
-        if not stopped:
+        if not stopped and not over_rate:  # over the rate, "nothing to stop" is not said
             await send_text(bot, message.chat.id, templates.nothing_to_stop_text(), clock=clock)
 
     return router
