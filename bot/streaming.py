@@ -262,7 +262,23 @@ class StreamRegistry:
     def stop_all(self, reason: str = "kill") -> int:
         """``/kill hard`` (``"kill"``) or shutdown (``"shutdown"``): every stream in
         flight. Returns how many were stopped."""
-        return sum(_stopped(entry, reason) is StopResult.STOPPED for entry in list(self._live))
+        return sum(self.stop_counted(reason))
+
+    def stop_counted(self, reason: str = "kill") -> tuple[int, int]:
+        """As :meth:`stop_all`, and say what the stops did.
+
+        Returns:
+            ``(cut, waiting)``: streams whose provider call had started (a connection
+            was cut; settled on what it received), and answers still waiting for a
+            call slot or a hold (no provider call is made for them).
+        """
+        cut = waiting = 0
+        for entry in list(self._live):
+            started = entry.control.attempts > 0
+            if _stopped(entry, reason) is StopResult.STOPPED:
+                cut += started
+                waiting += not started
+        return cut, waiting
 
 
 def _stopped(entry: LiveStream, reason: str) -> StopResult:

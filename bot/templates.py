@@ -236,6 +236,15 @@ def stop_gone_text() -> str:
     return _("This answer is no longer being written.")
 
 
+def stop_not_streamed_text() -> str:
+    """/stop in a chat whose answers are not streamed (its STREAM_MODE_* is ``off``):
+    an answer written in one piece cannot be stopped, and arrives when ready."""
+    return _(
+        "Answers in this chat are written in one piece, not streamed, so /stop cannot "
+        "stop one: it arrives when it is ready."
+    )
+
+
 def nothing_to_stop_text() -> str:
     """/stop when none of the sender's answers is being written in that chat (``/stop``
     acts on the chat it is sent in)."""

@@ -216,10 +216,13 @@ class StreamControl:
         text: the text received so far (of the current attempt).
         chunks: chunks received so far (of the current attempt, with or without text).
         first_token_at: loop time of the first chunk of the attempt that answered.
+        attempts: provider calls started for this answer (0 while it waits for a call
+            slot or a hold: a stop then cuts no connection, it cancels the wait).
     """
 
     __slots__ = (
         "_loop_time",
+        "attempts",
         "chunks",
         "first_token_at",
         "on_text",
@@ -242,6 +245,7 @@ class StreamControl:
         self.text = ""
         self.chunks = 0
         self.first_token_at: float | None = None
+        self.attempts = 0
         self._loop_time = loop_time
 
     def __repr__(self) -> str:

@@ -91,6 +91,7 @@ async def streamed_call(
     model = None if plan.model == provider_model(provider) else plan.model
     if control.stopped.is_set():  # stopped before anything was sent: nothing spent
         return _stopped_unsent(provider, plan, control)
+    control.attempts += 1  # a provider call is under way from here
     opening = asyncio.ensure_future(provider.stream(plan.messages, plan.max_tokens, model))
     stopper = asyncio.ensure_future(control.stopped.wait())
     try:

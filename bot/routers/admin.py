@@ -15,6 +15,7 @@ import asyncio
 import logging
 import re
 from dataclasses import dataclass
+from zoneinfo import ZoneInfo
 
 from aiogram import Bot, Router
 from aiogram.exceptions import TelegramAPIError
@@ -33,7 +34,7 @@ from budget.clock import Clock
 from budget.errors import HoldRefused
 from budget.ledger import Ledger
 from budget.money import parse_usd, usd
-from budget.status import BucketStatus, LedgerStatus, TeamStatus, UserStatus
+from budget.status import BucketStatus, KillState, LedgerStatus, TeamStatus, UserStatus
 from budget.stops import StopBook, StopTotals
 from budget.types import Level, Window
 from budget.windows import day_bounds
@@ -58,6 +59,16 @@ MAX_USER_ID = 2**63 - 1
 #: Seconds /kill hard waits for the streams it cut to settle before it reports exposure.
 CUT_SETTLE_WAIT_S = 5.0
 _TEAM_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+def _kill_origin(state: KillState, tz: str) -> str:
+    """Who tripped a kill switch, why and when (``by admin 1 at 2026-12-01 03:00 UTC:
+    runaway costs``), for the reply to a second /kill."""
+    who = "by the burn-rate trigger" if state.automatic else f"by admin {state.by}"
+    when = ""
+    if state.changed_at is not None:
+        when = f" at {state.changed_at.astimezone(ZoneInfo(tz)):%Y-%m-%d %H:%M} {tz}"
+    return f"{who}{when}: {state.reason}"
 
 
 def parse_user_id(text: str) -> int | None:
@@ -378,6 +389,7 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
         clock: Clock,
         command: CommandObject,
         ledger: Ledger,
+        settings_view: AdminView,
         streams: StreamRegistry | None = None,
     ) -> None:
         words = (command.args or "").strip().split(maxsplit=1)
@@ -385,18 +397,35 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
         reason = words[1] if hard and len(words) > 1 else "" if hard else (command.args or "")
         reason = reason.strip() or "manual"
         by = message.from_user.id if message.from_user else None
-        exposure = await ledger.kill(reason, by=by)
-        log.warning("kill switch tripped by admin %s%s: %s", by, " (hard)" if hard else "", reason)
+        before = await ledger.kill_state()
+        if before.killed:
+            # the first kill's reason, admin and time stay on the books: a second /kill
+            # (e.g. a /kill hard after a /kill) only adds its cuts
+            exposure = (await ledger.status()).exposure_musd
+            origin = _kill_origin(before, settings_view.tz)
+            head = f"⛔ The kill switch was already ON ({origin}); that reason is kept."
+            log.warning(
+                "kill switch already on; /kill%s by admin %s: %s",
+                " hard" if hard else "",
+                by,
+                reason,
+            )
+        else:
+            exposure = await ledger.kill(reason, by=by)
+            head = f"⛔ Kill switch ON{', hard' if hard else ''} ({reason})."
+            log.warning(
+                "kill switch tripped by admin %s%s: %s", by, " (hard)" if hard else "", reason
+            )
         if not hard:
             await reply(
                 bot,
                 message,
-                f"⛔ Kill switch ON ({reason}). New LLM work is refused; work in flight "
-                f"finishes. Exposure (outstanding holds): {usd(exposure)}",
+                f"{head} New LLM work is refused; work in flight finishes. "
+                f"Exposure (outstanding holds): {usd(exposure)}",
                 clock,
             )
             return
-        cut = streams.stop_all("kill") if streams is not None else 0
+        cut, waiting = streams.stop_counted("kill") if streams is not None else (0, 0)
         unsettled = await streams.wait_stopped(CUT_SETTLE_WAIT_S) if streams is not None else 0
         after = (await ledger.status()).exposure_musd
         settled = (
@@ -404,12 +433,17 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
             if not unsettled
             else f"{unsettled} not settled after {CUT_SETTLE_WAIT_S:g} s"
         )
+        when = "before the cuts" if before.killed else "when killed"
+        queued = (
+            f"; {waiting} answer(s) still waiting for a model call cancelled (no call made)"
+            if waiting
+            else ""
+        )
         await reply(
             bot,
             message,
-            f"⛔ Kill switch ON, hard ({reason}). New LLM work is refused; {cut} streamed "
-            f"answer(s) in flight cut ({settled}). Exposure when killed: {usd(exposure)}; "
-            f"now: {usd(after)}",
+            f"{head} New LLM work is refused; {cut} streamed answer(s) in flight cut "
+            f"({settled}){queued}. Exposure {when}: {usd(exposure)}; now: {usd(after)}",
             clock,
         )
 

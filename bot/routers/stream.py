@@ -23,7 +23,7 @@ from bot.delivery import send_text
 from bot.i18n import in_locale, pick_language
 from bot.ratelimit import NOT_RATE_LIMITED
 from bot.senders import payer_id
-from bot.streaming import STOP_PREFIX, StopResult, StreamRegistry
+from bot.streaming import STOP_PREFIX, StopResult, StreamConfig, StreamRegistry
 from budget.clock import Clock
 
 __all__ = ["create_stream_router"]
@@ -72,12 +72,22 @@ def create_stream_router(admin_ids: frozenset[int]) -> Router:
         clock: Clock,
         streams: StreamRegistry,
         over_rate: bool = False,
+        stream_config: StreamConfig | None = None,
     ) -> None:
         user_id = payer_id(message)
         if user_id is None:
             return
         stopped = streams.stop_user(message.chat.id, user_id, is_admin=user_id in admin_ids)
-        if not stopped and not over_rate:  # over the rate, "nothing to stop" is not said
-            await send_text(bot, message.chat.id, templates.nothing_to_stop_text(), clock=clock)
+        if stopped or over_rate:  # over the rate, "nothing to stop" is not said
+            return
+        private = message.chat.type == "private"
+        config = stream_config or StreamConfig()
+        if (config.private if private else config.group) == "off":
+            # a one-piece answer cannot be stopped: cancelling its call would still be
+            # booked at its ceiling (an interrupted call) and lose the answer
+            text = templates.stop_not_streamed_text()
+        else:
+            text = templates.nothing_to_stop_text()
+        await send_text(bot, message.chat.id, text, clock=clock)
 
     return router

@@ -137,3 +137,78 @@ async def test_group_stop_button_and_stop_pass_the_update_rate(
     assert len(fake_telegram.requests("answerCallbackQuery")) == answers
     assert len(fake_providers.requests) == 2
     assert await bot.stop() == 0
+
+
+async def test_kill_hard_counts_only_the_streams_it_cut_and_keeps_the_first_reason(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    tmp_path: Path,
+) -> None:
+    """GLOBAL_MAX_INFLIGHT_CALLS=2 and four users asking: two stream, two wait for a
+    call slot. /kill hard says 2 streamed answers were cut and 2 waiting ones cancelled
+    with no call (trial 11, F14; it said 4 cut), and no provider is asked for them. A
+    second /kill hard says the switch was already on, by whom and why, and keeps that
+    reason: /budget still shows the first one (F2)."""
+    env = env_for(tmp_path, fake_telegram, fake_providers, ("deepseek",))
+    bot = app_factory(env={**env, "GLOBAL_MAX_INFLIGHT_CALLS": "2"})
+    await bot.start()
+    fake_providers.default("deepseek", {"text": LONG, "interval_s": 0.1, "no_usage": True})
+    for user in (81, 82, 83, 84):
+        fake_telegram.inject_message(user, "Tell me a long story")
+    await until(
+        lambda: (
+            len(fake_providers.streams) == 2
+            and all(s.chunks_sent >= 2 for s in fake_providers.streams)
+        )
+    )
+    await _taken(fake_telegram)
+    await asyncio.sleep(0.3)  # the other two are waiting for a call slot
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(1, "/kill hard runaway costs")
+    [report] = await fake_telegram.wait_sent(1, since=mark, timeout=20)
+    assert report.text.startswith("⛔ Kill switch ON, hard (runaway costs).")
+    assert "2 streamed answer(s) in flight cut (settled at the tokens received)" in report.text
+    assert "2 answer(s) still waiting for a model call cancelled (no call made)" in report.text
+    for user in (81, 82, 83, 84):
+        await fake_telegram.wait_sent(user, since=mark, timeout=20)
+    assert len(fake_providers.requests) == 2
+
+    again = fake_telegram.mark()
+    fake_telegram.inject_message(1, "/kill hard again")
+    [second] = await fake_telegram.wait_sent(1, since=again, timeout=20)
+    assert second.text.startswith("⛔ The kill switch was already ON (by admin 1 at ")
+    assert ": runaway costs); that reason is kept." in second.text
+    assert "0 streamed answer(s) in flight cut" in second.text
+    fake_telegram.inject_message(1, "/budget")
+    [_, status] = await fake_telegram.wait_sent(1, since=again, count=2, timeout=20)
+    assert "KILLED by admin 1: runaway costs" in status.text
+    assert await bot.stop() == 0
+
+
+async def test_stop_with_streaming_off_says_it_cannot_stop_a_one_piece_answer(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    tmp_path: Path,
+) -> None:
+    """STREAM_MODE_PRIVATE=off, an answer being written in one piece: /stop says
+    truthfully that it cannot stop it (trial 11, F6: it said nothing was being written),
+    and the answer arrives once the model is done."""
+    env = env_for(tmp_path, fake_telegram, fake_providers, ("groq",))
+    bot = app_factory(env={**env, "STREAM_MODE_PRIVATE": "off"})
+    await bot.start()
+    fake_providers.script("groq", {"text": "the whole answer", "gate": "answer"})
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(42, "Tell me something")
+    await until(lambda: bool(fake_providers.requests))
+    fake_telegram.inject_message(42, "/stop")
+    [reply] = await fake_telegram.wait_sent(42, since=mark, timeout=20)
+    assert reply.text == (
+        "Answers in this chat are written in one piece, not streamed, so /stop cannot "
+        "stop one: it arrives when it is ready."
+    )
+    fake_providers.open_gate("answer")
+    [_, answer] = await fake_telegram.wait_sent(42, since=mark, count=2, timeout=20)
+    assert answer.text == "the whole answer"
+    assert await bot.stop() == 0
