@@ -211,9 +211,10 @@ def shutdown_note() -> str:
 
 
 def stream_cut_note() -> str:
-    """Appended to a streamed answer whose connection to the model dropped after text
-    was shown (no other model is asked: the text so far is the answer)."""
-    return _("⚠️ The connection to the model dropped here; this is the answer so far.")
+    """Appended to a streamed answer cut after text was shown — the connection dropped,
+    the model fell silent past PROVIDER_IDLE_TIMEOUT_SECONDS, the total deadline, or an
+    error event (no other model is asked: the text so far is the answer)."""
+    return _("⚠️ The model's answer broke off here; this is the answer so far.")
 
 
 def stop_button_text() -> str:

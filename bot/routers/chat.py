@@ -125,6 +125,17 @@ def create_chat_router(*, stale_after_s: int) -> Router:
         def settled(outcome: Outcome) -> Outcome:
             return Outcome.UNDELIVERABLE if refused_send else outcome
 
+        async def in_streamed(text: str) -> bool:
+            """Put a template into the message already streamed (edit mode), replacing
+            its text and Stop button; False when there is none (or it failed)."""
+            if session is None:
+                return False
+            try:
+                return await session.finish(text, outbox)
+            except TelegramAPIError as exc:
+                log.info("template not put into the streamed message: %s", exc.message)
+                return False
+
         prompt = clean_prompt(prompt)  # hidden tag-character instructions never reach a model
         if not has_visible(prompt):
             await template(templates.empty_message_text())
@@ -200,7 +211,8 @@ def create_chat_router(*, stale_after_s: int) -> Router:
             if not has_visible(result.completion.text):
                 log.warning("empty answer from %s", result.completion.provider)
                 refusals.labels("empty_answer").inc()
-                await template(templates.empty_answer_text())
+                if not await in_streamed(templates.empty_answer_text()):
+                    await template(templates.empty_answer_text())
                 return settled(Outcome.FAILED)
             try:
                 answer = _with_notes(result.completion)
@@ -233,7 +245,8 @@ def create_chat_router(*, stale_after_s: int) -> Router:
             refusals.labels(result.kind).inc()
             text = _failure_text(result)
         # a refusal answers the message it refuses (in a burst, the user sees which)
-        await template(text, reply=message.message_id)
+        if not await in_streamed(text):
+            await template(text, reply=message.message_id)
         return settled(outcome)
 
     @router.message(F.chat.type == "private", ~F.text)

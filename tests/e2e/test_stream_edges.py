@@ -404,3 +404,30 @@ async def test_an_admin_can_stop_anyones_answer_in_a_group(
         assert not final.reply_markup
         assert not fake_providers.streams[n].finished
     assert await bot.stop() == 0
+
+
+async def test_a_streamed_group_message_that_ends_empty_becomes_the_template(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    tmp_path: Path,
+) -> None:
+    """An answer of invisible characters only, streamed into a group: the message
+    already shown (with its Stop button) is edited into the could-not-answer template,
+    without a button — not left blank beside a second message."""
+    bot = app_factory(env=env_for(tmp_path, fake_telegram, fake_providers, ("deepseek",)))
+    await bot.start()
+    fake_providers.script(
+        "deepseek", {"text": "\u200b\u200b", "chunks": ["\u200b", "\u200b"], "interval_s": 0.05}
+    )
+    mark = fake_telegram.mark()
+    mention(fake_telegram, 30, "say nothing")
+    [streamed] = await fake_telegram.wait_sent(GROUP, since=mark, timeout=20)
+    assert streamed.reply_markup
+    final = await fake_telegram.wait_for(
+        lambda e: e.is_edit and "could not answer" in e.text, since=mark, timeout=20
+    )
+    assert final.message_id == streamed.message_id and not final.reply_markup
+    await asyncio.sleep(0.2)
+    assert [e.is_edit for e in fake_telegram.sent_events(GROUP, since=mark)].count(False) == 1
+    assert await bot.stop() == 0
