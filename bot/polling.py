@@ -1,5 +1,9 @@
 """The process's course: checks, instance lock, migrations, :func:`bot.app.create_app`,
 long polling until SIGTERM/SIGINT, and the exit code (:func:`run`).
+
+aiogram (and so :mod:`bot.app`) is imported only once the checks, the lock and the
+migrations have passed: its import costs seconds (its types build their pydantic models),
+and a setting that cannot work is reported without paying them.
 """
 
 from __future__ import annotations
@@ -9,15 +13,8 @@ import logging
 import signal
 import sys
 
-from aiogram.exceptions import (
-    ClientDecodeError,
-    TelegramAPIError,
-    TelegramNetworkError,
-    TelegramUnauthorizedError,
-)
 from sqlalchemy.exc import SQLAlchemyError
 
-from bot.app import create_app
 from bot.database import start_failure
 from bot.logs import redact
 from bot.migrate import SchemaMismatch, migrate
@@ -106,6 +103,20 @@ async def _run_locked(settings: Settings) -> int:
         code, line = start_failure(exc, settings.database_url)
         _fail(line, settings)
         return code
+    return await _poll(settings)
+
+
+async def _poll(settings: Settings) -> int:
+    # aiogram is imported here, after every check has passed (see the module docstring)
+    from aiogram.exceptions import (
+        ClientDecodeError,
+        TelegramAPIError,
+        TelegramNetworkError,
+        TelegramUnauthorizedError,
+    )
+
+    from bot.app import create_app
+
     try:
         app = create_app(settings)
     except (BudgetConfigError, ValueError) as exc:

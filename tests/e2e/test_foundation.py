@@ -6,45 +6,9 @@ import signal
 import socket
 from pathlib import Path
 
-from tests.e2e.harness import BotFactory, BotProcess, run_bot_to_exit, wait_provider_requests
+from tests.e2e.harness import BotFactory, run_bot_to_exit, wait_provider_requests
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
-
-
-async def test_start_and_help_in_english_and_russian_then_sigterm_exits_zero(
-    bot: BotProcess, fake_telegram: FakeTelegram, fake_providers: FakeProviders
-) -> None:
-    """/start and /help are templates in en and ru; no LLM call; SIGTERM → exit 0;
-    the bot token (whole or its secret half) never appears in the DEBUG logs."""
-    assert fake_telegram.webhook_calls[0] == {
-        "method": "deleteWebhook",
-        "drop_pending_updates": False,
-    }
-    assert {c["command"] for c in fake_telegram.commands()} >= {"start", "help", "me"}
-    mark = fake_telegram.mark()
-    fake_telegram.inject_message(42, "/start", language_code="en")
-    fake_telegram.inject_message(43, "/start", language_code="ru")
-    [en] = await fake_telegram.wait_sent(42, since=mark)
-    [ru] = await fake_telegram.wait_sent(43, since=mark)
-    assert en.text.startswith("Hello") and "/help" in en.text
-    assert ru.text.startswith("Привет")
-
-    mark = fake_telegram.mark()
-    fake_telegram.inject_message(42, "/help", language_code="en")
-    fake_telegram.inject_message(43, "/help", language_code="ru")
-    [en] = await fake_telegram.wait_sent(42, since=mark)
-    [ru] = await fake_telegram.wait_sent(43, since=mark)
-    assert "/me" in en.text and "/sub" in en.text
-    assert "/me" in ru.text and "ваши расходы" in ru.text
-    assert fake_providers.requests == []
-
-    assert await bot.stop(signal.SIGTERM) == 0
-    logs = bot.logs()
-    assert "kopek started" in logs
-    assert fake_telegram.token not in logs
-    assert fake_telegram.token.split(":")[1] not in logs
-    for key in ("gsk_fake_groq_key_1", "gsk_fake_groq_key_2", "fake_deepseek_key"):
-        assert key not in logs
 
 
 async def test_missing_bot_token_exits_2_with_one_clear_line(
@@ -77,7 +41,7 @@ async def test_hold_ttl_not_above_timeout_is_a_start_error(
     assert code == 2 and "HOLD_TTL_SECONDS" in output
 
 
-async def test_sigterm_grace_then_restart_keeps_state_without_migrating_again(
+async def test_sigterm_grace_restart_state_and_start_help_in_english_and_russian(
     bot_factory: BotFactory,
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
@@ -90,7 +54,10 @@ async def test_sigterm_grace_then_restart_keeps_state_without_migrating_again(
     2. A second start on the same database applies no migration again and answers.
        With a 0.5 s grace, SIGTERM during a 30 s call: the call is cancelled, the user
        is told to resend, exit 0.
-    3. After that restart the ledger shows no outstanding hold.
+    3. After that restart the ledger shows no outstanding hold; /start and /help are
+       templates in en and ru, with no LLM call; SIGTERM → exit 0. deleteWebhook never
+       dropped pending updates, the commands were set, and the bot token (whole or its
+       secret half) and the provider keys never appear in any run's DEBUG logs.
     """
     fake_providers.script(
         "groq", {"text": "finished in time", "delay_s": 2.0}, {"text": "never", "delay_s": 30.0}
@@ -125,7 +92,38 @@ async def test_sigterm_grace_then_restart_keeps_state_without_migrating_again(
     fake_telegram.inject_message(1, "/budget")
     [budget] = await fake_telegram.wait_sent(1, since=mark)
     assert "Outstanding holds: 0" in budget.text
-    assert await again.stop() == 0
+
+    assert fake_telegram.webhook_calls[0] == {
+        "method": "deleteWebhook",
+        "drop_pending_updates": False,
+    }
+    assert {c["command"] for c in fake_telegram.commands()} >= {"start", "help", "me"}
+    calls = len(fake_providers.requests)
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(42, "/start", language_code="en")
+    fake_telegram.inject_message(43, "/start", language_code="ru")
+    [en] = await fake_telegram.wait_sent(42, since=mark)
+    [ru] = await fake_telegram.wait_sent(43, since=mark)
+    assert en.text.startswith("Hello") and "/help" in en.text
+    assert ru.text.startswith("Привет")
+
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(42, "/help", language_code="en")
+    fake_telegram.inject_message(43, "/help", language_code="ru")
+    [en] = await fake_telegram.wait_sent(42, since=mark)
+    [ru] = await fake_telegram.wait_sent(43, since=mark)
+    assert "/me" in en.text and "/sub" in en.text
+    assert "/me" in ru.text and "ваши расходы" in ru.text
+    assert len(fake_providers.requests) == calls
+
+    assert await again.stop(signal.SIGTERM) == 0
+    assert "kopek started" in again.logs()
+    for run in (bot, second, again):
+        logs = run.logs()
+        assert fake_telegram.token not in logs
+        assert fake_telegram.token.split(":")[1] not in logs
+        for key in ("gsk_fake_groq_key_1", "gsk_fake_groq_key_2", "fake_deepseek_key"):
+            assert key not in logs
 
 
 async def test_token_refused_by_telegram_exits_2_with_one_line(

@@ -3,7 +3,9 @@
 
 One test, since every process start costs seconds: two refused starts (the same file,
 and the same file through a symlink) run at once beside the holder, and the holder is
-then SIGKILLed to show that no stale lock is left."""
+then SIGKILLed with two calls in flight to show that no stale lock is left and that the
+next start asks those users to resend (issue 2: a crash mid-call) without repeating the
+calls."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import contextlib
 import sqlite3
 from pathlib import Path
 
+from tests.e2e.groups import BOT, mention
 from tests.e2e.harness import BotFactory, BotProcess, wait_provider_requests
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
@@ -35,7 +38,7 @@ async def _refused_line(bot: BotProcess) -> str:
     return line
 
 
-async def test_second_process_exits_2_leaves_the_first_alone_and_a_kill_leaves_no_lock(
+async def test_second_process_exits_2_and_a_kill_mid_call_leaves_no_lock_and_asks_to_resend(
     bot_factory: BotFactory,
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
@@ -46,10 +49,17 @@ async def test_second_process_exits_2_leaves_the_first_alone_and_a_kill_leaves_n
     ``other/alias.db -> ../kopek.db`` — exits 2 with one line naming the first's PID
     (and the file, for the same path), before migrations and before sweeping holds: the
     first's in-flight hold stays held, its answer arrives and is settled normally, no
-    lock file appears beside the alias. Then SIGKILL of the holder leaves no stale lock
-    (the OS releases it): the next start succeeds."""
+    lock file appears beside the alias. Then SIGKILL of the holder while two calls are in
+    flight (a private chat, and a mention in topic 7 of a forum) leaves no stale lock (the
+    OS releases it): the next start succeeds, each of the two gets the resend template —
+    the forum's in topic 7 — and no LLM call is repeated."""
     database = tmp_path / "kopek.db"
-    fake_providers.script("groq", {"text": "still mine", "gate": "slow"})
+    fake_providers.script(
+        "groq",
+        {"text": "still mine", "gate": "slow"},
+        {"text": "too late", "delay_s": 30},
+        {"text": "never", "delay_s": 30},
+    )
     first = bot_factory()
     await first.start()
     mark = fake_telegram.mark()
@@ -80,7 +90,21 @@ async def test_second_process_exits_2_leaves_the_first_alone_and_a_kill_leaves_n
             await asyncio.sleep(0.05)
     assert first.running
 
+    forum, question = -1007000, f"@{BOT} long question"
+    fake_telegram.inject_message(31, "a question before the crash")
+    await wait_provider_requests(fake_providers, 2)
+    fake_telegram.inject_message(
+        30, question, chat_id=forum, chat_type="supergroup", thread_id=7,
+        entities=mention(f"@{BOT}"),
+    )  # fmt: skip
+    await wait_provider_requests(fake_providers, 3)
     await first.kill()
     again = bot_factory()
+    mark = fake_telegram.mark()
     await again.start()
+    [notice] = await fake_telegram.wait_sent(31, since=mark, timeout=20)
+    assert "restarted" in notice.text
+    [topic_notice] = await fake_telegram.wait_sent(forum, since=mark, timeout=20)
+    assert "restarted" in topic_notice.text and topic_notice.message_thread_id == 7
+    assert len(fake_providers.requests) == 3
     assert await again.stop() == 0

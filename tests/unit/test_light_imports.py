@@ -21,11 +21,12 @@ _PROBE = textwrap.dedent(
 
     from bot.settings import Settings
     from bot.migrate import migrate
+    import bot.polling  # the checks before polling: a bad setting is told without aiogram
     from llm.factory import ProviderSpec, build_provider
 
     settings = Settings(_env_file=None, bot_token="123:abc", deepseek_api_key="sk-x")
     migrate(f"sqlite+aiosqlite:///{sys.argv[1]}")
-    assert "aiogram" not in sys.modules, "settings or migrations imported aiogram"
+    assert "aiogram" not in sys.modules, "settings, polling or migrations imported aiogram"
     spec = ProviderSpec(
         name="deepseek", kind="openai", api_key="sk-x", base_url="http://127.0.0.1:9",
         model="deepseek-chat", cheap_model="deepseek-chat", paid=True,
@@ -41,8 +42,9 @@ _PROBE = textwrap.dedent(
 def test_settings_migrations_and_an_openai_family_client_import_no_aiogram_or_sdks(
     tmp_path: Path,
 ) -> None:
-    """In a fresh interpreter: Settings, the migrations and a DeepSeek client load
-    neither aiogram nor the Groq/Mistral SDKs."""
+    """In a fresh interpreter: Settings, the migrations, the process's start-up checks
+    (``bot.polling``) and a DeepSeek client load neither aiogram nor the Groq/Mistral
+    SDKs."""
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT)}
     done = subprocess.run(
         [sys.executable, "-c", _PROBE, str(tmp_path / "k.db")],
