@@ -60,6 +60,12 @@ class BotExited(RuntimeError):
         self.returncode = returncode
 
 
+#: Deadline for a bot process to start polling or to exit by itself, seconds: a deadline
+#: for a hung process only (a healthy start takes ~2-8 s). Measured: with three other
+#: full suites on the same 2 cores (load average 14), starts took over 60 and 90 s.
+READY_TIMEOUT_S = 180.0
+
+
 def bot_environment(
     *,
     telegram: FakeTelegram,
@@ -138,7 +144,7 @@ class BotProcess:
         log_dir: Path,
         argv: Sequence[str] | None = None,
         cwd: Path | None = None,
-        ready_timeout: float = 90.0,
+        ready_timeout: float = READY_TIMEOUT_S,
         stop_timeout: float = 30.0,
     ) -> None:
         self.env = dict(env)
@@ -333,7 +339,7 @@ async def wait_provider_requests(fake: FakeProviders, count: int, timeout: float
 async def run_bot_to_exit(
     env: Mapping[str, str],
     cwd: Path,
-    timeout: float = 60.0,  # noqa: ASYNC109 - test deadline
+    timeout: float = READY_TIMEOUT_S,  # noqa: ASYNC109 - test deadline
 ) -> tuple[int, str]:
     """Run ``python -m bot`` expecting it to end by itself (a start-up failure).
 

@@ -15,7 +15,7 @@ import sqlite3
 from pathlib import Path
 
 from tests.e2e.groups import BOT, mention
-from tests.e2e.harness import BotFactory, BotProcess, wait_provider_requests
+from tests.e2e.harness import READY_TIMEOUT_S, BotFactory, BotProcess, wait_provider_requests
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 
@@ -30,7 +30,7 @@ def _held(database: Path) -> list[tuple[str, str]]:
 async def _refused_line(bot: BotProcess) -> str:
     """Wait for ``bot`` to exit 2 and return its one ``kopek:`` line (no traceback, no
     migration ran: LOG_LEVEL is DEBUG here, so other lines may precede it)."""
-    assert await bot.wait_exit(60) == 2
+    assert await bot.wait_exit(READY_TIMEOUT_S) == 2
     err = bot.stderr()
     [line] = [x for x in err.splitlines() if x.startswith("kopek:")]
     assert "Traceback" not in err
