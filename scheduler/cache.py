@@ -112,6 +112,11 @@ class SummaryCache:
         ``make`` is called at most once per key at a time across the process. Its
         exceptions propagate to its caller only; waiting callers then retry (one of
         them becomes the leader).
+
+        A caller registers as leader *before* it reads the database: a leader's entry
+        is committed before it leaves the in-flight table, so whoever registers after
+        it finds the entry. (Reading first let a caller whose read was slow miss an
+        entry committed meanwhile and make the summary a second time.)
         """
         while True:
             waiting = self._inflight.get(key)
@@ -120,18 +125,18 @@ class SummaryCache:
                 if result is not None:
                     return result, True
                 continue
-            stored = await self.get(key)
-            if stored is not None:
-                return stored, True
-            if key in self._inflight:
-                continue  # another leader registered while we read the database
             future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
             self._inflight[key] = future
             try:
+                stored = await self.get(key)
+                if stored is not None:
+                    future.set_result(stored)
+                    return stored, True
                 made = await make()
                 await self.put(key, made)
             except BaseException:
-                future.set_result(None)
+                if not future.done():
+                    future.set_result(None)
                 raise
             else:
                 future.set_result(made.summary)
