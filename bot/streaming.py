@@ -25,8 +25,10 @@ provider connection at once (:class:`llm.stream.StreamControl`). Only the messag
 own sender or an admin may stop it; a press by anyone else changes nothing (they are
 told who can). ``/kill hard`` and a shutdown past its grace stop every stream in flight.
 
-Throttling uses the event loop's clock (the interval is a Telegram flood limit, real
-time by nature).
+Throttling is per chat, across every answer streaming into it at once
+(:class:`ChatGate`: the answers take turns, one draft/edit per interval in all; final
+answers are not throttled), and uses the event loop's clock (the interval is a Telegram
+flood limit, real time by nature).
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ from llm.stream import StreamControl
 
 __all__ = [
     "STOP_PREFIX",
+    "ChatGate",
     "DraftDisplay",
     "EditDisplay",
     "LiveStream",
@@ -185,8 +188,8 @@ class StreamRegistry:
     """
 
     _live: list[LiveStream] = field(default_factory=list)
-    #: chat → loop time of the last draft/edit Telegram answered (the per-chat interval)
-    pace: dict[int, float] = field(default_factory=dict)
+    #: one draft/edit at a time per chat, across the chat's answers (the per-chat interval)
+    gate: ChatGate = field(default_factory=lambda: ChatGate())
     #: set (and dropped) when a stream leaves; created by whoever waits for that
     _left: asyncio.Event | None = None
 
@@ -200,11 +203,9 @@ class StreamRegistry:
 
     def add(self, entry: LiveStream) -> None:
         """Register a stream that has started (and forget the pace of chats idle for a
-        minute, so the map stays as small as the chats recently streamed to)."""
+        minute, so the gate stays as small as the chats recently streamed to)."""
         self._live.append(entry)
-        now = asyncio.get_running_loop().time()
-        for chat in [c for c, at in self.pace.items() if at < now - 60]:
-            del self.pace[chat]
+        self.gate.forget_idle(asyncio.get_running_loop().time() - 60)
 
     def remove(self, entry: LiveStream) -> None:
         """Forget a stream that has ended (no-op when already gone)."""
@@ -281,6 +282,87 @@ class StreamRegistry:
         return cut, waiting
 
 
+class _Lane:
+    """One chat's turn order: the displays waiting to show text (first = next), and the
+    loop time from which the next draft/edit may go."""
+
+    __slots__ = ("moved", "next_at", "queue")
+
+    def __init__(self) -> None:
+        self.next_at = float("-inf")
+        self.queue: list[object] = []
+        self.moved: asyncio.Event | None = None
+
+
+class ChatGate:
+    """At most one streaming draft/edit per chat per interval, shared by every answer
+    streaming into that chat (Telegram's flood limits are per chat, not per answer).
+
+    A display with new text joins its chat's queue; the first in the queue waits until
+    the chat's interval has passed since the last call Telegram answered, then makes one
+    call (holding the turn while the call is in flight) and leaves the queue (joining at
+    the back again when its text grows). Turns go round the chat's answers; the text
+    sent is read when the turn comes, so no stale text is ever queued. A display that
+    ends leaves the queue; final answers never pass through the gate.
+    """
+
+    __slots__ = ("_lanes",)
+
+    def __init__(self) -> None:
+        self._lanes: dict[int, _Lane] = {}
+
+    def __repr__(self) -> str:
+        return f"ChatGate(chats={len(self._lanes)})"
+
+    async def turn(self, chat: int, who: object) -> None:
+        """Wait until ``who`` may make the chat's next call (it stays first meanwhile:
+        call :meth:`done` or :meth:`leave` after). Cancelled: ``who`` leaves."""
+        loop = asyncio.get_running_loop()
+        lane = self._lanes.get(chat)
+        if lane is None:
+            lane = self._lanes[chat] = _Lane()
+        if who not in lane.queue:
+            lane.queue.append(who)
+        try:
+            while True:
+                if lane.queue[0] is who:
+                    wait = lane.next_at - loop.time()
+                    if wait <= 0:
+                        return
+                    await asyncio.sleep(wait)  # next_at may move (a flood wait): look again
+                else:
+                    if lane.moved is None:
+                        lane.moved = asyncio.Event()
+                    await lane.moved.wait()
+        except BaseException:
+            self.leave(chat, who)
+            raise
+
+    def done(self, chat: int, who: object, next_at: float) -> None:
+        """``who`` made its call; the chat's next one may go at loop time ``next_at``."""
+        lane = self._lanes.get(chat)
+        if lane is not None:
+            lane.next_at = next_at
+        self.leave(chat, who)
+
+    def leave(self, chat: int, who: object) -> None:
+        """``who`` no longer waits (no-op when it did not)."""
+        lane = self._lanes.get(chat)
+        if lane is None or who not in lane.queue:
+            return
+        lane.queue.remove(who)
+        if lane.moved is not None:
+            lane.moved.set()
+            lane.moved = None
+
+    def forget_idle(self, before: float) -> None:
+        """Drop the chats nobody waits in whose last call was before loop time ``before``."""
+        for chat in [
+            c for c, lane in self._lanes.items() if not lane.queue and lane.next_at < before
+        ]:
+            del self._lanes[chat]
+
+
 def _stopped(entry: LiveStream, reason: str) -> StopResult:
     entry.control.stop(reason)
     return StopResult.STOPPED
@@ -329,16 +411,18 @@ def _plain_tail(text: str) -> str:
 
 
 class _Throttled(abc.ABC):
-    """Shows the latest text at most once per ``interval_s``, only when it changed; the
-    Bot API call runs in its own task so the provider stream is never held up."""
+    """Shows the latest text when its chat's :class:`ChatGate` gives it a turn (at most
+    one draft/edit per ``interval_s`` per chat, across the chat's answers), only when it
+    changed; the Bot API call runs in its own task so the provider stream is never held
+    up."""
 
     __slots__ = (
         "_changed",
+        "_gate",
         "_interval_s",
         "_key",
         "_latest",
         "_loop",
-        "_pace",
         "_shown_text",
         "_task",
         "control",
@@ -349,12 +433,12 @@ class _Throttled(abc.ABC):
         control: StreamControl,
         interval_s: float,
         key: int = 0,
-        pace: dict[int, float] | None = None,
+        gate: ChatGate | None = None,
     ) -> None:
         self.control = control
         self._interval_s = interval_s
         self._key = key  # the chat: the interval holds per chat, across answers
-        self._pace: dict[int, float] = pace if pace is not None else {}
+        self._gate = gate if gate is not None else ChatGate()
         self._latest = ""
         self._shown_text = ""
         self._changed = asyncio.Event()
@@ -369,38 +453,47 @@ class _Throttled(abc.ABC):
             self._task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
+        try:
+            await self._loop_turns()
+        finally:
+            self._gate.leave(self._key, self)
+
+    async def _loop_turns(self) -> None:
+        gate, chat = self._gate, self._key
         while True:
             await self._changed.wait()
-            # the interval runs from the last call Telegram answered, in this chat
-            wait = self._pace.get(self._key, -self._interval_s) + self._interval_s
-            wait -= self._loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
+            # the interval runs from the last call Telegram answered in this chat, any answer's
+            await gate.turn(chat, self)
             self._changed.clear()
             text = self._latest
             if not text.strip() or text == self._shown_text:
+                gate.leave(chat, self)
                 continue
             try:
                 shown = await self._show(text)
             except TelegramRetryAfter as exc:
                 # resume once the wait is over, with the text as it is then
                 log.info("stream display paused for %s s: flood wait", exc.retry_after)
-                self._pace[self._key] = self._loop.time() + exc.retry_after - self._interval_s
+                gate.done(chat, self, self._loop.time() + exc.retry_after)
                 self._changed.set()
                 continue
             except TelegramAPIError as exc:
-                self._pace[self._key] = self._loop.time()
+                gate.done(chat, self, self._loop.time() + self._interval_s)
                 if refuses_chat(exc):
                     # the answer could never be delivered: stop paying for it
                     log.info("stream display refused (%s); the stream is stopped", exc.message)
                     self.control.stop("undeliverable")
                 else:
-                    log.info("stream display failed (%s); the answer continues", exc.message)
+                    self._failed(exc)
                 return
-            self._pace[self._key] = self._loop.time()
+            gate.done(chat, self, self._loop.time() + self._interval_s)
             if shown:
                 self._shown_text = text
                 self.control.shown = True
+
+    def _failed(self, exc: TelegramAPIError) -> None:
+        """A refusal that ends the display only (the answer continues)."""
+        log.info("stream display failed (%s); the answer continues", exc.message)
 
     @abc.abstractmethod
     async def _show(self, text: str) -> bool:
@@ -425,6 +518,7 @@ class DraftDisplay(_Throttled):
         control: the stream.
         on_shown: called once with the loop time of the first draft accepted.
         metrics: counters (optional).
+        gate: the per-chat gate shared by the chat's displays (the registry's).
     """
 
     __slots__ = ("_bot", "_chat_id", "_draft_id", "_metrics", "_on_shown", "_plain")
@@ -439,9 +533,9 @@ class DraftDisplay(_Throttled):
         *,
         on_shown: Callable[[float], None] | None = None,
         metrics: StreamMetrics | None = None,
-        pace: dict[int, float] | None = None,
+        gate: ChatGate | None = None,
     ) -> None:
-        super().__init__(control, interval_s, chat_id, pace)
+        super().__init__(control, interval_s, chat_id, gate)
         self._bot = bot
         self._chat_id = chat_id
         self._draft_id = draft_id
@@ -488,6 +582,7 @@ class EditDisplay(_Throttled):
         control: the stream.
         on_shown: called once with the loop time of the first message sent.
         metrics: counters (optional).
+        gate: the per-chat gate shared by the chat's displays (the registry's).
     """
 
     __slots__ = (
@@ -513,9 +608,9 @@ class EditDisplay(_Throttled):
         *,
         on_shown: Callable[[float], None] | None = None,
         metrics: StreamMetrics | None = None,
-        pace: dict[int, float] | None = None,
+        gate: ChatGate | None = None,
     ) -> None:
-        super().__init__(control, interval_s, chat_id, pace)
+        super().__init__(control, interval_s, chat_id, gate)
         self._clock = clock
         self._bot = bot
         self._chat_id = chat_id
@@ -732,7 +827,7 @@ class StreamSession:
                 control,
                 on_shown=shown,
                 metrics=metrics,
-                pace=registry.pace,
+                gate=registry.gate,
             )
         else:
             entry = LiveStream(control, chat_id, owner_id, token=new_token())
@@ -746,7 +841,7 @@ class StreamSession:
                 clock,
                 on_shown=shown,
                 metrics=metrics,
-                pace=registry.pace,
+                gate=registry.gate,
             )
         control.on_text = display.on_text
         registry.add(entry)
