@@ -28,7 +28,8 @@ told who can). ``/kill hard`` and a shutdown past its grace stop every stream in
 Throttling is per chat, across every answer streaming into it at once
 (:class:`ChatGate`: the answers take turns, one draft/edit per interval in all; final
 answers are not throttled), and uses the event loop's clock (the interval is a Telegram
-flood limit, real time by nature).
+flood limit, real time by nature). A Bot API server without ``sendMessageDraft`` (404)
+ends each answer's drafts and is logged once per process as a WARNING.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from aiogram.exceptions import (
     TelegramAPIError,
     TelegramBadRequest,
     TelegramForbiddenError,
+    TelegramNotFound,
     TelegramRetryAfter,
 )
 from aiogram.types import (
@@ -90,6 +92,8 @@ log = logging.getLogger(__name__)
 #: ``callback_data`` prefix of the inline Stop button (``stop:<token>``).
 STOP_PREFIX = "stop:"
 _draft_ids = itertools.count(1)
+#: set once the Bot API server answered sendMessageDraft with 404 (warned once per process)
+_drafts_unsupported_warned = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -556,6 +560,22 @@ class DraftDisplay(_Throttled):
         if not self.control.shown and self._on_shown is not None:
             self._on_shown(asyncio.get_running_loop().time())
         return True
+
+    def _failed(self, exc: TelegramAPIError) -> None:
+        global _drafts_unsupported_warned
+        if isinstance(exc, TelegramNotFound):
+            # an older (local) Bot API server without the method: every answer's drafts
+            # end here, so say it once, where an operator looks
+            if not _drafts_unsupported_warned:
+                _drafts_unsupported_warned = True
+                log.warning(
+                    "sendMessageDraft is not supported by the Bot API server (404 %s): "
+                    "private answers are not streamed, each arrives in one piece; set "
+                    "STREAM_MODE_PRIVATE=edit (stream by editing a message) or off",
+                    exc.message,
+                )
+            return
+        super()._failed(exc)
 
     async def _draft(self, text: str, entities: list[MessageEntity]) -> None:
         await self._bot.send_message_draft(

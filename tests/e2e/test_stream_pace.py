@@ -1,12 +1,15 @@
 """The streaming interval holds per chat across answers streaming at once (trial 11,
 F8): several answers in one group share one edit per ``STREAM_EDIT_INTERVAL_MS``, two
 answers in one private chat share one draft per ``STREAM_DRAFT_INTERVAL_MS``; final
-answers are not held back."""
+answers are not held back. And a Bot API server without ``sendMessageDraft`` (404) is
+named once in the log (F13)."""
 
 from __future__ import annotations
 
 import itertools
 from pathlib import Path
+
+import pytest
 
 from tests.e2e.inprocess import AppFactory
 from tests.e2e.test_stream import LONG, env_for, until
@@ -99,4 +102,34 @@ async def test_two_answers_in_one_private_chat_share_the_draft_interval(
         spans.setdefault(d.draft_id, []).append(d.at)
     assert len(spans) == 2 and all(len(t) >= 2 for t in spans.values())
     assert overlapping([(min(t), max(t)) for t in spans.values()])
+    assert await bot.stop() == 0
+
+
+async def test_a_bot_api_server_without_drafts_is_named_once_in_the_log(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """sendMessageDraft answered 404 (an older local Bot API server): every answer still
+    arrives whole, and the log has exactly one WARNING saying drafts are not supported
+    and what to set (STREAM_MODE_PRIVATE=edit or off), however many answers hit it."""
+    # once per process: as if this process had not met such a server before
+    monkeypatch.setattr("bot.streaming._drafts_unsupported_warned", False)
+    bot = app_factory(env=env_for(tmp_path, fake_telegram, fake_providers, ("groq",)))
+    await bot.start()
+    fake_telegram.fail_next("sendMessageDraft", 404, "Not Found", count=1000)
+    fake_providers.default("groq", {"text": LONG, "interval_s": 0.01})
+    for user in (1501, 1502, 1503):
+        mark = fake_telegram.mark()
+        fake_telegram.inject_message(user, "Tell me a long story")
+        [final] = await fake_telegram.wait_sent(user, since=mark, timeout=30)
+        assert final.text == LONG
+    assert len(fake_telegram.requests("sendMessageDraft")) >= 3  # each answer tried
+    lines = [
+        line for line in bot.logs().splitlines() if "sendMessageDraft is not supported" in line
+    ]
+    assert len(lines) == 1
+    assert "WARNING" in lines[0] and "STREAM_MODE_PRIVATE=edit" in lines[0] and "off" in lines[0]
     assert await bot.stop() == 0
