@@ -421,12 +421,15 @@ class _Throttled(abc.ABC):
     up."""
 
     __slots__ = (
+        "_bot",
         "_changed",
+        "_chat_id",
         "_gate",
         "_interval_s",
-        "_key",
         "_latest",
         "_loop",
+        "_metrics",
+        "_on_shown",
         "_shown_text",
         "_task",
         "control",
@@ -434,14 +437,21 @@ class _Throttled(abc.ABC):
 
     def __init__(
         self,
-        control: StreamControl,
+        bot: Bot,
+        chat_id: int,
         interval_s: float,
-        key: int = 0,
-        gate: ChatGate | None = None,
+        control: StreamControl,
+        *,
+        on_shown: Callable[[float], None] | None,
+        metrics: StreamMetrics | None,
+        gate: ChatGate | None,
     ) -> None:
         self.control = control
+        self._bot = bot
+        self._chat_id = chat_id  # the interval holds per chat, across answers
         self._interval_s = interval_s
-        self._key = key  # the chat: the interval holds per chat, across answers
+        self._on_shown = on_shown
+        self._metrics = metrics
         self._gate = gate if gate is not None else ChatGate()
         self._latest = ""
         self._shown_text = ""
@@ -460,10 +470,10 @@ class _Throttled(abc.ABC):
         try:
             await self._loop_turns()
         finally:
-            self._gate.leave(self._key, self)
+            self._gate.leave(self._chat_id, self)
 
     async def _loop_turns(self) -> None:
-        gate, chat = self._gate, self._key
+        gate, chat = self._gate, self._chat_id
         while True:
             await self._changed.wait()
             # the interval runs from the last call Telegram answered in this chat, any answer's
@@ -493,6 +503,8 @@ class _Throttled(abc.ABC):
             gate.done(chat, self, self._loop.time() + self._interval_s)
             if shown:
                 self._shown_text = text
+                if not self.control.shown and self._on_shown is not None:
+                    self._on_shown(self._loop.time())  # the first text the user sees
                 self.control.shown = True
 
     def _failed(self, exc: TelegramAPIError) -> None:
@@ -525,7 +537,7 @@ class DraftDisplay(_Throttled):
         gate: the per-chat gate shared by the chat's displays (the registry's).
     """
 
-    __slots__ = ("_bot", "_chat_id", "_draft_id", "_metrics", "_on_shown", "_plain")
+    __slots__ = ("_draft_id", "_plain")
 
     def __init__(
         self,
@@ -539,12 +551,10 @@ class DraftDisplay(_Throttled):
         metrics: StreamMetrics | None = None,
         gate: ChatGate | None = None,
     ) -> None:
-        super().__init__(control, interval_s, chat_id, gate)
-        self._bot = bot
-        self._chat_id = chat_id
+        super().__init__(
+            bot, chat_id, interval_s, control, on_shown=on_shown, metrics=metrics, gate=gate
+        )
         self._draft_id = draft_id
-        self._on_shown = on_shown
-        self._metrics = metrics
         self._plain = False
 
     async def _show(self, text: str) -> bool:
@@ -557,8 +567,6 @@ class DraftDisplay(_Throttled):
             log.info("draft refused (%s); drafts go plain", exc.message)
             self._plain = True
             await self._draft(_plain_tail(text), [])
-        if not self.control.shown and self._on_shown is not None:
-            self._on_shown(asyncio.get_running_loop().time())
         return True
 
     def _failed(self, exc: TelegramAPIError) -> None:
@@ -605,16 +613,7 @@ class EditDisplay(_Throttled):
         gate: the per-chat gate shared by the chat's displays (the registry's).
     """
 
-    __slots__ = (
-        "_bot",
-        "_chat_id",
-        "_clock",
-        "_message_id",
-        "_metrics",
-        "_on_shown",
-        "_reply_to",
-        "_token",
-    )
+    __slots__ = ("_clock", "_message_id", "_reply_to", "_token")
 
     def __init__(
         self,
@@ -630,14 +629,12 @@ class EditDisplay(_Throttled):
         metrics: StreamMetrics | None = None,
         gate: ChatGate | None = None,
     ) -> None:
-        super().__init__(control, interval_s, chat_id, gate)
+        super().__init__(
+            bot, chat_id, interval_s, control, on_shown=on_shown, metrics=metrics, gate=gate
+        )
         self._clock = clock
-        self._bot = bot
-        self._chat_id = chat_id
         self._reply_to = reply_to
         self._token = token
-        self._on_shown = on_shown
-        self._metrics = metrics
         self._message_id: int | None = None
 
     @property
@@ -684,8 +681,6 @@ class EditDisplay(_Throttled):
                 reply_markup=self._button(),
             )
             self._message_id = sent.message_id
-            if self._on_shown is not None:
-                self._on_shown(asyncio.get_running_loop().time())
             return
         await self._bot.edit_message_text(
             text=text,
