@@ -64,6 +64,7 @@ from budget.prices import PriceCard, parse_overrides
 from budget.stops import StopBook
 from budget.tokens import TokenCounter
 from llm.factory import build_cascade
+from scheduler.claims import Claimant
 from scheduler.feeds import AddressGuard, FeedClient, GuardedTransport
 from scheduler.fetch import Fetchers
 from scheduler.profiles import ProfileRepository
@@ -209,6 +210,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         fetcher=fetchers,
         config=digest_config(settings),
         count_tokens=tokens.text,
+        # each run and summary claimed by this process (replicas on one PostgreSQL)
+        claimant=Claimant(ledger.store.process_id, settings.process_dead_after_seconds),
     )
 
     workflow = WorkflowData(

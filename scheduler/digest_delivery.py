@@ -81,7 +81,12 @@ class DigestDelivery:
         """Send the digest (first attempt: the late notice and ``notices`` before it) and
         mark it ``sent``. A flood wait schedules another attempt (``ready``; after
         ``delivery_max_attempts``, ``failed_delivery``); a blocked bot marks the user
-        inactive and ends the run ``failed_delivery``. Returns ``outcome``, updated."""
+        inactive and ends the run ``failed_delivery``. Returns ``outcome``, updated.
+
+        Raises:
+            ClaimLost: another process took the run over; nothing was sent.
+        """
+        await self._store.still_mine(run)
         now = self._clock.now()
         late = is_late(now, run.due_at, self._config.late_after_s)
         try:

@@ -57,6 +57,9 @@ class DigestConfig:
         excerpt_chars: length of the excerpt shown when no summary could be made.
         delivered_min: feed entry ids remembered per subscription at least (the memory
             also always holds 4 × the feed's current size).
+        summary_lease_s: seconds another process waits for a live process's summary
+            before making it itself (:class:`scheduler.cache.SummaryCache`).
+        summary_poll_s: seconds between a waiting process's looks for that summary.
     """
 
     stagger_s: float = 10.0
@@ -79,6 +82,8 @@ class DigestConfig:
     max_input_chars: int = 4000
     excerpt_chars: int = 300
     delivered_min: int = 200
+    summary_lease_s: float = 900.0
+    summary_poll_s: float = 1.0
 
 
 @dataclass(slots=True)

@@ -13,6 +13,12 @@
   ``retry_not_before``, the generated digest (JSON) so delivery never regenerates it.
 * ``summary_cache`` — summaries shared by every reader, keyed by (source, post id,
   content hash, language, prompt version).
+* ``summary_pending`` — a summary being made right now, by which process, until when
+  (the cache's single flight across processes; migration ``0015_digest_claims``).
+
+``digest_runs.claimed_by`` names the process making or delivering that run (its
+``budget_processes`` id; migration ``0015_digest_claims``): several processes on one
+PostgreSQL database run each digest once (:mod:`scheduler.claims`).
 
 Datetimes are stored timezone-aware (UTC).
 """
@@ -48,6 +54,7 @@ __all__ = [
     "DigestSubscription",
     "RunStatus",
     "SummaryCacheEntry",
+    "SummaryPending",
     "UTCDateTime",
     "UserProfile",
     "metadata",
@@ -207,6 +214,9 @@ class DigestRun(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    #: the process making or delivering this run (``None``: nobody); see scheduler.claims
+    claimed_by: Mapped[str | None] = mapped_column(String(32), default=None)
+    claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
 
 
 class SummaryCacheEntry(Base):
@@ -226,4 +236,21 @@ class SummaryCacheEntry(Base):
     summary: Mapped[str] = mapped_column(Text)
     provider: Mapped[str] = mapped_column(String(32), default="")
     model: Mapped[str] = mapped_column(String(128), default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class SummaryPending(Base):
+    """A summary one process is making now: the others wait for its cache entry.
+
+    ``key_hash`` is the sha256 hex of the cache key (:func:`scheduler.cache.key_hash`);
+    ``owner`` the maker's process id (``budget_processes``). The row is deleted when the
+    entry is stored or the making failed; a row whose owner stopped heartbeating, or
+    whose ``expires_at`` passed, is taken over by the next process that needs it.
+    """
+
+    __tablename__ = "summary_pending"
+
+    key_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(32))
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -4,6 +4,12 @@ their sources, and the feed entries each subscription delivered (``digest_delive
 Each method is one short transaction on the app's engine (its own session); the runner
 never holds a session across a provider call or a delivery. Times are aware datetimes
 from the injected clock.
+
+With a :class:`~scheduler.claims.Claimant` (several processes may share the database) a
+run is worked on only by the process that claimed it (``claimed_by``, taken in
+:meth:`RunStore.load`); the writes that move a run on (``ready``, ``sent``…) apply only
+while the claim is still this process's, and a run that ends or is deferred is let go.
+Without one (a process alone on its database) nothing is claimed.
 """
 
 from __future__ import annotations
@@ -13,11 +19,12 @@ from collections.abc import Sequence
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import case, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from budget.clock import Clock
 from budget.types import RefusalReason
+from scheduler.claims import Claimant, insert_ignore
 from scheduler.digest_job import DigestConfig, Gathered, Job
 from scheduler.models import (
     DeliveredEntry,
@@ -29,13 +36,34 @@ from scheduler.models import (
 )
 from scheduler.types import DigestItem, DigestSection, SourceKind
 
-__all__ = ["RunStore", "Subscription", "sections_from_json", "sections_to_json"]
+__all__ = ["ClaimLost", "RunStore", "Subscription", "sections_from_json", "sections_to_json"]
 
 #: Entries remembered per feed subscription: at least ``DigestConfig.delivered_min``
 #: and at least this many times the feed's current size.
 _DELIVERED_FEED_FACTOR = 4
 #: Ids per ``IN (...)`` (SQLite's variable limit is far above; this keeps statements small).
 _ID_BATCH = 500
+
+
+class ClaimLost(Exception):
+    """Another process took this run over (this process's heartbeat had gone stale):
+    this one must not move it on.
+
+    Attributes:
+        user_id: the run's user.
+        local_date: the run's local date.
+        holder: the process that holds it now (``None``: it was let go).
+    """
+
+    def __init__(self, user_id: int, local_date: date, holder: str | None) -> None:
+        super().__init__(f"digest {user_id}/{local_date} is now held by {holder}")
+        self.user_id = user_id
+        self.local_date = local_date
+        self.holder = holder
+
+
+#: Statuses a process may claim (and work on).
+_OPEN = (RunStatus.PENDING.value, RunStatus.DEFERRED.value, RunStatus.READY.value)
 
 #: ``(subscription id, last post id, last digest at, lost notified, source)``.
 Subscription = tuple[int, int | None, datetime | None, bool, DigestSource]
@@ -102,25 +130,33 @@ class RunStore:
         session_factory: async sessions on the app's engine.
         clock: the one clock (``updated_at`` and the like).
         config: the runner's knobs (``delivered_min``).
+        claimant: this process's claims (``None``: alone on the database, no claims).
     """
 
-    __slots__ = ("_clock", "_config", "_sessions")
+    __slots__ = ("_claimant", "_clock", "_config", "_sessions")
 
     def __init__(
-        self, session_factory: async_sessionmaker[AsyncSession], clock: Clock, config: DigestConfig
+        self,
+        session_factory: async_sessionmaker[AsyncSession],
+        clock: Clock,
+        config: DigestConfig,
+        claimant: Claimant | None = None,
     ) -> None:
         self._sessions = session_factory
         self._clock = clock
         self._config = config
+        self._claimant = claimant
 
     def __repr__(self) -> str:
         return f"RunStore(delivered_min={self._config.delivered_min})"
 
     async def due_candidates(
         self, since: date
-    ) -> tuple[list[UserProfile], dict[tuple[int, date], DigestRun]]:
-        """Active users with digests on and a subscription, and the runs of local dates
-        from ``since`` on, keyed by (user id, local date)."""
+    ) -> tuple[list[UserProfile], dict[tuple[int, date], DigestRun], set[tuple[int, date]]]:
+        """Active users with digests on and a subscription; the runs of local dates from
+        ``since`` on, keyed by (user id, local date); and the keys of those runs that a
+        live other process holds (never with no claimant)."""
+        held: set[tuple[int, date]] = set()
         async with self._sessions() as session:
             profiles = (
                 (
@@ -143,27 +179,30 @@ class RunStore:
                 .scalars()
                 .all()
             }
-        return list(profiles), runs
+            if self._claimant is not None:
+                claimant = self._claimant
+                found = await session.execute(claimant.alive(self._clock.now()))
+                alive = {str(process_id) for process_id in found.scalars()}
+                alive.discard(claimant.process_id)
+                held = {key for key, run in runs.items() if run.claimed_by in alive}
+        return list(profiles), runs, held
 
     async def profile(self, user_id: int) -> UserProfile | None:
         """The user's profile, ``None`` for a user never seen."""
         async with self._sessions() as session:
             return await session.get(UserProfile, user_id)
 
-    async def load(self, job: Job) -> tuple[DigestRun, UserProfile | None]:
+    async def load(self, job: Job) -> tuple[DigestRun, UserProfile | None, bool]:
         """The job's run (created ``pending`` if new; a pending or deferred run counts
-        one more attempt) and the user's profile, both detached."""
+        one more attempt), the user's profile, both detached, and whether this process
+        may work on the run: it claimed it (or there are no claims). A run that another
+        live process holds is returned unclaimed and unchanged (no attempt counted); so
+        is a run that has ended (``sent``, ``empty``, ``failed_delivery``)."""
         now = self._clock.now()
         async with self._sessions() as session, session.begin():
-            run = (
-                await session.execute(
-                    select(DigestRun).where(
-                        DigestRun.user_id == job.user_id, DigestRun.local_date == job.day
-                    )
-                )
-            ).scalar_one_or_none()
-            if run is None:
-                run = DigestRun(
+            dialect = (await session.connection()).dialect.name
+            await session.execute(
+                insert_ignore(dialect, DigestRun.__table__).values(
                     user_id=job.user_id,
                     local_date=job.day,
                     status=RunStatus.PENDING.value,
@@ -176,14 +215,68 @@ class RunStore:
                     created_at=now,
                     updated_at=now,
                 )
-                session.add(run)
-            if run.status in (RunStatus.PENDING, RunStatus.DEFERRED):
-                run.attempts += 1
-                run.updated_at = now
-            await session.flush()
+            )
+            mine = DigestRun.user_id == job.user_id, DigestRun.local_date == job.day
+            values: dict[str, Any] = {
+                "attempts": DigestRun.attempts
+                + case((DigestRun.status.in_(_OPEN[:2]), 1), else_=0),
+                "updated_at": now,
+            }
+            condition = [*mine, DigestRun.status.in_(_OPEN)]
+            if self._claimant is not None:
+                values.update(claimed_by=self._claimant.process_id, claimed_at=now)
+                condition.append(self._claimant.may_take(DigestRun.claimed_by, now))
+            claimed = await session.execute(
+                update(DigestRun)
+                .where(*condition)
+                .values(**values)
+                .execution_options(synchronize_session=False)
+            )
+            run = (await session.execute(select(DigestRun).where(*mine))).scalar_one()
             profile = await session.get(UserProfile, job.user_id)
             session.expunge_all()
-            return run, profile
+            return run, profile, claimed.rowcount == 1  # type: ignore[attr-defined]
+
+    async def release(self, run: DigestRun | None = None) -> int:
+        """Let go of this process's claim on ``run`` (``None``: on every run it holds
+        that has not ended — at shutdown, so another process need not wait for this
+        one's heartbeat to go stale). Returns how many claims were let go."""
+        if self._claimant is None:
+            return 0
+        condition = [DigestRun.claimed_by == self._claimant.process_id]
+        if run is not None:
+            condition.append(DigestRun.id == run.id)
+        async with self._sessions() as session, session.begin():
+            result = await session.execute(
+                update(DigestRun)
+                .where(*condition)
+                .values(claimed_by=None, claimed_at=None)
+                .execution_options(synchronize_session=False)
+            )
+            return int(result.rowcount)  # type: ignore[attr-defined]
+
+    async def _own(self, session: AsyncSession, run: DigestRun) -> DigestRun:
+        """The run's row, locked for this transaction's update, if this process still
+        holds its claim (or there are no claims).
+
+        Raises:
+            ClaimLost: another process took the run over (this one's heartbeat went
+                stale); this process must not move the run on.
+        """
+        stmt = select(DigestRun).where(DigestRun.id == run.id).with_for_update()
+        row = (await session.execute(stmt)).scalar_one()
+        if self._claimant is not None and row.claimed_by != self._claimant.process_id:
+            raise ClaimLost(run.user_id, run.local_date, row.claimed_by)
+        return row
+
+    async def still_mine(self, run: DigestRun) -> None:
+        """Check, just before a delivery, that this process still holds the run.
+
+        Raises:
+            ClaimLost: another process took it over.
+        """
+        async with self._sessions() as session, session.begin():
+            await self._own(session, run)
 
     async def subscriptions(self, user_id: int) -> list[Subscription]:
         """The user's subscriptions with their sources, in subscription order (detached)."""
@@ -285,9 +378,9 @@ class RunStore:
         """Nothing to send: the run ends ``empty`` and the cursors advance."""
         now = self._clock.now()
         async with self._sessions() as session, session.begin():
-            row = await session.get(DigestRun, run.id)
-            assert row is not None
+            row = await self._own(session, run)
             row.status = RunStatus.EMPTY.value
+            row.claimed_by = None
             row.updated_at = now
             row.retry_not_before = None
             await self._advance_cursors(session, gathered, now)
@@ -324,8 +417,7 @@ class RunStore:
         now = self._clock.now()
         payload = sections_to_json(sections)
         async with self._sessions() as session, session.begin():
-            row = await session.get(DigestRun, run.id)
-            assert row is not None
+            row = await self._own(session, run)
             row.status = RunStatus.READY.value
             row.payload = payload
             row.post_count = total
@@ -340,9 +432,9 @@ class RunStore:
     ) -> None:
         """The ledger refused at ``now``: ``deferred`` until ``retry_at``."""
         async with self._sessions() as session, session.begin():
-            row = await session.get(DigestRun, run.id)
-            assert row is not None
+            row = await self._own(session, run)
             row.status = RunStatus.DEFERRED.value
+            row.claimed_by = None  # any process may retry it at retry_at
             row.retry_not_before = retry_at
             row.refusal_reason = reason.value
             row.updated_at = now
@@ -357,9 +449,9 @@ class RunStore:
     async def sent(self, run: DigestRun, now: datetime, *, late: bool) -> None:
         """The digest went out at ``now``: ``sent``."""
         async with self._sessions() as session, session.begin():
-            row = await session.get(DigestRun, run.id)
-            assert row is not None
+            row = await self._own(session, run)
             row.status = RunStatus.SENT.value
+            row.claimed_by = None
             row.sent_at = now
             row.late = late
             row.retry_not_before = None
@@ -368,9 +460,10 @@ class RunStore:
     async def set_status(self, run: DigestRun, status: RunStatus) -> None:
         """Set the run's status."""
         async with self._sessions() as session, session.begin():
-            row = await session.get(DigestRun, run.id)
-            assert row is not None
+            row = await self._own(session, run)
             row.status = status.value
+            if status not in _OPEN:
+                row.claimed_by = None
             row.updated_at = self._clock.now()
 
     async def delivery_retry(
@@ -381,13 +474,13 @@ class RunStore:
         ``failed_delivery``)."""
         now = self._clock.now()
         async with self._sessions() as session, session.begin():
-            row = await session.get(DigestRun, run.id)
-            assert row is not None
+            row = await self._own(session, run)
             row.delivery_attempts = attempts
             row.retry_not_before = now + timedelta(seconds=retry_after_s)
             row.updated_at = now
             if give_up:
                 row.status = RunStatus.FAILED_DELIVERY.value
+                row.claimed_by = None
 
     async def mark_inactive(self, user_id: int) -> None:
         """The user blocked the bot: no more digests for them."""

@@ -31,7 +31,15 @@ Guarantees:
   than this memory);
 * a digest is generated once: the generated sections are stored (``ready``) before
   delivery; Telegram's 429 delays that chat only (a per-chat timer, other users go on);
-  403 marks the user inactive and ends that digest as ``failed_delivery``.
+  403 marks the user inactive and ends that digest as ``failed_delivery``;
+* several processes on one database (replicas; a ``claimant`` given): every process
+  ticks, but a run is worked on only by the process that claimed it
+  (:mod:`scheduler.claims`); a claim of a process whose heartbeat is older than
+  PROCESS_DEAD_AFTER_SECONDS is taken over at the next tick and the run made again
+  (the summaries it stored are reused; its holds are the ledger sweep's), and a process
+  that finds its run taken over stops before moving it on or sending it. A summary is
+  made once across processes (:class:`scheduler.cache.SummaryCache`). At stop a process
+  lets go of the runs it holds.
 
 Statuses: pending → (deferred ↺) → ready → sent | failed_delivery; or pending → empty.
 
@@ -61,6 +69,7 @@ from budget.types import Origin, Refusal, RefusalReason
 from llm.errors import EmptyCompletion, LLMError
 from llm.types import Message
 from scheduler.cache import SummaryCache
+from scheduler.claims import Claimant
 from scheduler.digest_delivery import DigestDelivery
 from scheduler.digest_job import (
     DigestConfig,
@@ -74,7 +83,7 @@ from scheduler.fetch import SourceFetcher
 from scheduler.gather import Gatherer, cap_posts
 from scheduler.models import DigestRun, RunStatus, UserProfile
 from scheduler.profiles import parse_digest_time
-from scheduler.run_store import RunStore, sections_from_json
+from scheduler.run_store import ClaimLost, RunStore, sections_from_json
 from scheduler.summariser import Summariser
 from scheduler.types import (
     Deliverer,
@@ -134,6 +143,8 @@ class DigestRunner:
         fetcher: channel/feed reader.
         config: knobs.
         count_tokens: ``str -> tokens`` for pacing estimates (default: cl100k × 1.25).
+        claimant: this process's id and dead-after time when other processes may share
+            the database (each run and each summary is then claimed); ``None``: alone.
     """
 
     def __init__(
@@ -147,13 +158,14 @@ class DigestRunner:
         fetcher: SourceFetcher,
         config: DigestConfig | None = None,
         count_tokens: Callable[[str], int] | None = None,
+        claimant: Claimant | None = None,
     ) -> None:
         self._clock = clock
         self._ledger = ledger
         self._fetcher = fetcher
         self.config = config or DigestConfig()
         self.stats = RunnerStats()
-        self._store = RunStore(session_factory, clock, self.config)
+        self._store = RunStore(session_factory, clock, self.config, claimant)
         self._summariser = Summariser(
             clock=clock,
             session_factory=session_factory,
@@ -161,6 +173,7 @@ class DigestRunner:
             config=self.config,
             stats=self.stats,
             count_tokens=count_tokens,
+            claimant=claimant,
         )
         self._delivery = DigestDelivery(
             deliverer=deliverer,
@@ -224,7 +237,8 @@ class DigestRunner:
         await self.tick()
 
     async def stop(self) -> None:
-        """Stop the job and cancel digests in progress (their runs resume at next start)."""
+        """Stop the job and cancel digests in progress (their runs resume at next start,
+        or at once on another process: the claims are let go)."""
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
@@ -237,6 +251,10 @@ class DigestRunner:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        try:
+            await self._store.release()
+        except Exception:  # noqa: BLE001 - the claims free themselves when the heartbeat stops
+            log.warning("digest.release_failed: other processes take the runs over later")
 
     @property
     def busy(self) -> bool:
@@ -261,13 +279,15 @@ class DigestRunner:
     async def due_users(self) -> list[tuple[int, date, datetime]]:
         """Users whose digest is due now: ``(user_id, local date, due instant UTC)``."""
         now = self._clock.now()
-        profiles, runs = await self._store.due_candidates(now.date() - timedelta(days=2))
+        profiles, runs, held = await self._store.due_candidates(now.date() - timedelta(days=2))
         due: list[tuple[int, date, datetime]] = []
         for profile in profiles:
             found = todays_due(now, parse_digest_time(profile.digest_time), self._tz(profile))
             if found is None:
                 continue
             day, due_at = found
+            if (profile.user_id, day) in held:
+                continue  # another live process is making or delivering it
             run = runs.get((profile.user_id, day))
             if run is None or (
                 run.status in (RunStatus.DEFERRED, RunStatus.READY, RunStatus.PENDING)
@@ -355,11 +375,29 @@ class DigestRunner:
             self._active.discard(key)
 
     async def _run_locked(self, job: Job) -> DigestOutcome:
-        run, profile = await self._store.load(job)
+        run, profile, claimed = await self._store.load(job)
         outcome = DigestOutcome(job.user_id, job.day, RunStatus(run.status), late=run.late)
         if outcome.status in (RunStatus.SENT, RunStatus.EMPTY, RunStatus.FAILED_DELIVERY):
             await job.report(ProgressStep(Step.ALREADY_SENT))
             return outcome
+        if not claimed:
+            await job.report(ProgressStep(Step.ELSEWHERE))
+            return outcome
+        try:
+            return await self._claimed(job, run, profile, outcome)
+        except ClaimLost as lost:
+            log.warning(
+                "digest.taken_over user=%s date=%s by=%s: this process stops it",
+                job.user_id,
+                job.day,
+                lost.holder,
+            )
+            await job.report(ProgressStep(Step.ELSEWHERE))
+            return outcome
+
+    async def _claimed(
+        self, job: Job, run: DigestRun, profile: UserProfile | None, outcome: DigestOutcome
+    ) -> DigestOutcome:
         if profile is None:
             await job.report(ProgressStep(Step.NO_PROFILE))
             return outcome

@@ -23,6 +23,7 @@ from llm.errors import AllProvidersFailed
 from llm.sanitize import clean_prompt
 from llm.types import LLMRequest, Message, Priority
 from scheduler.cache import CacheKey, Made, SummaryCache, content_hash
+from scheduler.claims import Claimant
 from scheduler.digest_job import DigestConfig, DigestOutcome, RunnerStats
 from scheduler.pacing import decide
 from scheduler.types import Post, SummaryBackend
@@ -54,6 +55,8 @@ class Summariser:
         config: the runner's knobs.
         stats: the runner's counters (requests, paid calls, pacing waits, cache hits).
         count_tokens: ``str -> tokens`` for pacing estimates (default: cl100k × 1.25).
+        claimant: this process's claims when several share the database (the cache's
+            single flight then holds across them); ``None``: alone.
     """
 
     __slots__ = ("_backend", "_clock", "_config", "_count", "_llm_sem", "_stats", "cache")
@@ -67,13 +70,20 @@ class Summariser:
         config: DigestConfig,
         stats: RunnerStats,
         count_tokens: Callable[[str], int] | None = None,
+        claimant: Claimant | None = None,
     ) -> None:
         self._clock = clock
         self._backend = backend
         self._config = config
         self._stats = stats
         self._count = count_tokens
-        self.cache = SummaryCache(session_factory, clock)
+        self.cache = SummaryCache(
+            session_factory,
+            clock,
+            claimant,
+            lease_s=config.summary_lease_s,
+            poll_s=config.summary_poll_s,
+        )
         self._llm_sem = asyncio.Semaphore(config.llm_concurrency)
 
     def __repr__(self) -> str:

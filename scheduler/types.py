@@ -208,6 +208,7 @@ class Step(StrEnum):
     RECIPIENT_GONE = "recipient_gone"  # the user blocked the bot; marked inactive
     ALREADY_SENT = "already_sent"  # today's digest went out before
     NO_PROFILE = "no_profile"  # the user never wrote to the bot
+    ELSEWHERE = "elsewhere"  # another bot process (replica) is making or delivering it
 
     @property
     def final(self) -> bool:
@@ -223,6 +224,7 @@ _FINAL_STEPS = frozenset(
         Step.RECIPIENT_GONE,
         Step.ALREADY_SENT,
         Step.NO_PROFILE,
+        Step.ELSEWHERE,
     }
 )
 

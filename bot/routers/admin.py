@@ -261,6 +261,7 @@ _STEPS: dict[Step, str] = {
     Step.RECIPIENT_GONE: "the user has blocked the bot; marked inactive",
     Step.ALREADY_SENT: "today's digest was already sent",
     Step.NO_PROFILE: "this user has never written to the bot",
+    Step.ELSEWHERE: "another bot process is making or sending today's digest now",
 }
 
 _STATUSES: dict[RunStatus, str] = {

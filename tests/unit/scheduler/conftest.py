@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from budget.clock import ManualClock
 from budget.db import create_engine
+from budget.models import processes
 from scheduler.models import metadata
 from tests.unit.scheduler.scheduler_fakes import FakeBackend, FakeDeliverer, FakeFetcher, FakeLedger
 
@@ -21,7 +22,8 @@ __all__ = ["FakeBackend", "FakeDeliverer", "FakeFetcher", "FakeLedger"]
 async def sessions(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
-    """The scheduler tables on each engine: a fresh SQLite file (``create_all``), and a
+    """The scheduler tables (and ``budget_processes``) on each engine: a fresh SQLite
+    file (``create_all``), and a
     fresh PostgreSQL database at the migrations' head (``pg_migrated_url``)."""
     if request.param == "postgresql":
         engine = create_engine(request.getfixturevalue("pg_migrated_url"))
@@ -29,6 +31,7 @@ async def sessions(
         engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'kopek.db'}")
         async with engine.begin() as conn:
             await conn.run_sync(metadata.create_all)
+            await conn.run_sync(processes.create)  # the claims read the heartbeats
     yield async_sessionmaker(engine, expire_on_commit=False)
     await engine.dispose()
 
