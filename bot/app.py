@@ -43,6 +43,7 @@ from bot.routers.me import create_me_router
 from bot.routers.stream import create_stream_router
 from bot.sendgate import FloodGate
 from bot.settings import Settings
+from bot.sqlite_hot import SqliteHotPath
 from bot.store import History, Intake
 from bot.streaming import StreamConfig, StreamMetrics, StreamRegistry
 from bot.topics import TopicMiddleware, TopicRequestMiddleware
@@ -61,6 +62,7 @@ from budget.errors import BudgetConfigError
 from budget.ledger import Ledger
 from budget.money import usd_to_musd
 from budget.prices import PriceCard, parse_overrides
+from budget.sqlite_store import SqliteStore
 from budget.stops import StopBook
 from budget.tokens import TokenCounter
 from llm.factory import build_cascade
@@ -144,8 +146,10 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         on_event=notifier.cascade_event,
         registry=registry,
     )
-    history = History(sessions)
-    intake = Intake(sessions)
+    # on a SQLite file the message path's bot-table writes ride the ledger's one writer
+    hot = SqliteHotPath(ledger.store.writer) if isinstance(ledger.store, SqliteStore) else None
+    history = History(sessions, hot)
+    intake = Intake(sessions, hot)
     outbox = Outbox(sessions, bot, clock)
     streams = StreamRegistry()
     chat = ChatService(
@@ -164,7 +168,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         record_message=ledger.record_message,
     )
     repo = ProfileRepository(sessions, clock, default_digest_time=settings.digest_default_time)
-    profiles = ProfileStoreAdapter(repo)
+    profiles = ProfileStoreAdapter(
+        repo, hot=hot, clock=clock, default_digest_time=settings.digest_default_time
+    )
 
     async def tz_of(user_id: int) -> str:
         profile = await repo.get(user_id)

@@ -13,6 +13,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.models import ChatTurn, SeenMessage
+from bot.sqlite_hot import SqliteHotPath
 from budget.errors import LedgerUnavailable
 from llm.types import Message
 
@@ -83,10 +84,20 @@ class LostMessage:
 
 
 class Intake:
-    """Exactly-once intake of chat messages, keyed by Telegram's (chat_id, message_id)."""
+    """Exactly-once intake of chat messages, keyed by Telegram's (chat_id, message_id).
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    Args:
+        sessions: the bot's database.
+        hot: on a SQLite file, the ledger's writer for :meth:`record` and :meth:`finish`
+            (:mod:`bot.sqlite_hot`: one grouped step each instead of an ORM session);
+            ``None``: through ``sessions``.
+    """
+
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None = None
+    ) -> None:
         self._sessions = sessions
+        self._hot = hot
 
     async def record(
         self,
@@ -107,6 +118,16 @@ class Intake:
             ``True`` the first time; ``False`` when Telegram delivers it again
             (after a crash before the offset was confirmed) — it must then be dropped.
         """
+        if self._hot is not None:
+            return await self._hot.record_intake(
+                chat_id=chat_id,
+                message_id=message_id,
+                user_id=user_id,
+                status=status,
+                language=language,
+                thread_id=thread_id,
+                now=now,
+            )
         async with self._sessions() as session:
             session.add(
                 SeenMessage(
@@ -127,6 +148,11 @@ class Intake:
 
     async def finish(self, *, chat_id: int, message_id: int, status: str, now: datetime) -> None:
         """Mark a recorded message answered/refused/failed/stale."""
+        if self._hot is not None:
+            await self._hot.finish_intake(
+                chat_id=chat_id, message_id=message_id, status=status, now=now
+            )
+            return
         async with self._sessions() as session:
             await session.execute(
                 update(SeenMessage)
@@ -190,10 +216,19 @@ class Conversation:
 
 class History:
     """Conversation history per :class:`Conversation`, trimmed oldest-first to a token
-    budget."""
+    budget.
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    Args:
+        sessions: the bot's database.
+        hot: on a SQLite file, the ledger's writer for the load and the append
+            (:mod:`bot.sqlite_hot`); ``None``: through ``sessions``.
+    """
+
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None = None
+    ) -> None:
         self._sessions = sessions
+        self._hot = hot
 
     async def load(self, where: Conversation, max_tokens: int) -> list[Message]:
         """The newest turns of ``where`` whose token counts sum to at most
@@ -205,6 +240,10 @@ class History:
     ) -> list[tuple[Message, int | None]]:
         """As :meth:`load`, each turn with its stored raw token count (``None`` for a
         turn stored before the count was kept)."""
+        if self._hot is not None:
+            return await self._hot.load_turns(
+                where.user_id, where.chat_id, where.thread_id, max_tokens
+            )
         async with self._sessions() as session:
             rows = (
                 await session.execute(
@@ -235,6 +274,9 @@ class History:
         """Append ``(role, content, tokens[, raw_tokens])`` turns to ``where``
         (``tokens``: the ceiling count used to trim history; ``raw_tokens``: see
         ``ChatTurn``)."""
+        if self._hot is not None:
+            await self._hot.append_turns(where.user_id, where.chat_id, where.thread_id, turns, now)
+            return
         async with self._sessions() as session:
             for role, content, tokens, *raw in turns:
                 session.add(

@@ -8,6 +8,8 @@ Nothing here starts anything or touches the network.
 from __future__ import annotations
 
 from bot.settings import Settings
+from bot.sqlite_hot import SqliteHotPath
+from budget.clock import Clock
 from budget.config import LedgerConfig, OperationCaps
 from budget.money import usd_to_musd
 from budget.prices import ProviderModel
@@ -15,7 +17,7 @@ from budget.types import Origin
 from llm.cascade import CascadeConfig
 from llm.factory import ProviderSpec, provider_specs
 from llm.names import CASCADE_ORDER
-from scheduler.profiles import ProfileRepository
+from scheduler.profiles import LANGUAGES, ProfileRepository
 from scheduler.runner import DigestConfig
 
 __all__ = [
@@ -77,15 +79,42 @@ def provider_models(settings: Settings) -> list[ProviderModel]:
 
 
 class ProfileStoreAdapter:
-    """Adapter: ``scheduler.profiles.ProfileRepository`` as the bot's :class:`ProfileStore`."""
+    """Adapter: ``scheduler.profiles.ProfileRepository`` as the bot's :class:`ProfileStore`.
 
-    def __init__(self, repo: ProfileRepository) -> None:
+    Args:
+        repo: the profiles.
+        hot: on a SQLite file, :meth:`touch` (every update) runs as one step of the
+            ledger's writer (:mod:`bot.sqlite_hot`) with the same effect as the
+            repository's ``get_or_create`` + ``mark_active``; then ``clock``,
+            ``default_language`` and ``default_digest_time`` (the repository's) are used.
+    """
+
+    def __init__(
+        self,
+        repo: ProfileRepository,
+        *,
+        hot: SqliteHotPath | None = None,
+        clock: Clock | None = None,
+        default_language: str = "en",
+        default_digest_time: str = "09:00",
+    ) -> None:
         self._repo = repo
+        self._hot = hot if clock is not None else None
+        self._clock = clock
+        self._default_language = default_language
+        self._default_time = default_digest_time
 
     async def touch(
         self, user_id: int, chat_id: int, telegram_language: str | None
     ) -> tuple[str | None, str | None]:
         # A user's private chat id equals their user id; digests go there.
+        if self._hot is not None and self._clock is not None:
+            language = self._default_language
+            if telegram_language and telegram_language.lower()[:2] in LANGUAGES:
+                language = telegram_language.lower()[:2]
+            return await self._hot.touch_profile(
+                user_id, user_id, language, self._default_time, self._clock.now()
+            )
         profile = await self._repo.get_or_create(user_id, user_id, telegram_language)
         if not profile.active:
             await self._repo.mark_active(user_id)

@@ -17,17 +17,25 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.migrate import migrate
 from bot.models import SeenMessage
+from bot.sqlite_hot import SqliteHotPath
 from bot.store import Conversation, History, Intake, is_storage_failure
-from budget.db import create_engine
+from bot.wiring import ProfileStoreAdapter
+from budget.clock import ManualClock
+from budget.db import create_engine, sqlite_path
 from budget.models import holds
+from budget.sqlite_writer import SqliteWriter
 from budget.stops import StopBook
+from scheduler.models import UserProfile
+from scheduler.profiles import ProfileRepository
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "sqlite-writer", "postgresql"])
 async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A database at the migrations' head: a SQLite file, or a PostgreSQL database."""
+    """A database at the migrations' head: a SQLite file (through SQLAlchemy, or with the
+    message path's statements on the ledger's writer: :func:`hot`), or a PostgreSQL
+    database."""
     if request.param == "postgresql":
         url: str = request.getfixturevalue("pg_migrated_url")
         return url
@@ -44,13 +52,30 @@ async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[AsyncS
     await engine.dispose()
 
 
+@pytest.fixture
+async def hot(
+    request: pytest.FixtureRequest, database_url: str
+) -> AsyncIterator[SqliteHotPath | None]:
+    """For ``sqlite-writer``: the hot path on a ledger writer opened on that file (as
+    ``bot.app`` wires it); else ``None`` (the SQLAlchemy path)."""
+    if request.node.callspec.params.get("database_url") != "sqlite-writer":
+        yield None
+        return
+    path = sqlite_path(database_url)
+    assert path is not None
+    writer = SqliteWriter(path, "FULL")
+    writer.open()
+    yield SqliteHotPath(writer)
+    writer.close()
+
+
 async def test_intake_is_exactly_once_and_finds_what_a_crash_left(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None
 ) -> None:
     """A redelivered (chat, message) is refused (the unique key, on both engines); a
     message left ``received`` is handed back once with its topic and marked lost;
     commands are not counted as chat messages."""
-    intake = Intake(sessions)
+    intake = Intake(sessions, hot)
     assert await intake.record(
         chat_id=-100, message_id=1, user_id=7, language="ru", now=T0, thread_id=5
     )
@@ -76,11 +101,11 @@ async def test_intake_is_exactly_once_and_finds_what_a_crash_left(
 
 
 async def test_history_trims_oldest_first_and_reset_counts_what_it_removed(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None
 ) -> None:
     """Turns come back oldest first within the token budget, with their raw counts;
     ``clear`` reports how many turns it removed (the driver's row count)."""
-    history = History(sessions)
+    history = History(sessions, hot)
     dm, other = Conversation(7, None, 7), Conversation(8, None, 8)
     await history.append(dm, [("user", "one", 10, 8), ("assistant", "two", 20, 17)], T0)
     await history.append(dm, [("user", "three", 30)], T0 + timedelta(minutes=1))
@@ -97,7 +122,7 @@ async def test_history_trims_oldest_first_and_reset_counts_what_it_removed(
 
 
 async def test_history_is_one_context_per_chat_topic_and_user(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None
 ) -> None:
     """A user's turns in their private chat, in a group, in each forum topic and in
     General are separate contexts, and apart from another member's in the same group
@@ -107,7 +132,7 @@ async def test_history_is_one_context_per_chat_topic_and_user(
     in_group = Conversation(group, None, 7)
     topic_a, topic_b = Conversation(group, 11, 7), Conversation(group, 12, 7)
     member = Conversation(group, None, 8)
-    history = History(sessions)
+    history = History(sessions, hot)
     for where, said in [
         (dm, "My bank PIN is 4321"),
         (in_group, "group talk"),
@@ -138,6 +163,36 @@ async def test_history_is_one_context_per_chat_topic_and_user(
     assert [m.content for m in await history.load(dm, 1000)] == ["My bank PIN is 4321"]
     assert [m.content for m in await history.load(topic_a, 1000)] == ["topic A story"]
     assert [m.content for m in await history.load(member, 1000)] == ["another member"]
+
+
+async def test_profile_touch_creates_refreshes_and_reactivates(
+    sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None
+) -> None:
+    """The profile touch of every update (on the writer or through the repository): a
+    new user gets a profile in their Telegram language with the default digest time;
+    later touches keep their choices, move ``last_seen_at`` and ``chat_id`` and make a
+    user whose digests were paused active again; the rows read the same through the ORM."""
+    clock = ManualClock(T0)
+    repo = ProfileRepository(sessions, clock, default_digest_time="08:30")
+    profiles = ProfileStoreAdapter(repo, hot=hot, clock=clock, default_digest_time="08:30")
+    assert await profiles.touch(7, 7, "ru-RU") == ("ru", None)
+    assert await profiles.touch(8, 8, "de") == ("en", None)
+    await repo.set_tz(7, "Europe/Berlin")
+    await repo.set_language(7, "en")
+    async with sessions() as session, session.begin():
+        row = await session.get(UserProfile, 7)
+        assert row is not None
+        row.active = False
+    clock.advance(60)
+    assert await profiles.touch(7, 7, "ru") == ("en", "Europe/Berlin")
+    got = await repo.get(7)
+    assert got is not None
+    assert (got.active, got.digest_time, got.last_seen_at) == (
+        True,
+        "08:30",
+        T0 + timedelta(seconds=60),
+    )
+    assert got.created_at == T0
 
 
 def _hold(hold_id: str, day_key: str, **values: object) -> dict[str, object]:
