@@ -2,6 +2,8 @@
 
 Exit codes: 0 after a clean stop; 2 for a configuration error (one line on stderr).
 ``python -m bot export-config FILE`` / ``import-config FILE``: see :mod:`bot.configio`.
+``python -m bot healthcheck``: GET the running bot's ``/healthz`` (exit 0 healthy, 1 not;
+see :mod:`bot.health`), for a container's ``HEALTHCHECK``.
 """
 
 from __future__ import annotations
@@ -30,12 +32,17 @@ def main() -> int:
     """Entry point; returns the process exit code.
 
     ``python -m bot export-config FILE`` / ``import-config FILE`` carry the configuration
-    tables between databases (:mod:`bot.configio`); without arguments the bot runs.
+    tables between databases (:mod:`bot.configio`); ``healthcheck`` asks the running
+    bot's ``/healthz`` (:mod:`bot.health`); without arguments the bot runs.
     """
     if sys.argv[1:2] and sys.argv[1] in ("export-config", "import-config"):
         from bot.configio import main as config_main
 
         return config_main(sys.argv[1], sys.argv[2:])
+    if sys.argv[1:2] == ["healthcheck"]:
+        from bot.health import main as health_main
+
+        return health_main()
     from bot.settings import Settings
 
     try:

@@ -20,6 +20,7 @@ from bot.admin_notify import AdminNotifier
 from bot.chat import ChatConfig, ChatService
 from bot.context import WorkflowData
 from bot.digests import TelegramDeliverer
+from bot.health import Readiness
 from bot.i18n import create_i18n
 from bot.lifecycle import App
 from bot.metrics import delivery_failure_counter, dropped_counter, refusal_counter
@@ -305,4 +306,6 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         notifier=notifier,
         outbox=outbox,
         streams=streams,
+        readiness=Readiness(engine),
+        dropped=dropped,
     )

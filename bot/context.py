@@ -39,6 +39,7 @@ class Outcome(StrEnum):
     STALE = "stale"
     JOINED = "joined"  # a later part of a long paste, answered with its first part
     UNDELIVERABLE = "undeliverable"  # Telegram refused the send (400/403)
+    DROPPED = "dropped"  # webhook: taken in, then dropped before a handler (update rate)
 
 
 class WorkflowData(TypedDict):

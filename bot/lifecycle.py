@@ -1,14 +1,17 @@
 """The running bot's lifecycle: :class:`App` holds everything :func:`bot.app.create_app`
 built, and its start-up and shutdown hooks (registered on the dispatcher by
-:func:`bot.polling.run`).
+:func:`bot.polling.run`, called by :func:`bot.webhook.serve_webhook` in webhook mode).
 
-Start-up (``on_startup``): deleteWebhook *without* dropping pending updates,
+Start-up (``on_startup``): in polling mode deleteWebhook *without* dropping pending
+updates; in webhook mode setWebhook (idempotent: every replica sets the same URL,
+secret, ``max_connections`` and ``allowed_updates``, keeping pending updates);
 setMyCommands, ledger start (sweeps holds left by a previous process), price card
 logged, users whose message was lost in a crash are asked to resend, the outbox, the
-digest scheduler and the metrics endpoint start. Shutdown (``on_shutdown``): no new
-work, in-flight chat calls get SHUTDOWN_GRACE_SECONDS and are then cancelled (their
-holds settled by the ledger's rule for interrupted calls), the scheduler stops, the
-ledger and engine close.
+digest scheduler and the metrics endpoint start; ``/readyz`` turns ready. Shutdown
+(``on_shutdown``): ``/readyz`` turns 503, no new work, in-flight chat calls get
+SHUTDOWN_GRACE_SECONDS and are then cancelled (their holds settled by the ledger's rule
+for interrupted calls), the scheduler stops, the ledger and engine close. Stopping never
+deletes the webhook (other replicas serve it).
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ from aiogram import Bot, Dispatcher
 from aiogram.exceptions import TelegramAPIError
 from aiogram.types import BotCommand
 from aiogram.utils.i18n import I18n
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot import templates
 from bot.admin_notify import AdminNotifier
 from bot.chat import ChatService
 from bot.delivery import send_text
+from bot.health import Readiness
 from bot.i18n import in_locale
 from bot.metrics import MetricsServer
 from bot.outbox import Outbox
@@ -80,13 +84,18 @@ class App:
     notifier: AdminNotifier
     outbox: Outbox
     streams: StreamRegistry
+    readiness: Readiness
+    dropped: Counter
     _metrics: MetricsServer | None = None
 
     async def on_startup(self) -> None:
         """Telegram first (a refused token or an unreachable API fails fast, before
         anything else is started), then the ledger (sweeps a previous process's holds),
         then the resend notices, the digest jobs and metrics."""
-        await self.bot.delete_webhook(drop_pending_updates=False)
+        if self.settings.webhook_mode:
+            await self._set_webhook()
+        else:
+            await self.bot.delete_webhook(drop_pending_updates=False)
         await self.bot.set_my_commands(
             [BotCommand(command=c, description=d) for c, d in USER_COMMANDS]
         )
@@ -107,9 +116,27 @@ class App:
                 self.settings.metrics_port,
                 self.ledger,
                 self.cascade,
+                readiness=self.readiness,
             )
             await self._metrics.start()
+        self.readiness.mark_started()
         log.info("kopek started")
+
+    async def _set_webhook(self) -> None:
+        """Register the webhook. Every replica sets the same values at its start, so
+        whichever starts last leaves them as configured; pending updates are kept.
+        (``getWebhookInfo`` cannot show the secret, so comparing first could not tell a
+        changed ``WEBHOOK_SECRET``: the call is simply made.)"""
+        s = self.settings
+        assert s.webhook_url is not None and s.webhook_secret is not None
+        await self.bot.set_webhook(
+            url=s.webhook_url,
+            secret_token=s.webhook_secret.get_secret_value(),
+            max_connections=s.webhook_max_connections,
+            allowed_updates=self.dispatcher.resolve_used_update_types(),
+            drop_pending_updates=False,
+        )
+        log.info("webhook set (max_connections %d)", s.webhook_max_connections)
 
     async def _notify_lost(self) -> None:
         for lost in await self.intake.take_lost(self.clock.now()):
@@ -136,6 +163,7 @@ class App:
         """Drain chat work within the grace period (streams still running then are
         stopped: settled on what they received, their text so far sent, marked), stop
         jobs, close storage."""
+        self.readiness.mark_stopping()
         log.info("stopping: in-flight chat operations=%d", self.chat.in_flight)
         await self.chat.drain(
             self.settings.shutdown_grace_seconds,

@@ -31,6 +31,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from bot.health import Readiness, add_health_routes
 from budget.ledger import Ledger
 from llm.cascade import Cascade
 
@@ -87,18 +88,29 @@ def delivery_failure_reason(description: str, status: int | None) -> str:
 def dropped_counter(registry: CollectorRegistry) -> Counter:
     """Counter of what was dropped on purpose, by reason: ``update_rate`` (a user over
     USER_MAX_UPDATES_PER_MINUTE), ``flood_wait`` (a Bot API call for a chat under a flood
-    wait, not sent), ``undecodable_update`` (an update the client could not decode)."""
+    wait, not sent), ``undecodable_update`` (an update the client could not decode),
+    ``webhook_secret`` (a webhook request without the right secret token: 401)."""
     return Counter(
         "kopek_dropped", "Updates and calls dropped on purpose", ["reason"], registry=registry
     )
 
 
 class MetricsServer:
-    """Serves ``/metrics``. Start with :meth:`start`, stop with :meth:`stop`."""
+    """Serves ``/metrics`` (and ``/healthz``, ``/readyz`` when given ``readiness``: the
+    health endpoints of polling mode, see :mod:`bot.health`). Start with :meth:`start`,
+    stop with :meth:`stop`."""
 
     def __init__(
-        self, registry: CollectorRegistry, host: str, port: int, ledger: Ledger, cascade: Cascade
+        self,
+        registry: CollectorRegistry,
+        host: str,
+        port: int,
+        ledger: Ledger,
+        cascade: Cascade,
+        *,
+        readiness: Readiness | None = None,
     ) -> None:
+        self._readiness = readiness
         self._registry = registry
         self._host = host
         self._port = port
@@ -162,6 +174,8 @@ class MetricsServer:
         """Bind and serve."""
         app = web.Application()
         app.router.add_get("/metrics", self._handle)
+        if self._readiness is not None:
+            add_health_routes(app, lambda: self._readiness)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         await web.TCPSite(self._runner, self._host, self._port).start()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiogram import BaseMiddleware
@@ -24,7 +25,14 @@ from bot.store import Intake, is_storage_failure
 from bot.topics import topic_of
 from budget.clock import Clock
 
-__all__ = ["ArrivalOrderMiddleware", "IntakeMiddleware", "LocaleMiddleware", "ProfileMiddleware"]
+__all__ = [
+    "ArrivalOrderMiddleware",
+    "IntakeMiddleware",
+    "LocaleMiddleware",
+    "ProfileMiddleware",
+    "TakenIn",
+    "reads_only",
+]
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +43,9 @@ Handler = Callable[[TelegramObject, dict[str, Any]], Awaitable[Any]]
 READ_ONLY_COMMANDS = frozenset({"budget"})
 
 
-def _reads_only(event: Message) -> bool:
+def reads_only(event: Message) -> bool:
+    """True for a command that only reads (:data:`READ_ONLY_COMMANDS`): it still runs
+    while the database cannot be written."""
     text = event.text or ""
     if not text.startswith("/"):
         return False
@@ -116,7 +126,7 @@ class ProfileMiddleware(BaseMiddleware):
                     user.id, event.chat.id, user.language_code
                 )
             except Exception as exc:
-                if not (is_storage_failure(exc) and _reads_only(event)):
+                if not (is_storage_failure(exc) and reads_only(event)):
                     raise
                 log.warning("profile not readable/writable (storage failure); defaults used")
                 language, tz = None, None
@@ -141,11 +151,31 @@ class LocaleMiddleware(I18nMiddleware):
         return ctx.language if isinstance(ctx, UserContext) else self.i18n.default_locale
 
 
+@dataclass(slots=True)
+class TakenIn:
+    """A message whose intake row the webhook handler already committed
+    (:mod:`bot.webhook`), handed to the dispatcher as ``data["taken_in"]``.
+
+    Attributes:
+        language: the language recorded with it (from the client's ``language_code``);
+            :class:`IntakeMiddleware` corrects it to the profile's when they differ.
+        finished: set by :class:`IntakeMiddleware` once the outcome is recorded; a
+            message left unfinished (dropped before the handler) is recorded
+            ``dropped`` by the webhook task.
+    """
+
+    language: str
+    finished: bool = False
+
+
 class IntakeMiddleware(BaseMiddleware):
     """Records every message's (chat_id, message_id) before anything else happens.
 
-    A message Telegram delivers again (the offset was not confirmed before a crash)
-    is dropped here, so it never reaches the LLM twice. The handler returns its
+    A message Telegram delivers again (the offset was not confirmed before a crash;
+    a webhook retried, or delivered to a second replica) is dropped here, so it never
+    reaches the LLM twice. In webhook mode the row is committed before Telegram gets
+    its 200 (``data["taken_in"]``, :class:`TakenIn`); this middleware then only corrects
+    the language and records the outcome. The handler returns its
     :class:`~bot.context.Outcome`, which this middleware persists (default ``answered``,
     ``command`` for a command; ``failed`` on an exception).
     """
@@ -160,6 +190,9 @@ class IntakeMiddleware(BaseMiddleware):
         ctx = data.get("user_ctx")
         language = ctx.language if isinstance(ctx, UserContext) else "en"
         is_command = (event.text or "").startswith("/")
+        taken = data.get("taken_in")
+        if isinstance(taken, TakenIn):
+            return await self._handle_taken(handler, event, data, taken, language, is_command)
         try:
             first = await self._intake.record(
                 status="command" if is_command else "received",
@@ -171,7 +204,7 @@ class IntakeMiddleware(BaseMiddleware):
                 thread_id=topic_of(event),
             )
         except Exception as exc:
-            if not (is_storage_failure(exc) and _reads_only(event)):
+            if not (is_storage_failure(exc) and reads_only(event)):
                 raise
             # the database cannot be written: a read-only command still reads what it can
             log.warning("intake not recorded (storage failure); running a read-only command")
@@ -186,6 +219,35 @@ class IntakeMiddleware(BaseMiddleware):
             await self._finish(event, Outcome.FAILED)
             raise
         await self._finish(event, result if isinstance(result, Outcome) else default)
+        return result
+
+    async def _handle_taken(
+        self,
+        handler: Handler,
+        event: Message,
+        data: dict[str, Any],
+        taken: TakenIn,
+        language: str,
+        is_command: bool,
+    ) -> Any:
+        if language != taken.language:  # the "please resend" notice speaks the profile's
+            try:
+                await self._intake.relabel(
+                    chat_id=event.chat.id, message_id=event.message_id, language=language
+                )
+            except Exception as exc:
+                if not is_storage_failure(exc):
+                    raise
+                log.warning("intake language not updated (storage failure)")
+        default = Outcome.COMMAND if is_command else Outcome.ANSWERED
+        try:
+            result = await handler(event, data)
+        except BaseException:
+            await self._finish(event, Outcome.FAILED)
+            taken.finished = True
+            raise
+        await self._finish(event, result if isinstance(result, Outcome) else default)
+        taken.finished = True
         return result
 
     async def _finish(self, event: Message, status: Outcome) -> None:

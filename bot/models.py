@@ -24,7 +24,8 @@ class SeenMessage(Base):
     ``stale`` (sent while the bot was down), ``lost`` (the process died while handling
     it; the user was asked to resend), ``joined`` (a part of a long paste, answered with
     the paste's first message), ``undeliverable`` (the answer or template could not be
-    sent: Telegram answered 400/403 for that chat; never generated again).
+    sent: Telegram answered 400/403 for that chat; never generated again), ``dropped``
+    (webhook mode: taken in, then dropped before a handler, e.g. over the update rate).
     """
 
     __tablename__ = "seen_messages"

@@ -1,5 +1,6 @@
 """The process's course: checks, instance lock, migrations, :func:`bot.app.create_app`,
-long polling until SIGTERM/SIGINT, and the exit code (:func:`run`).
+long polling — or, with ``WEBHOOK_URL`` set, the webhook server (:mod:`bot.webhook`) —
+until SIGTERM/SIGINT, and the exit code (:func:`run`).
 
 aiogram (and so :mod:`bot.app`) is imported only once the checks, the lock and the
 migrations have passed: its import costs seconds (its types build their pydantic models),
@@ -123,16 +124,21 @@ async def _poll(settings: Settings) -> int:
         _fail(f"configuration error: {exc}", settings)
         return 2
     dp = app.dispatcher
-    dp.startup.register(app.on_startup)
-    dp.shutdown.register(app.on_shutdown)
     try:
-        await dp.start_polling(
-            app.bot,
-            handle_signals=True,
-            close_bot_session=True,
-            tasks_concurrency_limit=settings.intake_max_concurrent,
-            polling_timeout=30,
-        )
+        if settings.webhook_mode:
+            from bot.webhook import serve_webhook
+
+            await serve_webhook(app)
+        else:
+            dp.startup.register(app.on_startup)
+            dp.shutdown.register(app.on_shutdown)
+            await dp.start_polling(
+                app.bot,
+                handle_signals=True,
+                close_bot_session=True,
+                tasks_concurrency_limit=settings.intake_max_concurrent,
+                polling_timeout=30,
+            )
     except TelegramUnauthorizedError:
         _fail("Telegram refused BOT_TOKEN (401 Unauthorized): check it with @BotFather", settings)
         await app.close_after_failed_start()
@@ -157,7 +163,7 @@ async def _poll(settings: Settings) -> int:
         )
         await app.close_after_failed_start()
         return 1
-    except OSError as exc:  # the metrics port cannot be bound
+    except OSError as exc:  # the metrics or webhook port cannot be bound
         _fail(f"cannot start: {type(exc).__name__}: {exc}", settings)
         await app.close_after_failed_start()
         return 2

@@ -26,6 +26,7 @@ from budget.money import usd_to_musd  # re-exported: the settings speak USD, the
 from llm.names import CASCADE_ORDER, family
 
 __all__ = [
+    "HEALTH_PATHS",
     "DatabaseSettings",
     "ProviderSettings",
     "Settings",
@@ -41,6 +42,15 @@ StreamModeGroup = Literal["edit", "off"]
 #: A bot token as aiogram's ``validate_token`` accepts it: digits, a colon, then a secret
 #: without whitespace. Checked by pattern so reading settings never imports aiogram (~6 s).
 _TOKEN = re.compile(r"[0-9]+:\S+")
+
+#: ``WEBHOOK_SECRET``: Telegram's ``secret_token`` alphabet (``A-Z a-z 0-9 _ -``, at most
+#: 256), at least 16 characters: a short one could be guessed, and secrets under 6
+#: characters cannot be redacted from logs.
+_WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{16,256}")
+#: A webhook path: a leading slash, then URL-safe characters.
+_WEBHOOK_PATH = re.compile(r"/[A-Za-z0-9/_.-]*")
+#: Paths of the health endpoints, served beside the webhook (and by the metrics server).
+HEALTH_PATHS = frozenset({"/healthz", "/readyz"})
 
 #: The largest amount any ``*_USD`` setting may hold (a million dollars; its µUSD fits
 #: SQLite's 64-bit integers with room for sums). ``1e400`` is a typo, not a budget.
@@ -79,6 +89,17 @@ class Settings(BaseSettings):
     stale_message_seconds: int = Field(600, ge=0)
     shutdown_grace_seconds: float = Field(20.0, ge=0)
     log_level: str = "INFO"
+
+    # --- webhook mode (polling when WEBHOOK_URL is unset) ----------------------
+    # the public HTTPS URL Telegram posts updates to (the operator's TLS reverse proxy)
+    webhook_url: str | None = None
+    # Telegram's secret_token: every update carries it in X-Telegram-Bot-Api-Secret-Token
+    webhook_secret: SecretStr | None = None
+    webhook_listen_host: str = "127.0.0.1"
+    webhook_listen_port: int = Field(8080, ge=1, le=65535)
+    webhook_path: str = "/telegram"
+    # connections Telegram may open at once to deliver updates (Telegram allows 1-100)
+    webhook_max_connections: int = Field(40, ge=1, le=100)
 
     # --- providers ----------------------------------------------------------
     groq_api_key: SecretStr | None = None
@@ -229,6 +250,50 @@ class Settings(BaseSettings):
     def _database_url(cls, value: str) -> str:
         return check_database_url(value)
 
+    @field_validator("webhook_url", mode="before")
+    @classmethod
+    def _webhook_url(cls, value: object) -> object:
+        if value in (None, ""):
+            return None
+        if not isinstance(value, str):
+            return value
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - raises ValueError for a port out of 0-65535
+        except ValueError:
+            raise ValueError("must be an https URL (unreadable host or port)") from None
+        if parts.scheme != "https" or not parts.hostname or any(c.isspace() for c in value):
+            raise ValueError(
+                "must be the public https:// URL Telegram posts updates to "
+                "(Telegram calls webhooks over HTTPS only)"
+            )
+        if parts.password or parts.username:
+            raise ValueError("must not carry a user or password")
+        return value
+
+    @field_validator("webhook_secret", mode="before")
+    @classmethod
+    def _webhook_secret(cls, value: object) -> object:
+        if value == "":
+            return None
+        raw = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if isinstance(raw, str) and not _WEBHOOK_SECRET.fullmatch(raw):
+            # the value itself is never echoed: it is a secret
+            raise ValueError(
+                "must be 16-256 characters of A-Z, a-z, 0-9, _ and - (Telegram's secret_token "
+                "alphabet; e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
+        return value
+
+    @field_validator("webhook_path")
+    @classmethod
+    def _webhook_path(cls, value: str) -> str:
+        if not _WEBHOOK_PATH.fullmatch(value):
+            raise ValueError("must be a URL path such as /telegram (letters, digits, / _ . -)")
+        if value.rstrip("/") in HEALTH_PATHS:
+            raise ValueError(f"{value} is the health endpoint's path; choose another")
+        return value
+
     @field_validator(
         "budget_tz",
         "groq_billing_tz",
@@ -295,7 +360,23 @@ class Settings(BaseSettings):
             )
         if self.token_safety_factor < 1:
             raise ValueError("TOKEN_SAFETY_FACTOR must be >= 1 (the ceiling is an upper bound)")
+        if self.webhook_url is not None:
+            if self.webhook_secret is None:
+                raise ValueError(
+                    "WEBHOOK_URL is set but WEBHOOK_SECRET is not: without it anyone who "
+                    "finds the URL could post updates; set a random secret_token"
+                )
+            if self.metrics_port == self.webhook_listen_port:
+                raise ValueError(
+                    f"METRICS_PORT and WEBHOOK_LISTEN_PORT are both {self.metrics_port}: "
+                    "give the metrics endpoint another port"
+                )
         return self
+
+    @property
+    def webhook_mode(self) -> bool:
+        """True when updates come by webhook (``WEBHOOK_URL`` set), False for polling."""
+        return self.webhook_url is not None
 
     @property
     def user_tz(self) -> str:
@@ -317,10 +398,12 @@ class Settings(BaseSettings):
         """Every secret the settings hold, for redaction: the bot token, the provider
         keys and the password of any ``user:password@`` in a configured URL (a proxy's
         credentials in ``TELEGRAM_API_BASE``; the PostgreSQL password in ``DATABASE_URL``,
-        as written and percent-decoded)."""
+        as written and percent-decoded) and ``WEBHOOK_SECRET``."""
         out = [self.bot_token.get_secret_value()]
         out += [k.get_secret_value() for k in self.provider_keys().values()]
         out += database_url_passwords(self.database_url)
+        if self.webhook_secret is not None:
+            out.append(self.webhook_secret.get_secret_value())
         for field in (
             "telegram_api_base",
             "telegram_web_base",

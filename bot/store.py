@@ -146,6 +146,16 @@ class Intake:
                 return False
         return True
 
+    async def relabel(self, *, chat_id: int, message_id: int, language: str) -> None:
+        """Set the language a recorded message's "please resend" notice would use."""
+        async with self._sessions() as session:
+            await session.execute(
+                update(SeenMessage)
+                .where(SeenMessage.chat_id == chat_id, SeenMessage.message_id == message_id)
+                .values(language=language)
+            )
+            await session.commit()
+
     async def finish(self, *, chat_id: int, message_id: int, status: str, now: datetime) -> None:
         """Mark a recorded message answered/refused/failed/stale."""
         if self._hot is not None:
@@ -183,12 +193,14 @@ class Intake:
         return lost
 
     async def count_today(self, since: datetime) -> int:
-        """Chat messages (not commands) taken in since ``since`` — the denominator of
-        'LLM requests per incoming message' in /budget."""
+        """Chat messages (not commands, not those dropped before a handler) taken in
+        since ``since`` — the denominator of 'LLM requests per incoming message' in
+        /budget."""
         async with self._sessions() as session:
             count = await session.scalar(
                 select(func.count(SeenMessage.id)).where(
-                    SeenMessage.received_at >= since, SeenMessage.status != "command"
+                    SeenMessage.received_at >= since,
+                    SeenMessage.status.not_in(("command", "dropped")),
                 )
             )
             return int(count or 0)

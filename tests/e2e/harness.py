@@ -22,10 +22,13 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
+
+from aiohttp import ClientError, ClientSession, ClientTimeout
 
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
@@ -36,8 +39,10 @@ __all__ = [
     "BotFactory",
     "BotProcess",
     "bot_environment",
+    "free_port",
     "run_bot_to_exit",
     "wait_provider_requests",
+    "wait_ready_url",
 ]
 
 #: The repository root (where ``python -m bot`` is run from).
@@ -134,6 +139,9 @@ class BotProcess:
             root has a ``.env`` (a developer's settings must never leak into a test).
         ready_timeout: seconds to wait for ``deleteWebhook`` + ``getUpdates``.
         stop_timeout: seconds :meth:`stop` waits after the signal before SIGKILL.
+        ready_url: a webhook replica's ``/readyz``: the bot is ready once it answers 200
+            (instead of ``deleteWebhook`` + ``getUpdates``, which a webhook bot never
+            calls).
     """
 
     def __init__(
@@ -146,8 +154,10 @@ class BotProcess:
         cwd: Path | None = None,
         ready_timeout: float = READY_TIMEOUT_S,
         stop_timeout: float = 30.0,
+        ready_url: str | None = None,
     ) -> None:
         self.env = dict(env)
+        self.ready_url = ready_url
         self.telegram = telegram
         self.log_dir = log_dir
         self.argv = list(argv) if argv is not None else [sys.executable, "-m", "bot"]
@@ -230,6 +240,9 @@ class BotProcess:
         raise TimeoutError(f"bot not ready within {self.ready_timeout} s:\n{self.log_tail()}")
 
     async def _wait_ready(self, since: int) -> None:
+        if self.ready_url is not None:
+            await wait_ready_url(self.ready_url, self.ready_timeout)
+            return
         hook = await self.telegram.wait_request(
             "deleteWebhook", timeout=self.ready_timeout, since=since
         )
@@ -334,6 +347,34 @@ async def wait_provider_requests(fake: FakeProviders, count: int, timeout: float
         if loop.time() > deadline:
             raise TimeoutError(f"{len(fake.requests)} of {count} provider requests arrived")
         await asyncio.sleep(0.02)
+
+
+async def wait_ready_url(url: str, timeout: float = READY_TIMEOUT_S) -> None:  # noqa: ASYNC109 - test deadline
+    """Wait until ``GET url`` answers 200 (a replica's ``/readyz``), asking every 50 ms.
+
+    Raises:
+        TimeoutError: no 200 within ``timeout`` seconds.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    async with ClientSession(timeout=ClientTimeout(total=5)) as http:
+        while True:
+            try:
+                async with http.get(url) as resp:
+                    if resp.status == 200:
+                        return
+            except (OSError, ClientError, TimeoutError):
+                pass
+            if loop.time() > deadline:
+                raise TimeoutError(f"{url} did not answer 200 within {timeout} s")
+            await asyncio.sleep(0.05)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the OS's choice; a bot binds it soon after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 async def run_bot_to_exit(

@@ -24,6 +24,11 @@ on a log line as it would on a process's output.
 A stop is what SIGTERM does to the process (polling ends, the shutdown hooks drain the
 work within SHUTDOWN_GRACE_SECONDS); :meth:`InProcessBot.kill` is refused, since a crash
 needs a process.
+
+With ``WEBHOOK_URL`` in the environment the bot runs in webhook mode
+(:func:`bot.webhook.serve_webhook`, no signal handlers): it is ready once its
+``/readyz`` answers 200, and :attr:`InProcessBot.webhook_url` is where the fake Bot API
+delivers (``FakeTelegram.route_webhook``).
 """
 
 from __future__ import annotations
@@ -44,7 +49,8 @@ from bot.lifecycle import App
 from bot.logs import RedactSecrets
 from bot.migrate import migrate
 from bot.settings import Settings
-from tests.e2e.harness import BotExited
+from bot.webhook import serve_webhook
+from tests.e2e.harness import BotExited, wait_ready_url
 from tests.fakes.telegram import FakeTelegram
 
 __all__ = ["AppFactory", "InProcessBot", "settings_from_env"]
@@ -149,6 +155,7 @@ class InProcessBot:
         self._returncode: int | None = None
         self._lines: list[str] = []
         self._capture: _LogCapture | None = None
+        self._stop_webhook: asyncio.Event | None = None
 
     def __repr__(self) -> str:
         state = "running" if self.running else f"stopped (rc={self.returncode})"
@@ -184,18 +191,28 @@ class InProcessBot:
         app = create_app(settings)
         self.app = app
         dp = app.dispatcher
-        dp.startup.register(app.on_startup)
-        dp.shutdown.register(app.on_shutdown)
-        self._task = asyncio.create_task(
-            dp.start_polling(
-                app.bot,
-                handle_signals=False,
-                close_bot_session=True,
-                tasks_concurrency_limit=settings.intake_max_concurrent,
-                polling_timeout=30,
+        if settings.webhook_mode:
+            self._stop_webhook = asyncio.Event()
+            self._task = asyncio.create_task(
+                serve_webhook(app, stop=self._stop_webhook, handle_signals=False)
             )
-        )
-        ready = asyncio.ensure_future(self._wait_ready(since))
+            ready = asyncio.ensure_future(
+                wait_ready_url(f"{self._listen_url(settings)}/readyz", self.ready_timeout)
+            )
+        else:
+            self._stop_webhook = None
+            dp.startup.register(app.on_startup)
+            dp.shutdown.register(app.on_shutdown)
+            self._task = asyncio.create_task(
+                dp.start_polling(
+                    app.bot,
+                    handle_signals=False,
+                    close_bot_session=True,
+                    tasks_concurrency_limit=settings.intake_max_concurrent,
+                    polling_timeout=30,
+                )
+            )
+            ready = asyncio.ensure_future(self._wait_ready(since))
         try:
             done, _ = await asyncio.wait(
                 {ready, self._task},
@@ -214,6 +231,16 @@ class InProcessBot:
         await self.stop()
         raise TimeoutError(f"bot not ready within {self.ready_timeout} s")
 
+    @staticmethod
+    def _listen_url(settings: Settings) -> str:
+        return f"http://{settings.webhook_listen_host}:{settings.webhook_listen_port}"
+
+    @property
+    def webhook_url(self) -> str:
+        """Where this bot takes webhook deliveries (its listen address and path)."""
+        settings = settings_from_env(self.env)
+        return f"{self._listen_url(settings)}{settings.webhook_path}"
+
     async def _wait_ready(self, since: int) -> None:
         hook = await self.telegram.wait_request(
             "deleteWebhook", timeout=self.ready_timeout, since=since
@@ -230,7 +257,9 @@ class InProcessBot:
         if self._task is None or self.app is None:
             raise RuntimeError("the bot was never started")
         pool = self.app.engine.pool  # the shutdown's dispose replaces it; see _exit
-        if not self._task.done():
+        if self._stop_webhook is not None:
+            self._stop_webhook.set()
+        elif not self._task.done():
             await self.app.dispatcher.stop_polling()
         try:
             async with asyncio.timeout(self.stop_timeout):

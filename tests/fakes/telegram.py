@@ -41,6 +41,17 @@ as messages — they are ephemeral on Telegram too. :meth:`~FakeTelegram.inject_
 queues the ``stopped_message_generation`` update a Stop press produces. The error texts
 of refused drafts are the fake's own (no real response was captured).
 
+Webhooks: after ``setWebhook`` the fake answers ``getUpdates`` with 409 (as Telegram
+does while a webhook is set) and, once :meth:`FakeTelegram.route_webhook` named where the
+operator's reverse proxy forwards (the replicas' listen URLs), POSTs every injected
+update there as JSON with the registered ``X-Telegram-Bot-Api-Secret-Token``, round-robin
+over the targets, at most ``max_connections`` at once; an answer other than 2xx (or no
+answer) is retried on the next target after :attr:`FakeTelegram.webhook_retry_s`, as
+Telegram retries. Every POST is recorded (:attr:`FakeTelegram.deliveries`,
+:class:`WebhookDelivery`); :meth:`FakeTelegram.deliver` makes one POST to a chosen target
+with a chosen secret (no retry), and :meth:`FakeTelegram.message_update` builds an update
+without sending it, so a test can deliver the same update twice.
+
 Test API (in process, same event loop): :meth:`FakeTelegram.inject_message`,
 :meth:`~FakeTelegram.inject_update`, :meth:`~FakeTelegram.wait_for`,
 :meth:`~FakeTelegram.wait_sent`, :meth:`~FakeTelegram.sent_messages`,
@@ -70,7 +81,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
-from aiohttp import BodyPartReader, ClientSession, ClientTimeout, web
+from aiohttp import BodyPartReader, ClientError, ClientSession, ClientTimeout, web
 
 from budget.clock import Clock, SystemClock
 
@@ -85,6 +96,7 @@ __all__ = [
     "ParsedText",
     "RecordedRequest",
     "SentMessage",
+    "WebhookDelivery",
     "parse_entities_list",
     "parse_text",
     "utf16_len",
@@ -415,6 +427,41 @@ class Draft:
 
 
 @dataclass(slots=True)
+class WebhookDelivery:
+    """One POST of an update to a webhook target, as the fake made it.
+
+    Attributes:
+        seq: order of the POST, from 0.
+        update_id: the update's id.
+        target: the URL posted to.
+        secret_sent: whether an ``X-Telegram-Bot-Api-Secret-Token`` header was sent.
+        at: loop time when the POST started, seconds.
+        status: the HTTP status answered; ``None`` while in flight or when no answer
+            came (connection refused or reset, timeout: see ``error``).
+        error: the exception class name when no answer came.
+        took_s: seconds from the POST to the answer (or the failure).
+    """
+
+    seq: int
+    update_id: int
+    target: str
+    secret_sent: bool
+    at: float
+    status: int | None = None
+    error: str | None = None
+    took_s: float | None = None
+
+    @property
+    def taken(self) -> bool:
+        """True when the target answered 2xx (Telegram then stops retrying)."""
+        return self.status is not None and 200 <= self.status < 300
+
+
+#: ``secret`` of :meth:`FakeTelegram.deliver` when the registered secret is meant.
+REGISTERED = "<registered>"
+
+
+@dataclass(slots=True)
 class _FailRule:
     method: str  # lower case
     status: int
@@ -477,6 +524,10 @@ _METHODS = (
 )  # fmt: skip
 _CANONICAL = {m.lower(): m for m in _METHODS}
 _CONFLICT = _DEFAULT_DESCRIPTIONS[409]
+_WEBHOOK_CONFLICT = (
+    "Conflict: can't use getUpdates method while webhook is active; "
+    "use deleteWebhook to delete the webhook first"
+)
 
 
 def _as_bool(value: Any) -> bool:
@@ -574,6 +625,18 @@ class FakeTelegram:
         self._commands: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._callback_ids = itertools.count(1)
         self.webhook_calls: list[dict[str, Any]] = []
+        #: seconds between a failed webhook POST and its retry (Telegram waits longer)
+        self.webhook_retry_s = 0.2
+        #: POSTs of one update before the fake gives up on it (logged in ``deliveries``)
+        self.webhook_attempts = 100
+        #: every webhook POST made, in order
+        self.deliveries: list[WebhookDelivery] = []
+        self._webhook: dict[str, Any] | None = None
+        self._webhook_slots = asyncio.Semaphore(40)
+        self._webhook_targets: list[str] = []
+        self._next_target = 0
+        self._delivery_tasks: set[asyncio.Task[None]] = set()
+        self._http: ClientSession | None = None
         self._blobs: dict[str, bytes] = {}  # uploads and injected files, by sha256 / file id
 
     # lifecycle -------------------------------------------------------------------
@@ -602,9 +665,16 @@ class FakeTelegram:
         self._port = self._runner.addresses[0][1]
 
     async def close(self) -> None:
-        """Answer open long polls with no updates, then stop serving."""
+        """Answer open long polls with no updates, stop delivering webhooks, then stop
+        serving."""
         self._closing = True
         self._notify()
+        for task in list(self._delivery_tasks):
+            task.cancel()
+        await asyncio.gather(*self._delivery_tasks, return_exceptions=True)
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -666,10 +736,19 @@ class FakeTelegram:
         return int(self.clock.now().timestamp())
 
     def inject_update(self, raw: Mapping[str, Any]) -> int:
-        """Queue a raw Update (``update_id`` is assigned when missing); returns its id."""
+        """Queue a raw Update (``update_id`` is assigned when missing); returns its id.
+
+        While a webhook is set and routed (:meth:`route_webhook`) the update is POSTed
+        to the targets instead (in a task, retried until one answers 2xx)."""
         update = dict(raw)
         if "update_id" not in update:
             update["update_id"] = next(self._update_ids)
+        if self._webhook is not None and self._webhook_targets:
+            if self._is_allowed(update, self._webhook.get("allowed_updates")):
+                task = asyncio.get_running_loop().create_task(self._deliver_until_taken(update))
+                self._delivery_tasks.add(task)
+                task.add_done_callback(self._delivery_tasks.discard)
+            return int(update["update_id"])
         self._updates.append(update)
         self._updates.sort(key=lambda u: int(u["update_id"]))
         self._notify()
@@ -695,6 +774,50 @@ class FakeTelegram:
         user_is_bot: bool = False,
     ) -> int:
         """Queue a text message from a user, as a real ``Update``; returns the update id.
+
+        The arguments are those of :meth:`message_update`, which builds it."""
+        return self.inject_update(
+            self.message_update(
+                user_id,
+                text,
+                chat_id=chat_id,
+                language_code=language_code,
+                chat_type=chat_type,
+                date=date,
+                reply_to=reply_to,
+                entities=entities,
+                username=username,
+                first_name=first_name,
+                chat_title=chat_title,
+                sender_chat=sender_chat,
+                thread_id=thread_id,
+                is_forum=is_forum,
+                user_is_bot=user_is_bot,
+            )
+        )
+
+    def message_update(
+        self,
+        user_id: int,
+        text: str,
+        *,
+        chat_id: int | None = None,
+        language_code: str | None = "en",
+        chat_type: str = "private",
+        date: datetime | int | None = None,
+        reply_to: int | None = None,
+        entities: Sequence[Mapping[str, Any]] | None = None,
+        username: str | None = None,
+        first_name: str | None = None,
+        chat_title: str | None = None,
+        sender_chat: Mapping[str, Any] | None = None,
+        thread_id: int | None = None,
+        is_forum: bool = False,
+        user_is_bot: bool = False,
+    ) -> dict[str, Any]:
+        """A text message from a user as a real ``Update`` with its ``update_id`` and a
+        new ``message_id``, not queued nor delivered (see :meth:`inject_update` and
+        :meth:`deliver`).
 
         Args:
             user_id: the sender's Telegram id.
@@ -770,7 +893,7 @@ class FakeTelegram:
         if thread_id is not None:
             message["message_thread_id"] = thread_id
             message["is_topic_message"] = True
-        return self.inject_update({"message": message})
+        return {"update_id": next(self._update_ids), "message": message}
 
     def inject_document(
         self,
@@ -788,8 +911,8 @@ class FakeTelegram:
         the bots' 20 MB download limit without allocating it)."""
         file_id = f"DOC{len(self._blobs) + 1}{hashlib.sha256(data).hexdigest()[:16]}"
         self._blobs[file_id] = data
-        uid = self.inject_message(user_id, caption or "placeholder")
-        message = self._updates[-1]["message"]
+        update = self.message_update(user_id, caption or "placeholder")
+        message = update["message"]
         message.pop("text")
         entities = message.pop("entities", None)
         if caption:
@@ -803,7 +926,7 @@ class FakeTelegram:
             "mime_type": mime_type,
             "file_size": len(data) if file_size is None else file_size,
         }
-        return uid
+        return self.inject_update(update)
 
     def document_bytes(self, sent: SentMessage) -> bytes:
         """The bytes of a document or photo the bot uploaded."""
@@ -849,6 +972,96 @@ class FakeTelegram:
     def pending_updates(self) -> list[dict[str, Any]]:
         """Updates queued and not yet confirmed by an ``offset``."""
         return list(self._updates)
+
+    # test API: webhooks ----------------------------------------------------------
+    @property
+    def webhook(self) -> dict[str, Any] | None:
+        """The registered webhook (``url``, ``secret_token``, ``max_connections``,
+        ``allowed_updates`` as last set), ``None`` when none is set."""
+        return None if self._webhook is None else dict(self._webhook)
+
+    def route_webhook(self, targets: Sequence[str]) -> None:
+        """Where the operator's reverse proxy forwards ``WEBHOOK_URL``: the replicas'
+        own URLs (``http://127.0.0.1:<port><WEBHOOK_PATH>``), used round-robin."""
+        self._webhook_targets = list(targets)
+        self._next_target = 0
+
+    async def deliver(
+        self,
+        update: Mapping[str, Any],
+        *,
+        target: int | None = None,
+        secret: str | None = REGISTERED,
+        timeout: float = 60.0,  # noqa: ASYNC109 - the test API takes a deadline
+    ) -> WebhookDelivery:
+        """POST ``update`` once (no retry) to target number ``target`` of
+        :meth:`route_webhook` (default: the next, round-robin).
+
+        Args:
+            update: a raw Update with its ``update_id`` (:meth:`message_update`).
+            target: index into the routed targets.
+            secret: the ``X-Telegram-Bot-Api-Secret-Token`` to send: the registered one
+                by default (:data:`REGISTERED`), ``None`` to send no header.
+            timeout: seconds to wait for the answer (then ``status`` is ``None``).
+
+        Returns:
+            the recorded :class:`WebhookDelivery` (also in :attr:`deliveries`).
+        """
+        if not self._webhook_targets:
+            raise RuntimeError("no webhook targets: call route_webhook() first")
+        if target is None:
+            target = self._next_target % len(self._webhook_targets)
+            self._next_target += 1
+        url = self._webhook_targets[target]
+        if secret == REGISTERED:
+            secret = None if self._webhook is None else self._webhook.get("secret_token")
+        headers = {} if secret is None else {"X-Telegram-Bot-Api-Secret-Token": str(secret)}
+        loop = asyncio.get_running_loop()
+        record = WebhookDelivery(
+            seq=len(self.deliveries),
+            update_id=int(update["update_id"]),
+            target=url,
+            secret_sent=secret is not None,
+            at=loop.time(),
+        )
+        self.deliveries.append(record)
+        if self._http is None:
+            self._http = ClientSession()
+        try:
+            async with self._http.post(
+                url, json=dict(update), headers=headers, timeout=ClientTimeout(total=timeout)
+            ) as resp:
+                await resp.read()
+                record.status = resp.status
+        except (OSError, TimeoutError, ClientError) as exc:
+            record.error = type(exc).__name__
+        record.took_s = loop.time() - record.at
+        self._notify()
+        return record
+
+    async def _deliver_until_taken(self, update: dict[str, Any]) -> None:
+        for _ in range(self.webhook_attempts):
+            async with self._webhook_slots:
+                record = await self.deliver(update)
+            if record.taken or self._closing:
+                return
+            await asyncio.sleep(self.webhook_retry_s)
+
+    async def wait_delivered(
+        self,
+        update_id: int,
+        timeout: float = 10.0,  # noqa: ASYNC109 - the test API takes a deadline
+    ) -> WebhookDelivery:
+        """The first POST of ``update_id`` that a target answered with 2xx.
+
+        Raises:
+            TimeoutError: none within ``timeout`` seconds.
+        """
+
+        def probe() -> WebhookDelivery | None:
+            return next((d for d in self.deliveries if d.update_id == update_id and d.taken), None)
+
+        return await self.wait_until(probe, timeout)
 
     # test API: what the bot did --------------------------------------------------
     def requests(self, method: str | None = None) -> list[RecordedRequest]:
@@ -1136,6 +1349,7 @@ class FakeTelegram:
     ) -> Any:
         drop = _as_bool(params.get("drop_pending_updates", False))
         self.webhook_calls.append({"method": "deleteWebhook", "drop_pending_updates": drop})
+        self._webhook = None
         if drop:
             self._updates.clear()
         return True
@@ -1144,20 +1358,55 @@ class FakeTelegram:
         self, params: dict[str, Any], files: Any, record: RecordedRequest
     ) -> Any:
         self.webhook_calls.append({"method": "setWebhook", **params})
+        url = str(params.get("url") or "")
+        if not url:  # Telegram: an empty URL removes the webhook
+            self._webhook = None
+            return True
+        if not url.startswith("https://"):
+            raise _ApiError(
+                400, "Bad Request: bad webhook: An HTTPS URL must be provided for webhook"
+            )
+        secret = params.get("secret_token")
+        if secret is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,256}", str(secret)):
+            raise _ApiError(400, "Bad Request: secret token contains unallowed characters")
+        connections = _as_int(params.get("max_connections"), "max_connections", 40) or 40
+        if not 1 <= connections <= 100:
+            raise _ApiError(400, "Bad Request: bad webhook: max_connections must be in 1-100")
+        allowed = params.get("allowed_updates")
+        self._webhook = {
+            "url": url,
+            "secret_token": None if secret is None else str(secret),
+            "max_connections": connections,
+            "allowed_updates": list(allowed) if allowed else None,
+        }
+        self._webhook_slots = asyncio.Semaphore(connections)
+        if _as_bool(params.get("drop_pending_updates", False)):
+            self._updates.clear()
+        # updates queued while polling are delivered to the webhook now
+        pending, self._updates = self._updates, []
+        for update in pending:
+            self.inject_update(update)
         return True
 
     async def _m_getWebhookInfo(
         self, params: dict[str, Any], files: Any, record: RecordedRequest
     ) -> Any:
-        return {
-            "url": "",
+        info: dict[str, Any] = {
+            "url": "" if self._webhook is None else self._webhook["url"],
             "has_custom_certificate": False,
-            "pending_update_count": len(self._updates),
+            "pending_update_count": len(self._updates) + len(self._delivery_tasks),
         }
+        if self._webhook is not None:
+            info["max_connections"] = self._webhook["max_connections"]
+            if self._webhook["allowed_updates"] is not None:
+                info["allowed_updates"] = self._webhook["allowed_updates"]
+        return info
 
     async def _m_getUpdates(
         self, params: dict[str, Any], files: Any, record: RecordedRequest
     ) -> Any:
+        if self._webhook is not None:
+            raise _ApiError(409, _WEBHOOK_CONFLICT)
         offset = _as_int(params.get("offset"), "offset", 0) or 0
         limit = min(100, max(1, _as_int(params.get("limit"), "limit", 100) or 100))
         timeout = max(0, _as_int(params.get("timeout"), "timeout", 0) or 0)
@@ -1175,7 +1424,8 @@ class FakeTelegram:
         def ready() -> list[dict[str, Any]] | None:
             if self._poll_generation != generation:
                 raise _ApiError(409, _CONFLICT)
-            batch = [u for u in self._updates if self._is_allowed(u)][:limit]
+            allowed = self._allowed_updates
+            batch = [u for u in self._updates if self._is_allowed(u, allowed)][:limit]
             return batch if batch or self._closing else None
 
         if timeout == 0:
@@ -1185,11 +1435,12 @@ class FakeTelegram:
         except TimeoutError:
             return []
 
-    def _is_allowed(self, update: Mapping[str, Any]) -> bool:
+    @staticmethod
+    def _is_allowed(update: Mapping[str, Any], allowed: Iterable[str] | None) -> bool:
         kinds = set(update) - {"update_id"}
-        if self._allowed_updates is None:
+        if not allowed:
             return not kinds <= _UPDATE_TYPES_DEFAULT_OFF
-        return bool(kinds & self._allowed_updates)
+        return bool(kinds & set(allowed))
 
     def _chat_for(self, params: dict[str, Any]) -> int | str:
         chat_id = _as_chat_id(params.get("chat_id"))

@@ -1,0 +1,142 @@
+"""Webhook mode in process (issue 13): the real bot built by ``create_app`` serves
+``WEBHOOK_PATH`` with aiohttp; the fake Bot API POSTs updates to it as Telegram does.
+The replica tests (several processes on one PostgreSQL) are in
+``test_replicas.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+from aiohttp import ClientSession
+
+from tests.e2e.harness import free_port
+from tests.e2e.inprocess import AppFactory, InProcessBot
+from tests.fakes.providers import FakeProviders
+from tests.fakes.telegram import FakeTelegram
+
+SECRET = "webhook-secret_0123456789abcdef"
+
+
+def _webhook_env(bot_env: dict[str, str], **extra: str) -> dict[str, str]:
+    return dict(
+        bot_env,
+        WEBHOOK_URL="https://kopek.example.org/tg-hook",
+        WEBHOOK_SECRET=SECRET,
+        WEBHOOK_LISTEN_HOST="127.0.0.1",
+        WEBHOOK_LISTEN_PORT=str(free_port()),
+        WEBHOOK_PATH="/tg-hook",
+        WEBHOOK_MAX_CONNECTIONS="7",
+        **extra,
+    )
+
+
+def _seen(bot_env: dict[str, str]) -> list[tuple[int, int, str]]:
+    path = bot_env["DATABASE_URL"].removeprefix("sqlite+aiosqlite:///")
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute(
+            "SELECT chat_id, message_id, status FROM seen_messages ORDER BY id"
+        ).fetchall()
+    return [(int(c), int(m), str(s)) for c, m, s in rows]
+
+
+async def _wait_seen(env: dict[str, str], expected: list[tuple[int, int, str]]) -> None:
+    """Wait (asking every 50 ms, 20 s at most) until the intake rows are ``expected``:
+    the database changes without the fake Bot API seeing a request."""
+    async with asyncio.timeout(20):
+        while _seen(env) != expected:
+            await asyncio.sleep(0.05)
+
+
+async def _status(url: str) -> tuple[int, str]:
+    async with ClientSession() as http, http.get(url) as resp:
+        return resp.status, await resp.text()
+
+
+async def _start(app_factory: AppFactory, tg: FakeTelegram, env: dict[str, str]) -> InProcessBot:
+    bot = app_factory(env=env)
+    await bot.start()
+    tg.route_webhook([bot.webhook_url])
+    return bot
+
+
+async def test_webhook_mode_sets_the_webhook_refuses_a_wrong_secret_and_takes_each_update_once(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """At start the bot calls setWebhook with WEBHOOK_URL, the secret, max_connections,
+    the update types its handlers use and pending updates kept — never deleteWebhook or
+    getUpdates. /healthz and /readyz answer 200 on the webhook's port. A POST without
+    the secret header, or with another secret, gets 401: nothing is recorded, sent or
+    asked of a provider. The same update with the secret is answered once; delivered
+    again (Telegram retrying) it gets 200 and nothing else happens. After SIGTERM's stop
+    the webhook is still registered (no deleteWebhook) and the port is closed."""
+    env = _webhook_env(bot_env)
+    bot = await _start(app_factory, fake_telegram, env)
+    hook = fake_telegram.webhook
+    assert hook is not None
+    assert hook["url"] == "https://kopek.example.org/tg-hook"
+    assert hook["secret_token"] == SECRET and hook["max_connections"] == 7
+    assert "message" in hook["allowed_updates"] and "callback_query" in hook["allowed_updates"]
+    [call] = fake_telegram.webhook_calls
+    assert call["method"] == "setWebhook" and call["drop_pending_updates"] in (False, "false")
+    assert not fake_telegram.requests("getUpdates")
+    base = bot.webhook_url.removesuffix("/tg-hook")
+    assert await _status(f"{base}/healthz") == (200, "ok\n")
+    assert await _status(f"{base}/readyz") == (200, "ready\n")
+
+    update = fake_telegram.message_update(31, "hello over the webhook")
+    no_header = await fake_telegram.deliver(update, secret=None)
+    wrong = await fake_telegram.deliver(update, secret="another-secret-0123456789")
+    assert (no_header.status, wrong.status) == (401, 401)
+    assert _seen(env) == []
+    assert not fake_telegram.sent_events(31) and not fake_providers.requests
+
+    mark = fake_telegram.mark()
+    taken = await fake_telegram.deliver(update)
+    assert taken.status == 200
+    [reply] = await fake_telegram.wait_sent(31, since=mark, timeout=20)
+    assert "hello over the webhook" in reply.text  # the fake provider echoes the prompt
+    again = await fake_telegram.deliver(update)
+    assert again.status == 200
+    message_id = update["message"]["message_id"]
+    await _wait_seen(env, [(31, message_id, "answered")])
+    assert len(fake_providers.requests) == 1
+    assert len([e for e in fake_telegram.sent_events(31) if not e.is_edit]) == 1
+
+    # a message injected while the webhook is set is POSTed to it (as Telegram does)
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(32, "/help")
+    [help_reply] = await fake_telegram.wait_sent(32, since=mark, timeout=20)
+    assert "/me" in help_reply.text
+
+    assert await bot.stop() == 0
+    assert [c["method"] for c in fake_telegram.webhook_calls] == ["setWebhook"]
+    assert fake_telegram.webhook is not None
+    assert "/tg-hook" in bot.logs() and SECRET not in bot.logs()
+
+
+async def test_a_webhook_message_dropped_over_the_update_rate_is_recorded_dropped(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """With USER_MAX_UPDATES_PER_MINUTE=1 a user's second message is taken in (its row
+    committed before the 200) and then dropped by the update rate: it is recorded
+    ``dropped`` — never left ``received``, which a restart would take for a message
+    lost in a crash and ask the user to resend — and costs no provider call."""
+    env = _webhook_env(bot_env, USER_MAX_UPDATES_PER_MINUTE="1")
+    await _start(app_factory, fake_telegram, env)
+    first = fake_telegram.message_update(41, "first")
+    second = fake_telegram.message_update(41, "second")
+    mark = fake_telegram.mark()
+    assert (await fake_telegram.deliver(first)).status == 200
+    await fake_telegram.wait_sent(41, since=mark, timeout=20)
+    assert (await fake_telegram.deliver(second)).status == 200
+    ids = (first["message"]["message_id"], second["message"]["message_id"])
+    await _wait_seen(env, [(41, ids[0], "answered"), (41, ids[1], "dropped")])
+    assert len(fake_providers.requests) == 1
+

@@ -1,0 +1,122 @@
+"""Webhook settings (issue 13): WEBHOOK_URL turns webhook mode on, needs a secret of
+Telegram's alphabet that the logs can redact, an https URL and a path apart from the
+health endpoints; every refusal names the setting and never echoes the secret; the
+secret is one of the values redacted; ``python -m bot`` reports a bad one in one line,
+exit 2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from bot.logs import redact
+from bot.settings import Settings
+
+_ROOT = Path(__file__).resolve().parents[3]
+SECRET = "s3cret-token_for-the-webhook-0123"
+_BASE: dict[str, Any] = {"bot_token": "1:x", "groq_api_key": "k"}
+
+
+def _settings(**values: Any) -> Settings:
+    return Settings(_env_file=None, **_BASE, **values)
+
+
+def test_polling_is_the_default_and_webhook_url_turns_webhook_mode_on() -> None:
+    """Without WEBHOOK_URL the bot polls; with it (and a secret) it serves a webhook on
+    the documented defaults."""
+    assert _settings().webhook_mode is False
+    s = _settings(webhook_url="https://bot.example.org/tg", webhook_secret=SECRET)
+    assert s.webhook_mode is True
+    assert (s.webhook_listen_host, s.webhook_listen_port, s.webhook_path) == (
+        "127.0.0.1",
+        8080,
+        "/telegram",
+    )
+    assert s.webhook_max_connections == 40
+    assert SECRET in s.secret_values()
+    assert redact(f"header {SECRET} sent", s.secret_values()) == "header *** sent"
+
+
+@pytest.mark.parametrize(
+    ("values", "field", "words"),
+    [
+        ({"webhook_url": "https://bot.example.org/tg"}, None, "WEBHOOK_SECRET is not"),
+        ({"webhook_url": "http://bot.example.org/tg", "webhook_secret": SECRET}, "webhook_url", "https"),
+        ({"webhook_url": "https://u:p@bot.example.org/", "webhook_secret": SECRET}, "webhook_url", "password"),
+        ({"webhook_url": "https://bot.example.org/", "webhook_secret": "short-1"}, "webhook_secret", "16-256"),
+        ({"webhook_url": "https://bot.example.org/", "webhook_secret": "x" * 15 + "!"}, "webhook_secret", "16-256"),
+        ({"webhook_path": "telegram"}, "webhook_path", "URL path"),
+        ({"webhook_path": "/healthz"}, "webhook_path", "health"),
+        ({"webhook_max_connections": 101}, "webhook_max_connections", "100"),
+        (
+            {
+                "webhook_url": "https://bot.example.org/",
+                "webhook_secret": SECRET,
+                "metrics_port": 8080,
+            },
+            None,
+            "METRICS_PORT and WEBHOOK_LISTEN_PORT",
+        ),
+    ],
+)  # fmt: skip
+def test_bad_webhook_settings_are_refused_naming_the_setting(
+    values: dict[str, Any], field: str | None, words: str
+) -> None:
+    """Each refusal names its field (or, for a cross-check, the variables) and says what
+    would work; the secret's value never appears in the message."""
+    with pytest.raises(ValidationError) as info:
+        _settings(**values)
+    error = info.value.errors()[0]
+    assert error["loc"] == ((field,) if field else ())
+    assert words in str(error["msg"])
+    # the message python -m bot prints (pydantic's repr of the error also holds the
+    # input; bot/__main__.py prints only the message)
+    assert str(values.get("webhook_secret", SECRET)) not in str(error["msg"])
+
+
+def test_python_m_bot_exits_2_on_a_bad_webhook_secret_in_one_line(tmp_path: Path) -> None:
+    """A secret outside Telegram's alphabet is one line naming WEBHOOK_SECRET, exit 2,
+    before anything is created, and the value is not printed."""
+    bad = "not allowed: spaces and ! 1234567"
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "BOT_TOKEN": "123456:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "GROQ_API_KEY": "gsk_trial",
+        "WEBHOOK_URL": "https://bot.example.org/tg",
+        "WEBHOOK_SECRET": bad,
+        "DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'kopek.db'}",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "bot"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "WEBHOOK_SECRET" in lines[0], done.stderr
+    assert bad not in done.stderr + done.stdout
+    assert not (tmp_path / "kopek.db").exists()
+
+
+def test_every_webhook_setting_is_in_env_example() -> None:
+    """.env.example documents every WEBHOOK_* setting (the settings' single reference)."""
+    text = (_ROOT / ".env.example").read_text(encoding="utf-8")
+    for name in (
+        "WEBHOOK_URL",
+        "WEBHOOK_SECRET",
+        "WEBHOOK_LISTEN_HOST",
+        "WEBHOOK_LISTEN_PORT",
+        "WEBHOOK_PATH",
+        "WEBHOOK_MAX_CONNECTIONS",
+    ):
+        assert f"#{name}=" in text or f"\n{name}=" in text, name
