@@ -44,7 +44,7 @@ async def _wait_seen(env: dict[str, str], expected: list[tuple[int, int, str]]) 
     """Wait (asking every 50 ms, 20 s at most) until the intake rows are ``expected``:
     the database changes without the fake Bot API seeing a request."""
     async with asyncio.timeout(20):
-        while _seen(env) != expected:
+        while _seen(env) != expected:  # noqa: ASYNC110 - the database has no event to wait on
             await asyncio.sleep(0.05)
 
 
@@ -139,4 +139,3 @@ async def test_a_webhook_message_dropped_over_the_update_rate_is_recorded_droppe
     ids = (first["message"]["message_id"], second["message"]["message_id"])
     await _wait_seen(env, [(41, ids[0], "answered"), (41, ids[1], "dropped")])
     assert len(fake_providers.requests) == 1
-

@@ -20,6 +20,7 @@ from bot.settings import Settings
 
 _ROOT = Path(__file__).resolve().parents[3]
 SECRET = "s3cret-token_for-the-webhook-0123"
+HOOK = "https://bot.example.org/tg"
 _BASE: dict[str, Any] = {"bot_token": "1:x", "groq_api_key": "k"}
 
 
@@ -46,11 +47,19 @@ def test_polling_is_the_default_and_webhook_url_turns_webhook_mode_on() -> None:
 @pytest.mark.parametrize(
     ("values", "field", "words"),
     [
-        ({"webhook_url": "https://bot.example.org/tg"}, None, "WEBHOOK_SECRET is not"),
-        ({"webhook_url": "http://bot.example.org/tg", "webhook_secret": SECRET}, "webhook_url", "https"),
-        ({"webhook_url": "https://u:p@bot.example.org/", "webhook_secret": SECRET}, "webhook_url", "password"),
-        ({"webhook_url": "https://bot.example.org/", "webhook_secret": "short-1"}, "webhook_secret", "16-256"),
-        ({"webhook_url": "https://bot.example.org/", "webhook_secret": "x" * 15 + "!"}, "webhook_secret", "16-256"),
+        ({"webhook_url": HOOK}, None, "WEBHOOK_SECRET is not"),
+        (
+            {"webhook_url": HOOK.replace("https", "http"), "webhook_secret": SECRET},
+            "webhook_url",
+            "https",
+        ),
+        (
+            {"webhook_url": "https://u:p@x.org/", "webhook_secret": SECRET},
+            "webhook_url",
+            "password",
+        ),
+        ({"webhook_url": HOOK, "webhook_secret": "short-1"}, "webhook_secret", "16-256"),
+        ({"webhook_url": HOOK, "webhook_secret": "x" * 15 + "!"}, "webhook_secret", "16-256"),
         ({"webhook_path": "telegram"}, "webhook_path", "URL path"),
         ({"webhook_path": "/healthz"}, "webhook_path", "health"),
         ({"webhook_max_connections": 101}, "webhook_max_connections", "100"),
@@ -64,7 +73,7 @@ def test_polling_is_the_default_and_webhook_url_turns_webhook_mode_on() -> None:
             "METRICS_PORT and WEBHOOK_LISTEN_PORT",
         ),
     ],
-)  # fmt: skip
+)
 def test_bad_webhook_settings_are_refused_naming_the_setting(
     values: dict[str, Any], field: str | None, words: str
 ) -> None:
