@@ -138,6 +138,14 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         )
     )
     tokens = TokenCounter(safety_factor=settings.token_safety_factor)
+    # on PostgreSQL the replicas share each provider key's circuit and paced windows
+    key_store = None
+    if on_postgres:
+        from budget.pg_store import PgStore  # asyncpg only when PostgreSQL is used
+        from llm.pg_keys import PgKeyStates
+
+        assert isinstance(ledger.store, PgStore)
+        key_store = PgKeyStates(ledger.store, clock)
     cascade = build_cascade(
         provider_specs_of(settings),
         ledger=ledger,
@@ -146,6 +154,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         token_counter=tokens.messages,
         on_event=notifier.cascade_event,
         registry=registry,
+        key_store=key_store,
     )
     # on a SQLite file the message path's bot-table writes ride the ledger's one writer
     hot = SqliteHotPath(ledger.store.writer) if isinstance(ledger.store, SqliteStore) else None

@@ -232,6 +232,28 @@ processes = Table(
 )
 
 
+provider_keys = Table(
+    "provider_keys",
+    metadata,
+    # replicas sharing a PostgreSQL database share each provider key's circuit and paced
+    # windows here (llm.keygate, llm.pg_keys); times are epoch seconds of the clock.
+    # Created on both engines, used on PostgreSQL only (one SQLite process keeps them
+    # in memory)
+    Column("name", String(64), primary_key=True),
+    Column("open_until", Float, nullable=True),
+    Column("open_reason", String(32), nullable=False),
+    Column("trial_until", Float, nullable=True),
+    Column("remaining_tokens", BIG, nullable=True),
+    Column("tokens_reset_at", Float, nullable=True),
+    Column("limit_tokens", BIG, nullable=True),
+    Column("remaining_requests", BIG, nullable=True),
+    Column("requests_reset_at", Float, nullable=True),
+    Column("headers", Text, nullable=False),
+    Column("disabled", String(16), nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+
 def create_schema(path: str | Path) -> None:
     """Create the ledger tables in the SQLite file ``path`` (tests and benchmarks;
     production runs ``alembic upgrade head``). Idempotent."""

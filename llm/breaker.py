@@ -19,12 +19,21 @@ Timeline with ``cooldown_s=600``, ``cooldown_max_s=3600``, ``failure_threshold=3
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from budget.clock import Clock
 
-__all__ = ["BreakerEvent", "CircuitBreaker", "CircuitState", "cooldown_seconds"]
+__all__ = [
+    "BreakerEvent",
+    "Circuit",
+    "CircuitBreaker",
+    "CircuitState",
+    "acquire",
+    "close",
+    "cooldown_seconds",
+    "open_circuit",
+]
 
 
 def cooldown_seconds(retry_after_s: float | None, default_s: float, max_s: float) -> float:
@@ -63,13 +72,72 @@ class BreakerEvent:
     reason: str = ""
 
 
-class _Circuit:
-    __slots__ = ("failures", "open_until", "trial")
+@dataclass(slots=True)
+class Circuit:
+    """One key's circuit: the record the transitions below act on (in this process's
+    memory for :class:`CircuitBreaker`, or a shared row, :mod:`llm.keygate`).
 
-    def __init__(self) -> None:
-        self.open_until: float | None = None
-        self.trial = False
-        self.failures: list[float] = []
+    Attributes:
+        open_until: end of the cooldown (seconds on the caller's time base; ``None`` =
+            closed).
+        trial_until: the half-open trial is held until then (``math.inf``: until its
+            outcome is reported; a shared row gives it a lease so that a holder that
+            died does not block the key); ``None`` = no trial.
+        reason: why it opened (``BreakerEvent.reason``).
+        failures: times of recent failures (this process's count only).
+    """
+
+    open_until: float | None = None
+    trial_until: float | None = None
+    reason: str = ""
+    failures: list[float] = field(default_factory=list)
+
+    def trial_live(self, now: float) -> bool:
+        """A trial is held at ``now``."""
+        return self.trial_until is not None and now < self.trial_until
+
+    def available(self, now: float) -> bool:
+        """Would :func:`acquire` grant a request at ``now``? (No side effect.)"""
+        if self.open_until is None:
+            return True
+        return not self.trial_live(now) and now >= self.open_until
+
+
+def acquire(circuit: Circuit, now: float, lease_s: float = math.inf) -> str:
+    """May a request go now? ``"closed"`` (yes), ``"trial"`` (yes: the cooldown is over
+    and this caller now holds the one half-open trial, for ``lease_s`` seconds or until
+    its outcome), ``""`` (no: open, or another caller holds the trial)."""
+    if circuit.open_until is None:
+        return "closed"
+    if not circuit.available(now):
+        return ""
+    circuit.trial_until = now + lease_s
+    return "trial"
+
+
+def open_circuit(circuit: Circuit, now: float, until: float, reason: str) -> str:
+    """Open ``circuit`` until ``until`` (a running longer cooldown is kept: never
+    shortened); any trial ends. Returns ``"opened"``, ``"extended"`` (an open
+    circuit's cooldown lengthened) or ``""`` (kept as it was)."""
+    circuit.trial_until = None
+    current = circuit.open_until
+    if current is not None and current >= until:
+        return ""
+    kind = "extended" if current is not None and current > now else "opened"
+    circuit.open_until = until
+    circuit.reason = reason
+    return kind
+
+
+def close(circuit: Circuit) -> bool:
+    """Close ``circuit`` and forget its failures; True when it was open."""
+    circuit.failures.clear()
+    if circuit.open_until is None:
+        return False
+    circuit.open_until = None
+    circuit.trial_until = None
+    circuit.reason = ""
+    return True
 
 
 class CircuitBreaker:
@@ -109,21 +177,37 @@ class CircuitBreaker:
         self.cooldown_max_s = cooldown_max_s
         self.failure_threshold = failure_threshold
         self.failure_window_s = failure_window_s
-        self._circuits: dict[str, _Circuit] = {}
+        self._circuits: dict[str, Circuit] = {}
         self.events: list[BreakerEvent] = []
 
-    def _get(self, key: str) -> _Circuit:
+    def _get(self, key: str) -> Circuit:
         circuit = self._circuits.get(key)
         if circuit is None:
-            circuit = self._circuits[key] = _Circuit()
+            circuit = self._circuits[key] = Circuit()
         return circuit
+
+    def circuit(self, key: str) -> Circuit:
+        """The record of ``key`` (live: :meth:`adopt` and the transitions change it)."""
+        return self._get(key)
+
+    def adopt(
+        self, key: str, open_until: float | None, trial_until: float | None, reason: str
+    ) -> None:
+        """Take a shared row's state for ``key`` (times on this breaker's monotonic
+        base); the failure count stays this process's. No event is recorded: the
+        transition was another process's (or already recorded)."""
+        circuit = self._get(key)
+        circuit.open_until = open_until
+        circuit.trial_until = trial_until
+        circuit.reason = reason
 
     def state(self, key: str) -> CircuitState:
         """Current state of ``key`` (an expired cooldown reads as half-open)."""
         circuit = self._get(key)
         if circuit.open_until is None:
             return CircuitState.CLOSED
-        if circuit.trial or self._clock.monotonic() >= circuit.open_until:
+        now = self._clock.monotonic()
+        if circuit.trial_live(now) or now >= circuit.open_until:
             return CircuitState.HALF_OPEN
         return CircuitState.OPEN
 
@@ -140,10 +224,7 @@ class CircuitBreaker:
 
     def available(self, key: str) -> bool:
         """Would :meth:`try_acquire` succeed now? (No side effect.)"""
-        circuit = self._get(key)
-        if circuit.open_until is None:
-            return True
-        return not circuit.trial and self._clock.monotonic() >= circuit.open_until
+        return self._get(key).available(self._clock.monotonic())
 
     def try_acquire(self, key: str) -> bool:
         """May a request go to ``key`` now?
@@ -152,26 +233,18 @@ class CircuitBreaker:
         half-open trial (and must report its outcome with a ``record_*`` method or
         hand it back with :meth:`cancel`); others get ``False`` until it ends.
         """
-        circuit = self._get(key)
-        if circuit.open_until is None:
-            return True
-        if circuit.trial or self._clock.monotonic() < circuit.open_until:
-            return False
-        circuit.trial = True
-        self.events.append(BreakerEvent(key, "half_open", self._clock.monotonic()))
-        return True
+        granted = acquire(self._get(key), self._clock.monotonic())
+        if granted == "trial":
+            self.events.append(BreakerEvent(key, "half_open", self._clock.monotonic()))
+        return granted != ""
 
     def cancel(self, key: str) -> None:
         """Hand back a half-open trial that sent no request (no outcome)."""
-        self._get(key).trial = False
+        self._get(key).trial_until = None
 
     def record_success(self, key: str) -> None:
         """The provider answered: close the circuit and forget failures."""
-        circuit = self._get(key)
-        circuit.failures.clear()
-        if circuit.open_until is not None:
-            circuit.open_until = None
-            circuit.trial = False
+        if close(self._get(key)):
             self.events.append(BreakerEvent(key, "closed", self._clock.monotonic()))
 
     def record_rate_limited(
@@ -200,7 +273,7 @@ class CircuitBreaker:
         """
         circuit = self._get(key)
         now = self._clock.monotonic()
-        if circuit.trial:
+        if circuit.trial_live(now):
             self._open(key, now + self.cooldown_s, "trial_failed")
             return True
         horizon = now - self.failure_window_s
@@ -215,14 +288,11 @@ class CircuitBreaker:
     def _open(self, key: str, until: float, reason: str) -> float:
         circuit = self._get(key)
         now = self._clock.monotonic()
-        circuit.trial = False
-        current = circuit.open_until
-        if current is not None and current >= until:
-            return current
-        kind = "extended" if current is not None and current > now else "opened"
-        circuit.open_until = until
-        self.events.append(BreakerEvent(key, kind, now, until=until, reason=reason))
-        return until
+        kind = open_circuit(circuit, now, until, reason)
+        if kind:
+            self.events.append(BreakerEvent(key, kind, now, until=until, reason=reason))
+        assert circuit.open_until is not None
+        return circuit.open_until
 
     def __repr__(self) -> str:
         states = ", ".join(f"{k}={self.state(k).value}" for k in sorted(self._circuits))

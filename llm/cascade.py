@@ -81,6 +81,7 @@ from llm.errors import (
     QuotaExhausted,
 )
 from llm.governed_attempt import GovernedAttempt, SkipProvider
+from llm.keygate import KeyGate, KeyStateStore
 from llm.pacing import Pacer
 from llm.providers.base import Provider
 from llm.slots import PrioritySlots
@@ -130,6 +131,9 @@ class Cascade:
         absent: names of provider keys that are not configured (for :meth:`provider_status`).
         fallback_on: errors on which the next provider is tried (default
             :data:`FALLBACK_ON`); any other ``ProviderError`` is raised at once.
+        key_store: the keys' circuits, paced windows and disables shared with the
+            other processes of a deployment (:mod:`llm.keygate`); ``None`` = this
+            process only.
 
     Raises:
         ValueError: no providers, or two with the same name.
@@ -147,6 +151,7 @@ class Cascade:
         registry: CollectorRegistry | None = None,
         absent: Sequence[str] = (),
         fallback_on: tuple[type[ProviderError], ...] = FALLBACK_ON,
+        key_store: KeyStateStore | None = None,
     ) -> None:
         if not providers:
             raise ValueError("a cascade needs at least one provider")
@@ -169,6 +174,14 @@ class Cascade:
         )
         self.pacer = Pacer(clock, default_window_s=config.pacing_window_s)
         self.slots = PrioritySlots(config.global_max_inflight_calls)
+        # a shared half-open trial is held at most one call's deadline and grace, + 30 s
+        self.keys = KeyGate(
+            self.breaker,
+            self.pacer,
+            clock,
+            key_store,
+            trial_lease_s=config.timeout_s + config.timeout_grace_s + 30.0,
+        )
         self._disabled: set[str] = set()
         self._telemetry = Telemetry(clock, config.day_tz, registry, on_event)
         sizer = Sizer(ledger, token_counter)
@@ -176,8 +189,7 @@ class Cascade:
             ledger=ledger,
             config=config,
             count=token_counter,
-            breaker=self.breaker,
-            pacer=self.pacer,
+            keys=self.keys,
             slots=self.slots,
             sizer=sizer,
             ladder=DegradationLadder(ledger, clock, config, sizer, self._telemetry),
@@ -229,6 +241,7 @@ class Cascade:
         request_id = await self._ledger.begin_request(
             op, request.fingerprint or fingerprint(request.messages)
         )
+        await self.refresh()
         input_tokens = request.input_tokens
         if input_tokens is None:
             input_tokens = await count_off_loop(self._count, request.messages)
@@ -274,7 +287,7 @@ class Cascade:
         raise AllProvidersFailed(failures, skipped)
 
     def enable(self, name: str) -> bool:
-        """Re-enable a key disabled after an auth failure (/providers enable NAME).
+        """Re-enable a key disabled after an auth failure, in this process.
 
         Returns:
             True if it was disabled; False if unknown or already enabled.
@@ -284,6 +297,37 @@ class Cascade:
         self._disabled.discard(name)
         self._telemetry.emit_nowait(CascadeEvent("key_enabled", name))
         return True
+
+    async def enable_key(self, name: str) -> bool:
+        """Re-enable a key disabled after an auth or balance failure
+        (``/providers enable NAME``): in this process and, when shared, for every
+        process (their next request reads it).
+
+        Returns:
+            True if it was disabled; False if unknown or already enabled.
+
+        Raises:
+            budget.errors.LedgerUnavailable: the shared rows cannot be written.
+        """
+        here = self.enable(name)
+        if not self.keys.shared:
+            return here
+        everywhere = await self.keys.enable(name)
+        if everywhere and not here:
+            self._telemetry.emit_nowait(CascadeEvent("key_enabled", name))
+        return here or everywhere
+
+    async def refresh(self) -> None:
+        """Read the keys' shared state now (no-op when not shared): a process that
+        made no request lately shows the deployment's circuits in ``/providers``.
+
+        Raises:
+            budget.errors.LedgerUnavailable: the shared rows cannot be read.
+        """
+        if not self.keys.shared:
+            return
+        await self.keys.refresh([p.name for p in self._providers])
+        self._disabled = set(self.keys.shared_disabled())
 
     def is_enabled(self, name: str) -> bool:
         """False while ``name`` is disabled after an auth failure."""
@@ -391,33 +435,32 @@ class Cascade:
         name = provider.name
         if isinstance(exc, BalanceExhausted):
             reason = "balance"
-            self.breaker.cancel(name)
+            await self.keys.disable(name, "balance")
             if name not in self._disabled:
                 self._disabled.add(name)
                 await self._telemetry.emit(CascadeEvent("key_disabled_balance", name, exc.detail))
         elif isinstance(exc, ProviderRateLimited | QuotaExhausted):
             reason = "rate_limited" if isinstance(exc, ProviderRateLimited) else "quota"
-            before = self.breaker.open_until(name)
-            until = self.breaker.record_rate_limited(name, _provider_wait(exc), reason=reason)
-            if until != before:
+            until = await self.keys.rate_limited(name, _provider_wait(exc), reason=reason)
+            if until is not None:
                 await self._telemetry.cooldown_opened(name, reason, until, provider.paid)
         elif isinstance(exc, ProviderUnavailable):
             reason = "unavailable"
-            if self.breaker.record_failure(name):
-                until = self.breaker.open_until(name) or self._clock.monotonic()
+            until = await self.keys.failed(name)
+            if until is not None:
                 await self._telemetry.cooldown_opened(name, "failures", until, provider.paid)
         elif isinstance(exc, AuthFailed):
             reason = "auth"
-            self.breaker.cancel(name)
+            await self.keys.disable(name, "auth")
             if name not in self._disabled:
                 self._disabled.add(name)
                 await self._telemetry.emit(CascadeEvent("key_disabled", name, exc.detail))
         elif isinstance(exc, ContextTooLong):
             reason = "context"
-            self.breaker.record_success(name)
+            await self.keys.succeeded(name, None)
         else:
             reason = "rejected"
-            self.breaker.record_success(name)
+            await self.keys.succeeded(name, None)
         if not isinstance(exc, ProviderRejected) or isinstance(exc, ContextTooLong):
             self._telemetry.count_fallback(name, reason)
         log.info("provider %s failed: %s", name, exc)

@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from budget.clock import Clock
 from budget.protocol import LedgerPort
 from llm.cascade import Cascade, CascadeConfig, EventSink, TokenCounter
+from llm.keygate import KeyStateStore
 from llm.names import CASCADE_ORDER, KINDS, family
 from llm.providers.base import Provider
 
@@ -187,10 +188,12 @@ def build_cascade(
     token_counter: TokenCounter,
     on_event: EventSink | None = None,
     registry: CollectorRegistry | None = None,
+    key_store: KeyStateStore | None = None,
 ) -> Cascade:
     """The cascade over ``specs`` (in the given order), with cheap models taken from
     the specs unless ``config.cheap_models`` names them, and absent keys listed for
-    ``/providers``.
+    ``/providers``; ``key_store`` shares the keys' circuits and paced windows with the
+    deployment's other processes (:mod:`llm.keygate`).
 
     Raises:
         ValueError: no specs (no provider key configured).
@@ -209,4 +212,5 @@ def build_cascade(
         on_event=on_event,
         registry=registry,
         absent=[n for n in CASCADE_ORDER if n not in present],
+        key_store=key_store,
     )

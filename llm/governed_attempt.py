@@ -7,7 +7,8 @@
     reserve(op, req, provider, model, input_tokens, max_tokens)
         refused at a free key for a limit → SkipProvider("budget")
         refused at the paid anchor       → the degradation ladder (llm.degradation)
-    breaker trial refused (not the anchor) → release; SkipProvider("open")
+    the key's circuit refuses, or (shared) its paced window has no room now
+        (not the anchor) → release; SkipProvider("open" / "paced")
     call (its own deadline + the cascade's grace; streamed when asked and possible)
         ProviderError    → settle what it billed / settle interrupted / release; raise
         deadline         → settle interrupted; ProviderUnavailable(interrupted)
@@ -33,7 +34,6 @@ from budget.errors import BudgetError, HoldRefused
 from budget.protocol import HoldTicket, LedgerPort, OperationTicket
 from budget.types import Usage
 from llm.attempt_plan import AttemptPlan, Sizer, reserve
-from llm.breaker import CircuitBreaker
 from llm.cascade_telemetry import Telemetry
 from llm.cascade_types import (
     IMPLAUSIBLE_FACTOR,
@@ -44,7 +44,7 @@ from llm.cascade_types import (
 )
 from llm.degradation import LADDER_REASONS, DegradationLadder
 from llm.errors import EmptyCompletion, ProviderError, ProviderUnavailable
-from llm.pacing import Pacer
+from llm.keygate import KeyGate
 from llm.providers.base import Provider
 from llm.slots import PrioritySlots
 from llm.stream import StreamControl, StreamingProvider
@@ -68,7 +68,8 @@ class SkipProvider(Exception):
     signal, never raised out of it).
 
     Attributes:
-        reason: ``budget`` (a free key's hold refused) or ``open`` (breaker trial taken).
+        reason: ``budget`` (a free key's hold refused), ``open`` (the circuit refused:
+            cooling, or its trial taken) or ``paced`` (a shared paced window had no room).
         refusal: the ledger's refusal, for ``budget``.
     """
 
@@ -86,8 +87,8 @@ class GovernedAttempt:
         config: ``timeout_s`` + ``timeout_grace_s`` (the backstop deadline) and the
             streaming timeouts.
         count: the token counter.
-        breaker: per-key circuit breaker (the cascade's).
-        pacer: free keys' token windows (the cascade's).
+        keys: per-key circuits and free keys' token windows (the cascade's; in this
+            process, or shared by the deployment's processes).
         slots: global call slots (the cascade's).
         sizer: plan sizing and calibration.
         ladder: the paid anchor's degradation ladder.
@@ -96,12 +97,11 @@ class GovernedAttempt:
 
     __slots__ = (
         "_anomalies_told",
-        "_breaker",
         "_config",
         "_count",
+        "_keys",
         "_ladder",
         "_ledger",
-        "_pacer",
         "_sizer",
         "_slots",
         "_telemetry",
@@ -113,8 +113,7 @@ class GovernedAttempt:
         ledger: LedgerPort,
         config: CascadeConfig,
         count: TokenCounter,
-        breaker: CircuitBreaker,
-        pacer: Pacer,
+        keys: KeyGate,
         slots: PrioritySlots,
         sizer: Sizer,
         ladder: DegradationLadder,
@@ -123,8 +122,7 @@ class GovernedAttempt:
         self._ledger = ledger
         self._config = config
         self._count = count
-        self._breaker = breaker
-        self._pacer = pacer
+        self._keys = keys
         self._slots = slots
         self._sizer = sizer
         self._ladder = ladder
@@ -174,12 +172,15 @@ class GovernedAttempt:
                 if not is_anchor:
                     raise SkipProvider("budget", refused) from None
                 hold = await self._ladder.degrade(op, request_id, provider, request, plan, refused)
-            trial = self._breaker.try_acquire(provider.name)
-            if not trial and not is_anchor:
+            tokens = None if provider.paid else plan.input_tokens + plan.max_tokens
+            try:
+                verdict = await self._keys.begin(provider.name, tokens)
+            except BaseException:
                 await self._release(hold)
-                raise SkipProvider("open")
-            if not provider.paid:
-                self._pacer.consume(provider.name, plan.input_tokens + plan.max_tokens)
+                raise
+            if verdict and not is_anchor:
+                await self._release(hold)
+                raise SkipProvider(verdict)
             self._telemetry.record_call(provider.name, is_anchor)
             progress: StreamProgress | None = None
             try:
@@ -208,7 +209,7 @@ class GovernedAttempt:
                 else:
                     await self._release(hold)
                 if exc.rate_limits is not None and not provider.paid:
-                    self._pacer.observe(provider.name, exc.rate_limits)
+                    await self._keys.observe(provider.name, exc.rate_limits)
                 raise
             except TimeoutError:
                 await self._settle_interrupted(hold, plan, None)
@@ -219,7 +220,7 @@ class GovernedAttempt:
                 # cancellation (shutdown, user gone) or a client bug: the call may have
                 # been billed, so the interrupted-call rule applies — a stream's by what
                 # it received (as a stop), a one-piece call's at the ceiling
-                self._breaker.cancel(provider.name)
+                await self._keys.cancel(provider.name)
                 received = None
                 if progress is not None and stream is not None:
                     received = await cancelled_usage(plan, stream, progress, self._count)
@@ -238,11 +239,7 @@ class GovernedAttempt:
                 # ceiling until the sweeper expires it, so report that upper bound
                 log.exception("settle of hold %s failed", hold.hold_id)
                 cost = hold.ceiling_musd
-        if completion.stream_cut:
-            self._breaker.record_failure(provider.name)
-        else:
-            self._breaker.record_success(provider.name)
-        self._pacer.observe(provider.name, completion.rate_limits)
+        await self._keys.succeeded(provider.name, completion.rate_limits, cut=completion.stream_cut)
         if anomaly:
             await self._usage_anomaly(provider, plan, completion, anomaly)
         elif completion.estimated:
@@ -289,9 +286,8 @@ class GovernedAttempt:
         )
         if kind not in _COOL_ON:
             return
-        before = self._breaker.open_until(name)
-        until = self._breaker.record_rate_limited(name, None, reason="usage_anomaly")
-        if until != before:
+        until = await self._keys.rate_limited(name, None, reason="usage_anomaly")
+        if until is not None:
             await self._telemetry.cooldown_opened(name, "usage_anomaly", until, provider.paid)
         if (name, kind) not in self._anomalies_told:
             self._anomalies_told.add((name, kind))

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from budget.clock import Clock
 from llm.types import RateLimitInfo
 
-__all__ = ["KeyPace", "Pacer"]
+__all__ = ["KeyPace", "Pacer", "consume", "exceeds", "expire", "observe", "reset_at"]
 
 
 @dataclass(slots=True)
@@ -47,6 +47,62 @@ class KeyPace:
     remaining_requests: int | None = None
     requests_reset_at: float | None = None
     last: RateLimitInfo | None = None
+
+
+def observe(pace: KeyPace, now: float, info: RateLimitInfo, default_window_s: float) -> None:
+    """Record one response's rate-limit headers in ``pace`` at ``now`` (seconds on the
+    caller's time base); a window without a reset header resets ``default_window_s``
+    seconds later. Headers naming nothing change nothing."""
+    if not info.raw and info.remaining_tokens is None and info.remaining_requests is None:
+        return
+    pace.last = info
+    if info.remaining_tokens is not None:
+        pace.remaining_tokens = info.remaining_tokens
+        reset = info.reset_tokens_s
+        pace.tokens_reset_at = now + (reset if reset is not None else default_window_s)
+    if info.limit_tokens is not None:
+        pace.limit_tokens = info.limit_tokens
+    if info.remaining_requests is not None:
+        pace.remaining_requests = info.remaining_requests
+        reset = info.reset_requests_s
+        pace.requests_reset_at = now + (reset if reset is not None else default_window_s)
+
+
+def expire(pace: KeyPace, now: float) -> None:
+    """Forget the windows of ``pace`` that have reset by ``now`` (tokens back to the
+    window's size when known)."""
+    if pace.tokens_reset_at is not None and now >= pace.tokens_reset_at:
+        pace.remaining_tokens = pace.limit_tokens
+        pace.tokens_reset_at = None
+    if pace.requests_reset_at is not None and now >= pace.requests_reset_at:
+        pace.remaining_requests = None
+        pace.requests_reset_at = None
+
+
+def consume(pace: KeyPace, now: float, tokens: int) -> None:
+    """Subtract a request about to be sent (``tokens`` = input + max_tokens)."""
+    expire(pace, now)
+    if pace.remaining_tokens is not None:
+        pace.remaining_tokens = max(0, pace.remaining_tokens - tokens)
+    if pace.remaining_requests is not None:
+        pace.remaining_requests = max(0, pace.remaining_requests - 1)
+
+
+def exceeds(pace: KeyPace, now: float, tokens: int, share: float = 1.0) -> bool:
+    """True when ``tokens`` more would exceed ``share`` of what is left before the reset
+    (or no request is left)."""
+    expire(pace, now)
+    if pace.remaining_requests is not None and pace.remaining_requests <= 0:
+        return True
+    return pace.remaining_tokens is not None and tokens > pace.remaining_tokens * share
+
+
+def reset_at(pace: KeyPace, now: float) -> float | None:
+    """When the binding window resets (``None`` = unknown/now)."""
+    expire(pace, now)
+    if pace.remaining_requests is not None and pace.remaining_requests <= 0:
+        return pace.requests_reset_at
+    return pace.tokens_reset_at
 
 
 class Pacer:
@@ -75,39 +131,23 @@ class Pacer:
         """Record the rate-limit headers of a response from ``key``."""
         if not info.raw and info.remaining_tokens is None and info.remaining_requests is None:
             return
-        now = self._clock.monotonic()
-        pace = self._get(key)
-        pace.last = info
-        if info.remaining_tokens is not None:
-            pace.remaining_tokens = info.remaining_tokens
-            reset = info.reset_tokens_s
-            pace.tokens_reset_at = now + (reset if reset is not None else self.default_window_s)
-        if info.limit_tokens is not None:
-            pace.limit_tokens = info.limit_tokens
-        if info.remaining_requests is not None:
-            pace.remaining_requests = info.remaining_requests
-            reset = info.reset_requests_s
-            pace.requests_reset_at = now + (reset if reset is not None else self.default_window_s)
+        observe(self._get(key), self._clock.monotonic(), info, self.default_window_s)
 
     def consume(self, key: str, tokens: int) -> None:
         """Subtract a request about to be sent (``tokens`` = input + max_tokens)."""
         pace = self._keys.get(key)
         if pace is None:
             return
-        self._expire(pace)
-        if pace.remaining_tokens is not None:
-            pace.remaining_tokens = max(0, pace.remaining_tokens - tokens)
-        if pace.remaining_requests is not None:
-            pace.remaining_requests = max(0, pace.remaining_requests - 1)
+        consume(pace, self._clock.monotonic(), tokens)
 
-    def _expire(self, pace: KeyPace) -> None:
-        now = self._clock.monotonic()
-        if pace.tokens_reset_at is not None and now >= pace.tokens_reset_at:
-            pace.remaining_tokens = pace.limit_tokens
-            pace.tokens_reset_at = None
-        if pace.requests_reset_at is not None and now >= pace.requests_reset_at:
-            pace.remaining_requests = None
-            pace.requests_reset_at = None
+    def pace(self, key: str) -> KeyPace:
+        """The record of ``key`` (live)."""
+        return self._get(key)
+
+    def adopt(self, key: str, pace: KeyPace) -> None:
+        """Take a shared row's windows for ``key`` (times on this pacer's monotonic
+        base)."""
+        self._keys[key] = pace
 
     def would_exceed(self, key: str, tokens: int, share: float = 1.0) -> bool:
         """True when ``tokens`` more would exceed ``share`` of what ``key`` has left
@@ -115,17 +155,14 @@ class Pacer:
         pace = self._keys.get(key)
         if pace is None:
             return False
-        self._expire(pace)
-        if pace.remaining_requests is not None and pace.remaining_requests <= 0:
-            return True
-        return pace.remaining_tokens is not None and tokens > pace.remaining_tokens * share
+        return exceeds(pace, self._clock.monotonic(), tokens, share)
 
     def remaining_tokens(self, key: str) -> int | None:
         """Tokens ``key`` has left now (``None`` = unknown)."""
         pace = self._keys.get(key)
         if pace is None:
             return None
-        self._expire(pace)
+        expire(pace, self._clock.monotonic())
         return pace.remaining_tokens
 
     def reset_at(self, key: str) -> float | None:
@@ -133,10 +170,7 @@ class Pacer:
         pace = self._keys.get(key)
         if pace is None:
             return None
-        self._expire(pace)
-        if pace.remaining_requests is not None and pace.remaining_requests <= 0:
-            return pace.requests_reset_at
-        return pace.tokens_reset_at
+        return reset_at(pace, self._clock.monotonic())
 
     def last_headers(self, key: str) -> dict[str, str]:
         """The rate-limit headers last seen from ``key`` (empty when none)."""

@@ -31,7 +31,7 @@ from bot.store import Intake
 from bot.streaming import StreamRegistry
 from bot.templates import format_reset
 from budget.clock import Clock
-from budget.errors import HoldRefused
+from budget.errors import HoldRefused, LedgerUnavailable
 from budget.ledger import Ledger
 from budget.money import parse_usd, usd
 from budget.status import BucketStatus, KillState, LedgerStatus, TeamStatus, UserStatus
@@ -531,7 +531,7 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
             if args[1] not in known:
                 names = ", ".join(sorted(known))
                 await reply(bot, message, f"Unknown provider {args[1]!r}; keys: {names}.", clock)
-            elif cascade.enable(args[1]):
+            elif await cascade.enable_key(args[1]):
                 await reply(bot, message, f"{args[1]} enabled.", clock)
             else:
                 await reply(bot, message, f"{args[1]} is already enabled.", clock)
@@ -540,6 +540,10 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
             await reply(bot, message, "Usage: /providers [enable NAME | prices]", clock)
             return
         lines = ["🔌 Providers (cascade order):"]
+        try:
+            await cascade.refresh()  # the deployment's circuits, when shared
+        except LedgerUnavailable:
+            log.warning("/providers: shared key state unreadable; this process's view shown")
         statuses = cascade.provider_status()
         calls_today = {sp.provider: sp.calls for sp in (await ledger.status()).providers}
         for p in statuses:

@@ -1,0 +1,90 @@
+"""Several replicas on one PostgreSQL behave like one bot (issue 13, shared state), in
+process: two composition roots (``create_app``) share the suite's real PostgreSQL
+database, each receiving its own updates from its own fake Bot API (as replicas behind
+a webhook each get some of the updates), and one set of provider fakes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from llm.breaker import CircuitState
+from tests.e2e.inprocess import InProcessBot
+from tests.fakes.providers import FakeProviders
+from tests.fakes.telegram import FakeTelegram, SentMessage
+
+ADMIN = 1
+GROQ_KEY_1 = "gsk_fake_groq_key_1"
+
+#: ``replicas(n)`` → n started bots on one database, each with its own fake Bot API.
+Replicas = Callable[[int], Awaitable[list[tuple[InProcessBot, FakeTelegram]]]]
+
+
+@pytest.fixture
+async def replicas(
+    tmp_path: Path,
+    fake_telegram: FakeTelegram,
+    bot_env: dict[str, str],
+    pg_migrated_url: str,
+) -> AsyncIterator[Replicas]:
+    """Start replicas sharing ``pg_migrated_url``; the first uses ``fake_telegram``."""
+    made: list[tuple[InProcessBot, FakeTelegram]] = []
+    extra: list[FakeTelegram] = []
+
+    async def start(n: int) -> list[tuple[InProcessBot, FakeTelegram]]:
+        for i in range(n):
+            tg = fake_telegram
+            if i > 0:
+                tg = FakeTelegram()
+                await tg.start()
+                extra.append(tg)
+            env = dict(
+                bot_env,
+                DATABASE_URL=pg_migrated_url,
+                ADMIN_IDS=str(ADMIN),
+                BOT_TOKEN=tg.token,
+                TELEGRAM_API_BASE=tg.base_url,
+            )
+            bot = InProcessBot(env, telegram=tg, log_dir=tmp_path / f"replica{i + 1}")
+            made.append((bot, tg))
+            await bot.start()
+        return made
+
+    yield start
+    for bot, _ in made:
+        await bot.aclose()
+    for tg in extra:
+        await tg.close()
+
+
+async def _ask(tg: FakeTelegram, user: int, text: str) -> SentMessage:
+    mark = tg.mark()
+    tg.inject_message(user, text)
+    [reply] = await tg.wait_sent(user, since=mark, timeout=30)
+    return reply
+
+
+async def test_a_groq_429_seen_by_one_replica_keeps_the_other_off_that_key(
+    replicas: Replicas, fake_providers: FakeProviders
+) -> None:
+    """Replica 1's request gets a 429 with Retry-After 120 s from Groq key 1 and is
+    answered by key 2; replica 2 — which never saw that 429 — sends nothing to key 1
+    for its users' messages (two, one after the other) and answers them from key 2; its
+    /providers shows key 1 cooling. The cooldown is the row replica 1 wrote, read by
+    replica 2 right before its call."""
+    fake_providers.script(GROQ_KEY_1, {"status": 429, "retry_after": "120"})
+    (_one, tg1), (two, tg2) = await replicas(2)
+    assert "hello" in (await _ask(tg1, 7, "hello")).text
+    assert len(fake_providers.requests_for("groq", GROQ_KEY_1)) == 1
+    for text in ("first on replica 2", "second on replica 2"):
+        assert text in (await _ask(tg2, 8, text)).text
+    assert len(fake_providers.requests_for("groq", GROQ_KEY_1)) == 1, "replica 2 used key 1"
+    assert len(fake_providers.requests_for("groq", "gsk_fake_groq_key_2")) == 3
+    assert two.app is not None
+    assert two.app.cascade.breaker.state("groq") is CircuitState.OPEN
+    assert 100 < two.app.cascade.breaker.cooldown_remaining_s("groq") <= 120
+    status = (await _ask(tg2, ADMIN, "/providers")).text
+    groq_line = next(line for line in status.splitlines() if line.lstrip("• ").startswith("groq "))
+    assert "open" in groq_line, status
