@@ -369,8 +369,10 @@ class ChatService:
 
     async def _raw_turn(self, message: Message) -> int:
         """``message``'s raw count as one turn of a prompt (no factor, no priming),
-        counted in the counting thread."""
-        return await count_off_loop(self._count.raw_messages, [message]) - TOKENS_REPLY_PRIMING
+        counted in the counting thread (a short one on the loop: see
+        :data:`budget.tokens.INLINE_COUNT_CHARS`)."""
+        raw = await count_off_loop(self._count.raw_messages, [message], chars=len(message.content))
+        return raw - TOKENS_REPLY_PRIMING
 
     async def _remember(
         self,

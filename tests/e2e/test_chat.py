@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from bot.delivery import split_markdown
+from bot.routers.chat import TYPING_DELAY_S
 from tests.e2e.harness import wait_provider_requests
 from tests.e2e.inprocess import AppFactory
 from tests.fakes.providers import FakeProviders
@@ -21,10 +22,19 @@ async def test_chat_answered_by_first_free_provider_with_typing(
     app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:
     """A private message is answered by Groq key 1 (first free provider); a typing
-    action is sent; exactly one provider request; /me then shows the user's levels."""
+    action is sent while the model takes longer than TYPING_DELAY_S; exactly one
+    provider request; /me then shows the user's levels."""
     bot = app_factory()
     await bot.start()
-    fake_providers.script("groq", {"text": "Four.", "prompt_tokens": 30, "completion_tokens": 2})
+    fake_providers.script(
+        "groq",
+        {
+            "text": "Four.",
+            "prompt_tokens": 30,
+            "completion_tokens": 2,
+            "delay_s": TYPING_DELAY_S + 0.5,
+        },
+    )
     mark = fake_telegram.mark()
     fake_telegram.inject_message(42, "What is 2+2?")
     [reply] = await fake_telegram.wait_sent(42, since=mark, timeout=20)

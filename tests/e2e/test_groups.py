@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bot.routers.chat import TYPING_DELAY_S
 from tests.e2e.groups import BOT, drain, mention
 from tests.e2e.harness import BotFactory, wait_provider_requests
 from tests.e2e.inprocess import AppFactory
@@ -141,7 +142,7 @@ async def test_topic_messages_are_answered_in_their_topic_and_general_in_general
             entities=mention(text), **kwargs,
         )  # fmt: skip
 
-    fake_providers.script("groq", {"text": "topic answer", "delay_s": 0.3})
+    fake_providers.script("groq", {"text": "topic answer", "delay_s": TYPING_DELAY_S + 0.3})
     mark = fake_telegram.mark()
     requests_mark = len(fake_telegram.requests())
     in_topic(f"@{BOT} hello topic")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -66,3 +67,30 @@ def test_bad_arguments() -> None:
         TokenCounter("p50k_base")
     with pytest.raises(ValueError):
         TokenCounter(safety_factor=Decimal("0.9"))
+
+
+async def test_short_texts_are_counted_on_the_loop_long_ones_in_the_counting_thread() -> None:
+    """``count_off_loop``: a text the caller says is short (≤ INLINE_COUNT_CHARS) is
+    counted at once in the caller's thread; a longer one, or one of unknown size, in the
+    counting thread — the same count either way."""
+
+    counter = TokenCounter(safety_factor=Decimal(1))
+    where: list[str] = []
+
+    def count(messages: list[Msg]) -> int:
+        where.append(threading.current_thread().name)
+        return counter.raw_messages(messages)
+
+    short = [Msg("user", "x" * tokens.INLINE_COUNT_CHARS)]
+    long = [Msg("user", "x" * (tokens.INLINE_COUNT_CHARS + 1))]
+    here = threading.current_thread().name
+    assert await tokens.count_off_loop(count, short, chars=len(short[0].content)) == (
+        counter.raw_messages(short)
+    )
+    assert await tokens.count_off_loop(count, long, chars=len(long[0].content)) == (
+        counter.raw_messages(long)
+    )
+    assert await tokens.count_off_loop(count, short) == counter.raw_messages(short)
+    assert where[0] == here
+    assert where[1] != here and where[1].startswith("kopek-tokens")
+    assert where[2] != here
