@@ -159,7 +159,15 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     # on a SQLite file the message path's bot-table writes ride the ledger's one writer
     hot = SqliteHotPath(ledger.store.writer) if isinstance(ledger.store, SqliteStore) else None
     history = History(sessions, hot)
-    intake = Intake(sessions, hot)
+    # several processes share a PostgreSQL database: each message remembers who took it
+    # in, and only a dead process's are "lost" (bot.store.Intake.take_lost)
+    intake = Intake(
+        sessions,
+        hot,
+        shared=None
+        if hot is not None or path is not None
+        else (ledger.store.process_id, settings.process_dead_after_seconds),
+    )
     outbox = Outbox(sessions, bot, clock)
     streams = StreamRegistry()
     chat = ChatService(

@@ -6,7 +6,8 @@ Start-up (``on_startup``): in polling mode deleteWebhook *without* dropping pend
 updates; in webhook mode setWebhook (idempotent: every replica sets the same URL,
 secret, ``max_connections`` and ``allowed_updates``, keeping pending updates);
 setMyCommands, ledger start (sweeps holds left by a previous process), price card
-logged, users whose message was lost in a crash are asked to resend, the outbox, the
+logged, users whose message was lost in a crash are asked to resend (on a shared
+database also later, whenever another process is found dead), the outbox, the
 digest scheduler and the metrics endpoint start; ``/readyz`` turns ready. Shutdown
 (``on_shutdown``): ``/readyz`` turns 503, no new work, in-flight chat calls get
 SHUTDOWN_GRACE_SECONDS and are then cancelled (their holds settled by the ledger's rule
@@ -16,6 +17,8 @@ deletes the webhook (other replicas serve it).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -87,6 +90,7 @@ class App:
     readiness: Readiness
     dropped: Counter
     _metrics: MetricsServer | None = None
+    _lost_watch: asyncio.Task[None] | None = None
 
     async def on_startup(self) -> None:
         """Telegram first (a refused token or an unreachable API fails fast, before
@@ -107,6 +111,8 @@ class App:
         if not self.cascade.anchor:
             log.warning("no DEEPSEEK_API_KEY: running free-only (no paid anchor)")
         await self._notify_lost()
+        if self.intake.shared:
+            self._lost_watch = asyncio.create_task(self._watch_lost(), name="intake-lost")
         await self.outbox.start()
         await self.runner.start()
         if self.settings.metrics_port is not None:
@@ -138,6 +144,17 @@ class App:
         )
         log.info("webhook set (max_connections %d)", s.webhook_max_connections)
 
+    async def _watch_lost(self) -> None:
+        """Several processes on one database: every PROCESS_HEARTBEAT_SECONDS, ask the
+        users whose message a process that died had taken in to resend it (each message
+        goes to one process, see :meth:`bot.store.Intake.take_lost`)."""
+        while True:
+            await self.clock.sleep(self.settings.process_heartbeat_seconds)
+            try:
+                await self._notify_lost()
+            except Exception:  # the next round tries again; the bot goes on
+                log.exception("looking for messages of a dead process failed")
+
     async def _notify_lost(self) -> None:
         for lost in await self.intake.take_lost(self.clock.now()):
             with in_locale(self.i18n, lost.language):
@@ -148,8 +165,16 @@ class App:
             except TelegramAPIError as exc:
                 log.warning("could not tell chat %s to resend: %s", lost.chat_id, exc.message)
 
+    async def _stop_watch(self) -> None:
+        if self._lost_watch is not None:
+            self._lost_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lost_watch
+            self._lost_watch = None
+
     async def close_after_failed_start(self) -> None:
         """Release what :func:`create_app` opened when polling never started."""
+        await self._stop_watch()
         await self.outbox.stop()
         await self.runner.stop()
         await self.cascade.aclose()
@@ -169,6 +194,7 @@ class App:
             self.settings.shutdown_grace_seconds,
             stop_streams=lambda: self.streams.stop_all("shutdown"),
         )
+        await self._stop_watch()
         await self.outbox.stop()
         await self.runner.stop()
         if self._metrics is not None:

@@ -41,6 +41,9 @@ class SeenMessage(Base):
     thread_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    #: the process that took it in (PostgreSQL: ``budget_processes.process_id``): after
+    #: a crash only a dead process's messages are "lost"; ``None`` on SQLite (one process)
+    process_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 class ChatTurn(Base):

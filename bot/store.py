@@ -5,16 +5,19 @@ from __future__ import annotations
 import socket
 import sqlite3
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import asyncpg
-from sqlalchemy import ColumnElement, and_, delete, func, select, update
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy import ColumnElement, and_, delete, func, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.models import ChatTurn, SeenMessage
 from bot.sqlite_hot import SqliteHotPath
 from budget.errors import LedgerUnavailable
+from budget.models import processes
 from llm.types import Message
 
 __all__ = ["Conversation", "History", "Intake", "LostMessage", "is_storage_failure"]
@@ -86,18 +89,37 @@ class LostMessage:
 class Intake:
     """Exactly-once intake of chat messages, keyed by Telegram's (chat_id, message_id).
 
+    The unique key decides: one ``INSERT … ON CONFLICT DO NOTHING`` per message, so of
+    two processes taking in the same update at once (a webhook retried, or delivered to
+    two replicas) exactly one gets ``True``.
+
     Args:
         sessions: the bot's database.
         hot: on a SQLite file, the ledger's writer for :meth:`record` and :meth:`finish`
             (:mod:`bot.sqlite_hot`: one grouped step each instead of an ORM session);
             ``None``: through ``sessions``.
+        shared: on a database several processes share (PostgreSQL), ``(process_id,
+            dead_after_s)``: this process's id in ``budget_processes``, recorded with
+            each message, and PROCESS_DEAD_AFTER_SECONDS — :meth:`take_lost` then takes
+            only the messages of processes silent that long. ``None``: one process per
+            database (SQLite), every message left ``received`` is a previous process's.
     """
 
     def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None = None
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        hot: SqliteHotPath | None = None,
+        *,
+        shared: tuple[str, float] | None = None,
     ) -> None:
         self._sessions = sessions
         self._hot = hot
+        self._shared = shared
+
+    @property
+    def shared(self) -> bool:
+        """True when several processes share the database (see :meth:`take_lost`)."""
+        return self._shared is not None
 
     async def record(
         self,
@@ -116,7 +138,8 @@ class Intake:
 
         Returns:
             ``True`` the first time; ``False`` when Telegram delivers it again
-            (after a crash before the offset was confirmed) — it must then be dropped.
+            (after a crash before the offset was confirmed; a webhook retried or
+            delivered to another replica) — it must then be dropped.
         """
         if self._hot is not None:
             return await self._hot.record_intake(
@@ -128,23 +151,28 @@ class Intake:
                 thread_id=thread_id,
                 now=now,
             )
+        values = {
+            "chat_id": chat_id,
+            "message_id": message_id,
+            "user_id": user_id,
+            "status": status,
+            "language": language,
+            "thread_id": thread_id,
+            "received_at": now,
+            "process_id": None if self._shared is None else self._shared[0],
+        }
         async with self._sessions() as session:
-            session.add(
-                SeenMessage(
-                    chat_id=chat_id,
-                    message_id=message_id,
-                    user_id=user_id,
-                    status=status,
-                    language=language,
-                    thread_id=thread_id,
-                    received_at=now,
-                )
+            dialect = session.get_bind().dialect.name
+            insert = pg_insert if dialect == "postgresql" else sqlite_insert
+            statement = (
+                insert(SeenMessage)
+                .values(**values)
+                .on_conflict_do_nothing(index_elements=["chat_id", "message_id"])
+                .returning(SeenMessage.id)
             )
-            try:
-                await session.commit()
-            except IntegrityError:
-                return False
-        return True
+            inserted = (await session.execute(statement)).scalar_one_or_none()
+            await session.commit()
+        return inserted is not None
 
     async def relabel(self, *, chat_id: int, message_id: int, language: str) -> None:
         """Set the language a recorded message's "please resend" notice would use."""
@@ -172,25 +200,51 @@ class Intake:
             await session.commit()
 
     async def take_lost(self, now: datetime) -> list[LostMessage]:
-        """Messages left ``received`` by a previous process; marks them ``lost``.
+        """Messages left ``received`` by a process that died; marks them ``lost``.
 
-        Call once at start-up, before polling starts.
+        One process per database (SQLite): every such message is a previous process's;
+        call once at start-up, before updates are taken. Shared (PostgreSQL): only those
+        of processes without a heartbeat for ``dead_after_s`` (and those recorded without
+        a process — by an older version — that long ago); call at start and then
+        periodically. One ``UPDATE … RETURNING``: of several processes asking at once,
+        each message goes to one, so its user is asked to resend once.
         """
+        lost = SeenMessage.status == "received"
+        if self._shared is not None:
+            process_id, dead_after_s = self._shared
+            dead_before = now.timestamp() - dead_after_s
+            live = select(processes.c.process_id).where(processes.c.heartbeat_at > dead_before)
+            lost = and_(
+                lost,
+                or_(
+                    and_(
+                        SeenMessage.process_id.is_not(None),
+                        SeenMessage.process_id != process_id,
+                        SeenMessage.process_id.not_in(live),
+                    ),
+                    and_(
+                        SeenMessage.process_id.is_(None),
+                        SeenMessage.received_at < now - timedelta(seconds=dead_after_s),
+                    ),
+                ),
+            )
         async with self._sessions() as session:
             rows = (
-                await session.execute(select(SeenMessage).where(SeenMessage.status == "received"))
-            ).scalars()
-            lost = [
-                LostMessage(r.chat_id, r.message_id, r.user_id, r.language, r.thread_id)
-                for r in rows
-            ]
-            await session.execute(
-                update(SeenMessage)
-                .where(SeenMessage.status == "received")
-                .values(status="lost", finished_at=now)
-            )
+                await session.execute(
+                    update(SeenMessage)
+                    .where(lost)
+                    .values(status="lost", finished_at=now)
+                    .returning(
+                        SeenMessage.chat_id,
+                        SeenMessage.message_id,
+                        SeenMessage.user_id,
+                        SeenMessage.language,
+                        SeenMessage.thread_id,
+                    )
+                )
+            ).all()
             await session.commit()
-        return lost
+        return [LostMessage(c, m, u, lang, t) for c, m, u, lang, t in rows]
 
     async def count_today(self, since: datetime) -> int:
         """Chat messages (not commands, not those dropped before a handler) taken in

@@ -31,7 +31,11 @@ __all__ = [
 
 
 def ledger_config(settings: Settings) -> LedgerConfig:
-    """Settings → the ledger's own config (USD → µUSD)."""
+    """Settings → the ledger's own config (USD → µUSD).
+
+    On PostgreSQL the sweeper runs every PROCESS_HEARTBEAT_SECONDS (at most every 30 s,
+    the SQLite pace), so a dead process's holds are booked within
+    PROCESS_DEAD_AFTER_SECONDS + one heartbeat of its last beat."""
     caps: dict[str, int] = {}
     if settings.deepseek_daily_cap_usd is not None:
         caps["deepseek"] = usd_to_musd(settings.deepseek_daily_cap_usd) or 0
@@ -63,6 +67,9 @@ def ledger_config(settings: Settings) -> LedgerConfig:
         auto_kill_window_s=settings.auto_kill_window_minutes * 60.0,
         process_heartbeat_s=settings.process_heartbeat_seconds,
         process_dead_after_s=settings.process_dead_after_seconds,
+        sweep_interval_s=min(30.0, settings.process_heartbeat_seconds)
+        if settings.database_url.startswith("postgresql")
+        else 30.0,
         auto_kill_fraction=settings.auto_kill_fraction,
         auto_kill_musd_per_window=usd_to_musd(settings.auto_kill_usd_per_window),
     )

@@ -100,6 +100,56 @@ async def test_intake_is_exactly_once_and_finds_what_a_crash_left(
         assert row.finished_at.replace(tzinfo=UTC) == T0 + timedelta(minutes=5)
 
 
+async def test_intake_shared_by_processes_takes_each_message_once_and_only_a_dead_ones_lost(
+    sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None
+) -> None:
+    """Replicas (issue 13): the same (chat, message) taken in by two processes at once
+    is recorded once — one ``True``, one ``False`` — on both engines. A message left
+    ``received`` is lost only once its process has had no heartbeat for
+    PROCESS_DEAD_AFTER_SECONDS (60 here); a live process's messages, and this process's
+    own, are never taken; one recorded without a process (an older version) is lost
+    once it is that old; each lost message is handed to one process only."""
+    if hot is not None:
+        pytest.skip("the SQLite writer path serves one process per file (no replicas)")
+    a = Intake(sessions, shared=("proc-a", 60.0))
+    b = Intake(sessions, shared=("proc-b", 60.0))
+    both = await asyncio.gather(
+        a.record(chat_id=9, message_id=1, user_id=9, language="en", now=T0),
+        b.record(chat_id=9, message_id=1, user_id=9, language="en", now=T0),
+    )
+    assert sorted(both) == [False, True]
+    assert await b.record(chat_id=9, message_id=2, user_id=9, language="ru", now=T0)
+    legacy = Intake(sessions)  # an older version: no process recorded
+    assert await legacy.record(chat_id=10, message_id=1, user_id=10, language="en", now=T0)
+    async with sessions() as session:
+        await session.execute(
+            text(
+                "INSERT INTO budget_processes (process_id, started_at, heartbeat_at)"
+                " VALUES ('proc-a', :t, :t), ('proc-b', :t, :t)"
+            ),
+            {"t": T0.timestamp()},
+        )
+        await session.commit()
+    soon = T0 + timedelta(seconds=30)
+    assert await a.take_lost(soon) == [] and await b.take_lost(soon) == []
+
+    # proc-b stops beating; proc-a beats on, and two calls of it race for the lost ones
+    later = T0 + timedelta(seconds=90)
+    async with sessions() as session:
+        await session.execute(
+            text("UPDATE budget_processes SET heartbeat_at = :t WHERE process_id = 'proc-a'"),
+            {"t": later.timestamp() - 1},
+        )
+        await session.commit()
+    lost, again = await asyncio.gather(a.take_lost(later), a.take_lost(later))
+    taken = sorted((m.chat_id, m.message_id, m.language) for m in [*lost, *again])
+    expected = [(9, 2, "ru"), (10, 1, "en")]
+    if not both[0]:  # proc-b took in the first message: it is lost with proc-b
+        expected = [(9, 1, "en"), *expected]
+    assert taken == expected
+    assert await a.take_lost(later + timedelta(seconds=1)) == []
+
+
 async def test_history_trims_oldest_first_and_reset_counts_what_it_removed(
     sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None
 ) -> None:
