@@ -1,0 +1,112 @@
+"""Two composition roots on one PostgreSQL database (issue 13), in process: two whole
+bots (``create_app``: their own PostgreSQL ledger with its heartbeat, cascade, digest
+runner and summary cache) whose digest schedulers tick at the same moment.
+
+The first bot polls the fake Bot API (the users' commands reach it); the second is
+started with its start-up hook only (no second ``getUpdates`` consumer: polling is one
+per token), which starts its ledger, its heartbeat and its digest scheduler. Both send
+through the same fake Bot API and ask the same fake providers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+
+from bot.app import create_app
+from tests.e2e.inprocess import AppFactory, settings_from_env
+from tests.fakes.providers import FakeProviders
+from tests.fakes.telegram import FakeTelegram, SentMessage
+from tests.fakes.tme import FakeTme, TmePost
+
+ADMIN = 1
+
+
+async def _ask(tg: FakeTelegram, user: int, text: str) -> SentMessage:
+    mark = tg.mark()
+    tg.inject_message(user, text)
+    [reply] = await tg.wait_sent(user, since=mark, timeout=30.0)
+    return reply
+
+
+def _posts(name: str, count: int, title: str, tme: FakeTme) -> None:
+    now = datetime.now(UTC)
+    tme.add_posts(
+        name,
+        [
+            TmePost(
+                post_id=200 + i,
+                date=now - timedelta(hours=3 - i),
+                text=f"{title} {i}: the committee published report number {i} today.",
+            )
+            for i in range(count)
+        ],
+        title=title,
+    )
+
+
+async def test_two_replicas_ticking_at_once_send_each_digest_once_and_summarise_each_post_once(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_tme: FakeTme,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+    pg_migrated_url: str,
+) -> None:
+    """Users 61 and 62 follow a shared channel (3 posts) and one channel each (1 post),
+    digests due at the same minute; both replicas' schedulers tick at once: each user
+    gets exactly one digest, each of the 5 posts is one provider request (one hold,
+    settled), no run is left claimed and no summary pending."""
+    _posts("shared_news", 3, "Shared News", fake_tme)
+    _posts("own_61", 1, "Own Sixty One", fake_tme)
+    _posts("own_62", 1, "Own Sixty Two", fake_tme)
+    env = dict(bot_env, DATABASE_URL=pg_migrated_url, ADMIN_IDS=str(ADMIN))
+    env["DIGEST_STAGGER_SECONDS"] = "0"
+    first = app_factory(env=env)
+    await first.start()
+    for uid, own in ((61, "own_61"), (62, "own_62")):
+        await _ask(fake_telegram, uid, "/digest_off")
+        for channel in ("shared_news", own):
+            assert "Subscribed" in (await _ask(fake_telegram, uid, f"/sub @{channel}")).text
+        await _ask(fake_telegram, uid, "/digest_time 00:00")  # due since midnight (UTC)
+    second = create_app(settings_from_env(env))
+    await second.on_startup()
+    try:
+        dsn = pg_migrated_url.replace("postgresql+asyncpg://", "postgresql://")
+        conn = await asyncpg.connect(dsn)
+        try:
+            assert await conn.fetchval("SELECT count(*) FROM budget_processes") == 2
+            await conn.execute("UPDATE user_profiles SET digest_enabled = true")
+            assert first.app is not None
+            mark = fake_telegram.mark()
+            queued = await asyncio.gather(first.app.runner.tick(), second.runner.tick())
+            assert sum(queued) >= 2  # each replica queued what it found due
+            for uid in (61, 62):
+                await fake_telegram.wait_for(
+                    lambda m, uid=uid: m.chat_id == uid and "Shared News" in m.text,  # type: ignore[misc]
+                    since=mark,
+                    timeout=60,
+                )
+            await asyncio.gather(first.app.runner.drain(), second.runner.drain())
+            digests = [
+                m.chat_id
+                for m in fake_telegram.sent_events(since=mark)
+                if "Shared News" in m.text and not m.is_edit
+            ]
+            assert sorted(digests) == [61, 62], "each digest sent exactly once"
+            assert len(fake_providers.requests) == 5, "each post summarised once"
+            runs = await conn.fetch(
+                "SELECT user_id, status, claimed_by FROM digest_runs ORDER BY user_id"
+            )
+            assert [tuple(r) for r in runs] == [(61, "sent", None), (62, "sent", None)]
+            assert await conn.fetchval("SELECT count(*) FROM summary_pending") == 0
+            holds = await conn.fetch("SELECT state FROM budget_holds")
+            assert [h["state"] for h in holds] == ["settled"] * 5
+        finally:
+            await conn.close()
+    finally:
+        await second.on_shutdown()
+        await second.bot.session.close()
+    assert await first.stop() == 0
