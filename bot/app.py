@@ -42,6 +42,7 @@ from bot.routers.digests import create_digest_router
 from bot.routers.errors import create_error_router
 from bot.routers.me import create_me_router
 from bot.routers.stream import create_stream_router
+from bot.schema_watch import SchemaWatch
 from bot.sendgate import FloodGate
 from bot.settings import Settings
 from bot.sqlite_hot import SqliteHotPath
@@ -325,4 +326,5 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         streams=streams,
         readiness=Readiness(engine),
         dropped=dropped,
+        schema=SchemaWatch(engine, clock),
     )

@@ -38,6 +38,7 @@ from bot.health import Readiness
 from bot.i18n import in_locale
 from bot.metrics import MetricsServer
 from bot.outbox import Outbox
+from bot.schema_watch import SchemaWatch
 from bot.settings import Settings
 from bot.store import Intake
 from bot.streaming import StreamRegistry
@@ -89,13 +90,19 @@ class App:
     streams: StreamRegistry
     readiness: Readiness
     dropped: Counter
+    schema: SchemaWatch
     _metrics: MetricsServer | None = None
     _lost_watch: asyncio.Task[None] | None = None
 
     async def on_startup(self) -> None:
-        """Telegram first (a refused token or an unreachable API fails fast, before
-        anything else is started), then the ledger (sweeps a previous process's holds),
-        then the resend notices, the digest jobs and metrics."""
+        """The schema first (another process may have migrated it past this code since
+        this one's migrations ran: :class:`bot.migrate.SchemaMismatch` is raised, nothing
+        is started), then Telegram (a refused token or an unreachable API fails fast,
+        before anything else is started), then the ledger (sweeps a previous process's
+        holds), then the resend notices, the digest jobs, the schema watch and metrics."""
+        problem = await self.schema.check()
+        if problem is not None:
+            raise problem
         if self.settings.webhook_mode:
             await self._set_webhook()
         else:
@@ -115,6 +122,7 @@ class App:
             self._lost_watch = asyncio.create_task(self._watch_lost(), name="intake-lost")
         await self.outbox.start()
         await self.runner.start()
+        self.schema.start()
         if self.settings.metrics_port is not None:
             self._metrics = MetricsServer(
                 self.registry,
@@ -174,6 +182,7 @@ class App:
 
     async def close_after_failed_start(self) -> None:
         """Release what :func:`create_app` opened when polling never started."""
+        await self.schema.stop()
         await self._stop_watch()
         await self.outbox.stop()
         await self.runner.stop()
@@ -194,6 +203,7 @@ class App:
             self.settings.shutdown_grace_seconds,
             stop_streams=lambda: self.streams.stop_all("shutdown"),
         )
+        await self.schema.stop()
         await self._stop_watch()
         await self.outbox.stop()
         await self.runner.stop()

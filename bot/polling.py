@@ -139,6 +139,10 @@ async def _poll(settings: Settings) -> int:
                 tasks_concurrency_limit=settings.intake_max_concurrent,
                 polling_timeout=30,
             )
+    except SchemaMismatch as exc:  # a newer version migrated since this one's migrations
+        _fail(start_failure(exc, settings.database_url)[1], settings)
+        await app.close_after_failed_start()
+        return 2
     except TelegramUnauthorizedError:
         _fail("Telegram refused BOT_TOKEN (401 Unauthorized): check it with @BotFather", settings)
         await app.close_after_failed_start()

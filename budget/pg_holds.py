@@ -373,7 +373,9 @@ async def sweep(
     """Expire the holds past their TTL and every hold and operation of a dead process
     (no heartbeat after ``dead_before``, epoch seconds): each booked at its provable
     bound, estimated (:func:`budget.steps.expiry_booking`). Holds are locked in id
-    order, their buckets in key order (all deltas summed first), then operations."""
+    order, their buckets in key order (all deltas summed first), then operations; last,
+    the ``budget_processes`` rows of dead processes with nothing left held or open are
+    deleted (so the register does not grow with every restart)."""
     t = now.timestamp()
     dead = (
         "process_id <> $2 AND process_id NOT IN"
@@ -411,6 +413,17 @@ async def sweep(
         t,
         process_id,
         dead_before,
+    )
+    # a dead process whose holds and operations are all booked or ended leaves the
+    # register (absent counts as dead everywhere: a live one re-registers at its beat)
+    await conn.execute(
+        "DELETE FROM budget_processes p WHERE p.heartbeat_at <= $1 AND p.process_id <> $2"
+        " AND NOT EXISTS (SELECT 1 FROM budget_holds h"
+        " WHERE h.process_id = p.process_id AND h.state = 'held')"
+        " AND NOT EXISTS (SELECT 1 FROM budget_operations o"
+        " WHERE o.process_id = p.process_id AND o.ended_at IS NULL)",
+        dead_before,
+        process_id,
     )
     booked_total = sum(e[2] for e in expired)
     tripped = await auto_kill(conn, cfg, now) if booked_total > 0 else None

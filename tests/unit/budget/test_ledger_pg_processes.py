@@ -169,3 +169,48 @@ async def test_only_a_dead_process_holds_are_swept_and_kill_reaches_every_proces
     finally:
         await a.close()
         await b.close()
+
+
+async def _beat(ledger: Ledger) -> None:
+    store = ledger.store
+    assert isinstance(store, PgStore)
+    await store.beat()
+
+
+async def test_a_dead_process_leaves_the_register_once_its_holds_are_swept(pg_url: str) -> None:
+    """``budget_processes`` does not grow with every restart: a sweep deletes the row of
+    a process silent for PROCESS_DEAD_AFTER_SECONDS, in the transaction that booked its
+    holds and ended its operations; a live process's row stays, as does the sweeper's.
+    A process taken for dead that beats again is registered again (and its later
+    settle still books what it spent)."""
+    await create_pg_schema(pg_url)
+    clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
+    a = await _ledger(pg_url, "proc-a", clock, hold_ttl_s=600.0)
+    b = await _ledger(pg_url, "proc-b", clock, hold_ttl_s=600.0)
+    c = await _ledger(pg_url, "proc-c", clock, hold_ttl_s=600.0)
+    conn = await asyncpg.connect(asyncpg_dsn(pg_url))
+
+    async def registered() -> list[str]:
+        rows = await conn.fetch("SELECT process_id FROM budget_processes ORDER BY process_id")
+        return [r["process_id"] for r in rows]
+
+    try:
+        op = await a.begin_operation(1, Origin.CHAT)
+        req = await a.begin_request(op, "x")
+        hold = await a.reserve(op, req, provider="test", model="m", input_tokens=1, max_tokens=999)
+        assert await registered() == ["proc-a", "proc-b", "proc-c"]
+        clock.advance(30)
+        await _beat(c)  # c beats; a does not
+        assert await b.sweep() == 0
+        assert await registered() == ["proc-a", "proc-b", "proc-c"], "a is not dead yet"
+        clock.advance(40)  # a silent for 70 s, c for 40 s
+        assert await b.sweep() == 1
+        assert await registered() == ["proc-b", "proc-c"]
+        assert await conn.fetchval("SELECT COUNT(*) FROM budget_holds WHERE state = 'held'") == 0
+        await _beat(a)  # it was alive after all
+        assert await registered() == ["proc-a", "proc-b", "proc-c"]
+        assert await a.settle(hold.hold_id, Usage(input_tokens=1, output_tokens=99)) == 100
+    finally:
+        await conn.close()
+        for ledger in (a, b, c):
+            await ledger.close()
