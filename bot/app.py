@@ -140,13 +140,22 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     )
     tokens = TokenCounter(safety_factor=settings.token_safety_factor)
     # on PostgreSQL the replicas share each provider key's circuit and paced windows
-    key_store = None
+    # and GLOBAL_MAX_INFLIGHT_CALLS (leases tied to the processes' heartbeats)
+    key_store = lease_store = None
     if on_postgres:
         from budget.pg_store import PgStore  # asyncpg only when PostgreSQL is used
         from llm.pg_keys import PgKeyStates
+        from llm.pg_leases import PgLeases
 
         assert isinstance(ledger.store, PgStore)
         key_store = PgKeyStates(ledger.store, clock)
+        lease_store = PgLeases(
+            ledger.store,
+            ledger.store.process_id,
+            clock,
+            ttl_s=settings.hold_ttl_seconds,
+            dead_after_s=settings.process_dead_after_seconds,
+        )
     cascade = build_cascade(
         provider_specs_of(settings),
         ledger=ledger,
@@ -156,6 +165,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         on_event=notifier.cascade_event,
         registry=registry,
         key_store=key_store,
+        lease_store=lease_store,
     )
     # on a SQLite file the message path's bot-table writes ride the ledger's one writer
     hot = SqliteHotPath(ledger.store.writer) if isinstance(ledger.store, SqliteStore) else None

@@ -254,6 +254,21 @@ provider_keys = Table(
 )
 
 
+call_leases = Table(
+    "call_leases",
+    metadata,
+    # one row per provider call in flight in a deployment sharing a PostgreSQL database
+    # (GLOBAL_MAX_INFLIGHT_CALLS across replicas: llm.slots.DeploymentSlots,
+    # llm.pg_leases); a lease counts while its process's heartbeat is fresh and it has
+    # not lapsed (epoch seconds). Created on both engines, used on PostgreSQL only
+    Column("lease_id", String(32), primary_key=True),
+    Column("process_id", String(32), nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("taken_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+)
+
+
 def create_schema(path: str | Path) -> None:
     """Create the ledger tables in the SQLite file ``path`` (tests and benchmarks;
     production runs ``alembic upgrade head``). Idempotent."""

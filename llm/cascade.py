@@ -84,7 +84,7 @@ from llm.governed_attempt import GovernedAttempt, SkipProvider
 from llm.keygate import KeyGate, KeyStateStore
 from llm.pacing import Pacer
 from llm.providers.base import Provider
-from llm.slots import PrioritySlots
+from llm.slots import CallSlots, DeploymentSlots, LeaseStore, PrioritySlots
 from llm.stream import StreamControl
 from llm.types import Capacity, Completion, LLMRequest
 
@@ -134,6 +134,9 @@ class Cascade:
         key_store: the keys' circuits, paced windows and disables shared with the
             other processes of a deployment (:mod:`llm.keygate`); ``None`` = this
             process only.
+        lease_store: leases that make ``global_max_inflight_calls`` the limit of the
+            whole deployment (:class:`llm.slots.DeploymentSlots`); ``None`` = this
+            process's limit.
 
     Raises:
         ValueError: no providers, or two with the same name.
@@ -152,6 +155,7 @@ class Cascade:
         absent: Sequence[str] = (),
         fallback_on: tuple[type[ProviderError], ...] = FALLBACK_ON,
         key_store: KeyStateStore | None = None,
+        lease_store: LeaseStore | None = None,
     ) -> None:
         if not providers:
             raise ValueError("a cascade needs at least one provider")
@@ -174,6 +178,9 @@ class Cascade:
         )
         self.pacer = Pacer(clock, default_window_s=config.pacing_window_s)
         self.slots = PrioritySlots(config.global_max_inflight_calls)
+        self.call_slots: CallSlots = (
+            self.slots if lease_store is None else DeploymentSlots(self.slots, lease_store, clock)
+        )
         # a shared half-open trial is held at most one call's deadline and grace, + 30 s
         self.keys = KeyGate(
             self.breaker,
@@ -190,7 +197,7 @@ class Cascade:
             config=config,
             count=token_counter,
             keys=self.keys,
-            slots=self.slots,
+            slots=self.call_slots,
             sizer=sizer,
             ladder=DegradationLadder(ledger, clock, config, sizer, self._telemetry),
             telemetry=self._telemetry,

@@ -29,6 +29,7 @@ from llm.cascade import Cascade, CascadeConfig, EventSink, TokenCounter
 from llm.keygate import KeyStateStore
 from llm.names import CASCADE_ORDER, KINDS, family
 from llm.providers.base import Provider
+from llm.slots import LeaseStore
 
 if TYPE_CHECKING:  # imported at run time only for families that have a key
     from llm.providers.groq import GroqProvider
@@ -189,11 +190,13 @@ def build_cascade(
     on_event: EventSink | None = None,
     registry: CollectorRegistry | None = None,
     key_store: KeyStateStore | None = None,
+    lease_store: LeaseStore | None = None,
 ) -> Cascade:
     """The cascade over ``specs`` (in the given order), with cheap models taken from
     the specs unless ``config.cheap_models`` names them, and absent keys listed for
     ``/providers``; ``key_store`` shares the keys' circuits and paced windows with the
-    deployment's other processes (:mod:`llm.keygate`).
+    deployment's other processes (:mod:`llm.keygate`), ``lease_store`` its
+    ``global_max_inflight_calls`` (:class:`llm.slots.DeploymentSlots`).
 
     Raises:
         ValueError: no specs (no provider key configured).
@@ -213,4 +216,5 @@ def build_cascade(
         registry=registry,
         absent=[n for n in CASCADE_ORDER if n not in present],
         key_store=key_store,
+        lease_store=lease_store,
     )

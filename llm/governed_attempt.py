@@ -46,7 +46,7 @@ from llm.degradation import LADDER_REASONS, DegradationLadder
 from llm.errors import EmptyCompletion, ProviderError, ProviderUnavailable
 from llm.keygate import KeyGate
 from llm.providers.base import Provider
-from llm.slots import PrioritySlots
+from llm.slots import CallSlots
 from llm.stream import StreamControl, StreamingProvider
 from llm.streamed_attempt import StreamProgress, cancelled_usage, streamed_call
 from llm.types import Completion, LLMRequest
@@ -114,7 +114,7 @@ class GovernedAttempt:
         config: CascadeConfig,
         count: TokenCounter,
         keys: KeyGate,
-        slots: PrioritySlots,
+        slots: CallSlots,
         sizer: Sizer,
         ladder: DegradationLadder,
         telemetry: Telemetry,

@@ -5,9 +5,11 @@ a webhook each get some of the updates), and one set of provider fakes."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from llm.breaker import CircuitState
@@ -88,3 +90,46 @@ async def test_a_groq_429_seen_by_one_replica_keeps_the_other_off_that_key(
     status = (await _ask(tg2, ADMIN, "/providers")).text
     groq_line = next(line for line in status.splitlines() if line.lstrip("• ").startswith("groq "))
     assert "open" in groq_line, status
+
+
+async def test_global_max_inflight_calls_holds_across_replicas(
+    replicas: Replicas, fake_providers: FakeProviders, bot_env: dict[str, str]
+) -> None:
+    """GLOBAL_MAX_INFLIGHT_CALLS=1 on two replicas is one call in flight for both: while
+    replica 1's call waits at the provider, replica 2's message has its own process's
+    slot but no lease, and sends nothing; when the first answer comes the second call
+    goes. At most one request was ever at the providers at once, and no lease is left."""
+    bot_env["GLOBAL_MAX_INFLIGHT_CALLS"] = "1"
+    fake_providers.script(GROQ_KEY_1, {"gate": "g1", "text": "first answer"})
+    (one, tg1), (two, tg2) = await replicas(2)
+    assert one.app is not None and two.app is not None
+    mark1, mark2 = tg1.mark(), tg2.mark()
+    tg1.inject_message(7, "one")
+    await _until(lambda: len(fake_providers.requests) == 1)
+    tg2.inject_message(8, "two")
+    await _until(lambda: two.app is not None and two.app.cascade.slots.in_use == 1)
+    await asyncio.sleep(0.5)  # replica 2 is asking for a lease meanwhile
+    assert len(fake_providers.requests) == 1
+    fake_providers.open_gate("g1")
+    [first] = await tg1.wait_sent(7, since=mark1, timeout=30)
+    [second] = await tg2.wait_sent(8, since=mark2, timeout=30)
+    assert (first.text, second.text) == ("first answer", "echo: two")
+    assert fake_providers.max_concurrent == 1
+    assert len(fake_providers.requests) == 2
+    conn = await asyncpg.connect(bot_env_pg(one))
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM call_leases") == 0
+    finally:
+        await conn.close()
+
+
+def bot_env_pg(bot: InProcessBot) -> str:
+    """The asyncpg DSN of ``bot``'s database."""
+    return bot.env["DATABASE_URL"].replace("postgresql+asyncpg://", "postgresql://")
+
+
+async def _until(probe: Callable[[], bool], timeout: float = 30.0) -> None:  # noqa: ASYNC109
+    """Wait until ``probe()`` (state of the fakes and the bots, which signal nothing)."""
+    async with asyncio.timeout(timeout):
+        while not probe():  # noqa: ASYNC110 - nothing to await: the state has no event
+            await asyncio.sleep(0.02)
