@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 
 from bot.app import create_app
+from budget.pg_store import PgStore
 from tests.e2e.inprocess import AppFactory, settings_from_env
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram, SentMessage
@@ -109,4 +110,87 @@ async def test_two_replicas_ticking_at_once_send_each_digest_once_and_summarise_
     finally:
         await second.on_shutdown()
         await second.bot.session.close()
+    assert await first.stop() == 0
+
+
+async def test_a_replica_that_dies_mid_digest_is_taken_over_and_nothing_is_charged_twice(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_tme: FakeTme,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+    pg_migrated_url: str,
+) -> None:
+    """Replica 2 makes user 71's digest and hangs in its first provider call (a hold
+    is granted), then dies: its heartbeat stops. While it is alive replica 1 leaves the
+    digest alone; PROCESS_DEAD_AFTER_SECONDS later replica 1's sweep books the dead
+    one's hold at its ceiling (and drops its registration), and replica 1 makes and
+    sends the digest: one digest, each post summarised by replica 1 once. When the hung
+    call answers after all, replica 2 finds its claim gone and sends nothing; nothing
+    stays held."""
+    _posts("solo_news", 2, "Solo News", fake_tme)
+    env = dict(bot_env, DATABASE_URL=pg_migrated_url, ADMIN_IDS=str(ADMIN))
+    env.update(PROCESS_HEARTBEAT_SECONDS="1", PROCESS_DEAD_AFTER_SECONDS="4")
+    first = app_factory(env=env)
+    await first.start()
+    await _ask(fake_telegram, 71, "/digest_off")  # only /digest_now-style runs below
+    assert "Subscribed" in (await _ask(fake_telegram, 71, "/sub @solo_news")).text
+    second = create_app(settings_from_env(env))
+    await second.on_startup()
+    assert first.app is not None
+    one, two = first.app, second
+    dsn = pg_migrated_url.replace("postgresql+asyncpg://", "postgresql://")
+    conn = await asyncpg.connect(dsn)
+    fake_providers.script("groq", {"gate": "replica-2-dies", "text": "an answer too late"})
+    mark = fake_telegram.mark()
+    hung = asyncio.create_task(two.runner.run_now(71))
+    try:
+        for _ in range(600):
+            if fake_providers.requests:
+                break
+            await asyncio.sleep(0.05)
+        assert len(fake_providers.requests) == 1
+        assert (await one.runner.run_now(71)).status.value == "pending", "replica 2 has it"
+
+        # replica 2 dies: its ledger neither beats nor sweeps (which beats) from now on
+        store = two.ledger.store
+        assert isinstance(store, PgStore)
+        for task in (store._heartbeat, two.ledger._sweeper):
+            assert task is not None
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        dying = store.process_id
+        for _ in range(300):  # replica 1's own sweeper (every second) books the hold
+            state = await conn.fetchval("SELECT state FROM budget_holds")
+            if state != "held":
+                break
+            await asyncio.sleep(0.1)
+        assert state == "expired", "the dead replica's hold is booked at its ceiling"
+        registered = await conn.fetch("SELECT process_id FROM budget_processes")
+        assert dying not in {r["process_id"] for r in registered}
+        outcome = await one.runner.run_now(71)
+        assert outcome.status.value == "sent" and outcome.llm_calls == 2
+        assert len(fake_providers.requests) == 3  # the hung call, then 2 by replica 1
+        holds = await conn.fetch("SELECT state FROM budget_holds ORDER BY granted_at")
+        assert [h["state"] for h in holds] == ["expired", "settled", "settled"]
+
+        fake_providers.open_gate("replica-2-dies")  # the dead one wakes up
+        late = await asyncio.wait_for(hung, 60)
+        assert late.status.value == "pending"
+        digests = [
+            m.chat_id
+            for m in fake_telegram.sent_events(since=mark)
+            if "Solo News" in m.text and not m.is_edit
+        ]
+        assert digests == [71], "one digest, from replica 1"
+        assert "digest.taken_over user=71" in first.logs()  # replica 2 stopped, said why
+        assert await conn.fetchval("SELECT count(*) FROM budget_holds WHERE state = 'held'") == 0
+        runs = await conn.fetch("SELECT status, claimed_by FROM digest_runs")
+        assert [tuple(r) for r in runs] == [("sent", None)]
+    finally:
+        hung.cancel()
+        await asyncio.gather(hung, return_exceptions=True)
+        await conn.close()
+        await two.on_shutdown()
+        await two.bot.session.close()
     assert await first.stop() == 0
