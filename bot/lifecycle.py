@@ -164,7 +164,13 @@ class App:
                 log.exception("looking for messages of a dead process failed")
 
     async def _notify_lost(self) -> None:
-        for lost in await self.intake.take_lost(self.clock.now()):
+        found = await self.intake.take_lost(self.clock.now())
+        if found:
+            log.warning(
+                "%d messages taken in by a process that stopped unanswered: asking to resend",
+                len(found),
+            )
+        for lost in found:
             with in_locale(self.i18n, lost.language):
                 text = templates.lost_text()
             try:

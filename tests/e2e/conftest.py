@@ -13,22 +13,32 @@
   every bot it made is stopped at teardown. Behaviour tests use it; exit codes,
   signals, crashes, log redaction and ports need ``bot_factory``.
 * ``app`` — an :class:`InProcessBot` with ``bot_env``, started and polling.
+* ``replica_set`` (module) / ``webhook_replicas`` (test) — three ``python -m bot``
+  webhook replicas on one PostgreSQL database behind the fake Bot API, started once per
+  module; with ``replica_telegram``, ``replica_providers``, ``replica_database`` and the
+  overridable ``replica_env_extra`` (see ``tests/e2e/replicas.py``). A module using them
+  runs its tests in the module's event loop
+  (``pytestmark = pytest.mark.asyncio(loop_scope="module")``).
 
 Every test in this directory gets the ``e2e`` marker (``pytest -m "not e2e"`` skips them).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
+from sqlalchemy.engine import make_url
 
 from tests.e2e.harness import REPO_ROOT, BotFactory, BotProcess, bot_environment
 from tests.e2e.inprocess import AppFactory, InProcessBot
+from tests.e2e.replicas import ReplicaSet
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 from tests.fakes.tme import FakeTme
+from tests.pg import PgServer
 
 _HERE = Path(__file__).resolve().parent
 
@@ -142,3 +152,67 @@ async def app(app_factory: AppFactory) -> InProcessBot:
     instance = app_factory()
     await instance.start()
     return instance
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def replica_telegram() -> AsyncIterator[FakeTelegram]:
+    """The fake Bot API of a module's replicas (it also routes their webhook)."""
+    async with FakeTelegram() as tg:
+        yield tg
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def replica_providers() -> AsyncIterator[FakeProviders]:
+    """The provider fakes of a module's replicas."""
+    async with FakeProviders() as providers:
+        yield providers
+
+
+@pytest.fixture(scope="module")
+def replica_database(pg_server: PgServer, pg_template: str) -> Iterator[str]:
+    """A PostgreSQL database at the migrations' head, shared by a module's replicas."""
+    url = pg_server.create_database(template=pg_template)
+    yield url
+    name = make_url(url).database
+    assert name is not None
+    pg_server.drop_database(name)
+
+
+@pytest.fixture(scope="module")
+def replica_env_extra() -> dict[str, str]:
+    """Variables every replica of the module gets on top of the defaults
+    (``tests.e2e.replicas.replica_environment``); override it in a module."""
+    return {}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def replica_set(
+    tmp_path_factory: pytest.TempPathFactory,
+    replica_telegram: FakeTelegram,
+    replica_providers: FakeProviders,
+    replica_database: str,
+    replica_env_extra: dict[str, str],
+) -> AsyncIterator[ReplicaSet]:
+    """Three webhook replicas, started at once and ready (``/readyz`` 200); killed at
+    the end of the module."""
+    replicas = ReplicaSet(
+        replica_telegram,
+        replica_providers,
+        replica_database,
+        tmp_path_factory.mktemp("replicas"),
+        extra_env=replica_env_extra,
+    )
+    try:
+        await replicas.start()
+        yield replicas
+    finally:
+        await replicas.kill_all()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def webhook_replicas(replica_set: ReplicaSet) -> ReplicaSet:
+    """The module's replicas for one test: each running (a replica an earlier test
+    killed is started again) and the provider fakes reset (no scripts, no records)."""
+    await replica_set.start()
+    replica_set.providers.reset()
+    return replica_set

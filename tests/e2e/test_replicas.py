@@ -1,0 +1,210 @@
+"""Three replicas behind a webhook behave like one bot (issue 13), through real
+processes: ``python -m bot`` ×3 in webhook mode on one PostgreSQL database, the fake
+Bot API POSTing updates to them round-robin (or to a chosen one) and recording what
+they send (``tests/e2e/replicas.py``). The replicas start once for the module; a test
+that kills one leaves it to the next test's fixture to start it again.
+
+Every replica's provider is DeepSeek only, at $10 / $20 per 1M tokens: each answer is
+a paid call whose ceiling is at least 20,480 µUSD.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from decimal import Decimal
+
+import pytest
+
+from tests.e2e.harness import wait_provider_requests
+from tests.e2e.replicas import ADMIN, DEAD_AFTER_S, HEARTBEAT_S, ReplicaSet
+from tests.fakes.telegram import FakeTelegram, SentMessage
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+_SEEN = "SELECT message_id, status FROM seen_messages WHERE chat_id = $1 ORDER BY message_id"
+
+
+def _replies(tg: FakeTelegram, chat_id: int, since: int) -> list[SentMessage]:
+    return [e for e in tg.sent_events(chat_id, since=since) if not e.is_edit]
+
+
+async def _admin(tg: FakeTelegram, text: str, target: int, timeout: float = 60.0) -> SentMessage:  # noqa: ASYNC109
+    mark = tg.mark()
+    assert (await tg.deliver(tg.message_update(ADMIN, text), target=target)).taken
+    [reply] = await tg.wait_sent(ADMIN, since=mark, timeout=timeout)
+    return reply
+
+
+async def test_a_request_without_the_secret_gets_401_on_every_replica_and_nothing_happens(
+    webhook_replicas: ReplicaSet,
+) -> None:
+    """Each replica answers 401 to an update without the secret header and to one with
+    another secret: no intake row, no message, no provider call, anywhere. The same
+    update with the secret is then answered (it was not taken in before)."""
+    tg = webhook_replicas.telegram
+    update = tg.message_update(301, "is anyone there?")
+    for target in range(len(webhook_replicas)):
+        no_header = await tg.deliver(update, target=target, secret=None)
+        wrong = await tg.deliver(update, target=target, secret="not-the-secret-0123456789")
+        assert (no_header.status, wrong.status) == (401, 401)
+    assert await webhook_replicas.fetch(_SEEN, 301) == []
+    assert tg.sent_events(301) == [] and webhook_replicas.providers.requests == []
+
+    mark = tg.mark()
+    assert (await tg.deliver(update, target=2)).taken
+    [reply] = await tg.wait_sent(301, since=mark, timeout=60)
+    assert "is anyone there?" in reply.text  # the fake provider echoes the prompt
+
+
+async def test_the_same_update_on_two_replicas_is_answered_once(
+    webhook_replicas: ReplicaSet,
+) -> None:
+    """One update POSTed to replicas 1 and 2 at the same moment: both answer 200, one
+    takes it in; one provider call, one answer. Delivered once more to replica 3
+    (Telegram retrying) it is answered 200 and dropped."""
+    tg = webhook_replicas.telegram
+    update = tg.message_update(302, "only once, please")
+    mark = tg.mark()
+    first, second = await asyncio.gather(tg.deliver(update, target=0), tg.deliver(update, target=1))
+    assert (first.status, second.status) == (200, 200)
+    [reply] = await tg.wait_sent(302, since=mark, timeout=60)
+    assert "only once, please" in reply.text
+    message_id = update["message"]["message_id"]
+    await webhook_replicas.wait_rows(_SEEN, 302, expected=[(message_id, "answered")])
+    assert (await tg.deliver(update, target=2)).status == 200
+    # a duplicate is decided before its 200: nothing more can come of either POST now
+    assert len(webhook_replicas.providers.requests) == 1
+    assert len(_replies(tg, 302, mark)) == 1
+    assert [tuple(r) for r in await webhook_replicas.fetch(_SEEN, 302)] == [
+        (message_id, "answered")
+    ]
+
+
+async def test_kill_on_one_replica_refuses_new_work_on_the_others_and_unkill_restores_all(
+    webhook_replicas: ReplicaSet,
+) -> None:
+    """/kill sent to replica 1: the very next messages, delivered to replicas 2 and 3
+    right after its reply, are refused ("paused") with no provider call — the switch is
+    read at each admission, so there is no delay to wait out. /unkill sent to replica 3:
+    a message to each replica is answered again."""
+    tg = webhook_replicas.telegram
+    providers = webhook_replicas.providers
+    killed = await _admin(tg, "/kill replica drill", target=0)
+    assert "Kill switch ON" in killed.text, killed.text
+    try:
+        loop = asyncio.get_running_loop()
+        at_kill = loop.time()
+        mark = tg.mark()
+        updates = [tg.message_update(uid, f"work for {uid}") for uid in (311, 312)]
+        posts = await asyncio.gather(
+            tg.deliver(updates[0], target=1), tg.deliver(updates[1], target=2)
+        )
+        assert all(p.taken for p in posts)
+        for uid in (311, 312):
+            [refused] = await tg.wait_sent(uid, since=mark, timeout=60)
+            assert "paused" in refused.text, refused.text
+        refused_within = loop.time() - at_kill
+        assert providers.requests == []
+    finally:
+        unkilled = await _admin(tg, "/unkill", target=2)
+    assert "OFF" in unkilled.text, unkilled.text
+    mark = tg.mark()
+    for target, uid in enumerate((313, 314, 315)):
+        assert (await tg.deliver(tg.message_update(uid, f"back {uid}"), target=target)).taken
+    for uid in (313, 314, 315):
+        [answer] = await tg.wait_sent(uid, since=mark, timeout=60)
+        assert f"back {uid}" in answer.text
+    assert len(providers.requests) == 3
+    print(f"refusals on replicas 2 and 3 sent {refused_within:.2f} s after /kill's reply")
+
+
+async def test_twenty_users_at_once_under_a_global_hourly_limit_on_three_replicas(
+    webhook_replicas: ReplicaSet,
+) -> None:
+    """The global hourly limit is set (by /limit on replica 1) to what the hour has
+    booked so far + $0.05. Twenty users write at once, their updates spread round-robin
+    over the three replicas: each gets one reply; at most floor(50,000 ÷ 20,480) = 2 are
+    answers (the same exact bound as the single-process test), every other reply is a
+    refusal naming the global limit or "Busy"; DeepSeek saw exactly the answered
+    prompts; the hour's booked total stays within the limit."""
+    tg = webhook_replicas.telegram
+    providers = webhook_replicas.providers
+    bucket = (
+        "SELECT settled_musd + held_musd FROM budget_buckets WHERE level = 'global'"
+        " AND win = 'hour' ORDER BY wkey DESC LIMIT 1"
+    )
+    rows = await webhook_replicas.fetch(bucket)
+    before = int(rows[0][0]) if rows else 0
+    limit_musd = before + 50_000
+    limit = await _admin(tg, f"/limit global hour {Decimal(limit_musd) / 1_000_000}", target=0)
+    assert "hour" in limit.text, limit.text
+    providers.script("deepseek", *[{"text": "paid answer", "completion_tokens": 1024}] * 20)
+    users = list(range(320, 340))
+    try:
+        mark = tg.mark()
+        for uid in users:
+            tg.inject_message(uid, f"hello from {uid}")  # POSTed round-robin
+        replies: dict[int, SentMessage] = {}
+        for uid in users:
+            [replies[uid]] = await tg.wait_sent(uid, since=mark, timeout=90)
+        answered = [u for u, m in replies.items() if m.text == "paid answer"]
+        for uid, message in replies.items():
+            if uid not in answered:
+                assert "global" in message.text or "Busy" in message.text, message.text
+        assert 1 <= len(answered) <= 2, [m.text for m in replies.values()]
+        deepseek = providers.requests_for("deepseek")
+        assert {r.body["messages"][-1]["content"] for r in deepseek} == {
+            f"hello from {u}" for u in answered
+        }
+        targets = {d.target for d in tg.deliveries if d.taken and d.seq >= 0}
+        assert len(targets) == 3  # every replica took some of them
+        after = await webhook_replicas.fetch(bucket)
+        assert int(after[0][0]) <= limit_musd
+    finally:
+        off = await _admin(tg, "/limit global hour off", target=1)
+        assert "hour" in off.text, off.text
+
+
+async def test_sigkill_of_a_replica_mid_paid_call_is_booked_by_another_within_dead_after(
+    webhook_replicas: ReplicaSet,
+) -> None:
+    """Replica 3 holds a paid call that the provider has not answered when it is
+    SIGKILLed. Its heartbeat stops; within PROCESS_DEAD_AFTER_SECONDS (+ a heartbeat,
+    the sweepers' pace) another replica books the hold at its bound, flagged estimated
+    (an ``expiry`` event), nothing stays held and the operation is ended; the user is
+    asked once, by a live replica, to send the message again."""
+    tg = webhook_replicas.telegram
+    providers = webhook_replicas.providers
+    providers.script("deepseek", {"gate": "never-answered", "text": "too late"})
+    mark = tg.mark()
+    assert (await tg.deliver(tg.message_update(350, "an expensive question"), target=2)).taken
+    await wait_provider_requests(providers, 1, timeout=60)
+    [(hold_id, process_id, ceiling)] = await webhook_replicas.fetch(
+        "SELECT hold_id, process_id, ceiling_musd FROM budget_holds"
+        " WHERE user_id = 350 AND state = 'held'"
+    )
+    await webhook_replicas[2].kill()
+    loop = asyncio.get_running_loop()
+    killed_at = loop.time()
+    expired = "SELECT state, estimated, actual_musd >= $2 FROM budget_holds WHERE hold_id = $1"
+    await webhook_replicas.wait_rows(
+        expired, hold_id, ceiling, expected=[("expired", 1, True)], timeout=60
+    )
+    booked_after = loop.time() - killed_at
+    assert booked_after <= DEAD_AFTER_S + 2 * HEARTBEAT_S + 5.0, booked_after
+    events = await webhook_replicas.fetch(
+        "SELECT kind FROM budget_events WHERE hold_id = $1 ORDER BY id", hold_id
+    )
+    assert ("expiry",) in [tuple(e) for e in events]
+    assert await webhook_replicas.fetch("SELECT 1 FROM budget_holds WHERE state = 'held'") == []
+    assert (
+        await webhook_replicas.fetch(
+            "SELECT 1 FROM budget_operations WHERE ended_at IS NULL AND process_id = $1",
+            process_id,
+        )
+        == []
+    )
+    [notice] = await tg.wait_sent(350, since=mark, timeout=30)
+    assert "send it again" in notice.text, notice.text
+    providers.open_gate("never-answered")
+    print(f"hold of the SIGKILLed replica booked {booked_after:.2f} s after the kill")
