@@ -181,13 +181,16 @@ class SqliteHotPath:
         turns: Sequence[Turn],
         now: datetime,
     ) -> None:
-        """See :meth:`bot.store.History.append`."""
+        """See :meth:`bot.store.History.append`. Posted (:meth:`SqliteWriter.post`):
+        queued before this returns — so the next load of this conversation, queued
+        later, sees the turns — and committed with the next group, not waited for: the
+        answer is sent meanwhile (a lost turn costs no money)."""
         at = _TURN_AT(now)
         rows = [
             (user_id, chat_id, thread_id, t[0], t[1], t[2], t[3] if len(t) > 3 else None, at)
             for t in turns
         ]
-        await self._writer.txn(partial(_append, rows=rows), durable=False)
+        self._writer.post(partial(_append, rows=rows), "history turns")
 
     async def touch_profile(
         self, user_id: int, chat_id: int, language: str, digest_time: str, now: datetime

@@ -103,9 +103,12 @@ class SqliteStore:
         return await self.writer.txn(body, durable=False)
 
     async def end_operation(self, now: datetime, operation_id: str) -> None:
-        """See :meth:`budget.store.LedgerStore.end_operation`."""
-        await self.writer.txn(
-            partial(holds.end_operation, now=now, operation_id=operation_id), durable=False
+        """See :meth:`budget.store.LedgerStore.end_operation`. Posted: queued before
+        this returns (every later step sees the slot free), committed with the next
+        group, not waited for (:meth:`SqliteWriter.post`)."""
+        self.writer.post(
+            partial(holds.end_operation, now=now, operation_id=operation_id),
+            f"end of operation {operation_id}",
         )
 
     async def operation_booked_musd(self, operation_id: str) -> int:
@@ -214,7 +217,8 @@ class SqliteStore:
     async def record_calibration(
         self, now: datetime, provider: str, model: str, ratio_ppm: int, samples: int
     ) -> None:
-        """See :meth:`budget.store.LedgerStore.record_calibration`."""
+        """See :meth:`budget.store.LedgerStore.record_calibration`. Posted, not waited
+        for (:meth:`SqliteWriter.post`)."""
         body = partial(
             admin.record_calibration,
             now=now,
@@ -223,7 +227,7 @@ class SqliteStore:
             ratio_ppm=ratio_ppm,
             samples=samples,
         )
-        await self.writer.txn(body, durable=False)
+        self.writer.post(body, f"calibration of {provider}/{model}")
 
     async def set_kill(
         self, now: datetime, kind: str, scope: str, killed: bool, reason: str, by: int | None

@@ -40,11 +40,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import os
 import queue
 import sqlite3
 import threading
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,6 +56,8 @@ from budget.store import RefusedCommit
 __all__ = ["BUSY_TIMEOUT_S", "MAX_GROUP", "SqliteWriter"]
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 #: Seconds a connection waits for another process's write lock.
 BUSY_TIMEOUT_S = 15.0
@@ -99,6 +103,15 @@ def _settle_futures(results: list[_Result]) -> None:
             step.future.set_result(value)
         else:
             step.future.set_exception(value)
+
+
+def _log_posted(what: str, future: asyncio.Future[object]) -> None:
+    """Done callback of a posted step: log its failure (nobody awaits it)."""
+    if future.cancelled():
+        return
+    exc = future.exception()
+    if exc is not None:
+        log.error("%s not written (%s)", what, type(exc).__name__, exc_info=exc)
 
 
 def _unavailable(exc: BaseException | None = None) -> LedgerUnavailable:
@@ -264,6 +277,29 @@ class SqliteWriter:
             LedgerUnavailable: storage failed (nothing of this step was committed).
         """
         return await self._submit(_TXN, body, durable=durable, check_file=check_file)
+
+    def post(self, body: Callable[[sqlite3.Cursor], object], what: str) -> None:
+        """Queue ``body`` as a *grouped* step and return at once, without waiting for its
+        commit (issue 10: writes nobody waits for — the end of an operation, a history
+        turn, calibration — leave the reply's path).
+
+        The step is queued before this returns, so every step queued after it (by any
+        caller) runs after it, in the same group or a later one, and sees what it
+        wrote; it is committed like any grouped step (before :meth:`close` returns, for
+        steps posted before the close). Its failure is logged (``what`` names it), never
+        raised: use it only for writes whose loss costs no money (a lost end of
+        operation frees its slot at the next start or expiry; a lost history turn or
+        calibration sample is only that).
+
+        Raises:
+            LedgerUnavailable: the writer is closed (nothing was queued).
+        """
+        if self._thread is None:
+            raise LedgerUnavailable()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[object] = loop.create_future()
+        future.add_done_callback(partial(_log_posted, what))
+        self._queue.put(_Step(_TXN, body, (), False, False, loop, future))
 
     async def read(self, body: Callable[[sqlite3.Cursor], T]) -> T:
         """Run a read-only ``body`` on the writer's connection: a consistent snapshot
