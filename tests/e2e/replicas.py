@@ -86,7 +86,7 @@ def replica_environment(
             "DEGRADED_MIN_OUTPUT_TOKENS": "1024",
             "CHAT_MAX_OUTPUT_TOKENS": "1024",
             "USER_MAX_PER_MINUTE": "100",
-            "SHUTDOWN_GRACE_SECONDS": "2",
+            "SHUTDOWN_GRACE_SECONDS": "20",
             # $10 in / $20 out per 1M tokens: a ceiling of at least 1024 × 20 = 20,480 µUSD
             "PRICE_OVERRIDES": '{"deepseek:deepseek-chat": '
             '{"input": "10", "cached_input": "1", "output": "20"}}',

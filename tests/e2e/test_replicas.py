@@ -14,6 +14,7 @@ import asyncio
 from decimal import Decimal
 
 import pytest
+from aiohttp import ClientError, ClientSession
 
 from tests.e2e.harness import wait_provider_requests
 from tests.e2e.replicas import ADMIN, DEAD_AFTER_S, HEARTBEAT_S, ReplicaSet
@@ -208,3 +209,44 @@ async def test_sigkill_of_a_replica_mid_paid_call_is_booked_by_another_within_de
     assert "send it again" in notice.text, notice.text
     providers.open_gate("never-answered")
     print(f"hold of the SIGKILLed replica booked {booked_after:.2f} s after the kill")
+
+
+async def test_sigterm_stops_taking_updates_drains_the_answer_in_flight_and_keeps_the_webhook(
+    webhook_replicas: ReplicaSet,
+) -> None:
+    """SIGTERM to replica 1 while its paid call is at the provider: its /readyz stops
+    answering 200 and an update POSTed to it is not taken (refused or 503: Telegram
+    delivers it again elsewhere), while replica 2 takes the next one; the call in flight
+    finishes within the grace and its answer is sent; the process exits 0; the webhook
+    stays registered (no deleteWebhook)."""
+    tg = webhook_replicas.telegram
+    providers = webhook_replicas.providers
+    providers.script("deepseek", {"gate": "drain", "text": "finished while draining"})
+    mark = tg.mark()
+    assert (await tg.deliver(tg.message_update(360, "a slow one"), target=0)).taken
+    await wait_provider_requests(providers, 1, timeout=60)
+    stopping = asyncio.create_task(webhook_replicas[0].stop())
+    ready_url = webhook_replicas[0].ready_url
+    assert ready_url is not None
+    async with ClientSession() as http:
+        while True:
+            try:
+                async with http.get(ready_url) as resp:
+                    if resp.status != 200:
+                        break
+            except (OSError, ClientError):
+                break
+            await asyncio.sleep(0.05)
+    refused = await tg.deliver(tg.message_update(361, "not here"), target=0)
+    assert not refused.taken, refused
+    assert (await tg.deliver(tg.message_update(362, "here"), target=1)).taken
+    providers.open_gate("drain")
+    [answer] = await tg.wait_sent(360, since=mark, timeout=60)
+    assert answer.text == "finished while draining"
+    [other] = await tg.wait_sent(362, since=mark, timeout=60)
+    assert "here" in other.text
+    assert await stopping == 0
+    assert "deleteWebhook" not in [c["method"] for c in tg.webhook_calls]
+    assert tg.webhook is not None
+    await webhook_replicas.wait_rows(_SEEN, 360, expected=[(1, "answered")])
+    assert await webhook_replicas.fetch(_SEEN, 361) == []
