@@ -181,6 +181,16 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     )
     outbox = Outbox(sessions, bot, clock)
     streams = StreamRegistry()
+    # replicas: a user's queue counts the other live replicas' unfinished messages too
+    lanes = None
+    if on_postgres:
+        from bot.lanes import PgLanes
+        from budget.pg_store import PgStore
+
+        assert isinstance(ledger.store, PgStore)
+        lanes = PgLanes(
+            ledger.store, ledger.store.process_id, clock, settings.process_dead_after_seconds
+        )
     chat = ChatService(
         ledger=ledger,
         backend=cascade,
@@ -195,6 +205,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
             user_queue_max=settings.user_queue_max,
         ),
         record_message=ledger.record_message,
+        lanes=lanes,
     )
     repo = ProfileRepository(sessions, clock, default_digest_time=settings.digest_default_time)
     profiles = ProfileStoreAdapter(

@@ -10,6 +10,9 @@ Per-user queue: a user's messages take an in-flight slot in the order Telegram
 delivered them (USER_MAX_INFLIGHT slots); up to USER_QUEUE_MAX more wait for one, and
 take their hold only when they start. The newest messages beyond that are refused at
 once. Lanes are dropped when empty, so the per-user map does not grow without bound.
+With replicas sharing a PostgreSQL database (``lanes``: :mod:`bot.lanes`) a message's
+place also counts the user's earlier unfinished messages in that chat held by the other
+live replicas, so the queue and its order hold across them.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from bot.lanes import POLL_S, LaneStore
 from bot.store import Conversation, History
 from budget.clock import Clock
 from budget.errors import BudgetError, HoldRefused
@@ -169,6 +173,7 @@ class ChatService:
         config: chat knobs.
         record_message: counts a message against the courtesy daily cap
             (USER_DAILY_MESSAGES); raises ``HoldRefused`` (reason ``messages``) past it.
+        lanes: the other replicas' unfinished messages of a user (``None``: one process).
     """
 
     def __init__(
@@ -181,8 +186,10 @@ class ChatService:
         clock: Clock,
         config: ChatConfig,
         record_message: Callable[[int], Awaitable[int]] | None = None,
+        lanes: LaneStore | None = None,
     ) -> None:
         self._ledger = ledger
+        self._shared_lanes = lanes
         self._record_message = record_message
         self._backend = backend
         self._history = history
@@ -276,7 +283,11 @@ class ChatService:
         user_id = where.user_id
         lane = self._lanes[user_id]
         slots = self._config.user_max_inflight
-        if lane.order.index(key) >= slots + self._config.user_queue_max:
+        try:
+            place = await self._place(user_id, lane, key)
+        except HoldRefused as exc:  # the shared queue cannot be read: fail closed
+            return ChatRefused(exc.refusal, running=False)
+        if place >= slots + self._config.user_queue_max:
             return ChatFailed(FailureKind.QUEUE_FULL, running=True)
         user_msg = Message("user", text)
         user_raw = await self._raw_turn(user_msg)
@@ -290,19 +301,49 @@ class ChatService:
                 await self._record_message(user_id)
             except HoldRefused as exc:
                 return ChatRefused(exc.refusal, running=lane.order.index(key) > 0)
-        while lane.order.index(key) >= slots:
-            await lane.changed.wait()
+        try:
+            while (place := await self._place(user_id, lane, key)) >= slots:
+                await self._wait_turn(lane)
+        except HoldRefused as exc:
+            return ChatRefused(exc.refusal, running=place > 0)
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
         try:
-            others = lane.order.index(key) > 0
+            others = place > 0
             return await self._admitted(
                 where, user_msg, (tokens, user_raw), others, activity, stream
             )
         finally:
             if task is not None:
                 self._tasks.discard(task)
+
+    async def _place(self, user_id: int, lane: _Lane, key: MessageKey) -> int:
+        """``key``'s place in its user's queue (0 = first): this process's messages
+        before it, plus (shared) the other live replicas' unfinished earlier ones.
+
+        Raises:
+            budget.errors.LedgerUnavailable: the shared queue cannot be read.
+        """
+        place = lane.order.index(key)
+        if self._shared_lanes is not None and key[1] > 0:
+            place += await self._shared_lanes.ahead(user_id, key[0], key[1])
+        return place
+
+    async def _wait_turn(self, lane: _Lane) -> None:
+        """Until one of this process's messages of the user ends or (shared) for
+        :data:`bot.lanes.POLL_S` seconds."""
+        if self._shared_lanes is None:
+            await lane.changed.wait()
+            return
+        changed = asyncio.ensure_future(lane.changed.wait())
+        pause = asyncio.ensure_future(self._clock.sleep(POLL_S))
+        try:
+            await asyncio.wait({changed, pause}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in (changed, pause):
+                waiter.cancel()
+            await asyncio.gather(changed, pause, return_exceptions=True)
 
     async def _admitted(
         self,

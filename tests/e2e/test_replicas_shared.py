@@ -133,3 +133,62 @@ async def _until(probe: Callable[[], bool], timeout: float = 30.0) -> None:  # n
     async with asyncio.timeout(timeout):
         while not probe():  # noqa: ASYNC110 - nothing to await: the state has no event
             await asyncio.sleep(0.02)
+
+
+async def test_a_users_messages_keep_their_order_and_queue_across_replicas(
+    replicas: Replicas, fake_providers: FakeProviders, bot_env: dict[str, str]
+) -> None:
+    """USER_MAX_INFLIGHT=1, USER_QUEUE_MAX=1. A user's first message lands on replica 1
+    and waits at the provider; the second, sent after it, lands on replica 2 and waits
+    for its turn — no provider request — although replica 2 holds nothing else of that
+    user; the third (replica 2 too) finds one running and one queued: refused at once
+    as too many queued. When the first is answered the second goes; the provider saw
+    them in the order sent."""
+    bot_env["USER_MAX_INFLIGHT"] = "1"
+    bot_env["USER_QUEUE_MAX"] = "1"
+    fake_providers.script(GROQ_KEY_1, {"gate": "g1", "text": "first answer"})
+    (_one, tg1), (two, tg2) = await replicas(2)
+    mark1, mark2 = tg1.mark(), tg2.mark()
+    # one chat, message ids in the order sent, whichever replica each update reaches
+    updates = [tg1.message_update(7, text) for text in ("one", "two", "three")]
+    tg1.inject_update(updates[0])
+    await _until(lambda: len(fake_providers.requests) == 1)
+    tg2.inject_update({k: v for k, v in updates[1].items() if k != "update_id"})
+    await _until(lambda: two.app is not None and 7 in two.app.chat._lanes)
+    tg2.inject_update({k: v for k, v in updates[2].items() if k != "update_id"})
+    [refused] = await tg2.wait_sent(7, since=mark2, timeout=30)
+    assert "echo" not in refused.text and refused.text, refused.text
+    assert len(fake_providers.requests) == 1, "the second message did not wait its turn"
+    fake_providers.open_gate("g1")
+    [first] = await tg1.wait_sent(7, since=mark1, timeout=30)
+    [_, second] = await tg2.wait_sent(7, since=mark2, count=2, timeout=30)
+    assert (first.text, second.text) == ("first answer", "echo: two")
+    asked = [r.body["messages"][-1]["content"] for r in fake_providers.requests]
+    assert asked == ["one", "two"]
+
+
+async def test_kill_and_limits_set_on_one_replica_hold_on_the_other_at_once(
+    replicas: Replicas, fake_providers: FakeProviders
+) -> None:
+    """The free keys answer 429 (their cooldowns shared), so chat goes to the paid
+    anchor. /kill sent to replica 1: replica 2's very next message is refused as
+    paused, with no provider request; /unkill on replica 1: replica 2 answers again;
+    /limit global hour 0 on replica 1: replica 2's next message is refused naming the
+    global limit. Nothing is cached per process: each admission reads the kill switches
+    and the runtime limits in its own transaction."""
+    for target in ("groq", "mistral", "cerebras"):
+        fake_providers.script(target, *[{"status": 429, "retry_after": "600"}] * 3)
+    (_one, tg1), (_two, tg2) = await replicas(2)
+    assert "hi" in (await _ask(tg2, 8, "hi")).text
+    paid = len(fake_providers.requests_for("deepseek"))
+    assert paid == 1
+    assert "kill" in (await _ask(tg1, ADMIN, "/kill drill")).text.lower()
+    paused = await _ask(tg2, 8, "while killed")
+    assert "paused" in paused.text, paused.text
+    assert "Kill switch OFF" in (await _ask(tg1, ADMIN, "/unkill")).text
+    assert "again" in (await _ask(tg2, 8, "again")).text
+    assert len(fake_providers.requests_for("deepseek")) == paid + 1
+    await _ask(tg1, ADMIN, "/limit global hour 0")
+    limited = await _ask(tg2, 8, "over the limit")
+    assert "global" in limited.text, limited.text
+    assert len(fake_providers.requests_for("deepseek")) == paid + 1
