@@ -388,7 +388,9 @@ class RunStore:
     async def _advance_cursors(
         self, session: AsyncSession, gathered: Sequence[Gathered], now: datetime
     ) -> None:
-        for g in gathered:
+        # sources in id order: two digests (two processes on PostgreSQL) that share
+        # sources lock their rows in one order, so their transactions never deadlock
+        for g in sorted(gathered, key=lambda g: g.source_id):
             sub = await session.get(DigestSubscription, g.sub_id)
             if sub is not None and g.kind is SourceKind.FEED:
                 await self._remember(session, g.sub_id, g.seen_ids, now)
