@@ -130,7 +130,7 @@ async def test_a_replica_that_dies_mid_digest_is_taken_over_and_nothing_is_charg
     stays held."""
     _posts("solo_news", 2, "Solo News", fake_tme)
     env = dict(bot_env, DATABASE_URL=pg_migrated_url, ADMIN_IDS=str(ADMIN))
-    env.update(PROCESS_HEARTBEAT_SECONDS="1", PROCESS_DEAD_AFTER_SECONDS="4")
+    env.update(PROCESS_HEARTBEAT_SECONDS="1", PROCESS_DEAD_AFTER_SECONDS="6")
     first = app_factory(env=env)
     await first.start()
     await _ask(fake_telegram, 71, "/digest_off")  # only /digest_now-style runs below
