@@ -594,7 +594,10 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
             except TelegramAPIError:  # progress is cosmetic; the digest goes on
                 log.debug("progress edit failed", exc_info=True)
 
+        elsewhere = [False]
+
         async def progress(step: ProgressStep) -> None:
+            elsewhere[0] = step.step is Step.ELSEWHERE
             text, final = describe_step(step)
             await show(text, force=final)
 
@@ -603,6 +606,8 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
         except HoldRefused as exc:
             await show(f"refused by the ledger ({exc.refusal.reason})", force=True)
             return
+        if elsewhere[0]:
+            return  # this process made nothing: the step's line is the whole answer
         await show(
             f"{describe_status(outcome.status)} — {outcome.posts} posts, "
             f"{outcome.llm_calls} LLM calls, {outcome.cache_hits} from the cache, "

@@ -178,11 +178,24 @@ def replica_database(pg_server: PgServer, pg_template: str) -> Iterator[str]:
     pg_server.drop_database(name)
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def replica_tme() -> AsyncIterator[FakeTme]:
+    """The fake ``t.me`` of a module's replicas (channels for their digests)."""
+    async with FakeTme() as tme:
+        yield tme
+
+
 @pytest.fixture(scope="module")
-def replica_env_extra() -> dict[str, str]:
+def replica_env_extra(replica_tme: FakeTme) -> dict[str, str]:
     """Variables every replica of the module gets on top of the defaults
-    (``tests.e2e.replicas.replica_environment``); override it in a module."""
-    return {}
+    (``tests.e2e.replicas.replica_environment``); override it in a module. Default:
+    channels from the module's fake ``t.me``, and digests that may spend $1 each (their
+    summaries are paid calls: the replicas' provider is DeepSeek only), not staggered."""
+    return {
+        "TELEGRAM_WEB_BASE": replica_tme.base_url,
+        "DIGEST_MAX_USD": "1",
+        "DIGEST_STAGGER_SECONDS": "0",
+    }
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -5,12 +5,14 @@ they send (``tests/e2e/replicas.py``). The replicas start once for the module; a
 that kills one leaves it to the next test's fixture to start it again.
 
 Every replica's provider is DeepSeek only, at $10 / $20 per 1M tokens: each answer is
-a paid call whose ceiling is at least 20,480 µUSD.
+a paid call whose ceiling is at least 20,480 µUSD (and so is each digest summary; the
+replicas read channels from the module's fake ``t.me``).
 """
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -19,6 +21,7 @@ from aiohttp import ClientError, ClientSession
 from tests.e2e.harness import wait_provider_requests
 from tests.e2e.replicas import ADMIN, DEAD_AFTER_S, HEARTBEAT_S, ReplicaSet
 from tests.fakes.telegram import FakeTelegram, SentMessage
+from tests.fakes.tme import FakeTme, TmePost
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -164,6 +167,94 @@ async def test_twenty_users_at_once_under_a_global_hourly_limit_on_three_replica
     finally:
         off = await _admin(tg, "/limit global hour off", target=1)
         assert "hour" in off.text, off.text
+
+
+def _channel(tme: FakeTme, name: str, title: str, count: int) -> None:
+    now = datetime.now(UTC)
+    tme.add_posts(
+        name,
+        [
+            TmePost(
+                post_id=500 + i,
+                date=now - timedelta(hours=2, minutes=-i),
+                text=f"{title} {i}: the city council approved measure number {i}.",
+            )
+            for i in range(count)
+        ],
+        title=title,
+    )
+
+
+async def _say(tg: FakeTelegram, user: int, text: str, target: int) -> SentMessage:
+    mark = tg.mark()
+    assert (await tg.deliver(tg.message_update(user, text), target=target)).taken
+    [reply] = await tg.wait_sent(user, since=mark, timeout=60)
+    return reply
+
+
+async def _finals(tg: FakeTelegram, since: int, count: int) -> list[str]:
+    """The last texts of the admin's ``count`` /digest_now progress messages, once each
+    says how its run ended."""
+    ended = (" — ", "making or sending today's digest now")
+    for _ in range(1200):
+        last: dict[int, str] = {}
+        for event in tg.sent_events(ADMIN, since=since):
+            if event.text.startswith("Digest for "):
+                last[event.message_id] = event.text
+        if len(last) == count and all(any(e in t for e in ended) for t in last.values()):
+            return sorted(last.values())
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the runs did not end: {tg.sent_events(ADMIN, since=since)}")
+
+
+async def test_two_users_digests_at_the_same_moment_on_three_replicas_once_each(
+    webhook_replicas: ReplicaSet, replica_tme: FakeTme
+) -> None:
+    """Users 401 and 402 follow a shared channel (3 posts) and one channel each (1
+    post). /digest_now for 401 goes to replica 1 and for 402 to replica 2 at the same
+    moment, and for 401 to replica 3 as well: each user gets exactly one digest, the 5
+    posts are 5 provider requests (5 settled holds), the third replica says another
+    process has it (or that it went out), and no run stays claimed, no summary pending."""
+    tg = webhook_replicas.telegram
+    providers = webhook_replicas.providers
+    _channel(replica_tme, "city_shared", "City Shared", 3)
+    _channel(replica_tme, "city_401", "City Four Oh One", 1)
+    _channel(replica_tme, "city_402", "City Four Oh Two", 1)
+    for target, (uid, own) in enumerate(((401, "city_401"), (402, "city_402"))):
+        await _say(tg, uid, "/digest_off", target)  # the minute ticks leave them alone
+        for channel in ("city_shared", own):
+            reply = await _say(tg, uid, f"/sub @{channel}", target)
+            assert "Subscribed" in reply.text, reply.text
+    assert providers.requests == []
+
+    mark = tg.mark()
+    asks = [(401, 0), (402, 1), (401, 2)]
+    posts = await asyncio.gather(
+        *(tg.deliver(tg.message_update(ADMIN, f"/digest_now {u}"), target=t) for u, t in asks)
+    )
+    assert all(p.taken for p in posts)
+    finals = await _finals(tg, mark, 3)
+    digests = sorted(
+        e.chat_id
+        for e in tg.sent_events(since=mark)
+        if e.chat_id in (401, 402) and "City Shared" in e.text and not e.is_edit
+    )
+    assert digests == [401, 402], "each digest sent exactly once"
+    assert len(providers.requests_for("deepseek")) == 5, "each post summarised once"
+    made = [t for t in finals if ": sent — " in t and "0 posts" not in t]
+    assert [t.split(":")[0] for t in made] == ["Digest for 401", "Digest for 402"], finals
+    third = [t for t in finals if t not in made]
+    assert len(third) == 1 and third[0].startswith("Digest for 401: "), finals
+    assert "making or sending today's digest now" in third[0] or ": sent — 0 posts" in third[0]
+    runs = await webhook_replicas.fetch(
+        "SELECT user_id, status, claimed_by FROM digest_runs ORDER BY user_id"
+    )
+    assert [tuple(r) for r in runs] == [(401, "sent", None), (402, "sent", None)]
+    assert await webhook_replicas.fetch("SELECT 1 FROM summary_pending") == []
+    holds = await webhook_replicas.fetch(
+        "SELECT state FROM budget_holds WHERE user_id IN (401, 402)"
+    )
+    assert sorted(h["state"] for h in holds) == ["settled"] * 5
 
 
 async def test_sigkill_of_a_replica_mid_paid_call_is_booked_by_another_within_dead_after(
