@@ -57,6 +57,7 @@ bench: $(STAMP)
 	$(PY) bench/digest.py
 	$(PY) bench/stream.py
 	$(PY) bench/bot.py
+	$(PY) bench/bot.py --replicas 3 --backend postgres
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -23,6 +23,9 @@ Update→reply = from the driver injecting the update to the fake Bot API receiv
 overhead (Kopek − echo sequential) p50 ≤ 3 ms and p99 ≤ 10 ms; burst ≥ 25 % of the echo
 rate with every message answered; refusal p50 ≤ echo + 5 ms with 0 provider requests;
 loop lag p99 ≤ 5 ms during the burst. Takes about a minute.
+
+``python bench/bot.py --replicas 3 --backend postgres`` (issue 13): the burst on SQLite,
+on one PostgreSQL replica and on several, in one run (``bench/bot_scaling.py``).
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ class Phase:
     lags: list[float] = field(default_factory=list)
     provider_requests: int = 0
     sample: str = ""
+    server_cpu_s: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -92,25 +96,39 @@ class Driver:
     """One bot process under measurement and the fakes it talks to."""
 
     def __init__(
-        self, tg: FakeTelegram, providers: FakeProviders, proc: BotProcess, out: Path
+        self,
+        tg: FakeTelegram,
+        providers: FakeProviders,
+        proc: BotProcess | Sequence[BotProcess],
+        out: Path | Sequence[Path],
     ) -> None:
         self.tg = tg
         self.providers = providers
-        self.proc = proc
-        self.out = out
+        self.procs = [proc] if isinstance(proc, BotProcess) else list(proc)
+        self.outs = [out] if isinstance(out, Path) else list(out)
         self._dumps = 0
         self._cursor = 0
 
     async def dump(self) -> tuple[tuple[int, int, float], list[tuple[float, float]]]:
-        """Ask the probe for its counters: ((commits, fsync'd commits, CPU s) so far,
-        lag samples since the last dump)."""
+        """Ask every process's probe for its counters: ((commits, fsync'd commits, CPU s)
+        so far, summed, lag samples of all of them since the last dump)."""
         self._dumps += 1
-        assert self.proc.pid is not None
-        os.kill(self.proc.pid, signal.SIGUSR1)
+        for proc in self.procs:
+            assert proc.pid is not None
+            os.kill(proc.pid, signal.SIGUSR1)
+        totals = [0, 0, 0.0]
+        lags: list[tuple[float, float]] = []
+        for out in self.outs:
+            counts, more = await self._read(out)
+            totals = [totals[0] + counts[0], totals[1] + counts[1], totals[2] + counts[2]]
+            lags += more
+        return (int(totals[0]), int(totals[1]), float(totals[2])), lags
+
+    async def _read(self, out: Path) -> tuple[tuple[int, int, float], list[tuple[float, float]]]:
         deadline = time.monotonic() + 10
         while True:
             try:
-                body = json.loads(self.out.read_text())
+                body = json.loads(out.read_text())  # noqa: ASYNC240 - a small local file
                 if body["seq"] >= self._dumps:
                     counts = int(body["commits"]), int(body["synced"]), float(body["cpu_s"])
                     return counts, [(t, v) for t, v in body["lags"]]
@@ -319,9 +337,19 @@ def report(echo: dict[str, Phase], kopek: dict[str, Phase]) -> list[str]:
 
 
 async def main(argv: Sequence[str] | None = None) -> None:
-    """Measure both bots and print the table."""
+    """Measure both bots and print the table (or, with ``--replicas``, the burst on
+    SQLite, PostgreSQL and several PostgreSQL replicas)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.parse_args(argv)
+    parser.add_argument("--replicas", type=int, default=None, help="webhook replicas on PostgreSQL")
+    parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    args = parser.parse_args(argv)
+    if args.replicas is not None or args.backend == "postgres":
+        if args.backend != "postgres" or (args.replicas or 0) < 1:
+            parser.error("--replicas N (N >= 1) goes with --backend postgres")
+        from bench.bot_scaling import scaling
+
+        await scaling(args.replicas)
+        return
     t_start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kopek-bench-") as d:
         tmp = Path(d)
