@@ -297,11 +297,20 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp = Dispatcher(**workflow)
     bot.session.middleware(TopicRequestMiddleware())
     dp.message.outer_middleware(TopicMiddleware())
+    # replicas count a payer's updates over all of them (bot/pg_rates.py)
+    shared_rates = None
+    if on_postgres:
+        from bot.pg_rates import PgUpdateRates
+        from budget.pg_store import PgStore
+
+        assert isinstance(ledger.store, PgStore)
+        shared_rates = PgUpdateRates(ledger.store, clock)
     rate = UpdateRateMiddleware(
         settings.user_max_updates_per_minute,
         clock,
         i18n,
         on_drop=lambda: dropped.labels("update_rate").inc(),
+        shared=shared_rates,
     )
     dp.update.outer_middleware(rate)
     dp.message.outer_middleware(

@@ -26,6 +26,13 @@ over the rate is not counted and gets no too-fast notice; it makes no provider c
 (controls only stop work), and its handler is told ``over_rate=True`` so that it stays
 silent when it had nothing to stop.
 
+Replicas sharing a PostgreSQL database (``shared``: :class:`bot.pg_rates.PgUpdateRates`)
+count a payer's updates over all of them: an update this process's own window lets
+through is counted once more in the payer's shared row (the same sliding window over
+every replica's updates) and dropped when the shared window is full; the too-fast notice
+goes out once a minute whichever replica drops. If the shared row cannot be written the
+update is judged by this process's window alone (logged).
+
 Hand-written, not ``limits``/``aiolimiter``: both read the system clock, and the bot's
 time comes only from the injected clock; this is twenty lines over a deque.
 """
@@ -35,7 +42,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from aiogram import BaseMiddleware, Bot, Router
 from aiogram.dispatcher.event.handler import HandlerObject
@@ -49,6 +56,7 @@ from bot.delivery import send_text
 from bot.i18n import in_locale, pick_language
 from bot.senders import payer_id
 from budget.clock import Clock
+from budget.errors import BudgetError
 
 __all__ = ["NOT_RATE_LIMITED", "OVER_RATE", "RATE_LIMIT_FLAG", "RateGate", "UpdateRateMiddleware"]
 
@@ -69,6 +77,18 @@ NOT_RATE_LIMITED: dict[str, Any] = {RATE_LIMIT_FLAG: False}
 Handler = Callable[[TelegramObject, dict[str, Any]], Awaitable[Any]]
 
 
+class SharedRates(Protocol):
+    """The deployment-wide window (:class:`bot.pg_rates.PgUpdateRates`)."""
+
+    async def allow(self, payer_id: int, limit: int) -> bool:
+        """Count one update; False when the shared window is full."""
+        ...
+
+    async def notice_due(self, payer_id: int) -> bool:
+        """True (and remembered) when no replica sent the notice in the window."""
+        ...
+
+
 class UpdateRateMiddleware(BaseMiddleware):
     """Drops a user's updates beyond ``limit`` per 60 s (see the module docstring).
 
@@ -77,6 +97,7 @@ class UpdateRateMiddleware(BaseMiddleware):
         clock: the one clock (monotonic seconds).
         i18n: for the notice's language (the sender's Telegram language).
         on_drop: called once per dropped update (a metric), if given.
+        shared: the replicas' common window (``None``: this process only).
     """
 
     def __init__(
@@ -85,8 +106,10 @@ class UpdateRateMiddleware(BaseMiddleware):
         clock: Clock,
         i18n: I18n,
         on_drop: Callable[[], None] | None = None,
+        shared: SharedRates | None = None,
     ) -> None:
         self._limit = limit
+        self._shared = shared
         self._clock = clock
         self._i18n = i18n
         self._on_drop = on_drop
@@ -156,7 +179,7 @@ class UpdateRateMiddleware(BaseMiddleware):
         if not isinstance(user, User):
             return await handler(event, data)
         payer = _payer(event, user)
-        if payer is None or self.allow(payer):
+        if payer is None or (self.allow(payer) and await self._shared_allow(payer)):
             return await handler(event, data)
         if await self._may_be_exempt(event, data):
             data[OVER_RATE] = True  # RateGate drops it unless the chosen handler is exempt
@@ -166,7 +189,7 @@ class UpdateRateMiddleware(BaseMiddleware):
         chat = data.get("event_chat")
         bot = data.get("bot")
         private = isinstance(chat, Chat) and chat.type == "private"
-        if private and isinstance(bot, Bot) and self.notice_due(payer):
+        if private and isinstance(bot, Bot) and await self._notice_due(payer):
             assert isinstance(chat, Chat)
             log.info("payer %s over %d updates/min: dropping", payer, self._limit)
             with in_locale(self._i18n, pick_language(None, user.language_code)):
@@ -176,6 +199,26 @@ class UpdateRateMiddleware(BaseMiddleware):
             except TelegramAPIError as exc:
                 log.warning("could not send the too-fast notice: %s", exc.message)
         return None
+
+    async def _shared_allow(self, payer: int) -> bool:
+        """The replicas' window (True without one, or when it cannot be written)."""
+        if self._shared is None:
+            return True
+        try:
+            return await self._shared.allow(payer, self._limit)
+        except BudgetError:
+            log.warning("shared update rate not readable; this process's window decides")
+            return True
+
+    async def _notice_due(self, payer: int) -> bool:
+        if not self.notice_due(payer):
+            return False
+        if self._shared is None:
+            return True
+        try:
+            return await self._shared.notice_due(payer)
+        except BudgetError:
+            return True
 
 
 def _payer(event: TelegramObject, user: User) -> int | None:

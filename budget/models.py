@@ -269,6 +269,20 @@ call_leases = Table(
 )
 
 
+update_rates = Table(
+    "update_rates",
+    metadata,
+    # USER_MAX_UPDATES_PER_MINUTE across replicas sharing a PostgreSQL database
+    # (bot.pg_rates): each payer's update times in the last minute (a JSON list of epoch
+    # seconds), when they were last told "too fast", their last update. Created on both
+    # engines, used on PostgreSQL only
+    Column("payer_id", BIG, primary_key=True, autoincrement=False),
+    Column("times", Text, nullable=False),
+    Column("noticed_at", Float, nullable=True),
+    Column("last_at", Float, nullable=False),
+)
+
+
 def create_schema(path: str | Path) -> None:
     """Create the ledger tables in the SQLite file ``path`` (tests and benchmarks;
     production runs ``alembic upgrade head``). Idempotent."""

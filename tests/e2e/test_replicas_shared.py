@@ -192,3 +192,36 @@ async def test_kill_and_limits_set_on_one_replica_hold_on_the_other_at_once(
     limited = await _ask(tg2, 8, "over the limit")
     assert "global" in limited.text, limited.text
     assert len(fake_providers.requests_for("deepseek")) == paid + 1
+
+
+async def test_the_update_rate_counts_a_users_updates_on_every_replica(
+    replicas: Replicas, bot_env: dict[str, str]
+) -> None:
+    """USER_MAX_UPDATES_PER_MINUTE=3 over two replicas: two /help on replica 1 and one on
+    replica 2 are answered; the fourth (replica 2) is over the deployment's rate although
+    replica 2 saw only its second: dropped with the one "too fast" notice; the fifth
+    (replica 1) is dropped in silence — the notice of this minute was sent already."""
+    bot_env["USER_MAX_UPDATES_PER_MINUTE"] = "3"
+    (one, tg1), (_two, tg2) = await replicas(2)
+    assert one.app is not None
+    registry = one.app.registry
+
+    async def ask(tg: FakeTelegram, text: str) -> list[SentMessage]:
+        # message ids of chat 9 numbered by one fake, in the order sent
+        mark = tg.mark()
+        update = tg1.message_update(9, text)
+        tg.inject_update({k: v for k, v in update.items() if k != "update_id"})
+        return await tg.wait_sent(9, since=mark, timeout=30)
+
+    for tg in (tg1, tg1, tg2):
+        [answer] = await ask(tg, "/help")
+        assert "/me" in answer.text, answer.text
+    [notice] = await ask(tg2, "/help")
+    assert "too fast" in notice.text, notice.text
+    mark = tg1.mark()
+    tg1.inject_update(tg1.message_update(9, "/help"))
+    dropped = {"reason": "update_rate"}
+    await _until(lambda: registry.get_sample_value("kopek_dropped_total", dropped) == 1.0)
+    tg1.inject_message(10, "/start")  # another user, answered after the drop
+    await tg1.wait_sent(10, since=mark, timeout=30)
+    assert tg1.sent_events(9, since=mark) == []

@@ -91,6 +91,7 @@ def test_every_revision_up_down_up_and_head_matches_models(database_url: str) ->
         "0016_provider_keys",
         "0017_intake_process",
         "0018_call_leases",
+        "0019_update_rates",
     ]
     for rev in revisions:
         command.upgrade(cfg, rev.revision)
