@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql.dml import Delete
 
@@ -181,6 +181,30 @@ class SummaryCache:
                 .execution_options(synchronize_session=False)
             )
             return bool(taken.rowcount == 1)  # type: ignore[attr-defined]
+
+    async def prune(self) -> int:
+        """Delete the pending rows nobody will finish — their owner is dead or their
+        lease ran out (left by a process that crashed while making a summary); the next
+        process that needs such a key makes it. Returns how many were deleted."""
+        claimant = self._claimant
+        if claimant is None:
+            return 0
+        now = self._clock.now()
+        async with self._sessions() as session, session.begin():
+            gone = await session.execute(
+                delete(SummaryPending)
+                .where(
+                    or_(
+                        SummaryPending.expires_at <= now,
+                        and_(
+                            SummaryPending.owner != claimant.process_id,
+                            claimant.may_take(SummaryPending.owner, now),
+                        ),
+                    )
+                )
+                .execution_options(synchronize_session=False)
+            )
+            return int(gone.rowcount)  # type: ignore[attr-defined]
 
     async def _unlead(self, key: CacheKey) -> None:
         async with self._sessions() as session, session.begin():

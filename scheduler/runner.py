@@ -219,7 +219,12 @@ class DigestRunner:
         """Start the once-a-minute job (APScheduler ``AsyncIOScheduler``) and run a tick now.
 
         The first tick at start sends digests missed while the bot was down (late, once).
+        Summaries left pending by processes that died are forgotten first
+        (:meth:`scheduler.cache.SummaryCache.prune`).
         """
+        pruned = await self.cache.prune()
+        if pruned:
+            log.info("digest.pending_pruned count=%d", pruned)
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
         from apscheduler.triggers.interval import IntervalTrigger
 

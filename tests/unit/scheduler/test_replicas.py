@@ -11,7 +11,7 @@ and the heartbeats in ``budget_processes``, written here by hand on the injected
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -303,3 +303,32 @@ async def test_a_failed_leader_hands_the_summary_to_a_waiting_replica(sessions: 
     else:
         raise AssertionError("the leader's failure reaches its caller")
     assert await world.pending() == 0
+
+
+async def test_pending_summaries_of_dead_processes_are_pruned_and_live_ones_kept(
+    sessions: Sessions,
+) -> None:
+    """A crash can leave a ``summary_pending`` row behind. ``prune`` (run at each
+    runner start) deletes the rows of dead owners and run-out leases, and keeps a live
+    process's row within its lease and this process's own."""
+    clock = ManualClock(datetime(2026, 3, 2, 9, 0, tzinfo=UTC))
+    world = Replicas(sessions, clock)
+    await world.beat("a", "b")
+    rows = [("dead", "proc-gone", 900), ("live", "proc-a", 900), ("expired", "proc-a", -1)]
+    rows.append(("mine", "proc-b", 900))
+    async with sessions() as session, session.begin():
+        for name, owner, lease_s in rows:
+            session.add(
+                SummaryPending(
+                    key_hash=name.ljust(64, "0"),
+                    owner=owner,
+                    expires_at=clock.now() + timedelta(seconds=lease_s),
+                    created_at=clock.now(),
+                )
+            )
+    cache = SummaryCache(sessions, clock, Claimant("proc-b", DEAD_AFTER_S))
+    assert await cache.prune() == 2
+    async with sessions() as session:
+        kept = sorted((await session.execute(select(SummaryPending.key_hash))).scalars())
+    assert [k.rstrip("0") for k in kept] == ["live", "mine"]
+    assert await SummaryCache(sessions, clock).prune() == 0, "no claimant: nothing shared"
