@@ -40,7 +40,9 @@ WORKDIR /app
 # DATABASE_URL's default, sqlite+aiosqlite:///data/kopek.db, is relative to /app
 VOLUME ["/app/data"]
 USER kopek
-# the webhook server (WEBHOOK_LISTEN_PORT; set WEBHOOK_LISTEN_HOST=0.0.0.0 in a container)
+# webhook mode (WEBHOOK_URL set) listens on every interface of the container, port 8080;
+# publish it to the host's loopback for the TLS reverse proxy (compose.yaml)
+ENV WEBHOOK_LISTEN_HOST=0.0.0.0
 EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=10s --start-period=90s --retries=3 \
     CMD ["python", "-m", "bot", "healthcheck"]

@@ -56,6 +56,9 @@ def test_the_image_runs_python_m_bot_as_a_non_root_user_with_a_data_volume() -> 
     default = Settings.model_fields["database_url"].default
     assert default == "sqlite+aiosqlite:///data/kopek.db"
     assert json.loads(words["VOLUME"]) == [f"{words['WORKDIR']}/data"]
+    # webhook mode inside a container listens beyond its loopback, on the exposed port
+    assert ("ENV", "WEBHOOK_LISTEN_HOST=0.0.0.0") in final
+    assert words["EXPOSE"] == str(Settings.model_fields["webhook_listen_port"].default)
     assert final.index(("USER", words["USER"])) > max(
         i for i, (word, _) in enumerate(final) if word == "RUN"
     ), "USER comes after the last RUN (the image's files are root's, the process is not)"
