@@ -6,12 +6,15 @@ The replica tests (several processes on one PostgreSQL) are in
 from __future__ import annotations
 
 import asyncio
+import socket
 import sqlite3
 
+import pytest
 from aiohttp import ClientSession
 
+from bot.polling import run
 from tests.e2e.harness import free_port
-from tests.e2e.inprocess import AppFactory, InProcessBot
+from tests.e2e.inprocess import AppFactory, InProcessBot, settings_from_env
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 
@@ -139,3 +142,27 @@ async def test_a_webhook_message_dropped_over_the_update_rate_is_recorded_droppe
     ids = (first["message"]["message_id"], second["message"]["message_id"])
     await _wait_seen(env, [(41, ids[0], "answered"), (41, ids[1], "dropped")])
     assert len(fake_providers.requests) == 1
+
+
+async def test_a_taken_webhook_port_exits_2_in_one_line_before_telegram_is_called(
+    fake_telegram: FakeTelegram,
+    bot_env: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The process's course (``bot.polling.run``, in process): the webhook port is bound
+    before the start-up hooks, so a port in use ends the run with exit code 2 and one
+    ``kopek:`` line on stderr naming the error, without a setWebhook or any other Bot
+    API call, and the secret is not printed."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = _webhook_env(bot_env)
+        env["WEBHOOK_LISTEN_PORT"] = str(port)
+        code = await run(settings_from_env(env))
+    err = capsys.readouterr().err
+    assert code == 2
+    [line] = [ln for ln in err.splitlines() if ln.startswith("kopek:")]
+    assert "cannot start" in line and "OSError" in line, line
+    assert SECRET not in err
+    assert fake_telegram.requests() == []
