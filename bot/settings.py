@@ -47,6 +47,8 @@ _TOKEN = re.compile(r"[0-9]+:\S+")
 #: 256), at least 16 characters: a short one could be guessed, and secrets under 6
 #: characters cannot be redacted from logs.
 _WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{16,256}")
+#: The ports Telegram delivers webhooks to (core.telegram.org/bots/api#setwebhook).
+_WEBHOOK_PORTS = (443, 80, 88, 8443)
 #: A webhook path: a leading slash, then URL-safe characters.
 _WEBHOOK_PATH = re.compile(r"/[A-Za-z0-9/_.-]*")
 #: Paths of the health endpoints, served beside the webhook (and by the metrics server).
@@ -269,6 +271,10 @@ class Settings(BaseSettings):
             )
         if parts.password or parts.username:
             raise ValueError("must not carry a user or password")
+        if parts.port not in (None, *_WEBHOOK_PORTS):
+            raise ValueError(
+                f"port {parts.port}: Telegram calls webhooks on ports 443, 80, 88 or 8443 only"
+            )
         return value
 
     @field_validator("webhook_secret", mode="before")

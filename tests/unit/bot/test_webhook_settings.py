@@ -32,7 +32,7 @@ def test_polling_is_the_default_and_webhook_url_turns_webhook_mode_on() -> None:
     """Without WEBHOOK_URL the bot polls; with it (and a secret) it serves a webhook on
     the documented defaults."""
     assert _settings().webhook_mode is False
-    s = _settings(webhook_url="https://bot.example.org/tg", webhook_secret=SECRET)
+    s = _settings(webhook_url="https://bot.example.org:8443/tg", webhook_secret=SECRET)
     assert s.webhook_mode is True
     assert (s.webhook_listen_host, s.webhook_listen_port, s.webhook_path) == (
         "127.0.0.1",
@@ -60,6 +60,11 @@ def test_polling_is_the_default_and_webhook_url_turns_webhook_mode_on() -> None:
         ),
         ({"webhook_url": HOOK, "webhook_secret": "short-1"}, "webhook_secret", "16-256"),
         ({"webhook_url": HOOK, "webhook_secret": "x" * 15 + "!"}, "webhook_secret", "16-256"),
+        (
+            {"webhook_url": "https://bot.example.org:8080/tg", "webhook_secret": SECRET},
+            "webhook_url",
+            "443, 80, 88 or 8443",
+        ),
         ({"webhook_path": "telegram"}, "webhook_path", "URL path"),
         ({"webhook_path": "/healthz"}, "webhook_path", "health"),
         ({"webhook_max_connections": 101}, "webhook_max_connections", "100"),
