@@ -53,9 +53,8 @@ async def test_a_groq_429_seen_by_replica_1_keeps_replicas_2_and_3_off_that_key(
     [limited] = providers.requests_for("groq", KEY_1)
     ends = limited.at + COOLDOWN_S
     for target, uid in ((1, 402), (2, 403)):
-        assert f"to replica {target + 1}" in (
-            await _ask(tg, uid, f"to replica {target + 1}", target=target)
-        ).text
+        text = f"to replica {target + 1}"
+        assert text in (await _ask(tg, uid, text, target=target)).text
     on_key_2 = providers.requests_for("groq", KEY_2)
     assert len(on_key_2) == 3 and max(r.at for r in on_key_2) < ends, "not within the cooldown"
     assert len(providers.requests_for("groq", KEY_1)) == 1
