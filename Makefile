@@ -55,6 +55,7 @@ test: $(STAMP) lint
 bench: $(STAMP)
 	$(PY) bench/ledger.py
 	$(PY) bench/digest.py
+	$(PY) bench/claims.py
 	$(PY) bench/stream.py
 	$(PY) bench/bot.py
 	$(PY) bench/bot.py --replicas 3 --backend postgres
