@@ -357,7 +357,9 @@ class ChatService:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
         try:
-            op = await self._ledger.begin_operation(where.user_id, Origin.CHAT)
+            # admitted with its first hold, in that hold's ledger step (issue 10); a
+            # refusal of the admission then comes from the cascade, handled below
+            op = await self._ledger.begin_operation(where.user_id, Origin.CHAT, deferred=True)
         except HoldRefused as exc:
             return ChatRefused(exc.refusal, running=others_running)
         try:

@@ -102,10 +102,17 @@ class LedgerPort(Protocol):
         *,
         max_musd: int | None = None,
         max_requests: int | None = None,
+        deferred: bool = False,
     ) -> OperationTicket:
         """Admit an operation: checks kill switch (global and scoped), the user's
         in-flight slots (USER_MAX_INFLIGHT) and start rate (USER_MAX_PER_MINUTE).
         ``max_musd``/``max_requests`` default to the origin's caps from settings.
+
+        ``deferred``: the implementation may admit it with its first request and
+        first hold, in one step (SQLite: :meth:`budget.ledger.Ledger.begin_operation`);
+        the admission's refusals are then raised by the first :meth:`reserve`, and
+        an operation ended before any hold leaves nothing. Callers must treat a
+        ``HoldRefused`` from ``reserve`` like one from here.
 
         Raises:
             HoldRefused: reason kill, inflight, rate (or messages).

@@ -52,11 +52,20 @@ from budget.steps import (
     reserve_refusal,
     settle_plan,
 )
-from budget.store import Cursor, Pricer, SettleOutcome, SweepOutcome, UnknownOperation
+from budget.store import (
+    Admission,
+    Cursor,
+    Pricer,
+    RefusedCommit,
+    SettleOutcome,
+    SweepOutcome,
+    UnknownOperation,
+)
 from budget.types import Origin, Usage
 from budget.windows import window_keys
 
 __all__ = [
+    "admit",
     "begin_operation",
     "begin_request",
     "end_operation",
@@ -91,8 +100,10 @@ def begin_operation(
     origin: Origin,
     max_musd: int,
     max_requests: int,
+    op_id: str | None = None,
 ) -> OperationTicket:
-    """Admit an operation (kill, in-flight, rate) and take an in-flight slot."""
+    """Admit an operation (kill, in-flight, rate) and take an in-flight slot
+    (``op_id``: its id, chosen by the caller; ``None``: a new one)."""
     t = now.timestamp()
     team = team_of(cur, user_id)
     ks = kill_of(cur, user_id, team)
@@ -105,7 +116,7 @@ def begin_operation(
     )
     if refusal is not None:
         raise refuse(cur, cfg.tz, now, refusal, user_id)
-    op_id = uuid.uuid4().hex
+    op_id = op_id or uuid.uuid4().hex
     cur.execute(
         OPERATION_INSERT,
         operation_row(cfg, process_id, now, op_id, user_id, origin, team, max_musd, max_requests),
@@ -133,9 +144,15 @@ def operation_booked_musd(cur: Cursor, operation_id: str) -> int:
 
 
 def begin_request(
-    cur: Cursor, cfg: LedgerConfig, now: datetime, operation_id: str, fingerprint: str
+    cur: Cursor,
+    cfg: LedgerConfig,
+    now: datetime,
+    operation_id: str,
+    fingerprint: str,
+    req_id: str | None = None,
 ) -> str:
-    """Count a request in the operation; refuse a repeat fingerprint or too many."""
+    """Count a request in the operation; refuse a repeat fingerprint or too many
+    (``req_id``: its id, chosen by the caller; ``None``: a new one)."""
     user_id, _, _, _, max_requests, n, _, _ = _open_op(cur, operation_id)
     cur.execute(
         "SELECT 1 FROM budget_requests WHERE operation_id = ? AND fingerprint = ?",
@@ -144,7 +161,7 @@ def begin_request(
     refusal = request_refusal(cur.fetchone() is not None, n, max_requests)
     if refusal is not None:
         raise refuse(cur, cfg.tz, now, refusal, user_id)
-    req_id = uuid.uuid4().hex
+    req_id = req_id or uuid.uuid4().hex
     day_key = window_keys(now, cfg.tz).day_key
     cur.execute(REQUEST_INSERT, (req_id, operation_id, fingerprint, now.timestamp(), day_key))
     cur.execute(
@@ -206,6 +223,55 @@ def reserve(
         (ceiling_musd, max(op_exp, expires), operation_id),
     )
     return HoldTicket(hold_id, provider, model, ceiling_musd, list_ceiling_musd, now)
+
+
+def admit(
+    cur: Cursor,
+    cfg: LedgerConfig,
+    process_id: str,
+    now: datetime,
+    admission: Admission,
+    hold: dict[str, Any] | None,
+) -> HoldTicket | RefusedCommit | None:
+    """A deferred admission in one step (issue 10): :func:`begin_operation` with the
+    caller's operation id, then its pending :func:`begin_request` (if any), then
+    ``hold`` (the keyword arguments of :func:`reserve` past ``operation_id``, if any).
+
+    Returns:
+        the granted hold (``None`` when no ``hold`` was asked); or the refusal of the
+        request or of the hold, *returned* (its event written): the operation and the
+        request exist from then on, so the caller must know the step went that far.
+
+    Raises:
+        RefusedCommit: the admission itself was refused (kill, in-flight, rate): no
+            operation was created.
+    """
+    begin_operation(
+        cur,
+        cfg,
+        process_id,
+        now,
+        admission.user_id,
+        admission.origin,
+        admission.max_musd,
+        admission.max_requests,
+        op_id=admission.operation_id,
+    )
+    try:
+        if admission.request_id is not None and admission.fingerprint is not None:
+            begin_request(
+                cur,
+                cfg,
+                now,
+                admission.operation_id,
+                admission.fingerprint,
+                req_id=admission.request_id,
+            )
+        if hold is None:
+            return None
+        return reserve(cur, cfg, process_id, now, operation_id=admission.operation_id, **hold)
+    except RefusedCommit as refused:
+        return refused
 
 
 def remaining_musd(

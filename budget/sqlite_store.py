@@ -39,7 +39,14 @@ from budget.sqlite_corrections import apply_corrections
 from budget.sqlite_rows import kill_states, teams
 from budget.sqlite_writer import BUSY_TIMEOUT_S, SqliteWriter
 from budget.status import KillState, LedgerStatus, TeamStatus, UserStatus
-from budget.store import Pricer, SettleOutcome, SweepOutcome, UnknownOperation
+from budget.store import (
+    Admission,
+    Pricer,
+    RefusedCommit,
+    SettleOutcome,
+    SweepOutcome,
+    UnknownOperation,
+)
 from budget.types import Level, Origin, Usage, Window
 
 if TYPE_CHECKING:
@@ -160,6 +167,31 @@ class SqliteStore:
             margin_musd=margin_musd,
         )
         return await self.writer.txn(body, check_file=True)
+
+    async def admit(
+        self, now: datetime, admission: Admission, hold: dict[str, Any] | None
+    ) -> HoldTicket | RefusedCommit | None:
+        """A deferred admission, its first request and (``hold``: :meth:`reserve`'s
+        arguments past ``operation_id``, by name) its first hold in ONE step
+        (:func:`budget.sqlite_holds.admit`); durable when it holds, grouped otherwise.
+
+        Returns:
+            the hold; ``None`` when none was asked; a refusal of the request or the
+            hold (the operation and request exist).
+
+        Raises:
+            HoldRefused: the admission was refused (no operation was created).
+            LedgerUnavailable: storage failed (nothing of the step was written).
+        """
+        body = partial(
+            holds.admit,
+            cfg=self.config,
+            process_id=self.process_id,
+            now=now,
+            admission=admission,
+            hold=hold,
+        )
+        return await self.writer.txn(body, check_file=hold is not None, durable=hold is not None)
 
     async def remaining_musd(self, now: datetime, operation_id: str, provider: str) -> int | None:
         """See :meth:`budget.store.LedgerStore.remaining_musd`."""

@@ -16,6 +16,7 @@ refusal event.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from budget.reconcile import PlannedCorrection
 
 __all__ = [
+    "Admission",
     "Cursor",
     "LedgerStore",
     "Pricer",
@@ -65,6 +67,28 @@ class Cursor(Protocol):
     def fetchone(self) -> Any: ...
 
     def fetchall(self) -> list[Any]: ...
+
+
+@dataclass(slots=True)
+class Admission:
+    """An operation whose admission is deferred to its first hold (issue 10: one
+    ledger step instead of three; see :meth:`budget.ledger.Ledger.begin_operation`).
+
+    Attributes:
+        operation_id: the id the operation will have (chosen at once).
+        user_id, origin: as for ``begin_operation``.
+        max_musd, max_requests: the operation's caps (µUSD; requests).
+        fingerprint, request_id: its first request, once ``begin_request`` was asked
+            (``None`` before).
+    """
+
+    operation_id: str
+    user_id: int
+    origin: Origin
+    max_musd: int
+    max_requests: int
+    fingerprint: str | None = None
+    request_id: str | None = None
 
 
 class RefusedCommit(Exception):

@@ -148,7 +148,9 @@ class FakeLedger:
         *,
         max_musd: int | None = None,
         max_requests: int | None = None,
+        deferred: bool = False,
     ) -> OperationTicket:
+        del deferred  # admitted at once: the refusals come here, as on PostgreSQL
         if self.killed:
             raise self._refuse(Refusal(RefusalReason.KILL))
         ticket = OperationTicket(f"op{next(self._ids)}", user_id, origin, None)

@@ -33,7 +33,9 @@ class FakeLedger:
         *,
         max_musd: int | None = None,
         max_requests: int | None = None,
+        deferred: bool = False,
     ) -> OperationTicket:
+        del deferred
         self.begun.append(user_id)
         if self.refusal is not None:
             raise HoldRefused(self.refusal)
