@@ -126,14 +126,15 @@ class LedgerMachine(RuleBasedStateMachine):
         """Run one ledger call to completion on the machine's loop."""
         return self.loop.run_until_complete(coro)
 
-    @rule(target=holds, user=st.integers(1, 3), ceiling=st.integers(2, 900))
-    def reserve(self, user: int, ceiling: int) -> str:
-        """Try a hold; a refusal holds nothing (checked by the invariants)."""
+    @rule(target=holds, user=st.integers(1, 3), ceiling=st.integers(2, 900), deferred=st.booleans())
+    def reserve(self, user: int, ceiling: int, deferred: bool) -> str:
+        """Try a hold (its operation admitted at once, or with the hold: ``deferred``);
+        a refusal holds nothing (checked by the invariants)."""
 
         async def go() -> str:
             try:
                 op = await self.ledger.begin_operation(
-                    user, Origin.CHAT, max_musd=10**9, max_requests=10**6
+                    user, Origin.CHAT, max_musd=10**9, max_requests=10**6, deferred=deferred
                 )
             except HoldRefused:
                 return ""
