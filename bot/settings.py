@@ -22,6 +22,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from bot.senders import SERVICE_USER_IDS
+from budget.config import DEAD_AFTER_HEARTBEATS
 from budget.money import usd_to_musd  # re-exported: the settings speak USD, the ledger µUSD
 from llm.names import CASCADE_ORDER, family
 
@@ -359,10 +360,12 @@ class Settings(BaseSettings):
                 f"HOLD_TTL_SECONDS ({self.hold_ttl_seconds}) must exceed "
                 f"PROVIDER_TIMEOUT_SECONDS ({self.provider_timeout_seconds})"
             )
-        if self.process_dead_after_seconds <= self.process_heartbeat_seconds:
+        if self.process_dead_after_seconds < DEAD_AFTER_HEARTBEATS * self.process_heartbeat_seconds:
             raise ValueError(
-                f"PROCESS_DEAD_AFTER_SECONDS ({self.process_dead_after_seconds}) must exceed "
-                f"PROCESS_HEARTBEAT_SECONDS ({self.process_heartbeat_seconds})"
+                f"PROCESS_DEAD_AFTER_SECONDS ({self.process_dead_after_seconds}) must be at least "
+                f"{DEAD_AFTER_HEARTBEATS} × PROCESS_HEARTBEAT_SECONDS "
+                f"({self.process_heartbeat_seconds}): a live process whose heartbeat runs late "
+                "under load would be taken for dead and its holds and messages taken over"
             )
         if self.token_safety_factor < 1:
             raise ValueError("TOKEN_SAFETY_FACTOR must be >= 1 (the ceiling is an upper bound)")

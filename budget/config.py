@@ -14,7 +14,12 @@ from budget.errors import BudgetConfigError
 from budget.types import Level, Origin, Window
 from budget.windows import zone
 
-__all__ = ["LedgerConfig", "OperationCaps"]
+#: PROCESS_DEAD_AFTER_SECONDS must be at least this many heartbeats: with 2 s over a 0.5 s
+#: heartbeat a live replica on a loaded machine was taken for dead (its user told to resend
+#: mid-answer); three missed beats in a row is what "dead" means here.
+DEAD_AFTER_HEARTBEATS = 3
+
+__all__ = ["DEAD_AFTER_HEARTBEATS", "LedgerConfig", "OperationCaps"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +63,8 @@ class LedgerConfig:
             heartbeats (PROCESS_HEARTBEAT_SECONDS).
         process_dead_after_s: PostgreSQL ledger: a process whose last heartbeat is
             older than this many seconds is dead and its holds are swept
-            (PROCESS_DEAD_AFTER_SECONDS; must exceed the heartbeat interval).
+            (PROCESS_DEAD_AFTER_SECONDS; at least :data:`DEAD_AFTER_HEARTBEATS`
+            heartbeat intervals).
         synchronous: SQLite ``synchronous`` pragma of the ledger's writer; see
             :mod:`budget.sqlite_store` for what each guarantees.
     """
@@ -109,9 +115,10 @@ class LedgerConfig:
         )
         if any(v is not None and v < 0 for v in limits):
             raise BudgetConfigError("limits must be >= 0")
-        if self.process_dead_after_s <= self.process_heartbeat_s:
+        if self.process_dead_after_s < DEAD_AFTER_HEARTBEATS * self.process_heartbeat_s:
             raise BudgetConfigError(
-                "PROCESS_DEAD_AFTER_SECONDS must exceed PROCESS_HEARTBEAT_SECONDS"
+                f"PROCESS_DEAD_AFTER_SECONDS must be at least {DEAD_AFTER_HEARTBEATS} × "
+                "PROCESS_HEARTBEAT_SECONDS"
             )
         if self.auto_kill_fraction < 0:
             raise BudgetConfigError("AUTO_KILL_FRACTION must be >= 0")

@@ -84,3 +84,29 @@ def test_start_failures_name_the_database_without_credentials() -> None:
         "cannot prepare the database d/k.db: PermissionError: [Errno 13] Permission denied",
     )
     assert all("secret-pw" not in text for text in (location(url), line))
+
+
+@pytest.mark.parametrize(("beat", "dead"), [(10.0, 29.0), (1.0, 2.0), (0.5, 1.0)])
+def test_dead_after_shorter_than_three_heartbeats_is_refused(beat: float, dead: float) -> None:
+    """A replica on a loaded machine with a 0.5 s heartbeat and 2 s dead-after was taken for
+    dead by another, whose "please resend" reached a user mid-answer; three beats is the floor."""
+    with pytest.raises(ValidationError) as caught:
+        Settings(
+            _env_file=None,
+            bot_token="1:x",
+            groq_api_key="k",
+            process_heartbeat_seconds=beat,
+            process_dead_after_seconds=dead,
+        )
+    assert "at least 3 × PROCESS_HEARTBEAT_SECONDS" in str(caught.value)
+
+
+def test_dead_after_of_three_heartbeats_is_accepted() -> None:
+    settings = Settings(
+        _env_file=None,
+        bot_token="1:x",
+        groq_api_key="k",
+        process_heartbeat_seconds=2.0,
+        process_dead_after_seconds=6.0,
+    )
+    assert settings.process_dead_after_seconds == 6.0
