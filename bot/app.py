@@ -256,8 +256,13 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         fetcher=fetchers,
         config=digest_config(settings),
         count_tokens=tokens.text,
-        # each run and summary claimed by this process (replicas on one PostgreSQL)
-        claimant=Claimant(ledger.store.process_id, settings.process_dead_after_seconds),
+        # replicas on one PostgreSQL: each run and summary claimed by one process;
+        # SQLite has one process per file (the instance lock): nothing to claim
+        claimant=(
+            Claimant(ledger.store.process_id, settings.process_dead_after_seconds)
+            if on_postgres
+            else None
+        ),
     )
 
     workflow = WorkflowData(

@@ -11,9 +11,10 @@ of the same row waits for the first's commit and then re-checks its ``WHERE`` ag
 the committed row (``READ COMMITTED``), so two processes never both win; SQLite runs one
 writer at a time.
 
-SQLite has one process per file (the instance lock) and no heartbeats: a claim left by
-an earlier process of the file (a crash) names a process with no heartbeat, so it is
-taken over at once — as the single-process runner always resumed runs at start.
+SQLite has one process per file (the instance lock): the bot claims nothing there (no
+claimant). Were claims used on SQLite, which has no heartbeats, a claim left by an
+earlier process of the file (a crash) would name a process with no heartbeat and be
+taken over at once — as the single-process runner resumes runs at start.
 
 Heartbeat times are epoch seconds of the injected clock (the ledger's clock is the
 app's one clock), as the ledger's sweep reads them.
