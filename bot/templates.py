@@ -288,8 +288,11 @@ def stale_text() -> str:
 
 
 def lost_text() -> str:
-    """A message whose answer was lost in a crash."""
-    return _("🕰 I restarted while answering your last message. Please send it again.")
+    """A message whose answer was lost in a crash: of this process, or of a replica that
+    died while answering (so not "I restarted": the other replicas did not)."""
+    return _(
+        "🕰 I was interrupted while answering your last message, and the answer was lost. Please send it again."
+    )
 
 
 def shutting_down_text() -> str:
