@@ -11,8 +11,10 @@ once (module-scoped fixtures in ``tests/e2e/conftest.py``):
   fakes (in the module's event loop: mark the module
   ``pytestmark = pytest.mark.asyncio(loop_scope="module")``);
 * ``replica_database`` — a PostgreSQL database at the migrations' head for the module;
-* ``replica_env_extra`` — ``{}``; a module overrides this fixture to change the replicas'
-  environment (e.g. ``{"BUDGET_GLOBAL_DAILY_USD": "1"}``);
+* ``replica_tme`` — the module's fake ``t.me`` (channels for digests);
+* ``replica_env_extra`` — by default ``TELEGRAM_WEB_BASE`` (that fake ``t.me``),
+  ``DIGEST_MAX_USD=1`` and ``DIGEST_STAGGER_SECONDS=0``; a module overrides this fixture
+  to change the replicas' environment (e.g. ``{"BUDGET_GLOBAL_DAILY_USD": "1"}``);
 * ``replica_set`` — the :class:`ReplicaSet`, started (module scope);
 * ``webhook_replicas`` — the same set for one test: every replica running again (one
   SIGKILLed by an earlier test is restarted) and the provider fakes reset.
