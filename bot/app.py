@@ -181,6 +181,14 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     )
     outbox = Outbox(sessions, bot, clock)
     streams = StreamRegistry()
+    if on_postgres:  # /kill hard cuts every replica's streams (bot/signals.py)
+        from bot.signals import KILL_HARD, PgSignals, SignalWatcher
+        from budget.pg_store import PgStore
+
+        assert isinstance(ledger.store, PgStore)
+        streams.kill_watch = SignalWatcher(
+            PgSignals(ledger.store, clock), KILL_HARD, clock, lambda: streams.stop_all("kill")
+        )
     # replicas: a user's queue counts the other live replicas' unfinished messages too
     lanes = None
     if on_postgres:

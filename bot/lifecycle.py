@@ -118,6 +118,8 @@ class App:
         if not self.cascade.anchor:
             log.warning("no DEEPSEEK_API_KEY: running free-only (no paid anchor)")
         await self._notify_lost()
+        if self.streams.kill_watch is not None:  # /kill hard on another replica
+            await self.streams.kill_watch.start()
         if self.intake.shared:
             self._lost_watch = asyncio.create_task(self._watch_lost(), name="intake-lost")
         await self.outbox.start()
@@ -190,6 +192,8 @@ class App:
         """Release what :func:`create_app` opened when polling never started."""
         await self.schema.stop()
         await self._stop_watch()
+        if self.streams.kill_watch is not None:
+            await self.streams.kill_watch.stop()
         await self.outbox.stop()
         await self.runner.stop()
         await self.cascade.aclose()
@@ -211,6 +215,8 @@ class App:
         )
         await self.schema.stop()
         await self._stop_watch()
+        if self.streams.kill_watch is not None:
+            await self.streams.kill_watch.stop()
         await self.outbox.stop()
         await self.runner.stop()
         if self._metrics is not None:

@@ -70,6 +70,7 @@ from bot.delivery import (
 )
 from bot.metrics import delivery_failure_reason
 from bot.outbox import Outbox
+from bot.signals import SignalWatcher
 from budget.clock import Clock
 from llm.stream import StreamControl
 
@@ -196,6 +197,9 @@ class StreamRegistry:
     gate: ChatGate = field(default_factory=lambda: ChatGate())
     #: set (and dropped) when a stream leaves; created by whoever waits for that
     _left: asyncio.Event | None = None
+    #: replicas on one PostgreSQL: tells the others of a ``/kill hard`` and cuts this
+    #: one's streams when another raised it (:mod:`bot.signals`); ``None``: one process
+    kill_watch: SignalWatcher | None = None
 
     def __repr__(self) -> str:
         return f"StreamRegistry(in_flight={len(self._live)})"

@@ -283,6 +283,18 @@ update_rates = Table(
 )
 
 
+runtime_signals = Table(
+    "runtime_signals",
+    metadata,
+    # replicas sharing a PostgreSQL database: a signal's generation grows each time one
+    # raises it, the others act on it at their next look (bot.signals: /kill hard).
+    # Created on both engines, used on PostgreSQL only
+    Column("name", String(32), primary_key=True),
+    Column("generation", BIG, nullable=False),
+    Column("raised_at", Float, nullable=False),
+)
+
+
 def create_schema(path: str | Path) -> None:
     """Create the ledger tables in the SQLite file ``path`` (tests and benchmarks;
     production runs ``alembic upgrade head``). Idempotent."""

@@ -27,6 +27,7 @@ from bot.delivery import send_text
 from bot.ratelimit import NOT_RATE_LIMITED
 from bot.senders import is_on_behalf_of_chat
 from bot.settings import Settings
+from bot.signals import POLL_S as SIGNAL_POLL_S
 from bot.store import Intake
 from bot.streaming import StreamRegistry
 from bot.templates import format_reset
@@ -427,6 +428,14 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
             )
             return
         cut, waiting = streams.stop_counted("kill") if streams is not None else (0, 0)
+        elsewhere = ""
+        if streams is not None and streams.kill_watch is not None:
+            try:  # the other replicas cut theirs at their next look (bot.signals)
+                await streams.kill_watch.raise_here()
+                elsewhere = f"; the other replicas cut theirs within {SIGNAL_POLL_S:g} s"
+            except LedgerUnavailable:
+                log.warning("/kill hard: the other replicas could not be told")
+                elsewhere = "; the other replicas could not be told (database unavailable)"
         unsettled = await streams.wait_stopped(CUT_SETTLE_WAIT_S) if streams is not None else 0
         after = (await ledger.status()).exposure_musd
         settled = (
@@ -444,7 +453,8 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
             bot,
             message,
             f"{head} New LLM work is refused; {cut} streamed answer(s) in flight cut "
-            f"({settled}){queued}. Exposure {when}: {usd(exposure)}; now: {usd(after)}",
+            f"({settled}){queued}{elsewhere}. Exposure {when}: {usd(exposure)}; "
+            f"now: {usd(after)}",
             clock,
         )
 

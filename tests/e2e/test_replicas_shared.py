@@ -14,6 +14,7 @@ import pytest
 
 from llm.breaker import CircuitState
 from tests.e2e.inprocess import InProcessBot
+from tests.e2e.test_stream import LONG, STREAMING
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram, SentMessage
 
@@ -225,3 +226,38 @@ async def test_the_update_rate_counts_a_users_updates_on_every_replica(
     tg1.inject_message(10, "/start")  # another user, answered after the drop
     await tg1.wait_sent(10, since=mark, timeout=30)
     assert tg1.sent_events(9, since=mark) == []
+
+
+async def test_kill_hard_on_one_replica_cuts_the_streams_of_the_other(
+    replicas: Replicas, fake_providers: FakeProviders, bot_env: dict[str, str]
+) -> None:
+    """An answer streams on replica 2; /kill hard is sent to replica 1, which has nothing
+    streaming: its reply says the other replicas cut theirs within 0.5 s, and replica 2
+    closes the provider's connection (well within a second of that reply, printed) and
+    sends the text so far marked as stopped by an admin; its hold is settled, stopped."""
+    bot_env.update(STREAMING)
+    fake_providers.default("groq", {"text": LONG, "interval_s": 0.1, "no_usage": True})
+    (one, tg1), (_two, tg2) = await replicas(2)
+    mark2 = tg2.mark()
+    tg2.inject_message(51, "Tell me a long story")
+    fake = fake_providers
+    await _until(lambda: bool(fake.streams) and fake.streams[0].chunks_sent >= 2)
+    report = await _ask(tg1, ADMIN, "/kill hard emergency")
+    replied = asyncio.get_running_loop().time()
+    assert report.text.startswith("⛔ Kill switch ON, hard (emergency)"), report.text
+    assert "0 streamed answer(s) in flight cut" in report.text, report.text
+    assert "the other replicas cut theirs within 0.5 s" in report.text, report.text
+    stopped = await tg2.wait_for(
+        lambda m: m.chat_id == 51 and "Stopped by an admin" in m.text, since=mark2, timeout=20
+    )
+    assert stopped.text
+    [stream] = fake_providers.streams
+    assert stream.closed_at is not None and not stream.finished
+    print(f"replica 2 closed the stream {stream.closed_at - replied:.2f} s after the reply")
+    assert stream.closed_at - replied < 1.5
+    conn = await asyncpg.connect(bot_env_pg(one))
+    try:
+        rows = await conn.fetch("SELECT state, stopped FROM budget_holds")
+    finally:
+        await conn.close()
+    assert [(r["state"], r["stopped"]) for r in rows] == [("settled", True)]

@@ -92,6 +92,7 @@ def test_every_revision_up_down_up_and_head_matches_models(database_url: str) ->
         "0017_intake_process",
         "0018_call_leases",
         "0019_update_rates",
+        "0020_runtime_signals",
     ]
     for rev in revisions:
         command.upgrade(cfg, rev.revision)
