@@ -291,7 +291,8 @@ def lost_text() -> str:
     """A message whose answer was lost in a crash: of this process, or of a replica that
     died while answering (so not "I restarted": the other replicas did not)."""
     return _(
-        "🕰 I was interrupted while answering your last message, and the answer was lost. Please send it again."
+        "🕰 I was interrupted while answering your last message, and the answer was lost. "
+        "Please send it again."
     )
 
 
