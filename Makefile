@@ -56,6 +56,7 @@ bench: $(STAMP)
 	$(PY) bench/ledger.py
 	$(PY) bench/digest.py
 	$(PY) bench/claims.py
+	$(PY) bench/shared_state.py
 	$(PY) bench/stream.py
 	$(PY) bench/bot.py
 	$(PY) bench/bot.py --replicas 3 --backend postgres

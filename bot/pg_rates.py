@@ -9,7 +9,9 @@ the times older than the window and appends now only below the limit — the sam
 sliding window as in one process, over every replica's updates. A flood is cut by each
 replica's own window first, so the database sees at most the limit per replica per
 minute for one payer. Rows idle for a window are deleted, at most once a window per
-process.
+process. Writes do not wait for the disk (``synchronous_commit = off`` for their
+transaction; others see them at once): a server crash may forget the last updates'
+times, which costs at most a few updates let through.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ __all__ = ["PgUpdateRates"]
 _LOCK = (
     "INSERT INTO update_rates (payer_id, times, noticed_at, last_at) VALUES ($1, '[]', NULL, $2)"
     " ON CONFLICT (payer_id) DO UPDATE SET payer_id = excluded.payer_id"
-    " RETURNING times, noticed_at"
+    " RETURNING times, noticed_at, set_config('synchronous_commit', 'off', true)"
 )
 _WRITE_TIMES = "UPDATE update_rates SET times = $2, last_at = $3 WHERE payer_id = $1"
 _WRITE_NOTICE = "UPDATE update_rates SET noticed_at = $2 WHERE payer_id = $1"

@@ -6,7 +6,10 @@ object. Every change is one transaction on the ledger's pool
 (:meth:`budget.pg_store.PgStore.tx`: retried on conflicts, storage errors become
 :class:`budget.errors.LedgerUnavailable`): an upsert that locks the row (creating it),
 the pure transition in Python, an ``UPDATE`` when something changed. Reads take no
-lock.
+lock. A change commits without waiting for the disk (``synchronous_commit = off`` for
+its transaction: other processes see it at once, as any commit; a server crash may lose
+the last ones — a cooldown or a window forgotten costs at most a refused request, no
+money).
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ _LOCK = (
     "INSERT INTO provider_keys (name, open_reason, headers, disabled, updated_at)"
     " VALUES ($1, '', '{}', '', $2) ON CONFLICT (name) DO UPDATE SET name = excluded.name"
     " RETURNING name, open_until, open_reason, trial_until, remaining_tokens,"
-    " tokens_reset_at, limit_tokens, remaining_requests, requests_reset_at, headers, disabled"
+    " tokens_reset_at, limit_tokens, remaining_requests, requests_reset_at, headers, disabled,"
+    " set_config('synchronous_commit', 'off', true)"
 )
 _WRITE = (
     "UPDATE provider_keys SET open_until = $2, open_reason = $3, trial_until = $4,"

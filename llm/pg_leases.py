@@ -8,7 +8,9 @@ transaction on the ledger's pool, serialised by a transaction-scoped advisory lo
 exact): leases that lapsed or whose process is dead — its heartbeat in
 ``budget_processes`` older than ``dead_after_s``, or no row at all (it stopped) — are
 deleted, the rest counted, and a new row inserted only below the limit. Giving one
-back deletes its row.
+back deletes its row. Neither waits for the disk (``synchronous_commit = off`` for
+that transaction; others see it at once): a server crash loses every connection, and
+with them every call a lease stood for; a lost give-back lapses at the TTL.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ from llm.pg_keys import Transactor
 
 __all__ = ["PgLeases"]
 
-_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('kopek-call-leases', 0))"
+_LOCK = (
+    "SELECT pg_advisory_xact_lock(hashtextextended('kopek-call-leases', 0)),"
+    " set_config('synchronous_commit', 'off', true)"
+)
 _PRUNE = (
     "DELETE FROM call_leases WHERE expires_at <= $1 OR process_id NOT IN"
     " (SELECT process_id FROM budget_processes WHERE heartbeat_at >= $2)"
@@ -30,7 +35,10 @@ _TAKE = (
     "INSERT INTO call_leases (lease_id, process_id, priority, taken_at, expires_at)"
     " VALUES ($1, $2, $3, $4, $5)"
 )
-_GIVE_BACK = "DELETE FROM call_leases WHERE lease_id = $1"
+_GIVE_BACK = (
+    "WITH quick AS (SELECT set_config('synchronous_commit', 'off', true) AS v)"
+    " DELETE FROM call_leases WHERE lease_id = $1 AND EXISTS (SELECT v FROM quick)"
+)
 
 
 class PgLeases:
