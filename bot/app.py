@@ -329,7 +329,14 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp.message.outer_middleware(
         ArrivalOrderMiddleware(chat, PasteJoiner(clock, settings.paste_join_seconds))
     )
-    dp.message.outer_middleware(ProfileMiddleware(profiles, settings.admin_ids, settings.user_tz))
+    dp.message.outer_middleware(
+        ProfileMiddleware(
+            profiles,
+            settings.admin_ids,
+            settings.user_tz,
+            recorder=profiles if hot is not None else None,
+        )
+    )
     LocaleMiddleware(i18n).setup(dp)
     dp.message.outer_middleware(IntakeMiddleware(intake, clock))
     dp.include_router(create_error_router())

@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from aiogram import BaseMiddleware
-from aiogram.types import Message, TelegramObject
+from aiogram.types import Message, TelegramObject, User
 from aiogram.utils.i18n import I18n
 from aiogram.utils.i18n.middleware import I18nMiddleware
 
@@ -96,6 +96,30 @@ class ArrivalOrderMiddleware(BaseMiddleware):
                 ticket.leave()
 
 
+#: ``data`` key: the intake record was written with the profile touch (its value: the
+#: message was recorded for the first time); :class:`IntakeMiddleware` then records
+#: nothing itself.
+INTAKE_RECORDED = "intake_recorded"
+
+
+class TouchRecorder(Protocol):
+    """The profile touch and the message's intake record in one step
+    (:meth:`bot.wiring.ProfileStoreAdapter.touch_and_record`; ``None``: not available)."""
+
+    async def touch_and_record(
+        self,
+        user_id: int,
+        telegram_language: str | None,
+        *,
+        chat_id: int,
+        message_id: int,
+        payer: int,
+        status: str,
+        thread_id: int | None,
+        pick: Callable[[str | None], str],
+    ) -> tuple[str | None, str | None, bool] | None: ...
+
+
 class ProfileMiddleware(BaseMiddleware):
     """Builds :class:`UserContext` (``data["user_ctx"]``) from the stored profile.
 
@@ -103,12 +127,25 @@ class ProfileMiddleware(BaseMiddleware):
     for a message sent on behalf of a chat (anonymous admin, channel) that chat's id. No
     profile row is created for such a payer (it is nobody's personal account): it gets
     the defaults (language from the client, DEFAULT_USER_TZ).
+
+    With ``recorder`` (SQLite: the ledger's writer) a user's message is also taken in
+    here, in the touch's step (issue 10: one writer round trip and one commit instead
+    of two), exactly as :class:`IntakeMiddleware` would record it — not a message a
+    webhook already took in, nor one sent on behalf of a chat.
     """
 
-    def __init__(self, profiles: ProfileStore, admin_ids: frozenset[int], default_tz: str) -> None:
+    def __init__(
+        self,
+        profiles: ProfileStore,
+        admin_ids: frozenset[int],
+        default_tz: str,
+        *,
+        recorder: TouchRecorder | None = None,
+    ) -> None:
         self._profiles = profiles
         self._admins = admin_ids
         self._default_tz = default_tz
+        self._recorder = recorder
 
     async def __call__(self, handler: Handler, event: TelegramObject, data: dict[str, Any]) -> Any:
         if not isinstance(event, Message) or event.from_user is None:
@@ -122,9 +159,7 @@ class ProfileMiddleware(BaseMiddleware):
             language, tz = None, None  # a chat has no profile row
         else:
             try:
-                language, tz = await self._profiles.touch(
-                    user.id, event.chat.id, user.language_code
-                )
+                language, tz = await self._touch(event, user, payer, data)
             except Exception as exc:
                 if not (is_storage_failure(exc) and reads_only(event)):
                     raise
@@ -138,6 +173,28 @@ class ProfileMiddleware(BaseMiddleware):
             is_admin=not on_behalf and user.id in self._admins,
         )
         return await handler(event, data)
+
+    async def _touch(
+        self, event: Message, user: User, payer: int, data: dict[str, Any]
+    ) -> tuple[str | None, str | None]:
+        """The profile touch, with the intake record when a recorder can take both."""
+        if self._recorder is not None and not isinstance(data.get("taken_in"), TakenIn):
+            telegram = user.language_code
+            both = await self._recorder.touch_and_record(
+                user.id,
+                telegram,
+                chat_id=event.chat.id,
+                message_id=event.message_id,
+                payer=payer,
+                status="command" if (event.text or "").startswith("/") else "received",
+                thread_id=topic_of(event),
+                pick=lambda stored: pick_language(stored, telegram),
+            )
+            if both is not None:
+                language, tz, first = both
+                data[INTAKE_RECORDED] = first
+                return language, tz
+        return await self._profiles.touch(user.id, event.chat.id, user.language_code)
 
 
 class LocaleMiddleware(I18nMiddleware):
@@ -193,22 +250,26 @@ class IntakeMiddleware(BaseMiddleware):
         taken = data.get("taken_in")
         if isinstance(taken, TakenIn):
             return await self._handle_taken(handler, event, data, taken, language, is_command)
-        try:
-            first = await self._intake.record(
-                status="command" if is_command else "received",
-                chat_id=event.chat.id,
-                message_id=event.message_id,
-                user_id=ctx.user_id if isinstance(ctx, UserContext) else event.from_user.id,
-                language=language,
-                now=self._clock.now(),
-                thread_id=topic_of(event),
-            )
-        except Exception as exc:
-            if not (is_storage_failure(exc) and reads_only(event)):
-                raise
-            # the database cannot be written: a read-only command still reads what it can
-            log.warning("intake not recorded (storage failure); running a read-only command")
-            return await handler(event, data)
+        recorded = data.pop(INTAKE_RECORDED, None)  # with the profile touch
+        if isinstance(recorded, bool):
+            first = recorded
+        else:
+            try:
+                first = await self._intake.record(
+                    status="command" if is_command else "received",
+                    chat_id=event.chat.id,
+                    message_id=event.message_id,
+                    user_id=ctx.user_id if isinstance(ctx, UserContext) else event.from_user.id,
+                    language=language,
+                    now=self._clock.now(),
+                    thread_id=topic_of(event),
+                )
+            except Exception as exc:
+                if not (is_storage_failure(exc) and reads_only(event)):
+                    raise
+                # the database cannot be written: a read-only command still reads what it can
+                log.warning("intake not recorded (storage failure); running a read-only command")
+                return await handler(event, data)
         if not first:
             log.info("dropping a message delivered twice (chat %s)", event.chat.id)
             return None

@@ -125,6 +125,18 @@ def _touch(
     return language, None
 
 
+def _touch_and_record(
+    cur: sqlite3.Cursor,
+    profile: tuple[int, int, str, str, Any],
+    intake: tuple[int, int, int, str, int | None, Any],
+    pick: Callable[[str | None], str],
+) -> tuple[str | None, str | None, bool]:
+    language, tz = _touch(cur, *profile)
+    chat_id, message_id, payer, status, thread_id, at = intake
+    first = _record(cur, (chat_id, message_id, payer, status, pick(language), thread_id, at))
+    return language, tz, first
+
+
 class SqliteHotPath:
     """The message path's statements on the bot's tables, run on the ledger's writer.
 
@@ -191,6 +203,32 @@ class SqliteHotPath:
             for t in turns
         ]
         self._writer.post(partial(_append, rows=rows), "history turns")
+
+    async def touch_and_record(
+        self,
+        *,
+        user_id: int,
+        language: str,
+        digest_time: str,
+        chat_id: int,
+        message_id: int,
+        payer: int,
+        status: str,
+        thread_id: int | None,
+        pick: Callable[[str | None], str],
+        now: datetime,
+    ) -> tuple[str | None, str | None, bool]:
+        """:meth:`touch_profile` and :meth:`record_intake` in ONE step (one hop, one
+        commit for the two writes every message makes first): the message is recorded
+        in the language ``pick`` gives for the stored one. Returns ``(language, tz)`` as
+        stored and whether the message was recorded for the first time."""
+        body = partial(
+            _touch_and_record,
+            profile=(user_id, user_id, language, digest_time, _PROFILE_AT(now)),
+            intake=(chat_id, message_id, payer, status, thread_id, _SEEN_AT(now)),
+            pick=pick,
+        )
+        return await self._writer.txn(body, durable=False)
 
     async def touch_profile(
         self, user_id: int, chat_id: int, language: str, digest_time: str, now: datetime

@@ -7,6 +7,8 @@ Nothing here starts anything or touches the network.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from bot.settings import Settings
 from bot.sqlite_hot import SqliteHotPath
 from budget.clock import Clock
@@ -116,16 +118,53 @@ class ProfileStoreAdapter:
     ) -> tuple[str | None, str | None]:
         # A user's private chat id equals their user id; digests go there.
         if self._hot is not None and self._clock is not None:
-            language = self._default_language
-            if telegram_language and telegram_language.lower()[:2] in LANGUAGES:
-                language = telegram_language.lower()[:2]
             return await self._hot.touch_profile(
-                user_id, user_id, language, self._default_time, self._clock.now()
+                user_id,
+                user_id,
+                self._language_of(telegram_language),
+                self._default_time,
+                self._clock.now(),
             )
         profile = await self._repo.get_or_create(user_id, user_id, telegram_language)
         if not profile.active:
             await self._repo.mark_active(user_id)
         return profile.language, profile.tz
+
+    async def touch_and_record(
+        self,
+        user_id: int,
+        telegram_language: str | None,
+        *,
+        chat_id: int,
+        message_id: int,
+        payer: int,
+        status: str,
+        thread_id: int | None,
+        pick: Callable[[str | None], str],
+    ) -> tuple[str | None, str | None, bool] | None:
+        """:meth:`touch` and the message's intake record in one writer step
+        (:meth:`bot.sqlite_hot.SqliteHotPath.touch_and_record`); ``None`` when there is
+        no hot path (nothing done: touch and record separately)."""
+        if self._hot is None or self._clock is None:
+            return None
+        return await self._hot.touch_and_record(
+            user_id=user_id,
+            language=self._language_of(telegram_language),
+            digest_time=self._default_time,
+            chat_id=chat_id,
+            message_id=message_id,
+            payer=payer,
+            status=status,
+            thread_id=thread_id,
+            pick=pick,
+            now=self._clock.now(),
+        )
+
+    def _language_of(self, telegram_language: str | None) -> str:
+        """A new profile's language (as ``ProfileRepository.get_or_create`` picks it)."""
+        if telegram_language and telegram_language.lower()[:2] in LANGUAGES:
+            return telegram_language.lower()[:2]
+        return self._default_language
 
     async def set_tz(self, user_id: int, tz: str) -> None:
         await self._repo.set_tz(user_id, tz)

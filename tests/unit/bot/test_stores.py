@@ -245,6 +245,43 @@ async def test_profile_touch_creates_refreshes_and_reactivates(
     assert got.created_at == T0
 
 
+async def test_profile_touch_and_intake_record_in_one_step(
+    sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None
+) -> None:
+    """On the writer the profile touch and the message's intake record are one step:
+    the message is recorded once (a redelivery answers False), in the language picked
+    from the stored profile, for the payer, in its topic; without the writer there is no
+    such step (None: the middlewares touch and record separately)."""
+    clock = ManualClock(T0)
+    profiles = ProfileStoreAdapter(ProfileRepository(sessions, clock), hot=hot, clock=clock)
+    intake = Intake(sessions, hot)
+
+    def pick(stored: str | None) -> str:
+        return stored or "en"
+
+    async def both(message_id: int) -> tuple[str | None, str | None, bool] | None:
+        return await profiles.touch_and_record(
+            7,
+            "ru",
+            chat_id=-100,
+            message_id=message_id,
+            payer=7,
+            status="received",
+            thread_id=3,
+            pick=pick,
+        )
+
+    if hot is None:
+        assert await both(1) is None
+        return
+    assert await both(1) == ("ru", None, True)
+    assert await both(1) == ("ru", None, False)
+    lost = await intake.take_lost(T0)
+    assert [(m.chat_id, m.message_id, m.user_id, m.language, m.thread_id) for m in lost] == [
+        (-100, 1, 7, "ru", 3)
+    ]
+
+
 def _hold(hold_id: str, day_key: str, **values: object) -> dict[str, object]:
     row: dict[str, object] = {
         "hold_id": hold_id,
