@@ -4,9 +4,13 @@ Bot API POSTing updates to them round-robin (or to a chosen one) and recording w
 they send (``tests/e2e/replicas.py``). The replicas start once for the module; a test
 that kills one leaves it to the next test's fixture to start it again.
 
-Every replica's provider is DeepSeek only, at $10 / $20 per 1M tokens: each answer is
-a paid call whose ceiling is at least 20,480 µUSD (and so is each digest summary; the
-replicas read channels from the module's fake ``t.me``).
+Every replica's provider is DeepSeek, at $10 / $20 per 1M tokens: each answer is a paid
+call whose ceiling is at least 20,480 µUSD (and so is each digest summary; the replicas
+read channels from the module's fake ``t.me``). Both Groq keys are configured too, but
+parked — disabled in the shared ``provider_keys`` rows before the replicas start — so
+that only the 429 scenario, which enables them with ``/providers enable`` and parks them
+again, sends anything to Groq (digests may then use the paid anchor at once:
+DIGEST_LATEST_DELAY_MINUTES=0, since a disabled free key never resets).
 """
 
 from __future__ import annotations
@@ -15,17 +19,59 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+import asyncpg
 import pytest
+import pytest_asyncio
 from aiohttp import ClientError, ClientSession
 
+from budget.clock import SystemClock
 from tests.e2e.harness import wait_provider_requests
 from tests.e2e.replicas import ADMIN, DEAD_AFTER_S, HEARTBEAT_S, ReplicaSet
+from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram, SentMessage
 from tests.fakes.tme import FakeTme, TmePost
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 _SEEN = "SELECT message_id, status FROM seen_messages WHERE chat_id = $1 ORDER BY message_id"
+
+GROQ_KEY_1, GROQ_KEY_2 = "gsk_fake_groq_key_1", "gsk_fake_groq_key_2"
+#: Both Groq keys disabled (as after an auth failure), circuits and windows cleared.
+_PARK_GROQ = (
+    "INSERT INTO provider_keys (name, open_reason, headers, disabled, updated_at)"
+    " VALUES ('groq', '', '{}', 'auth', 0), ('groq2', '', '{}', 'auth', 0)"
+    " ON CONFLICT (name) DO UPDATE SET disabled = 'auth', open_until = NULL,"
+    " open_reason = '', trial_until = NULL, remaining_tokens = NULL, tokens_reset_at = NULL,"
+    " limit_tokens = NULL, remaining_requests = NULL, requests_reset_at = NULL, headers = '{}'"
+)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def groq_parked(replica_database: str) -> str:
+    """The module's database with both Groq keys parked (module docstring)."""
+    conn = await asyncpg.connect(replica_database.replace("postgresql+asyncpg", "postgresql"))
+    try:
+        await conn.execute(_PARK_GROQ)
+    finally:
+        await conn.close()
+    return replica_database
+
+
+@pytest.fixture(scope="module")
+def replica_env_extra(
+    replica_tme: FakeTme, replica_providers: FakeProviders, groq_parked: str
+) -> dict[str, str]:
+    """The harness's defaults, and both Groq keys (parked in ``groq_parked``)."""
+    del groq_parked
+    return {
+        "TELEGRAM_WEB_BASE": replica_tme.base_url,
+        "DIGEST_MAX_USD": "1",
+        "DIGEST_STAGGER_SECONDS": "0",
+        "DIGEST_LATEST_DELAY_MINUTES": "0",
+        "GROQ_API_KEY": GROQ_KEY_1,
+        "GROQ_API_KEY_2": GROQ_KEY_2,
+        "GROQ_BASE_URL": replica_providers.base_urls["groq"],
+    }
 
 
 def _replies(tg: FakeTelegram, chat_id: int, since: int) -> list[SentMessage]:
@@ -120,6 +166,46 @@ async def test_kill_on_one_replica_refuses_new_work_on_the_others_and_unkill_res
         assert f"back {uid}" in answer.text
     assert len(providers.requests) == 3
     print(f"refusals on replicas 2 and 3 sent {refused_within:.2f} s after /kill's reply")
+
+
+async def test_a_groq_429_seen_by_replica_1_keeps_replicas_2_and_3_off_that_key(
+    webhook_replicas: ReplicaSet,
+) -> None:
+    """Groq's keys enabled (``/providers enable`` on replicas 1 and 2: the disable is a
+    shared row). Key 1 answers replica 1 with a 429 and Retry-After 4 s; key 2 answers
+    instead. Messages to replicas 2 and 3 within the cooldown are answered by key 2 and
+    key 1 gets no request from them; once the cooldown has ended a message to replica 3
+    is answered by key 1 again (its half-open trial). The keys are parked again after."""
+    tg = webhook_replicas.telegram
+    providers = webhook_replicas.providers
+    cooldown_s = 4.0
+    try:
+        for target, name in ((0, "groq"), (1, "groq2")):
+            assert f"{name} enabled" in (await _admin(tg, f"/providers enable {name}", target)).text
+        providers.script(GROQ_KEY_1, {"status": 429, "retry_after": str(int(cooldown_s))})
+        mark = tg.mark()
+        assert (await tg.deliver(tg.message_update(321, "first"), target=0)).taken
+        [first] = await tg.wait_sent(321, since=mark, timeout=60)
+        assert "first" in first.text
+        [limited] = providers.requests_for("groq", GROQ_KEY_1)
+        ends = limited.at + cooldown_s
+        for target, uid in ((1, 322), (2, 323)):
+            text = f"to replica {target + 1}"
+            assert (await tg.deliver(tg.message_update(uid, text), target=target)).taken
+            [reply] = await tg.wait_sent(uid, since=mark, timeout=60)
+            assert text in reply.text
+        on_key_2 = providers.requests_for("groq", GROQ_KEY_2)
+        assert len(on_key_2) == 3 and max(r.at for r in on_key_2) < ends, "too slow to tell"
+        assert len(providers.requests_for("groq", GROQ_KEY_1)) == 1
+        # the fakes record SystemClock's monotonic time
+        await asyncio.sleep(max(0.0, ends - SystemClock().monotonic()) + 0.2)
+        assert (await tg.deliver(tg.message_update(324, "after"), target=2)).taken
+        [after] = await tg.wait_sent(324, since=mark, timeout=60)
+        assert "after" in after.text
+        assert len(providers.requests_for("groq", GROQ_KEY_1)) == 2
+        assert providers.requests_for("deepseek") == []
+    finally:
+        await webhook_replicas.fetch(_PARK_GROQ)
 
 
 async def test_twenty_users_at_once_under_a_global_hourly_limit_on_three_replicas(
