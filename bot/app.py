@@ -179,7 +179,13 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         if hot is not None or path is not None
         else (ledger.store.process_id, settings.process_dead_after_seconds),
     )
-    outbox = Outbox(sessions, bot, clock)
+    # replicas: each kept answer is claimed by one worker before it is sent
+    outbox = Outbox(
+        sessions,
+        bot,
+        clock,
+        claim_s=settings.process_dead_after_seconds if on_postgres else None,
+    )
     streams = StreamRegistry()
     if on_postgres:  # /kill hard cuts every replica's streams (bot/signals.py)
         from bot.signals import KILL_HARD, PgSignals, SignalWatcher

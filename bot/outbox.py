@@ -11,6 +11,14 @@ Outcomes of a worker send: delivered → row deleted; another flood wait → ``n
 moved to the new end; a 400/403 (chat gone, bot blocked, bad request) → row dropped and
 logged with Telegram's description (retrying cannot help); a network or 5xx error →
 retried after :data:`RETRY_ERROR_S` seconds, dropped after :data:`MAX_ATTEMPTS` tries.
+
+Replicas sharing a PostgreSQL database each run a worker over the same table: a worker
+first *claims* a due row — one conditional ``UPDATE`` that moves its ``not_before``
+``claim_s`` seconds on, and that only the first of several workers passes (the others'
+condition, "due now", no longer holds once it committed) — then sends it; so an answer
+is sent once, not once per replica. A replica that dies while sending leaves the row to
+be sent by another when the claim runs out (at least once, as after a crash of one
+process). One process per SQLite file claims nothing (unchanged).
 """
 
 from __future__ import annotations
@@ -59,9 +67,19 @@ class Outbox:
         sessions: the bot database.
         bot: the aiogram bot (its session carries the flood gate).
         clock: the one clock (row times; the worker sleeps on it).
+        claim_s: replicas: a row is claimed for this many seconds before it is sent
+            (PROCESS_DEAD_AFTER_SECONDS); ``None``: one process, no claim.
     """
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], bot: Bot, clock: Clock) -> None:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        bot: Bot,
+        clock: Clock,
+        *,
+        claim_s: float | None = None,
+    ) -> None:
+        self._claim_s = claim_s
         self._sessions = sessions
         self._bot = bot
         self._clock = clock
@@ -187,12 +205,27 @@ class Outbox:
                 if delay > 0:
                     await self._sleep_or_wake(delay)
                     continue
+                if self._claim_s is not None and not await self._claim(row):
+                    continue  # another replica is sending it
                 await self._send(row)
             except asyncio.CancelledError:
                 raise
             except Exception:  # the worker must outlive any one row or a database hiccup
                 log.exception("outbox worker error")
                 await self._clock.sleep(RETRY_ERROR_S)
+
+    async def _claim(self, row: PendingAnswer) -> bool:
+        """Take ``row`` for ``claim_s`` seconds; False when another worker took it first."""
+        assert self._claim_s is not None
+        now = self._clock.now()
+        async with self._sessions() as session:
+            result = await session.execute(
+                update(PendingAnswer)
+                .where(PendingAnswer.id == row.id, PendingAnswer.not_before <= now)
+                .values(not_before=now + timedelta(seconds=self._claim_s))
+            )
+            await session.commit()
+        return bool(getattr(result, "rowcount", 0) == 1)
 
     async def _send(self, row: PendingAnswer) -> None:
         sent = row.parts_sent

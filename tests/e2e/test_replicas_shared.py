@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
@@ -261,3 +262,29 @@ async def test_kill_hard_on_one_replica_cuts_the_streams_of_the_other(
     finally:
         await conn.close()
     assert [(r["state"], r["stopped"]) for r in rows] == [("settled", True)]
+
+
+async def test_a_kept_answer_is_sent_by_one_replica_only(
+    replicas: Replicas, pg_migrated_url: str
+) -> None:
+    """A paid answer kept in the outbox (a flood wait) before two replicas start, due
+    8 s later: both workers read it at their start and wake for it at the same moment;
+    one claims it and sends it, the other sends nothing; the row is gone."""
+    dsn = pg_migrated_url.replace("postgresql+asyncpg://", "postgresql://")
+    conn = await asyncpg.connect(dsn)
+    try:
+        due = datetime.now(UTC) + timedelta(seconds=8)
+        await conn.execute(
+            "INSERT INTO outbox (chat_id, reply_to, thread_id, text, parts_sent, attempts,"
+            " not_before, created_at) VALUES (71, NULL, NULL, 'kept answer', 0, 1, $1, $1)",
+            due,
+        )
+        (_one, tg1), (_two, tg2) = await replicas(2)
+        assert datetime.now(UTC) < due, "the replicas took too long to start to tell"
+        await _until(lambda: bool(tg1.sent_events(71) or tg2.sent_events(71)))
+        await asyncio.sleep(1.0)  # the other worker, had it sent too, would have by now
+        texts = [m.text for m in tg1.sent_events(71) + tg2.sent_events(71)]
+        assert texts == ["kept answer"]
+        assert await conn.fetchval("SELECT count(*) FROM outbox") == 0
+    finally:
+        await conn.close()
