@@ -53,6 +53,10 @@ __all__ = ["USER_COMMANDS", "App"]
 
 log = logging.getLogger("bot.app")  # the name before the split: log lines unchanged
 
+#: Seconds the shutdown gives messages whose chat part has ended to send their answer
+#: and record their outcome (a send and one write) before storage is closed.
+OUTCOME_WAIT_S = 5.0
+
 USER_COMMANDS = [
     ("start", "Start"),
     ("help", "Help"),
@@ -213,6 +217,10 @@ class App:
             self.settings.shutdown_grace_seconds,
             stop_streams=lambda: self.streams.stop_all("shutdown"),
         )
+        # answers sent after the chat's part (a send, an outbox row) record their
+        # outcomes before storage closes (the ledger's writer takes those writes)
+        if left := await self.intake.wait_open(OUTCOME_WAIT_S):
+            log.warning("%d messages closed without their outcome recorded", left)
         await self.schema.stop()
         await self._stop_watch()
         if self.streams.kill_watch is not None:

@@ -274,12 +274,13 @@ class IntakeMiddleware(BaseMiddleware):
             log.info("dropping a message delivered twice (chat %s)", event.chat.id)
             return None
         default = Outcome.COMMAND if is_command else Outcome.ANSWERED
-        try:
-            result = await handler(event, data)
-        except BaseException:
-            await self._finish(event, Outcome.FAILED)
-            raise
-        await self._finish(event, result if isinstance(result, Outcome) else default)
+        with self._intake.open_message():
+            try:
+                result = await handler(event, data)
+            except BaseException:
+                await self._finish(event, Outcome.FAILED)
+                raise
+            await self._finish(event, result if isinstance(result, Outcome) else default)
         return result
 
     async def _handle_taken(
@@ -301,14 +302,15 @@ class IntakeMiddleware(BaseMiddleware):
                     raise
                 log.warning("intake language not updated (storage failure)")
         default = Outcome.COMMAND if is_command else Outcome.ANSWERED
-        try:
-            result = await handler(event, data)
-        except BaseException:
-            await self._finish(event, Outcome.FAILED)
+        with self._intake.open_message():
+            try:
+                result = await handler(event, data)
+            except BaseException:
+                await self._finish(event, Outcome.FAILED)
+                taken.finished = True
+                raise
+            await self._finish(event, result if isinstance(result, Outcome) else default)
             taken.finished = True
-            raise
-        await self._finish(event, result if isinstance(result, Outcome) else default)
-        taken.finished = True
         return result
 
     async def _finish(self, event: Message, status: Outcome) -> None:

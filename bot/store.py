@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -115,6 +118,36 @@ class Intake:
         self._sessions = sessions
         self._hot = hot
         self._shared = shared
+        self._open: set[asyncio.Task[object]] = set()
+
+    @contextlib.contextmanager
+    def open_message(self) -> Iterator[None]:
+        """Mark the current task as handling a recorded message until its outcome is
+        written (:class:`bot.middlewares.IntakeMiddleware` wraps the handler and the
+        outcome in it), so that :meth:`wait_open` can let it finish before storage is
+        closed at shutdown."""
+        task = asyncio.current_task()
+        if task is None:
+            yield
+            return
+        self._open.add(task)
+        try:
+            yield
+        finally:
+            self._open.discard(task)
+
+    async def wait_open(self, timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` seconds for the messages being handled (see
+        :meth:`open_message`) to write their outcomes; returns how many were still open
+        then. Called at shutdown after the chat drained and before storage closes: an
+        answer delivered after the chat's part ended (its send, a flood wait's outbox
+        row) still records its outcome, instead of being taken for lost at the next
+        start."""
+        pending = {t for t in self._open if t is not asyncio.current_task() and not t.done()}
+        if not pending:
+            return 0
+        _done, still = await asyncio.wait(pending, timeout=timeout_s)
+        return len(still)
 
     @property
     def shared(self) -> bool:
