@@ -44,6 +44,8 @@ buckets = Table(
     Column("settled_musd", BIG, nullable=False, server_default="0"),
     Column("held_musd", BIG, nullable=False, server_default="0"),
     Column("late_musd", BIG, nullable=False, server_default="0"),
+    # Σ margins of the held holds booked here (PostgreSQL ledger; 0 on SQLite)
+    Column("margin_musd", BIG, nullable=False, server_default="0"),
     PrimaryKeyConstraint("level", "scope", "win", "wkey", name="pk_budget_buckets"),
 )
 
@@ -82,6 +84,8 @@ holds = Table(
     Column("price_version", String(128), nullable=True),
     # provable-bound ceiling − this ceiling: counted against limits while held
     Column("margin_musd", BIG, nullable=False, server_default="0"),
+    # 1 = its margin is in its buckets' margin_musd (PostgreSQL ledger; 0 on SQLite)
+    Column("margin_booked", Integer, nullable=False, server_default="0"),
     # 1 = a streamed answer stopped by its user or /kill hard (budget.stops)
     Column("stopped", Integer, nullable=False, server_default="0"),
     Index("ix_budget_holds_state_expires", "state", "expires_at"),

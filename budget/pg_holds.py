@@ -7,15 +7,23 @@ touches, in the one order of :mod:`budget.pg_rows` (holds, buckets by key,
 operations), so concurrent steps of several processes never lose an update and never
 deadlock each other:
 
-* ``reserve`` — read the operation, the kill switches and the runtime limits; add the
-  ceiling to every bucket of the hold (user, team, global, provider × day, hour) in
-  one statement that creates the missing rows and locks them all in key order; then,
-  in a fresh snapshot taken under those locks, read the other holds' margins, insert
-  the hold and charge the operation (only if its cost cap still allows); check the
-  policy (:func:`budget.policy.check_hold` on the buckets as they were before the
-  ceiling). A refusal rolls the whole transaction back — nothing held anywhere — and
-  only the refusal event is written. Five round trips: BEGIN, read, buckets,
-  hold + operation + margins, COMMIT.
+* ``reserve`` — read the operation, the kill switches and the runtime limits; then
+  ONE statement adds the ceiling to ``held_musd`` and the hold's margin to
+  ``margin_musd`` of every bucket of the hold (user, team, global, provider × day,
+  hour), creating the missing rows and locking them all in key order, charges the
+  operation (only if its cost cap still allows) and inserts the hold; check the
+  policy (:func:`budget.policy.check_hold` on the buckets as they were before this
+  hold, the other holds' margins counted as held) and COMMIT at once. The bucket
+  upsert is the last statement before COMMIT, so the hot global rows stay locked for
+  one round trip and the commit's flush. A refusal rolls the whole transaction back —
+  nothing held anywhere — and only the refusal event is written. Four round trips:
+  BEGIN, read, grant, COMMIT.
+* Margins: ``budget_buckets.margin_musd`` is the sum of the margins of the held
+  holds booked there (``budget_holds.margin_booked = 1``); a hold's settle, release
+  or expiry takes its margin out. A hold an older version granted (migration 0021,
+  during a rolling deploy) is not booked: its end takes nothing out, and the next
+  :func:`sweep` adds its margin to its buckets (until then a hold checked here does
+  not count that margin).
 * ``settle``/``release`` — lock the hold row, then one statement books the deltas
   (:mod:`budget.steps`) on the hold's buckets (key order), the hold and its
   operation. Four round trips.
@@ -54,10 +62,13 @@ from budget.pg_rows import (
     BOOK,
     KILLS_OF,
     LIMITS,
+    Amounts,
     Refused,
     auto_kill,
     book,
     book_arrays,
+    booking_deltas,
+    bucket_values,
     event,
     translate,
 )
@@ -74,7 +85,6 @@ from budget.policy import (
     release_transition,
     scopes_for,
     utc,
-    with_margins,
 )
 from budget.protocol import HoldTicket, OperationTicket
 from budget.sqlite_holds import plan_of
@@ -82,7 +92,6 @@ from budget.sqlite_rows import kill_state
 from budget.steps import (
     Booking,
     admission_refusal,
-    booking_rows,
     expiry_booking,
     release_booking,
     request_refusal,
@@ -130,34 +139,62 @@ _RESERVE_READ = (
     + LIMITS
     + " FROM budget_operations o WHERE o.operation_id = $1 AND o.ended_at IS NULL"
 )
-#: Insert the hold ($1..$21), charge the operation if its cap allows ($22 ceiling,
-#: $23 expiry), and read the margins of the other outstanding holds — in a snapshot
-#: taken after the bucket locks, so every hold touching these buckets is seen.
-_GRANT = (
-    "WITH h AS (" + translate(HOLD_INSERT) + "), o AS (UPDATE budget_operations"  # noqa: S608 - fixed fragments
-    " SET committed_musd = committed_musd + $22, expires_at = GREATEST(expires_at, $23)"
-    " WHERE operation_id = $2 AND ended_at IS NULL AND committed_musd + $22 <= max_musd"
-    " RETURNING 1) SELECT (SELECT COUNT(*) FROM o), ARRAY(SELECT ROW(scopes, hour_key,"
-    " day_key, margin_musd) FROM budget_holds WHERE state = 'held' AND margin_musd > 0)"
+
+
+def _shift(sql: str, by: int) -> str:
+    """``sql`` (``?`` placeholders) as asyncpg's ``$n``, numbered from ``by`` + 1."""
+    return re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + by}", translate(sql))
+
+
+def _once(sql: str, old: str, new: str) -> str:
+    """``sql`` with its one ``old`` replaced (a changed shared statement fails here,
+    at import, not in a step)."""
+    assert sql.count(old) == 1, old
+    return sql.replace(old, new)
+
+
+#: A granted hold whose margin this store books in its buckets (``margin_booked``).
+_HOLD_INSERT = _once(
+    _once(HOLD_INSERT, "margin_musd)", "margin_musd, margin_booked)"), "?,?)", "?,?,1)"
 )
-_HOLD_LOCK = translate(HOLD_ROW) + " FOR UPDATE"
+#: A hold's grant in ONE statement: add the ceiling to held and the margin to the
+#: margins of every bucket of the hold ($1..$8, :data:`budget.pg_rows.BOOK`: created
+#: if missing, locked in key order — first, the lock order), then charge the
+#: operation if its cap allows ($9 ceiling, $10 expiry; after the buckets: the
+#: subquery on ``b`` runs first), insert the hold ($11..$31); returns whether the
+#: operation was charged and the buckets' new values. The transaction's COMMIT
+#: follows it at once (or a ROLLBACK, if the policy refuses).
+_GRANT = (
+    "WITH b AS (" + BOOK + "), o AS (UPDATE budget_operations"  # noqa: S608 - fixed fragments
+    " SET committed_musd = committed_musd + $9, expires_at = GREATEST(expires_at, $10)"
+    " WHERE operation_id = $12 AND ended_at IS NULL AND committed_musd + $9 <= max_musd"
+    " AND (SELECT COUNT(*) FROM b) >= 0 RETURNING 1), h AS (" + _shift(_HOLD_INSERT, 10) + ")"
+    " SELECT (SELECT COUNT(*) FROM o), ARRAY(SELECT ROW(level, scope, win, wkey,"
+    " settled_musd, held_musd, late_musd, margin_musd) FROM b)"
+)
+#: A hold's row (``HOLD_ROW`` columns, then the margin its buckets hold for it).
+_HOLD_ROW = _once(
+    translate(HOLD_ROW), " FROM budget_holds", ", margin_musd * margin_booked FROM budget_holds"
+)
+_HOLD_LOCK = _HOLD_ROW + " FOR UPDATE"
 #: The same, and this transaction commits without waiting for its WAL flush.
 _HOLD_LOCK_ASYNC = (
-    translate(HOLD_ROW).replace(
-        " FROM budget_holds", ", set_config('synchronous_commit', 'off', true) FROM budget_holds"
+    _once(
+        _HOLD_ROW,
+        " FROM budget_holds",
+        ", set_config('synchronous_commit', 'off', true) FROM budget_holds",
     )
     + " FOR UPDATE"
 )
 
 
 def _end_write(hold_sql: str) -> str:
-    """One statement booking a hold's end: its buckets ($1..$7, locked in key order
-    by :data:`budget.pg_rows.BOOK`), then its operation ($8 delta, $9 operation id)
-    and the hold row itself (``hold_sql``, renumbered from $10; already locked)."""
-    hold = re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + 9}", translate(hold_sql))
+    """One statement booking a hold's end: its buckets ($1..$8, locked in key order
+    by :data:`budget.pg_rows.BOOK`), then its operation ($9 delta, $10 operation id)
+    and the hold row itself (``hold_sql``, numbered from $11; already locked)."""
     return (
-        f"WITH h AS ({hold}), o AS (UPDATE budget_operations"  # noqa: S608 - fixed fragments
-        " SET committed_musd = committed_musd + $8 WHERE operation_id = $9) " + BOOK
+        f"WITH h AS ({_shift(hold_sql, 10)}), o AS (UPDATE budget_operations"  # noqa: S608 - fixed fragments
+        " SET committed_musd = committed_musd + $9 WHERE operation_id = $10) " + BOOK
     )
 
 
@@ -260,12 +297,10 @@ async def reserve(
     scopes = scopes_for(user_id, team, provider, provider_caps(cfg, limits))
     keys = window_keys(now, cfg.tz)
     checked = ceiling_musd + margin_musd > 0
-    before: dict[BucketKey, tuple[int, int, int]] = {}
+    deltas: dict[BucketKey, Amounts] = {}
     if checked:
         grant = Booking(ceiling_musd, 0, 0, 0, ceiling_musd)
-        rows = booking_rows(scopes, keys.hour_key, keys.day_key, grant)
-        after = await book(conn, {k: (s, h, lt) for k, s, h, lt in rows})
-        before = {k: (s, h - ceiling_musd, lt) for k, (s, h, lt) in after.items()}
+        deltas = booking_deltas(scopes, keys.hour_key, keys.day_key, grant, margin_musd)
     hold_id = uuid.uuid4().hex
     expires = t + cfg.hold_ttl_s
     values = hold_values(
@@ -279,24 +314,32 @@ async def reserve(
         (keys.hour_key, keys.day_key),
         dump_scopes(scopes),
     )
-    charged, margins = await conn.fetchrow(_GRANT, *values, ceiling_musd, expires)
+    charged, after = await conn.fetchrow(
+        _GRANT, *book_arrays(deltas), ceiling_musd, expires, *values
+    )
     if not charged:  # another step of this operation took the cap, or ended it
         raise Refused(Refusal(RefusalReason.OPERATION_CAP, note="cost"), user_id)
     if checked:
+        # as they were before this hold, the other holds' margins counted as held
+        before = {
+            k: (s, h - ceiling_musd + m - margin_musd, lt)
+            for k, (s, h, lt, m) in bucket_values(after).items()
+        }
         found = build_buckets(cfg, limits, scopes, keys, before)
-        refusal = check_hold(with_margins(found, margins), ceiling_musd + margin_musd)
+        refusal = check_hold(found, ceiling_musd + margin_musd)
         if refusal is not None:
             raise Refused(refusal, user_id)
     return HoldTicket(hold_id, provider, model, ceiling_musd, list_ceiling_musd, now)
 
 
 async def _locked_hold(conn: Any, hold_id: str, durable: bool) -> tuple[Any, ...]:
-    """The hold's row (``HOLD_ROW`` columns), locked; unless ``durable``, the
-    transaction's commit will not wait for the disk (``synchronous_commit = off``)."""
+    """The hold's row (``HOLD_ROW`` columns, then the margin its buckets hold for it),
+    locked; unless ``durable``, the transaction's commit will not wait for the disk
+    (``synchronous_commit = off``)."""
     row = await conn.fetchrow(_HOLD_LOCK if durable else _HOLD_LOCK_ASYNC, hold_id)
     if row is None:
         raise UnknownHold(hold_id)
-    return tuple(row)[:13]
+    return tuple(row)[:14]
 
 
 async def _book_end(
@@ -306,15 +349,16 @@ async def _book_end(
     hour_key: str,
     day_key: str,
     b: Booking,
+    margin_musd: int,
     op_id: str,
     hold_args: tuple[object, ...],
 ) -> None:
-    """Book a hold's end (``write``: :data:`_SETTLE_WRITE` or :data:`_RELEASE_WRITE`)."""
-    rows = booking_rows(load_scopes(scopes_json), hour_key, day_key, b)
-    if not (b.held or b.settled or b.late):
-        rows = []  # nothing to add: no bucket row touched (as SQLite)
-    arrays = book_arrays({k: (s, h, lt) for k, s, h, lt in rows})
-    await conn.fetch(write, *arrays, b.committed, op_id, *hold_args)
+    """Book a hold's end (``write``: :data:`_SETTLE_WRITE` or :data:`_RELEASE_WRITE`),
+    ``margin_musd`` (≤ 0) added to its buckets' margins."""
+    deltas: dict[BucketKey, Amounts] = {}
+    if b.held or b.settled or b.late or margin_musd:  # else no bucket row touched (as SQLite)
+        deltas = booking_deltas(load_scopes(scopes_json), hour_key, day_key, b, margin_musd)
+    await conn.fetch(write, *book_arrays(deltas), b.committed, op_id, *hold_args)
 
 
 async def settle(
@@ -330,7 +374,8 @@ async def settle(
     """Book the actual cost of a hold (idempotent; see
     :func:`budget.sqlite_holds.settle` for the rules). ``durable=False``: commit
     without waiting for the WAL flush (:class:`budget.pg_store.PgStore`)."""
-    h = HoldRow._make(await _locked_hold(conn, hold_id, durable))
+    locked = await _locked_hold(conn, hold_id, durable)
+    h = HoldRow._make(locked[:13])
     plan = plan_of(h, usage, pricer)
     if plan is None:
         return SettleOutcome(int(h.booked_musd or 0), False, None)
@@ -338,7 +383,10 @@ async def settle(
     row = settled_row(
         now, hold_id, plan.usage, plan.actual_musd, plan.list_actual_musd, estimated, plan.late
     )
-    await _book_end(conn, _SETTLE_WRITE, h.scopes, h.hour_key, h.day_key, b, h.operation_id, row)
+    margin = 0 if plan.late else -int(locked[13])  # an expired hold's left at expiry
+    await _book_end(
+        conn, _SETTLE_WRITE, h.scopes, h.hour_key, h.day_key, b, margin, h.operation_id, row
+    )
     for kind, detail in settle_events(plan.late, b, plan.actual_musd, h.ceiling_musd):
         await event(conn, cfg.tz, now, kind, user_id=h.user_id, hold_id=hold_id, detail=detail)
     tripped = await auto_kill(conn, cfg, now) if b.grew else None
@@ -352,13 +400,14 @@ async def release(
     ``durable`` as :func:`settle`)."""
     row = await _locked_hold(conn, hold_id, durable)
     state, op_id, user_id, ceiling = row[0], row[1], row[2], row[7]
-    hour_key, day_key, scopes_json, booked = row[9:13]
+    hour_key, day_key, scopes_json, booked, booked_margin = row[9:14]
     do_release, late = release_transition(HoldState(state))
     if not do_release:
         return False
     b = release_booking(late, ceiling, int(booked or 0))
     args = (now.timestamp(), int(late), hold_id)
-    await _book_end(conn, _RELEASE_WRITE, scopes_json, hour_key, day_key, b, op_id, args)
+    margin = 0 if late else -int(booked_margin)
+    await _book_end(conn, _RELEASE_WRITE, scopes_json, hour_key, day_key, b, margin, op_id, args)
     if late:
         detail = f"returned {b.counted} booked at expiry"
         await event(
@@ -372,7 +421,9 @@ async def sweep(
 ) -> SweepOutcome:
     """Expire the holds past their TTL and every hold and operation of a dead process
     (no heartbeat after ``dead_before``, epoch seconds): each booked at its provable
-    bound, estimated (:func:`budget.steps.expiry_booking`). Holds are locked in id
+    bound, estimated (:func:`budget.steps.expiry_booking`), its booked margin taken
+    out of its buckets; a held hold whose margin is not in its buckets (granted by an
+    older version) gets it added there. Holds are locked in id
     order, their buckets in key order (all deltas summed first), then operations; last,
     the ``budget_processes`` rows of dead processes with nothing left held or open are
     deleted (so the register does not grow with every restart)."""
@@ -383,22 +434,35 @@ async def sweep(
     )
     rows = await conn.fetch(
         "SELECT hold_id, user_id, ceiling_musd, list_ceiling_musd, input_tokens, max_tokens,"  # noqa: S608 - fixed fragments
-        " hour_key, day_key, scopes, margin_musd FROM budget_holds WHERE state = 'held'"
-        f" AND (expires_at <= $1 OR ({dead})) ORDER BY hold_id FOR UPDATE",
+        f" hour_key, day_key, scopes, margin_musd, margin_booked, expires_at <= $1 OR ({dead})"
+        f" FROM budget_holds WHERE state = 'held' AND (expires_at <= $1 OR ({dead})"
+        " OR (margin_booked = 0 AND margin_musd > 0)) ORDER BY hold_id FOR UPDATE",
         t,
         process_id,
         dead_before,
     )
-    deltas: dict[BucketKey, tuple[int, int, int]] = {}
+    deltas: dict[BucketKey, Amounts] = {}
     expired = []
-    for hold_id, user_id, ceiling, list_ceiling, in_tok, max_tok, hk, dk, scopes, margin in rows:
-        b = expiry_booking(int(ceiling), int(margin))
-        for key, s, h, lt in booking_rows(load_scopes(scopes), hk, dk, b):
-            old = deltas.get(key, (0, 0, 0))
-            deltas[key] = (old[0] + s, old[1] + h, old[2] + lt)
-        expired.append((hold_id, user_id, b.settled, list_ceiling, in_tok, max_tok))
+    adopted = []
+    for row in rows:
+        hold_id, user_id, ceiling, list_ceiling, in_tok, max_tok, hk, dk, scopes = row[:9]
+        margin, margin_booked, ending = int(row[9]), int(row[10]), bool(row[11])
+        if ending:
+            b = expiry_booking(int(ceiling), margin)
+            moved = -margin * margin_booked  # its margin leaves the buckets
+            expired.append((hold_id, user_id, b.settled, list_ceiling, in_tok, max_tok))
+        else:  # granted by an older version (migration 0021): its margin joins them
+            b, moved = Booking(0, 0, 0, 0, 0), margin
+            adopted.append(hold_id)
+        for key, d in booking_deltas(load_scopes(scopes), hk, dk, b, moved).items():
+            old = deltas.get(key, (0, 0, 0, 0))
+            deltas[key] = (old[0] + d[0], old[1] + d[1], old[2] + d[2], old[3] + d[3])
     if deltas:
         await book(conn, deltas)
+    if adopted:
+        await conn.execute(
+            "UPDATE budget_holds SET margin_booked = 1 WHERE hold_id = ANY($1::text[])", adopted
+        )
     for hold_id, user_id, booked, list_ceiling, in_tok, max_tok in expired:
         # the operation's committed money keeps the ceiling: it now counts as spent
         await conn.execute(
@@ -427,4 +491,4 @@ async def sweep(
     )
     booked_total = sum(e[2] for e in expired)
     tripped = await auto_kill(conn, cfg, now) if booked_total > 0 else None
-    return SweepOutcome(len(rows), booked_total, tripped)
+    return SweepOutcome(len(expired), booked_total, tripped)

@@ -25,6 +25,7 @@ from budget.config import LedgerConfig
 from budget.ledger_sql import EVENT_INSERT, KILL_COLS, KILL_UPSERT, event_row
 from budget.policy import (
     BucketKey,
+    Scope,
     auto_kill_reason,
     auto_kill_since,
     auto_kill_threshold_musd,
@@ -40,12 +41,15 @@ __all__ = [
     "BOOK",
     "KILLS_OF",
     "LIMITS",
+    "Amounts",
     "PgCursor",
     "Refused",
     "asyncpg_dsn",
     "auto_kill",
     "book",
     "book_arrays",
+    "booking_deltas",
+    "bucket_values",
     "event",
     "lock_corrections",
     "overrides_of",
@@ -65,19 +69,25 @@ KILLS_OF = (
 #: Every runtime limit override as an array of (level, scope, win, limit) records.
 LIMITS = "ARRAY(SELECT ROW(level, scope, win, limit_musd) FROM budget_limits)"
 
-#: Adds (settled, held, late) deltas to buckets ($1..$4 keys, $5..$7 deltas: arrays in
-#: key order), creating missing rows; locks them in key order; returns the new values.
+#: Adds (settled, held, late, margin) deltas to buckets ($1..$4 keys, $5..$8 deltas:
+#: arrays in key order), creating missing rows; locks them in key order; returns the
+#: new values. ``margin_musd`` is the sum of the margins of the held holds booked
+#: there (:mod:`budget.pg_holds`).
 BOOK = (
     "INSERT INTO budget_buckets AS b (level, scope, win, wkey, settled_musd, held_musd,"
-    " late_musd) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[],"
-    " $5::bigint[], $6::bigint[], $7::bigint[]) AS t(level, scope, win, wkey, s, h, l)"
-    " ORDER BY level, scope, win, wkey"
+    " late_musd, margin_musd) SELECT * FROM unnest($1::text[], $2::text[], $3::text[],"
+    " $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[])"
+    " AS t(level, scope, win, wkey, s, h, l, m) ORDER BY level, scope, win, wkey"
     " ON CONFLICT (level, scope, win, wkey) DO UPDATE SET"
     " settled_musd = b.settled_musd + excluded.settled_musd,"
     " held_musd = b.held_musd + excluded.held_musd,"
-    " late_musd = b.late_musd + excluded.late_musd"
-    " RETURNING level, scope, win, wkey, settled_musd, held_musd, late_musd"
+    " late_musd = b.late_musd + excluded.late_musd,"
+    " margin_musd = b.margin_musd + excluded.margin_musd"
+    " RETURNING level, scope, win, wkey, settled_musd, held_musd, late_musd, margin_musd"
 )
+
+#: A bucket's deltas or values: (settled, held, late, margin) µUSD.
+Amounts = tuple[int, int, int, int]
 
 
 def asyncpg_dsn(url: str) -> str:
@@ -108,28 +118,33 @@ def overrides_of(records: Iterable[Any]) -> dict[tuple[str, str, str], int | Non
     return {(r[0], r[1], r[2]): r[3] for r in records}
 
 
-def book_arrays(deltas: Mapping[BucketKey, tuple[int, int, int]]) -> list[list[Any]]:
-    """The seven array arguments of :data:`BOOK`, in key order."""
+def book_arrays(deltas: Mapping[BucketKey, Amounts]) -> list[list[Any]]:
+    """The eight array arguments of :data:`BOOK`, in key order."""
     keys = sorted(deltas)
-    return [
-        [k[0] for k in keys],
-        [k[1] for k in keys],
-        [k[2] for k in keys],
-        [k[3] for k in keys],
-        [deltas[k][0] for k in keys],
-        [deltas[k][1] for k in keys],
-        [deltas[k][2] for k in keys],
+    return [[k[i] for k in keys] for i in range(4)] + [
+        [deltas[k][i] for k in keys] for i in range(4)
     ]
 
 
-async def book(
-    conn: Any, deltas: Mapping[BucketKey, tuple[int, int, int]]
-) -> dict[BucketKey, tuple[int, int, int]]:
-    """Add ``key → (settled, held, late)`` µUSD deltas to buckets, creating the missing
-    ones, in ONE statement that locks the rows in key order; returns every row's new
-    ``(settled, held, late)``. A zero delta just locks the row."""
-    rows = await conn.fetch(BOOK, *book_arrays(deltas))
-    return {(r[0], r[1], r[2], r[3]): (int(r[4]), int(r[5]), int(r[6])) for r in rows}
+def booking_deltas(
+    scopes: Sequence[Scope], hour_key: str, day_key: str, b: Booking, margin_musd: int
+) -> dict[BucketKey, Amounts]:
+    """``key → (settled, held, late, margin)`` of a hold's buckets for booking ``b``
+    and ``margin_musd`` added to (or, negative, taken from) their margins."""
+    rows = booking_rows(scopes, hour_key, day_key, b)
+    return {k: (s, h, lt, margin_musd) for k, s, h, lt in rows}
+
+
+def bucket_values(rows: Iterable[Any]) -> dict[BucketKey, Amounts]:
+    """``key → (settled, held, late, margin)`` from rows :data:`BOOK` returned."""
+    return {(r[0], r[1], r[2], r[3]): (int(r[4]), int(r[5]), int(r[6]), int(r[7])) for r in rows}
+
+
+async def book(conn: Any, deltas: Mapping[BucketKey, Amounts]) -> dict[BucketKey, Amounts]:
+    """Add ``key → (settled, held, late, margin)`` µUSD deltas to buckets, creating the
+    missing ones, in ONE statement that locks the rows in key order; returns every
+    row's new values. A zero delta just locks the row."""
+    return bucket_values(await conn.fetch(BOOK, *book_arrays(deltas)))
 
 
 async def event(conn: Any, tz: str, now: datetime, kind: str, **fields: Any) -> None:
@@ -229,7 +244,7 @@ async def lock_corrections(conn: Any, hold_ids: Sequence[str]) -> None:
     )
     nothing = Booking(0, 0, 0, 0, 0)
     keys = {
-        key: (0, 0, 0)
+        key: (0, 0, 0, 0)
         for scopes, hk, dk, _ in rows
         for key, *_ in booking_rows(load_scopes(scopes), hk, dk, nothing)
     }

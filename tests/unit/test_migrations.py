@@ -93,6 +93,7 @@ def test_every_revision_up_down_up_and_head_matches_models(database_url: str) ->
         "0018_call_leases",
         "0019_update_rates",
         "0020_runtime_signals",
+        "0021_bucket_margins",
     ]
     for rev in revisions:
         command.upgrade(cfg, rev.revision)
@@ -210,6 +211,87 @@ def test_legacy_turns_go_to_the_private_chat_and_a_downgrade_keeps_only_those(
         ],
     )
     assert rows == [(7, "My bank PIN is 4321"), (5000000000, "another user")]
+
+
+def test_held_margins_join_their_buckets_on_postgres_and_leave_on_downgrade(
+    database_url: str,
+) -> None:
+    """0021_bucket_margins: the margin of each hold held at upgrade time is added to
+    every bucket it touches (user and global × day and hour, provider × day) and the
+    hold marked booked — on PostgreSQL, whose ledger keeps margins there; a settled
+    hold's margin is not. On SQLite both columns stay 0. The downgrade drops them."""
+    cfg = _config(database_url)
+    command.upgrade(cfg, "0020_runtime_signals")
+    scopes = '[["user", "7"], ["global", ""], ["provider", "deepseek"]]'
+
+    def holds_then(conn: Connection) -> None:
+        for hold_id, state, margin in (
+            ("h1", "held", 300),
+            ("h2", "held", 90),
+            ("h3", "settled", 50),
+        ):
+            conn.execute(
+                text(
+                    "INSERT INTO budget_holds (hold_id, operation_id, request_id, user_id,"
+                    " origin, provider, model, input_tokens, max_tokens, ceiling_musd, state,"
+                    " granted_at, expires_at, tz, hour_key, day_key, scopes, process_id,"
+                    " margin_musd) VALUES (:h, 'o', 'r', 7, 'chat', 'deepseek', 'm', 1, 1,"
+                    " 100, :s, 0, 90, 'UTC', '2026-01-14T12', '2026-01-14', :scopes, 'p', :m)"
+                ),
+                {"h": hold_id, "s": state, "m": margin, "scopes": scopes},
+            )
+        conn.execute(
+            text(
+                "INSERT INTO budget_buckets (level, scope, win, wkey, held_musd) VALUES"
+                " ('global', '', 'day', '2026-01-14', 200)"
+            )
+        )
+        conn.commit()
+
+    _on(database_url, holds_then)
+    command.upgrade(cfg, "0021_bucket_margins")
+
+    def margins(conn: Connection) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+        buckets = conn.execute(
+            text(
+                "SELECT level, scope, win, wkey, held_musd, margin_musd FROM budget_buckets"
+                " ORDER BY level, scope, win, wkey"
+            )
+        )
+        booked = conn.execute(text("SELECT hold_id, margin_booked FROM budget_holds ORDER BY 1"))
+        return [tuple(r) for r in buckets], [tuple(r) for r in booked]
+
+    found = _on(database_url, margins)
+    if database_url.startswith("postgresql"):
+        assert found == (
+            [
+                ("global", "", "day", "2026-01-14", 200, 390),
+                ("global", "", "hour", "2026-01-14T12", 0, 390),
+                ("provider", "deepseek", "day", "2026-01-14", 0, 390),
+                ("user", "7", "day", "2026-01-14", 0, 390),
+                ("user", "7", "hour", "2026-01-14T12", 0, 390),
+            ],
+            [("h1", 1), ("h2", 1), ("h3", 0)],
+        )
+    else:
+        assert found == (
+            [("global", "", "day", "2026-01-14", 200, 0)],
+            [("h1", 0), ("h2", 0), ("h3", 0)],
+        )
+    command.downgrade(cfg, "0020_runtime_signals")
+
+    def columns(conn: Connection) -> set[str]:
+        inspector = inspect(conn)
+        return {
+            f"{t}.{c['name']}"
+            for t in ("budget_buckets", "budget_holds")
+            for c in inspector.get_columns(t)
+        }
+
+    left = _on(database_url, columns)
+    assert isinstance(left, set)
+    assert "budget_holds.margin_musd" in left
+    assert not {"budget_buckets.margin_musd", "budget_holds.margin_booked"} & left
 
 
 def test_a_database_ahead_of_the_code_is_refused_untouched(database_url: str) -> None:
