@@ -4,6 +4,8 @@ Exit codes: 0 after a clean stop; 2 for a configuration error (one line on stder
 ``python -m bot export-config FILE`` / ``import-config FILE``: see :mod:`bot.configio`.
 ``python -m bot healthcheck``: GET the running bot's ``/healthz`` (exit 0 healthy, 1 not;
 see :mod:`bot.health`), for a container's ``HEALTHCHECK``.
+``python -m bot delete-webhook``: remove the token's webhook on purpose (a polling process
+refuses to start while one is set; see :mod:`bot.hookctl`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ def main() -> int:
 
     ``python -m bot export-config FILE`` / ``import-config FILE`` carry the configuration
     tables between databases (:mod:`bot.configio`); ``healthcheck`` asks the running
-    bot's ``/healthz`` (:mod:`bot.health`); without arguments the bot runs.
+    bot's ``/healthz`` (:mod:`bot.health`); ``delete-webhook`` removes the token's
+    webhook (:mod:`bot.hookctl`); without arguments the bot runs.
     """
     if sys.argv[1:2] and sys.argv[1] in ("export-config", "import-config"):
         from bot.configio import main as config_main
@@ -50,6 +53,10 @@ def main() -> int:
     except ValidationError as exc:
         print(_config_error(exc), file=sys.stderr)
         return 2
+    if sys.argv[1:2] == ["delete-webhook"]:
+        from bot.hookctl import delete_webhook
+
+        return asyncio.run(delete_webhook(settings))
 
     from bot.logs import install_excepthooks, setup_logging
 

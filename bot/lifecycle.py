@@ -2,8 +2,10 @@
 built, and its start-up and shutdown hooks (registered on the dispatcher by
 :func:`bot.polling.run`, called by :func:`bot.webhook.serve_webhook` in webhook mode).
 
-Start-up (``on_startup``): in polling mode deleteWebhook *without* dropping pending
-updates; in webhook mode setWebhook (idempotent: every replica sets the same URL,
+Start-up (``on_startup``): in polling mode getWebhookInfo, and a webhook that is set
+(a fleet of webhook replicas serves this token) stops the start with :class:`WebhookIsSet`
+— polling never deletes it (``python -m bot delete-webhook`` does, deliberately); in
+webhook mode setWebhook (idempotent: every replica sets the same URL,
 secret, ``max_connections`` and ``allowed_updates``, keeping pending updates);
 setMyCommands, ledger start (sweeps holds left by a previous process), price card
 logged, users whose message was lost in a crash are asked to resend (on a shared
@@ -21,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import httpx
 from aiogram import Bot, Dispatcher
@@ -49,7 +52,7 @@ from budget.prices import PriceCard
 from llm.cascade import Cascade
 from scheduler.runner import DigestRunner
 
-__all__ = ["USER_COMMANDS", "App"]
+__all__ = ["USER_COMMANDS", "App", "WebhookIsSet"]
 
 log = logging.getLogger("bot.app")  # the name before the split: log lines unchanged
 
@@ -68,6 +71,23 @@ USER_COMMANDS = [
     ("tz", "My timezone"),
     ("lang", "Language"),
 ]
+
+
+class WebhookIsSet(Exception):
+    """A polling process found a webhook registered for its token: webhook replicas
+    serve it, and polling would need to delete it and take every update from them.
+
+    Attributes:
+        host: the host of the registered URL (never its path, which may hold a secret).
+    """
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        super().__init__(
+            f"a webhook is set for this token (https://{host}/…): webhook replicas serve it, "
+            "so polling would take their updates; set WEBHOOK_URL to join them as a replica, "
+            "or remove the webhook first with: python -m bot delete-webhook"
+        )
 
 
 @dataclass(eq=False)
@@ -110,7 +130,7 @@ class App:
         if self.settings.webhook_mode:
             await self._set_webhook()
         else:
-            await self.bot.delete_webhook(drop_pending_updates=False)
+            await self._refuse_webhook()
         await self.bot.set_my_commands(
             [BotCommand(command=c, description=d) for c, d in USER_COMMANDS]
         )
@@ -141,6 +161,14 @@ class App:
             await self._metrics.start()
         self.readiness.mark_started()
         log.info("kopek started")
+
+    async def _refuse_webhook(self) -> None:
+        """Polling mode: raise :class:`WebhookIsSet` when a webhook is registered. None
+        set: nothing to delete, polling may start (an unconditional deleteWebhook here
+        silently took every update from a running fleet of webhook replicas)."""
+        info = await self.bot.get_webhook_info()
+        if info.url:
+            raise WebhookIsSet(urlsplit(info.url).hostname or "?")
 
     async def _set_webhook(self) -> None:
         """Register the webhook. Every replica sets the same values at its start, so

@@ -66,7 +66,8 @@ async def run(settings: Settings) -> int:
 
     Exit codes: 0 after a clean stop; 2 for configuration the bot cannot run with
     (database URL, database in use by another process, a schema ahead of this code, a
-    refused database login, token refused by Telegram, prices); 1 when Telegram or the
+    refused database login, token refused by Telegram, prices, a webhook set for the
+    token while this process would poll); 1 when Telegram or the
     PostgreSQL server cannot be reached at start, Telegram answers with something that
     is not a Telegram response, or anything unexpected ends the bot. Each failure is
     one line on stderr, secrets redacted (:mod:`bot.database`).
@@ -117,6 +118,7 @@ async def _poll(settings: Settings) -> int:
     )
 
     from bot.app import create_app
+    from bot.lifecycle import WebhookIsSet
 
     try:
         app = create_app(settings)
@@ -141,6 +143,10 @@ async def _poll(settings: Settings) -> int:
             )
     except SchemaMismatch as exc:  # a newer version migrated since this one's migrations
         _fail(start_failure(exc, settings.database_url)[1], settings)
+        await app.close_after_failed_start()
+        return 2
+    except WebhookIsSet as exc:  # polling would take a webhook fleet's updates
+        _fail(str(exc), settings)
         await app.close_after_failed_start()
         return 2
     except TelegramUnauthorizedError:

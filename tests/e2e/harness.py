@@ -3,9 +3,10 @@
 :class:`BotProcess` starts ``python -m bot`` (or any command, e.g. the tiny aiogram bot in
 ``tests/e2e/echo_bot.py``) with an environment built by :func:`bot_environment` that
 points every external peer at a fake on 127.0.0.1. Readiness is read from the fake Bot
-API, not from the bot's output: the bot is ready once it has called ``deleteWebhook`` and
-then ``getUpdates``. stdout/stderr of every run go to files (see :meth:`BotProcess.logs`)
-so a test can check, e.g., that the token never appears in them.
+API, not from the bot's output: the bot is ready once it has asked ``getWebhookInfo`` (the
+echo bot: called ``deleteWebhook``) and then ``getUpdates``. stdout/stderr of every run go
+to files (see :meth:`BotProcess.logs`) so a test can check, e.g., that the token never
+appears in them.
 
 Typical use goes through the fixtures of ``tests/e2e/conftest.py``::
 
@@ -31,7 +32,7 @@ from typing import IO
 from aiohttp import ClientError, ClientSession, ClientTimeout
 
 from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram
+from tests.fakes.telegram import FakeTelegram, RecordedRequest
 
 __all__ = [
     "REPO_ROOT",
@@ -48,6 +49,8 @@ __all__ = [
 #: The repository root (where ``python -m bot`` is run from).
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
+#: the Bot API call made before polling starts: Kopek's check, the echo bot's delete
+_WEBHOOK_CHECKS = ("getWebhookInfo", "deleteWebhook")
 #: Variables of the test runner's environment the bot may see; everything else
 #: (a developer's real provider keys, BOT_TOKEN...) is left out.
 _PASSTHROUGH = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TEMP", "TMP", "SYSTEMROOT", "TZ")
@@ -137,10 +140,11 @@ class BotProcess:
         argv: the command (default ``[sys.executable, "-m", "bot"]``).
         cwd: working directory; default the repository root, or ``log_dir`` when the
             root has a ``.env`` (a developer's settings must never leak into a test).
-        ready_timeout: seconds to wait for ``deleteWebhook`` + ``getUpdates``.
+        ready_timeout: seconds to wait for ``getWebhookInfo`` (or ``deleteWebhook``) +
+            ``getUpdates``.
         stop_timeout: seconds :meth:`stop` waits after the signal before SIGKILL.
         ready_url: a webhook replica's ``/readyz``: the bot is ready once it answers 200
-            (instead of ``deleteWebhook`` + ``getUpdates``, which a webhook bot never
+            (instead of ``getWebhookInfo`` + ``getUpdates``, which a webhook bot never
             calls).
     """
 
@@ -243,10 +247,15 @@ class BotProcess:
         if self.ready_url is not None:
             await wait_ready_url(self.ready_url, self.ready_timeout)
             return
-        hook = await self.telegram.wait_request(
-            "deleteWebhook", timeout=self.ready_timeout, since=since
-        )
-        await self.telegram.wait_request("getUpdates", timeout=self.ready_timeout, since=hook.seq)
+
+        # Kopek asks getWebhookInfo before polling; the echo bot calls deleteWebhook
+        def hook() -> RecordedRequest | None:
+            return next(
+                (r for r in self.telegram.requests()[since:] if r.method in _WEBHOOK_CHECKS), None
+            )
+
+        first = await self.telegram.wait_until(hook, timeout=self.ready_timeout)
+        await self.telegram.wait_request("getUpdates", timeout=self.ready_timeout, since=first.seq)
 
     async def wait_exit(self, timeout: float = 30.0) -> int:  # noqa: ASYNC109 - test deadline
         """Wait for the process to end on its own; returns its exit code.

@@ -129,7 +129,7 @@ class InProcessBot:
 
     Args:
         env: the environment a process would get (see :func:`~tests.e2e.harness.bot_environment`).
-        telegram: the fake Bot API (readiness: ``deleteWebhook`` then ``getUpdates``).
+        telegram: the fake Bot API (readiness: ``getWebhookInfo`` then ``getUpdates``).
         log_dir: unused (kept for the factory's signature); logs go to pytest's capture.
         ready_timeout: seconds to wait for readiness.
         stop_timeout: seconds :meth:`stop` waits for polling and the shutdown hooks.
@@ -243,7 +243,7 @@ class InProcessBot:
 
     async def _wait_ready(self, since: int) -> None:
         hook = await self.telegram.wait_request(
-            "deleteWebhook", timeout=self.ready_timeout, since=since
+            "getWebhookInfo", timeout=self.ready_timeout, since=since
         )
         await self.telegram.wait_request("getUpdates", timeout=self.ready_timeout, since=hook.seq)
 

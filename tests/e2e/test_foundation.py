@@ -55,9 +55,10 @@ async def test_sigterm_grace_restart_state_and_start_help_in_english_and_russian
        With a 0.5 s grace, SIGTERM during a 30 s call: the call is cancelled, the user
        is told to resend, exit 0.
     3. After that restart the ledger shows no outstanding hold; /start and /help are
-       templates in en and ru, with no LLM call; SIGTERM → exit 0. deleteWebhook never
-       dropped pending updates, the commands were set, and the bot token (whole or its
-       secret half) and the provider keys never appear in any run's DEBUG logs.
+       templates in en and ru, with no LLM call; SIGTERM → exit 0. Each start asked
+       getWebhookInfo and none called deleteWebhook, the commands were set, and the
+       bot token (whole or its secret half) and the provider keys never appear in any
+       run's DEBUG logs.
     """
     fake_providers.script(
         "groq", {"text": "finished in time", "delay_s": 2.0}, {"text": "never", "delay_s": 30.0}
@@ -93,10 +94,8 @@ async def test_sigterm_grace_restart_state_and_start_help_in_english_and_russian
     [budget] = await fake_telegram.wait_sent(1, since=mark)
     assert "Outstanding holds: 0" in budget.text
 
-    assert fake_telegram.webhook_calls[0] == {
-        "method": "deleteWebhook",
-        "drop_pending_updates": False,
-    }
+    # no webhook was set: each start asked, and none deleted anything
+    assert fake_telegram.webhook_calls == [{"method": "getWebhookInfo"}] * 3
     assert {c["command"] for c in fake_telegram.commands()} >= {"start", "help", "me"}
     calls = len(fake_providers.requests)
     mark = fake_telegram.mark()

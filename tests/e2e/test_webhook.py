@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import socket
 import sqlite3
+from pathlib import Path
 
 import pytest
 from aiohttp import ClientSession
 
+from bot.hookctl import delete_webhook
 from bot.polling import run
 from tests.e2e.harness import free_port
 from tests.e2e.inprocess import AppFactory, InProcessBot, settings_from_env
@@ -166,3 +168,53 @@ async def test_a_taken_webhook_port_exits_2_in_one_line_before_telegram_is_calle
     assert "cannot start" in line and "OSError" in line, line
     assert SECRET not in err
     assert fake_telegram.requests() == []
+
+
+async def test_polling_refuses_to_start_while_a_webhook_is_set_and_delete_webhook_removes_it(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Trial finding F1: a polling process on a token whose webhook a replica set (same
+    token, no WEBHOOK_URL) asks getWebhookInfo, ends the run (``bot.polling.run``, in
+    process) with exit 2 and one ``kopek:`` line naming the webhook's host and both ways
+    on, without the token — and calls neither deleteWebhook nor getUpdates, so the
+    replica keeps its updates (one delivered afterwards is answered).
+    ``python -m bot delete-webhook`` then removes it on purpose, keeping pending updates;
+    run again it says there is nothing to remove."""
+    replica = await _start(app_factory, fake_telegram, _webhook_env(bot_env))
+    before = len(fake_telegram.requests())
+    polling = dict(bot_env, DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'polling.db'}")
+    capsys.readouterr()
+    code = await run(settings_from_env(polling))
+    err = capsys.readouterr().err
+    assert code == 2
+    [line] = [ln for ln in err.splitlines() if ln.startswith("kopek:")]
+    assert "a webhook is set" in line and "kopek.example.org" in line, line
+    assert "WEBHOOK_URL" in line and "python -m bot delete-webhook" in line
+    token = bot_env["BOT_TOKEN"]
+    assert token not in err and token.partition(":")[2] not in err
+    assert [r.method for r in fake_telegram.requests()[before:]] == ["getWebhookInfo"]
+    assert fake_telegram.webhook is not None
+
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(33, "still served by the replica")
+    [reply] = await fake_telegram.wait_sent(33, since=mark, timeout=20)
+    assert "still served by the replica" in reply.text
+    assert await replica.stop() == 0
+
+    settings = settings_from_env(polling)
+    assert await delete_webhook(settings) == 0
+    out = capsys.readouterr().out
+    assert "kopek.example.org" in out and "removed" in out and token not in out
+    assert fake_telegram.webhook is None
+    assert fake_telegram.webhook_calls[-1] == {
+        "method": "deleteWebhook",
+        "drop_pending_updates": False,
+    }
+    assert await delete_webhook(settings) == 0
+    assert "nothing to remove" in capsys.readouterr().out
+    assert [c["method"] for c in fake_telegram.webhook_calls].count("deleteWebhook") == 1

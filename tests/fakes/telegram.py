@@ -1391,6 +1391,7 @@ class FakeTelegram:
     async def _m_getWebhookInfo(
         self, params: dict[str, Any], files: Any, record: RecordedRequest
     ) -> Any:
+        self.webhook_calls.append({"method": "getWebhookInfo"})
         info: dict[str, Any] = {
             "url": "" if self._webhook is None else self._webhook["url"],
             "has_custom_certificate": False,
