@@ -156,6 +156,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
             ttl_s=settings.hold_ttl_seconds,
             dead_after_s=settings.process_dead_after_seconds,
         )
+    # one TLS context for the HTTPS clients (each new one loads the CA bundle: ~30 ms)
+    tls = httpx.create_ssl_context()
     cascade = build_cascade(
         provider_specs_of(settings),
         ledger=ledger,
@@ -166,6 +168,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         registry=registry,
         key_store=key_store,
         lease_store=lease_store,
+        tls=tls,
     )
     # on a SQLite file the message path's bot-table writes ride the ledger's one writer
     hot = SqliteHotPath(ledger.store.writer) if isinstance(ledger.store, SqliteStore) else None
@@ -230,7 +233,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         profile = await repo.get(user_id)
         return (profile.tz if profile and profile.tz else None) or settings.user_tz
 
-    http = httpx.AsyncClient(headers={"User-Agent": "KopekBot/0.1 (+digests)"})
+    http = httpx.AsyncClient(headers={"User-Agent": "KopekBot/0.1 (+digests)"}, verify=tls)
     guard = AddressGuard()
     feed_http = httpx.AsyncClient(
         headers={"User-Agent": "KopekBot/0.1 (+digests)"},

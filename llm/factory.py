@@ -16,6 +16,7 @@ Example (composition root)::
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -145,6 +146,7 @@ def build_provider(
     timeout_s: float,
     clock: Clock | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> Provider:
     """The client for one spec. A family's SDK is imported here, on first use, so a bot
     without a Groq or Mistral key never loads that SDK (seconds of start-up).
@@ -177,6 +179,7 @@ def build_provider(
         timeout_s=timeout_s,
         clock=clock,
         transport=transport,
+        tls=tls,
     )
 
 
@@ -191,6 +194,7 @@ def build_cascade(
     registry: CollectorRegistry | None = None,
     key_store: KeyStateStore | None = None,
     lease_store: LeaseStore | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> Cascade:
     """The cascade over ``specs`` (in the given order), with cheap models taken from
     the specs unless ``config.cheap_models`` names them, and absent keys listed for
@@ -198,12 +202,16 @@ def build_cascade(
     deployment's other processes (:mod:`llm.keygate`), ``lease_store`` its
     ``global_max_inflight_calls`` (:class:`llm.slots.DeploymentSlots`).
 
+    ``tls`` is the TLS context every provider's HTTPS client uses: one per process
+    (``httpx.create_ssl_context()``), since each new default context loads the CA bundle
+    again (~30 ms of CPU, ~8 clients per bot). ``None``: each client makes its own.
+
     Raises:
         ValueError: no specs (no provider key configured).
     """
     if not specs:
         raise ValueError("no provider key configured")
-    providers = [build_provider(s, timeout_s=config.timeout_s, clock=clock) for s in specs]
+    providers = [build_provider(s, timeout_s=config.timeout_s, clock=clock, tls=tls) for s in specs]
     cheap = {s.name: s.cheap_model for s in specs} | dict(config.cheap_models)
     present = {s.name for s in specs}
     return Cascade(

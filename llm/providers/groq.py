@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, cast
 
@@ -56,6 +57,8 @@ class GroqProvider(ProviderBase):
         timeout_s: total deadline of one call, seconds.
         clock: for HTTP-date ``Retry-After`` values.
         transport: an ``httpx`` transport for tests (``None`` = network).
+        tls: the TLS context for HTTPS (one per process, see :func:`llm.factory.build_cascade`;
+            ``None``: a new default one, which loads the CA bundle again, ~30 ms).
     """
 
     __slots__ = ("_client",)
@@ -72,6 +75,7 @@ class GroqProvider(ProviderBase):
         timeout_s: float,
         clock: Clock | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         super().__init__(
             name,
@@ -81,7 +85,11 @@ class GroqProvider(ProviderBase):
             timeout_s=timeout_s,
             clock=clock,
         )
-        http_client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), transport=transport)
+        http_client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s),
+            transport=transport,
+            verify=True if tls is None else tls,
+        )
         self._client = groq.AsyncGroq(
             api_key=api_key,
             base_url=base_url.rstrip("/"),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -53,6 +54,8 @@ class OpenAICompatProvider(ProviderBase):
             the whole exchange, so a slow trickle is cut too).
         clock: for HTTP-date ``Retry-After`` values.
         transport: an ``httpx`` transport for tests (``None`` = network).
+        tls: the TLS context for HTTPS (one per process, see :func:`llm.factory.build_cascade`;
+            ``None``: a new default one, which loads the CA bundle again, ~30 ms).
     """
 
     __slots__ = ("_client", "_url")
@@ -69,6 +72,7 @@ class OpenAICompatProvider(ProviderBase):
         timeout_s: float,
         clock: Clock | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         super().__init__(
             name,
@@ -83,6 +87,7 @@ class OpenAICompatProvider(ProviderBase):
             headers={"Authorization": f"Bearer {api_key}"},
             timeout=httpx.Timeout(timeout_s),
             transport=transport,
+            verify=True if tls is None else tls,
         )
 
     async def complete(

@@ -14,7 +14,7 @@ from llm.factory import build_provider
 from llm.providers.base import Provider
 from tests.fakes.ledger import FakeLedger, FakePrices, Rates
 from tests.fakes.providers import FakeProviders
-from tests.unit.llm.llm_helpers import spec
+from tests.unit.llm.llm_helpers import spec, tls
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ async def make_client(fake: FakeProviders) -> AsyncIterator[Any]:
     made: list[Provider] = []
 
     def make(name: str, timeout_s: float = 5.0) -> Provider:
-        client = build_provider(spec(name, fake), timeout_s=timeout_s)
+        client = build_provider(spec(name, fake), timeout_s=timeout_s, tls=tls())
         made.append(client)
         return client
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import ssl
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from llm.factory import ProviderSpec
 from llm.types import Message
@@ -36,6 +40,13 @@ CONTEXT = {
     "cerebras": 8_192,
     "deepseek": 131_072,
 }
+
+
+@functools.cache
+def tls() -> ssl.SSLContext:
+    """One TLS context for every provider client the tests build, as the bot makes one
+    per process (``bot/app.py``): each new default context loads the CA bundle (~30 ms)."""
+    return httpx.create_ssl_context()
 
 
 def load_fixture(name: str) -> Any:

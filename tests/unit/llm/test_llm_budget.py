@@ -25,7 +25,7 @@ from llm.factory import build_cascade
 from llm.types import LLMRequest, Message
 from tests.fakes.ledger import FakeLedger, FakePrices
 from tests.fakes.providers import FakeProviders
-from tests.unit.llm.llm_helpers import KEYS, count_tokens, spec
+from tests.unit.llm.llm_helpers import KEYS, count_tokens, spec, tls
 
 FREE = ("groq", "groq2", "mistral", "cerebras")
 LONG = (Message("system", "s" * 2000), Message("user", "u" * 2000))  # 1,008 counted tokens
@@ -52,6 +52,7 @@ async def make_cascade(
         token_counter=count_tokens,
         on_event=events.append,
         registry=CollectorRegistry(),
+        tls=tls(),
     )
     return cascade, events
 

@@ -20,7 +20,7 @@ from llm.factory import build_cascade
 from llm.types import LLMRequest, Message, Priority
 from tests.fakes.ledger import FakeLedger
 from tests.fakes.providers import FakeProviders
-from tests.unit.llm.llm_helpers import KEYS, count_tokens, spec
+from tests.unit.llm.llm_helpers import KEYS, count_tokens, spec, tls
 
 ALL = ("groq", "groq2", "mistral", "cerebras", "deepseek")
 COOLDOWN = 600.0
@@ -61,6 +61,7 @@ class Harness:
             token_counter=count_tokens,
             on_event=self.events.append,
             registry=self.registry,
+            tls=tls(),
         )
         self._ops = 0
 

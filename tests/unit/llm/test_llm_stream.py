@@ -21,7 +21,7 @@ from llm.types import LLMRequest, Message
 from tests.e2e.harness import wait_provider_requests
 from tests.fakes.ledger import FakeLedger, FakePrices
 from tests.fakes.providers import FakeProviders
-from tests.unit.llm.llm_helpers import FIXTURES, KEYS, count_tokens, spec
+from tests.unit.llm.llm_helpers import FIXTURES, KEYS, count_tokens, spec, tls
 
 STREAMS = FIXTURES / "streams"
 PROMPT = (Message("user", "tell me a long story"),)
@@ -147,6 +147,7 @@ async def cascades(
             config=CascadeConfig(timeout_s=10.0, **config),
             token_counter=count_tokens,
             registry=CollectorRegistry(),
+            tls=tls(),
         )
         made.append(cascade)
         return cascade, ledger
