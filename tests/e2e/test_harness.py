@@ -16,11 +16,14 @@ from tests.fakes.telegram import FakeTelegram
 ECHO = [sys.executable, str(Path(__file__).with_name("echo_bot.py"))]
 
 
-async def test_start_answered_in_both_languages_bold_as_entity_and_sigterm_exits_zero(
+async def test_start_answers_sigterm_exits_zero_restart_redelivers_nothing_kill_is_a_crash(
     bot_factory: BotFactory, fake_telegram: FakeTelegram
 ) -> None:
     """/start is answered per language_code; an echo sent with an entities list is stored
-    as text plus a bold entity; SIGTERM ends the run with 0; no token in logs."""
+    as text plus a bold entity; SIGTERM ends the run with 0; no token in logs. After a
+    restart the old /start is not answered again; a message sent while the bot was down
+    is answered once it polls again. kill() then ends the process without a clean
+    shutdown (SIGKILL)."""
     bot = bot_factory(ECHO)
     await bot.start()
     hooks = fake_telegram.webhook_calls
@@ -40,28 +43,15 @@ async def test_start_answered_in_both_languages_bold_as_entity_and_sigterm_exits
     assert [(e.type, e.offset, e.length) for e in reply.entities] == [("bold", 0, 10)]
     assert reply.parse_mode is None
 
-    assert await bot.stop(signal.SIGTERM) == 0
-    assert bot.logs(), "the run's output was captured"
-    assert fake_telegram.token not in bot.logs()
-    assert fake_telegram.token.split(":")[1] not in bot.logs()
-
-
-async def test_restart_redelivers_nothing_confirmed_keeps_what_came_and_kill_is_a_crash(
-    bot_factory: BotFactory, fake_telegram: FakeTelegram
-) -> None:
-    """After a restart the old /start is not answered again; a message sent while the
-    bot was down is answered once it polls again. kill() then ends the process without
-    a clean shutdown (SIGKILL)."""
-    bot = bot_factory(ECHO)
-    await bot.start()
-    fake_telegram.inject_message(42, "/start")
-    await fake_telegram.wait_sent(42)
-    # let the bot confirm that update with its next getUpdates offset
+    # let the bot confirm those updates with its next getUpdates offset
     first = fake_telegram.requests("getUpdates")[-1].seq
     await fake_telegram.wait_request(
         "getUpdates", lambda r: int(r.params.get("offset", 0)) > 0, since=first
     )
-    assert await bot.stop() == 0
+    assert await bot.stop(signal.SIGTERM) == 0
+    assert bot.logs(), "the run's output was captured"
+    assert fake_telegram.token not in bot.logs()
+    assert fake_telegram.token.split(":")[1] not in bot.logs()
 
     fake_telegram.inject_message(42, "while you were away")
     mark = fake_telegram.mark()
