@@ -7,17 +7,20 @@ touches, in the one order of :mod:`budget.pg_rows` (holds, buckets by key,
 operations), so concurrent steps of several processes never lose an update and never
 deadlock each other:
 
-* ``reserve`` — read the operation, the kill switches and the runtime limits; then
-  ONE statement adds the ceiling to ``held_musd`` and the hold's margin to
+* ``reserve`` — read the operation, the kill switches and the runtime limits (one
+  statement, no lock); then ONE statement, committing by itself
+  (:data:`_GRANT_AT_ONCE`), adds the ceiling to ``held_musd`` and the hold's margin to
   ``margin_musd`` of every bucket of the hold (user, team, global, provider × day,
   hour), creating the missing rows and locking them all in key order, charges the
-  operation (only if its cost cap still allows) and inserts the hold; check the
-  policy (:func:`budget.policy.check_hold` on the buckets as they were before this
-  hold, the other holds' margins counted as held) and COMMIT at once. The bucket
-  upsert is the last statement before COMMIT, so the hot global rows stay locked for
-  one round trip and the commit's flush. A refusal rolls the whole transaction back —
-  nothing held anywhere — and only the refusal event is written. Four round trips:
-  BEGIN, read, grant, COMMIT.
+  operation (only if its cost cap still allows), inserts the hold, and fails —
+  nothing written — unless every bucket's new settled + held + margins is within its
+  limit (:func:`budget.policy.check_hold`'s rule). So the hot global rows stay
+  locked for that statement and its commit's flush only, with no round trip to the
+  client in between; two round trips in all. When it does not fit, the locked
+  transaction decides: BEGIN, the same read, the same writes returning the buckets'
+  values, :func:`budget.policy.check_hold` in Python (which builds the refusal), and
+  COMMIT or — a refusal — ROLLBACK (nothing held anywhere; only the refusal event is
+  written).
 * Margins: ``budget_buckets.margin_musd`` is the sum of the margins of the held
   holds booked there (``budget_holds.margin_booked = 1``); a hold's settle, release
   or expiry takes its margin out. A hold an older version granted (migration 0021,
@@ -36,11 +39,14 @@ money integer µUSD.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
+
+import asyncpg
 
 from budget.config import LedgerConfig
 from budget.errors import UnknownHold
@@ -79,6 +85,7 @@ from budget.policy import (
     build_buckets,
     check_hold,
     dump_scopes,
+    limit_of,
     load_scopes,
     pick_kill,
     provider_caps,
@@ -98,7 +105,7 @@ from budget.steps import (
     reserve_refusal,
 )
 from budget.store import Pricer, SettleOutcome, SweepOutcome, UnknownOperation
-from budget.types import Origin, Refusal, RefusalReason, Usage
+from budget.types import Level, Origin, Refusal, RefusalReason, Usage, Window
 from budget.windows import window_keys
 
 __all__ = [
@@ -164,13 +171,31 @@ _HOLD_INSERT = _once(
 #: subquery on ``b`` runs first), insert the hold ($11..$31); returns whether the
 #: operation was charged and the buckets' new values. The transaction's COMMIT
 #: follows it at once (or a ROLLBACK, if the policy refuses).
-_GRANT = (
+_GRANT_WRITES = (
     "WITH b AS (" + BOOK + "), o AS (UPDATE budget_operations"  # noqa: S608 - fixed fragments
     " SET committed_musd = committed_musd + $9, expires_at = GREATEST(expires_at, $10)"
     " WHERE operation_id = $12 AND ended_at IS NULL AND committed_musd + $9 <= max_musd"
     " AND (SELECT COUNT(*) FROM b) >= 0 RETURNING 1), h AS (" + _shift(_HOLD_INSERT, 10) + ")"
-    " SELECT (SELECT COUNT(*) FROM o), ARRAY(SELECT ROW(level, scope, win, wkey,"
-    " settled_musd, held_musd, late_musd, margin_musd) FROM b)"
+)
+_GRANT = (
+    _GRANT_WRITES  # noqa: S608 - fixed fragments
+    + " SELECT (SELECT COUNT(*) FROM o), ARRAY(SELECT ROW(level, scope, win,"
+    " wkey, settled_musd, held_musd, late_musd, margin_musd) FROM b)"
+)
+#: The same grant as a transaction of its own (autocommit: its commit, with the
+#: flush, follows it in the server, no round trip under the bucket locks), committed
+#: only when it fits: $32 is each bucket's limit (key order, NULL = none) and the
+#: statement fails with ``CardinalityViolationError`` (a scalar subquery of 2 rows:
+#: nothing written) when the operation was not charged or a bucket's new
+#: settled + held + margins passes its limit — :func:`budget.policy.check_hold`'s
+#: rule (ceiling + margin ≤ limit − settled − held − other margins) on the values after.
+_GRANT_AT_ONCE = (
+    _GRANT_WRITES  # noqa: S608 - fixed fragments
+    + " SELECT (SELECT 1 FROM generate_series(1, CASE WHEN"
+    " (SELECT COUNT(*) FROM o) = 1 AND NOT EXISTS (SELECT 1 FROM b JOIN unnest($1::text[],"
+    " $2::text[], $3::text[], $4::text[], $32::bigint[]) AS l(level, scope, win, wkey, lim)"
+    " USING (level, scope, win, wkey) WHERE b.settled_musd + b.held_musd + b.margin_musd"
+    " > l.lim) THEN 1 ELSE 2 END))"
 )
 #: A hold's row (``HOLD_ROW`` columns, then the margin its buckets hold for it).
 _HOLD_ROW = _once(
@@ -282,7 +307,46 @@ async def reserve(
     margin_musd: int,
 ) -> HoldTicket:
     """Grant a hold on every level/window at once, or refuse with nothing held
-    (module docstring)."""
+    (module docstring). ``conn`` is outside any transaction: the grant is tried as
+    one statement committing by itself (:data:`_GRANT_AT_ONCE`); when that does not
+    fit, the locked transaction decides (and builds the refusal)."""
+    args = (
+        cfg,
+        process_id,
+        now,
+        operation_id,
+        request_id,
+        (provider, model, input_tokens, max_tokens),
+        (ceiling_musd, list_ceiling_musd, margin_musd, price_version),
+    )
+    with contextlib.suppress(_NotAtOnce):
+        return await _reserve(conn, *args, at_once=True)
+    async with conn.transaction():
+        return await _reserve(conn, *args, at_once=False)
+
+
+class _NotAtOnce(Exception):
+    """The one-statement grant did not fit (nothing written): decide under locks."""
+
+
+async def _reserve(
+    conn: Any,
+    cfg: LedgerConfig,
+    process_id: str,
+    now: datetime,
+    operation_id: str,
+    request_id: str,
+    call: tuple[str, str, int, int],
+    money: tuple[int, int | None, int, str],
+    *,
+    at_once: bool,
+) -> HoldTicket:
+    """One try of :func:`reserve`: ``call`` = (provider, model, input tokens, max
+    tokens), ``money`` = (ceiling, list ceiling, margin µUSD, price version).
+    ``at_once``: the autocommit grant (raises :class:`_NotAtOnce` when it does not
+    fit); else the body of a transaction that checks in Python after the locks."""
+    provider, model = call[:2]
+    ceiling_musd, list_ceiling_musd, margin_musd = money[:3]
     t = now.timestamp()
     row = await conn.fetchrow(_RESERVE_READ, operation_id)
     if row is None:
@@ -309,14 +373,20 @@ async def reserve(
         now,
         hold_id,
         (operation_id, request_id, user_id, team, origin),
-        (provider, model, input_tokens, max_tokens),
-        (ceiling_musd, list_ceiling_musd, margin_musd, price_version),
+        call,
+        money,
         (keys.hour_key, keys.day_key),
         dump_scopes(scopes),
     )
-    charged, after = await conn.fetchrow(
-        _GRANT, *book_arrays(deltas), ceiling_musd, expires, *values
-    )
+    arrays = book_arrays(deltas)
+    if at_once:
+        caps = [limit_of(cfg, limits, Level(k[0]), k[1], Window(k[2])) for k in sorted(deltas)]
+        try:
+            await conn.fetchval(_GRANT_AT_ONCE, *arrays, ceiling_musd, expires, *values, caps)
+        except asyncpg.exceptions.CardinalityViolationError:
+            raise _NotAtOnce() from None
+        return HoldTicket(hold_id, provider, model, ceiling_musd, list_ceiling_musd, now)
+    charged, after = await conn.fetchrow(_GRANT, *arrays, ceiling_musd, expires, *values)
     if not charged:  # another step of this operation took the cap, or ended it
         raise Refused(Refusal(RefusalReason.OPERATION_CAP, note="cost"), user_id)
     if checked:

@@ -285,7 +285,8 @@ class PgStore(PgRowSteps):
         price_version: str,
         margin_musd: int = 0,
     ) -> HoldTicket:
-        """See :meth:`budget.store.LedgerStore.reserve`."""
+        """See :meth:`budget.store.LedgerStore.reserve` (its transactions are its own:
+        :func:`budget.pg_holds.reserve`)."""
         return await self.tx(
             now,
             partial(
@@ -304,6 +305,7 @@ class PgStore(PgRowSteps):
                 price_version=price_version,
                 margin_musd=margin_musd,
             ),
+            single=True,
         )
 
     async def settle(
