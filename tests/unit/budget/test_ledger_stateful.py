@@ -17,7 +17,8 @@ its booked µUSD) and checks the ledger against it after every step:
 Steps: reserve, settle, settle_interrupted, release, advance the clock and sweep,
 crash and restart (a new process sweeps the old one's holds), kill, unkill.
 
-Run over both backends: the SQLite file, and a real PostgreSQL database (fewer
+Run over both backends: a fresh SQLite file per example (a copy of the schema file made
+once, fixture ``ledger_template``), and a real PostgreSQL database (fewer
 examples: each step is a few network round trips; the database is emptied before
 each example). On PostgreSQL a closed process has no heartbeat left, so the next
 process sweeps its holds at start as on SQLite.
@@ -26,6 +27,7 @@ process sweeps its holds at start as on SQLite.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import tempfile
 from collections.abc import Coroutine
 from dataclasses import dataclass, replace
@@ -49,7 +51,7 @@ from hypothesis.stateful import (
 from budget.clock import ManualClock
 from budget.errors import HoldRefused
 from budget.ledger import Ledger
-from budget.models import create_schema, metadata
+from budget.models import metadata
 from budget.pg_rows import asyncpg_dsn
 from budget.pg_store import PgStore
 from budget.sqlite_store import SqliteStore
@@ -83,6 +85,8 @@ class LedgerMachine(RuleBasedStateMachine):
     holds = Bundle("holds")
     #: A PostgreSQL database with the ledger schema, or ``None`` for a SQLite file.
     pg_url: str | None = None
+    #: The SQLite file each example copies (fixture ``ledger_template``: the schema, once).
+    template: Path | None = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -90,7 +94,8 @@ class LedgerMachine(RuleBasedStateMachine):
         self.tmp = tempfile.TemporaryDirectory()
         self.path = Path(self.tmp.name) / "l.db"
         if self.pg_url is None:
-            create_schema(self.path)
+            assert self.template is not None
+            shutil.copyfile(self.template, self.path)
         else:
             self.run(self.empty_pg(self.pg_url))
         self.clock = ManualClock(datetime(2026, 3, 28, 21, tzinfo=UTC))
@@ -276,6 +281,7 @@ def test_ledger_machine(backend: str, request: pytest.FixtureRequest) -> None:
 
     class Machine(LedgerMachine):
         pg_url = url
+        template = request.getfixturevalue("ledger_template") if url is None else None
 
     run_state_machine_as_test(
         Machine,
