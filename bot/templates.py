@@ -206,8 +206,10 @@ def stopped_empty_text(by_admin: bool = False) -> str:
 
 
 def shutdown_note() -> str:
-    """Appended to a streamed answer cut short because the bot is shutting down."""
-    return _("⏹ Interrupted: the bot is restarting; this is the answer so far.")
+    """Appended to a streamed answer cut short because this process is shutting down
+    (not "the bot is restarting": with replicas the others go on, and a scale-down does
+    not come back)."""
+    return _("⏹ I was interrupted; this is the answer so far.")
 
 
 def stream_cut_note() -> str:
@@ -297,8 +299,9 @@ def lost_text() -> str:
 
 
 def shutting_down_text() -> str:
-    """New work during shutdown."""
-    return _("🔧 The bot is restarting. Please send your message again in a minute.")
+    """New work during shutdown, or a stopped stream with nothing shown yet (not "the bot
+    is restarting": with replicas the others go on serving)."""
+    return _("🔧 I was interrupted before I could answer. Please send your message again.")
 
 
 def unknown_command_text() -> str:

@@ -68,7 +68,7 @@ async def test_sigterm_grace_restart_state_and_start_help_in_english_and_russian
     await wait_provider_requests(fake_providers, 1)
     assert await bot.stop(signal.SIGTERM) == 0
     [notice] = await fake_telegram.wait_sent(62, since=mark, timeout=5)
-    assert "restarting" in notice.text
+    assert "send your message again" in notice.text
 
     again = bot_factory(env=dict(bot_env, SHUTDOWN_GRACE_SECONDS="15", ADMIN_IDS="1"))
     await again.start()

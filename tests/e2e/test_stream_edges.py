@@ -17,7 +17,7 @@ from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram, utf16_len
 
 STOPPED_NOTE = "⏹ Stopped; this is the answer so far."
-SHUTDOWN_NOTE = "⏹ Interrupted: the bot is restarting; this is the answer so far."
+SHUTDOWN_NOTE = "⏹ I was interrupted; this is the answer so far."
 GROUP = -1005005
 
 
@@ -281,7 +281,7 @@ async def test_shutdown_mid_stream_settles_what_was_received_and_sends_it(
     a long answer: after the grace the stream is stopped, not cancelled — the provider's
     connection closes, the hold is settled estimated at input + the output received
     (far below the ceiling it would have been booked at), and the user gets the text so
-    far marked as interrupted by the restart."""
+    far marked as interrupted."""
     env = env_for(tmp_path, fake_telegram, fake_providers, ("deepseek",))
     bot = app_factory(env={**env, "SHUTDOWN_GRACE_SECONDS": "0.5"})
     await bot.start()
