@@ -141,6 +141,10 @@ def main(timeout_s: float = 5.0) -> int:
     server: the check says so and passes (the container's main process is the bot;
     when it ends, the container ends).
 
+    The probe goes to loopback directly, never through ``HTTP_PROXY``/``http_proxy``. A
+    failure prints one line on stderr with the reason (``Connection refused``, ``no
+    answer within 5 s``, ``HTTP 503``).
+
     Returns:
         0 healthy (or nothing to ask), 1 unhealthy or unreachable, 2 unreadable settings.
     """
@@ -160,10 +164,29 @@ def main(timeout_s: float = 5.0) -> int:
     if ":" in address:
         address = f"[{address}]"
     url = f"http://{address}:{port}/healthz"
+    # no proxy: HTTP_PROXY (Docker sets it in containers from the client's config) must
+    # not carry a probe of this container's own loopback; the bot ignores proxies too
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-            ok = resp.status == 200
+        with opener.open(url, timeout=timeout_s) as resp:
+            status = resp.status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
     except (urllib.error.URLError, OSError) as exc:
-        print(f"kopek healthcheck: {url}: {type(exc).__name__}", file=sys.stderr)
+        print(f"kopek healthcheck: {url}: {_reason(exc, timeout_s)}", file=sys.stderr)
         return 1
-    return 0 if ok else 1
+    if status != 200:
+        print(f"kopek healthcheck: {url}: HTTP {status}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _reason(exc: OSError, timeout_s: float) -> str:
+    """Why the probe got no answer, in a few words (``Connection refused``, ``no answer
+    within 5 s``, the resolver's or the socket's message)."""
+    reason: object = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(reason, TimeoutError):
+        return f"no answer within {timeout_s:g} s"
+    if isinstance(reason, OSError) and reason.strerror:
+        return reason.strerror
+    return str(reason) or type(reason).__name__

@@ -119,6 +119,48 @@ async def test_healthcheck_asks_the_webhook_port_then_fails_when_nothing_answers
     assert await asyncio.to_thread(healthcheck, 2.0) == 1
 
 
+async def test_healthcheck_bypasses_http_proxy_and_says_why_it_failed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Trial finding F3: with HTTP_PROXY/http_proxy pointing at a dead proxy (Docker
+    sets them in a container from the client's config) the probe of the bot's own port
+    still goes straight to it: 0 while /healthz answers. A failure is one line with the
+    reason — ``Connection refused`` when nothing listens, ``HTTP 503`` for an answer
+    other than 200 — not a bare ``URLError``."""
+    monkeypatch.chdir(tmp_path)
+    dead = free_port()
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, f"http://127.0.0.1:{dead}")
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    runner, port = await _serve_health()
+    monkeypatch.setenv("WEBHOOK_URL", "https://bot.example.org/telegram")
+    monkeypatch.setenv("WEBHOOK_LISTEN_PORT", str(port))
+    try:
+        assert await asyncio.to_thread(healthcheck) == 0
+    finally:
+        await runner.cleanup()
+    capsys.readouterr()
+    assert await asyncio.to_thread(healthcheck, 2.0) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == f"kopek healthcheck: http://127.0.0.1:{port}/healthz: Connection refused"
+
+    async def unhealthy(_request: web.Request) -> web.Response:
+        return web.Response(text="no\n", status=503)
+
+    app = web.Application()
+    app.router.add_get("/healthz", unhealthy)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        assert await asyncio.to_thread(healthcheck, 2.0) == 1
+    finally:
+        await runner.cleanup()
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.endswith(f"{port}/healthz: HTTP 503"), line
+
+
 async def test_healthcheck_in_polling_mode(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
