@@ -272,6 +272,10 @@ class Settings(BaseSettings):
             )
         if parts.password or parts.username:
             raise ValueError("must not carry a user or password")
+        if "#" in value or "?" in value:  # a client never sends a fragment: a typo
+            raise ValueError(
+                "must not carry a ?query or #fragment (Telegram calls the URL as it is)"
+            )
         if parts.port not in (None, *_WEBHOOK_PORTS):
             raise ValueError(
                 f"port {parts.port}: Telegram calls webhooks on ports 443, 80, 88 or 8443 only"

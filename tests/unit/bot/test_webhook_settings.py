@@ -65,6 +65,13 @@ def test_polling_is_the_default_and_webhook_url_turns_webhook_mode_on() -> None:
             "webhook_url",
             "443, 80, 88 or 8443",
         ),
+        (  # trial finding F2: a fragment never reaches the proxy
+            {"webhook_url": f"{HOOK}#frag", "webhook_secret": SECRET},
+            "webhook_url",
+            "#fragment",
+        ),
+        ({"webhook_url": f"{HOOK}?a=1", "webhook_secret": SECRET}, "webhook_url", "?query"),
+        ({"webhook_url": f"{HOOK}?", "webhook_secret": SECRET}, "webhook_url", "?query"),
         ({"webhook_path": "telegram"}, "webhook_path", "URL path"),
         ({"webhook_path": "/healthz"}, "webhook_path", "health"),
         ({"webhook_max_connections": 101}, "webhook_max_connections", "100"),
