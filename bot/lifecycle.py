@@ -47,6 +47,7 @@ from bot.store import Intake
 from bot.streaming import StreamRegistry
 from bot.topics import in_topic
 from budget.clock import Clock
+from budget.failure_log import FailureLog
 from budget.ledger import Ledger
 from budget.prices import PriceCard
 from llm.cascade import Cascade
@@ -190,12 +191,15 @@ class App:
         """Several processes on one database: every PROCESS_HEARTBEAT_SECONDS, ask the
         users whose message a process that died had taken in to resend it (each message
         goes to one process, see :meth:`bot.store.Intake.take_lost`)."""
+        failures = FailureLog(log, "looking for messages of a dead process")
         while True:
             await self.clock.sleep(self.settings.process_heartbeat_seconds)
             try:
                 await self._notify_lost()
-            except Exception:  # the next round tries again; the bot goes on
-                log.exception("looking for messages of a dead process failed")
+            except Exception as exc:  # noqa: BLE001 - the next round tries again
+                failures.failed(exc)  # a database outage: one line per kind, not per round
+            else:
+                failures.ok()
 
     async def _notify_lost(self) -> None:
         found = await self.intake.take_lost(self.clock.now())

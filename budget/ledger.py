@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 from budget.clock import Clock
 from budget.config import LedgerConfig
 from budget.errors import BudgetConfigError, HoldRefused, LedgerUnavailable, UnknownHold
+from budget.failure_log import FailureLog
 from budget.policy import check_user_id, interrupted_usage
 from budget.prices import PriceCard
 from budget.protocol import HoldTicket, OperationTicket
@@ -215,12 +216,15 @@ class Ledger:
         return out.expired
 
     async def _sweep_loop(self) -> None:
+        failures = FailureLog(log, "ledger sweep")  # an outage: one line per kind
         while True:
             await self.clock.sleep(self.config.sweep_interval_s)
             try:
                 await self.sweep()
-            except Exception:
-                log.exception("ledger sweep failed")
+            except Exception as exc:  # noqa: BLE001 - logged; the next round tries again
+                failures.failed(exc)
+            else:
+                failures.ok()
 
     async def sweep(self) -> int:
         """Expire every hold past its TTL now; returns how many.

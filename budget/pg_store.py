@@ -49,6 +49,7 @@ from budget import pg_holds as holds
 from budget.clock import Clock
 from budget.config import LedgerConfig
 from budget.errors import HoldRefused, LedgerUnavailable
+from budget.failure_log import FailureLog
 from budget.ledger_sql import EVENT_INSERT, refusal_event_row
 from budget.pg_admin import RETRIES, RETRYABLE, STORAGE, Body, PgRowSteps
 from budget.pg_rows import PgCursor, Refused, asyncpg_dsn, translate
@@ -166,14 +167,15 @@ class PgStore(PgRowSteps):
         )
 
     async def _beat_loop(self) -> None:
+        failures = FailureLog(log, "ledger heartbeat", logging.WARNING)  # one line per kind
         while True:
             await self.clock.sleep(self.config.process_heartbeat_s)
             try:
                 await self.beat()
-            except LedgerUnavailable:
-                log.warning(
-                    "ledger heartbeat failed; retrying in %s s", self.config.process_heartbeat_s
-                )
+            except LedgerUnavailable as exc:
+                failures.failed(exc)
+            else:
+                failures.ok()
 
     async def close(self) -> None:
         """Stop the heartbeat, deregister, disconnect (idempotent)."""
