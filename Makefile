@@ -10,10 +10,14 @@ PG_PORT ?= 5433
 
 .PHONY: install run run-postgres test lint typecheck bench clean locales
 
+# pip compiles every installed module on one core; compileall -j 0 does the same work on
+# every core (measured on 2 cores: pip's serial compile ~13 s of a ~55 s install, -j 0 ~7 s).
+# Like pip, a file that does not compile is left to fail when imported.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,chart]'
+	$(PY) -m pip install --quiet --no-compile -c constraints.txt -e '.[test,chart]'
+	$(PY) -m compileall -qq -j 0 $$($(PY) -c 'import sysconfig as s; print(*{s.get_path("purelib"), s.get_path("platlib")})') || true
 	touch $(STAMP)
 
 # Only the venv (make run / make test do this themselves).
