@@ -449,6 +449,15 @@ class Settings(BaseSettings):
         )
 
 
+def _same_host(value: str, host: str, port: int | None) -> bool:
+    """Whether a plain URL split of ``value`` finds SQLAlchemy's ``host`` and ``port``."""
+    try:
+        split = urlsplit(value)
+        return (split.hostname or "") == host.lower().strip("[]") and split.port == port
+    except ValueError:
+        return False
+
+
 def check_database_url(value: str) -> str:
     """``value`` when it is a SQLite file URL or a ``postgresql+asyncpg://`` URL with a
     host and a database.
@@ -489,6 +498,14 @@ def check_database_url(value: str) -> str:
             raise ValueError(
                 "a PostgreSQL URL names a host and a database: "
                 "postgresql+asyncpg://user:password@host:5432/kopek"
+            )
+        if not _same_host(value, url.host, url.port):
+            # e.g. a password with a raw @ or /: the parsers (SQLAlchemy's, asyncpg's)
+            # would cut it differently and print a piece of it as a host
+            raise ValueError(
+                "cannot read the host: the user or password seems to hold a raw @ / # or ?; "
+                "percent-encode them (@ is %40, / is %2F, # is %23, ? is %3F, : is %3A, "
+                "% is %25)"
             )
         return value
     raise ValueError(

@@ -23,6 +23,8 @@ def _settings(url: str) -> Settings:
         "sqlite+aiosqlite:///data/kopek.db",
         "postgresql+asyncpg://kopek:secret-pw@db.internal:5432/kopek",
         "postgresql+asyncpg://kopek@127.0.0.1/kopek?ssl=require",
+        "postgresql+asyncpg://kopek:p%40s%2F%23%3Fsecret-pw@DB.Example.org:5432/kopek",
+        "postgresql+asyncpg://kopek:secret-pw@[::1]:5432/kopek",
     ],
 )
 def test_sqlite_files_and_asyncpg_urls_are_accepted(url: str) -> None:
@@ -41,6 +43,12 @@ def test_sqlite_files_and_asyncpg_urls_are_accepted(url: str) -> None:
         # trial 12, F6/F7: Python's int() error; no asyncpg hint for postgres://
         ("postgresql+asyncpg://kopek:p@ss:w/rd%secret-pw@db:5432/kopek", "percent-encode @ :"),
         ("postgres://kopek:secret-pw@db/kopek", "write postgresql+asyncpg://… (not postgres"),
+        # trial 13, F7: a raw @ / # ? in the password printed a piece of it as the host
+        # (exit 1 "cannot reach"), or failed later with a bare ValueError
+        ("postgresql+asyncpg://kopek:Pa55@secret-pw@127.0.0.1:5441/kopek", "raw @ / # or ?"),
+        ("postgresql+asyncpg://kopek:Pa55/secret-pw@127.0.0.1:5441/kopek", "raw @ / # or ?"),
+        ("postgresql+asyncpg://kopek:Pa55#secret-pw@127.0.0.1:5441/kopek", "raw @ / # or ?"),
+        ("postgresql+asyncpg://kopek:Pa55?secret-pw@127.0.0.1:5441/kopek", "raw @ / # or ?"),
     ],
 )
 def test_other_drivers_and_backends_are_one_error_without_the_url(url: str, says: str) -> None:
