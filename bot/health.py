@@ -23,12 +23,11 @@ import urllib.request
 from collections.abc import Callable
 
 from aiohttp import web
-from alembic.migration import MigrationContext
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.migrate import head_revision
+from bot.migrate import head_revision, read_heads
 
 __all__ = ["HealthSettings", "Readiness", "add_health_routes", "main"]
 
@@ -81,9 +80,7 @@ class Readiness:
             return self._state
         try:
             async with asyncio.timeout(self._timeout_s), self._engine.connect() as conn:
-                heads = await conn.run_sync(
-                    lambda sync: MigrationContext.configure(sync).get_current_heads()
-                )
+                heads = await conn.run_sync(read_heads)
         except Exception as exc:  # noqa: BLE001 - any failure of the database is "not ready"
             log.debug("readiness: database check failed: %s", type(exc).__name__)
             return "database unreachable"

@@ -21,6 +21,7 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
+from sqlalchemy import Connection, inspect, text
 
 __all__ = [
     "MIGRATION_LOCK_KEY",
@@ -32,6 +33,7 @@ __all__ = [
     "head_revision",
     "known_revision",
     "migrate",
+    "read_heads",
     "refuse_unknown",
 ]
 
@@ -111,6 +113,20 @@ def migrate(database_url: str) -> None:
         OSError, sqlalchemy.exc.SQLAlchemyError: the database cannot be opened or changed.
     """
     command.upgrade(alembic_config(database_url), "head")
+
+
+def read_heads(conn: Connection) -> tuple[str, ...]:
+    """The revisions in ``alembic_version`` (empty: no such table), read with plain
+    queries: Alembic's ``MigrationContext`` logs two INFO lines each time it is made,
+    which every ``/readyz`` probe and schema-watch round would add to the log.
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError: the database cannot be read.
+    """
+    if not inspect(conn).has_table("alembic_version"):
+        return ()
+    rows = conn.execute(text("SELECT version_num FROM alembic_version"))
+    return tuple(str(r[0]) for r in rows)
 
 
 async def current_revisions(database_url: str) -> tuple[str, ...]:

@@ -21,12 +21,11 @@ import asyncio
 import contextlib
 import logging
 
-from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.migrate import SchemaMismatch, alembic_config, known_revision
+from bot.migrate import SchemaMismatch, alembic_config, known_revision, read_heads
 from budget.clock import Clock
 
 __all__ = ["SchemaWatch"]
@@ -67,11 +66,7 @@ class SchemaWatch:
             OSError, sqlalchemy.exc.SQLAlchemyError: the database cannot be read.
         """
         async with self._engine.connect() as conn:
-            current = tuple(
-                await conn.run_sync(
-                    lambda sync: MigrationContext.configure(sync).get_current_heads()
-                )
-            )
+            current = tuple(await conn.run_sync(read_heads))
         if current == (self._head,):
             self.problem = None
             return None

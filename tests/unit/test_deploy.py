@@ -8,6 +8,7 @@ does, 0 with a note in polling mode without a metrics port."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import json
 import re
 from pathlib import Path
@@ -187,3 +188,31 @@ def test_readiness_starts_unready_and_says_why() -> None:
     assert asyncio.run(readiness.check()) == "starting"
     readiness.mark_stopping()
     assert asyncio.run(readiness.check()) == "stopping"
+
+
+async def test_readiness_reads_the_revision_without_logging(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Trial finding F11: a probe reads ``alembic_version`` with plain queries — ready
+    at head, the revision named when not, ``none`` without the table — and logs nothing
+    at INFO (Alembic's MigrationContext wrote two lines per probe)."""
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'r.db'}")
+    readiness = Readiness(engine, head="0042_head")
+    readiness.mark_started()
+    caplog.set_level(logging.INFO)
+    try:
+        assert await readiness.check() == "schema at none, not 0042_head"
+        async with engine.begin() as conn:
+            await conn.execute(text("CREATE TABLE alembic_version (version_num TEXT)"))
+            await conn.execute(text("INSERT INTO alembic_version VALUES ('0041_old')"))
+        assert await readiness.check() == "schema at 0041_old, not 0042_head"
+        async with engine.begin() as conn:
+            await conn.execute(text("UPDATE alembic_version SET version_num = '0042_head'"))
+        for _ in range(3):
+            assert await readiness.check() is None
+    finally:
+        await engine.dispose()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO] == []
