@@ -8,8 +8,8 @@ does, 0 with a note in polling mode without a metrics port."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
