@@ -134,14 +134,23 @@ class WebhookServer:
         if self._app.readiness.state != "started":
             return web.Response(status=503, text="not ready")
         bot = self._app.bot
+        raw: Any = None
         try:
             raw = await request.json(loads=bot.session.json_loads)
             update = Update.model_validate(raw, context={"bot": bot})
-        except (ValueError, ValidationError):  # json.JSONDecodeError is a ValueError
+        except (ValueError, ValidationError) as exc:  # json.JSONDecodeError is a ValueError
             # a shape this aiogram cannot read: dropped as polling drops it (a retry
-            # would fail the same way)
+            # would fail the same way); logged with its id and where, as polling logs it
             self._app.dropped.labels("undecodable_update").inc()
-            log.warning("skipped a webhook update the client cannot decode")
+            update_id = raw.get("update_id") if isinstance(raw, dict) else None
+            where = "not JSON"
+            if isinstance(exc, ValidationError):
+                where = ".".join(str(p) for p in exc.errors()[0].get("loc", ())) or "top"
+            log.warning(
+                "skipped webhook update %s: the client cannot decode it (at %s)",
+                update_id if isinstance(update_id, int) else "without an id",
+                where,
+            )
             return web.json_response({})
         await self._slots.acquire()
         try:

@@ -218,3 +218,17 @@ async def test_polling_refuses_to_start_while_a_webhook_is_set_and_delete_webhoo
     assert await delete_webhook(settings) == 0
     assert "nothing to remove" in capsys.readouterr().out
     assert [c["method"] for c in fake_telegram.webhook_calls].count("deleteWebhook") == 1
+
+
+async def test_an_undecodable_webhook_update_is_logged_with_its_id_and_where(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+) -> None:
+    """Trial finding F12: an update this aiogram cannot read gets 200 (a retry would fail
+    the same way) and is logged with its update id and the field that failed, as polling
+    logs it — not a bare "skipped a webhook update"."""
+    bot = await _start(app_factory, fake_telegram, _webhook_env(bot_env))
+    broken = {"update_id": 424242, "message": {"message_id": "not a number"}}
+    assert (await fake_telegram.deliver(broken)).status == 200
+    line = "skipped webhook update 424242: the client cannot decode it (at message"
+    assert line in bot.logs()
+    assert await bot.stop() == 0
