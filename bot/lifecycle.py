@@ -212,8 +212,10 @@ class App:
             with in_locale(self.i18n, lost.language):
                 text = templates.lost_text()
             try:
-                with in_topic(lost.chat_id, lost.thread_id):
-                    await send_text(self.bot, lost.chat_id, text, clock=self.clock)
+                with in_topic(lost.chat_id, lost.thread_id):  # a reply to the message
+                    await send_text(
+                        self.bot, lost.chat_id, text, clock=self.clock, reply_to=lost.message_id
+                    )
             except TelegramAPIError as exc:
                 log.warning("could not tell chat %s to resend: %s", lost.chat_id, exc.message)
 

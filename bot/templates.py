@@ -290,12 +290,11 @@ def stale_text() -> str:
 
 
 def lost_text() -> str:
-    """A message whose answer was lost in a crash: of this process, or of a replica that
-    died while answering (so not "I restarted": the other replicas did not)."""
-    return _(
-        "🕰 I was interrupted while answering your last message, and the answer was lost. "
-        "Please send it again."
-    )
+    """Sent as a reply to a message whose answer was lost in a crash: of this process, or
+    of a replica that died while answering (so not "I restarted": the other replicas did
+    not). Each lost message gets its own, so not "your last message": a user may have had
+    several running or queued."""
+    return _("🕰 I was interrupted before I could answer this message. Please send it again.")
 
 
 def shutting_down_text() -> str:

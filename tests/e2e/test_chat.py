@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import UTC, datetime, timedelta
 
 from bot.delivery import split_markdown
@@ -418,3 +419,31 @@ async def test_courtesy_daily_message_limit(
     [me] = await fake_telegram.wait_sent(17, since=mark)
     assert "Messages left today: 0 of 1" in me.text
     await bot.stop()
+
+
+async def test_each_lost_message_gets_its_own_notice_as_a_reply_to_it(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+) -> None:
+    """Trial finding F8: a user whose three messages a process took in and never answered
+    (two running, one queued, say) gets three notices at the next start, each a reply
+    to the message it concerns and none saying "your last message"."""
+    bot = app_factory(env=bot_env)
+    await bot.start()
+    assert await bot.stop() == 0
+    path = bot_env["DATABASE_URL"].removeprefix("sqlite+aiosqlite:///")
+    with sqlite3.connect(path) as conn:
+        conn.executemany(
+            "INSERT INTO seen_messages (chat_id, message_id, user_id, status, language,"
+            " received_at) VALUES (90, ?, 90, 'received', 'en', '2026-01-01 00:00:00')",
+            [(501,), (502,), (503,)],
+        )
+    mark = fake_telegram.mark()
+    again = app_factory(env=bot_env)
+    await again.start()
+    notices = await fake_telegram.wait_sent(90, count=3, since=mark, timeout=20)
+    assert sorted(n.reply_to_message_id or 0 for n in notices) == [501, 502, 503]
+    for notice in notices:
+        assert notice.text == "🕰 I was interrupted before I could answer this message. " + (
+            "Please send it again."
+        )
+    assert await again.stop() == 0
