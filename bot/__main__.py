@@ -63,6 +63,15 @@ def main() -> int:
     secrets = settings.secret_values()
     install_excepthooks(secrets)
     setup_logging(settings.log_level, secrets)
+    import logging
+    import os
+
+    from bot.settings import misspelt_settings
+
+    for name, meant in misspelt_settings(os.environ):  # ignored by the settings: say so
+        logging.getLogger("bot.app").warning(
+            "%s is not a setting and is ignored: did you mean %s?", name, meant
+        )
     from bot.polling import run
 
     return asyncio.run(run(settings))

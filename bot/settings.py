@@ -9,9 +9,12 @@ Every variable is documented in ``.env.example``.
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Annotated, Literal, cast
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
@@ -33,6 +36,7 @@ __all__ = [
     "Settings",
     "check_database_url",
     "database_url_passwords",
+    "misspelt_settings",
     "usd_to_musd",
 ]
 
@@ -554,3 +558,33 @@ class DatabaseSettings(BaseSettings):
     @classmethod
     def _database_url(cls, value: str) -> str:
         return check_database_url(value)
+
+
+_ENV_LINE = re.compile(r"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=")
+
+
+def misspelt_settings(
+    environ: Mapping[str, str], env_file: Path | None = Path(".env")
+) -> list[tuple[str, str]]:
+    """Names in ``environ`` or ``env_file`` that are no setting but close to one — a
+    typo the settings would ignore without a word (``BUDGET_GLOBAL_DAILY`` meant
+    ``BUDGET_GLOBAL_DAILY_USD``: no limit at all). Returns ``(name, the setting it is
+    close to)`` pairs, sorted; unrelated variables (``PATH``, ``HOSTNAME``) are not close
+    to any. An unreadable ``env_file`` counts as empty."""
+    fields = [name.upper() for name in Settings.model_fields]
+    names = set(environ)
+    if env_file is not None:
+        try:
+            text = env_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            text = ""
+        names.update(m.group(1) for m in map(_ENV_LINE.match, text.splitlines()) if m)
+    found = []
+    for name in names:
+        upper = name.upper()
+        if upper in fields:
+            continue
+        close = difflib.get_close_matches(upper, fields, n=1, cutoff=0.8)
+        if close:
+            found.append((name, close[0]))
+    return sorted(found)

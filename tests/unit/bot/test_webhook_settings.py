@@ -16,7 +16,7 @@ import pytest
 from pydantic import ValidationError
 
 from bot.logs import redact
-from bot.settings import Settings
+from bot.settings import Settings, misspelt_settings
 
 _ROOT = Path(__file__).resolve().parents[3]
 SECRET = "s3cret-token_for-the-webhook-0123"
@@ -141,3 +141,30 @@ def test_every_webhook_setting_is_in_env_example() -> None:
         "WEBHOOK_MAX_CONNECTIONS",
     ):
         assert f"#{name}=" in text or f"\n{name}=" in text, name
+
+
+def test_misspelt_setting_names_are_found_in_the_environment_and_env_file(
+    tmp_path: Path,
+) -> None:
+    """Trial finding F15: names the settings would ignore without a word but that are
+    close to a setting — ``WEBHOOKURL`` (polling instead of webhook), ``BUDGET_GLOBAL_DAILY``
+    (no limit at all) — are found with the setting meant, in the environment and in
+    ``.env``; real settings and unrelated variables (PATH, HOSTNAME, HTTP_PROXY) are not."""
+    env_file = tmp_path / ".env"
+    env_file.write_text(
+        "# comment\nexport GLOBAL_MAX_INFLIGHT=2\nBOT_TOKEN=1:x\nbad line\n", encoding="utf-8"
+    )
+    environ = {
+        "WEBHOOKURL": "https://bot.example.org/telegram",
+        "BUDGET_GLOBAL_DAILY": "1",
+        "BUDGET_USER_DAILY_USD": "1",
+        "PATH": "/usr/bin",
+        "HOSTNAME": "box",
+        "HTTP_PROXY": "http://proxy:3128",
+    }
+    assert misspelt_settings(environ, env_file) == [
+        ("BUDGET_GLOBAL_DAILY", "BUDGET_GLOBAL_DAILY_USD"),
+        ("GLOBAL_MAX_INFLIGHT", "GLOBAL_MAX_INFLIGHT_CALLS"),
+        ("WEBHOOKURL", "WEBHOOK_URL"),
+    ]
+    assert misspelt_settings({"PATH": "/usr/bin"}, tmp_path / "absent.env") == []
