@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import secrets
 import signal
 from typing import Any, Literal
@@ -58,6 +59,12 @@ from bot.topics import topic_of
 __all__ = ["SECRET_HEADER", "WebhookServer", "serve_webhook"]
 
 log = logging.getLogger(__name__)
+
+#: a header shaped like a secret_token Telegram accepts (a scanner's request usually
+#: sends none): refused with a louder line, see ``WebhookServer._refuse``
+_SECRET_SHAPE = re.compile(r"[A-Za-z0-9_-]{16,256}")
+#: seconds between two ERROR lines about requests with another secret
+OTHER_SECRET_EVERY_S = 60
 
 #: The header Telegram sends ``secret_token`` in.
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"  # noqa: S105 - a header name
@@ -89,6 +96,7 @@ class WebhookServer:
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._refused = 0
+        self._other_secret_at = -float(OTHER_SECRET_EVERY_S)
         self.taken = 0
         self.duplicates = 0
 
@@ -128,8 +136,9 @@ class WebhookServer:
 
     async def handle(self, request: web.Request) -> web.Response:
         """One delivery from Telegram: see the module docstring."""
-        if not secrets.compare_digest(request.headers.get(SECRET_HEADER, ""), self._secret):
-            self._refuse()
+        given = request.headers.get(SECRET_HEADER, "")
+        if not secrets.compare_digest(given, self._secret):
+            self._refuse(other_secret=bool(_SECRET_SHAPE.fullmatch(given)))
             return web.Response(status=401, text="Unauthorized")
         if self._app.readiness.state != "started":
             return web.Response(status=503, text="not ready")
@@ -171,13 +180,24 @@ class WebhookServer:
         task.add_done_callback(self._done)
         return web.json_response({})
 
-    def _refuse(self) -> None:
+    def _refuse(self, *, other_secret: bool) -> None:
         self._refused += 1
         self._app.dropped.labels("webhook_secret").inc()
         if self._refused == 1:
             log.warning("webhook request without the right secret token: answered 401")
         else:
             log.debug("webhook request without the right secret token: answered 401")
+        now = self._app.clock.monotonic()
+        if other_secret and now - self._other_secret_at >= OTHER_SECRET_EVERY_S:
+            # likely Telegram itself, set up by a replica with another WEBHOOK_SECRET
+            self._other_secret_at = now
+            log.error(
+                "a webhook request carried another secret token (answered 401): if the "
+                "replicas have different WEBHOOK_SECRET values, Telegram sends the one of "
+                "the replica that started last and the others refuse its updates; give "
+                "every replica the same value (logged at most every %d s)",
+                OTHER_SECRET_EVERY_S,
+            )
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)

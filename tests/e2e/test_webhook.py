@@ -96,6 +96,10 @@ async def test_webhook_mode_sets_the_webhook_refuses_a_wrong_secret_and_takes_ea
     no_header = await fake_telegram.deliver(update, secret=None)
     wrong = await fake_telegram.deliver(update, secret="another-secret-0123456789")
     assert (no_header.status, wrong.status) == (401, 401)
+    # trial finding F9: another well-formed secret (a replica with another WEBHOOK_SECRET
+    # set the webhook last) is one ERROR line a minute, naming the likely cause
+    assert (await fake_telegram.deliver(update, secret="another-secret-0123456789")).status == 401
+    assert bot.logs().count("carried another secret token") == 1
     assert _seen(env) == []
     assert not fake_telegram.sent_events(31) and not fake_providers.requests
 
