@@ -20,7 +20,6 @@ deletes the webhook (other replicas serve it).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -50,6 +49,7 @@ from budget.clock import Clock
 from budget.failure_log import FailureLog
 from budget.ledger import Ledger
 from budget.prices import PriceCard
+from budget.tasks import cancel_and_wait
 from llm.cascade import Cascade
 from scheduler.runner import DigestRunner
 
@@ -220,11 +220,8 @@ class App:
                 log.warning("could not tell chat %s to resend: %s", lost.chat_id, exc.message)
 
     async def _stop_watch(self) -> None:
-        if self._lost_watch is not None:
-            self._lost_watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._lost_watch
-            self._lost_watch = None
+        await cancel_and_wait(self._lost_watch)
+        self._lost_watch = None
 
     async def close_after_failed_start(self) -> None:
         """Release what :func:`create_app` opened when polling never started."""

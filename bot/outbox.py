@@ -24,7 +24,6 @@ process). One process per SQLite file claims nothing (unchanged).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from datetime import UTC, datetime, timedelta
 
@@ -44,6 +43,7 @@ from bot.delivery import send_markdown
 from bot.models import PendingAnswer
 from bot.topics import current_topic, in_topic
 from budget.clock import Clock
+from budget.tasks import cancel_and_wait
 
 __all__ = ["Outbox"]
 
@@ -170,11 +170,8 @@ class Outbox:
 
     async def stop(self) -> None:
         """Stop the worker; rows not yet sent stay for the next start."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _next(self) -> PendingAnswer | None:
         async with self._sessions() as session:

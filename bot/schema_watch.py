@@ -18,7 +18,6 @@ restart of this version refuses to start.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from alembic.script import ScriptDirectory
@@ -27,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.migrate import SchemaMismatch, alembic_config, known_revision, read_heads
 from budget.clock import Clock
+from budget.tasks import cancel_and_wait
 
 __all__ = ["SchemaWatch"]
 
@@ -81,11 +81,8 @@ class SchemaWatch:
 
     async def stop(self) -> None:
         """Stop checking (idempotent)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _watch(self) -> None:
         told: tuple[str, ...] | None = None

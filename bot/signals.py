@@ -14,13 +14,13 @@ is logged (once until it can again) and retried at the next poll.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from budget.clock import Clock
 from budget.errors import BudgetError
+from budget.tasks import cancel_and_wait
 from llm.pg_keys import Transactor
 
 __all__ = ["KILL_HARD", "POLL_S", "PgSignals", "SignalWatcher"]
@@ -137,11 +137,7 @@ class SignalWatcher:
 
     async def stop(self) -> None:
         """Stop polling (idempotent)."""
-        if self._task is None:
-            return
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await cancel_and_wait(self._task)
         self._task = None
 
     async def _poll(self) -> None:

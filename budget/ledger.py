@@ -52,6 +52,7 @@ from budget.protocol import HoldTicket, OperationTicket
 from budget.sqlite_store import SqliteStore
 from budget.status import KillState, LedgerStatus, TeamStatus, UserStatus
 from budget.store import Admission, LedgerStore, RefusedCommit, SettleOutcome, SweepOutcome
+from budget.tasks import cancel_and_wait
 from budget.types import Level, Origin, Usage, Window
 
 __all__ = ["KillListener", "Ledger", "LostListener"]
@@ -255,11 +256,8 @@ class Ledger:
         if self._closed:
             return
         self._closed = True
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
-            self._sweeper = None
+        await cancel_and_wait(self._sweeper)
+        self._sweeper = None
         for task in list(self._notify_tasks):
             with contextlib.suppress(Exception):
                 await task

@@ -55,6 +55,7 @@ from budget.pg_admin import RETRIES, RETRYABLE, STORAGE, Body, PgRowSteps
 from budget.pg_rows import PgCursor, Refused, asyncpg_dsn, translate
 from budget.protocol import HoldTicket, OperationTicket
 from budget.store import Pricer, SettleOutcome, SweepOutcome
+from budget.tasks import cancel_and_wait
 from budget.types import Origin, Usage
 
 if TYPE_CHECKING:
@@ -179,11 +180,8 @@ class PgStore(PgRowSteps):
 
     async def close(self) -> None:
         """Stop the heartbeat, deregister, disconnect (idempotent)."""
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat
-            self._heartbeat = None
+        await cancel_and_wait(self._heartbeat)
+        self._heartbeat = None
         if self._pool is None:
             return
         with contextlib.suppress(LedgerUnavailable):
