@@ -386,4 +386,5 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         readiness=Readiness(engine),
         dropped=dropped,
         schema=SchemaWatch(engine, clock),
+        is_control=lambda update: rate.is_control(update, bot),
     )

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httpx
 from aiogram import Bot, Dispatcher
 from aiogram.exceptions import TelegramAPIError
-from aiogram.types import BotCommand
+from aiogram.types import BotCommand, Update
 from aiogram.utils.i18n import I18n
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -116,6 +117,10 @@ class App:
     readiness: Readiness
     dropped: Counter
     schema: SchemaWatch
+    #: True for a control that only stops work (an admin's /kill, /stop, Stop; see
+    #: :meth:`bot.ratelimit.UpdateRateMiddleware.is_control`): the webhook lets it skip the
+    #: wait for an intake slot.
+    is_control: Callable[[Update], Awaitable[bool]]
     _metrics: MetricsServer | None = None
     _lost_watch: asyncio.Task[None] | None = None
 

@@ -142,6 +142,13 @@ class UpdateRateMiddleware(BaseMiddleware):
                 return True
         return False
 
+    async def is_control(self, update: Update, bot: Bot) -> bool:
+        """True if ``update`` is for a handler tagged ``flags={"rate_limit": False}`` (a
+        control that only stops work: an admin's ``/kill``, ``/stop``, the Stop button),
+        by that handler's own filters — the webhook lets such an update skip the wait for
+        an intake slot (:mod:`bot.webhook`), as it skips the update rate here."""
+        return await self._may_be_exempt(update, {"bot": bot})
+
     def __repr__(self) -> str:
         return f"UpdateRateMiddleware(limit={self._limit}/min, users={len(self._seen)})"
 

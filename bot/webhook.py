@@ -20,7 +20,9 @@ background task, an empty JSON 200), with what Kopek needs on top:
   except for a read-only command (``/budget``), which runs as in polling mode.
 * **Back-pressure.** At most ``INTAKE_MAX_CONCURRENT`` updates are handled at once, as in
   polling; a request waits for a slot before its intake, so a saturated replica answers
-  slowly instead of taking in more than it can handle.
+  slowly instead of taking in more than it can handle. A control that only stops work
+  (an admin's ``/kill``, ``/stop``, the Stop button: the handlers exempt from the update
+  rate) skips that wait, so it is not queued behind the answers it stops.
 * **503 while starting or stopping**, and ``/healthz`` / ``/readyz`` on the same server
   (:mod:`bot.health`).
 
@@ -161,23 +163,29 @@ class WebhookServer:
                 where,
             )
             return web.json_response({})
-        await self._slots.acquire()
+        # a control that only stops work (/kill from an admin, /stop, Stop) never waits for
+        # a slot: with every slot busy it would wait for the very answers it is sent to stop
+        slotted = not await self._app.is_control(update)
+        if slotted:
+            await self._slots.acquire()
         try:
             taken = await self._take_in(update)
         except Exception as exc:
-            self._slots.release()
+            if slotted:
+                self._slots.release()
             if not is_storage_failure(exc):
                 raise
             log.error("intake not recorded (storage failure): 503, Telegram delivers it again")
             return web.Response(status=503, text="storage unavailable")
         if taken is False:
-            self._slots.release()
+            if slotted:
+                self._slots.release()
             self.duplicates += 1
             log.info("dropping an update delivered twice (update %s)", update.update_id)
             return web.json_response({})
         task = asyncio.create_task(self._process(update, taken), name="webhook-update")
         self._tasks.add(task)
-        task.add_done_callback(self._done)
+        task.add_done_callback(self._done if slotted else self._tasks.discard)
         return web.json_response({})
 
     def _refuse(self, *, other_secret: bool) -> None:

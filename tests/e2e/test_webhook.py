@@ -236,3 +236,44 @@ async def test_an_undecodable_webhook_update_is_logged_with_its_id_and_where(
     line = "skipped webhook update 424242: the client cannot decode it (at message"
     assert line in bot.logs()
     assert await bot.stop() == 0
+
+
+async def test_an_admins_kill_skips_the_intake_slot_the_answers_it_stops_hold(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """Trial 13, F13: with every INTAKE_MAX_CONCURRENT slot taken by slow answers, a
+    webhook request waited for a slot before its 200 — a user's /stop waited 15.9 s, and
+    an admin's /kill would wait for the very answers it is sent to stop. A control (the
+    handlers exempt from the update rate) now skips that wait; other messages still
+    queue for a slot."""
+    admin = 1
+    env = _webhook_env(
+        bot_env, ADMIN_IDS=str(admin), INTAKE_MAX_CONCURRENT="1", AUTO_KILL_FRACTION="0"
+    )
+    for name in ("GROQ_API_KEY", "GROQ_API_KEY_2", "MISTRAL_API_KEY", "CEREBRAS_API_KEY"):
+        env.pop(name, None)
+    fake_providers.script("deepseek", {"text": "slow answer", "delay_s": 6.0})
+    bot = await _start(app_factory, fake_telegram, env)
+    mark = fake_telegram.mark()
+    assert (await fake_telegram.deliver(fake_telegram.message_update(21, "slow"))).status == 200
+    async with asyncio.timeout(20):
+        while not fake_providers.requests:  # noqa: ASYNC110 - the fake has no event for it
+            await asyncio.sleep(0.02)
+    # the one slot is busy: another user's message waits for it before its 200
+    queued = asyncio.create_task(fake_telegram.deliver(fake_telegram.message_update(22, "next")))
+    kill = await fake_telegram.deliver(fake_telegram.message_update(admin, "/kill drill"))
+    assert kill.status == 200
+    kill_reply = await fake_telegram.wait_for(
+        lambda m: m.chat_id == admin and "Kill switch ON" in m.text, since=mark, timeout=5
+    )
+    assert not queued.done()  # still waiting for the slot the slow answer holds
+    assert "slow answer" not in [m.text for m in fake_telegram.sent_events(21, since=mark)]
+    assert "Kill switch ON" in kill_reply.text
+    assert (await queued).status == 200
+    paused = await fake_telegram.wait_for(lambda m: m.chat_id == 22, since=mark, timeout=20)
+    assert "paused" in paused.text
+    assert len(fake_providers.requests) == 1
+    assert await bot.stop() == 0
