@@ -181,7 +181,9 @@ class Outbox:
             return row
 
     async def _sleep_or_wake(self, seconds: float) -> None:
-        self._wake.clear()
+        """Sleep ``seconds``, or less if :meth:`keep` kept a row since the worker last
+        looked (the flag is cleared before each look, in :meth:`_run`, not here: clearing
+        it here lost a row kept between the look and the sleep, which then slept an hour)."""
         sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
         waker = asyncio.ensure_future(self._wake.wait())
         try:
@@ -194,6 +196,7 @@ class Outbox:
     async def _run(self) -> None:
         while True:
             try:
+                self._wake.clear()  # before the look: a row kept after it wakes the sleep
                 row = await self._next()
                 if row is None:
                     await self._sleep_or_wake(3600.0)

@@ -157,6 +157,36 @@ async def test_a_paid_answer_meeting_a_flood_wait_is_sent_when_it_ends(
     assert len(fake_providers.requests) == 1
 
 
+async def test_an_answer_kept_while_the_outbox_worker_looks_is_not_left_for_an_hour(
+    app: InProcessBot, fake_telegram: FakeTelegram
+) -> None:
+    """A full run once left a kept paid answer unsent for 30 s: the worker cleared its wake
+    flag when it went to sleep, so an answer kept between its look at the table (nothing
+    due) and its sleep slept with it, an hour. Staged here: the second look finds nothing,
+    and an answer is kept right then, before the worker sleeps."""
+    assert app.app is not None
+    outbox = app.app.outbox
+    looked = outbox._next
+    looks = 0
+
+    async def racing_look() -> Any:
+        nonlocal looks
+        row = await looked()
+        looks += 1
+        if row is None and looks == 2:  # the first look after the first answer was sent
+            await outbox.keep(522, "kept during the look", reply_to=None, parts_sent=0, wait_s=0)
+        return row
+
+    outbox._next = racing_look  # type: ignore[method-assign]
+    mark = fake_telegram.mark()
+    await outbox.keep(521, "kept first", reply_to=None, parts_sent=0, wait_s=0)
+    [first] = await fake_telegram.wait_sent(521, since=mark, timeout=20)
+    assert first.text == "kept first"
+    [second] = await fake_telegram.wait_sent(522, since=mark, timeout=20)
+    assert second.text == "kept during the look"
+    assert await app.stop() == 0
+
+
 async def test_a_kept_answer_survives_a_restart(
     app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:
