@@ -53,6 +53,7 @@ from budget.failure_log import FailureLog
 from budget.ledger_sql import EVENT_INSERT, refusal_event_row
 from budget.pg_admin import RETRIES, RETRYABLE, STORAGE, Body, PgRowSteps
 from budget.pg_rows import PgCursor, Refused, asyncpg_dsn, translate
+from budget.pg_time import use_epoch_seconds
 from budget.protocol import HoldTicket, OperationTicket
 from budget.store import Pricer, SettleOutcome, SweepOutcome
 from budget.tasks import cancel_and_wait
@@ -145,7 +146,12 @@ class PgStore(PgRowSteps):
             return
         try:
             self._pool = await asyncpg.create_pool(
-                self._dsn, min_size=1, max_size=POOL_SIZE, command_timeout=30, reset=keep_session
+                self._dsn,
+                min_size=1,
+                max_size=POOL_SIZE,
+                command_timeout=30,
+                reset=keep_session,
+                init=use_epoch_seconds,
             )
         except STORAGE as exc:
             raise LedgerUnavailable() from exc

@@ -1,0 +1,69 @@
+"""The PostgreSQL ledger's one time conversion: ``timestamptz`` ⇄ epoch seconds.
+
+The ledger keeps its times as epoch seconds (UTC, a ``float`` read from the injected
+clock: ``now.timestamp()``) in Python and in the SQL it shares with SQLite
+(:mod:`budget.ledger_sql`, the ``budget.sqlite_*`` row modules run through
+:class:`budget.pg_rows.PgCursor`). On PostgreSQL its time columns are ``timestamptz``
+(migration ``0022_ledger_timestamptz``). The conversion is done here, once, by the
+driver: :func:`use_epoch_seconds` sets a codec on every connection of the ledger's
+pool (:class:`budget.pg_store.PgStore`) so that a ``timestamptz`` parameter is sent
+from epoch seconds and a ``timestamptz`` value (a column, ``MIN(…)``, an element of
+a ``ROW(…)`` or of an array) comes back as epoch seconds. The SQL text needs no
+change: comparisons, ``GREATEST``, ``COALESCE``, ``MIN`` stay between two
+``timestamptz`` (a parameter's type is inferred from the column it meets), and the
+ledger does no interval arithmetic in SQL (it computes ``t + ttl`` in Python).
+
+Everything on that pool that reads a ``timestamptz`` gets epoch seconds: the ledger,
+and the shared-state rows of issue 13 run on the same pool (``llm.pg_keys``,
+``llm.pg_leases``, ``bot.signals``, ``bot.pg_rates``, ``bot.lanes``), which compare
+epoch seconds with ``budget_processes.heartbeat_at``. No statement on it reads the
+bot's or the scheduler's ``timestamptz`` columns (those go through SQLAlchemy, with
+datetimes). SQLAlchemy readers of the ledger's columns (reports, export, reconcile,
+``export-config``) convert through :class:`budget.models.EpochSeconds`.
+
+Precision: ``timestamptz`` keeps microseconds. An instant of the clock (a datetime,
+microseconds) round-trips exactly: ``now.timestamp()`` is the float nearest to its
+microseconds ÷ 10⁶ (at most 0.24 µs off before 2106), :func:`encode` rounds it back
+to those microseconds (its whole seconds and its fraction are scaled apart, so no
+further error), and :func:`decode` divides them again — the same float. A computed
+time with a fraction of a microsecond (``t + ttl`` for a TTL such as 0.1234567 s) is
+stored rounded to the nearest microsecond; nothing compares such times for equality.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["PG_EPOCH_US", "decode", "encode", "use_epoch_seconds"]
+
+#: 2000-01-01T00:00:00Z (PostgreSQL's epoch) in microseconds since 1970-01-01T00:00:00Z.
+PG_EPOCH_US = 946_684_800_000_000
+
+
+def encode(seconds: float) -> tuple[int]:
+    """Epoch seconds → asyncpg's ``tuple`` form of a ``timestamptz``: (microseconds
+    since 2000-01-01 UTC,), rounded to the nearest microsecond.
+
+    Raises:
+        TypeError: ``seconds`` is not a number (a ``datetime`` is refused: on this pool
+            times are epoch seconds).
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise TypeError(f"epoch seconds expected for a timestamptz, got {type(seconds).__name__}")
+    whole = math.floor(seconds)
+    return (whole * 1_000_000 + round((seconds - whole) * 1_000_000) - PG_EPOCH_US,)
+
+
+def decode(value: tuple[int]) -> float:
+    """asyncpg's ``tuple`` form of a ``timestamptz`` → epoch seconds (a ``float``; the
+    same float as ``datetime.timestamp()`` of that instant)."""
+    return (value[0] + PG_EPOCH_US) / 1_000_000
+
+
+async def use_epoch_seconds(conn: Any) -> None:
+    """Make ``conn`` (an asyncpg connection) send and return ``timestamptz`` values as
+    epoch seconds (the pool's ``init``: once per new connection, one catalog query)."""
+    await conn.set_type_codec(
+        "timestamptz", schema="pg_catalog", encoder=encode, decoder=decode, format="tuple"
+    )
