@@ -10,6 +10,7 @@ refuses to start while one is set; see :mod:`bot.hookctl`).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import sys
 
@@ -30,19 +31,53 @@ def _config_error(exc: ValidationError) -> str:
     return f"kopek: configuration error: {msg}"
 
 
+#: The subcommands and what each does (``python -m bot --help`` prints them).
+COMMANDS = {
+    "run": "run the bot until SIGTERM/SIGINT (the default)",
+    "export-config": "FILE: write limits, teams and subscriptions to FILE (bot.configio)",
+    "import-config": "FILE: read them from FILE into this DATABASE_URL",
+    "healthcheck": "ask the running bot's /healthz: exit 0 healthy, 1 not",
+    "delete-webhook": "remove this token's webhook (polling refuses to start while one is set)",
+}
+
+
+def _parse(argv: list[str]) -> tuple[str, list[str]]:
+    """The subcommand and its arguments; argparse exits 2 with a usage line on a
+    misspelt command (before, ``delete-webhok`` silently started the bot) and prints
+    the list on ``--help``."""
+    # the ``kopek`` console script and ``python -m bot`` are the same program
+    prog = "kopek" if sys.argv[0].endswith("kopek") else "python -m bot"
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Kopek, a cost-governed LLM Telegram bot. Settings come from the "
+        "environment and .env (see .env.example).",
+        epilog="commands:\n" + "\n".join(f"  {k:<15} {v}" for k, v in COMMANDS.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("command", nargs="?", default="run", choices=COMMANDS, metavar="COMMAND")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    ns = parser.parse_args(argv)
+    command, args = str(ns.command), list(ns.args)
+    if args and command not in ("export-config", "import-config"):
+        parser.error(f"{command} takes no arguments (got {' '.join(args)!r})")
+    return command, args
+
+
 def main() -> int:
     """Entry point; returns the process exit code.
 
     ``python -m bot export-config FILE`` / ``import-config FILE`` carry the configuration
     tables between databases (:mod:`bot.configio`); ``healthcheck`` asks the running
     bot's ``/healthz`` (:mod:`bot.health`); ``delete-webhook`` removes the token's
-    webhook (:mod:`bot.hookctl`); without arguments the bot runs.
+    webhook (:mod:`bot.hookctl`); without arguments (or ``run``) the bot runs. An unknown
+    command exits 2 with argparse's usage line.
     """
-    if sys.argv[1:2] and sys.argv[1] in ("export-config", "import-config"):
+    command, args = _parse(sys.argv[1:])
+    if command in ("export-config", "import-config"):
         from bot.configio import main as config_main
 
-        return config_main(sys.argv[1], sys.argv[2:])
-    if sys.argv[1:2] == ["healthcheck"]:
+        return config_main(command, args)
+    if command == "healthcheck":
         from bot.health import main as health_main
 
         return health_main()
@@ -53,7 +88,7 @@ def main() -> int:
     except ValidationError as exc:
         print(_config_error(exc), file=sys.stderr)
         return 2
-    if sys.argv[1:2] == ["delete-webhook"]:
+    if command == "delete-webhook":
         from bot.hookctl import delete_webhook
 
         return asyncio.run(delete_webhook(settings))
