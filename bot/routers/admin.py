@@ -260,7 +260,7 @@ _STEPS: dict[Step, str] = {
     Step.DELIVERED: "delivered",
     Step.DELIVERY_RETRY: "Telegram asked to wait {retry_after_s:g} s before sending",
     Step.RECIPIENT_GONE: "the user has blocked the bot; marked inactive",
-    Step.ALREADY_SENT: "today's digest was already sent",
+    Step.ALREADY_SENT: "today's digest already ran",
     Step.NO_PROFILE: "this user has never written to the bot",
     Step.ELSEWHERE: "another bot process is making or sending today's digest now",
 }
@@ -604,10 +604,10 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
             except TelegramAPIError:  # progress is cosmetic; the digest goes on
                 log.debug("progress edit failed", exc_info=True)
 
-        elsewhere = [False]
+        last_step = [Step.STARTED]
 
         async def progress(step: ProgressStep) -> None:
-            elsewhere[0] = step.step is Step.ELSEWHERE
+            last_step[0] = step.step
             text, final = describe_step(step)
             await show(text, force=final)
 
@@ -616,7 +616,11 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
         except HoldRefused as exc:
             await show(f"refused by the ledger ({exc.refusal.reason})", force=True)
             return
-        if elsewhere[0]:
+        if last_step[0] is Step.ALREADY_SENT:
+            # nothing ran now: say how today's run ended earlier, not "— 0 posts"
+            await show(f"already done today ({describe_status(outcome.status)})", force=True)
+            return
+        if last_step[0] in (Step.ELSEWHERE, Step.NO_PROFILE):
             return  # this process made nothing: the step's line is the whole answer
         await show(
             f"{describe_status(outcome.status)} — {outcome.posts} posts, "

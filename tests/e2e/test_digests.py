@@ -76,6 +76,50 @@ async def test_two_subscribers_one_llm_request_per_post_even_across_a_restart(
     await again.stop()
 
 
+async def test_digest_now_again_says_how_todays_run_ended_not_zero_posts(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_tme: FakeTme,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """A second /digest_now the same day runs nothing and its progress message ends on
+    how today's run ended ("already done today (sent)"); before, the final line was
+    overwritten with "sent — 0 posts, 0 LLM calls". A user who never wrote to the bot
+    keeps the step's own line."""
+    _channel(fake_tme, "harbour", count=2)
+    bot = app_factory(env=_env(bot_env))
+    await bot.start()
+    await _ask(fake_telegram, 56, "/digest_off")
+    assert "Subscribed" in await _ask(fake_telegram, 56, "/sub @harbour")
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(ADMIN, "/digest_now 56")
+    await fake_telegram.wait_for(
+        lambda m: m.chat_id == ADMIN and m.text.startswith("Digest for 56: sent — 2 posts"),
+        since=mark,
+        timeout=60,
+    )
+    calls = len(fake_providers.requests)
+    mark = fake_telegram.mark()
+    finals = {
+        56: "Digest for 56: already done today (sent)",
+        57: "Digest for 57: this user has never written to the bot",
+    }
+    for target, final in finals.items():
+        fake_telegram.inject_message(ADMIN, f"/digest_now {target}")
+        await fake_telegram.wait_for(
+            lambda m, final=final: m.chat_id == ADMIN and m.text == final,  # type: ignore[misc]
+            since=mark,
+            timeout=30,
+        )
+    assert await bot.stop() == 0  # drains the handlers: a later overwrite would be in
+    last: dict[int, str] = {}
+    for event in fake_telegram.sent_events(ADMIN, since=mark):
+        last[event.message_id] = event.text
+    assert sorted(last.values()) == sorted(finals.values())
+    assert len(fake_providers.requests) == calls, "nothing ran again"
+
+
 async def test_blocked_user_marked_inactive_and_the_run_goes_on(
     app_factory: AppFactory,
     fake_telegram: FakeTelegram,
