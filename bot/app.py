@@ -22,6 +22,7 @@ from bot.context import WorkflowData
 from bot.digests import TelegramDeliverer
 from bot.health import Readiness
 from bot.i18n import create_i18n
+from bot.inline_filters import run_sync_filters_inline
 from bot.lifecycle import App
 from bot.metrics import delivery_failure_counter, dropped_counter, refusal_counter
 from bot.middlewares import (
@@ -359,6 +360,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp.include_router(create_chat_router(stale_after_s=settings.stale_message_seconds))
     # controls tagged flags={"rate_limit": False} pass the update rate (bot/ratelimit.py)
     rate.exempt(dp)
+    # magic filters (F.text …) on the loop, not one thread hop each (bot/inline_filters.py)
+    run_sync_filters_inline(dp)
     gate = RateGate()
     for name, observer in dp.observers.items():
         if name not in ("update", "error"):
