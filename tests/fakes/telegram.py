@@ -79,7 +79,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from aiohttp import BodyPartReader, ClientError, ClientSession, ClientTimeout, web
 
@@ -117,6 +117,25 @@ T = TypeVar("T")
 def utf16_len(text: str) -> int:
     """Length of ``text`` in UTF-16 code units (how Telegram counts; an emoji is often 2)."""
     return len(text.encode("utf-16-le")) // 2
+
+
+class MessageFields(TypedDict, total=False):
+    """The optional fields of a fake user message: :meth:`FakeTelegram.message_update`'s
+    keyword arguments (documented there), stated once for the methods that forward them."""
+
+    chat_id: int | None
+    language_code: str | None
+    chat_type: str
+    date: datetime | int | None
+    reply_to: int | None
+    entities: Sequence[Mapping[str, Any]] | None
+    username: str | None
+    first_name: str | None
+    chat_title: str | None
+    sender_chat: Mapping[str, Any] | None
+    thread_id: int | None
+    is_forum: bool
+    user_is_bot: bool
 
 
 class EntityParseError(ValueError):
@@ -754,47 +773,11 @@ class FakeTelegram:
         self._notify()
         return int(update["update_id"])
 
-    def inject_message(
-        self,
-        user_id: int,
-        text: str,
-        *,
-        chat_id: int | None = None,
-        language_code: str | None = "en",
-        chat_type: str = "private",
-        date: datetime | int | None = None,
-        reply_to: int | None = None,
-        entities: Sequence[Mapping[str, Any]] | None = None,
-        username: str | None = None,
-        first_name: str | None = None,
-        chat_title: str | None = None,
-        sender_chat: Mapping[str, Any] | None = None,
-        thread_id: int | None = None,
-        is_forum: bool = False,
-        user_is_bot: bool = False,
-    ) -> int:
+    def inject_message(self, user_id: int, text: str, **fields: Unpack[MessageFields]) -> int:
         """Queue a text message from a user, as a real ``Update``; returns the update id.
 
         The arguments are those of :meth:`message_update`, which builds it."""
-        return self.inject_update(
-            self.message_update(
-                user_id,
-                text,
-                chat_id=chat_id,
-                language_code=language_code,
-                chat_type=chat_type,
-                date=date,
-                reply_to=reply_to,
-                entities=entities,
-                username=username,
-                first_name=first_name,
-                chat_title=chat_title,
-                sender_chat=sender_chat,
-                thread_id=thread_id,
-                is_forum=is_forum,
-                user_is_bot=user_is_bot,
-            )
-        )
+        return self.inject_update(self.message_update(user_id, text, **fields))
 
     def message_update(
         self,
