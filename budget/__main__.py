@@ -49,7 +49,8 @@ from budget.errors import BudgetConfigError
 from budget.export import write_export
 from budget.models import holds
 from budget.prices import PriceCard, ProviderModel, parse_overrides
-from budget.reconcile import MAX_EXPORT_BYTES, parse_export, reconcile
+from budget.reconcile import reconcile
+from budget.usage_export import MAX_EXPORT_BYTES, parse_export
 
 Tier = Literal["free", "paid"]
 

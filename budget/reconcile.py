@@ -23,26 +23,12 @@ counted apart: they explain a ledger above the export and are what
 A difference within ``RECONCILE_TOLERANCE_USD`` (default 0.01) or 0.5 % of the
 export's figure counts as a match (tokens: 0.5 %).
 
-Layouts (detected from the header row, names case-insensitive):
-
-* **OpenAI-compatible usage export** (the Usage API's completions buckets as CSV):
-  ``start_time``, ``end_time`` (Unix seconds; 1 h or 1 d buckets), ``model``,
-  ``input_tokens`` (cached included), ``input_cached_tokens``, ``output_tokens``;
-  optional ``num_model_requests``, ``output_reasoning_tokens``, and a cost in USD as
-  ``cost_usd`` or ``amount_value`` (without one, costs are taken from the price card
-  and the price-card step is skipped).
-* **Generic CSV**: ``date`` (``YYYY-MM-DD``) or ``hour`` (``YYYY-MM-DDTHH[:MM]``),
-  in the billing zone; ``model``; ``input_tokens`` (cached included);
-  ``cached_input_tokens``; ``output_tokens``; ``cost_usd``; optional
-  ``reasoning_tokens``, ``requests`` and ``provider``.
-
-USD amounts are read with :class:`~decimal.Decimal` and kept as exact µUSD.
+The provider's export is read by :mod:`budget.usage_export`.
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import math
@@ -50,9 +36,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal, InvalidOperation
-from typing import Literal
-from zoneinfo import ZoneInfo
+from decimal import Decimal
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -64,406 +48,30 @@ from budget.books import (
     usd_musd,
     zone,
 )
-from budget.export import booked_attempts
 from budget.money import usd_text
 from budget.prices import PriceCard
+from budget.reconcile_ledger import EstimatedBooking, TokenSums, load_ledger
 from budget.types import Usage
+from budget.usage_export import EARLIEST, LATEST, ProviderExport, UsageLine
 
 __all__ = [
     "DEFAULT_TOLERANCE_MUSD",
-    "MAX_EXPORT_BYTES",
     "RELATIVE_TOLERANCE",
     "EstimatedBooking",
     "PlannedCorrection",
-    "ProviderExport",
     "ReconcileReport",
-    "UsageLine",
-    "parse_export",
     "reconcile",
 ]
 
-#: Largest export read (Telegram's bots can download up to 20 MB).
-MAX_EXPORT_BYTES = 20 * 1024 * 1024
 #: RECONCILE_TOLERANCE_USD's default, in µUSD.
 DEFAULT_TOLERANCE_MUSD = 10_000
 #: Relative tolerance (0.5 %).
 RELATIVE_TOLERANCE = Decimal("0.005")
 #: Whole-hour shifts tried when the windows do not line up.
 MAX_SHIFT_H = 14
-_SLOT_S = 900  # every UTC offset in use is a multiple of 15 minutes
-
-Granularity = Literal["hour", "day"]
-
-_OPENAI_NEEDS = ("start_time", "end_time", "model", "input_tokens", "input_cached_tokens")
-_GENERIC_NEEDS = ("model", "input_tokens", "cached_input_tokens", "output_tokens", "cost_usd")
-LAYOUT_HELP = (
-    "Kopek reads the OpenAI-compatible usage export (columns start_time, end_time, model, "
-    "input_tokens, input_cached_tokens, output_tokens [, cost_usd]) or the generic CSV "
-    "(columns date or hour, model, input_tokens, cached_input_tokens, output_tokens, "
-    "cost_usd [, reasoning_tokens, provider])"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class UsageLine:
-    """One row of a provider export.
-
-    Attributes:
-        start, end: the bucket, aware UTC ``[start, end)``.
-        label: the bucket in the billing zone (``2026-01-14`` or ``2026-01-14T13``).
-        model: the model as the provider names it.
-        input_tokens: every prompt token, cached included.
-        cached_input_tokens: the cached part of ``input_tokens``.
-        output_tokens: generated tokens, reasoning included.
-        reasoning_tokens: the reasoning part (``None`` when the export has no column).
-        cost_musd: the cost the export states, exact µUSD (``None``: no cost column).
-        line_no: 1-based line in the file (the header is line 1).
-    """
-
-    start: datetime
-    end: datetime
-    label: str
-    model: str
-    input_tokens: int
-    cached_input_tokens: int
-    output_tokens: int
-    reasoning_tokens: int | None
-    cost_musd: Decimal | None
-    line_no: int
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderExport:
-    """A parsed usage export.
-
-    Attributes:
-        file_name: as given (shown in reports and correction events).
-        sha256: hex digest of the file's bytes.
-        layout: ``"openai"`` or ``"generic"``.
-        granularity: ``"hour"`` or ``"day"``.
-        tz: the billing zone its buckets were read in.
-        lines: the rows.
-        providers: values of a ``provider`` column (empty without one).
-    """
-
-    file_name: str
-    sha256: str
-    layout: str
-    granularity: Granularity
-    tz: str
-    lines: tuple[UsageLine, ...]
-    providers: frozenset[str] = frozenset()
-
-    @property
-    def has_cost(self) -> bool:
-        """True when every row states its cost."""
-        return all(line.cost_musd is not None for line in self.lines)
-
-    @property
-    def has_reasoning(self) -> bool:
-        """True when the rows carry reasoning tokens."""
-        return all(line.reasoning_tokens is not None for line in self.lines)
-
-
-#: Most digits a token count or timestamp may have (a 4,300-digit number is not a count).
-_MAX_DIGITS = 18
-#: Buckets outside these years are refused (the comparison shifts windows by hours).
-_EARLIEST = datetime(1971, 1, 1, tzinfo=UTC)
-_LATEST = datetime(9998, 12, 31, tzinfo=UTC)
-
-
-def _int(value: str | None, column: str, line_no: int) -> int:
-    text = (value or "").strip()
-    if not text.isascii() or not text.isdigit() or len(text) > _MAX_DIGITS:
-        raise ExportFileError(
-            f"line {line_no}: {column} {text[:20]!r} is not a whole number of tokens ≥ 0"
-        )
-    return int(text)
-
-
-def _usd(value: str | None, column: str, line_no: int) -> Decimal:
-    text = (value or "").strip().lstrip("$")
-    try:
-        usd = Decimal(text)
-    except InvalidOperation:
-        raise ExportFileError(
-            f"line {line_no}: {column} {text[:20]!r} is not a USD amount"
-        ) from None
-    if not usd.is_finite() or usd < 0 or usd > Decimal(10) ** 9:
-        raise ExportFileError(f"line {line_no}: {column} {text[:20]!r} is not a USD amount ≥ 0")
-    return usd.scaleb(6)  # exact µUSD
-
-
-def _local_bucket(
-    text: str, granularity: Granularity, tz: ZoneInfo, line_no: int
-) -> tuple[datetime, datetime, str]:
-    raw = text.strip()
-    try:
-        if granularity == "day":
-            day = datetime.strptime(raw[:10], "%Y-%m-%d")  # noqa: DTZ007 - local, zone added below
-            if len(raw) != 10:
-                raise ValueError
-            start = day.replace(tzinfo=tz)
-            nxt = (day + timedelta(days=1)).replace(tzinfo=tz)
-            return start.astimezone(UTC), nxt.astimezone(UTC), raw
-        norm = raw.replace(" ", "T").rstrip("Z")
-        hour = datetime.strptime(norm[:13], "%Y-%m-%dT%H")  # noqa: DTZ007 - local, zone below
-        if len(norm) > 13 and norm[13:] not in (":00", ":00:00"):
-            raise ValueError
-        start = hour.replace(tzinfo=tz).astimezone(UTC)
-        return start, start + timedelta(hours=1), hour.strftime("%Y-%m-%dT%H")
-    except OverflowError:
-        raise ExportFileError(f"line {line_no}: the bucket is not between 1971 and 9998") from None
-    except ValueError:
-        what = "YYYY-MM-DD" if granularity == "day" else "YYYY-MM-DDTHH"
-        raise ExportFileError(f"line {line_no}: {granularity} {raw[:24]!r} is not {what}") from None
-
-
-def parse_export(data: bytes, file_name: str, billing_tz: str) -> ProviderExport:
-    """Read a provider usage export (layouts in the module docstring).
-
-    Args:
-        data: the file's bytes (UTF-8, an optional BOM).
-        file_name: its name, for reports.
-        billing_tz: the provider's billing zone (generic layout's dates are read in it).
-
-    Raises:
-        ExportFileError: too big, empty, not UTF-8 CSV, an unknown layout (the message
-            names the columns needed), a bad value (with its line), or no rows.
-        PeriodError: ``billing_tz`` is not an IANA zone.
-    """
-    tz = zone(billing_tz)
-    if len(data) > MAX_EXPORT_BYTES:
-        raise ExportFileError(
-            f"{file_name}: {len(data) / 1024 / 1024:.1f} MB is over the 20 MB limit; "
-            "export a shorter period"
-        )
-    if not data.strip():
-        raise ExportFileError(f"{file_name} is empty")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise ExportFileError(f"{file_name} is not UTF-8 text (a CSV export is)") from None
-    try:
-        rows = list(csv.reader(io.StringIO(text, newline="")))
-    except csv.Error as exc:
-        raise ExportFileError(f"{file_name} is not a readable CSV: {exc}") from None
-    if not rows:
-        raise ExportFileError(f"{file_name} is empty")
-    header = [h.strip().lower() for h in rows[0]]
-    cols = {name: i for i, name in enumerate(header) if name}
-    if all(c in cols for c in _OPENAI_NEEDS) and "output_tokens" in cols:
-        layout = "openai"
-    elif ("date" in cols or "hour" in cols) and all(c in cols for c in _GENERIC_NEEDS):
-        layout = "generic"
-    else:
-        shown = ", ".join(h for h in header[:12] if h) or "none"
-        raise ExportFileError(f"{file_name}: unknown layout (columns: {shown}). {LAYOUT_HELP}.")
-
-    def cell(row: list[str], name: str) -> str | None:
-        i = cols.get(name)
-        return row[i] if i is not None and i < len(row) else None
-
-    lines: list[UsageLine] = []
-    providers: set[str] = set()
-    granularity: Granularity = "hour" if layout == "generic" and "hour" in cols else "day"
-    for n, row in enumerate(rows[1:], start=2):
-        if not any(c.strip() for c in row):
-            continue
-        if len(row) != len(header):
-            raise ExportFileError(f"line {n}: {len(row)} fields where the header has {len(header)}")
-        model = (cell(row, "model") or "").strip()
-        if not model:
-            raise ExportFileError(f"line {n}: no model")
-        if layout == "openai":
-            s = _int(cell(row, "start_time"), "start_time", n)
-            e = _int(cell(row, "end_time"), "end_time", n)
-            width = e - s
-            if width not in (3600, 86400):
-                raise ExportFileError(f"line {n}: buckets must be 1 hour or 1 day wide")
-            line_granularity: Granularity = "hour" if width == 3600 else "day"
-            if lines and line_granularity != granularity:
-                raise ExportFileError(f"line {n}: hourly and daily buckets mixed")
-            granularity = line_granularity
-            try:
-                start, end = datetime.fromtimestamp(s, UTC), datetime.fromtimestamp(e, UTC)
-            except (ValueError, OverflowError, OSError):
-                start = end = _EARLIEST - timedelta(days=1)  # refused just below
-            local = start.astimezone(tz)
-            label = local.strftime("%Y-%m-%d" if granularity == "day" else "%Y-%m-%dT%H")
-            cached = _int(cell(row, "input_cached_tokens"), "input_cached_tokens", n)
-            reasoning_raw = cell(row, "output_reasoning_tokens")
-            cost_col = "cost_usd" if "cost_usd" in cols else "amount_value"
-        else:
-            raw_bucket = cell(row, "hour" if granularity == "hour" else "date") or ""
-            start, end, label = _local_bucket(raw_bucket, granularity, tz, n)
-            cached = _int(cell(row, "cached_input_tokens"), "cached_input_tokens", n)
-            reasoning_raw = cell(row, "reasoning_tokens")
-            cost_col = "cost_usd"
-            prov = (cell(row, "provider") or "").strip().lower()
-            if prov:
-                providers.add(prov)
-        if start < _EARLIEST or end > _LATEST:
-            raise ExportFileError(f"line {n}: the bucket is not between 1971 and 9998")
-        input_tokens = _int(cell(row, "input_tokens"), "input_tokens", n)
-        if cached > input_tokens:
-            raise ExportFileError(f"line {n}: more cached input tokens than input tokens")
-        cost_raw = cell(row, cost_col)
-        lines.append(
-            UsageLine(
-                start=start,
-                end=end,
-                label=label,
-                model=model,
-                input_tokens=input_tokens,
-                cached_input_tokens=cached,
-                output_tokens=_int(cell(row, "output_tokens"), "output_tokens", n),
-                reasoning_tokens=None
-                if reasoning_raw is None or not reasoning_raw.strip()
-                else _int(reasoning_raw, "reasoning_tokens", n),
-                cost_musd=None
-                if cost_raw is None or not cost_raw.strip()
-                else _usd(cost_raw, cost_col, n),
-                line_no=n,
-            )
-        )
-    if not lines:
-        raise ExportFileError(f"{file_name} has a header but no usage rows")
-    return ProviderExport(
-        file_name=file_name,
-        sha256=hashlib.sha256(data).hexdigest(),
-        layout=layout,
-        granularity=granularity,
-        tz=billing_tz,
-        lines=tuple(lines),
-        providers=frozenset(providers),
-    )
 
 
 # -- the ledger side ---------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Agg:
-    input_tokens: int = 0
-    cached_input_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-    cost_musd: int = 0
-    attempts: int = 0
-
-    def add_usage(self, i: int, c: int, o: int, r: int, cost: int) -> None:
-        self.input_tokens += i
-        self.cached_input_tokens += c
-        self.output_tokens += o
-        self.reasoning_tokens += r
-        self.cost_musd += cost
-        self.attempts += 1
-
-    def add(self, other: _Agg) -> None:
-        self.input_tokens += other.input_tokens
-        self.cached_input_tokens += other.cached_input_tokens
-        self.output_tokens += other.output_tokens
-        self.reasoning_tokens += other.reasoning_tokens
-        self.cost_musd += other.cost_musd
-        self.attempts += other.attempts
-
-    @property
-    def tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-
-@dataclass(frozen=True, slots=True)
-class EstimatedBooking:
-    """An attempt booked at its ceiling and flagged estimated.
-
-    Attributes:
-        hold_id, model: which.
-        at: its grant (epoch seconds).
-        cost_musd: what the ledger books for it now (its ceiling, or a correction).
-        ceiling_musd: its ceiling (a correction never goes above it).
-        floor_musd: the cost of its input tokens alone (never below it).
-        tokens: the tokens the estimate assumed (input + max_tokens).
-    """
-
-    hold_id: str
-    model: str
-    at: float
-    cost_musd: int
-    ceiling_musd: int
-    floor_musd: int
-    tokens: int
-
-
-@dataclass(slots=True)
-class _LedgerSide:
-    exact: dict[int, dict[str, _Agg]] = field(default_factory=dict)  # slot → model → sums
-    estimated: list[EstimatedBooking] = field(default_factory=list)
-    models: set[str] = field(default_factory=set)
-
-    def exact_in(self, start: datetime, end: datetime, model: str | None = None) -> _Agg:
-        """Sums of the exact (not estimated) attempts granted in ``[start, end)``."""
-        lo, hi = int(start.timestamp()) // _SLOT_S, int(end.timestamp()) // _SLOT_S
-        out = _Agg()
-        for slot in range(lo, hi):
-            per_model = self.exact.get(slot)
-            if per_model is None:
-                continue
-            if model is None:
-                for agg in per_model.values():
-                    out.add(agg)
-            elif model in per_model:
-                out.add(per_model[model])
-        return out
-
-    def estimated_in(
-        self, start: datetime, end: datetime, model: str | None = None
-    ) -> list[EstimatedBooking]:
-        lo, hi = start.timestamp(), end.timestamp()
-        return [
-            e for e in self.estimated if lo <= e.at < hi and (model is None or e.model == model)
-        ]
-
-
-async def _load_ledger(
-    engine: AsyncEngine, card: PriceCard, key_name: str, start: datetime, end: datetime
-) -> _LedgerSide:
-    side = _LedgerSide()
-    period = Period("reconcile", "UTC", start, end)
-    async for row in booked_attempts(engine, period, key_name=key_name):
-        side.models.add(row.model)
-        if row.estimated:
-            at = datetime.fromtimestamp(row.granted_at, UTC)
-            rates = rates_at(card, key_name, row.model, at)
-            floor = (
-                0
-                if rates is None or card.is_free(key_name)
-                else rates.actual_musd(Usage(input_tokens=int(row.input_tokens)))
-            )
-            side.estimated.append(
-                EstimatedBooking(
-                    hold_id=row.hold_id,
-                    model=row.model,
-                    at=float(row.granted_at),
-                    cost_musd=int(row.actual_musd or 0),
-                    ceiling_musd=int(row.ceiling_musd),
-                    floor_musd=min(floor, int(row.ceiling_musd)),
-                    tokens=int(row.usage_input or 0) + int(row.usage_output or 0),
-                )
-            )
-            continue
-        per_model = side.exact.setdefault(int(row.granted_at) // _SLOT_S, {})
-        per_model.setdefault(row.model, _Agg()).add_usage(
-            int(row.usage_input or 0),
-            int(row.usage_cached_input or 0),
-            int(row.usage_output or 0),
-            int(row.usage_reasoning or 0),
-            int(row.actual_musd or 0),
-        )
-    return side
-
-
-# -- the comparison ---------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -576,7 +184,7 @@ def _buckets(export: ProviderExport, period: Period | None) -> list[tuple[dateti
     else:
         start = min(line.start for line in export.lines)
         end = max(line.end for line in export.lines)
-    if start < _EARLIEST or end > _LATEST:
+    if start < EARLIEST or end > LATEST:
         raise ExportFileError("the period is not between 1971 and 9998")
     out: list[tuple[datetime, datetime, str]] = []
     cursor = start
@@ -644,7 +252,7 @@ async def reconcile(
     Args:
         engine: the database holding the ledger.
         card: the price card (implied prices, input-token floors of corrections).
-        export: from :func:`parse_export`, read in the provider's billing zone.
+        export: from :func:`~budget.usage_export.parse_export`, read in the provider's billing zone.
         key_name: the provider key (``deepseek``, ``groq2`` …).
         period: compare only this period (default: the export's first to last bucket).
         tolerance_musd: RECONCILE_TOLERANCE_USD in µUSD.
@@ -667,7 +275,7 @@ async def reconcile(
         raise ExportFileError("the period is empty")
     span_start = buckets[0][0] - timedelta(hours=MAX_SHIFT_H + 1)
     span_end = buckets[-1][1] + timedelta(hours=MAX_SHIFT_H + 1)
-    side = await _load_ledger(engine, card, key_name, span_start, span_end)
+    side = await load_ledger(engine, card, key_name, span_start, span_end)
     ours = side.models | set(known_models)
     theirs = {line.model for line in export.lines}
     if not theirs & ours:
@@ -773,8 +381,8 @@ async def reconcile(
     ]
     diff_rows: list[list[str]] = [header]
     models = sorted(theirs | {m for m in side.models if m in ours})
-    per_model_ex: dict[str, _Agg] = {m: _Agg() for m in models}
-    per_model_led: dict[str, _Agg] = {m: _Agg() for m in models}
+    per_model_ex: dict[str, TokenSums] = {m: TokenSums() for m in models}
+    per_model_led: dict[str, TokenSums] = {m: TokenSums() for m in models}
     est_models: dict[str, int] = defaultdict(int)
     ledger_total = 0
     export_total = Decimal(0)
@@ -782,7 +390,7 @@ async def reconcile(
     for s, e, label in buckets:
         for model in models:
             ex_lines = [ln for ln in by_label.get(label, []) if ln.model == model]
-            ex = _Agg()
+            ex = TokenSums()
             ex_cost = Decimal(0)
             for ln in ex_lines:
                 ex.add_usage(

@@ -50,7 +50,8 @@ from budget.errors import HoldRefused
 from budget.export import write_export
 from budget.ledger import Ledger
 from budget.money import usd_text
-from budget.reconcile import MAX_EXPORT_BYTES, ReconcileReport, parse_export, reconcile
+from budget.reconcile import ReconcileReport, reconcile
+from budget.usage_export import MAX_EXPORT_BYTES, parse_export
 
 __all__ = ["BooksDesk", "create_books_router"]
 

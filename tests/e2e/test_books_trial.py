@@ -7,8 +7,8 @@ from decimal import Decimal
 from pathlib import Path
 
 from budget.prices import PriceCard, ProviderModel
-from budget.reconcile import parse_export
 from budget.types import Usage
+from budget.usage_export import parse_export
 from tests.e2e.inprocess import AppFactory
 from tests.fakes.provider_exports import export_from_ledger
 from tests.fakes.providers import FakeProviders

@@ -30,9 +30,10 @@ from budget.export import EXPORT_COLUMNS, write_export
 from budget.ledger import Ledger
 from budget.models import create_schema
 from budget.prices import PriceCard, ProviderModel
-from budget.reconcile import MAX_EXPORT_BYTES, parse_export, reconcile
+from budget.reconcile import reconcile
 from budget.sqlite_store import SqliteStore
 from budget.types import Level, Origin, Usage, Window
+from budget.usage_export import MAX_EXPORT_BYTES, parse_export
 from tests.fakes.provider_exports import export_from_ledger
 
 KEY = "deepseek"

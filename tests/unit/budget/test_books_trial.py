@@ -26,9 +26,10 @@ from budget.db import create_engine
 from budget.ledger import Ledger
 from budget.models import create_schema
 from budget.prices import PriceCard, ProviderModel
-from budget.reconcile import parse_export, reconcile
+from budget.reconcile import reconcile
 from budget.sqlite_store import SqliteStore
 from budget.types import Origin, Usage
+from budget.usage_export import parse_export
 from tests.fakes.provider_exports import export_from_ledger
 
 KEY = "deepseek"
