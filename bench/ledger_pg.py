@@ -5,8 +5,10 @@ wheel's binaries, PostgreSQL's default fsync settings), then for concurrency 1 a
 and for 1 and 3 OS processes on one database, prints:
 
 * the ledger's hold+settle pairs/s and hold (``reserve``) p50/p99, each pair being two
-  ledger transactions (hold, settle) through :class:`budget.pg_store.PgStore` with its
-  defaults (the hold waits for the disk, the settle does not);
+  ledger steps (hold, settle) through :class:`budget.pg_store.PgStore` with its
+  defaults (the hold waits for the disk, the settle does not) and the product's default
+  burn-rate trigger (``AUTO_KILL_FRACTION`` 0.5 of the global daily limit: checked
+  after paid settles, never tripping here); then the same with the trigger off;
 * a bare asyncpg baseline measured in the same run on the same server at the same
   concurrency, with the store's pool settings: one single-row ``UPDATE`` per
   transaction (transactions/s and p50/p99).
@@ -26,6 +28,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from decimal import Decimal
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 import asyncpg  # noqa: E402
 
 from budget.clock import SystemClock  # noqa: E402
+from budget.config import LedgerConfig  # noqa: E402
 from budget.ledger import Ledger  # noqa: E402
 from budget.pg_rows import asyncpg_dsn  # noqa: E402
 from budget.pg_store import POOL_SIZE, keep_session  # noqa: E402
@@ -50,9 +54,13 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def ledger_worker(url: str, conc: int, start: float) -> dict[str, object]:
-    """``conc`` tasks doing hold+settle pairs; pairs, seconds, hold latencies (ms)."""
-    cfg = replace(BASE_CONFIG, global_daily_musd=10**15)
+async def ledger_worker(
+    url: str, conc: int, start: float, auto_kill: bool = True
+) -> dict[str, object]:
+    """``conc`` tasks doing hold+settle pairs; pairs, seconds, hold latencies (ms).
+    ``auto_kill``: the default burn-rate trigger (else off)."""
+    fraction = LedgerConfig().auto_kill_fraction if auto_kill else Decimal(0)
+    cfg = replace(BASE_CONFIG, global_daily_musd=10**15, auto_kill_fraction=fraction)
     ledger = Ledger.postgres(url, cfg, card(), SystemClock())
     await ledger.start(run_sweeper=False)
     holds: list[float] = []
@@ -144,16 +152,21 @@ def main() -> None:
     try:
         url = server.create_database(prefix="bench")
         asyncio.run(prepare(url))
-        print("PostgreSQL ledger (durable local server, fsync on; asyncpg, pool 8 per process)")
+        print(
+            "PostgreSQL ledger (durable local server, fsync on; asyncpg, pool 8 per process;"
+            " ledger figures with the default burn-rate trigger, AUTO_KILL_FRACTION 0.5)"
+        )
         for processes in (1, 3):
             for conc in (1, 100):
                 b_rate, b50, b99 = spread(url, "baseline", conc, processes)
                 l_rate, l50, l99 = spread(url, "ledger", conc, processes)
+                o_rate, o50, _ = spread(url, "ledger-no-auto-kill", conc, processes)
                 print(
                     f"{processes} process(es) x concurrency {conc}: ledger {l_rate:,.0f} "
                     f"hold+settle pairs/s, hold p50 {l50:.3f} ms p99 {l99:.3f} ms | baseline "
                     f"{b_rate:,.0f} single-UPDATE tx/s, p50 {b50:.3f} ms p99 {b99:.3f} ms | "
-                    f"pairs/s = {l_rate / b_rate:.0%} of baseline tx/s"
+                    f"pairs/s = {l_rate / b_rate:.0%} of baseline tx/s | auto-kill off: "
+                    f"{o_rate:,.0f} pairs/s ({o_rate / b_rate:.0%}), hold p50 {o50:.3f} ms"
                 )
     finally:
         server.stop()
@@ -163,7 +176,10 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         url_, kind_, conc_, start_ = sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
-        fn = ledger_worker if kind_ == "ledger" else baseline_worker
-        print(json.dumps(asyncio.run(fn(url_, conc_, start_))))
+        if kind_ == "baseline":
+            out = asyncio.run(baseline_worker(url_, conc_, start_))
+        else:
+            out = asyncio.run(ledger_worker(url_, conc_, start_, kind_ == "ledger"))
+        print(json.dumps(out))
     else:
         main()
