@@ -27,9 +27,16 @@ deadlock each other:
   during a rolling deploy) is not booked: its end takes nothing out, and the next
   :func:`sweep` adds its margin to its buckets (until then a hold checked here does
   not count that margin).
-* ``settle``/``release`` — lock the hold row, then one statement books the deltas
-  (:mod:`budget.steps`) on the hold's buckets (key order), the hold and its
-  operation. Four round trips.
+* ``settle``/``release`` — read the hold (no lock), then ONE statement committing by
+  itself (:func:`_end_at_once`) ends it only if it is still held as read, and then
+  books the deltas (:mod:`budget.steps`) on its buckets (key order) and its
+  operation: the bucket rows stay locked for that statement and its commit only. Two
+  round trips. A late or over-ceiling settle, a late release (they record events),
+  or a hold changed between the read and the statement (nothing written) go
+  through the locked transaction: lock the hold row, one statement books the same
+  deltas, the events, COMMIT. Settled spend's burn-rate check is the caller's,
+  after the commit (:class:`budget.pg_store.BurnGate`); a sweep's is in its
+  transaction.
 * ``begin_operation`` — a per-user advisory lock, then the admission counts.
 
 Rules from :mod:`budget.policy` and :mod:`budget.steps`, statements shared with
@@ -44,7 +51,7 @@ import re
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import asyncpg
 
@@ -109,6 +116,7 @@ from budget.types import Level, Origin, Refusal, RefusalReason, Usage, Window
 from budget.windows import window_keys
 
 __all__ = [
+    "Settled",
     "begin_operation",
     "begin_request",
     "end_operation",
@@ -225,6 +233,34 @@ def _end_write(hold_sql: str) -> str:
 
 _SETTLE_WRITE = _end_write(HOLD_SETTLE)
 _RELEASE_WRITE = _end_write(HOLD_RELEASE)
+
+
+def _end_at_once(hold_sql: str, durable: bool) -> str:
+    """A held hold's end as ONE statement committing by itself, no lock taken before
+    it: the hold row (``hold_sql`` numbered from $11, only while it is still held with
+    the booked margin read before: the last parameter), then its
+    buckets ($1..$8, :data:`budget.pg_rows.BOOK` in key order, only if the hold
+    changed), then its operation ($9 delta, $10 id, likewise) — the one lock order,
+    forced by each part reading the one before. Returns 1 (booked) or 0 (the hold
+    changed since it was read: nothing written), and the global day bucket's new
+    settled spend (``NULL`` if not touched). Unless ``durable``, the commit does
+    not wait for the WAL flush (:class:`budget.pg_store.PgStore`)."""
+    held = " AND state = 'held' AND margin_musd * margin_booked = ? RETURNING 1"
+    hold = _shift(hold_sql + held, 10)
+    buckets = _once(BOOK, " ORDER BY", " WHERE EXISTS (SELECT 1 FROM h) ORDER BY")
+    return (
+        f"WITH h AS ({hold}), b AS ({buckets}), o AS (UPDATE budget_operations"  # noqa: S608 - fixed fragments
+        " SET committed_musd = committed_musd + $9 WHERE operation_id = $10"
+        " AND EXISTS (SELECT 1 FROM h) AND (SELECT COUNT(*) FROM b) >= 0 RETURNING 1)"
+        " SELECT (SELECT COUNT(*) FROM h) + 0 * (SELECT COUNT(*) FROM o), (SELECT settled_musd"
+        " FROM b WHERE level = 'global' AND win = 'day')"
+        + ("" if durable else ", set_config('synchronous_commit', 'off', true)")
+    )
+
+
+#: :func:`_end_at_once` of a settle / a release, durable or not.
+_SETTLE_AT_ONCE = {d: _end_at_once(HOLD_SETTLE, d) for d in (True, False)}
+_RELEASE_AT_ONCE = {d: _end_at_once(HOLD_RELEASE, d) for d in (True, False)}
 
 
 async def begin_operation(
@@ -412,6 +448,16 @@ async def _locked_hold(conn: Any, hold_id: str, durable: bool) -> tuple[Any, ...
     return tuple(row)[:14]
 
 
+def _end_deltas(
+    scopes_json: str, hour_key: str, day_key: str, b: Booking, margin_musd: int
+) -> dict[BucketKey, Amounts]:
+    """The bucket deltas of a hold's end, ``margin_musd`` (≤ 0) added to its buckets'
+    margins; none when nothing moves (no bucket row touched, as on SQLite)."""
+    if b.held or b.settled or b.late or margin_musd:
+        return booking_deltas(load_scopes(scopes_json), hour_key, day_key, b, margin_musd)
+    return {}
+
+
 async def _book_end(
     conn: Any,
     write: str,
@@ -422,13 +468,25 @@ async def _book_end(
     margin_musd: int,
     op_id: str,
     hold_args: tuple[object, ...],
-) -> None:
+) -> int | None:
     """Book a hold's end (``write``: :data:`_SETTLE_WRITE` or :data:`_RELEASE_WRITE`),
-    ``margin_musd`` (≤ 0) added to its buckets' margins."""
-    deltas: dict[BucketKey, Amounts] = {}
-    if b.held or b.settled or b.late or margin_musd:  # else no bucket row touched (as SQLite)
-        deltas = booking_deltas(load_scopes(scopes_json), hour_key, day_key, b, margin_musd)
-    await conn.fetch(write, *book_arrays(deltas), b.committed, op_id, *hold_args)
+    ``margin_musd`` (≤ 0) added to its buckets' margins; the global day bucket's new
+    settled spend (``None`` if not touched)."""
+    deltas = _end_deltas(scopes_json, hour_key, day_key, b, margin_musd)
+    rows = await conn.fetch(write, *book_arrays(deltas), b.committed, op_id, *hold_args)
+    day = [int(r[4]) for r in rows if r[0] == Level.GLOBAL.value and r[2] == Window.DAY.value]
+    return day[0] if day else None
+
+
+class Settled(NamedTuple):
+    """What :func:`settle` did: the outcome; whether settled spend grew (the caller
+    then runs the burn-rate trigger); the hold's day key and the global day bucket's
+    settled spend after it (µUSD; ``None`` if not touched)."""
+
+    outcome: SettleOutcome
+    grew: bool
+    day_key: str
+    day_settled: int | None
 
 
 async def settle(
@@ -440,34 +498,103 @@ async def settle(
     estimated: bool,
     pricer: Pricer,
     durable: bool = True,
-) -> SettleOutcome:
+) -> Settled:
     """Book the actual cost of a hold (idempotent; see
-    :func:`budget.sqlite_holds.settle` for the rules). ``durable=False``: commit
-    without waiting for the WAL flush (:class:`budget.pg_store.PgStore`)."""
+    :func:`budget.sqlite_holds.settle` for the rules; the burn-rate trigger is the
+    caller's, after this step committed: :class:`Settled`).
+    ``durable=False``: commit without waiting for the WAL flush
+    (:class:`budget.pg_store.PgStore`).
+
+    ``conn`` is outside any transaction. A held hold settled within its ceiling (the
+    common case) is read, then booked by ONE self-committing statement
+    (:func:`_end_at_once`): the bucket rows stay locked for that statement and its
+    commit only. If the hold changed in between (another step ended it, a sweep
+    expired it or booked its margin) that statement writes nothing and — as a late
+    or over-ceiling settle, which also records events — the locked transaction
+    decides."""
+    row = await conn.fetchrow(_HOLD_ROW, hold_id)
+    if row is None:
+        raise UnknownHold(hold_id)
+    h = HoldRow._make(tuple(row)[:13])
+    if h.state == HoldState.HELD:
+        plan = plan_of(h, usage, pricer)
+        assert plan is not None and not plan.late
+        if plan.actual_musd <= h.ceiling_musd:  # else an over_ceiling event: below
+            b, margin = plan.booking, int(row[13])
+            deltas = _end_deltas(h.scopes, h.hour_key, h.day_key, b, -margin)
+            args = settled_row(
+                now, hold_id, plan.usage, plan.actual_musd, plan.list_actual_musd, estimated, False
+            )
+            arrays = book_arrays(deltas)
+            write = _SETTLE_AT_ONCE[durable]
+            done = await conn.fetchrow(write, *arrays, b.committed, h.operation_id, *args, margin)
+            if done[0]:
+                outcome = SettleOutcome(plan.actual_musd, True, None)
+                return Settled(outcome, b.grew, h.day_key, done[1])
+    elif h.state != HoldState.EXPIRED:  # settled or released: final, a no-op
+        return Settled(SettleOutcome(int(h.booked_musd or 0), False, None), False, h.day_key, None)
+    async with conn.transaction():
+        return await _settle_locked(conn, cfg, now, hold_id, usage, estimated, pricer, durable)
+
+
+async def _settle_locked(
+    conn: Any,
+    cfg: LedgerConfig,
+    now: datetime,
+    hold_id: str,
+    usage: Usage | Callable[[int, int], Usage],
+    estimated: bool,
+    pricer: Pricer,
+    durable: bool,
+) -> Settled:
+    """:func:`settle` as the body of a transaction that locks the hold row first."""
     locked = await _locked_hold(conn, hold_id, durable)
     h = HoldRow._make(locked[:13])
     plan = plan_of(h, usage, pricer)
     if plan is None:
-        return SettleOutcome(int(h.booked_musd or 0), False, None)
+        return Settled(SettleOutcome(int(h.booked_musd or 0), False, None), False, h.day_key, None)
     b = plan.booking
     row = settled_row(
         now, hold_id, plan.usage, plan.actual_musd, plan.list_actual_musd, estimated, plan.late
     )
     margin = 0 if plan.late else -int(locked[13])  # an expired hold's left at expiry
-    await _book_end(
+    day_settled = await _book_end(
         conn, _SETTLE_WRITE, h.scopes, h.hour_key, h.day_key, b, margin, h.operation_id, row
     )
     for kind, detail in settle_events(plan.late, b, plan.actual_musd, h.ceiling_musd):
         await event(conn, cfg.tz, now, kind, user_id=h.user_id, hold_id=hold_id, detail=detail)
-    tripped = await auto_kill(conn, cfg, now) if b.grew else None
-    return SettleOutcome(plan.actual_musd, True, tripped)
+    return Settled(SettleOutcome(plan.actual_musd, True, None), b.grew, h.day_key, day_settled)
 
 
 async def release(
     conn: Any, cfg: LedgerConfig, now: datetime, hold_id: str, durable: bool = True
 ) -> bool:
     """Return a hold that spent nothing (see :func:`budget.sqlite_holds.release`;
-    ``durable`` as :func:`settle`)."""
+    ``durable`` as :func:`settle`). ``conn`` is outside any transaction: a held hold
+    is released by one self-committing statement as :func:`settle` books one; an
+    expired one (a late release, with its event) by the locked transaction."""
+    row = await conn.fetchrow(_HOLD_ROW, hold_id)
+    if row is None:
+        raise UnknownHold(hold_id)
+    state = HoldState(row[0])
+    if state is HoldState.HELD:
+        op_id, ceiling, hour_key, day_key, scopes_json = row[1], row[7], row[9], row[10], row[11]
+        b, margin = release_booking(False, ceiling, 0), int(row[13])
+        deltas = _end_deltas(scopes_json, hour_key, day_key, b, -margin)
+        args = (now.timestamp(), 0, hold_id, margin)
+        write = _RELEASE_AT_ONCE[durable]
+        if (await conn.fetchrow(write, *book_arrays(deltas), b.committed, op_id, *args))[0]:
+            return True
+    elif state is not HoldState.EXPIRED:  # settled or released: final, a no-op
+        return False
+    async with conn.transaction():
+        return await _release_locked(conn, cfg, now, hold_id, durable)
+
+
+async def _release_locked(
+    conn: Any, cfg: LedgerConfig, now: datetime, hold_id: str, durable: bool
+) -> bool:
+    """:func:`release` as the body of a transaction that locks the hold row first."""
     row = await _locked_hold(conn, hold_id, durable)
     state, op_id, user_id, ceiling = row[0], row[1], row[2], row[7]
     hour_key, day_key, scopes_json, booked, booked_margin = row[9:14]

@@ -4,7 +4,8 @@ The lock order every writing step follows, so that no two steps wait on each oth
 in a cycle (no deadlock between ledger steps): hold rows (by ``hold_id``), then
 bucket rows (by key: :func:`book` upserts them in one statement sorted by
 ``level, scope, win, wkey``), then operation rows, then the kill switch rows (behind
-:data:`AUTO_KILL_LOCK` for the automatic trigger). Statements run on the caller's
+:data:`AUTO_KILL_LOCK` for the automatic trigger, which a settle runs in a
+transaction of its own after it committed). Statements run on the caller's
 asyncpg connection inside its ``READ COMMITTED`` transaction; each is prepared once
 per connection (asyncpg's statement cache). Also here: the DB-API cursor over
 asyncpg that runs the shared synchronous row modules (reports, admin steps).
@@ -19,7 +20,7 @@ import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from budget.config import LedgerConfig
 from budget.ledger_sql import EVENT_INSERT, KILL_COLS, KILL_UPSERT, event_row
@@ -35,6 +36,7 @@ from budget.policy import (
 from budget.status import KillState
 from budget.steps import Booking, booking_rows
 from budget.types import Level, Refusal, Window
+from budget.windows import window_keys
 
 __all__ = [
     "AUTO_KILL_LOCK",
@@ -42,14 +44,17 @@ __all__ = [
     "KILLS_OF",
     "LIMITS",
     "Amounts",
+    "BurnRate",
     "PgCursor",
     "Refused",
     "asyncpg_dsn",
     "auto_kill",
+    "auto_kill_off",
     "book",
     "book_arrays",
     "booking_deltas",
     "bucket_values",
+    "burn_rate",
     "event",
     "lock_corrections",
     "overrides_of",
@@ -152,26 +157,50 @@ async def event(conn: Any, tz: str, now: datetime, kind: str, **fields: Any) -> 
     await conn.execute(translate(EVENT_INSERT), *event_row(tz, now, kind, **fields))
 
 
-async def auto_kill(conn: Any, config: LedgerConfig, now: datetime) -> KillState | None:
-    """Trip the global switch when the settled spend of the auto-kill window is over
-    the threshold (:func:`budget.policy.auto_kill_threshold_musd`); the new state or
-    ``None``. Serialised across processes by :data:`AUTO_KILL_LOCK` (one trip)."""
-    if config.auto_kill_musd_per_window == 0 or (
+def auto_kill_off(config: LedgerConfig) -> bool:
+    """The burn-rate trigger is off whatever the limits say (no query needed)."""
+    return config.auto_kill_musd_per_window == 0 or (
         config.auto_kill_musd_per_window is None and config.auto_kill_fraction == 0
-    ):
-        return None  # off whatever the limits say: no query
-    await conn.execute("SELECT pg_advisory_xact_lock($1)", AUTO_KILL_LOCK)
+    )
+
+
+class BurnRate(NamedTuple):
+    """What the burn-rate trigger sees now (µUSD).
+
+    Attributes:
+        threshold: :func:`budget.policy.auto_kill_threshold_musd` (``None`` = off).
+        killed: the global switch is tripped.
+        spent: the settled spend of the auto-kill window (0 when off or tripped).
+        day_key: today's day key (``BUDGET_TZ``).
+        day_settled: the global day bucket's settled spend of ``day_key``, read
+            before ``spent`` (0 if the row does not exist yet).
+    """
+
+    threshold: int | None
+    killed: bool
+    spent: int
+    day_key: str
+    day_settled: int
+
+
+async def burn_rate(conn: Any, config: LedgerConfig, now: datetime) -> BurnRate:
+    """:class:`BurnRate` now. Two statements, no lock: each sees what was committed
+    before it started (the bucket, in the first, no later than the spend)."""
+    day_key = window_keys(now, config.tz).day_key
     row = await conn.fetchrow(
         f"SELECT {LIMITS}, (SELECT ROW(killed, unkilled_at) FROM budget_kill"  # noqa: S608 - fixed
-        " WHERE scope_kind = 'global' AND scope = '')"
+        " WHERE scope_kind = 'global' AND scope = ''), (SELECT settled_musd FROM budget_buckets"
+        " WHERE level = 'global' AND scope = '' AND win = 'day' AND wkey = $1)",
+        day_key,
     )
     limits = overrides_of(row[0])
     threshold = auto_kill_threshold_musd(
         config, limit_of(config, limits, Level.GLOBAL, "", Window.DAY)
     )
     killed, unkilled_at = row[1] if row[1] is not None else (0, None)
+    day_settled = int(row[2] or 0)
     if threshold is None or killed:
-        return None
+        return BurnRate(threshold, bool(killed), 0, day_key, day_settled)
     # the window back from now, never before the last reset (as the SQLite store)
     since = auto_kill_since(config, now, None).timestamp()
     if unkilled_at is not None:
@@ -183,7 +212,19 @@ async def auto_kill(conn: Any, config: LedgerConfig, now: datetime) -> KillState
             since,
         )
     )
-    if spent <= threshold:
+    return BurnRate(threshold, False, spent, day_key, day_settled)
+
+
+async def auto_kill(conn: Any, config: LedgerConfig, now: datetime) -> KillState | None:
+    """Trip the global switch when the settled spend of the auto-kill window is over
+    the threshold (:func:`budget.policy.auto_kill_threshold_musd`); the new state or
+    ``None`` (off, under, or already tripped: the first reason stays). Inside a
+    transaction, serialised across processes by :data:`AUTO_KILL_LOCK` (one trip)."""
+    if auto_kill_off(config):
+        return None  # off whatever the limits say: no query
+    await conn.execute("SELECT pg_advisory_xact_lock($1)", AUTO_KILL_LOCK)
+    threshold, killed, spent, _, _ = await burn_rate(conn, config, now)
+    if threshold is None or killed or spent <= threshold:
         return None
     reason = auto_kill_reason(spent, threshold, config.auto_kill_window_s)
     t = now.timestamp()

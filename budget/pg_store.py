@@ -12,6 +12,8 @@ same order — hold rows, then bucket rows by key, then operation rows (details 
 other. The hot path (operations, requests, holds, sweep: :mod:`budget.pg_holds`) is
 async SQL on the event loop, each statement prepared once per connection; a refusal
 rolls its transaction back (nothing held anywhere) and then records its event. A
+settle or a release of a held hold is one statement that commits by itself, and
+the burn-rate trigger runs after it committed (:class:`BurnGate`). A
 serialization failure or a deadlock (from anything else touching the tables) is
 retried up to :data:`RETRIES` attempts after a random pause (jitter, growing), then
 :class:`~budget.errors.LedgerUnavailable` (fail closed: no provider call).
@@ -52,12 +54,22 @@ from budget.errors import HoldRefused, LedgerUnavailable
 from budget.failure_log import FailureLog
 from budget.ledger_sql import EVENT_INSERT, refusal_event_row
 from budget.pg_admin import RETRIES, RETRYABLE, STORAGE, Body, PgRowSteps
-from budget.pg_rows import PgCursor, Refused, asyncpg_dsn, translate
+from budget.pg_rows import (
+    BurnRate,
+    PgCursor,
+    Refused,
+    asyncpg_dsn,
+    auto_kill,
+    auto_kill_off,
+    burn_rate,
+    translate,
+)
 from budget.pg_time import use_epoch_seconds
 from budget.protocol import HoldTicket, OperationTicket
+from budget.status import KillState
 from budget.store import Pricer, SettleOutcome, SweepOutcome
 from budget.tasks import cancel_and_wait
-from budget.types import Origin, Usage
+from budget.types import Level, Origin, Usage, Window
 
 if TYPE_CHECKING:
     pass
@@ -72,6 +84,61 @@ T = TypeVar("T")
 POOL_SIZE = 8
 #: First retry pause, seconds (random in [0, this × 2^attempt]).
 RETRY_BACKOFF_S = 0.002
+#: Seconds (ledger clock) a process lets pass between two burn-rate checks after its
+#: settles, unless its own spend since the last check could cross the threshold.
+AUTO_KILL_CHECK_S = 0.25
+
+
+class BurnGate:
+    """When one process runs the burn-rate trigger after its settles.
+
+    The trigger (:func:`budget.pg_rows.auto_kill`) sums the holds ended in the
+    auto-kill window; run in every paid settle's transaction, under a global lock,
+    it cost as much as the settle. Now it runs after the settle committed (tripping
+    is a follow-on step, idempotent: the first reason stays), and only when due. A
+    check (:func:`budget.pg_rows.burn_rate`, no lock) reads the threshold, the
+    window's spend and the global day bucket's settled spend; a settle adds its
+    actual cost to ``pending`` once committed and knows that bucket's new value
+    (its own statement returned it). It runs the check when :meth:`due`: this
+    process never checked, or ``AUTO_KILL_CHECK_S`` passed since it last did, or
+    the spend seen then + this process's spend since + the growth of today's global
+    bucket since (every process's settles of today's holds) could be over the
+    threshold. The window only slides forward, so its spend grows only by settles
+    and expiries (a sweep's expiries are checked in the sweep's transaction): a
+    settle that crosses the threshold is checked at once — in this process or any
+    other — unless the crossing spend hides from today's bucket (holds granted on
+    another day, or other processes' late corrections taking settled spend out of
+    it at the same time); that is seen by the next check of any process: a settle
+    after ``AUTO_KILL_CHECK_S``, or the sweep (``sweep_interval_s``), which checks
+    whenever this process settled anything since its last check.
+
+    Attributes:
+        at: the ledger clock's monotonic time of the last check (``None`` = never).
+        seen: what the last check saw.
+        pending: this process's settled spend since that check (µUSD).
+    """
+
+    __slots__ = ("at", "lock", "pending", "seen")
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+        self.seen = BurnRate(None, False, 0, "", 0)
+        self.pending = 0
+        self.lock = asyncio.Lock()
+
+    def due(self, monotonic: float, day_key: str, day_settled: int | None) -> bool:
+        """Should a settle run the check now? ``day_key``, ``day_settled``: the
+        settled hold's day and its global day bucket's settled spend after it (µUSD,
+        ``None`` = not touched); see the class docstring."""
+        if self.at is None or monotonic - self.at >= AUTO_KILL_CHECK_S:
+            return True
+        seen = self.seen
+        if seen.threshold is None:
+            return False
+        grown = 0
+        if day_settled is not None and day_key == seen.day_key:
+            grown = max(0, day_settled - seen.day_settled)
+        return seen.spent + self.pending + grown > seen.threshold
 
 
 async def keep_session(conn: Any) -> None:
@@ -128,6 +195,7 @@ class PgStore(PgRowSteps):
         self._pool: asyncpg.Pool | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        self._burn = BurnGate()
         self.lost = ""
 
     @property
@@ -322,8 +390,10 @@ class PgStore(PgRowSteps):
         estimated: bool,
         pricer: Pricer,
     ) -> SettleOutcome:
-        """See :meth:`budget.store.LedgerStore.settle`."""
-        return await self.tx(
+        """See :meth:`budget.store.LedgerStore.settle` (its transactions are its own:
+        :func:`budget.pg_holds.settle`). The burn-rate trigger runs after the settle
+        committed, when :class:`BurnGate` says it is due."""
+        done = await self.tx(
             now,
             partial(
                 holds.settle,
@@ -335,14 +405,77 @@ class PgStore(PgRowSteps):
                 pricer=pricer,
                 durable=self._durable_settle,
             ),
+            single=True,
         )
+        outcome = done.outcome
+        if outcome.booked and outcome.actual_musd > 0:
+            self._burn.pending += outcome.actual_musd
+            if done.grew:
+                outcome.auto_killed = await self._burn_check(
+                    now, lambda: self._burn.due(self.clock.monotonic(), *done[2:])
+                )
+        return outcome
+
+    async def _burn_check(self, now: datetime, due: Callable[[], bool]) -> KillState | None:
+        """Run the burn-rate trigger if ``due()`` (asked again once this process's
+        other check, if one is running, is done): read (:class:`BurnGate`), then trip
+        in a transaction of its own when over; the tripped state or ``None``. A
+        storage failure is logged and leaves the check due (the settle before it is
+        committed: it is not failed for it)."""
+        gate = self._burn
+        if auto_kill_off(self.config) or not due():
+            return None
+        async with gate.lock:
+            if not due():  # the check that ran meanwhile saw this spend
+                return None
+            taken, at = gate.pending, self.clock.monotonic()
+            try:
+                if self._pool is None:
+                    raise LedgerUnavailable()
+                async with self._pool.acquire() as conn:
+                    seen = await burn_rate(conn, self.config, now)
+                tripped = None
+                if seen.threshold is not None and not seen.killed and seen.spent > seen.threshold:
+                    tripped = await self.tx(now, partial(auto_kill, config=self.config, now=now))
+            except (*STORAGE, LedgerUnavailable) as exc:
+                gate.at = None
+                log.warning("ledger burn-rate check failed (checked again later): %r", exc)
+                return None
+            gate.pending -= taken
+            gate.at, gate.seen = at, seen
+            return tripped
 
     async def release(self, now: datetime, hold_id: str) -> bool:
-        """See :meth:`budget.store.LedgerStore.release`."""
+        """See :meth:`budget.store.LedgerStore.release` (its transactions are its
+        own: :func:`budget.pg_holds.release`)."""
         body = partial(
             holds.release, cfg=self.config, now=now, hold_id=hold_id, durable=self._durable_settle
         )
-        return await self.tx(now, body)
+        return await self.tx(now, body, single=True)
+
+    async def set_kill(
+        self, now: datetime, kind: str, scope: str, killed: bool, reason: str, by: int | None
+    ) -> int:
+        """See :meth:`budget.store.LedgerStore.set_kill` (the next paid settle of
+        this process checks the burn rate)."""
+        exposure = await super().set_kill(now, kind, scope, killed, reason, by)
+        self._burn.at = None
+        return exposure
+
+    async def set_limit(
+        self,
+        now: datetime,
+        level: Level,
+        scope: str,
+        window: Window,
+        limit_musd: int | None,
+        by: int | None,
+        clear: bool,
+    ) -> None:
+        """See :meth:`budget.store.LedgerStore.set_limit` (the next paid settle of
+        this process checks the burn rate against the new threshold)."""
+        await super().set_limit(now, level, scope, window, limit_musd, by, clear)
+        self._burn.at = None
 
     async def sweep(self, now: datetime, previous_processes: bool = False) -> SweepOutcome:
         """Expire holds past their TTL and every hold and operation of a dead process
@@ -351,7 +484,7 @@ class PgStore(PgRowSteps):
         del previous_processes
         await self.beat()
         dead_before = now.timestamp() - self.config.process_dead_after_s
-        return await self.tx(
+        outcome = await self.tx(
             now,
             partial(
                 holds.sweep,
@@ -361,6 +494,9 @@ class PgStore(PgRowSteps):
                 dead_before=dead_before,
             ),
         )
+        if outcome.auto_killed is None:  # this process's settles not checked yet
+            outcome.auto_killed = await self._burn_check(now, lambda: self._burn.pending > 0)
+        return outcome
 
     def __repr__(self) -> str:
         return f"PgStore({self.location!r}, process_id={self.process_id!r})"
