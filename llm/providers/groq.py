@@ -1,4 +1,6 @@
-"""Groq through the official ``groq`` SDK (``AsyncGroq``).
+"""Groq through the official ``groq`` SDK (``AsyncGroq``); the plain (non-streamed)
+call is one POST with the SDK's URL and headers over ``aiohttp``
+(:mod:`llm.providers.plain_post`, issue 10).
 
 ``max_retries=0``: the SDK's default of 2 hidden retries would spend quota behind
 the cascade's back. The base URL is the API root without ``/openai/v1``
@@ -21,6 +23,7 @@ import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, cast
 
+import aiohttp
 import groq
 import httpx
 
@@ -34,6 +37,7 @@ from llm.providers.base import (
     parse_completion_body,
     transport_error,
 )
+from llm.providers.plain_post import PlainPost, PlainResponse, aiohttp_transport_error
 from llm.ratelimits import parse_rate_limits
 from llm.stream import ChunkStream
 from llm.types import Completion, Message, RateLimitInfo
@@ -56,12 +60,14 @@ class GroqProvider(ProviderBase):
         context_window_tokens: the default model's context window, tokens.
         timeout_s: total deadline of one call, seconds.
         clock: for HTTP-date ``Retry-After`` values.
-        transport: an ``httpx`` transport for tests (``None`` = network).
+        transport: an ``httpx`` transport for the SDK's client (the streamed call), for
+            tests (``None`` = network); the plain call goes over ``aiohttp``
+            (:mod:`llm.providers.plain_post`).
         tls: the TLS context for HTTPS (one per process, see :func:`llm.factory.build_cascade`;
             ``None``: a new default one, which loads the CA bundle again, ~30 ms).
     """
 
-    __slots__ = ("_client",)
+    __slots__ = ("_client", "_plain", "_url")
 
     def __init__(
         self,
@@ -97,6 +103,10 @@ class GroqProvider(ProviderBase):
             timeout=timeout_s,
             http_client=http_client,
         )
+        # the plain call's own transport, with the SDK's headers (its key included)
+        headers = {k: v for k, v in self._client.default_headers.items() if isinstance(v, str)}
+        self._plain = PlainPost(headers, tls)
+        self._url = base_url.rstrip("/") + _COMPLETIONS_PATH
 
     async def complete(
         self, messages: Sequence[Message], max_tokens: int, model: str | None = None
@@ -120,14 +130,12 @@ class GroqProvider(ProviderBase):
 
     async def _post(
         self, messages: Sequence[Message], max_tokens: int, model: str
-    ) -> httpx.Response:
-        """One non-streamed ``chat/completions`` POST through the SDK's client, returned
-        as the raw ``httpx.Response`` (``cast_to=httpx.Response``, the SDK's documented
-        way to call an endpoint as is): the SDK's headers, retries off, status errors
-        and timeouts as in ``chat.completions.create``, without its per-call type
-        transform of the request and model construction of the answer, which Kopek does
-        not use (it reads the raw JSON) — about 12 % of the bot's CPU per message
-        (issue 10's profile).
+    ) -> PlainResponse:
+        """One non-streamed ``chat/completions`` POST with the SDK's URL and headers,
+        sent through :class:`~llm.providers.plain_post.PlainPost` (``aiohttp``; issue
+        10: the SDK's ``httpx`` stack cost ~1.8 ms of CPU per call, ~6x aiohttp's),
+        returned whole. Kopek reads the raw JSON, so nothing of the SDK's request
+        transform or answer models is needed; retries stay off.
 
         Raises:
             ProviderError: the status translated (429, 5xx, 401...), a transport
@@ -141,14 +149,13 @@ class GroqProvider(ProviderBase):
         }
         try:
             async with asyncio.timeout(self._timeout_s):
-                return await self._client.post(
-                    _COMPLETIONS_PATH, body=payload, cast_to=httpx.Response
-                )
-        except groq.APIStatusError as exc:
-            limits = parse_rate_limits(exc.response.headers, now=self._clock.now())
-            raise error_for_status(self.name, exc.status_code, exc.response.text, limits) from None
-        except (groq.APIConnectionError, httpx.HTTPError, TimeoutError) as exc:
-            raise transport_error(self.name, exc) from None
+                response = await self._plain.post(self._url, payload)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise aiohttp_transport_error(self.name, exc) from None
+        if response.status >= 400:  # as the SDK: a 3xx is read as an answer (and fails)
+            limits = parse_rate_limits(response.headers, now=self._clock.now())
+            raise error_for_status(self.name, response.status, response.text, limits)
+        return response
 
     async def stream(
         self, messages: Sequence[Message], max_tokens: int, model: str | None = None
@@ -205,7 +212,8 @@ class GroqProvider(ProviderBase):
         return parsed, content, parse_rate_limits(raw.headers, now=self._clock.now())
 
     async def aclose(self) -> None:
-        """Close the SDK's connection pool."""
+        """Close the SDK's and the plain call's connection pools."""
+        await self._plain.aclose()
         await self._client.close()
 
 

@@ -1,6 +1,7 @@
-"""Client for OpenAI-compatible ``/chat/completions`` endpoints over ``httpx``: Cerebras
+"""Client for OpenAI-compatible ``/chat/completions`` endpoints: Cerebras
 (``https://api.cerebras.ai/v1``, inference-docs.cerebras.ai) and DeepSeek
-(``https://api.deepseek.com``, api-docs.deepseek.com).
+(``https://api.deepseek.com``, api-docs.deepseek.com). The plain call is one POST over
+``aiohttp`` (:mod:`llm.providers.plain_post`, issue 10), the stream goes over ``httpx``.
 
 The base URL is used as given and ``/chat/completions`` appended. DeepSeek may send
 empty lines before the JSON body while a request waits for inference (its docs on
@@ -20,6 +21,7 @@ import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
+import aiohttp
 import httpx
 from httpx_sse import EventSource
 
@@ -33,6 +35,7 @@ from llm.providers.base import (
     parse_completion_body,
     transport_error,
 )
+from llm.providers.plain_post import PlainPost, aiohttp_transport_error
 from llm.ratelimits import parse_rate_limits
 from llm.stream import ChunkStream
 from llm.types import Completion, Message
@@ -53,12 +56,13 @@ class OpenAICompatProvider(ProviderBase):
         timeout_s: total deadline of one call, seconds (``asyncio.timeout`` around
             the whole exchange, so a slow trickle is cut too).
         clock: for HTTP-date ``Retry-After`` values.
-        transport: an ``httpx`` transport for tests (``None`` = network).
+        transport: an ``httpx`` transport for the streamed call, for tests (``None`` =
+            network); the plain call goes over ``aiohttp`` (:mod:`llm.providers.plain_post`).
         tls: the TLS context for HTTPS (one per process, see :func:`llm.factory.build_cascade`;
             ``None``: a new default one, which loads the CA bundle again, ~30 ms).
     """
 
-    __slots__ = ("_client", "_url")
+    __slots__ = ("_client", "_plain", "_url")
 
     def __init__(
         self,
@@ -83,6 +87,8 @@ class OpenAICompatProvider(ProviderBase):
             clock=clock,
         )
         self._url = base_url.rstrip("/") + "/chat/completions"
+        # the plain call over aiohttp (llm/providers/plain_post.py), the stream over httpx
+        self._plain = PlainPost({"Authorization": f"Bearer {api_key}"}, tls)
         self._client = httpx.AsyncClient(
             headers={"Authorization": f"Bearer {api_key}"},
             timeout=httpx.Timeout(timeout_s),
@@ -103,12 +109,12 @@ class OpenAICompatProvider(ProviderBase):
         }
         try:
             async with asyncio.timeout(self._timeout_s):
-                response = await self._client.post(self._url, json=payload)
-        except (httpx.HTTPError, TimeoutError) as exc:
-            raise transport_error(self.name, exc) from None
+                response = await self._plain.post(self._url, payload)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise aiohttp_transport_error(self.name, exc) from None
         limits = parse_rate_limits(response.headers, now=self._clock.now())
-        if response.status_code != 200:
-            raise error_for_status(self.name, response.status_code, response.text, limits)
+        if response.status != 200:
+            raise error_for_status(self.name, response.status, response.text, limits)
         body = decode_json(self.name, response.content)
         return parse_completion_body(self.name, use_model, body, limits, paid=self.paid)
 
@@ -149,7 +155,8 @@ class OpenAICompatProvider(ProviderBase):
         )
 
     async def aclose(self) -> None:
-        """Close the connection pool."""
+        """Close the connection pools (the plain call's and the stream's)."""
+        await self._plain.aclose()
         await self._client.aclose()
 
 

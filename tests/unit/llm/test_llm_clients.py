@@ -278,3 +278,30 @@ async def test_groq_second_key_is_its_own_client(fake: FakeProviders, make_clien
     done = await make_client("groq2").complete(PROMPT, max_tokens=8)
     assert done.provider == "groq2"
     assert [r.key for r in fake.requests] == [_target("groq"), _target("groq2")]
+
+
+async def test_groq_connection_refused_is_unavailable_not_interrupted(make_client: Any) -> None:
+    """Groq's plain call (aiohttp) with nothing listening: before any token, so the
+    hold can be released; a cut after connecting is interrupted."""
+    import aiohttp
+
+    from llm.providers.groq import GroqProvider
+    from llm.providers.plain_post import aiohttp_transport_error
+
+    client = GroqProvider(
+        "groq",
+        api_key="gsk-x",
+        base_url="http://127.0.0.1:9",
+        model="llama-3.1-8b-instant",
+        paid=False,
+        context_window_tokens=1000,
+        timeout_s=2.0,
+    )
+    try:
+        with pytest.raises(ProviderUnavailable) as info:
+            await client.complete(PROMPT, max_tokens=16)
+        assert info.value.interrupted is False
+    finally:
+        await client.aclose()
+    assert aiohttp_transport_error("groq", aiohttp.ServerDisconnectedError()).interrupted
+    assert aiohttp_transport_error("groq", TimeoutError()).interrupted
