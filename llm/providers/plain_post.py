@@ -8,12 +8,15 @@ time per request; the same request through ``aiohttp`` (already loaded: aiogram'
 client) ~0.3 ms and ~0.8 ms (``python`` microbenchmark, client and server in one
 process). The streamed call keeps each SDK's client.
 
-Behaviour kept from the ``httpx`` clients: proxies from the environment
-(``trust_env``), no redirects followed, the process's TLS context, and the failure
-split of :func:`llm.providers.base.transport_error` — a failure before the request
-could reach the provider (no connection) is not *interrupted* (the hold is released);
-anything later is (the provider may have generated and billed tokens). The caller
-bounds the whole exchange with its total deadline.
+Behaviour kept from the ``httpx`` clients: the proxy named by the environment
+(``HTTPS_PROXY``/``HTTP_PROXY``, ``NO_PROXY``; read once per URL with
+:func:`urllib.request.getproxies` — aiohttp's own ``trust_env`` reads it, and
+``.netrc``, in the executor's thread on every request), no redirects followed, the
+process's TLS context, and the failure split of
+:func:`llm.providers.base.transport_error` — a failure before the request could reach
+the provider (no connection) is not *interrupted* (the hold is released); anything
+later is (the provider may have generated and billed tokens). The caller bounds the
+whole exchange with its total deadline.
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ from __future__ import annotations
 import ssl
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
+from urllib.request import getproxies, proxy_bypass
 
 import aiohttp
 
 from llm.errors import ProviderUnavailable
 
-__all__ = ["PlainPost", "PlainResponse", "aiohttp_transport_error"]
+__all__ = ["PlainPost", "PlainResponse", "aiohttp_transport_error", "env_proxy"]
 
 
 class PlainResponse:
@@ -56,12 +61,13 @@ class PlainPost:
     closed by :meth:`aclose`.
     """
 
-    __slots__ = ("_headers", "_session", "_tls")
+    __slots__ = ("_headers", "_proxies", "_session", "_tls")
 
     def __init__(self, headers: Mapping[str, str], tls: ssl.SSLContext | None = None) -> None:
         self._headers = dict(headers)
         self._tls = tls
         self._session: aiohttp.ClientSession | None = None
+        self._proxies: dict[str, str | None] = {}
 
     def __repr__(self) -> str:
         return f"PlainPost(open={self._session is not None and not self._session.closed})"
@@ -78,10 +84,13 @@ class PlainPost:
             session = self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(ssl=self._tls if self._tls is not None else True),
                 headers=self._headers,
-                trust_env=True,
                 timeout=aiohttp.ClientTimeout(total=None),
             )
-        async with session.post(url, json=payload, allow_redirects=False) as response:
+        if url not in self._proxies:
+            self._proxies[url] = env_proxy(url)
+        async with session.post(
+            url, json=payload, allow_redirects=False, proxy=self._proxies[url]
+        ) as response:
             content = await response.read()
             return PlainResponse(response.status, response.headers, content)
 
@@ -90,6 +99,15 @@ class PlainPost:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def env_proxy(url: str) -> str | None:
+    """The proxy the environment names for ``url`` (``None``: none, or ``NO_PROXY``
+    exempts its host)."""
+    parts = urlsplit(url)
+    if parts.hostname is None or proxy_bypass(parts.hostname):
+        return None
+    return getproxies().get(parts.scheme)
 
 
 def aiohttp_transport_error(provider: str, exc: BaseException) -> ProviderUnavailable:

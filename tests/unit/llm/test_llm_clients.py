@@ -305,3 +305,21 @@ async def test_groq_connection_refused_is_unavailable_not_interrupted(make_clien
         await client.aclose()
     assert aiohttp_transport_error("groq", aiohttp.ServerDisconnectedError()).interrupted
     assert aiohttp_transport_error("groq", TimeoutError()).interrupted
+
+
+def test_the_plain_call_takes_the_proxy_the_environment_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """HTTPS_PROXY applies to the plain call's URL unless NO_PROXY exempts its host."""
+    from llm.providers.plain_post import env_proxy
+
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    assert env_proxy("https://api.groq.com/openai/v1/chat/completions") is None
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    assert env_proxy("https://api.groq.com/openai/v1/chat/completions") == (
+        "http://proxy.example:3128"
+    )
+    monkeypatch.setenv("NO_PROXY", "api.groq.com")
+    assert env_proxy("https://api.groq.com/openai/v1/chat/completions") is None
+    assert env_proxy("https://api.deepseek.com/chat/completions") == "http://proxy.example:3128"
