@@ -1,19 +1,26 @@
 """The ledger's schema as SQLAlchemy Core tables (portable types only).
 
-``metadata`` is what Alembic compares against; ``migrations/versions/0001_ledger.py``
-creates exactly these tables by hand. Times are epoch seconds (UTC; REAL on SQLite,
-``double precision`` on PostgreSQL) read from the injected clock; money integer µUSD
-(:data:`BIG`: INTEGER on SQLite, BIGINT on PostgreSQL, as are Telegram ids); window keys
-as in :mod:`budget.windows`.
+``metadata`` is what Alembic compares against; ``bot/migrations/versions/0001_ledger.py``
+and the later revisions create these tables by hand. The ledger's times are epoch
+seconds (UTC, a ``float`` read from the injected clock) in Python on both engines
+(:class:`EpochSeconds`: REAL on SQLite, ``timestamptz`` on PostgreSQL since migration
+``0022_ledger_timestamptz``); money integer µUSD (:data:`BIG`: INTEGER on SQLite, BIGINT
+on PostgreSQL, as are Telegram ids); window keys as in :mod:`budget.windows`. The
+shared-state tables at the end (``provider_keys``, ``call_leases``, ``update_rates``,
+``runtime_signals``: issue 13, PostgreSQL only) keep plain epoch-seconds floats
+(``double precision``).
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
     Column,
+    DateTime,
     Float,
     Index,
     Integer,
@@ -22,15 +29,55 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    TypeDecorator,
     UniqueConstraint,
     create_engine,
 )
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeEngine
 
-__all__ = ["BIG", "create_schema", "metadata"]
+from budget.pg_time import instant
+
+__all__ = ["BIG", "EpochSeconds", "create_schema", "metadata"]
 
 #: µUSD amounts and Telegram ids: 64-bit on both engines (PostgreSQL's INTEGER is 32-bit;
 #: SQLite's INTEGER is 64-bit already, and existing files keep their DDL).
 BIG = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class EpochSeconds(TypeDecorator[float]):
+    """A time of the ledger: epoch seconds (UTC, ``float``) in Python on every engine.
+
+    Stored as REAL on SQLite (as ever) and as ``timestamptz`` on PostgreSQL, converted
+    here for SQLAlchemy (reports, export, reconcile, ``export-config``, the intake's and
+    the digest claims' heartbeat checks) exactly as :mod:`budget.pg_time` converts them
+    for the ledger's asyncpg pool: to the nearest microsecond, and an instant of the
+    clock comes back as the very float it was. A number compared with such a column is
+    converted too (``col > 1768392000.5`` works on both engines).
+    """
+
+    impl = Float
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(DateTime(timezone=True))
+        return dialect.type_descriptor(Float())
+
+    def process_bind_param(self, value: float | None, dialect: Dialect) -> Any:
+        if value is None or dialect.name != "postgresql":
+            return value
+        return instant(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> float | None:
+        if value is None or dialect.name != "postgresql":
+            return value  # type: ignore[no-any-return]
+        assert isinstance(value, datetime)
+        return value.timestamp()
+
+
+#: Shorthand for the ledger's time columns.
+TIME = EpochSeconds()
 
 metadata = MetaData()
 
@@ -65,14 +112,14 @@ holds = Table(
     Column("ceiling_musd", BIG, nullable=False),
     Column("list_ceiling_musd", BIG, nullable=True),
     Column("state", String(16), nullable=False),
-    Column("granted_at", Float, nullable=False),
-    Column("expires_at", Float, nullable=False),
+    Column("granted_at", TIME, nullable=False),
+    Column("expires_at", TIME, nullable=False),
     Column("tz", String(64), nullable=False),
     Column("hour_key", String(32), nullable=False),
     Column("day_key", String(16), nullable=False),
     Column("scopes", Text, nullable=False),
     Column("process_id", String(32), nullable=False),
-    Column("ended_at", Float, nullable=True),
+    Column("ended_at", TIME, nullable=True),
     Column("actual_musd", BIG, nullable=True),
     Column("list_actual_musd", BIG, nullable=True),
     Column("usage_input", Integer, nullable=True),
@@ -100,9 +147,9 @@ operations = Table(
     Column("user_id", BIG, nullable=False),
     Column("origin", String(16), nullable=False),
     Column("team", String(128), nullable=True),
-    Column("started_at", Float, nullable=False),
-    Column("expires_at", Float, nullable=False),
-    Column("ended_at", Float, nullable=True),
+    Column("started_at", TIME, nullable=False),
+    Column("expires_at", TIME, nullable=False),
+    Column("ended_at", TIME, nullable=True),
     Column("max_musd", BIG, nullable=False),
     Column("max_requests", Integer, nullable=False),
     Column("requests", Integer, nullable=False, server_default="0"),
@@ -120,7 +167,7 @@ requests = Table(
     Column("request_id", String(32), primary_key=True),
     Column("operation_id", String(32), nullable=False),
     Column("fingerprint", String(128), nullable=False),
-    Column("created_at", Float, nullable=False),
+    Column("created_at", TIME, nullable=False),
     Column("day_key", String(16), nullable=False),
     UniqueConstraint("operation_id", "fingerprint", name="uq_budget_requests_op_fp"),
     Index("ix_budget_requests_day", "day_key"),
@@ -133,7 +180,7 @@ limits = Table(
     Column("scope", String(128), nullable=False),
     Column("win", String(8), nullable=False),
     Column("limit_musd", BIG, nullable=True),
-    Column("updated_at", Float, nullable=False),
+    Column("updated_at", TIME, nullable=False),
     Column("updated_by", BIG, nullable=True),
     PrimaryKeyConstraint("level", "scope", "win", name="pk_budget_limits"),
 )
@@ -147,8 +194,8 @@ kills = Table(
     Column("reason", Text, nullable=False, server_default=""),
     Column("automatic", Integer, nullable=False, server_default="0"),
     Column("by_user", BIG, nullable=True),
-    Column("changed_at", Float, nullable=False),
-    Column("unkilled_at", Float, nullable=True),
+    Column("changed_at", TIME, nullable=False),
+    Column("unkilled_at", TIME, nullable=True),
     PrimaryKeyConstraint("scope_kind", "scope", name="pk_budget_kill"),
 )
 
@@ -157,7 +204,7 @@ teams = Table(
     metadata,
     Column("user_id", BIG, primary_key=True, autoincrement=False),
     Column("team", String(128), nullable=False),
-    Column("added_at", Float, nullable=False),
+    Column("added_at", TIME, nullable=False),
     Index("ix_budget_team_members_team", "team"),
 )
 
@@ -165,7 +212,7 @@ events = Table(
     "budget_events",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("at", Float, nullable=False),
+    Column("at", TIME, nullable=False),
     Column("day_key", String(16), nullable=False),
     Column("kind", String(16), nullable=False),
     Column("reason", String(32), nullable=True),
@@ -192,7 +239,7 @@ corrections = Table(
     "budget_corrections",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("at", Float, nullable=False),
+    Column("at", TIME, nullable=False),
     Column("hold_id", String(32), nullable=False),
     Column("provider", String(32), nullable=False),
     Column("model", String(128), nullable=False),
@@ -219,7 +266,7 @@ calibration = Table(
     Column("model", String(128), nullable=False),
     Column("ratio_ppm", Integer, nullable=False),
     Column("samples", Integer, nullable=False),
-    Column("updated_at", Float, nullable=False),
+    Column("updated_at", TIME, nullable=False),
     PrimaryKeyConstraint("provider", "model", name="pk_budget_calibration"),
 )
 
@@ -231,8 +278,8 @@ processes = Table(
     # seconds of the ledger clock); a process whose heartbeat is older than
     # PROCESS_DEAD_AFTER_SECONDS is dead and its holds are swept
     Column("process_id", String(32), primary_key=True),
-    Column("started_at", Float, nullable=False),
-    Column("heartbeat_at", Float, nullable=False),
+    Column("started_at", TIME, nullable=False),
+    Column("heartbeat_at", TIME, nullable=False),
 )
 
 

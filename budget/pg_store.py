@@ -28,7 +28,8 @@ Liveness: :meth:`PgStore.open` registers the process in ``budget_processes`` and
 updates its heartbeat every ``process_heartbeat_s`` seconds of the ledger clock; a
 sweep books (at the ceiling, estimated) only the holds past their TTL or of
 processes whose heartbeat is older than ``process_dead_after_s`` — never those of a
-live process. Times are epoch seconds of the ledger clock (``double precision``);
+live process. Times are epoch seconds of the ledger clock in Python and in the SQL,
+``timestamptz`` in the tables (the pool's codec converts: :mod:`budget.pg_time`);
 money is integer µUSD (``BIGINT``).
 
 Errors: asyncpg's exceptions and OS errors become ``LedgerUnavailable`` here.

@@ -33,12 +33,39 @@ stored rounded to the nearest microsecond; nothing compares such times for equal
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-__all__ = ["PG_EPOCH_US", "decode", "encode", "use_epoch_seconds"]
+__all__ = ["PG_EPOCH_US", "UNIX", "decode", "encode", "instant", "micros", "use_epoch_seconds"]
+
+#: 1970-01-01T00:00:00Z: epoch seconds count from here.
+UNIX = datetime(1970, 1, 1, tzinfo=UTC)
 
 #: 2000-01-01T00:00:00Z (PostgreSQL's epoch) in microseconds since 1970-01-01T00:00:00Z.
 PG_EPOCH_US = 946_684_800_000_000
+
+
+def micros(seconds: float) -> int:
+    """Epoch seconds → the nearest whole microseconds since 1970-01-01 UTC (exact for
+    an instant of the clock: module docstring).
+
+    Raises:
+        TypeError: ``seconds`` is not a number (a ``datetime`` is refused: on this pool
+            times are epoch seconds).
+    """
+    if type(seconds) is not float and (
+        isinstance(seconds, bool) or not isinstance(seconds, int | float)
+    ):
+        raise TypeError(f"epoch seconds expected for a timestamptz, got {type(seconds).__name__}")
+    whole = math.floor(seconds)
+    return whole * 1_000_000 + round((seconds - whole) * 1_000_000)
+
+
+def instant(seconds: float) -> datetime:
+    """Epoch seconds → the aware UTC datetime a ``timestamptz`` holds (the microsecond
+    of :func:`micros`): what :class:`budget.models.EpochSeconds` sends through
+    SQLAlchemy."""
+    return UNIX + timedelta(microseconds=micros(seconds))
 
 
 def encode(seconds: float) -> tuple[int]:
@@ -46,13 +73,9 @@ def encode(seconds: float) -> tuple[int]:
     since 2000-01-01 UTC,), rounded to the nearest microsecond.
 
     Raises:
-        TypeError: ``seconds`` is not a number (a ``datetime`` is refused: on this pool
-            times are epoch seconds).
+        TypeError: as :func:`micros`.
     """
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise TypeError(f"epoch seconds expected for a timestamptz, got {type(seconds).__name__}")
-    whole = math.floor(seconds)
-    return (whole * 1_000_000 + round((seconds - whole) * 1_000_000) - PG_EPOCH_US,)
+    return (micros(seconds) - PG_EPOCH_US,)
 
 
 def decode(value: tuple[int]) -> float:

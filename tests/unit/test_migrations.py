@@ -5,8 +5,10 @@ and a database ahead of the code is refused untouched."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -21,11 +23,13 @@ from sqlalchemy.engine import Connection
 from bot.migrate import SchemaMismatch, alembic_config, check_schema, head_revision, migrate
 from bot.models import metadata as bot_metadata
 from budget.db import create_engine
+from budget.models import EpochSeconds
 from budget.models import metadata as budget_metadata
 from scheduler.models import metadata as scheduler_metadata
 
 ROOT = Path(__file__).resolve().parents[2]
 METADATA = [budget_metadata, scheduler_metadata, bot_metadata]
+TIMESTAMPTZ = importlib.import_module("bot.migrations.versions.0022_ledger_timestamptz")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -66,6 +70,17 @@ def _diff(conn: Connection) -> list[object]:
     return list(compare_metadata(MigrationContext.configure(conn), METADATA))  # type: ignore[arg-type]
 
 
+def _column_types(conn: Connection) -> dict[str, str]:
+    """``table.column → information_schema data_type`` (PostgreSQL)."""
+    rows = conn.execute(
+        text(
+            "SELECT table_name || '.' || column_name, data_type FROM information_schema.columns"
+            " WHERE table_schema = 'public'"
+        )
+    )
+    return {name: kind for name, kind in rows}
+
+
 def test_every_revision_up_down_up_and_head_matches_models(database_url: str) -> None:
     """Each revision upgrades, downgrades one step and upgrades again; at head the schema
     has no difference from the three packages' metadata (types included: BIGINT µUSD and
@@ -94,6 +109,7 @@ def test_every_revision_up_down_up_and_head_matches_models(database_url: str) ->
         "0019_update_rates",
         "0020_runtime_signals",
         "0021_bucket_margins",
+        "0022_ledger_timestamptz",
     ]
     for rev in revisions:
         command.upgrade(cfg, rev.revision)
@@ -124,16 +140,7 @@ def test_money_and_ids_are_64_bit_on_postgres(pg_migrated_url: str) -> None:
     """µUSD columns and Telegram ids hold values past 2**31 on PostgreSQL (BIGINT), and the
     scheduler's datetimes are ``timestamptz``."""
 
-    def types(conn: Connection) -> dict[str, str]:
-        rows = conn.execute(
-            text(
-                "SELECT table_name || '.' || column_name, data_type FROM information_schema.columns"
-                " WHERE table_schema = 'public'"
-            )
-        )
-        return {name: kind for name, kind in rows}
-
-    found = _on(pg_migrated_url, types)
+    found = _on(pg_migrated_url, _column_types)
     assert isinstance(found, dict)
     for column in (
         "budget_buckets.settled_musd",
@@ -292,6 +299,109 @@ def test_held_margins_join_their_buckets_on_postgres_and_leave_on_downgrade(
     assert isinstance(left, set)
     assert "budget_holds.margin_musd" in left
     assert not {"budget_buckets.margin_musd", "budget_holds.margin_booked"} & left
+
+
+def test_the_ledgers_times_are_timestamptz_on_postgres(pg_migrated_url: str) -> None:
+    """0022_ledger_timestamptz: every time column of the ledger's tables (the sixteen
+    :class:`budget.models.EpochSeconds` columns) is ``timestamptz`` at head; the
+    shared-state tables of issue 13 keep epoch seconds (``double precision``)."""
+    found = _on(pg_migrated_url, _column_types)
+    assert isinstance(found, dict)
+    times = [
+        f"{table.name}.{column.name}"
+        for table in budget_metadata.sorted_tables
+        for column in table.columns
+        if isinstance(column.type, EpochSeconds)
+    ]
+    assert len(times) == 16
+    assert {found[c] for c in times} == {"timestamp with time zone"}, times
+    for column in ("call_leases.expires_at", "provider_keys.open_until", "update_rates.last_at"):
+        assert found[column] == "double precision", column
+    assert set(times) == {
+        f"{table}.{column}" for table, columns in TIMESTAMPTZ.COLUMNS.items() for column in columns
+    }
+
+
+#: Epoch seconds an older version wrote (instants of its clock, to the microsecond).
+GRANTED = datetime(2026, 1, 14, 23, 59, 59, 999_999, tzinfo=UTC)
+BEAT = datetime(2026, 1, 15, 0, 0, 0, 1, tzinfo=UTC)
+
+
+def test_existing_epochs_become_the_same_instants_and_back(database_url: str) -> None:
+    """Rows written at 0021 (epoch doubles): after 0022 PostgreSQL holds the same
+    instants, to the microsecond (NULL stays NULL, indexes answer range queries); after
+    the downgrade the very same epoch floats. SQLite keeps its REAL values throughout."""
+    cfg = _config(database_url)
+    command.upgrade(cfg, "0021_bucket_margins")
+    g, b = GRANTED.timestamp(), BEAT.timestamp()
+
+    def old_rows(conn: Connection) -> None:
+        conn.execute(
+            text(
+                "INSERT INTO budget_holds (hold_id, operation_id, request_id, user_id, origin,"
+                " provider, model, input_tokens, max_tokens, ceiling_musd, state, granted_at,"
+                " expires_at, ended_at, tz, hour_key, day_key, scopes, process_id) VALUES"
+                " ('h1', 'o', 'r', 7, 'chat', 'test', 'm', 1, 1, 100, 'held', :g, :e, NULL,"
+                " 'UTC', '2026-01-14T23:00Z', '2026-01-14', '[]', 'p'),"
+                " ('h2', 'o', 'r', 7, 'chat', 'test', 'm', 1, 1, 100, 'settled', :g, :e, :b,"
+                " 'UTC', '2026-01-14T23:00Z', '2026-01-14', '[]', 'p')"
+            ),
+            {"g": g, "e": g + 300.0, "b": b},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO budget_kill (scope_kind, scope, killed, changed_at, unkilled_at)"
+                " VALUES ('global', '', 0, :g, :b)"
+            ),
+            {"g": g, "b": b},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO budget_processes (process_id, started_at, heartbeat_at)"
+                " VALUES ('p', :g, :b)"
+            ),
+            {"g": g, "b": b},
+        )
+        conn.commit()
+
+    def read(conn: Connection) -> list[tuple[object, ...]]:
+        queries = (
+            "SELECT granted_at, expires_at, ended_at FROM budget_holds ORDER BY hold_id",
+            "SELECT changed_at, unkilled_at FROM budget_kill",
+            "SELECT started_at, heartbeat_at FROM budget_processes",
+        )
+        return [tuple(r) for q in queries for r in conn.execute(text(q))]
+
+    def ended_after(conn: Connection, at: object) -> list[str]:
+        rows = conn.execute(
+            text("SELECT hold_id FROM budget_holds WHERE ended_at > :at"), {"at": at}
+        )
+        return [r[0] for r in rows]
+
+    _on(database_url, old_rows)
+    epochs = [(g, g + 300.0, None), (g, g + 300.0, b), (g, b), (g, b)]
+    assert _on(database_url, read) == epochs
+    command.upgrade(cfg, "0022_ledger_timestamptz")
+    if database_url.startswith("postgresql"):
+        e = GRANTED + timedelta(seconds=300)
+        assert _on(database_url, read) == [
+            (GRANTED, e, None),
+            (GRANTED, e, BEAT),
+            (GRANTED, BEAT),
+            (GRANTED, BEAT),
+        ]
+        after = GRANTED + timedelta(microseconds=1)
+        assert _on(database_url, lambda c: ended_after(c, after)) == ["h2"]
+        assert _on(database_url, lambda c: ended_after(c, BEAT)) == []
+    else:
+        assert _on(database_url, read) == epochs
+    command.downgrade(cfg, "0021_bucket_margins")
+    assert _on(database_url, read) == epochs
+    if database_url.startswith("postgresql"):
+        found = _on(database_url, _column_types)
+        assert isinstance(found, dict)
+        kinds = {found[f"{t}.{c}"] for t, cs in TIMESTAMPTZ.COLUMNS.items() for c in cs}
+        assert kinds == {"double precision"}
 
 
 def test_a_database_ahead_of_the_code_is_refused_untouched(database_url: str) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from sqlalchemy import insert, text
+from sqlalchemy import insert, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -22,7 +22,7 @@ from bot.store import Conversation, History, Intake, is_storage_failure
 from bot.wiring import ProfileStoreAdapter
 from budget.clock import ManualClock
 from budget.db import create_engine, sqlite_path
-from budget.models import holds
+from budget.models import holds, processes
 from budget.sqlite_writer import SqliteWriter
 from budget.stops import StopBook
 from scheduler.models import UserProfile
@@ -122,12 +122,10 @@ async def test_intake_shared_by_processes_takes_each_message_once_and_only_a_dea
     legacy = Intake(sessions)  # an older version: no process recorded
     assert await legacy.record(chat_id=10, message_id=1, user_id=10, language="en", now=T0)
     async with sessions() as session:
+        t = T0.timestamp()  # epoch seconds (timestamptz on PostgreSQL: EpochSeconds)
         await session.execute(
-            text(
-                "INSERT INTO budget_processes (process_id, started_at, heartbeat_at)"
-                " VALUES ('proc-a', :t, :t), ('proc-b', :t, :t)"
-            ),
-            {"t": T0.timestamp()},
+            insert(processes),
+            [{"process_id": p, "started_at": t, "heartbeat_at": t} for p in ("proc-a", "proc-b")],
         )
         await session.commit()
     soon = T0 + timedelta(seconds=30)
@@ -137,8 +135,9 @@ async def test_intake_shared_by_processes_takes_each_message_once_and_only_a_dea
     later = T0 + timedelta(seconds=90)
     async with sessions() as session:
         await session.execute(
-            text("UPDATE budget_processes SET heartbeat_at = :t WHERE process_id = 'proc-a'"),
-            {"t": later.timestamp() - 1},
+            update(processes)
+            .where(processes.c.process_id == "proc-a")
+            .values(heartbeat_at=later.timestamp() - 1)
         )
         await session.commit()
     lost, again = await asyncio.gather(a.take_lost(later), a.take_lost(later))

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from budget.pg_rows import asyncpg_dsn
-from budget.pg_time import PG_EPOCH_US, decode, encode, use_epoch_seconds
+from budget.pg_time import PG_EPOCH_US, decode, encode, instant, use_epoch_seconds
 
 UNIX = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -70,3 +70,14 @@ async def test_the_server_sees_the_same_instants(pg_url: str) -> None:
         assert tuple(row) == (t, t, ("g", t, None), [(t,)], t + 1, True)
     finally:
         await conn.close()
+
+
+@given(st.integers(min_value=0, max_value=LAST_US))
+def test_sqlalchemy_sends_the_same_instant_as_the_pool(micros: int) -> None:
+    """:func:`instant` (``budget.models.EpochSeconds`` on PostgreSQL) is the datetime of
+    the microseconds the pool's codec sends."""
+    at = UNIX + timedelta(microseconds=micros)
+    assert instant(at.timestamp()) == at
+    assert encode(at.timestamp()) == (
+        (instant(at.timestamp()) - UNIX) // timedelta(microseconds=1) - PG_EPOCH_US,
+    )
