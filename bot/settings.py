@@ -10,6 +10,7 @@ Every variable is documented in ``.env.example``.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -64,8 +65,15 @@ HEALTH_PATHS = frozenset({"/healthz", "/readyz"})
 MAX_USD = Decimal(1_000_000)
 
 
+@functools.cache
+def _zone_names() -> frozenset[str]:
+    # available_timezones() walks tzdata's folders on every call (~4 ms); the set is
+    # fixed for the life of the process
+    return frozenset(available_timezones())
+
+
 def _check_tz(name: str) -> str:
-    if name not in available_timezones():  # a folder ("Europe") or a long name: OSError
+    if name not in _zone_names():  # a folder ("Europe") or a long name: OSError
         raise ValueError(f"unknown IANA timezone {name[:64]!r}")
     try:
         ZoneInfo(name)

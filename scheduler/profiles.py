@@ -8,6 +8,7 @@ the setters here. The digest runner marks a user inactive on Telegram's 403.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import datetime, time
@@ -48,13 +49,20 @@ def parse_digest_time(text: str) -> time:
     return time(int(match.group(1)), int(match.group(2)))
 
 
+@functools.cache
+def _zone_names() -> frozenset[str]:
+    # available_timezones() walks tzdata's folders on every call (~4 ms); the set is
+    # fixed for the life of the process
+    return frozenset(available_timezones())
+
+
 def check_timezone(name: str) -> str:
     """Return ``name`` if it is a known IANA zone (``Europe/Berlin``).
 
     Raises:
         ValueError: unknown zone.
     """
-    if name not in available_timezones():  # a folder ("Europe") or a long name: OSError
+    if name not in _zone_names():  # a folder ("Europe") or a long name: OSError
         raise ValueError(f"unknown IANA timezone {name[:64]!r}")
     try:
         ZoneInfo(name)
