@@ -46,7 +46,6 @@ money integer µUSD.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import uuid
 from collections.abc import Callable
@@ -341,11 +340,14 @@ async def reserve(
     list_ceiling_musd: int | None,
     price_version: str,
     margin_musd: int,
+    granted: dict[str, tuple[Any, ...]] | None = None,
 ) -> HoldTicket:
     """Grant a hold on every level/window at once, or refuse with nothing held
     (module docstring). ``conn`` is outside any transaction: the grant is tried as
     one statement committing by itself (:data:`_GRANT_AT_ONCE`); when that does not
-    fit, the locked transaction decides (and builds the refusal)."""
+    fit, the locked transaction decides (and builds the refusal). ``granted``: the
+    new hold's row as :func:`settle` reads it is put there under its id (so this
+    process's settle need not read it back)."""
     args = (
         cfg,
         process_id,
@@ -355,10 +357,14 @@ async def reserve(
         (provider, model, input_tokens, max_tokens),
         (ceiling_musd, list_ceiling_musd, margin_musd, price_version),
     )
-    with contextlib.suppress(_NotAtOnce):
-        return await _reserve(conn, *args, at_once=True)
-    async with conn.transaction():
-        return await _reserve(conn, *args, at_once=False)
+    try:
+        ticket, row = await _reserve(conn, *args, at_once=True)
+    except _NotAtOnce:
+        async with conn.transaction():
+            ticket, row = await _reserve(conn, *args, at_once=False)
+    if granted is not None:
+        granted[ticket.hold_id] = row
+    return ticket
 
 
 class _NotAtOnce(Exception):
@@ -376,11 +382,12 @@ async def _reserve(
     money: tuple[int, int | None, int, str],
     *,
     at_once: bool,
-) -> HoldTicket:
+) -> tuple[HoldTicket, tuple[Any, ...]]:
     """One try of :func:`reserve`: ``call`` = (provider, model, input tokens, max
     tokens), ``money`` = (ceiling, list ceiling, margin µUSD, price version).
     ``at_once``: the autocommit grant (raises :class:`_NotAtOnce` when it does not
-    fit); else the body of a transaction that checks in Python after the locks."""
+    fit); else the body of a transaction that checks in Python after the locks.
+    Returns the ticket and the hold's row as :data:`_HOLD_ROW` selects it."""
     provider, model = call[:2]
     ceiling_musd, list_ceiling_musd, margin_musd = money[:3]
     t = now.timestamp()
@@ -412,16 +419,34 @@ async def _reserve(
         call,
         money,
         (keys.hour_key, keys.day_key),
-        dump_scopes(scopes),
+        scopes_json := dump_scopes(scopes),
     )
     arrays = book_arrays(deltas)
+    ticket = HoldTicket(hold_id, provider, model, ceiling_musd, list_ceiling_musd, now)
+    # as _HOLD_ROW selects it: HoldRow's columns, then its margin (booked in its buckets)
+    hold_row = (
+        "held",
+        operation_id,
+        user_id,
+        provider,
+        model,
+        call[2],
+        call[3],
+        ceiling_musd,
+        t,
+        keys.hour_key,
+        keys.day_key,
+        scopes_json,
+        None,
+        margin_musd,
+    )
     if at_once:
         caps = [limit_of(cfg, limits, Level(k[0]), k[1], Window(k[2])) for k in sorted(deltas)]
         try:
             await conn.fetchval(_GRANT_AT_ONCE, *arrays, ceiling_musd, expires, *values, caps)
         except asyncpg.exceptions.CardinalityViolationError:
             raise _NotAtOnce() from None
-        return HoldTicket(hold_id, provider, model, ceiling_musd, list_ceiling_musd, now)
+        return ticket, hold_row
     charged, after = await conn.fetchrow(_GRANT, *arrays, ceiling_musd, expires, *values)
     if not charged:  # another step of this operation took the cap, or ended it
         raise Refused(Refusal(RefusalReason.OPERATION_CAP, note="cost"), user_id)
@@ -435,7 +460,7 @@ async def _reserve(
         refusal = check_hold(found, ceiling_musd + margin_musd)
         if refusal is not None:
             raise Refused(refusal, user_id)
-    return HoldTicket(hold_id, provider, model, ceiling_musd, list_ceiling_musd, now)
+    return ticket, hold_row
 
 
 async def _locked_hold(conn: Any, hold_id: str, durable: bool) -> tuple[Any, ...]:
@@ -498,6 +523,7 @@ async def settle(
     estimated: bool,
     pricer: Pricer,
     durable: bool = True,
+    known: tuple[Any, ...] | None = None,
 ) -> Settled:
     """Book the actual cost of a hold (idempotent; see
     :func:`budget.sqlite_holds.settle` for the rules; the burn-rate trigger is the
@@ -511,8 +537,10 @@ async def settle(
     commit only. If the hold changed in between (another step ended it, a sweep
     expired it or booked its margin) that statement writes nothing and — as a late
     or over-ceiling settle, which also records events — the locked transaction
-    decides."""
-    row = await conn.fetchrow(_HOLD_ROW, hold_id)
+    decides. ``known``: the hold's row as this process granted it (from
+    :func:`reserve`'s ``granted``): not read again (the statement checks it is
+    still so)."""
+    row = known if known is not None else await conn.fetchrow(_HOLD_ROW, hold_id)
     if row is None:
         raise UnknownHold(hold_id)
     h = HoldRow._make(tuple(row)[:13])
@@ -567,13 +595,18 @@ async def _settle_locked(
 
 
 async def release(
-    conn: Any, cfg: LedgerConfig, now: datetime, hold_id: str, durable: bool = True
+    conn: Any,
+    cfg: LedgerConfig,
+    now: datetime,
+    hold_id: str,
+    durable: bool = True,
+    known: tuple[Any, ...] | None = None,
 ) -> bool:
     """Return a hold that spent nothing (see :func:`budget.sqlite_holds.release`;
-    ``durable`` as :func:`settle`). ``conn`` is outside any transaction: a held hold
-    is released by one self-committing statement as :func:`settle` books one; an
-    expired one (a late release, with its event) by the locked transaction."""
-    row = await conn.fetchrow(_HOLD_ROW, hold_id)
+    ``durable``, ``known`` as :func:`settle`). ``conn`` is outside any transaction: a
+    held hold is released by one self-committing statement as :func:`settle` books
+    one; an expired one (a late release, with its event) by the locked transaction."""
+    row = known if known is not None else await conn.fetchrow(_HOLD_ROW, hold_id)
     if row is None:
         raise UnknownHold(hold_id)
     state = HoldState(row[0])

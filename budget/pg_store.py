@@ -88,6 +88,8 @@ RETRY_BACKOFF_S = 0.002
 #: Seconds (ledger clock) a process lets pass between two burn-rate checks after its
 #: settles, unless its own spend since the last check could cross the threshold.
 AUTO_KILL_CHECK_S = 0.25
+#: Rows of holds this process granted kept for its settle (the oldest dropped beyond).
+GRANTED_MAX = 10_000
 
 
 class BurnGate:
@@ -197,6 +199,8 @@ class PgStore(PgRowSteps):
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._burn = BurnGate()
+        #: hold id → its row as granted here (:func:`budget.pg_holds.reserve`)
+        self._granted: dict[str, tuple[Any, ...]] = {}
         self.lost = ""
 
     @property
@@ -362,7 +366,7 @@ class PgStore(PgRowSteps):
     ) -> HoldTicket:
         """See :meth:`budget.store.LedgerStore.reserve` (its transactions are its own:
         :func:`budget.pg_holds.reserve`)."""
-        return await self.tx(
+        ticket: HoldTicket = await self.tx(
             now,
             partial(
                 holds.reserve,
@@ -379,9 +383,13 @@ class PgStore(PgRowSteps):
                 list_ceiling_musd=list_ceiling_musd,
                 price_version=price_version,
                 margin_musd=margin_musd,
+                granted=self._granted,
             ),
             single=True,
         )
+        if len(self._granted) > GRANTED_MAX:  # never settled here: read back if it is
+            del self._granted[next(iter(self._granted))]
+        return ticket
 
     async def settle(
         self,
@@ -405,6 +413,7 @@ class PgStore(PgRowSteps):
                 estimated=estimated,
                 pricer=pricer,
                 durable=self._durable_settle,
+                known=self._granted.pop(hold_id, None),
             ),
             single=True,
         )
@@ -450,7 +459,12 @@ class PgStore(PgRowSteps):
         """See :meth:`budget.store.LedgerStore.release` (its transactions are its
         own: :func:`budget.pg_holds.release`)."""
         body = partial(
-            holds.release, cfg=self.config, now=now, hold_id=hold_id, durable=self._durable_settle
+            holds.release,
+            cfg=self.config,
+            now=now,
+            hold_id=hold_id,
+            durable=self._durable_settle,
+            known=self._granted.pop(hold_id, None),
         )
         return await self.tx(now, body, single=True)
 

@@ -88,15 +88,17 @@ def clock() -> ManualClock:
     return ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
 
 
+@pytest.mark.parametrize("read", [True, False], ids=["read", "as granted"])
 @pytest.mark.parametrize("other", ["settle", "release", "expire", "adopt margin"])
 async def test_a_settle_racing_another_step_books_once(
-    pg_url: str, clock: ManualClock, other: str
+    pg_url: str, clock: ManualClock, other: str, read: bool
 ) -> None:
-    """Process B ends (or changes) A's hold between A's read and A's one-statement
-    settle: A's statement writes nothing, the locked transaction decides, and the
-    buckets agree with the holds — settled by B: A's settle is a no-op; released by
-    B: nothing spent; expired by B's sweep: A's settle corrects it as a late settle;
-    margin booked by B's sweep (a hold of an older version): A takes it out once."""
+    """Process B ends (or changes) A's hold between A's read (or the row A kept when
+    it granted the hold) and A's one-statement settle: A's statement writes nothing,
+    the locked transaction decides, and the buckets agree with the holds — settled by
+    B: A's settle is a no-op; released by B: nothing spent; expired by B's sweep: A's
+    settle corrects it as a late settle; margin booked by B's sweep (a hold of an
+    older version): A takes it out once."""
     await create_pg_schema(pg_url)
     cfg = {"global_daily_musd": 100_000, "hold_ttl_s": 90.0}
     a = await _ledger(pg_url, "proc-a", clock, **cfg)
@@ -115,6 +117,7 @@ async def test_a_settle_racing_another_step_books_once(
             await _sql(pg_url, "UPDATE budget_holds SET margin_musd = 50, margin_booked = 0")
         store = a.store
         assert isinstance(store, PgStore) and store._pool is not None
+        known = None if read else store._granted[h.hold_id]
         async with store._pool.acquire() as conn:
             done = await pg_holds.settle(
                 _Racing(conn, steps[other]),
@@ -124,6 +127,7 @@ async def test_a_settle_racing_another_step_books_once(
                 Usage(1, 0, 499),
                 False,
                 a._pricer,
+                known=known,
             )
         booked = {"settle": 300, "release": 0, "expire": 500, "adopt margin": 500}[other]
         assert (done.outcome.actual_musd, done.outcome.booked) == (
