@@ -50,7 +50,7 @@ from bot.sqlite_hot import SqliteHotPath
 from bot.store import History, Intake
 from bot.streaming import StreamConfig, StreamMetrics, StreamRegistry
 from bot.topics import TopicMiddleware, TopicRequestMiddleware
-from bot.updates import SkipUndecodableUpdates
+from bot.updates import PollInSmallBatches, SkipUndecodableUpdates
 from bot.wiring import (
     ProfileStoreAdapter,
     cascade_config,
@@ -111,6 +111,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         SkipUndecodableUpdates(on_skip=lambda: dropped.labels("undecodable_update").inc())
     )
     bot.session.middleware(PinResponseModels())
+    bot.session.middleware(PollInSmallBatches())
     notifier = AdminNotifier(bot, i18n, settings.admin_ids, clock)
 
     prices = PriceCard(

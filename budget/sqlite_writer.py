@@ -63,6 +63,8 @@ log = logging.getLogger(__name__)
 BUSY_TIMEOUT_S = 15.0
 #: Steps run in one group transaction at most.
 MAX_GROUP = 256
+#: Waiters of a group resumed per loop iteration at most (see ``_settle_futures``).
+WAKE_SLICE = 4
 
 _TXN, _READ, _CALL = 0, 1, 2
 _STOP = object()
@@ -94,15 +96,21 @@ class _Step:
 _Result = tuple[_Step, bool, Any]
 
 
-def _settle_futures(results: list[_Result]) -> None:
-    """On the event loop: hand each step its result (a cancelled waiter is skipped)."""
-    for step, ok, value in results:
+def _settle_futures(results: list[_Result], start: int = 0) -> None:
+    """On the event loop: hand each step its result (a cancelled waiter is skipped),
+    :data:`WAKE_SLICE` at a time — the rest in a later callback, so a big group's
+    waiters resume over several loop iterations, not all in one (which held every
+    other callback, timers included, behind them: issue 10's loop lag)."""
+    end = min(len(results), start + WAKE_SLICE)
+    for step, ok, value in results[start:end]:
         if step.future.done():
             continue
         if ok:
             step.future.set_result(value)
         else:
             step.future.set_exception(value)
+    if end < len(results):
+        results[0][0].loop.call_soon(_settle_futures, results, end)
 
 
 def _log_posted(what: str, future: asyncio.Future[object]) -> None:

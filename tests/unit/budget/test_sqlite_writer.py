@@ -174,3 +174,34 @@ async def test_closed_writer_fails_closed(writer: SqliteWriter) -> None:
         await writer.txn(_insert("late"))
     with pytest.raises(LedgerUnavailable):
         await writer.read(lambda cur: None)
+
+
+async def test_a_groups_waiters_resume_a_slice_per_loop_iteration(writer: SqliteWriter) -> None:
+    """Twelve steps answered by one commit resume WAKE_SLICE per loop iteration, in
+    queue order (issue 10: not all in one iteration, ahead of every timer)."""
+    from budget.sqlite_writer import WAKE_SLICE
+
+    order: list[tuple[int, int]] = []
+    iteration = 0
+
+    async def ticker() -> None:
+        nonlocal iteration
+        while True:
+            await asyncio.sleep(0)
+            iteration += 1
+
+    async def step(i: int) -> None:
+        await writer.txn(_insert(f"s{i}"), durable=False)
+        order.append((i, iteration))
+
+    tick = asyncio.ensure_future(ticker())
+    try:
+        await _grouped(writer, [step(i) for i in range(12)])
+    finally:
+        tick.cancel()
+    assert [i for i, _ in order] == list(range(12))
+    per_iteration: dict[int, int] = {}
+    for _i, at in order:
+        per_iteration[at] = per_iteration.get(at, 0) + 1
+    assert max(per_iteration.values()) <= WAKE_SLICE
+    assert len(per_iteration) >= 12 // WAKE_SLICE
