@@ -10,13 +10,21 @@ PG_PORT ?= 5433
 
 .PHONY: install run run-postgres test lint typecheck bench clean locales
 
-# pip compiles every installed module on one core; compileall -j 0 does the same work on
-# every core (measured on 2 cores: pip's serial compile ~13 s of a ~55 s install, -j 0 ~7 s).
-# Like pip, a file that does not compile is left to fail when imported.
+# uv (from PyPI, pinned in constraints.txt, installed into the venv by pip) resolves and
+# installs the same pinned versions as pip from the same constraints, in parallel: measured
+# on a fresh 2-core machine, cold caches, `pip install --upgrade pip` + `pip install`
+# 36 s wall (17 s CPU), `pip install uv` + `uv pip install` 9 s (6 s CPU), the same 99
+# packages at the same versions. If uv cannot be had or fails, pip does the install.
+# Bytecode: pip would compile every installed module on one core; compileall -j 0 does
+# the same work on every core. Like pip, a file that does not compile is left to fail
+# when imported.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --no-compile -c constraints.txt -e '.[test,chart]'
+	{ $(PY) -m pip install --quiet -c constraints.txt uv \
+	  && $(VENV)/bin/uv pip install --quiet --python $(PY) --upgrade-package pip -c constraints.txt \
+	     pip -e '.[test,chart]'; } \
+	|| { $(PY) -m pip install --quiet --upgrade pip \
+	  && $(PY) -m pip install --quiet --no-compile -c constraints.txt -e '.[test,chart]'; }
 	$(PY) -m compileall -qq -j 0 $$($(PY) -c 'import sysconfig as s; print(*{s.get_path("purelib"), s.get_path("platlib")})') || true
 	touch $(STAMP)
 
