@@ -55,9 +55,13 @@ typecheck: $(STAMP)
 # workers finishing together (measured: -n 2 4m16s, -n 4 --dist worksteal 2m53s).
 # Lint first (a second); mypy (~25 s on a clean clone, no cache) runs beside pytest in
 # those waits, its report printed after pytest's. Either failing fails the target.
+# PYTHONDONTWRITEBYTECODE is emptied for the suite (some machines set it): each of the
+# four workers would compile the tests and the code again, and each process a test
+# starts the code it imports (measured: collection 13.1 -> 9.2 s CPU, a bot start ~1 s).
 test: $(STAMP) lint
 	@echo "$(PY) -m mypy &  $(PY) -m pytest -q -n 4 --dist worksteal"
-	@$(PY) -m mypy > $(VENV)/mypy-report.txt 2>&1 & mypy=$$!; \
+	@export PYTHONDONTWRITEBYTECODE=; \
+	$(PY) -m mypy > $(VENV)/mypy-report.txt 2>&1 & mypy=$$!; \
 	trap 'kill $$mypy 2>/dev/null' INT TERM; \
 	$(PY) -m pytest -q -n 4 --dist worksteal; tests=$$?; \
 	wait $$mypy; types=$$?; \

@@ -102,7 +102,9 @@ def bot_environment(
         {
             "PYTHONPATH": str(REPO_ROOT),
             "PYTHONUNBUFFERED": "1",
-            "PYTHONDONTWRITEBYTECODE": "1",
+            # PYTHONDONTWRITEBYTECODE is left out: each bot process would compile all of
+            # bot/, llm/, budget/ and scheduler/ again (~1 s CPU a start); with it out, the
+            # first process writes __pycache__ (git-ignored) and the others read it
             "BOT_TOKEN": telegram.token,
             "TELEGRAM_API_BASE": telegram.base_url,
             "DATABASE_URL": f"sqlite+aiosqlite:///{database_path}",
