@@ -8,9 +8,11 @@ runs the target as ``__main__`` with two probes installed first:
   ``time.monotonic()`` timestamps (one clock for every process on Linux);
 * **commits**: every ``sqlite3`` connection the process opens (the ledger's writer,
   aiosqlite's workers) gets a trace callback that counts ``COMMIT`` statements, and
-  among them the *synced* ones: those made while the connection's ``synchronous`` level
-  was ``FULL`` (one WAL fsync each; SQLite's default level, changed by a ``PRAGMA
-  synchronous=…`` statement, which the same callback sees).
+  the *synced* ones: those made while the connection's ``synchronous`` level was
+  ``FULL`` (one WAL fsync each; SQLite's default level, changed by a ``PRAGMA
+  synchronous=…`` statement, which the same callback sees), plus every ``os.fsync`` of
+  a ``-wal`` file (the ledger's writer commits under ``NORMAL`` and fsyncs the WAL
+  itself after a group whose hold was granted, :mod:`budget.sqlite_writer`).
 
 * **CPU**: the process's CPU time (``time.process_time()``: user + system, all threads),
   a cost that does not grow when other processes load the machine.
@@ -61,6 +63,20 @@ def _tracer() -> Any:
     return trace
 
 
+_real_fsync = os.fsync
+
+
+def _fsync(fd: int) -> None:
+    _real_fsync(fd)
+    try:
+        wal = os.readlink(f"/proc/self/fd/{fd}").endswith("-wal")
+    except OSError:
+        wal = False
+    if wal:
+        with _lock:
+            _state["synced"] += 1
+
+
 def _connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
     conn: sqlite3.Connection = _real_connect(*args, **kwargs)
     conn.set_trace_callback(_tracer())
@@ -107,6 +123,7 @@ def _dump(_signum: int, _frame: FrameType | None) -> None:
 def main() -> None:
     """Install the probes and run the target as ``__main__``."""
     sqlite3.connect = _connect  # type: ignore[assignment]
+    os.fsync = _fsync  # type: ignore[assignment]
     asyncio.set_event_loop_policy(_Policy())
     signal.signal(signal.SIGUSR1, _dump)
     target = sys.argv[2:]

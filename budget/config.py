@@ -65,8 +65,10 @@ class LedgerConfig:
             older than this many seconds is dead and its holds are swept
             (PROCESS_DEAD_AFTER_SECONDS; at least :data:`DEAD_AFTER_HEARTBEATS`
             heartbeat intervals).
-        synchronous: SQLite ``synchronous`` pragma of the ledger's writer; see
-            :mod:`budget.sqlite_store` for what each guarantees.
+        synchronous: the SQLite ledger's durability: ``FULL`` (the WAL fsync'd after
+            each group with a granted hold or another durable step, as SQLite's
+            ``synchronous=FULL``) or ``NORMAL`` (never fsync'd); see
+            :mod:`budget.sqlite_writer` for what each guarantees.
     """
 
     tz: str = "UTC"

@@ -7,7 +7,7 @@ locked`` must never reach a user) and foreign keys, and creates the database fol
 ``synchronous=NORMAL`` in WAL mode: a commit is written to the WAL before it returns
 (it survives a process crash, kill -9 included) but not fsync'd (an OS crash or power
 cut may lose it). The bot's tables (intake, history, profiles, counters) need no more:
-the ledger's writer fsyncs every hold (``synchronous=FULL`` for its durable steps), and
+the ledger's writer fsyncs the WAL after every granted hold (its durable steps), and
 that fsync of the one sequential WAL also makes durable every frame written before it —
 a message's intake record included, which is committed before the message's first
 hold (issue 10). The ledger's own connection is set up in :mod:`budget.sqlite_writer`.

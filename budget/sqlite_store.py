@@ -8,11 +8,12 @@ sweep), :mod:`budget.sqlite_admin` (kill, limits, teams, messages, calibration),
 and the shared row helpers in :mod:`budget.sqlite_rows`. The rules are in
 :mod:`budget.policy`, common to every backend.
 
-Durable and grouped steps: a hold (:meth:`SqliteStore.reserve`), the kill switch,
-limits, teams, corrections and the sweep are *durable* (their group is fsync'd before
-they are answered, ``synchronous=FULL``); operation and request admission, settle,
-release, the end of an operation, the message counter and calibration are *grouped*
-(committed before they are answered, fsync'd by the next durable group). A power cut
+Durable and grouped steps: a granted hold (:meth:`SqliteStore.reserve`), the kill
+switch, limits, teams, corrections and the sweep are *durable* (the WAL is fsync'd after
+their group's commit, before they are answered; a refused hold is not fsync'd);
+operation and request admission, settle, release, the end of an operation, the message
+counter and calibration are *grouped* (committed before they are answered, fsync'd by
+the next durable group). A power cut
 can lose only grouped steps: a lost settle or release leaves its hold, which the next
 start books at its ceiling (never less than real); a lost admission took no money.
 

@@ -15,18 +15,24 @@ then commits once and answers every step of the group. At low load a group is on
 one transaction, one commit, as before. No step is answered before the COMMIT that
 contains it returned.
 
-Durable and grouped steps. SQLite's ``synchronous`` level is per connection and is set
-before each group: ``FULL`` (the WAL is fsync'd before ``COMMIT`` returns: the group
-survives a power cut) when the group holds a *durable* step (``durable=True``, the
-default: a hold, a kill switch, a limit, a sweep), otherwise ``NORMAL`` (the WAL is
-written, not fsync'd, before ``COMMIT`` returns). SQLite documents that "transactions
-are durable across application crashes regardless of the synchronous setting" in WAL
-mode; only an OS crash or power cut can lose the unsynced tail of the WAL — and since
-the WAL is one sequential file whose frames are only valid in order (each frame's
-checksum covers every frame before it), the fsync of a durable group also makes durable
-every earlier frame, including grouped steps and the rows other connections (the bot's
-intake record) committed before it. With ``LedgerConfig.synchronous="NORMAL"`` no group
-is fsync'd (a power cut may then lose granted holds).
+Durable and grouped steps. Every group commits under ``synchronous=NORMAL`` (the WAL
+is written, not fsync'd, before ``COMMIT`` returns). When a *durable* step of the group
+(``durable=True``, the default: a hold, a kill switch, a limit, a sweep) succeeded, the
+WAL file is then fsync'd before any step of the group is answered — what
+``synchronous=FULL`` does in WAL mode ("an additional sync of the WAL file after each
+transaction commit", SQLite's documentation), decided after the steps ran instead of
+before (issue 10): a durable step that was *refused* (a refused hold, raised or
+returned as :class:`~budget.store.RefusedCommit`) wrote only its refusal event, which
+costs no money if lost, so a group of refusals is not fsync'd. SQLite documents that
+"transactions are durable across application crashes regardless of the synchronous
+setting" in WAL mode; only an OS crash or power cut can lose the unsynced tail of the
+WAL — and since the WAL is one sequential file whose frames are only valid in order
+(each frame's checksum covers every frame before it), the fsync after a durable group
+also makes durable every earlier frame, including grouped steps and the rows other
+connections (the bot's intake record) committed before it. With
+``LedgerConfig.synchronous="NORMAL"`` nothing is fsync'd (a power cut may then lose
+granted holds). The fsync is ``os.fsync`` (Linux: to the device; macOS' ``fsync`` does
+not flush the drive's cache, as SQLite's ``FULL`` without ``fullfsync`` does not).
 
 Errors: any ``sqlite3.Error`` or ``OSError`` becomes
 :class:`~budget.errors.LedgerUnavailable` here, at the boundary. When the COMMIT fails,
@@ -113,6 +119,12 @@ def _settle_futures(results: list[_Result], start: int = 0) -> None:
         results[0][0].loop.call_soon(_settle_futures, results, end)
 
 
+def _granted(result: _Result) -> bool:
+    """A durable step that succeeded (a refusal, raised or returned, is not one)."""
+    step, ok, value = result
+    return step.durable and step.kind == _TXN and ok and not isinstance(value, RefusedCommit)
+
+
 def _log_posted(what: str, future: asyncio.Future[object]) -> None:
     """Done callback of a posted step: log its failure (nobody awaits it)."""
     if future.cancelled():
@@ -133,17 +145,19 @@ class SqliteWriter:
 
     Args:
         path: the database file.
-        synchronous: ``"FULL"`` (durable groups are fsync'd) or ``"NORMAL"`` (none
-            is); see the module docstring.
+        synchronous: ``"FULL"`` (the WAL is fsync'd after a group in which a durable
+            step succeeded) or ``"NORMAL"`` (never); see the module docstring. The
+            connection itself always runs at ``synchronous=NORMAL``.
         max_group: steps per transaction at most.
 
     Attributes:
-        commits: COMMITs done; ``synced_commits``: those made under ``synchronous=FULL``
-            (for the benchmark and tests).
+        commits: COMMITs done; ``synced_commits``: those followed by an fsync of the
+            WAL (for the benchmark and tests).
     """
 
     def __init__(self, path: str | Path, synchronous: str, *, max_group: int = MAX_GROUP) -> None:
         self.path = Path(path)
+        self._wal = f"{self.path}-wal"
         self.synchronous = synchronous
         self.max_group = max_group
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -189,7 +203,7 @@ class SqliteWriter:
         conn.execute("PRAGMA journal_mode=WAL")
         self.conn = conn
         self._level = ""
-        self._set_level(self.synchronous)
+        self._set_level("NORMAL")  # FULL's WAL sync is done by _sync_wal, when needed
         st = os.stat(self.path)
         self._identity = (st.st_dev, st.st_ino)
 
@@ -275,9 +289,10 @@ class SqliteWriter:
         group's COMMIT returned.
 
         Args:
-            durable: the group is committed with ``synchronous=FULL`` (fsync'd) before
-                this step is answered; ``False``: a *grouped* step, fsync'd by the next
-                durable group (see the module docstring).
+            durable: when this step succeeds (a refusal is no success), the WAL is
+                fsync'd after the group's COMMIT, before it is answered; ``False``: a
+                *grouped* step, fsync'd by the next durable group that succeeds (see
+                the module docstring).
 
         Raises:
             HoldRefused: ``body`` raised :class:`~budget.store.RefusedCommit` (what it
@@ -378,11 +393,10 @@ class SqliteWriter:
             self._deliver([(s, False, LedgerUnavailable()) for s in steps])
             return
         writes = any(s.kind == _TXN for s in steps)
-        durable = self.synchronous == "FULL" and any(s.kind == _TXN and s.durable for s in steps)
-        done: list[_Result] = []  # answered once the COMMIT returned
+        done: list[_Result] = []  # answered once the COMMIT (and the fsync) returned
         failed: list[_Result] = []  # answered whatever happens to the transaction
         try:
-            self._set_level("FULL" if durable else "NORMAL")
+            self._set_level("NORMAL")
             conn.execute("BEGIN IMMEDIATE" if writes else "BEGIN")
         except sqlite3.Error as exc:
             self._rollback(conn)
@@ -410,11 +424,36 @@ class SqliteWriter:
                 done.clear()
             else:
                 self.commits += 1
-                self.synced_commits += durable
+                if self.synchronous == "FULL" and any(_granted(r) for r in done):
+                    try:
+                        self._sync_wal()
+                    except OSError as exc:
+                        # committed but maybe not on disk: no durable step may be told
+                        # it holds (money-safe: a granted hold nobody uses is booked at
+                        # its ceiling when it expires)
+                        failed.extend(
+                            (s, False, _unavailable(exc)) if s.durable else (s, ok, v)
+                            for s, ok, v in done
+                        )
+                        done.clear()
+                    else:
+                        self.synced_commits += 1
         else:
             failed.extend((s, False, LedgerUnavailable()) for s, _ok, _v in done)
             done.clear()
         self._deliver(done + failed)
+
+    def _sync_wal(self) -> None:
+        """fsync the WAL file (what ``synchronous=FULL`` does after a commit).
+
+        Raises:
+            OSError: it cannot be opened or synced.
+        """
+        fd = os.open(self._wal, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def _step(self, conn: sqlite3.Connection, step: _Step) -> _Result:
         """Run one step inside the open transaction."""

@@ -1,6 +1,6 @@
 """The SQLite writer's group commit (issue 10): the steps queued while the writer is busy
 run in one transaction, a savepoint each, and are committed once; a group is fsync'd
-(``synchronous=FULL``) only when it holds a durable step."""
+(the WAL fsync'd after the commit) only when a durable step of it succeeded."""
 
 from __future__ import annotations
 
@@ -106,35 +106,98 @@ async def test_steps_queued_together_share_one_commit_and_isolate_failures(
     assert rows["k0"] == 1
 
 
-async def test_only_groups_with_a_durable_step_are_fsynced(writer: SqliteWriter) -> None:
-    """A grouped step commits under synchronous=NORMAL, a durable one under FULL; a group
-    mixing both is committed once, under FULL."""
-    synced = writer.synced_commits
+def _count_wal_syncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the file of every ``os.fsync`` from now on."""
+    import os
+
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
+
+
+async def test_only_groups_with_a_durable_step_that_succeeded_are_fsynced(
+    writer: SqliteWriter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every group commits under synchronous=NORMAL; the WAL is fsync'd after a group in
+    which a durable step succeeded, once per group however many; a durable step that
+    was refused (raised or returned) leaves its group unsynced."""
+    synced = _count_wal_syncs(monkeypatch)
+    base = writer.synced_commits
     await writer.txn(_insert("settle"), durable=False)
     assert await _level(writer) == 1
-    assert writer.synced_commits == synced
+    assert (writer.synced_commits, synced) == (base, [])
     await writer.txn(_insert("hold"))
-    assert await _level(writer) == 2
-    assert writer.synced_commits == synced + 1
+    assert await _level(writer) == 1
+    assert writer.synced_commits == base + 1
+    assert len(synced) == 1 and synced[0].endswith("w.db-wal")
     before = writer.commits
     await _grouped(
         writer,
-        [writer.txn(_insert("g1"), durable=False), writer.txn(_insert("h2"))],
+        [
+            writer.txn(_insert("g1"), durable=False),
+            writer.txn(_insert("h2")),
+            writer.txn(_insert("h3")),
+        ],
     )
-    assert (writer.commits - before, writer.synced_commits) == (1, synced + 2)
-    assert set(await _rows(writer)) == {"settle", "hold", "g1", "h2"}
+    assert (writer.commits - before, writer.synced_commits, len(synced)) == (1, base + 2, 2)
+
+    def refused_raised(cur: sqlite3.Cursor) -> None:
+        cur.execute("INSERT INTO t VALUES ('refusal-1', 1)")
+        raise RefusedCommit(Refusal(RefusalReason.LIMIT))
+
+    def refused_returned(cur: sqlite3.Cursor) -> RefusedCommit:
+        cur.execute("INSERT INTO t VALUES ('refusal-2', 1)")
+        return RefusedCommit(Refusal(RefusalReason.BUSY))
+
+    results = await _grouped(writer, [writer.txn(refused_raised), writer.txn(refused_returned)])
+    assert isinstance(results[0], HoldRefused) and isinstance(results[1], RefusedCommit)
+    assert (writer.synced_commits, len(synced)) == (base + 2, 2)
+    assert set(await _rows(writer)) == {
+        "settle",
+        "hold",
+        "g1",
+        "h2",
+        "h3",
+        "refusal-1",
+        "refusal-2",
+    }
 
 
-async def test_normal_mode_never_fsyncs(tmp_path: Path) -> None:
+async def test_a_failed_wal_sync_fails_the_durable_steps_only(
+    writer: SqliteWriter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Committed but not known to be on disk: a durable step is not told it succeeded
+    (LedgerUnavailable); a grouped step of the same group is answered as committed."""
+    import os
+
+    def broken(_fd: int) -> None:
+        raise OSError(5, "I/O error")
+
+    monkeypatch.setattr(os, "fsync", broken)
+    results = await _grouped(
+        writer, [writer.txn(_insert("grouped"), durable=False), writer.txn(_insert("hold"))]
+    )
+    assert results[0] == "grouped"
+    assert isinstance(results[1], LedgerUnavailable)
+
+
+async def test_normal_mode_never_fsyncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With ``synchronous="NORMAL"`` even a durable step commits without an fsync."""
     path = tmp_path / "n.db"
     sqlite3.connect(path).execute("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER)").close()
+    synced = _count_wal_syncs(monkeypatch)
     w = SqliteWriter(path, "NORMAL")
     w.open()
     try:
         await w.txn(_insert("hold"))
         assert await _level(w) == 1
-        assert (w.commits, w.synced_commits) == (1, 0)
+        assert (w.commits, w.synced_commits, synced) == (1, 0, [])
     finally:
         w.close()
 
