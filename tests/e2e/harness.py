@@ -44,6 +44,7 @@ __all__ = [
     "run_bot_to_exit",
     "wait_provider_requests",
     "wait_ready_url",
+    "without_sdk_providers",
 ]
 
 #: The repository root (where ``python -m bot`` is run from).
@@ -130,6 +131,14 @@ def bot_environment(
             env[f"{name.upper()}_BASE_URL"] = urls[name]
     env.update(extra or {})
     return env
+
+
+def without_sdk_providers(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without the Groq and Mistral variables (Cerebras and DeepSeek keep theirs):
+    a bot process that ends before any LLM call then never imports those two SDKs, which
+    cost ~1.4 s CPU of each start (``llm/factory.py`` imports a family's SDK only when it
+    has a key)."""
+    return {k: v for k, v in env.items() if not k.startswith(("GROQ_", "MISTRAL_"))}
 
 
 class BotProcess:

@@ -6,7 +6,12 @@ import signal
 import socket
 from pathlib import Path
 
-from tests.e2e.harness import BotFactory, run_bot_to_exit, wait_provider_requests
+from tests.e2e.harness import (
+    BotFactory,
+    run_bot_to_exit,
+    wait_provider_requests,
+    without_sdk_providers,
+)
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 
@@ -118,7 +123,10 @@ async def test_token_refused_by_telegram_exits_2_with_one_line(
     bot_env: dict[str, str], tmp_path: Path
 ) -> None:
     """A well-formed token that the Bot API answers 401 to: one line, exit 2, no trace."""
-    env = dict(bot_env, BOT_TOKEN="987654321:WRONG-token-BBBBBBBBBBBBBBBBBBBBBBBB")
+    # no LLM call is made: the Groq and Mistral SDKs need not be imported
+    env = dict(
+        without_sdk_providers(bot_env), BOT_TOKEN="987654321:WRONG-token-BBBBBBBBBBBBBBBBBBBBBBBB"
+    )
     code, output = await run_bot_to_exit(env, tmp_path)
     assert code == 2
     assert "Traceback" not in output
@@ -153,7 +161,8 @@ async def test_metrics_port_in_use_is_a_one_line_start_error(
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        code, output = await run_bot_to_exit(dict(bot_env, METRICS_PORT=str(port)), tmp_path)
+        env = dict(without_sdk_providers(bot_env), METRICS_PORT=str(port))  # no LLM call
+        code, output = await run_bot_to_exit(env, tmp_path)
     lines = [line for line in output.splitlines() if line.startswith("kopek:")]
     assert code == 2, output
     assert len(lines) == 1 and "address already in use" in lines[0].lower()

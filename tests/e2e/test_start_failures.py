@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from tests.e2e.harness import run_bot_to_exit
+from tests.e2e.harness import run_bot_to_exit, without_sdk_providers
 
 
 def kopek_lines(output: str) -> list[str]:
@@ -77,7 +77,8 @@ async def test_a_non_telegram_answer_at_start_is_one_redacted_line(
     """TELEGRAM_API_BASE answering an HTML 404 / a JSON 502 that echo the request path
     (which holds the token): exit 1, one ``kopek:`` line, no traceback, and neither the
     token nor its secret half anywhere in stdout/stderr (DEBUG logging on)."""
-    env = dict(bot_env, TELEGRAM_API_BASE=echo_server(responder))
+    # no LLM call is made: the Groq and Mistral SDKs need not be imported
+    env = dict(without_sdk_providers(bot_env), TELEGRAM_API_BASE=echo_server(responder))
     code, output = await run_bot_to_exit(env, tmp_path)
     token = bot_env["BOT_TOKEN"]
     assert code == 1, output
