@@ -429,6 +429,7 @@ class _Throttled(abc.ABC):
         "_changed",
         "_chat_id",
         "_gate",
+        "_in_flight",
         "_interval_s",
         "_latest",
         "_loop",
@@ -461,6 +462,7 @@ class _Throttled(abc.ABC):
         self._shown_text = ""
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._in_flight = False  # a Bot API call of this display is at Telegram
         self._loop = asyncio.get_running_loop()
 
     def on_text(self, text: str) -> None:
@@ -474,7 +476,13 @@ class _Throttled(abc.ABC):
         try:
             await self._loop_turns()
         finally:
-            self._gate.leave(self._chat_id, self)
+            if self._in_flight:
+                # closed while a call was at Telegram (the final answer came): it counts
+                # as the chat's last call, answered now, so the next answer's turn still
+                # waits the interval (seen under load: two edits 25 ms apart)
+                self._gate.done(self._chat_id, self, self._loop.time() + self._interval_s)
+            else:
+                self._gate.leave(self._chat_id, self)
 
     async def _loop_turns(self) -> None:
         gate, chat = self._gate, self._chat_id
@@ -488,7 +496,7 @@ class _Throttled(abc.ABC):
                 gate.leave(chat, self)
                 continue
             try:
-                shown = await self._show(text)
+                shown = await self._shown_once(text)
             except TelegramRetryAfter as exc:
                 # resume once the wait is over, with the text as it is then
                 log.info("stream display paused for %s s: flood wait", exc.retry_after)
@@ -510,6 +518,18 @@ class _Throttled(abc.ABC):
                 if not self.control.shown and self._on_shown is not None:
                     self._on_shown(self._loop.time())  # the first text the user sees
                 self.control.shown = True
+
+    async def _shown_once(self, text: str) -> bool:
+        """:meth:`_show`, marked in flight meanwhile; a cancellation (the display closed)
+        leaves the mark for :meth:`_run` to count the call."""
+        self._in_flight = True
+        try:
+            shown = await self._show(text)
+        except TelegramAPIError:
+            self._in_flight = False
+            raise
+        self._in_flight = False
+        return shown
 
     def _failed(self, exc: TelegramAPIError) -> None:
         """A refusal that ends the display only (the answer continues)."""

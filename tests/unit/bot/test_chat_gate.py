@@ -4,8 +4,12 @@ chat's answers, which take turns."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any, cast
 
-from bot.streaming import ChatGate
+from aiogram import Bot
+
+from bot.streaming import ChatGate, _Throttled
+from llm.stream import StreamControl
 
 CHAT = -100
 
@@ -73,3 +77,33 @@ async def test_a_cancelled_waiter_leaves_and_idle_chats_are_forgotten() -> None:
     assert repr(gate) == "ChatGate(chats=1)"  # its last call is recent
     gate.forget_idle(loop.time() + 1)
     assert repr(gate) == "ChatGate(chats=0)"
+
+
+async def test_a_display_closed_during_its_call_still_spaces_the_chats_next_call() -> None:
+    """An answer's final message closes its display while that display's edit is at
+    Telegram; the call reached Telegram, so the chat's next streamed call (another
+    answer's) still waits the interval. Before, the closed display only left the queue
+    and the next answer's edit followed at once (two edits 25 ms apart under load)."""
+    interval = 0.2
+    gate = ChatGate()
+    loop = asyncio.get_running_loop()
+    at_telegram = asyncio.Event()
+    calls: list[float] = []
+
+    class Slow(_Throttled):
+        __slots__ = ()
+
+        async def _show(self, text: str) -> bool:
+            calls.append(loop.time())
+            at_telegram.set()
+            await asyncio.sleep(10)  # Telegram has not answered yet
+            return True
+
+    no_bot = cast(Bot, cast(Any, None))
+    control = StreamControl(lambda _t: None)
+    first = Slow(no_bot, CHAT, interval, control, on_shown=None, metrics=None, gate=gate)
+    first.on_text("partial answer")
+    await asyncio.wait_for(at_telegram.wait(), 1)
+    await first.close()  # the final answer arrived while the edit was in flight
+    await gate.turn(CHAT, "next answer")
+    assert loop.time() - calls[0] >= interval - 0.01
