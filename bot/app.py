@@ -37,7 +37,7 @@ from bot.ratelimit import RateGate, UpdateRateMiddleware
 from bot.responses import PinResponseModels
 from bot.routers.admin import AdminView, create_admin_router
 from bot.routers.books import BooksDesk, create_books_router
-from bot.routers.chat import create_chat_router
+from bot.routers.chat import create_chat_router, create_non_text_router
 from bot.routers.common import create_common_router, create_fallback_router
 from bot.routers.digests import create_digest_router
 from bot.routers.errors import create_error_router
@@ -351,6 +351,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     LocaleMiddleware(i18n).setup(dp)
     dp.message.outer_middleware(IntakeMiddleware(intake, clock))
     dp.include_router(create_error_router())
+    # chat text first: no other router takes a text that is not a command (issue 10)
+    dp.include_router(create_chat_router(stale_after_s=settings.stale_message_seconds))
     dp.include_router(create_books_router(settings.admin_ids))
     dp.include_router(create_admin_router(settings.admin_ids))
     dp.include_router(create_stream_router(settings.admin_ids))
@@ -358,7 +360,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp.include_router(create_digest_router())
     dp.include_router(create_me_router())
     dp.include_router(create_fallback_router())
-    dp.include_router(create_chat_router(stale_after_s=settings.stale_message_seconds))
+    dp.include_router(create_non_text_router())
     # controls tagged flags={"rate_limit": False} pass the update rate (bot/ratelimit.py)
     rate.exempt(dp)
     # magic filters (F.text …) on the loop, not one thread hop each (bot/inline_filters.py)

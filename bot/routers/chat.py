@@ -36,7 +36,7 @@ from budget.stops import StopBook
 from llm.sanitize import clean_prompt, has_visible
 from llm.types import Completion
 
-__all__ = ["create_chat_router"]
+__all__ = ["create_chat_router", "create_non_text_router"]
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,9 @@ class AddressedToBot(Filter):
 
 
 def create_chat_router(*, stale_after_s: int) -> Router:
-    """The chat router.
+    """The chat router: text that is not a command. No other router handles such a
+    message, so the bot includes this one first (issue 10: a chat message no longer
+    walks every command router's filters; ~19 % of the loop's samples in a burst).
 
     Args:
         stale_after_s: a message older than this when first seen was sent while the
@@ -253,6 +255,15 @@ def create_chat_router(*, stale_after_s: int) -> Router:
         if not await in_streamed(text):
             await template(text, reply=message.message_id)
         return settled(outcome)
+
+    return router
+
+
+def create_non_text_router() -> Router:
+    """Private messages without text (a photo, a sticker, a document) that no other
+    router took: the "text only" template. Included last: a document whose caption
+    is a command (``/reconcile`` with its CSV) belongs to that command's router."""
+    router = Router(name="chat-non-text")
 
     @router.message(F.chat.type == "private", ~F.text)
     async def on_non_text(message: Message, bot: Bot, clock: Clock) -> None:

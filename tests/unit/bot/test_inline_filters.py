@@ -87,3 +87,21 @@ def test_the_apps_dispatcher_has_no_filter_left_for_a_thread(tmp_path: Path) -> 
         if not item.awaitable
     ]
     assert left == []
+
+
+def test_the_apps_chat_text_router_comes_first_and_non_text_last(tmp_path: Path) -> None:
+    """A chat message meets the chat handler before any command router's filters
+    (issue 10); a message without text reaches the "text only" template only after
+    every command router (a document captioned /reconcile is the books router's)."""
+    from bot.app import create_app
+    from bot.settings import Settings
+
+    settings = Settings(
+        _env_file=None,
+        bot_token="1:x",
+        groq_api_key="k",
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'k.db'}",
+    )
+    names = [router.name for router in create_app(settings).dispatcher.sub_routers]
+    assert names[:2] == ["errors", "chat"]
+    assert names[-1] == "chat-non-text"
