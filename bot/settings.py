@@ -27,6 +27,7 @@ from sqlalchemy.exc import ArgumentError
 
 from bot.senders import SERVICE_USER_IDS
 from budget.config import DEAD_AFTER_HEARTBEATS
+from budget.db import check_credentials
 from budget.money import usd_to_musd  # re-exported: the settings speak USD, the ledger µUSD
 from llm.names import CASCADE_ORDER, family
 
@@ -478,6 +479,7 @@ def check_database_url(value: str) -> str:
         ValueError: anything else (the message never holds the URL: it may hold a
             password).
     """
+    check_credentials(value)  # first: no parser may cut a password into a host
     try:
         url = make_url(value)
     except ArgumentError:
@@ -528,8 +530,11 @@ def check_database_url(value: str) -> str:
 
 def database_url_passwords(database_url: str) -> list[str]:
     """The password of a database URL as written (percent-encoded) and decoded (as
-    the driver sends it and a library might print it); none for SQLite."""
+    the driver sends it and a library might print it); none for SQLite, nor for a URL
+    :func:`check_database_url` refuses (its pieces are no password and the settings
+    error never holds the URL)."""
     try:
+        check_credentials(database_url)
         written = urlsplit(database_url).password
         decoded = make_url(database_url).password
     except (ValueError, ArgumentError):

@@ -44,7 +44,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from budget.books import BooksError, company_of, parse_period, zone
 from budget.clock import SystemClock
-from budget.db import create_engine, failure_reason, location, sqlite_path
+from budget.db import check_credentials, create_engine, failure_reason, location, sqlite_path
 from budget.errors import BudgetConfigError
 from budget.export import write_export
 from budget.models import holds
@@ -129,7 +129,12 @@ _URL_FORMS = "sqlite+aiosqlite:///data/kopek.db or postgresql+asyncpg://user:pas
 async def _check_url(url: str) -> None:
     """Refuse (:class:`_Fail`) a DATABASE_URL the books cannot read: not a URL, a SQLite
     file that does not exist, PostgreSQL through another driver than asyncpg (the bot's
-    own rule), any other engine."""
+    own rule), any other engine, a user or password that reads more than one way
+    (:func:`budget.db.check_credentials`)."""
+    try:
+        check_credentials(url)
+    except ValueError as exc:
+        raise _Fail(f"DATABASE_URL: {exc}") from None
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -154,8 +159,10 @@ async def _check_url(url: str) -> None:
 
 
 def _passwords(url: str) -> list[str]:
-    """The password of ``url`` as written (percent-encoded) and decoded."""
+    """The password of ``url`` as written (percent-encoded) and decoded; none when the
+    URL is refused (its pieces are no password, and no line then holds the URL)."""
     try:
+        check_credentials(url)
         found = (urlsplit(url).password, make_url(url).password)
     except (ValueError, ArgumentError):
         return []

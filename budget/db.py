@@ -16,6 +16,7 @@ Other backends (PostgreSQL via DATABASE_URL) get the plain engine.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
+    "check_credentials",
     "create_engine",
     "failure_reason",
     "is_sqlite",
@@ -49,6 +51,46 @@ def sqlite_path(url: str | URL) -> Path | None:
     if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
         return None
     return Path(u.database)
+
+
+#: A URL's ``user:password`` as one reading only allows it: one ``:`` between the two,
+#: and no raw ``@ : / ? # [ ]`` or ``%`` (other than a ``%XX`` escape) inside either.
+_USERINFO_PART = r"(?:[^:@/?#\[\]%]|%[0-9A-Fa-f]{2})*"
+_USERINFO = re.compile(rf"{_USERINFO_PART}(?::{_USERINFO_PART})?")
+
+#: Says what to write instead; it never holds any piece of the URL (it may hold a password).
+_CREDENTIALS_HINT = (
+    "cannot read the user and password one way only: percent-encode @ : / # ? [ ] and % "
+    "in them (@ is %40, : is %3A, / is %2F, # is %23, ? is %3F, % is %25)"
+)
+
+
+def check_credentials(url: str) -> None:
+    """Refuse a server URL (``scheme://user:password@host:port/database``) whose user and
+    password could be cut in more than one way.
+
+    A raw ``@ / # ?`` in a password moves where parsers end it: SQLAlchemy reads
+    ``u:hun@ter/22secret@db/kopek`` as the host ``ter`` and the database
+    ``22secret@db/kopek``, so a later "cannot reach" line would print part of the password
+    and a DNS look-up would go out for it. Refused here, before any parser sees the URL:
+    an ``@`` anywhere after the host, a second raw ``:``, a raw ``@ / ? # [ ]``, or a ``%``
+    that starts no ``%XX`` escape inside the user or password. Percent-encoded forms
+    (``p%40ss%2Fword``) pass. A URL without ``//host`` (SQLite's ``sqlite:///file``)
+    has no user or password and always passes.
+
+    Raises:
+        ValueError: with one line saying what to percent-encode; it holds no piece of
+            ``url``.
+    """
+    _scheme, sep, rest = url.partition("://")
+    if not sep:
+        return
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    if not authority:
+        return
+    userinfo, at, _host = authority.rpartition("@")
+    if "@" in rest[len(authority) :] or (at and not _USERINFO.fullmatch(userinfo)):
+        raise ValueError(_CREDENTIALS_HINT)
 
 
 def location(url: str | URL) -> str:

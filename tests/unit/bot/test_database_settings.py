@@ -45,10 +45,10 @@ def test_sqlite_files_and_asyncpg_urls_are_accepted(url: str) -> None:
         ("postgres://kopek:secret-pw@db/kopek", "write postgresql+asyncpg://… (not postgres"),
         # trial 13, F7: a raw @ / # ? in the password printed a piece of it as the host
         # (exit 1 "cannot reach"), or failed later with a bare ValueError
-        ("postgresql+asyncpg://kopek:Pa55@secret-pw@127.0.0.1:5441/kopek", "raw @ / # or ?"),
-        ("postgresql+asyncpg://kopek:Pa55/secret-pw@127.0.0.1:5441/kopek", "raw @ / # or ?"),
-        ("postgresql+asyncpg://kopek:Pa55#secret-pw@127.0.0.1:5441/kopek", "raw @ / # or ?"),
-        ("postgresql+asyncpg://kopek:Pa55?secret-pw@127.0.0.1:5441/kopek", "raw @ / # or ?"),
+        ("postgresql+asyncpg://kopek:Pa55@secret-pw@127.0.0.1:5441/kopek", "percent-encode @ : /"),
+        ("postgresql+asyncpg://kopek:Pa55/secret-pw@127.0.0.1:5441/kopek", "percent-encode @ : /"),
+        ("postgresql+asyncpg://kopek:Pa55#secret-pw@127.0.0.1:5441/kopek", "percent-encode @ : /"),
+        ("postgresql+asyncpg://kopek:Pa55?secret-pw@127.0.0.1:5441/kopek", "percent-encode @ : /"),
     ],
 )
 def test_other_drivers_and_backends_are_one_error_without_the_url(url: str, says: str) -> None:
