@@ -65,6 +65,20 @@ HEALTH_PATHS = frozenset({"/healthz", "/readyz"})
 #: SQLite's 64-bit integers with room for sums). ``1e400`` is a typo, not a budget.
 MAX_USD = Decimal(1_000_000)
 
+# Ceilings of the other numbers (``Field(le=...)``; README "Configuration" lists each):
+# far above any sane setting, far below what breaks a timedelta, a SQLite INTEGER or a
+# C int. Without them ``STALE_MESSAGE_SECONDS=1e26`` started the bot and every chat
+# message then failed with OverflowError.
+#: Seconds in an hour and in a day: the ceilings of timeouts and of windows/TTLs.
+HOUR_S = 3_600
+DAY_S = 86_400
+#: Minutes in a day: the ceiling of the ``*_MINUTES`` settings.
+DAY_MIN = 1_440
+#: The ceiling of every ``*_TOKENS`` setting: a million tokens, beyond any model's window.
+MAX_TOKENS = 1_000_000
+#: The ceiling of per-user counts per minute or day.
+MAX_RATE = 1_000_000
+
 
 @functools.cache
 def _zone_names() -> frozenset[str]:
@@ -102,8 +116,8 @@ class Settings(BaseSettings):
     database_url: str = "sqlite+aiosqlite:///data/kopek.db"
     budget_tz: str = "UTC"
     default_user_tz: str | None = None
-    stale_message_seconds: int = Field(600, ge=0)
-    shutdown_grace_seconds: float = Field(20.0, ge=0)
+    stale_message_seconds: int = Field(600, ge=0, le=DAY_S)
+    shutdown_grace_seconds: float = Field(20.0, ge=0, le=HOUR_S)
     log_level: str = "INFO"
 
     # --- webhook mode (polling when WEBHOOK_URL is unset) ----------------------
@@ -139,17 +153,17 @@ class Settings(BaseSettings):
     mistral_tier: Tier = "free"
     cerebras_tier: Tier = "free"
     deepseek_tier: Tier = "paid"
-    provider_timeout_seconds: float = Field(60.0, gt=0)
-    cooldown_seconds: float = Field(600.0, ge=0, allow_inf_nan=False)
+    provider_timeout_seconds: float = Field(60.0, gt=0, le=HOUR_S)
+    cooldown_seconds: float = Field(600.0, ge=0, le=DAY_S)
     # the longest wait a provider's own Retry-After may impose (clamped to [1 s, this])
-    cooldown_max_seconds: float = Field(3600.0, ge=1, allow_inf_nan=False)
-    breaker_failure_threshold: int = Field(3, ge=1)
-    breaker_failure_window_seconds: float = Field(60.0, gt=0)
-    global_max_inflight_calls: int = Field(8, ge=1)
-    degraded_min_output_tokens: int = Field(128, ge=1)
+    cooldown_max_seconds: float = Field(3600.0, ge=1, le=DAY_S)
+    breaker_failure_threshold: int = Field(3, ge=1, le=1_000)
+    breaker_failure_window_seconds: float = Field(60.0, gt=0, le=DAY_S)
+    global_max_inflight_calls: int = Field(8, ge=1, le=10_000)
+    degraded_min_output_tokens: int = Field(128, ge=1, le=MAX_TOKENS)
     # streamed answers: the wait for the first chunk and the longest gap between chunks
-    provider_first_token_timeout_seconds: float = Field(20.0, gt=0, allow_inf_nan=False)
-    provider_idle_timeout_seconds: float = Field(20.0, gt=0, allow_inf_nan=False)
+    provider_first_token_timeout_seconds: float = Field(20.0, gt=0, le=HOUR_S)
+    provider_idle_timeout_seconds: float = Field(20.0, gt=0, le=HOUR_S)
 
     # --- streaming to Telegram ---------------------------------------------------
     stream_mode_private: StreamModePrivate = "draft"
@@ -173,43 +187,43 @@ class Settings(BaseSettings):
     cerebras_billing_tz: str = "UTC"
     deepseek_billing_tz: str = "UTC"
     price_overrides: str = ""  # JSON: {"provider:model": {"input": "0.27", ...}} USD per 1M tokens
-    token_safety_factor: Decimal = Decimal("1.25")
-    hold_ttl_seconds: float = Field(300.0, gt=0)
-    process_heartbeat_seconds: float = Field(10.0, gt=0)
-    process_dead_after_seconds: float = Field(60.0, gt=0)
+    token_safety_factor: Decimal = Field(Decimal("1.25"), le=10)
+    hold_ttl_seconds: float = Field(300.0, gt=0, le=DAY_S)
+    process_heartbeat_seconds: float = Field(10.0, gt=0, le=HOUR_S)
+    process_dead_after_seconds: float = Field(60.0, gt=0, le=DAY_S)
     operation_max_usd: Decimal = Field(Decimal("0.05"), gt=0, le=MAX_USD)
-    operation_max_requests: int = Field(8, ge=1)
-    user_max_inflight: int = Field(2, ge=1)
-    user_max_per_minute: int = Field(10, ge=1)
-    user_max_updates_per_minute: int = Field(20, ge=1)
-    user_daily_messages: int | None = Field(None, ge=1)
-    auto_kill_window_minutes: int = Field(60, ge=1)
-    auto_kill_fraction: Decimal = Decimal("0.5")
+    operation_max_requests: int = Field(8, ge=1, le=1_000)
+    user_max_inflight: int = Field(2, ge=1, le=10_000)
+    user_max_per_minute: int = Field(10, ge=1, le=MAX_RATE)
+    user_max_updates_per_minute: int = Field(20, ge=1, le=MAX_RATE)
+    user_daily_messages: int | None = Field(None, ge=1, le=MAX_RATE)
+    auto_kill_window_minutes: int = Field(60, ge=1, le=DAY_MIN)
+    auto_kill_fraction: Decimal = Field(Decimal("0.5"), ge=0, le=1)
     auto_kill_usd_per_window: Decimal | None = Field(None, ge=0, le=MAX_USD)
 
     # --- chat ---------------------------------------------------------------
-    chat_max_output_tokens: int = Field(1024, ge=1)
-    chat_max_input_tokens: int = Field(4000, ge=1)
-    chat_history_max_tokens: int = Field(3000, ge=0)
-    intake_max_concurrent: int = Field(50, ge=1)
-    user_queue_max: int = Field(3, ge=0)
+    chat_max_output_tokens: int = Field(1024, ge=1, le=MAX_TOKENS)
+    chat_max_input_tokens: int = Field(4000, ge=1, le=MAX_TOKENS)
+    chat_history_max_tokens: int = Field(3000, ge=0, le=MAX_TOKENS)
+    intake_max_concurrent: int = Field(50, ge=1, le=10_000)
+    user_queue_max: int = Field(3, ge=0, le=10_000)
     paste_join_seconds: float = Field(1.5, ge=0, le=10)
     metrics_port: int | None = Field(None, ge=1, le=65535)
     metrics_host: str = "127.0.0.1"
 
     # --- digests --------------------------------------------------------------
-    digest_stagger_seconds: float = Field(10.0, ge=0)
-    digest_llm_concurrency: int = Field(1, ge=1)
-    digest_latest_delay_minutes: int = Field(120, ge=0)
-    digest_max_free_share: Decimal = Decimal("0.8")
-    digest_max_posts: int = Field(30, ge=1)
-    digest_summary_max_tokens: int = Field(300, ge=16)
+    digest_stagger_seconds: float = Field(10.0, ge=0, le=HOUR_S)
+    digest_llm_concurrency: int = Field(1, ge=1, le=100)
+    digest_latest_delay_minutes: int = Field(120, ge=0, le=DAY_MIN)
+    digest_max_free_share: Decimal = Field(Decimal("0.8"), ge=0, le=1)
+    digest_max_posts: int = Field(30, ge=1, le=1_000)
+    digest_summary_max_tokens: int = Field(300, ge=16, le=MAX_TOKENS)
     digest_max_usd: Decimal = Field(Decimal("0.02"), gt=0, le=MAX_USD)
     digest_default_time: str = "09:00"
-    fetch_timeout_seconds: float = Field(15.0, gt=0)
-    fetch_max_bytes: int = Field(2_000_000, ge=1024)
-    sub_lookups_per_minute: int = Field(5, ge=1)
-    sub_negative_cache_seconds: float = Field(300.0, ge=0)
+    fetch_timeout_seconds: float = Field(15.0, gt=0, le=HOUR_S)
+    fetch_max_bytes: int = Field(2_000_000, ge=1024, le=100_000_000)
+    sub_lookups_per_minute: int = Field(5, ge=1, le=1_000)
+    sub_negative_cache_seconds: float = Field(300.0, ge=0, le=DAY_S)
 
     @field_validator("admin_ids", mode="before")
     @classmethod

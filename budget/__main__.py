@@ -65,7 +65,7 @@ class BooksSettings(BaseSettings):
     database_url: str = "sqlite+aiosqlite:///data/kopek.db"
     budget_tz: str = "UTC"
     price_overrides: str = ""
-    reconcile_tolerance_usd: Decimal = Field(Decimal("0.01"), ge=0)
+    reconcile_tolerance_usd: Decimal = Field(Decimal("0.01"), ge=0, le=Decimal(1_000_000))
     groq_tier: Tier = "free"
     mistral_tier: Tier = "free"
     cerebras_tier: Tier = "free"
