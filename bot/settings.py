@@ -45,6 +45,8 @@ __all__ = [
 Tier = Literal["free", "paid"]
 StreamModePrivate = Literal["draft", "edit", "off"]
 StreamModeGroup = Literal["edit", "off"]
+#: ``LOG_LEVEL``: the names :mod:`logging` takes, in any case (``debug`` is ``DEBUG``).
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 #: A bot token as aiogram's ``validate_token`` accepts it: digits, a colon, then a secret
 #: without whitespace. Checked by pattern so reading settings never imports aiogram (~6 s).
@@ -118,7 +120,7 @@ class Settings(BaseSettings):
     default_user_tz: str | None = None
     stale_message_seconds: int = Field(600, ge=0, le=DAY_S)
     shutdown_grace_seconds: float = Field(20.0, ge=0, le=HOUR_S)
-    log_level: str = "INFO"
+    log_level: LogLevel = "INFO"
 
     # --- webhook mode (polling when WEBHOOK_URL is unset) ----------------------
     # the public HTTPS URL Telegram posts updates to (the operator's TLS reverse proxy)
@@ -224,6 +226,13 @@ class Settings(BaseSettings):
     fetch_max_bytes: int = Field(2_000_000, ge=1024, le=100_000_000)
     sub_lookups_per_minute: int = Field(5, ge=1, le=1_000)
     sub_negative_cache_seconds: float = Field(300.0, ge=0, le=DAY_S)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _log_level_any_case(cls, value: object) -> object:
+        if isinstance(value, str):
+            return value.strip().upper() or "INFO"  # LOG_LEVEL= (empty): the default
+        return value
 
     @field_validator("admin_ids", mode="before")
     @classmethod
