@@ -8,7 +8,9 @@ operations), so concurrent steps of several processes never lose an update and n
 deadlock each other:
 
 * ``reserve`` — read the operation, the kill switches and the runtime limits (one
-  statement, no lock); then ONE statement, committing by itself
+  statement, no lock; skipped when this process knows the operation and the limits,
+  :class:`Known`: the statement then checks the kill switches and the limits'
+  digest itself, :data:`_GRANT_KNOWN`); then ONE statement, committing by itself
   (:data:`_GRANT_AT_ONCE`), adds the ceiling to ``held_musd`` and the hold's margin to
   ``margin_musd`` of every bucket of the hold (user, team, global, provider × day,
   hour), creating the missing rows and locking them all in key order, charges the
@@ -16,7 +18,7 @@ deadlock each other:
   nothing written — unless every bucket's new settled + held + margins is within its
   limit (:func:`budget.policy.check_hold`'s rule). So the hot global rows stay
   locked for that statement and its commit's flush only, with no round trip to the
-  client in between; two round trips in all. When it does not fit, the locked
+  client in between; two round trips in all (one without the read). When it does not fit, the locked
   transaction decides: BEGIN, the same read, the same writes returning the buckets'
   values, :func:`budget.policy.check_hold` in Python (which builds the refusal), and
   COMMIT or — a refusal — ROLLBACK (nothing held anywhere; only the refusal event is
@@ -146,11 +148,18 @@ _REQUEST_WRITE = (
     "WITH r AS (" + translate(REQUEST_INSERT) + ") UPDATE budget_operations"  # noqa: S608 - fixed fragments
     " SET requests = requests + 1 WHERE operation_id = $2"
 )
+#: A digest of every runtime limit override (it changes whenever one is set or cleared).
+_LIMITS_DIGEST = (
+    "(SELECT md5(ARRAY(SELECT ROW(level, scope, win, limit_musd) FROM budget_limits"
+    " ORDER BY level, scope, win)::text))"
+)
 _RESERVE_READ = (
     "SELECT o.user_id, o.origin, o.team, o.max_musd, o.committed_musd, "  # noqa: S608 - fixed fragments
     + KILLS_OF.format(user="o.user_id::text", team="COALESCE(o.team, '')")
     + ", "
     + LIMITS
+    + ", "
+    + _LIMITS_DIGEST
     + " FROM budget_operations o WHERE o.operation_id = $1 AND o.ended_at IS NULL"
 )
 
@@ -203,6 +212,17 @@ _GRANT_AT_ONCE = (
     " $2::text[], $3::text[], $4::text[], $32::bigint[]) AS l(level, scope, win, wkey, lim)"
     " USING (level, scope, win, wkey) WHERE b.settled_musd + b.held_musd + b.margin_musd"
     " > l.lim) THEN 1 ELSE 2 END))"
+)
+#: The same grant without the read before it, from what this process knows
+#: (:class:`Known`): it also fails (nothing written) when a kill switch of the user
+#: ($34, as text), their team ($35, or '') or everyone is tripped, or when the runtime
+#: limits' digest is no longer $33 (the limits the caps and scopes came from).
+_GRANT_KNOWN = _once(
+    _GRANT_AT_ONCE,
+    " > l.lim) THEN 1",
+    " > l.lim) AND NOT EXISTS (SELECT 1 FROM budget_kill WHERE killed = 1 AND (scope_kind"  # noqa: S608 - fixed fragments
+    " = 'global' OR (scope_kind = 'user' AND scope = $34) OR (scope_kind = 'team' AND"
+    f" scope = $35))) AND {_LIMITS_DIGEST} = $33 THEN 1",
 )
 #: A hold's row (``HOLD_ROW`` columns, then the margin its buckets hold for it).
 _HOLD_ROW = _once(
@@ -340,14 +360,15 @@ async def reserve(
     list_ceiling_musd: int | None,
     price_version: str,
     margin_musd: int,
-    granted: dict[str, tuple[Any, ...]] | None = None,
+    known: Known | None = None,
 ) -> HoldTicket:
     """Grant a hold on every level/window at once, or refuse with nothing held
     (module docstring). ``conn`` is outside any transaction: the grant is tried as
     one statement committing by itself (:data:`_GRANT_AT_ONCE`); when that does not
-    fit, the locked transaction decides (and builds the refusal). ``granted``: the
-    new hold's row as :func:`settle` reads it is put there under its id (so this
-    process's settle need not read it back)."""
+    fit, the locked transaction decides (and builds the refusal). ``known``: what
+    this process knows (:class:`Known`): with the operation and the limits known,
+    no read before the grant (:data:`_GRANT_KNOWN`); the new hold's row is kept
+    there for its settle."""
     args = (
         cfg,
         process_id,
@@ -358,17 +379,50 @@ async def reserve(
         (ceiling_musd, list_ceiling_musd, margin_musd, price_version),
     )
     try:
-        ticket, row = await _reserve(conn, *args, at_once=True)
+        ticket, row = await _reserve(conn, *args, at_once=True, known=known)
     except _NotAtOnce:
         async with conn.transaction():
-            ticket, row = await _reserve(conn, *args, at_once=False)
-    if granted is not None:
-        granted[ticket.hold_id] = row
+            ticket, row = await _reserve(conn, *args, at_once=False, known=known)
+    if known is not None:
+        known.keep(known.granted, ticket.hold_id, row)
     return ticket
 
 
 class _NotAtOnce(Exception):
     """The one-statement grant did not fit (nothing written): decide under locks."""
+
+
+#: Entries kept in each of :class:`Known`'s maps (the oldest dropped beyond).
+KNOWN_MAX = 10_000
+
+
+class Known:
+    """What one process knows so that its holds and settles need not read it back;
+    every statement that uses it checks it still holds (else the locked
+    transaction reads and decides).
+
+    Attributes:
+        ops: operation id → (user id, origin, team or ``None``, max µUSD): fixed for
+            the operation's life (from its admission, or a hold's read).
+        limits: (digest, overrides) of the runtime limits last read
+            (:data:`_GRANT_KNOWN` compares the digest).
+        granted: hold id → its row as :func:`settle` reads it, for the holds granted
+            here.
+    """
+
+    __slots__ = ("granted", "limits", "ops")
+
+    def __init__(self) -> None:
+        self.ops: dict[str, tuple[int, str, str | None, int]] = {}
+        self.limits: tuple[str, dict[tuple[str, str, str], int | None]] | None = None
+        self.granted: dict[str, tuple[Any, ...]] = {}
+
+    @staticmethod
+    def keep(into: dict[str, Any], key: str, value: Any) -> None:
+        """``into[key] = value``, dropping the oldest entry beyond :data:`KNOWN_MAX`."""
+        into[key] = value
+        if len(into) > KNOWN_MAX:
+            del into[next(iter(into))]
 
 
 async def _reserve(
@@ -382,25 +436,36 @@ async def _reserve(
     money: tuple[int, int | None, int, str],
     *,
     at_once: bool,
+    known: Known | None,
 ) -> tuple[HoldTicket, tuple[Any, ...]]:
     """One try of :func:`reserve`: ``call`` = (provider, model, input tokens, max
     tokens), ``money`` = (ceiling, list ceiling, margin µUSD, price version).
     ``at_once``: the autocommit grant (raises :class:`_NotAtOnce` when it does not
-    fit); else the body of a transaction that checks in Python after the locks.
-    Returns the ticket and the hold's row as :data:`_HOLD_ROW` selects it."""
+    fit), without a read when ``known`` knows the operation and the limits; else
+    the body of a transaction that checks in Python after the locks. Returns the
+    ticket and the hold's row as :data:`_HOLD_ROW` selects it."""
     provider, model = call[:2]
     ceiling_musd, list_ceiling_musd, margin_musd = money[:3]
     t = now.timestamp()
-    row = await conn.fetchrow(_RESERVE_READ, operation_id)
-    if row is None:
-        raise UnknownOperation(operation_id)
-    user_id, origin, team, max_musd, committed, kills, limit_rows = row
-    early = reserve_refusal(
-        pick_kill(kill_state(k) for k in kills), committed, ceiling_musd, max_musd
-    )
-    if early is not None:
-        raise Refused(early, user_id)
-    limits = _overrides(limit_rows)
+    op = None if known is None or not at_once else known.ops.get(operation_id)
+    cached = None if known is None or op is None else known.limits
+    if op is not None and cached is not None:
+        user_id, origin, team, max_musd = op
+        digest, limits = cached
+    else:
+        row = await conn.fetchrow(_RESERVE_READ, operation_id)
+        if row is None:
+            raise UnknownOperation(operation_id)
+        user_id, origin, team, max_musd, committed, kills, limit_rows, digest = row
+        early = reserve_refusal(
+            pick_kill(kill_state(k) for k in kills), committed, ceiling_musd, max_musd
+        )
+        if early is not None:
+            raise Refused(early, user_id)
+        limits = _overrides(limit_rows)
+        if known is not None:
+            known.limits = (digest, limits)
+            known.keep(known.ops, operation_id, (user_id, origin, team, max_musd))
     scopes = scopes_for(user_id, team, provider, provider_caps(cfg, limits))
     keys = window_keys(now, cfg.tz)
     checked = ceiling_musd + margin_musd > 0
@@ -442,8 +507,13 @@ async def _reserve(
     )
     if at_once:
         caps = [limit_of(cfg, limits, Level(k[0]), k[1], Window(k[2])) for k in sorted(deltas)]
+        grant_args = [*arrays, ceiling_musd, expires, *values, caps]
         try:
-            await conn.fetchval(_GRANT_AT_ONCE, *arrays, ceiling_musd, expires, *values, caps)
+            if cached is None:
+                await conn.fetchval(_GRANT_AT_ONCE, *grant_args)
+            else:
+                user = str(user_id)
+                await conn.fetchval(_GRANT_KNOWN, *grant_args, digest, user, team or "")
         except asyncpg.exceptions.CardinalityViolationError:
             raise _NotAtOnce() from None
         return ticket, hold_row

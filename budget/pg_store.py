@@ -88,8 +88,6 @@ RETRY_BACKOFF_S = 0.002
 #: Seconds (ledger clock) a process lets pass between two burn-rate checks after its
 #: settles, unless its own spend since the last check could cross the threshold.
 AUTO_KILL_CHECK_S = 0.25
-#: Rows of holds this process granted kept for its settle (the oldest dropped beyond).
-GRANTED_MAX = 10_000
 
 
 class BurnGate:
@@ -199,8 +197,8 @@ class PgStore(PgRowSteps):
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._burn = BurnGate()
-        #: hold id → its row as granted here (:func:`budget.pg_holds.reserve`)
-        self._granted: dict[str, tuple[Any, ...]] = {}
+        #: what this process's holds and settles need not read back
+        self._known = holds.Known()
         self.lost = ""
 
     @property
@@ -318,7 +316,7 @@ class PgStore(PgRowSteps):
         self, now: datetime, user_id: int, origin: Origin, max_musd: int, max_requests: int
     ) -> OperationTicket:
         """See :meth:`budget.store.LedgerStore.begin_operation`."""
-        return await self.tx(
+        ticket: OperationTicket = await self.tx(
             now,
             partial(
                 holds.begin_operation,
@@ -331,9 +329,13 @@ class PgStore(PgRowSteps):
                 max_requests=max_requests,
             ),
         )
+        op = (user_id, origin.value, ticket.team, max_musd)
+        self._known.keep(self._known.ops, ticket.operation_id, op)
+        return ticket
 
     async def end_operation(self, now: datetime, operation_id: str) -> None:
         """See :meth:`budget.store.LedgerStore.end_operation`."""
+        self._known.ops.pop(operation_id, None)
         body = partial(holds.end_operation, now=now, operation_id=operation_id)
         await self.tx(now, body, single=True)
 
@@ -366,7 +368,7 @@ class PgStore(PgRowSteps):
     ) -> HoldTicket:
         """See :meth:`budget.store.LedgerStore.reserve` (its transactions are its own:
         :func:`budget.pg_holds.reserve`)."""
-        ticket: HoldTicket = await self.tx(
+        return await self.tx(
             now,
             partial(
                 holds.reserve,
@@ -383,13 +385,10 @@ class PgStore(PgRowSteps):
                 list_ceiling_musd=list_ceiling_musd,
                 price_version=price_version,
                 margin_musd=margin_musd,
-                granted=self._granted,
+                known=self._known,
             ),
             single=True,
         )
-        if len(self._granted) > GRANTED_MAX:  # never settled here: read back if it is
-            del self._granted[next(iter(self._granted))]
-        return ticket
 
     async def settle(
         self,
@@ -413,7 +412,7 @@ class PgStore(PgRowSteps):
                 estimated=estimated,
                 pricer=pricer,
                 durable=self._durable_settle,
-                known=self._granted.pop(hold_id, None),
+                known=self._known.granted.pop(hold_id, None),
             ),
             single=True,
         )
@@ -464,7 +463,7 @@ class PgStore(PgRowSteps):
             now=now,
             hold_id=hold_id,
             durable=self._durable_settle,
-            known=self._granted.pop(hold_id, None),
+            known=self._known.granted.pop(hold_id, None),
         )
         return await self.tx(now, body, single=True)
 
@@ -491,6 +490,7 @@ class PgStore(PgRowSteps):
         this process checks the burn rate against the new threshold)."""
         await super().set_limit(now, level, scope, window, limit_musd, by, clear)
         self._burn.at = None
+        self._known.limits = None  # (the next hold would see the digest changed)
 
     async def sweep(self, now: datetime, previous_processes: bool = False) -> SweepOutcome:
         """Expire holds past their TTL and every hold and operation of a dead process

@@ -19,12 +19,13 @@ import pytest
 
 from budget import pg_holds, pg_rows, pg_store
 from budget.clock import ManualClock
+from budget.errors import HoldRefused
 from budget.ledger import Ledger
 from budget.pg_rows import asyncpg_dsn
 from budget.pg_store import AUTO_KILL_CHECK_S, PgStore
 from budget.protocol import HoldTicket
 from budget.status import KillState
-from budget.types import Origin, Usage
+from budget.types import Level, Origin, RefusalReason, Usage, Window
 from tests.unit.budget.ledger_helpers import BASE_CONFIG, card, create_pg_schema
 
 Step = Callable[[], Awaitable[object]]
@@ -117,7 +118,7 @@ async def test_a_settle_racing_another_step_books_once(
             await _sql(pg_url, "UPDATE budget_holds SET margin_musd = 50, margin_booked = 0")
         store = a.store
         assert isinstance(store, PgStore) and store._pool is not None
-        known = None if read else store._granted[h.hold_id]
+        known = None if read else store._known.granted[h.hold_id]
         async with store._pool.acquire() as conn:
             done = await pg_holds.settle(
                 _Racing(conn, steps[other]),
@@ -267,3 +268,56 @@ async def test_settles_far_under_the_threshold_check_once_per_interval(
         assert reads == 2
     finally:
         await a.close()
+
+
+@pytest.mark.parametrize("scope", [None, ("user", "1"), ("team", "red")])
+async def test_a_hold_without_a_read_sees_another_process_kill(
+    pg_url: str, clock: ManualClock, scope: tuple[str, str] | None
+) -> None:
+    """A's second hold in an operation it admitted is granted without reading the
+    operation, kill switches and limits first; a kill switch B tripped meanwhile
+    (global, A's user, A's team) still refuses it, with nothing held."""
+    await create_pg_schema(pg_url)
+    a = await _ledger(pg_url, "proc-a", clock, global_daily_musd=100_000)
+    b = await _ledger(pg_url, "proc-b", clock, global_daily_musd=100_000)
+    try:
+        await a.team_add("red", 1)
+        op = await a.begin_operation(1, Origin.CHAT, max_musd=10**9, max_requests=10**6)
+        call = {"provider": "test", "model": "m", "input_tokens": 1, "max_tokens": 99}
+        await a.reserve(op, await a.begin_request(op, "x"), **call)  # type: ignore[arg-type]
+        await b.kill("test", by=9, scope=scope)
+        req = await a.begin_request(op, "y")
+        with pytest.raises(HoldRefused) as refused:
+            await a.reserve(op, req, **call)  # type: ignore[arg-type]
+        assert refused.value.refusal.reason is RefusalReason.KILL
+        assert await _global_day(pg_url) == (0, 100, 0, 0)
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_hold_without_a_read_sees_another_process_limit(
+    pg_url: str, clock: ManualClock
+) -> None:
+    """A limit B lowered after A's last read refuses A's next hold (granted without a
+    read, it would have been checked against the old limit): the limits' digest
+    differs, the locked transaction reads the new limit and refuses."""
+    await create_pg_schema(pg_url)
+    a = await _ledger(pg_url, "proc-a", clock, global_daily_musd=100_000)
+    b = await _ledger(pg_url, "proc-b", clock, global_daily_musd=100_000)
+    try:
+        op = await a.begin_operation(1, Origin.CHAT, max_musd=10**9, max_requests=10**6)
+        req = await a.begin_request(op, "x")
+        await a.reserve(op, req, provider="test", model="m", input_tokens=1, max_tokens=99)
+        await b.set_limit(Level.GLOBAL, "", Window.DAY, 500)
+        req = await a.begin_request(op, "y")
+        with pytest.raises(HoldRefused) as refused:
+            await a.reserve(op, req, provider="test", model="m", input_tokens=1, max_tokens=449)
+        assert (refused.value.refusal.reason, refused.value.refusal.level) == (
+            RefusalReason.BUSY,  # the held 100 µUSD blocks it
+            Level.GLOBAL,
+        )
+        assert await _global_day(pg_url) == (0, 100, 0, 0)
+    finally:
+        await a.close()
+        await b.close()
