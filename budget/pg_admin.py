@@ -4,9 +4,10 @@ Reports (``budget.sqlite_reports``), the admin steps (``budget.sqlite_admin``), 
 of holds and ``/reconcile apply`` (``budget.sqlite_corrections``) are written in the
 SQL subset both engines accept; on PostgreSQL their body runs in a worker thread and
 each statement is awaited on the event loop through :class:`budget.pg_rows.PgCursor`
-(rare steps: the hot path is :mod:`budget.pg_holds`). Reads run in a ``REPEATABLE
-READ READ ONLY`` snapshot and take no lock; a writing step that checks then writes
-first locks its rows in the one lock order of :mod:`budget.pg_rows`.
+(rare steps: the hot path is :mod:`budget.pg_holds` and :mod:`budget.pg_ends`).
+Reads run in a ``REPEATABLE READ READ ONLY`` snapshot and take no lock; a writing
+step that checks then writes first locks its rows in the one lock order of
+:mod:`budget.pg_rows`.
 
 :class:`PgRowSteps` is the base of :class:`budget.pg_store.PgStore`, which owns the
 pool and the worker threads.

@@ -57,7 +57,9 @@ __all__ = [
     "burn_rate",
     "event",
     "lock_corrections",
+    "once",
     "overrides_of",
+    "shift",
     "translate",
 ]
 
@@ -105,6 +107,18 @@ def translate(sql: str) -> str:
     """``?`` placeholders → ``$1``, ``$2`` … (the shared SQL never quotes a ``?``)."""
     counter = iter(range(1, 1000))
     return re.sub(r"\?", lambda _: f"${next(counter)}", sql)
+
+
+def shift(sql: str, by: int) -> str:
+    """``sql`` (``?`` placeholders) as asyncpg's ``$n``, numbered from ``by`` + 1."""
+    return re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + by}", translate(sql))
+
+
+def once(sql: str, old: str, new: str) -> str:
+    """``sql`` with its one ``old`` replaced (a changed shared statement fails here,
+    at import, not in a step)."""
+    assert sql.count(old) == 1, old
+    return sql.replace(old, new)
 
 
 class Refused(Exception):

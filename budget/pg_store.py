@@ -9,11 +9,12 @@ Atomicity across processes without a global lock: every writing step is ONE
 ``READ COMMITTED`` transaction that locks only the rows it touches, always in the
 same order — hold rows, then bucket rows by key, then operation rows (details in
 :mod:`budget.pg_rows`) — so no update is lost and ledger steps never deadlock each
-other. The hot path (operations, requests, holds, sweep: :mod:`budget.pg_holds`) is
-async SQL on the event loop, each statement prepared once per connection; a refusal
+other. The hot path (operations, requests, holds: :mod:`budget.pg_holds`; their ends
+and the sweep: :mod:`budget.pg_ends`) is async SQL on the event loop, each statement
+prepared once per connection; a refusal
 rolls its transaction back (nothing held anywhere) and then records its event. A
 settle or a release of a held hold is one statement that commits by itself, and
-the burn-rate trigger runs after it committed (:class:`BurnGate`). A
+the burn-rate trigger runs after it committed (:class:`budget.pg_burn.BurnGate`). A
 serialization failure or a deadlock (from anything else touching the tables) is
 retried up to :data:`RETRIES` attempts after a random pause (jitter, growing), then
 :class:`~budget.errors.LedgerUnavailable` (fail closed: no provider call).
@@ -48,6 +49,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
 
+from budget import pg_ends as ends
 from budget import pg_holds as holds
 from budget.clock import Clock
 from budget.config import LedgerConfig
@@ -55,8 +57,8 @@ from budget.errors import HoldRefused, LedgerUnavailable
 from budget.failure_log import FailureLog
 from budget.ledger_sql import EVENT_INSERT, refusal_event_row
 from budget.pg_admin import RETRIES, RETRYABLE, STORAGE, Body, PgRowSteps
+from budget.pg_burn import BurnGate
 from budget.pg_rows import (
-    BurnRate,
     PgCursor,
     Refused,
     asyncpg_dsn,
@@ -85,61 +87,6 @@ T = TypeVar("T")
 POOL_SIZE = 8
 #: First retry pause, seconds (random in [0, this × 2^attempt]).
 RETRY_BACKOFF_S = 0.002
-#: Seconds (ledger clock) a process lets pass between two burn-rate checks after its
-#: settles, unless its own spend since the last check could cross the threshold.
-AUTO_KILL_CHECK_S = 0.25
-
-
-class BurnGate:
-    """When one process runs the burn-rate trigger after its settles.
-
-    The trigger (:func:`budget.pg_rows.auto_kill`) sums the holds ended in the
-    auto-kill window; run in every paid settle's transaction, under a global lock,
-    it cost as much as the settle. Now it runs after the settle committed (tripping
-    is a follow-on step, idempotent: the first reason stays), and only when due. A
-    check (:func:`budget.pg_rows.burn_rate`, no lock) reads the threshold, the
-    window's spend and the global day bucket's settled spend; a settle adds its
-    actual cost to ``pending`` once committed and knows that bucket's new value
-    (its own statement returned it). It runs the check when :meth:`due`: this
-    process never checked, or ``AUTO_KILL_CHECK_S`` passed since it last did, or
-    the spend seen then + this process's spend since + the growth of today's global
-    bucket since (every process's settles of today's holds) could be over the
-    threshold. The window only slides forward, so its spend grows only by settles
-    and expiries (a sweep's expiries are checked in the sweep's transaction): a
-    settle that crosses the threshold is checked at once — in this process or any
-    other — unless the crossing spend hides from today's bucket (holds granted on
-    another day, or other processes' late corrections taking settled spend out of
-    it at the same time); that is seen by the next check of any process: a settle
-    after ``AUTO_KILL_CHECK_S``, or the sweep (``sweep_interval_s``), which checks
-    whenever this process settled anything since its last check.
-
-    Attributes:
-        at: the ledger clock's monotonic time of the last check (``None`` = never).
-        seen: what the last check saw.
-        pending: this process's settled spend since that check (µUSD).
-    """
-
-    __slots__ = ("at", "lock", "pending", "seen")
-
-    def __init__(self) -> None:
-        self.at: float | None = None
-        self.seen = BurnRate(None, False, 0, "", 0)
-        self.pending = 0
-        self.lock = asyncio.Lock()
-
-    def due(self, monotonic: float, day_key: str, day_settled: int | None) -> bool:
-        """Should a settle run the check now? ``day_key``, ``day_settled``: the
-        settled hold's day and its global day bucket's settled spend after it (µUSD,
-        ``None`` = not touched); see the class docstring."""
-        if self.at is None or monotonic - self.at >= AUTO_KILL_CHECK_S:
-            return True
-        seen = self.seen
-        if seen.threshold is None:
-            return False
-        grown = 0
-        if day_settled is not None and day_key == seen.day_key:
-            grown = max(0, day_settled - seen.day_settled)
-        return seen.spent + self.pending + grown > seen.threshold
 
 
 async def keep_session(conn: Any) -> None:
@@ -399,12 +346,12 @@ class PgStore(PgRowSteps):
         pricer: Pricer,
     ) -> SettleOutcome:
         """See :meth:`budget.store.LedgerStore.settle` (its transactions are its own:
-        :func:`budget.pg_holds.settle`). The burn-rate trigger runs after the settle
+        :func:`budget.pg_ends.settle`). The burn-rate trigger runs after the settle
         committed, when :class:`BurnGate` says it is due."""
         done = await self.tx(
             now,
             partial(
-                holds.settle,
+                ends.settle,
                 cfg=self.config,
                 now=now,
                 hold_id=hold_id,
@@ -456,9 +403,9 @@ class PgStore(PgRowSteps):
 
     async def release(self, now: datetime, hold_id: str) -> bool:
         """See :meth:`budget.store.LedgerStore.release` (its transactions are its
-        own: :func:`budget.pg_holds.release`)."""
+        own: :func:`budget.pg_ends.release`)."""
         body = partial(
-            holds.release,
+            ends.release,
             cfg=self.config,
             now=now,
             hold_id=hold_id,
@@ -502,7 +449,7 @@ class PgStore(PgRowSteps):
         outcome = await self.tx(
             now,
             partial(
-                holds.sweep,
+                ends.sweep,
                 cfg=self.config,
                 process_id=self.process_id,
                 now=now,

@@ -2,7 +2,8 @@
 
 What an admission refuses, and what a hold's end (settle, release, expiry) books on
 its buckets and its operation: the stores read rows, call these, and write the
-result (:mod:`budget.sqlite_holds` on SQLite, :mod:`budget.pg_holds` on PostgreSQL).
+result (:mod:`budget.sqlite_holds` on SQLite, :mod:`budget.pg_holds` and
+:mod:`budget.pg_ends` on PostgreSQL).
 The hold state machine and the bucket rules themselves are in :mod:`budget.policy`.
 Money is integer µUSD.
 """

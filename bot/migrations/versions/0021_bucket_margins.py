@@ -12,7 +12,7 @@ buckets and those holds marked booked, in the migration's transaction (the ALTER
 both tables, holds first as the ledger does, so no step runs in between). A hold an
 older process grants afterwards (a rolling deploy) is unbooked: its settle or expiry
 takes nothing out, and the next sweep of a newer process adds its margin
-(``budget.pg_holds.sweep``). Downgrade drops both columns: the older code reads the
+(``budget.pg_ends.sweep``). Downgrade drops both columns: the older code reads the
 margins from ``budget_holds.margin_musd``, which stays.
 
 Revision ID: 0021_bucket_margins

@@ -1,5 +1,5 @@
 """The PostgreSQL ledger's one-statement settle and release, and its burn-rate trigger
-run after the settle commits (:mod:`budget.pg_holds`, :class:`budget.pg_store.BurnGate`).
+run after the settle commits (:mod:`budget.pg_ends`, :class:`budget.pg_burn.BurnGate`).
 
 A settle reads its hold without a lock, then books it by one self-committing statement
 that writes nothing if the hold changed in between (another step ended it, a sweep
@@ -17,12 +17,13 @@ from typing import Any
 import asyncpg
 import pytest
 
-from budget import pg_holds, pg_rows, pg_store
+from budget import pg_ends, pg_rows, pg_store
 from budget.clock import ManualClock
 from budget.errors import HoldRefused
 from budget.ledger import Ledger
+from budget.pg_burn import AUTO_KILL_CHECK_S
 from budget.pg_rows import asyncpg_dsn
-from budget.pg_store import AUTO_KILL_CHECK_S, PgStore
+from budget.pg_store import PgStore
 from budget.protocol import HoldTicket
 from budget.status import KillState
 from budget.types import Level, Origin, RefusalReason, Usage, Window
@@ -120,7 +121,7 @@ async def test_a_settle_racing_another_step_books_once(
         assert isinstance(store, PgStore) and store._pool is not None
         known = None if read else store._known.granted[h.hold_id]
         async with store._pool.acquire() as conn:
-            done = await pg_holds.settle(
+            done = await pg_ends.settle(
                 _Racing(conn, steps[other]),
                 a.config,
                 clock.now(),
@@ -159,7 +160,7 @@ async def test_a_release_racing_a_settle_is_a_no_op(pg_url: str, clock: ManualCl
         assert isinstance(store, PgStore) and store._pool is not None
         async with store._pool.acquire() as conn:
             racing = _Racing(conn, lambda: b.settle(h.hold_id, Usage(1, 0, 299)))
-            assert not await pg_holds.release(racing, a.config, clock.now(), h.hold_id)
+            assert not await pg_ends.release(racing, a.config, clock.now(), h.hold_id)
         assert await _global_day(pg_url) == (300, 0, 0, 0)
         assert (await b.store.audit())["mismatches"] == []
     finally:
