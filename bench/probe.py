@@ -10,9 +10,9 @@ runs the target as ``__main__`` with two probes installed first:
   aiosqlite's workers) gets a trace callback that counts ``COMMIT`` statements, and
   the *synced* ones: those made while the connection's ``synchronous`` level was
   ``FULL`` (one WAL fsync each; SQLite's default level, changed by a ``PRAGMA
-  synchronous=…`` statement, which the same callback sees), plus every ``os.fsync`` of
-  a ``-wal`` file (the ledger's writer commits under ``NORMAL`` and fsyncs the WAL
-  itself after a group whose hold was granted, :mod:`budget.sqlite_writer`).
+  synchronous=…`` statement, which the same callback sees), plus every ``os.fsync`` or
+  ``os.fdatasync`` of a ``-wal`` file (the ledger's writer commits under ``NORMAL`` and
+  syncs the WAL itself after a group whose hold was granted, :mod:`budget.sqlite_writer`).
 
 * **CPU**: the process's CPU time (``time.process_time()``: user + system, all threads),
   a cost that does not grow when other processes load the machine.
@@ -64,10 +64,10 @@ def _tracer() -> Any:
 
 
 _real_fsync = os.fsync
+_real_fdatasync = os.fdatasync
 
 
-def _fsync(fd: int) -> None:
-    _real_fsync(fd)
+def _synced(fd: int) -> None:
     try:
         wal = os.readlink(f"/proc/self/fd/{fd}").endswith("-wal")
     except OSError:
@@ -75,6 +75,16 @@ def _fsync(fd: int) -> None:
     if wal:
         with _lock:
             _state["synced"] += 1
+
+
+def _fsync(fd: int) -> None:
+    _real_fsync(fd)
+    _synced(fd)
+
+
+def _fdatasync(fd: int) -> None:
+    _real_fdatasync(fd)
+    _synced(fd)
 
 
 def _connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
@@ -124,6 +134,7 @@ def main() -> None:
     """Install the probes and run the target as ``__main__``."""
     sqlite3.connect = _connect  # type: ignore[assignment]
     os.fsync = _fsync  # type: ignore[assignment]
+    os.fdatasync = _fdatasync  # type: ignore[assignment]
     asyncio.set_event_loop_policy(_Policy())
     signal.signal(signal.SIGUSR1, _dump)
     target = sys.argv[2:]

@@ -31,8 +31,9 @@ WAL — and since the WAL is one sequential file whose frames are only valid in 
 also makes durable every earlier frame, including grouped steps and the rows other
 connections (the bot's intake record) committed before it. With
 ``LedgerConfig.synchronous="NORMAL"`` nothing is fsync'd (a power cut may then lose
-granted holds). The fsync is ``os.fsync`` (Linux: to the device; macOS' ``fsync`` does
-not flush the drive's cache, as SQLite's ``FULL`` without ``fullfsync`` does not).
+granted holds). The sync is ``os.fdatasync`` where it exists (Linux; as SQLite's own),
+else ``os.fsync`` (macOS' does not flush the drive's cache, as SQLite's ``FULL``
+without ``fullfsync`` does not).
 
 Errors: any ``sqlite3.Error`` or ``OSError`` becomes
 :class:`~budget.errors.LedgerUnavailable` here, at the boundary. When the COMMIT fails,
@@ -451,7 +452,9 @@ class SqliteWriter:
         """
         fd = os.open(self._wal, os.O_RDONLY)
         try:
-            os.fsync(fd)
+            # fdatasync where there is one, as SQLite's own sync (the WAL's data and
+            # size, not its timestamps: no filesystem journal commit for those)
+            getattr(os, "fdatasync", os.fsync)(fd)
         finally:
             os.close(fd)
 

@@ -107,17 +107,18 @@ async def test_steps_queued_together_share_one_commit_and_isolate_failures(
 
 
 def _count_wal_syncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Record the file of every ``os.fsync`` from now on."""
+    """Record the file of every ``os.fsync``/``os.fdatasync`` from now on."""
     import os
 
     synced: list[str] = []
-    real = os.fsync
+    for name in ("fsync", "fdatasync"):
+        real = getattr(os, name)
 
-    def fsync(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real(fd)
+        def sync(fd: int, real: Any = real) -> None:
+            synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+            real(fd)
 
-    monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, name, sync)
     return synced
 
 
@@ -180,6 +181,7 @@ async def test_a_failed_wal_sync_fails_the_durable_steps_only(
         raise OSError(5, "I/O error")
 
     monkeypatch.setattr(os, "fsync", broken)
+    monkeypatch.setattr(os, "fdatasync", broken)
     results = await _grouped(
         writer, [writer.txn(_insert("grouped"), durable=False), writer.txn(_insert("hold"))]
     )
