@@ -1,12 +1,15 @@
-"""What a clean clone installs (trial 15, finding 9).
+"""What a clean clone installs (trial 15, findings 9 and 20).
 
-``filterwarnings = ["error"]`` makes a deprecation warning a failure, so the test
+F9: ``filterwarnings = ["error"]`` makes a deprecation warning a failure, so the test
 runner and its plugins are pinned in ``constraints.txt`` like the tools: a new release
-cannot turn a clean clone red."""
+cannot turn a clean clone red. F20: every third-party module the bot's code imports is a
+declared dependency, not a package that only happens to arrive through another."""
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
+import sys
 import tomllib
 from pathlib import Path
 
@@ -56,3 +59,30 @@ def test_every_pin_satisfies_pyprojects_bounds() -> None:
     for name, version in _pins().items():
         if name in wanted:
             assert wanted[name].specifier.contains(version, prereleases=True), (name, version)
+
+
+def _imported_top_modules() -> set[str]:
+    modules: set[str] = set()
+    for package in sorted(_OWN):
+        for file in (ROOT / package).rglob("*.py"):
+            if "migrations" in file.parts and "versions" in file.parts:
+                continue
+            for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Import):
+                    modules.update(alias.name.partition(".")[0] for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    modules.add(node.module.partition(".")[0])
+    return modules - _OWN - set(sys.stdlib_module_names) - {"__future__"}
+
+
+def test_every_module_the_code_imports_is_a_declared_dependency() -> None:
+    """aiohttp and httpcore used to arrive only through aiogram and httpx."""
+    declared = set(_requirements("chart"))
+    by_module = importlib.metadata.packages_distributions()
+    missing = []
+    for module in sorted(_imported_top_modules()):
+        dists = {canonicalize_name(d) for d in by_module.get(module, [])}
+        assert dists, f"{module}: no installed distribution provides it"
+        if not dists & declared:
+            missing.append(f"{module} ({', '.join(sorted(dists))})")
+    assert missing == [], "imported but not in [project] dependencies: " + ", ".join(missing)
