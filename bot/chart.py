@@ -15,8 +15,10 @@ __all__ = ["CHART_MISSING", "chart_available", "spend_chart_png"]
 
 #: The /budget chart answer when matplotlib (the optional ``chart`` extra) is missing.
 CHART_MISSING = (
-    "The chart needs matplotlib, an optional extra: pip install 'kopek[chart]' "
-    "(make install includes it), then restart the bot."
+    "The chart needs matplotlib, the optional chart extra, which this installation lacks. "
+    "Installed with pip: pip install 'kopek[chart]' in the bot's environment. In a "
+    "container: rebuild the image with docker build --build-arg EXTRAS=chart. "
+    "Then restart the bot."
 )
 
 
