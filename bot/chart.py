@@ -7,9 +7,10 @@ built and closed inside one call (run it in a thread: it is CPU-bound).
 from __future__ import annotations
 
 from datetime import datetime
-from decimal import Decimal
 from io import BytesIO
 from zoneinfo import ZoneInfo
+
+from budget.money import musd_to_usd
 
 __all__ = ["CHART_MISSING", "chart_available", "spend_chart_png"]
 
@@ -52,7 +53,7 @@ def spend_chart_png(series: dict[str, list[tuple[datetime, int]]], tz: str) -> b
         if not points:
             continue
         xs = [float(mdates.date2num(p[0])) for p in points]  # type: ignore[no-untyped-call]
-        ys = [Decimal(p[1]).scaleb(-6) for p in points]  # µUSD → USD, exact until drawn
+        ys = [musd_to_usd(p[1]) for p in points]  # exact until drawn
         ax.plot(xs, [float(y) for y in ys], label=name, marker="." if len(xs) < 60 else None)
         plotted += 1
     ax.set_title("Settled spend per hour, last 48 h")

@@ -30,7 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import sys
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 from pathlib import Path
 from typing import Literal, TextIO
 from urllib.parse import urlsplit
@@ -48,6 +48,7 @@ from budget.db import check_credentials, create_engine, failure_reason, location
 from budget.errors import BudgetConfigError
 from budget.export import write_export
 from budget.models import holds
+from budget.money import usd_to_musd
 from budget.prices import PriceCard, ProviderModel, parse_overrides
 from budget.reconcile import reconcile
 from budget.usage_export import MAX_EXPORT_BYTES, parse_export
@@ -87,8 +88,7 @@ class BooksSettings(BaseSettings):
     @property
     def tolerance_musd(self) -> int:
         """RECONCILE_TOLERANCE_USD in µUSD."""
-        micro = self.reconcile_tolerance_usd * 1_000_000
-        return int(micro.quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
+        return usd_to_musd(self.reconcile_tolerance_usd) or 0
 
 
 class _Fail(Exception):

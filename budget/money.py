@@ -2,6 +2,7 @@
 (:class:`~decimal.Decimal`, never float).
 
 * :func:`usd_to_musd` — operator-written USD (settings) → µUSD, half-even.
+* :func:`musd_to_usd` — µUSD → exact decimal USD (for figures drawn or computed on).
 * :func:`parse_usd` — an admin's typed amount (``0.05``, ``$0.05``) → µUSD, or ``None``.
 * :func:`usd` — µUSD → ``$0.001234`` for replies (``None`` → ``—``).
 * :func:`usd_text` — µUSD → ``$0.000700`` / ``-$1.500000`` for strings the ledger
@@ -13,7 +14,7 @@ from __future__ import annotations
 import re
 from decimal import ROUND_HALF_EVEN, Decimal
 
-__all__ = ["parse_usd", "usd", "usd_text", "usd_to_musd"]
+__all__ = ["musd_to_usd", "parse_usd", "usd", "usd_text", "usd_to_musd"]
 
 _MICRO = Decimal(1).scaleb(-6)
 
@@ -25,11 +26,16 @@ def usd_to_musd(usd: Decimal | None) -> int | None:
     return int((usd * 1_000_000).quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
 
 
+def musd_to_usd(musd: int) -> Decimal:
+    """``1234`` µUSD → ``Decimal("0.001234")`` USD, exactly."""
+    return Decimal(musd).scaleb(-6)
+
+
 def usd(musd: int | None, places: int = 6) -> str:
     """``1234`` µUSD → ``$0.001234`` (exact at the default 6 places); ``None`` → ``—``."""
     if musd is None:
         return "—"
-    value = Decimal(musd).scaleb(-6).quantize(Decimal(1).scaleb(-places), ROUND_HALF_EVEN)
+    value = musd_to_usd(musd).quantize(Decimal(1).scaleb(-places), ROUND_HALF_EVEN)
     return f"${value}"
 
 
@@ -39,7 +45,7 @@ def usd_text(musd: int) -> str:
     Always six decimals, so every µUSD shows and nothing is rounded.
     """
     sign = "-" if musd < 0 else ""
-    return f"{sign}${Decimal(abs(musd)).scaleb(-6).quantize(_MICRO)}"
+    return f"{sign}${musd_to_usd(abs(musd)).quantize(_MICRO)}"
 
 
 _AMOUNT = re.compile(r"\$?(\d{1,7})(?:\.(\d{1,6}))?")

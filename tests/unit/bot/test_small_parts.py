@@ -11,7 +11,8 @@ from pydantic import ValidationError
 
 from bot.logs import RedactSecrets
 from bot.settings import Settings
-from budget.money import parse_usd, usd, usd_to_musd
+from budget.__main__ import BooksSettings
+from budget.money import musd_to_usd, parse_usd, usd, usd_to_musd
 
 
 def test_usd_display_is_exact() -> None:
@@ -46,6 +47,24 @@ def test_usd_to_musd_half_even() -> None:
     """Settings' decimal dollars become integer µUSD."""
     assert usd_to_musd(Decimal("0.05")) == 50_000
     assert usd_to_musd(None) is None
+
+
+def test_musd_to_usd_is_exact() -> None:
+    """µUSD → decimal USD without rounding (the chart's figures), negatives too."""
+    assert musd_to_usd(1) == Decimal("0.000001")
+    assert musd_to_usd(1_234_567) == Decimal("1.234567")
+    assert musd_to_usd(-700) == Decimal("-0.0007")
+
+
+@pytest.mark.parametrize(
+    ("written", "musd"),
+    [("0.01", 10_000), ("0", 0), ("0.0000005", 0), ("0.0000015", 2), ("0.0000025", 2)],
+)
+def test_books_tolerance_is_the_bots_conversion(written: str, musd: int) -> None:
+    """python -m budget reads RECONCILE_TOLERANCE_USD with the money helper, as the bot
+    does: half-even to whole µUSD."""
+    books = BooksSettings(_env_file=None, reconcile_tolerance_usd=Decimal(written))
+    assert books.tolerance_musd == musd == (usd_to_musd(Decimal(written)) or 0)
 
 
 def _settings(**kw: Any) -> Settings:
