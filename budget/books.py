@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime, time, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from importlib.metadata import PackageNotFoundError, version
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from budget.errors import BudgetConfigError, BudgetError
 from budget.prices import GENAI_PROVIDER_IDS, ModelRates, PriceCard
+from budget.windows import local_instant
 
 __all__ = [
     "BooksError",
@@ -92,7 +93,7 @@ _MONTH = re.compile(r"(\d{4})-(\d{2})")
 
 
 def _local_midnight(d: date, tz: ZoneInfo) -> datetime:
-    return datetime.combine(d, time(0), tzinfo=tz).astimezone(UTC)
+    return local_instant(d, time(0), tz)
 
 
 def parse_period(text: str | None, tz_name: str, now: datetime) -> Period:

@@ -35,7 +35,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, time, timedelta
 from decimal import Decimal
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -53,6 +53,7 @@ from budget.prices import PriceCard
 from budget.reconcile_ledger import EstimatedBooking, TokenSums, load_ledger
 from budget.types import Usage
 from budget.usage_export import EARLIEST, LATEST, ProviderExport, UsageLine
+from budget.windows import local_instant
 
 __all__ = [
     "DEFAULT_TOLERANCE_MUSD",
@@ -195,8 +196,7 @@ def _buckets(export: ProviderExport, period: Period | None) -> list[tuple[dateti
             label = local.strftime("%Y-%m-%dT%H")
         else:
             day = local.date()
-            nxt = datetime.combine(day + timedelta(days=1), local.time().min, tzinfo=tz)
-            nxt = nxt.astimezone(UTC)
+            nxt = local_instant(day + timedelta(days=1), time(0), tz)
             label = day.isoformat()
         out.append((cursor, nxt, label))
         cursor = nxt

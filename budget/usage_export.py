@@ -22,12 +22,13 @@ import csv
 import hashlib
 import io
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Literal
 from zoneinfo import ZoneInfo
 
 from budget.books import ExportFileError, zone
+from budget.windows import local_instant
 
 __all__ = [
     "EARLIEST",
@@ -153,14 +154,13 @@ def _local_bucket(
             day = datetime.strptime(raw[:10], "%Y-%m-%d")  # noqa: DTZ007 - local, zone added below
             if len(raw) != 10:
                 raise ValueError
-            start = day.replace(tzinfo=tz)
-            nxt = (day + timedelta(days=1)).replace(tzinfo=tz)
-            return start.astimezone(UTC), nxt.astimezone(UTC), raw
+            start = local_instant(day.date(), time(0), tz)
+            return start, local_instant(day.date() + timedelta(days=1), time(0), tz), raw
         norm = raw.replace(" ", "T").rstrip("Z")
         hour = datetime.strptime(norm[:13], "%Y-%m-%dT%H")  # noqa: DTZ007 - local, zone below
         if len(norm) > 13 and norm[13:] not in (":00", ":00:00"):
             raise ValueError
-        start = hour.replace(tzinfo=tz).astimezone(UTC)
+        start = local_instant(hour.date(), hour.time(), tz)
         return start, start + timedelta(hours=1), hour.strftime("%Y-%m-%dT%H")
     except OverflowError:
         raise ExportFileError(f"line {line_no}: the bucket is not between 1971 and 9998") from None

@@ -92,7 +92,7 @@ def local_instant(day: date, at: time, tz: ZoneInfo) -> datetime:
         An aware UTC datetime.
     """
     wall = datetime.combine(day, at.replace(second=0, microsecond=0), tzinfo=tz)
-    for _ in range(24 * 60):
+    for _ in range(24 * 60 + 1):  # a whole skipped day (Pacific/Apia 2011-12-30) included
         if _exists(wall):
             return wall.replace(fold=0).astimezone(UTC)
         wall = (wall.replace(tzinfo=None) + _MINUTE).replace(tzinfo=tz)
