@@ -10,7 +10,7 @@ Printed side by side:
   update injected → last reply arrived) and update→reply p50/p99;
 * **sequential**: 30 messages from one user, each sent when the previous reply came;
 * **refusals** (Kopek only; compared with the echo bot's sequential p50): under /kill,
-  past a personal limit ($0), and ``busy`` (a personal limit that one in-flight hold
+  past a user limit ($0), and ``busy`` (a user limit that one in-flight hold
   fills), 30 each, with the provider requests they caused (must be 0);
 * **event-loop lag** p99 inside each bot process during the burst (a 1 ms ticker);
 * **commits per message** (SQLite ``COMMIT`` statements in the bot process ÷ messages),
@@ -261,7 +261,7 @@ async def measure(name: str, providers: FakeProviders, tmp: Path) -> dict[str, P
 
 
 async def refusals(d: Driver, results: dict[str, Phase]) -> None:
-    """Kill, personal limit, busy: each ``REFUSALS`` messages from one user."""
+    """Kill, user limit, busy: each ``REFUSALS`` messages from one user."""
     await d.say(ADMIN, "/kill bench")
     results["refusal: kill"] = await d.sequential(300_001, REFUSALS, "refuse me")
     await d.say(ADMIN, "/unkill")
@@ -271,8 +271,8 @@ async def refusals(d: Driver, results: dict[str, Phase]) -> None:
     d.providers.script("groq", {"status": 429, "retry_after": "3600"})
     await d.say(300_002, "open the free keys' breakers")
     await d.say(ADMIN, "/limit user 300003 day 0")
-    results["refusal: personal limit"] = await d.sequential(300_003, REFUSALS, "over my limit")
-    # busy: one slow answer holds most of a $0.00055 personal limit meanwhile
+    results["refusal: user limit"] = await d.sequential(300_003, REFUSALS, "over my limit")
+    # busy: one slow answer holds most of a $0.00055 user limit meanwhile
     await d.say(ADMIN, "/limit user 300004 day 0.00055")
     d.providers.script("deepseek", {"delay_s": 10})
     before = len(d.providers.requests)

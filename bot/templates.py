@@ -46,7 +46,7 @@ def _window_word(window: Window | None) -> str:
 def _level_phrase(level: Level | None, window: Window | None, scope: str) -> str:
     w = _window_word(window)
     if level is Level.USER:
-        return _("your personal {window} limit").format(window=w)
+        return _("your {window} user limit").format(window=w)
     if level is Level.TEAM:
         return _("your team's {window} limit ({team})").format(window=w, team=scope)
     if level is Level.PROVIDER:

@@ -96,7 +96,7 @@ class LedgerAdmin:
         without its own), ``""`` for global, provider name for a provider cap.
 
         Raises:
-            ValueError: a negative limit or a MINUTE window; a personal scope that
+            ValueError: a negative limit or a MINUTE window; a user scope that
                 is not ``"*"`` or a user id in the signed 64-bit range; ``by`` out
                 of that range.
         """
@@ -169,7 +169,7 @@ class LedgerAdmin:
         return await self._guarded(self.store.status(self.clock.now()))
 
     async def user_status(self, user_id: int) -> UserStatus:
-        """Personal, team and global buckets of ``user_id``; in-flight; messages.
+        """User, team and global buckets of ``user_id``; in-flight; messages.
 
         Raises:
             ValueError: ``user_id`` outside the signed 64-bit range.
@@ -212,7 +212,7 @@ def _check_by(by: int | None) -> None:
 
 def _check_limit_scope(level: Level, scope: str) -> None:
     if level is Level.USER and scope != "*":
-        check_user_id(scope, "personal limit scope (a user id)")
+        check_user_id(scope, "user limit scope (a user id)")
 
 
 def _check_limit(window: Window, limit_musd: int | None) -> None:

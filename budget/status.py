@@ -143,7 +143,7 @@ class LedgerStatus:
 
 @dataclass(frozen=True, slots=True)
 class UserStatus:
-    """One user now: their personal, team and global buckets; operations in flight;
+    """One user now: their user, team and global buckets; operations in flight;
     messages counted today and the courtesy cap (``None`` = off); a scoped kill."""
 
     user_id: int

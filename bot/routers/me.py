@@ -22,7 +22,7 @@ __all__ = ["create_me_router", "render_me"]
 
 def _level_name(level: Level) -> str:
     if level is Level.USER:
-        return _("personal")
+        return _("user")
     if level is Level.TEAM:
         return _("team")
     if level is Level.PROVIDER:

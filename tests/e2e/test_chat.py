@@ -49,7 +49,7 @@ async def test_chat_answered_by_first_free_provider_with_typing(
     mark = fake_telegram.mark()
     fake_telegram.inject_message(42, "/me")
     [me] = await fake_telegram.wait_sent(42, since=mark)
-    assert "personal" in me.text or "global" in me.text
+    assert "user" in me.text or "global" in me.text
     assert len(fake_providers.requests) == 1, "/me makes no LLM call"
     assert await bot.stop() == 0
 

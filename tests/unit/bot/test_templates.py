@@ -10,6 +10,8 @@ from aiogram.utils.i18n import I18n
 
 from bot import templates
 from bot.i18n import LOCALES_DIR, compile_catalogue, create_i18n, pick_language
+from bot.routers.me import render_me
+from budget.status import BucketStatus, UserStatus
 from budget.types import Level, Refusal, RefusalReason, Window
 
 RESET = datetime(2026, 3, 1, 21, 0, tzinfo=UTC)
@@ -25,7 +27,7 @@ def i18n() -> Iterator[I18n]:
 
 @pytest.mark.parametrize(
     ("level", "word"),
-    [(Level.USER, "personal"), (Level.TEAM, "team"), (Level.GLOBAL, "global")],
+    [(Level.USER, "daily user limit"), (Level.TEAM, "team"), (Level.GLOBAL, "global")],
 )
 def test_limit_refusal_names_level_window_and_reset_in_user_tz(
     i18n: I18n, level: Level, word: str
@@ -39,8 +41,8 @@ def test_limit_refusal_names_level_window_and_reset_in_user_tz(
     assert "resets at 00:00 Europe/Moscow" in text
 
 
-def test_personal_limit_tells_what_to_do_and_running_request_is_mentioned(i18n: I18n) -> None:
-    """Personal: wait for the reset or ask the team's admin; a running request will finish."""
+def test_user_limit_tells_what_to_do_and_running_request_is_mentioned(i18n: I18n) -> None:
+    """User level: wait for the reset or ask the team's admin; a running request will finish."""
     refusal = Refusal(RefusalReason.LIMIT, Level.USER, Window.HOUR, RESET)
     with i18n.use_locale("en"):
         text = templates.refusal_text(refusal, tz="UTC", running=True)
@@ -112,3 +114,17 @@ def test_every_msgid_is_translated_to_russian() -> None:
 def test_pick_language(stored: str | None, code: str | None, expected: str) -> None:
     """/lang wins; else Telegram's language_code ru → ru; else English."""
     assert pick_language(stored, code) == expected
+
+
+def test_me_names_the_user_level_as_admins_do(i18n: I18n) -> None:
+    """/me calls the per-user level "user" (as /limit user and /budget user do), never
+    "personal"; in Russian "пользовательский"."""
+    bucket = BucketStatus(Level.USER, "7", Window.HOUR, "k", None, 0, 0, 0, None, RESET)
+    status = UserStatus(7, None, [bucket], 0, 0, 0, None, None, 0)
+    with i18n.use_locale("en"):
+        en = render_me(status, "UTC")
+    with i18n.use_locale("ru"):
+        ru = render_me(status, "UTC")
+    assert "• user, this hour: spent $0.000000 (no limit)" in en
+    assert "• пользовательский, за этот час:" in ru
+    assert "personal" not in en and "личный" not in ru

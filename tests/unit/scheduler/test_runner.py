@@ -126,7 +126,7 @@ async def test_missed_while_down_is_sent_once_on_start_marked_late(sessions: Ses
 
 
 async def test_deferred_digest_retried_only_after_window_resets(sessions: Sessions) -> None:
-    """A personal daily-limit refusal defers the digest until resets_at; the user is told once."""
+    """A user daily-limit refusal defers the digest until resets_at; the user is told once."""
     clock = ManualClock(datetime(2026, 3, 2, 9, 0, tzinfo=UTC))
     world = World(sessions, clock)
     world.fetcher.add("channel_a", [1, 2], clock.now())
