@@ -1,6 +1,8 @@
 """Ledger benchmark (issue 3): run ``.venv/bin/python bench/ledger.py``; < 60 s.
 ``bench/ledger.py --backend postgres`` runs the PostgreSQL figures instead
-(``bench/ledger_pg.py``).
+(``bench/ledger_pg.py``); ``bench/ledger.py NORMAL`` runs SQLite at
+``synchronous=NORMAL``; ``--help`` prints the usage, and an unknown argument is a
+usage error (exit 2) — never a benchmark run.
 
 Prints, in one run:
 1. a stdlib-sqlite3 per-operation baseline (hold+settle over 3 levels, WAL,
@@ -15,6 +17,7 @@ Targets: p50 ≤ 2 ms, ≥ 500 pairs/s at 100 tasks, stall p99 ≤ 2 ms.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import sqlite3
 import statistics
@@ -259,12 +262,43 @@ async def main() -> None:
     print(f"total run time {time.perf_counter() - t_start:.1f} s")
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: ``[--backend sqlite|postgres] [FULL|NORMAL]``.
+
+    Raises:
+        SystemExit: 0 after ``--help``; 2 (with a usage line on stderr) for an unknown
+            argument, backend or mode, or a mode given with ``--backend postgres``.
+    """
+    parser = argparse.ArgumentParser(
+        prog="bench/ledger.py",
+        description="Ledger hold+settle benchmark beside a baseline measured in the same run.",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="sqlite (default, < 60 s) or postgres (bench/ledger_pg.py, a few minutes)",
+    )
+    parser.add_argument(
+        "sync",
+        nargs="?",
+        type=str.upper,
+        choices=("FULL", "NORMAL"),
+        default=None,
+        help="SQLite synchronous mode of the ledger and the baseline (default FULL)",
+    )
+    args = parser.parse_args(argv)
+    if args.backend == "postgres" and args.sync is not None:
+        parser.error("FULL/NORMAL is a SQLite mode; --backend postgres takes none")
+    return args
+
+
 if __name__ == "__main__":
-    if sys.argv[1:3] == ["--backend", "postgres"]:
+    ARGS = parse_args()
+    if ARGS.backend == "postgres":
         from bench import ledger_pg  # the repository root is on sys.path (above)
 
         ledger_pg.main()
         raise SystemExit(0)
-    if len(sys.argv) > 1 and sys.argv[1].upper() in ("FULL", "NORMAL"):
-        SYNC = sys.argv[1].upper()
+    SYNC = ARGS.sync or SYNC
     asyncio.run(main())
