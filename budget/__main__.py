@@ -19,20 +19,24 @@ Reads from the environment (and ``.env``): ``DATABASE_URL``, ``BUDGET_TZ``,
 ``DATABASE_URL`` is the bot's: a SQLite file or ``postgresql+asyncpg://…`` (the same
 engine the bot's ``/budget export`` reads). No error line shows its password.
 
+Both refuse a database whose schema is not this version's (behind: not migrated yet;
+ahead: a newer version migrated it) with the bot's sentence, before reading anything.
+Files (``--out``, its totals, ``--diff-out``) are written beside their targets and renamed
+over them only once complete: a failure leaves the previous files as they were.
+
 Exit codes: 0 done (reconcile: everything matched), 1 reconcile found differences,
-2 a usage error (bad period, zone, file, database, a server that cannot be reached) —
-one line on stderr.
+2 a usage error (bad period, zone, file, database, schema, a server that cannot be
+reached) — one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import sys
 from decimal import Decimal
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import BinaryIO, Literal, TextIO
 from urllib.parse import urlsplit
 
 import sqlalchemy as sa
@@ -46,7 +50,7 @@ from budget.books import BooksError, company_of, parse_period, zone
 from budget.clock import SystemClock
 from budget.db import check_credentials, create_engine, failure_reason, location, sqlite_path
 from budget.errors import BudgetConfigError
-from budget.export import write_export
+from budget.export import ReplacedOnSuccess, write_export
 from budget.models import holds
 from budget.money import usd_to_musd
 from budget.prices import PriceCard, ProviderModel, parse_overrides
@@ -187,6 +191,22 @@ def _read_export(name: str) -> tuple[str, bytes]:
         raise _Fail(f"cannot read {name!r}: {exc.strerror}") from None
 
 
+async def _check_schema(url: str) -> None:
+    """Refuse (:class:`_Fail`, exit 2) a database whose schema is not this code's head —
+    behind (not migrated yet) or ahead (a newer version migrated it) — with the bot's own
+    check and sentence (:func:`bot.migrate.check_schema`), before anything is read.
+
+    ``python -m budget`` is an entry point, like ``python -m bot``: the revision chain is
+    the bot's (``bot/migrations``), so this one import goes up; the library modules of
+    ``budget/`` never import ``bot`` (nor aiogram: ``bot.migrate`` does not)."""
+    from bot.migrate import SchemaMismatch, check_schema
+
+    try:
+        await asyncio.to_thread(check_schema, url)
+    except SchemaMismatch as exc:
+        raise _Fail(f"cannot read the ledger database {location(url)}: {exc}") from None
+
+
 async def _run(
     args: argparse.Namespace,
     settings: BooksSettings,
@@ -214,6 +234,7 @@ async def _run(
                 f"no ledger in the database {location(url)} (DATABASE_URL): the bot has not "
                 "created its tables there"
             )
+        await _check_schema(url)
         card = await _card(settings, engine)
         now = SystemClock().now()
         if export_file is None:
@@ -243,6 +264,20 @@ async def _run(
         await engine.dispose()
 
 
+def _open(files: ReplacedOnSuccess, name: str) -> TextIO:
+    try:
+        return files.open(Path(name))
+    except OSError as exc:
+        raise _Fail(f"cannot write {name!r}: {exc.strerror}") from None
+
+
+def _open_binary(files: ReplacedOnSuccess, name: str) -> BinaryIO:
+    try:
+        return files.open_binary(Path(name))
+    except OSError as exc:
+        raise _Fail(f"cannot write {name!r}: {exc.strerror}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (module docstring)."""
     args = _parser().parse_args(argv)
@@ -253,7 +288,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bad setting {first['loc'][0]}: {first['msg']}", file=sys.stderr)
         return 2
     try:
-        with contextlib.ExitStack() as stack:
+        # every file is written beside its target and renamed over it only at the end:
+        # a refused schema or a failed read leaves the previous export as it was
+        with ReplacedOnSuccess() as files:
             out: TextIO = sys.stdout
             totals: TextIO | None = None
             export_file = None
@@ -261,21 +298,17 @@ def main(argv: list[str] | None = None) -> int:
                 export_file = _read_export(args.file)
             elif args.out is not None:
                 target = Path(args.out)
-                try:
-                    out = stack.enter_context(target.open("w", newline="", encoding="utf-8"))
-                    totals = stack.enter_context(
-                        target.with_name(target.stem + ".totals.csv").open(
-                            "w", newline="", encoding="utf-8"
-                        )
-                    )
-                except OSError as exc:
-                    raise _Fail(f"cannot write {args.out!r}: {exc.strerror}") from None
+                out = _open(files, args.out)
+                totals = _open(files, str(target.with_name(target.stem + ".totals.csv")))
             code, diff = asyncio.run(_run(args, settings, out, totals, export_file))
-        if diff is not None and getattr(args, "diff_out", None):
+            written = args.out if args.command == "export" else None
+            if diff is not None and getattr(args, "diff_out", None):
+                written = args.diff_out
+                _open_binary(files, args.diff_out).write(diff)
             try:
-                Path(args.diff_out).write_bytes(diff)
+                files.commit()
             except OSError as exc:
-                raise _Fail(f"cannot write {args.diff_out!r}: {exc.strerror}") from None
+                raise _Fail(f"cannot write {written!r}: {exc.strerror}") from None
         return code
     except (_Fail, BooksError, BudgetConfigError) as exc:
         _say(str(exc), settings.database_url)

@@ -26,15 +26,25 @@ call would have cost), and the flags ``estimated``, ``late``, ``stopped``,
 
 The totals file (:data:`TOTALS_COLUMNS`) has one row per provider key, per
 ``key:model`` and per local day of the chosen zone, then one ``all`` row.
+
+Files on disk (``python -m budget``'s ``--out`` and ``--diff-out``, ``python -m bot
+export-config``) are written through :class:`ReplacedOnSuccess`: a temporary file beside
+each target, renamed over it only when everything was written, so a failed read never
+leaves a truncated file in place of the previous export.
 """
 
 from __future__ import annotations
 
 import csv
+import errno
+import os
+import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, TextIO
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, BinaryIO, NamedTuple, Self, TextIO
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -49,6 +59,7 @@ __all__ = [
     "TOTALS_COLUMNS",
     "Attempt",
     "ExportSummary",
+    "ReplacedOnSuccess",
     "booked_attempts",
     "write_export",
 ]
@@ -345,3 +356,71 @@ async def write_export(
                 tw.writerow([group, key, *table[key].cells()])
         tw.writerow(["all", period.label, *total.cells()])
     return summary
+
+
+class ReplacedOnSuccess:
+    """Files written beside their targets, renamed over them only by :meth:`commit`.
+
+    ``open(target)`` (text) or ``open_binary(target)`` creates a new file
+    ``.<name>.<random>.tmp`` in the target's folder
+    (mode 0666 less the umask, as a plain ``open`` would create the target) and returns
+    it; :meth:`commit` closes every file and renames each over its target (``os.replace``,
+    atomic within a folder); leaving the ``with`` block without a commit (an error)
+    closes and deletes them: the targets are then as they were. A dozen lines rather
+    than a dependency (``atomicwrites``, the usual one, is archived).
+
+    Raises (from the ``open`` methods and :meth:`commit`):
+        OSError: the folder cannot be written, or the target is a directory
+            (``IsADirectoryError``, before anything is created).
+    """
+
+    def __init__(self) -> None:
+        self._files: list[tuple[Path, Path, IO[Any]]] = []
+
+    def open(self, target: Path) -> TextIO:
+        """A new temporary text file for ``target`` (UTF-8, ``newline=""``)."""
+        fd, temp = self._create(target)
+        file = os.fdopen(fd, "w", newline="", encoding="utf-8")
+        self._files.append((target, temp, file))
+        return file
+
+    def open_binary(self, target: Path) -> BinaryIO:
+        """A new temporary binary file for ``target``."""
+        fd, temp = self._create(target)
+        file = os.fdopen(fd, "wb")
+        self._files.append((target, temp, file))
+        return file
+
+    @staticmethod
+    def _create(target: Path) -> tuple[int, Path]:
+        if target.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
+        temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+        return os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), temp
+
+    def commit(self) -> None:
+        """Close every file and rename each over its target, in the order opened."""
+        for _, _, file in self._files:
+            file.close()
+        while self._files:
+            target, temp, _ = self._files[0]
+            os.replace(temp, target)
+            self._files.pop(0)
+
+    def discard(self) -> None:
+        """Close and delete every file not yet renamed (the targets are untouched)."""
+        for _, temp, file in self._files:
+            file.close()
+            temp.unlink(missing_ok=True)
+        self._files.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.discard()

@@ -35,6 +35,7 @@ from budget.sqlite_store import SqliteStore
 from budget.types import Level, Origin, Usage, Window
 from budget.usage_export import MAX_EXPORT_BYTES, parse_export
 from tests.fakes.provider_exports import export_from_ledger
+from tests.unit.budget.ledger_helpers import stamp_head
 
 KEY = "deepseek"
 MODEL = "deepseek-chat"
@@ -96,6 +97,7 @@ async def books(tmp_path: Path) -> AsyncIterator[Books]:
     Groq ones; the clock is left at 2026-01-16 00:30."""
     db = tmp_path / "kopek.db"
     create_schema(db)
+    stamp_head(db)  # the CLI checks the schema revision
     clock = ManualClock(START)
     card = price_card()
     ledger = Ledger(SqliteStore(db, CONFIG, "p1"), CONFIG, card, clock)

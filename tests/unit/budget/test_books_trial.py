@@ -31,6 +31,7 @@ from budget.sqlite_store import SqliteStore
 from budget.types import Origin, Usage
 from budget.usage_export import parse_export
 from tests.fakes.provider_exports import export_from_ledger
+from tests.unit.budget.ledger_helpers import stamp_head
 
 KEY = "deepseek"
 MODEL = "deepseek-chat"
@@ -81,6 +82,7 @@ async def few(tmp_path: Path) -> AsyncIterator[Few]:
     """Two exact DeepSeek bookings at 21:30 and 21:40 UTC on 2026-01-14."""
     db = tmp_path / "kopek.db"
     create_schema(db)
+    stamp_head(db)  # the CLI checks the schema revision
     clock = ManualClock(START)
     card = PriceCard([ProviderModel(KEY, MODEL, "paid")])
     ledger = Ledger(SqliteStore(db, CONFIG, "p1"), CONFIG, card, clock)
