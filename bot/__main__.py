@@ -17,18 +17,26 @@ import sys
 from pydantic import ValidationError
 
 
-def _config_error(exc: ValidationError) -> str:
+def _config_error(exc: ValidationError, who: str = "kopek") -> str:
+    """The one line for a settings error: ``<who>: configuration error in NAME: why``
+    (never the value: it may be a secret)."""
     first = exc.errors()[0]
     loc = ".".join(str(p) for p in first.get("loc", ())).upper()
     msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
-    if first.get("type") == "missing" and loc == "BOT_TOKEN":
+    if first.get("type") == "missing" and loc == "BOT_TOKEN":  # absent, or BOT_TOKEN=
         return (
-            "kopek: BOT_TOKEN is not set. Get a token from @BotFather in Telegram (/newbot) "
+            f"{who}: BOT_TOKEN is not set. Get a token from @BotFather in Telegram (/newbot) "
             "and put BOT_TOKEN=... in .env"
         )
     if loc:
-        return f"kopek: configuration error in {loc}: {msg}"
-    return f"kopek: configuration error: {msg}"
+        return f"{who}: configuration error in {loc}: {msg}"
+    return f"{who}: configuration error: {msg}"
+
+
+def prog() -> str:
+    """How this program was started, for usage lines: ``kopek`` (the console script) or
+    ``python -m bot`` (the same program)."""
+    return "kopek" if sys.argv[0].endswith("kopek") else "python -m bot"
 
 
 #: The subcommands and what each does (``python -m bot --help`` prints them).
@@ -45,12 +53,12 @@ def _parse(argv: list[str]) -> tuple[str, list[str]]:
     """The subcommand and its arguments; argparse exits 2 with a usage line on a
     misspelt command (before, ``delete-webhok`` silently started the bot) and prints
     the list on ``--help``."""
-    # the ``kopek`` console script and ``python -m bot`` are the same program
-    prog = "kopek" if sys.argv[0].endswith("kopek") else "python -m bot"
     parser = argparse.ArgumentParser(
-        prog=prog,
+        prog=prog(),
+        usage="%(prog)s [-h] [COMMAND [FILE]]",
         description="Kopek, a cost-governed LLM Telegram bot. Settings come from the "
-        "environment and .env (see .env.example).",
+        "environment and a .env file in the working directory (every setting is described "
+        "in the README's Configuration section).",
         epilog="commands:\n" + "\n".join(f"  {k:<15} {v}" for k, v in COMMANDS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -81,17 +89,22 @@ def main() -> int:
         from bot.health import main as health_main
 
         return health_main()
-    from bot.settings import Settings
+    from bot.settings import BotApiSettings, Settings
 
+    if command == "delete-webhook":  # reads BOT_TOKEN and TELEGRAM_API_BASE only
+        try:
+            api = BotApiSettings()
+        except ValidationError as exc:
+            print(_config_error(exc), file=sys.stderr)
+            return 2
+        from bot.hookctl import delete_webhook
+
+        return asyncio.run(delete_webhook(api))
     try:
         settings = Settings()  # fields come from the environment
     except ValidationError as exc:
         print(_config_error(exc), file=sys.stderr)
         return 2
-    if command == "delete-webhook":
-        from bot.hookctl import delete_webhook
-
-        return asyncio.run(delete_webhook(settings))
 
     from bot.logs import install_excepthooks, setup_logging
 

@@ -218,10 +218,11 @@ async def _advance_sequences(
 
 def main(command: str, argv: list[str]) -> int:
     """``python -m bot export-config FILE`` / ``import-config FILE``; returns the exit code."""
+    from bot.__main__ import prog
     from bot.settings import DatabaseSettings, database_url_passwords
 
     if len(argv) != 1:
-        print(f"usage: python -m bot {command} FILE", file=sys.stderr)
+        print(f"usage: {prog()} {command} FILE", file=sys.stderr)
         return 2
     path = Path(argv[0])
     try:

@@ -147,8 +147,10 @@ def main(timeout_s: float = 5.0) -> int:
     """
     try:
         cfg = HealthSettings()
-    except ValidationError as exc:
-        print(f"kopek healthcheck: unreadable settings: {exc.errors()[0]['msg']}", file=sys.stderr)
+    except ValidationError as exc:  # one line naming the setting, as the bot's own
+        from bot.__main__ import _config_error
+
+        print(_config_error(exc, "kopek healthcheck"), file=sys.stderr)
         return 2
     if cfg.webhook_url:
         host, port = cfg.webhook_listen_host, cfg.webhook_listen_port

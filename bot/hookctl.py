@@ -23,14 +23,16 @@ from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import ClientDecodeError, TelegramAPIError, TelegramUnauthorizedError
 
 from bot.logs import redact
-from bot.settings import Settings
+from bot.settings import BotApiSettings
 
 __all__ = ["delete_webhook"]
 
 
-async def delete_webhook(settings: Settings) -> int:
+async def delete_webhook(settings: BotApiSettings) -> int:
     """Remove the webhook of ``settings.bot_token`` at ``settings.telegram_api_base``,
     keeping pending updates; print one line (stdout on success, stderr on failure).
+    ``settings`` is :class:`bot.settings.BotApiSettings` (``python -m bot delete-webhook``:
+    no provider key needed) or the full :class:`bot.settings.Settings`.
 
     Returns:
         The exit code: 0 removed or none set, 2 token refused, 1 Bot API failure.

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -33,6 +34,7 @@ from llm.names import CASCADE_ORDER, family
 
 __all__ = [
     "HEALTH_PATHS",
+    "BotApiSettings",
     "DatabaseSettings",
     "ProviderSettings",
     "Settings",
@@ -56,6 +58,12 @@ _TOKEN = re.compile(r"[0-9]+:\S+")
 #: 256), at least 16 characters: a short one could be guessed, and secrets under 6
 #: characters cannot be redacted from logs.
 _WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{16,256}")
+#: ``ADMIN_IDS`` entries: ASCII digits with an optional sign (``int()`` alone also reads
+#: ``٤٢`` as 42, and ``4_2``).
+_ADMIN_ID = re.compile(r"[+-]?[0-9]+")
+#: The largest Telegram user id: "at most 52 significant bits" (Bot API, ``User.id``).
+MAX_USER_ID = 2**52 - 1
+
 #: The ports Telegram delivers webhooks to (core.telegram.org/bots/api#setwebhook).
 _WEBHOOK_PORTS = (443, 80, 88, 8443)
 #: A webhook path: a leading slash, then URL-safe characters.
@@ -99,7 +107,70 @@ def _check_tz(name: str) -> str:
     return name
 
 
-class Settings(BaseSettings):
+def _check_http_url(value: str) -> str:
+    """``value`` without a trailing slash when it is an http(s) URL with a host, a
+    readable port and no spaces; else ValueError (the URL is not echoed)."""
+    if not value.startswith(("http://", "https://")) or len(value) < 10:
+        raise ValueError("must be an http(s) URL")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port out of 0-65535
+    except ValueError:
+        raise ValueError("must be an http(s) URL (unreadable host or port)") from None
+    host = parts.hostname or ""
+    if not host or any(ch.isspace() for ch in value):
+        raise ValueError("must be an http(s) URL with a host and no spaces")
+    return value.rstrip("/")
+
+
+def _url_password(url: str) -> str | None:
+    """The password of a ``user:password@`` in ``url``, if any (a proxy's credentials)."""
+    try:
+        return urlsplit(url).password or None
+    except ValueError:
+        return None
+
+
+class BotApiSettings(BaseSettings):
+    """``BOT_TOKEN`` and ``TELEGRAM_API_BASE`` only: all ``python -m bot delete-webhook``
+    reads (no provider key or limit is needed to remove a webhook). :class:`Settings` is
+    these two and everything else, checked the same way."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False
+    )
+
+    bot_token: SecretStr
+    telegram_api_base: str = "https://api.telegram.org"
+
+    @field_validator("bot_token", mode="before")
+    @classmethod
+    def _token_set(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            # BOT_TOKEN= as copied from .env.example: the same "is not set" line as absent
+            raise PydanticCustomError("missing", "Field required")
+        return value
+
+    @field_validator("bot_token")
+    @classmethod
+    def _token_shape(cls, value: SecretStr) -> SecretStr:
+        if not _TOKEN.fullmatch(value.get_secret_value()):
+            raise ValueError("does not look like a bot token (<digits>:<secret>, from @BotFather)")
+        return value
+
+    @field_validator("telegram_api_base")
+    @classmethod
+    def _api_base(cls, value: str) -> str:
+        return _check_http_url(value)
+
+    def secret_values(self) -> list[str]:
+        """The bot token and the password of a ``user:password@`` in
+        ``TELEGRAM_API_BASE`` (a proxy's credentials), for redaction."""
+        password = _url_password(self.telegram_api_base)
+        return [self.bot_token.get_secret_value(), *([password] if password else [])]
+
+
+class Settings(BotApiSettings):
     """All configuration. See ``.env.example`` for meaning and units of each field."""
 
     model_config = SettingsConfigDict(
@@ -110,9 +181,7 @@ class Settings(BaseSettings):
         allow_inf_nan=False,  # HOLD_TTL_SECONDS=inf would keep a crashed call's hold forever
     )
 
-    # --- foundation -------------------------------------------------------
-    bot_token: SecretStr
-    telegram_api_base: str = "https://api.telegram.org"
+    # --- foundation (BOT_TOKEN and TELEGRAM_API_BASE: BotApiSettings) -------------
     telegram_web_base: str = "https://t.me"
     admin_ids: Annotated[frozenset[int], NoDecode] = frozenset()
     database_url: str = "sqlite+aiosqlite:///data/kopek.db"
@@ -239,10 +308,9 @@ class Settings(BaseSettings):
     def _parse_admin_ids(cls, value: object) -> object:
         if isinstance(value, str):
             parts = [p.strip() for p in value.split(",") if p.strip()]
-            try:
-                return frozenset(int(p) for p in parts)
-            except ValueError as exc:
-                raise ValueError("ADMIN_IDS must be comma-separated integers") from exc
+            if not all(_ADMIN_ID.fullmatch(p) and len(p) <= 32 for p in parts):
+                raise ValueError("ADMIN_IDS must be comma-separated Telegram user ids (digits 0-9)")
+            return frozenset(int(p) for p in parts)
         if isinstance(value, int):
             return frozenset({value})
         return value
@@ -250,7 +318,16 @@ class Settings(BaseSettings):
     @field_validator("admin_ids")
     @classmethod
     def _no_service_admins(cls, value: frozenset[int]) -> frozenset[int]:
-        for uid in sorted(u for u in value if u <= 0):
+        if 0 in value:
+            raise ValueError(
+                "ADMIN_IDS contains 0, which is no Telegram user id; list personal user ids only"
+            )
+        for uid in sorted(u for u in value if abs(u) > MAX_USER_ID):
+            raise ValueError(
+                f"ADMIN_IDS contains {str(uid)[:24]}: larger than any Telegram user id "
+                "(at most 52 bits); list personal user ids only"
+            )
+        for uid in sorted(u for u in value if u < 0):
             raise ValueError(
                 f"ADMIN_IDS contains {uid}: a group or channel id, not a person's user id "
                 "(admin notices would be posted in that chat); list personal user ids only"
@@ -263,7 +340,6 @@ class Settings(BaseSettings):
         return value
 
     @field_validator(
-        "telegram_api_base",
         "telegram_web_base",
         "groq_base_url",
         "mistral_base_url",
@@ -272,17 +348,7 @@ class Settings(BaseSettings):
     )
     @classmethod
     def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")) or len(value) < 10:
-            raise ValueError("must be an http(s) URL")
-        try:
-            parts = urlsplit(value)
-            parts.port  # noqa: B018 - raises ValueError for a port out of 0-65535
-        except ValueError:
-            raise ValueError("must be an http(s) URL (unreadable host or port)") from None
-        host = parts.hostname or ""
-        if not host or any(ch.isspace() for ch in value):
-            raise ValueError("must be an http(s) URL with a host and no spaces")
-        return value.rstrip("/")
+        return _check_http_url(value)
 
     @field_validator("database_url")
     @classmethod
@@ -388,10 +454,6 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Settings:
-        if not _TOKEN.fullmatch(self.bot_token.get_secret_value()):
-            raise ValueError(
-                "BOT_TOKEN does not look like a bot token (<digits>:<secret>, from @BotFather)"
-            )
         if not self.provider_keys():
             names = ", ".join(_key_field(name).upper() for name in CASCADE_ORDER)
             raise ValueError(f"no provider key set: set at least one of {names}")
@@ -461,10 +523,7 @@ class Settings(BaseSettings):
             "cerebras_base_url",
             "deepseek_base_url",
         ):
-            try:
-                password = urlsplit(str(getattr(self, field))).password
-            except ValueError:
-                continue
+            password = _url_password(str(getattr(self, field)))
             if password:
                 out.append(password)
         return out
