@@ -31,6 +31,7 @@ from budget.config import DEAD_AFTER_HEARTBEATS
 from budget.db import check_credentials
 from budget.money import usd_to_musd  # re-exported: the settings speak USD, the ledger µUSD
 from llm.names import CASCADE_ORDER, family
+from scheduler.profiles import parse_digest_time
 
 __all__ = [
     "HEALTH_PATHS",
@@ -417,6 +418,16 @@ class Settings(BotApiSettings):
     @classmethod
     def _tz(cls, value: str) -> str:
         return _check_tz(value)
+
+    @field_validator("digest_default_time")
+    @classmethod
+    def _digest_time(cls, value: str) -> str:
+        # checked by the profile store only once the bot was built, after the migrations
+        try:
+            parse_digest_time(value)
+        except ValueError:
+            raise ValueError("must be a 24-hour time HH:MM, e.g. 09:00") from None
+        return value.strip()
 
     @field_validator("default_user_tz")
     @classmethod

@@ -206,3 +206,23 @@ def test_healthcheck_names_the_unreadable_setting(
     assert healthcheck() == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("kopek healthcheck: configuration error in METRICS_PORT: "), line
+
+
+# --- DIGEST_DEFAULT_TIME: read at start like every other setting ---------------------------
+
+
+@pytest.mark.parametrize("value", ["25:99", "9", "nine", "09:60"])
+def test_an_unreadable_digest_default_time_is_refused_at_settings(value: str) -> None:
+    """It was only parsed by the profile store, once the bot was built after migrating."""
+    with pytest.raises(ValidationError) as info:
+        Settings(_env_file=None, bot_token="1:x", groq_api_key="k", digest_default_time=value)
+    [error] = info.value.errors()
+    assert error["loc"] == ("digest_default_time",)
+    assert "HH:MM" in str(error["msg"])
+
+
+def test_a_digest_default_time_is_read() -> None:
+    settings = Settings(
+        _env_file=None, bot_token="1:x", groq_api_key="k", digest_default_time="7:05"
+    )
+    assert settings.digest_default_time == "7:05"
