@@ -21,9 +21,12 @@ Export needs the database at this code's schema head; import migrates the target
 first (under PostgreSQL's advisory lock) and refuses a target that already holds any
 configuration row. Import is one transaction: all rows or none.
 
-Exit codes: 0 done; 2 a file, schema or target the command cannot use; 1 the database
-cannot be reached. Every failure is one ``kopek:`` line on stderr, the URL's password
-redacted.
+Exit codes, as ``python -m budget``'s: 0 done; 2 anything that failed — a file, a schema
+behind or ahead of this code, a target the command cannot use, a database that cannot be
+opened or reached. Every failure is one ``kopek:`` line on stderr naming what could not
+be done ("cannot export from the database …", "cannot reach the database …"), the URL's
+password redacted. The export file is written beside its target and renamed over it
+once complete (a failure leaves an earlier export as it was).
 """
 
 from __future__ import annotations
@@ -40,12 +43,19 @@ from sqlalchemy import Date, DateTime, Table, func, insert, select, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from bot.database import start_failure
 from bot.logs import redact
 from bot.migrate import SchemaMismatch, check_schema, head_revision, migrate
-from budget.db import create_engine, location, sqlite_path
+from budget.db import create_engine, failure_reason, location, sqlite_path
 
-__all__ = ["CONFIG_TABLES", "FORMAT", "ConfigFileError", "export_config", "import_config", "main"]
+__all__ = [
+    "CONFIG_TABLES",
+    "FORMAT",
+    "ConfigFileError",
+    "export_config",
+    "failure_line",
+    "import_config",
+    "main",
+]
 
 #: Tables carried over, parents before children.
 CONFIG_TABLES = (
@@ -117,7 +127,7 @@ async def export_config(database_url: str, path: Path) -> dict[str, int]:
 
     Raises:
         ConfigFileError: no such SQLite file, or a database without Kopek's tables
-            (nothing is created).
+            (nothing is created), or ``path`` cannot be written.
         SchemaMismatch: the database is not at this code's schema head.
         OSError, sqlalchemy.exc.SQLAlchemyError: the database cannot be read, the file
             cannot be written.
@@ -142,8 +152,20 @@ async def export_config(database_url: str, path: Path) -> dict[str, int]:
         await engine.dispose()
     document = {"format": FORMAT, "version": 1, "revision": head_revision(), "tables": tables}
     body = json.dumps(document, ensure_ascii=False, indent=1)
-    await asyncio.to_thread(path.write_text, body, encoding="utf-8")
+    try:
+        await asyncio.to_thread(_write, path, body)
+    except OSError as exc:
+        raise ConfigFileError(f"cannot write {path}: {exc.strerror}") from None
     return {name: len(rows) for name, rows in tables.items()}
+
+
+def _write(path: Path, body: str) -> None:
+    """Write ``body`` beside ``path`` and rename it over ``path`` once complete."""
+    from budget.export import ReplacedOnSuccess
+
+    with ReplacedOnSuccess() as files:
+        files.open(path).write(body)
+        files.commit()
 
 
 def _parse(path: Path) -> dict[str, list[dict[str, Any]]]:
@@ -216,6 +238,20 @@ async def _advance_sequences(
             await conn.execute(text(sql))
 
 
+def failure_line(command: str, exc: BaseException, database_url: str) -> str:
+    """One line for a database failure of ``command`` (``export-config`` or
+    ``import-config``): the schema check's sentence, or the driver's reason, after what
+    could not be done and where (host and database only; the caller redacts again)."""
+    where = location(database_url)
+    verb = "export from" if command == "export-config" else "import into"
+    if isinstance(exc, SchemaMismatch):
+        return f"cannot {verb} the database {where}: {exc}"
+    reason = failure_reason(exc)
+    if isinstance(exc, OSError) and sqlite_path(database_url) is None:
+        return f"cannot reach the database {where}: {reason}"  # refused, unknown host, timeout
+    return f"cannot {verb} the database {where}: {reason}"
+
+
 def main(command: str, argv: list[str]) -> int:
     """``python -m bot export-config FILE`` / ``import-config FILE``; returns the exit code."""
     from bot.__main__ import prog
@@ -240,9 +276,8 @@ def main(command: str, argv: list[str]) -> int:
         print(redact(f"kopek: {exc}", secrets), file=sys.stderr)
         return 2
     except (SchemaMismatch, OSError, SQLAlchemyError) as exc:
-        code, line = start_failure(exc, url)
-        print(redact(f"kopek: {line}", secrets), file=sys.stderr)
-        return code
+        print(redact(f"kopek: {failure_line(command, exc, url)}", secrets), file=sys.stderr)
+        return 2
     done = "exported to" if command == "export-config" else "imported from"
     summary = ", ".join(f"{name} {n}" for name, n in counts.items())
     print(f"kopek: {sum(counts.values())} rows {done} {path} ({summary})")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -183,3 +184,43 @@ def test_exporting_a_database_that_is_not_there_says_so_and_creates_nothing(
         [line] = capsys.readouterr().err.splitlines()
         assert line.startswith(f"kopek: {says}"), line
     assert not missing.exists() and not (tmp_path / "out.json").exists()
+
+
+def test_failures_exit_2_like_the_books_and_name_what_could_not_be_done(
+    tmp_path: Path,
+    pg_migrated_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An unreachable server exited 1 where ``python -m budget`` exits 2, and a schema a
+    newer version migrated read "cannot start on the database" (trial 12b, F6). Now:
+    exit 2 for both commands, "cannot reach …" / "cannot export from …" / "cannot import
+    into …", and an earlier export file is left as it was."""
+    earlier = tmp_path / "conf.json"
+    earlier.write_text("earlier export", encoding="utf-8")
+    unreachable = "postgresql+asyncpg://kopek:s3cr3t-pw@127.0.0.1:1/kopek"
+    ahead = tmp_path / "ahead.db"
+    migrate(f"sqlite+aiosqlite:///{ahead}")
+    with sqlite3.connect(ahead) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '0099_future'")
+    cases = [
+        ("export-config", unreachable, "cannot reach the database postgresql://127.0.0.1:1/kopek"),
+        ("import-config", unreachable, "cannot reach the database postgresql://127.0.0.1:1/kopek"),
+        ("export-config", f"sqlite+aiosqlite:///{ahead}", "cannot export from the database "),
+        ("import-config", f"sqlite+aiosqlite:///{ahead}", "cannot import into the database "),
+    ]
+    good = tmp_path / "good.json"
+    monkeypatch.setenv("DATABASE_URL", pg_migrated_url)
+    assert main("export-config", [str(good)]) == 0
+    capsys.readouterr()
+    for command, url, says in cases:
+        monkeypatch.setenv("DATABASE_URL", url)
+        file = earlier if command == "export-config" else good
+        assert main(command, [str(file)]) == 2, (command, url)
+        [line] = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"kopek: {says}"), line
+        assert "cannot start" not in line and "s3cr3t-pw" not in line
+        if "ahead" in url:
+            assert "0099_future" in line and "a newer version migrated it" in line
+    assert earlier.read_text(encoding="utf-8") == "earlier export"
+    assert not [f for f in tmp_path.iterdir() if f.name.endswith(".tmp")]
