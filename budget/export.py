@@ -2,7 +2,8 @@
 
 ``/budget export`` and ``python -m budget export`` both call :func:`write_export`.
 An attempt is *booked* when its hold ended with money on the books: settled (its
-actual cost) or expired (booked at its ceiling, flagged estimated). Released holds
+actual cost) or expired (booked at its bound — ceiling plus admission margin —, flagged
+estimated). Released holds
 (0 µUSD, the provider never reached) and holds still in flight are not rows. An
 attempt belongs to the period its hold was granted in (the windows it counts
 against are fixed at grant, see :mod:`budget.ledger`).

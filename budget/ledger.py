@@ -18,12 +18,13 @@ expires ``hold_ttl_s`` seconds after the grant.
 
 Expiry (the periodic sweeper, or :meth:`Ledger.start` sweeping the holds of a
 crashed process) never forgets money: the provider may well have been paid, so
-the hold is booked as *settled at its ceiling, flagged estimated*, in the windows
+the hold is booked as *settled at its bound* (ceiling plus admission margin: never less
+than the provider can bill), *flagged estimated*, in the windows
 fixed at its grant, and counts as a call and as spend of its provider, against
 every limit and for the auto-kill trigger. A settle arriving later *corrects* the
-booking (− ceiling + actual, once, reported as a late settle); a release arriving
-later takes the ceiling back out (the provider was never reached). Worked timeline
-(TTL 300 s, ceiling 447 µUSD)::
+booking (− bound + actual, once, reported as a late settle); a release arriving
+later takes the bound back out (the provider was never reached). Worked timeline
+(TTL 300 s, ceiling 447 µUSD, no admission margin: the input bound was the count)::
 
     12:00:00  reserve      held 447, settled 0
     12:00:01  (kill -9 while the request is at the provider)
@@ -197,7 +198,8 @@ class Ledger(LedgerAdmin):
     async def start(self, *, run_sweeper: bool = True) -> int:
         """Open the store, expire holds of a previous process, start the sweeper.
 
-        Each hold expired here is booked at its ceiling, flagged estimated (see the
+        Each hold expired here is booked at its bound (ceiling plus admission margin),
+        flagged estimated (see the
         module docstring); the booking may trip the automatic kill switch.
 
         Returns:
@@ -231,7 +233,8 @@ class Ledger(LedgerAdmin):
     async def sweep(self) -> int:
         """Expire every hold past its TTL now; returns how many.
 
-        Each is booked as settled at its ceiling, flagged estimated, in the windows
+        Each is booked as settled at its bound (ceiling plus admission margin), flagged
+        estimated, in the windows
         fixed at its grant (provider spend and calls included), and its expiry is
         recorded now; a later settle/release corrects it. May trip the automatic
         kill switch.
@@ -572,13 +575,13 @@ class Ledger(LedgerAdmin):
 
         Idempotent: a second settle (or a settle after release) books nothing and
         returns the first actual (0 after a release). A hold that already expired
-        (booked at its ceiling, estimated) is corrected to the actual: − ceiling +
+        (booked at its bound, estimated) is corrected to the actual: − bound +
         actual in the same windows, exactly once, reported as a late settle. An
         actual above the ceiling is booked in full and counted. May trip the
         automatic kill switch. When storage fails, ``LedgerUnavailable`` is raised and
         the usage is kept: each sweep settles it once storage is back (up to
         :data:`MAX_UNSETTLED` kept settles; a restart loses them, and then the hold is
-        booked at its ceiling, estimated, as without this).
+        booked at its bound, estimated, as without this).
 
         Returns:
             the actual cost in µUSD (0 for a free-tier provider).

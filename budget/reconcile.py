@@ -445,7 +445,8 @@ async def reconcile(
         if n_est:
             period_step.lines.append(
                 f"ledger {usd_text(ledger_total)} vs export {usd_text(usd_musd(export_total))}: "
-                f"{n_est} estimated bookings (booked at the ceiling) explain the gap"
+                f"{n_est} estimated bookings (booked at their ceiling, or ceiling + "
+                "admission margin when expired) explain the gap"
             )
 
     # 2. token categories ---------------------------------------------------------

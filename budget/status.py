@@ -64,9 +64,10 @@ class ProviderSpend:
     """Per provider, today (the day each hold was granted): calls settled, money
     settled, list-price equivalent (``None`` when some model had no list price and
     nothing known was summed), µUSD held now, and how many of the calls are
-    *estimated* (an expired hold booked at its ceiling, or an interrupted call).
+    *estimated* (an expired hold booked at its bound — ceiling plus admission margin —, or
+    an interrupted call).
 
-    Expired holds count as calls and as spend at their ceiling until their real
+    Expired holds count as calls and as spend at their bound until their real
     settle (or release) corrects them.
     """
 
@@ -115,7 +116,8 @@ class LedgerStatus:
             sweeper and start-up sweep) and the actual cost of settles that arrived
             after their hold had expired (holds granted today).
         expired_unreconciled_today / expired_booked_musd_today: holds granted today
-            that expired and are still booked at their ceiling, flagged estimated
+            that expired and are still booked at their bound (ceiling plus admission
+            margin), flagged estimated
             (no settle or release has corrected them yet), and that money; it is
             already part of every ``settled`` figure above.
     """

@@ -112,7 +112,8 @@ class SettleOutcome:
 
 
 class SweepOutcome:
-    """Result of a sweep: holds expired (each booked at its ceiling, estimated), the
+    """Result of a sweep: holds expired (each booked at its bound, ceiling plus
+    admission margin, estimated), the
     µUSD booked, and whether that booking tripped the kill switch."""
 
     __slots__ = ("auto_killed", "booked_musd", "expired")
@@ -218,7 +219,8 @@ class LedgerStore(Protocol):
 
     async def sweep(self, now: datetime, previous_processes: bool = False) -> SweepOutcome:
         """Expire holds past their TTL (with ``previous_processes``: also every hold
-        and operation of another process), each booked at its ceiling, estimated."""
+        and operation of another process), each booked at its bound (ceiling plus admission
+        margin), estimated."""
         ...
 
     # -- calibration, kill switch, limits, teams, messages ----------------------------

@@ -212,7 +212,7 @@ def render_budget(
         )
     if status.expired_unreconciled_today:
         lines.append(
-            f"Expired holds booked at their ceiling (no settle yet): "
+            f"Expired holds booked at their bound (ceiling + admission margin; no settle yet): "
             f"{status.expired_unreconciled_today}, {usd(status.expired_booked_musd_today)}"
         )
     if status.expired_today or status.late_settled_musd_today:

@@ -8,12 +8,15 @@ import contextlib
 import os
 import sqlite3
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
 from budget.clock import ManualClock
 from budget.errors import HoldRefused, LedgerUnavailable
 from budget.ledger import Ledger
+from budget.money import usd
 from budget.protocol import HoldTicket
 from budget.sqlite_store import SqliteStore
 from budget.types import Level, Origin, RefusalReason, Usage, Window
@@ -209,3 +212,39 @@ async def test_the_sweep_log_names_the_bound_it_booked(
     booked = (await ledger.user_status(1)).settled_today_musd
     assert booked > hold.ceiling_musd  # the margin of the 40-token input bound
     assert f"booked {booked} µUSD at their bounds (ceiling plus admission margin)" in caplog.text
+
+
+async def test_budget_and_readme_name_the_bound_an_expired_hold_is_booked_at(
+    make_ledger: LedgerFactory, clock: ManualClock
+) -> None:
+    """/budget listed a swept hold booked at 25,020 µUSD (ceiling 21,590 + margin)
+    under "Expired holds booked at their ceiling", and README said "ceiling" in four
+    places (trial 12b, F4). The rule stays — the bound is the least the provider could
+    have billed —; every sentence now names it."""
+    from bot.routers.admin import render_budget  # the /budget template
+
+    ledger = await make_ledger(global_daily_musd=10**6)
+    hold = await _reserve(ledger, 1, 10, 10, 40)
+    clock.advance(ledger.config.hold_ttl_s + 1)
+    assert await ledger.sweep() == 1
+    status = await ledger.status()
+    booked = status.expired_booked_musd_today
+    assert booked > hold.ceiling_musd  # the margin of the 40-token input bound
+    cascade = SimpleNamespace(
+        provider_status=list, stats=lambda: SimpleNamespace(paid_anchor_calls=0)
+    )
+    text = render_budget(status, [], cast(Any, cascade), "UTC", 0)
+    assert (
+        f"Expired holds booked at their bound (ceiling + admission margin; no settle yet): "
+        f"1, {usd(booked)}"
+    ) in text
+    readme = " ".join((Path(__file__).parents[3] / "README.md").read_text().split())
+    for stale in (
+        "swept (booked at the ceiling",
+        "books its holds at their ceilings",
+        "Attempts booked at their ceiling after a crash",
+        "next start books it at its ceiling",
+        "expire and are booked at their ceiling",
+    ):
+        assert stale not in readme
+    assert readme.count("ceiling plus admission margin") >= 5
