@@ -293,8 +293,13 @@ def lost_text() -> str:
     """Sent as a reply to a message whose answer was lost in a crash: of this process, or
     of a replica that died while answering (so not "I restarted": the other replicas did
     not). Each lost message gets its own, so not "your last message": a user may have had
-    several running or queued."""
-    return _("🕰 I was interrupted before I could answer this message. Please send it again.")
+    several running or queued. Nor "before I could answer": a crash between Telegram's
+    accept of the answer and its record leaves the message in the same state, so the
+    answer may have arrived (trial of issue 10: answer and notice both seen)."""
+    return _(
+        "🕰 I was interrupted while answering this message. "
+        "If no answer to it arrived, please send it again."
+    )
 
 
 def shutting_down_text() -> str:

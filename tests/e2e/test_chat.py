@@ -443,7 +443,7 @@ async def test_each_lost_message_gets_its_own_notice_as_a_reply_to_it(
     notices = await fake_telegram.wait_sent(90, count=3, since=mark, timeout=20)
     assert sorted(n.reply_to_message_id or 0 for n in notices) == [501, 502, 503]
     for notice in notices:
-        assert notice.text == "🕰 I was interrupted before I could answer this message. " + (
-            "Please send it again."
+        assert notice.text == "🕰 I was interrupted while answering this message. " + (
+            "If no answer to it arrived, please send it again."
         )
     assert await again.stop() == 0

@@ -103,9 +103,9 @@ async def test_second_process_exits_2_and_a_kill_mid_call_leaves_no_lock_and_ask
     mark = fake_telegram.mark()
     await again.start()
     [notice] = await fake_telegram.wait_sent(31, since=mark, timeout=20)
-    assert "before I could answer this message" in notice.text
+    assert "while answering this message" in notice.text
     [topic_notice] = await fake_telegram.wait_sent(forum, since=mark, timeout=20)
-    assert "before I could answer this message" in topic_notice.text
+    assert "while answering this message" in topic_notice.text
     assert topic_notice.message_thread_id == 7
     assert len(fake_providers.requests) == 3
     assert await again.stop() == 0
