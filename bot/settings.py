@@ -30,7 +30,7 @@ from bot.senders import SERVICE_USER_IDS
 from budget.config import DEAD_AFTER_HEARTBEATS
 from budget.db import check_credentials
 from budget.money import usd_to_musd  # re-exported: the settings speak USD, the ledger µUSD
-from llm.names import CASCADE_ORDER, family
+from budget.names import CASCADE_ORDER, KEYS, family, family_fields, key_field
 from scheduler.profiles import parse_digest_time
 
 __all__ = [
@@ -340,13 +340,7 @@ class Settings(BotApiSettings):
             )
         return value
 
-    @field_validator(
-        "telegram_web_base",
-        "groq_base_url",
-        "mistral_base_url",
-        "cerebras_base_url",
-        "deepseek_base_url",
-    )
+    @field_validator("telegram_web_base", *family_fields("base_url"))
     @classmethod
     def _http_url(cls, value: str) -> str:
         return _check_http_url(value)
@@ -408,13 +402,7 @@ class Settings(BotApiSettings):
             raise ValueError(f"{value} is the health endpoint's path; choose another")
         return value
 
-    @field_validator(
-        "budget_tz",
-        "groq_billing_tz",
-        "mistral_billing_tz",
-        "cerebras_billing_tz",
-        "deepseek_billing_tz",
-    )
+    @field_validator("budget_tz", *family_fields("billing_tz"))
     @classmethod
     def _tz(cls, value: str) -> str:
         return _check_tz(value)
@@ -434,14 +422,7 @@ class Settings(BotApiSettings):
     def _user_tz(cls, value: str | None) -> str | None:
         return None if value in (None, "") else _check_tz(value)
 
-    @field_validator(
-        "groq_api_key",
-        "groq_api_key_2",
-        "mistral_api_key",
-        "cerebras_api_key",
-        "deepseek_api_key",
-        mode="before",
-    )
+    @field_validator(*(k.key_field for k in KEYS), mode="before")
     @classmethod
     def _empty_key_is_none(cls, value: object) -> object:
         return None if value == "" else value
@@ -466,7 +447,7 @@ class Settings(BotApiSettings):
     @model_validator(mode="after")
     def _cross_checks(self) -> Settings:
         if not self.provider_keys():
-            names = ", ".join(_key_field(name).upper() for name in CASCADE_ORDER)
+            names = ", ".join(key_field(name).upper() for name in CASCADE_ORDER)
             raise ValueError(f"no provider key set: set at least one of {names}")
         if self.hold_ttl_seconds <= self.provider_timeout_seconds:
             raise ValueError(
@@ -506,15 +487,11 @@ class Settings(BotApiSettings):
         return self.default_user_tz or self.budget_tz
 
     def billing_tz(self, key_name: str) -> str:
-        """``<PROVIDER>_BILLING_TZ`` of a provider key (``groq2`` bills as Groq)."""
-        zones = {
-            "groq": self.groq_billing_tz,
-            "groq2": self.groq_billing_tz,
-            "mistral": self.mistral_billing_tz,
-            "cerebras": self.cerebras_billing_tz,
-            "deepseek": self.deepseek_billing_tz,
-        }
-        return zones.get(key_name, "UTC")
+        """``<PROVIDER>_BILLING_TZ`` of a provider key (``groq2`` bills as Groq); ``UTC``
+        for a name that is no key."""
+        if key_name not in CASCADE_ORDER:
+            return "UTC"
+        return str(getattr(self, f"{family(key_name)}_billing_tz"))
 
     def secret_values(self) -> list[str]:
         """Every secret the settings hold, for redaction: the bot token, the provider
@@ -526,22 +503,15 @@ class Settings(BotApiSettings):
         out += database_url_passwords(self.database_url)
         if self.webhook_secret is not None:
             out.append(self.webhook_secret.get_secret_value())
-        for field in (
-            "telegram_api_base",
-            "telegram_web_base",
-            "groq_base_url",
-            "mistral_base_url",
-            "cerebras_base_url",
-            "deepseek_base_url",
-        ):
+        for field in ("telegram_api_base", "telegram_web_base", *family_fields("base_url")):
             password = _url_password(str(getattr(self, field)))
             if password:
                 out.append(password)
         return out
 
     def provider_keys(self) -> dict[str, SecretStr]:
-        """Configured provider keys by key name, in cascade order (``llm.names``)."""
-        keys = {name: getattr(self, _key_field(name)) for name in CASCADE_ORDER}
+        """Configured provider keys by key name, in cascade order (``budget.names``)."""
+        keys = {name: getattr(self, key_field(name)) for name in CASCADE_ORDER}
         return {name: key for name, key in keys.items() if key is not None}
 
     def provider(self, name: str) -> ProviderSettings:
@@ -633,11 +603,6 @@ def database_url_passwords(database_url: str) -> list[str]:
     except (ValueError, ArgumentError):
         return []
     return [str(p) for p in dict.fromkeys((written, decoded)) if p]
-
-
-def _key_field(name: str) -> str:
-    """The settings field of key ``name``: ``groq_api_key``, ``groq_api_key_2``, ..."""
-    return "groq_api_key_2" if name == "groq2" else f"{name}_api_key"
 
 
 @dataclass(frozen=True, slots=True)

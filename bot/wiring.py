@@ -14,11 +14,11 @@ from bot.sqlite_hot import SqliteHotPath
 from budget.clock import Clock
 from budget.config import LedgerConfig, OperationCaps
 from budget.money import usd_to_musd
+from budget.names import CASCADE_ORDER
 from budget.prices import ProviderModel
 from budget.types import Origin
 from llm.cascade import CascadeConfig
 from llm.factory import ProviderSpec, provider_specs
-from llm.names import CASCADE_ORDER
 from scheduler.profiles import LANGUAGES, ProfileRepository
 from scheduler.runner import DigestConfig
 

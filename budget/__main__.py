@@ -46,13 +46,14 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from budget.books import BooksError, company_of, parse_period, zone
+from budget.books import BooksError, parse_period, zone
 from budget.clock import SystemClock
 from budget.db import check_credentials, create_engine, failure_reason, location, sqlite_path
 from budget.errors import BudgetConfigError
 from budget.export import ReplacedOnSuccess, write_export
 from budget.models import holds
 from budget.money import usd_to_musd
+from budget.names import CASCADE_ORDER, family
 from budget.prices import PriceCard, ProviderModel, parse_overrides
 from budget.reconcile import reconcile
 from budget.usage_export import MAX_EXPORT_BYTES, parse_export
@@ -82,12 +83,16 @@ class BooksSettings(BaseSettings):
 
     def tier(self, key_name: str) -> Tier:
         """The tier of a provider key (``groq2`` is Groq's); unknown keys are paid."""
-        value = getattr(self, f"{company_of(key_name)}_tier", "paid")
+        if key_name not in CASCADE_ORDER:
+            return "paid"
+        value = getattr(self, f"{family(key_name)}_tier")
         return "free" if value == "free" else "paid"
 
     def billing_tz(self, key_name: str) -> str:
         """``<PROVIDER>_BILLING_TZ`` of a key (default UTC)."""
-        return str(getattr(self, f"{company_of(key_name)}_billing_tz", "UTC"))
+        if key_name not in CASCADE_ORDER:
+            return "UTC"
+        return str(getattr(self, f"{family(key_name)}_billing_tz"))
 
     @property
     def tolerance_musd(self) -> int:

@@ -24,7 +24,7 @@ from importlib.metadata import PackageNotFoundError, version
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from budget.errors import BudgetConfigError, BudgetError
-from budget.prices import GENAI_PROVIDER_IDS, ModelRates, PriceCard
+from budget.prices import ModelRates, PriceCard
 from budget.windows import local_instant
 
 __all__ = [
@@ -32,7 +32,6 @@ __all__ = [
     "ExportFileError",
     "Period",
     "PeriodError",
-    "company_of",
     "parse_period",
     "price_source",
     "rates_at",
@@ -123,11 +122,6 @@ def parse_period(text: str | None, tz_name: str, now: datetime) -> Period:
 
 def _next_day(d: date, tz: ZoneInfo) -> datetime:
     return _local_midnight(d + timedelta(days=1), tz)
-
-
-def company_of(key_name: str) -> str:
-    """The provider (company) of a key name: ``groq2`` → ``groq``; unknown names unchanged."""
-    return GENAI_PROVIDER_IDS.get(key_name, key_name)
 
 
 def _genai_version() -> str:

@@ -50,8 +50,9 @@ from typing import IO, Any, BinaryIO, NamedTuple, Self, TextIO
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from budget.books import Period, company_of, price_source, rates_at, zone
+from budget.books import Period, price_source, rates_at, zone
 from budget.models import corrections, holds
+from budget.names import family
 from budget.prices import ModelRates, PriceCard
 
 __all__ = [
@@ -315,7 +316,7 @@ async def write_export(
                 row.team or "",
                 row.origin,
                 row.operation_id,
-                company_of(row.provider),
+                family(row.provider),
                 row.provider,
                 row.model,
                 int(row.usage_input or 0),

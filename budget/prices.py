@@ -41,6 +41,7 @@ from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any, Literal
 
 from budget.errors import BudgetConfigError
+from budget.names import family
 from budget.types import Usage
 
 __all__ = [
@@ -52,15 +53,6 @@ __all__ = [
 ]
 
 Tier = Literal["free", "paid"]
-
-#: genai-prices provider ids for Kopek's provider key names (groq2 is a second Groq key).
-GENAI_PROVIDER_IDS: dict[str, str] = {
-    "groq": "groq",
-    "groq2": "groq",
-    "mistral": "mistral",
-    "cerebras": "cerebras",
-    "deepseek": "deepseek",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,7 +308,7 @@ class PriceCard:
             from genai_prices import data_snapshot  # offline bundled data, no updater
 
             self._snapshot = data_snapshot.get_snapshot()
-        provider_id = GENAI_PROVIDER_IDS.get(provider, provider)
+        provider_id = family(provider)  # families are genai-prices provider ids
         try:
             _, info = self._snapshot.find_provider_model(model, None, provider_id, None)
         except LookupError:
@@ -328,8 +320,8 @@ class PriceCard:
         if key in self._models:
             return self._models[key]
         found: ModelRates | _GenaiModel | None = self._overrides.get(f"{provider}:{model}".lower())
-        if found is None and provider == "groq2":
-            found = self._overrides.get(f"groq:{model}".lower())
+        if found is None and family(provider) != provider:  # groq2 priced as groq
+            found = self._overrides.get(f"{family(provider)}:{model}".lower())
         if found is None:
             found = self._genai(provider, model)
             if found is not None:

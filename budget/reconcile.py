@@ -43,12 +43,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from budget.books import (
     ExportFileError,
     Period,
-    company_of,
     rates_at,
     usd_musd,
     zone,
 )
 from budget.money import usd_text
+from budget.names import family
 from budget.prices import PriceCard
 from budget.reconcile_ledger import EstimatedBooking, TokenSums, load_ledger
 from budget.types import Usage
@@ -263,7 +263,7 @@ async def reconcile(
         ExportFileError: the export names another provider, or none of its models is
             one Kopek uses on ``key_name``; or nothing of it falls in ``period``.
     """
-    company = company_of(key_name)
+    company = family(key_name)
     foreign = {p for p in export.providers if p not in (company, key_name.lower())}
     if foreign:
         raise ExportFileError(

@@ -25,10 +25,10 @@ import httpx
 from prometheus_client import CollectorRegistry
 
 from budget.clock import Clock
+from budget.names import CASCADE_ORDER, KINDS, family
 from budget.protocol import LedgerPort
 from llm.cascade import Cascade, CascadeConfig, EventSink, TokenCounter
 from llm.keygate import KeyStateStore
-from llm.names import CASCADE_ORDER, KINDS, family
 from llm.providers.base import Provider
 from llm.slots import LeaseStore
 
@@ -52,12 +52,15 @@ __all__ = [
 #: (mistral-small-latest 128k = 131,072; kept at 32,768 as the conservative figure
 #: of older small models); inference-docs.cerebras.ai/models (free tier 8,192 for
 #: llama-3.3-70b); api-docs.deepseek.com/quick_start/pricing (deepseek-chat 128K).
-DEFAULT_CONTEXT_WINDOWS: dict[str, int] = {
+_FAMILY_CONTEXT_WINDOWS: dict[str, int] = {
     "groq": 131_072,
-    "groq2": 131_072,
     "mistral": 32_768,
     "cerebras": 8_192,
     "deepseek": 131_072,
+}
+#: The same by key name (``groq2`` shares ``groq``'s models).
+DEFAULT_CONTEXT_WINDOWS: dict[str, int] = {
+    name: _FAMILY_CONTEXT_WINDOWS[family(name)] for name in CASCADE_ORDER
 }
 
 

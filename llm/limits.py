@@ -18,9 +18,11 @@ A model not listed has no known limit (``None``): nothing is refused because of 
 
 from __future__ import annotations
 
+from budget.names import family
+
 __all__ = ["MAX_OUTPUT_TOKENS", "max_output_tokens"]
 
-#: ``(provider, model)`` → most output tokens of one completion (see the module docstring).
+#: ``(provider family, model)`` → most output tokens of one completion (see the module docstring).
 MAX_OUTPUT_TOKENS: dict[tuple[str, str], int] = {
     ("deepseek", "deepseek-chat"): 8_192,
     ("deepseek", "deepseek-reasoner"): 65_536,
@@ -38,5 +40,4 @@ def max_output_tokens(provider: str, model: str) -> int | None:
 
     ``groq2`` (the second Groq key) shares Groq's models.
     """
-    name = "groq" if provider == "groq2" else provider
-    return MAX_OUTPUT_TOKENS.get((name, model))
+    return MAX_OUTPUT_TOKENS.get((family(provider), model))
