@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from logging.config import fileConfig
 
 from alembic import context
 from sqlalchemy import MetaData, text
@@ -12,6 +13,10 @@ from bot.migrate import MIGRATION_LOCK_KEY, refuse_unknown
 from budget.db import create_engine, make_ddl_transactional
 
 config = context.config
+
+if config.config_file_name is not None:  # the alembic command line with alembic.ini: say
+    # each step it runs ("Running downgrade 0022_… -> 0021_…"); the bot passes no file
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
 
 
 def _metadata() -> list[MetaData]:
