@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
-from decimal import ROUND_HALF_EVEN, Decimal
 from importlib.metadata import PackageNotFoundError, version
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -149,8 +148,3 @@ def rates_at(card: PriceCard, key_name: str, model: str, at: datetime) -> ModelR
         return card.rates(key_name, model, at)
     except (BudgetConfigError, LookupError):
         return None
-
-
-def usd_musd(value: Decimal) -> int:
-    """Decimal µUSD → integer µUSD, half-even (exact when ``value`` is whole)."""
-    return int(value.quantize(Decimal(1), rounding=ROUND_HALF_EVEN))

@@ -3,6 +3,8 @@
 
 * :func:`usd_to_musd` — operator-written USD (settings) → µUSD, half-even.
 * :func:`musd_to_usd` — µUSD → exact decimal USD (for figures drawn or computed on).
+* :func:`usd_to_exact_musd` — a provider's stated USD → decimal µUSD, fractions kept.
+* :func:`round_musd` — decimal µUSD → integer µUSD, half-even.
 * :func:`parse_usd` — an admin's typed amount (``0.05``, ``$0.05``) → µUSD, or ``None``.
 * :func:`usd` — µUSD → ``$0.001234`` for replies (``None`` → ``—``).
 * :func:`usd_text` — µUSD → ``$0.000700`` / ``-$1.500000`` for strings the ledger
@@ -14,7 +16,15 @@ from __future__ import annotations
 import re
 from decimal import ROUND_HALF_EVEN, Decimal
 
-__all__ = ["musd_to_usd", "parse_usd", "usd", "usd_text", "usd_to_musd"]
+__all__ = [
+    "musd_to_usd",
+    "parse_usd",
+    "round_musd",
+    "usd",
+    "usd_text",
+    "usd_to_exact_musd",
+    "usd_to_musd",
+]
 
 _MICRO = Decimal(1).scaleb(-6)
 
@@ -24,6 +34,17 @@ def usd_to_musd(usd: Decimal | None) -> int | None:
     if usd is None:
         return None
     return int((usd * 1_000_000).quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
+
+
+def usd_to_exact_musd(usd: Decimal) -> Decimal:
+    """``Decimal("0.0000015")`` USD → ``Decimal("1.5")`` µUSD: exact, fractions of a
+    µUSD kept (a provider export's costs, summed before rounding)."""
+    return usd.scaleb(6)
+
+
+def round_musd(musd: Decimal) -> int:
+    """Decimal µUSD → integer µUSD, half-even (exact when ``musd`` is whole)."""
+    return int(musd.quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
 
 
 def musd_to_usd(musd: int) -> Decimal:

@@ -44,10 +44,9 @@ from budget.books import (
     ExportFileError,
     Period,
     rates_at,
-    usd_musd,
     zone,
 )
-from budget.money import usd_text
+from budget.money import round_musd, usd_text
 from budget.names import family
 from budget.prices import PriceCard
 from budget.reconcile_ledger import EstimatedBooking, TokenSums, load_ledger
@@ -410,7 +409,7 @@ async def reconcile(
             ledger_total += led.cost_musd + est_cost
             export_total += ex_cost
             if est and ex_lines and not free and shift is not None:
-                target = usd_musd(ex_cost) - led.cost_musd
+                target = round_musd(ex_cost) - led.cost_musd
                 new = _spread(target, est)
                 plan.extend(
                     PlannedCorrection(b.hold_id, model, label, b.cost_musd, n)
@@ -444,7 +443,7 @@ async def reconcile(
         n_est = sum(est_models.values())
         if n_est:
             period_step.lines.append(
-                f"ledger {usd_text(ledger_total)} vs export {usd_text(usd_musd(export_total))}: "
+                f"ledger {usd_text(ledger_total)} vs export {usd_text(round_musd(export_total))}: "
                 f"{n_est} estimated bookings (booked at their ceiling, or ceiling + "
                 "admission margin when expired) explain the gap"
             )
@@ -491,7 +490,7 @@ async def reconcile(
             card_step.ok = False
             card_step.lines.append(
                 f"{key_name} is configured free tier but the export bills "
-                f"{usd_text(usd_musd(billed))}: set {company.upper()}_TIER=paid"
+                f"{usd_text(round_musd(billed))}: set {company.upper()}_TIER=paid"
             )
     else:
         for model in models:
@@ -536,8 +535,8 @@ async def reconcile(
                 line_fits.append((resid, name, step_rate))
             if not line_fits:
                 card_step.lines.append(
-                    f"{model}: export {usd_text(usd_musd(stated))} vs card "
-                    f"{usd_text(usd_musd(carded))}; no single price line explains it"
+                    f"{model}: export {usd_text(round_musd(stated))} vs card "
+                    f"{usd_text(round_musd(carded))}; no single price line explains it"
                 )
                 continue
             line_fits.sort(key=lambda f: f[0])
@@ -590,5 +589,5 @@ async def reconcile(
         diff_rows=diff_rows,
         plan=plan,
         ledger_musd=ledger_total,
-        export_musd=usd_musd(export_total),
+        export_musd=round_musd(export_total),
     )

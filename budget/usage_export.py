@@ -28,6 +28,7 @@ from typing import Literal
 from zoneinfo import ZoneInfo
 
 from budget.books import ExportFileError, zone
+from budget.money import usd_to_exact_musd
 from budget.windows import local_instant
 
 __all__ = [
@@ -142,7 +143,7 @@ def _usd(value: str | None, column: str, line_no: int) -> Decimal:
         ) from None
     if not usd.is_finite() or usd < 0 or usd > Decimal(10) ** 9:
         raise ExportFileError(f"line {line_no}: {column} {text[:20]!r} is not a USD amount ≥ 0")
-    return usd.scaleb(6)  # exact µUSD
+    return usd_to_exact_musd(usd)
 
 
 def _local_bucket(

@@ -12,7 +12,14 @@ from pydantic import ValidationError
 from bot.logs import RedactSecrets
 from bot.settings import Settings
 from budget.__main__ import BooksSettings
-from budget.money import musd_to_usd, parse_usd, usd, usd_to_musd
+from budget.money import (
+    musd_to_usd,
+    parse_usd,
+    round_musd,
+    usd,
+    usd_to_exact_musd,
+    usd_to_musd,
+)
 
 
 def test_usd_display_is_exact() -> None:
@@ -54,6 +61,13 @@ def test_musd_to_usd_is_exact() -> None:
     assert musd_to_usd(1) == Decimal("0.000001")
     assert musd_to_usd(1_234_567) == Decimal("1.234567")
     assert musd_to_usd(-700) == Decimal("-0.0007")
+
+
+def test_exact_musd_and_its_rounding() -> None:
+    """A provider's USD keeps fractions of a µUSD until rounded half-even once."""
+    assert usd_to_exact_musd(Decimal("0.0000015")) == Decimal("1.5")
+    assert usd_to_exact_musd(Decimal("12.345678")) == Decimal(12_345_678)
+    assert [round_musd(Decimal(x)) for x in ("1.5", "2.5", "2.5000001", "-0.5")] == [2, 2, 3, 0]
 
 
 @pytest.mark.parametrize(
