@@ -57,7 +57,11 @@ async def test_limits_teams_budget_report_and_chart(
     mark = fake_telegram.mark()
     fake_telegram.inject_message(ADMIN, "/budget chart")
     photo = await fake_telegram.wait_for(
-        lambda m: m.chat_id == ADMIN and m.method == "sendPhoto", since=mark
+        # the first chart imports matplotlib and renders off the loop: seconds on a
+        # loaded machine (10 s was too short at load average 15)
+        lambda m: m.chat_id == ADMIN and m.method == "sendPhoto",
+        since=mark,
+        timeout=60,
     )
     assert photo.file is not None and photo.file["size"] > 1000
     assert await bot.stop() == 0

@@ -48,15 +48,24 @@ async def test_the_limit_holds_across_processes_exactly(process: Process) -> Non
     running = 0
     peak = 0
     done = 0
+    changed = asyncio.Condition()
 
     async def call(i: int) -> None:
         nonlocal running, peak, done
         async with slots[i % 3].slot(0):
-            running += 1
-            peak = max(peak, running)
-            await asyncio.sleep(0.03)
-            running -= 1
-            done += 1
+            async with changed:
+                running += 1
+                peak = max(peak, running)
+                changed.notify_all()
+                # stay until three run at once, or all that are left run: the peak then
+                # shows the limit, not how fast leases were taken on a loaded machine (a
+                # fixed 30 ms stay gave a peak of 2 under load average 15)
+                await changed.wait_for(lambda: running >= min(3, 15 - done))
+            await asyncio.sleep(0.005)
+            async with changed:
+                running -= 1
+                done += 1
+                changed.notify_all()
 
     await asyncio.wait_for(asyncio.gather(*(call(i) for i in range(15))), timeout=60)
     assert (peak, done) == (3, 15)
