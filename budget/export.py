@@ -17,10 +17,14 @@ Columns of the attempts file (:data:`EXPORT_COLUMNS`): ``utc_time`` and
 BUDGET_TZ), ``user_id``, ``team``, ``origin`` (chat/digest), ``operation_id``,
 ``provider`` (the company, e.g. ``groq``), ``key_name`` (the configured key, e.g.
 ``groq2``), ``model``, token counts (``input_tokens`` counts every prompt token,
-cached ones included; ``output_tokens`` counts reasoning), unit prices in USD per
-1M tokens (the card's list price at the attempt's start) and ``price_source``
-(``genai-prices <version>`` or ``override: …``), ``price_version`` (the card the
-ledger priced it with), ``cost_musd`` (what the ledger booked, corrections
+cached ones included; ``output_tokens`` counts reasoning), ``current_*_usd_per_mtok``
+(unit prices in USD per 1M tokens at the attempt's start, from the price card of the
+process that exports — its ``PRICE_OVERRIDES`` —, not necessarily the card the attempt
+was booked with: the ledger keeps only that card's version) and
+``current_price_source`` (``genai-prices <version>`` or ``override: …``),
+``price_version`` (the version of the card the ledger priced it with),
+``prices_as_booked`` (1 when that version is the exporting card's, so the unit prices
+are the booking's; 0 when they may differ), ``cost_musd`` (what the ledger booked, corrections
 included), ``list_price_musd`` (the list-price equivalent; for free tiers what the
 call would have cost), and the flags ``estimated``, ``late``, ``stopped``,
 ``corrected`` (0/1), ``state`` and ``hold_id``.
@@ -84,11 +88,12 @@ EXPORT_COLUMNS: tuple[str, ...] = (
     "cached_input_tokens",
     "output_tokens",
     "reasoning_tokens",
-    "input_usd_per_mtok",
-    "cached_input_usd_per_mtok",
-    "output_usd_per_mtok",
-    "price_source",
+    "current_input_usd_per_mtok",
+    "current_cached_input_usd_per_mtok",
+    "current_output_usd_per_mtok",
+    "current_price_source",
     "price_version",
+    "prices_as_booked",
     "cost_musd",
     "list_price_musd",
     "estimated",
@@ -274,7 +279,9 @@ async def write_export(
 
     Args:
         engine: the bot's database (the ledger's tables).
-        card: the price card (unit prices and their source per row).
+        card: the exporting process's price card (the ``current_*`` unit prices and
+            their source per row; ``prices_as_booked`` compares its version with the
+            hold's ``price_version``).
         period: which attempts (by grant time).
         out: text stream for the attempts file (opened with ``newline=""``).
         totals_out: text stream for the totals file (``None``: not written).
@@ -328,6 +335,7 @@ async def write_export(
                 _dec(rates.output) if rates else "",
                 source,
                 row.price_version or "",
+                int(row.price_version == card.version),
                 int(row.actual_musd or 0),
                 "" if row.list_actual_musd is None else int(row.list_actual_musd),
                 int(row.estimated or 0),

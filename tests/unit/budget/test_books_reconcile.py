@@ -29,7 +29,7 @@ from budget.db import create_engine
 from budget.export import EXPORT_COLUMNS, write_export
 from budget.ledger import Ledger
 from budget.models import create_schema
-from budget.prices import PriceCard, ProviderModel
+from budget.prices import PriceCard, ProviderModel, parse_overrides
 from budget.reconcile import reconcile
 from budget.sqlite_store import SqliteStore
 from budget.types import Level, Origin, Usage, Window
@@ -122,6 +122,33 @@ async def _report(b: Books, data: bytes, tz: str = "UTC", name: str = "usage.csv
 # -- export -------------------------------------------------------------------------
 
 
+async def test_unit_prices_say_they_are_the_current_card_and_whether_it_booked_them(
+    books: Books,
+) -> None:
+    """The unit-price columns come from the exporting process's card: an export run
+    without the bot's PRICE_OVERRIDES printed $0.28 beside a cost booked at $10 per 1M
+    (trial 12b, F8). The header says ``current_…``, and ``prices_as_booked`` is 1 only
+    when the hold's ``price_version`` is the exporting card's."""
+    period = parse_period("2026-01-14", "UTC", books.clock.now())
+    for card, as_booked, price in (
+        (books.card, "1", "0.28"),
+        (
+            PriceCard(
+                [ProviderModel(KEY, MODEL, "paid")],
+                overrides=parse_overrides({f"{KEY}:{MODEL}": {"input": "10", "output": "20"}}),
+            ),
+            "0",
+            "10",
+        ),
+    ):
+        out = io.StringIO(newline="")
+        await write_export(books.engine, card, period, out, key_name=KEY)
+        rows = list(csv.DictReader(io.StringIO(out.getvalue())))
+        assert rows and {r["prices_as_booked"] for r in rows} == {as_booked}
+        assert {r["current_input_usd_per_mtok"] for r in rows} == {price}
+        assert {r["price_version"] for r in rows} == {books.card.version}
+
+
 async def test_export_rows_sum_to_the_settlements_with_prices_and_totals(books: Books) -> None:
     """One row per booked attempt of the day, the cost column sums to the ledger's
     settlements, unit prices and their source are filled, and the totals file's
@@ -140,13 +167,13 @@ async def test_export_rows_sum_to_the_settlements_with_prices_and_totals(books: 
     assert len(rows) == summary.rows == expected[0] == 24 + 2
     assert sum(int(r["cost_musd"]) for r in rows) == summary.cost_musd == expected[1]
     paid = [r for r in rows if r["key_name"] == KEY]
-    assert {r["input_usd_per_mtok"] for r in paid} == {"0.28"}
-    assert paid[0]["price_source"].startswith("override: api-docs.deepseek.com")
+    assert {r["current_input_usd_per_mtok"] for r in paid} == {"0.28"}
+    assert paid[0]["current_price_source"].startswith("override: api-docs.deepseek.com")
     free = [r for r in rows if r["key_name"] == "groq"]
     assert {r["cost_musd"] for r in free} == {"0"} and all(
         int(r["list_price_musd"]) > 0 for r in free
     )
-    assert free[0]["price_source"].startswith("genai-prices ")
+    assert free[0]["current_price_source"].startswith("genai-prices ")
     assert paid[0]["local_time"].endswith("+09:00") and paid[0]["utc_time"].endswith("+00:00")
     all_row = [r for r in csv.reader(io.StringIO(totals.getvalue())) if r[0] == "all"]
     assert all_row == [["all", "2026-01-14", str(len(rows)), *all_row[0][3:]]]
