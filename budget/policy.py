@@ -456,7 +456,7 @@ def audit_mismatches(
                 )
                 if state == "held":
                     e[1] += ceiling
-                elif state == "expired":  # booked at the ceiling by the sweep
+                elif state == "expired":  # booked at its bound by the sweep
                     e[0] += actual or 0
                 elif state == "settled":
                     e[0] += actual or 0

@@ -178,9 +178,9 @@ class LedgerPort(Protocol):
 
     async def settle(self, hold_id: str, usage: Usage, *, estimated: bool = False) -> int:
         """Replace the hold by its actual cost (returned, µUSD), booked in the hold's
-        windows. Idempotent; an expired hold (already booked at its ceiling,
-        estimated) is corrected to the actual, once. ``estimated`` flags an
-        interrupted call settled by the interrupted-call rule."""
+        windows. Idempotent; an expired hold (already booked at its bound,
+        ceiling plus admission margin, estimated) is corrected to the actual, once.
+        ``estimated`` flags an interrupted call settled by the interrupted-call rule."""
         ...
 
     async def release(self, hold_id: str) -> None:

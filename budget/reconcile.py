@@ -16,7 +16,8 @@ The comparison follows the design's order, each step reported:
    input or output) whose rate explains the difference, the rate the export implies,
    and the ``PRICE_OVERRIDES`` entry that would fix the card.
 
-Bookings flagged *estimated* (booked at the ceiling after a crash or a timeout) are
+Bookings flagged *estimated* (booked at the bound — ceiling plus admission margin — after
+a crash, at the ceiling after a timeout) are
 counted apart: they explain a ledger above the export and are what
 ``/reconcile apply`` (:mod:`budget.corrections`) replaces with the export's figures.
 

@@ -1,6 +1,7 @@
 """The ledger's side of a reconciliation: the attempts of one provider key booked in a
 period, summed per 15-minute slot and model (exact bookings) and listed one by one
-(bookings flagged *estimated*, booked at the ceiling after a crash or a timeout).
+(bookings flagged *estimated*, booked at the bound — ceiling plus admission margin —
+after a crash, at the ceiling after a timeout).
 
 Read through :func:`budget.export.booked_attempts`, the same rows ``/budget export``
 writes; costs in µUSD, tokens as the provider reported them.
@@ -60,12 +61,14 @@ class TokenSums:
 
 @dataclass(frozen=True, slots=True)
 class EstimatedBooking:
-    """An attempt booked at its ceiling and flagged estimated.
+    """An attempt booked without the provider's usage and flagged estimated (at its
+    bound, ceiling plus admission margin, after a crash; at its ceiling after a timeout).
 
     Attributes:
         hold_id, model: which.
         at: its grant (epoch seconds).
-        cost_musd: what the ledger books for it now (its ceiling, or a correction).
+        cost_musd: what the ledger books for it now (its bound or ceiling, or a
+            correction).
         ceiling_musd: its ceiling (a correction never goes above it).
         floor_musd: the cost of its input tokens alone (never below it).
         tokens: the tokens the estimate assumed (input + max_tokens).

@@ -15,7 +15,8 @@ operation and request admission, settle, release, the end of an operation, the m
 counter and calibration are *grouped* (committed before they are answered, fsync'd by
 the next durable group). A power cut
 can lose only grouped steps: a lost settle or release leaves its hold, which the next
-start books at its ceiling (never less than real); a lost admission took no money.
+start books at its bound, ceiling plus admission margin (never less than real); a lost
+admission took no money.
 
 One bot process per file (:mod:`budget.instance_lock`): the holds of any other
 process id are swept at start. Times are epoch seconds from the ledger's clock;
