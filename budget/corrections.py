@@ -72,12 +72,14 @@ def applies(
 ) -> bool:
     """Whether ``item`` may be booked on a hold now in ``state`` (``None``: no such hold):
     still an estimated booking (settled or expired), still at the amount the report
-    saw, and the new cost between 0 and the hold's ceiling."""
+    saw, and the new cost between 0 and the larger of the hold's ceiling and what it is
+    booked at now (an expired hold's bound, ceiling + admission margin: a bill above the
+    ceiling — the provider counted more input tokens — stays booked up to the bound)."""
     return (
         state in ("settled", "expired")
         and estimated
         and actual_musd == item.old_musd
-        and 0 <= item.new_musd <= ceiling_musd
+        and 0 <= item.new_musd <= max(ceiling_musd, item.old_musd)
     )
 
 

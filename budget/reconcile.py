@@ -217,10 +217,13 @@ def _fmt_rate(value: Decimal) -> str:
 
 
 def _spread(target: int, bookings: list[EstimatedBooking]) -> list[int]:
-    """Split ``target`` µUSD over ``bookings``, each within [floor, ceiling],
-    proportional to its room above the floor (largest remainder; integers)."""
+    """Split ``target`` µUSD over ``bookings``, each within [floor, top], proportional
+    to its room above the floor (largest remainder; integers). The top is the larger of
+    the ceiling and what the booking is now (an expired hold's bound: ceiling +
+    admission margin): capping a bill above the ceiling at the ceiling would book less
+    than the provider billed."""
     lo = [b.floor_musd for b in bookings]
-    hi = [b.ceiling_musd for b in bookings]
+    hi = [max(b.ceiling_musd, b.cost_musd) for b in bookings]
     if target <= sum(lo):
         return lo
     if target >= sum(hi):

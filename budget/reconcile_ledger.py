@@ -69,7 +69,8 @@ class EstimatedBooking:
         at: its grant (epoch seconds).
         cost_musd: what the ledger books for it now (its bound or ceiling, or a
             correction).
-        ceiling_musd: its ceiling (a correction never goes above it).
+        ceiling_musd: its ceiling (a correction never goes above it, nor above
+            ``cost_musd`` when that is higher: an expired hold's bound).
         floor_musd: the cost of its input tokens alone (never below it).
         tokens: the tokens the estimate assumed (input + max_tokens).
     """
