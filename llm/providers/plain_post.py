@@ -9,7 +9,7 @@ client) ~0.3 ms and ~0.8 ms (``python`` microbenchmark, client and server in one
 process). The streamed call keeps each SDK's client.
 
 Behaviour kept from the ``httpx`` clients: the proxy named by the environment
-(``HTTPS_PROXY``/``HTTP_PROXY``, ``NO_PROXY``; read once per URL with
+(``HTTPS_PROXY``/``HTTP_PROXY``, else ``ALL_PROXY``; ``NO_PROXY``; read once per URL with
 :func:`urllib.request.getproxies` — aiohttp's own ``trust_env`` reads it, and
 ``.netrc``, in the executor's thread on every request), no redirects followed, the
 process's TLS context, and the failure split of
@@ -103,11 +103,13 @@ class PlainPost:
 
 def env_proxy(url: str) -> str | None:
     """The proxy the environment names for ``url`` (``None``: none, or ``NO_PROXY``
-    exempts its host)."""
+    exempts its host): ``<SCHEME>_PROXY``, else ``ALL_PROXY`` — as httpx reads them, so
+    the plain call and the streamed one take the same way out."""
     parts = urlsplit(url)
     if parts.hostname is None or proxy_bypass(parts.hostname):
         return None
-    return getproxies().get(parts.scheme)
+    proxies = getproxies()
+    return proxies.get(parts.scheme) or proxies.get("all")
 
 
 def aiohttp_transport_error(provider: str, exc: BaseException) -> ProviderUnavailable:

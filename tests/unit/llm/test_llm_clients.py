@@ -310,12 +310,18 @@ async def test_groq_connection_refused_is_unavailable_not_interrupted(make_clien
 def test_the_plain_call_takes_the_proxy_the_environment_names(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """HTTPS_PROXY applies to the plain call's URL unless NO_PROXY exempts its host."""
+    """HTTPS_PROXY (else ALL_PROXY, as httpx reads it) applies to the plain call's URL
+    unless NO_PROXY exempts its host (trial 10 F3: ALL_PROXY was ignored)."""
     from llm.providers.plain_post import env_proxy
 
-    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
-        monkeypatch.delenv(name, raising=False)
+    for scheme in ("HTTPS", "HTTP", "ALL", "NO"):
+        monkeypatch.delenv(f"{scheme}_PROXY", raising=False)
+        monkeypatch.delenv(f"{scheme.lower()}_proxy", raising=False)
     assert env_proxy("https://api.groq.com/openai/v1/chat/completions") is None
+    monkeypatch.setenv("ALL_PROXY", "http://all.example:8080")  # as httpx: the fallback
+    assert env_proxy("https://api.groq.com/openai/v1/chat/completions") == (
+        "http://all.example:8080"
+    )
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
     assert env_proxy("https://api.groq.com/openai/v1/chat/completions") == (
         "http://proxy.example:3128"
