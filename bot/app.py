@@ -370,7 +370,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         if name not in ("update", "error"):
             observer.middleware(gate)
 
-    return App(
+    app = App(
         settings=settings,
         clock=clock,
         engine=engine,
@@ -394,3 +394,11 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         schema=SchemaWatch(engine, clock),
         is_control=lambda update: rate.is_control(update, bot),
     )
+    if on_postgres:  # a process taken for dead stops acting (bot/fence.py)
+        from bot.fence import FenceGate
+        from budget.pg_store import PgStore
+
+        assert isinstance(ledger.store, PgStore)
+        bot.session.middleware(FenceGate(ledger.store))
+        ledger.store.on_fenced.append(app.fence)
+    return app

@@ -20,9 +20,10 @@ deletes the webhook (other replicas serve it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import httpx
@@ -123,6 +124,24 @@ class App:
     is_control: Callable[[Update], Awaitable[bool]]
     _metrics: MetricsServer | None = None
     _lost_watch: asyncio.Task[None] | None = None
+    #: set once this process was taken for dead by another (:mod:`bot.fence`)
+    fenced: asyncio.Event = field(default_factory=asyncio.Event)
+    _stopping: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def fence(self) -> None:
+        """This process was taken for dead (the ledger store's callback, once): take
+        no more updates (``/readyz`` and the webhook answer 503; polling stops) — the
+        run then ends with :class:`bot.fence.ProcessFenced` (exit code 1)."""
+        self.readiness.mark_stopping()
+        self.fenced.set()
+        if not self.settings.webhook_mode:
+            task = asyncio.create_task(self._stop_polling(), name="fenced-stop-polling")
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
+
+    async def _stop_polling(self) -> None:
+        with contextlib.suppress(RuntimeError):  # polling not started (or stopped)
+            await self.dispatcher.stop_polling()
 
     async def on_startup(self) -> None:
         """The schema first (another process may have migrated it past this code since
@@ -250,7 +269,8 @@ class App:
         self.readiness.mark_stopping()
         log.info("stopping: in-flight chat operations=%d", self.chat.in_flight)
         await self.chat.drain(
-            self.settings.shutdown_grace_seconds,
+            # a fenced process drains nothing: its work was taken over (bot/fence.py)
+            0.0 if self.fenced.is_set() else self.settings.shutdown_grace_seconds,
             stop_streams=lambda: self.streams.stop_all("shutdown"),
         )
         # answers sent after the chat's part (a send, an outbox row) record their

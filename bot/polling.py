@@ -69,7 +69,9 @@ async def run(settings: Settings) -> int:
     refused database login, token refused by Telegram, prices, a webhook set for the
     token while this process would poll); 1 when Telegram or the
     PostgreSQL server cannot be reached at start, Telegram answers with something that
-    is not a Telegram response, or anything unexpected ends the bot. Each failure is
+    is not a Telegram response, anything unexpected ends the bot, or another process
+    took this one for dead (PostgreSQL: its heartbeat late by more than
+    ``PROCESS_DEAD_AFTER_SECONDS``; :mod:`bot.fence`) — the supervisor restarts it. Each failure is
     one line on stderr, secrets redacted (:mod:`bot.database`).
     """
     problem = check_settings(settings, SystemClock())
@@ -118,6 +120,7 @@ async def _poll(settings: Settings) -> int:
     )
 
     from bot.app import create_app
+    from bot.fence import ProcessFenced
     from bot.lifecycle import WebhookIsSet
 
     try:
@@ -141,6 +144,11 @@ async def _poll(settings: Settings) -> int:
                 tasks_concurrency_limit=settings.intake_max_concurrent,
                 polling_timeout=30,
             )
+            if app.fenced.is_set():  # polling stopped by the fence (bot/fence.py)
+                raise ProcessFenced()
+    except ProcessFenced as exc:  # taken for dead by another: stopped, nothing drained
+        _fail(str(exc), settings)
+        return 1
     except SchemaMismatch as exc:  # a newer version migrated since this one's migrations
         _fail(start_failure(exc, settings.database_url)[1], settings)
         await app.close_after_failed_start()

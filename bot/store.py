@@ -238,9 +238,11 @@ class Intake:
         One process per database (SQLite): every such message is a previous process's;
         call once at start-up, before updates are taken. Shared (PostgreSQL): only those
         of processes without a heartbeat for ``dead_after_s`` (and those recorded without
-        a process — by an older version — that long ago); call at start and then
-        periodically. One ``UPDATE … RETURNING``: of several processes asking at once,
-        each message goes to one, so its user is asked to resend once.
+        a process — by an older version — that long ago), whose rows in
+        ``budget_processes`` are deleted first in the same transaction (declared dead:
+        such a process that wakes is fenced, :class:`budget.pg_store.PgStore`); call at
+        start and then periodically. One ``UPDATE … RETURNING``: of several processes
+        asking at once, each message goes to one, so its user is asked to resend once.
         """
         lost = SeenMessage.status == "received"
         if self._shared is not None:
@@ -262,6 +264,20 @@ class Intake:
                 ),
             )
         async with self._sessions() as session:
+            if self._shared is not None:
+                # declared dead first (their rows deleted, as the ledger's sweep does:
+                # :data:`budget.pg_holds.DECLARE_DEAD`): one that wakes is fenced and
+                # never answers a message its user is asked here to resend
+                stale = (
+                    select(processes.c.process_id)
+                    .where(
+                        processes.c.heartbeat_at <= dead_before,
+                        processes.c.process_id != process_id,
+                    )
+                    .order_by(processes.c.process_id)
+                    .with_for_update()
+                )
+                await session.execute(delete(processes).where(processes.c.process_id.in_(stale)))
             rows = (
                 await session.execute(
                     update(SeenMessage)

@@ -42,6 +42,7 @@ import logging
 import re
 import secrets
 import signal
+from collections.abc import Coroutine
 from typing import Any, Literal
 
 from aiogram.methods import TelegramMethod
@@ -50,6 +51,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from bot.context import Outcome
+from bot.fence import ProcessFenced
 from bot.health import add_health_routes
 from bot.i18n import pick_language
 from bot.lifecycle import App
@@ -287,7 +289,8 @@ class WebhookServer:
         await self.stop_listening()
         log.info("stopping: in-flight chat operations=%d", app.chat.in_flight)
         await app.chat.drain(
-            app.settings.shutdown_grace_seconds,
+            # a fenced process drains nothing: its work was taken over (bot/fence.py)
+            0.0 if app.fenced.is_set() else app.settings.shutdown_grace_seconds,
             stop_streams=lambda: app.streams.stop_all("shutdown"),
         )
         pending = set(self._tasks)
@@ -309,10 +312,23 @@ class WebhookServer:
             self._site = None
 
 
+async def _first(*waits: Coroutine[Any, Any, object]) -> None:
+    """Wait until the first of ``waits`` is done (the others are cancelled)."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def serve_webhook(
     app: App, *, stop: asyncio.Event | None = None, handle_signals: bool = True
 ) -> None:
-    """Run one webhook replica until SIGTERM/SIGINT (or ``stop``), then drain.
+    """Run one webhook replica until SIGTERM/SIGINT (or ``stop``), then drain — or
+    until this process is fenced (taken for dead by another, :mod:`bot.fence`): then
+    it stops at once, drains nothing, and :class:`bot.fence.ProcessFenced` is raised.
 
     Order: bind (a taken port fails before Telegram is called), the start-up hooks
     (``setWebhook``, see :meth:`bot.lifecycle.App.on_startup`), ready; on the signal,
@@ -343,8 +359,10 @@ async def serve_webhook(
             server.port,
             settings.webhook_path,
         )
-        await stop.wait()
+        await _first(stop.wait(), app.fenced.wait())
         await server.drain()
+        if app.fenced.is_set():
+            raise ProcessFenced()
     finally:
         for sig in signals:
             with contextlib.suppress(ValueError, RuntimeError):

@@ -479,7 +479,7 @@ class Ledger(LedgerAdmin):
         return "server" if self.store.name == "postgresql" else "storage"
 
     def _unavailable(self, reason: str) -> None:
-        if reason in self._told:
+        if reason in self._told or reason == "fenced":  # the store logged it (pg_store)
             return
         self._told.add(reason)
         if reason == "storage":

@@ -59,7 +59,7 @@ from budget.steps import Booking, expiry_booking, release_booking
 from budget.store import Pricer, SettleOutcome, SweepOutcome
 from budget.types import Level, Usage, Window
 
-__all__ = ["Settled", "release", "settle", "sweep"]
+__all__ = ["DECLARE_DEAD", "Settled", "release", "settle", "sweep"]
 
 #: A hold's row (``HOLD_ROW`` columns, then the margin its buckets hold for it).
 _HOLD_ROW = once(
@@ -302,6 +302,19 @@ async def _release_locked(
     return True
 
 
+#: Declare dead (delete the rows of) the processes without a heartbeat after $1
+#: (epoch seconds), except $2 (the caller): locked in id order first, so two
+#: processes declaring at once do not deadlock, and a late heartbeat either lands
+#: before (the process stays) or finds its row gone (it is fenced:
+#: :class:`budget.pg_store.PgStore`). Absent counts as dead everywhere (holds,
+#: operations, call leases, digest claims, intake).
+DECLARE_DEAD = (
+    "DELETE FROM budget_processes WHERE process_id IN (SELECT process_id"
+    " FROM budget_processes WHERE heartbeat_at <= $1 AND process_id <> $2"
+    " ORDER BY process_id FOR UPDATE)"
+)
+
+
 async def sweep(
     conn: Any, cfg: LedgerConfig, process_id: str, now: datetime, dead_before: float
 ) -> SweepOutcome:
@@ -310,10 +323,13 @@ async def sweep(
     bound, estimated (:func:`budget.steps.expiry_booking`), its booked margin taken
     out of its buckets; a held hold whose margin is not in its buckets (granted by an
     older version) gets it added there. Holds are locked in id
-    order, their buckets in key order (all deltas summed first), then operations; last,
-    the ``budget_processes`` rows of dead processes with nothing left held or open are
-    deleted (so the register does not grow with every restart)."""
+    order, their buckets in key order (all deltas summed first), then operations.
+    First of all, the ``budget_processes`` rows of dead processes are deleted
+    (:data:`DECLARE_DEAD`): that is what declares them dead — a process that wakes
+    finds its row gone and is fenced — and the register does not grow with every
+    restart."""
     t = now.timestamp()
+    await conn.execute(DECLARE_DEAD, dead_before, process_id)
     dead = (
         "process_id <> $2 AND process_id NOT IN"
         " (SELECT process_id FROM budget_processes WHERE heartbeat_at > $3)"
@@ -363,17 +379,6 @@ async def sweep(
         t,
         process_id,
         dead_before,
-    )
-    # a dead process whose holds and operations are all booked or ended leaves the
-    # register (absent counts as dead everywhere: a live one re-registers at its beat)
-    await conn.execute(
-        "DELETE FROM budget_processes p WHERE p.heartbeat_at <= $1 AND p.process_id <> $2"
-        " AND NOT EXISTS (SELECT 1 FROM budget_holds h"
-        " WHERE h.process_id = p.process_id AND h.state = 'held')"
-        " AND NOT EXISTS (SELECT 1 FROM budget_operations o"
-        " WHERE o.process_id = p.process_id AND o.ended_at IS NULL)",
-        dead_before,
-        process_id,
     )
     booked_total = sum(e[2] for e in expired)
     tripped = await auto_kill(conn, cfg, now) if booked_total > 0 else None

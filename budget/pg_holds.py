@@ -31,6 +31,10 @@ deadlock each other:
   :func:`budget.pg_ends.sweep` adds its margin to its buckets (until then a hold
   checked here does not count that margin).
 * ``begin_operation`` — a per-user advisory lock, then the admission counts.
+* Fencing: a process whose ``budget_processes`` row is gone was declared dead by
+  another (:data:`budget.pg_ends.DECLARE_DEAD`): its admission read and its grant
+  check the row (in the same statements, one index lookup) — no operation, no hold,
+  so no provider call for work another process took over (:class:`Fenced`).
 
 Rules from :mod:`budget.policy` and :mod:`budget.steps`, statements shared with
 SQLite from :mod:`budget.ledger_sql`; times are epoch seconds of the ledger clock,
@@ -92,6 +96,7 @@ from budget.windows import window_keys
 
 __all__ = [
     "KNOWN_MAX",
+    "Fenced",
     "Known",
     "begin_operation",
     "begin_request",
@@ -109,7 +114,8 @@ _ADMISSION_READ = (
     + ", (SELECT COUNT(*) FROM budget_operations WHERE user_id = $1 AND ended_at IS NULL"
     " AND expires_at > $3), (SELECT COUNT(*) FROM budget_operations WHERE user_id = $1"
     " AND started_at > $4), (SELECT MIN(started_at) FROM budget_operations"
-    " WHERE user_id = $1 AND started_at > $4)"
+    " WHERE user_id = $1 AND started_at > $4),"
+    " EXISTS (SELECT 1 FROM budget_processes WHERE process_id = $5)"
 )
 _REQUEST_READ = (
     "SELECT user_id, max_requests, requests, EXISTS (SELECT 1 FROM budget_requests"
@@ -132,8 +138,11 @@ _RESERVE_READ = (
     + LIMITS
     + ", "
     + _LIMITS_DIGEST
-    + " FROM budget_operations o WHERE o.operation_id = $1 AND o.ended_at IS NULL"
+    + ", EXISTS (SELECT 1 FROM budget_processes p WHERE p.process_id = o.process_id)"
+    " FROM budget_operations o WHERE o.operation_id = $1 AND o.ended_at IS NULL"
 )
+#: Is this process ($1) registered (not declared dead by another)?
+_REGISTERED = "SELECT EXISTS (SELECT 1 FROM budget_processes WHERE process_id = $1)"
 
 
 #: A granted hold whose margin this store books in its buckets (``margin_booked``).
@@ -143,14 +152,16 @@ _HOLD_INSERT = once(
 #: A hold's grant in ONE statement: add the ceiling to held and the margin to the
 #: margins of every bucket of the hold ($1..$8, :data:`budget.pg_rows.BOOK`: created
 #: if missing, locked in key order — first, the lock order), then charge the
-#: operation if its cap allows ($9 ceiling, $10 expiry; after the buckets: the
-#: subquery on ``b`` runs first), insert the hold ($11..$31); returns whether the
+#: operation if its cap allows and its process is registered ($9 ceiling, $10
+#: expiry, $29 the hold's process — else it was declared dead: fenced; after the
+#: buckets: the subquery on ``b`` runs first), insert the hold ($11..$31); returns whether the
 #: operation was charged and the buckets' new values. The transaction's COMMIT
 #: follows it at once (or a ROLLBACK, if the policy refuses).
 _GRANT_WRITES = (
     "WITH b AS (" + BOOK + "), o AS (UPDATE budget_operations"  # noqa: S608 - fixed fragments
     " SET committed_musd = committed_musd + $9, expires_at = GREATEST(expires_at, $10)"
     " WHERE operation_id = $12 AND ended_at IS NULL AND committed_musd + $9 <= max_musd"
+    " AND EXISTS (SELECT 1 FROM budget_processes WHERE process_id = $29)"
     " AND (SELECT COUNT(*) FROM b) >= 0 RETURNING 1), h AS (" + shift(_HOLD_INSERT, 10) + ")"
 )
 _GRANT = (
@@ -201,9 +212,11 @@ async def begin_operation(
     are read after it, so two processes never both take the last slot)."""
     t = now.timestamp()
     await conn.execute(_ADMISSION_LOCK, str(user_id))
-    team, kills, open_ops, recent, oldest = await conn.fetchrow(
-        _ADMISSION_READ, user_id, str(user_id), t, t - 60.0
+    team, kills, open_ops, recent, oldest, registered = await conn.fetchrow(
+        _ADMISSION_READ, user_id, str(user_id), t, t - 60.0, process_id
     )
+    if not registered:
+        raise Fenced()
     refusal = admission_refusal(
         pick_kill(kill_state(k) for k in kills),
         open_ops,
@@ -292,6 +305,11 @@ async def reserve(
     return ticket
 
 
+class Fenced(Exception):
+    """This process's ``budget_processes`` row is gone: another declared it dead
+    (nothing was written; :meth:`budget.pg_store.PgStore.tx` fences the process)."""
+
+
 class _NotAtOnce(Exception):
     """The one-statement grant did not fit (nothing written): decide under locks."""
 
@@ -358,9 +376,13 @@ async def _reserve(
         digest, limits = cached
     else:
         row = await conn.fetchrow(_RESERVE_READ, operation_id)
-        if row is None:
+        if row is None:  # ended: by a takeover, if this process was declared dead
+            if not await conn.fetchval(_REGISTERED, process_id):
+                raise Fenced()
             raise UnknownOperation(operation_id)
-        user_id, origin, team, max_musd, committed, kills, limit_rows, digest = row
+        user_id, origin, team, max_musd, committed, kills, limit_rows, digest, alive = row
+        if not alive:
+            raise Fenced()
         early = reserve_refusal(
             pick_kill(kill_state(k) for k in kills), committed, ceiling_musd, max_musd
         )

@@ -29,7 +29,14 @@ Liveness: :meth:`PgStore.open` registers the process in ``budget_processes`` and
 updates its heartbeat every ``process_heartbeat_s`` seconds of the ledger clock; a
 sweep books (at the ceiling, estimated) only the holds past their TTL or of
 processes whose heartbeat is older than ``process_dead_after_s`` — never those of a
-live process. Times are epoch seconds of the ledger clock in Python and in the SQL,
+live process. Declaring a process dead is deleting its row (the sweep, and the bot's
+look for its messages, do it first in their transaction:
+:data:`budget.pg_ends.DECLARE_DEAD`); a process whose row is gone is *fenced*
+(:attr:`PgStore.lost` = ``"fenced"``): its heartbeat never registers it again, it is
+granted no operation and no hold (the grant checks the row in the same statement),
+and :meth:`PgStore.confirm_lease` tells its callers before they act.
+
+Times are epoch seconds of the ledger clock in Python and in the SQL,
 ``timestamptz`` in the tables (the pool's codec converts: :mod:`budget.pg_time`);
 money is integer µUSD (``BIGINT``).
 
@@ -54,10 +61,10 @@ from budget import pg_holds as holds
 from budget.clock import Clock
 from budget.config import LedgerConfig
 from budget.errors import HoldRefused, LedgerUnavailable
-from budget.failure_log import FailureLog
 from budget.ledger_sql import EVENT_INSERT, refusal_event_row
 from budget.pg_admin import RETRIES, RETRYABLE, STORAGE, Body, PgRowSteps
 from budget.pg_burn import BurnGate
+from budget.pg_lease import PgLease
 from budget.pg_rows import (
     PgCursor,
     Refused,
@@ -98,7 +105,7 @@ async def keep_session(conn: Any) -> None:
     del conn
 
 
-class PgStore(PgRowSteps):
+class PgStore(PgLease, PgRowSteps):
     """The ledger on PostgreSQL (module docstring).
 
     Args:
@@ -146,7 +153,7 @@ class PgStore(PgRowSteps):
         self._burn = BurnGate()
         #: what this process's holds and settles need not read back
         self._known = holds.Known()
-        self.lost = ""
+        self._init_lease()
 
     @property
     def location(self) -> str:
@@ -180,28 +187,6 @@ class PgStore(PgRowSteps):
         if self._run_heartbeat:
             self._heartbeat = asyncio.create_task(self._beat_loop(), name="ledger-heartbeat")
 
-    async def beat(self) -> None:
-        """Record this process as alive now (ledger clock)."""
-        t = self.clock.now().timestamp()
-        await self._plain(
-            "INSERT INTO budget_processes (process_id, started_at, heartbeat_at)"
-            " VALUES ($1, $2, $2) ON CONFLICT (process_id) DO UPDATE SET"
-            " heartbeat_at = excluded.heartbeat_at",
-            self.process_id,
-            t,
-        )
-
-    async def _beat_loop(self) -> None:
-        failures = FailureLog(log, "ledger heartbeat", logging.WARNING)  # one line per kind
-        while True:
-            await self.clock.sleep(self.config.process_heartbeat_s)
-            try:
-                await self.beat()
-            except LedgerUnavailable as exc:
-                failures.failed(exc)
-            else:
-                failures.ok()
-
     async def close(self) -> None:
         """Stop the heartbeat, deregister, disconnect (idempotent)."""
         await cancel_and_wait(self._heartbeat)
@@ -221,6 +206,14 @@ class PgStore(PgRowSteps):
             raise LedgerUnavailable()
         try:
             await self._pool.execute(sql, *args)
+        except STORAGE as exc:
+            raise LedgerUnavailable() from exc
+
+    async def _fetch(self, sql: str, *args: Any) -> Any:
+        if self._pool is None:
+            raise LedgerUnavailable()
+        try:
+            return await self._pool.fetchval(sql, *args)
         except STORAGE as exc:
             raise LedgerUnavailable() from exc
 
@@ -251,6 +244,9 @@ class PgStore(PgRowSteps):
                         )
                         await conn.execute(translate(EVENT_INSERT), *row)
                         raise HoldRefused(refused.refusal) from None
+            except holds.Fenced:
+                self._fence(self.clock.monotonic())
+                raise LedgerUnavailable() from None
             except RETRYABLE as exc:
                 last = exc
                 await self._pause(attempt)
@@ -262,7 +258,10 @@ class PgStore(PgRowSteps):
     async def begin_operation(
         self, now: datetime, user_id: int, origin: Origin, max_musd: int, max_requests: int
     ) -> OperationTicket:
-        """See :meth:`budget.store.LedgerStore.begin_operation`."""
+        """See :meth:`budget.store.LedgerStore.begin_operation` (none for a fenced
+        process: its row is checked in the same transaction)."""
+        if self.fenced:
+            raise LedgerUnavailable()
         ticket: OperationTicket = await self.tx(
             now,
             partial(
@@ -314,7 +313,10 @@ class PgStore(PgRowSteps):
         margin_musd: int = 0,
     ) -> HoldTicket:
         """See :meth:`budget.store.LedgerStore.reserve` (its transactions are its own:
-        :func:`budget.pg_holds.reserve`)."""
+        :func:`budget.pg_holds.reserve`; none for a fenced process: the grant checks
+        its row in the same statement)."""
+        if self.fenced:
+            raise LedgerUnavailable()
         return await self.tx(
             now,
             partial(

@@ -14,8 +14,10 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from bot.app import create_app
+from bot.store import Intake
 from budget.pg_store import PgStore
 from tests.e2e.inprocess import AppFactory, settings_from_env
 from tests.fakes.providers import FakeProviders
@@ -194,3 +196,79 @@ async def test_a_replica_that_dies_mid_digest_is_taken_over_and_nothing_is_charg
         await two.on_shutdown()
         await two.bot.session.close()
     assert await first.stop() == 0
+
+
+async def test_a_replica_taken_for_dead_mid_answer_is_fenced_and_never_answers(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+    pg_migrated_url: str,
+) -> None:
+    """Finding 5 of trial 15: a live replica stalls longer than
+    PROCESS_DEAD_AFTER_SECONDS while its provider call for user 81's message is
+    pending; another replica's look for lost messages declares it dead (deletes its
+    row) and takes the message as lost (its user is asked to resend). When the stalled
+    replica wakes and its call answers, it is fenced: the answer is not delivered
+    (no Bot API call leaves it), no other provider request is made, it logs one ERROR
+    and stops taking updates (polling ends by itself: ``run`` exits 1)."""
+    env = dict(bot_env, DATABASE_URL=pg_migrated_url, ADMIN_IDS=str(ADMIN))
+    # beats far apart: the test makes the stall itself (no beat lands meanwhile)
+    env.update(PROCESS_HEARTBEAT_SECONDS="100", PROCESS_DEAD_AFTER_SECONDS="300")
+    bot = app_factory(env=env)
+    await bot.start()
+    assert bot.app is not None
+    store = bot.app.ledger.store
+    assert isinstance(store, PgStore)
+    for provider in ("groq", "cerebras", "mistral", "deepseek"):
+        fake_providers.script(provider, {"gate": "stalled", "text": "a late answer"})
+    dsn = pg_migrated_url.replace("postgresql+asyncpg://", "postgresql://")
+    conn = await asyncpg.connect(dsn)
+    try:
+        mark = fake_telegram.mark()
+        fake_telegram.inject_message(81, "are you there?")
+        for _ in range(600):
+            if fake_providers.requests:
+                break
+            await asyncio.sleep(0.05)
+        assert len(fake_providers.requests) == 1
+        # the stall, as every process sees it: its last beat 400 s ago
+        await conn.execute(
+            "UPDATE budget_processes SET heartbeat_at = heartbeat_at - interval '400 seconds'"
+            " WHERE process_id = $1",
+            store.process_id,
+        )
+        assert store._beat_at is not None
+        store._beat_at -= 400
+        # another replica looks for messages of dead processes
+        other = Intake(async_sessionmaker(bot.app.engine), shared=("replica-2", 300.0))
+        lost = await other.take_lost(datetime.now(UTC))
+        assert [m.chat_id for m in lost] == [81]
+        assert (
+            await conn.fetchval(
+                "SELECT COUNT(*) FROM budget_processes WHERE process_id = $1", store.process_id
+            )
+            == 0
+        ), "declared dead"
+
+        fake_providers.open_gate("stalled")  # the stalled replica wakes up
+        await asyncio.wait_for(bot.app.fenced.wait(), 60)
+        for _ in range(600):
+            if not bot.running:
+                break
+            await asyncio.sleep(0.05)
+        assert not bot.running, "it stopped taking updates"
+        answered = [m.text for m in fake_telegram.sent_events(81, since=mark)]
+        assert not any("a late answer" in text for text in answered), answered
+        assert len(fake_providers.requests) == 1
+        assert "this process was taken for dead by another" in bot.logs()
+        assert store.lost == "fenced"
+        assert (
+            await conn.fetchval(
+                "SELECT COUNT(*) FROM budget_processes WHERE process_id = $1", store.process_id
+            )
+            == 0
+        ), "never registered again"
+    finally:
+        fake_providers.open_gate("stalled")
+        await conn.close()

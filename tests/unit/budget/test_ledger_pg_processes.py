@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 
 from budget.clock import ManualClock
-from budget.errors import HoldRefused
+from budget.errors import HoldRefused, LedgerUnavailable
 from budget.ledger import Ledger
 from budget.pg_rows import asyncpg_dsn
 from budget.pg_store import PgStore
@@ -130,13 +130,14 @@ async def test_only_a_dead_process_holds_are_swept_and_kill_reaches_every_proces
 ) -> None:
     """Process B never sweeps the holds of live process A; once A's heartbeat is older
     than PROCESS_DEAD_AFTER_SECONDS (and the hold's TTL has not passed), B books A's
-    hold at its ceiling, estimated. A kill set by B refuses A's next admission; a team
-    refusal holds nothing anywhere."""
+    hold at its ceiling, estimated (A's later settle books what it spent). A kill set
+    by B refuses process C's next admission; a team refusal holds nothing anywhere."""
     await create_pg_schema(pg_url)
     clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
     cfg = {"global_daily_musd": 100_000, "team_daily_musd": 500, "hold_ttl_s": 600.0}
     a = await _ledger(pg_url, "proc-a", clock, **cfg)
     b = await _ledger(pg_url, "proc-b", clock, **cfg)
+    c: Ledger | None = None
     try:
         op = await a.begin_operation(1, Origin.CHAT)
         req = await a.begin_request(op, "x")
@@ -153,22 +154,24 @@ async def test_only_a_dead_process_holds_are_swept_and_kill_reaches_every_proces
         )
         assert await a.settle(hold.hold_id, Usage(input_tokens=1, output_tokens=99)) == 100
 
+        c = await _ledger(pg_url, "proc-c", clock, **cfg)
         await b.team_add("t", 2)
-        op2 = await a.begin_operation(2, Origin.CHAT)
-        req2 = await a.begin_request(op2, "y")
+        op2 = await c.begin_operation(2, Origin.CHAT)
+        req2 = await c.begin_request(op2, "y")
         with pytest.raises(HoldRefused) as refused:
-            await a.reserve(op2, req2, provider="test", model="m", input_tokens=1, max_tokens=999)
+            await c.reserve(op2, req2, provider="test", model="m", input_tokens=1, max_tokens=999)
         assert refused.value.refusal.level is Level.TEAM
         assert (await b.status()).outstanding_holds == 0
         assert (await b.store.audit())["mismatches"] == []
 
         await b.kill("test", by=9)
         with pytest.raises(HoldRefused) as killed:
-            await a.begin_operation(3, Origin.CHAT)
+            await c.begin_operation(3, Origin.CHAT)
         assert killed.value.refusal.reason is RefusalReason.KILL
     finally:
-        await a.close()
-        await b.close()
+        for ledger in (a, b, c):
+            if ledger is not None:
+                await ledger.close()
 
 
 async def _beat(ledger: Ledger) -> None:
@@ -179,10 +182,10 @@ async def _beat(ledger: Ledger) -> None:
 
 async def test_a_dead_process_leaves_the_register_once_its_holds_are_swept(pg_url: str) -> None:
     """``budget_processes`` does not grow with every restart: a sweep deletes the row of
-    a process silent for PROCESS_DEAD_AFTER_SECONDS, in the transaction that booked its
-    holds and ended its operations; a live process's row stays, as does the sweeper's.
-    A process taken for dead that beats again is registered again (and its later
-    settle still books what it spent)."""
+    a process silent for PROCESS_DEAD_AFTER_SECONDS, in the transaction that books its
+    holds and ends its operations; a live process's row stays, as does the sweeper's.
+    A process taken for dead that beats again is not registered again: it is fenced
+    (and its later settle still books what it spent)."""
     await create_pg_schema(pg_url)
     clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
     a = await _ledger(pg_url, "proc-a", clock, hold_ttl_s=600.0)
@@ -207,10 +210,129 @@ async def test_a_dead_process_leaves_the_register_once_its_holds_are_swept(pg_ur
         assert await b.sweep() == 1
         assert await registered() == ["proc-b", "proc-c"]
         assert await conn.fetchval("SELECT COUNT(*) FROM budget_holds WHERE state = 'held'") == 0
-        await _beat(a)  # it was alive after all
-        assert await registered() == ["proc-a", "proc-b", "proc-c"]
+        with pytest.raises(LedgerUnavailable):
+            await _beat(a)  # it was alive after all: fenced
+        assert await registered() == ["proc-b", "proc-c"]
+        assert a.store.lost == "fenced"
         assert await a.settle(hold.hold_id, Usage(input_tokens=1, output_tokens=99)) == 100
     finally:
         await conn.close()
         for ledger in (a, b, c):
             await ledger.close()
+
+
+async def test_a_process_taken_for_dead_is_fenced_and_granted_nothing(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A's heartbeat stalls past PROCESS_DEAD_AFTER_SECONDS while one of its messages
+    waits for its hold (operation begun) and another for its operation: B's sweep
+    declares A dead (its row deleted, its operation ended). When A wakes, nothing
+    of its is granted — no hold for the waiting operation, no new operation, so no
+    provider call — its beat does not register it again, it is fenced once (one
+    ERROR, its callback once) and asks the database nothing more. B and a new C
+    go on."""
+    await create_pg_schema(pg_url)
+    clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
+    a = await _ledger(pg_url, "proc-a", clock, hold_ttl_s=600.0)
+    b = await _ledger(pg_url, "proc-b", clock, hold_ttl_s=600.0)
+    store = a.store
+    assert isinstance(store, PgStore)
+    fenced: list[str] = []
+    store.on_fenced.append(lambda: fenced.append("fenced"))
+    try:
+        op = await a.begin_operation(1, Origin.CHAT)
+        req = await a.begin_request(op, "x")
+        clock.advance(61)  # A stalls: no beat for 61 s > 60
+        await _beat(b)
+        await b.sweep()
+        with pytest.raises(LedgerUnavailable):  # its operation was ended by the takeover
+            await a.reserve(op, req, provider="test", model="m", input_tokens=1, max_tokens=999)
+        with pytest.raises(LedgerUnavailable):  # the next message: no operation
+            await a.begin_operation(2, Origin.CHAT)
+        assert fenced == ["fenced"] and store.lost == "fenced"
+        assert not await store.confirm_lease()
+        with pytest.raises(LedgerUnavailable):
+            await _beat(a)
+        with pytest.raises(LedgerUnavailable):
+            await a.begin_operation(3, Origin.CHAT)
+        assert fenced == ["fenced"]
+        errors = [r for r in caplog.records if "taken for dead" in r.getMessage()]
+        assert len(errors) == 1 and errors[0].levelname == "ERROR"
+        conn = await asyncpg.connect(asyncpg_dsn(pg_url))
+        try:
+            assert await conn.fetchval("SELECT COUNT(*) FROM budget_holds") == 0
+            rows = await conn.fetch("SELECT process_id FROM budget_processes")
+            assert {r["process_id"] for r in rows} == {"proc-b"}
+        finally:
+            await conn.close()
+        c = await _ledger(pg_url, "proc-c", clock, hold_ttl_s=600.0)
+        try:
+            op_c = await c.begin_operation(1, Origin.CHAT)
+            req_c = await c.begin_request(op_c, "x")
+            await c.reserve(op_c, req_c, provider="test", model="m", input_tokens=1, max_tokens=9)
+        finally:
+            await c.close()
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_grant_racing_the_declaration_is_refused_once_the_row_is_gone(
+    pg_url: str,
+) -> None:
+    """The grant checks the holder's row in its own statement: A's operation is still
+    open, but its row was deleted (declared dead by another process's look for lost
+    messages) — its hold is refused with nothing held, and A is fenced."""
+    await create_pg_schema(pg_url)
+    clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
+    a = await _ledger(pg_url, "proc-a", clock)
+    store = a.store
+    assert isinstance(store, PgStore)
+    conn = await asyncpg.connect(asyncpg_dsn(pg_url))
+    try:
+        op = await a.begin_operation(1, Origin.CHAT)
+        req = await a.begin_request(op, "x")
+        await conn.execute("DELETE FROM budget_processes WHERE process_id = 'proc-a'")
+        with pytest.raises(LedgerUnavailable):
+            await a.reserve(op, req, provider="test", model="m", input_tokens=1, max_tokens=999)
+        assert store.lost == "fenced"
+        assert await conn.fetchval("SELECT COUNT(*) FROM budget_holds") == 0
+        held = await conn.fetchval("SELECT COALESCE(SUM(held_musd), 0) FROM budget_buckets")
+        assert held == 0
+    finally:
+        await conn.close()
+        await a.close()
+
+
+async def test_a_slow_process_within_dead_after_is_never_fenced(pg_url: str) -> None:
+    """A's beats come late (59 s apart, PROCESS_DEAD_AFTER_SECONDS 60) while B sweeps
+    in between: A is never taken for dead — its hold stays held, its lease is
+    confirmed (by a beat, since less than one heartbeat of it was left), its next
+    hold is granted, and it settles what it spent."""
+    await create_pg_schema(pg_url)
+    clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
+    a = await _ledger(pg_url, "proc-a", clock, hold_ttl_s=600.0)
+    b = await _ledger(pg_url, "proc-b", clock, hold_ttl_s=600.0)
+    store = a.store
+    assert isinstance(store, PgStore)
+    fenced: list[str] = []
+    store.on_fenced.append(lambda: fenced.append("fenced"))
+    try:
+        op = await a.begin_operation(1, Origin.CHAT)
+        req = await a.begin_request(op, "x")
+        hold = await a.reserve(op, req, provider="test", model="m", input_tokens=1, max_tokens=999)
+        for _ in range(3):
+            clock.advance(59)
+            await _beat(b)
+            assert await b.sweep() == 0
+            assert store.lease_left() == pytest.approx(1.0)
+            assert await store.confirm_lease()  # beats: the lease is 60 s again
+            assert store.lease_left() == pytest.approx(60.0)
+        req2 = await a.begin_request(op, "y")
+        hold2 = await a.reserve(op, req2, provider="test", model="m", input_tokens=1, max_tokens=9)
+        assert await a.settle(hold.hold_id, Usage(input_tokens=1, output_tokens=99)) == 100
+        assert await a.settle(hold2.hold_id, Usage(input_tokens=1, output_tokens=9)) == 10
+        assert fenced == [] and store.lost == ""
+    finally:
+        await a.close()
+        await b.close()
