@@ -56,9 +56,11 @@ SECRET = "replica-secret_0123456789abcdef"
 PATH = "/telegram-hook"
 #: PROCESS_HEARTBEAT_SECONDS: short, so a dead replica is noticed in seconds.
 HEARTBEAT_S = 1.0
-#: PROCESS_DEAD_AFTER_SECONDS: short, yet well above the event-loop stalls of a replica
-#: on a loaded 2-core machine (2 s was seen to pass for a live replica's death).
-DEAD_AFTER_S = 6.0
+#: PROCESS_DEAD_AFTER_SECONDS: short, yet well above the stalls of a replica on a
+#: loaded 2-core machine (2 s was seen to pass for a live replica's death, and 6 s at
+#: load ~15, trial 15 finding 5): a replica stalled past it is fenced and exits 1, and
+#: the set misses it for the tests after. Only the SIGKILL test waits for it (+9 s).
+DEAD_AFTER_S = 15.0
 
 
 def replica_environment(
