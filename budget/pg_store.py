@@ -154,6 +154,7 @@ class PgStore(PgLease, PgRowSteps):
         #: what this process's holds and settles need not read back
         self._known = holds.Known()
         self._init_lease()
+        self._beat_conn: Any = None  # asyncpg.Connection of the heartbeat (pg_lease)
 
     @property
     def location(self) -> str:
@@ -195,6 +196,7 @@ class PgStore(PgLease, PgRowSteps):
             return
         with contextlib.suppress(LedgerUnavailable):
             await self._plain("DELETE FROM budget_processes WHERE process_id = $1", self.process_id)
+        await self._drop_beat_connection()
         pool, self._pool = self._pool, None
         await pool.close()
         if self._executor is not None:
@@ -209,13 +211,28 @@ class PgStore(PgLease, PgRowSteps):
         except STORAGE as exc:
             raise LedgerUnavailable() from exc
 
-    async def _fetch(self, sql: str, *args: Any) -> Any:
+    async def _beat_connection(self) -> Any:
+        """The heartbeat's own connection (opened on first use, again after a failure).
+
+        Raises:
+            LedgerUnavailable: the server cannot be reached.
+        """
         if self._pool is None:
             raise LedgerUnavailable()
-        try:
-            return await self._pool.fetchval(sql, *args)
-        except STORAGE as exc:
-            raise LedgerUnavailable() from exc
+        if self._beat_conn is None or self._beat_conn.is_closed():
+            try:
+                conn = await asyncpg.connect(self._dsn, command_timeout=30)
+                await use_epoch_seconds(conn)
+            except STORAGE as exc:
+                raise LedgerUnavailable() from exc
+            self._beat_conn = conn
+        return self._beat_conn
+
+    async def _drop_beat_connection(self) -> None:
+        conn, self._beat_conn = self._beat_conn, None
+        if conn is not None:
+            with contextlib.suppress(*STORAGE):
+                await asyncio.wait_for(conn.close(), 5)
 
     async def tx(self, now: datetime, body: Body[T], *, single: bool = False) -> T:
         """Run the async ``body`` in ONE transaction (``single``: one statement,

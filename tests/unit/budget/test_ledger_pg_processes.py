@@ -18,7 +18,7 @@ from budget.clock import ManualClock
 from budget.errors import HoldRefused, LedgerUnavailable
 from budget.ledger import Ledger
 from budget.pg_rows import asyncpg_dsn
-from budget.pg_store import PgStore
+from budget.pg_store import POOL_SIZE, PgStore
 from budget.types import Level, Origin, RefusalReason, Usage
 from tests.unit.budget.ledger_helpers import BASE_CONFIG, card, create_pg_schema
 from tests.unit.budget.pg_worker import team_user
@@ -336,3 +336,30 @@ async def test_a_slow_process_within_dead_after_is_never_fenced(pg_url: str) -> 
     finally:
         await a.close()
         await b.close()
+
+
+async def test_a_beat_does_not_wait_behind_a_burst_for_a_pool_connection(pg_url: str) -> None:
+    """Trial 12b finding 1: every connection of the ledger's pool is busy (a burst);
+    the heartbeat still lands at once on its own connection, stamped with the time it
+    ran — not one taken before it waited for the pool."""
+    await create_pg_schema(pg_url)
+    clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
+    a = await _ledger(pg_url, "proc-a", clock)
+    store = a.store
+    assert isinstance(store, PgStore) and store._pool is not None
+    busy = [await store._pool.acquire() for _ in range(POOL_SIZE)]
+    try:
+        clock.advance(30)
+        await asyncio.wait_for(store.beat(), 10)
+        conn = await asyncpg.connect(asyncpg_dsn(pg_url))
+        try:
+            beat = await conn.fetchval(
+                "SELECT heartbeat_at FROM budget_processes WHERE process_id = 'proc-a'"
+            )
+        finally:
+            await conn.close()
+        assert beat == clock.now()
+    finally:
+        for held in busy:
+            await store._pool.release(held)
+        await a.close()
