@@ -12,6 +12,7 @@ grants nothing more; :meth:`PgLease.confirm_lease` tells callers before they act
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import logging
@@ -29,7 +30,7 @@ __all__ = ["PgLease"]
 log = logging.getLogger("budget.pg_store")  # the name before the split: log lines unchanged
 
 
-class PgLease:
+class PgLease(abc.ABC):
     """The heartbeat and the fence of one process (module docstring). The store
     provides ``clock``, ``config``, ``process_id`` and the heartbeat's own connection
     (``_beat_connection``, ``_drop_beat_connection``).
@@ -51,12 +52,13 @@ class PgLease:
         self._lease_lock = asyncio.Lock()
         self._beat_lock = asyncio.Lock()
 
+    @abc.abstractmethod
     async def _beat_connection(self) -> Any:
         """This process's own connection for its beats (not one of the pool's)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     async def _drop_beat_connection(self) -> None:
-        raise NotImplementedError
+        """Close that connection (the next beat opens a new one)."""
 
     @property
     def fenced(self) -> bool:
