@@ -174,6 +174,22 @@ async def test_only_a_dead_process_holds_are_swept_and_kill_reaches_every_proces
                 await ledger.close()
 
 
+async def _pair_watching_a(
+    pg_url: str,
+) -> tuple[ManualClock, Ledger, Ledger, PgStore, list[str]]:
+    """Processes A and B on a new schema (hold TTL 600 s, one manual clock), and the
+    list A's fence callback appends ``"fenced"`` to."""
+    await create_pg_schema(pg_url)
+    clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
+    a = await _ledger(pg_url, "proc-a", clock, hold_ttl_s=600.0)
+    b = await _ledger(pg_url, "proc-b", clock, hold_ttl_s=600.0)
+    store = a.store
+    assert isinstance(store, PgStore)
+    fenced: list[str] = []
+    store.on_fenced.append(lambda: fenced.append("fenced"))
+    return clock, a, b, store, fenced
+
+
 async def _beat(ledger: Ledger) -> None:
     store = ledger.store
     assert isinstance(store, PgStore)
@@ -231,14 +247,7 @@ async def test_a_process_taken_for_dead_is_fenced_and_granted_nothing(
     provider call — its beat does not register it again, it is fenced once (one
     ERROR, its callback once) and asks the database nothing more. B and a new C
     go on."""
-    await create_pg_schema(pg_url)
-    clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
-    a = await _ledger(pg_url, "proc-a", clock, hold_ttl_s=600.0)
-    b = await _ledger(pg_url, "proc-b", clock, hold_ttl_s=600.0)
-    store = a.store
-    assert isinstance(store, PgStore)
-    fenced: list[str] = []
-    store.on_fenced.append(lambda: fenced.append("fenced"))
+    clock, a, b, store, fenced = await _pair_watching_a(pg_url)
     try:
         op = await a.begin_operation(1, Origin.CHAT)
         req = await a.begin_request(op, "x")
@@ -309,14 +318,7 @@ async def test_a_slow_process_within_dead_after_is_never_fenced(pg_url: str) -> 
     in between: A is never taken for dead — its hold stays held, its lease is
     confirmed (by a beat, since less than one heartbeat of it was left), its next
     hold is granted, and it settles what it spent."""
-    await create_pg_schema(pg_url)
-    clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
-    a = await _ledger(pg_url, "proc-a", clock, hold_ttl_s=600.0)
-    b = await _ledger(pg_url, "proc-b", clock, hold_ttl_s=600.0)
-    store = a.store
-    assert isinstance(store, PgStore)
-    fenced: list[str] = []
-    store.on_fenced.append(lambda: fenced.append("fenced"))
+    clock, a, b, store, fenced = await _pair_watching_a(pg_url)
     try:
         op = await a.begin_operation(1, Origin.CHAT)
         req = await a.begin_request(op, "x")
