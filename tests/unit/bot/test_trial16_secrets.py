@@ -5,11 +5,10 @@ a secret like the token (redacted from that line and from every log record)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from bot.settings import Settings
+from tests.e2e.harness import run_bot_to_exit
 
 PASSWORD = "proxyPassw0rd"
 
@@ -29,7 +28,7 @@ def test_url_passwords_are_secrets() -> None:
     assert "gsk_trialkey" in values
 
 
-def test_unreachable_proxy_with_credentials_prints_no_password(tmp_path: Path) -> None:
+async def test_unreachable_proxy_with_credentials_prints_no_password(tmp_path: Path) -> None:
     env = {
         "PATH": os.environ.get("PATH", ""),
         "BOT_TOKEN": "123456:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
@@ -38,20 +37,9 @@ def test_unreachable_proxy_with_credentials_prints_no_password(tmp_path: Path) -
         "DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'kopek.db'}",
         "LOG_LEVEL": "DEBUG",
     }
-    done = subprocess.run(
-        [sys.executable, "-m", "bot"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        # a deadline for a hung process only: this one imports aiogram and migrates before
-        # its first Bot API call; a full suite on a loaded 2-core machine (load ~15) took
-        # over 120 s here (the harness's READY_TIMEOUT_S is 180 for the same reason)
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 1
-    [line] = [x for x in done.stderr.splitlines() if x.startswith("kopek:")]
+    code, output = await run_bot_to_exit(env, tmp_path)
+    assert code == 1
+    [line] = [x for x in output.splitlines() if x.startswith("kopek:")]
     assert "cannot reach the Bot API" in line
-    assert PASSWORD not in done.stderr + done.stdout
-    assert "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA" not in done.stderr + done.stdout
+    assert PASSWORD not in output
+    assert "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA" not in output

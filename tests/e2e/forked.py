@@ -1,0 +1,183 @@
+"""Client of the fork server (:mod:`tests.e2e.zygote`): bot processes without import cost.
+
+:func:`spawn_bot` asks this test worker's fork server (started on first use, ~5 s of
+imports once per worker) for a ``python -m bot`` child and returns a
+:class:`ForkedProcess`, which offers the parts of :class:`asyncio.subprocess.Process`
+the harness uses (``pid``, ``returncode``, ``wait``, ``send_signal``, ``terminate``,
+``kill``). The child is a separate process, so signals and exit codes are real; see the
+server's docstring for what it shares with the server (the imported modules only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+__all__ = ["ForkedProcess", "spawn_bot"]
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+#: seconds the server may take to import (a deadline for a hung server only; measured
+#: ~5 s on the 2-core machine, far more when several suites share it)
+_START_TIMEOUT_S = 180.0
+
+
+class _Server:
+    """This worker's fork server process and its socket path."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="kopek-zygote-")
+        self.path = os.path.join(self.dir, "s")
+        self.log = open(os.path.join(self.dir, "server.log"), "wb")  # noqa: SIM115 - lives with the server
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(_REPO_ROOT))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.e2e.zygote", self.path],
+            cwd=_REPO_ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+        )
+        atexit.register(self.close)
+        assert self.proc.stdout is not None
+        ready = _read_line(self.proc.stdout.fileno(), _START_TIMEOUT_S)
+        if ready != b"ready\n":
+            self.close()
+            tail = Path(self.dir, "server.log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"the fork server did not start ({ready!r}):\n{tail}")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()  # the server ends on EOF, killing its children
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def _read_line(fd: int, timeout: float) -> bytes:
+    """One line from ``fd`` (b"" or a partial line if it closes or ``timeout`` passes)."""
+    line = b""
+    while not line.endswith(b"\n"):
+        readable, _, _ = select.select([fd], [], [], timeout)
+        if not readable:
+            break
+        chunk = os.read(fd, 1)
+        if not chunk:
+            break
+        line += chunk
+    return line
+
+
+_server: _Server | None = None
+
+
+def _the_server() -> _Server:
+    global _server
+    if _server is None or _server.proc.poll() is not None:
+        _server = _Server()
+    return _server
+
+
+class ForkedProcess:
+    """A bot child of the fork server, seen from the test.
+
+    Attributes:
+        pid: the child's process id.
+        returncode: ``None`` while it runs; its exit code after, ``-N`` for a death by
+            signal N (as :class:`asyncio.subprocess.Process` gives it).
+    """
+
+    def __init__(self, pid: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.pid = pid
+        self.returncode: int | None = None
+        self._writer = writer
+        self._done = asyncio.ensure_future(self._watch(reader))
+
+    async def _watch(self, reader: asyncio.StreamReader) -> int:
+        line = await reader.readline()
+        self._writer.close()
+        if not line:  # the server died: its children were killed with it
+            self.returncode = -signal.SIGKILL
+        else:
+            self.returncode = int(json.loads(line)["exit"])
+        return self.returncode
+
+    async def wait(self) -> int:
+        """Wait for the exit; returns the exit code."""
+        return await asyncio.shield(self._done)
+
+    def send_signal(self, sig: int) -> None:
+        """Send ``sig`` to the child.
+
+        Raises:
+            ProcessLookupError: it has ended.
+        """
+        if self.returncode is not None:
+            raise ProcessLookupError(self.pid)
+        os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        """SIGTERM."""
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL."""
+        self.send_signal(signal.SIGKILL)
+
+
+async def spawn_bot(
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path | str,
+    stdout: int,
+    stderr: int,
+) -> ForkedProcess:
+    """Start ``python -m bot *args`` as a child of this worker's fork server.
+
+    Args:
+        args: the arguments after ``-m bot`` (e.g. ``[]`` or ``["delete-webhook"]``).
+        env: the child's whole environment.
+        cwd: its working directory.
+        stdout, stderr: open descriptors it gets as 1 and 2 (the caller keeps and closes
+            its own); its stdin is ``/dev/null``.
+
+    Raises:
+        RuntimeError: the fork server could not be started.
+    """
+    server = _the_server()
+    body = json.dumps({"argv": list(args), "env": dict(env), "cwd": str(cwd)}).encode()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        sock.connect(server.path)
+        socket.send_fds(sock, [struct.pack(">I", len(body))], [null, stdout, stderr])
+        sock.sendall(body)
+        sock.setblocking(False)
+        reader, writer = await asyncio.open_unix_connection(sock=sock)
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        os.close(null)
+    line = await reader.readline()
+    if not line:
+        writer.close()
+        raise RuntimeError("the fork server closed the connection without forking")
+    return ForkedProcess(int(json.loads(line)["pid"]), reader, writer)

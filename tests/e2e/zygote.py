@@ -1,0 +1,184 @@
+"""A fork server for bot processes: ``python -m bot`` without paying its imports each time.
+
+Every bot process a test starts used to spend ~4.5 s of CPU importing before its first
+line of its own work (measured on the 2-core machine: ``import aiogram`` 3.4 s, most of it
+pydantic building the schemas of aiogram's ~630 Telegram types; ``import bot.app`` 4.6 s
+in all). This server, one per test worker, imports those modules once and then
+``fork()``s a child for each bot run. The child is a real process of its own: its own
+pid, signals (SIGTERM grace, SIGKILL as a crash), exit code, file descriptors, working
+directory and environment; it runs ``bot/__main__.py`` as ``__main__`` the way
+``python -m bot`` does and ends with the interpreter's normal shutdown. What it skips is
+the import work, which the server did before any bot code ran. Tests of the start itself
+(what a process imports, the console script of an installed wheel) exec a fresh
+interpreter instead (:class:`tests.e2e.harness.BotProcess` with ``fresh=True``).
+
+Protocol (one connection a child, AF_UNIX stream): the client sends a 4-byte big-endian
+length, then that many bytes of JSON ``{"argv": [...], "env": {...}, "cwd": "..."}``,
+with the child's stdin, stdout and stderr as three descriptors (SCM_RIGHTS) on the first
+bytes. The server answers one JSON line ``{"pid": N}`` after the fork and one
+``{"exit": code}`` when the child has ended (``code`` as
+:func:`os.waitstatus_to_exitcode` gives it: ``-signal`` for a death by signal). A client
+that closes its connection first gets its child SIGKILLed. The server ends (killing its
+children) when its stdin reaches EOF, i.e. when the test worker that started it is gone.
+
+Run as ``python -m tests.e2e.zygote SOCKET_PATH``; it prints ``ready`` once listening.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import json
+import os
+import runpy
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import traceback
+
+#: What a Kopek process imports before it reads its settings, plus what the run imports
+#: on the way to its first ``getUpdates`` (the LLM SDKs are imported only for providers
+#: with a key, so a run with keys pays for them: preloaded here too).
+PRELOAD = (
+    "aiogram",
+    "bot.settings",
+    "bot.logs",
+    "bot.polling",
+    "bot.app",
+    "llm.factory",
+    "groq",
+    "mistralai",
+    "alembic.command",
+    "alembic.runtime.migration",
+)
+
+_HEADER = struct.Struct(">I")
+
+
+def _read_request(conn: socket.socket) -> tuple[dict[str, object], list[int]]:
+    data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, 3)
+    while len(data) < _HEADER.size:
+        more = conn.recv(1 << 16)
+        if not more:
+            raise EOFError("request cut short")
+        data += more
+    (length,) = _HEADER.unpack_from(data)
+    body = data[_HEADER.size :]
+    while len(body) < length:
+        more = conn.recv(1 << 16)
+        if not more:
+            raise EOFError("request cut short")
+        body += more
+    if len(fds) != 3:
+        raise ValueError(f"expected 3 descriptors, got {len(fds)}")
+    request = json.loads(body[:length])
+    if not isinstance(request, dict):
+        raise ValueError("request is not an object")
+    return request, list(fds)
+
+
+def _child(request: dict[str, object], fds: list[int]) -> int:
+    """Become the bot process; returns its exit code (the caller exits with it)."""
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    env = request["env"]
+    argv = request["argv"]
+    cwd = request["cwd"]
+    assert isinstance(env, dict) and isinstance(argv, list) and isinstance(cwd, str)
+    os.environ.clear()
+    os.environ.update({str(k): str(v) for k, v in env.items()})
+    time.tzset()
+    os.chdir(cwd)
+    sys.path[0] = cwd  # what ``python -m`` puts first
+    sys.argv = ["-m", *[str(a) for a in argv]]
+    sys.modules.pop("bot.__main__", None)  # run fresh, as ``python -m`` does
+    try:
+        runpy.run_module("bot", run_name="__main__", alter_sys=True)
+    except SystemExit as stop:
+        code = stop.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code
+        print(code, file=sys.stderr)
+        return 1
+    except BaseException:  # the interpreter's own top level: its hook, then exit 1
+        sys.excepthook(*sys.exc_info())
+        return 1
+    return 0
+
+
+def serve(path: str) -> int:
+    """Preload, listen on ``path``, fork a child per request. Returns 0 in the server
+    when its stdin closes; in a child, the child's exit code."""
+    for name in PRELOAD:
+        importlib.import_module(name)
+    gc.collect()
+    gc.freeze()  # the preloaded objects stay shared pages in every child
+    if threading.active_count() != 1:  # a fork would copy a half-held lock
+        raise RuntimeError(f"preloading started threads: {threading.enumerate()}")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(16)
+    children: dict[int, socket.socket] = {}
+    print("ready", flush=True)
+    try:
+        while True:
+            watched = [listener, sys.stdin, *children.values()]
+            readable, _, _ = select.select(watched, [], [], 0.05)
+            if sys.stdin in readable and not os.read(sys.stdin.fileno(), 1):
+                return 0
+            if listener in readable:
+                conn, _ = listener.accept()
+                try:
+                    request, fds = _read_request(conn)
+                except (OSError, ValueError, EOFError):
+                    traceback.print_exc()
+                    conn.close()
+                else:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    pid = os.fork()
+                    if pid == 0:
+                        listener.close()
+                        conn.close()
+                        for other in children.values():
+                            other.close()
+                        return _child(request, fds)
+                    for fd in fds:
+                        os.close(fd)
+                    conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+                    children[pid] = conn
+            for pid, conn in list(children.items()):
+                if conn in readable and not conn.recv(1):  # the client is gone
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            while children:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+                if pid == 0:
+                    break
+                conn = children.pop(pid)
+                with contextlib.suppress(OSError):
+                    code = os.waitstatus_to_exitcode(status)
+                    conn.sendall(json.dumps({"exit": code}).encode() + b"\n")
+                conn.close()
+    finally:
+        if os.getpid() == _SERVER_PID:
+            for pid in children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            listener.close()
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+_SERVER_PID = os.getpid()
+
+if __name__ == "__main__":
+    sys.exit(serve(sys.argv[1]))
