@@ -79,3 +79,12 @@ def pg_password_url(pg_server: PgServer) -> Iterator[str]:
     name = make_url(url).database
     assert name is not None
     pg_server.drop_database(name)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """An xdist controller (``-n N``) starts one bot fork server for all its workers
+    (``tests/e2e/forked.py``): its imports cost ~5 s of CPU once instead of once a worker."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        from tests.e2e.forked import start_shared_server
+
+        config.add_cleanup(start_shared_server().close)

@@ -1,11 +1,12 @@
 """Client of the fork server (:mod:`tests.e2e.zygote`): bot processes without import cost.
 
-:func:`spawn_bot` asks this test worker's fork server (started on first use, ~5 s of
-imports once per worker) for a ``python -m bot`` child and returns a
-:class:`ForkedProcess`, which offers the parts of :class:`asyncio.subprocess.Process`
-the harness uses (``pid``, ``returncode``, ``wait``, ``send_signal``, ``terminate``,
-``kill``). The child is a separate process, so signals and exit codes are real; see the
-server's docstring for what it shares with the server (the imported modules only).
+:func:`spawn_bot` asks the fork server (~5 s of imports, once: one server for all xdist
+workers, started by the controller, or one for a lone pytest process on first use) for
+a ``python -m bot`` child and returns a :class:`ForkedProcess`, which offers the parts
+of :class:`asyncio.subprocess.Process` the harness uses (``pid``, ``returncode``,
+``wait``, ``send_signal``, ``terminate``, ``kill``). The child is a separate process, so
+signals and exit codes are real; see the server's docstring for what it shares with the
+server (the imported modules only).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -25,7 +27,11 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["ForkedProcess", "spawn_bot"]
+__all__ = ["SHARED_SERVER_ENV", "ForkedProcess", "spawn_bot", "start_shared_server"]
+
+#: Where a fork server shared by every xdist worker listens (set by the controller,
+#: :func:`start_shared_server`; without it each worker starts its own on first use).
+SHARED_SERVER_ENV = "KOPEK_TEST_FORK_SERVER"
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 #: seconds the server may take to import (a deadline for a hung server only; measured
@@ -34,9 +40,9 @@ _START_TIMEOUT_S = 180.0
 
 
 class _Server:
-    """This worker's fork server process and its socket path."""
+    """A fork server process and its socket path (``wait``: return once it listens)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, wait: bool = True) -> None:
         self.dir = tempfile.mkdtemp(prefix="kopek-zygote-")
         self.path = os.path.join(self.dir, "s")
         self.log = open(os.path.join(self.dir, "server.log"), "wb")  # noqa: SIM115 - lives with the server
@@ -50,11 +56,14 @@ class _Server:
             stderr=self.log,
         )
         atexit.register(self.close)
+        if not wait:
+            return
         assert self.proc.stdout is not None
         ready = _read_line(self.proc.stdout.fileno(), _START_TIMEOUT_S)
         if ready != b"ready\n":
-            self.close()
+            self.log.flush()
             tail = Path(self.dir, "server.log").read_text(errors="replace")[-2000:]
+            self.close()
             raise RuntimeError(f"the fork server did not start ({ready!r}):\n{tail}")
 
     def close(self) -> None:
@@ -68,6 +77,7 @@ class _Server:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _read_line(fd: int, timeout: float) -> bytes:
@@ -87,11 +97,41 @@ def _read_line(fd: int, timeout: float) -> bytes:
 _server: _Server | None = None
 
 
-def _the_server() -> _Server:
+def start_shared_server() -> _Server:
+    """Start a fork server for the xdist workers this process is about to start (it
+    imports while they collect) and name its socket in :data:`SHARED_SERVER_ENV`, which
+    they inherit. The caller closes it after the session."""
+    server = _Server(wait=False)
+    os.environ[SHARED_SERVER_ENV] = server.path
+    return server
+
+
+def _own_server() -> str:
     global _server
     if _server is None or _server.proc.poll() is not None:
         _server = _Server()
-    return _server
+    return _server.path
+
+
+async def _connect() -> socket.socket:
+    """A connection to the shared fork server (waiting while it imports), else to this
+    process's own."""
+    path = os.environ.get(SHARED_SERVER_ENV)
+    if path is None:
+        path = _own_server()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _START_TIMEOUT_S
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+            if loop.time() > deadline:
+                raise RuntimeError(f"no fork server listening at {path}") from None
+            await asyncio.sleep(0.05)  # the shared server is still importing
+        else:
+            return sock
 
 
 class ForkedProcess:
@@ -159,14 +199,12 @@ async def spawn_bot(
             its own); its stdin is ``/dev/null``.
 
     Raises:
-        RuntimeError: the fork server could not be started.
+        RuntimeError: no fork server could be started or reached.
     """
-    server = _the_server()
     body = json.dumps({"argv": list(args), "env": dict(env), "cwd": str(cwd)}).encode()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = await _connect()
     null = os.open(os.devnull, os.O_RDONLY)
     try:
-        sock.connect(server.path)
         socket.send_fds(sock, [struct.pack(">I", len(body))], [null, stdout, stderr])
         sock.sendall(body)
         sock.setblocking(False)

@@ -6,8 +6,8 @@ points every external peer at a fake on 127.0.0.1. Readiness is read from the fa
 API, not from the bot's output: the bot is ready once it has asked ``getWebhookInfo`` (the
 echo bot: called ``deleteWebhook``) and then ``getUpdates``. stdout/stderr of every run go
 to files (see :meth:`BotProcess.logs`) so a test can check, e.g., that the token never
-appears in them. ``python -m bot`` runs are forked from a per-worker server that has
-imported the bot's modules once (:mod:`tests.e2e.zygote`; ~4.5 s of CPU saved a start),
+appears in them. ``python -m bot`` runs are forked from a server that has imported the
+bot's modules once (:mod:`tests.e2e.zygote`; ~4.5 s of CPU saved a start),
 unless a test asks for a ``fresh`` interpreter.
 
 Typical use goes through the fixtures of ``tests/e2e/conftest.py``::
@@ -152,8 +152,8 @@ class BotProcess:
         env: the full environment (see :func:`bot_environment`).
         telegram: the fake Bot API the bot talks to (used to detect readiness).
         log_dir: where ``run<N>.stdout`` / ``run<N>.stderr`` are written.
-        argv: the command (default ``[sys.executable, "-m", "bot"]``, forked from this
-            worker's fork server, :mod:`tests.e2e.forked`, unless ``fresh``).
+        argv: the command (default ``[sys.executable, "-m", "bot"]``, forked from the
+            fork server, :mod:`tests.e2e.forked`, unless ``fresh``).
         cwd: working directory; default the repository root, or ``log_dir`` when the
             root has a ``.env`` (a developer's settings must never leak into a test).
         ready_timeout: seconds to wait for ``getWebhookInfo`` (or ``deleteWebhook``) +

@@ -1,16 +1,17 @@
 """A fork server for bot processes: ``python -m bot`` without paying its imports each time.
 
 Every bot process a test starts used to spend ~4.5 s of CPU importing before its first
-line of its own work (measured on the 2-core machine: ``import aiogram`` 3.4 s, most of it
-pydantic building the schemas of aiogram's ~630 Telegram types; ``import bot.app`` 4.6 s
-in all). This server, one per test worker, imports those modules once and then
-``fork()``s a child for each bot run. The child is a real process of its own: its own
-pid, signals (SIGTERM grace, SIGKILL as a crash), exit code, file descriptors, working
-directory and environment; it runs ``bot/__main__.py`` as ``__main__`` the way
-``python -m bot`` does and ends with the interpreter's normal shutdown. What it skips is
-the import work, which the server did before any bot code ran. Tests of the start itself
-(what a process imports, the console script of an installed wheel) exec a fresh
-interpreter instead (:class:`tests.e2e.harness.BotProcess` with ``fresh=True``).
+line of its own work (measured on the 2-core machine: ``import aiogram`` 3.4 s, most of
+it pydantic building the schemas of aiogram's ~630 Telegram types; ``import bot.app``
+4.6 s in all). This server (one for a whole xdist session, or one for a lone pytest
+process) imports those modules once and then ``fork()``s a child for each bot run. The
+child is a real process of its own: its own pid, signals (SIGTERM grace, SIGKILL as a
+crash), exit code, file descriptors, working directory and environment; it runs
+``bot/__main__.py`` as ``__main__`` the way ``python -m bot`` does and ends with the
+interpreter's normal shutdown. What it skips is the import work, which the server did
+before any bot code ran. Tests of the start itself (what a process imports, the console
+script of an installed wheel) exec a fresh interpreter instead
+(:class:`tests.e2e.harness.BotProcess` with ``fresh=True``).
 
 Protocol (one connection a child, AF_UNIX stream): the client sends a 4-byte big-endian
 length, then that many bytes of JSON ``{"argv": [...], "env": {...}, "cwd": "..."}``,
@@ -19,7 +20,7 @@ bytes. The server answers one JSON line ``{"pid": N}`` after the fork and one
 ``{"exit": code}`` when the child has ended (``code`` as
 :func:`os.waitstatus_to_exitcode` gives it: ``-signal`` for a death by signal). A client
 that closes its connection first gets its child SIGKILLed. The server ends (killing its
-children) when its stdin reaches EOF, i.e. when the test worker that started it is gone.
+children) when its stdin reaches EOF, i.e. when the pytest process that started it is gone.
 
 Run as ``python -m tests.e2e.zygote SOCKET_PATH``; it prints ``ready`` once listening.
 """
