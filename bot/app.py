@@ -239,7 +239,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     guard = AddressGuard()
     feed_http = httpx.AsyncClient(
         headers={"User-Agent": "KopekBot/0.1 (+digests)"},
-        transport=GuardedTransport(guard),
+        transport=GuardedTransport(guard, ssl_context=tls),
         trust_env=False,
     )
     fetchers = Fetchers(
