@@ -4,6 +4,7 @@ Each echo-bot start costs seconds of imports, so one run checks several things."
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
@@ -77,3 +78,31 @@ async def test_early_exit_is_reported_with_its_code(
         await bot.start()
     assert caught.value.returncode == 2
     assert "BOT_TOKEN is not set" in bot.stderr()
+
+
+async def test_a_forked_bot_is_a_process_of_its_own(
+    bot_factory: BotFactory, bot_env: dict[str, str], fake_telegram: FakeTelegram, tmp_path: Path
+) -> None:
+    """``python -m bot`` forked from the fork server (``tests/e2e/zygote.py``) is a
+    process of its own: another pid than the test's, the environment and working
+    directory it was given (not the server's), its output in its run's files; SIGTERM
+    ends it with 0, SIGKILL with -9, and an exit before polling gives the code."""
+    database = tmp_path / "forked.db"
+    bot = bot_factory(env=dict(bot_env, DATABASE_URL=f"sqlite+aiosqlite:///{database}"))
+    assert bot.forked
+    await bot.start()  # polled with the given BOT_TOKEN (the fake answers no other)
+    assert bot.pid is not None and bot.pid != os.getpid()
+    assert os.readlink(f"/proc/{bot.pid}/cwd") == str(bot.cwd)
+    assert database.exists()  # migrated where its DATABASE_URL says
+    assert await bot.stop(signal.SIGTERM) == 0
+    assert "getWebhookInfo" in [r.method for r in fake_telegram.requests()]
+
+    await bot.start()
+    await bot.kill()
+    assert bot.returncode == -signal.SIGKILL
+
+    alone = bot_factory(env={k: v for k, v in bot_env.items() if k != "BOT_TOKEN"})
+    with pytest.raises(BotExited) as caught:
+        await alone.start()
+    assert caught.value.returncode == 2
+    assert "BOT_TOKEN is not set" in alone.stderr()
