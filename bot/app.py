@@ -50,7 +50,13 @@ from bot.sqlite_hot import SqliteHotPath
 from bot.store import History, Intake
 from bot.streaming import StreamConfig, StreamMetrics, StreamRegistry
 from bot.topics import TopicMiddleware, TopicRequestMiddleware
-from bot.updates import PollInSmallBatches, SkipUndecodableUpdates
+from bot.updates import (
+    ConfirmWhenTakenIn,
+    EndOfUpdate,
+    IntakeBarrier,
+    PollInSmallBatches,
+    SkipUndecodableUpdates,
+)
 from bot.wiring import (
     ProfileStoreAdapter,
     cascade_config,
@@ -107,6 +113,12 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     bot.session.middleware(
         FloodGate(clock, on_drop=lambda _method: dropped.labels("flood_wait").inc())
     )
+    # polling: a batch is confirmed once its updates are taken in (bot/updates.py)
+    barrier = (
+        None if settings.webhook_mode else IntakeBarrier(clock, settings.poll_intake_wait_seconds)
+    )
+    if barrier is not None:
+        bot.session.middleware(ConfirmWhenTakenIn(barrier))
     bot.session.middleware(
         SkipUndecodableUpdates(on_skip=lambda: dropped.labels("undecodable_update").inc())
     )
@@ -336,6 +348,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         on_drop=lambda: dropped.labels("update_rate").inc(),
         shared=shared_rates,
     )
+    if barrier is not None:  # the first update middleware: sees every update end
+        dp.update.outer_middleware(EndOfUpdate(barrier))
     dp.update.outer_middleware(rate)
     dp.message.outer_middleware(
         ArrivalOrderMiddleware(chat, PasteJoiner(clock, settings.paste_join_seconds))
@@ -349,7 +363,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         )
     )
     LocaleMiddleware(i18n).setup(dp)
-    dp.message.outer_middleware(IntakeMiddleware(intake, clock))
+    dp.message.outer_middleware(
+        IntakeMiddleware(intake, clock, barrier.taken_in if barrier is not None else None)
+    )
     dp.include_router(create_error_router())
     # chat text first: no other router takes a text that is not a command (issue 10)
     dp.include_router(create_chat_router(stale_after_s=settings.stale_message_seconds))

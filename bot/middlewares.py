@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiogram import BaseMiddleware
-from aiogram.types import Message, TelegramObject, User
+from aiogram.types import Message, TelegramObject, Update, User
 from aiogram.utils.i18n import I18n
 from aiogram.utils.i18n.middleware import I18nMiddleware
 
@@ -235,11 +235,23 @@ class IntakeMiddleware(BaseMiddleware):
     the language and records the outcome. The handler returns its
     :class:`~bot.context.Outcome`, which this middleware persists (default ``answered``,
     ``command`` for a command; ``failed`` on an exception).
+
+    Args:
+        intake: the intake store.
+        clock: the one clock.
+        on_taken_in: polling: called with the update's id once its intake record is
+            committed (or found already there, or the database cannot be written and a
+            read-only command runs without one), before the handler runs — the
+            ``getUpdates`` that confirms the update waits for it
+            (:class:`bot.updates.IntakeBarrier`).
     """
 
-    def __init__(self, intake: Intake, clock: Clock) -> None:
+    def __init__(
+        self, intake: Intake, clock: Clock, on_taken_in: Callable[[int], None] | None = None
+    ) -> None:
         self._intake = intake
         self._clock = clock
+        self._on_taken_in = on_taken_in
 
     async def __call__(self, handler: Handler, event: TelegramObject, data: dict[str, Any]) -> Any:
         if not isinstance(event, Message) or event.from_user is None:
@@ -269,7 +281,9 @@ class IntakeMiddleware(BaseMiddleware):
                     raise
                 # the database cannot be written: a read-only command still reads what it can
                 log.warning("intake not recorded (storage failure); running a read-only command")
+                self._taken_in(data)
                 return await handler(event, data)
+        self._taken_in(data)
         if not first:
             log.info("dropping a message delivered twice (chat %s)", event.chat.id)
             return None
@@ -282,6 +296,11 @@ class IntakeMiddleware(BaseMiddleware):
                 raise
             await self._finish(event, result if isinstance(result, Outcome) else default)
         return result
+
+    def _taken_in(self, data: dict[str, Any]) -> None:
+        update = data.get("event_update")
+        if self._on_taken_in is not None and isinstance(update, Update):
+            self._on_taken_in(update.update_id)
 
     async def _handle_taken(
         self,
