@@ -8,13 +8,15 @@ the paid provider in two halves; the process is SIGKILLed during each half at a 
 point (after the k-th provider request of that half) and restarted, and finally stopped
 once every message taken in got its answer or the resend template. Then the ledger must
 book at least what the fake provider billed (an unsettled hold is booked at its ceiling
-by the next start), hold nothing, and no message may have reached the provider twice or
-been answered twice.
-
-Not asserted: that every message is taken in. aiogram confirms a batch of updates (the
-next ``getUpdates`` offset) as soon as it has started their tasks, so a kill between
-that and a message's intake record loses the message silently (no answer, no resend
-template, no provider call, no money) — a gap of the polling loop, not of the ledger.
+by the next start), hold nothing, no message may have reached the provider twice or
+been answered twice, and every message got its answer or the resend template: none
+is lost silently. Polling confirms a batch of updates (the next ``getUpdates`` offset)
+only once each of its messages has its intake record committed (``bot/updates.py``), so
+a kill either leaves the batch unconfirmed (Telegram sends it again) or finds the
+records (the next start sends the template). The wait for the records is made
+unbounded here (POLL_INTAKE_WAIT_SECONDS): after its default 5 s polling would go on
+without them, and a kill could then still lose a message (``test_crash_poll_gap.py``
+makes that window deterministic).
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ FIRST_USER = 7_000
 BILL = {"prompt_tokens": 100, "completion_tokens": 50}
 #: the fake's answer echoes the question, so an answer names its question
 QUESTION = "paid question from user {}"
+#: the resend template (bot/templates.py, lost_text), in English
+NOTICE = "🕰 I was interrupted while answering this message. " + (
+    "If no answer to it arrived, please send it again."
+)
 
 
 async def test_sigkill_during_a_paid_burst_loses_no_money_and_asks_nothing_twice(
@@ -48,7 +54,7 @@ async def test_sigkill_during_a_paid_burst_loses_no_money_and_asks_nothing_twice
     """Two SIGKILLs at seeded points of a 100-message paid burst: on restart the
     ledger's settled + booked-at-ceiling money ≥ what the provider billed, no hold is
     left, no message reached the provider twice, none was answered twice, and every
-    message taken in got an answer or the resend template."""
+    message got an answer or the resend template."""
     rng = random.Random(10)  # where each burst is cut: after this many of its provider calls
     fake_providers.default("deepseek", BILL)
     db = tmp_path / "kopek.db"
@@ -56,7 +62,7 @@ async def test_sigkill_during_a_paid_burst_loses_no_money_and_asks_nothing_twice
         telegram=fake_telegram,
         database_path=db,
         provider_base_urls={"deepseek": fake_providers.base_urls["deepseek"]},
-        extra={"LOG_LEVEL": "INFO"},
+        extra={"LOG_LEVEL": "INFO", "POLL_INTAKE_WAIT_SECONDS": "3600"},
     )
     bot = bot_factory(env=env)
     await bot.start()
@@ -122,3 +128,7 @@ async def test_sigkill_during_a_paid_burst_loses_no_money_and_asks_nothing_twice
     # (a kill may come before any answer went out: every message then gets the template)
     assert all(n == 1 for n in answers.values()), "a message was answered twice"
     assert sum(answers.values()) <= len(requests)
+    notices = {m.chat_id for m in fake_telegram.sent_events() if m.text == NOTICE}
+    users = range(FIRST_USER, FIRST_USER + USERS)
+    silent = [u for u in users if u not in answers and u not in notices]
+    assert not silent, f"{len(silent)} messages lost silently (no answer, no notice): {silent}"
