@@ -188,20 +188,28 @@ async def spawn_bot(
     cwd: Path | str,
     stdout: int,
     stderr: int,
+    script: Path | str | None = None,
 ) -> ForkedProcess:
-    """Start ``python -m bot *args`` as a child of this worker's fork server.
+    """Start ``python -m bot *args`` (or ``python script *args``) as a child of the fork
+    server.
 
     Args:
-        args: the arguments after ``-m bot`` (e.g. ``[]`` or ``["delete-webhook"]``).
+        args: the arguments after ``-m bot`` (e.g. ``[]`` or ``["delete-webhook"]``) or
+            after the script.
         env: the child's whole environment.
         cwd: its working directory.
         stdout, stderr: open descriptors it gets as 1 and 2 (the caller keeps and closes
             its own); its stdin is ``/dev/null``.
+        script: a Python file to run as ``__main__`` instead of ``bot`` (e.g. the echo bot
+            of ``tests/e2e/echo_bot.py``).
 
     Raises:
         RuntimeError: no fork server could be started or reached.
     """
-    body = json.dumps({"argv": list(args), "env": dict(env), "cwd": str(cwd)}).encode()
+    request: dict[str, object] = {"argv": list(args), "env": dict(env), "cwd": str(cwd)}
+    if script is not None:
+        request["script"] = str(script)
+    body = json.dumps(request).encode()
     sock = await _connect()
     null = os.open(os.devnull, os.O_RDONLY)
     try:

@@ -152,8 +152,9 @@ class BotProcess:
         env: the full environment (see :func:`bot_environment`).
         telegram: the fake Bot API the bot talks to (used to detect readiness).
         log_dir: where ``run<N>.stdout`` / ``run<N>.stderr`` are written.
-        argv: the command (default ``[sys.executable, "-m", "bot"]``, forked from the
-            fork server, :mod:`tests.e2e.forked`, unless ``fresh``).
+        argv: the command (default ``[sys.executable, "-m", "bot"]``). That command, or
+            ``[sys.executable, "SCRIPT.py", ...]``, is forked from the fork server
+            (:mod:`tests.e2e.forked`) unless ``fresh``; any other is exec'd.
         cwd: working directory; default the repository root, or ``log_dir`` when the
             root has a ``.env`` (a developer's settings must never leak into a test).
         ready_timeout: seconds to wait for ``getWebhookInfo`` (or ``deleteWebhook``) +
@@ -162,8 +163,8 @@ class BotProcess:
         ready_url: a webhook replica's ``/readyz``: the bot is ready once it answers 200
             (instead of ``getWebhookInfo`` + ``getUpdates``, which a webhook bot never
             calls).
-        fresh: exec a new interpreter for the default command instead of forking one
-            that has imported the bot's modules (for tests of the start itself; a fresh
+        fresh: exec a new interpreter instead of forking one that has imported the
+            bot's modules (for tests of the start itself; a fresh
             start costs ~4.5 s more CPU).
     """
 
@@ -185,7 +186,10 @@ class BotProcess:
         self.telegram = telegram
         self.log_dir = log_dir
         self.argv = list(argv) if argv is not None else [sys.executable, "-m", "bot"]
-        self.forked = argv is None and not fresh
+        # ``python -m bot ...`` and ``python SCRIPT.py ...`` are forked unless ``fresh``
+        python = not fresh and len(self.argv) >= 2 and self.argv[0] == sys.executable
+        self._script = self.argv[1] if python and self.argv[1].endswith(".py") else None
+        self.forked = python and (self._script is not None or self.argv[1:3] == ["-m", "bot"])
         if cwd is None:
             cwd = log_dir if (REPO_ROOT / ".env").exists() else REPO_ROOT
         self.cwd = cwd
@@ -229,7 +233,12 @@ class BotProcess:
         self._files = [out, err]
         if self.forked:
             self._proc = await spawn_bot(
-                self.argv[3:], env=self.env, cwd=self.cwd, stdout=out.fileno(), stderr=err.fileno()
+                self.argv[2:] if self._script else self.argv[3:],
+                env=self.env,
+                cwd=self.cwd,
+                stdout=out.fileno(),
+                stderr=err.fileno(),
+                script=self._script,
             )
         else:
             self._proc = await asyncio.create_subprocess_exec(

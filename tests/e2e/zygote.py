@@ -14,7 +14,8 @@ script of an installed wheel) exec a fresh interpreter instead
 (:class:`tests.e2e.harness.BotProcess` with ``fresh=True``).
 
 Protocol (one connection a child, AF_UNIX stream): the client sends a 4-byte big-endian
-length, then that many bytes of JSON ``{"argv": [...], "env": {...}, "cwd": "..."}``,
+length, then that many bytes of JSON ``{"argv": [...], "env": {...}, "cwd": "..."}``
+(``argv``: the arguments after ``-m bot``; with ``"script": PATH``, after ``python PATH``),
 with the child's stdin, stdout and stderr as three descriptors (SCM_RIGHTS) on the first
 bytes. The server answers one JSON line ``{"pid": N}`` after the fork and one
 ``{"exit": code}`` when the child has ended (``code`` as
@@ -96,11 +97,17 @@ def _child(request: dict[str, object], fds: list[int]) -> int:
     os.environ.update({str(k): str(v) for k, v in env.items()})
     time.tzset()
     os.chdir(cwd)
-    sys.path[0] = cwd  # what ``python -m`` puts first
-    sys.argv = ["-m", *[str(a) for a in argv]]
-    sys.modules.pop("bot.__main__", None)  # run fresh, as ``python -m`` does
+    script = request.get("script")
     try:
-        runpy.run_module("bot", run_name="__main__", alter_sys=True)
+        if isinstance(script, str):  # ``python SCRIPT ARGS``
+            sys.path[0] = os.path.dirname(os.path.abspath(script))
+            sys.argv = [script, *[str(a) for a in argv]]
+            runpy.run_path(script, run_name="__main__")
+        else:  # ``python -m bot ARGS``
+            sys.path[0] = cwd  # what ``python -m`` puts first
+            sys.argv = ["-m", *[str(a) for a in argv]]
+            sys.modules.pop("bot.__main__", None)  # run fresh, as ``python -m`` does
+            runpy.run_module("bot", run_name="__main__", alter_sys=True)
     except SystemExit as stop:
         code = stop.code
         if code is None:
