@@ -1,6 +1,7 @@
 """A tiny aiogram bot that proves the e2e harness against real aiogram long polling.
 
-Run by ``tests/e2e/test_harness.py`` as ``python tests/e2e/echo_bot.py`` with the same
+Run by ``tests/e2e/test_harness.py`` as ``python tests/e2e/echo_bot.py`` (forked from the
+suite's fork server, ``tests/e2e/zygote.py``) with the same
 environment contract as ``python -m bot``: BOT_TOKEN and TELEGRAM_API_BASE. It calls
 ``deleteWebhook`` (keeping pending updates) before polling, answers ``/start`` in English
 or Russian by the sender's ``language_code``, echoes other text in bold (an ``entities``

@@ -1,6 +1,6 @@
-"""The harness proven against real aiogram long polling (``tests/e2e/echo_bot.py``).
-
-Each echo-bot start costs seconds of imports, so one run checks several things."""
+"""The harness proven against real aiogram long polling (``tests/e2e/echo_bot.py``, run
+as ``python tests/e2e/echo_bot.py`` forked from the fork server, ``tests/e2e/zygote.py``),
+and the fork server's children shown to be processes of their own."""
 
 from __future__ import annotations
 
