@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["SHARED_SERVER_ENV", "ForkedProcess", "spawn_bot", "start_shared_server"]
+__all__ = ["SHARED_SERVER_ENV", "ForkServer", "ForkedProcess", "spawn_bot", "start_shared_server"]
 
 #: Where a fork server shared by every xdist worker listens (set by the controller,
 #: :func:`start_shared_server`; without it each worker starts its own on first use).
@@ -39,16 +39,17 @@ _REPO_ROOT = Path(__file__).resolve().parents[2]
 _START_TIMEOUT_S = 180.0
 
 
-class _Server:
-    """A fork server process and its socket path (``wait``: return once it listens)."""
+class ForkServer:
+    """A fork server process and its socket path (``wait``: return once it listens;
+    ``bare``: it preloads nothing, for scripts)."""
 
-    def __init__(self, *, wait: bool = True) -> None:
+    def __init__(self, *, wait: bool = True, bare: bool = False) -> None:
         self.dir = tempfile.mkdtemp(prefix="kopek-zygote-")
         self.path = os.path.join(self.dir, "s")
         self.log = open(os.path.join(self.dir, "server.log"), "wb")  # noqa: SIM115 - lives with the server
         env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(_REPO_ROOT))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.e2e.zygote", self.path],
+            [sys.executable, "-m", "tests.e2e.zygote", self.path, *(["--bare"] if bare else [])],
             cwd=_REPO_ROOT,
             env=env,
             stdin=subprocess.PIPE,
@@ -94,14 +95,14 @@ def _read_line(fd: int, timeout: float) -> bytes:
     return line
 
 
-_server: _Server | None = None
+_server: ForkServer | None = None
 
 
-def start_shared_server() -> _Server:
+def start_shared_server() -> ForkServer:
     """Start a fork server for the xdist workers this process is about to start (it
     imports while they collect) and name its socket in :data:`SHARED_SERVER_ENV`, which
     they inherit. The caller closes it after the session."""
-    server = _Server(wait=False)
+    server = ForkServer(wait=False)
     os.environ[SHARED_SERVER_ENV] = server.path
     return server
 
@@ -109,16 +110,14 @@ def start_shared_server() -> _Server:
 def _own_server() -> str:
     global _server
     if _server is None or _server.proc.poll() is not None:
-        _server = _Server()
+        _server = ForkServer()
     return _server.path
 
 
-async def _connect() -> socket.socket:
-    """A connection to the shared fork server (waiting while it imports), else to this
-    process's own."""
-    path = os.environ.get(SHARED_SERVER_ENV)
-    if path is None:
-        path = _own_server()
+async def _connect(path: str | None = None) -> socket.socket:
+    """A connection to the fork server at ``path``, else the shared one (waiting while it
+    imports), else this process's own."""
+    path = path or os.environ.get(SHARED_SERVER_ENV) or _own_server()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + _START_TIMEOUT_S
     while True:
@@ -189,6 +188,7 @@ async def spawn_bot(
     stdout: int,
     stderr: int,
     script: Path | str | None = None,
+    server: str | None = None,
 ) -> ForkedProcess:
     """Start ``python -m bot *args`` (or ``python script *args``) as a child of the fork
     server.
@@ -202,6 +202,8 @@ async def spawn_bot(
             its own); its stdin is ``/dev/null``.
         script: a Python file to run as ``__main__`` instead of ``bot`` (e.g. the echo bot
             of ``tests/e2e/echo_bot.py``).
+        server: the socket path of a fork server to ask (default the shared one, else
+            this process's own).
 
     Raises:
         RuntimeError: no fork server could be started or reached.
@@ -210,7 +212,7 @@ async def spawn_bot(
     if script is not None:
         request["script"] = str(script)
     body = json.dumps(request).encode()
-    sock = await _connect()
+    sock = await _connect(server)
     null = os.open(os.devnull, os.O_RDONLY)
     try:
         socket.send_fds(sock, [struct.pack(">I", len(body))], [null, stdout, stderr])

@@ -23,12 +23,16 @@ bytes. The server answers one JSON line ``{"pid": N}`` after the fork and one
 that closes its connection first gets its child SIGKILLed. The server ends (killing its
 children) when its stdin reaches EOF, i.e. when the pytest process that started it is gone.
 
-Run as ``python -m tests.e2e.zygote SOCKET_PATH``; it prints ``ready`` once listening.
+Run as ``python -m tests.e2e.zygote SOCKET_PATH [--bare]`` (``--bare``: no preloading);
+it prints ``ready`` once listening. Its children die with it however it ends
+(``PR_SET_PDEATHSIG``), and every signal sent to a child is delivered (see
+:func:`_fork`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import importlib
 import json
@@ -84,6 +88,54 @@ def _read_request(conn: socket.socket) -> tuple[dict[str, object], list[int]]:
     return request, list(fds)
 
 
+#: Linux's ``prctl`` option that sends the calling process a signal when its parent dies
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+#: every signal a handler can see: blocked around ``fork()`` (see :func:`_fork`)
+_CATCHABLE = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}
+
+
+def _fork() -> int:
+    """``os.fork()`` with every signal blocked across it; the child keeps them blocked
+    until :func:`_child` runs the bot. A signal that reached the child in the fork's
+    own window would otherwise be dropped: CPython forgets the signals its C handler
+    noted before its after-fork work in the child, and a test's early SIGINT would
+    vanish where a real ``python -m bot`` dies of it. Blocked, it stays pending in the
+    kernel and is delivered when the child unblocks."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _CATCHABLE)
+    pid = os.fork()
+    if pid != 0:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    else:
+        global _UNBLOCK
+        _UNBLOCK = previous
+    return pid
+
+
+_UNBLOCK: set[int | signal.Signals] = set()
+
+
+def _die_with(server_pid: int) -> None:
+    """SIGKILL this child when the server dies, however it dies (``PR_SET_PDEATHSIG``);
+    if it is already gone, exit now."""
+    if _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != server_pid:
+        os._exit(1)
+
+
+def _exit_by_sigint() -> None:
+    """What CPython does with a KeyboardInterrupt nobody caught: die of SIGINT (exit
+    code -2 to the parent) after its traceback; logging and stdio are flushed first."""
+    import logging
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
 def _child(request: dict[str, object], fds: list[int]) -> int:
     """Become the bot process; returns its exit code (the caller exits with it)."""
     for target, fd in enumerate(fds):
@@ -99,6 +151,7 @@ def _child(request: dict[str, object], fds: list[int]) -> int:
     os.chdir(cwd)
     script = request.get("script")
     try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, _UNBLOCK)  # pending signals land here
         if isinstance(script, str):  # ``python SCRIPT ARGS``
             sys.path[0] = os.path.dirname(os.path.abspath(script))
             sys.argv = [script, *[str(a) for a in argv]]
@@ -116,16 +169,21 @@ def _child(request: dict[str, object], fds: list[int]) -> int:
             return code
         print(code, file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        sys.excepthook(*sys.exc_info())
+        _exit_by_sigint()
+        return 1  # not reached: SIGINT's default action ends the process
     except BaseException:  # the interpreter's own top level: its hook, then exit 1
         sys.excepthook(*sys.exc_info())
         return 1
     return 0
 
 
-def serve(path: str) -> int:
-    """Preload, listen on ``path``, fork a child per request. Returns 0 in the server
-    when its stdin closes; in a child, the child's exit code."""
-    for name in PRELOAD:
+def serve(path: str, *, preload: bool = True) -> int:
+    """Preload (unless not ``preload``: a server for scripts that need nothing), listen on
+    ``path``, fork a child per request. Returns 0 in the server when its stdin closes; in
+    a child, the child's exit code."""
+    for name in PRELOAD if preload else ():
         importlib.import_module(name)
     gc.collect()
     gc.freeze()  # the preloaded objects stay shared pages in every child
@@ -152,8 +210,9 @@ def serve(path: str) -> int:
                 else:
                     sys.stdout.flush()
                     sys.stderr.flush()
-                    pid = os.fork()
+                    pid = _fork()
                     if pid == 0:
+                        _die_with(_SERVER_PID)
                         listener.close()
                         conn.close()
                         for other in children.values():
@@ -189,4 +248,4 @@ def serve(path: str) -> int:
 _SERVER_PID = os.getpid()
 
 if __name__ == "__main__":
-    sys.exit(serve(sys.argv[1]))
+    sys.exit(serve(sys.argv[1], preload="--bare" not in sys.argv[2:]))
