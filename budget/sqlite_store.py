@@ -11,9 +11,10 @@ and the shared row helpers in :mod:`budget.sqlite_rows`. The rules are in
 Durable and grouped steps: a granted hold (:meth:`SqliteStore.reserve`), the kill
 switch, limits, teams, corrections and the sweep are *durable* (the WAL is fsync'd after
 their group's commit, before they are answered; a refused hold is not fsync'd);
-operation and request admission, settle, release, the end of an operation, the message
-counter and calibration are *grouped* (committed before they are answered, fsync'd by
-the next durable group). A power cut
+operation and request admission, settle, release and the message counter are *grouped*
+(committed before they are answered, fsync'd by the next durable group); the end of an
+operation and calibration samples are *posted* (queued at once, committed with the next
+group, not waited for: :meth:`SqliteWriter.post`). A power cut
 can lose only grouped steps: a lost settle or release leaves its hold, which the next
 start books at its bound, ceiling plus admission margin (never less than real); a lost
 admission took no money.
