@@ -251,7 +251,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     guard = AddressGuard()
     feed_http = httpx.AsyncClient(
         headers={"User-Agent": "KopekBot/0.1 (+digests)"},
-        transport=GuardedTransport(guard, ssl_context=tls),
+        transport=GuardedTransport(guard),  # certifi's bundle; no SSL_CERT_FILE for feeds
         trust_env=False,
     )
     fetchers = Fetchers(

@@ -197,8 +197,9 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
     Args:
         guard: the address guard.
         ssl_context: the TLS context to verify servers with; default a new one of
-            httpx's (certifi's CA bundle). Loading a CA bundle costs ~20-40 ms of CPU, so
-            the app passes the one context its other clients share.
+            httpx's from certifi's CA bundle, ignoring ``SSL_CERT_FILE``/``SSL_CERT_DIR``
+            like the proxy settings. It is built once and used by both layers of the
+            transport (a CA bundle load costs ~20-40 ms of CPU).
     """
 
     def __init__(self, guard: AddressGuard, ssl_context: ssl.SSLContext | None = None) -> None:
