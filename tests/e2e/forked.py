@@ -116,19 +116,26 @@ def _own_server() -> str:
 
 async def _connect(path: str | None = None) -> socket.socket:
     """A connection to the fork server at ``path``, else the shared one (waiting while it
-    imports), else this process's own."""
-    path = path or os.environ.get(SHARED_SERVER_ENV) or _own_server()
+    imports), else this process's own. A shared server that is gone (its socket refuses:
+    killed, say, by the OOM killer) is replaced by one of this process's own."""
+    shared = None if path is not None else os.environ.get(SHARED_SERVER_ENV)
+    target = path or shared or _own_server()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + _START_TIMEOUT_S
     while True:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.connect(path)
-        except (FileNotFoundError, ConnectionRefusedError):
+            sock.connect(target)
+        except ConnectionRefusedError:  # bound, nobody listening: the server died
+            sock.close()
+            if target != shared:
+                raise RuntimeError(f"the fork server at {target} is gone") from None
+            target = _own_server()
+        except FileNotFoundError:  # not bound yet: the shared server is still importing
             sock.close()
             if loop.time() > deadline:
-                raise RuntimeError(f"no fork server listening at {path}") from None
-            await asyncio.sleep(0.05)  # the shared server is still importing
+                raise RuntimeError(f"no fork server listening at {target}") from None
+            await asyncio.sleep(0.05)
         else:
             return sock
 

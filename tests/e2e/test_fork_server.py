@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,3 +85,15 @@ def _running(pid: int) -> bool:
             return "State:\tZ" not in status.read()
     except FileNotFoundError:
         return False
+
+
+async def test_a_server_that_is_gone_is_said_at_once(tmp_path: Path) -> None:
+    """A socket bound but not listening (its server was killed) is refused at once,
+    not waited on for the start deadline (trial 15c: every later bot test waited 180 s);
+    the shared server's clients move to a server of their own on the same sign."""
+    dead = tmp_path / "s"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.bind(str(dead))
+        with pytest.raises(RuntimeError, match="is gone"):
+            async with asyncio.timeout(5):
+                await spawn_bot([], env={}, cwd=tmp_path, stdout=1, stderr=2, server=str(dead))
