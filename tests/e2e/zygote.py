@@ -13,6 +13,14 @@ before any bot code ran. Tests of the start itself (what a process imports, the 
 script of an installed wheel) exec a fresh interpreter instead
 (:class:`tests.e2e.harness.BotProcess` with ``fresh=True``).
 
+What a forked child inherits from the server and a fresh interpreter would not (trial
+15c): the interpreter's start-up settings (``PYTHONWARNINGS``, ``PYTHONHASHSEED``,
+``PYTHONIOENCODING``, ``-X`` options, the locale: the server's, not those in the child's
+environment), the modules in :data:`PRELOAD` (the LLM SDKs and Alembic are imported even
+for a run without provider keys, so an import missing from the start cannot fail here:
+``tests/unit/test_light_imports.py``, the wheel test and the fresh run of
+``tests/e2e/test_foundation.py`` exec), and its command line in ``ps``.
+
 Protocol (one connection a child, AF_UNIX stream): the client sends a 4-byte big-endian
 length, then that many bytes of JSON ``{"argv": [...], "env": {...}, "cwd": "..."}``
 (``argv``: the arguments after ``-m bot``; with ``"script": PATH``, after ``python PATH``),
