@@ -45,6 +45,7 @@ __all__ = [
     "BotProcess",
     "bot_environment",
     "free_port",
+    "paid_only_environment",
     "run_bot_to_exit",
     "wait_provider_requests",
     "wait_ready_url",
@@ -135,6 +136,26 @@ def bot_environment(
             env[f"{name.upper()}_BASE_URL"] = urls[name]
     env.update(extra or {})
     return env
+
+
+def paid_only_environment(
+    telegram: FakeTelegram,
+    providers: FakeProviders,
+    database_path: Path,
+    bill: Mapping[str, int],
+    **extra: str,
+) -> dict[str, str]:
+    """The environment of a bot whose only provider is the fake DeepSeek (the paid
+    anchor), which reports ``bill`` (``prompt_tokens``, ``completion_tokens``) for every
+    call: the crash tests' set-up, where every answer costs money. ``extra``: more
+    variables, e.g. ``POLL_INTAKE_WAIT_SECONDS="3600"``."""
+    providers.default("deepseek", dict(bill))
+    return bot_environment(
+        telegram=telegram,
+        database_path=database_path,
+        provider_base_urls={"deepseek": providers.base_urls["deepseek"]},
+        extra=extra,
+    )
 
 
 def without_sdk_providers(env: Mapping[str, str]) -> dict[str, str]:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from budget.prices import PriceCard, ProviderModel
 from budget.types import Usage
-from tests.e2e.harness import BotFactory, bot_environment, wait_provider_requests
+from tests.e2e.harness import BotFactory, paid_only_environment, wait_provider_requests
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 
@@ -56,13 +56,9 @@ async def test_sigkill_during_a_paid_burst_loses_no_money_and_asks_nothing_twice
     left, no message reached the provider twice, none was answered twice, and every
     message got an answer or the resend template."""
     rng = random.Random(10)  # where each burst is cut: after this many of its provider calls
-    fake_providers.default("deepseek", BILL)
     db = tmp_path / "kopek.db"
-    env = bot_environment(
-        telegram=fake_telegram,
-        database_path=db,
-        provider_base_urls={"deepseek": fake_providers.base_urls["deepseek"]},
-        extra={"LOG_LEVEL": "INFO", "POLL_INTAKE_WAIT_SECONDS": "3600"},
+    env = paid_only_environment(
+        fake_telegram, fake_providers, db, BILL, LOG_LEVEL="INFO", POLL_INTAKE_WAIT_SECONDS="3600"
     )
     bot = bot_factory(env=env)
     await bot.start()

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from bot.updates import POLL_BATCH
-from tests.e2e.harness import BotFactory, BotProcess, bot_environment
+from tests.e2e.harness import BotFactory, BotProcess, paid_only_environment
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 
@@ -92,14 +92,10 @@ async def test_a_kill_right_after_a_batch_was_fetched_loses_no_message_silently(
     went out (``confirmed``), and restarted: every message is answered or gets the resend
     template, none is answered twice, and the batch was never confirmed before its intake
     records were committed."""
-    fake_providers.default("deepseek", BILL)
     db = tmp_path / "kopek.db"
-    env = bot_environment(
-        telegram=fake_telegram,
-        database_path=db,
-        provider_base_urls={"deepseek": fake_providers.base_urls["deepseek"]},
-        # the wait must not run out while the test holds the lock
-        extra={"LOG_LEVEL": "DEBUG", "POLL_INTAKE_WAIT_SECONDS": "3600"},
+    # the wait must not run out while the test holds the lock
+    env = paid_only_environment(
+        fake_telegram, fake_providers, db, BILL, LOG_LEVEL="DEBUG", POLL_INTAKE_WAIT_SECONDS="3600"
     )
     bot = bot_factory(env=env)
     await bot.start()
