@@ -26,6 +26,7 @@ import contextlib
 import os
 import signal
 import socket
+import sqlite3
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -44,6 +45,7 @@ __all__ = [
     "BotFactory",
     "BotProcess",
     "bot_environment",
+    "every_message_closed",
     "free_port",
     "paid_only_environment",
     "run_bot_to_exit",
@@ -156,6 +158,19 @@ def paid_only_environment(
         provider_base_urls={"deepseek": providers.base_urls["deepseek"]},
         extra=extra,
     )
+
+
+def every_message_closed(telegram: FakeTelegram, database_path: Path) -> bool:
+    """No update waits at the fake Bot API, and every chat with an intake record
+    (``seen_messages`` of the SQLite ledger at ``database_path``, read beside the running
+    bot) was sent a message: an answer or the resend template. For ``wait_until``."""
+    conn = sqlite3.connect(database_path)
+    try:
+        taken_in = {row[0] for row in conn.execute("SELECT chat_id FROM seen_messages")}
+    finally:
+        conn.close()
+    replied = {m.chat_id for m in telegram.sent_events() if m.method == "sendMessage"}
+    return not telegram.pending_updates() and taken_in <= replied
 
 
 def without_sdk_providers(env: Mapping[str, str]) -> dict[str, str]:

@@ -29,7 +29,12 @@ from pathlib import Path
 
 from budget.prices import PriceCard, ProviderModel
 from budget.types import Usage
-from tests.e2e.harness import BotFactory, paid_only_environment, wait_provider_requests
+from tests.e2e.harness import (
+    BotFactory,
+    every_message_closed,
+    paid_only_environment,
+    wait_provider_requests,
+)
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 
@@ -71,19 +76,7 @@ async def test_sigkill_during_a_paid_burst_loses_no_money_and_asks_nothing_twice
         await bot.kill()
         await bot.start()
 
-    def taken_in() -> set[int]:
-        """Chats whose message has an intake record (read beside the running bot)."""
-        conn = sqlite3.connect(db)
-        try:
-            return {row[0] for row in conn.execute("SELECT chat_id FROM seen_messages")}
-        finally:
-            conn.close()
-
-    def every_message_closed() -> bool:
-        replied = {m.chat_id for m in fake_telegram.sent_events() if m.method == "sendMessage"}
-        return not fake_telegram.pending_updates() and taken_in() <= replied
-
-    await fake_telegram.wait_until(every_message_closed, timeout=120)
+    await fake_telegram.wait_until(lambda: every_message_closed(fake_telegram, db), timeout=120)
     assert await bot.stop() == 0  # a clean stop commits what is grouped
 
     requests = [r for r in fake_providers.requests if r.provider == "deepseek"]

@@ -30,7 +30,12 @@ from pathlib import Path
 import pytest
 
 from bot.updates import POLL_BATCH
-from tests.e2e.harness import BotFactory, BotProcess, paid_only_environment
+from tests.e2e.harness import (
+    BotFactory,
+    BotProcess,
+    every_message_closed,
+    paid_only_environment,
+)
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram
 
@@ -121,20 +126,7 @@ async def test_a_kill_right_after_a_batch_was_fetched_loses_no_message_silently(
         lock.close()
     await bot.start()
 
-    def taken_in() -> set[int]:
-        conn = sqlite3.connect(db)
-        try:
-            return {row[0] for row in conn.execute("SELECT chat_id FROM seen_messages")}
-        finally:
-            conn.close()
-
-    def replied() -> set[int | str]:
-        return {m.chat_id for m in fake_telegram.sent_events() if m.method == "sendMessage"}
-
-    def every_message_closed() -> bool:
-        return not fake_telegram.pending_updates() and taken_in() <= replied()
-
-    await fake_telegram.wait_until(every_message_closed, timeout=120)
+    await fake_telegram.wait_until(lambda: every_message_closed(fake_telegram, db), timeout=120)
     assert await bot.stop() == 0
 
     sent = [m for m in fake_telegram.sent_events() if m.method == "sendMessage"]
