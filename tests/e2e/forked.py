@@ -27,7 +27,14 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["SHARED_SERVER_ENV", "ForkServer", "ForkedProcess", "spawn_bot", "start_shared_server"]
+__all__ = [
+    "SHARED_SERVER_ENV",
+    "ForkServer",
+    "ForkedProcess",
+    "run_module",
+    "spawn_bot",
+    "start_shared_server",
+]
 
 #: Where a fork server shared by every xdist worker listens (set by the controller,
 #: :func:`start_shared_server`; without it each worker starts its own on first use).
@@ -196,6 +203,7 @@ async def spawn_bot(
     stderr: int,
     script: Path | str | None = None,
     server: str | None = None,
+    module: str = "bot",
 ) -> ForkedProcess:
     """Start ``python -m bot *args`` (or ``python script *args``) as a child of the fork
     server.
@@ -211,6 +219,8 @@ async def spawn_bot(
             of ``tests/e2e/echo_bot.py``).
         server: the socket path of a fork server to ask (default the shared one, else
             this process's own).
+        module: run ``python -m module`` instead of ``python -m bot`` (e.g. ``alembic``,
+            or a test's worker module).
 
     Raises:
         RuntimeError: no fork server could be started or reached.
@@ -218,6 +228,8 @@ async def spawn_bot(
     request: dict[str, object] = {"argv": list(args), "env": dict(env), "cwd": str(cwd)}
     if script is not None:
         request["script"] = str(script)
+    elif module != "bot":
+        request["module"] = module
     body = json.dumps(request).encode()
     sock = await _connect(server)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -236,3 +248,35 @@ async def spawn_bot(
         writer.close()
         raise RuntimeError("the fork server closed the connection without forking")
     return ForkedProcess(int(json.loads(line)["pid"]), reader, writer)
+
+
+async def run_module(
+    module: str,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path | str,
+    timeout: float = _START_TIMEOUT_S,  # noqa: ASYNC109 - test deadline
+) -> tuple[int, str, str]:
+    """Run ``python -m module *args`` forked from the fork server to its end.
+
+    Returns:
+        (exit code, stdout, stderr).
+
+    Raises:
+        TimeoutError: still running after ``timeout`` seconds (it is killed).
+    """
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        child = await spawn_bot(
+            args, env=env, cwd=cwd, stdout=out.fileno(), stderr=err.fileno(), module=module
+        )
+        try:
+            async with asyncio.timeout(timeout):
+                code = await child.wait()
+        finally:
+            if child.returncode is None:
+                child.kill()
+                await child.wait()
+        out.seek(0)
+        err.seek(0)
+        return code, out.read().decode(), err.read().decode()

@@ -23,7 +23,8 @@ for a run without provider keys, so an import missing from the start cannot fail
 
 Protocol (one connection a child, AF_UNIX stream): the client sends a 4-byte big-endian
 length, then that many bytes of JSON ``{"argv": [...], "env": {...}, "cwd": "..."}``
-(``argv``: the arguments after ``-m bot``; with ``"script": PATH``, after ``python PATH``),
+(``argv``: the arguments after ``-m bot``; with ``"module": NAME``, after ``-m NAME``;
+with ``"script": PATH``, after ``python PATH``),
 with the child's stdin, stdout and stderr as three descriptors (SCM_RIGHTS) on the first
 bytes. The server answers one JSON line ``{"pid": N}`` after the fork and one
 ``{"exit": code}`` when the child has ended (``code`` as
@@ -69,7 +70,10 @@ PRELOAD = (
     "groq",
     "mistralai",
     "alembic.command",
+    "alembic.config",
     "alembic.runtime.migration",
+    "asyncpg",
+    "budget.pg_store",
 )
 
 _HEADER = struct.Struct(">I")
@@ -165,11 +169,16 @@ def _child(request: dict[str, object], fds: list[int]) -> int:
             sys.path[0] = os.path.dirname(os.path.abspath(script))
             sys.argv = [script, *[str(a) for a in argv]]
             runpy.run_path(script, run_name="__main__")
-        else:  # ``python -m bot ARGS``
+        else:  # ``python -m MODULE ARGS`` (``bot`` unless asked)
+            module = request.get("module", "bot")
+            assert isinstance(module, str)
             sys.path[0] = cwd  # what ``python -m`` puts first
             sys.argv = ["-m", *[str(a) for a in argv]]
-            sys.modules.pop("bot.__main__", None)  # run fresh, as ``python -m`` does
-            runpy.run_module("bot", run_name="__main__", alter_sys=True)
+            # run fresh, as ``python -m`` does: a package's __main__, a plain module itself
+            sys.modules.pop(f"{module}.__main__", None)
+            if not hasattr(sys.modules.get(module), "__path__"):
+                sys.modules.pop(module, None)
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as stop:
         code = stop.code
         if code is None:

@@ -5,38 +5,32 @@ could not tell whether anything happened."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from bot.migrate import head_revision
+from tests.e2e.forked import run_module
 from tests.e2e.harness import REPO_ROOT
 
 
-def _alembic(db: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+async def _alembic(db: Path, *argv: str) -> tuple[int, str, str]:
+    """``python -m alembic *argv`` forked from the suite's fork server: exit code, stdout,
+    stderr."""
     env = {**os.environ, "DATABASE_URL": f"sqlite+aiosqlite:///{db}"}
-    return subprocess.run(
-        [sys.executable, "-m", "alembic", *argv],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return await run_module("alembic", argv, env=env, cwd=REPO_ROOT, timeout=120)
 
 
-def test_downgrade_and_upgrade_say_each_step(tmp_path: Path) -> None:
+async def test_downgrade_and_upgrade_say_each_step(tmp_path: Path) -> None:
     db = tmp_path / "k.db"
     head = head_revision()
-    up = _alembic(db, "upgrade", "head")
-    assert up.returncode == 0, up.stderr
-    assert "Running upgrade 0021_bucket_margins -> 0022_ledger_timestamptz" in up.stderr
-    assert f" -> {head}" in up.stderr
-    down = _alembic(db, "downgrade", "-1")
-    assert down.returncode == 0, down.stderr
-    assert f"Running downgrade {head} -> " in down.stderr
-    again = _alembic(db, "upgrade", "head")
-    assert f" -> {head}" in again.stderr and "Running upgrade" in again.stderr
-    current = _alembic(db, "current")
-    assert f"{head} (head)" in current.stdout
+    code, _, up = await _alembic(db, "upgrade", "head")
+    assert code == 0, up
+    assert "Running upgrade 0021_bucket_margins -> 0022_ledger_timestamptz" in up
+    assert f" -> {head}" in up
+    code, _, down = await _alembic(db, "downgrade", "-1")
+    assert code == 0, down
+    assert f"Running downgrade {head} -> " in down
+    code, _, again = await _alembic(db, "upgrade", "head")
+    assert f" -> {head}" in again and "Running upgrade" in again
+    code, current, _ = await _alembic(db, "current")
+    assert code == 0
+    assert f"{head} (head)" in current

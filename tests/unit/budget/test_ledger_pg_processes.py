@@ -4,8 +4,7 @@ liveness (only dead processes' holds are swept), a kill switch seen by every pro
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
+import os
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -20,48 +19,39 @@ from budget.ledger import Ledger
 from budget.pg_rows import asyncpg_dsn
 from budget.pg_store import POOL_SIZE, PgStore
 from budget.types import Level, Origin, RefusalReason, Usage
+from tests.e2e.forked import run_module
 from tests.unit.budget.ledger_helpers import BASE_CONFIG, card, create_pg_schema
 from tests.unit.budget.pg_worker import team_user
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _run(url: str, case: str, shares: list[int], flags: Path | None = None) -> list[str]:
-    """Run one worker process per share, all starting at the same instant; their
-    result lines (``flags``: the folder of the kill case's signal files)."""
+async def _run(url: str, case: str, shares: list[int], flags: Path | None = None) -> list[str]:
+    """Run one worker process per share (``python -m tests.unit.budget.pg_worker``,
+    forked from the suite's fork server), all starting at the same instant; their result
+    lines (``flags``: the folder of the kill case's signal files)."""
     start = time.time() + 2.5  # every process is up (imports, pool) before the start
     extra = [] if flags is None else [str(flags)]
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.unit.budget.pg_worker",
-                url,
-                case,
-                str(n),
-                str(start),
-                str(index),
-                *extra,
-            ],
+    runs = [
+        run_module(
+            "tests.unit.budget.pg_worker",
+            [url, case, str(n), str(start), str(index), *extra],
+            env=os.environ,
             cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            timeout=120,
         )
         for index, n in enumerate(shares)
     ]
     out = []
-    for proc in procs:
-        stdout, stderr = proc.communicate(timeout=120)
-        assert proc.returncode == 0, stderr[-2000:]
+    for code, stdout, stderr in await asyncio.gather(*runs):
+        assert code == 0, stderr[-2000:]
         out.append(stdout.strip())
     return out
 
 
-def _spread(url: str, case: str, shares: list[int]) -> list[int]:
+async def _spread(url: str, case: str, shares: list[int]) -> list[int]:
     """:func:`_run` for the cases that print a grant count (then refusal levels)."""
-    return [int(line.split()[0]) for line in _run(url, case, shares)]
+    return [int(line.split()[0]) for line in await _run(url, case, shares)]
 
 
 async def test_three_processes_grant_exactly_what_fits(pg_url: str) -> None:
@@ -69,9 +59,9 @@ async def test_three_processes_grant_exactly_what_fits(pg_url: str) -> None:
     limit → exactly 333 granted; 8 simultaneous first requests of one new user
     ($0.010 user limit, $0.004 each) over the 3 processes → exactly 2."""
     await create_pg_schema(pg_url)
-    granted = await asyncio.to_thread(_spread, pg_url, "global", [334, 333, 333])
+    granted = await _spread(pg_url, "global", [334, 333, 333])
     assert sum(granted) == 333
-    granted = await asyncio.to_thread(_spread, pg_url, "user", [3, 3, 2])
+    granted = await _spread(pg_url, "user", [3, 3, 2])
     assert sum(granted) == 2
 
 
@@ -91,7 +81,7 @@ async def test_three_processes_team_refusal_holds_nothing_and_kill_reaches_all(
                 await admin.team_add("t", team_user(index, i))
     finally:
         await admin.close()
-    lines = await asyncio.to_thread(_run, pg_url, "team", [4, 4, 4])
+    lines = await _run(pg_url, "team", [4, 4, 4])
     results = [line.split() for line in lines]
     assert sum(int(r[0]) for r in results) == 3
     assert sorted(level for r in results for level in r[1:]) == ["team"] * 9
@@ -110,7 +100,7 @@ async def test_three_processes_team_refusal_holds_nothing_and_kill_reaches_all(
     assert [tuple(r) for r in counted] == [("global", 18_000), ("team", 18_000), ("user", 18_000)]
     assert holds == 3
 
-    assert await asyncio.to_thread(_run, pg_url, "kill", [1, 1, 1], tmp_path) == [
+    assert await _run(pg_url, "kill", [1, 1, 1], tmp_path) == [
         "killed",
         "kill",
         "kill",
