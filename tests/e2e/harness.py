@@ -35,7 +35,7 @@ from typing import IO
 
 from aiohttp import ClientError, ClientSession, ClientTimeout
 
-from tests.e2e.forked import ForkedProcess, spawn_bot
+from tests.e2e.forked import ForkedProcess, run_module, spawn_bot
 from tests.fakes.providers import FakeProviders
 from tests.fakes.telegram import FakeTelegram, RecordedRequest
 
@@ -478,27 +478,26 @@ async def run_bot_to_exit(
         (exit code, stdout then stderr, concatenated).
     """
     env = dict(env, PYTHONPATH=str(REPO_ROOT))
-    proc: asyncio.subprocess.Process | ForkedProcess
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        if fresh:
-            proc = await asyncio.create_subprocess_exec(
-                *(sys.executable, "-m", "bot"),
-                cwd=str(cwd),
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-            )
-        else:
-            proc = await spawn_bot([], env=env, cwd=cwd, stdout=out.fileno(), stderr=err.fileno())
+    if not fresh:
+        code, out, err = await run_module("bot", [], env=env, cwd=cwd, timeout=timeout)
+        return code, out + err
+    with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+        proc = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "bot"),
+            cwd=str(cwd),
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+        )
         try:
             await asyncio.wait_for(proc.wait(), timeout=timeout)
         finally:
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
-        out.seek(0)
-        err.seek(0)
-        output = out.read() + err.read()
+        stdout.seek(0)
+        stderr.seek(0)
+        output = stdout.read() + stderr.read()
     assert proc.returncode is not None
     return proc.returncode, output.decode()
