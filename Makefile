@@ -41,12 +41,12 @@ run: $(STAMP)
 	@test -f .env || { echo "No .env found: cp .env.example .env, then set BOT_TOKEN (from @BotFather in Telegram: /newbot) and a provider key."; exit 2; }
 	$(PY) -m bot
 
-# The bot on a local PostgreSQL: the test suite's embedded server (tests/pg.py, data kept in
+# The bot on a local PostgreSQL: the test suite's embedded server (tests/support/pg.py, data kept in
 # .pgdata, port PG_PORT), DATABASE_URL pointed at it; Ctrl-C or SIGTERM stops the bot, then
-# the server (tests/pg.py forwards the signal; both die with the runner if it is killed).
+# the server (tests/support/pg.py forwards the signal; both die with the runner if it is killed).
 run-postgres: $(STAMP)
 	@test -f .env || { echo "No .env found: cp .env.example .env, then set BOT_TOKEN (from @BotFather in Telegram: /newbot) and a provider key."; exit 2; }
-	$(PY) -m tests.pg run --data .pgdata --port $(PG_PORT) -- $(PY) -m bot
+	$(PY) -m tests.support.pg run --data .pgdata --port $(PG_PORT) -- $(PY) -m bot
 
 lint: $(STAMP)
 	$(PY) -m ruff check $(SRC) tests bench
@@ -87,4 +87,4 @@ clean:
 
 # Recompile the committed .mo catalogues after editing a .po (a test checks they match).
 locales: $(STAMP)
-	$(PY) -m bot.i18n
+	$(PY) -m bot.text.i18n

@@ -1,8 +1,8 @@
 """Kopek beside a bare aiogram echo bot, in one run (issue 10): ``python bench/bot.py``.
 
-Both bots run as real processes (``python -m bot`` and ``tests/e2e/echo_bot.py``, each
+Both bots run as real processes (``python -m bot`` and ``tests/support/echo_bot.py``, each
 inside ``bench/probe.py``) against the same kind of loopback fake Bot API
-(``tests/fakes/telegram.py``, one fresh instance per bot, in this process); Kopek's
+(``tests/support/telegram.py``, one fresh instance per bot, in this process); Kopek's
 providers are the loopback fakes (Groq × 2 keys → DeepSeek), answering at once.
 Printed side by side:
 
@@ -44,9 +44,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.e2e.harness import REPO_ROOT, BotProcess, bot_environment, wait_provider_requests
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram
+from tests.support.harness import REPO_ROOT, BotProcess, bot_environment, wait_provider_requests
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram
 
 PROBE = REPO_ROOT / "bench" / "probe.py"
 ECHO = REPO_ROOT / "tests" / "e2e" / "echo_bot.py"

@@ -8,7 +8,7 @@ at once) on four deployments, in one run:
 4. ``N`` webhook replicas sharing that PostgreSQL database, the fake Bot API POSTing the
    updates round-robin (as the operator's proxy would).
 
-PostgreSQL is a durable local server (``tests/pg.py``, fsync on), a fresh database per
+PostgreSQL is a durable local server (``tests/support/pg.py``, fsync on), a fresh database per
 deployment. Per row: answers/s (first update injected → last reply), its ratio to the
 baseline, update→reply p50/p99, CPU ms per message in the bot processes (summed over the
 replicas, ``bench/probe.py``) + in the database server's processes (``/proc``, Linux),
@@ -35,9 +35,9 @@ from bench.bot import (
     pct,
     start,
 )
-from tests.e2e.harness import BotProcess, bot_environment, free_port
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram
+from tests.support.harness import BotProcess, bot_environment, free_port
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram
 
 __all__ = ["scaling", "tree_cpu_s"]
 
@@ -146,7 +146,7 @@ async def burst_of(
 
 async def scaling(replicas: int) -> None:
     """Run the four deployments (see the module docstring) and print the table."""
-    from tests.pg import start_server
+    from tests.support.pg import start_server
 
     t_start = time.monotonic()
     server = await asyncio.to_thread(start_server, durable=True)

@@ -1,6 +1,6 @@
 """What the replica claims cost (issue 13): ``python bench/claims.py``.
 
-On a SQLite file and on a local durable PostgreSQL server (``tests/pg.py``), both
+On a SQLite file and on a local durable PostgreSQL server (``tests/support/pg.py``), both
 migrated to head, one process, one request at a time, prints per operation:
 
 * a digest run's bookkeeping as the runner does it — :meth:`RunStore.load` (create or
@@ -35,13 +35,13 @@ sys.path.insert(0, str(ROOT))
 from sqlalchemy import insert  # noqa: E402
 from sqlalchemy.ext.asyncio import async_sessionmaker  # noqa: E402
 
-from bot.migrate import migrate  # noqa: E402
-from budget.clock import SystemClock  # noqa: E402
-from budget.db import create_engine  # noqa: E402
-from budget.models import processes  # noqa: E402
+from bot.storage.migrate import migrate  # noqa: E402
+from budget.kernel.clock import SystemClock  # noqa: E402
+from budget.kernel.db import create_engine  # noqa: E402
+from budget.storage.tables import processes  # noqa: E402
 from scheduler.cache import CacheKey, Made, SummaryCache  # noqa: E402
 from scheduler.claims import Claimant  # noqa: E402
-from scheduler.digest_job import DigestConfig, Job  # noqa: E402
+from scheduler.job import DigestConfig, Job  # noqa: E402
 from scheduler.run_store import RunStore  # noqa: E402
 
 #: Operations per figure.
@@ -144,7 +144,7 @@ def _print(title: str, rows: list[tuple[str, float, float]]) -> None:
 
 def main() -> None:
     """Measure on SQLite, then on a local PostgreSQL server; print both."""
-    from tests.pg import start_server
+    from tests.support.pg import start_server
 
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:

@@ -5,17 +5,17 @@ Run: ``.venv/bin/python bench/digest.py [--users 100] [--concurrency 4]``
 What is real and what is simulated:
 
 * real: :class:`scheduler.runner.DigestRunner` (due users, pacing, single-flight cache in
-  SQLite, ledger operations, delivery bookkeeping), :class:`scheduler.tme.TmeClient` and
+  SQLite, ledger operations, delivery bookkeeping), :class:`scheduler.sources.tme.TmeClient` and
   the page parser — the 240 channels are pages generated from the saved markup
   ``tests/fixtures/telegram_html/any2feed_full.html`` (channel name, post ids and texts
   varied deterministically), served through ``httpx.MockTransport``;
 * simulated in-process (behind the ``SummaryBackend`` protocol, not the HTTP fakes — the
   fakes run on wall-clock time): the provider ladder with token buckets on the virtual
   clock — Groq 12,000 tokens/min per key × 2 keys, Mistral 20,000, Cerebras 60,000
-  (free), DeepSeek paid and unlimited — choosing providers like ``llm.cascade`` (first
+  (free), DeepSeek paid and unlimited — choosing providers like ``llm.cascade.cascade`` (first
   free provider whose remaining tokens cover input + max_tokens; the paid anchor only
   when ``allow_paid``), with per-provider latencies;
-* time: :class:`scheduler.simclock.VirtualClock` — sleeps advance virtual time, so the
+* time: :class:`tests.support.simclock.VirtualClock` — sleeps advance virtual time, so the
   run takes seconds.
 
 Two runs on the same input: *paced* (the runner's pacing, stagger 0: pacing decides
@@ -47,20 +47,20 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from budget.db import create_engine  # noqa: E402
+from budget.kernel.db import create_engine  # noqa: E402
 from budget.protocol import OperationTicket  # noqa: E402
 from budget.types import Origin, Usage  # noqa: E402
 from llm.errors import AllProvidersFailed  # noqa: E402
 from llm.types import Capacity, Completion, LLMRequest  # noqa: E402
-from scheduler.feeds import AddressGuard, FeedClient  # noqa: E402
-from scheduler.fetch import Fetchers  # noqa: E402
-from scheduler.models import metadata  # noqa: E402
 from scheduler.profiles import ProfileRepository  # noqa: E402
 from scheduler.runner import DigestConfig, DigestRunner  # noqa: E402
 from scheduler.service import DigestService  # noqa: E402
-from scheduler.simclock import VirtualClock  # noqa: E402
-from scheduler.tme import TmeClient  # noqa: E402
+from scheduler.sources.feeds import AddressGuard, FeedClient  # noqa: E402
+from scheduler.sources.fetch import Fetchers  # noqa: E402
+from scheduler.sources.tme import TmeClient  # noqa: E402
+from scheduler.tables import metadata  # noqa: E402
 from scheduler.types import DigestSection, Notice  # noqa: E402
+from tests.support.simclock import VirtualClock  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "telegram_html" / "any2feed_full.html"
 START = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)

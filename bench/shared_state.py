@@ -1,15 +1,15 @@
 """What sharing state between replicas costs one provider attempt (issue 13).
 
-On a local durable PostgreSQL server (fsync on; ``tests/pg.py``), per attempt at
+On a local durable PostgreSQL server (fsync on; ``tests/support/pg.py``), per attempt at
 concurrency 1, median and p99 of:
 
-* the key's circuit and paced window: :class:`llm.keygate.KeyGate` read at the request
+* the key's circuit and paced window: :class:`llm.keys.admission.KeyGate` read at the request
   (``refresh``), locked before the call (``begin``) and written after it
   (``succeeded`` with rate-limit headers) — in memory (SQLite deployments) and shared
-  through ``provider_keys`` (:mod:`llm.pg_keys`);
-* the call slot: :class:`llm.slots.PrioritySlots` alone and with a deployment lease
-  (:class:`llm.slots.DeploymentSlots` over :mod:`llm.pg_leases`);
-* a user's place in the queue across replicas (:class:`bot.lanes.PgLanes`, one read);
+  through ``provider_keys`` (:mod:`llm.keys.postgres`);
+* the call slot: :class:`llm.keys.slots.PrioritySlots` alone and with a deployment lease
+  (:class:`llm.keys.slots.DeploymentSlots` over :mod:`llm.keys.claims`);
+* a user's place in the queue across replicas (:class:`bot.chat.lanes.PgLanes`, one read);
 
 beside a baseline measured in the same run: one single-row ``UPDATE`` per transaction
 on the same server through the same pool.
@@ -29,17 +29,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bot.lanes import PgLanes
-from bot.migrate import migrate
-from budget.clock import SystemClock
+from bot.chat.lanes import PgLanes
+from bot.storage.migrate import migrate
 from budget.config import LedgerConfig
-from budget.pg_store import PgStore
-from llm.breaker import CircuitBreaker
-from llm.keygate import KeyGate
-from llm.pacing import Pacer
-from llm.pg_keys import PgKeyStates
-from llm.pg_leases import PgLeases
-from llm.slots import DeploymentSlots, PrioritySlots
+from budget.kernel.clock import SystemClock
+from budget.storage.postgres.store import PgStore
+from llm.keys.admission import KeyGate
+from llm.keys.breaker import CircuitBreaker
+from llm.keys.claims import PgLeases
+from llm.keys.pacing import Pacer
+from llm.keys.postgres import PgKeyStates
+from llm.keys.slots import DeploymentSlots, PrioritySlots
 from llm.types import RateLimitInfo
 
 N = 300
@@ -125,7 +125,7 @@ async def measure(url: str) -> list[tuple[str, float, float]]:
 
 def main() -> None:
     """Start a durable local server, migrate a database, measure, print."""
-    from tests.pg import start_server
+    from tests.support.pg import start_server
 
     t_start = time.perf_counter()
     server = start_server(durable=True)

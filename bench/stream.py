@@ -30,10 +30,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.e2e.harness import bot_environment
-from tests.e2e.inprocess import InProcessBot
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram
+from tests.support.harness import bot_environment
+from tests.support.inprocess import InProcessBot
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram
 
 FIRST_TOKEN_S = 0.3
 CHUNKS_PER_S = 30

@@ -1,11 +1,11 @@
 """``python -m bot``: read settings, set up logging, run the bot until SIGTERM/SIGINT.
 
 Exit codes: 0 after a clean stop; 2 for a configuration error (one line on stderr).
-``python -m bot export-config FILE`` / ``import-config FILE``: see :mod:`bot.configio`.
+``python -m bot export-config FILE`` / ``import-config FILE``: see :mod:`bot.ops.configio`.
 ``python -m bot healthcheck``: GET the running bot's ``/healthz`` (exit 0 healthy, 1 not;
-see :mod:`bot.health`), for a container's ``HEALTHCHECK``.
+see :mod:`bot.ops.health`), for a container's ``HEALTHCHECK``.
 ``python -m bot delete-webhook``: remove the token's webhook on purpose (a polling process
-refuses to start while one is set; see :mod:`bot.hookctl`).
+refuses to start while one is set; see :mod:`bot.app.hookctl`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def prog() -> str:
 #: The subcommands and what each does (``python -m bot --help`` prints them).
 COMMANDS = {
     "run": "run the bot until SIGTERM/SIGINT (the default)",
-    "export-config": "FILE: write limits, teams and subscriptions to FILE (bot.configio)",
+    "export-config": "FILE: write limits, teams and subscriptions to FILE (bot.ops.configio)",
     "import-config": "FILE: read them from FILE into this DATABASE_URL",
     "healthcheck": "ask the running bot's /healthz: exit 0 healthy, 1 not",
     "delete-webhook": "remove this token's webhook (polling refuses to start while one is set)",
@@ -75,18 +75,18 @@ def main() -> int:
     """Entry point; returns the process exit code.
 
     ``python -m bot export-config FILE`` / ``import-config FILE`` carry the configuration
-    tables between databases (:mod:`bot.configio`); ``healthcheck`` asks the running
-    bot's ``/healthz`` (:mod:`bot.health`); ``delete-webhook`` removes the token's
-    webhook (:mod:`bot.hookctl`); without arguments (or ``run``) the bot runs. An unknown
+    tables between databases (:mod:`bot.ops.configio`); ``healthcheck`` asks the running
+    bot's ``/healthz`` (:mod:`bot.ops.health`); ``delete-webhook`` removes the token's
+    webhook (:mod:`bot.app.hookctl`); without arguments (or ``run``) the bot runs. An unknown
     command exits 2 with argparse's usage line.
     """
     command, args = _parse(sys.argv[1:])
     if command in ("export-config", "import-config"):
-        from bot.configio import main as config_main
+        from bot.ops.configio import main as config_main
 
         return config_main(command, args)
     if command == "healthcheck":
-        from bot.health import main as health_main
+        from bot.ops.health import main as health_main
 
         return health_main()
     from bot.settings import BotApiSettings, Settings
@@ -97,7 +97,7 @@ def main() -> int:
         except ValidationError as exc:
             print(_config_error(exc), file=sys.stderr)
             return 2
-        from bot.hookctl import delete_webhook
+        from bot.app.hookctl import delete_webhook
 
         return asyncio.run(delete_webhook(api))
     try:
@@ -106,7 +106,7 @@ def main() -> int:
         print(_config_error(exc), file=sys.stderr)
         return 2
 
-    from bot.logs import install_excepthooks, setup_logging
+    from bot.ops.logs import install_excepthooks, setup_logging
 
     secrets = settings.secret_values()
     install_excepthooks(secrets)
@@ -117,10 +117,10 @@ def main() -> int:
     from bot.settings import misspelt_settings
 
     for name, meant in misspelt_settings(os.environ):  # ignored by the settings: say so
-        logging.getLogger("bot.app").warning(
+        logging.getLogger("bot.app.factory").warning(
             "%s is not a setting and is ignored: did you mean %s?", name, meant
         )
-    from bot.polling import run
+    from bot.app.polling import run
 
     return asyncio.run(run(settings))
 

@@ -2,7 +2,7 @@
 
 Created once in ``bot.__main__`` and injected; nothing reads ``os.environ`` elsewhere.
 Units are in the field names: ``*_usd`` are decimal US dollars as written by the
-operator (converted to integer µUSD by :func:`budget.money.usd_to_musd` before the
+operator (converted to integer µUSD by :func:`budget.policy.money.usd_to_musd` before the
 ledger sees them), ``*_seconds`` seconds, ``*_minutes`` minutes, ``*_tokens`` tokens.
 Every variable is documented in ``.env.example``.
 """
@@ -26,11 +26,11 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from bot.senders import SERVICE_USER_IDS
+from bot.chat.payer import SERVICE_USER_IDS
 from budget.config import DEAD_AFTER_HEARTBEATS
-from budget.db import check_credentials
-from budget.money import usd_to_musd  # re-exported: the settings speak USD, the ledger µUSD
-from budget.names import CASCADE_ORDER, KEYS, family, family_fields, key_field
+from budget.kernel.db import check_credentials
+from budget.policy.money import usd_to_musd  # re-exported: the settings speak USD, the ledger µUSD
+from budget.pricing.names import CASCADE_ORDER, KEYS, family, family_fields, key_field
 from scheduler.profiles import parse_digest_time
 
 __all__ = [
@@ -511,7 +511,7 @@ class Settings(BotApiSettings):
         return out
 
     def provider_keys(self) -> dict[str, SecretStr]:
-        """Configured provider keys by key name, in cascade order (``budget.names``)."""
+        """Configured provider keys by key name, in cascade order (``budget.pricing.names``)."""
         keys = {name: getattr(self, key_field(name)) for name in CASCADE_ORDER}
         return {name: key for name, key in keys.items() if key is not None}
 

@@ -46,17 +46,17 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from budget.books import BooksError, parse_period, zone
-from budget.clock import SystemClock
-from budget.db import check_credentials, create_engine, failure_reason, location, sqlite_path
+from budget.books.export import ReplacedOnSuccess, write_export
+from budget.books.periods import BooksError, parse_period, zone
+from budget.books.reconcile import reconcile
+from budget.books.usage_export import MAX_EXPORT_BYTES, parse_export
 from budget.errors import BudgetConfigError
-from budget.export import ReplacedOnSuccess, write_export
-from budget.models import holds
-from budget.money import usd_to_musd
-from budget.names import CASCADE_ORDER, family
-from budget.prices import PriceCard, ProviderModel, parse_overrides
-from budget.reconcile import reconcile
-from budget.usage_export import MAX_EXPORT_BYTES, parse_export
+from budget.kernel.clock import SystemClock
+from budget.kernel.db import check_credentials, create_engine, failure_reason, location, sqlite_path
+from budget.policy.money import usd_to_musd
+from budget.pricing.names import CASCADE_ORDER, family
+from budget.pricing.prices import PriceCard, ProviderModel, parse_overrides
+from budget.storage.tables import holds
 
 Tier = Literal["free", "paid"]
 
@@ -139,7 +139,7 @@ async def _check_url(url: str) -> None:
     """Refuse (:class:`_Fail`) a DATABASE_URL the books cannot read: not a URL, a SQLite
     file that does not exist, PostgreSQL through another driver than asyncpg (the bot's
     own rule), any other engine, a user or password that reads more than one way
-    (:func:`budget.db.check_credentials`)."""
+    (:func:`budget.kernel.db.check_credentials`)."""
     try:
         check_credentials(url)
     except ValueError as exc:
@@ -199,12 +199,12 @@ def _read_export(name: str) -> tuple[str, bytes]:
 async def _check_schema(url: str) -> None:
     """Refuse (:class:`_Fail`, exit 2) a database whose schema is not this code's head —
     behind (not migrated yet) or ahead (a newer version migrated it) — with the bot's own
-    check and sentence (:func:`bot.migrate.check_schema`), before anything is read.
+    check and sentence (:func:`bot.storage.migrate.check_schema`), before anything is read.
 
     ``python -m budget`` is an entry point, like ``python -m bot``: the revision chain is
     the bot's (``bot/migrations``), so this one import goes up; the library modules of
-    ``budget/`` never import ``bot`` (nor aiogram: ``bot.migrate`` does not)."""
-    from bot.migrate import SchemaMismatch, check_schema
+    ``budget/`` never import ``bot`` (nor aiogram: ``bot.storage.migrate`` does not)."""
+    from bot.storage.migrate import SchemaMismatch, check_schema
 
     try:
         await asyncio.to_thread(check_schema, url)

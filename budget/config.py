@@ -11,8 +11,8 @@ from decimal import Decimal
 from typing import Literal
 
 from budget.errors import BudgetConfigError
+from budget.policy.windows import zone
 from budget.types import Level, Origin, Window
-from budget.windows import zone
 
 #: PROCESS_DEAD_AFTER_SECONDS must be at least this many heartbeats: with 2 s over a 0.5 s
 #: heartbeat a live replica on a loaded machine was taken for dead (its user told to resend
@@ -68,7 +68,7 @@ class LedgerConfig:
         synchronous: the SQLite ledger's durability: ``FULL`` (the WAL fsync'd after
             each group with a granted hold or another durable step, as SQLite's
             ``synchronous=FULL``) or ``NORMAL`` (never fsync'd); see
-            :mod:`budget.sqlite_writer` for what each guarantees.
+            :mod:`budget.kernel.sqlite_writer` for what each guarantees.
     """
 
     tz: str = "UTC"

@@ -1,9 +1,9 @@
 """The reservation ledger: every LLM attempt holds its ceiling here before it is sent.
 
 :class:`Ledger` implements :class:`budget.protocol.LedgerPort` on top of any
-:class:`budget.store.LedgerStore` (e.g. :class:`budget.sqlite_store.SqliteStore`:
+:class:`budget.storage.store.LedgerStore` (e.g. :class:`budget.storage.sqlite.store.SqliteStore`:
 one writer thread, one ``BEGIN IMMEDIATE`` transaction per step). Money is integer
-µUSD; times come from the injected :class:`~budget.clock.Clock`.
+µUSD; times come from the injected :class:`~budget.kernel.clock.Clock`.
 
 Life cycle::
 
@@ -43,18 +43,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from budget.clock import Clock
+from budget.admin import LedgerAdmin
 from budget.config import LedgerConfig
 from budget.errors import BudgetConfigError, HoldRefused, LedgerUnavailable, UnknownHold
-from budget.failure_log import FailureLog
-from budget.ledger_admin import LedgerAdmin
-from budget.policy import check_user_id, interrupted_usage
-from budget.prices import PriceCard
+from budget.kernel.clock import Clock
+from budget.kernel.failure_log import FailureLog
+from budget.kernel.tasks import cancel_and_wait
+from budget.policy.rules import check_user_id, interrupted_usage
+from budget.pricing.prices import PriceCard
 from budget.protocol import HoldTicket, OperationTicket
-from budget.sqlite_store import SqliteStore
 from budget.status import KillState
-from budget.store import Admission, LedgerStore, RefusedCommit, SettleOutcome, SweepOutcome
-from budget.tasks import cancel_and_wait
+from budget.storage.sqlite.store import SqliteStore
+from budget.storage.store import Admission, LedgerStore, RefusedCommit, SettleOutcome, SweepOutcome
 from budget.types import Origin, Usage
 
 __all__ = ["KillListener", "Ledger", "LostListener"]
@@ -175,8 +175,8 @@ class Ledger(LedgerAdmin):
     ) -> Ledger:
         """A ledger on the PostgreSQL database ``url`` (``postgresql+asyncpg://…``),
         shared with other processes: only dead processes' holds are swept
-        (:class:`budget.pg_store.PgStore`)."""
-        from budget.pg_store import PgStore  # asyncpg only when PostgreSQL is used
+        (:class:`budget.storage.postgres.store.PgStore`)."""
+        from budget.storage.postgres.store import PgStore  # asyncpg only when PostgreSQL is used
 
         store = PgStore(url, config, process_id=uuid.uuid4().hex, clock=clock)
         return cls(
@@ -386,7 +386,7 @@ class Ledger(LedgerAdmin):
         switch and the operation). ``input_tokens`` is the (calibrated) estimate.
 
         ``input_bound_tokens`` is a provable upper bound of the input the provider
-        can bill (:func:`budget.tokens.input_bound`). The hold is granted only when
+        can bill (:func:`budget.pricing.tokens.input_bound`). The hold is granted only when
         its *bound* ceiling fits every bucket after the bound excess (``margin``) of
         every other outstanding hold; it then holds the estimated ceiling and keeps
         the margin out of the buckets until it ends. So the settled spend of a

@@ -92,7 +92,7 @@ class LedgerPort(Protocol):
     @property
     def prices(self) -> PriceCardPort:
         """The price card the ledger prices holds with (read-only, so an implementation
-        may expose a richer card, e.g. :class:`budget.prices.PriceCard`)."""
+        may expose a richer card, e.g. :class:`budget.pricing.prices.PriceCard`)."""
         ...
 
     async def begin_operation(

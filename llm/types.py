@@ -2,7 +2,7 @@
 
 Units: tokens are integer counts; durations are seconds (float); times used for
 cooldowns and resets are readings of the injected monotonic clock
-(:meth:`budget.clock.Clock.monotonic`), not wall-clock.
+(:meth:`budget.kernel.clock.Clock.monotonic`), not wall-clock.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ class Completion:
     #: and the cascade settles the hold at its ceiling, flagged estimated)
     usage_issue: str = ""
     #: the text was longer than ``max_tokens`` could plausibly produce
-    #: (:data:`llm.cascade_types.MAX_CHARS_PER_TOKEN`) and was cut
+    #: (:data:`llm.cascade.types.MAX_CHARS_PER_TOKEN`) and was cut
     cut: bool = False
     #: a streamed answer stopped before its end: ``"user"`` (Stop button, /stop) or
     #: ``"kill"`` (/kill hard); ``text`` is what had arrived

@@ -31,9 +31,9 @@ from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql.dml import Delete
 
-from budget.clock import Clock
+from budget.kernel.clock import Clock
 from scheduler.claims import Claimant, insert_ignore
-from scheduler.models import SummaryCacheEntry, SummaryPending
+from scheduler.tables import SummaryCacheEntry, SummaryPending
 
 __all__ = ["CacheKey", "Made", "SummaryCache", "content_hash", "key_hash"]
 

@@ -6,7 +6,7 @@ holds its pending row (``summary_pending.owner``). A claim is taken with ONE con
 statement whose ``WHERE`` says who may take it: nobody holds it, this process holds it,
 or its holder is *dead* — no row in ``budget_processes`` with a heartbeat newer than
 ``dead_after_s`` seconds (PROCESS_DEAD_AFTER_SECONDS; the PostgreSQL ledger beats every
-PROCESS_HEARTBEAT_SECONDS, :mod:`budget.pg_store`). On PostgreSQL a second ``UPDATE``
+PROCESS_HEARTBEAT_SECONDS, :mod:`budget.storage.postgres.store`). On PostgreSQL a second ``UPDATE``
 of the same row waits for the first's commit and then re-checks its ``WHERE`` against
 the committed row (``READ COMMITTED``), so two processes never both win; SQLite runs one
 writer at a time.
@@ -29,7 +29,7 @@ from sqlalchemy import ColumnElement, Select, or_, select
 from sqlalchemy.orm import InstrumentedAttribute
 from sqlalchemy.sql.dml import Insert
 
-from budget.models import processes
+from budget.storage.tables import processes
 
 __all__ = ["Claimant", "insert_ignore"]
 

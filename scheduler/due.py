@@ -27,7 +27,7 @@ from __future__ import annotations
 from datetime import date, datetime, time
 from zoneinfo import ZoneInfo
 
-from budget.windows import local_instant
+from budget.policy.windows import local_instant
 
 __all__ = ["due_instant", "is_late", "local_date", "todays_due"]
 
@@ -41,7 +41,7 @@ def due_instant(day: date, at: time, tz: ZoneInfo) -> datetime:
         tz: the user's zone.
 
     Returns:
-        An aware UTC datetime (see :func:`budget.windows.local_instant`).
+        An aware UTC datetime (see :func:`budget.policy.windows.local_instant`).
     """
     return local_instant(day, at, tz)
 

@@ -17,7 +17,8 @@
         └── RecipientGone      Telegram said 403: the user blocked the bot or was deactivated
 
 httpx transport errors and feedparser problems are translated into :class:`FetchError`
-inside ``scheduler/tme.py`` and ``scheduler/feeds.py``; nothing above them sees httpx types.
+inside ``scheduler/sources/tme.py`` and ``scheduler/sources/feeds.py``; nothing above them sees
+httpx types.
 """
 
 from __future__ import annotations

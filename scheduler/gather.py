@@ -13,13 +13,13 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 
-from budget.clock import Clock
+from budget.kernel.clock import Clock
 from llm.sanitize import clean_prompt, has_visible
-from scheduler.digest_job import DigestConfig, Gathered, Job, RunnerStats
 from scheduler.errors import FetchError, NoPublicPreview
-from scheduler.fetch import SourceFetcher
-from scheduler.models import DigestSource, UserProfile
+from scheduler.job import DigestConfig, Gathered, Job, RunnerStats
 from scheduler.run_store import RunStore
+from scheduler.sources.fetch import SourceFetcher
+from scheduler.tables import DigestSource, UserProfile
 from scheduler.types import Notice, NoticeKind, Post, SourceKind
 
 __all__ = ["Gatherer", "cap_posts"]

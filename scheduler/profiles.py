@@ -19,9 +19,9 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from budget.clock import Clock
+from budget.kernel.clock import Clock
 from scheduler.errors import UnknownUser
-from scheduler.models import UserProfile
+from scheduler.tables import UserProfile
 
 __all__ = [
     "LANGUAGES",

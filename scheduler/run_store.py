@@ -22,11 +22,11 @@ from typing import Any
 from sqlalchemy import case, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from budget.clock import Clock
+from budget.kernel.clock import Clock
 from budget.types import RefusalReason
 from scheduler.claims import Claimant, insert_ignore
-from scheduler.digest_job import DigestConfig, Gathered, Job
-from scheduler.models import (
+from scheduler.job import DigestConfig, Gathered, Job
+from scheduler.tables import (
     DeliveredEntry,
     DigestRun,
     DigestSource,

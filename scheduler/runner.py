@@ -5,7 +5,7 @@ at import) calls :meth:`DigestRunner.tick`, which finds the users whose digest i
 (:mod:`scheduler.due`) and queues them. A worker starts the queued digests one after
 another, ``stagger_s`` seconds apart (start to start); their LLM requests go through one
 semaphore of ``llm_concurrency`` slots shared by every digest, and each request is paced
-by :func:`scheduler.pacing.decide` against the cascade's capacity readings: wait for a
+by :func:`scheduler.timing.decide` against the cascade's capacity readings: wait for a
 free provider's reset rather than spill onto the paid anchor, unless waiting would push
 the digest past due time + ``latest_delay_minutes``.
 
@@ -46,8 +46,8 @@ Statuses: pending → (deferred ↺) → ready → sent | failed_delivery; or pe
 This module holds the queue and one digest's course (gather, summarise, store, deliver
 or defer); the parts it composes live beside it: :mod:`scheduler.summariser` (cache and
 paced requests), :mod:`scheduler.run_store` (the digest tables),
-:mod:`scheduler.digest_delivery` (delivery and its per-chat retry) and
-:mod:`scheduler.digest_job` (knobs, counters, outcomes).
+:mod:`scheduler.delivery` (delivery and its per-chat retry) and
+:mod:`scheduler.job` (knobs, counters, outcomes).
 """
 
 from __future__ import annotations
@@ -62,29 +62,29 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from budget.clock import Clock
 from budget.errors import HoldRefused
+from budget.kernel.clock import Clock
 from budget.protocol import OperationTicket
 from budget.types import Origin, Refusal, RefusalReason
 from llm.errors import EmptyCompletion, LLMError
 from llm.types import Message
 from scheduler.cache import SummaryCache
 from scheduler.claims import Claimant
-from scheduler.digest_delivery import DigestDelivery
-from scheduler.digest_job import (
+from scheduler.delivery import DigestDelivery
+from scheduler.due import due_instant, local_date, todays_due
+from scheduler.gather import Gatherer, cap_posts
+from scheduler.job import (
     DigestConfig,
     DigestOutcome,
     Job,
     Progress,
     RunnerStats,
 )
-from scheduler.due import due_instant, local_date, todays_due
-from scheduler.fetch import SourceFetcher
-from scheduler.gather import Gatherer, cap_posts
-from scheduler.models import DigestRun, RunStatus, UserProfile
 from scheduler.profiles import parse_digest_time
 from scheduler.run_store import ClaimLost, RunStore, sections_from_json
+from scheduler.sources.fetch import SourceFetcher
 from scheduler.summariser import Summariser
+from scheduler.tables import DigestRun, RunStatus, UserProfile
 from scheduler.types import (
     Deliverer,
     DigestItem,

@@ -23,7 +23,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from budget.clock import Clock
+from budget.kernel.clock import Clock
 from scheduler.errors import (
     FetchError,
     InvalidSource,
@@ -31,10 +31,10 @@ from scheduler.errors import (
     RefusedAddress,
     UnknownUser,
 )
-from scheduler.fetch import SourceFetcher
-from scheduler.models import DigestSource, DigestSubscription, UserProfile
 from scheduler.profiles import Profile, ProfileRepository
-from scheduler.sources import parse_source
+from scheduler.sources.fetch import SourceFetcher
+from scheduler.sources.parse import parse_source
+from scheduler.tables import DigestSource, DigestSubscription, UserProfile
 from scheduler.types import SourceKind, SourceRef, SubscribeResult, SubscribeStatus
 
 __all__ = ["DigestService", "Subscription"]

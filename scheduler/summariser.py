@@ -1,6 +1,6 @@
 """Post summaries for digests: the summary cache first, else one paced LLM request.
 
-A request is paced by :func:`scheduler.pacing.decide` against the cascade's capacity
+A request is paced by :func:`scheduler.timing.decide` against the cascade's capacity
 readings (wait for a free provider's reset rather than spill onto the paid anchor,
 unless waiting would pass the deadline) and goes through one semaphore of
 ``llm_concurrency`` slots shared by every digest. A post is summarised once per
@@ -17,15 +17,15 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from budget.clock import Clock
+from budget.kernel.clock import Clock
 from budget.protocol import OperationTicket
 from llm.errors import AllProvidersFailed
 from llm.sanitize import clean_prompt
 from llm.types import LLMRequest, Message, Priority
 from scheduler.cache import CacheKey, Made, SummaryCache, content_hash
 from scheduler.claims import Claimant
-from scheduler.digest_job import DigestConfig, DigestOutcome, RunnerStats
-from scheduler.pacing import decide
+from scheduler.job import DigestConfig, DigestOutcome, RunnerStats
+from scheduler.timing import decide
 from scheduler.types import Post, SummaryBackend
 
 __all__ = ["Summariser"]
@@ -35,7 +35,7 @@ _LANGUAGE_NAMES = {"en": "English", "ru": "Russian"}
 
 def _default_token_counter() -> Callable[[str], int]:
     """cl100k token count × 1.25 (other models' tokenizers differ; an upper bound)."""
-    from budget.tokens import load_encoding  # loaded on first use, never at import
+    from budget.pricing.tokens import load_encoding  # loaded on first use, never at import
 
     encoding = load_encoding("cl100k_base")
 

@@ -273,7 +273,7 @@ class OperationGate(Protocol):
 
 
 class SummaryBackend(Protocol):
-    """The part of ``llm.cascade.Cascade`` the digest runner uses.
+    """The part of ``llm.cascade.cascade.Cascade`` the digest runner uses.
 
     ``complete`` raises :class:`budget.errors.HoldRefused` when the ledger refuses and
     :class:`llm.errors.LLMError` subclasses (``AllProvidersFailed`` when nobody could

@@ -1,13 +1,13 @@
-"""Fixtures shared by every test package: a real PostgreSQL server (``tests/pg.py``).
+"""Fixtures shared by every test package: a real PostgreSQL server (``tests/support/pg.py``).
 
-* ``pg_server`` — one :class:`tests.pg.PgServer` per pytest process (so one per xdist
+* ``pg_server`` — one :class:`tests.support.pg.PgServer` per pytest process (so one per xdist
   worker), started on first use on a free loopback port and stopped at the end of the
   session. It never skips: a server that cannot start fails the tests that need it.
 * ``pg_url`` — a new empty database on that server for each test:
   ``postgresql+asyncpg://postgres@127.0.0.1:<port>/<name>``, dropped afterwards.
 * ``pg_migrated_url`` — the same, with the whole Alembic chain applied (a copy of a
   template database migrated once per session: ~20 ms per test).
-* ``pg_password_url`` — a new empty database owned by :data:`tests.pg.PASSWORD_ROLE`,
+* ``pg_password_url`` — a new empty database owned by :data:`tests.support.pg.PASSWORD_ROLE`,
   whose login needs its password (:data:`PG_PASSWORD`, with characters that must be
   percent-encoded in the URL): ``postgresql+asyncpg://kopek_password:<encoded>@…``.
 """
@@ -20,15 +20,16 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.pg import PgServer, start_server
+from tests.support.pg import PgServer, start_server
 
-#: The password of :data:`tests.pg.PASSWORD_ROLE` (``@`` and ``/`` must be encoded in a URL).
+#: The password of :data:`tests.support.pg.PASSWORD_ROLE` (``@`` and ``/`` must be encoded in a
+#: URL).
 PG_PASSWORD = "Kp@ss/w0rd-4f9e1c"
 
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
-    """A PostgreSQL server for this pytest process (see ``tests/pg.py``)."""
+    """A PostgreSQL server for this pytest process (see ``tests/support/pg.py``)."""
     server = start_server()
     try:
         yield server
@@ -39,7 +40,7 @@ def pg_server() -> Iterator[PgServer]:
 @pytest.fixture(scope="session")
 def pg_template(pg_server: PgServer) -> str:
     """Name of a database with every migration applied (``alembic upgrade head``)."""
-    from bot.migrate import migrate
+    from bot.storage.migrate import migrate
 
     url = pg_server.create_database(prefix="template")
     # in a thread of its own: Alembic's env.py runs its own event loop, and the first
@@ -83,8 +84,8 @@ def pg_password_url(pg_server: PgServer) -> Iterator[str]:
 
 def pytest_configure(config: pytest.Config) -> None:
     """An xdist controller (``-n N``) starts one bot fork server for all its workers
-    (``tests/e2e/forked.py``): its imports cost ~5 s of CPU once instead of once a worker."""
+    (``tests/support/forked.py``): its imports cost ~5 s of CPU once instead of once a worker."""
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
-        from tests.e2e.forked import start_shared_server
+        from tests.support.forked import start_shared_server
 
         config.add_cleanup(start_shared_server().close)

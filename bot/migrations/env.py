@@ -9,8 +9,8 @@ from alembic import context
 from sqlalchemy import MetaData, text
 from sqlalchemy.engine import Connection
 
-from bot.migrate import MIGRATION_LOCK_KEY, refuse_unknown
-from budget.db import create_engine, make_ddl_transactional
+from bot.storage.migrate import MIGRATION_LOCK_KEY, refuse_unknown
+from budget.kernel.db import create_engine, make_ddl_transactional
 
 config = context.config
 
@@ -21,9 +21,9 @@ if config.config_file_name is not None:  # the alembic command line with alembic
 
 def _metadata() -> list[MetaData]:
     # Each package owns its tables; Alembic compares against all of them.
-    from bot.models import metadata as bot_metadata
-    from budget.models import metadata as budget_metadata
-    from scheduler.models import metadata as scheduler_metadata
+    from bot.storage.tables import metadata as bot_metadata
+    from budget.storage.tables import metadata as budget_metadata
+    from scheduler.tables import metadata as scheduler_metadata
 
     return [budget_metadata, scheduler_metadata, bot_metadata]
 

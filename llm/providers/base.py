@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
-from budget.clock import Clock, SystemClock
+from budget.kernel.clock import Clock, SystemClock
 from budget.types import Usage
 from llm.errors import (
     AuthFailed,

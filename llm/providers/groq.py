@@ -27,7 +27,7 @@ import aiohttp
 import groq
 import httpx
 
-from budget.clock import Clock
+from budget.kernel.clock import Clock
 from llm.errors import ProviderError, ProviderUnavailable
 from llm.providers.base import (
     ProviderBase,
@@ -38,7 +38,7 @@ from llm.providers.base import (
     transport_error,
 )
 from llm.providers.plain_post import PlainPost, PlainResponse, aiohttp_transport_error
-from llm.ratelimits import parse_rate_limits
+from llm.providers.ratelimits import parse_rate_limits
 from llm.stream import ChunkStream
 from llm.types import Completion, Message, RateLimitInfo
 
@@ -63,7 +63,8 @@ class GroqProvider(ProviderBase):
         transport: an ``httpx`` transport for the SDK's client (the streamed call), for
             tests (``None`` = network); the plain call goes over ``aiohttp``
             (:mod:`llm.providers.plain_post`).
-        tls: the TLS context for HTTPS (one per process, see :func:`llm.factory.build_cascade`;
+        tls: the TLS context for HTTPS (one per process, see
+        :func:`llm.cascade.factory.build_cascade`;
             ``None``: a new default one, which loads the CA bundle again, ~30 ms).
     """
 

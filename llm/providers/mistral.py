@@ -24,7 +24,7 @@ from typing import Any, cast
 import httpx
 from mistralai import Mistral, models
 
-from budget.clock import Clock
+from budget.kernel.clock import Clock
 from llm.errors import ProviderError, ProviderUnavailable
 from llm.providers.base import (
     ProviderBase,
@@ -34,7 +34,7 @@ from llm.providers.base import (
     parse_completion_body,
     transport_error,
 )
-from llm.ratelimits import parse_rate_limits
+from llm.providers.ratelimits import parse_rate_limits
 from llm.stream import ChunkStream
 from llm.types import Completion, Message
 
@@ -62,7 +62,8 @@ class MistralProvider(ProviderBase):
         timeout_s: total deadline of one call, seconds.
         clock: for HTTP-date ``Retry-After`` values.
         transport: an ``httpx`` transport for tests (``None`` = network).
-        tls: the TLS context for HTTPS (one per process, see :func:`llm.factory.build_cascade`;
+        tls: the TLS context for HTTPS (one per process, see
+        :func:`llm.cascade.factory.build_cascade`;
             ``None``: a new default one, which loads the CA bundle again, ~30 ms).
     """
 

@@ -25,7 +25,7 @@ import aiohttp
 import httpx
 from httpx_sse import EventSource
 
-from budget.clock import Clock
+from budget.kernel.clock import Clock
 from llm.errors import ProviderError, ProviderUnavailable
 from llm.providers.base import (
     ProviderBase,
@@ -36,7 +36,7 @@ from llm.providers.base import (
     transport_error,
 )
 from llm.providers.plain_post import PlainPost, aiohttp_transport_error
-from llm.ratelimits import parse_rate_limits
+from llm.providers.ratelimits import parse_rate_limits
 from llm.stream import ChunkStream
 from llm.types import Completion, Message
 
@@ -58,7 +58,8 @@ class OpenAICompatProvider(ProviderBase):
         clock: for HTTP-date ``Retry-After`` values.
         transport: an ``httpx`` transport for the streamed call, for tests (``None`` =
             network); the plain call goes over ``aiohttp`` (:mod:`llm.providers.plain_post`).
-        tls: the TLS context for HTTPS (one per process, see :func:`llm.factory.build_cascade`;
+        tls: the TLS context for HTTPS (one per process, see
+        :func:`llm.cascade.factory.build_cascade`;
             ``None``: a new default one, which loads the CA bundle again, ~30 ms).
     """
 

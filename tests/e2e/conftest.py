@@ -1,22 +1,22 @@
 """Fixtures of the end-to-end tests: loopback fakes and the bot subprocess.
 
-* ``fake_telegram`` — :class:`tests.fakes.telegram.FakeTelegram` on 127.0.0.1.
-* ``fake_tme`` — :class:`tests.fakes.tme.FakeTme` (TELEGRAM_WEB_BASE).
-* ``fake_providers`` — ``tests.fakes.providers.FakeProviders`` (all four LLM APIs).
+* ``fake_telegram`` — :class:`tests.support.telegram.FakeTelegram` on 127.0.0.1.
+* ``fake_tme`` — :class:`tests.support.tme.FakeTme` (TELEGRAM_WEB_BASE).
+* ``fake_providers`` — ``tests.support.providers.FakeProviders`` (all four LLM APIs).
 * ``bot_env`` — the environment dict for the bot (edit it before starting the bot,
   e.g. ``bot_env["ADMIN_IDS"] = "1"``).
 * ``bot_factory`` — ``bot_factory(argv=None, env=None) -> BotProcess`` (not started);
   every process it made is killed at teardown.
 * ``bot`` — ``python -m bot`` started and polling.
 * ``app_factory`` — ``app_factory(env=None) -> InProcessBot`` (not started):
-  the bot built by ``create_app`` in the test's loop (see ``tests/e2e/inprocess.py``);
+  the bot built by ``create_app`` in the test's loop (see ``tests/support/inprocess.py``);
   every bot it made is stopped at teardown. Behaviour tests use it; exit codes,
   signals, crashes, log redaction and ports need ``bot_factory``.
 * ``app`` — an :class:`InProcessBot` with ``bot_env``, started and polling.
 * ``replica_set`` (module) / ``webhook_replicas`` (test) — three ``python -m bot``
   webhook replicas on one PostgreSQL database behind the fake Bot API, started once per
   module; with ``replica_telegram``, ``replica_providers``, ``replica_database`` and the
-  overridable ``replica_env_extra`` (see ``tests/e2e/replicas.py``). A module using them
+  overridable ``replica_env_extra`` (see ``tests/support/replicas.py``). A module using them
   runs its tests in the module's event loop
   (``pytestmark = pytest.mark.asyncio(loop_scope="module")``).
 
@@ -32,13 +32,13 @@ import pytest
 import pytest_asyncio
 from sqlalchemy.engine import make_url
 
-from tests.e2e.harness import REPO_ROOT, BotFactory, BotProcess, bot_environment
-from tests.e2e.inprocess import AppFactory, InProcessBot
-from tests.e2e.replicas import ReplicaSet
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram
-from tests.fakes.tme import FakeTme
-from tests.pg import PgServer
+from tests.support.harness import REPO_ROOT, BotFactory, BotProcess, bot_environment
+from tests.support.inprocess import AppFactory, InProcessBot
+from tests.support.pg import PgServer
+from tests.support.providers import FakeProviders
+from tests.support.replicas import ReplicaSet
+from tests.support.telegram import FakeTelegram
+from tests.support.tme import FakeTme
 
 _HERE = Path(__file__).resolve().parent
 
@@ -188,7 +188,7 @@ async def replica_tme() -> AsyncIterator[FakeTme]:
 @pytest.fixture(scope="module")
 def replica_env_extra(replica_tme: FakeTme) -> dict[str, str]:
     """Variables every replica of the module gets on top of the defaults
-    (``tests.e2e.replicas.replica_environment``); override it in a module. Default:
+    (``tests.support.replicas.replica_environment``); override it in a module. Default:
     channels from the module's fake ``t.me``, and digests that may spend $1 each (their
     summaries are paid calls: the replicas' provider is DeepSeek only), not staggered."""
     return {

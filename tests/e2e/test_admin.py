@@ -9,9 +9,9 @@ import socket
 import urllib.request
 from contextlib import closing
 
-from tests.e2e.inprocess import AppFactory
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram
+from tests.support.inprocess import AppFactory
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram
 
 ADMIN = 1
 

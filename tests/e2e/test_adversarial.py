@@ -7,9 +7,9 @@ import asyncio
 import itertools
 from typing import Any
 
-from tests.e2e.inprocess import AppFactory, InProcessBot
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram
+from tests.support.inprocess import AppFactory, InProcessBot
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram
 
 _message_ids = itertools.count(900_000)
 

@@ -7,10 +7,10 @@ import io
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
-from budget.prices import DEFAULT_OVERRIDES
-from tests.e2e.inprocess import AppFactory
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram, SentMessage
+from budget.pricing.prices import DEFAULT_OVERRIDES
+from tests.support.inprocess import AppFactory
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram, SentMessage
 
 ADMIN = 1
 USER = 5

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from bot.chart import CHART_MISSING
-from tests.e2e.inprocess import AppFactory
-from tests.fakes.telegram import FakeTelegram
+from bot.ops.chart import CHART_MISSING
+from tests.support.inprocess import AppFactory
+from tests.support.telegram import FakeTelegram
 
 ADMIN = 7
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import sqlite3
 from datetime import UTC, datetime, timedelta
 
-from bot.delivery import split_markdown
-from bot.routers.chat import TYPING_DELAY_S
-from tests.e2e.harness import wait_provider_requests
-from tests.e2e.inprocess import AppFactory
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram, SentMessage
+from bot.chat.delivery import split_markdown
+from bot.handlers.chat import TYPING_DELAY_S
+from tests.support.harness import wait_provider_requests
+from tests.support.inprocess import AppFactory
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram, SentMessage
 
 TELEGRAM_LIMIT = 4096
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tests.e2e.groups import BOT, drain, mention
-from tests.e2e.inprocess import AppFactory
 from tests.e2e.test_stream import LONG, env_for, holds, until
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram
+from tests.support.groups import BOT, drain, mention
+from tests.support.inprocess import AppFactory
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram
 
 LIMIT = 5
 GROUP = -100680

@@ -11,7 +11,7 @@ book at least what the fake provider billed (an unsettled hold is booked at its 
 by the next start), hold nothing, no message may have reached the provider twice or
 been answered twice, and every message got its answer or the resend template: none
 is lost silently. Polling confirms a batch of updates (the next ``getUpdates`` offset)
-only once each of its messages has its intake record committed (``bot/updates.py``), so
+only once each of its messages has its intake record committed (``bot/session/updates.py``), so
 a kill either leaves the batch unconfirmed (Telegram sends it again) or finds the
 records (the next start sends the template). The wait for the records is made
 unbounded here (POLL_INTAKE_WAIT_SECONDS): after its default 5 s polling would go on
@@ -27,16 +27,16 @@ from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
-from budget.prices import PriceCard, ProviderModel
+from budget.pricing.prices import PriceCard, ProviderModel
 from budget.types import Usage
-from tests.e2e.harness import (
+from tests.support.harness import (
     BotFactory,
     every_message_closed,
     paid_only_environment,
     wait_provider_requests,
 )
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram
 
 USERS = 100
 FIRST_USER = 7_000
@@ -44,7 +44,7 @@ FIRST_USER = 7_000
 BILL = {"prompt_tokens": 100, "completion_tokens": 50}
 #: the fake's answer echoes the question, so an answer names its question
 QUESTION = "paid question from user {}"
-#: the resend template (bot/templates.py, lost_text), in English
+#: the resend template (bot/text/templates.py, lost_text), in English
 NOTICE = "🕰 I was interrupted while answering this message. " + (
     "If no answer to it arrived, please send it again."
 )

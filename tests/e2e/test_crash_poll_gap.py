@@ -3,9 +3,9 @@ silently (trial 10, finding 1: polling's crash gap).
 
 aiogram confirms a batch (the next ``getUpdates``'s ``offset``) as soon as it started the
 batch's tasks; Telegram then never sends it again. Kopek holds that ``getUpdates`` until
-every update of the batch is taken in (``bot/updates.py``, ``ConfirmWhenTakenIn``). To make
+every update of the batch is taken in (``bot/session/updates.py``, ``ConfirmWhenTakenIn``). To make
 the window deterministic the test holds SQLite's write lock from outside while a batch of
-:data:`~bot.updates.POLL_BATCH` messages arrives, so no intake record can be committed, and
+:data:`~bot.session.updates.POLL_BATCH` messages arrives, so no intake record can be committed, and
 watches both the fake Bot API (a ``getUpdates`` confirming the batch) and the bot's log
 (its DEBUG line saying the confirming ``getUpdates`` waits for the batch's intake):
 
@@ -29,21 +29,21 @@ from pathlib import Path
 
 import pytest
 
-from bot.updates import POLL_BATCH
-from tests.e2e.harness import (
+from bot.session.updates import POLL_BATCH
+from tests.support.harness import (
     BotFactory,
     BotProcess,
     every_message_closed,
     paid_only_environment,
 )
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram
 
 FIRST_USER = 8_000
 QUESTION = "batch question from user {}"
 #: what the fake bills each call: 100 input + 50 output tokens
 BILL = {"prompt_tokens": 100, "completion_tokens": 50}
-#: the resend template (bot/templates.py, lost_text), in English
+#: the resend template (bot/text/templates.py, lost_text), in English
 NOTICE = "🕰 I was interrupted while answering this message. " + (
     "If no answer to it arrived, please send it again."
 )

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from tests.e2e.inprocess import AppFactory
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram
-from tests.fakes.tme import FakeTme, TmePost
+from tests.support.inprocess import AppFactory
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram
+from tests.support.tme import FakeTme, TmePost
 
 ADMIN = 1
 

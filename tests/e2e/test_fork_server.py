@@ -1,4 +1,4 @@
-"""The suite's fork server (``tests/e2e/zygote.py``) keeps the promises a test relies on
+"""The suite's fork server (``tests/support/zygote.py``) keeps the promises a test relies on
 when it starts a process: every signal sent to a child is delivered, however early, and
 children do not outlive the server. Run against a bare server (no preloading) and a
 script that sleeps, so each case costs milliseconds."""
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.forked import ForkedProcess, ForkServer, spawn_bot
+from tests.support.forked import ForkedProcess, ForkServer, spawn_bot
 
 SLEEPER = "import time\ntime.sleep(120)\n"
 

@@ -6,14 +6,14 @@ import signal
 import socket
 from pathlib import Path
 
-from tests.e2e.harness import (
+from tests.support.harness import (
     BotFactory,
     run_bot_to_exit,
     wait_provider_requests,
     without_sdk_providers,
 )
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram
 
 
 async def test_missing_bot_token_exits_2_with_one_clear_line(

@@ -3,10 +3,10 @@ unknown commands get nothing — through the bot built by create_app against the
 
 from __future__ import annotations
 
-from tests.e2e.groups import BOT, drain
-from tests.e2e.inprocess import AppFactory
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram
+from tests.support.groups import BOT, drain
+from tests.support.inprocess import AppFactory
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram
 
 ADMIN = 1
 

@@ -12,13 +12,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bot.routers.chat import TYPING_DELAY_S
-from tests.e2e.groups import BOT, drain, mention
-from tests.e2e.harness import BotFactory, wait_provider_requests
-from tests.e2e.inprocess import AppFactory
+from bot.handlers.chat import TYPING_DELAY_S
 from tests.e2e.test_admin import _free_port
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram
+from tests.support.groups import BOT, drain, mention
+from tests.support.harness import BotFactory, wait_provider_requests
+from tests.support.inprocess import AppFactory
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram
 
 ADMIN = 1
 ANONYMOUS_ADMIN = 1087968824  # GroupAnonymousBot

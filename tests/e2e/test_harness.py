@@ -1,5 +1,5 @@
-"""The harness proven against real aiogram long polling (``tests/e2e/echo_bot.py``, run
-as ``python tests/e2e/echo_bot.py`` forked from the fork server, ``tests/e2e/zygote.py``),
+"""The harness proven against real aiogram long polling (``tests/support/echo_bot.py``, run
+as ``python tests/support/echo_bot.py`` forked from the fork server, ``tests/support/zygote.py``),
 and the fork server's children shown to be processes of their own."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import BotExited, BotFactory
-from tests.fakes.telegram import FakeTelegram
+from tests.support.harness import BotExited, BotFactory
+from tests.support.telegram import FakeTelegram
 
-ECHO = [sys.executable, str(Path(__file__).with_name("echo_bot.py"))]
+ECHO = [sys.executable, str(Path(__file__).parents[1] / "support" / "echo_bot.py")]
 
 
 async def test_start_answers_sigterm_exits_zero_restart_redelivers_nothing_kill_is_a_crash(
@@ -83,7 +83,7 @@ async def test_early_exit_is_reported_with_its_code(
 async def test_a_forked_bot_is_a_process_of_its_own(
     bot_factory: BotFactory, bot_env: dict[str, str], fake_telegram: FakeTelegram, tmp_path: Path
 ) -> None:
-    """``python -m bot`` forked from the fork server (``tests/e2e/zygote.py``) is a
+    """``python -m bot`` forked from the fork server (``tests/support/zygote.py``) is a
     process of its own: another pid than the test's, the environment and working
     directory it was given (not the server's), its output in its run's files; SIGTERM
     ends it with 0, SIGKILL with -9, and an exit before polling gives the code."""

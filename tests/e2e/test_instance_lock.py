@@ -14,10 +14,10 @@ import contextlib
 import sqlite3
 from pathlib import Path
 
-from tests.e2e.groups import BOT, mention
-from tests.e2e.harness import READY_TIMEOUT_S, BotFactory, BotProcess, wait_provider_requests
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram
+from tests.support.groups import BOT, mention
+from tests.support.harness import READY_TIMEOUT_S, BotFactory, BotProcess, wait_provider_requests
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram
 
 
 def _held(database: Path) -> list[tuple[str, str]]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tests.e2e.inprocess import AppFactory
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram
+from tests.support.inprocess import AppFactory
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram
 
 
 def _tags(text: str) -> str:

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from budget.tokens import TokenCounter
+from budget.pricing.tokens import TokenCounter
 from llm.types import Message
-from tests.e2e.harness import wait_provider_requests
-from tests.e2e.inprocess import AppFactory, InProcessBot
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram
+from tests.support.harness import wait_provider_requests
+from tests.support.inprocess import AppFactory, InProcessBot
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram
 
 ADMIN = 1
 DEEPSEEK_KEY = "fake_deepseek_key"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.groups import BOT, mention
-from tests.e2e.inprocess import AppFactory
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram
+from tests.support.groups import BOT, mention
+from tests.support.inprocess import AppFactory
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram
 
 
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])

@@ -16,13 +16,13 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from bot.app import create_app
-from bot.store import Intake
-from budget.pg_store import PgStore
-from tests.e2e.inprocess import AppFactory, settings_from_env
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram, SentMessage
-from tests.fakes.tme import FakeTme, TmePost
+from bot.app.factory import create_app
+from bot.storage.repos import Intake
+from budget.storage.postgres.store import PgStore
+from tests.support.inprocess import AppFactory, settings_from_env
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram, SentMessage
+from tests.support.tme import FakeTme, TmePost
 
 ADMIN = 1
 

@@ -1,4 +1,4 @@
-"""``python -m tests.pg run`` (``make run-postgres``) stopped by a signal or killed (trial
+"""``python -m tests.support.pg run`` (``make run-postgres``) stopped by a signal or killed (trial
 12, F1): SIGTERM left the server and the bot running, reparented to init.
 
 The command run is a small script in place of the bot (the point is the runner's
@@ -65,7 +65,7 @@ def _wait(check: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
 
 def _runner(tmp: Path, data: Path) -> subprocess.Popen[bytes]:
     tmp.mkdir()
-    argv = [sys.executable, "-m", "tests.pg", "run", "--data", str(data)]
+    argv = [sys.executable, "-m", "tests.support.pg", "run", "--data", str(data)]
     argv += ["--port", str(_port()), "--", sys.executable, "-c", CHILD, str(tmp)]
     return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

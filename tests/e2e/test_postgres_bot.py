@@ -1,6 +1,7 @@
 """The whole bot on PostgreSQL (issue 12), in process: ``create_app`` with
 ``DATABASE_URL=postgresql+asyncpg://…`` on the suite's own server, the migrations applied
-at start on an empty database, the ledger on :class:`budget.pg_store.PgStore` and every
+at start on an empty database, the ledger on :class:`budget.storage.postgres.store.PgStore` and
+every
 bot store (intake, history, profiles, digests, summary cache) through SQLAlchemy's
 asyncpg dialect."""
 
@@ -14,10 +15,10 @@ from urllib.parse import quote
 import asyncpg
 
 from tests.conftest import PG_PASSWORD
-from tests.e2e.inprocess import AppFactory
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram, SentMessage
-from tests.fakes.tme import FakeTme, TmePost
+from tests.support.inprocess import AppFactory
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram, SentMessage
+from tests.support.tme import FakeTme, TmePost
 
 ADMIN = 1
 

@@ -2,8 +2,8 @@
 ahead of the code each end the start with one line, and the URL's password reaches no
 output, also at ``LOG_LEVEL=DEBUG``.
 
-The first two call :func:`bot.polling.run` in the test process with logging set up as
-``python -m bot`` does (``bot.logs.setup_logging`` at DEBUG onto the captured stderr);
+The first two call :func:`bot.app.polling.run` in the test process with logging set up as
+``python -m bot`` does (``bot.ops.logs.setup_logging`` at DEBUG onto the captured stderr);
 only the third starts a process (exit code of ``python -m bot``, the excepthook, the
 whole output of a process).
 """
@@ -20,12 +20,12 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
-from bot.logs import setup_logging
-from bot.migrate import migrate
-from bot.polling import run
+from bot.app.polling import run
+from bot.ops.logs import setup_logging
+from bot.storage.migrate import migrate
 from tests.conftest import PG_PASSWORD
-from tests.e2e.harness import run_bot_to_exit
-from tests.e2e.inprocess import settings_from_env
+from tests.support.harness import run_bot_to_exit
+from tests.support.inprocess import settings_from_env
 
 _SECRETS = (PG_PASSWORD, quote(PG_PASSWORD, safe=""), "w0rd-4f9e1c")
 

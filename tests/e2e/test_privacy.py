@@ -5,10 +5,10 @@ so a turn appears in a prompt both as the user's words and as the echo)."""
 
 from __future__ import annotations
 
-from tests.e2e.groups import BOT, mention
-from tests.e2e.inprocess import AppFactory
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram, SentMessage
+from tests.support.groups import BOT, mention
+from tests.support.inprocess import AppFactory
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram, SentMessage
 
 USER = 501
 SECRET = "My bank PIN is 4321, keep it secret"

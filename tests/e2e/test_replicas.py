@@ -1,7 +1,7 @@
 """Three replicas behind a webhook behave like one bot (issue 13), through real
 processes: ``python -m bot`` ×3 in webhook mode on one PostgreSQL database, the fake
 Bot API POSTing updates to them round-robin (or to a chosen one) and recording what
-they send (``tests/e2e/replicas.py``). The replicas start once for the module; a test
+they send (``tests/support/replicas.py``). The replicas start once for the module; a test
 that kills one leaves it to the next test's fixture to start it again.
 
 Every replica's provider is DeepSeek, at $10 / $20 per 1M tokens: each answer is a paid
@@ -24,12 +24,12 @@ import pytest
 import pytest_asyncio
 from aiohttp import ClientError, ClientSession
 
-from budget.clock import SystemClock
-from tests.e2e.harness import wait_provider_requests
-from tests.e2e.replicas import ADMIN, DEAD_AFTER_S, HEARTBEAT_S, ReplicaSet
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram, SentMessage
-from tests.fakes.tme import FakeTme, TmePost
+from budget.kernel.clock import SystemClock
+from tests.support.harness import wait_provider_requests
+from tests.support.providers import FakeProviders
+from tests.support.replicas import ADMIN, DEAD_AFTER_S, HEARTBEAT_S, ReplicaSet
+from tests.support.telegram import FakeTelegram, SentMessage
+from tests.support.tme import FakeTme, TmePost
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

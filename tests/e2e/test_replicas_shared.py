@@ -13,11 +13,11 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from llm.breaker import CircuitState
-from tests.e2e.inprocess import InProcessBot
+from llm.keys.breaker import CircuitState
 from tests.e2e.test_stream import LONG, STREAMING
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram, SentMessage
+from tests.support.inprocess import InProcessBot
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram, SentMessage
 
 ADMIN = 1
 GROQ_KEY_1 = "gsk_fake_groq_key_1"

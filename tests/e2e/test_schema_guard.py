@@ -1,8 +1,8 @@
 """A schema that is not this code's (issue 12): refused at start on both engines, also
 when another process migrated it past this code after this one's migrations ran; and
-noticed, once, while the bot runs (``bot.schema_watch``).
+noticed, once, while the bot runs (``bot.ops.schema_watch``).
 
-In process: :func:`bot.polling.run` returns before aiogram's import when the migration
+In process: :func:`bot.app.polling.run` returns before aiogram's import when the migration
 refuses, and the start-up hook refuses before anything reaches Telegram; the process's
 own output for the PostgreSQL case is ``test_postgres_start``'s.
 """
@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from bot.migrate import SchemaMismatch, head_revision, migrate
-from bot.polling import _poll, run
-from bot.schema_watch import SchemaWatch
-from budget.db import create_engine
-from scheduler.simclock import VirtualClock
-from tests.e2e.inprocess import settings_from_env
-from tests.fakes.telegram import FakeTelegram
+from bot.app.polling import _poll, run
+from bot.ops.schema_watch import SchemaWatch
+from bot.storage.migrate import SchemaMismatch, head_revision, migrate
+from budget.kernel.db import create_engine
+from tests.support.inprocess import settings_from_env
+from tests.support.simclock import VirtualClock
+from tests.support.telegram import FakeTelegram
 
 FUTURE = "9999_from_a_newer_kopek"
 
@@ -108,7 +108,7 @@ class Counted(SchemaWatch):
 
 @pytest.fixture
 def watch_logs(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    caplog.set_level(logging.WARNING, logger="bot.schema_watch")
+    caplog.set_level(logging.WARNING, logger="bot.ops.schema_watch")
     yield caplog
 
 

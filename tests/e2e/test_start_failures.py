@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from tests.e2e.harness import run_bot_to_exit, without_sdk_providers
+from tests.support.harness import run_bot_to_exit, without_sdk_providers
 
 
 def kopek_lines(output: str) -> list[str]:
@@ -93,7 +93,7 @@ def test_the_last_resort_hook_redacts(capsys: pytest.CaptureFixture[str]) -> Non
     """An exception nothing caught is printed with the token (and its secret half) replaced."""
     import threading
 
-    from bot.logs import install_excepthooks
+    from bot.ops.logs import install_excepthooks
 
     token = "123456789:SECRET-half-CCCCCCCCCCCCCCCCCCCCCCCC"
     saved = sys.excepthook, threading.excepthook

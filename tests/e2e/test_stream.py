@@ -10,12 +10,12 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
-from budget.tokens import TokenCounter
+from budget.pricing.tokens import TokenCounter
 from llm.types import Message
-from tests.e2e.harness import BotFactory, bot_environment
-from tests.e2e.inprocess import AppFactory
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram
+from tests.support.harness import BotFactory, bot_environment
+from tests.support.inprocess import AppFactory
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram
 
 BOT = "kopek_test_bot"
 DENIED = "Only the person who asked, or an admin, can stop this answer."

@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from bot.delivery import split_markdown
-from budget.tokens import TokenCounter
+from bot.chat.delivery import split_markdown
+from budget.pricing.tokens import TokenCounter
 from llm.types import Message
-from tests.e2e.inprocess import AppFactory, InProcessBot
 from tests.e2e.test_stream import BOT, LONG, env_for, holds, until
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram, utf16_len
+from tests.support.inprocess import AppFactory, InProcessBot
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram, utf16_len
 
 STOPPED_NOTE = "⏹ Stopped; this is the answer so far."
 SHUTDOWN_NOTE = "⏹ I was interrupted; this is the answer so far."

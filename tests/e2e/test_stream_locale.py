@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.e2e.harness import bot_environment
-from tests.e2e.inprocess import AppFactory
 from tests.e2e.test_stream import BOT, LONG, STREAMING, until
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram
+from tests.support.harness import bot_environment
+from tests.support.inprocess import AppFactory
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram
 
 
 async def test_a_russian_members_stop_is_answered_in_russian(

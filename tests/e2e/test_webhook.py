@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from aiohttp import ClientSession
 
-from bot.hookctl import delete_webhook
-from bot.polling import run
-from tests.e2e.harness import free_port
-from tests.e2e.inprocess import AppFactory, InProcessBot, settings_from_env
-from tests.fakes.providers import FakeProviders
-from tests.fakes.telegram import FakeTelegram
+from bot.app.hookctl import delete_webhook
+from bot.app.polling import run
+from tests.support.harness import free_port
+from tests.support.inprocess import AppFactory, InProcessBot, settings_from_env
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram
 
 SECRET = "webhook-secret_0123456789abcdef"
 
@@ -155,7 +155,7 @@ async def test_a_taken_webhook_port_exits_2_in_one_line_before_telegram_is_calle
     bot_env: dict[str, str],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The process's course (``bot.polling.run``, in process): the webhook port is bound
+    """The process's course (``bot.app.polling.run``, in process): the webhook port is bound
     before the start-up hooks, so a port in use ends the run with exit code 2 and one
     ``kopek:`` line on stderr naming the error, without a setWebhook or any other Bot
     API call, and the secret is not printed."""
@@ -183,7 +183,7 @@ async def test_polling_refuses_to_start_while_a_webhook_is_set_and_delete_webhoo
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Trial finding F1: a polling process on a token whose webhook a replica set (same
-    token, no WEBHOOK_URL) asks getWebhookInfo, ends the run (``bot.polling.run``, in
+    token, no WEBHOOK_URL) asks getWebhookInfo, ends the run (``bot.app.polling.run``, in
     process) with exit 2 and one ``kopek:`` line naming the webhook's host and both ways
     on, without the token — and calls neither deleteWebhook nor getUpdates, so the
     replica keeps its updates (one delivered afterwards is answered).

@@ -17,8 +17,8 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
-from tests.e2e.harness import REPO_ROOT, BotFactory
-from tests.fakes.telegram import FakeTelegram
+from tests.support.harness import REPO_ROOT, BotFactory
+from tests.support.telegram import FakeTelegram
 
 
 def _run(*argv: str | Path, cwd: Path) -> str:

@@ -1,7 +1,7 @@
 """ledger: buckets, holds, operations, requests, limits, kill switch, teams, events, messages
 
-Hand-written to match ``budget.models.metadata`` (portable types; checked by
-``tests/unit/budget/test_migration.py``). Times are REAL epoch seconds (UTC),
+Hand-written to match ``budget.storage.tables.metadata`` (portable types; checked by
+``tests/budget/test_migration.py``). Times are REAL epoch seconds (UTC),
 money INTEGER µUSD.
 
 Revision ID: 0001_ledger

@@ -1,8 +1,8 @@
 """digests: user profiles, sources, subscriptions, digest runs, summary cache
 
-Hand-written to match ``scheduler.models.metadata`` (portable types; checked by
-``tests/unit/scheduler/test_migration.py``). Datetimes are stored as UTC
-(``scheduler.models.UTCDateTime``).
+Hand-written to match ``scheduler.tables.metadata`` (portable types; checked by
+``tests/scheduler/test_migration.py``). Datetimes are stored as UTC
+(``scheduler.tables.UTCDateTime``).
 
 Revision ID: 0002_digests
 Revises: 0001_ledger

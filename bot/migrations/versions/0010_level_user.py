@@ -20,7 +20,7 @@ depends_on: str | Sequence[str] | None = None
 def _rename(old: str, new: str) -> None:
     for table in ("budget_buckets", "budget_limits", "budget_events"):
         op.execute(f"UPDATE {table} SET level = '{new}' WHERE level = '{old}'")  # noqa: S608 - constants
-    # a hold's scopes are JSON [[level, scope], …] as written by budget.policy.dump_scopes
+    # a hold's scopes are JSON [[level, scope], …] as written by budget.policy.rules.dump_scopes
     op.execute(
         f"UPDATE budget_holds SET scopes = REPLACE(scopes, '[\"{old}\", ', '[\"{new}\", ')"  # noqa: S608 - constants
         f" WHERE scopes LIKE '%\"{old}\"%'"

@@ -3,7 +3,7 @@
 Each provider key's breaker state (cooldown end, reason, half-open trial lease), its
 rate-limit windows read from headers (remaining tokens/requests and their resets, the
 last headers) and a disable after an auth or balance failure, so that N replicas do
-not multiply 429s (``llm.keygate``, ``llm.pg_keys``). The table is created on both
+not multiply 429s (``llm.keys.admission``, ``llm.keys.postgres``). The table is created on both
 engines to keep one schema; only PostgreSQL deployments use it.
 
 Revision ID: 0016_provider_keys

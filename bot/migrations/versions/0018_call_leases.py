@@ -3,7 +3,7 @@
 Each provider call in flight in a deployment sharing one PostgreSQL database holds a
 row; a new call is let through only while fewer than GLOBAL_MAX_INFLIGHT_CALLS rows of
 live processes (heartbeat fresher than PROCESS_DEAD_AFTER_SECONDS) that have not lapsed
-(HOLD_TTL_SECONDS) exist (``llm.slots.DeploymentSlots``, ``llm.pg_leases``). Created on
+(HOLD_TTL_SECONDS) exist (``llm.keys.slots.DeploymentSlots``, ``llm.keys.claims``). Created on
 both engines to keep one schema; only PostgreSQL deployments use it.
 
 Revision ID: 0018_call_leases

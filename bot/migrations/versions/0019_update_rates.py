@@ -2,7 +2,7 @@
 
 The times of a payer's updates let through in the last minute (a JSON list of epoch
 seconds), when they were last told "too fast" and their last update, shared by the
-replicas of a PostgreSQL deployment (``bot.pg_rates``). Created on both engines to keep
+replicas of a PostgreSQL deployment (``bot.storage.pg_rates``). Created on both engines to keep
 one schema; only PostgreSQL deployments use it.
 
 Revision ID: 0019_update_rates

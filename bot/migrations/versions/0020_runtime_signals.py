@@ -1,7 +1,7 @@
 """runtime signals between replicas: /kill hard cuts every replica's streams
 
 A signal's generation grows each time a process raises it; every process reads it every
-0.5 s and acts when it grew (``bot.signals``). Created on both engines to keep one
+0.5 s and acts when it grew (``bot.ops.signals``). Created on both engines to keep one
 schema; only PostgreSQL deployments use it.
 
 Revision ID: 0020_runtime_signals

@@ -4,7 +4,7 @@
 counted there (µUSD); ``budget_holds.margin_booked``: 1 when that hold's margin is in
 its buckets' ``margin_musd``. The PostgreSQL ledger keeps both so that a hold's check
 reads its buckets only and its bucket upsert can be its last statement before COMMIT
-(``budget.pg_holds``). On SQLite both stay 0 (its one writer reads the margins from
+(``budget.storage.postgres.holds``). On SQLite both stay 0 (its one writer reads the margins from
 the held holds); they are created on both engines to keep one schema.
 
 Upgrade on PostgreSQL: the margins of the holds held at that moment are added to their
@@ -12,7 +12,7 @@ buckets and those holds marked booked, in the migration's transaction (the ALTER
 both tables, holds first as the ledger does, so no step runs in between). A hold an
 older process grants afterwards (a rolling deploy) is unbooked: its settle or expiry
 takes nothing out, and the next sweep of a newer process adds its margin
-(``budget.pg_ends.sweep``). Downgrade drops both columns: the older code reads the
+(``budget.storage.postgres.ends.sweep``). Downgrade drops both columns: the older code reads the
 margins from ``budget_holds.margin_musd``, which stays.
 
 Revision ID: 0021_bucket_margins
@@ -35,9 +35,9 @@ BIG = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 def _booked_margins() -> None:
     """Add each held hold's margin to its buckets (PostgreSQL). A hold's buckets: each
-    of its scopes ``[[level, scope], …]`` (``budget.policy.dump_scopes``) in the day
+    of its scopes ``[[level, scope], …]`` (``budget.policy.rules.dump_scopes``) in the day
     window, and in the hour window too except the provider level
-    (``budget.policy.windows_for``)."""
+    (``budget.policy.rules.windows_for``)."""
     conn = op.get_bind()
     rows = conn.execute(
         sa.text(

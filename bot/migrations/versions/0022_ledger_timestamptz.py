@@ -5,8 +5,8 @@ requests, runtime limits, kill switches, team members, events, corrections,
 calibration, processes) were epoch seconds in ``double precision``; on PostgreSQL
 they become ``timestamptz`` (``to_timestamp``: the same instant, to the microsecond),
 like the bot's and the scheduler's datetimes. The code still handles epoch seconds:
-the ledger's asyncpg pool converts with a codec (``budget.pg_time``), SQLAlchemy with
-``budget.models.EpochSeconds``. Indexes on these columns are rebuilt by the ALTERs
+the ledger's asyncpg pool converts with a codec (``budget.storage.postgres.timestamps``), SQLAlchemy with
+``budget.storage.tables.EpochSeconds``. Indexes on these columns are rebuilt by the ALTERs
 and keep their order (an instant's order is its epoch's). One ALTER per table (each
 table is rewritten once), in the migration's one transaction: they lock the tables
 until it commits.
@@ -16,7 +16,7 @@ epoch seconds where a ``timestamptz`` is now expected: its ledger steps fail clo
 (``LedgerUnavailable``: no provider call, nothing booked) and its SQLAlchemy reads of
 heartbeats (digest claims, lost messages) fail, until it is replaced — so replace the
 older processes promptly, or stop them first (README, PostgreSQL). Versions since
-``budget.pg_time`` (the codec, landed before this revision) keep their ledger steps
+``budget.storage.postgres.timestamps`` (the codec, landed before this revision) keep their ledger steps
 working.
 
 SQLite: nothing changes (its times stay REAL epoch seconds).
@@ -38,7 +38,7 @@ down_revision: str | None = "0021_bucket_margins"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-#: Every time column of the ledger's tables (``budget.models``), holds first as the
+#: Every time column of the ledger's tables (``budget.storage.tables``), holds first as the
 #: ledger locks them.
 COLUMNS: dict[str, tuple[str, ...]] = {
     "budget_holds": ("granted_at", "expires_at", "ended_at"),

@@ -1,0 +1,420 @@
+"""The composition root: the one place that builds everything from :class:`Settings`.
+
+Nothing is created at import time. :func:`create_app` wires the engine, ledger,
+cascade, digest runner, aiogram bot and dispatcher into an :class:`~bot.app.lifecycle.App`
+(whose start-up and shutdown hooks are in :mod:`bot.app.lifecycle`); the settings → config
+pieces are in :mod:`bot.app.wiring`; :func:`bot.app.polling.run` checks, migrates, starts
+polling and returns the exit code once a SIGTERM/SIGINT has drained the work.
+"""
+
+from __future__ import annotations
+
+import httpx
+from aiogram import Bot, Dispatcher
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.telegram import TelegramAPIServer
+from prometheus_client import CollectorRegistry
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from bot.app.lifecycle import App
+from bot.app.wiring import (
+    ProfileStoreAdapter,
+    cascade_config,
+    digest_config,
+    ledger_config,
+    provider_models,
+    provider_specs_of,
+)
+from bot.chat.outbox import Outbox
+from bot.chat.paste import PasteJoiner
+from bot.chat.service import ChatConfig, ChatService
+from bot.chat.streaming import StreamConfig, StreamMetrics, StreamRegistry
+from bot.handlers.admin import AdminView, create_admin_router
+from bot.handlers.books import BooksDesk, create_books_router
+from bot.handlers.chat import create_chat_router, create_non_text_router
+from bot.handlers.common import create_common_router, create_fallback_router
+from bot.handlers.digests import create_digest_router
+from bot.handlers.errors import create_error_router
+from bot.handlers.inline_filters import run_sync_filters_inline
+from bot.handlers.me import create_me_router
+from bot.handlers.stream import create_stream_router
+from bot.middlewares.context import WorkflowData
+from bot.middlewares.intake import (
+    ArrivalOrderMiddleware,
+    IntakeMiddleware,
+    LocaleMiddleware,
+    ProfileMiddleware,
+)
+from bot.middlewares.rate import RateGate, UpdateRateMiddleware
+from bot.middlewares.topics import TopicMiddleware, TopicRequestMiddleware
+from bot.ops.admin_notices import AdminNotifier
+from bot.ops.health import Readiness
+from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_counter
+from bot.ops.schema_watch import SchemaWatch
+from bot.session.flood_waits import FloodGate
+from bot.session.model_pins import PinResponseModels
+from bot.session.updates import (
+    ConfirmWhenTakenIn,
+    EndOfUpdate,
+    IntakeBarrier,
+    PollInSmallBatches,
+    SkipUndecodableUpdates,
+)
+from bot.settings import Settings
+from bot.storage.repos import History, Intake
+from bot.storage.sqlite_hot import SqliteHotPath
+from bot.text.digests import TelegramDeliverer
+from bot.text.i18n import create_i18n
+from budget.books.stops import StopBook
+from budget.errors import BudgetConfigError
+from budget.kernel.clock import Clock, SystemClock
+from budget.kernel.db import create_engine, sqlite_path
+from budget.ledger import Ledger
+from budget.policy.money import usd_to_musd
+from budget.pricing.prices import PriceCard, parse_overrides
+from budget.pricing.tokens import TokenCounter
+from budget.storage.sqlite.store import SqliteStore
+from llm.cascade.factory import build_cascade
+from scheduler.claims import Claimant
+from scheduler.profiles import ProfileRepository
+from scheduler.runner import DigestRunner
+from scheduler.service import DigestService
+from scheduler.sources.feeds import AddressGuard, FeedClient, GuardedTransport
+from scheduler.sources.fetch import Fetchers
+from scheduler.sources.tme import TmeClient
+
+__all__ = ["App", "create_app"]
+
+
+def create_app(settings: Settings, clock: Clock | None = None) -> App:
+    """Build the whole bot from ``settings``. Nothing is started here.
+
+    Raises:
+        budget.errors.BudgetConfigError: a paid model without a price, a bad limit.
+        ValueError: provider configuration that cannot work.
+    """
+    clock = clock or SystemClock()
+    engine = create_engine(settings.database_url)
+    sessions = async_sessionmaker(engine, expire_on_commit=False)
+    path = sqlite_path(settings.database_url)
+    on_postgres = settings.database_url.startswith("postgresql+asyncpg://")
+    if path is None and not on_postgres:
+        raise BudgetConfigError(
+            "the ledger needs a SQLite file or a postgresql+asyncpg:// DATABASE_URL"
+        )
+
+    i18n = create_i18n()
+    bot = Bot(
+        token=settings.bot_token.get_secret_value(),
+        session=AiohttpSession(api=TelegramAPIServer.from_base(settings.telegram_api_base)),
+    )
+    registry = CollectorRegistry()
+    dropped = dropped_counter(registry)
+    bot.session.middleware(
+        FloodGate(clock, on_drop=lambda _method: dropped.labels("flood_wait").inc())
+    )
+    # polling: a batch is confirmed once its updates are taken in (bot/session/updates.py)
+    barrier = (
+        None if settings.webhook_mode else IntakeBarrier(clock, settings.poll_intake_wait_seconds)
+    )
+    if barrier is not None:
+        bot.session.middleware(ConfirmWhenTakenIn(barrier))
+    bot.session.middleware(
+        SkipUndecodableUpdates(on_skip=lambda: dropped.labels("undecodable_update").inc())
+    )
+    bot.session.middleware(PinResponseModels())
+    bot.session.middleware(PollInSmallBatches())
+    notifier = AdminNotifier(bot, i18n, settings.admin_ids, clock)
+
+    prices = PriceCard(
+        provider_models(settings),
+        overrides=parse_overrides(settings.price_overrides) if settings.price_overrides else None,
+        max_call_seconds=settings.provider_timeout_seconds,
+    )
+    # the ledger's store by DATABASE_URL's scheme: one SQLite file (one process), or a
+    # PostgreSQL database shared by several processes
+    ledger = (
+        Ledger.sqlite(
+            path,
+            ledger_config(settings),
+            prices,
+            clock,
+            on_auto_kill=notifier.auto_kill,
+            on_unavailable=notifier.storage_failed,
+        )
+        if path is not None
+        else Ledger.postgres(
+            settings.database_url,
+            ledger_config(settings),
+            prices,
+            clock,
+            on_auto_kill=notifier.auto_kill,
+            on_unavailable=notifier.storage_failed,
+        )
+    )
+    tokens = TokenCounter(safety_factor=settings.token_safety_factor)
+    # on PostgreSQL the replicas share each provider key's circuit and paced windows
+    # and GLOBAL_MAX_INFLIGHT_CALLS (leases tied to the processes' heartbeats)
+    key_store = lease_store = None
+    if on_postgres:
+        from budget.storage.postgres.store import PgStore  # asyncpg only when PostgreSQL is used
+        from llm.keys.claims import PgLeases
+        from llm.keys.postgres import PgKeyStates
+
+        assert isinstance(ledger.store, PgStore)
+        key_store = PgKeyStates(ledger.store, clock)
+        lease_store = PgLeases(
+            ledger.store,
+            ledger.store.process_id,
+            clock,
+            ttl_s=settings.hold_ttl_seconds,
+            dead_after_s=settings.process_dead_after_seconds,
+        )
+    # one TLS context for the HTTPS clients (each new one loads the CA bundle: ~30 ms)
+    tls = httpx.create_ssl_context()
+    cascade = build_cascade(
+        provider_specs_of(settings),
+        ledger=ledger,
+        clock=clock,
+        config=cascade_config(settings),
+        token_counter=tokens.messages,
+        on_event=notifier.cascade_event,
+        registry=registry,
+        key_store=key_store,
+        lease_store=lease_store,
+        tls=tls,
+    )
+    # on a SQLite file the message path's bot-table writes ride the ledger's one writer
+    hot = SqliteHotPath(ledger.store.writer) if isinstance(ledger.store, SqliteStore) else None
+    history = History(sessions, hot)
+    # several processes share a PostgreSQL database: each message remembers who took it
+    # in, and only a dead process's are "lost" (bot.storage.repos.Intake.take_lost)
+    intake = Intake(
+        sessions,
+        hot,
+        shared=None
+        if hot is not None or path is not None
+        else (ledger.store.process_id, settings.process_dead_after_seconds),
+    )
+    # replicas: each kept answer is claimed by one worker before it is sent
+    outbox = Outbox(
+        sessions,
+        bot,
+        clock,
+        claim_s=settings.process_dead_after_seconds if on_postgres else None,
+    )
+    streams = StreamRegistry()
+    if on_postgres:  # /kill hard cuts every replica's streams (bot/ops/signals.py)
+        from bot.ops.signals import KILL_HARD, PgSignals, SignalWatcher
+        from budget.storage.postgres.store import PgStore
+
+        assert isinstance(ledger.store, PgStore)
+        streams.kill_watch = SignalWatcher(
+            PgSignals(ledger.store, clock), KILL_HARD, clock, lambda: streams.stop_all("kill")
+        )
+    # replicas: a user's queue counts the other live replicas' unfinished messages too
+    lanes = None
+    if on_postgres:
+        from bot.chat.lanes import PgLanes
+        from budget.storage.postgres.store import PgStore
+
+        assert isinstance(ledger.store, PgStore)
+        lanes = PgLanes(
+            ledger.store, ledger.store.process_id, clock, settings.process_dead_after_seconds
+        )
+    chat = ChatService(
+        ledger=ledger,
+        backend=cascade,
+        history=history,
+        count_tokens=tokens,
+        clock=clock,
+        config=ChatConfig(
+            max_output_tokens=settings.chat_max_output_tokens,
+            max_input_tokens=settings.chat_max_input_tokens,
+            history_max_tokens=settings.chat_history_max_tokens,
+            user_max_inflight=settings.user_max_inflight,
+            user_queue_max=settings.user_queue_max,
+        ),
+        record_message=ledger.record_message,
+        lanes=lanes,
+    )
+    repo = ProfileRepository(sessions, clock, default_digest_time=settings.digest_default_time)
+    profiles = ProfileStoreAdapter(
+        repo, hot=hot, clock=clock, default_digest_time=settings.digest_default_time
+    )
+
+    async def tz_of(user_id: int) -> str:
+        profile = await repo.get(user_id)
+        return (profile.tz if profile and profile.tz else None) or settings.user_tz
+
+    http = httpx.AsyncClient(headers={"User-Agent": "KopekBot/0.1 (+digests)"}, verify=tls)
+    guard = AddressGuard()
+    feed_http = httpx.AsyncClient(
+        headers={"User-Agent": "KopekBot/0.1 (+digests)"},
+        transport=GuardedTransport(guard),  # certifi's bundle; no SSL_CERT_FILE for feeds
+        trust_env=False,
+    )
+    fetchers = Fetchers(
+        TmeClient(
+            http,
+            base_url=settings.telegram_web_base,
+            max_bytes=settings.fetch_max_bytes,
+            timeout_s=settings.fetch_timeout_seconds,
+        ),
+        FeedClient(
+            feed_http,
+            guard,
+            max_bytes=settings.fetch_max_bytes,
+            timeout_s=settings.fetch_timeout_seconds,
+        ),
+        clock,
+    )
+    digests = DigestService(
+        sessions,
+        clock,
+        fetchers,
+        repo,
+        lookups_per_window=settings.sub_lookups_per_minute,
+        lookup_window_s=60.0,
+        negative_ttl_s=settings.sub_negative_cache_seconds,
+    )
+    runner = DigestRunner(
+        clock=clock,
+        session_factory=sessions,
+        ledger=ledger,
+        backend=cascade,
+        deliverer=TelegramDeliverer(bot, i18n, clock, tz_of),
+        fetcher=fetchers,
+        config=digest_config(settings),
+        count_tokens=tokens.text,
+        # replicas on one PostgreSQL: each run and summary claimed by one process;
+        # SQLite has one process per file (the instance lock): nothing to claim
+        claimant=(
+            Claimant(ledger.store.process_id, settings.process_dead_after_seconds)
+            if on_postgres
+            else None
+        ),
+    )
+
+    workflow = WorkflowData(
+        clock=clock,
+        chat_service=chat,
+        history=history,
+        profiles=profiles,
+        i18n=i18n,
+        ledger=ledger,
+        cascade=cascade,
+        digests=digests,
+        intake=intake,
+        runner=runner,
+        settings_view=AdminView(settings),
+        books=BooksDesk(
+            engine=engine,
+            ledger=ledger,
+            budget_tz=settings.budget_tz,
+            billing_tz=settings.billing_tz,
+            tolerance_musd=usd_to_musd(settings.reconcile_tolerance_usd) or 0,
+            keys={name: not prices.is_free(name) for name in settings.provider_keys()},
+        ),
+        refusals=refusal_counter(registry),
+        notifier=notifier,
+        delivery_failures=delivery_failure_counter(registry),
+        outbox=outbox,
+        streams=streams,
+        stream_config=StreamConfig(
+            private=settings.stream_mode_private,
+            group=settings.stream_mode_group,
+            draft_interval_s=settings.stream_draft_interval_ms / 1000,
+            edit_interval_s=settings.stream_edit_interval_ms / 1000,
+        ),
+        stream_metrics=StreamMetrics(registry),
+        stop_book=StopBook(sessions),
+    )
+    dp = Dispatcher(**workflow)
+    bot.session.middleware(TopicRequestMiddleware())
+    dp.message.outer_middleware(TopicMiddleware())
+    # replicas count a payer's updates over all of them (bot/storage/pg_rates.py)
+    shared_rates = None
+    if on_postgres:
+        from bot.storage.pg_rates import PgUpdateRates
+        from budget.storage.postgres.store import PgStore
+
+        assert isinstance(ledger.store, PgStore)
+        shared_rates = PgUpdateRates(ledger.store, clock)
+    rate = UpdateRateMiddleware(
+        settings.user_max_updates_per_minute,
+        clock,
+        i18n,
+        on_drop=lambda: dropped.labels("update_rate").inc(),
+        shared=shared_rates,
+    )
+    if barrier is not None:  # the first update middleware: sees every update end
+        dp.update.outer_middleware(EndOfUpdate(barrier))
+    dp.update.outer_middleware(rate)
+    dp.message.outer_middleware(
+        ArrivalOrderMiddleware(chat, PasteJoiner(clock, settings.paste_join_seconds))
+    )
+    dp.message.outer_middleware(
+        ProfileMiddleware(
+            profiles,
+            settings.admin_ids,
+            settings.user_tz,
+            recorder=profiles if hot is not None else None,
+        )
+    )
+    LocaleMiddleware(i18n).setup(dp)
+    dp.message.outer_middleware(
+        IntakeMiddleware(intake, clock, barrier.taken_in if barrier is not None else None)
+    )
+    dp.include_router(create_error_router())
+    # chat text first: no other router takes a text that is not a command (issue 10)
+    dp.include_router(create_chat_router(stale_after_s=settings.stale_message_seconds))
+    dp.include_router(create_books_router(settings.admin_ids))
+    dp.include_router(create_admin_router(settings.admin_ids))
+    dp.include_router(create_stream_router(settings.admin_ids))
+    dp.include_router(create_common_router())
+    dp.include_router(create_digest_router())
+    dp.include_router(create_me_router())
+    dp.include_router(create_fallback_router())
+    dp.include_router(create_non_text_router())
+    # controls tagged flags={"rate_limit": False} pass the update rate (bot/middlewares/rate.py)
+    rate.exempt(dp)
+    # magic filters (F.text …) on the loop, not one thread hop each (bot/handlers/inline_filters.py)
+    run_sync_filters_inline(dp)
+    gate = RateGate()
+    for name, observer in dp.observers.items():
+        if name not in ("update", "error"):
+            observer.middleware(gate)
+
+    app = App(
+        settings=settings,
+        clock=clock,
+        engine=engine,
+        bot=bot,
+        dispatcher=dp,
+        i18n=i18n,
+        chat=chat,
+        ledger=ledger,
+        prices=prices,
+        cascade=cascade,
+        runner=runner,
+        intake=intake,
+        http=http,
+        feed_http=feed_http,
+        registry=registry,
+        notifier=notifier,
+        outbox=outbox,
+        streams=streams,
+        readiness=Readiness(engine),
+        dropped=dropped,
+        schema=SchemaWatch(engine, clock),
+        is_control=lambda update: rate.is_control(update, bot),
+    )
+    if on_postgres:  # a process taken for dead stops acting (bot/session/fence.py)
+        from bot.session.fence import FenceGate
+        from budget.storage.postgres.store import PgStore
+
+        assert isinstance(ledger.store, PgStore)
+        bot.session.middleware(FenceGate(ledger.store))
+        ledger.store.on_fenced.append(app.fence)
+    return app

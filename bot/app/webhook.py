@@ -1,0 +1,369 @@
+"""Webhook mode: Telegram POSTs each update to ``WEBHOOK_URL`` (the operator's TLS reverse
+proxy), which forwards it to ``WEBHOOK_LISTEN_HOST:WEBHOOK_LISTEN_PORT`` + ``WEBHOOK_PATH``
+of one of several replicas sharing one PostgreSQL database.
+
+The request handler follows aiogram's ``aiogram.webhook.aiohttp_server.SimpleRequestHandler``
+(secret check with :func:`secrets.compare_digest`, the update fed to the dispatcher in a
+background task, an empty JSON 200), with what Kopek needs on top:
+
+* **401 without the secret.** A request whose ``X-Telegram-Bot-Api-Secret-Token`` is not
+  ``WEBHOOK_SECRET`` gets 401 and is not read further (counted as
+  ``kopek_dropped{reason="webhook_secret"}``; the first one is logged at WARNING).
+* **200 once the update is durably taken in.** A chat message's intake row
+  (``seen_messages``, unique on ``(chat_id, message_id)``, :meth:`bot.storage.repos.Intake.record`)
+  is committed *before* the answer: a duplicate — Telegram retrying, or the same update
+  reaching a second replica — finds the row, gets 200 and is not processed (one provider
+  call, one answer). The work continues in a task; the intake middleware records its
+  outcome (:class:`bot.middlewares.intake.TakenIn`); a message the pipeline dropped before that
+  (over the update rate) is recorded ``dropped``, so no one is asked to resend it. When
+  the database cannot be written the answer is 503 (Telegram delivers it again later),
+  except for a read-only command (``/budget``), which runs as in polling mode.
+* **Back-pressure.** At most ``INTAKE_MAX_CONCURRENT`` updates are handled at once, as in
+  polling; a request waits for a slot before its intake, so a saturated replica answers
+  slowly instead of taking in more than it can handle. A control that only stops work
+  (an admin's ``/kill``, ``/stop``, the Stop button: the handlers exempt from the update
+  rate) skips that wait, so it is not queued behind the answers it stops.
+* **503 while starting or stopping**, and ``/healthz`` / ``/readyz`` on the same server
+  (:mod:`bot.ops.health`).
+
+Shutdown (SIGTERM/SIGINT, :func:`serve_webhook`): ``/readyz`` turns 503 and the listening
+socket closes (the proxy sends new requests to the other replicas; Telegram retries what
+no one took), then the work drains as in polling mode (in-flight chat calls get
+``SHUTDOWN_GRACE_SECONDS``, streams still running are stopped, then cancelled), then the
+shutdown hooks close the stores. The webhook stays registered with Telegram: stopping
+one replica never calls ``deleteWebhook``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import secrets
+import signal
+from collections.abc import Coroutine
+from typing import Any, Literal
+
+from aiogram.methods import TelegramMethod
+from aiogram.types import Message, Update
+from aiohttp import web
+from pydantic import ValidationError
+
+from bot.app.lifecycle import App
+from bot.chat.payer import payer_id
+from bot.middlewares.context import Outcome
+from bot.middlewares.intake import TakenIn, reads_only
+from bot.middlewares.topics import topic_of
+from bot.ops.health import add_health_routes
+from bot.session.fence import ProcessFenced
+from bot.storage.repos import is_storage_failure
+from bot.text.i18n import pick_language
+
+__all__ = ["SECRET_HEADER", "WebhookServer", "serve_webhook"]
+
+log = logging.getLogger(__name__)
+
+#: a header shaped like a secret_token Telegram accepts (a scanner's request usually
+#: sends none): refused with a louder line, see ``WebhookServer._refuse``
+_SECRET_SHAPE = re.compile(r"[A-Za-z0-9_-]{16,256}")
+#: seconds between two ERROR lines about requests with another secret
+OTHER_SECRET_EVERY_S = 60
+
+#: The header Telegram sends ``secret_token`` in.
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"  # noqa: S105 - a header name
+
+#: Seconds the handler tasks still running after the chat drain get before they are
+#: cancelled (they are past their provider call: sending a reply, recording an outcome).
+TASK_WAIT_S = 5.0
+
+
+class WebhookServer:
+    """The aiohttp server of one replica: the webhook path and the health endpoints.
+
+    Args:
+        app: the built bot (:func:`bot.app.factory.create_app`); its settings give the address,
+            the path and the secret.
+
+    Use :meth:`start` (bind; the webhook answers 503 until ``app.readiness`` is
+    started), then :meth:`drain` on shutdown, or :meth:`close` after a failed start.
+    """
+
+    def __init__(self, app: App) -> None:
+        settings = app.settings
+        if settings.webhook_secret is None:  # settings refuse WEBHOOK_URL without it
+            raise ValueError("webhook mode needs WEBHOOK_SECRET")
+        self._app = app
+        self._secret = settings.webhook_secret.get_secret_value()
+        self._slots = asyncio.Semaphore(settings.intake_max_concurrent)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        self._refused = 0
+        self._other_secret_at = -float(OTHER_SECRET_EVERY_S)
+        self.taken = 0
+        self.duplicates = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"WebhookServer(state={self._app.readiness.state!r}, taken={self.taken}, "
+            f"duplicates={self.duplicates}, refused={self._refused}, tasks={len(self._tasks)})"
+        )
+
+    @property
+    def port(self) -> int | None:
+        """The bound TCP port (after :meth:`start`)."""
+        if self._runner is None or not self._runner.addresses:
+            return None
+        return int(self._runner.addresses[0][1])
+
+    async def start(self) -> None:
+        """Bind ``WEBHOOK_LISTEN_HOST:WEBHOOK_LISTEN_PORT`` and serve.
+
+        Raises:
+            OSError: the address cannot be bound (the port is taken).
+        """
+        settings = self._app.settings
+        web_app = web.Application()
+        web_app.router.add_post(settings.webhook_path, self.handle)
+        add_health_routes(web_app, lambda: self._app.readiness)
+        self._runner = web.AppRunner(web_app, access_log=None, shutdown_timeout=TASK_WAIT_S)
+        await self._runner.setup()
+        self._site = web.TCPSite(
+            self._runner, settings.webhook_listen_host, settings.webhook_listen_port
+        )
+        try:
+            await self._site.start()
+        except OSError:
+            await self.close()
+            raise
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """One delivery from Telegram: see the module docstring."""
+        given = request.headers.get(SECRET_HEADER, "")
+        if not secrets.compare_digest(given, self._secret):
+            self._refuse(other_secret=bool(_SECRET_SHAPE.fullmatch(given)))
+            return web.Response(status=401, text="Unauthorized")
+        if self._app.readiness.state != "started":
+            return web.Response(status=503, text="not ready")
+        bot = self._app.bot
+        raw: Any = None
+        try:
+            raw = await request.json(loads=bot.session.json_loads)
+            update = Update.model_validate(raw, context={"bot": bot})
+        except (ValueError, ValidationError) as exc:  # json.JSONDecodeError is a ValueError
+            # a shape this aiogram cannot read: dropped as polling drops it (a retry
+            # would fail the same way); logged with its id and where, as polling logs it
+            self._app.dropped.labels("undecodable_update").inc()
+            update_id = raw.get("update_id") if isinstance(raw, dict) else None
+            where = "not JSON"
+            if isinstance(exc, ValidationError):
+                where = ".".join(str(p) for p in exc.errors()[0].get("loc", ())) or "top"
+            log.warning(
+                "skipped webhook update %s: the client cannot decode it (at %s)",
+                update_id if isinstance(update_id, int) else "without an id",
+                where,
+            )
+            return web.json_response({})
+        # a control that only stops work (/kill from an admin, /stop, Stop) never waits for
+        # a slot: with every slot busy it would wait for the very answers it is sent to stop
+        slotted = not await self._app.is_control(update)
+        if slotted:
+            await self._slots.acquire()
+        try:
+            taken = await self._take_in(update)
+        except Exception as exc:
+            if slotted:
+                self._slots.release()
+            if not is_storage_failure(exc):
+                raise
+            log.error("intake not recorded (storage failure): 503, Telegram delivers it again")
+            return web.Response(status=503, text="storage unavailable")
+        if taken is False:
+            if slotted:
+                self._slots.release()
+            self.duplicates += 1
+            log.info("dropping an update delivered twice (update %s)", update.update_id)
+            return web.json_response({})
+        task = asyncio.create_task(self._process(update, taken), name="webhook-update")
+        self._tasks.add(task)
+        task.add_done_callback(self._done if slotted else self._tasks.discard)
+        return web.json_response({})
+
+    def _refuse(self, *, other_secret: bool) -> None:
+        self._refused += 1
+        self._app.dropped.labels("webhook_secret").inc()
+        if self._refused == 1:
+            log.warning("webhook request without the right secret token: answered 401")
+        else:
+            log.debug("webhook request without the right secret token: answered 401")
+        now = self._app.clock.monotonic()
+        if other_secret and now - self._other_secret_at >= OTHER_SECRET_EVERY_S:
+            # likely Telegram itself, set up by a replica with another WEBHOOK_SECRET
+            self._other_secret_at = now
+            log.error(
+                "a webhook request carried another secret token (answered 401): if the "
+                "replicas have different WEBHOOK_SECRET values, Telegram sends the one of "
+                "the replica that started last and the others refuse its updates; give "
+                "every replica the same value (logged at most every %d s)",
+                OTHER_SECRET_EVERY_S,
+            )
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._slots.release()
+
+    async def _take_in(self, update: Update) -> TakenIn | Literal[False] | None:
+        """Record a chat message before answering Telegram.
+
+        Returns:
+            :class:`TakenIn` the first time; ``False`` for a duplicate; ``None`` for an
+            update without intake (not a message with a sender; or a read-only command
+            while the database cannot be written, which runs without one).
+        """
+        message = update.message
+        if not isinstance(message, Message) or message.from_user is None:
+            return None
+        language = pick_language(None, message.from_user.language_code)
+        try:
+            first = await self._app.intake.record(
+                status="command" if (message.text or "").startswith("/") else "received",
+                chat_id=message.chat.id,
+                message_id=message.message_id,
+                user_id=payer_id(message) or message.from_user.id,
+                language=language,
+                now=self._app.clock.now(),
+                thread_id=topic_of(message),
+            )
+        except Exception as exc:
+            if is_storage_failure(exc) and reads_only(message):
+                return None  # the intake middleware runs it as a read-only command
+            raise
+        if not first:
+            return False
+        self.taken += 1
+        return TakenIn(language=language)
+
+    async def _process(self, update: Update, taken: TakenIn | None) -> None:
+        """Feed ``update`` to the dispatcher; record ``dropped`` when no handler recorded
+        an outcome for a taken-in message."""
+        app = self._app
+        try:
+            data: dict[str, Any] = {} if taken is None else {"taken_in": taken}
+            result = await app.dispatcher.feed_update(app.bot, update, **data)
+            if isinstance(result, TelegramMethod):
+                await app.dispatcher.silent_call_request(bot=app.bot, result=result)
+        except Exception:  # as aiogram's polling does: logged, the next update goes on
+            log.exception("update %s failed", update.update_id)
+        finally:
+            if taken is not None and not taken.finished:
+                await self._finish_dropped(update)
+
+    async def _finish_dropped(self, update: Update) -> None:
+        message = update.message
+        assert message is not None
+        try:
+            await self._app.intake.finish(
+                chat_id=message.chat.id,
+                message_id=message.message_id,
+                status=Outcome.DROPPED,
+                now=self._app.clock.now(),
+            )
+        except Exception as exc:
+            if not is_storage_failure(exc):
+                raise
+            log.error("intake outcome dropped not recorded (storage failure)")
+
+    async def stop_listening(self) -> None:
+        """No new requests: ``/readyz`` turns 503 and the listening socket closes
+        (requests already read go on)."""
+        self._app.readiness.mark_stopping()
+        if self._site is not None:
+            await self._site.stop()
+            self._site = None
+
+    async def drain(self) -> None:
+        """Shut down: stop listening, drain the work as polling mode does, run the
+        shutdown hooks (the stores close), close the server and the Bot API session."""
+        app = self._app
+        await self.stop_listening()
+        log.info("stopping: in-flight chat operations=%d", app.chat.in_flight)
+        await app.chat.drain(
+            # a fenced process drains nothing: its work was taken over (bot/session/fence.py)
+            0.0 if app.fenced.is_set() else app.settings.shutdown_grace_seconds,
+            stop_streams=lambda: app.streams.stop_all("shutdown"),
+        )
+        pending = set(self._tasks)
+        if pending:
+            _done, still = await asyncio.wait(pending, timeout=TASK_WAIT_S)
+            for task in still:
+                task.cancel()
+            if still:
+                await asyncio.wait(still, timeout=TASK_WAIT_S)
+        await app.on_shutdown()
+        await self.close()
+        await app.bot.session.close()
+
+    async def close(self) -> None:
+        """Close the server (idempotent; the Bot API session is left open)."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+            self._site = None
+
+
+async def _first(*waits: Coroutine[Any, Any, object]) -> None:
+    """Wait until the first of ``waits`` is done (the others are cancelled)."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def serve_webhook(
+    app: App, *, stop: asyncio.Event | None = None, handle_signals: bool = True
+) -> None:
+    """Run one webhook replica until SIGTERM/SIGINT (or ``stop``), then drain — or
+    until this process is fenced (taken for dead by another, :mod:`bot.session.fence`): then
+    it stops at once, drains nothing, and :class:`bot.session.fence.ProcessFenced` is raised.
+
+    Order: bind (a taken port fails before Telegram is called), the start-up hooks
+    (``setWebhook``, see :meth:`bot.app.lifecycle.App.on_startup`), ready; on the signal,
+    :meth:`WebhookServer.drain`.
+
+    Raises:
+        OSError: the listen address cannot be bound.
+        aiogram.exceptions.TelegramAPIError: the start-up hooks failed (the server is
+            closed; the caller releases what ``create_app`` opened).
+    """
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGTERM, signal.SIGINT) if handle_signals else ()
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    server = WebhookServer(app)
+    try:
+        await server.start()
+        try:
+            await app.on_startup()
+        except BaseException:
+            await server.close()
+            raise
+        settings = app.settings
+        log.info(
+            "webhook: listening on %s:%s%s",
+            settings.webhook_listen_host,
+            server.port,
+            settings.webhook_path,
+        )
+        await _first(stop.wait(), app.fenced.wait())
+        await server.drain()
+        if app.fenced.is_set():
+            raise ProcessFenced()
+    finally:
+        for sig in signals:
+            with contextlib.suppress(ValueError, RuntimeError):
+                loop.remove_signal_handler(sig)

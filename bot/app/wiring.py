@@ -1,0 +1,212 @@
+"""Settings → the parts' own config objects: the pieces :func:`bot.app.factory.create_app`
+wires together, each a pure function of :class:`~bot.settings.Settings` (USD → µUSD,
+milliseconds → seconds), plus the adapter that gives the bot its profile store.
+
+Nothing here starts anything or touches the network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bot.settings import Settings
+from bot.storage.sqlite_hot import SqliteHotPath
+from budget.config import LedgerConfig, OperationCaps
+from budget.kernel.clock import Clock
+from budget.policy.money import usd_to_musd
+from budget.pricing.names import CASCADE_ORDER
+from budget.pricing.prices import ProviderModel
+from budget.types import Origin
+from llm.cascade.cascade import CascadeConfig
+from llm.cascade.factory import ProviderSpec, provider_specs
+from scheduler.profiles import LANGUAGES, ProfileRepository
+from scheduler.runner import DigestConfig
+
+__all__ = [
+    "ProfileStoreAdapter",
+    "cascade_config",
+    "digest_config",
+    "ledger_config",
+    "provider_models",
+    "provider_specs_of",
+]
+
+
+def ledger_config(settings: Settings) -> LedgerConfig:
+    """Settings → the ledger's own config (USD → µUSD).
+
+    On PostgreSQL the sweeper runs every PROCESS_HEARTBEAT_SECONDS (at most every 30 s,
+    the SQLite pace), so a dead process's holds are booked within
+    PROCESS_DEAD_AFTER_SECONDS + one heartbeat of its last beat."""
+    caps: dict[str, int] = {}
+    if settings.deepseek_daily_cap_usd is not None:
+        caps["deepseek"] = usd_to_musd(settings.deepseek_daily_cap_usd) or 0
+    digest_requests = max(8, settings.digest_max_posts + 4)
+    return LedgerConfig(
+        tz=settings.budget_tz,
+        global_daily_musd=usd_to_musd(settings.budget_global_daily_usd),
+        global_hourly_musd=usd_to_musd(settings.budget_global_hourly_usd),
+        user_daily_musd=usd_to_musd(settings.budget_user_daily_usd),
+        user_hourly_musd=usd_to_musd(settings.budget_user_hourly_usd),
+        team_daily_musd=usd_to_musd(settings.budget_team_daily_usd),
+        team_hourly_musd=usd_to_musd(settings.budget_team_hourly_usd),
+        provider_daily_caps_musd=caps,
+        hold_ttl_s=settings.hold_ttl_seconds,
+        max_call_s=settings.provider_timeout_seconds,
+        operation_caps={
+            Origin.CHAT: OperationCaps(
+                max_musd=usd_to_musd(settings.operation_max_usd) or 0,
+                max_requests=settings.operation_max_requests,
+            ),
+            Origin.DIGEST: OperationCaps(
+                max_musd=usd_to_musd(settings.digest_max_usd) or 0,
+                max_requests=digest_requests,
+            ),
+        },
+        user_max_inflight=settings.user_max_inflight,
+        user_max_per_minute=settings.user_max_per_minute,
+        user_daily_messages=settings.user_daily_messages,
+        auto_kill_window_s=settings.auto_kill_window_minutes * 60.0,
+        process_heartbeat_s=settings.process_heartbeat_seconds,
+        process_dead_after_s=settings.process_dead_after_seconds,
+        sweep_interval_s=min(30.0, settings.process_heartbeat_seconds)
+        if settings.database_url.startswith("postgresql")
+        else 30.0,
+        auto_kill_fraction=settings.auto_kill_fraction,
+        auto_kill_musd_per_window=usd_to_musd(settings.auto_kill_usd_per_window),
+    )
+
+
+def provider_models(settings: Settings) -> list[ProviderModel]:
+    """Every (provider, model, tier) the cascade may call, for the price card."""
+    out: list[ProviderModel] = []
+    for name in settings.provider_keys():
+        provider = settings.provider(name)
+        for model in dict.fromkeys((provider.model, provider.cheap_model)):
+            out.append(ProviderModel(provider=name, model=model, tier=provider.tier))
+    return out
+
+
+class ProfileStoreAdapter:
+    """Adapter: ``scheduler.profiles.ProfileRepository`` as the bot's :class:`ProfileStore`.
+
+    Args:
+        repo: the profiles.
+        hot: on a SQLite file, :meth:`touch` (every update) runs as one step of the
+            ledger's writer (:mod:`bot.storage.sqlite_hot`) with the same effect as the
+            repository's ``get_or_create`` + ``mark_active``; then ``clock``,
+            ``default_language`` and ``default_digest_time`` (the repository's) are used.
+    """
+
+    def __init__(
+        self,
+        repo: ProfileRepository,
+        *,
+        hot: SqliteHotPath | None = None,
+        clock: Clock | None = None,
+        default_language: str = "en",
+        default_digest_time: str = "09:00",
+    ) -> None:
+        self._repo = repo
+        self._hot = hot if clock is not None else None
+        self._clock = clock
+        self._default_language = default_language
+        self._default_time = default_digest_time
+
+    async def touch(
+        self, user_id: int, chat_id: int, telegram_language: str | None
+    ) -> tuple[str | None, str | None]:
+        # A user's private chat id equals their user id; digests go there.
+        if self._hot is not None and self._clock is not None:
+            return await self._hot.touch_profile(
+                user_id,
+                user_id,
+                self._language_of(telegram_language),
+                self._default_time,
+                self._clock.now(),
+            )
+        profile = await self._repo.get_or_create(user_id, user_id, telegram_language)
+        if not profile.active:
+            await self._repo.mark_active(user_id)
+        return profile.language, profile.tz
+
+    async def touch_and_record(
+        self,
+        user_id: int,
+        telegram_language: str | None,
+        *,
+        chat_id: int,
+        message_id: int,
+        payer: int,
+        status: str,
+        thread_id: int | None,
+        pick: Callable[[str | None], str],
+    ) -> tuple[str | None, str | None, bool] | None:
+        """:meth:`touch` and the message's intake record in one writer step
+        (:meth:`bot.storage.sqlite_hot.SqliteHotPath.touch_and_record`); ``None`` when there is
+        no hot path (nothing done: touch and record separately)."""
+        if self._hot is None or self._clock is None:
+            return None
+        return await self._hot.touch_and_record(
+            user_id=user_id,
+            language=self._language_of(telegram_language),
+            digest_time=self._default_time,
+            chat_id=chat_id,
+            message_id=message_id,
+            payer=payer,
+            status=status,
+            thread_id=thread_id,
+            pick=pick,
+            now=self._clock.now(),
+        )
+
+    def _language_of(self, telegram_language: str | None) -> str:
+        """A new profile's language (as ``ProfileRepository.get_or_create`` picks it)."""
+        if telegram_language and telegram_language.lower()[:2] in LANGUAGES:
+            return telegram_language.lower()[:2]
+        return self._default_language
+
+    async def set_tz(self, user_id: int, tz: str) -> None:
+        await self._repo.set_tz(user_id, tz)
+
+    async def set_language(self, user_id: int, language: str) -> None:
+        await self._repo.set_language(user_id, language)
+
+
+def cascade_config(settings: Settings) -> CascadeConfig:
+    return CascadeConfig(
+        timeout_s=settings.provider_timeout_seconds,
+        cooldown_s=settings.cooldown_seconds,
+        cooldown_max_s=settings.cooldown_max_seconds,
+        breaker_failure_threshold=settings.breaker_failure_threshold,
+        breaker_failure_window_s=settings.breaker_failure_window_seconds,
+        global_max_inflight_calls=settings.global_max_inflight_calls,
+        degraded_min_output_tokens=settings.degraded_min_output_tokens,
+        day_tz=settings.budget_tz,
+        first_token_timeout_s=settings.provider_first_token_timeout_seconds,
+        idle_timeout_s=settings.provider_idle_timeout_seconds,
+    )
+
+
+def provider_specs_of(settings: Settings) -> list[ProviderSpec]:
+    providers = {name: settings.provider(name) for name in CASCADE_ORDER}
+    return provider_specs(
+        keys={k: v.get_secret_value() for k, v in settings.provider_keys().items()},
+        base_urls={n: p.base_url for n, p in providers.items()},
+        models={n: p.model for n, p in providers.items()},
+        cheap_models={n: p.cheap_model for n, p in providers.items()},
+        tiers={n: p.tier for n, p in providers.items()},
+    )
+
+
+def digest_config(settings: Settings) -> DigestConfig:
+    return DigestConfig(
+        stagger_s=settings.digest_stagger_seconds,
+        llm_concurrency=settings.digest_llm_concurrency,
+        latest_delay_minutes=settings.digest_latest_delay_minutes,
+        max_free_share=float(settings.digest_max_free_share),
+        max_posts=settings.digest_max_posts,
+        summary_max_tokens=settings.digest_summary_max_tokens,
+        max_musd=usd_to_musd(settings.digest_max_usd) or 0,
+        default_tz=settings.user_tz,
+    )

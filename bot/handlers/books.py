@@ -1,0 +1,366 @@
+"""Admin books commands: /budget export, /reconcile (+ apply), /providers prices.
+
+Like the admin router, the first filter checks ADMIN_IDS — and refuses any message
+sent on behalf of a chat (``sender_chat``), whose ``from`` Telegram fills with a
+shared service account — before any argument is read; for anyone else nothing here
+matches and the update falls through to the "unknown command" reply.
+
+* ``/budget export [YYYY-MM-DD | YYYY-MM] [IANA zone]`` — two CSV documents: one row
+  per booked attempt and the totals (:mod:`budget.books.export`); period and zone default
+  to today in BUDGET_TZ.
+* a document captioned ``/reconcile [PROVIDER] [YYYY-MM-DD | YYYY-MM]`` — the short
+  report of :mod:`budget.books.reconcile`, plus a CSV of the differing rows when there are
+  any. The provider defaults to the export's ``provider`` column, else the only paid
+  key. Files over 20 MB are refused before download.
+* ``/reconcile apply`` — books the corrections of the sender's last report
+  (:mod:`budget.books.corrections`), each recorded with the sender's id, the file's name
+  and hash.
+* ``/providers prices`` — every model's price lines and their source, and the lines
+  a reconcile found stale.
+
+The last report per admin and the stale lines live in this process's memory: a
+restart forgets them (send the export again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from aiogram import Bot, F, Router
+from aiogram.exceptions import TelegramAPIError
+from aiogram.filters import Command, CommandObject, Filter
+from aiogram.types import BufferedInputFile, FSInputFile, Message
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from bot.chat.delivery import send_text
+from budget.books.corrections import apply_corrections
+from budget.books.export import write_export
+from budget.books.periods import BooksError, parse_period, price_source, rates_at
+from budget.books.reconcile import ReconcileReport, reconcile
+from budget.books.usage_export import MAX_EXPORT_BYTES, parse_export
+from budget.errors import HoldRefused
+from budget.kernel.clock import Clock
+from budget.ledger import Ledger
+from budget.policy.money import usd_text
+
+__all__ = ["BooksDesk", "create_books_router"]
+
+log = logging.getLogger(__name__)
+
+EXPORT_USAGE = "Usage: /budget export [YYYY-MM-DD | YYYY-MM] [IANA zone]"
+RECONCILE_USAGE = (
+    "Send the provider's usage export (CSV, at most 20 MB) as a document with the caption "
+    "/reconcile [PROVIDER] [YYYY-MM-DD | YYYY-MM]; after the report, /reconcile apply "
+    "corrects the estimated bookings."
+)
+_PERIOD = re.compile(r"\d{4}-\d{2}(-\d{2})?")
+
+
+@dataclass(slots=True)
+class _Stale:
+    line: str
+    found_at: datetime
+    file_name: str
+
+
+class BooksDesk:
+    """What the books commands share.
+
+    Args:
+        engine: the bot's database (ledger tables).
+        ledger: the ledger (its store books corrections; its card prices).
+        budget_tz: BUDGET_TZ (default zone of exports).
+        billing_tz: provider key → ``<PROVIDER>_BILLING_TZ``.
+        tolerance_musd: RECONCILE_TOLERANCE_USD in µUSD.
+        keys: configured provider keys (cascade order) and whether each is paid.
+    """
+
+    __slots__ = ("_last", "_stale", "billing_tz", "budget_tz", "engine", "keys", "ledger", "tol")
+
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        ledger: Ledger,
+        budget_tz: str,
+        billing_tz: Callable[[str], str],
+        tolerance_musd: int,
+        keys: dict[str, bool],
+    ) -> None:
+        self.engine = engine
+        self.ledger = ledger
+        self.budget_tz = budget_tz
+        self.billing_tz = billing_tz
+        self.tol = tolerance_musd
+        self.keys = keys
+        self._last: dict[int, ReconcileReport] = {}
+        self._stale: dict[tuple[str, str], _Stale] = {}
+
+    def remember(self, admin_id: int, report: ReconcileReport, now: datetime) -> None:
+        """Keep ``report`` for ``/reconcile apply`` and note its stale price lines."""
+        self._last[admin_id] = report
+        if not report.export.has_cost:
+            return  # no cost: the price card was not compared
+        for model, line in report.stale.items():
+            self._stale[(report.key_name, model)] = _Stale(line, now, report.export.file_name)
+        for model in {ln.model for ln in report.export.lines} - set(report.stale):
+            self._stale.pop((report.key_name, model), None)
+
+    def take(self, admin_id: int) -> ReconcileReport | None:
+        """The admin's last report (removed: a report is applied at most once)."""
+        return self._last.pop(admin_id, None)
+
+    def stale(self, key: str, model: str) -> _Stale | None:
+        """A stale price line a reconcile found for ``key:model``."""
+        return self._stale.get((key, model))
+
+
+class IsBooksAdmin(Filter):
+    """An ADMIN_IDS sender writing as themselves (never a ``sender_chat`` message)."""
+
+    def __init__(self, admin_ids: frozenset[int]) -> None:
+        self._ids = admin_ids
+
+    async def __call__(self, message: Message) -> bool:
+        return (
+            message.sender_chat is None
+            and message.from_user is not None
+            and message.from_user.id in self._ids
+        )
+
+
+def _split_export_args(args: list[str], default_tz: str) -> tuple[str | None, str] | None:
+    period: str | None = None
+    tz: str | None = None
+    for arg in args:
+        if _PERIOD.fullmatch(arg) and period is None:
+            period = arg
+        elif tz is None and not _PERIOD.fullmatch(arg):
+            tz = arg
+        else:
+            return None
+    return period, tz or default_tz
+
+
+def _open_temp(suffix: str) -> tuple[Path, int]:
+    fd, name = tempfile.mkstemp(prefix="kopek-", suffix=suffix)
+    return Path(name), fd
+
+
+def create_books_router(admin_ids: frozenset[int]) -> Router:
+    """The books router; every handler is behind :class:`IsBooksAdmin`."""
+    router = Router(name="books")
+    router.message.filter(IsBooksAdmin(admin_ids))
+
+    async def reply(bot: Bot, message: Message, text: str, clock: Clock) -> None:
+        await send_text(bot, message.chat.id, text, clock=clock)
+
+    @router.message(Command("budget", magic=F.args.regexp(r"^export(\s|$)")))
+    async def on_export(
+        message: Message, bot: Bot, clock: Clock, command: CommandObject, books: BooksDesk
+    ) -> None:
+        parsed = _split_export_args((command.args or "").split()[1:], books.budget_tz)
+        if parsed is None:
+            await reply(bot, message, EXPORT_USAGE, clock)
+            return
+        try:
+            period = parse_period(parsed[0], parsed[1], clock.now())
+        except BooksError as exc:
+            await reply(bot, message, f"{exc}. {EXPORT_USAGE}", clock)
+            return
+        rows_path, rows_fd = await asyncio.to_thread(_open_temp, ".csv")
+        totals_path, totals_fd = await asyncio.to_thread(_open_temp, ".csv")
+        try:
+            with (
+                os.fdopen(rows_fd, "w", newline="", encoding="utf-8") as rows,
+                os.fdopen(totals_fd, "w", newline="", encoding="utf-8") as totals,
+            ):
+                summary = await write_export(
+                    books.engine, books.ledger.prices, period, rows, totals
+                )
+            caption = (
+                f"Spend {period.label} ({period.tz}): {summary.rows} attempts, "
+                f"{usd_text(summary.cost_musd)} booked, {summary.estimated} estimated"
+            )
+            await bot.send_document(
+                message.chat.id,
+                FSInputFile(rows_path, filename=f"kopek-spend-{period.label}.csv"),
+                caption=caption,
+            )
+            await bot.send_document(
+                message.chat.id,
+                FSInputFile(totals_path, filename=f"kopek-spend-{period.label}-totals.csv"),
+                caption=f"Totals per provider, model and day ({period.tz})",
+            )
+        except SQLAlchemyError:
+            log.exception("spend export failed")
+            await reply(bot, message, "⚠️ The ledger could not be read.", clock)
+        except TelegramAPIError as exc:
+            log.warning("spend export not delivered: %s", exc)
+        finally:
+            for path in (rows_path, totals_path):
+                with contextlib.suppress(OSError):
+                    await asyncio.to_thread(path.unlink)
+
+    @router.message(Command("reconcile"))
+    async def on_reconcile(
+        message: Message, bot: Bot, clock: Clock, command: CommandObject, books: BooksDesk
+    ) -> None:
+        args = (command.args or "").split()
+        assert message.from_user is not None  # IsBooksAdmin
+        admin = message.from_user.id
+        if args == ["apply"] and message.document is None:
+            await apply(message, bot, clock, books, admin)
+            return
+        doc = message.document
+        if doc is None:
+            await reply(bot, message, RECONCILE_USAGE, clock)
+            return
+        name = doc.file_name or "export.csv"
+        if doc.file_size is not None and doc.file_size > MAX_EXPORT_BYTES:
+            size = doc.file_size / 1024 / 1024
+            text = f"⚠️ {name}: {size:.1f} MB is over the 20 MB limit. Nothing was changed."
+            await reply(bot, message, text, clock)
+            return
+        key: str | None = None
+        period_arg: str | None = None
+        for arg in args:
+            if _PERIOD.fullmatch(arg) and period_arg is None:
+                period_arg = arg
+            elif arg.lower() in books.keys and key is None:
+                key = arg.lower()
+            else:
+                known = ", ".join(books.keys)
+                text = f"Unknown provider {arg!r}; keys: {known}."
+                if _PERIOD.fullmatch(arg) or arg.lower() in books.keys:
+                    text = RECONCILE_USAGE  # a second period or provider
+                await reply(bot, message, text, clock)
+                return
+        try:
+            buf = await bot.download(doc.file_id)
+            assert buf is not None  # no destination given: a BytesIO
+            data = buf.read(MAX_EXPORT_BYTES + 1)
+        except TelegramAPIError as exc:
+            log.warning("reconcile: could not download the export: %s", exc)
+            await reply(bot, message, "⚠️ Telegram did not give me the file; send it again.", clock)
+            return
+        try:
+            if key is None:
+                key = _default_key(books, data, name)
+            tz = books.billing_tz(key)
+            export = parse_export(data, name, tz)
+            period = parse_period(period_arg, tz, clock.now()) if period_arg else None
+            report = await reconcile(
+                books.engine,
+                books.ledger.prices,
+                export,
+                key,
+                period=period,
+                tolerance_musd=books.tol,
+                known_models=[m for k, m in books.ledger.prices.configured() if k == key],
+            )
+        except BooksError as exc:
+            text = str(exc) if "changed" in str(exc) else f"{exc}. Nothing was changed"
+            await reply(bot, message, f"⚠️ {text}.", clock)
+            return
+        except SQLAlchemyError:
+            log.exception("reconcile failed")
+            await reply(bot, message, "⚠️ The ledger could not be read.", clock)
+            return
+        books.remember(admin, report, clock.now())
+        await reply(bot, message, report.text(), clock)
+        diff = report.diff_csv()
+        if diff is not None:
+            await bot.send_document(
+                message.chat.id,
+                BufferedInputFile(diff, filename=f"reconcile-{key}-differences.csv"),
+                caption="Rows that differ (ledger vs export)",
+            )
+
+    async def apply(message: Message, bot: Bot, clock: Clock, books: BooksDesk, admin: int) -> None:
+        report = books.take(admin)
+        if report is None:
+            await reply(bot, message, "No reconcile report to apply. " + RECONCILE_USAGE, clock)
+            return
+        if not report.plan:
+            text = "Nothing to correct: the report planned no change to an estimated booking."
+            await reply(bot, message, text, clock)
+            return
+        try:
+            result = await apply_corrections(
+                books.ledger.store,
+                clock.now(),
+                report.plan,
+                by_user=admin,
+                file_name=report.export.file_name,
+                sha256=report.export.sha256,
+            )
+        except HoldRefused:
+            await reply(bot, message, "⚠️ The ledger is unavailable; nothing was changed.", clock)
+            return
+        log.warning(
+            "reconcile apply by %s: %d corrections from %s (%s), %d µUSD",
+            admin,
+            len(result.changed),
+            report.export.file_name,
+            report.export.sha256[:12],
+            result.moved_musd,
+        )
+        await reply(bot, message, result.text(), clock)
+
+    @router.message(Command("providers", magic=F.args.regexp(r"^prices\s*$")))
+    async def on_prices(message: Message, bot: Bot, clock: Clock, books: BooksDesk) -> None:
+        card = books.ledger.prices
+        now = clock.now()
+        lines = ["💲 Price card (USD per 1M tokens, list prices now):"]
+        for key, model in card.configured():
+            tier = "free" if card.is_free(key) else "paid"
+            rates = rates_at(card, key, model, now)
+            if rates is None:
+                lines.append(f"• {key}:{model} ({tier}): no list price")
+                continue
+            lines.append(
+                f"• {key}:{model} ({tier}): input ${rates.input}, cached input "
+                f"${rates.cached}, output ${rates.output} — {price_source(rates)}"
+            )
+            found = books.stale(key, model)
+            if found is not None and tier == "paid":
+                lines.append(
+                    f"  ⚠️ stale: {found.line} (reconcile of {found.file_name}, "
+                    f"{found.found_at:%Y-%m-%d %H:%M} UTC)"
+                )
+        await reply(bot, message, "\n".join(lines), clock)
+
+    return router
+
+
+def _default_key(books: BooksDesk, data: bytes, name: str) -> str:
+    """The export's provider column (first data row), else the only paid key.
+
+    Raises:
+        BooksError: neither names one configured key.
+    """
+    head = data[:4096].decode("utf-8", "replace").lower().splitlines()
+    if head and "provider" in [c.strip() for c in head[0].split(",")]:
+        idx = [c.strip() for c in head[0].split(",")].index("provider")
+        for line in head[1:2]:
+            cells = line.split(",")
+            if idx < len(cells) and cells[idx].strip() in books.keys:
+                return cells[idx].strip()
+    paid = [k for k, is_paid in books.keys.items() if is_paid]
+    if len(paid) == 1:
+        return paid[0]
+    raise BooksError(
+        f"{name}: say which provider it is from: /reconcile PROVIDER "
+        f"(keys: {', '.join(books.keys)})"
+    )

@@ -1,0 +1,144 @@
+"""Digest commands: /sub, /unsub, /subs, /digest_time, /digest_off, /digest_on."""
+
+from __future__ import annotations
+
+from aiogram import Bot, F, Router
+from aiogram.filters import Command, CommandObject
+from aiogram.types import Message
+from aiogram.utils.i18n import gettext as _
+
+from bot.chat.delivery import send_text
+from bot.middlewares.context import UserContext
+from budget.kernel.clock import Clock
+from scheduler.service import DigestService
+from scheduler.types import SubscribeResult, SubscribeStatus
+
+__all__ = ["create_digest_router", "subscribe_text"]
+
+
+def subscribe_text(result: SubscribeResult, *, unsubscribing: bool = False) -> str:
+    """The reply to /sub or /unsub."""
+    name = result.title or (result.source.display if result.source else "")
+    s = result.status
+    if s is SubscribeStatus.OK:
+        if unsubscribing:
+            return _("Unsubscribed from {name}.").format(name=name)
+        return _("✅ Subscribed to {name}. It will be in your next daily digest.").format(name=name)
+    if s is SubscribeStatus.ALREADY:
+        return _("You are already subscribed to {name}.").format(name=name)
+    if s is SubscribeStatus.NO_PREVIEW:
+        return _(
+            "This channel has no public web preview, so I cannot read it. "
+            "Only public channels with a preview at t.me/s/… work."
+        )
+    if s is SubscribeStatus.REFUSED_ADDRESS:
+        return _("This address is not allowed: feeds must be on public internet hosts.")
+    if s is SubscribeStatus.TOO_MANY:
+        return _("You have reached the limit of {limit} subscriptions.").format(limit=result.limit)
+    if s is SubscribeStatus.UNAVAILABLE:
+        return _("I could not reach this source right now. Please try again later.")
+    if s is SubscribeStatus.RATE_LIMITED:
+        return _("Too many /sub look-ups in a short time. Please try again in {seconds} s.").format(
+            seconds=result.retry_after_s
+        )
+    if s is SubscribeStatus.NOT_SUBSCRIBED:
+        return _("You are not subscribed to {name}.").format(name=name)
+    return _("Usage: /sub @channel, /sub https://t.me/channel or /sub https://site/feed.xml")
+
+
+def create_digest_router() -> Router:
+    """The digest commands router."""
+    router = Router(name="digests")
+    # subscriptions belong to a person's profile; a message sent on behalf of a chat
+    # (anonymous admin, channel) has none and falls through like an unknown command
+    router.message.filter(F.sender_chat.is_(None))
+
+    @router.message(Command("sub"))
+    async def on_sub(
+        message: Message,
+        bot: Bot,
+        clock: Clock,
+        command: CommandObject,
+        user_ctx: UserContext,
+        digests: DigestService,
+    ) -> None:
+        result = await digests.subscribe(user_ctx.user_id, (command.args or "").strip())
+        await send_text(bot, message.chat.id, subscribe_text(result), clock=clock)
+
+    @router.message(Command("unsub"))
+    async def on_unsub(
+        message: Message,
+        bot: Bot,
+        clock: Clock,
+        command: CommandObject,
+        user_ctx: UserContext,
+        digests: DigestService,
+    ) -> None:
+        arg = (command.args or "").strip()
+        if not arg:
+            await send_text(
+                bot,
+                message.chat.id,
+                _("Usage: /unsub @channel or /unsub <feed URL>; /subs lists them."),
+                clock=clock,
+            )
+            return
+        result = await digests.unsubscribe(user_ctx.user_id, arg)
+        text = subscribe_text(result, unsubscribing=True)
+        await send_text(bot, message.chat.id, text, clock=clock)
+
+    @router.message(Command("subs"))
+    async def on_subs(
+        message: Message, bot: Bot, clock: Clock, user_ctx: UserContext, digests: DigestService
+    ) -> None:
+        subs = await digests.list_subscriptions(user_ctx.user_id)
+        if not subs:
+            text = _("No subscriptions yet. Add one with /sub @channel.")
+        else:
+            lines = [_("Your subscriptions:")]
+            for sub in subs:
+                lost = _(" (no public preview now)") if sub.preview_lost else ""
+                title = f" — {sub.title}" if sub.title else ""
+                lines.append(f"• {sub.source.display}{title}{lost}")
+            text = "\n".join(lines)
+        await send_text(bot, message.chat.id, text, clock=clock)
+
+    @router.message(Command("digest_time"))
+    async def on_digest_time(
+        message: Message,
+        bot: Bot,
+        clock: Clock,
+        command: CommandObject,
+        user_ctx: UserContext,
+        digests: DigestService,
+    ) -> None:
+        arg = (command.args or "").strip()
+        try:
+            profile = await digests.set_digest_time(user_ctx.user_id, arg)
+        except ValueError:
+            text = _("Usage: /digest_time HH:MM, e.g. /digest_time 08:30 (your local time).")
+        else:
+            text = _("Your digest will come daily at {time} ({tz}).").format(
+                time=profile.digest_time, tz=user_ctx.tz
+            )
+        await send_text(bot, message.chat.id, text, clock=clock)
+
+    @router.message(Command("digest_off"))
+    async def on_digest_off(
+        message: Message, bot: Bot, clock: Clock, user_ctx: UserContext, digests: DigestService
+    ) -> None:
+        await digests.digest_off(user_ctx.user_id)
+        text = _("Daily digests are off. /digest_on turns them back on.")
+        await send_text(bot, message.chat.id, text, clock=clock)
+
+    @router.message(Command("digest_on"))
+    async def on_digest_on(
+        message: Message, bot: Bot, clock: Clock, user_ctx: UserContext, digests: DigestService
+    ) -> None:
+        profile = await digests.digest_on(user_ctx.user_id)
+        text = _("Daily digests are on, at {time} ({tz}).").format(
+            time=profile.digest_time, tz=user_ctx.tz
+        )
+        await send_text(bot, message.chat.id, text, clock=clock)
+
+    return router

@@ -1,0 +1,93 @@
+"""Stopping a streamed answer: the draft's Stop (``stopped_message_generation``), the
+inline Stop button of an edited message, and ``/stop``.
+
+Only the message's own sender or an admin may stop an answer. A draft is shown only
+to its private chat's user, so its Stop is the sender's; a button pressed by anyone
+else changes nothing: the presser alone is told (a callback answer) who can stop it.
+A press on an answer no longer being written says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from aiogram import Bot, F, Router
+from aiogram.exceptions import TelegramAPIError
+from aiogram.filters import Command
+from aiogram.types import CallbackQuery, Message, MessageGenerationStopped
+from aiogram.utils.i18n import I18n
+
+from bot.chat.delivery import send_text
+from bot.chat.payer import payer_id
+from bot.chat.streaming import STOP_PREFIX, StopResult, StreamConfig, StreamRegistry
+from bot.middlewares.rate import NOT_RATE_LIMITED
+from bot.text import templates
+from bot.text.i18n import in_locale, pick_language
+from budget.kernel.clock import Clock
+
+__all__ = ["create_stream_router"]
+
+log = logging.getLogger(__name__)
+
+
+def create_stream_router(admin_ids: frozenset[int]) -> Router:
+    """The router for stops (see the module docstring)."""
+    router = Router(name="stream")
+
+    # controls only stop work: never dropped by the update rate (bot/middlewares/rate.py)
+    @router.stopped_message_generation(flags=NOT_RATE_LIMITED)
+    async def on_draft_stopped(event: MessageGenerationStopped, streams: StreamRegistry) -> None:
+        result = streams.stop_draft(event.chat.id, event.draft_id)
+        log.info("draft %s in chat %s: stop %s", event.draft_id, event.chat.id, result.value)
+
+    @router.callback_query(F.data.startswith(STOP_PREFIX), flags=NOT_RATE_LIMITED)
+    async def on_stop_button(
+        query: CallbackQuery, streams: StreamRegistry, i18n: I18n, over_rate: bool = False
+    ) -> None:
+        token = (query.data or "").removeprefix(STOP_PREFIX)
+        user_id = query.from_user.id
+        result = streams.stop_token(token, user_id, is_admin=user_id in admin_ids)
+        # a press carries no stored profile: the presser's Telegram language it is
+        with in_locale(i18n, pick_language(None, query.from_user.language_code)):
+            text = {
+                StopResult.STOPPED: templates.stopping_text,
+                StopResult.DENIED: templates.stop_denied_text,
+                StopResult.GONE: templates.stop_gone_text,
+            }[result]()
+        log.info(
+            "stop button in chat %s: %s",
+            query.message.chat.id if query.message else "?",
+            result.value,
+        )
+        if over_rate and result is not StopResult.STOPPED:
+            return  # a flood of presses gets no answer each (the spinner clears by itself)
+        with contextlib.suppress(TelegramAPIError):  # the spinner clears by itself anyway
+            await query.answer(text)
+
+    @router.message(Command("stop"), flags=NOT_RATE_LIMITED)
+    async def on_stop(
+        message: Message,
+        bot: Bot,
+        clock: Clock,
+        streams: StreamRegistry,
+        over_rate: bool = False,
+        stream_config: StreamConfig | None = None,
+    ) -> None:
+        user_id = payer_id(message)
+        if user_id is None:
+            return
+        stopped = streams.stop_user(message.chat.id, user_id, is_admin=user_id in admin_ids)
+        if stopped or over_rate:  # over the rate, "nothing to stop" is not said
+            return
+        private = message.chat.type == "private"
+        config = stream_config or StreamConfig()
+        if (config.private if private else config.group) == "off":
+            # a one-piece answer cannot be stopped: cancelling its call would still be
+            # booked at its ceiling (an interrupted call) and lose the answer
+            text = templates.stop_not_streamed_text()
+        else:
+            text = templates.nothing_to_stop_text()
+        await send_text(bot, message.chat.id, text, clock=clock)
+
+    return router

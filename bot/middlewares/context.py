@@ -1,0 +1,102 @@
+"""Typed data that reaches handlers (aiogram workflow data + middleware data)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Protocol, TypedDict
+
+if TYPE_CHECKING:
+    from aiogram.utils.i18n import I18n
+    from prometheus_client import Counter
+
+    from bot.chat.outbox import Outbox
+    from bot.chat.service import ChatService
+    from bot.chat.streaming import StreamConfig, StreamMetrics, StreamRegistry
+    from bot.handlers.admin import AdminView
+    from bot.handlers.books import BooksDesk
+    from bot.ops.admin_notices import AdminNotifier
+    from bot.storage.repos import History, Intake
+    from budget.books.stops import StopBook
+    from budget.kernel.clock import Clock
+    from budget.ledger import Ledger
+    from llm.cascade.cascade import Cascade
+    from scheduler.runner import DigestRunner
+    from scheduler.service import DigestService
+
+__all__ = ["Outcome", "ProfileStore", "UserContext", "WorkflowData"]
+
+
+class Outcome(StrEnum):
+    """What became of a message, as a handler returns it; the intake middleware
+    stores it (``seen_messages.status``). A handler that returns anything else leaves
+    the default: ``command`` for a command, ``answered`` otherwise."""
+
+    ANSWERED = "answered"
+    COMMAND = "command"
+    REFUSED = "refused"
+    FAILED = "failed"
+    STALE = "stale"
+    JOINED = "joined"  # a later part of a long paste, answered with its first part
+    UNDELIVERABLE = "undeliverable"  # Telegram refused the send (400/403)
+    DROPPED = "dropped"  # webhook: taken in, then dropped before a handler (update rate)
+
+
+class WorkflowData(TypedDict):
+    """Everything ``create_app`` hands the dispatcher (``Dispatcher(**workflow_data)``);
+    handlers ask for these by name, next to aiogram's own data and ``user_ctx``."""
+
+    clock: Clock
+    chat_service: ChatService
+    history: History
+    profiles: ProfileStore
+    i18n: I18n
+    ledger: Ledger
+    cascade: Cascade
+    digests: DigestService
+    intake: Intake
+    runner: DigestRunner
+    settings_view: AdminView
+    refusals: Counter
+    books: BooksDesk
+    notifier: AdminNotifier
+    delivery_failures: Counter
+    outbox: Outbox
+    streams: StreamRegistry
+    stream_config: StreamConfig
+    stream_metrics: StreamMetrics
+    stop_book: StopBook
+
+
+@dataclass(frozen=True, slots=True)
+class UserContext:
+    """Who is writing, in which language and timezone (set by the profile middleware).
+
+    Attributes:
+        user_id: Telegram user id.
+        chat_id: chat the update came from.
+        language: ``en`` or ``ru``.
+        tz: the user's IANA timezone (their /tz, else DEFAULT_USER_TZ).
+        is_admin: the user id is in ADMIN_IDS.
+    """
+
+    user_id: int
+    chat_id: int
+    language: str
+    tz: str
+    is_admin: bool
+
+
+class ProfileStore(Protocol):
+    """User preferences the bot needs on every update."""
+
+    async def touch(
+        self, user_id: int, chat_id: int, telegram_language: str | None
+    ) -> tuple[str | None, str | None]:
+        """Create/refresh the profile (marks the user active again); returns (language, tz)
+        as stored — ``None`` where the user has not chosen."""
+        ...
+
+    async def set_tz(self, user_id: int, tz: str) -> None: ...
+
+    async def set_language(self, user_id: int, language: str) -> None: ...

@@ -1,0 +1,247 @@
+"""The message path's writes to the bot's tables on a SQLite file, through the ledger's
+one writer (issue 10): intake record and outcome, history load and append, the profile's
+``last_seen_at``.
+
+Why: through SQLAlchemy's ORM and aiosqlite each of these was a session (unit of work,
+identity map), several thread hops (BEGIN, statement, COMMIT) and its own commit — a
+third of the bot's CPU time per message in a burst. Here each is one step of the
+ledger's writer (:class:`budget.kernel.sqlite_writer.SqliteWriter`): plain ``sqlite3`` on its
+thread, one hop, and a *grouped* step (``durable=False``) that shares the commit of the
+group it lands in — one writer per database file, so a burst's intake records, holds
+and history share their commits (issue 10: "Bot tables and the ledger: one writer per
+database file").
+
+Durability is unchanged: a grouped step is committed (in the WAL) before it is answered,
+so it survives a process crash; the next durable group (a hold) fsyncs it with every
+frame before it — a message's intake record is committed before its first hold is
+queued, so it is on disk no later than that hold (see the README, "Which writes wait for
+the disk").
+
+Values are written exactly as SQLAlchemy writes them (each column's own bind processor
+for the SQLite dialect: datetimes as naive-UTC text), so the ORM code that reads these
+tables elsewhere (lost messages, /budget, digests) reads the same rows. Only SQLite:
+on PostgreSQL the stores keep their SQLAlchemy path.
+
+Errors: the writer's — :class:`~budget.errors.LedgerUnavailable` for any storage
+failure (``bot.storage.repos.is_storage_failure`` recognises it).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from sqlalchemy import Column
+from sqlalchemy.dialects import sqlite
+
+from bot.storage.tables import ChatTurn, SeenMessage
+from budget.kernel.sqlite_writer import SqliteWriter
+from llm.types import Message
+from scheduler.tables import UserProfile
+
+__all__ = ["SqliteHotPath", "Turn"]
+
+_DIALECT = sqlite.dialect()
+
+#: A turn to store: (role, content, tokens[, raw_tokens]).
+Turn = tuple[str, str, int] | tuple[str, str, int, int]
+
+
+def _binder(column: Any) -> Callable[[Any], Any]:
+    """The value SQLAlchemy would bind for ``column`` on SQLite (its type's processor)."""
+    col: Column[Any] = column.property.columns[0]
+    process = col.type.dialect_impl(_DIALECT).bind_processor(_DIALECT)
+    return process if process is not None else (lambda value: value)
+
+
+_SEEN_AT = _binder(SeenMessage.received_at)
+_FINISHED_AT = _binder(SeenMessage.finished_at)
+_TURN_AT = _binder(ChatTurn.created_at)
+_PROFILE_AT = _binder(UserProfile.last_seen_at)
+
+_INSERT_SEEN = (
+    "INSERT INTO seen_messages (chat_id, message_id, user_id, status, language, thread_id,"
+    " received_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (chat_id, message_id) DO NOTHING"
+)
+_FINISH_SEEN = (
+    "UPDATE seen_messages SET status = ?, finished_at = ? WHERE chat_id = ? AND message_id = ?"
+)
+_LOAD_TURNS = (
+    "SELECT role, content, tokens, raw_tokens FROM chat_turns"
+    " WHERE user_id = ? AND chat_id = ? AND thread_id IS ? ORDER BY id DESC LIMIT 200"
+)
+_INSERT_TURN = (
+    "INSERT INTO chat_turns (user_id, chat_id, thread_id, role, content, tokens, raw_tokens,"
+    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_GET_PROFILE = "SELECT language, tz, active FROM user_profiles WHERE user_id = ?"
+_SEE_PROFILE = (
+    "UPDATE user_profiles SET last_seen_at = ?, chat_id = ?, active = 1 WHERE user_id = ?"
+)
+_INSERT_PROFILE = (
+    "INSERT INTO user_profiles (user_id, chat_id, language, tz, digest_time, digest_enabled,"
+    " active, created_at, last_seen_at) VALUES (?, ?, ?, NULL, ?, 1, 1, ?, ?)"
+)
+
+
+def _record(cur: sqlite3.Cursor, values: tuple[Any, ...]) -> bool:
+    cur.execute(_INSERT_SEEN, values)
+    return cur.rowcount == 1
+
+
+def _finish(cur: sqlite3.Cursor, values: tuple[Any, ...]) -> None:
+    cur.execute(_FINISH_SEEN, values)
+
+
+def _load(
+    cur: sqlite3.Cursor, key: tuple[int, int, int | None], max_tokens: int
+) -> list[tuple[Message, int | None]]:
+    kept: list[tuple[Message, int | None]] = []
+    total = 0
+    for role, content, tokens, raw in cur.execute(_LOAD_TURNS, key):
+        if total + tokens > max_tokens:
+            break
+        total += tokens
+        kept.append((Message("assistant" if role == "assistant" else "user", content), raw))
+    kept.reverse()
+    return kept
+
+
+def _append(cur: sqlite3.Cursor, rows: list[tuple[Any, ...]]) -> None:
+    cur.executemany(_INSERT_TURN, rows)
+
+
+def _touch(
+    cur: sqlite3.Cursor, user_id: int, chat_id: int, language: str, digest_time: str, at: Any
+) -> tuple[str | None, str | None]:
+    row = cur.execute(_GET_PROFILE, (user_id,)).fetchone()
+    if row is not None:
+        cur.execute(_SEE_PROFILE, (at, chat_id, user_id))
+        return row[0], row[1]
+    cur.execute(_INSERT_PROFILE, (user_id, chat_id, language, digest_time, at, at))
+    return language, None
+
+
+def _touch_and_record(
+    cur: sqlite3.Cursor,
+    profile: tuple[int, int, str, str, Any],
+    intake: tuple[int, int, int, str, int | None, Any],
+    pick: Callable[[str | None], str],
+) -> tuple[str | None, str | None, bool]:
+    language, tz = _touch(cur, *profile)
+    chat_id, message_id, payer, status, thread_id, at = intake
+    first = _record(cur, (chat_id, message_id, payer, status, pick(language), thread_id, at))
+    return language, tz, first
+
+
+class SqliteHotPath:
+    """The message path's statements on the bot's tables, run on the ledger's writer.
+
+    Args:
+        writer: the ledger's writer (:attr:`budget.storage.sqlite.store.SqliteStore.writer`),
+            open while the bot polls.
+
+    Every method is one grouped step (committed before it returns, fsync'd by the next
+    durable group) or one read; see the module docstring.
+    """
+
+    __slots__ = ("_writer",)
+
+    def __init__(self, writer: SqliteWriter) -> None:
+        self._writer = writer
+
+    def __repr__(self) -> str:
+        return f"SqliteHotPath({self._writer!r})"
+
+    async def record_intake(
+        self,
+        *,
+        chat_id: int,
+        message_id: int,
+        user_id: int,
+        status: str,
+        language: str,
+        thread_id: int | None,
+        now: datetime,
+    ) -> bool:
+        """See :meth:`bot.storage.repos.Intake.record`: ``False`` when already recorded."""
+        values = (chat_id, message_id, user_id, status, language, thread_id, _SEEN_AT(now))
+        return await self._writer.txn(partial(_record, values=values), durable=False)
+
+    async def finish_intake(
+        self, *, chat_id: int, message_id: int, status: str, now: datetime
+    ) -> None:
+        """See :meth:`bot.storage.repos.Intake.finish`."""
+        values = (status, _FINISHED_AT(now), chat_id, message_id)
+        await self._writer.txn(partial(_finish, values=values), durable=False)
+
+    async def load_turns(
+        self, user_id: int, chat_id: int, thread_id: int | None, max_tokens: int
+    ) -> list[tuple[Message, int | None]]:
+        """See :meth:`bot.storage.repos.History.load_counted`."""
+        key = (user_id, chat_id, thread_id)
+        return await self._writer.read(partial(_load, key=key, max_tokens=max_tokens))
+
+    async def append_turns(
+        self,
+        user_id: int,
+        chat_id: int,
+        thread_id: int | None,
+        turns: Sequence[Turn],
+        now: datetime,
+    ) -> None:
+        """See :meth:`bot.storage.repos.History.append`. Posted (:meth:`SqliteWriter.post`):
+        queued before this returns — so the next load of this conversation, queued
+        later, sees the turns — and committed with the next group, not waited for: the
+        answer is sent meanwhile (a lost turn costs no money)."""
+        at = _TURN_AT(now)
+        rows = [
+            (user_id, chat_id, thread_id, t[0], t[1], t[2], t[3] if len(t) > 3 else None, at)
+            for t in turns
+        ]
+        self._writer.post(partial(_append, rows=rows), "history turns")
+
+    async def touch_and_record(
+        self,
+        *,
+        user_id: int,
+        language: str,
+        digest_time: str,
+        chat_id: int,
+        message_id: int,
+        payer: int,
+        status: str,
+        thread_id: int | None,
+        pick: Callable[[str | None], str],
+        now: datetime,
+    ) -> tuple[str | None, str | None, bool]:
+        """:meth:`touch_profile` and :meth:`record_intake` in ONE step (one hop, one
+        commit for the two writes every message makes first): the message is recorded
+        in the language ``pick`` gives for the stored one. Returns ``(language, tz)`` as
+        stored and whether the message was recorded for the first time."""
+        body = partial(
+            _touch_and_record,
+            profile=(user_id, user_id, language, digest_time, _PROFILE_AT(now)),
+            intake=(chat_id, message_id, payer, status, thread_id, _SEEN_AT(now)),
+            pick=pick,
+        )
+        return await self._writer.txn(body, durable=False)
+
+    async def touch_profile(
+        self, user_id: int, chat_id: int, language: str, digest_time: str, now: datetime
+    ) -> tuple[str | None, str | None]:
+        """Refresh the profile's ``last_seen_at`` and ``chat_id`` and mark it active, or
+        create it (``language``, ``digest_time``, no zone): ``(language, tz)`` as stored.
+        One step, so a profile created by a concurrent update is simply read."""
+        body = partial(
+            _touch,
+            user_id=user_id,
+            chat_id=chat_id,
+            language=language,
+            digest_time=digest_time,
+            at=_PROFILE_AT(now),
+        )
+        return await self._writer.txn(body, durable=False)

@@ -1,0 +1,92 @@
+"""The bot's own tables: seen messages (exactly-once intake), chat history, the outbox."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, DateTime, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = ["Base", "ChatTurn", "PendingAnswer", "SeenMessage", "metadata"]
+
+
+class Base(DeclarativeBase):
+    """Declarative base of ``bot/`` tables."""
+
+
+metadata = Base.metadata
+
+
+class SeenMessage(Base):
+    """A chat message the bot has taken in; recorded before anything else is done.
+
+    ``status``: ``received`` (being handled), ``answered``, ``command``, ``refused``, ``failed``,
+    ``stale`` (sent while the bot was down), ``lost`` (the process died while handling
+    it; the user was asked to resend), ``joined`` (a part of a long paste, answered with
+    the paste's first message), ``undeliverable`` (the answer or template could not be
+    sent: Telegram answered 400/403 for that chat; never generated again), ``dropped``
+    (webhook mode: taken in, then dropped before a handler, e.g. over the update rate).
+    """
+
+    __tablename__ = "seen_messages"
+    __table_args__ = (UniqueConstraint("chat_id", "message_id", name="uq_seen_chat_message"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    message_id: Mapped[int] = mapped_column(BigInteger)
+    user_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    language: Mapped[str] = mapped_column(String(8), default="en")
+    #: forum topic (``message_thread_id``) of the message, ``None`` outside topics
+    thread_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    #: the process that took it in (PostgreSQL: ``budget_processes.process_id``): after
+    #: a crash only a dead process's messages are "lost"; ``None`` on SQLite (one process)
+    process_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+
+
+class ChatTurn(Base):
+    """One turn of a user's conversation in one chat and topic (``role`` user or
+    assistant); see ``bot.storage.repos.Conversation``."""
+
+    __tablename__ = "chat_turns"
+    #: the history's load (newest first) and /reset: one user's turns in one chat/topic
+    __table_args__ = (Index("ix_chat_turns_conversation", "user_id", "chat_id", "thread_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    #: the chat the turn was said in (a private chat's id is the user's id)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    #: the forum topic (``message_thread_id``); ``None`` outside topics
+    thread_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    role: Mapped[str] = mapped_column(String(16))
+    content: Mapped[str] = mapped_column(Text)
+    tokens: Mapped[int] = mapped_column(Integer)
+    #: the turn as one chat message in the encoding, no safety factor, no reply priming
+    #: (``budget.pricing.tokens.TokenCounter.raw_messages`` of it minus 3); ``None`` for turns
+    #: stored before revision 0010 (counted when loaded)
+    raw_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class PendingAnswer(Base):
+    """A paid answer Telegram would not take yet (a flood wait): kept until it is sent.
+
+    ``text`` is the answer's Markdown; ``parts_sent`` of its parts were delivered before
+    the wait; ``not_before`` is when the wait ends (aware UTC); ``attempts`` counts sends
+    that hit a wait or an error.
+    """
+
+    __tablename__ = "outbox"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    reply_to: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    #: forum topic (``message_thread_id``) of the message answered; ``None`` outside topics
+    thread_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    text: Mapped[str] = mapped_column(Text)
+    parts_sent: Mapped[int] = mapped_column(Integer, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    not_before: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

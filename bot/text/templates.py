@@ -1,0 +1,336 @@
+"""Every text the bot sends on its own: refusals, notices, help. One module, no LLM.
+
+Texts are gettext msgids in English; ``bot/text/locales/ru/LC_MESSAGES/messages.po``
+translates them. Call these functions inside an active locale (aiogram's I18n
+middleware sets it for handlers; elsewhere use ``i18n.use_locale(lang)``).
+
+A refusal is rendered from its value (:class:`budget.types.Refusal`), never from
+exception text: reason → which limit stopped the request, in words a user
+understands, what they can do, and when the limit resets (HH:MM in the user's
+timezone, with the zone name).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from aiogram.utils.i18n import gettext as _
+
+from budget.policy.money import usd
+from budget.types import Level, Refusal, RefusalReason, Window
+
+__all__ = [
+    "format_reset",
+    "help_text",
+    "refusal_text",
+    "start_text",
+    "unknown_command_text",
+]
+
+
+def format_reset(when: datetime, tz: str) -> str:
+    """``HH:MM Zone/Name`` in ``tz``; prefixed with the date when not today there."""
+    local = when.astimezone(ZoneInfo(tz))
+    return f"{local:%H:%M} {tz}"
+
+
+def _window_word(window: Window | None) -> str:
+    if window is Window.HOUR:
+        return _("hourly")
+    if window is Window.DAY:
+        return _("daily")
+    return ""
+
+
+def _level_phrase(level: Level | None, window: Window | None, scope: str) -> str:
+    w = _window_word(window)
+    if level is Level.USER:
+        return _("your {window} user limit").format(window=w)
+    if level is Level.TEAM:
+        return _("your team's {window} limit ({team})").format(window=w, team=scope)
+    if level is Level.PROVIDER:
+        return _("the paid provider's {window} cap").format(window=w)
+    return _("the bot's global {window} limit").format(window=w)
+
+
+def refusal_text(refusal: Refusal, *, tz: str, running: bool = False) -> str:
+    """The template for a ledger/cascade refusal.
+
+    Args:
+        refusal: the refusal value.
+        tz: the user's IANA timezone, for the reset time.
+        running: the user has an operation in flight that will still be answered.
+    """
+    r = refusal.reason
+    reset = format_reset(refusal.resets_at, tz) if refusal.resets_at else None
+    if r is RefusalReason.KILL and refusal.note.startswith("automatic"):
+        text = _(
+            "⏸ The bot is paused by its spending safety switch, and its administrators "
+            "have been told. Nothing to do for now: please try again later. "
+            "Work already started will finish."
+        )
+    elif r is RefusalReason.KILL:
+        # no word on work in flight: /kill lets it finish, /kill hard cuts streams
+        text = _(
+            "⏸ The bot is paused by its administrators. Nothing to do for now: "
+            "please try again later."
+        )
+    elif r is RefusalReason.BUSY:
+        text = _(
+            "⏳ Busy: {limit} is fully held by requests in flight. Please retry in a minute."
+        ).format(limit=_level_phrase(refusal.level, refusal.window, refusal.scope))
+    elif r is RefusalReason.LIMIT:
+        limit = _level_phrase(refusal.level, refusal.window, refusal.scope)
+        if refusal.level is Level.USER:
+            advice = _("Wait for the reset or ask your team's admin to raise it.")
+        elif refusal.level is Level.TEAM:
+            advice = _("Wait for the reset or ask your team's admin.")
+        elif refusal.level is Level.PROVIDER:
+            advice = _("The free providers are busy too. Please wait for the reset.")
+        else:
+            advice = _("Nothing to do but wait.")
+        if reset:
+            text = _("🚫 Limit reached: {limit}. It resets at {reset}. {advice}").format(
+                limit=limit, reset=reset, advice=advice
+            )
+        else:
+            text = _("🚫 Limit reached: {limit}. {advice}").format(limit=limit, advice=advice)
+    elif r is RefusalReason.INFLIGHT:
+        text = _("✋ Too many requests at once. Please retry in a minute.")
+    elif r is RefusalReason.RATE:
+        text = _("✋ Too many messages per minute. Please retry in a minute.")
+    elif r is RefusalReason.OPERATION_CAP:
+        text = _(
+            "🛑 This request hit its cost or size cap and was stopped. Try a shorter question."
+        )
+    elif r is RefusalReason.LOOP:
+        text = _("🛑 The same request was repeated in a loop and was stopped.")
+    elif r is RefusalReason.MESSAGES:
+        if reset:
+            text = _("📭 You have used today's messages; the limit resets at {reset}.").format(
+                reset=reset
+            )
+        else:
+            text = _("📭 You have used today's messages.")
+    else:
+        text = _(
+            "⚠️ The budget ledger is unavailable, so no request can be made safely. "
+            "Please retry in a minute."
+        )
+    if running:
+        text += "\n" + _("Your request that is already running will still be answered.")
+    return text
+
+
+def too_fast_text() -> str:
+    """A user over USER_MAX_UPDATES_PER_MINUTE (sent at most once a minute)."""
+    return _(
+        "✋ You are sending too fast: your messages are ignored until the rate drops. "
+        "Please wait a minute."
+    )
+
+
+def too_many_queued_text() -> str:
+    """Overflow of the per-user queue (USER_QUEUE_MAX)."""
+    return _("✋ Too many messages at once: please wait for the answers, then retry.")
+
+
+def too_long_text(tokens: int, limit: int) -> str:
+    """A message over CHAT_MAX_INPUT_TOKENS."""
+    return _(
+        "✂️ Your message is too long (~{tokens} tokens, the limit is {limit}). Please shorten it."
+    ).format(tokens=tokens, limit=limit)
+
+
+def rejected_text() -> str:
+    """The provider rejected our request (4xx other than rate/auth): no fallback."""
+    return _("⚠️ The model rejected this request. Try rephrasing it; /reset clears the history.")
+
+
+def unavailable_text(charged_musd: int | None = 0) -> str:
+    """Every provider failed or is cooling down.
+
+    Args:
+        charged_musd: what the ledger booked for the operation (µUSD); "nothing was
+            charged" is said only for 0; ``None`` (the ledger could not say) says
+            nothing about money.
+    """
+    if charged_musd == 0:
+        return _(
+            "⚠️ All model providers are unavailable right now. Nothing was charged. "
+            "Please retry in a few minutes."
+        )
+    if charged_musd is None:
+        return _("⚠️ All model providers are unavailable right now. Please retry in a few minutes.")
+    return _(
+        "⚠️ All model providers are unavailable right now. The failed attempts cost {cost}. "
+        "Please retry in a few minutes."
+    ).format(cost=usd(charged_musd))
+
+
+def empty_answer_text() -> str:
+    """The model returned no text at all."""
+    return _("🤷 The model returned an empty answer. Please rephrase and try again.")
+
+
+def empty_message_text() -> str:
+    """A message with nothing readable in it (only spaces or invisible characters)."""
+    return _("Your message looks empty. Please write some text.")
+
+
+def could_not_answer_text() -> str:
+    """The model answered with no usable text (blank, or its whole output budget spent
+    on reasoning). It was billed, so this names no "nothing was charged"."""
+    return _("🤷 The model could not answer this one. Please rephrase it and try again.")
+
+
+def shortened_note() -> str:
+    """Appended to a degraded answer (max_tokens shrunk to fit the budget) that the
+    model had to stop at that limit."""
+    return _("✂️ This answer was shortened to fit the remaining budget.")
+
+
+def stopped_note(by_admin: bool = False) -> str:
+    """Appended to a streamed answer that was stopped before its end."""
+    if by_admin:
+        return _("⏹ Stopped by an admin; this is the answer so far.")
+    return _("⏹ Stopped; this is the answer so far.")
+
+
+def stopped_empty_text(by_admin: bool = False) -> str:
+    """A streamed answer stopped before any text arrived."""
+    if by_admin:
+        return _("⏹ Stopped by an admin before the model wrote anything.")
+    return _("⏹ Stopped before the model wrote anything.")
+
+
+def shutdown_note() -> str:
+    """Appended to a streamed answer cut short because this process is shutting down
+    (not "the bot is restarting": with replicas the others go on, and a scale-down does
+    not come back)."""
+    return _("⏹ I was interrupted; this is the answer so far.")
+
+
+def stream_cut_note() -> str:
+    """Appended to a streamed answer cut after text was shown — the connection dropped,
+    the model fell silent past PROVIDER_IDLE_TIMEOUT_SECONDS, the total deadline, or an
+    error event (no other model is asked: the text so far is the answer)."""
+    return _("⚠️ The model's answer broke off here; this is the answer so far.")
+
+
+def stop_button_text() -> str:
+    """The inline button that stops a streamed answer."""
+    return _("⏹ Stop")
+
+
+def stopping_text() -> str:
+    """Shown briefly to whoever pressed Stop on their own answer."""
+    return _("Stopping…")
+
+
+def stop_denied_text() -> str:
+    """Shown to someone who pressed Stop on another user's answer (nothing changes)."""
+    return _("Only the person who asked, or an admin, can stop this answer.")
+
+
+def stop_gone_text() -> str:
+    """Shown to whoever pressed Stop on an answer that is no longer being written."""
+    return _("This answer is no longer being written.")
+
+
+def stop_not_streamed_text() -> str:
+    """/stop in a chat whose answers are not streamed (its STREAM_MODE_* is ``off``):
+    an answer written in one piece cannot be stopped, and arrives when ready."""
+    return _(
+        "Answers in this chat are written in one piece, not streamed, so /stop cannot "
+        "stop one: it arrives when it is ready."
+    )
+
+
+def nothing_to_stop_text() -> str:
+    """/stop when none of the sender's answers is being written in that chat (``/stop``
+    acts on the chat it is sent in)."""
+    return _("Nothing of yours is being written in this chat right now.")
+
+
+def cut_note() -> str:
+    """Appended to an answer longer than its output limit could produce; it was cut."""
+    return _("✂️ The answer was longer than its limit allows and was cut here.")
+
+
+def error_text(charged_musd: int | None = 0) -> str:
+    """An unexpected failure.
+
+    Args:
+        charged_musd: what the ledger booked for the operation (µUSD); "nothing was
+            charged" is said only for 0; ``None`` (no ledger answer) says nothing about
+            money; a positive amount is named (and no retry is suggested: it would be
+            another paid call).
+    """
+    if charged_musd == 0:
+        return _("⚠️ Something went wrong on our side. Nothing was charged. Please retry.")
+    if charged_musd is None:
+        return _("⚠️ Something went wrong on our side.")
+    return _("⚠️ Something went wrong on our side. This request was charged {cost}.").format(
+        cost=usd(charged_musd)
+    )
+
+
+def non_text_text() -> str:
+    """A photo, sticker, voice… in chat."""
+    return _("I can only read text messages for now.")
+
+
+def stale_text() -> str:
+    """A message sent while the bot was down (older than STALE_MESSAGE_SECONDS)."""
+    return _(
+        "🕰 I was offline when you sent this. Please send it again if you still need an answer."
+    )
+
+
+def lost_text() -> str:
+    """Sent as a reply to a message whose answer was lost in a crash: of this process, or
+    of a replica that died while answering (so not "I restarted": the other replicas did
+    not). Each lost message gets its own, so not "your last message": a user may have had
+    several running or queued. Nor "before I could answer": a crash between Telegram's
+    accept of the answer and its record leaves the message in the same state, so the
+    answer may have arrived (trial of issue 10: answer and notice both seen)."""
+    return _(
+        "🕰 I was interrupted while answering this message. "
+        "If no answer to it arrived, please send it again."
+    )
+
+
+def shutting_down_text() -> str:
+    """New work during shutdown, or a stopped stream with nothing shown yet (not "the bot
+    is restarting": with replicas the others go on serving)."""
+    return _("🔧 I was interrupted before I could answer. Please send your message again.")
+
+
+def unknown_command_text() -> str:
+    """Reply to any unknown command — and to admin commands from non-admins."""
+    return _("Unknown command. See /help.")
+
+
+def start_text(name: str) -> str:
+    """/start."""
+    return _(
+        "Hello, {name}! I am Kopek: ask me anything, and subscribe to public channels "
+        "to get a daily digest. See /help."
+    ).format(name=name)
+
+
+def help_text() -> str:
+    """/help."""
+    return _(
+        "Just write to chat with the model.\n\n"
+        "/me — your spend and limits\n"
+        "/reset — forget our conversation\n"
+        "/stop — stop the answer being written\n"
+        "/tz Europe/Berlin — your timezone\n"
+        "/lang en|ru — language\n"
+        "/sub @channel — daily digest of a public channel (or an RSS/Atom feed URL)\n"
+        "/unsub @channel, /subs — manage subscriptions\n"
+        "/digest_time 09:00, /digest_off, /digest_on — digest schedule"
+    )

@@ -1,0 +1,436 @@
+"""Spend export: one CSV row per attempt booked in a period, and a totals CSV.
+
+``/budget export`` and ``python -m budget export`` both call :func:`write_export`.
+An attempt is *booked* when its hold ended with money on the books: settled (its
+actual cost) or expired (booked at its bound — ceiling plus admission margin —, flagged
+estimated). Released holds
+(0 µUSD, the provider never reached) and holds still in flight are not rows. An
+attempt belongs to the period its hold was granted in (the windows it counts
+against are fixed at grant, see :mod:`budget.ledger`).
+
+Rows are read with SQLAlchemy's server-side streaming (``yield_per``), written as
+they arrive: memory stays flat whatever the period. Only the totals (one entry per
+provider, model and day) are kept.
+
+Columns of the attempts file (:data:`EXPORT_COLUMNS`): ``utc_time`` and
+``local_time`` (ISO 8601, seconds), ``day_key`` (the ledger's day window, cut in
+BUDGET_TZ), ``user_id``, ``team``, ``origin`` (chat/digest), ``operation_id``,
+``provider`` (the company, e.g. ``groq``), ``key_name`` (the configured key, e.g.
+``groq2``), ``model``, token counts (``input_tokens`` counts every prompt token,
+cached ones included; ``output_tokens`` counts reasoning), ``current_*_usd_per_mtok``
+(unit prices in USD per 1M tokens at the attempt's start, from the price card of the
+process that exports — its ``PRICE_OVERRIDES`` —, not necessarily the card the attempt
+was booked with: the ledger keeps only that card's version) and
+``current_price_source`` (``genai-prices <version>`` or ``override: …``),
+``price_version`` (the version of the card the ledger priced it with),
+``prices_as_booked`` (1 when that version is the exporting card's, so the unit prices
+are the booking's; 0 when they may differ), ``cost_musd`` (what the ledger booked, corrections
+included), ``list_price_musd`` (the list-price equivalent; for free tiers what the
+call would have cost), and the flags ``estimated``, ``late``, ``stopped``,
+``corrected`` (0/1), ``state`` and ``hold_id``.
+
+The totals file (:data:`TOTALS_COLUMNS`) has one row per provider key, per
+``key:model`` and per local day of the chosen zone, then one ``all`` row.
+
+Files on disk (``python -m budget``'s ``--out`` and ``--diff-out``, ``python -m bot
+export-config``) are written through :class:`ReplacedOnSuccess`: a temporary file beside
+each target, renamed over it only when everything was written, so a failed read never
+leaves a truncated file in place of the previous export.
+"""
+
+from __future__ import annotations
+
+import csv
+import errno
+import os
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, BinaryIO, NamedTuple, Self, TextIO
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from budget.books.periods import Period, price_source, rates_at, zone
+from budget.pricing.names import family
+from budget.pricing.prices import ModelRates, PriceCard
+from budget.storage.tables import corrections, holds
+
+__all__ = [
+    "EXPORT_COLUMNS",
+    "STREAM_BATCH",
+    "TOTALS_COLUMNS",
+    "Attempt",
+    "ExportSummary",
+    "ReplacedOnSuccess",
+    "booked_attempts",
+    "write_export",
+]
+
+#: Rows fetched per round trip while streaming (the event loop runs between batches).
+STREAM_BATCH = 200
+
+EXPORT_COLUMNS: tuple[str, ...] = (
+    "utc_time",
+    "local_time",
+    "day_key",
+    "user_id",
+    "team",
+    "origin",
+    "operation_id",
+    "provider",
+    "key_name",
+    "model",
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "current_input_usd_per_mtok",
+    "current_cached_input_usd_per_mtok",
+    "current_output_usd_per_mtok",
+    "current_price_source",
+    "price_version",
+    "prices_as_booked",
+    "cost_musd",
+    "list_price_musd",
+    "estimated",
+    "late",
+    "stopped",
+    "corrected",
+    "state",
+    "hold_id",
+)
+
+TOTALS_COLUMNS: tuple[str, ...] = (
+    "group",
+    "key",
+    "attempts",
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cost_musd",
+    "list_price_musd",
+    "estimated",
+)
+
+
+@dataclass(slots=True)
+class _Sum:
+    attempts: int = 0
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_musd: int = 0
+    list_price_musd: int = 0
+    estimated: int = 0
+
+    def add(self, row: Attempt) -> None:
+        self.attempts += 1
+        self.input_tokens += int(row.usage_input or 0)
+        self.cached_input_tokens += int(row.usage_cached_input or 0)
+        self.output_tokens += int(row.usage_output or 0)
+        self.reasoning_tokens += int(row.usage_reasoning or 0)
+        self.cost_musd += int(row.actual_musd or 0)
+        self.list_price_musd += int(row.list_actual_musd or 0)
+        self.estimated += int(row.estimated or 0)
+
+    def cells(self) -> list[int]:
+        return [
+            self.attempts,
+            self.input_tokens,
+            self.cached_input_tokens,
+            self.output_tokens,
+            self.reasoning_tokens,
+            self.cost_musd,
+            self.list_price_musd,
+            self.estimated,
+        ]
+
+
+@dataclass(slots=True)
+class ExportSummary:
+    """What an export wrote.
+
+    Attributes:
+        period: the period exported.
+        rows: attempt rows written.
+        cost_musd: sum of ``cost_musd`` over the rows.
+        list_price_musd: sum of ``list_price_musd`` over the rows.
+        estimated: rows flagged estimated.
+        per_provider: ``cost_musd`` per key name.
+    """
+
+    period: Period
+    rows: int = 0
+    cost_musd: int = 0
+    list_price_musd: int = 0
+    estimated: int = 0
+    per_provider: dict[str, int] = field(default_factory=dict)
+
+
+class Attempt(NamedTuple):
+    """One booked attempt as :func:`booked_attempts` yields it (the hold's columns;
+    ``granted_at`` epoch seconds, money µUSD, ``corr`` true when corrected)."""
+
+    hold_id: str
+    operation_id: str
+    user_id: int
+    team: str | None
+    origin: str
+    provider: str
+    model: str
+    state: str
+    granted_at: float
+    day_key: str
+    usage_input: int | None
+    usage_cached_input: int | None
+    usage_output: int | None
+    usage_reasoning: int | None
+    actual_musd: int | None
+    list_actual_musd: int | None
+    estimated: int
+    late: int
+    price_version: str | None
+    input_tokens: int
+    ceiling_musd: int
+    stopped: int
+    corr: bool
+
+
+def _select(period: Period, key_name: str | None) -> sa.Select[Any]:
+    corrected = (
+        sa.exists().where(corrections.c.hold_id == holds.c.hold_id).correlate(holds).label("corr")
+    )
+    stopped_col = holds.c.get("stopped")
+    stopped = (
+        stopped_col.label("stopped") if stopped_col is not None else sa.literal(0).label("stopped")
+    )
+    stmt = (
+        sa.select(
+            holds.c.hold_id,
+            holds.c.operation_id,
+            holds.c.user_id,
+            holds.c.team,
+            holds.c.origin,
+            holds.c.provider,
+            holds.c.model,
+            holds.c.state,
+            holds.c.granted_at,
+            holds.c.day_key,
+            holds.c.usage_input,
+            holds.c.usage_cached_input,
+            holds.c.usage_output,
+            holds.c.usage_reasoning,
+            holds.c.actual_musd,
+            holds.c.list_actual_musd,
+            holds.c.estimated,
+            holds.c.late,
+            holds.c.price_version,
+            holds.c.input_tokens,
+            holds.c.ceiling_musd,
+            stopped,
+            corrected,
+        )
+        .where(holds.c.state.in_(("settled", "expired")))
+        .where(holds.c.granted_at >= period.start.timestamp())
+        .where(holds.c.granted_at < period.end.timestamp())
+        .order_by(holds.c.granted_at, holds.c.hold_id)
+    )
+    if key_name is not None:
+        stmt = stmt.where(holds.c.provider == key_name)
+    return stmt
+
+
+async def booked_attempts(
+    engine: AsyncEngine, period: Period, *, key_name: str | None = None
+) -> AsyncIterator[Attempt]:
+    """Stream the booked attempts granted in ``period`` (oldest first), ``STREAM_BATCH``
+    rows per round trip; each row has the attributes of :data:`EXPORT_COLUMNS`' sources
+    (``granted_at`` epoch seconds, ``actual_musd`` …). ``key_name`` limits to one key."""
+    async with engine.connect() as conn:
+        result = await conn.stream(
+            _select(period, key_name).execution_options(yield_per=STREAM_BATCH)
+        )
+        async for partition in result.partitions():
+            for row in partition:
+                yield Attempt._make(row)
+
+
+def _dec(value: Any) -> str:
+    return "" if value is None else format(value.normalize(), "f")
+
+
+async def write_export(
+    engine: AsyncEngine,
+    card: PriceCard,
+    period: Period,
+    out: TextIO,
+    totals_out: TextIO | None = None,
+    *,
+    tz: str | None = None,
+    key_name: str | None = None,
+) -> ExportSummary:
+    """Write the attempts of ``period`` as CSV to ``out`` and the totals to ``totals_out``.
+
+    Args:
+        engine: the bot's database (the ledger's tables).
+        card: the exporting process's price card (the ``current_*`` unit prices and
+            their source per row; ``prices_as_booked`` compares its version with the
+            hold's ``price_version``).
+        period: which attempts (by grant time).
+        out: text stream for the attempts file (opened with ``newline=""``).
+        totals_out: text stream for the totals file (``None``: not written).
+        tz: zone of ``local_time`` and of the per-day totals (default ``period.tz``).
+        key_name: only this provider key.
+
+    Returns:
+        The summary (rows, µUSD sums).
+
+    Raises:
+        PeriodError: ``tz`` is not an IANA zone.
+        sqlalchemy.exc.SQLAlchemyError: the database could not be read.
+    """
+    zone_name = tz or period.tz
+    local = zone(zone_name)
+    writer = csv.writer(out)
+    writer.writerow(EXPORT_COLUMNS)
+    summary = ExportSummary(period)
+    by_key: dict[str, _Sum] = {}
+    by_model: dict[str, _Sum] = {}
+    by_day: dict[str, _Sum] = {}
+    total = _Sum()
+    # rates per 15 minutes (time-of-day prices change on quarter hours at the finest)
+    price_cache: dict[tuple[str, str, int], tuple[ModelRates | None, str]] = {}
+    async for row in booked_attempts(engine, period, key_name=key_name):
+        at = datetime.fromtimestamp(row.granted_at, UTC)
+        cache_key = (row.provider, row.model, int(row.granted_at // 900))
+        if cache_key not in price_cache:
+            rates = rates_at(card, row.provider, row.model, at)
+            price_cache[cache_key] = (rates, price_source(rates))
+        rates, source = price_cache[cache_key]
+        local_at = at.astimezone(local)
+        writer.writerow(
+            (
+                at.isoformat(timespec="seconds"),
+                local_at.isoformat(timespec="seconds"),
+                row.day_key,
+                row.user_id,
+                row.team or "",
+                row.origin,
+                row.operation_id,
+                family(row.provider),
+                row.provider,
+                row.model,
+                int(row.usage_input or 0),
+                int(row.usage_cached_input or 0),
+                int(row.usage_output or 0),
+                int(row.usage_reasoning or 0),
+                _dec(rates.input) if rates else "",
+                _dec(rates.cached) if rates else "",
+                _dec(rates.output) if rates else "",
+                source,
+                row.price_version or "",
+                int(row.price_version == card.version),
+                int(row.actual_musd or 0),
+                "" if row.list_actual_musd is None else int(row.list_actual_musd),
+                int(row.estimated or 0),
+                int(row.late or 0),
+                int(row.stopped or 0),
+                int(bool(row.corr)),
+                row.state,
+                row.hold_id,
+            )
+        )
+        for table, key in (
+            (by_key, row.provider),
+            (by_model, f"{row.provider}:{row.model}"),
+            (by_day, local_at.date().isoformat()),
+        ):
+            table.setdefault(key, _Sum()).add(row)
+        total.add(row)
+    summary.rows = total.attempts
+    summary.cost_musd = total.cost_musd
+    summary.list_price_musd = total.list_price_musd
+    summary.estimated = total.estimated
+    summary.per_provider = {k: s.cost_musd for k, s in by_key.items()}
+    if totals_out is not None:
+        tw = csv.writer(totals_out)
+        tw.writerow(TOTALS_COLUMNS)
+        for group, table in (("provider", by_key), ("model", by_model), ("day", by_day)):
+            for key in sorted(table):
+                tw.writerow([group, key, *table[key].cells()])
+        tw.writerow(["all", period.label, *total.cells()])
+    return summary
+
+
+class ReplacedOnSuccess:
+    """Files written beside their targets, renamed over them only by :meth:`commit`.
+
+    ``open(target)`` (text) or ``open_binary(target)`` creates a new file
+    ``.<name>.<random>.tmp`` in the target's folder
+    (mode 0666 less the umask, as a plain ``open`` would create the target) and returns
+    it; :meth:`commit` closes every file and renames each over its target (``os.replace``,
+    atomic within a folder); leaving the ``with`` block without a commit (an error)
+    closes and deletes them: the targets are then as they were. A dozen lines rather
+    than a dependency (``atomicwrites``, the usual one, is archived).
+
+    Raises (from the ``open`` methods and :meth:`commit`):
+        OSError: the folder cannot be written, or the target is a directory
+            (``IsADirectoryError``, before anything is created).
+    """
+
+    def __init__(self) -> None:
+        self._files: list[tuple[Path, Path, IO[Any]]] = []
+
+    def open(self, target: Path) -> TextIO:
+        """A new temporary text file for ``target`` (UTF-8, ``newline=""``)."""
+        fd, temp = self._create(target)
+        file = os.fdopen(fd, "w", newline="", encoding="utf-8")
+        self._files.append((target, temp, file))
+        return file
+
+    def open_binary(self, target: Path) -> BinaryIO:
+        """A new temporary binary file for ``target``."""
+        fd, temp = self._create(target)
+        file = os.fdopen(fd, "wb")
+        self._files.append((target, temp, file))
+        return file
+
+    @staticmethod
+    def _create(target: Path) -> tuple[int, Path]:
+        if target.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
+        temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+        return os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), temp
+
+    def commit(self) -> None:
+        """Close every file and rename each over its target, in the order opened."""
+        for _, _, file in self._files:
+            file.close()
+        while self._files:
+            target, temp, _ = self._files[0]
+            os.replace(temp, target)
+            self._files.pop(0)
+
+    def discard(self) -> None:
+        """Close and delete every file not yet renamed (the targets are untouched)."""
+        for _, temp, file in self._files:
+            file.close()
+            temp.unlink(missing_ok=True)
+        self._files.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.discard()

@@ -1,0 +1,448 @@
+"""The price card: what a call may cost (ceiling) and what it did cost (actual).
+
+Units: prices are USD per 1,000,000 tokens, kept as exact ``Decimal`` (never
+float); money out is integer µUSD. Conveniently, µUSD = tokens × (USD per 1M
+tokens), so no scaling is involved. Rounding: a *ceiling* is rounded **up** (it
+must stay an upper bound); an *actual* cost is rounded to the **nearest** µUSD
+(half-even).
+
+Sources, in order of precedence:
+
+1. ``overrides`` passed by the composition root (settings ``PRICE_OVERRIDES``,
+   JSON ``{"provider:model": {"input": "0.27", "cached_input": "0.07",
+   "output": "1.10"}}``, USD per 1M tokens as strings);
+2. :data:`DEFAULT_OVERRIDES`, shipped here where genai-prices is behind the
+   provider's own price page (each row states its source);
+3. the offline data snapshot bundled with ``genai-prices`` (looked up with an
+   explicit ``provider_id``; its network updater is never started).
+
+Input, cached-input and output tokens are priced at their own rates; reasoning
+tokens are part of ``output_tokens`` (see :class:`budget.types.Usage`) and so are
+priced at the output rate. When the price changes during the day (genai-prices'
+time-of-day constraints, e.g. DeepSeek's former off-peak discount), the ceiling
+uses the highest rate that can apply between the call's start and
+``max_call_seconds`` later; the actual uses the rate at the call's start.
+
+Tiers: a provider configured free-tier has ceiling and actual 0 µUSD, but the
+list-price equivalent is still computed for reports (``None`` when unknown). A
+paid provider with no known price is a :class:`~budget.errors.BudgetConfigError`
+at construction: fail closed, never priced at 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from typing import Any, Literal
+
+from budget.errors import BudgetConfigError
+from budget.pricing.names import family
+from budget.types import Usage
+
+__all__ = [
+    "DEFAULT_OVERRIDES",
+    "ModelRates",
+    "PriceCard",
+    "ProviderModel",
+    "parse_overrides",
+]
+
+Tier = Literal["free", "paid"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRates:
+    """Rates of one model, USD per 1M tokens.
+
+    Attributes:
+        input: uncached prompt tokens.
+        cached_input: prompt tokens served from cache (``None`` = same as input).
+        output: generated tokens, reasoning included.
+        source: where the figures come from (for the start-up log line).
+    """
+
+    input: Decimal
+    output: Decimal
+    cached_input: Decimal | None = None
+    source: str = ""
+
+    @property
+    def cached(self) -> Decimal:
+        """The cached-input rate (falls back to the input rate)."""
+        return self.input if self.cached_input is None else self.cached_input
+
+    def ceiling_musd(self, input_tokens: int, max_tokens: int) -> int:
+        """Upper bound in µUSD, rounded up: every input token uncached, all of max_tokens."""
+        exact = Decimal(input_tokens) * self.input + Decimal(max_tokens) * self.output
+        return math.ceil(exact)
+
+    def actual_musd(self, usage: Usage) -> int:
+        """Cost of ``usage`` in µUSD, rounded to nearest (half-even)."""
+        cached = min(max(usage.cached_input_tokens, 0), max(usage.input_tokens, 0))
+        uncached = max(usage.input_tokens, 0) - cached
+        exact = (
+            Decimal(uncached) * self.input
+            + Decimal(cached) * self.cached
+            + Decimal(max(usage.output_tokens, 0)) * self.output
+        )
+        return int(exact.quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
+
+    def describe(self) -> str:
+        """``"in $0.28 / cached $0.028 / out $0.42 per 1M tokens"``."""
+        return f"in ${self.input} / cached ${self.cached} / out ${self.output} per 1M tokens" + (
+            f" ({self.source})" if self.source else ""
+        )
+
+
+_DEEPSEEK_SRC = (
+    "api-docs.deepseek.com/quick_start/pricing: DeepSeek-V3.2, from 2025-09-29; "
+    "night discount cancelled 2025-09-05"
+)
+
+#: Shipped overrides, ``"provider:model"`` → rates (USD per 1M tokens), where the
+#: genai-prices snapshot is behind the provider's page. genai-prices 0.2.3 still
+#: carries DeepSeek's V3 prices with the 16:30–00:30 UTC discount; DeepSeek's page
+#: lists one flat V3.2 price for both endpoints.
+DEFAULT_OVERRIDES: dict[str, ModelRates] = {
+    "deepseek:deepseek-chat": ModelRates(
+        Decimal("0.28"), Decimal("0.42"), Decimal("0.028"), source=_DEEPSEEK_SRC
+    ),
+    "deepseek:deepseek-reasoner": ModelRates(
+        Decimal("0.28"), Decimal("0.42"), Decimal("0.028"), source=_DEEPSEEK_SRC
+    ),
+}
+
+
+def _dec(value: object, where: str) -> Decimal:
+    if isinstance(value, float):
+        raise BudgetConfigError(f"{where}: write prices as strings, not floats")
+    try:
+        out = Decimal(str(value))
+    except InvalidOperation as exc:
+        raise BudgetConfigError(f"{where}: {value!r} is not a decimal number") from exc
+    if not out.is_finite() or out < 0:
+        raise BudgetConfigError(f"{where}: price must be a finite number >= 0")
+    return out
+
+
+def parse_overrides(raw: str | Mapping[str, Mapping[str, Any]]) -> dict[str, ModelRates]:
+    """Parse ``PRICE_OVERRIDES``.
+
+    Args:
+        raw: JSON text (``""`` = none) or an already-decoded mapping
+            ``{"provider:model": {"input": "0.27", "cached_input": "0.07", "output": "1.10"}}``;
+            USD per 1M tokens; ``cached_input`` optional.
+
+    Raises:
+        BudgetConfigError: malformed JSON, a key without ``:``, a missing
+            ``input``/``output``, an unknown field, or a non-decimal value.
+    """
+    if isinstance(raw, str):
+        if not raw.strip():
+            return {}
+        try:
+            decoded = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise BudgetConfigError(f"PRICE_OVERRIDES is not JSON: {exc}") from exc
+    else:
+        decoded = raw
+    if not isinstance(decoded, Mapping):
+        raise BudgetConfigError("PRICE_OVERRIDES must be a JSON object")
+    out: dict[str, ModelRates] = {}
+    for key, spec in decoded.items():
+        if not isinstance(key, str) or ":" not in key:
+            raise BudgetConfigError(f"PRICE_OVERRIDES key {key!r} must be 'provider:model'")
+        if not isinstance(spec, Mapping):
+            raise BudgetConfigError(f"PRICE_OVERRIDES[{key!r}] must be an object")
+        unknown = set(spec) - {"input", "cached_input", "output"}
+        if unknown:
+            raise BudgetConfigError(f"PRICE_OVERRIDES[{key!r}]: unknown fields {sorted(unknown)}")
+        if "input" not in spec or "output" not in spec:
+            raise BudgetConfigError(f"PRICE_OVERRIDES[{key!r}] needs 'input' and 'output'")
+        cached = spec.get("cached_input")
+        out[key.lower()] = ModelRates(
+            input=_dec(spec["input"], f"PRICE_OVERRIDES[{key!r}].input"),
+            output=_dec(spec["output"], f"PRICE_OVERRIDES[{key!r}].output"),
+            cached_input=None
+            if cached is None
+            else _dec(cached, f"PRICE_OVERRIDES[{key!r}].cached_input"),
+            source="PRICE_OVERRIDES",
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderModel:
+    """One configured (provider, model) pair and its tier."""
+
+    provider: str
+    model: str
+    tier: Tier
+
+
+def _rate(value: object, *, highest: bool, input_tokens: int) -> Decimal | None:
+    """A genai-prices price value (Decimal or TieredPrices) as one Decimal rate."""
+    if value is None:
+        return None
+    if isinstance(value, Decimal):
+        return value
+    base = getattr(value, "base", None)
+    tiers = getattr(value, "tiers", None)
+    if isinstance(base, Decimal) and isinstance(tiers, list):
+        if highest:
+            return max([base, *(Decimal(t.price) for t in tiers)])
+        rate = base
+        for tier in tiers:  # sorted ascending; crossing a tier re-prices all tokens
+            if input_tokens > tier.start:
+                rate = Decimal(tier.price)
+        return rate
+    return None
+
+
+class _GenaiModel:
+    """A genai-prices model entry, read through its public attributes."""
+
+    __slots__ = ("_info", "label")
+
+    def __init__(self, info: Any, label: str) -> None:
+        self._info = info
+        self.label = label
+
+    def _prices_at(self, at: datetime) -> Any:
+        return self._info.get_prices(at)
+
+    def _boundaries(self, start: datetime, end: datetime) -> list[datetime]:
+        """Instants in ``[start, end]`` where a time-of-day constraint flips."""
+        points = [start, end]
+        prices = self._info.prices
+        if isinstance(prices, list):
+            for cp in prices:
+                c = cp.constraint
+                if c is None or not hasattr(c, "start_time"):
+                    continue
+                for t in (c.start_time, c.end_time):
+                    day = start.date()
+                    for offset in (0, 1, 2):
+                        tt = t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+                        cand = datetime.combine(day + timedelta(days=offset), tt).astimezone(UTC)
+                        if start <= cand <= end:
+                            points.append(cand)
+        return points
+
+    def rates(self, at: datetime, *, until: datetime | None, input_tokens: int = 0) -> ModelRates:
+        """Rates at ``at``; with ``until``, the highest of each rate over [at, until]."""
+        instants = [at] if until is None else self._boundaries(at, until)
+        highest = until is not None
+        best: dict[str, Decimal] = {}
+        for instant in instants:
+            mp = self._prices_at(instant)
+            for ours, theirs in (
+                ("input", "input_mtok"),
+                ("cached", "cache_read_mtok"),
+                ("output", "output_mtok"),
+            ):
+                r = _rate(getattr(mp, theirs, None), highest=highest, input_tokens=input_tokens)
+                if r is not None and (ours not in best or r > best[ours]):
+                    best[ours] = r
+        if "input" not in best or "output" not in best:
+            raise LookupError(f"{self.label}: genai-prices has no token prices")
+        return ModelRates(
+            input=best["input"],
+            output=best["output"],
+            cached_input=best.get("cached"),
+            source="genai-prices snapshot",
+        )
+
+
+class PriceCard:
+    """Prices per provider/model for the ledger (implements ``PriceCardPort``).
+
+    Args:
+        models: every (provider, model, tier) the bot will call.
+        overrides: parsed ``PRICE_OVERRIDES`` (see :func:`parse_overrides`); win
+            over :data:`DEFAULT_OVERRIDES` and genai-prices.
+        max_call_seconds: longest possible attempt (PROVIDER_TIMEOUT_SECONDS); the
+            ceiling takes the highest rate that can apply within it.
+        use_default_overrides: ``False`` to price from genai-prices only (tests).
+
+    Raises:
+        BudgetConfigError: a paid model with no known price.
+
+    A lookup for a (provider, model) not given at construction is resolved on
+    first use, with the same fail-closed rule (raises ``BudgetConfigError``).
+    """
+
+    __slots__ = ("_max_call", "_models", "_overrides", "_snapshot", "_tiers", "version")
+
+    def __init__(
+        self,
+        models: Iterable[ProviderModel],
+        *,
+        overrides: Mapping[str, ModelRates] | None = None,
+        max_call_seconds: float = 60.0,
+        use_default_overrides: bool = True,
+    ) -> None:
+        merged: dict[str, ModelRates] = dict(DEFAULT_OVERRIDES) if use_default_overrides else {}
+        merged.update({k.lower(): v for k, v in (overrides or {}).items()})
+        self._overrides = merged
+        self._max_call = timedelta(seconds=max_call_seconds)
+        self._tiers: dict[str, Tier] = {}
+        self._models: dict[tuple[str, str], ModelRates | _GenaiModel | None] = {}
+        self._snapshot: Any = None
+        for pm in models:
+            prev = self._tiers.get(pm.provider)
+            if prev is not None and prev != pm.tier:
+                raise BudgetConfigError(f"provider {pm.provider!r} configured both free and paid")
+            self._tiers[pm.provider] = pm.tier
+            self._resolve(pm.provider, pm.model)
+        self.version = self._version()
+
+    # -- lookup ---------------------------------------------------------------
+    def _genai(self, provider: str, model: str) -> _GenaiModel | None:
+        if self._snapshot is None:
+            from genai_prices import data_snapshot  # offline bundled data, no updater
+
+            self._snapshot = data_snapshot.get_snapshot()
+        provider_id = family(provider)  # families are genai-prices provider ids
+        try:
+            _, info = self._snapshot.find_provider_model(model, None, provider_id, None)
+        except LookupError:
+            return None
+        return _GenaiModel(info, f"{provider}:{model}")
+
+    def _resolve(self, provider: str, model: str) -> ModelRates | _GenaiModel | None:
+        key = (provider, model)
+        if key in self._models:
+            return self._models[key]
+        found: ModelRates | _GenaiModel | None = self._overrides.get(f"{provider}:{model}".lower())
+        if found is None and family(provider) != provider:  # groq2 priced as groq
+            found = self._overrides.get(f"{family(provider)}:{model}".lower())
+        if found is None:
+            found = self._genai(provider, model)
+            if found is not None:
+                try:  # entries without token prices count as unknown
+                    found.rates(datetime(2026, 1, 1, tzinfo=UTC), until=None)
+                except LookupError:
+                    found = None
+        if found is None and not self.is_free(provider):
+            raise BudgetConfigError(
+                f"no price for paid model {provider}:{model}: set PRICE_OVERRIDES "
+                f'{{"{provider}:{model}": {{"input": "...", "output": "..."}}}} (USD per 1M tokens)'
+            )
+        self._models[key] = found
+        return found
+
+    def _version(self) -> str:
+        try:
+            from importlib.metadata import version
+
+            lib = version("genai-prices")
+        except Exception:  # noqa: BLE001 - metadata missing only in odd installs
+            lib = "unknown"
+        digest = sorted(f"{k}={v.input}/{v.cached}/{v.output}" for k, v in self._overrides.items())
+        sha = hashlib.sha256("\n".join(digest).encode()).hexdigest()[:10]
+        return f"genai-prices {lib}; overrides {len(digest)}:{sha}"
+
+    def rates(
+        self, provider: str, model: str, at: datetime, *, for_ceiling: bool = False
+    ) -> ModelRates | None:
+        """List rates of ``provider:model`` at ``at`` (highest over the call when
+        ``for_ceiling``); ``None`` when unknown (free tier only).
+
+        Raises:
+            BudgetConfigError: a paid model with no known price.
+        """
+        found = self._resolve(provider, model)
+        if found is None or isinstance(found, ModelRates):
+            return found
+        until = at + self._max_call if for_ceiling else None
+        return found.rates(at, until=until)
+
+    # -- PriceCardPort ----------------------------------------------------------
+    def is_free(self, provider: str) -> bool:
+        """True when ``provider`` is configured free tier (unknown providers are paid)."""
+        return self._tiers.get(provider) == "free"
+
+    def list_ceiling_musd(
+        self, provider: str, model: str, input_tokens: int, max_tokens: int, at: datetime
+    ) -> int | None:
+        """The ceiling at list price (µUSD, rounded up), ``None`` if no list price."""
+        rates = self.rates(provider, model, at, for_ceiling=True)
+        return None if rates is None else rates.ceiling_musd(input_tokens, max_tokens)
+
+    def ceiling_musd(
+        self, provider: str, model: str, input_tokens: int, max_tokens: int, at: datetime
+    ) -> int:
+        """Money to hold (µUSD, rounded up); 0 for a free-tier provider.
+
+        Raises:
+            BudgetConfigError: a paid model with no known price.
+        """
+        if self.is_free(provider):
+            return 0
+        listed = self.list_ceiling_musd(provider, model, input_tokens, max_tokens, at)
+        assert listed is not None  # _resolve raised for a paid model without price
+        return listed
+
+    def list_actual_musd(self, provider: str, model: str, usage: Usage, at: datetime) -> int | None:
+        """Cost of ``usage`` at list price (µUSD, nearest), ``None`` if no list price."""
+        rates = self.rates(provider, model, at)
+        return None if rates is None else rates.actual_musd(usage)
+
+    def actual_musd(self, provider: str, model: str, usage: Usage, at: datetime) -> int:
+        """Money charged for ``usage`` (µUSD, nearest); 0 for a free-tier provider."""
+        if self.is_free(provider):
+            return 0
+        listed = self.list_actual_musd(provider, model, usage, at)
+        assert listed is not None
+        return listed
+
+    def max_tokens_within(
+        self, provider: str, model: str, input_tokens: int, budget_musd: int, at: datetime
+    ) -> int:
+        """Largest ``max_tokens`` whose ceiling is ≤ ``budget_musd`` (0 if the input alone
+        does not fit). For a free-tier provider any size fits: returns a large number
+        (2**31 − 1)."""
+        if self.is_free(provider):
+            return 2**31 - 1
+        rates = self.rates(provider, model, at, for_ceiling=True)
+        assert rates is not None
+        left = Decimal(budget_musd) - Decimal(input_tokens) * rates.input
+        if left < 0:
+            return 0
+        if rates.output == 0:
+            return 2**31 - 1
+        n = int(left / rates.output)
+        while n > 0 and rates.ceiling_musd(input_tokens, n) > budget_musd:
+            n -= 1
+        return n
+
+    def configured(self) -> list[tuple[str, str]]:
+        """Every (provider key, model) the card knows: those given at construction and
+        those resolved since, sorted."""
+        return sorted(self._models)
+
+    def describe(self, at: datetime) -> list[str]:
+        """One start-up log line per configured model, rates as they apply at ``at``
+        (the highest over the following day for time-of-day prices), e.g.
+        ``"deepseek:deepseek-chat paid: in $0.28 / cached $0.028 / out $0.42 per 1M tokens (…)"``.
+        """
+        lines: list[str] = []
+        for (provider, model), found in sorted(self._models.items()):
+            tier = "free" if self.is_free(provider) else "paid"
+            if found is None:
+                lines.append(f"{provider}:{model} {tier}: list price unknown")
+            elif isinstance(found, ModelRates):
+                lines.append(f"{provider}:{model} {tier}: {found.describe()}")
+            else:
+                rates = found.rates(at, until=at + timedelta(days=1))
+                lines.append(f"{provider}:{model} {tier}: {rates.describe()}")
+        return lines
+
+    def __repr__(self) -> str:
+        return f"PriceCard(models={len(self._models)}, version={self.version!r})"

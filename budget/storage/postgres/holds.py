@@ -1,0 +1,459 @@
+"""PostgreSQL SQL of operations, requests and holds' grants: the ledger's hot path on
+asyncpg (a hold's end — settle, release, expiry — is :mod:`budget.storage.postgres.ends`).
+
+Each function is the body of ONE ``READ COMMITTED`` transaction on the connection it
+is given (:meth:`budget.storage.postgres.store.PgStore.tx` retries it on a serialization failure or
+a deadlock, then fails closed). No global lock: each step locks only the rows it
+touches, in the one order of :mod:`budget.storage.postgres.rows` (holds, buckets by key,
+operations), so concurrent steps of several processes never lose an update and never
+deadlock each other:
+
+* ``reserve`` — read the operation, the kill switches and the runtime limits (one
+  statement, no lock; skipped when this process knows the operation and the limits,
+  :class:`Known`: the statement then checks the kill switches and the limits'
+  digest itself, :data:`_GRANT_KNOWN`); then ONE statement, committing by itself
+  (:data:`_GRANT_AT_ONCE`), adds the ceiling to ``held_musd`` and the hold's margin to
+  ``margin_musd`` of every bucket of the hold (user, team, global, provider × day,
+  hour), creating the missing rows and locking them all in key order, charges the
+  operation (only if its cost cap still allows), inserts the hold, and fails —
+  nothing written — unless every bucket's new settled + held + margins is within its
+  limit (:func:`budget.policy.rules.check_hold`'s rule). So the hot global rows stay
+  locked for that statement and its commit's flush only, with no round trip to the
+  client in between; two round trips in all (one without the read). When it does
+  not fit, the locked transaction decides: BEGIN, the same read, the same writes
+  returning the buckets' values, :func:`budget.policy.rules.check_hold` in Python (which
+  builds the refusal), and COMMIT or — a refusal — ROLLBACK (nothing held anywhere;
+  only the refusal event is written).
+* Margins: ``budget_buckets.margin_musd`` is the sum of the margins of the held
+  holds booked there (``budget_holds.margin_booked = 1``); a hold's settle, release
+  or expiry takes its margin out. A hold an older version granted (migration 0021,
+  during a rolling deploy) is not booked: its end takes nothing out, and the next
+  :func:`budget.storage.postgres.ends.sweep` adds its margin to its buckets (until then a hold
+  checked here does not count that margin).
+* ``begin_operation`` — a per-user advisory lock, then the admission counts.
+* Fencing: a process whose ``budget_processes`` row is gone was declared dead by
+  another (:data:`budget.storage.postgres.ends.DECLARE_DEAD`): its admission read and its grant
+  check the row (in the same statements, one index lookup) — no operation, no hold,
+  so no provider call for work another process took over (:class:`Fenced`).
+
+Rules from :mod:`budget.policy.rules` and :mod:`budget.policy.steps`, statements shared with
+SQLite from :mod:`budget.storage.sql.statements`; times are epoch seconds of the ledger clock,
+money integer µUSD.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from budget.config import LedgerConfig
+from budget.policy.rules import (
+    BucketKey,
+    build_buckets,
+    check_hold,
+    dump_scopes,
+    limit_of,
+    pick_kill,
+    provider_caps,
+    scopes_for,
+    utc,
+)
+from budget.policy.steps import (
+    Booking,
+    admission_refusal,
+    request_refusal,
+    reserve_refusal,
+)
+from budget.policy.windows import window_keys
+from budget.protocol import HoldTicket, OperationTicket
+from budget.storage.postgres.rows import (
+    BOOK,
+    KILLS_OF,
+    LIMITS,
+    Amounts,
+    Refused,
+    book_arrays,
+    booking_deltas,
+    bucket_values,
+    once,
+    shift,
+    translate,
+)
+from budget.storage.postgres.rows import overrides_of as _overrides
+from budget.storage.sql.rows import kill_state
+from budget.storage.sql.statements import (
+    HOLD_INSERT,
+    OPERATION_INSERT,
+    REQUEST_INSERT,
+    hold_values,
+    operation_row,
+)
+from budget.storage.store import UnknownOperation
+from budget.types import Level, Origin, Refusal, RefusalReason, Window
+
+__all__ = [
+    "KNOWN_MAX",
+    "Fenced",
+    "Known",
+    "begin_operation",
+    "begin_request",
+    "end_operation",
+    "reserve",
+]
+
+_ADMISSION_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('kopek-admission:' || $1, 0))"
+_ADMISSION_READ = (
+    "SELECT (SELECT team FROM budget_team_members WHERE user_id = $1),"  # noqa: S608 - fixed fragments
+    + KILLS_OF.format(
+        user="$2",
+        team="COALESCE((SELECT team FROM budget_team_members WHERE user_id = $1), '')",
+    )
+    + ", (SELECT COUNT(*) FROM budget_operations WHERE user_id = $1 AND ended_at IS NULL"
+    " AND expires_at > $3), (SELECT COUNT(*) FROM budget_operations WHERE user_id = $1"
+    " AND started_at > $4), (SELECT MIN(started_at) FROM budget_operations"
+    " WHERE user_id = $1 AND started_at > $4),"
+    " EXISTS (SELECT 1 FROM budget_processes WHERE process_id = $5)"
+)
+_REQUEST_READ = (
+    "SELECT user_id, max_requests, requests, EXISTS (SELECT 1 FROM budget_requests"
+    " WHERE operation_id = $1 AND fingerprint = $2) FROM budget_operations"
+    " WHERE operation_id = $1 AND ended_at IS NULL FOR UPDATE"
+)
+_REQUEST_WRITE = (
+    "WITH r AS (" + translate(REQUEST_INSERT) + ") UPDATE budget_operations"  # noqa: S608 - fixed fragments
+    " SET requests = requests + 1 WHERE operation_id = $2"
+)
+#: A digest of every runtime limit override (it changes whenever one is set or cleared).
+_LIMITS_DIGEST = (
+    "(SELECT md5(ARRAY(SELECT ROW(level, scope, win, limit_musd) FROM budget_limits"
+    " ORDER BY level, scope, win)::text))"
+)
+_RESERVE_READ = (
+    "SELECT o.user_id, o.origin, o.team, o.max_musd, o.committed_musd, "  # noqa: S608 - fixed fragments
+    + KILLS_OF.format(user="o.user_id::text", team="COALESCE(o.team, '')")
+    + ", "
+    + LIMITS
+    + ", "
+    + _LIMITS_DIGEST
+    + ", EXISTS (SELECT 1 FROM budget_processes p WHERE p.process_id = o.process_id)"
+    " FROM budget_operations o WHERE o.operation_id = $1 AND o.ended_at IS NULL"
+)
+#: Is this process ($1) registered (not declared dead by another)?
+_REGISTERED = "SELECT EXISTS (SELECT 1 FROM budget_processes WHERE process_id = $1)"
+
+
+#: A granted hold whose margin this store books in its buckets (``margin_booked``).
+_HOLD_INSERT = once(
+    once(HOLD_INSERT, "margin_musd)", "margin_musd, margin_booked)"), "?,?)", "?,?,1)"
+)
+#: A hold's grant in ONE statement: add the ceiling to held and the margin to the
+#: margins of every bucket of the hold ($1..$8, :data:`budget.storage.postgres.rows.BOOK`: created
+#: if missing, locked in key order — first, the lock order), then charge the
+#: operation if its cap allows and its process is registered ($9 ceiling, $10
+#: expiry, $29 the hold's process — else it was declared dead: fenced; after the
+#: buckets: the subquery on ``b`` runs first), insert the hold ($11..$31); returns whether the
+#: operation was charged and the buckets' new values. The transaction's COMMIT
+#: follows it at once (or a ROLLBACK, if the policy refuses).
+_GRANT_WRITES = (
+    "WITH b AS (" + BOOK + "), o AS (UPDATE budget_operations"  # noqa: S608 - fixed fragments
+    " SET committed_musd = committed_musd + $9, expires_at = GREATEST(expires_at, $10)"
+    " WHERE operation_id = $12 AND ended_at IS NULL AND committed_musd + $9 <= max_musd"
+    " AND EXISTS (SELECT 1 FROM budget_processes WHERE process_id = $29)"
+    " AND (SELECT COUNT(*) FROM b) >= 0 RETURNING 1), h AS (" + shift(_HOLD_INSERT, 10) + ")"
+)
+_GRANT = (
+    _GRANT_WRITES  # noqa: S608 - fixed fragments
+    + " SELECT (SELECT COUNT(*) FROM o), ARRAY(SELECT ROW(level, scope, win,"
+    " wkey, settled_musd, held_musd, late_musd, margin_musd) FROM b)"
+)
+#: The same grant as a transaction of its own (autocommit: its commit, with the
+#: flush, follows it in the server, no round trip under the bucket locks), committed
+#: only when it fits: $32 is each bucket's limit (key order, NULL = none) and the
+#: statement fails with ``CardinalityViolationError`` (a scalar subquery of 2 rows:
+#: nothing written) when the operation was not charged or a bucket's new
+#: settled + held + margins passes its limit — :func:`budget.policy.rules.check_hold`'s
+#: rule (ceiling + margin ≤ limit − settled − held − other margins) on the values after.
+_GRANT_AT_ONCE = (
+    _GRANT_WRITES  # noqa: S608 - fixed fragments
+    + " SELECT (SELECT 1 FROM generate_series(1, CASE WHEN"
+    " (SELECT COUNT(*) FROM o) = 1 AND NOT EXISTS (SELECT 1 FROM b JOIN unnest($1::text[],"
+    " $2::text[], $3::text[], $4::text[], $32::bigint[]) AS l(level, scope, win, wkey, lim)"
+    " USING (level, scope, win, wkey) WHERE b.settled_musd + b.held_musd + b.margin_musd"
+    " > l.lim) THEN 1 ELSE 2 END))"
+)
+#: The same grant without the read before it, from what this process knows
+#: (:class:`Known`): it also fails (nothing written) when a kill switch of the user
+#: ($34, as text), their team ($35, or '') or everyone is tripped, or when the runtime
+#: limits' digest is no longer $33 (the limits the caps and scopes came from).
+_GRANT_KNOWN = once(
+    _GRANT_AT_ONCE,
+    " > l.lim) THEN 1",
+    " > l.lim) AND NOT EXISTS (SELECT 1 FROM budget_kill WHERE killed = 1 AND (scope_kind"  # noqa: S608 - fixed fragments
+    " = 'global' OR (scope_kind = 'user' AND scope = $34) OR (scope_kind = 'team' AND"
+    f" scope = $35))) AND {_LIMITS_DIGEST} = $33 THEN 1",
+)
+
+
+async def begin_operation(
+    conn: Any,
+    cfg: LedgerConfig,
+    process_id: str,
+    now: datetime,
+    user_id: int,
+    origin: Origin,
+    max_musd: int,
+    max_requests: int,
+) -> OperationTicket:
+    """Admit an operation (kill, in-flight, rate) and take an in-flight slot. One
+    user's admissions are serialised by an advisory lock on the user id (the counts
+    are read after it, so two processes never both take the last slot)."""
+    t = now.timestamp()
+    await conn.execute(_ADMISSION_LOCK, str(user_id))
+    team, kills, open_ops, recent, oldest, registered = await conn.fetchrow(
+        _ADMISSION_READ, user_id, str(user_id), t, t - 60.0, process_id
+    )
+    if not registered:
+        raise Fenced()
+    refusal = admission_refusal(
+        pick_kill(kill_state(k) for k in kills),
+        open_ops,
+        cfg.user_max_inflight,
+        recent,
+        cfg.user_max_per_minute,
+        utc(oldest),
+    )
+    if refusal is not None:
+        raise Refused(refusal, user_id)
+    op_id = uuid.uuid4().hex
+    await conn.execute(
+        translate(OPERATION_INSERT),
+        *operation_row(cfg, process_id, now, op_id, user_id, origin, team, max_musd, max_requests),
+    )
+    return OperationTicket(op_id, user_id, origin, team)
+
+
+async def end_operation(conn: Any, now: datetime, operation_id: str) -> None:
+    """Free the operation's slot (idempotent)."""
+    await conn.execute(
+        "UPDATE budget_operations SET ended_at = $1 WHERE operation_id = $2 AND ended_at IS NULL",
+        now.timestamp(),
+        operation_id,
+    )
+
+
+async def begin_request(
+    conn: Any, cfg: LedgerConfig, now: datetime, operation_id: str, fingerprint: str
+) -> str:
+    """Count a request in the operation (its row locked); refuse a repeat fingerprint
+    or too many."""
+    row = await conn.fetchrow(_REQUEST_READ, operation_id, fingerprint)
+    if row is None:
+        raise UnknownOperation(operation_id)
+    user_id, max_requests, n, repeated = row
+    refusal = request_refusal(repeated, n, max_requests)
+    if refusal is not None:
+        raise Refused(refusal, user_id)
+    req_id = uuid.uuid4().hex
+    day_key = window_keys(now, cfg.tz).day_key
+    await conn.execute(_REQUEST_WRITE, req_id, operation_id, fingerprint, now.timestamp(), day_key)
+    return req_id
+
+
+async def reserve(
+    conn: Any,
+    cfg: LedgerConfig,
+    process_id: str,
+    now: datetime,
+    operation_id: str,
+    request_id: str,
+    provider: str,
+    model: str,
+    input_tokens: int,
+    max_tokens: int,
+    ceiling_musd: int,
+    list_ceiling_musd: int | None,
+    price_version: str,
+    margin_musd: int,
+    known: Known | None = None,
+) -> HoldTicket:
+    """Grant a hold on every level/window at once, or refuse with nothing held
+    (module docstring). ``conn`` is outside any transaction: the grant is tried as
+    one statement committing by itself (:data:`_GRANT_AT_ONCE`); when that does not
+    fit, the locked transaction decides (and builds the refusal). ``known``: what
+    this process knows (:class:`Known`): with the operation and the limits known,
+    no read before the grant (:data:`_GRANT_KNOWN`); the new hold's row is kept
+    there for its settle."""
+    args = (
+        cfg,
+        process_id,
+        now,
+        operation_id,
+        request_id,
+        (provider, model, input_tokens, max_tokens),
+        (ceiling_musd, list_ceiling_musd, margin_musd, price_version),
+    )
+    try:
+        ticket, row = await _reserve(conn, *args, at_once=True, known=known)
+    except _NotAtOnce:
+        async with conn.transaction():
+            ticket, row = await _reserve(conn, *args, at_once=False, known=known)
+    if known is not None:
+        known.keep(known.granted, ticket.hold_id, row)
+    return ticket
+
+
+class Fenced(Exception):
+    """This process's ``budget_processes`` row is gone: another declared it dead
+    (nothing was written; :meth:`budget.storage.postgres.store.PgStore.tx` fences the process)."""
+
+
+class _NotAtOnce(Exception):
+    """The one-statement grant did not fit (nothing written): decide under locks."""
+
+
+#: Entries kept in each of :class:`Known`'s maps (the oldest dropped beyond).
+KNOWN_MAX = 10_000
+
+
+class Known:
+    """What one process knows so that its holds and settles need not read it back;
+    every statement that uses it checks it still holds (else the locked
+    transaction reads and decides).
+
+    Attributes:
+        ops: operation id → (user id, origin, team or ``None``, max µUSD): fixed for
+            the operation's life (from its admission, or a hold's read).
+        limits: (digest, overrides) of the runtime limits last read
+            (:data:`_GRANT_KNOWN` compares the digest).
+        granted: hold id → its row as :func:`settle` reads it, for the holds granted
+            here.
+    """
+
+    __slots__ = ("granted", "limits", "ops")
+
+    def __init__(self) -> None:
+        self.ops: dict[str, tuple[int, str, str | None, int]] = {}
+        self.limits: tuple[str, dict[tuple[str, str, str], int | None]] | None = None
+        self.granted: dict[str, tuple[Any, ...]] = {}
+
+    @staticmethod
+    def keep(into: dict[str, Any], key: str, value: Any) -> None:
+        """``into[key] = value``, dropping the oldest entry beyond :data:`KNOWN_MAX`."""
+        into[key] = value
+        if len(into) > KNOWN_MAX:
+            del into[next(iter(into))]
+
+
+async def _reserve(
+    conn: Any,
+    cfg: LedgerConfig,
+    process_id: str,
+    now: datetime,
+    operation_id: str,
+    request_id: str,
+    call: tuple[str, str, int, int],
+    money: tuple[int, int | None, int, str],
+    *,
+    at_once: bool,
+    known: Known | None,
+) -> tuple[HoldTicket, tuple[Any, ...]]:
+    """One try of :func:`reserve`: ``call`` = (provider, model, input tokens, max
+    tokens), ``money`` = (ceiling, list ceiling, margin µUSD, price version).
+    ``at_once``: the autocommit grant (raises :class:`_NotAtOnce` when it does not
+    fit), without a read when ``known`` knows the operation and the limits; else
+    the body of a transaction that checks in Python after the locks. Returns the
+    ticket and the hold's row as :data:`_HOLD_ROW` selects it."""
+    provider, model = call[:2]
+    ceiling_musd, list_ceiling_musd, margin_musd = money[:3]
+    t = now.timestamp()
+    op = None if known is None or not at_once else known.ops.get(operation_id)
+    cached = None if known is None or op is None else known.limits
+    if op is not None and cached is not None:
+        user_id, origin, team, max_musd = op
+        digest, limits = cached
+    else:
+        row = await conn.fetchrow(_RESERVE_READ, operation_id)
+        if row is None:  # ended: by a takeover, if this process was declared dead
+            if not await conn.fetchval(_REGISTERED, process_id):
+                raise Fenced()
+            raise UnknownOperation(operation_id)
+        user_id, origin, team, max_musd, committed, kills, limit_rows, digest, alive = row
+        if not alive:
+            raise Fenced()
+        early = reserve_refusal(
+            pick_kill(kill_state(k) for k in kills), committed, ceiling_musd, max_musd
+        )
+        if early is not None:
+            raise Refused(early, user_id)
+        limits = _overrides(limit_rows)
+        if known is not None:
+            known.limits = (digest, limits)
+            known.keep(known.ops, operation_id, (user_id, origin, team, max_musd))
+    scopes = scopes_for(user_id, team, provider, provider_caps(cfg, limits))
+    keys = window_keys(now, cfg.tz)
+    checked = ceiling_musd + margin_musd > 0
+    deltas: dict[BucketKey, Amounts] = {}
+    if checked:
+        grant = Booking(ceiling_musd, 0, 0, 0, ceiling_musd)
+        deltas = booking_deltas(scopes, keys.hour_key, keys.day_key, grant, margin_musd)
+    hold_id = uuid.uuid4().hex
+    expires = t + cfg.hold_ttl_s
+    values = hold_values(
+        cfg,
+        process_id,
+        now,
+        hold_id,
+        (operation_id, request_id, user_id, team, origin),
+        call,
+        money,
+        (keys.hour_key, keys.day_key),
+        scopes_json := dump_scopes(scopes),
+    )
+    arrays = book_arrays(deltas)
+    ticket = HoldTicket(hold_id, provider, model, ceiling_musd, list_ceiling_musd, now)
+    # as _HOLD_ROW selects it: HoldRow's columns, then its margin (booked in its buckets)
+    hold_row = (
+        "held",
+        operation_id,
+        user_id,
+        provider,
+        model,
+        call[2],
+        call[3],
+        ceiling_musd,
+        t,
+        keys.hour_key,
+        keys.day_key,
+        scopes_json,
+        None,
+        margin_musd,
+    )
+    if at_once:
+        caps = [limit_of(cfg, limits, Level(k[0]), k[1], Window(k[2])) for k in sorted(deltas)]
+        grant_args = [*arrays, ceiling_musd, expires, *values, caps]
+        try:
+            if cached is None:
+                await conn.fetchval(_GRANT_AT_ONCE, *grant_args)
+            else:
+                user = str(user_id)
+                await conn.fetchval(_GRANT_KNOWN, *grant_args, digest, user, team or "")
+        except asyncpg.exceptions.CardinalityViolationError:
+            raise _NotAtOnce() from None
+        return ticket, hold_row
+    charged, after = await conn.fetchrow(_GRANT, *arrays, ceiling_musd, expires, *values)
+    if not charged:  # another step of this operation took the cap, or ended it
+        raise Refused(Refusal(RefusalReason.OPERATION_CAP, note="cost"), user_id)
+    if checked:
+        # as they were before this hold, the other holds' margins counted as held
+        before = {
+            k: (s, h - ceiling_musd + m - margin_musd, lt)
+            for k, (s, h, lt, m) in bucket_values(after).items()
+        }
+        found = build_buckets(cfg, limits, scopes, keys, before)
+        refusal = check_hold(found, ceiling_musd + margin_musd)
+        if refusal is not None:
+            raise Refused(refusal, user_id)
+    return ticket, hold_row

@@ -1,0 +1,456 @@
+"""SQLite SQL of operations, requests and holds (each function inside one transaction).
+
+Called by :class:`budget.storage.sqlite.store.SqliteStore` on its writer thread with the
+transaction's cursor. Rules from :mod:`budget.policy.rules`; times stored as epoch seconds
+from the ledger's clock; money integer µUSD.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from budget.config import LedgerConfig
+from budget.errors import UnknownHold
+from budget.policy.rules import (
+    HoldState,
+    check_hold,
+    dump_scopes,
+    load_scopes,
+    provider_caps,
+    release_transition,
+    scopes_for,
+    utc,
+)
+from budget.policy.steps import (
+    SettlePlan,
+    admission_refusal,
+    expiry_booking,
+    release_booking,
+    request_refusal,
+    reserve_refusal,
+    settle_plan,
+)
+from budget.policy.windows import window_keys
+from budget.protocol import HoldTicket, OperationTicket
+from budget.storage.sql.rows import (
+    auto_kill,
+    book,
+    buckets,
+    event,
+    kill_of,
+    overrides,
+    refuse,
+    team_of,
+)
+from budget.storage.sql.statements import (
+    HOLD_EXPIRE,
+    HOLD_INSERT,
+    HOLD_RELEASE,
+    HOLD_ROW,
+    HOLD_SETTLE,
+    OPEN_COUNT,
+    OPERATION_COMMIT,
+    OPERATION_INSERT,
+    RATE_COUNT,
+    REQUEST_INSERT,
+    HoldRow,
+    hold_values,
+    operation_row,
+    settle_events,
+    settled_row,
+)
+from budget.storage.store import (
+    Admission,
+    Cursor,
+    Pricer,
+    RefusedCommit,
+    SettleOutcome,
+    SweepOutcome,
+    UnknownOperation,
+)
+from budget.types import Origin, Usage
+
+__all__ = [
+    "admit",
+    "begin_operation",
+    "begin_request",
+    "end_operation",
+    "operation_booked_musd",
+    "plan_of",
+    "release",
+    "remaining_musd",
+    "reserve",
+    "settle",
+    "sweep",
+]
+
+
+def _open_op(cur: Cursor, operation_id: str) -> tuple[Any, ...]:
+    cur.execute(
+        "SELECT user_id, origin, team, max_musd, max_requests, requests, committed_musd,"
+        " expires_at FROM budget_operations WHERE operation_id = ? AND ended_at IS NULL",
+        (operation_id,),
+    )
+    row = cur.fetchone()
+    if row is None:
+        raise UnknownOperation(operation_id)
+    return tuple(row)
+
+
+def begin_operation(
+    cur: Cursor,
+    cfg: LedgerConfig,
+    process_id: str,
+    now: datetime,
+    user_id: int,
+    origin: Origin,
+    max_musd: int,
+    max_requests: int,
+    op_id: str | None = None,
+) -> OperationTicket:
+    """Admit an operation (kill, in-flight, rate) and take an in-flight slot
+    (``op_id``: its id, chosen by the caller; ``None``: a new one)."""
+    t = now.timestamp()
+    team = team_of(cur, user_id)
+    ks = kill_of(cur, user_id, team)
+    cur.execute(OPEN_COUNT, (user_id, t))
+    open_ops = int(cur.fetchone()[0])
+    cur.execute(RATE_COUNT, (user_id, t - 60.0))
+    count, oldest = cur.fetchone()
+    refusal = admission_refusal(
+        ks, open_ops, cfg.user_max_inflight, count, cfg.user_max_per_minute, utc(oldest)
+    )
+    if refusal is not None:
+        raise refuse(cur, cfg.tz, now, refusal, user_id)
+    op_id = op_id or uuid.uuid4().hex
+    cur.execute(
+        OPERATION_INSERT,
+        operation_row(cfg, process_id, now, op_id, user_id, origin, team, max_musd, max_requests),
+    )
+    return OperationTicket(op_id, user_id, origin, team)
+
+
+def end_operation(cur: Cursor, now: datetime, operation_id: str) -> None:
+    """Free the operation's slot (idempotent)."""
+    cur.execute(
+        "UPDATE budget_operations SET ended_at = ? WHERE operation_id = ? AND ended_at IS NULL",
+        (now.timestamp(), operation_id),
+    )
+
+
+def operation_booked_musd(cur: Cursor, operation_id: str) -> int:
+    """``committed_musd`` of an operation (ended or not)."""
+    cur.execute(
+        "SELECT committed_musd FROM budget_operations WHERE operation_id = ?", (operation_id,)
+    )
+    row = cur.fetchone()
+    if row is None:
+        raise UnknownOperation(operation_id)
+    return int(row[0] or 0)
+
+
+def begin_request(
+    cur: Cursor,
+    cfg: LedgerConfig,
+    now: datetime,
+    operation_id: str,
+    fingerprint: str,
+    req_id: str | None = None,
+) -> str:
+    """Count a request in the operation; refuse a repeat fingerprint or too many
+    (``req_id``: its id, chosen by the caller; ``None``: a new one)."""
+    user_id, _, _, _, max_requests, n, _, _ = _open_op(cur, operation_id)
+    cur.execute(
+        "SELECT 1 FROM budget_requests WHERE operation_id = ? AND fingerprint = ?",
+        (operation_id, fingerprint),
+    )
+    refusal = request_refusal(cur.fetchone() is not None, n, max_requests)
+    if refusal is not None:
+        raise refuse(cur, cfg.tz, now, refusal, user_id)
+    req_id = req_id or uuid.uuid4().hex
+    day_key = window_keys(now, cfg.tz).day_key
+    cur.execute(REQUEST_INSERT, (req_id, operation_id, fingerprint, now.timestamp(), day_key))
+    cur.execute(
+        "UPDATE budget_operations SET requests = requests + 1 WHERE operation_id = ?",
+        (operation_id,),
+    )
+    return req_id
+
+
+def reserve(
+    cur: Cursor,
+    cfg: LedgerConfig,
+    process_id: str,
+    now: datetime,
+    operation_id: str,
+    request_id: str,
+    provider: str,
+    model: str,
+    input_tokens: int,
+    max_tokens: int,
+    ceiling_musd: int,
+    list_ceiling_musd: int | None,
+    price_version: str,
+    margin_musd: int,
+) -> HoldTicket:
+    """Grant a hold on every level/window at once, or refuse with nothing held."""
+    t = now.timestamp()
+    user_id, origin, team, max_musd, _, _, committed, op_exp = _open_op(cur, operation_id)
+    early = reserve_refusal(kill_of(cur, user_id, team), committed, ceiling_musd, max_musd)
+    if early is not None:
+        raise refuse(cur, cfg.tz, now, early, user_id)
+    limits = overrides(cur)
+    scopes = scopes_for(user_id, team, provider, provider_caps(cfg, limits))
+    keys = window_keys(now, cfg.tz)
+    if ceiling_musd + margin_musd > 0:
+        refusal_or_none = check_hold(
+            buckets(cur, cfg, scopes, keys, limits, margins=True), ceiling_musd + margin_musd
+        )
+        if refusal_or_none is not None:
+            raise refuse(cur, cfg.tz, now, refusal_or_none, user_id)
+    hold_id = uuid.uuid4().hex
+    expires = t + cfg.hold_ttl_s
+    book(cur, scopes, keys.hour_key, keys.day_key, held=ceiling_musd)
+    values = hold_values(
+        cfg,
+        process_id,
+        now,
+        hold_id,
+        (operation_id, request_id, user_id, team, origin),
+        (provider, model, input_tokens, max_tokens),
+        (ceiling_musd, list_ceiling_musd, margin_musd, price_version),
+        (keys.hour_key, keys.day_key),
+        dump_scopes(scopes),
+    )
+    cur.execute(HOLD_INSERT, values)
+    cur.execute(
+        "UPDATE budget_operations SET committed_musd = committed_musd + ?,"
+        " expires_at = ? WHERE operation_id = ?",
+        (ceiling_musd, max(op_exp, expires), operation_id),
+    )
+    return HoldTicket(hold_id, provider, model, ceiling_musd, list_ceiling_musd, now)
+
+
+def admit(
+    cur: Cursor,
+    cfg: LedgerConfig,
+    process_id: str,
+    now: datetime,
+    admission: Admission,
+    hold: dict[str, Any] | None,
+) -> HoldTicket | RefusedCommit | None:
+    """A deferred admission in one step (issue 10): :func:`begin_operation` with the
+    caller's operation id, then its pending :func:`begin_request` (if any), then
+    ``hold`` (the keyword arguments of :func:`reserve` past ``operation_id``, if any).
+
+    Returns:
+        the granted hold (``None`` when no ``hold`` was asked); or the refusal of the
+        request or of the hold, *returned* (its event written): the operation and the
+        request exist from then on, so the caller must know the step went that far.
+
+    Raises:
+        RefusedCommit: the admission itself was refused (kill, in-flight, rate): no
+            operation was created.
+    """
+    begin_operation(
+        cur,
+        cfg,
+        process_id,
+        now,
+        admission.user_id,
+        admission.origin,
+        admission.max_musd,
+        admission.max_requests,
+        op_id=admission.operation_id,
+    )
+    try:
+        if admission.request_id is not None and admission.fingerprint is not None:
+            begin_request(
+                cur,
+                cfg,
+                now,
+                admission.operation_id,
+                admission.fingerprint,
+                req_id=admission.request_id,
+            )
+        if hold is None:
+            return None
+        return reserve(cur, cfg, process_id, now, operation_id=admission.operation_id, **hold)
+    except RefusedCommit as refused:
+        return refused
+
+
+def remaining_musd(
+    cur: Cursor, cfg: LedgerConfig, now: datetime, operation_id: str, provider: str
+) -> int | None:
+    """Smallest remaining amount over the levels a hold at ``provider`` would touch."""
+    user_id, _, team, max_musd, _, _, committed, _ = _open_op(cur, operation_id)
+    limits = overrides(cur)
+    scopes = scopes_for(user_id, team, provider, provider_caps(cfg, limits))
+    found = buckets(cur, cfg, scopes, window_keys(now, cfg.tz), limits, margins=True)
+    remaining = [b.remaining_musd for b in found if b.remaining_musd is not None]
+    remaining.append(max_musd - committed)
+    return max(0, min(remaining))
+
+
+def _hold_row(cur: Cursor, hold_id: str) -> tuple[Any, ...]:
+    cur.execute(HOLD_ROW, (hold_id,))
+    row = cur.fetchone()
+    if row is None:
+        raise UnknownHold(hold_id)
+    return tuple(row)
+
+
+def settle(
+    cur: Cursor,
+    cfg: LedgerConfig,
+    now: datetime,
+    hold_id: str,
+    usage: Usage | Callable[[int, int], Usage],
+    estimated: bool,
+    pricer: Pricer,
+) -> SettleOutcome:
+    """Book the actual cost of a hold (idempotent).
+
+    A held hold: − ceiling from held, + actual to settled. An expired hold (its
+    ceiling already booked as settled by the sweep): settled is corrected by
+    actual − booked, and the actual is added to ``late_musd`` (a late settle).
+    A settled or released hold: nothing; returns the first actual (0 if released).
+    """
+    h = HoldRow._make(_hold_row(cur, hold_id))
+    plan = plan_of(h, usage, pricer)
+    if plan is None:
+        return SettleOutcome(int(h.booked_musd or 0), False, None)
+    b = plan.booking
+    scopes = load_scopes(h.scopes)
+    book(cur, scopes, h.hour_key, h.day_key, held=b.held, settled=b.settled, late=b.late)
+    cur.execute(
+        HOLD_SETTLE,
+        settled_row(
+            now, hold_id, plan.usage, plan.actual_musd, plan.list_actual_musd, estimated, plan.late
+        ),
+    )
+    cur.execute(OPERATION_COMMIT, (b.committed, h.operation_id))
+    for kind, detail in settle_events(plan.late, b, plan.actual_musd, h.ceiling_musd):
+        event(cur, cfg.tz, now, kind, user_id=h.user_id, hold_id=hold_id, detail=detail)
+    tripped = auto_kill(cur, cfg, now) if b.grew else None
+    return SettleOutcome(plan.actual_musd, True, tripped)
+
+
+def plan_of(
+    h: HoldRow, usage: Usage | Callable[[int, int], Usage], pricer: Pricer
+) -> SettlePlan | None:
+    """:func:`budget.policy.steps.settle_plan` of a hold row (priced at its grant time)."""
+    granted_at = utc(h.granted_at)
+    assert granted_at is not None
+    return settle_plan(
+        HoldState(h.state),
+        h.input_tokens,
+        h.max_tokens,
+        h.ceiling_musd,
+        int(h.booked_musd or 0),
+        usage,
+        lambda u: pricer(h.provider, h.model, u, granted_at),
+    )
+
+
+def release(cur: Cursor, cfg: LedgerConfig, now: datetime, hold_id: str) -> bool:
+    """Return a hold that spent nothing. ``False`` = no-op (already settled/released).
+
+    A held hold: − ceiling from held. An expired hold (its ceiling booked as
+    settled by the sweep): the booked ceiling is taken back out of settled
+    spend, recorded as a ``late_release`` event.
+    """
+    row = _hold_row(cur, hold_id)
+    state, op_id, user_id, ceiling = row[0], row[1], row[2], row[7]
+    hour_key, day_key, scopes_json, booked = row[9:13]
+    do_release, late = release_transition(HoldState(state))
+    if not do_release:
+        return False
+    b = release_booking(late, ceiling, int(booked or 0))
+    book(cur, load_scopes(scopes_json), hour_key, day_key, held=b.held, settled=b.settled)
+    cur.execute(HOLD_RELEASE, (now.timestamp(), int(late), hold_id))
+    cur.execute(OPERATION_COMMIT, (b.committed, op_id))
+    if late:
+        detail = f"returned {b.counted} booked at expiry"
+        event(cur, cfg.tz, now, "late_release", user_id=user_id, hold_id=hold_id, detail=detail)
+    return True
+
+
+def sweep(
+    cur: Cursor,
+    cfg: LedgerConfig,
+    process_id: str,
+    now: datetime,
+    previous_processes: bool,
+    dead_before: float | None = None,
+) -> SweepOutcome:
+    """Expire holds past their TTL (and, with ``previous_processes``, every hold and
+    operation of another process), each booked as settled at its provable bound
+    (ceiling + margin), flagged estimated, in the windows fixed at its grant.
+
+    ``dead_before`` (epoch seconds; several processes on one database): "another
+    process" means one without a heartbeat in ``budget_processes`` after that time —
+    a live process's holds are never swept.
+    """
+    t = now.timestamp()
+    others = "process_id <> ?"
+    others_args: tuple[object, ...] = (process_id,)
+    if dead_before is not None:
+        previous_processes = True
+        others = (
+            "process_id <> ? AND process_id NOT IN"
+            " (SELECT process_id FROM budget_processes WHERE heartbeat_at > ?)"
+        )
+        others_args = (process_id, dead_before)
+    cols = (
+        "SELECT hold_id, operation_id, user_id, ceiling_musd, list_ceiling_musd,"
+        " input_tokens, max_tokens, hour_key, day_key, scopes, margin_musd"
+        " FROM budget_holds"
+    )
+    if previous_processes:
+        cur.execute(
+            f"{cols} WHERE state = 'held' AND (expires_at <= ? OR {others})", (t, *others_args)
+        )
+    else:
+        cur.execute(f"{cols} WHERE state = 'held' AND expires_at <= ?", (t,))
+    rows = cur.fetchall()
+    booked_total = 0
+    for (
+        hold_id,
+        _op_id,
+        user_id,
+        ceiling,
+        list_ceiling,
+        in_tok,
+        max_tok,
+        hour_key,
+        day_key,
+        scopes_json,
+        margin,
+    ) in rows:
+        # booked at its provable bound (ceiling + margin): a late settle can
+        # then only correct it downwards, never past what was admitted
+        b = expiry_booking(int(ceiling), int(margin))
+        booked = b.settled
+        book(cur, load_scopes(scopes_json), hour_key, day_key, held=b.held, settled=booked)
+        # the operation's committed money keeps the ceiling: it now counts as spent
+        cur.execute(HOLD_EXPIRE, (t, booked, list_ceiling, in_tok, max_tok, hold_id))
+        detail = f"booked {booked} at ceiling, estimated"
+        event(cur, cfg.tz, now, "expiry", user_id=user_id, hold_id=hold_id, detail=detail)
+        booked_total += booked
+    if previous_processes:
+        cur.execute(
+            f"UPDATE budget_operations SET ended_at = ? WHERE ended_at IS NULL AND {others}",  # noqa: S608 - fixed fragments
+            (t, *others_args),
+        )
+    cur.execute(
+        "UPDATE budget_operations SET ended_at = expires_at WHERE ended_at IS NULL"
+        " AND expires_at <= ?",
+        (t,),
+    )
+    tripped = auto_kill(cur, cfg, now) if booked_total > 0 else None
+    return SweepOutcome(len(rows), booked_total, tripped)

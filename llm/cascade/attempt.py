@@ -1,0 +1,358 @@
+"""One governed attempt at one provider key: hold → call → settle, or release.
+
+::
+
+    size the plan (counted, bound, calibrated estimate)
+    wait for a global call slot (chat before digest)          — holds no money
+    reserve(op, req, provider, model, input_tokens, max_tokens)
+        refused at a free key for a limit → SkipProvider("budget")
+        refused at the paid anchor       → the degradation ladder (llm.cascade.degradation)
+    the key's circuit refuses, or (shared) its paced window has no room now
+        (not the anchor) → release; SkipProvider("open" / "paced")
+    call (its own deadline + the cascade's grace; streamed when asked and possible)
+        ProviderError    → settle what it billed / settle interrupted / release; raise
+        deadline         → settle interrupted; ProviderUnavailable(interrupted)
+        cancelled, bug   → settle interrupted; re-raise
+    judge the usage (see below), settle; breaker, pacing and calibration learn from it
+    blank text → EmptyCompletion (billed, not an answer)
+
+Usage: a report that is not a set of non-negative integers counts as missing →
+settled at the bound ceiling, flagged estimated. More than
+:data:`~llm.cascade.types.IMPLAUSIBLE_FACTOR` × the ceiling's tokens is implausible →
+booked at the ceiling, flagged, the key cooled, admins told. More output than
+``max_tokens`` → billed as reported, the key cooled, admins told once. An answer longer
+than ``max_tokens`` × :data:`~llm.cascade.types.MAX_CHARS_PER_TOKEN` characters is cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+
+from budget.errors import BudgetError, HoldRefused
+from budget.protocol import HoldTicket, LedgerPort, OperationTicket
+from budget.types import Usage
+from llm.cascade.degradation import LADDER_REASONS, DegradationLadder
+from llm.cascade.plan import AttemptPlan, Sizer, reserve
+from llm.cascade.streamed import StreamProgress, cancelled_usage, streamed_call
+from llm.cascade.telemetry import Telemetry
+from llm.cascade.types import (
+    IMPLAUSIBLE_FACTOR,
+    MAX_CHARS_PER_TOKEN,
+    CascadeConfig,
+    CascadeEvent,
+    TokenCounter,
+)
+from llm.errors import EmptyCompletion, ProviderError, ProviderUnavailable
+from llm.keys.admission import KeyGate
+from llm.keys.slots import CallSlots
+from llm.providers.base import Provider
+from llm.stream import StreamControl, StreamingProvider
+from llm.types import Completion, LLMRequest
+
+__all__ = ["GovernedAttempt", "SkipProvider"]
+
+log = logging.getLogger("kopek.llm.cascade")  # one logger for every part of the cascade
+
+#: Anomalies settled at the hold's ceiling (flagged estimated) instead of as reported.
+_AT_CEILING = frozenset({"missing", "invalid", "implausible"})
+#: Anomalies that cool the key down and are told to admins (once per key and kind).
+_COOL_ON = frozenset({"implausible", "output_over_max_tokens"})
+#: Characters that show nothing (zero-width space/joiners, word joiner, BOM).
+_INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))
+
+
+class SkipProvider(Exception):
+    """Pass over this provider without a request (not an attempt; the cascade's own
+    signal, never raised out of it).
+
+    Attributes:
+        reason: ``budget`` (a free key's hold refused), ``open`` (the circuit refused:
+            cooling, or its trial taken) or ``paced`` (a shared paced window had no room).
+        refusal: the ledger's refusal, for ``budget``.
+    """
+
+    def __init__(self, reason: str, refusal: HoldRefused | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.refusal = refusal
+
+
+class GovernedAttempt:
+    """Runs one attempt under the ledger, the breaker, pacing and the call slots.
+
+    Args:
+        ledger: holds, settles and releases.
+        config: ``timeout_s`` + ``timeout_grace_s`` (the backstop deadline) and the
+            streaming timeouts.
+        count: the token counter.
+        keys: per-key circuits and free keys' token windows (the cascade's; in this
+            process, or shared by the deployment's processes).
+        slots: global call slots (the cascade's).
+        sizer: plan sizing and calibration.
+        ladder: the paid anchor's degradation ladder.
+        telemetry: counters and admin events.
+    """
+
+    __slots__ = (
+        "_anomalies_told",
+        "_config",
+        "_count",
+        "_keys",
+        "_ladder",
+        "_ledger",
+        "_sizer",
+        "_slots",
+        "_telemetry",
+    )
+
+    def __init__(
+        self,
+        *,
+        ledger: LedgerPort,
+        config: CascadeConfig,
+        count: TokenCounter,
+        keys: KeyGate,
+        slots: CallSlots,
+        sizer: Sizer,
+        ladder: DegradationLadder,
+        telemetry: Telemetry,
+    ) -> None:
+        self._ledger = ledger
+        self._config = config
+        self._count = count
+        self._keys = keys
+        self._slots = slots
+        self._sizer = sizer
+        self._ladder = ladder
+        self._telemetry = telemetry
+        self._anomalies_told: set[tuple[str, str]] = set()
+
+    def __repr__(self) -> str:
+        return f"GovernedAttempt(slots={self._slots!r})"
+
+    async def run(
+        self,
+        op: OperationTicket,
+        request_id: str,
+        provider: Provider,
+        request: LLMRequest,
+        input_tokens: int,
+        is_anchor: bool,
+        passed: list[str],
+        stream: StreamControl | None = None,
+    ) -> Completion:
+        """The attempt's answer, settled.
+
+        Args:
+            op: the operation charged.
+            request_id: the ledger's id of this request (``begin_request``).
+            provider: the key tried.
+            request: the request.
+            input_tokens: the token counter's count of ``request.messages``.
+            is_anchor: ``provider`` is the paid anchor (tried even while open).
+            passed: providers passed over so far (``name:reason``), for ``fallbacks``.
+            stream: stream the answer when ``provider`` can.
+
+        Raises:
+            SkipProvider: passed over without a request.
+            HoldRefused: the ledger refused (after the ladder, for the anchor).
+            ProviderError: the attempt failed (hold settled or released).
+            EmptyCompletion: answered with no usable text (settled as billed).
+        """
+        plan = AttemptPlan(request.messages, provider.model, request.max_tokens, 0, [])
+        await self._sizer.size(plan, provider.name, input_tokens)
+        async with self._slots.slot(request.priority):
+            try:
+                hold = await reserve(self._ledger, op, request_id, provider, plan)
+            except HoldRefused as refused:
+                if refused.refusal.reason not in LADDER_REASONS or not provider.paid:
+                    raise
+                if not is_anchor:
+                    raise SkipProvider("budget", refused) from None
+                hold = await self._ladder.degrade(op, request_id, provider, request, plan, refused)
+            tokens = None if provider.paid else plan.input_tokens + plan.max_tokens
+            try:
+                verdict = await self._keys.begin(provider.name, tokens)
+            except BaseException:
+                await self._release(hold)
+                raise
+            if verdict and not is_anchor:
+                await self._release(hold)
+                raise SkipProvider(verdict)
+            self._telemetry.record_call(provider.name, is_anchor)
+            progress: StreamProgress | None = None
+            try:
+                async with asyncio.timeout(self._config.timeout_s + self._config.timeout_grace_s):
+                    if stream is not None and isinstance(provider, StreamingProvider):
+                        progress = StreamProgress()
+                        completion = await streamed_call(
+                            provider,
+                            plan,
+                            stream,
+                            config=self._config,
+                            count=self._count,
+                            progress=progress,
+                        )
+                    else:
+                        completion = await provider.complete(
+                            plan.messages,
+                            plan.max_tokens,
+                            None if plan.model == provider.model else plan.model,
+                        )
+            except ProviderError as exc:
+                if exc.billed_usage is not None:
+                    await self._settle_billed(hold, exc.billed_usage)
+                elif isinstance(exc, ProviderUnavailable) and exc.interrupted:
+                    await self._settle_interrupted(hold, plan, exc.partial_usage)
+                else:
+                    await self._release(hold)
+                if exc.rate_limits is not None and not provider.paid:
+                    await self._keys.observe(provider.name, exc.rate_limits)
+                raise
+            except TimeoutError:
+                await self._settle_interrupted(hold, plan, None)
+                raise ProviderUnavailable(
+                    provider.name, "total deadline exceeded (cascade backstop)", interrupted=True
+                ) from None
+            except BaseException:
+                # cancellation (shutdown, user gone) or a client bug: the call may have
+                # been billed, so the interrupted-call rule applies — a stream's by what
+                # it received (as a stop), a one-piece call's at the ceiling
+                await self._keys.cancel(provider.name)
+                received = None
+                if progress is not None and stream is not None:
+                    received = await cancelled_usage(plan, stream, progress, self._count)
+                await self._settle_interrupted(hold, plan, received)
+                raise
+            if completion.stopped or completion.stream_cut:
+                usage, anomaly = completion.usage, ""  # settled on what was received
+            else:
+                completion, usage, anomaly = _judge(plan, completion)
+            try:
+                cost = await self._ledger.settle(
+                    hold.hold_id, usage, estimated=anomaly in _AT_CEILING or completion.estimated
+                )
+            except BudgetError:
+                # the answer exists and was paid for; the hold stays booked at its
+                # ceiling until the sweeper expires it, so report that upper bound
+                log.exception("settle of hold %s failed", hold.hold_id)
+                cost = hold.ceiling_musd
+        await self._keys.succeeded(provider.name, completion.rate_limits, cut=completion.stream_cut)
+        if anomaly:
+            await self._usage_anomaly(provider, plan, completion, anomaly)
+        elif completion.estimated:
+            pass  # Kopek's own count: nothing to calibrate against
+        else:
+            self._telemetry.count_estimate_error(completion.usage.input_tokens - plan.input_tokens)
+            await self._sizer.calibrate(provider.name, plan, completion.usage.input_tokens)
+        if not completion.stopped and not _usable(completion.text):
+            self._telemetry.count_empty(provider.name)
+            log.warning(
+                "empty completion from %s (finish_reason=%s), %d µUSD booked",
+                provider.name,
+                completion.finish_reason,
+                cost,
+            )
+            raise EmptyCompletion(provider.name, completion.finish_reason, cost)
+        return replace(
+            completion,
+            cost_musd=cost,
+            paid=provider.paid,
+            degraded=tuple(plan.degraded),
+            fallbacks=tuple(passed),
+            hold_id=hold.hold_id,
+            max_tokens=plan.max_tokens,
+        )
+
+    async def _usage_anomaly(
+        self, provider: Provider, plan: AttemptPlan, completion: Completion, kind: str
+    ) -> None:
+        name = provider.name
+        self._telemetry.count_anomaly(name, kind)
+        u = completion.usage
+        log.warning(
+            "usage anomaly at %s/%s: %s (reported input=%d output=%d; held input=%d"
+            " max_tokens=%d)%s",
+            name,
+            plan.model,
+            kind,
+            u.input_tokens,
+            u.output_tokens,
+            plan.input_tokens,
+            plan.max_tokens,
+            "; settled at the ceiling, estimated" if kind in _AT_CEILING else "",
+        )
+        if kind not in _COOL_ON:
+            return
+        until = await self._keys.rate_limited(name, None, reason="usage_anomaly")
+        if until is not None:
+            await self._telemetry.cooldown_opened(name, "usage_anomaly", until, provider.paid)
+        if (name, kind) not in self._anomalies_told:
+            self._anomalies_told.add((name, kind))
+            if kind == "implausible":
+                detail = (
+                    f"reported {u.input_tokens}+{u.output_tokens} tokens for a hold of "
+                    f"{plan.input_tokens}+{plan.max_tokens}; booked at the ceiling"
+                )
+            else:
+                detail = (
+                    f"billed {u.output_tokens} output tokens with max_tokens "
+                    f"{plan.max_tokens}; booked as billed"
+                )
+            await self._telemetry.emit(CascadeEvent("usage_anomaly", name, detail))
+
+    async def _release(self, hold: HoldTicket) -> None:
+        try:
+            await self._ledger.release(hold.hold_id)
+        except BudgetError:
+            log.exception("release of hold %s failed; the sweeper will expire it", hold.hold_id)
+
+    async def _settle_billed(self, hold: HoldTicket, usage: Usage) -> None:
+        """A failure that still reports usage (an error object in a 200 with usage):
+        settle what the provider says it billed."""
+        try:
+            await self._ledger.settle(hold.hold_id, usage)
+        except BudgetError:
+            log.exception("settle of hold %s failed; the sweeper will book it", hold.hold_id)
+
+    async def _settle_interrupted(
+        self, hold: HoldTicket, plan: AttemptPlan, reported: Usage | None
+    ) -> None:
+        """The ledger's rule for interrupted calls: the provider's reported usage (or,
+        for a stream, what it received) if any, else the ceiling (estimated)."""
+        usage = reported or Usage(input_tokens=plan.input_tokens, output_tokens=plan.max_tokens)
+        try:
+            await self._ledger.settle(hold.hold_id, usage, estimated=True)
+        except BudgetError:
+            log.exception("estimated settle of hold %s failed", hold.hold_id)
+
+
+def _judge(plan: AttemptPlan, completion: Completion) -> tuple[Completion, Usage, str]:
+    """What to settle for a 200 answer, and which anomaly (``""`` = none).
+
+    Missing or unreadable usage, and usage above :data:`IMPLAUSIBLE_FACTOR` × the
+    hold's tokens, are settled at the hold's ceiling (estimated); output above
+    ``max_tokens`` is settled as billed. An over-long text is cut.
+    """
+    text = completion.text
+    limit = plan.max_tokens * MAX_CHARS_PER_TOKEN
+    if len(text) > limit:
+        completion = replace(completion, text=text[:limit], cut=True)
+    ceiling = Usage(input_tokens=plan.input_tokens, output_tokens=plan.max_tokens)
+    usage = completion.usage
+    if completion.usage_issue:
+        return completion, ceiling, completion.usage_issue
+    if usage.input_tokens + usage.output_tokens > IMPLAUSIBLE_FACTOR * (
+        plan.input_bound + plan.max_tokens
+    ):
+        return completion, ceiling, "implausible"
+    if usage.output_tokens > plan.max_tokens:
+        return completion, usage, "output_over_max_tokens"
+    return completion, usage, ""
+
+
+def _usable(text: str) -> bool:
+    """True when ``text`` has something besides white space and invisible characters."""
+    return bool(text.translate(_INVISIBLE).strip())

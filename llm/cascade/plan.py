@@ -1,0 +1,138 @@
+"""What one attempt asks the ledger to hold, and how its input estimate is sized.
+
+An :class:`AttemptPlan` is the prompt, model and ``max_tokens`` of one attempt at one
+provider key, with three input counts: the token counter's own count, the provable
+bound (:func:`budget.pricing.tokens.input_bound`: UTF-8 bytes + a template allowance) and the
+estimate held — the count × the model's calibration (reported ÷ counted input,
+persisted by the ledger, +10 % head-room), never above the bound. The degradation
+ladder mutates a plan step by step; :func:`reserve` holds it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from budget.errors import BudgetError
+from budget.pricing.tokens import count_off_loop, input_bound
+from budget.protocol import HoldTicket, LedgerPort, OperationTicket
+from llm.cascade.types import TokenCounter
+from llm.providers.base import Provider
+from llm.types import Message
+
+__all__ = ["CALIBRATION_MIN_SAMPLES", "AttemptPlan", "Sizer", "reserve"]
+
+log = logging.getLogger("kopek.llm.cascade")  # one logger for every part of the cascade
+
+#: Calibration: samples before the estimate follows reported usage, the moving
+#: average's weight of a new sample (1/8), and the head-room on the ratio (+10 %).
+CALIBRATION_MIN_SAMPLES = 3
+_CAL_WEIGHT = 8
+_CAL_HEADROOM_PPM = 1_100_000
+
+
+@dataclass(slots=True)
+class AttemptPlan:
+    """One attempt's request as held.
+
+    Attributes:
+        messages: the prompt sent.
+        model: the model asked for.
+        max_tokens: output ceiling, tokens.
+        input_tokens: the estimate held, tokens (calibrated, never above the bound).
+        degraded: ladder steps applied to reach this plan.
+        input_bound: provable bound on the input, tokens (``budget.pricing.tokens.input_bound``).
+        counted: the token counter's own count, tokens (before calibration).
+    """
+
+    messages: tuple[Message, ...]
+    model: str
+    max_tokens: int
+    input_tokens: int
+    degraded: list[str]
+    input_bound: int = 0
+    counted: int = 0
+
+
+async def reserve(
+    ledger: LedgerPort,
+    op: OperationTicket,
+    request_id: str,
+    provider: Provider,
+    plan: AttemptPlan,
+) -> HoldTicket:
+    """Hold ``plan`` at ``provider`` in ``op``.
+
+    Raises:
+        budget.errors.HoldRefused: the ledger refused the hold.
+    """
+    return await ledger.reserve(
+        op,
+        request_id,
+        provider=provider.name,
+        model=plan.model,
+        input_tokens=plan.input_tokens,
+        max_tokens=plan.max_tokens,
+        input_bound_tokens=plan.input_bound,
+    )
+
+
+class Sizer:
+    """Fills a plan's input counts and keeps the per-model calibration.
+
+    Args:
+        ledger: where calibration is read from (once, lazily) and persisted; its
+            failures are logged and the raw count is used.
+        count: the token counter (run off the event loop).
+    """
+
+    __slots__ = ("_calibration", "_count", "_ledger")
+
+    def __init__(self, ledger: LedgerPort, count: TokenCounter) -> None:
+        self._ledger = ledger
+        self._count = count
+        self._calibration: dict[tuple[str, str], tuple[int, int]] | None = None
+
+    def __repr__(self) -> str:
+        known = "unread" if self._calibration is None else len(self._calibration)
+        return f"Sizer(calibrated_models={known})"
+
+    async def size(self, plan: AttemptPlan, provider: str, counted: int | None = None) -> None:
+        """Fill ``plan``'s counted tokens, provable bound and calibrated estimate."""
+        if counted is None:
+            counted = await count_off_loop(self._count, plan.messages)
+        plan.counted = counted
+        plan.input_bound = input_bound(plan.messages)
+        plan.input_tokens = min(
+            await self._estimate(provider, plan.model, plan.counted), plan.input_bound
+        )
+
+    async def calibrate(self, provider: str, plan: AttemptPlan, reported: int) -> None:
+        """Fold one reported input count into the model's ratio (persisted)."""
+        if plan.counted <= 0 or reported <= 0:
+            return
+        table = await self._calibrations()
+        sample = reported * 1_000_000 // plan.counted
+        ratio, samples = table.get((provider, plan.model), (0, 0))
+        ratio = sample if samples == 0 else (ratio * (_CAL_WEIGHT - 1) + sample) // _CAL_WEIGHT
+        table[(provider, plan.model)] = (ratio, samples + 1)
+        try:
+            await self._ledger.record_calibration(provider, plan.model, ratio, samples + 1)
+        except BudgetError:
+            log.warning("estimate calibration of %s/%s not persisted", provider, plan.model)
+
+    async def _calibrations(self) -> dict[tuple[str, str], tuple[int, int]]:
+        if self._calibration is None:
+            try:
+                self._calibration = dict(await self._ledger.calibration())
+            except BudgetError:
+                log.warning("estimate calibration could not be read; using raw counts")
+                return {}
+        return self._calibration
+
+    async def _estimate(self, provider: str, model: str, counted: int) -> int:
+        """``counted`` × the model's reported ÷ counted ratio (+10 %), once calibrated."""
+        ratio, samples = (await self._calibrations()).get((provider, model), (0, 0))
+        if samples < CALIBRATION_MIN_SAMPLES or ratio <= 0:
+            return counted
+        return max(1, -(-counted * ratio * _CAL_HEADROOM_PPM // 10**12))

@@ -1,0 +1,185 @@
+"""One streamed call inside a governed attempt: opened, read to its end, a stop or a
+cut, and what it is settled at when it did not complete.
+
+The hold around it is the caller's (:mod:`llm.cascade.attempt`); this module only
+turns the stream into a :class:`~llm.types.Completion` or a
+:class:`~llm.errors.ProviderUnavailable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, replace
+
+from budget.pricing.tokens import count_off_loop
+from budget.types import Usage
+from llm.cascade.plan import AttemptPlan
+from llm.cascade.types import CascadeConfig, TokenCounter
+from llm.errors import ProviderError, ProviderUnavailable
+from llm.stream import ChunkStream, StreamControl, StreamingProvider, StreamResult, pump
+from llm.types import Completion, Message
+
+__all__ = ["StreamProgress", "cancelled_usage", "provider_model", "streamed_call"]
+
+log = logging.getLogger("kopek.llm.cascade")  # one logger for every part of the cascade
+
+
+def provider_model(provider: object) -> str | None:
+    """A provider's default model (``None`` when it has none)."""
+    model = getattr(provider, "model", None)
+    return model if isinstance(model, str) else None
+
+
+@dataclass(slots=True)
+class StreamProgress:
+    """How far a streamed call got, for settling it if it is cancelled (shutdown past
+    its stop wait, a handler torn down): ``opened`` is the stream once its 200 came."""
+
+    opened: ChunkStream | None = None
+
+
+async def cancelled_usage(
+    plan: AttemptPlan, control: StreamControl, progress: StreamProgress, count: TokenCounter
+) -> Usage:
+    """What a cancelled streamed call is settled at (estimated), by the rule of a stop
+    or a cut: the provider's report if one came, else the input held plus the output
+    received (counted × the safety factor, at least one token per chunk, never above
+    ``max_tokens``); before its 200, the input alone (the provider may have read the
+    prompt)."""
+    opened = progress.opened
+    if opened is None:
+        return Usage(input_tokens=plan.input_tokens)
+    if opened.usage is not None:
+        return opened.usage
+    text = control.text
+    counted = await count_off_loop(count, [Message("assistant", text)]) if text else 0
+    output = min(plan.max_tokens, max(counted, control.chunks))
+    return Usage(input_tokens=plan.input_tokens, output_tokens=output)
+
+
+async def streamed_call(
+    provider: StreamingProvider,
+    plan: AttemptPlan,
+    control: StreamControl,
+    *,
+    config: CascadeConfig,
+    count: TokenCounter,
+    progress: StreamProgress | None = None,
+) -> Completion:
+    """One streamed call, read to its end, a stop or a cut.
+
+    Args:
+        provider: the key streamed from.
+        plan: the attempt as held.
+        control: the caller's stop switch and text sink.
+        config: ``timeout_s`` (total), ``first_token_timeout_s``, ``idle_timeout_s``.
+        count: the token counter for output received without a usage report.
+        progress: filled as the call goes (see :func:`cancelled_usage`).
+
+    Returns the completion (a stopped one, or one cut after text was shown, with
+    ``usage`` = what to settle: the provider's report if it came, else the input
+    held plus the output received as counted, × the safety factor, never above
+    ``max_tokens``; flagged ``estimated``).
+
+    Raises:
+        ProviderError: the request failed before the stream began; or a cut before
+            any text was shown (``ProviderUnavailable``: interrupted with the tokens
+            received when any arrived, else not interrupted — the hold is released).
+    """
+    model = None if plan.model == provider_model(provider) else plan.model
+    if control.stopped.is_set():  # stopped before anything was sent: nothing spent
+        return _stopped_unsent(provider, plan, control)
+    control.attempts += 1  # a provider call is under way from here
+    opening = asyncio.ensure_future(provider.stream(plan.messages, plan.max_tokens, model))
+    stopper = asyncio.ensure_future(control.stopped.wait())
+    try:
+        await asyncio.wait({opening, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+        if not opening.done():
+            opening.cancel()  # the request's connection is closed
+            with contextlib.suppress(asyncio.CancelledError, ProviderError):
+                await opening
+    if opening.cancelled():
+        usage = Usage(input_tokens=plan.input_tokens)  # it may have read the prompt
+        return replace(_stopped_unsent(provider, plan, control), usage=usage, estimated=True)
+    opened = opening.result()
+    if progress is not None:
+        progress.opened = opened
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + config.timeout_s
+    result = await pump(
+        opened,
+        control,
+        first_token_s=config.first_token_timeout_s,
+        idle_s=config.idle_timeout_s,
+        deadline=deadline,
+    )
+    if result.ended == "complete":
+        return Completion(
+            text=result.text,
+            finish_reason=result.finish_reason or "unknown",
+            provider=provider.name,
+            model=result.model,
+            usage=result.usage or Usage(),
+            rate_limits=opened.rate_limits,
+            usage_issue=result.usage_issue if result.usage is None else "",
+        )
+    usage, estimated = await _received_usage(plan, result, count)
+    if result.ended == "cut" and not control.shown:
+        error = result.error or ProviderUnavailable(provider.name, "stream cut")
+        # more than the opening role chunk, or a report: something was generated
+        generated = result.chunks > 1 or result.usage is not None
+        raise ProviderUnavailable(
+            provider.name,
+            error.detail,
+            interrupted=generated,
+            partial_usage=usage if generated else None,
+            rate_limits=opened.rate_limits,
+        )
+    if result.ended == "cut":
+        log.warning(
+            "stream from %s cut after text was shown (%s); finished with a note",
+            provider.name,
+            result.error.detail if result.error is not None else "cut",
+        )
+    return Completion(
+        text=result.text,
+        finish_reason=result.finish_reason or result.ended,
+        provider=provider.name,
+        model=result.model,
+        usage=usage,
+        rate_limits=opened.rate_limits,
+        stopped=control.reason or "user" if result.ended == "stopped" else "",
+        stream_cut=result.ended == "cut",
+        estimated=estimated,
+    )
+
+
+def _stopped_unsent(
+    provider: StreamingProvider, plan: AttemptPlan, control: StreamControl
+) -> Completion:
+    return Completion(
+        text="",
+        finish_reason="stopped",
+        provider=provider.name,
+        model=plan.model,
+        usage=Usage(),
+        stopped=control.reason or "user",
+    )
+
+
+async def _received_usage(
+    plan: AttemptPlan, result: StreamResult, count: TokenCounter
+) -> tuple[Usage, bool]:
+    """What an interrupted stream is settled at, and whether that is Kopek's
+    estimate: the provider's report when it came, else the input held plus the
+    output received (counted × the safety factor, at least one token per chunk),
+    never above ``max_tokens``."""
+    if result.usage is not None:
+        return result.usage, False
+    counted = await count_off_loop(count, [Message("assistant", result.text)]) if result.text else 0
+    output = min(plan.max_tokens, max(counted, result.chunks))
+    return Usage(input_tokens=plan.input_tokens, output_tokens=output), True

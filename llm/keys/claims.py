@@ -1,0 +1,108 @@
+"""Leases of provider calls in flight on PostgreSQL: table ``call_leases``
+(:class:`llm.keys.slots.DeploymentSlots`).
+
+A lease is a row (its id, the process holding it, the call's priority, when it was
+taken and when it lapses, epoch seconds of the injected clock). Taking one is ONE
+transaction on the ledger's pool, serialised by a transaction-scoped advisory lock
+(so the count and the insert cannot interleave with another process's: the limit is
+exact): leases that lapsed or whose process is dead — its heartbeat in
+``budget_processes`` older than ``dead_after_s``, or no row at all (it stopped) — are
+deleted, the rest counted, and a new row inserted only below the limit. Giving one
+back deletes its row. Neither waits for the disk (``synchronous_commit = off`` for
+that transaction; others see it at once): a server crash loses every connection, and
+with them every call a lease stood for; a lost give-back lapses at the TTL.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from budget.kernel.clock import Clock
+from llm.keys.postgres import Transactor
+
+__all__ = ["PgLeases"]
+
+_LOCK = (
+    "SELECT pg_advisory_xact_lock(hashtextextended('kopek-call-leases', 0)),"
+    " set_config('synchronous_commit', 'off', true)"
+)
+_PRUNE = (
+    "DELETE FROM call_leases WHERE expires_at <= $1 OR process_id NOT IN"
+    " (SELECT process_id FROM budget_processes WHERE heartbeat_at >= $2)"
+)
+_COUNT = "SELECT count(*) FROM call_leases"
+_TAKE = (
+    "INSERT INTO call_leases (lease_id, process_id, priority, taken_at, expires_at)"
+    " VALUES ($1, $2, $3, $4, $5)"
+)
+_GIVE_BACK = (
+    "WITH quick AS (SELECT set_config('synchronous_commit', 'off', true) AS v)"
+    " DELETE FROM call_leases WHERE lease_id = $1 AND EXISTS (SELECT v FROM quick)"
+)
+
+
+class PgLeases:
+    """:class:`llm.keys.slots.LeaseStore` on PostgreSQL (module docstring).
+
+    Args:
+        db: runs a transaction body on one connection (the ledger's store).
+        process_id: this process's id in ``budget_processes`` (its heartbeat keeps its
+            leases counted).
+        clock: the one clock.
+        ttl_s: a lease lapses this many seconds after it was taken, seconds
+            (HOLD_TTL_SECONDS: a call's hold has lapsed by then too).
+        dead_after_s: PROCESS_DEAD_AFTER_SECONDS.
+    """
+
+    __slots__ = ("_clock", "_db", "dead_after_s", "process_id", "ttl_s")
+
+    def __init__(
+        self, db: Transactor, process_id: str, clock: Clock, *, ttl_s: float, dead_after_s: float
+    ) -> None:
+        self._db = db
+        self.process_id = process_id
+        self._clock = clock
+        self.ttl_s = ttl_s
+        self.dead_after_s = dead_after_s
+
+    def __repr__(self) -> str:
+        return f"PgLeases(process_id={self.process_id!r}, ttl_s={self.ttl_s})"
+
+    async def try_take(self, lease_id: str, priority: int, limit: int) -> bool:
+        """See :meth:`llm.keys.slots.LeaseStore.try_take`."""
+        now = self._clock.now()
+        t = now.timestamp()
+
+        async def body(conn: Any) -> bool:
+            await conn.execute(_LOCK)
+            await conn.execute(_PRUNE, t, t - self.dead_after_s)
+            if await conn.fetchval(_COUNT) >= limit:
+                return False
+            await conn.execute(_TAKE, lease_id, self.process_id, priority, t, t + self.ttl_s)
+            return True
+
+        return await self._db.tx(now, body)
+
+    async def give_back(self, lease_id: str) -> None:
+        """See :meth:`llm.keys.slots.LeaseStore.give_back`."""
+
+        async def body(conn: Any) -> None:
+            await conn.execute(_GIVE_BACK, lease_id)
+
+        await self._db.tx(self._clock.now(), body, single=True)
+
+    async def held(self) -> int:
+        """Leases held now by live processes (for tests and ``/budget``)."""
+        now = self._clock.now()
+        t = now.timestamp()
+
+        async def body(conn: Any) -> int:
+            n = await conn.fetchval(
+                "SELECT count(*) FROM call_leases WHERE expires_at > $1 AND process_id IN"
+                " (SELECT process_id FROM budget_processes WHERE heartbeat_at >= $2)",
+                t,
+                t - self.dead_after_s,
+            )
+            return int(n)
+
+        return await self._db.tx(now, body, single=True)

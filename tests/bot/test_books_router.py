@@ -1,0 +1,42 @@
+"""The books router's admin gate and argument parsing (issue 14)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiogram.types import Message
+
+from bot.handlers.books import IsBooksAdmin, _split_export_args
+
+ADMIN = 1
+
+
+def _message(sender_chat: dict[str, Any] | None = None, user_id: int = ADMIN) -> Message:
+    data: dict[str, Any] = {
+        "message_id": 1,
+        "date": 0,
+        "chat": {"id": -100, "type": "supergroup", "title": "g"},
+        "from": {"id": user_id, "is_bot": False, "first_name": "A"},
+        "text": "/budget export",
+    }
+    if sender_chat is not None:
+        data["sender_chat"] = sender_chat
+    return Message.model_validate(data)
+
+
+async def test_admin_gate_refuses_sender_chat_and_strangers() -> None:
+    """An admin writing as themselves passes; the same id on a message sent on behalf
+    of a chat, and any other user, do not."""
+    gate = IsBooksAdmin(frozenset({ADMIN}))
+    assert await gate(_message()) is True
+    assert await gate(_message({"id": -100, "type": "supergroup", "title": "g"})) is False
+    assert await gate(_message(user_id=2)) is False
+
+
+def test_export_arguments() -> None:
+    """Period and zone in either order, both optional; two periods or two zones: usage."""
+    assert _split_export_args([], "UTC") == (None, "UTC")
+    assert _split_export_args(["2026-01"], "UTC") == ("2026-01", "UTC")
+    assert _split_export_args(["Asia/Tokyo", "2026-01-14"], "UTC") == ("2026-01-14", "Asia/Tokyo")
+    assert _split_export_args(["2026-01", "2026-02"], "UTC") is None
+    assert _split_export_args(["Asia/Tokyo", "Europe/Berlin"], "UTC") is None

@@ -1,0 +1,120 @@
+"""DATABASE_URL (issue 12): a SQLite file or PostgreSQL through asyncpg; anything else is
+one configuration error that never echoes the URL; the PostgreSQL password is a secret."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from bot.__main__ import _config_error
+from bot.app.database import location, start_failure
+from bot.ops.logs import redact
+from bot.settings import Settings
+from bot.storage.migrate import SchemaMismatch
+
+
+def _settings(url: str) -> Settings:
+    return Settings(_env_file=None, bot_token="1:x", groq_api_key="k", database_url=url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite+aiosqlite:///data/kopek.db",
+        "postgresql+asyncpg://kopek:secret-pw@db.internal:5432/kopek",
+        "postgresql+asyncpg://kopek@127.0.0.1/kopek?ssl=require",
+        "postgresql+asyncpg://kopek:p%40s%2F%23%3Fsecret-pw@DB.Example.org:5432/kopek",
+        "postgresql+asyncpg://kopek:secret-pw@[::1]:5432/kopek",
+    ],
+)
+def test_sqlite_files_and_asyncpg_urls_are_accepted(url: str) -> None:
+    assert _settings(url).database_url == url
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("postgresql://kopek:secret-pw@db/kopek", "asyncpg driver only"),
+        ("postgresql+psycopg://kopek:secret-pw@db/kopek", "asyncpg driver only"),
+        ("postgresql+asyncpg://kopek:secret-pw@db", "names a host and a database"),
+        ("mysql+aiomysql://kopek:secret-pw@db/kopek", "'mysql' is not supported"),
+        ("sqlite+aiosqlite://", "must name a SQLite file"),
+        ("notaurl", "not a database URL"),
+        # trial 12, F6/F7: Python's int() error; no asyncpg hint for postgres://
+        ("postgresql+asyncpg://kopek:p@ss:w/rd%secret-pw@db:5432/kopek", "percent-encode @ :"),
+        ("postgres://kopek:secret-pw@db/kopek", "write postgresql+asyncpg://… (not postgres"),
+        # trial 13, F7: a raw @ / # ? in the password printed a piece of it as the host
+        # (exit 1 "cannot reach"), or failed later with a bare ValueError
+        ("postgresql+asyncpg://kopek:Pa55@secret-pw@127.0.0.1:5441/kopek", "percent-encode @ : /"),
+        ("postgresql+asyncpg://kopek:Pa55/secret-pw@127.0.0.1:5441/kopek", "percent-encode @ : /"),
+        ("postgresql+asyncpg://kopek:Pa55#secret-pw@127.0.0.1:5441/kopek", "percent-encode @ : /"),
+        ("postgresql+asyncpg://kopek:Pa55?secret-pw@127.0.0.1:5441/kopek", "percent-encode @ : /"),
+    ],
+)
+def test_other_drivers_and_backends_are_one_error_without_the_url(url: str, says: str) -> None:
+    """The line ``python -m bot`` prints names what to write instead, without the
+    password."""
+    with pytest.raises(ValidationError) as info:
+        _settings(url)
+    [error] = info.value.errors()
+    assert error["loc"] == ("database_url",)
+    assert says in str(error["msg"])
+    line = _config_error(info.value)
+    assert line.startswith("kopek: configuration error in DATABASE_URL: ")
+    assert "secret-pw" not in line
+
+
+def test_the_database_password_is_redacted_as_written_and_decoded() -> None:
+    """A password with ``@`` and ``/`` is percent-encoded in the URL: both spellings
+    are secrets, so neither reaches a log line."""
+    settings = _settings("postgresql+asyncpg://kopek:p%40ss%2Fword-77@db:5432/kopek")
+    secrets = settings.secret_values()
+    assert "p@ss/word-77" in secrets and "p%40ss%2Fword-77" in secrets
+    line = "connect postgresql+asyncpg://kopek:p%40ss%2Fword-77@db failed for p@ss/word-77"
+    assert "word-77" not in redact(line, secrets)
+    assert _settings("sqlite+aiosqlite:///data/kopek.db").secret_values() == ["1:x", "k"]
+
+
+def test_start_failures_name_the_database_without_credentials() -> None:
+    """Unreachable server: exit 1; refused schema: exit 2; the location has no user or
+    password; SQLite failures stay exit 2 with the file's path."""
+    url = "postgresql+asyncpg://kopek:secret-pw@db.internal:6543/kopek"
+    assert location(url) == "postgresql://db.internal:6543/kopek"
+    code, line = start_failure(ConnectionRefusedError(111, "Connect call failed"), url)
+    assert code == 1 and line.startswith("cannot reach the database postgresql://db.internal")
+    code, line = start_failure(SchemaMismatch(("0099_x",), "0013_turn_tokens", ahead=True), url)
+    assert code == 2 and "0099_x" in line
+    code, line = start_failure(
+        PermissionError(13, "Permission denied"), "sqlite+aiosqlite:///d/k.db"
+    )
+    assert (code, line) == (
+        2,
+        "cannot prepare the database d/k.db: PermissionError: [Errno 13] Permission denied",
+    )
+    assert all("secret-pw" not in text for text in (location(url), line))
+
+
+@pytest.mark.parametrize(("beat", "dead"), [(10.0, 29.0), (1.0, 2.0), (0.5, 1.0)])
+def test_dead_after_shorter_than_three_heartbeats_is_refused(beat: float, dead: float) -> None:
+    """A replica on a loaded machine with a 0.5 s heartbeat and 2 s dead-after was taken for
+    dead by another, whose "please resend" reached a user mid-answer; three beats is the floor."""
+    with pytest.raises(ValidationError) as caught:
+        Settings(
+            _env_file=None,
+            bot_token="1:x",
+            groq_api_key="k",
+            process_heartbeat_seconds=beat,
+            process_dead_after_seconds=dead,
+        )
+    assert "at least 3 × PROCESS_HEARTBEAT_SECONDS" in str(caught.value)
+
+
+def test_dead_after_of_three_heartbeats_is_accepted() -> None:
+    settings = Settings(
+        _env_file=None,
+        bot_token="1:x",
+        groq_api_key="k",
+        process_heartbeat_seconds=2.0,
+        process_dead_after_seconds=6.0,
+    )
+    assert settings.process_dead_after_seconds == 6.0

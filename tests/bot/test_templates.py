@@ -1,0 +1,130 @@
+"""Refusal templates: every reason, both languages, the words the issue asks for."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from aiogram.utils.i18n import I18n
+
+from bot.handlers.me import render_me
+from bot.text import templates
+from bot.text.i18n import LOCALES_DIR, compile_catalogue, create_i18n, pick_language
+from budget.status import BucketStatus, UserStatus
+from budget.types import Level, Refusal, RefusalReason, Window
+
+RESET = datetime(2026, 3, 1, 21, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def i18n() -> Iterator[I18n]:
+    """aiogram I18n over the committed catalogues, as the bot uses it."""
+    i18n = create_i18n()
+    with i18n.context():
+        yield i18n
+
+
+@pytest.mark.parametrize(
+    ("level", "word"),
+    [(Level.USER, "daily user limit"), (Level.TEAM, "team"), (Level.GLOBAL, "global")],
+)
+def test_limit_refusal_names_level_window_and_reset_in_user_tz(
+    i18n: I18n, level: Level, word: str
+) -> None:
+    """A limit refusal says which level, which window, and HH:MM Zone of the reset."""
+    refusal = Refusal(RefusalReason.LIMIT, level, Window.DAY, RESET, scope="core")
+    with i18n.use_locale("en"):
+        text = templates.refusal_text(refusal, tz="Europe/Moscow")
+    assert word in text
+    assert "daily" in text
+    assert "resets at 00:00 Europe/Moscow" in text
+
+
+def test_user_limit_tells_what_to_do_and_running_request_is_mentioned(i18n: I18n) -> None:
+    """User level: wait for the reset or ask the team's admin; a running request will finish."""
+    refusal = Refusal(RefusalReason.LIMIT, Level.USER, Window.HOUR, RESET)
+    with i18n.use_locale("en"):
+        text = templates.refusal_text(refusal, tz="UTC", running=True)
+    assert "hourly" in text and "ask your team's admin" in text
+    assert "still be answered" in text
+
+
+def test_kill_and_busy_are_distinct_from_exhausted(i18n: I18n) -> None:
+    """Kill says paused; busy says retry in a minute and not 'Limit reached'."""
+    with i18n.use_locale("en"):
+        kill = templates.refusal_text(Refusal(RefusalReason.KILL), tz="UTC")
+        busy = templates.refusal_text(
+            Refusal(RefusalReason.BUSY, Level.GLOBAL, Window.HOUR, RESET, busy=True), tz="UTC"
+        )
+    assert "paused" in kill
+    assert "retry in a minute" in busy and "Limit reached" not in busy
+
+
+@pytest.mark.parametrize("reason", list(RefusalReason))
+@pytest.mark.parametrize("language", ["en", "ru"])
+def test_every_reason_has_a_distinct_translated_template(
+    i18n: I18n, reason: RefusalReason, language: str
+) -> None:
+    """Each refusal reason renders in both languages; Russian is really Russian."""
+    refusal = Refusal(reason, Level.GLOBAL, Window.DAY, RESET)
+    with i18n.use_locale(language):
+        text = templates.refusal_text(refusal, tz="UTC")
+    assert text.strip()
+    if language == "ru":
+        assert any("а" <= ch <= "я" for ch in text.lower()), text
+
+
+def test_templates_differ_per_reason(i18n: I18n) -> None:
+    """No two reasons share a text (a user can tell what stopped them)."""
+    with i18n.use_locale("en"):
+        texts = {
+            templates.refusal_text(Refusal(r, Level.GLOBAL, Window.DAY, RESET), tz="UTC")
+            for r in RefusalReason
+        }
+    assert len(texts) == len(RefusalReason)
+
+
+def test_committed_mo_catalogues_match_their_po() -> None:
+    """``make locales`` was run after the last .po edit (the bot loads the .mo)."""
+    for po in LOCALES_DIR.glob("*/LC_MESSAGES/messages.po"):
+        assert po.with_suffix(".mo").read_bytes() == compile_catalogue(po), po
+
+
+def test_every_msgid_is_translated_to_russian() -> None:
+    """The Russian catalogue has no empty translation."""
+    from babel.messages.pofile import read_po
+
+    with (LOCALES_DIR / "ru/LC_MESSAGES/messages.po").open("rb") as fp:
+        catalog = read_po(fp)
+    empty = [m.id for m in catalog if m.id and not m.string]
+    assert empty == []
+
+
+@pytest.mark.parametrize(
+    ("stored", "code", "expected"),
+    [
+        (None, "ru", "ru"),
+        (None, "ru-RU", "ru"),
+        (None, "de", "en"),
+        ("en", "ru", "en"),
+        (None, None, "en"),
+    ],
+)
+def test_pick_language(stored: str | None, code: str | None, expected: str) -> None:
+    """/lang wins; else Telegram's language_code ru → ru; else English."""
+    assert pick_language(stored, code) == expected
+
+
+def test_me_names_the_user_level_as_admins_do(i18n: I18n) -> None:
+    """/me calls the per-user level "user" (as /limit user and /budget user do), never
+    "personal"; in Russian "пользовательский"."""
+    bucket = BucketStatus(Level.USER, "7", Window.HOUR, "k", None, 0, 0, 0, None, RESET)
+    status = UserStatus(7, None, [bucket], 0, 0, 0, None, None, 0)
+    with i18n.use_locale("en"):
+        en = render_me(status, "UTC")
+    with i18n.use_locale("ru"):
+        ru = render_me(status, "UTC")
+    assert "• user, this hour: spent $0.000000 (no limit)" in en
+    assert "• пользовательский, за этот час:" in ru
+    assert "personal" not in en and "личный" not in ru

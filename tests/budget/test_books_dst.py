@@ -1,0 +1,102 @@
+"""Issue 15 (trial 15, F8): the books cut local days and hours with the one DST helper,
+:func:`budget.policy.windows.local_instant` — export periods (``parse_period``), the buckets of
+a provider's usage export (``parse_export``) and the windows reconcile compares
+(``_buckets``). Every expectation is the helper's own answer or a hand-checked instant.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from budget.books.periods import parse_period
+from budget.books.reconcile import _buckets
+from budget.books.usage_export import parse_export
+from budget.policy.windows import local_instant
+
+NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
+GENERIC = b"%s,model,input_tokens,cached_input_tokens,output_tokens,cost_usd\n"
+
+
+def _midnight(d: date, tz: str) -> datetime:
+    return local_instant(d, time(0), ZoneInfo(tz))
+
+
+@pytest.mark.parametrize(
+    ("day", "tz", "hours"),
+    [
+        ("2026-09-06", "America/Santiago", 23),  # 00:00 does not exist (→ 01:00 -03)
+        ("2026-03-29", "Europe/Berlin", 23),
+        ("2026-10-25", "Europe/Berlin", 25),
+        ("2011-12-29", "Pacific/Apia", 24),  # the next day, 2011-12-30, was skipped
+    ],
+)
+def test_export_periods_start_and_end_at_the_helpers_local_midnight(
+    day: str, tz: str, hours: int
+) -> None:
+    """``YYYY-MM-DD`` runs from the helper's local midnight to the next one."""
+    d = date.fromisoformat(day)
+    period = parse_period(day, tz, NOW)
+    assert (period.start, period.end) == (_midnight(d, tz), _midnight(d + timedelta(days=1), tz))
+    assert period.end - period.start == timedelta(hours=hours)
+
+
+def test_santiago_gap_day_starts_at_the_first_real_instant() -> None:
+    """2026-09-06 00:00 America/Santiago does not exist: the day starts at 01:00 -03."""
+    period = parse_period("2026-09-06", "America/Santiago", NOW)
+    assert period.start == datetime(2026, 9, 6, 4, tzinfo=UTC)
+
+
+def test_a_month_is_cut_at_the_helpers_midnights() -> None:
+    """``YYYY-MM``: first local midnight of the month to the first of the next."""
+    period = parse_period("2026-10", "Europe/Berlin", NOW)
+    assert period.start == _midnight(date(2026, 10, 1), "Europe/Berlin")
+    assert period.end == _midnight(date(2026, 11, 1), "Europe/Berlin")
+    assert period.end - period.start == timedelta(days=31, hours=1)
+
+
+def test_daily_export_rows_are_the_helpers_local_days() -> None:
+    """A generic daily row ``date`` is the local day in the billing zone."""
+    data = GENERIC % b"date" + b"2026-09-06,m,10,0,5,0.01\n2026-09-07,m,10,0,5,0.01\n"
+    export = parse_export(data, "u.csv", "America/Santiago")
+    first, second = export.lines
+    assert (first.start, first.end) == (
+        _midnight(date(2026, 9, 6), "America/Santiago"),
+        _midnight(date(2026, 9, 7), "America/Santiago"),
+    )
+    assert first.end - first.start == timedelta(hours=23)
+    assert second.start == first.end
+
+
+def test_hourly_export_rows_take_the_first_of_a_repeated_hour() -> None:
+    """``2026-10-25T02`` in Berlin happens twice: the row is the first (CEST) one; the
+    hour after the spring gap starts where the helper puts it."""
+    data = GENERIC % b"hour" + b"2026-10-25T02,m,10,0,5,0.01\n2026-03-29T03,m,10,0,5,0.01\n"
+    fall, spring = parse_export(data, "u.csv", "Europe/Berlin").lines
+    assert fall.start == datetime(2026, 10, 25, 0, tzinfo=UTC)
+    assert fall.end - fall.start == timedelta(hours=1)
+    berlin = ZoneInfo("Europe/Berlin")
+    assert fall.start == local_instant(date(2026, 10, 25), time(2), berlin)
+    assert spring.start == local_instant(date(2026, 3, 29), time(3), berlin)
+    assert spring.start == datetime(2026, 3, 29, 1, tzinfo=UTC)
+
+
+def test_reconcile_day_windows_end_at_the_helpers_local_midnights() -> None:
+    """The compared day windows over a DST change are 24, 23 (spring) and 24 hours."""
+    data = GENERIC % b"date" + b"".join(
+        b"%s,m,10,0,5,0.01\n" % d for d in (b"2026-03-28", b"2026-03-29", b"2026-03-30")
+    )
+    export = parse_export(data, "u.csv", "Europe/Berlin")
+    windows = _buckets(export, None)
+    assert [label for _, _, label in windows] == ["2026-03-28", "2026-03-29", "2026-03-30"]
+    berlin = "Europe/Berlin"
+    assert [end for _, end, _ in windows] == [
+        _midnight(date(2026, 3, d), berlin) for d in (29, 30, 31)
+    ]
+    assert [end - start for start, end, _ in windows] == [
+        timedelta(hours=24),
+        timedelta(hours=23),
+        timedelta(hours=24),
+    ]

@@ -1,0 +1,46 @@
+"""The operator's install instructions work as typed (trial 15, findings 10 and 12).
+
+F10: README said ``pip install 'kopek[chart]'``, which fails on a server (Kopek is not on
+PyPI) and left out the constraints. F12: ``/budget chart`` without matplotlib named only the
+venv's fix and a developer's hint; a container needs the Dockerfile's ``EXTRAS`` build
+argument."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+from bot.ops.chart import CHART_MISSING
+
+ROOT = Path(__file__).resolve().parents[2]
+_README = (ROOT / "README.md").read_text(encoding="utf-8")
+_PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+
+
+def test_readme_installs_the_built_wheel_with_the_constraints() -> None:
+    wheel = f"kopek-{_PROJECT['version']}-py3-none-any.whl"
+    assert "`pip wheel --no-deps -w dist .`" in _README
+    assert f"`dist/{wheel}`" in _README
+    assert f"`pip install -c constraints.txt './{wheel}[chart]'`" in _README
+    assert "`pip install -c constraints.txt '.[chart]'`" in _README
+    assert "chart" in _PROJECT["optional-dependencies"]
+
+
+def test_readme_no_longer_says_to_install_kopek_from_the_registry() -> None:
+    """Every ``pip install`` of Kopek in README installs a file or the clone, except the
+    one that adds the extra to a venv where the wheel is already installed."""
+    commands = re.findall(r"`(pip install [^`]*kopek[^`]*)`", _README)
+    assert commands
+    for command in commands:
+        assert "-c constraints.txt" in command or "in that venv" in _README, command
+    assert "`pip install 'kopek[chart]'` from a" not in _README
+
+
+def test_the_chart_hint_names_the_containers_build_argument() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    assert re.search(r"^ARG EXTRAS=", dockerfile, re.MULTILINE)
+    assert "${EXTRAS:+[$EXTRAS]}" in dockerfile
+    assert "docker build --build-arg EXTRAS=chart" in CHART_MISSING
+    assert "pip install 'kopek[chart]'" in CHART_MISSING
+    assert "make install" not in CHART_MISSING
