@@ -3,7 +3,7 @@
 On a local durable PostgreSQL server (fsync on; ``tests/support/pg.py``), per attempt at
 concurrency 1, median and p99 of:
 
-* the key's circuit and paced window: :class:`llm.keys.admission.KeyGate` read at the request
+* the key's circuit and paced window: :class:`llm.keys.admission.KeyAdmission` read at the request
   (``refresh``), locked before the call (``begin``) and written after it
   (``succeeded`` with rate-limit headers) — in memory (SQLite deployments) and shared
   through ``provider_keys`` (:mod:`llm.keys.postgres`);
@@ -34,9 +34,9 @@ from bot.storage.migrate import migrate
 from budget.config import LedgerConfig
 from budget.kernel.clock import SystemClock
 from budget.storage.postgres.store import PgStore
-from llm.keys.admission import KeyGate
+from llm.keys.admission import KeyAdmission
 from llm.keys.breaker import CircuitBreaker
-from llm.keys.claims import PgLeases
+from llm.keys.claims import CallClaims
 from llm.keys.pacing import Pacer
 from llm.keys.postgres import PgKeyStates
 from llm.keys.slots import DeploymentSlots, PrioritySlots
@@ -87,7 +87,7 @@ async def measure(url: str) -> list[tuple[str, float, float]]:
 
         def gate(shared: bool) -> Callable[[], Awaitable[None]]:
             keys = PgKeyStates(store, clock) if shared else None
-            g = KeyGate(CircuitBreaker(clock), Pacer(clock), clock, keys)
+            g = KeyAdmission(CircuitBreaker(clock), Pacer(clock), clock, keys)
 
             async def attempt() -> None:
                 await g.refresh(NAMES)
@@ -100,7 +100,7 @@ async def measure(url: str) -> list[tuple[str, float, float]]:
         rows.append(("key gate shared (refresh, begin, succeeded)", *await _times(gate(True))))
 
         local = PrioritySlots(8)
-        leases = PgLeases(store, "bench", clock, ttl_s=300.0, dead_after_s=60.0)
+        leases = CallClaims(store, "bench", clock, ttl_s=300.0, dead_after_s=60.0)
         deployment = DeploymentSlots(PrioritySlots(8), leases, clock)
 
         def slot(slots: PrioritySlots | DeploymentSlots) -> Callable[[], Awaitable[None]]:

@@ -26,7 +26,7 @@ __all__ = [
     "DigestSection",
     "Notice",
     "NoticeKind",
-    "OperationGate",
+    "OperationPort",
     "Post",
     "SourceKind",
     "SourceRef",
@@ -248,7 +248,7 @@ class ProgressStep:
     retry_after_s: float = 0.0
 
 
-class OperationGate(Protocol):
+class OperationPort(Protocol):
     """The part of :class:`budget.protocol.LedgerPort` the digest runner uses (one
     operation per digest; the cascade takes the holds)."""
 
@@ -290,7 +290,7 @@ class SummaryBackend(Protocol):
 
 
 class SubscribeStatus(StrEnum):
-    """Outcome of /sub (the bot has one template per value)."""
+    """IntakeStatus of /sub (the bot has one template per value)."""
 
     OK = "ok"
     ALREADY = "already"

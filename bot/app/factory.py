@@ -45,13 +45,13 @@ from bot.middlewares.intake import (
     LocaleMiddleware,
     ProfileMiddleware,
 )
-from bot.middlewares.rate import RateGate, UpdateRateMiddleware
+from bot.middlewares.rate import RateExemption, UpdateRateMiddleware
 from bot.middlewares.topics import TopicMiddleware, TopicRequestMiddleware
 from bot.ops.admin_notices import AdminNotifier
 from bot.ops.health import Readiness
 from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_counter
 from bot.ops.schema_watch import SchemaWatch
-from bot.session.flood_waits import FloodGate
+from bot.session.flood_waits import FloodWaits
 from bot.session.model_pins import PinResponseModels
 from bot.session.updates import (
     ConfirmWhenTakenIn,
@@ -111,7 +111,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     registry = CollectorRegistry()
     dropped = dropped_counter(registry)
     bot.session.middleware(
-        FloodGate(clock, on_drop=lambda _method: dropped.labels("flood_wait").inc())
+        FloodWaits(clock, on_drop=lambda _method: dropped.labels("flood_wait").inc())
     )
     # polling: a batch is confirmed once its updates are taken in (bot/session/updates.py)
     barrier = (
@@ -158,12 +158,12 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     key_store = lease_store = None
     if on_postgres:
         from budget.storage.postgres.store import PgStore  # asyncpg only when PostgreSQL is used
-        from llm.keys.claims import PgLeases
+        from llm.keys.claims import CallClaims
         from llm.keys.postgres import PgKeyStates
 
         assert isinstance(ledger.store, PgStore)
         key_store = PgKeyStates(ledger.store, clock)
-        lease_store = PgLeases(
+        lease_store = CallClaims(
             ledger.store,
             ledger.store.process_id,
             clock,
@@ -381,7 +381,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     rate.exempt(dp)
     # magic filters (F.text …) on the loop, not one thread hop each (bot/handlers/inline_filters.py)
     run_sync_filters_inline(dp)
-    gate = RateGate()
+    gate = RateExemption()
     for name, observer in dp.observers.items():
         if name not in ("update", "error"):
             observer.middleware(gate)
@@ -411,10 +411,10 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         is_control=lambda update: rate.is_control(update, bot),
     )
     if on_postgres:  # a process taken for dead stops acting (bot/session/fence.py)
-        from bot.session.fence import FenceGate
+        from bot.session.fence import FencedSession
         from budget.storage.postgres.store import PgStore
 
         assert isinstance(ledger.store, PgStore)
-        bot.session.middleware(FenceGate(ledger.store))
+        bot.session.middleware(FencedSession(ledger.store))
         ledger.store.on_fenced.append(app.fence)
     return app

@@ -52,7 +52,7 @@ from pydantic import ValidationError
 
 from bot.app.lifecycle import App
 from bot.chat.payer import payer_id
-from bot.middlewares.context import Outcome
+from bot.middlewares.context import IntakeStatus
 from bot.middlewares.intake import TakenIn, reads_only
 from bot.middlewares.topics import topic_of
 from bot.ops.health import add_health_routes
@@ -266,7 +266,7 @@ class WebhookServer:
             await self._app.intake.finish(
                 chat_id=message.chat.id,
                 message_id=message.message_id,
-                status=Outcome.DROPPED,
+                status=IntakeStatus.DROPPED,
                 now=self._app.clock.now(),
             )
         except Exception as exc:

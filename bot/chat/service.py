@@ -143,7 +143,7 @@ ChatOutcome = ChatAnswer | ChatRefused | ChatFailed
 MessageKey = tuple[int, int]
 
 
-class _Lane:
+class _UserQueue:
     """One user's messages in arrival order: the first USER_MAX_INFLIGHT run, the next
     USER_QUEUE_MAX wait, anything after that is refused."""
 
@@ -197,7 +197,7 @@ class ChatService:
         self._system_raw: int | None = None
         self._clock = clock
         self._config = config
-        self._lanes: dict[int, _Lane] = {}
+        self._lanes: dict[int, _UserQueue] = {}
         self._tasks: set[asyncio.Task[object]] = set()
         self._anonymous = itertools.count(1)
         self.closing = False
@@ -219,7 +219,7 @@ class ChatService:
         """
         lane = self._lanes.get(user_id)
         if lane is None:
-            lane = self._lanes[user_id] = _Lane()
+            lane = self._lanes[user_id] = _UserQueue()
         if key not in lane.order:
             lane.order.append(key)
 
@@ -318,7 +318,7 @@ class ChatService:
             if task is not None:
                 self._tasks.discard(task)
 
-    async def _place(self, user_id: int, lane: _Lane, key: MessageKey) -> int:
+    async def _place(self, user_id: int, lane: _UserQueue, key: MessageKey) -> int:
         """``key``'s place in its user's queue (0 = first): this process's messages
         before it, plus (shared) the other live replicas' unfinished earlier ones.
 
@@ -330,7 +330,7 @@ class ChatService:
             place += await self._shared_lanes.ahead(user_id, key[0], key[1])
         return place
 
-    async def _wait_turn(self, lane: _Lane) -> None:
+    async def _wait_turn(self, lane: _UserQueue) -> None:
         """Until one of this process's messages of the user ends or (shared) for
         :data:`bot.chat.lanes.POLL_S` seconds."""
         if self._shared_lanes is None:

@@ -26,7 +26,7 @@ own sender or an admin may stop it; a press by anyone else changes nothing (they
 told who can). ``/kill hard`` and a shutdown past its grace stop every stream in flight.
 
 Throttling is per chat, across every answer streaming into it at once
-(:class:`ChatGate`: the answers take turns, one draft/edit per interval in all; final
+(:class:`EditPacer`: the answers take turns, one draft/edit per interval in all; final
 answers are not throttled), and uses the event loop's clock (the interval is a Telegram
 flood limit, real time by nature). A Bot API server without ``sendMessageDraft`` (404)
 ends each answer's drafts and is logged once per process as a WARNING.
@@ -76,9 +76,9 @@ from llm.stream import StreamControl
 
 __all__ = [
     "STOP_PREFIX",
-    "ChatGate",
     "DraftDisplay",
     "EditDisplay",
+    "EditPacer",
     "LiveStream",
     "StopResult",
     "StreamConfig",
@@ -194,7 +194,7 @@ class StreamRegistry:
 
     _live: list[LiveStream] = field(default_factory=list)
     #: one draft/edit at a time per chat, across the chat's answers (the per-chat interval)
-    gate: ChatGate = field(default_factory=lambda: ChatGate())
+    gate: EditPacer = field(default_factory=lambda: EditPacer())
     #: set (and dropped) when a stream leaves; created by whoever waits for that
     _left: asyncio.Event | None = None
     #: replicas on one PostgreSQL: tells the others of a ``/kill hard`` and cuts this
@@ -290,7 +290,7 @@ class StreamRegistry:
         return cut, waiting
 
 
-class _Lane:
+class _EditQueue:
     """One chat's turn order: the displays waiting to show text (first = next), and the
     loop time from which the next draft/edit may go."""
 
@@ -302,7 +302,7 @@ class _Lane:
         self.moved: asyncio.Event | None = None
 
 
-class ChatGate:
+class EditPacer:
     """At most one streaming draft/edit per chat per interval, shared by every answer
     streaming into that chat (Telegram's flood limits are per chat, not per answer).
 
@@ -317,10 +317,10 @@ class ChatGate:
     __slots__ = ("_lanes",)
 
     def __init__(self) -> None:
-        self._lanes: dict[int, _Lane] = {}
+        self._lanes: dict[int, _EditQueue] = {}
 
     def __repr__(self) -> str:
-        return f"ChatGate(chats={len(self._lanes)})"
+        return f"EditPacer(chats={len(self._lanes)})"
 
     async def turn(self, chat: int, who: object) -> None:
         """Wait until ``who`` may make the chat's next call (it stays first meanwhile:
@@ -328,7 +328,7 @@ class ChatGate:
         loop = asyncio.get_running_loop()
         lane = self._lanes.get(chat)
         if lane is None:
-            lane = self._lanes[chat] = _Lane()
+            lane = self._lanes[chat] = _EditQueue()
         if who not in lane.queue:
             lane.queue.append(who)
         try:
@@ -419,7 +419,7 @@ def _plain_tail(text: str) -> str:
 
 
 class _Throttled(abc.ABC):
-    """Shows the latest text when its chat's :class:`ChatGate` gives it a turn (at most
+    """Shows the latest text when its chat's :class:`EditPacer` gives it a turn (at most
     one draft/edit per ``interval_s`` per chat, across the chat's answers), only when it
     changed; the Bot API call runs in its own task so the provider stream is never held
     up."""
@@ -449,7 +449,7 @@ class _Throttled(abc.ABC):
         *,
         on_shown: Callable[[float], None] | None,
         metrics: StreamMetrics | None,
-        gate: ChatGate | None,
+        gate: EditPacer | None,
     ) -> None:
         self.control = control
         self._bot = bot
@@ -457,7 +457,7 @@ class _Throttled(abc.ABC):
         self._interval_s = interval_s
         self._on_shown = on_shown
         self._metrics = metrics
-        self._gate = gate if gate is not None else ChatGate()
+        self._gate = gate if gate is not None else EditPacer()
         self._latest = ""
         self._shown_text = ""
         self._changed = asyncio.Event()
@@ -573,7 +573,7 @@ class DraftDisplay(_Throttled):
         *,
         on_shown: Callable[[float], None] | None = None,
         metrics: StreamMetrics | None = None,
-        gate: ChatGate | None = None,
+        gate: EditPacer | None = None,
     ) -> None:
         super().__init__(
             bot, chat_id, interval_s, control, on_shown=on_shown, metrics=metrics, gate=gate
@@ -651,7 +651,7 @@ class EditDisplay(_Throttled):
         *,
         on_shown: Callable[[float], None] | None = None,
         metrics: StreamMetrics | None = None,
-        gate: ChatGate | None = None,
+        gate: EditPacer | None = None,
     ) -> None:
         super().__init__(
             bot, chat_id, interval_s, control, on_shown=on_shown, metrics=metrics, gate=gate

@@ -28,7 +28,7 @@ from bot.chat.service import (
     run_guarded,
 )
 from bot.chat.streaming import StreamConfig, StreamMetrics, StreamRegistry, StreamSession
-from bot.middlewares.context import Outcome, UserContext
+from bot.middlewares.context import IntakeStatus, UserContext
 from bot.middlewares.topics import topic_of
 from bot.text import templates
 from budget.books.stops import StopBook
@@ -106,11 +106,11 @@ def create_chat_router(*, stale_after_s: int) -> Router:
         stream_config: StreamConfig | None = None,
         stream_metrics: StreamMetrics | None = None,
         stop_book: StopBook | None = None,
-    ) -> Outcome:
+    ) -> IntakeStatus:
         received_at = asyncio.get_running_loop().time()
         if paste is not None:
             if not paste.is_lead and paste.contribute(prompt):
-                return Outcome.JOINED  # answered with the paste's first part
+                return IntakeStatus.JOINED  # answered with the paste's first part
             if paste.is_lead:
                 paste.contribute(prompt)
                 prompt = await paste.joined()
@@ -128,8 +128,8 @@ def create_chat_router(*, stale_after_s: int) -> Router:
                     exc, chat_id=chat_id, what="template", failures=delivery_failures
                 )
 
-        def settled(outcome: Outcome) -> Outcome:
-            return Outcome.UNDELIVERABLE if refused_send else outcome
+        def settled(outcome: IntakeStatus) -> IntakeStatus:
+            return IntakeStatus.UNDELIVERABLE if refused_send else outcome
 
         async def in_streamed(text: str) -> bool:
             """Put a template into the message already streamed (edit mode), replacing
@@ -145,12 +145,12 @@ def create_chat_router(*, stale_after_s: int) -> Router:
         prompt = clean_prompt(prompt)  # hidden tag-character instructions never reach a model
         if not has_visible(prompt):
             await template(templates.empty_message_text())
-            return settled(Outcome.REFUSED)
+            return settled(IntakeStatus.REFUSED)
         age = clock.now() - message.date
         if age > timedelta(seconds=stale_after_s):
             refusals.labels("stale").inc()
             await template(templates.stale_text())
-            return settled(Outcome.STALE)
+            return settled(IntakeStatus.STALE)
 
         def typing() -> ChatActionSender:
             return ChatActionSender.typing(
@@ -213,14 +213,14 @@ def create_chat_router(*, stale_after_s: int) -> Router:
                     empty = templates.stopped_empty_text(result.completion.stopped == "kill")
                 if session is None or not await session.finish(empty, outbox):
                     await template(empty, reply=reply_to)
-                return settled(Outcome.ANSWERED)
+                return settled(IntakeStatus.ANSWERED)
         if isinstance(result, ChatAnswer):
             if not has_visible(result.completion.text):
                 log.warning("empty answer from %s", result.completion.provider)
                 refusals.labels("empty_answer").inc()
                 if not await in_streamed(templates.empty_answer_text()):
                     await template(templates.empty_answer_text())
-                return settled(Outcome.FAILED)
+                return settled(IntakeStatus.FAILED)
             try:
                 answer = _with_notes(result.completion)
                 if session is None or not await session.finish(answer, outbox):
@@ -232,7 +232,7 @@ def create_chat_router(*, stale_after_s: int) -> Router:
                 record_delivery_failure(
                     exc, chat_id=chat_id, what="answer", failures=delivery_failures
                 )
-                return Outcome.UNDELIVERABLE
+                return IntakeStatus.UNDELIVERABLE
             except TelegramAPIError as exc:
                 record_delivery_failure(
                     exc, chat_id=chat_id, what="answer", failures=delivery_failures
@@ -240,15 +240,15 @@ def create_chat_router(*, stale_after_s: int) -> Router:
                 charged = await chat_service.booked_musd(result.operation)
                 with contextlib.suppress(TelegramAPIError):
                     await template(templates.error_text(charged))
-                return settled(Outcome.FAILED)
-            return Outcome.ANSWERED
+                return settled(IntakeStatus.FAILED)
+            return IntakeStatus.ANSWERED
         if isinstance(result, ChatRefused):
-            outcome = Outcome.REFUSED
+            outcome = IntakeStatus.REFUSED
             refusals.labels(result.refusal.reason.value).inc()
             text = templates.refusal_text(result.refusal, tz=user_ctx.tz, running=result.running)
         else:
             refused = result.kind in (FailureKind.TOO_LONG, FailureKind.QUEUE_FULL)
-            outcome = Outcome.REFUSED if refused else Outcome.FAILED
+            outcome = IntakeStatus.REFUSED if refused else IntakeStatus.FAILED
             refusals.labels(result.kind).inc()
             text = _failure_text(result)
         # a refusal answers the message it refuses (in a burst, the user sees which)

@@ -24,10 +24,10 @@ if TYPE_CHECKING:
     from scheduler.runner import DigestRunner
     from scheduler.service import DigestService
 
-__all__ = ["Outcome", "ProfileStore", "UserContext", "WorkflowData"]
+__all__ = ["IntakeStatus", "ProfileStore", "UserContext", "WorkflowData"]
 
 
-class Outcome(StrEnum):
+class IntakeStatus(StrEnum):
     """What became of a message, as a handler returns it; the intake middleware
     stores it (``seen_messages.status``). A handler that returns anything else leaves
     the default: ``command`` for a command, ``answered`` otherwise."""

@@ -19,7 +19,7 @@ from aiogram.utils.i18n.middleware import I18nMiddleware
 from bot.chat.paste import PasteJoiner
 from bot.chat.payer import is_on_behalf_of_chat, payer_id
 from bot.chat.service import ChatService
-from bot.middlewares.context import Outcome, ProfileStore, UserContext
+from bot.middlewares.context import IntakeStatus, ProfileStore, UserContext
 from bot.middlewares.topics import topic_of
 from bot.storage.repos import Intake, is_storage_failure
 from bot.text.i18n import pick_language
@@ -233,7 +233,8 @@ class IntakeMiddleware(BaseMiddleware):
     reaches the LLM twice. In webhook mode the row is committed before Telegram gets
     its 200 (``data["taken_in"]``, :class:`TakenIn`); this middleware then only corrects
     the language and records the outcome. The handler returns its
-    :class:`~bot.middlewares.context.Outcome`, which this middleware persists (default ``answered``,
+    :class:`~bot.middlewares.context.IntakeStatus`, which this middleware persists (default
+    ``answered``,
     ``command`` for a command; ``failed`` on an exception).
 
     Args:
@@ -287,14 +288,14 @@ class IntakeMiddleware(BaseMiddleware):
         if not first:
             log.info("dropping a message delivered twice (chat %s)", event.chat.id)
             return None
-        default = Outcome.COMMAND if is_command else Outcome.ANSWERED
+        default = IntakeStatus.COMMAND if is_command else IntakeStatus.ANSWERED
         with self._intake.open_message():
             try:
                 result = await handler(event, data)
             except BaseException:
-                await self._finish(event, Outcome.FAILED)
+                await self._finish(event, IntakeStatus.FAILED)
                 raise
-            await self._finish(event, result if isinstance(result, Outcome) else default)
+            await self._finish(event, result if isinstance(result, IntakeStatus) else default)
         return result
 
     def _taken_in(self, data: dict[str, Any]) -> None:
@@ -320,19 +321,19 @@ class IntakeMiddleware(BaseMiddleware):
                 if not is_storage_failure(exc):
                     raise
                 log.warning("intake language not updated (storage failure)")
-        default = Outcome.COMMAND if is_command else Outcome.ANSWERED
+        default = IntakeStatus.COMMAND if is_command else IntakeStatus.ANSWERED
         with self._intake.open_message():
             try:
                 result = await handler(event, data)
             except BaseException:
-                await self._finish(event, Outcome.FAILED)
+                await self._finish(event, IntakeStatus.FAILED)
                 taken.finished = True
                 raise
-            await self._finish(event, result if isinstance(result, Outcome) else default)
+            await self._finish(event, result if isinstance(result, IntakeStatus) else default)
             taken.finished = True
         return result
 
-    async def _finish(self, event: Message, status: Outcome) -> None:
+    async def _finish(self, event: Message, status: IntakeStatus) -> None:
         """Record the outcome; a storage failure here is logged, never turned into a
         second reply after the handler already answered."""
         try:

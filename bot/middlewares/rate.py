@@ -19,7 +19,7 @@ draft's Stop) still runs for a user over the rate. The limit sits on ``update`` 
 so that a flood costs no profile or intake write; aiogram resolves the handler (and so
 its flags) only later, for inner middlewares. So an update over the rate is let on only
 if the *own* filters of a handler tagged exempt match it (:meth:`exempt`, cheap pure
-checks: a command name, the admin id, a callback prefix) and :class:`RateGate` (an inner
+checks: a command name, the admin id, a callback prefix) and :class:`RateExemption` (an inner
 middleware) drops it still if the handler aiogram picks is not tagged exempt — e.g. a
 non-admin's ``/kill``, which stays dropped like any unknown command. An exempt update
 over the rate is not counted and gets no too-fast notice; it makes no provider call
@@ -58,7 +58,13 @@ from bot.text.i18n import in_locale, pick_language
 from budget.errors import BudgetError
 from budget.kernel.clock import Clock
 
-__all__ = ["NOT_RATE_LIMITED", "OVER_RATE", "RATE_LIMIT_FLAG", "RateGate", "UpdateRateMiddleware"]
+__all__ = [
+    "NOT_RATE_LIMITED",
+    "OVER_RATE",
+    "RATE_LIMIT_FLAG",
+    "RateExemption",
+    "UpdateRateMiddleware",
+]
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +126,7 @@ class UpdateRateMiddleware(BaseMiddleware):
     def exempt(self, root: Router) -> None:
         """Learn the handlers tagged ``flags={"rate_limit": False}`` under ``root`` (call
         once every router is included): their own filters decide which updates over the
-        rate are let on to :class:`RateGate`."""
+        rate are let on to :class:`RateExemption`."""
         self._exempt = {}
         for router in root.chain_tail:
             for name, observer in router.observers.items():
@@ -189,7 +195,7 @@ class UpdateRateMiddleware(BaseMiddleware):
         if payer is None or (self.allow(payer) and await self._shared_allow(payer)):
             return await handler(event, data)
         if await self._may_be_exempt(event, data):
-            data[OVER_RATE] = True  # RateGate drops it unless the chosen handler is exempt
+            data[OVER_RATE] = True  # RateExemption drops it unless the chosen handler is exempt
             return await handler(event, data)
         if self._on_drop is not None:
             self._on_drop()
@@ -238,7 +244,7 @@ def _payer(event: TelegramObject, user: User) -> int | None:
     return None if user.is_bot else user.id
 
 
-class RateGate(BaseMiddleware):
+class RateExemption(BaseMiddleware):
     """The inner half of the limit (register on every event observer but ``update`` and
     ``error``): an update :class:`UpdateRateMiddleware` let on over the rate reaches its
     handler only if that handler is tagged ``flags={"rate_limit": False}``; any other is

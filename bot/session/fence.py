@@ -11,7 +11,7 @@ gone) and must not act as if it still owned that work:
 
 * no provider call: the ledger grants it no operation and no hold (its row is checked
   in the grant's statement);
-* no Bot API call: :class:`FenceGate`, a session middleware, lets no call leave the
+* no Bot API call: :class:`FencedSession`, a session middleware, lets no call leave the
   process once it is fenced — and, before each call, when less than one heartbeat of
   its lease is left (it stalled), confirms the lease with one beat first, so an answer
   is never delivered after its user was asked to resend it;
@@ -35,7 +35,7 @@ from aiogram.methods.base import TelegramType
 if TYPE_CHECKING:
     from aiogram import Bot
 
-__all__ = ["FenceGate", "FencedCall", "Lease", "ProcessFenced"]
+__all__ = ["FencedCall", "FencedSession", "Lease", "ProcessFenced"]
 
 #: The exit line (stderr) of a fenced process.
 FENCED_EXIT = (
@@ -57,14 +57,14 @@ class FencedCall(TelegramAPIError):
 
 
 class Lease(Protocol):
-    """What :class:`FenceGate` asks (:class:`budget.storage.postgres.store.PgStore`)."""
+    """What :class:`FencedSession` asks (:class:`budget.storage.postgres.store.PgStore`)."""
 
     async def confirm_lease(self) -> bool:
         """False once this process was taken for dead (see the store)."""
         ...
 
 
-class FenceGate(BaseRequestMiddleware):
+class FencedSession(BaseRequestMiddleware):
     """No Bot API call from a fenced process (module docstring).
 
     Args:
@@ -77,7 +77,7 @@ class FenceGate(BaseRequestMiddleware):
         self._lease = lease
 
     def __repr__(self) -> str:
-        return f"FenceGate({self._lease!r})"
+        return f"FencedSession({self._lease!r})"
 
     async def __call__(
         self,

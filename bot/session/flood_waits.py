@@ -1,6 +1,6 @@
 """One per-chat send gate for every Bot API call: Telegram's flood waits handled once.
 
-:class:`FloodGate` is an aiogram *session* middleware (``bot.session.middleware(...)``),
+:class:`FloodWaits` is an aiogram *session* middleware (``bot.session.middleware(...)``),
 so it sees every call the bot makes — ``sendMessage``, edits, photos, documents, chat
 actions — whoever makes it. It never sleeps:
 
@@ -45,7 +45,7 @@ from budget.kernel.clock import Clock
 if TYPE_CHECKING:
     from aiogram import Bot
 
-__all__ = ["FloodGate"]
+__all__ = ["FloodWaits"]
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 MAX_TRACKED_CHATS = 10_000
 
 
-class FloodGate(BaseRequestMiddleware):
+class FloodWaits(BaseRequestMiddleware):
     """Per-chat flood-wait gate (see the module docstring).
 
     Args:
@@ -71,7 +71,7 @@ class FloodGate(BaseRequestMiddleware):
     def __repr__(self) -> str:
         now = self._clock.monotonic()
         closed = sum(1 for until in self._until.values() if until > now)
-        return f"FloodGate(closed_chats={closed})"
+        return f"FloodWaits(closed_chats={closed})"
 
     def wait_left(self, chat_id: int | str) -> float:
         """Seconds until ``chat_id`` may be sent to again (0 when open)."""

@@ -45,7 +45,7 @@ from llm.cascade.types import (
     TokenCounter,
 )
 from llm.errors import EmptyCompletion, ProviderError, ProviderUnavailable
-from llm.keys.admission import KeyGate
+from llm.keys.admission import KeyAdmission
 from llm.keys.slots import CallSlots
 from llm.providers.base import Provider
 from llm.stream import StreamControl, StreamingProvider
@@ -113,7 +113,7 @@ class GovernedAttempt:
         ledger: LedgerPort,
         config: CascadeConfig,
         count: TokenCounter,
-        keys: KeyGate,
+        keys: KeyAdmission,
         slots: CallSlots,
         sizer: Sizer,
         ladder: DegradationLadder,

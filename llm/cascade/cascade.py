@@ -80,10 +80,10 @@ from llm.errors import (
     ProviderUnavailable,
     QuotaExhausted,
 )
-from llm.keys.admission import KeyGate, KeyStateStore
+from llm.keys.admission import KeyAdmission, KeyStateStore
 from llm.keys.breaker import CircuitBreaker, CircuitState
 from llm.keys.pacing import Pacer
-from llm.keys.slots import CallSlots, DeploymentSlots, LeaseStore, PrioritySlots
+from llm.keys.slots import CallClaimStore, CallSlots, DeploymentSlots, PrioritySlots
 from llm.providers.base import Provider
 from llm.stream import StreamControl
 from llm.types import Capacity, Completion, LLMRequest
@@ -155,7 +155,7 @@ class Cascade:
         absent: Sequence[str] = (),
         fallback_on: tuple[type[ProviderError], ...] = FALLBACK_ON,
         key_store: KeyStateStore | None = None,
-        lease_store: LeaseStore | None = None,
+        lease_store: CallClaimStore | None = None,
     ) -> None:
         if not providers:
             raise ValueError("a cascade needs at least one provider")
@@ -182,7 +182,7 @@ class Cascade:
             self.slots if lease_store is None else DeploymentSlots(self.slots, lease_store, clock)
         )
         # a shared half-open trial is held at most one call's deadline and grace, + 30 s
-        self.keys = KeyGate(
+        self.keys = KeyAdmission(
             self.breaker,
             self.pacer,
             clock,

@@ -29,7 +29,7 @@ from budget.pricing.names import CASCADE_ORDER, KINDS, family
 from budget.protocol import LedgerPort
 from llm.cascade.cascade import Cascade, CascadeConfig, EventSink, TokenCounter
 from llm.keys.admission import KeyStateStore
-from llm.keys.slots import LeaseStore
+from llm.keys.slots import CallClaimStore
 from llm.providers.base import Provider
 
 if TYPE_CHECKING:  # imported at run time only for families that have a key
@@ -196,7 +196,7 @@ def build_cascade(
     on_event: EventSink | None = None,
     registry: CollectorRegistry | None = None,
     key_store: KeyStateStore | None = None,
-    lease_store: LeaseStore | None = None,
+    lease_store: CallClaimStore | None = None,
     tls: ssl.SSLContext | None = None,
 ) -> Cascade:
     """The cascade over ``specs`` (in the given order), with cheap models taken from

@@ -1,7 +1,7 @@
 """Admission state of every provider key — its circuit and its paced windows — kept in
 this process, or shared by every process of a deployment through a store.
 
-Without a store (SQLite, one process: the default) :class:`KeyGate` is a thin async
+Without a store (SQLite, one process: the default) :class:`KeyAdmission` is a thin async
 face of the cascade's :class:`~llm.keys.breaker.CircuitBreaker` and
 :class:`~llm.keys.pacing.Pacer`, which hold the truth, exactly as before.
 
@@ -14,27 +14,27 @@ processes; the breaker and pacer of each process *mirror* the rows (converted to
 their monotonic base) for the synchronous readers (``/providers``, the digest
 runner's capacity, the cascade's skip check). When the rows are read:
 
-* at the start of each request (:meth:`KeyGate.refresh`, one query for every key):
+* at the start of each request (:meth:`KeyAdmission.refresh`, one query for every key):
   the skip check (open, paced) sees what every replica wrote until then;
-* right before each call (:meth:`KeyGate.begin`, the row locked): the circuit may
+* right before each call (:meth:`KeyAdmission.begin`, the row locked): the circuit may
   refuse (another replica's 429 opened it, or holds the half-open trial) and a free
   key's paced window is re-checked and consumed atomically — so a 429 that replica 1
   has written makes replicas 2 and 3 send nothing to that key until its cooldown
   ends, with no polling lag;
-* after each call (:meth:`KeyGate.succeeded`, :meth:`~KeyGate.rate_limited`,
-  :meth:`~KeyGate.failed`…): the outcome and the response's rate-limit headers are
+* after each call (:meth:`KeyAdmission.succeeded`, :meth:`~KeyAdmission.rate_limited`,
+  :meth:`~KeyAdmission.failed`…): the outcome and the response's rate-limit headers are
   written through.
 
 Shared semantics beyond the in-memory ones: the half-open trial is one per deployment
 and has a lease (``trial_lease_s``; a replica that died holding it does not block the
 key); a success closes a shared circuit only when its cooldown is over or this process
 holds its trial (a 429 written by another replica meanwhile is newer evidence); a free
-key's window is re-checked at :meth:`KeyGate.begin` (``share`` 1). Failures (5xx,
+key's window is re-checked at :meth:`KeyAdmission.begin` (``share`` 1). Failures (5xx,
 timeouts) are counted per process; the opening they cause is shared.
 
 Errors: a store raises :class:`budget.errors.LedgerUnavailable` when it cannot be
-read or written: :meth:`KeyGate.refresh`, :meth:`~KeyGate.begin` and
-:meth:`~KeyGate.enable` let it through (fail closed: no call is sent); a change
+read or written: :meth:`KeyAdmission.refresh`, :meth:`~KeyAdmission.begin` and
+:meth:`~KeyAdmission.enable` let it through (fail closed: no call is sent); a change
 after a call that cannot be written is logged and lost (the call has happened; the
 ledger refuses the next one while the database is unreachable).
 """
@@ -56,7 +56,7 @@ from llm.keys.breaker import Circuit, CircuitBreaker, cooldown_seconds
 from llm.keys.pacing import KeyPace, Pacer
 from llm.types import RateLimitInfo
 
-__all__ = ["KeyGate", "KeyStateStore", "SharedKey"]
+__all__ = ["KeyAdmission", "KeyStateStore", "SharedKey"]
 
 T = TypeVar("T")
 
@@ -100,7 +100,7 @@ class KeyStateStore(Protocol):
         ...
 
 
-class KeyGate:
+class KeyAdmission:
     """The circuits and paced windows of every key (module docstring).
 
     Args:
@@ -133,7 +133,7 @@ class KeyGate:
 
     def __repr__(self) -> str:
         where = "shared" if self._store is not None else "local"
-        return f"KeyGate({where}, trials={sorted(self._trials)})"
+        return f"KeyAdmission({where}, trials={sorted(self._trials)})"
 
     @property
     def shared(self) -> bool:

@@ -20,7 +20,7 @@ from typing import Any
 from budget.kernel.clock import Clock
 from llm.keys.postgres import Transactor
 
-__all__ = ["PgLeases"]
+__all__ = ["CallClaims"]
 
 _LOCK = (
     "SELECT pg_advisory_xact_lock(hashtextextended('kopek-call-leases', 0)),"
@@ -41,8 +41,8 @@ _GIVE_BACK = (
 )
 
 
-class PgLeases:
-    """:class:`llm.keys.slots.LeaseStore` on PostgreSQL (module docstring).
+class CallClaims:
+    """:class:`llm.keys.slots.CallClaimStore` on PostgreSQL (module docstring).
 
     Args:
         db: runs a transaction body on one connection (the ledger's store).
@@ -66,10 +66,10 @@ class PgLeases:
         self.dead_after_s = dead_after_s
 
     def __repr__(self) -> str:
-        return f"PgLeases(process_id={self.process_id!r}, ttl_s={self.ttl_s})"
+        return f"CallClaims(process_id={self.process_id!r}, ttl_s={self.ttl_s})"
 
     async def try_take(self, lease_id: str, priority: int, limit: int) -> bool:
-        """See :meth:`llm.keys.slots.LeaseStore.try_take`."""
+        """See :meth:`llm.keys.slots.CallClaimStore.try_take`."""
         now = self._clock.now()
         t = now.timestamp()
 
@@ -84,7 +84,7 @@ class PgLeases:
         return await self._db.tx(now, body)
 
     async def give_back(self, lease_id: str) -> None:
-        """See :meth:`llm.keys.slots.LeaseStore.give_back`."""
+        """See :meth:`llm.keys.slots.CallClaimStore.give_back`."""
 
         async def body(conn: Any) -> None:
             await conn.execute(_GIVE_BACK, lease_id)

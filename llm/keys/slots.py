@@ -7,7 +7,7 @@ digest), first come first served within a priority. A request waits for a slot
 *before* it takes its ledger hold, so queued work holds no money.
 
 :class:`PrioritySlots` is one process's semaphore. :class:`DeploymentSlots` adds a
-*lease* per call in flight, kept by a :class:`LeaseStore` that every process shares
+*lease* per call in flight, kept by a :class:`CallClaimStore` that every process shares
 (:mod:`llm.keys.claims` on PostgreSQL): a call first takes one of its process's slots (in
 priority order), then a lease, granted only while fewer than the limit are held in the
 whole deployment (a waiter asks again after a short pause: chat every 20–250 ms,
@@ -31,7 +31,7 @@ from typing import Protocol
 from budget.errors import BudgetError
 from budget.kernel.clock import Clock
 
-__all__ = ["CallSlots", "DeploymentSlots", "LeaseStore", "PrioritySlots"]
+__all__ = ["CallClaimStore", "CallSlots", "DeploymentSlots", "PrioritySlots"]
 
 log = logging.getLogger("kopek.llm.cascade")  # one logger for every part of the cascade
 
@@ -127,9 +127,9 @@ class PrioritySlots:
         return f"PrioritySlots(in_use={self._in_use}/{self._limit}, waiting={self.waiting})"
 
 
-class LeaseStore(Protocol):
+class CallClaimStore(Protocol):
     """Leases of calls in flight shared by a deployment's processes
-    (:class:`llm.keys.claims.PgLeases`)."""
+    (:class:`llm.keys.claims.CallClaims`)."""
 
     async def try_take(self, lease_id: str, priority: int, limit: int) -> bool:
         """Take lease ``lease_id`` if fewer than ``limit`` live leases are held.
@@ -164,7 +164,7 @@ class DeploymentSlots:
 
     __slots__ = ("_clock", "_store", "local")
 
-    def __init__(self, local: PrioritySlots, store: LeaseStore, clock: Clock) -> None:
+    def __init__(self, local: PrioritySlots, store: CallClaimStore, clock: Clock) -> None:
         self.local = local
         self._store = store
         self._clock = clock

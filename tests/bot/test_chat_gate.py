@@ -1,4 +1,4 @@
-"""bot.chat.streaming.ChatGate: one streaming draft/edit per chat per interval, shared by the
+"""bot.chat.streaming.EditPacer: one streaming draft/edit per chat per interval, shared by the
 chat's answers, which take turns."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from aiogram import Bot
 
-from bot.chat.streaming import ChatGate, _Throttled
+from bot.chat.streaming import EditPacer, _Throttled
 from llm.stream import StreamControl
 
 CHAT = -100
@@ -17,7 +17,7 @@ CHAT = -100
 async def test_answers_take_turns_in_arrival_order_and_a_rejoin_goes_last() -> None:
     """A, B, C want the chat at once: A first; B only after A is done, then C; A,
     joining again meanwhile, comes after C (round robin, nobody starves)."""
-    gate = ChatGate()
+    gate = EditPacer()
     loop = asyncio.get_running_loop()
     order: list[str] = []
 
@@ -47,7 +47,7 @@ async def test_answers_take_turns_in_arrival_order_and_a_rejoin_goes_last() -> N
 async def test_next_turn_waits_for_the_interval_and_other_chats_do_not() -> None:
     """After a call the chat's next turn waits until the ``next_at`` given to done();
     another chat's turn is not held up by it."""
-    gate = ChatGate()
+    gate = EditPacer()
     loop = asyncio.get_running_loop()
     await gate.turn(CHAT, "A")
     gate.done(CHAT, "A", loop.time() + 0.05)
@@ -60,7 +60,7 @@ async def test_next_turn_waits_for_the_interval_and_other_chats_do_not() -> None
 async def test_a_cancelled_waiter_leaves_and_idle_chats_are_forgotten() -> None:
     """A display closed while waiting leaves the queue (the next one gets the turn);
     forget_idle drops only chats nobody waits in whose last call is older than given."""
-    gate = ChatGate()
+    gate = EditPacer()
     loop = asyncio.get_running_loop()
     await gate.turn(CHAT, "A")
     b = asyncio.create_task(gate.turn(CHAT, "B"))
@@ -71,12 +71,12 @@ async def test_a_cancelled_waiter_leaves_and_idle_chats_are_forgotten() -> None:
     gate.done(CHAT, "A", loop.time())
     await asyncio.wait_for(c, 1)  # C, not the cancelled B
     gate.forget_idle(loop.time() + 1)
-    assert repr(gate) == "ChatGate(chats=1)"  # C still holds the turn
+    assert repr(gate) == "EditPacer(chats=1)"  # C still holds the turn
     gate.done(CHAT, "C", loop.time())
     gate.forget_idle(loop.time() - 1)
-    assert repr(gate) == "ChatGate(chats=1)"  # its last call is recent
+    assert repr(gate) == "EditPacer(chats=1)"  # its last call is recent
     gate.forget_idle(loop.time() + 1)
-    assert repr(gate) == "ChatGate(chats=0)"
+    assert repr(gate) == "EditPacer(chats=0)"
 
 
 async def test_a_display_closed_during_its_call_still_spaces_the_chats_next_call() -> None:
@@ -85,7 +85,7 @@ async def test_a_display_closed_during_its_call_still_spaces_the_chats_next_call
     answer's) still waits the interval. Before, the closed display only left the queue
     and the next answer's edit followed at once (two edits 25 ms apart under load)."""
     interval = 0.2
-    gate = ChatGate()
+    gate = EditPacer()
     loop = asyncio.get_running_loop()
     at_telegram = asyncio.Event()
     calls: list[float] = []

@@ -1,4 +1,4 @@
-"""The fence gate (``bot.session.fence.FenceGate``): no Bot API call leaves a process taken
+"""The fence gate (``bot.session.fence.FencedSession``): no Bot API call leaves a process taken
 for dead; a recording transport in place of aiogram's session."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from aiogram import Bot
 from aiogram.methods import SendMessage, TelegramMethod
 
-from bot.session.fence import FencedCall, FenceGate
+from bot.session.fence import FencedCall, FencedSession
 
 TOKEN = "123456789:TEST-fake-token-AAAAAAAAAAAAAAAAAAAA"
 
@@ -30,7 +30,7 @@ async def test_no_call_leaves_once_the_lease_is_lost() -> None:
     """Calls pass while the lease is confirmed; once it is not (taken for dead), each
     call raises FencedCall (a TelegramAPIError: callers log it) and reaches nothing."""
     lease = Lease()
-    gate = FenceGate(lease)
+    gate = FencedSession(lease)
     calls: list[TelegramMethod[Any]] = []
 
     async def transport(bot: Bot, method: TelegramMethod[Any]) -> Any:

@@ -1,4 +1,4 @@
-"""The per-chat flood gate (``bot.session.flood_waits.FloodGate``) on a manual clock, with a
+"""The per-chat flood gate (``bot.session.flood_waits.FloodWaits``) on a manual clock, with a
 recording transport in place of aiogram's session."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from aiogram import Bot
 from aiogram.exceptions import TelegramForbiddenError, TelegramRetryAfter
 from aiogram.methods import SendChatAction, SendMessage, TelegramMethod
 
-from bot.session.flood_waits import FloodGate
+from bot.session.flood_waits import FloodWaits
 from budget.kernel.clock import ManualClock
 
 TOKEN = "123456789:TEST-fake-token-AAAAAAAAAAAAAAAAAAAA"
@@ -31,7 +31,7 @@ class Transport:
         return True
 
 
-async def send(gate: FloodGate, transport: Transport, bot: Bot, method: Any) -> object:
+async def send(gate: FloodWaits, transport: Transport, bot: Bot, method: Any) -> object:
     """One call through the gate; returns what the session would hand back."""
     result: object = await gate(transport, bot, method)
     return result
@@ -42,7 +42,7 @@ async def test_no_call_leaves_for_a_chat_during_its_flood_wait() -> None:
     seconds left and reach no transport, its chat actions are dropped as done, chat 2 is
     not affected; at t=40 chat 1 is open again."""
     clock = ManualClock()
-    gate = FloodGate(clock)
+    gate = FloodWaits(clock)
     transport = Transport()
     bot = Bot(TOKEN)
     transport.retry_after = 40
@@ -64,7 +64,7 @@ async def test_no_call_leaves_for_a_chat_during_its_flood_wait() -> None:
 async def test_a_later_429_never_shortens_a_wait() -> None:
     """close(40) then close(5): the chat stays closed for 40 s."""
     clock = ManualClock()
-    gate = FloodGate(clock)
+    gate = FloodWaits(clock)
     gate.close(7, 40)
     gate.close(7, 5)
     clock.advance(20)
@@ -85,7 +85,7 @@ async def test_a_refused_chat_action_is_answered_as_done_and_a_send_still_raises
     """A blocked chat: "typing…" comes back as done (cosmetic; aiogram's ChatActionSender
     must not die with an unretrieved exception), while a message to it still raises the
     403 its caller records as undeliverable."""
-    gate = FloodGate(ManualClock())
+    gate = FloodWaits(ManualClock())
     transport = Refusing()
     bot = Bot(TOKEN)
     assert await send(gate, transport, bot, SendChatAction(chat_id=5, action="typing")) is True

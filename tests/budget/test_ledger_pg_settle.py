@@ -1,6 +1,6 @@
 """The PostgreSQL ledger's one-statement settle and release, and its burn-rate trigger
 run after the settle commits (:mod:`budget.storage.postgres.ends`,
-:class:`budget.storage.postgres.burn.BurnGate`).
+:class:`budget.storage.postgres.burn.BurnCheckTimer`).
 
 A settle reads its hold without a lock, then books it by one self-committing statement
 that writes nothing if the hold changed in between (another step ended it, a sweep

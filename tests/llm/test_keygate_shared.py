@@ -14,13 +14,13 @@ import pytest
 from budget.config import LedgerConfig
 from budget.kernel.clock import ManualClock
 from budget.storage.postgres.store import PgStore
-from llm.keys.admission import KeyGate
+from llm.keys.admission import KeyAdmission
 from llm.keys.breaker import CircuitBreaker, CircuitState
 from llm.keys.pacing import Pacer
 from llm.keys.postgres import PgKeyStates
 from llm.types import RateLimitInfo
 
-Replica = Callable[[], Awaitable[KeyGate]]
+Replica = Callable[[], Awaitable[KeyAdmission]]
 
 
 @pytest.fixture
@@ -34,14 +34,16 @@ async def replica(pg_migrated_url: str, clock: ManualClock) -> AsyncIterator[Rep
     """Make gates that share the database, each with its own store and memory."""
     stores: list[PgStore] = []
 
-    async def make() -> KeyGate:
+    async def make() -> KeyAdmission:
         store = PgStore(
             pg_migrated_url, LedgerConfig(), f"r{len(stores)}", clock, run_heartbeat=False
         )
         await store.open()
         stores.append(store)
         breaker = CircuitBreaker(clock, cooldown_s=600.0, cooldown_max_s=3600.0)
-        return KeyGate(breaker, Pacer(clock), clock, PgKeyStates(store, clock), trial_lease_s=90)
+        return KeyAdmission(
+            breaker, Pacer(clock), clock, PgKeyStates(store, clock), trial_lease_s=90
+        )
 
     yield make
     for store in stores:

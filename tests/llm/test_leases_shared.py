@@ -14,10 +14,10 @@ import pytest
 from budget.config import LedgerConfig
 from budget.kernel.clock import Clock, ManualClock, SystemClock
 from budget.storage.postgres.store import PgStore
-from llm.keys.claims import PgLeases
+from llm.keys.claims import CallClaims
 from llm.keys.slots import DeploymentSlots, PrioritySlots
 
-Process = Callable[[Clock], Awaitable[tuple[PgStore, PgLeases]]]
+Process = Callable[[Clock], Awaitable[tuple[PgStore, CallClaims]]]
 
 
 @pytest.fixture
@@ -25,12 +25,12 @@ async def process(pg_migrated_url: str) -> AsyncIterator[Process]:
     """Open stores that share the database (each registered with a heartbeat row)."""
     stores: list[PgStore] = []
 
-    async def make(clock: Clock) -> tuple[PgStore, PgLeases]:
+    async def make(clock: Clock) -> tuple[PgStore, CallClaims]:
         pid = f"p{len(stores)}"
         store = PgStore(pg_migrated_url, LedgerConfig(), pid, clock, run_heartbeat=False)
         await store.open()
         stores.append(store)
-        return store, PgLeases(store, pid, clock, ttl_s=300.0, dead_after_s=60.0)
+        return store, CallClaims(store, pid, clock, ttl_s=300.0, dead_after_s=60.0)
 
     yield make
     for store in stores:

@@ -1,6 +1,6 @@
 """When a PostgreSQL ledger process runs the burn-rate trigger after its settles.
 
-:class:`BurnGate` is the schedule; the check itself (a read, then a trip in a
+:class:`BurnCheckTimer` is the schedule; the check itself (a read, then a trip in a
 transaction of its own when over) is :meth:`budget.storage.postgres.store.PgStore._burn_check`,
 the statements :func:`budget.storage.postgres.rows.burn_rate` and
 :func:`budget.storage.postgres.rows.auto_kill`.
@@ -13,14 +13,14 @@ import asyncio
 
 from budget.storage.postgres.rows import BurnRate
 
-__all__ = ["AUTO_KILL_CHECK_S", "BurnGate"]
+__all__ = ["AUTO_KILL_CHECK_S", "BurnCheckTimer"]
 
 #: Seconds (ledger clock) a process lets pass between two burn-rate checks after its
 #: settles, unless its own spend since the last check could cross the threshold.
 AUTO_KILL_CHECK_S = 0.25
 
 
-class BurnGate:
+class BurnCheckTimer:
     """When one process runs the burn-rate trigger after its settles.
 
     The trigger (:func:`budget.storage.postgres.rows.auto_kill`) sums the holds ended in the

@@ -14,7 +14,7 @@ deadlock, then fails closed), locking only the rows it touches in the one order 
   (they record events), or a hold changed between the read and the statement
   (nothing written) go through the locked transaction: lock the hold row, one
   statement books the same deltas, the events, COMMIT. Settled spend's burn-rate
-  check is the caller's, after the commit (:class:`budget.storage.postgres.burn.BurnGate`); a
+  check is the caller's, after the commit (:class:`budget.storage.postgres.burn.BurnCheckTimer`); a
   sweep's is in its transaction.
 * ``sweep`` — expiry at the provable bound; margins of holds an older version granted
   are booked (see :mod:`budget.storage.postgres.holds`).

@@ -1,5 +1,5 @@
 """A PostgreSQL ledger process's lease: its heartbeat in ``budget_processes``, and its
-fencing once another process declared it dead (:class:`PgLease`, a base of
+fencing once another process declared it dead (:class:`ProcessLease`, a base of
 :class:`budget.storage.postgres.store.PgStore`; moved out of it, issue 12).
 
 Another process declares a process dead — no heartbeat for ``process_dead_after_s``
@@ -7,7 +7,7 @@ seconds — by deleting its row (:data:`budget.storage.postgres.ends.DECLARE_DEA
 its work. A live process stalled that long is then *fenced* when it wakes: its beat
 finds its row gone and does not register it again, it logs one ERROR, runs its
 ``on_fenced`` callbacks once (the bot stops taking work and exits), and its store
-grants nothing more; :meth:`PgLease.confirm_lease` tells callers before they act.
+grants nothing more; :meth:`ProcessLease.confirm_lease` tells callers before they act.
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ from budget.kernel.clock import Clock
 from budget.kernel.failure_log import FailureLog
 from budget.storage.postgres.admin import STORAGE
 
-__all__ = ["PgLease"]
+__all__ = ["ProcessLease"]
 
 log = logging.getLogger(
     "budget.storage.postgres.store"
 )  # the name before the split: log lines unchanged
 
 
-class PgLease(abc.ABC):
+class ProcessLease(abc.ABC):
     """The heartbeat and the fence of one process (module docstring). The store
     provides ``clock``, ``config``, ``process_id`` and the heartbeat's own connection
     (``_beat_connection``, ``_drop_beat_connection``).

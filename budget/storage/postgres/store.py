@@ -15,7 +15,8 @@ and the sweep: :mod:`budget.storage.postgres.ends`) is async SQL on the event lo
 prepared once per connection; a refusal
 rolls its transaction back (nothing held anywhere) and then records its event. A
 settle or a release of a held hold is one statement that commits by itself, and
-the burn-rate trigger runs after it committed (:class:`budget.storage.postgres.burn.BurnGate`). A
+the burn-rate trigger runs after it committed
+(:class:`budget.storage.postgres.burn.BurnCheckTimer`). A
 serialization failure or a deadlock (from anything else touching the tables) is
 retried up to :data:`RETRIES` attempts after a random pause (jitter, growing), then
 :class:`~budget.errors.LedgerUnavailable` (fail closed: no provider call).
@@ -66,8 +67,8 @@ from budget.protocol import HoldTicket, OperationTicket
 from budget.status import KillState
 from budget.storage.postgres import ends, holds
 from budget.storage.postgres.admin import RETRIES, RETRYABLE, STORAGE, Body, PgRowSteps
-from budget.storage.postgres.burn import BurnGate
-from budget.storage.postgres.lease import PgLease
+from budget.storage.postgres.burn import BurnCheckTimer
+from budget.storage.postgres.lease import ProcessLease
 from budget.storage.postgres.rows import (
     PgCursor,
     Refused,
@@ -106,7 +107,7 @@ async def keep_session(conn: Any) -> None:
     del conn
 
 
-class PgStore(PgLease, PgRowSteps):
+class PgStore(ProcessLease, PgRowSteps):
     """The ledger on PostgreSQL (module docstring).
 
     Args:
@@ -151,7 +152,7 @@ class PgStore(PgLease, PgRowSteps):
         self._pool: asyncpg.Pool | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._heartbeat: asyncio.Task[None] | None = None
-        self._burn = BurnGate()
+        self._burn = BurnCheckTimer()
         #: what this process's holds and settles need not read back
         self._known = holds.Known()
         self._init_lease()
@@ -367,7 +368,7 @@ class PgStore(PgLease, PgRowSteps):
     ) -> SettleOutcome:
         """See :meth:`budget.storage.store.LedgerStore.settle` (its transactions are its own:
         :func:`budget.storage.postgres.ends.settle`). The burn-rate trigger runs after the settle
-        committed, when :class:`BurnGate` says it is due."""
+        committed, when :class:`BurnCheckTimer` says it is due."""
         done = await self.tx(
             now,
             partial(
@@ -394,7 +395,7 @@ class PgStore(PgLease, PgRowSteps):
 
     async def _burn_check(self, now: datetime, due: Callable[[], bool]) -> KillState | None:
         """Run the burn-rate trigger if ``due()`` (asked again once this process's
-        other check, if one is running, is done): read (:class:`BurnGate`), then trip
+        other check, if one is running, is done): read (:class:`BurnCheckTimer`), then trip
         in a transaction of its own when over; the tripped state or ``None``. A
         storage failure is logged and leaves the check due (the settle before it is
         committed: it is not failed for it)."""
