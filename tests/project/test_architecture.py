@@ -1,0 +1,348 @@
+"""The house rules, checked on the source (``docs/architecture.md``, "Layers").
+
+* Layers import one way: ``budget.kernel`` (imports nothing of the project) ← ``budget`` ←
+  ``llm`` ← ``scheduler`` ← ``bot``. A module may import its own layer and the layers below.
+* No import cycle between modules, whatever the kind of import (module level, inside a
+  function, or only for type checking): a cycle is a tangle a reader cannot start from.
+* ``budget``, ``llm`` and ``scheduler`` never import aiogram (Telegram is the bot's business).
+* Sizes: no product module over :data:`MAX_MODULE_LINES` lines, no function over
+  :data:`MAX_FUNCTION_LINES` (nested functions count on their own; the outer one includes them).
+* No history in names: product code does not cite a review round ("issue 10", "trial 15");
+  a decision worth keeping is in ``docs/decisions/`` and a comment cites that file. Test
+  files and test functions are named by behaviour.
+
+Everything is read with :mod:`ast` from the files, so nothing is imported.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("bot", "budget", "llm", "scheduler")
+#: lowest first; a module may import its own layer and every layer before it
+LAYERS = ("budget.kernel", "budget", "llm", "scheduler", "bot")
+NO_AIOGRAM = ("budget", "llm", "scheduler")
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80
+HISTORY = re.compile(r"\b(issue|trial)s?\s+(of\s+issue\s+)?\d+", re.IGNORECASE)
+
+#: Offenders still being folded; each entry must still offend (so the list only shrinks).
+OVERSIZED_MODULES: frozenset[str] = frozenset(
+    {
+        "bot.chat.streaming",
+        "bot.handlers.admin",
+        "bot.settings",
+        "budget.books.reconcile",
+        "budget.kernel.sqlite_writer",
+        "budget.ledger",
+        "scheduler.runner",
+    }
+)
+OVERLONG_FUNCTIONS: frozenset[str] = frozenset(
+    {
+        "bot.app.factory:create_app",
+        "bot.app.polling:_poll",
+        "bot.handlers.admin:create_admin_router",
+        "bot.handlers.admin:render_budget",
+        "bot.handlers.books:create_books_router",
+        "bot.handlers.chat:create_chat_router",
+        "bot.handlers.chat:on_text",
+        "bot.handlers.digests:create_digest_router",
+        "budget.books.export:write_export",
+        "budget.books.reconcile:reconcile",
+        "budget.books.usage_export:parse_export",
+        "budget.ledger:reserve",
+        "budget.storage.postgres.holds:_reserve",
+        "budget.storage.sql.corrections:apply_corrections",
+        "budget.storage.sql.reports:status",
+        "llm.cascade.attempt:run",
+        "llm.cascade.streamed:streamed_call",
+        "scheduler.runner:_generate",
+    }
+)
+CYCLES_LEFT: frozenset[frozenset[str]] = frozenset(
+    {
+        frozenset({"budget.storage.store", "budget.books.corrections"}),
+        frozenset(
+            {
+                "bot.__main__",
+                "bot.app.factory",
+                "bot.app.lifecycle",
+                "bot.app.polling",
+                "bot.app.webhook",
+                "bot.chat.failures",
+                "bot.chat.streaming",
+                "bot.handlers.admin",
+                "bot.handlers.chat",
+                "bot.handlers.common",
+                "bot.handlers.digests",
+                "bot.handlers.errors",
+                "bot.handlers.me",
+                "bot.handlers.stream",
+                "bot.middlewares.context",
+                "bot.middlewares.intake",
+                "bot.ops.configio",
+                "bot.ops.health",
+                "bot.ops.metrics",
+            }
+        ),
+    }
+)
+#: Upward imports still being folded ("importer -> imported").
+UPWARD_LEFT: frozenset[str] = frozenset(
+    {
+        "budget.__main__ -> bot.storage.migrate",
+        "budget.kernel.sqlite_writer -> budget.errors",
+        "budget.kernel.sqlite_writer -> budget.storage.store",
+    }
+)
+#: Files that still cite a review round.
+HISTORY_LEFT: frozenset[str] = frozenset(
+    {
+        "bot/app/factory.py",
+        "bot/chat/service.py",
+        "bot/handlers/chat.py",
+        "bot/handlers/inline_filters.py",
+        "bot/middlewares/intake.py",
+        "bot/session/updates.py",
+        "bot/storage/sqlite_hot.py",
+        "bot/text/templates.py",
+        "budget/kernel/db.py",
+        "budget/kernel/failure_log.py",
+        "budget/kernel/sqlite_writer.py",
+        "budget/ledger.py",
+        "budget/pricing/tokens.py",
+        "budget/storage/postgres/lease.py",
+        "budget/storage/postgres/timestamps.py",
+        "budget/storage/sql/holds.py",
+        "budget/storage/store.py",
+        "budget/storage/tables.py",
+        "llm/providers/groq.py",
+        "llm/providers/openai_compat.py",
+        "llm/providers/plain_post.py",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Edge:
+    """``importer`` imports ``imported`` (both dotted module names) at ``line``."""
+
+    importer: str
+    imported: str
+    line: int
+
+
+def product_files() -> dict[str, Path]:
+    """Dotted module name → file, for every product module (Alembic revisions aside:
+    they are frozen history, run by Alembic, never imported by the code)."""
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT)
+            if rel.parts[:3] == ("bot", "migrations", "versions"):
+                continue
+            parts = list(rel.with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> Iterator[Edge]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(tree):
+        targets: list[str] = []
+        if not isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        else:
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                yield Edge(name, target, node.lineno)
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = product_files()
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        graph.setdefault(name, set())
+        for edge in _imports(name, path, modules):
+            graph[name].add(edge.imported)
+    return graph
+
+
+def layer_of(module: str) -> int:
+    """Index in :data:`LAYERS` of the most specific layer ``module`` is in."""
+    best = -1
+    for index, prefix in enumerate(LAYERS):
+        if (module == prefix or module.startswith(prefix + ".")) and (
+            best < 0 or len(prefix) > len(LAYERS[best])
+        ):
+            best = index
+    assert best >= 0, module
+    return best
+
+
+def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[frozenset[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component: set[str] = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(frozenset(component))
+    return found
+
+
+def test_imports_flow_down_the_layers_only() -> None:
+    """A module imports its own layer and the ones below: the kernel nothing of the
+    project, ``budget`` no ``llm``, ``llm`` no ``scheduler``, nothing but ``bot`` the bot."""
+    modules = product_files()
+    wrong = {
+        f"{edge.importer} -> {edge.imported}"
+        for name, path in modules.items()
+        for edge in _imports(name, path, modules)
+        if layer_of(edge.imported) > layer_of(edge.importer)
+    }
+    assert wrong <= UPWARD_LEFT, sorted(wrong - UPWARD_LEFT)
+    assert wrong >= UPWARD_LEFT, "an upward import listed as left is gone: drop it"
+
+
+def test_there_is_no_import_cycle() -> None:
+    """Every import counts (module level, in a function, under ``TYPE_CHECKING``)."""
+    left = set(cycles(import_graph()))
+    assert left <= set(CYCLES_LEFT), sorted(sorted(c) for c in left - set(CYCLES_LEFT))
+    assert set(CYCLES_LEFT) <= left, "a cycle listed as left is gone: drop it from the list"
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    """The check above can fail: a two-module and a three-module cycle are found."""
+    graph = {"a": {"b"}, "b": {"a", "c"}, "c": {"d"}, "d": {"e"}, "e": {"c"}, "f": {"a"}}
+    assert set(cycles(graph)) == {frozenset({"a", "b"}), frozenset({"c", "d", "e"})}
+
+
+def test_budget_llm_and_scheduler_never_import_aiogram() -> None:
+    modules = product_files()
+    wrong = []
+    for name, path in modules.items():
+        if layer_of(name) > LAYERS.index("scheduler"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+            )
+            wrong += [f"{name}:{node.lineno}" for n in names if n.split(".")[0] == "aiogram"]
+    assert wrong == []
+
+
+def _function_lengths() -> Iterator[tuple[str, int]]:
+    for name, path in product_files().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                assert node.end_lineno is not None
+                yield f"{name}:{node.name}", node.end_lineno - node.lineno + 1
+
+
+def test_no_module_is_over_the_size_limit() -> None:
+    sizes = {
+        name: len(path.read_text(encoding="utf-8").splitlines())
+        for name, path in product_files().items()
+    }
+    over = {name for name, lines in sizes.items() if lines > MAX_MODULE_LINES}
+    assert over <= OVERSIZED_MODULES, {n: sizes[n] for n in sorted(over - OVERSIZED_MODULES)}
+    assert over >= OVERSIZED_MODULES, "folded below the limit: drop it from the list"
+
+
+def test_no_function_is_over_the_size_limit() -> None:
+    lengths = dict(_function_lengths())
+    over = {name for name, lines in lengths.items() if lines > MAX_FUNCTION_LINES}
+    assert over <= OVERLONG_FUNCTIONS, {n: lengths[n] for n in sorted(over - OVERLONG_FUNCTIONS)}
+    assert over >= OVERLONG_FUNCTIONS, "folded below the limit: drop it from the list"
+
+
+def test_product_code_cites_no_review_round() -> None:
+    """Comments and docstrings explain; "issue 10" or "trial 15" tells a newcomer nothing
+    (the decision goes to ``docs/decisions/NNN-*.md``)."""
+    cited = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in product_files().values()
+        if str(path.relative_to(ROOT)) not in HISTORY_LEFT
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if HISTORY.search(line)
+    ]
+    assert cited == []
+    still = {
+        str(path.relative_to(ROOT))
+        for path in product_files().values()
+        if HISTORY.search(path.read_text(encoding="utf-8"))
+    }
+    assert still >= HISTORY_LEFT, "a file listed as citing no longer does: drop it"
+
+
+def test_tests_are_named_by_behaviour() -> None:
+    """No test file or test function is named after a review round."""
+    round_name = re.compile(r"(issue|trial)_?\d+", re.IGNORECASE)
+    wrong = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        if round_name.search(path.name):
+            wrong.append(str(path.relative_to(ROOT)))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and round_name.search(
+                node.name
+            ):
+                wrong.append(f"{path.relative_to(ROOT)}:{node.name}")
+    assert wrong == []
