@@ -69,29 +69,6 @@ OVERLONG_FUNCTIONS: frozenset[str] = frozenset(
 CYCLES_LEFT: frozenset[frozenset[str]] = frozenset(
     {
         frozenset({"budget.storage.store", "budget.books.corrections"}),
-        frozenset(
-            {
-                "bot.__main__",
-                "bot.app.factory",
-                "bot.app.lifecycle",
-                "bot.app.polling",
-                "bot.app.webhook",
-                "bot.chat.failures",
-                "bot.chat.streaming",
-                "bot.handlers.admin",
-                "bot.handlers.chat",
-                "bot.handlers.common",
-                "bot.handlers.digests",
-                "bot.handlers.errors",
-                "bot.handlers.me",
-                "bot.handlers.stream",
-                "bot.middlewares.context",
-                "bot.middlewares.intake",
-                "bot.ops.configio",
-                "bot.ops.health",
-                "bot.ops.metrics",
-            }
-        ),
     }
 )
 #: Upward imports still being folded ("importer -> imported").
