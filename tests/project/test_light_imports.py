@@ -82,7 +82,7 @@ def test_token_pattern_agrees_with_aiogram(token: str) -> None:
     """The settings' pattern accepts exactly what aiogram's validate_token accepts
     (aiogram's ``isdigit`` also takes non-ASCII digits; Telegram ids are ASCII, so the
     pattern is stricter there and only there)."""
-    from bot.settings import _TOKEN
+    from bot.settings.env import _TOKEN
 
     try:
         aiogram_ok = validate_token(token)
