@@ -37,7 +37,6 @@ OVERSIZED_MODULES: frozenset[str] = frozenset(
     {
         "bot.chat.streaming",
         "bot.handlers.admin",
-        "bot.settings.env",
         "budget.books.reconcile",
         "budget.kernel.sqlite_writer",
         "budget.ledger",
