@@ -46,7 +46,6 @@ OVERSIZED_MODULES: frozenset[str] = frozenset(
 OVERLONG_FUNCTIONS: frozenset[str] = frozenset(
     {
         "bot.app.factory:create_app",
-        "bot.app.polling:_poll",
         "bot.handlers.admin:create_admin_router",
         "bot.handlers.admin:render_budget",
         "bot.handlers.books:create_books_router",
