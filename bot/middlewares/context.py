@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from bot.chat.streaming import StreamConfig, StreamMetrics, StreamRegistry
     from bot.ops.admin_notices import AdminNotifier
     from bot.storage.repos import History, Intake
+    from bot.storage.values import Preferences
     from budget.books.stops import StopBook
     from budget.kernel.clock import Clock
     from budget.ledger import Ledger
@@ -130,11 +131,9 @@ class UserContext:
 class ProfileStore(Protocol):
     """User preferences the bot needs on every update."""
 
-    async def touch(
-        self, user_id: int, chat_id: int, telegram_language: str | None
-    ) -> tuple[str | None, str | None]:
-        """Create/refresh the profile (marks the user active again); returns (language, tz)
-        as stored — ``None`` where the user has not chosen."""
+    async def touch(self, user_id: int, chat_id: int, telegram_language: str | None) -> Preferences:
+        """Create/refresh the profile (marks the user active again); returns its
+        preferences as stored."""
         ...
 
     async def set_tz(self, user_id: int, tz: str) -> None: ...
