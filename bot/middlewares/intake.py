@@ -130,9 +130,10 @@ class ProfileMiddleware(BaseMiddleware):
     the defaults (language from the client, DEFAULT_USER_TZ).
 
     With ``recorder`` (SQLite: the ledger's writer) a user's message is also taken in
-    here, in the touch's step (issue 10: one writer round trip and one commit instead
-    of two), exactly as :class:`IntakeMiddleware` would record it — not a message a
-    webhook already took in, nor one sent on behalf of a chat.
+    here, in the touch's step (one writer round trip and one commit instead of two:
+    ``docs/decisions/061-one-writer-per-sqlite-file.md``), exactly as
+    :class:`IntakeMiddleware` would record it — not a message a webhook already took
+    in, nor one sent on behalf of a chat.
     """
 
     def __init__(

@@ -1,21 +1,20 @@
 """The message path's writes to the bot's tables on a SQLite file, through the ledger's
-one writer (issue 10): intake record and outcome, history load and append, the profile's
-``last_seen_at``.
+one writer (``docs/decisions/061-one-writer-per-sqlite-file.md``): intake record and
+outcome, history load and append, the profile's ``last_seen_at``.
 
-Why: through SQLAlchemy's ORM and aiosqlite each of these was a session (unit of work,
-identity map), several thread hops (BEGIN, statement, COMMIT) and its own commit — a
-third of the bot's CPU time per message in a burst. Here each is one step of the
-ledger's writer (:class:`budget.kernel.sqlite_writer.SqliteWriter`): plain ``sqlite3`` on its
-thread, one hop, and a *grouped* step (``durable=False``) that shares the commit of the
-group it lands in — one writer per database file, so a burst's intake records, holds
-and history share their commits (issue 10: "Bot tables and the ledger: one writer per
-database file").
+Why not the ORM here: through SQLAlchemy's ORM and aiosqlite each of these is a session
+(unit of work, identity map), several thread hops (BEGIN, statement, COMMIT) and its own
+commit — measured, a third of the bot's CPU time per message in a burst. Here each is
+one step of the ledger's writer (:class:`budget.kernel.sqlite_writer.SqliteWriter`):
+plain ``sqlite3`` on its thread, one hop, and a *grouped* step (``durable=False``) that
+shares the commit of the group it lands in — one writer per database file, so a
+burst's intake records, holds and history share their commits.
 
-Durability is unchanged: a grouped step is committed (in the WAL) before it is answered,
+Durability: a grouped step is committed (in the WAL) before it is answered,
 so it survives a process crash; the next durable group (a hold) fsyncs it with every
 frame before it — a message's intake record is committed before its first hold is
-queued, so it is on disk no later than that hold (see the README, "Which writes wait for
-the disk").
+queued, so it is on disk no later than that hold (the durability rules are in the
+decision above).
 
 Values are written exactly as SQLAlchemy writes them (each column's own bind processor
 for the SQLite dialect: datetimes as naive-UTC text), so the ORM code that reads these
