@@ -35,7 +35,7 @@ from aiogram.methods.base import TelegramType
 if TYPE_CHECKING:
     from aiogram import Bot
 
-__all__ = ["FencedCall", "FencedSession", "Lease", "ProcessFenced"]
+__all__ = ["FencedCall", "FencedSession", "LeaseHolder", "ProcessFenced"]
 
 #: The exit line (stderr) of a fenced process.
 FENCED_EXIT = (
@@ -56,8 +56,9 @@ class FencedCall(TelegramAPIError):
     it as any refused call: logged, not retried here)."""
 
 
-class Lease(Protocol):
-    """What :class:`FencedSession` asks (:class:`budget.storage.postgres.store.PgStore`)."""
+class LeaseHolder(Protocol):
+    """Who holds this process's lease (its heartbeat), as :class:`FencedSession` asks it
+    (:class:`budget.storage.postgres.store.PgStore`)."""
 
     async def confirm_lease(self) -> bool:
         """False once this process was taken for dead (see the store)."""
@@ -73,7 +74,7 @@ class FencedSession(BaseRequestMiddleware):
 
     __slots__ = ("_lease",)
 
-    def __init__(self, lease: Lease) -> None:
+    def __init__(self, lease: LeaseHolder) -> None:
         self._lease = lease
 
     def __repr__(self) -> str:
