@@ -318,3 +318,18 @@ def test_tests_are_named_by_behaviour() -> None:
             ):
                 wrong.append(f"{path.relative_to(ROOT)}:{node.name}")
     assert wrong == []
+
+
+def test_only_the_composition_root_imports_handlers() -> None:
+    """Routers sit at the top of the bot: ``bot.app`` (the composition root) and the
+    handlers themselves import them; the middlewares' typed context, the chat service,
+    storage and ops never do (what a handler builds for the dispatcher is named there by
+    a protocol), so nothing below the handlers can close a circle through them."""
+    wrong = sorted(
+        f"{importer} -> {imported}"
+        for importer, imports in import_graph().items()
+        for imported in imports
+        if imported.startswith("bot.handlers")
+        and not importer.startswith(("bot.handlers", "bot.app"))
+    )
+    assert wrong == []
