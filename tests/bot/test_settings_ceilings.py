@@ -60,8 +60,10 @@ def test_the_walk_finds_the_settings_of_the_trial() -> None:
 
 
 def _ceiling_rows() -> list[str]:
-    readme = (_ROOT / "README.md").read_text(encoding="utf-8")
-    return [line for line in readme.splitlines() if line.startswith("| at most ")]
+    """The ceiling rows of README and of the pages in docs/ (a topic's own settings)."""
+    pages = [_ROOT / "README.md", *sorted((_ROOT / "docs").glob("**/*.md"))]
+    text = "\n".join(page.read_text(encoding="utf-8") for page in pages)
+    return [line for line in text.splitlines() if line.startswith("| at most ")]
 
 
 @pytest.mark.parametrize("field", NUMERIC)

@@ -22,11 +22,16 @@ def _env_example_names() -> set[str]:
 
 
 def _configuration_rows() -> str:
+    """README's Configuration table, then the settings tables of the pages in docs/
+    (a topic's own settings, e.g. docs/webhook.md's limits)."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("\n## Configuration\n", 1)[1].split("\n### ", 1)[0]
     [table] = [
         block for block in section.split("\n\n") if block.startswith("| variable | meaning |")
     ]
+    for page in sorted((ROOT / "docs").glob("**/*.md")):
+        blocks = page.read_text(encoding="utf-8").split("\n\n")
+        table += "".join("\n" + b.strip() for b in blocks if b.startswith("| variable | meaning |"))
     return table
 
 
