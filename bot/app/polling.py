@@ -67,7 +67,8 @@ async def run(settings: Settings) -> int:
     Exit codes: 0 after a clean stop; 2 for configuration the bot cannot run with
     (database URL, database in use by another process, a schema ahead of this code, a
     refused database login, token refused by Telegram, prices, a webhook set for the
-    token while this process would poll); 1 when Telegram or the
+    token while this process would poll); 1 when Telegram asks the start to wait longer
+    than it waits (:mod:`bot.app.start_waits`), when Telegram or the
     PostgreSQL server cannot be reached at start, Telegram answers with something that
     is not a Telegram response, anything unexpected ends the bot, or another process
     took this one for dead (PostgreSQL: its heartbeat late by more than
@@ -122,6 +123,7 @@ async def _poll(settings: Settings) -> int:
 
     from bot.app.factory import create_app
     from bot.app.lifecycle import WebhookIsSet
+    from bot.app.start_waits import StartFloodWait
     from bot.session.fence import ProcessFenced
 
     try:
@@ -158,6 +160,10 @@ async def _poll(settings: Settings) -> int:
         _fail(str(exc), settings)
         await app.close_after_failed_start()
         return 2
+    except StartFloodWait as exc:  # a 429 beyond what a start waits: the supervisor retries
+        _fail(str(exc), settings)
+        await app.close_after_failed_start()
+        return 1
     except TelegramUnauthorizedError:
         _fail("Telegram refused BOT_TOKEN (401 Unauthorized): check it with @BotFather", settings)
         await app.close_after_failed_start()

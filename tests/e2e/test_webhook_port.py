@@ -13,7 +13,9 @@ import asyncio
 import os
 import sqlite3
 
-from tests.support.harness import BotFactory, BotProcess, free_port
+import pytest
+
+from tests.support.harness import BotExited, BotFactory, BotProcess, free_port
 from tests.support.providers import FakeProviders
 from tests.support.strangers import (
     closed_count,
@@ -271,3 +273,41 @@ async def test_polling_skips_nested_json_and_ids_beyond_64_bits_and_goes_on(
     assert counts.get("undecodable_update") == 2
     assert _seen_chats(env) == {96, 97}
     assert await bot.stop() == 0
+
+
+async def test_a_429_on_set_webhook_at_start_is_waited_out_and_the_replica_starts(
+    bot_factory: BotFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """Replicas starting together hit Telegram's per-bot limit: one 429 with
+    ``retry_after=2`` on setWebhook is waited out (one WARNING), the call is made again
+    no sooner and the replica starts and answers. Before, it exited 1."""
+    fake_telegram.fail_next("setWebhook", 429, retry_after=2)
+    env = _env(bot_env)
+    bot = await _replica(bot_factory, fake_telegram, env)
+    first, second = fake_telegram.requests("setWebhook")
+    assert first.status == 429 and second.status == 200
+    assert second.monotonic - first.monotonic >= 2.0
+    await _answered(fake_telegram, 98, "answered after a flood wait at start")
+    logs = bot.logs()
+    assert logs.count("Telegram asked to wait 2 s before setWebhook") == 1
+    assert await bot.stop() == 0
+
+
+async def test_a_429_beyond_the_start_bound_exits_1_in_one_line(
+    bot_factory: BotFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+) -> None:
+    """A ``retry_after`` beyond what a start waits in all (60 s) is not slept: exit 1
+    at once with one ``kopek:`` line naming the call and the wait asked for."""
+    fake_telegram.fail_next("setWebhook", 429, retry_after=3600)
+    env = _env(bot_env)
+    port = env["WEBHOOK_LISTEN_PORT"]
+    bot = bot_factory(env=env, ready_url=f"http://127.0.0.1:{port}/readyz")
+    with pytest.raises(BotExited) as exited:
+        await bot.start()
+    assert exited.value.returncode == 1
+    [line] = [ln for ln in bot.stderr().splitlines() if ln.startswith("kopek:")]
+    assert "setWebhook" in line and "3600 s" in line and "60 s" in line, line
+    assert len(fake_telegram.requests("setWebhook")) == 1
