@@ -21,7 +21,10 @@ generated.
 
 Timeouts (seconds, on the event loop's clock): ``first_token_s`` from the request
 until the first chunk; ``idle_s`` between chunks; the attempt's total deadline over
-everything. SSE comment lines (DeepSeek's ``: keep-alive``) are not chunks.
+everything. SSE comment lines (DeepSeek's ``: keep-alive``) are not chunks. One chunk
+(one server-sent event) is at most :data:`llm.providers.sse.MAX_EVENT_BYTES`: a bigger
+one is a cut, found as its bytes arrive, before any decoder holds the loop on it
+(:mod:`llm.providers.sse`).
 
 Errors: what the providers raise is already in :mod:`llm.errors`
 (:class:`~llm.errors.ProviderUnavailable` with ``interrupted=True`` for anything

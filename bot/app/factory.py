@@ -53,6 +53,7 @@ from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_c
 from bot.ops.schema_watch import SchemaWatch
 from bot.session.flood_waits import FloodWaits
 from bot.session.model_pins import PinResponseModels
+from bot.session.update_json import load_checked
 from bot.session.updates import (
     ConfirmWhenTakenIn,
     EndOfUpdate,
@@ -106,7 +107,11 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     i18n = create_i18n()
     bot = Bot(
         token=settings.bot_token.get_secret_value(),
-        session=AiohttpSession(api=TelegramAPIServer.from_base(settings.telegram_api_base)),
+        session=AiohttpSession(
+            api=TelegramAPIServer.from_base(settings.telegram_api_base),
+            # no depth or integer of an answer fails later (bot/session/update_json.py)
+            json_loads=load_checked,
+        ),
     )
     registry = CollectorRegistry()
     dropped = dropped_counter(registry)

@@ -71,7 +71,8 @@ async def run(settings: Settings) -> int:
     Exit codes: 0 after a clean stop; 2 for configuration the bot cannot run with
     (database URL, database in use by another process, a schema ahead of this code, a
     refused database login, token refused by Telegram, prices, a webhook set for the
-    token while this process would poll); 1 when Telegram or the
+    token while this process would poll); 1 when Telegram asks the start to wait longer
+    than it waits (:mod:`bot.app.start_waits`), when Telegram or the
     PostgreSQL server cannot be reached at start, Telegram answers with something that
     is not a Telegram response, anything unexpected ends the bot, or another process
     took this one for dead (PostgreSQL: its heartbeat late by more than
@@ -177,12 +178,15 @@ def _start_failure(exc: Exception, settings: Settings) -> tuple[int, str]:
     )
 
     from bot.app.lifecycle import WebhookIsSet
+    from bot.app.start_waits import StartFloodWait
 
     api = settings.telegram_api_base
     if isinstance(exc, SchemaMismatch):  # a newer version migrated since this one's migrations
         return 2, start_failure(exc, settings.database_url)[1]
     if isinstance(exc, WebhookIsSet):  # polling would take a webhook fleet's updates
         return 2, str(exc)
+    if isinstance(exc, StartFloodWait):  # a 429 beyond what a start waits: the supervisor retries
+        return 1, str(exc)
     if isinstance(exc, TelegramUnauthorizedError):
         return 2, "Telegram refused BOT_TOKEN (401 Unauthorized): check it with @BotFather"
     if isinstance(exc, TelegramNetworkError):

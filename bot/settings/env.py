@@ -133,6 +133,15 @@ class Settings(BotApiSettings):
     webhook_path: str = "/telegram"
     # connections Telegram may open at once to deliver updates (Telegram allows 1-100)
     webhook_max_connections: int = Field(40, ge=1, le=100)
+    # limits of the webhook port against strangers (docs/webhook.md): seconds from a
+    # connection's opening to its first complete request head; seconds to read a body;
+    # seconds an idle kept-alive connection stays open; connections open at once (also
+    # at most the descriptor limit less 256); bytes of one update
+    webhook_header_timeout_seconds: float = Field(10.0, gt=0, le=HOUR_S)
+    webhook_body_timeout_seconds: float = Field(10.0, gt=0, le=HOUR_S)
+    webhook_idle_timeout_seconds: float = Field(75.0, gt=0, le=HOUR_S)
+    webhook_max_open_connections: int = Field(1000, ge=1, le=1_000_000)
+    webhook_max_body_bytes: int = Field(1_048_576, ge=1024, le=100_000_000)
 
     # --- providers ----------------------------------------------------------
     groq_api_key: SecretStr | None = None

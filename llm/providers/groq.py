@@ -12,7 +12,9 @@ content type is not JSON (an HTML error page): that is a provider failure.
 Streaming (:meth:`GroqProvider.stream`): the SDK's ``stream=True``; Groq reports usage
 unasked, on the finish chunk (``x_groq.usage`` and/or ``usage``); an ``event: error``
 after the 200 is raised by the SDK as ``APIError`` and translated to an interrupted
-:class:`~llm.errors.ProviderUnavailable`.
+:class:`~llm.errors.ProviderUnavailable`. Each event is at most
+:data:`llm.providers.sse.MAX_EVENT_BYTES` (:func:`llm.providers.sse.bound_events`, under
+the SDK's decoder).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from llm.providers.base import (
 )
 from llm.providers.plain_post import PlainPost, PlainResponse, aiohttp_transport_error
 from llm.providers.ratelimits import parse_rate_limits
+from llm.providers.sse import bound_events
 from llm.stream import ChunkStream
 from llm.types import Completion, Message, RateLimitInfo
 
@@ -167,6 +170,7 @@ class GroqProvider(ProviderBase):
         sdk_stream, _content, limits = await self._create(
             messages, max_tokens, use_model, stream=True
         )
+        bound_events(self.name, sdk_stream.response)  # before the SDK reads a byte
         return ChunkStream(
             self.name,
             use_model,
