@@ -29,8 +29,6 @@ The provider's export is read by :mod:`budget.books.usage_export`.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 from collections import defaultdict
@@ -41,6 +39,7 @@ from decimal import Decimal
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from budget.books.csv_out import csv_bytes
 from budget.books.periods import (
     ExportFileError,
     Period,
@@ -161,12 +160,12 @@ class ReconcileReport:
         return "\n".join(out)
 
     def diff_csv(self) -> bytes | None:
-        """The differing rows as CSV bytes (``None`` when nothing differs)."""
+        """The differing rows as CSV bytes (``None`` when nothing differs), written by
+        :func:`budget.books.csv_out.csv_bytes` (a cell copied from the provider's file
+        that a spreadsheet would run as a formula gets a leading ``'``)."""
         if len(self.diff_rows) <= 1:
             return None
-        buf = io.StringIO(newline="")
-        csv.writer(buf).writerows(self.diff_rows)
-        return buf.getvalue().encode()
+        return csv_bytes(self.diff_rows)
 
 
 def _tol_musd(value: Decimal | int, tolerance_musd: int) -> Decimal:

@@ -54,7 +54,6 @@ OVERLONG_FUNCTIONS: frozenset[str] = frozenset(
         "bot.handlers.chat:create_chat_router",
         "bot.handlers.chat:on_text",
         "bot.handlers.digests:create_digest_router",
-        "budget.books.export:write_export",
         "budget.books.reconcile:reconcile",
         "budget.books.usage_export:parse_export",
         "budget.ledger:reserve",
