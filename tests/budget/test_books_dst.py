@@ -1,7 +1,7 @@
 """Issue 15 (trial 15, F8): the books cut local days and hours with the one DST helper,
 :func:`budget.policy.windows.local_instant` — export periods (``parse_period``), the buckets of
 a provider's usage export (``parse_export``) and the windows reconcile compares
-(``_buckets``). Every expectation is the helper's own answer or a hand-checked instant.
+(``compare_buckets``). Every expectation is the helper's own answer or a hand-checked instant.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from budget.books.periods import parse_period
-from budget.books.reconcile import _buckets
+from budget.books.periods import ExportFileError, parse_period
+from budget.books.reconcile_period import compare_buckets
 from budget.books.usage_export import parse_export
 from budget.policy.windows import local_instant
 
@@ -70,15 +70,40 @@ def test_daily_export_rows_are_the_helpers_local_days() -> None:
     assert second.start == first.end
 
 
-def test_hourly_export_rows_take_the_first_of_a_repeated_hour() -> None:
-    """``2026-10-25T02`` in Berlin happens twice: the row is the first (CEST) one; the
-    hour after the spring gap starts where the helper puts it."""
-    data = GENERIC % b"hour" + b"2026-10-25T02,m,10,0,5,0.01\n2026-03-29T03,m,10,0,5,0.01\n"
-    fall, spring = parse_export(data, "u.csv", "Europe/Berlin").lines
-    assert fall.start == datetime(2026, 10, 25, 0, tzinfo=UTC)
-    assert fall.end - fall.start == timedelta(hours=1)
+def test_a_repeated_local_hour_without_its_offset_is_refused_by_name() -> None:
+    """``2026-10-25T02`` in Berlin happens twice: a row naming it without a UTC offset was
+    read as the first one (CEST), so the second hour's usage was compared against the
+    first hour's bookings. Expected: refused, the hour and both offsets named."""
+    data = GENERIC % b"hour" + b"2026-10-25T01,m,10,0,5,0.01\n2026-10-25T02,m,10,0,5,0.01\n"
+    with pytest.raises(ExportFileError) as err:
+        parse_export(data, "u.csv", "Europe/Berlin")
+    assert str(err.value) == (
+        "line 3: 2026-10-25T02 happens twice in Europe/Berlin (the clocks go back): write "
+        "the hour with its UTC offset (2026-10-25T02:00+02:00 or 2026-10-25T02:00+01:00) "
+        "or export in UTC"
+    )
+    gap = GENERIC % b"hour" + b"2026-03-29T02,m,10,0,5,0.01\n"
+    with pytest.raises(ExportFileError, match="2026-03-29T02 does not exist in Europe/Berlin"):
+        parse_export(gap, "u.csv", "Europe/Berlin")
+
+
+def test_each_occurrence_of_a_repeated_hour_is_its_own_bucket_by_its_offset() -> None:
+    """With offsets the two ``02`` hours are two buckets keyed by their UTC start, labelled
+    apart; the hour after the spring gap starts where the helper puts it."""
+    data = GENERIC % b"hour" + (
+        b"2026-10-25T02:00+02:00,m,10,0,5,0.01\n"
+        b"2026-10-25T02:00+01:00,m,20,0,5,0.01\n"
+        b"2026-03-29T03,m,10,0,5,0.01\n"
+    )
+    first, second, spring = parse_export(data, "u.csv", "Europe/Berlin").lines
+    assert (first.start, second.start) == (
+        datetime(2026, 10, 25, 0, tzinfo=UTC),
+        datetime(2026, 10, 25, 1, tzinfo=UTC),
+    )
+    assert (first.label, second.label) == ("2026-10-25T02+02:00", "2026-10-25T02+01:00")
+    assert second.end - second.start == timedelta(hours=1)
     berlin = ZoneInfo("Europe/Berlin")
-    assert fall.start == local_instant(date(2026, 10, 25), time(2), berlin)
+    assert first.start == local_instant(date(2026, 10, 25), time(2), berlin)
     assert spring.start == local_instant(date(2026, 3, 29), time(3), berlin)
     assert spring.start == datetime(2026, 3, 29, 1, tzinfo=UTC)
 
@@ -89,7 +114,7 @@ def test_reconcile_day_windows_end_at_the_helpers_local_midnights() -> None:
         b"%s,m,10,0,5,0.01\n" % d for d in (b"2026-03-28", b"2026-03-29", b"2026-03-30")
     )
     export = parse_export(data, "u.csv", "Europe/Berlin")
-    windows = _buckets(export, None)
+    windows = [(w.start, w.end, w.label) for w in compare_buckets(export, None)]
     assert [label for _, _, label in windows] == ["2026-03-28", "2026-03-29", "2026-03-30"]
     berlin = "Europe/Berlin"
     assert [end for _, end, _ in windows] == [

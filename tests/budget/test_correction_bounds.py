@@ -8,7 +8,8 @@ the bill whenever it was above the ceiling (noticed by the trial-12b fixes)."""
 from __future__ import annotations
 
 from budget.books.corrections import applies
-from budget.books.reconcile import PlannedCorrection, _spread
+from budget.books.reconcile import PlannedCorrection
+from budget.books.reconcile_rows import spread as _spread
 from budget.books.reconcile_ledger import EstimatedBooking
 
 
