@@ -6,15 +6,30 @@ a provider's usage export (``parse_export``) and the windows reconcile compares
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
 
+import budget.__main__ as budget_cli
 from budget.books.periods import ExportFileError, parse_period
+from budget.books.reconcile import reconcile
 from budget.books.reconcile_period import compare_buckets
 from budget.books.usage_export import parse_export
+from budget.config import LedgerConfig
+from budget.kernel.clock import ManualClock
+from budget.kernel.db import create_engine
+from budget.ledger import Ledger
 from budget.policy.windows import local_instant
+from budget.pricing.prices import PriceCard, ProviderModel
+from budget.storage.sqlite.store import SqliteStore
+from budget.storage.tables import create_schema
+from budget.types import Origin, Usage
+from tests.budget.ledger_helpers import stamp_head
+from tests.support.provider_exports import export_from_ledger
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
 GENERIC = b"%s,model,input_tokens,cached_input_tokens,output_tokens,cost_usd\n"
@@ -125,3 +140,52 @@ def test_reconcile_day_windows_end_at_the_helpers_local_midnights() -> None:
         timedelta(hours=23),
         timedelta(hours=24),
     ]
+
+
+async def test_a_day_whose_clocks_go_back_matches_hour_by_hour(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bookings at 02:30 CEST and at 02:30 CET on 2026-10-25 (Berlin's repeated hour), an
+    hourly export of them: the windows were merged by their local label "2026-10-25T02",
+    each counted both hours' usage, and books and bill that agree were reported as
+    different (the export total doubled). Keyed by their UTC start they match — the
+    provider's Unix hours, and Kopek's CSV with each 02 hour's offset — through
+    ``python -m budget reconcile`` too."""
+    db = tmp_path / "kopek.db"
+    create_schema(db)
+    stamp_head(db)
+    clock = ManualClock(datetime(2026, 10, 24, 23, 30, tzinfo=UTC))  # 01:30 CEST
+    card = PriceCard([ProviderModel("deepseek", "deepseek-chat", "paid")])
+    config = LedgerConfig(tz="Europe/Berlin", user_max_inflight=100, auto_kill_fraction=Decimal(0))
+    ledger = Ledger(SqliteStore(db, config, "p1"), config, card, clock)
+    await ledger.start(run_sweeper=False)
+    hours = ["2026-10-25T01:00+02:00", "2026-10-25T02:00+02:00", "2026-10-25T02:00+01:00"]
+    hours.append("2026-10-25T03:00+01:00")
+    rows = ["hour,model,input_tokens,cached_input_tokens,output_tokens,cost_usd"]
+    for i, hour in enumerate(hours):  # 01:30 CEST, 02:30 CEST, 02:30 CET, 03:30 CET
+        usage = Usage(1000 + 100 * i, 0, 300 + 50 * i)
+        op = await ledger.begin_operation(5, Origin.CHAT)
+        req = await ledger.begin_request(op, f"fp{i}")
+        hold = await ledger.reserve(
+            op, req, provider="deepseek", model="deepseek-chat", input_tokens=1000, max_tokens=900
+        )
+        cost = await ledger.settle(hold.hold_id, usage)
+        await ledger.end_operation(op)
+        rows.append(f"{hour},deepseek-chat,{usage.input_tokens},0,{usage.output_tokens},{cost}e-6")
+        clock.advance(3600)
+    await ledger.close()
+    unix = export_from_ledger(db, card, "deepseek", layout="openai", granularity="hour")
+    local = "\n".join(rows).encode()
+    engine = create_engine(f"sqlite+aiosqlite:///{db}")
+    try:
+        for data in (unix, local):
+            export = parse_export(data, "u.csv", "Europe/Berlin")
+            report = await reconcile(engine, card, export, "deepseek")
+            assert report.ok and report.ledger_musd == report.export_musd, report.text()
+    finally:
+        await engine.dispose()
+    monkeypatch.setenv("DATABASE_URL", f"sqlite+aiosqlite:///{db}")
+    monkeypatch.setenv("DEEPSEEK_BILLING_TZ", "Europe/Berlin")
+    (tmp_path / "u.csv").write_bytes(local)
+    args = ["reconcile", str(tmp_path / "u.csv"), "--provider", "deepseek"]
+    assert await asyncio.to_thread(budget_cli.main, args) == 0

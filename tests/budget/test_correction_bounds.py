@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from budget.books.corrections import applies
 from budget.books.reconcile import PlannedCorrection
-from budget.books.reconcile_rows import spread as _spread
 from budget.books.reconcile_ledger import EstimatedBooking
+from budget.books.reconcile_rows import spread as _spread
 
 
 def _booking(hold_id: str, cost: int, ceiling: int, floor: int) -> EstimatedBooking:

@@ -23,7 +23,8 @@ from a spreadsheet is tab-separated and read the same).
       line_item,project_id,organization_id,organization_name
 
   ``amount_currency`` must be ``usd`` on every row that has an amount (anything else is
-  refused: nothing is converted); a day without cost has an empty amount.
+  refused: nothing is converted); a day without cost has an empty amount, read as $0
+  (the ledger's day is then compared with nothing billed).
 
 Rows repeated word for word in a usage file are kept (OpenAI does write rows of the same
 group twice) and named in the report, which then applies nothing; a costs row repeating
@@ -227,9 +228,8 @@ def read_costs(table: Table, billing_tz: str) -> ReadFile:
             table.cell(row, "start_time"), table.cell(row, "end_time"), where, floats=True
         )
         amount = table.cell(row, "amount_value")
-        if not amount:
-            continue  # a day without cost
-        check_usd(table.cell(row, "amount_currency"), "amount_currency", where)
+        if amount:
+            check_usd(table.cell(row, "amount_currency"), "amount_currency", where)
         line_item = table.cell(row, "line_item") or ""
         project = table.cell(row, "project_id") or ""
         if (repeat := seen.seen((start, line_item, project), where)) is not None:
@@ -238,7 +238,8 @@ def read_costs(table: Table, billing_tz: str) -> ReadFile:
                 "twice; nothing was compared or changed"
             )
         widths.add(granularity)
-        found.append((start, end, usd_musd(amount, "amount_value", where), line_item, n))
+        cost = usd_musd(amount, "amount_value", where) if amount else Decimal(0)
+        found.append((start, end, cost, line_item, n))  # an empty amount: a day without cost
     granularity = _granularity(widths)
     tz_name, note = zone_of([f[0] for f in found], granularity, billing_tz)
     tz = zone(tz_name)

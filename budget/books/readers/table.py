@@ -48,7 +48,8 @@ class Table:
         return cells[i].strip() if i is not None and i < len(cells) else None
 
     def rows(self) -> Iterator[tuple[int, list[str]]]:
-        """``(line number, cells)`` of every row after the header; blank rows skipped.
+        """``(line number, cells)`` of every row after the header; blank rows skipped,
+        empty cells past the header's last column dropped.
 
         Raises:
             ExportFileError: a row with another number of fields than the header, or
@@ -60,6 +61,10 @@ class Table:
             for cells in reader:
                 if not any(c.strip() for c in cells):
                     continue
+                if len(cells) > len(self.header) and not any(
+                    c.strip() for c in cells[len(self.header) :]
+                ):
+                    del cells[len(self.header) :]  # empty cells past the header (a paste)
                 if len(cells) != len(self.header):
                     raise ExportFileError(
                         f"line {reader.line_num}: {len(cells)} fields where the header "
