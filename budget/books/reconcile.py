@@ -21,8 +21,8 @@ The comparison follows the design's order, each step reported:
 Bookings flagged *estimated* (booked at the bound — ceiling plus admission margin — after
 a crash, at the ceiling after a timeout) are counted apart: they explain a ledger above
 the export and are what ``/reconcile apply`` (:mod:`budget.books.corrections`) replaces
-with the export's figures. A report on a file that repeats rows word for word plans no
-correction.
+with the export's figures. A report on a file that repeats rows word for word, or sums
+several API keys' rows, plans no correction.
 
 A difference within ``RECONCILE_TOLERANCE_USD`` (default 0.01) or 0.5 % of the
 export's figure counts as a match (tokens: 0.5 %).
@@ -102,7 +102,8 @@ class ReconcileReport:
         stale: per model, the price line the export says is stale (for
             ``/providers prices``), e.g. ``{"deepseek-chat": "output $0.42 → $0.441"}``.
         diff_rows: CSV rows (header first) of the (bucket, model) lines that differ.
-        plan: what ``/reconcile apply`` would change (empty when the file repeats rows).
+        plan: what ``/reconcile apply`` would change (empty when the export says
+            corrections are off: ``export.apply_off``).
         ledger_musd, export_musd: the period's totals (µUSD; export's rounded).
     """
 
@@ -135,8 +136,8 @@ class ReconcileReport:
         ]
         out.extend(f"ℹ️ {note}" for note in ex.notes)
         out.extend(f"⚠️ {line}" for line in ex.repeats)
-        if ex.repeats:
-            out.append("⚠️ the file repeats rows word for word: /reconcile apply is off for it")
+        if ex.apply_off:
+            out.append(f"⚠️ /reconcile apply is off for this file: {ex.apply_off}")
         return out
 
     def text(self, max_lines: int = 8) -> str:
@@ -328,7 +329,7 @@ async def reconcile(
         steps=steps,
         stale=stale,
         diff_rows=rows.diff_rows,
-        plan=[] if export.repeats else rows.plan,
+        plan=[] if export.apply_off else rows.plan,
         ledger_musd=ledger_musd,
         export_musd=round_musd(export_musd),
     )

@@ -80,8 +80,9 @@ class ProviderExport:
         providers: values of a ``provider`` column (``deepseek`` for DeepSeek's sheets).
         costs: money per bucket without a model (OpenAI's costs).
         notes: sentences for the report (keys summed, zones, a cost sheet's total).
-        repeats: rows repeated word for word and kept (``line 5 repeats line 4``): a
-            report on such a file applies nothing.
+        repeats: rows repeated word for word and kept (``line 5 repeats line 4``).
+        apply_off: why no correction may be booked from it (``""``: they may): rows
+            repeated, several API keys summed.
     """
 
     file_name: str
@@ -94,6 +95,7 @@ class ProviderExport:
     costs: tuple[CostLine, ...] = ()
     notes: tuple[str, ...] = ()
     repeats: tuple[str, ...] = ()
+    apply_off: str = ""
 
     @property
     def has_cost(self) -> bool:
@@ -194,6 +196,7 @@ def _merge(parts: list[ReadFile], file_name: str, sha256: str) -> ProviderExport
         costs=costs.costs if costs is not None else (),
         notes=tuple(notes),
         repeats=tuple(r for p in parts for r in p.repeats),
+        apply_off=next((p.apply_off for p in parts if p.apply_off), ""),
     )
 
 

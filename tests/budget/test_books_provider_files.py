@@ -311,7 +311,8 @@ async def test_repeated_rows_are_refused_or_named_and_never_applied(books: Books
         "line 4 repeats line 3 (every cell the same): counted twice, as the file says",
     )
     report = await reconcile(books.engine, books.card, export, OPENAI)
-    assert report.plan == [] and "/reconcile apply is off for it" in report.text()
+    assert report.plan == []
+    assert "apply is off for this file: the file repeats rows word for word" in report.text()
 
 
 # -- the real files -----------------------------------------------------------------------

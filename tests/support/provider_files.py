@@ -17,13 +17,14 @@ import io
 import json
 import sqlite3
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
 from budget.pricing.prices import PriceCard
+from budget.types import Usage
 
 __all__ = [
     "DEEPSEEK_AMOUNT_HEADER",
@@ -115,8 +116,12 @@ class Day:
         return uncached * r_in + self.cached_input_tokens * r_cached + self.output_tokens * r_out
 
 
-def daily_usage(db_path: Path, card: PriceCard, key_name: str) -> list[Day]:
-    """The booked attempts of ``key_name`` summed per UTC day and model (oldest first)."""
+def daily_usage(
+    db_path: Path, card: PriceCard, key_name: str, real: Mapping[str, Usage] | None = None
+) -> list[Day]:
+    """The booked attempts of ``key_name`` summed per UTC day and model (oldest first);
+    ``real``: hold id → the usage the provider really billed (for bookings the ledger only
+    estimated)."""
     with sqlite3.connect(db_path) as conn:
         rows = conn.execute(
             "SELECT hold_id, model, granted_at, usage_input, usage_cached_input, usage_output"
@@ -132,9 +137,10 @@ def daily_usage(db_path: Path, card: PriceCard, key_name: str) -> list[Day]:
         assert rates is not None
         day = days.setdefault((start, model), Day(start, model))
         day.rates = (rates.input, rates.cached, rates.output)
-        day.input_tokens += u_in or 0
-        day.cached_input_tokens += u_cached or 0
-        day.output_tokens += u_out or 0
+        billed = (real or {}).get(hold_id) or Usage(u_in or 0, u_cached or 0, u_out or 0)
+        day.input_tokens += billed.input_tokens
+        day.cached_input_tokens += billed.cached_input_tokens
+        day.output_tokens += billed.output_tokens
         day.requests += 1
         day.hold_ids.append(hold_id)
     return sorted(days.values(), key=lambda d: (d.start, d.model))

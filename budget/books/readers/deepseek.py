@@ -13,8 +13,9 @@ too, except that a cost sheet alone holds no tokens).
   ``YYYYMMDD``) whatever ``DEEPSEEK_BILLING_TZ`` says. Read per day and model: input =
   hit + miss, cached = hit, output = output, cost = Σ price × amount. A day may hold
   two rows of one type at two prices (off-peak hours): both count. With an API key
-  named (its ``api_key_name``), only its rows; without, every key's rows are summed
-  and the report says which keys.
+  named (its ``api_key_name``), only its rows; without, every key's rows are summed,
+  the report says which keys, and no correction is booked from the sum (another app's
+  usage is in it).
 * **Cost sheet**: ``user_id,utc_date,model,wallet_type,cost,currency`` — what each
   wallet (``paid``, ``granted``) paid per day and model. Its ``currency`` says what the
   amount sheet's prices are in: anything but USD (a CNY account) is refused, nothing is
@@ -127,6 +128,7 @@ def read_amount(table: Table, api_key: str | None) -> ReadFile:
         elif kind == "output_tokens":
             day.output += amount
     note = _names_note(names, api_key, table.file_name)
+    summed = api_key is None and len(names) > 1
     lines = tuple(
         UsageLine(
             start=start,
@@ -152,6 +154,9 @@ def read_amount(table: Table, api_key: str | None) -> ReadFile:
         lines=lines,
         providers=frozenset({"deepseek"}),
         notes=(note,) if note else (),
+        apply_off="it sums several API keys' rows (name yours to correct from it)"
+        if summed
+        else "",
     )
 
 

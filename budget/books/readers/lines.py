@@ -105,6 +105,8 @@ class ReadFile:
         notes: sentences for the report (what was summed, assumed or left out).
         repeats: rows repeated word for word that were kept (``line 5 repeats line 4``);
             a report with any applies nothing.
+        apply_off: why no correction may be booked from this file (``""``: they may):
+            rows repeated, several API keys' rows summed.
     """
 
     file_name: str
@@ -118,3 +120,4 @@ class ReadFile:
     providers: frozenset[str] = frozenset()
     notes: tuple[str, ...] = ()
     repeats: tuple[str, ...] = ()
+    apply_off: str = ""

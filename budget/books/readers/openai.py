@@ -207,6 +207,7 @@ def read_usage(table: Table, billing_tz: str, api_key: str | None) -> ReadFile:
         lines=lines,
         notes=tuple(notes),
         repeats=tuple(repeats),
+        apply_off="the file repeats rows word for word" if repeats else "",
     )
 
 

@@ -226,4 +226,5 @@ def read_pages(data: bytes, file_name: str, billing_tz: str, api_key: str | None
         lines=tuple(_usage_line(u, tz_name) for u in pages.usage),
         notes=notes,
         repeats=tuple(pages.repeats),
+        apply_off="the file repeats results word for word" if pages.repeats else "",
     )
