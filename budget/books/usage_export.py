@@ -19,7 +19,8 @@ like ("a tab-separated file with columns …: a DeepSeek amount sheet without
 api_key_name").
 
 Everything here is a pure function of the bytes: the bot runs :func:`parse_export` in a
-worker thread.
+worker thread. Why keys are UTC, currencies refused and repeats refused or named:
+``docs/decisions/040-provider-exports.md``.
 """
 
 from __future__ import annotations
