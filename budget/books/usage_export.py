@@ -152,7 +152,7 @@ def _read_table(table: Table, billing_tz: str, api_key: str | None) -> ReadFile:
 
 
 def _read_file(name: str, data: bytes, billing_tz: str, api_key: str | None) -> ReadFile:
-    if data.lstrip()[:1] in (b"{", b"["):
+    if data.removeprefix(b"\xef\xbb\xbf").lstrip()[:1] in (b"{", b"["):
         return openai_api.read_pages(data, name, billing_tz, api_key)
     return _read_table(read_table(data, name), billing_tz, api_key)
 

@@ -272,7 +272,9 @@ async def test_openai_api_pages_are_read_whole_or_refused_when_partial(books: Bo
     is refused by its bucket."""
     days = books.days(OPENAI)
     usage = pf.openai_api_pages(days, kind="usage", per_page=1)
-    assert "DeepSeek" not in await books.report(usage, "usage.json", OPENAI)
+    assert "(OpenAI Usage API JSON, daily" in await books.report(usage, "usage.json", OPENAI)
+    bom = await books.report(b"\xef\xbb\xbf" + usage, "usage.json", OPENAI)
+    assert "1. period: ✅ match" in bom
     costs = pf.openai_api_pages(days, kind="costs", per_page=2)
     assert "1. money per day: ✅ match" in await books.report(costs, "costs.json", OPENAI)
     first_page = usage[usage.index(b"{") : usage.index(b"\n }") + 3]
