@@ -363,3 +363,20 @@ async def test_cli_reconciles_a_deepseek_zip_and_one_api_key(
     assert await asyncio.to_thread(budget_cli.main, [*base, str(good)]) == 1
     assert await asyncio.to_thread(budget_cli.main, [*base, str(cny)]) == 2
     assert books.holds() == before
+
+
+def test_a_zip_is_opened_within_its_caps() -> None:
+    """A stranger's ZIP: 21 MB of zeros packed into a few kB is cut off while unpacking,
+    nine files are too many, a workbook is named as one, junk is "cannot be read"."""
+    bomb = pf.zip_files({"amount.csv": b"\0" * (21 * 1024 * 1024)})
+    assert len(bomb) < 100_000
+    with pytest.raises(ExportFileError, match="unpacks to over 20 MB"):
+        parse_export(bomb, "bomb.zip", "UTC")
+    many = pf.zip_files({f"f{i}.csv": b"a,b\n" for i in range(9)})
+    with pytest.raises(ExportFileError, match="holds 9 files"):
+        parse_export(many, "many.zip", "UTC")
+    workbook = pf.zip_files({"[Content_Types].xml": b"<x/>", "xl/workbook.xml": b"<x/>"})
+    with pytest.raises(ExportFileError, match="is an Excel workbook: save the usage sheet as CSV"):
+        parse_export(workbook, "usage.xlsx", "UTC")
+    with pytest.raises(ExportFileError, match="looks like a ZIP but cannot be read"):
+        parse_export(b"PK\x03\x04" + b"x" * 100, "broken.zip", "UTC")
