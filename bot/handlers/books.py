@@ -8,10 +8,13 @@ matches and the update falls through to the "unknown command" reply.
 * ``/budget export [YYYY-MM-DD | YYYY-MM] [IANA zone]`` — two CSV documents: one row
   per booked attempt and the totals (:mod:`budget.books.export`); period and zone default
   to today in BUDGET_TZ.
-* a document captioned ``/reconcile [PROVIDER] [YYYY-MM-DD | YYYY-MM]`` — the short
-  report of :mod:`budget.books.reconcile`, plus a CSV of the differing rows when there are
-  any. The provider defaults to the export's ``provider`` column, else the only paid
-  key. Files over 20 MB are refused before download.
+* a document captioned ``/reconcile [PROVIDER] [YYYY-MM-DD | YYYY-MM] [apikey=NAME]`` —
+  the short report of :mod:`budget.books.reconcile`, plus a CSV of the differing rows when
+  there are any. The document is any export :mod:`budget.books.usage_export` reads (CSV,
+  JSON, or the ZIP DeepSeek serves), read in a worker thread; ``apikey=NAME`` compares
+  only that API key's rows (DeepSeek's ``api_key_name``, OpenAI's ``api_key_id``). The
+  provider defaults to the export's ``provider`` column, else the only paid key. Files
+  over 20 MB are refused before download.
 * ``/reconcile apply`` — books the corrections of the sender's last report
   (:mod:`budget.books.corrections`), each recorded with the sender's id, the file's name
   and hash.
@@ -59,9 +62,9 @@ log = logging.getLogger(__name__)
 
 EXPORT_USAGE = "Usage: /budget export [YYYY-MM-DD | YYYY-MM] [IANA zone]"
 RECONCILE_USAGE = (
-    "Send the provider's usage export (CSV, at most 20 MB) as a document with the caption "
-    "/reconcile [PROVIDER] [YYYY-MM-DD | YYYY-MM]; after the report, /reconcile apply "
-    "corrects the estimated bookings."
+    "Send the provider's usage export (CSV, JSON or ZIP, at most 20 MB) as a document with "
+    "the caption /reconcile [PROVIDER] [YYYY-MM-DD | YYYY-MM] [apikey=NAME]; after the "
+    "report, /reconcile apply corrects the estimated bookings."
 )
 _PERIOD = re.compile(r"\d{4}-\d{2}(-\d{2})?")
 
@@ -234,8 +237,11 @@ def create_books_router(admin_ids: frozenset[int]) -> Router:
             return
         key: str | None = None
         period_arg: str | None = None
+        api_key: str | None = None
         for arg in args:
-            if _PERIOD.fullmatch(arg) and period_arg is None:
+            if arg.lower().startswith("apikey=") and api_key is None and len(arg) > 7:
+                api_key = arg[7:]
+            elif _PERIOD.fullmatch(arg) and period_arg is None:
                 period_arg = arg
             elif arg.lower() in books.keys and key is None:
                 key = arg.lower()
@@ -258,8 +264,8 @@ def create_books_router(admin_ids: frozenset[int]) -> Router:
             if key is None:
                 key = _default_key(books, data, name)
             tz = books.billing_tz(key)
-            export = parse_export(data, name, tz)
-            period = parse_period(period_arg, tz, clock.now()) if period_arg else None
+            export = await asyncio.to_thread(parse_export, data, name, tz, api_key=api_key)
+            period = parse_period(period_arg, export.tz, clock.now()) if period_arg else None
             report = await reconcile(
                 books.engine,
                 books.ledger.prices,

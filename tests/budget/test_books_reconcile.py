@@ -377,7 +377,10 @@ async def test_a_correction_over_a_closed_window_limit_is_booked_and_reported(
         (b"", "is empty"),
         (b"   \n", "is empty"),
         (b"date,model,input_tokens,cached_input_tokens,output_tokens,cost_usd\n", "no usage rows"),
-        (b"when,what,much\n1,2,3\n", "unknown layout (columns: when, what, much)"),
+        (
+            b"when,what,much\n1,2,3\n",
+            "unknown layout — a comma-separated file with columns when, what, much",
+        ),
         (
             b"date,model,input_tokens,cached_input_tokens,output_tokens,cost_usd\n"
             b"2026-01-14,deepseek-chat,12x,0,5,0.1\n",

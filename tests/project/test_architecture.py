@@ -37,7 +37,6 @@ OVERSIZED_MODULES: frozenset[str] = frozenset(
     {
         "bot.chat.streaming",
         "bot.handlers.admin",
-        "budget.books.reconcile",
         "budget.kernel.sqlite_writer",
         "budget.ledger",
         "scheduler.runner",
@@ -52,9 +51,6 @@ OVERLONG_FUNCTIONS: frozenset[str] = frozenset(
         "bot.handlers.chat:create_chat_router",
         "bot.handlers.chat:on_text",
         "bot.handlers.digests:create_digest_router",
-        "budget.books.export:write_export",
-        "budget.books.reconcile:reconcile",
-        "budget.books.usage_export:parse_export",
         "budget.ledger:reserve",
         "budget.storage.postgres.holds:_reserve",
         "budget.storage.sql.corrections:apply_corrections",
