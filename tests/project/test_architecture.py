@@ -123,9 +123,6 @@ HISTORY_LEFT: frozenset[str] = frozenset(
         "budget/storage/sql/holds.py",
         "budget/storage/store.py",
         "budget/storage/tables.py",
-        "llm/providers/groq.py",
-        "llm/providers/openai_compat.py",
-        "llm/providers/plain_post.py",
     }
 )
 
