@@ -24,12 +24,26 @@ on its own; the next digest covers its posts, because cursors are per subscripti
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import date, datetime, time
 from zoneinfo import ZoneInfo
 
 from budget.policy.windows import local_instant
 
-__all__ = ["due_instant", "is_late", "local_date", "todays_due"]
+__all__ = ["Due", "due_instant", "is_late", "local_date", "todays_due"]
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    """A local date's digest and when it is due.
+
+    Attributes:
+        day: the local date in the user's zone.
+        at: the aware UTC instant it is due (:func:`due_instant`).
+    """
+
+    day: date
+    at: datetime
 
 
 def due_instant(day: date, at: time, tz: ZoneInfo) -> datetime:
@@ -51,7 +65,7 @@ def local_date(now: datetime, tz: ZoneInfo) -> date:
     return now.astimezone(tz).date()
 
 
-def todays_due(now: datetime, at: time, tz: ZoneInfo) -> tuple[date, datetime] | None:
+def todays_due(now: datetime, at: time, tz: ZoneInfo) -> Due | None:
     """Today's (local) digest if it is due at ``now``.
 
     Args:
@@ -60,11 +74,11 @@ def todays_due(now: datetime, at: time, tz: ZoneInfo) -> tuple[date, datetime] |
         tz: the user's zone.
 
     Returns:
-        ``(local date, due instant UTC)`` when the due instant has passed, else ``None``.
+        Today's digest when its due instant has passed, else ``None``.
     """
     day = local_date(now, tz)
     due = due_instant(day, at, tz)
-    return (day, due) if now >= due else None
+    return Due(day, due) if now >= due else None
 
 
 def is_late(sent_at: datetime, due: datetime, late_after_s: float) -> bool:

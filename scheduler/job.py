@@ -1,6 +1,8 @@
 """The values a digest run passes around: the runner's knobs (:class:`DigestConfig`), its
-counters (:class:`RunnerStats`), one run's result (:class:`DigestOutcome`), a queued run
-(:class:`Job`) and one subscription's fetched posts (:class:`Gathered`).
+counters (:class:`RunnerStats`), one run's result (:class:`DigestOutcome`), a run's key
+(:class:`RunKey`), a queued run (:class:`Job`), one subscription's fetched posts
+(:class:`Gathered`), and what :mod:`scheduler.run_store` reads for them
+(:class:`DueCandidates`, :class:`LoadedRun`, :class:`SubscriptionCursor`).
 
 Shared by :mod:`scheduler.runner` (queue and one digest), :mod:`scheduler.summariser`,
 :mod:`scheduler.run_store` and :mod:`scheduler.delivery`.
@@ -14,10 +16,21 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 
 from budget.types import Refusal
-from scheduler.tables import RunStatus
+from scheduler.tables import DigestRun, DigestSource, RunStatus, UserProfile
 from scheduler.types import Post, ProgressStep, SourceKind
 
-__all__ = ["DigestConfig", "DigestOutcome", "Gathered", "Job", "Progress", "RunnerStats"]
+__all__ = [
+    "DigestConfig",
+    "DigestOutcome",
+    "DueCandidates",
+    "Gathered",
+    "Job",
+    "LoadedRun",
+    "Progress",
+    "RunKey",
+    "RunnerStats",
+    "SubscriptionCursor",
+]
 
 #: ``async (step) -> None``: receives each :class:`~scheduler.types.ProgressStep` of a run.
 Progress = Callable[[ProgressStep], Awaitable[None]]
@@ -145,6 +158,15 @@ class Gathered:
     seen_ids: tuple[int, ...] = ()  # feeds: every entry id in the feed now
 
 
+@dataclass(frozen=True, slots=True)
+class RunKey:
+    """What identifies one digest run (``digest_runs`` is unique on it): a user and a
+    local date in their zone."""
+
+    user_id: int
+    local_date: date
+
+
 @dataclass(slots=True)
 class Job:
     """One digest to run: a user's (local date) digest, due at ``due_at`` (UTC)."""
@@ -155,7 +177,61 @@ class Job:
     progress: Progress | None = None
     done: asyncio.Future[DigestOutcome] | None = field(default=None)
 
+    @property
+    def key(self) -> RunKey:
+        """The run this job works on."""
+        return RunKey(self.user_id, self.day)
+
     async def report(self, step: ProgressStep) -> None:
         """Pass ``step`` to the run's progress callback, if any (admin /digest_now)."""
         if self.progress is not None:
             await self.progress(step)
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionCursor:
+    """One subscription of a user, as a digest reads it (detached from its session).
+
+    Attributes:
+        sub_id: the ``digest_subscriptions`` id.
+        last_post_id: a channel's cursor: the newest post delivered (``None``: none yet).
+        last_digest_at: aware UTC time of the subscription's last digest, or ``None``.
+        lost_notified: the subscriber was told the channel lost its public preview.
+        source: the channel or feed it reads.
+    """
+
+    sub_id: int
+    last_post_id: int | None
+    last_digest_at: datetime | None
+    lost_notified: bool
+    source: DigestSource
+
+
+@dataclass(frozen=True, slots=True)
+class DueCandidates:
+    """What a tick decides from (:meth:`RunStore.due_candidates`; rows detached).
+
+    Attributes:
+        profiles: active users with digests on and at least one subscription.
+        runs: the runs of the local dates looked at, by key.
+        held: keys of those runs that a live other process holds (empty without claims).
+    """
+
+    profiles: list[UserProfile]
+    runs: dict[RunKey, DigestRun]
+    held: frozenset[RunKey]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedRun:
+    """A job's run as :meth:`RunStore.load` found it (rows detached).
+
+    Attributes:
+        run: the run (created ``pending`` if it was new).
+        profile: the user's profile, ``None`` for a user never seen.
+        claimed: this process may work on the run (it claimed it, or there are no claims).
+    """
+
+    run: DigestRun
+    profile: UserProfile | None
+    claimed: bool

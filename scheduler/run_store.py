@@ -25,7 +25,15 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from budget.kernel.clock import Clock
 from budget.types import RefusalReason
 from scheduler.claims import Claimant, insert_ignore
-from scheduler.job import DigestConfig, Gathered, Job
+from scheduler.job import (
+    DigestConfig,
+    DueCandidates,
+    Gathered,
+    Job,
+    LoadedRun,
+    RunKey,
+    SubscriptionCursor,
+)
 from scheduler.tables import (
     DeliveredEntry,
     DigestRun,
@@ -36,7 +44,7 @@ from scheduler.tables import (
 )
 from scheduler.types import DigestItem, DigestSection, SourceKind
 
-__all__ = ["ClaimLost", "RunStore", "Subscription", "sections_from_json", "sections_to_json"]
+__all__ = ["ClaimLost", "RunStore", "sections_from_json", "sections_to_json"]
 
 #: Entries remembered per feed subscription: at least ``DigestConfig.delivered_min``
 #: and at least this many times the feed's current size.
@@ -64,9 +72,6 @@ class ClaimLost(Exception):
 
 #: Statuses a process may claim (and work on).
 _OPEN = (RunStatus.PENDING.value, RunStatus.DEFERRED.value, RunStatus.READY.value)
-
-#: ``(subscription id, last post id, last digest at, lost notified, source)``.
-Subscription = tuple[int, int | None, datetime | None, bool, DigestSource]
 
 
 def sections_to_json(sections: Sequence[DigestSection]) -> str:
@@ -150,13 +155,11 @@ class RunStore:
     def __repr__(self) -> str:
         return f"RunStore(delivered_min={self._config.delivered_min})"
 
-    async def due_candidates(
-        self, since: date
-    ) -> tuple[list[UserProfile], dict[tuple[int, date], DigestRun], set[tuple[int, date]]]:
+    async def due_candidates(self, since: date) -> DueCandidates:
         """Active users with digests on and a subscription; the runs of local dates from
-        ``since`` on, keyed by (user id, local date); and the keys of those runs that a
-        live other process holds (never with no claimant)."""
-        held: set[tuple[int, date]] = set()
+        ``since`` on; and the keys of those runs that a live other process holds (never
+        with no claimant)."""
+        held: frozenset[RunKey] = frozenset()
         async with self._sessions() as session:
             profiles = (
                 (
@@ -172,7 +175,7 @@ class RunStore:
                 .all()
             )
             runs = {
-                (r.user_id, r.local_date): r
+                RunKey(r.user_id, r.local_date): r
                 for r in (
                     await session.execute(select(DigestRun).where(DigestRun.local_date >= since))
                 )
@@ -184,15 +187,15 @@ class RunStore:
                 found = await session.execute(claimant.alive(self._clock.now()))
                 alive = {str(process_id) for process_id in found.scalars()}
                 alive.discard(claimant.process_id)
-                held = {key for key, run in runs.items() if run.claimed_by in alive}
-        return list(profiles), runs, held
+                held = frozenset(key for key, run in runs.items() if run.claimed_by in alive)
+        return DueCandidates(list(profiles), runs, held)
 
     async def profile(self, user_id: int) -> UserProfile | None:
         """The user's profile, ``None`` for a user never seen."""
         async with self._sessions() as session:
             return await session.get(UserProfile, user_id)
 
-    async def load(self, job: Job) -> tuple[DigestRun, UserProfile | None, bool]:
+    async def load(self, job: Job) -> LoadedRun:
         """The job's run (created ``pending`` if new; a pending or deferred run counts
         one more attempt), the user's profile, both detached, and whether this process
         may work on the run: it claimed it (or there are no claims). A run that another
@@ -235,7 +238,7 @@ class RunStore:
             run = (await session.execute(select(DigestRun).where(*mine))).scalar_one()
             profile = await session.get(UserProfile, job.user_id)
             session.expunge_all()
-            return run, profile, claimed.rowcount == 1  # type: ignore[attr-defined]
+            return LoadedRun(run, profile, claimed.rowcount == 1)  # type: ignore[attr-defined]
 
     async def release(self, run: DigestRun | None = None) -> int:
         """Let go of this process's claim on ``run`` (``None``: on every run it holds
@@ -278,7 +281,7 @@ class RunStore:
         async with self._sessions() as session, session.begin():
             await self._own(session, run)
 
-    async def subscriptions(self, user_id: int) -> list[Subscription]:
+    async def subscriptions(self, user_id: int) -> list[SubscriptionCursor]:
         """The user's subscriptions with their sources, in subscription order (detached)."""
         async with self._sessions() as session:
             rows = (
@@ -289,8 +292,9 @@ class RunStore:
                     .order_by(DigestSubscription.id)
                 )
             ).all()
-            subs: list[Subscription] = [
-                (s.id, s.last_post_id, s.last_digest_at, s.lost_notified, src) for s, src in rows
+            subs = [
+                SubscriptionCursor(s.id, s.last_post_id, s.last_digest_at, s.lost_notified, src)
+                for s, src in rows
             ]
             session.expunge_all()
         return subs
