@@ -14,7 +14,6 @@ Without one (a process alone on its database) nothing is claimed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -34,6 +33,7 @@ from scheduler.job import (
     RunKey,
     SubscriptionCursor,
 )
+from scheduler.payload import sections_to_json
 from scheduler.tables import (
     DeliveredEntry,
     DigestRun,
@@ -42,9 +42,9 @@ from scheduler.tables import (
     RunStatus,
     UserProfile,
 )
-from scheduler.types import DigestItem, DigestSection, SourceKind
+from scheduler.types import DigestSection, SourceKind
 
-__all__ = ["ClaimLost", "RunStore", "sections_from_json", "sections_to_json"]
+__all__ = ["ClaimLost", "RunStore"]
 
 #: Entries remembered per feed subscription: at least ``DigestConfig.delivered_min``
 #: and at least this many times the feed's current size.
@@ -72,60 +72,6 @@ class ClaimLost(Exception):
 
 #: Statuses a process may claim (and work on).
 _OPEN = (RunStatus.PENDING.value, RunStatus.DEFERRED.value, RunStatus.READY.value)
-
-
-def sections_to_json(sections: Sequence[DigestSection]) -> str:
-    """A generated digest as the JSON stored in ``digest_runs.payload``."""
-    return json.dumps(
-        [
-            {
-                "kind": s.kind.value,
-                "source_key": s.source_key,
-                "title": s.title,
-                "link": s.link,
-                "items": [
-                    {
-                        "post_id": i.post_id,
-                        "link": i.link,
-                        "published": i.published.isoformat() if i.published else None,
-                        "summary": i.summary,
-                        "summarized": i.summarized,
-                        "forwarded_from": i.forwarded_from,
-                        "title": i.title,
-                    }
-                    for i in s.items
-                ],
-            }
-            for s in sections
-        ],
-        ensure_ascii=False,
-    )
-
-
-def sections_from_json(raw: str) -> list[DigestSection]:
-    """The digest stored by :func:`sections_to_json`."""
-    data: list[dict[str, Any]] = json.loads(raw)
-    return [
-        DigestSection(
-            kind=SourceKind(s["kind"]),
-            source_key=s["source_key"],
-            title=s["title"],
-            link=s["link"],
-            items=tuple(
-                DigestItem(
-                    post_id=i["post_id"],
-                    link=i["link"],
-                    published=datetime.fromisoformat(i["published"]) if i["published"] else None,
-                    summary=i["summary"],
-                    summarized=i["summarized"],
-                    forwarded_from=i["forwarded_from"],
-                    title=i.get("title", ""),
-                )
-                for i in s["items"]
-            ),
-        )
-        for s in data
-    ]
 
 
 class RunStore:

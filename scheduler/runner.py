@@ -77,8 +77,9 @@ from scheduler.delivery import DigestDelivery
 from scheduler.due import due_instant, local_date, todays_due
 from scheduler.gather import Gatherer, cap_posts
 from scheduler.job import DigestConfig, DigestOutcome, Job, Progress, RunKey, RunnerStats
+from scheduler.payload import sections_from_json
 from scheduler.profiles import parse_digest_time
-from scheduler.run_store import ClaimLost, RunStore, sections_from_json
+from scheduler.run_store import ClaimLost, RunStore
 from scheduler.sources.fetch import SourceFetcher
 from scheduler.summariser import Deferred, Summariser
 from scheduler.tables import DigestRun, RunStatus, UserProfile
