@@ -64,6 +64,10 @@ class DigestConfig:
         kill_recheck_s: a digest deferred by the kill switch is retried this often.
         retry_fallback_s: retry delay after a refusal that names no reset time.
         lookback_hours: how far back the first digest of a new subscription reaches.
+        catch_up_hours: the previous local date's digest still goes out (late) when
+            its due instant is at most this many hours ago and it was missed (the bot
+            was down then, or it was deferred past midnight); 0: never
+            (``docs/decisions/031-digests-across-restarts.md``).
         pacing_poll_s: re-check interval when no free provider reports a reset time.
         delivery_max_attempts: 429s tolerated for one digest before ``failed_delivery``.
         max_input_chars: a post's text is cut to this many characters in the prompt.
@@ -90,6 +94,7 @@ class DigestConfig:
     kill_recheck_s: float = 300.0
     retry_fallback_s: float = 60.0
     lookback_hours: int = 24
+    catch_up_hours: float = 6.0
     pacing_poll_s: float = 5.0
     delivery_max_attempts: int = 8
     max_input_chars: int = 4000
@@ -214,12 +219,17 @@ class DueCandidates:
     Attributes:
         profiles: active users with digests on and at least one subscription.
         runs: the runs of the local dates looked at, by key.
+        ready: the ``ready`` runs of active users, of any date, whose delivery may be
+            tried now (no ``retry_not_before`` in the future).
         held: keys of those runs that a live other process holds (empty without claims).
+        last_tick: when a process last looked for due digests (``None``: never).
     """
 
     profiles: list[UserProfile]
     runs: dict[RunKey, DigestRun]
+    ready: list[DigestRun]
     held: frozenset[RunKey]
+    last_tick: datetime | None
 
 
 @dataclass(frozen=True, slots=True)

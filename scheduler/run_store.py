@@ -18,8 +18,9 @@ from collections.abc import Sequence
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, delete, func, insert, select, update
+from sqlalchemy import Select, case, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.sql.dml import Insert
 
 from budget.kernel.clock import Clock
 from budget.types import RefusalReason
@@ -39,6 +40,7 @@ from scheduler.tables import (
     DigestRun,
     DigestSource,
     DigestSubscription,
+    DigestTick,
     RunStatus,
     UserProfile,
 )
@@ -69,6 +71,9 @@ class ClaimLost(Exception):
         self.local_date = local_date
         self.holder = holder
 
+
+#: The one row of ``digest_ticks``.
+_TICK_ID = 1
 
 #: Statuses a process may claim (and work on).
 _OPEN = (RunStatus.PENDING.value, RunStatus.DEFERRED.value, RunStatus.READY.value)
@@ -102,39 +107,90 @@ class RunStore:
         return f"RunStore(delivered_min={self._config.delivered_min})"
 
     async def due_candidates(self, since: date) -> DueCandidates:
-        """Active users with digests on and a subscription; the runs of local dates from
-        ``since`` on; and the keys of those runs that a live other process holds (never
-        with no claimant)."""
-        held: frozenset[RunKey] = frozenset()
+        """What a tick decides from: active users with digests on and a subscription; the
+        runs of local dates from ``since`` on; the ``ready`` runs of active users, of any
+        date, whose flood wait (if any) is over; the keys of those runs that a live other
+        process holds (never with no claimant); and the last tick of any process."""
+        now = self._clock.now()
         async with self._sessions() as session:
             profiles = (
-                (
-                    await session.execute(
-                        select(UserProfile).where(
-                            UserProfile.active.is_(True),
-                            UserProfile.digest_enabled.is_(True),
-                            UserProfile.user_id.in_(select(DigestSubscription.user_id)),
-                        )
+                await session.execute(
+                    select(UserProfile).where(
+                        UserProfile.active.is_(True),
+                        UserProfile.digest_enabled.is_(True),
+                        UserProfile.user_id.in_(select(DigestSubscription.user_id)),
                     )
                 )
-                .scalars()
-                .all()
-            )
+            ).scalars()
             runs = {
                 RunKey(r.user_id, r.local_date): r
                 for r in (
                     await session.execute(select(DigestRun).where(DigestRun.local_date >= since))
-                )
-                .scalars()
-                .all()
+                ).scalars()
             }
-            if self._claimant is not None:
-                claimant = self._claimant
-                found = await session.execute(claimant.alive(self._clock.now()))
-                alive = {str(process_id) for process_id in found.scalars()}
-                alive.discard(claimant.process_id)
-                held = frozenset(key for key, run in runs.items() if run.claimed_by in alive)
-        return DueCandidates(list(profiles), runs, held)
+            ready = list((await session.execute(self._ready(now))).scalars())
+            held = await self._held(session, [*runs.values(), *ready], now)
+            tick = await session.get(DigestTick, _TICK_ID)
+            return DueCandidates(
+                list(profiles), runs, ready, held, tick.ticked_at if tick is not None else None
+            )
+
+    @staticmethod
+    def _ready(now: datetime) -> Select[DigestRun]:
+        """The ``ready`` runs of active users whose retry time (if any) has come."""
+        return select(DigestRun).where(
+            DigestRun.status == RunStatus.READY.value,
+            DigestRun.payload.is_not(None),
+            or_(DigestRun.retry_not_before.is_(None), DigestRun.retry_not_before <= now),
+            DigestRun.user_id.in_(select(UserProfile.user_id).where(UserProfile.active.is_(True))),
+        )
+
+    async def _held(
+        self, session: AsyncSession, runs: Sequence[DigestRun], now: datetime
+    ) -> frozenset[RunKey]:
+        """The keys of ``runs`` that a live other process holds."""
+        if self._claimant is None:
+            return frozenset()
+        found = await session.execute(self._claimant.alive(now))
+        alive = {str(process_id) for process_id in found.scalars()}
+        alive.discard(self._claimant.process_id)
+        return frozenset(RunKey(r.user_id, r.local_date) for r in runs if r.claimed_by in alive)
+
+    async def record_tick(self, now: datetime, opened: Sequence[Job]) -> None:
+        """Record a tick at ``now`` (the last tick only moves forward) and, first in the
+        same transaction, create the runs of ``opened`` (catch-ups: ``pending``, not yet
+        claimed), so a stop right after the tick loses none of them."""
+        async with self._sessions() as session, session.begin():
+            dialect = (await session.connection()).dialect.name
+            for job in opened:
+                await session.execute(self._new_run(dialect, job, now))
+            await session.execute(
+                insert_ignore(dialect, DigestTick.__table__).values(id=_TICK_ID, ticked_at=now)
+            )
+            await session.execute(
+                update(DigestTick)
+                .where(DigestTick.id == _TICK_ID, DigestTick.ticked_at < now)
+                .values(ticked_at=now)
+                .execution_options(synchronize_session=False)
+            )
+
+    @staticmethod
+    def _new_run(dialect: str, job: Job, now: datetime) -> Insert:
+        """``INSERT`` of the job's run, ``pending``, unless it exists."""
+        return insert_ignore(dialect, DigestRun.__table__).values(
+            user_id=job.user_id,
+            local_date=job.day,
+            status=RunStatus.PENDING.value,
+            due_at=job.due_at,
+            late=False,
+            deferred_notified=False,
+            attempts=0,
+            delivery_attempts=0,
+            messages_sent=0,
+            post_count=0,
+            created_at=now,
+            updated_at=now,
+        )
 
     async def profile(self, user_id: int) -> UserProfile | None:
         """The user's profile, ``None`` for a user never seen."""
@@ -150,21 +206,7 @@ class RunStore:
         now = self._clock.now()
         async with self._sessions() as session, session.begin():
             dialect = (await session.connection()).dialect.name
-            await session.execute(
-                insert_ignore(dialect, DigestRun.__table__).values(
-                    user_id=job.user_id,
-                    local_date=job.day,
-                    status=RunStatus.PENDING.value,
-                    due_at=job.due_at,
-                    late=False,
-                    deferred_notified=False,
-                    attempts=0,
-                    delivery_attempts=0,
-                    post_count=0,
-                    created_at=now,
-                    updated_at=now,
-                )
-            )
+            await session.execute(self._new_run(dialect, job, now))
             mine = DigestRun.user_id == job.user_id, DigestRun.local_date == job.day
             values: dict[str, Any] = {
                 "attempts": DigestRun.attempts
@@ -419,15 +461,23 @@ class RunStore:
             row.updated_at = self._clock.now()
 
     async def delivery_retry(
-        self, run: DigestRun, attempts: int, retry_after_s: float, *, give_up: bool
+        self,
+        run: DigestRun,
+        attempts: int,
+        retry_after_s: float,
+        *,
+        messages_sent: int,
+        give_up: bool,
     ) -> None:
-        """A delivery met a flood wait: count the attempt (``attempts`` in all), retry
-        not before ``retry_after_s`` seconds from now (``give_up``: the run ends
-        ``failed_delivery``)."""
+        """A delivery met a flood wait: count the attempt (``attempts`` in all), keep how
+        many of the digest's messages are delivered (``messages_sent``: the retry, in any
+        process, sends the rest), retry not before ``retry_after_s`` seconds from now
+        (``give_up``: the run ends ``failed_delivery``)."""
         now = self._clock.now()
         async with self._sessions() as session, session.begin():
             row = await self._own(session, run)
             row.delivery_attempts = attempts
+            row.messages_sent = messages_sent
             row.retry_not_before = now + timedelta(seconds=retry_after_s)
             row.updated_at = now
             if give_up:

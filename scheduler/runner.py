@@ -74,7 +74,7 @@ from llm.types import Message
 from scheduler.cache import SummaryCache
 from scheduler.claims import Claimant
 from scheduler.delivery import DigestDelivery
-from scheduler.due import due_instant, local_date, todays_due
+from scheduler.due import due_instant, due_jobs, local_date
 from scheduler.gather import Gatherer, cap_posts
 from scheduler.job import DigestConfig, DigestOutcome, Job, Progress, RunKey, RunnerStats
 from scheduler.payload import sections_from_json
@@ -216,16 +216,21 @@ class DigestRunner:
         self._scheduler = scheduler
         await self.tick()
 
-    async def stop(self) -> None:
-        """Stop the job and cancel digests in progress (their runs resume at next start,
-        or at once on another process: the claims are let go)."""
+    async def stop(self, delivery_grace_s: float = 10.0) -> None:
+        """Stop the job and the digests in progress: a delivery under way ends first
+        (within ``delivery_grace_s`` seconds: a digest is never cut between its send and
+        its record), the others are cancelled and resume at the next start, or at once
+        on another process (the claims are let go)."""
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
-        tasks = list(self._tasks)
         if self._worker is not None:
-            tasks.append(self._worker)
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
             self._worker = None
+        await self._delivery.close(delivery_grace_s)
+        tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -257,24 +262,23 @@ class DigestRunner:
         return ZoneInfo(profile.tz or self.config.default_tz)
 
     async def due_users(self) -> list[Job]:
-        """The digests due now (one job per user and local date), not yet queued."""
+        """The digests due now, one job per user and local date (the rules:
+        :mod:`scheduler.due`); records the tick, after creating the runs of the
+        catch-ups found, so the next process knows which due instants it saw."""
         now = self._clock.now()
         found = await self._store.due_candidates(now.date() - timedelta(days=2))
-        due: list[Job] = []
-        for profile in found.profiles:
-            today = todays_due(now, parse_digest_time(profile.digest_time), self._tz(profile))
-            if today is None:
-                continue
-            key = RunKey(profile.user_id, today.day)
-            if key in found.held:
-                continue  # another live process is making or delivering it
-            run = found.runs.get(key)
-            if run is None or (
-                run.status in (RunStatus.DEFERRED, RunStatus.READY, RunStatus.PENDING)
-                and (run.retry_not_before is None or run.retry_not_before <= now)
-            ):
-                due.append(Job(profile.user_id, today.day, today.at))
-        return due
+        due = due_jobs(
+            now,
+            found,
+            default_tz=self.config.default_tz,
+            catch_up_s=self.config.catch_up_hours * 3600,
+        )
+        await self._store.record_tick(now, due.opened)
+        for job in due.opened:
+            log.info(
+                "digest.catch_up user=%s date=%s: due while no process ran", job.user_id, job.day
+            )
+        return due.jobs
 
     async def tick(self) -> int:
         """Queue every due digest not already queued or running; returns how many were queued."""
