@@ -180,7 +180,13 @@ class Deliverer:
         self.last: datetime | None = None
 
     async def send_digest(
-        self, user_id: int, chat_id: int, language: str, parts: Sequence[DigestSection]
+        self,
+        user_id: int,
+        chat_id: int,
+        language: str,
+        parts: Sequence[DigestSection],
+        *,
+        skip_messages: int = 0,
     ) -> None:
         self.sent += 1
         self.last = self.clock.now()
