@@ -16,7 +16,7 @@ from scheduler.service import DigestService
 from scheduler.tables import DigestRun, RunStatus
 from scheduler.types import NoticeKind, Post, ProgressStep, Step, SubscribeStatus
 from tests.scheduler.scheduler_fakes import FakeBackend, FakeDeliverer, FakeFetcher, FakeLedger
-from tests.support.simclock import VirtualClock
+from tests.support.clocks import VirtualClock
 
 Sessions = async_sessionmaker[AsyncSession]
 
