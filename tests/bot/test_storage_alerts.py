@@ -16,9 +16,9 @@ from bot.ops.admin_notices import AdminNotifier
 from bot.text.i18n import create_i18n
 from budget.config import LedgerConfig
 from budget.errors import LedgerUnavailable
-from budget.kernel.clock import ManualClock
 from budget.ledger import Ledger
 from budget.pricing.prices import PriceCard, ProviderModel
+from tests.support.clocks import ManualClock
 
 
 class _Recorded(AdminNotifier):

@@ -21,12 +21,12 @@ from bot.storage.repos import Conversation, History, Intake, is_storage_failure
 from bot.storage.sqlite_hot import SqliteHotPath
 from bot.storage.tables import SeenMessage
 from budget.books.stops import StopBook
-from budget.kernel.clock import ManualClock
 from budget.kernel.db import create_engine, sqlite_path
 from budget.kernel.sqlite_writer import SqliteWriter
 from budget.storage.tables import holds, processes
 from scheduler.profiles import ProfileRepository
 from scheduler.tables import UserProfile
+from tests.support.clocks import ManualClock
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from budget.kernel.clock import ManualClock
 from budget.ledger import Ledger
 from budget.storage.postgres.store import PgStore
 from budget.storage.sqlite.store import SqliteStore
@@ -26,6 +25,7 @@ from tests.budget.ledger_helpers import (
     card,
     create_pg_schema,
 )
+from tests.support.clocks import ManualClock
 
 
 @pytest.fixture

@@ -23,7 +23,6 @@ from budget.books.periods import ExportFileError, parse_period
 from budget.books.reconcile import reconcile
 from budget.books.usage_export import parse_export
 from budget.config import LedgerConfig
-from budget.kernel.clock import ManualClock
 from budget.kernel.db import create_engine
 from budget.ledger import Ledger
 from budget.pricing.prices import PriceCard, ProviderModel
@@ -31,6 +30,7 @@ from budget.storage.sqlite.store import SqliteStore
 from budget.storage.tables import create_schema
 from budget.types import Origin, Usage
 from tests.budget.ledger_helpers import stamp_head
+from tests.support.clocks import ManualClock
 from tests.support.provider_exports import export_from_ledger
 
 KEY = "deepseek"

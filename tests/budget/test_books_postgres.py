@@ -21,13 +21,13 @@ from sqlalchemy.engine import make_url
 import budget.__main__ as budget_cli
 from budget.books.export import EXPORT_COLUMNS
 from budget.config import LedgerConfig
-from budget.kernel.clock import ManualClock
 from budget.kernel.db import create_engine
 from budget.ledger import Ledger
 from budget.pricing.prices import PriceCard, ProviderModel
 from budget.storage.tables import holds
 from budget.types import Origin, Usage
 from tests.conftest import PG_PASSWORD
+from tests.support.clocks import ManualClock
 
 KEY = "deepseek"
 MODEL = "deepseek-chat"

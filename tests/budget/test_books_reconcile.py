@@ -27,7 +27,6 @@ from budget.books.periods import ExportFileError, PeriodError, parse_period
 from budget.books.reconcile import reconcile
 from budget.books.usage_export import MAX_EXPORT_BYTES, parse_export
 from budget.config import LedgerConfig
-from budget.kernel.clock import ManualClock
 from budget.kernel.db import create_engine
 from budget.ledger import Ledger
 from budget.pricing.prices import PriceCard, ProviderModel, parse_overrides
@@ -35,6 +34,7 @@ from budget.storage.sqlite.store import SqliteStore
 from budget.storage.tables import create_schema
 from budget.types import Level, Origin, Usage, Window
 from tests.budget.ledger_helpers import stamp_head
+from tests.support.clocks import ManualClock
 from tests.support.provider_exports import export_from_ledger
 
 KEY = "deepseek"

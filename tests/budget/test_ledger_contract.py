@@ -11,13 +11,13 @@ from datetime import UTC, datetime
 import pytest
 
 from budget.errors import HoldRefused, UnknownHold
-from budget.kernel.clock import ManualClock
 from budget.ledger import Ledger
 from budget.protocol import HoldTicket, OperationTicket
 from budget.status import BucketStatus, KillState
 from budget.storage.sqlite.store import UnknownOperation
 from budget.types import Level, Origin, RefusalReason, Usage, Window
 from tests.budget.ledger_helpers import LedgerFactory
+from tests.support.clocks import ManualClock
 
 
 async def hold(

@@ -14,13 +14,13 @@ from typing import Any, cast
 import pytest
 
 from budget.errors import HoldRefused, LedgerUnavailable
-from budget.kernel.clock import ManualClock
 from budget.ledger import Ledger
 from budget.policy.money import usd
 from budget.protocol import HoldTicket
 from budget.storage.sqlite.store import SqliteStore
 from budget.types import Level, Origin, RefusalReason, Usage, Window
 from tests.budget.ledger_helpers import LedgerFactory
+from tests.support.clocks import ManualClock
 
 
 async def _reserve(

@@ -19,7 +19,6 @@ import asyncpg
 import pytest
 
 from budget.errors import HoldRefused
-from budget.kernel.clock import ManualClock
 from budget.ledger import Ledger
 from budget.protocol import HoldTicket
 from budget.status import KillState
@@ -31,6 +30,7 @@ from budget.storage.postgres.rows import asyncpg_dsn
 from budget.storage.postgres.store import PgStore
 from budget.types import Level, Origin, RefusalReason, Usage, Window
 from tests.budget.ledger_helpers import BASE_CONFIG, card, create_pg_schema
+from tests.support.clocks import ManualClock
 
 Step = Callable[[], Awaitable[object]]
 

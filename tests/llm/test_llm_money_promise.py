@@ -16,7 +16,6 @@ import pytest
 
 from budget.config import LedgerConfig
 from budget.errors import HoldRefused
-from budget.kernel.clock import ManualClock
 from budget.ledger import Ledger
 from budget.pricing.tokens import input_bound
 from budget.storage.tables import create_schema
@@ -27,6 +26,7 @@ from llm.providers.ratelimits import parse_retry_after_s
 from llm.types import LLMRequest, Message
 from tests.llm.test_llm_budget import real_card
 from tests.llm.test_llm_cascade import COOLDOWN, Harness, ask, key
+from tests.support.clocks import ManualClock
 from tests.support.ledger import FakeLedger, FakePrices
 from tests.support.providers import FakeProviders
 
