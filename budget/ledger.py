@@ -54,7 +54,7 @@ from budget.pricing.prices import PriceCard
 from budget.protocol import HoldTicket, OperationTicket
 from budget.status import KillState
 from budget.storage.sqlite.store import SqliteStore
-from budget.storage.store import Admission, LedgerStore, RefusedCommit, SettleOutcome, SweepOutcome
+from budget.storage.store import Admission, LedgerStore, RefusedStep, SettleOutcome, SweepOutcome
 from budget.types import Origin, Usage
 
 __all__ = ["KillListener", "Ledger", "LostListener"]
@@ -326,7 +326,7 @@ class Ledger(LedgerAdmin):
             return
         outcome = await self._guarded(self.store.admit(self.clock.now(), admission, None))
         self._deferred.pop(op.operation_id, None)  # it exists from here on
-        if isinstance(outcome, RefusedCommit):
+        if isinstance(outcome, RefusedStep):
             raise HoldRefused(outcome.refusal)
 
     async def end_operation(self, op: OperationTicket) -> None:
@@ -435,7 +435,7 @@ class Ledger(LedgerAdmin):
                 self._admit_now = True
                 raise
             self._deferred.pop(op.operation_id, None)
-            if isinstance(outcome, RefusedCommit):
+            if isinstance(outcome, RefusedStep):
                 raise HoldRefused(outcome.refusal)
             assert outcome is not None  # a hold was asked
             return outcome

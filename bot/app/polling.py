@@ -21,7 +21,7 @@ from bot.app.preflight import check_database, check_settings
 from bot.ops.logs import redact
 from bot.settings import Settings
 from bot.storage.migrate import SchemaMismatch, migrate
-from budget.errors import BudgetConfigError
+from budget.errors import BudgetConfigError, ProcessFenced
 from budget.kernel import instance_lock
 from budget.kernel.clock import SystemClock
 from budget.kernel.db import sqlite_path
@@ -122,7 +122,7 @@ async def _poll(settings: Settings) -> int:
 
     from bot.app.factory import create_app
     from bot.app.lifecycle import WebhookIsSet
-    from bot.session.fence import ProcessFenced
+    from bot.session.fence import FENCED_EXIT
 
     try:
         app = create_app(settings)
@@ -146,7 +146,7 @@ async def _poll(settings: Settings) -> int:
                 polling_timeout=30,
             )
             if app.fenced.is_set():  # polling stopped by the fence (bot/session/fence.py)
-                raise ProcessFenced()
+                raise ProcessFenced(FENCED_EXIT)
     except ProcessFenced as exc:  # taken for dead by another: stopped, nothing drained
         _fail(str(exc), settings)
         return 1

@@ -21,7 +21,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from budget.config import LedgerConfig
-from budget.errors import BudgetError
+from budget.errors import BudgetError, HoldRefused
+from budget.kernel.sqlite_writer import StepDeclined
 from budget.protocol import HoldTicket, OperationTicket
 from budget.status import KillState, LedgerStatus, TeamStatus, UserStatus
 from budget.types import Level, Origin, Refusal, Usage, Window
@@ -35,7 +36,7 @@ __all__ = [
     "Cursor",
     "LedgerStore",
     "Pricer",
-    "RefusedCommit",
+    "RefusedStep",
     "SettleOutcome",
     "SweepOutcome",
     "UnknownOperation",
@@ -91,13 +92,23 @@ class Admission:
     request_id: str | None = None
 
 
-class RefusedCommit(Exception):
-    """Raised inside a store's transaction body: commit what was written (the
-    refusal event), then raise :class:`~budget.errors.HoldRefused` to the caller."""
+class RefusedStep(StepDeclined):
+    """The marker of a refusal inside a store step, private to ``budget.storage`` (its
+    callers only ever see :class:`~budget.errors.HoldRefused`): the step refuses with
+    nothing held. On SQLite the step wrote its refusal event, which is kept and
+    committed (:class:`~budget.kernel.sqlite_writer.StepDeclined`); PostgreSQL's hot
+    path rolls the step back, then records the event. Either way the caller gets
+    ``HoldRefused(refusal)``.
 
-    def __init__(self, refusal: Refusal) -> None:
-        super().__init__(refusal.reason.value)
+    Attributes:
+        refusal: why.
+        user_id: whose request it was (for the event), if known.
+    """
+
+    def __init__(self, refusal: Refusal, user_id: int | None = None) -> None:
+        super().__init__(HoldRefused(refusal))
         self.refusal = refusal
+        self.user_id = user_id
 
 
 class SettleOutcome:

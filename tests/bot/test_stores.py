@@ -21,6 +21,7 @@ from bot.storage.repos import Conversation, History, Intake, is_storage_failure
 from bot.storage.sqlite_hot import SqliteHotPath
 from bot.storage.tables import SeenMessage
 from budget.books.stops import StopBook
+from budget.errors import LedgerUnavailable
 from budget.kernel.db import create_engine, sqlite_path
 from budget.kernel.sqlite_writer import SqliteWriter
 from budget.storage.tables import holds, processes
@@ -63,7 +64,7 @@ async def hot(
         return
     path = sqlite_path(database_url)
     assert path is not None
-    writer = SqliteWriter(path, "FULL")
+    writer = SqliteWriter(path, "FULL", unavailable=LedgerUnavailable)
     writer.open()
     yield SqliteHotPath(writer)
     writer.close()

@@ -39,7 +39,6 @@ OVERSIZED_MODULES: frozenset[str] = frozenset(
         "bot.handlers.admin",
         "bot.settings",
         "budget.books.reconcile",
-        "budget.kernel.sqlite_writer",
         "budget.ledger",
         "scheduler.runner",
     }
@@ -98,8 +97,6 @@ CYCLES_LEFT: frozenset[frozenset[str]] = frozenset(
 UPWARD_LEFT: frozenset[str] = frozenset(
     {
         "budget.__main__ -> bot.storage.migrate",
-        "budget.kernel.sqlite_writer -> budget.errors",
-        "budget.kernel.sqlite_writer -> budget.storage.store",
     }
 )
 #: Files that still cite a review round.
@@ -115,7 +112,6 @@ HISTORY_LEFT: frozenset[str] = frozenset(
         "bot/text/templates.py",
         "budget/kernel/db.py",
         "budget/kernel/failure_log.py",
-        "budget/kernel/sqlite_writer.py",
         "budget/ledger.py",
         "budget/pricing/tokens.py",
         "budget/storage/postgres/lease.py",

@@ -35,7 +35,7 @@ from budget.storage.sql import admin, reports
 from budget.storage.sql import holds as sync_holds
 from budget.storage.sql.corrections import apply_corrections
 from budget.storage.sql.rows import kill_states, teams
-from budget.storage.store import Cursor, RefusedCommit
+from budget.storage.store import Cursor, RefusedStep
 from budget.types import Level, Window
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ class PgRowSteps:
         loop = asyncio.get_running_loop()
         last: BaseException | None = None
         for attempt in range(RETRIES):
-            refused: RefusedCommit | None = None
+            refused: RefusedStep | None = None
             try:
                 async with pool.acquire() as conn:
                     if write:
@@ -119,7 +119,7 @@ class PgRowSteps:
                         cur = PgCursor(conn, loop)
                         try:
                             result = await loop.run_in_executor(executor, body, cur)
-                        except RefusedCommit as exc:
+                        except RefusedStep as exc:
                             refused = exc  # leave the block normally: commit the event
             except RETRYABLE as exc:
                 last = exc

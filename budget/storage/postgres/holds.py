@@ -34,7 +34,9 @@ deadlock each other:
 * Fencing: a process whose ``budget_processes`` row is gone was declared dead by
   another (:data:`budget.storage.postgres.ends.DECLARE_DEAD`): its admission read and its grant
   check the row (in the same statements, one index lookup) — no operation, no hold,
-  so no provider call for work another process took over (:class:`Fenced`).
+  so no provider call for work another process took over
+  (:class:`~budget.errors.ProcessFenced`, raised with nothing written:
+  :meth:`budget.storage.postgres.store.PgStore.tx` fences the process).
 
 Rules from :mod:`budget.policy.rules` and :mod:`budget.policy.steps`, statements shared with
 SQLite from :mod:`budget.storage.sql.statements`; times are epoch seconds of the ledger clock,
@@ -50,6 +52,7 @@ from typing import Any
 import asyncpg
 
 from budget.config import LedgerConfig
+from budget.errors import ProcessFenced
 from budget.policy.rules import (
     BucketKey,
     build_buckets,
@@ -74,7 +77,6 @@ from budget.storage.postgres.rows import (
     KILLS_OF,
     LIMITS,
     Amounts,
-    Refused,
     book_arrays,
     booking_deltas,
     bucket_values,
@@ -91,12 +93,11 @@ from budget.storage.sql.statements import (
     hold_values,
     operation_row,
 )
-from budget.storage.store import UnknownOperation
+from budget.storage.store import RefusedStep, UnknownOperation
 from budget.types import Level, Origin, Refusal, RefusalReason, Window
 
 __all__ = [
     "KNOWN_MAX",
-    "Fenced",
     "Known",
     "begin_operation",
     "begin_request",
@@ -216,7 +217,7 @@ async def begin_operation(
         _ADMISSION_READ, user_id, str(user_id), t, t - 60.0, process_id
     )
     if not registered:
-        raise Fenced()
+        raise ProcessFenced()
     refusal = admission_refusal(
         pick_kill(kill_state(k) for k in kills),
         open_ops,
@@ -226,7 +227,7 @@ async def begin_operation(
         utc(oldest),
     )
     if refusal is not None:
-        raise Refused(refusal, user_id)
+        raise RefusedStep(refusal, user_id)
     op_id = uuid.uuid4().hex
     await conn.execute(
         translate(OPERATION_INSERT),
@@ -255,7 +256,7 @@ async def begin_request(
     user_id, max_requests, n, repeated = row
     refusal = request_refusal(repeated, n, max_requests)
     if refusal is not None:
-        raise Refused(refusal, user_id)
+        raise RefusedStep(refusal, user_id)
     req_id = uuid.uuid4().hex
     day_key = window_keys(now, cfg.tz).day_key
     await conn.execute(_REQUEST_WRITE, req_id, operation_id, fingerprint, now.timestamp(), day_key)
@@ -303,11 +304,6 @@ async def reserve(
     if known is not None:
         known.keep(known.granted, ticket.hold_id, row)
     return ticket
-
-
-class Fenced(Exception):
-    """This process's ``budget_processes`` row is gone: another declared it dead
-    (nothing was written; :meth:`budget.storage.postgres.store.PgStore.tx` fences the process)."""
 
 
 class _NotAtOnce(Exception):
@@ -378,16 +374,16 @@ async def _reserve(
         row = await conn.fetchrow(_RESERVE_READ, operation_id)
         if row is None:  # ended: by a takeover, if this process was declared dead
             if not await conn.fetchval(_REGISTERED, process_id):
-                raise Fenced()
+                raise ProcessFenced()
             raise UnknownOperation(operation_id)
         user_id, origin, team, max_musd, committed, kills, limit_rows, digest, alive = row
         if not alive:
-            raise Fenced()
+            raise ProcessFenced()
         early = reserve_refusal(
             pick_kill(kill_state(k) for k in kills), committed, ceiling_musd, max_musd
         )
         if early is not None:
-            raise Refused(early, user_id)
+            raise RefusedStep(early, user_id)
         limits = _overrides(limit_rows)
         if known is not None:
             known.limits = (digest, limits)
@@ -445,7 +441,7 @@ async def _reserve(
         return ticket, hold_row
     charged, after = await conn.fetchrow(_GRANT, *arrays, ceiling_musd, expires, *values)
     if not charged:  # another step of this operation took the cap, or ended it
-        raise Refused(Refusal(RefusalReason.OPERATION_CAP, note="cost"), user_id)
+        raise RefusedStep(Refusal(RefusalReason.OPERATION_CAP, note="cost"), user_id)
     if checked:
         # as they were before this hold, the other holds' margins counted as held
         before = {
@@ -455,5 +451,5 @@ async def _reserve(
         found = build_buckets(cfg, limits, scopes, keys, before)
         refusal = check_hold(found, ceiling_musd + margin_musd)
         if refusal is not None:
-            raise Refused(refusal, user_id)
+            raise RefusedStep(refusal, user_id)
     return ticket, hold_row

@@ -36,7 +36,7 @@ from budget.policy.steps import Booking, booking_rows
 from budget.policy.windows import window_keys
 from budget.status import KillState
 from budget.storage.sql.statements import EVENT_INSERT, KILL_COLS, KILL_UPSERT, event_row
-from budget.types import Level, Refusal, Window
+from budget.types import Level, Window
 
 __all__ = [
     "AUTO_KILL_LOCK",
@@ -46,7 +46,6 @@ __all__ = [
     "Amounts",
     "BurnRate",
     "PgCursor",
-    "Refused",
     "asyncpg_dsn",
     "auto_kill",
     "auto_kill_off",
@@ -119,17 +118,6 @@ def once(sql: str, old: str, new: str) -> str:
     at import, not in a step)."""
     assert sql.count(old) == 1, old
     return sql.replace(old, new)
-
-
-class Refused(Exception):
-    """Raised inside a PostgreSQL step: roll the step back (nothing held, nothing
-    counted), then record the refusal event and raise
-    :class:`~budget.errors.HoldRefused` (:meth:`budget.storage.postgres.store.PgStore.tx`)."""
-
-    def __init__(self, refusal: Refusal, user_id: int | None) -> None:
-        super().__init__(refusal.reason.value)
-        self.refusal = refusal
-        self.user_id = user_id
 
 
 def overrides_of(records: Iterable[Any]) -> dict[tuple[str, str, str], int | None]:

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import asyncpg
 
 from budget.config import LedgerConfig
-from budget.errors import HoldRefused, LedgerUnavailable
+from budget.errors import HoldRefused, LedgerUnavailable, ProcessFenced
 from budget.kernel.clock import Clock
 from budget.kernel.tasks import cancel_and_wait
 from budget.protocol import HoldTicket, OperationTicket
@@ -71,7 +71,6 @@ from budget.storage.postgres.burn import BurnCheckTimer
 from budget.storage.postgres.lease import ProcessLease
 from budget.storage.postgres.rows import (
     PgCursor,
-    Refused,
     asyncpg_dsn,
     auto_kill,
     auto_kill_off,
@@ -80,7 +79,7 @@ from budget.storage.postgres.rows import (
 )
 from budget.storage.postgres.timestamps import use_epoch_seconds
 from budget.storage.sql.statements import EVENT_INSERT, refusal_event_row
-from budget.storage.store import Pricer, SettleOutcome, SweepOutcome
+from budget.storage.store import Pricer, RefusedStep, SettleOutcome, SweepOutcome
 from budget.types import Level, Origin, Usage, Window
 
 if TYPE_CHECKING:
@@ -241,7 +240,7 @@ class PgStore(ProcessLease, PgRowSteps):
         which is its own transaction), retried on serialization/deadlock errors.
 
         Raises:
-            HoldRefused: ``body`` raised :class:`~budget.storage.postgres.rows.Refused`: its
+            HoldRefused: ``body`` raised :class:`~budget.storage.store.RefusedStep`: its
                 transaction was rolled back, the refusal event is then recorded.
             LedgerUnavailable: storage failed, or still conflicting after RETRIES.
         """
@@ -257,13 +256,13 @@ class PgStore(ProcessLease, PgRowSteps):
                             return await body(conn)
                         async with conn.transaction():
                             return await body(conn)
-                    except Refused as refused:
+                    except RefusedStep as refused:
                         row = refusal_event_row(
                             self.config.tz, now, refused.refusal, refused.user_id
                         )
                         await conn.execute(translate(EVENT_INSERT), *row)
                         raise HoldRefused(refused.refusal) from None
-            except holds.Fenced:
+            except ProcessFenced:
                 self._fence(self.clock.monotonic())
                 raise LedgerUnavailable() from None
             except RETRYABLE as exc:

@@ -66,7 +66,7 @@ from budget.storage.store import (
     Admission,
     Cursor,
     Pricer,
-    RefusedCommit,
+    RefusedStep,
     SettleOutcome,
     SweepOutcome,
     UnknownOperation,
@@ -241,7 +241,7 @@ def admit(
     now: datetime,
     admission: Admission,
     hold: dict[str, Any] | None,
-) -> HoldTicket | RefusedCommit | None:
+) -> HoldTicket | RefusedStep | None:
     """A deferred admission in one step (issue 10): :func:`begin_operation` with the
     caller's operation id, then its pending :func:`begin_request` (if any), then
     ``hold`` (the keyword arguments of :func:`reserve` past ``operation_id``, if any).
@@ -252,7 +252,7 @@ def admit(
         request exist from then on, so the caller must know the step went that far.
 
     Raises:
-        RefusedCommit: the admission itself was refused (kill, in-flight, rate): no
+        RefusedStep: the admission itself was refused (kill, in-flight, rate): no
             operation was created.
     """
     begin_operation(
@@ -279,7 +279,7 @@ def admit(
         if hold is None:
             return None
         return reserve(cur, cfg, process_id, now, operation_id=admission.operation_id, **hold)
-    except RefusedCommit as refused:
+    except RefusedStep as refused:
         return refused
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from budget.config import LedgerConfig
+from budget.errors import LedgerUnavailable
 from budget.kernel.sqlite_writer import BUSY_TIMEOUT_S, SqliteWriter
 from budget.protocol import HoldTicket, OperationTicket
 from budget.status import KillState, LedgerStatus, TeamStatus, UserStatus
@@ -43,7 +44,7 @@ from budget.storage.sql.rows import kill_states, teams
 from budget.storage.store import (
     Admission,
     Pricer,
-    RefusedCommit,
+    RefusedStep,
     SettleOutcome,
     SweepOutcome,
     UnknownOperation,
@@ -73,7 +74,7 @@ class SqliteStore:
         self.path = Path(path)
         self.config = config
         self.process_id = process_id
-        self.writer = SqliteWriter(self.path, config.synchronous)
+        self.writer = SqliteWriter(self.path, config.synchronous, unavailable=LedgerUnavailable)
 
     @property
     def location(self) -> str:
@@ -171,7 +172,7 @@ class SqliteStore:
 
     async def admit(
         self, now: datetime, admission: Admission, hold: dict[str, Any] | None
-    ) -> HoldTicket | RefusedCommit | None:
+    ) -> HoldTicket | RefusedStep | None:
         """A deferred admission, its first request and (``hold``: :meth:`reserve`'s
         arguments past ``operation_id``, by name) its first hold in ONE step
         (:func:`budget.storage.sql.holds.admit`); durable when it holds, grouped otherwise.
