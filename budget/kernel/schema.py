@@ -1,22 +1,19 @@
-"""Alembic migrations, shipped inside the package (``bot/migrations``, package data).
+"""Which schema a database is at, against this code's Alembic revisions: the check that
+refuses a database behind (not migrated yet) or ahead (a newer version migrated it).
 
-The scripts are found with :mod:`importlib.resources` (Alembic's ``package:path``
-script location), so an installed wheel migrates exactly as a checkout does; no
-``alembic.ini`` is needed. Nothing here imports aiogram.
-
-On PostgreSQL, where several processes may start at once, the whole upgrade runs in one
-transaction holding the advisory lock :data:`MIGRATION_LOCK_KEY`
-(``pg_advisory_xact_lock``): the first process migrates, the others wait, then find the
-schema at head and change nothing. (SQLite has one process per file: the instance lock.)
-A database whose revision this code does not know — a newer version migrated it — is
-never touched: :class:`SchemaMismatch` (``ahead``).
+The revision scripts are package data of the ``bot`` package (``bot/migrations``, found
+with :mod:`importlib.resources` through Alembic's ``package:path`` script location, so an
+installed wheel checks as a checkout does): this module knows them by that location
+string (:data:`SCRIPT_LOCATION`) and imports nothing of the project, so ``python -m
+budget`` checks the schema without importing the bot (why:
+``docs/decisions/010-schema-check-in-the-kernel.md``). Applying the migrations is the
+bot's (:mod:`bot.storage.migrate`). Nothing here imports aiogram.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from alembic import command
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -24,7 +21,6 @@ from alembic.util.exc import CommandError
 from sqlalchemy import Connection, inspect, text
 
 __all__ = [
-    "MIGRATION_LOCK_KEY",
     "SCRIPT_LOCATION",
     "SchemaMismatch",
     "alembic_config",
@@ -32,16 +28,13 @@ __all__ = [
     "current_revisions",
     "head_revision",
     "known_revision",
-    "migrate",
     "read_heads",
     "refuse_unknown",
 ]
 
-#: Where the migration scripts are: the ``migrations`` folder of the ``bot`` package.
+#: Where the migration scripts are: the ``migrations`` folder of the ``bot`` package
+#: (package data; Alembic resolves the string, no module of the project is imported here).
 SCRIPT_LOCATION = "bot:migrations"
-
-#: Key of the PostgreSQL advisory lock the migrations run under ("kopek" in ASCII).
-MIGRATION_LOCK_KEY = 0x6B6F70656B
 
 
 class SchemaMismatch(Exception):
@@ -103,16 +96,6 @@ def refuse_unknown(script: ScriptDirectory, current: tuple[str, ...]) -> None:
         head = script.get_current_head()
         assert head is not None
         raise SchemaMismatch(current, head, ahead=True)
-
-
-def migrate(database_url: str) -> None:
-    """``alembic upgrade head`` on ``database_url`` (idempotent; blocking: run in a thread).
-
-    Raises:
-        SchemaMismatch: the database is ahead of this code (nothing was changed).
-        OSError, sqlalchemy.exc.SQLAlchemyError: the database cannot be opened or changed.
-    """
-    command.upgrade(alembic_config(database_url), "head")
 
 
 def read_heads(conn: Connection) -> tuple[str, ...]:

@@ -67,7 +67,6 @@ OVERLONG_FUNCTIONS: frozenset[str] = frozenset(
 )
 CYCLES_LEFT: frozenset[frozenset[str]] = frozenset(
     {
-        frozenset({"budget.storage.store", "budget.books.corrections"}),
         frozenset(
             {
                 "bot.__main__",
@@ -94,11 +93,7 @@ CYCLES_LEFT: frozenset[frozenset[str]] = frozenset(
     }
 )
 #: Upward imports still being folded ("importer -> imported").
-UPWARD_LEFT: frozenset[str] = frozenset(
-    {
-        "budget.__main__ -> bot.storage.migrate",
-    }
-)
+UPWARD_LEFT: frozenset[str] = frozenset()
 #: Files that still cite a review round.
 HISTORY_LEFT: frozenset[str] = frozenset(
     {
