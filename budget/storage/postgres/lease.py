@@ -23,7 +23,7 @@ from budget.config import LedgerConfig
 from budget.errors import LedgerUnavailable
 from budget.kernel.clock import Clock
 from budget.kernel.failure_log import FailureLog
-from budget.storage.postgres.admin import STORAGE
+from budget.storage.postgres.runner import STORAGE
 
 __all__ = ["ProcessLease"]
 

@@ -66,7 +66,7 @@ from budget.kernel.tasks import cancel_and_wait
 from budget.protocol import HoldTicket, OperationTicket
 from budget.status import KillState
 from budget.storage.postgres import ends, holds
-from budget.storage.postgres.admin import RETRIES, RETRYABLE, STORAGE, Body, PgRowSteps
+from budget.storage.postgres.runner import RETRIES, RETRYABLE, STORAGE, Body, PgRowSteps
 from budget.storage.postgres.burn import BurnCheckTimer
 from budget.storage.postgres.lease import ProcessLease
 from budget.storage.postgres.rows import (
