@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, TypeVar
 from budget.kernel.clock import Clock
 from budget.policy.rules import check_user_id
 from budget.status import KillState, LedgerStatus, TeamStatus, UserStatus
-from budget.storage.store import LedgerStore
+from budget.storage.base import LedgerStore
+from budget.storage.store import LimitChange
 from budget.types import Level, Window
 
 __all__ = ["LedgerAdmin"]
@@ -103,9 +104,8 @@ class LedgerAdmin:
         _check_limit(window, limit_musd)
         _check_limit_scope(level, scope)
         _check_by(by)
-        await self._guarded(
-            self.store.set_limit(self.clock.now(), level, scope, window, limit_musd, by, False)
-        )
+        change = LimitChange(level, scope, window, limit_musd, by)
+        await self._guarded(self.store.set_limit(self.clock.now(), change))
 
     async def clear_limit(
         self, level: Level, scope: str, window: Window, *, by: int | None = None
@@ -118,9 +118,8 @@ class LedgerAdmin:
         _check_limit(window, None)
         _check_limit_scope(level, scope)
         _check_by(by)
-        await self._guarded(
-            self.store.set_limit(self.clock.now(), level, scope, window, None, by, True)
-        )
+        change = LimitChange(level, scope, window, None, by, clear=True)
+        await self._guarded(self.store.set_limit(self.clock.now(), change))
 
     async def team_add(self, name: str, user_id: int) -> str | None:
         """Put ``user_id`` in team ``name`` (a user is in at most one team).

@@ -43,6 +43,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.chat.delivery import send_text
+from budget.books.corrections import CorrectionPlan
 from budget.books.export import write_export
 from budget.books.periods import BooksError, parse_period, price_source, rates_at
 from budget.books.reconcile import ReconcileReport, reconcile
@@ -298,10 +299,7 @@ def create_books_router(admin_ids: frozenset[int]) -> Router:
         try:
             result = await books.ledger.store.apply_corrections(
                 clock.now(),
-                report.plan,
-                admin,
-                report.export.file_name,
-                report.export.sha256,
+                CorrectionPlan(report.plan, admin, report.export.file_name, report.export.sha256),
             )
         except HoldRefused:
             await reply(bot, message, "⚠️ The ledger is unavailable; nothing was changed.", clock)

@@ -1,10 +1,8 @@
 """Correct estimated bookings from a provider's usage export (``/reconcile apply``).
 
-A store books a :class:`~budget.books.reconcile.PlannedCorrection` list in ONE ledger
-transaction (:meth:`budget.storage.store.LedgerStore.apply_corrections`, called with the
-ledger clock's time, the plan from :attr:`budget.books.reconcile.ReconcileReport.plan`, the
-admin's id or ``None`` for the command line, and the export's file name and SHA-256; the
-SQL is :mod:`budget.storage.sql.corrections`, the rules below are here):
+A store books a :class:`CorrectionPlan` in ONE ledger transaction
+(:meth:`budget.storage.base.LedgerStore.apply_corrections`, at the ledger clock's time;
+the SQL is :mod:`budget.storage.sql.corrections`, the rules below are here):
 
 * each booking still flagged estimated and still booked at the amount the report
   saw gets its new cost (``actual_musd``; for a paid key also ``list_actual_musd``);
@@ -23,13 +21,30 @@ only the money follows the bill.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from budget.books.reconcile import PlannedCorrection
 from budget.policy.money import usd_text
 from budget.types import Level, Window
 
-__all__ = ["ApplyResult", "applies", "over_limit_line"]
+__all__ = ["ApplyResult", "CorrectionPlan", "applies", "over_limit_line"]
+
+
+@dataclass(frozen=True, slots=True)
+class CorrectionPlan:
+    """What ``/reconcile apply`` books, and where its figures come from.
+
+    Attributes:
+        items: :attr:`budget.books.reconcile.ReconcileReport.plan`.
+        by_user: the admin's Telegram id (``None``: the command line).
+        file_name, sha256: the provider's export the figures come from.
+    """
+
+    items: Sequence[PlannedCorrection]
+    by_user: int | None
+    file_name: str
+    sha256: str
 
 
 @dataclass(slots=True)

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from budget.ledger import Ledger
+from budget.storage.base import LedgerStore
 from budget.storage.postgres.store import PgStore
 from budget.storage.sqlite.store import SqliteStore
-from budget.storage.store import LedgerStore
 from budget.storage.tables import create_schema
 from tests.budget.ledger_helpers import (
     BACKENDS,

@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import budget.__main__ as budget_cli
+from budget.books.corrections import CorrectionPlan
 from budget.books.periods import ExportFileError, parse_period
 from budget.books.reconcile import reconcile
 from budget.books.usage_export import parse_export
@@ -153,10 +154,7 @@ async def test_a_day_with_estimated_bookings_only_in_its_one_row_is_corrected(fe
     assert [p.hold_id for p in report.plan] == [hold]
     await few.ledger.store.apply_corrections(
         few.clock.now(),
-        report.plan,
-        1,
-        export.file_name,
-        export.sha256,
+        CorrectionPlan(report.plan, 1, export.file_name, export.sha256),
     )
     assert few.day_total() == report.export_musd
 

@@ -40,7 +40,7 @@ async def _book_two(url: str) -> int:
     """Two settled DeepSeek attempts on 2026-01-14 (UTC); returns their booked µUSD."""
     clock = ManualClock(datetime(2026, 1, 14, 21, 30, tzinfo=UTC))
     card = PriceCard([ProviderModel(KEY, MODEL, "paid")])
-    ledger = Ledger.postgres(url, CONFIG, card, clock)
+    ledger = Ledger.open(url, CONFIG, card, clock)
     await ledger.start(run_sweeper=False)
     try:
         for usage in (Usage(1200, 400, 300), Usage(2345, 0, 77)):

@@ -21,6 +21,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import budget.__main__ as budget_cli
+from budget.books.corrections import CorrectionPlan
 from budget.books.export import EXPORT_COLUMNS, write_export
 from budget.books.periods import ExportFileError, PeriodError, parse_period
 from budget.books.reconcile import reconcile
@@ -287,10 +288,7 @@ async def test_e_estimated_bookings_after_a_crash_are_corrected_from_the_export(
     assert len(report.plan) == 3 and "/reconcile apply" in report.text()
     result = await restarted.store.apply_corrections(
         books.clock.now(),
-        report.plan,
-        1,
-        export.file_name,
-        export.sha256,
+        CorrectionPlan(report.plan, 1, export.file_name, export.sha256),
     )
     after = books.holds()
     for hold_id, usage in real.items():
@@ -350,10 +348,7 @@ async def test_a_correction_over_a_closed_window_limit_is_booked_and_reported(
     report = await reconcile(books.engine, books.card, export, KEY)
     result = await books.ledger.store.apply_corrections(
         books.clock.now(),
-        report.plan,
-        1,
-        "late.csv",
-        export.sha256,
+        CorrectionPlan(report.plan, 1, "late.csv", export.sha256),
     )
     assert [c.hold_id for c in result.changed] == [hold.hold_id]
     assert books.holds()[hold.hold_id][0] == books.card.actual_musd(

@@ -89,7 +89,7 @@ async def test_deleted_database_fails_closed_and_tells_admins_once(
     async def tell(reason: str) -> None:
         told.append(reason)
 
-    ledger._on_unavailable = tell
+    ledger._notices.on_unavailable = tell
     await _reserve(ledger, 1, 10, 10, 40)
     for suffix in ("", "-wal", "-shm"):
         with contextlib.suppress(FileNotFoundError):
@@ -100,8 +100,7 @@ async def test_deleted_database_fails_closed_and_tells_admins_once(
         await ledger.sweep()
     with pytest.raises(LedgerUnavailable):
         await _reserve(ledger, 3, 10, 10, 40)
-    for task in list(ledger._notify_tasks):
-        await task
+    await ledger._notices.drain()
     assert told == ["deleted"]
     assert ledger.store.lost == "deleted"
 
@@ -117,7 +116,7 @@ async def test_full_disk_surfaces_as_ledger_unavailable_only(make_ledger: Ledger
     async def tell(reason: str) -> None:
         told.append(reason)
 
-    ledger._on_unavailable = tell
+    ledger._notices.on_unavailable = tell
     store = ledger.store
     assert isinstance(store, SqliteStore)
     writer = store.writer
@@ -140,8 +139,7 @@ async def test_full_disk_surfaces_as_ledger_unavailable_only(make_ledger: Ledger
     assert failures, "the capped database never filled up"
     assert all(isinstance(f, LedgerUnavailable) for f in failures)
     assert not any(isinstance(f, sqlite3.Error) for f in failures)
-    for task in list(ledger._notify_tasks):
-        await task
+    await ledger._notices.drain()
     assert told == ["storage"]
 
 

@@ -188,7 +188,7 @@ async def real_ledger(tmp_path: Path) -> AsyncIterator[tuple[Ledger, ManualClock
     path = tmp_path / "ledger.db"
     create_schema(path)
     config = LedgerConfig(global_daily_musd=1_000_000, max_call_s=5.0, hold_ttl_s=60.0)
-    ledger = Ledger.sqlite(path, config, real_card(), clock)
+    ledger = Ledger.open(f"sqlite+aiosqlite:///{path}", config, real_card(), clock)
     await ledger.start(run_sweeper=False)
     try:
         yield ledger, clock

@@ -383,7 +383,7 @@ async def limited_ledger(tmp_path: Path) -> AsyncIterator[tuple[Ledger, ManualCl
         user_max_per_minute=1000,
         auto_kill_fraction=Decimal(0),  # the burn-rate switch would stop the test early
     )
-    ledger = Ledger.sqlite(path, config, real_card(), clock)
+    ledger = Ledger.open(f"sqlite+aiosqlite:///{path}", config, real_card(), clock)
     await ledger.start(run_sweeper=False)
     try:
         yield ledger, clock

@@ -47,7 +47,7 @@ class ProcessLease(abc.ABC):
     process_id: str
 
     def _init_lease(self) -> None:
-        self.lost = ""
+        self._lost = ""
         self.on_fenced: list[Callable[[], None]] = []
         #: the ledger clock's monotonic time at the start of the last beat that landed
         self._beat_at: float | None = None
@@ -63,9 +63,14 @@ class ProcessLease(abc.ABC):
         """Close that connection (the next beat opens a new one)."""
 
     @property
+    def lost(self) -> str:
+        """``"fenced"`` once another process declared this one dead, else ``""``."""
+        return self._lost
+
+    @property
     def fenced(self) -> bool:
         """True once another process declared this one dead (its row deleted)."""
-        return self.lost == "fenced"
+        return self._lost == "fenced"
 
     async def beat(self) -> None:
         """Record this process as alive now (ledger clock): the first beat registers
@@ -117,7 +122,7 @@ class ProcessLease(abc.ABC):
         once; the callbacks (the bot stops taking work and exits) run once."""
         if self.fenced:
             return
-        self.lost = "fenced"
+        self._lost = "fenced"
         silent = at - self._beat_at if self._beat_at is not None else 0.0
         log.error(
             "this process was taken for dead by another (no heartbeat for %.0f s, more than"

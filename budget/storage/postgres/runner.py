@@ -1,17 +1,24 @@
-"""The PostgreSQL ledger's steps that reuse the shared synchronous row modules.
+"""How the PostgreSQL ledger runs a step: one transaction on one pooled connection,
+retried on a serialization failure or a deadlock, every driver error translated.
 
-Reports (``budget.storage.sql.reports``), the admin steps (``budget.storage.sql.admin``), reads
-of holds and ``/reconcile apply`` (``budget.storage.sql.corrections``) are written in the
-SQL subset both engines accept; on PostgreSQL their body runs in a worker thread and
-each statement is awaited on the event loop through :class:`budget.storage.postgres.rows.PgCursor`
-(rare steps: the hot path is :mod:`budget.storage.postgres.holds` and
-:mod:`budget.storage.postgres.ends`).
-Reads run in a ``REPEATABLE READ READ ONLY`` snapshot and take no lock; a writing
-step that checks then writes first locks its rows in the one lock order of
-:mod:`budget.storage.postgres.rows`.
+Two kinds of body:
 
-:class:`PgRowSteps` is the base of :class:`budget.storage.postgres.store.PgStore`, which owns the
-pool and the worker threads.
+* the hot path's async bodies (:mod:`budget.storage.postgres.holds`,
+  :mod:`budget.storage.postgres.ends`), and the shared-state rows of the replicas, run on
+  the event loop by :meth:`PgRunner.tx`: a refusal rolls its transaction back (nothing
+  held anywhere) and then records its event;
+* the portable synchronous bodies (:mod:`budget.storage.sql`: reports, admin steps,
+  reads of holds, ``/reconcile apply``), run by :meth:`PgRunner._write` and
+  :meth:`PgRunner._read` in a worker thread, each statement awaited on the loop through
+  :class:`budget.storage.postgres.rows.PgCursor`. Reads run in a
+  ``REPEATABLE READ READ ONLY`` snapshot and take no lock; a writing step that checks
+  then writes first locks its rows (:class:`~budget.storage.store.Write`) in the one
+  lock order of :mod:`budget.storage.postgres.rows`, and commits its refusal event.
+
+A step that conflicted is tried again up to :data:`RETRIES` attempts after a random
+pause (jitter, growing), then fails closed: :class:`~budget.errors.LedgerUnavailable`.
+:class:`PgRunner` is a base of :class:`budget.storage.postgres.store.PgStore`, which owns
+the pool and the worker threads.
 """
 
 from __future__ import annotations
@@ -19,30 +26,20 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
 
 from budget.config import LedgerConfig
-from budget.errors import HoldRefused, LedgerUnavailable
-from budget.policy.windows import window_keys
-from budget.status import KillState, LedgerStatus, TeamStatus, UserStatus
-from budget.storage.postgres.rows import PgCursor, lock_corrections
-from budget.storage.sql import admin, reports
-from budget.storage.sql import holds as sync_holds
-from budget.storage.sql.corrections import apply_corrections
-from budget.storage.sql.rows import kill_states, teams
-from budget.storage.store import Cursor, RefusedStep
-from budget.types import Level, Window
+from budget.errors import HoldRefused, LedgerUnavailable, ProcessFenced
+from budget.kernel.clock import Clock
+from budget.storage.postgres.rows import PgCursor, lock_corrections, translate
+from budget.storage.sql.statements import EVENT_INSERT, refusal_event_row
+from budget.storage.store import DURABLE, Cursor, RefusedStep, Write
 
-if TYPE_CHECKING:
-    from budget.books.corrections import ApplyResult
-    from budget.books.reconcile import PlannedCorrection
-
-__all__ = ["RETRIES", "RETRYABLE", "STORAGE", "Body", "PgRowSteps"]
+__all__ = ["RETRIES", "RETRYABLE", "STORAGE", "Body", "PgRunner"]
 
 T = TypeVar("T")
 
@@ -63,21 +60,26 @@ _MESSAGES_LOCK = (
 )
 
 
-class PgRowSteps:
-    """The steps of :class:`budget.storage.postgres.store.PgStore` run through the shared row
-    modules (module docstring); the store sets the attributes below.
+class PgRunner:
+    """The step runner of :class:`budget.storage.postgres.store.PgStore` (module
+    docstring); the store sets the attributes below.
 
     Attributes:
-        config: limits and knobs.
+        config: limits and knobs; ``clock``: the ledger's clock.
         _pool: the asyncpg pool (``None`` when closed: ``LedgerUnavailable``).
         _executor: the worker threads running synchronous bodies.
         _backoff_s: first retry pause, seconds.
     """
 
     config: LedgerConfig
+    clock: Clock
     _pool: asyncpg.Pool | None
     _executor: concurrent.futures.ThreadPoolExecutor | None
     _backoff_s: float
+
+    if TYPE_CHECKING:  # provided by budget.storage.postgres.lease.ProcessLease
+
+        def _fence(self, at: float) -> None: ...
 
     async def _pause(self, attempt: int) -> None:
         """Random pause before retry ``attempt`` (0-based): jitter so that the steps
@@ -85,219 +87,105 @@ class PgRowSteps:
         if self._backoff_s > 0:
             await asyncio.sleep(random.uniform(0, self._backoff_s * 2**attempt))
 
-    async def _step(
-        self,
-        body: Callable[[Cursor], T],
-        *,
-        write: bool = True,
-        prelock: Body[None] | None = None,
-    ) -> T:
-        """Run the synchronous ``body`` (a shared row module function) in one
-        transaction through :class:`PgCursor`, after ``prelock`` took its row locks;
-        retried on serialization/deadlock errors.
+    async def _retried(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """``attempt()``, again after a conflict (up to :data:`RETRIES` attempts).
+
+        Raises:
+            LedgerUnavailable: storage failed, or still conflicting after RETRIES.
+        """
+        last: BaseException | None = None
+        for n in range(RETRIES):
+            try:
+                return await attempt()
+            except RETRYABLE as exc:
+                last = exc
+                await self._pause(n)
+            except STORAGE as exc:
+                raise LedgerUnavailable() from exc
+        raise LedgerUnavailable() from last
+
+    def _live_pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise LedgerUnavailable()
+        return self._pool
+
+    async def tx(self, now: datetime, body: Body[T], *, single: bool = False) -> T:
+        """Run the async ``body`` in ONE transaction (``single``: one statement,
+        which is its own transaction), retried on serialization/deadlock errors.
+
+        Raises:
+            HoldRefused: ``body`` raised :class:`~budget.storage.store.RefusedStep`: its
+                transaction was rolled back, the refusal event is then recorded.
+            LedgerUnavailable: storage failed, still conflicting after RETRIES, or this
+                process was found taken for dead (it is fenced).
+        """
+        pool = self._live_pool()
+
+        async def attempt() -> T:
+            async with pool.acquire() as conn:
+                try:
+                    if single:
+                        return await body(conn)
+                    async with conn.transaction():
+                        return await body(conn)
+                except RefusedStep as refused:
+                    row = refusal_event_row(self.config.tz, now, refused.refusal, refused.user_id)
+                    await conn.execute(translate(EVENT_INSERT), *row)
+                    raise HoldRefused(refused.refusal) from None
+
+        try:
+            return await self._retried(attempt)
+        except ProcessFenced:
+            self._fence(self.clock.monotonic())
+            raise LedgerUnavailable() from None
+
+    async def _write(self, body: Callable[[Cursor], T], how: Write = DURABLE) -> T:
+        """A portable body in one ``READ COMMITTED`` transaction, after the row locks
+        ``how`` asks for (every commit here waits for the disk; grouping and the file
+        check are SQLite's)."""
+        return await self._run_sync(body, how)
+
+    async def _read(self, body: Callable[[Cursor], T]) -> T:
+        return await self._run_sync(body, None)
+
+    async def _run_sync(self, body: Callable[[Cursor], T], how: Write | None) -> T:
+        """Run the synchronous ``body`` in one transaction through :class:`PgCursor`: a
+        write (``how``), or a read-only snapshot (``None``).
 
         Raises:
             HoldRefused: ``body`` refused (its refusal event is committed first).
             LedgerUnavailable: storage failed, or still conflicting after RETRIES.
         """
-        pool, executor = self._pool, self._executor
-        if pool is None or executor is None:
+        pool, executor = self._live_pool(), self._executor
+        if executor is None:
             raise LedgerUnavailable()
         loop = asyncio.get_running_loop()
-        last: BaseException | None = None
-        for attempt in range(RETRIES):
+
+        async def attempt() -> T:
             refused: RefusedStep | None = None
-            try:
-                async with pool.acquire() as conn:
-                    if write:
-                        txn = conn.transaction()
-                    else:
-                        txn = conn.transaction(isolation="repeatable_read", readonly=True)
-                    async with txn:
-                        if prelock is not None:
-                            await prelock(conn)
-                        cur = PgCursor(conn, loop)
-                        try:
-                            result = await loop.run_in_executor(executor, body, cur)
-                        except RefusedStep as exc:
-                            refused = exc  # leave the block normally: commit the event
-            except RETRYABLE as exc:
-                last = exc
-                await self._pause(attempt)
-                continue
-            except STORAGE as exc:
-                raise LedgerUnavailable() from exc
+            async with pool.acquire() as conn:
+                if how is not None:
+                    txn = conn.transaction()
+                else:
+                    txn = conn.transaction(isolation="repeatable_read", readonly=True)
+                async with txn:
+                    if how is not None:
+                        await _lock(conn, how)
+                    try:
+                        result = await loop.run_in_executor(executor, body, PgCursor(conn, loop))
+                    except RefusedStep as exc:
+                        refused = exc  # leave the block normally: commit the event
             if refused is not None:
                 raise HoldRefused(refused.refusal) from None
             return result
-        raise LedgerUnavailable() from last
 
-    async def operation_booked_musd(self, operation_id: str) -> int:
-        """See :meth:`budget.storage.store.LedgerStore.operation_booked_musd`."""
-        return await self._step(
-            partial(sync_holds.operation_booked_musd, operation_id=operation_id), write=False
-        )
+        return await self._retried(attempt)
 
-    async def remaining_musd(self, now: datetime, operation_id: str, provider: str) -> int | None:
-        """See :meth:`budget.storage.store.LedgerStore.remaining_musd`."""
-        return await self._step(
-            partial(
-                sync_holds.remaining_musd,
-                cfg=self.config,
-                now=now,
-                operation_id=operation_id,
-                provider=provider,
-            ),
-            write=False,
-        )
 
-    # -- calibration, kill switch, limits, teams, messages --------------------------------
-    async def calibration(self) -> dict[tuple[str, str], tuple[int, int]]:
-        """See :meth:`budget.storage.store.LedgerStore.calibration`."""
-        return await self._step(admin.calibration, write=False)
-
-    async def record_calibration(
-        self, now: datetime, provider: str, model: str, ratio_ppm: int, samples: int
-    ) -> None:
-        """See :meth:`budget.storage.store.LedgerStore.record_calibration`."""
-        await self._step(
-            partial(
-                admin.record_calibration,
-                now=now,
-                provider=provider,
-                model=model,
-                ratio_ppm=ratio_ppm,
-                samples=samples,
-            )
-        )
-
-    async def set_kill(
-        self, now: datetime, kind: str, scope: str, killed: bool, reason: str, by: int | None
-    ) -> int:
-        """See :meth:`budget.storage.store.LedgerStore.set_kill`."""
-        return await self._step(
-            partial(
-                admin.set_kill_exposure,
-                cfg=self.config,
-                now=now,
-                kind=kind,
-                scope=scope,
-                killed=killed,
-                reason=reason,
-                by=by,
-            )
-        )
-
-    async def kill_states(self) -> list[KillState]:
-        """See :meth:`budget.storage.store.LedgerStore.kill_states`."""
-        return await self._step(kill_states, write=False)
-
-    async def set_limit(
-        self,
-        now: datetime,
-        level: Level,
-        scope: str,
-        window: Window,
-        limit_musd: int | None,
-        by: int | None,
-        clear: bool,
-    ) -> None:
-        """See :meth:`budget.storage.store.LedgerStore.set_limit`."""
-        await self._step(
-            partial(
-                admin.set_limit,
-                cfg=self.config,
-                now=now,
-                level=level,
-                scope=scope,
-                window=window,
-                limit_musd=limit_musd,
-                by=by,
-                clear=clear,
-            )
-        )
-
-    async def team_add(self, now: datetime, name: str, user_id: int) -> str | None:
-        """See :meth:`budget.storage.store.LedgerStore.team_add`."""
-        return await self._step(partial(admin.team_add, now=now, name=name, user_id=user_id))
-
-    async def team_remove(self, now: datetime, name: str, user_id: int) -> bool:
-        """See :meth:`budget.storage.store.LedgerStore.team_remove`."""
-        del now
-        return await self._step(partial(admin.team_remove, name=name, user_id=user_id))
-
-    async def teams(self) -> dict[str, list[int]]:
-        """See :meth:`budget.storage.store.LedgerStore.teams`."""
-        return await self._step(teams, write=False)
-
-    async def record_message(self, now: datetime, user_id: int) -> int:
-        """See :meth:`budget.storage.store.LedgerStore.record_message` (the day's counter row
-        is locked before it is checked, so two processes never both take the last)."""
-        day_key = window_keys(now, self.config.tz).day_key
-
-        async def lock(conn: Any) -> None:
-            await conn.execute(_MESSAGES_LOCK, user_id, day_key)
-
-        return await self._step(
-            partial(admin.record_message, cfg=self.config, now=now, user_id=user_id),
-            prelock=lock,
-        )
-
-    # -- reports ---------------------------------------------------------------------------
-    async def status(self, now: datetime) -> LedgerStatus:
-        """See :meth:`budget.storage.store.LedgerStore.status`."""
-        return await self._step(partial(reports.status, cfg=self.config, now=now), write=False)
-
-    async def user_status(self, now: datetime, user_id: int) -> UserStatus:
-        """See :meth:`budget.storage.store.LedgerStore.user_status`."""
-        return await self._step(
-            partial(reports.user_status, cfg=self.config, now=now, user_id=user_id), write=False
-        )
-
-    async def team_status(self, now: datetime, name: str) -> TeamStatus:
-        """See :meth:`budget.storage.store.LedgerStore.team_status`."""
-        return await self._step(
-            partial(reports.team_status, cfg=self.config, now=now, name=name), write=False
-        )
-
-    async def top_users(self, now: datetime, n: int) -> list[tuple[int, int, int]]:
-        """See :meth:`budget.storage.store.LedgerStore.top_users`."""
-        return await self._step(
-            partial(reports.top_users, cfg=self.config, now=now, n=n), write=False
-        )
-
-    async def spend_per_hour(
-        self, now: datetime, hours: int
-    ) -> dict[str, list[tuple[datetime, int]]]:
-        """See :meth:`budget.storage.store.LedgerStore.spend_per_hour`."""
-        return await self._step(
-            partial(reports.spend_per_hour, cfg=self.config, now=now, hours=hours), write=False
-        )
-
-    async def audit(self) -> dict[str, Any]:
-        """See :meth:`budget.storage.store.LedgerStore.audit`."""
-        return await self._step(reports.audit, write=False)
-
-    async def apply_corrections(
-        self,
-        now: datetime,
-        plan: Sequence[PlannedCorrection],
-        by_user: int | None,
-        file_name: str,
-        sha256: str,
-    ) -> ApplyResult:
-        """See :meth:`budget.storage.store.LedgerStore.apply_corrections` (the plan's holds,
-        their buckets and operations are locked first, in the one lock order)."""
-        hold_ids = sorted({item.hold_id for item in plan})
-        return await self._step(
-            partial(
-                apply_corrections,
-                cfg=self.config,
-                now=now,
-                plan=plan,
-                by_user=by_user,
-                file_name=file_name,
-                sha256=sha256,
-            ),
-            prelock=partial(lock_corrections, hold_ids=hold_ids),
-        )
+async def _lock(conn: Any, how: Write) -> None:
+    """Take the row locks ``how`` asks for, in the one lock order: the message counter
+    row; the holds of a correction, then their buckets (by key), then their operations."""
+    if how.message_user is not None:
+        await conn.execute(_MESSAGES_LOCK, how.message_user, how.message_day)
+    if how.hold_ids:
+        await lock_corrections(conn, how.hold_ids)

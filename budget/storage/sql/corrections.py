@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 
-from budget.books.corrections import ApplyResult, applies, over_limit_line
-from budget.books.reconcile import PlannedCorrection
+from budget.books.corrections import ApplyResult, CorrectionPlan, applies, over_limit_line
 from budget.config import LedgerConfig
 from budget.policy.rules import limit_of, load_scopes, windows_for
 from budget.policy.windows import window_keys
@@ -18,19 +16,14 @@ __all__ = ["apply_corrections"]
 
 
 def apply_corrections(
-    cur: Cursor,
-    cfg: LedgerConfig,
-    now: datetime,
-    plan: Sequence[PlannedCorrection],
-    by_user: int | None,
-    file_name: str,
-    sha256: str,
+    cur: Cursor, cfg: LedgerConfig, now: datetime, plan: CorrectionPlan
 ) -> ApplyResult:
     """Book ``plan`` inside the caller's transaction (see :mod:`budget.books.corrections`)."""
     current = window_keys(now, cfg.tz)
     result = ApplyResult()
     limits = overrides(cur)
-    for item in plan:
+    by_user, file_name, sha256 = plan.by_user, plan.file_name, plan.sha256
+    for item in plan.items:
         cur.execute(
             "SELECT state, estimated, actual_musd, ceiling_musd, list_actual_musd,"
             " operation_id, user_id, hour_key, day_key, scopes, provider FROM budget_holds"
