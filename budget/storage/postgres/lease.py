@@ -1,6 +1,6 @@
 """A PostgreSQL ledger process's lease: its heartbeat in ``budget_processes``, and its
 fencing once another process declared it dead (:class:`ProcessLease`, a base of
-:class:`budget.storage.postgres.store.PgStore`; moved out of it, issue 12).
+:class:`budget.storage.postgres.store.PgStore`).
 
 Another process declares a process dead — no heartbeat for ``process_dead_after_s``
 seconds — by deleting its row (:data:`budget.storage.postgres.ends.DECLARE_DEAD`), then takes over
@@ -86,7 +86,7 @@ class ProcessLease(abc.ABC):
                 raise LedgerUnavailable()
             # its own connection, stamped once it is ready: a beat never waits behind a
             # burst for one of the pool's connections with a time taken before it waited
-            # (trial 12b finding 1: beats 8-10 s stale under 70 messages on 3 replicas)
+            # (docs/decisions/012-heartbeat-on-its-own-connection.md)
             conn = await self._beat_connection()
             at, t = self.clock.monotonic(), self.clock.now().timestamp()
             try:
