@@ -16,7 +16,9 @@ Two kinds of body:
   lock order of :mod:`budget.storage.postgres.rows`, and commits its refusal event.
 
 A step that conflicted is tried again up to :data:`RETRIES` attempts after a random
-pause (jitter, growing), then fails closed: :class:`~budget.errors.LedgerUnavailable`.
+pause (jitter, growing: hynek/stamina, whose default instrumentation logs each retry as
+``stamina.retry_scheduled`` at WARNING), then fails closed:
+:class:`~budget.errors.LedgerUnavailable`.
 :class:`PgRunner` is a base of :class:`budget.storage.postgres.store.PgStore`, which owns
 the pool and the worker threads.
 """
@@ -25,12 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import random
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
+import stamina
 
 from budget.config import LedgerConfig
 from budget.errors import HoldRefused, LedgerUnavailable, ProcessFenced
@@ -68,7 +70,7 @@ class PgRunner:
         config: limits and knobs; ``clock``: the ledger's clock.
         _pool: the asyncpg pool (``None`` when closed: ``LedgerUnavailable``).
         _executor: the worker threads running synchronous bodies.
-        _backoff_s: first retry pause, seconds.
+        _backoff_s: first retry pause, seconds (0: none, for tests).
     """
 
     config: LedgerConfig
@@ -81,28 +83,30 @@ class PgRunner:
 
         def _fence(self, at: float) -> None: ...
 
-    async def _pause(self, attempt: int) -> None:
-        """Random pause before retry ``attempt`` (0-based): jitter so that the steps
-        that conflicted do not meet again at once."""
-        if self._backoff_s > 0:
-            await asyncio.sleep(random.uniform(0, self._backoff_s * 2**attempt))
-
     async def _retried(self, attempt: Callable[[], Awaitable[T]]) -> T:
-        """``attempt()``, again after a conflict (up to :data:`RETRIES` attempts).
+        """``attempt()``, again after a conflict: up to :data:`RETRIES` attempts, the
+        pauses growing (``_backoff_s`` × 2^n plus up to ``_backoff_s`` of jitter, so the
+        steps that conflicted do not meet again at once; none when it is 0), by stamina.
 
         Raises:
             LedgerUnavailable: storage failed, or still conflicting after RETRIES.
         """
-        last: BaseException | None = None
-        for n in range(RETRIES):
-            try:
-                return await attempt()
-            except RETRYABLE as exc:
-                last = exc
-                await self._pause(n)
-            except STORAGE as exc:
-                raise LedgerUnavailable() from exc
-        raise LedgerUnavailable() from last
+        backoff = self._backoff_s
+        try:
+            async for trying in stamina.retry_context(
+                on=RETRYABLE,
+                attempts=RETRIES,
+                timeout=None,
+                wait_initial=backoff,
+                wait_exp_base=2,
+                wait_jitter=backoff,
+                wait_max=backoff * 2**RETRIES,
+            ):
+                with trying:
+                    return await attempt()
+        except STORAGE as exc:  # the last conflict too (RETRYABLE are PostgresErrors)
+            raise LedgerUnavailable() from exc
+        raise LedgerUnavailable()  # not reached: the last attempt returned or raised
 
     def _live_pool(self) -> asyncpg.Pool:
         if self._pool is None:

@@ -18,7 +18,8 @@ settle or a release of a held hold is one statement that commits by itself, and
 the burn-rate trigger runs after it committed
 (:class:`budget.storage.postgres.burn.BurnCheckTimer`). A
 serialization failure or a deadlock (from anything else touching the tables) is
-retried up to :data:`RETRIES` attempts after a random pause (jitter, growing), then
+retried up to :data:`RETRIES` attempts after a random pause (jitter, growing;
+:class:`budget.storage.postgres.runner.PgRunner`, by stamina), then
 :class:`~budget.errors.LedgerUnavailable` (fail closed: no provider call).
 
 Reports and the rare admin steps are the base's, on the portable SQL
@@ -113,7 +114,7 @@ class PgStore(ProcessLease, PgRunner, LedgerStore):
         run_heartbeat: start the heartbeat task at :meth:`open` (tests driving a
             manual clock pass ``False``; every sweep also refreshes the heartbeat).
         retry_backoff_s: first pause before retrying a conflicting step, seconds
-            (random jitter up to this × 2^attempt; tests may pass 0).
+            (this × 2^attempt, plus up to this of jitter; tests pass 0: no pause).
         durable_settle: settle and release wait for their commit to reach the disk.
             ``False`` (default): they commit without waiting for the WAL flush
             (``synchronous_commit = off`` for that transaction only), so the bucket
