@@ -55,8 +55,6 @@ OVERLONG_FUNCTIONS: frozenset[str] = frozenset(
         "budget.books.export:write_export",
         "budget.books.reconcile:reconcile",
         "budget.books.usage_export:parse_export",
-        "llm.cascade.attempt:run",
-        "llm.cascade.streamed:streamed_call",
         "scheduler.runner:_generate",
     }
 )
