@@ -9,23 +9,18 @@ on its own. Money is integer µUSD; times come from the ledger's clock.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from datetime import datetime
-from typing import TYPE_CHECKING, TypeVar
 
-from budget.kernel.clock import Clock
+from budget.part import LedgerPart
 from budget.policy.rules import check_user_id
 from budget.status import KillState, LedgerStatus, TeamStatus, UserStatus
-from budget.storage.base import LedgerStore
 from budget.storage.store import LimitChange
 from budget.types import Level, Window
 
 __all__ = ["LedgerAdmin"]
 
-_T = TypeVar("_T")
 
-
-class LedgerAdmin:
+class LedgerAdmin(LedgerPart):
     """Admin operations and status reads of a :class:`~budget.ledger.Ledger`.
 
     Every async method may raise :class:`~budget.errors.LedgerUnavailable` (fail
@@ -33,13 +28,6 @@ class LedgerAdmin:
     """
 
     __slots__ = ()
-
-    store: LedgerStore
-    clock: Clock
-
-    if TYPE_CHECKING:  # provided by Ledger: reports storage failures once per reason
-
-        async def _guarded(self, step: Awaitable[_T]) -> _T: ...
 
     # -- kill switch -----------------------------------------------------------------
     async def kill(

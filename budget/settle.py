@@ -10,16 +10,13 @@ the admin surface. Money is integer µUSD; times come from the ledger's clock.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable
 from datetime import datetime
-from typing import TYPE_CHECKING, TypeVar
 
 from budget.errors import LedgerUnavailable, UnknownHold
-from budget.kernel.clock import Clock
 from budget.notices import LedgerNotices
+from budget.part import LedgerPart
 from budget.policy.rules import interrupted_usage
 from budget.pricing.prices import PriceCard
-from budget.storage.base import LedgerStore
 from budget.storage.store import ActualCost, SettleOutcome, SettleRequest, UsageOf
 from budget.types import Usage
 
@@ -27,14 +24,12 @@ __all__ = ["MAX_UNSETTLED", "LedgerSettle"]
 
 log = logging.getLogger("budget.ledger")  # the ledger's own lines
 
-_T = TypeVar("_T")
-
 #: Settles kept for the next sweep after a storage failure, at most (the rest are
 #: booked at their bounds by the sweep, estimated, as before).
 MAX_UNSETTLED = 10_000
 
 
-class LedgerSettle:
+class LedgerSettle(LedgerPart):
     """A hold's end on a :class:`~budget.ledger.Ledger` (module docstring).
 
     Every async method may raise :class:`~budget.errors.LedgerUnavailable` (fail
@@ -43,15 +38,9 @@ class LedgerSettle:
 
     __slots__ = ()
 
-    store: LedgerStore
-    clock: Clock
     _card: PriceCard
     _notices: LedgerNotices
     _unsettled: dict[str, SettleRequest]
-
-    if TYPE_CHECKING:  # provided by Ledger: reports storage failures once per reason
-
-        async def _guarded(self, step: Awaitable[_T]) -> _T: ...
 
     def _pricer(self, provider: str, model: str, usage: Usage, at: datetime) -> ActualCost:
         return ActualCost(

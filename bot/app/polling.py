@@ -20,11 +20,12 @@ from bot.app.database import start_failure
 from bot.app.preflight import check_database, check_settings
 from bot.ops.logs import redact
 from bot.settings import Settings
-from bot.storage.migrate import SchemaMismatch, migrate
+from bot.storage.migrate import migrate
 from budget.errors import BudgetConfigError, ProcessFenced
 from budget.kernel import instance_lock
 from budget.kernel.clock import SystemClock
 from budget.kernel.db import sqlite_path
+from budget.kernel.schema import SchemaMismatch
 
 __all__ = ["run"]
 

@@ -11,38 +11,16 @@ schema at head and change nothing. (SQLite has one process per file: the instanc
 A database whose revision this code does not know — a newer version migrated it — is
 never touched: :class:`~budget.kernel.schema.SchemaMismatch` (``ahead``). The check of
 which schema a database is at lives below the bot, in :mod:`budget.kernel.schema`
-(``python -m budget`` runs it too); its names are re-exported here for the bot.
+(``python -m budget`` runs it too).
 """
 
 from __future__ import annotations
 
 from alembic import command
 
-from budget.kernel.schema import (
-    SCRIPT_LOCATION,
-    SchemaMismatch,
-    alembic_config,
-    check_schema,
-    current_revisions,
-    head_revision,
-    known_revision,
-    read_heads,
-    refuse_unknown,
-)
+from budget.kernel.schema import alembic_config
 
-__all__ = [
-    "MIGRATION_LOCK_KEY",
-    "SCRIPT_LOCATION",
-    "SchemaMismatch",
-    "alembic_config",
-    "check_schema",
-    "current_revisions",
-    "head_revision",
-    "known_revision",
-    "migrate",
-    "read_heads",
-    "refuse_unknown",
-]
+__all__ = ["MIGRATION_LOCK_KEY", "migrate"]
 
 #: Key of the PostgreSQL advisory lock the migrations run under ("kopek" in ASCII).
 MIGRATION_LOCK_KEY = 0x6B6F70656B

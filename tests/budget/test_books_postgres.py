@@ -2,7 +2,7 @@
 
 They refused every PostgreSQL DATABASE_URL with "no ledger database at …", a false
 sentence: the books could not be exported from the command line on PostgreSQL. The
-ledger here is written through ``Ledger.postgres``, as the bot writes it.
+ledger here is written through ``Ledger.open`` on a PostgreSQL URL, as the bot writes it.
 """
 
 from __future__ import annotations
