@@ -28,6 +28,7 @@ from typing import Protocol
 
 from bot.chat.lanes import POLL_S, LaneStore
 from bot.storage.repos import Conversation, History
+from bot.storage.values import Turn
 from budget.errors import BudgetError, HoldRefused
 from budget.kernel.clock import Clock
 from budget.pricing.tokens import TOKENS_REPLY_PRIMING, count_off_loop
@@ -363,14 +364,15 @@ class ChatService:
         except HoldRefused as exc:
             return ChatRefused(exc.refusal, running=others_running)
         try:
-            turns = await self._history.load_counted(where, self._config.history_max_tokens)
-            history = [m for m, _raw in turns]
+            turns = await self._history.load_turns(where, self._config.history_max_tokens)
+            history = [turn.message for turn in turns]
             system = Message("system", SYSTEM_PROMPT)
             if self._system_raw is None:
                 self._system_raw = await self._raw_turn(system)
             raw = TOKENS_REPLY_PRIMING + self._system_raw + user_tokens[1]
-            for message, turn_raw in turns:
-                raw += turn_raw if turn_raw is not None else await self._raw_turn(message)
+            for turn in turns:
+                known = turn.raw_tokens
+                raw += known if known is not None else await self._raw_turn(turn.message)
             messages = (system, *history, user_msg)
             cheaper = (system, *history[-2:], user_msg) if len(history) > 2 else None
             request = LLMRequest(
@@ -428,17 +430,14 @@ class ChatService:
         stored (possibly cut) text, never the provider's claim. A storage failure
         loses the turn, not the answer."""
         try:
-            answer_raw = await self._raw_turn(Message("assistant", completion.text))
+            answer = Message("assistant", completion.text)
+            answer_raw = await self._raw_turn(answer)
+            answer_tokens = self._count.scale(answer_raw + TOKENS_REPLY_PRIMING)
             await self._history.append(
                 where,
                 [
-                    ("user", user_msg.content, user_tokens[0], user_tokens[1]),
-                    (
-                        "assistant",
-                        completion.text,
-                        self._count.scale(answer_raw + TOKENS_REPLY_PRIMING),
-                        answer_raw,
-                    ),
+                    Turn(user_msg, user_tokens[0], user_tokens[1]),
+                    Turn(answer, answer_tokens, answer_raw),
                 ],
                 self._clock.now(),
             )

@@ -37,7 +37,7 @@ from budget.errors import FENCED
 if TYPE_CHECKING:
     from aiogram import Bot
 
-__all__ = ["FENCED_EXIT", "FencedSession", "FencedTelegramAPIError", "Lease"]
+__all__ = ["FENCED_EXIT", "FencedSession", "FencedTelegramAPIError", "LeaseHolder"]
 
 #: The exit line (stderr) of a fenced process (its run ends with
 #: :class:`budget.errors.ProcessFenced` carrying it).
@@ -52,8 +52,9 @@ class FencedTelegramAPIError(TelegramAPIError):
     exception would escape them mid-delivery."""
 
 
-class Lease(Protocol):
-    """What :class:`FencedSession` asks (:class:`budget.storage.postgres.store.PgStore`)."""
+class LeaseHolder(Protocol):
+    """Who holds this process's lease (its heartbeat), as :class:`FencedSession` asks it
+    (:class:`budget.storage.postgres.store.PgStore`)."""
 
     async def confirm_lease(self) -> bool:
         """False once this process was taken for dead (see the store)."""
@@ -69,7 +70,7 @@ class FencedSession(BaseRequestMiddleware):
 
     __slots__ = ("_lease",)
 
-    def __init__(self, lease: Lease) -> None:
+    def __init__(self, lease: LeaseHolder) -> None:
         self._lease = lease
 
     def __repr__(self) -> str:

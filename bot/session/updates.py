@@ -10,11 +10,11 @@ decodes such a batch one update at a time, passes on those that decode, and skip
 others: logged (update id and where the model refused it, never the content), counted,
 and confirmed by moving the offset past them, so polling goes on.
 
-:class:`PollInSmallBatches` asks ``getUpdates`` for at most :data:`POLL_BATCH` updates
-(issue 10): aiogram decodes a batch in one synchronous step of the event loop (~70 µs
-an update: Telegram's default of 100 held the loop ~7 ms in a burst, every other task
-and timer behind it) and then starts a task for each, whose first steps all become
-ready together. Ten at a time cost a ``getUpdates`` round trip per ten (~1 ms on
+:class:`PollInSmallBatches` asks ``getUpdates`` for at most :data:`POLL_BATCH` updates:
+aiogram decodes a batch in one synchronous step of the event loop (~70 µs an update:
+Telegram's default of 100 held the loop ~7 ms in a burst, every other task and timer
+behind it) and then starts a task for each, whose first steps all become ready
+together. Ten at a time cost a ``getUpdates`` round trip per ten (~1 ms on
 loopback, long polling answers at once while updates wait).
 
 :class:`ConfirmWhenTakenIn` closes the polling's crash gap. aiogram confirms a batch (the

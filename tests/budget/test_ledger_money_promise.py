@@ -21,6 +21,7 @@ from budget.storage.sqlite.store import SqliteStore
 from budget.types import Level, Origin, RefusalReason, Usage, Window
 from tests.budget.ledger_helpers import LedgerFactory
 from tests.support.clocks import ManualClock
+from tests.support.docs import text_of_docs
 
 
 async def _reserve(
@@ -216,13 +217,13 @@ async def test_the_sweep_log_names_the_bound_it_booked(
     assert f"booked {booked} µUSD at their bounds (ceiling plus admission margin)" in caplog.text
 
 
-async def test_budget_and_readme_name_the_bound_an_expired_hold_is_booked_at(
+async def test_budget_and_the_docs_name_the_bound_an_expired_hold_is_booked_at(
     make_ledger: LedgerFactory, clock: ManualClock
 ) -> None:
     """/budget listed a swept hold booked at 25,020 µUSD (ceiling 21,590 + margin)
     under "Expired holds booked at their ceiling", and README said "ceiling" in four
     places (trial 12b, F4). The rule stays — the bound is the least the provider could
-    have billed —; every sentence now names it."""
+    have billed —; every sentence now names it, in the README and in docs/."""
     from bot.handlers.admin import render_budget  # the /budget template
 
     ledger = await make_ledger(global_daily_musd=10**6)
@@ -240,7 +241,7 @@ async def test_budget_and_readme_name_the_bound_an_expired_hold_is_booked_at(
         f"Expired holds booked at their bound (ceiling + admission margin; no settle yet): "
         f"1, {usd(booked)}"
     ) in text
-    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    docs = text_of_docs()  # the README and docs/, where README's money text moved
     for stale in (
         "swept (booked at the ceiling",
         "books its holds at their ceilings",
@@ -249,5 +250,5 @@ async def test_budget_and_readme_name_the_bound_an_expired_hold_is_booked_at(
         "expire and are booked at their ceiling",
         "expired and booked at its ceiling",
     ):
-        assert stale not in readme
-    assert readme.count("ceiling plus admission margin") >= 6
+        assert stale not in docs
+    assert docs.count("ceiling plus admission margin") >= 6
