@@ -46,7 +46,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.chat.delivery import send_text
-from budget.books.corrections import apply_corrections
+from budget.books.corrections import CorrectionPlan
 from budget.books.export import write_export
 from budget.books.periods import BooksError, parse_period, price_source, rates_at
 from budget.books.reconcile import ReconcileReport, reconcile
@@ -303,13 +303,9 @@ def create_books_router(admin_ids: frozenset[int]) -> Router:
             await reply(bot, message, text, clock)
             return
         try:
-            result = await apply_corrections(
-                books.ledger.store,
+            result = await books.ledger.store.apply_corrections(
                 clock.now(),
-                report.plan,
-                by_user=admin,
-                file_name=report.export.file_name,
-                sha256=report.export.sha256,
+                CorrectionPlan(report.plan, admin, report.export.file_name, report.export.sha256),
             )
         except HoldRefused:
             await reply(bot, message, "⚠️ The ledger is unavailable; nothing was changed.", clock)

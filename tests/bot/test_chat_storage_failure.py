@@ -16,13 +16,13 @@ from bot.chat.service import ChatAnswer, ChatConfig, ChatFailed, ChatService, Fa
 from bot.storage.repos import Conversation, is_storage_failure
 from bot.storage.values import Turn
 from budget.errors import LedgerUnavailable
-from budget.kernel.clock import ManualClock
 from budget.pricing.tokens import TokenCounter
 from budget.protocol import OperationTicket
 from budget.types import Usage
 from llm.errors import EmptyCompletion
 from llm.stream import StreamControl
 from llm.types import Completion, LLMRequest
+from tests.support.clocks import ManualClock
 from tests.support.ledger import FakeLedger, FakePrices, Rates
 
 

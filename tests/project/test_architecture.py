@@ -37,8 +37,6 @@ OVERSIZED_MODULES: frozenset[str] = frozenset(
     {
         "bot.chat.streaming",
         "bot.handlers.admin",
-        "budget.kernel.sqlite_writer",
-        "budget.ledger",
     }
 )
 OVERLONG_FUNCTIONS: frozenset[str] = frozenset(
@@ -50,27 +48,11 @@ OVERLONG_FUNCTIONS: frozenset[str] = frozenset(
         "bot.handlers.chat:create_chat_router",
         "bot.handlers.chat:on_text",
         "bot.handlers.digests:create_digest_router",
-        "budget.ledger:reserve",
-        "budget.storage.postgres.holds:_reserve",
-        "budget.storage.sql.corrections:apply_corrections",
-        "budget.storage.sql.reports:status",
-        "llm.cascade.attempt:run",
-        "llm.cascade.streamed:streamed_call",
     }
 )
-CYCLES_LEFT: frozenset[frozenset[str]] = frozenset(
-    {
-        frozenset({"budget.storage.store", "budget.books.corrections"}),
-    }
-)
+CYCLES_LEFT: frozenset[frozenset[str]] = frozenset()
 #: Upward imports still being folded ("importer -> imported").
-UPWARD_LEFT: frozenset[str] = frozenset(
-    {
-        "budget.__main__ -> bot.storage.migrate",
-        "budget.kernel.sqlite_writer -> budget.errors",
-        "budget.kernel.sqlite_writer -> budget.storage.store",
-    }
-)
+UPWARD_LEFT: frozenset[str] = frozenset()
 #: Files that still cite a review round.
 HISTORY_LEFT: frozenset[str] = frozenset(
     {
@@ -79,16 +61,6 @@ HISTORY_LEFT: frozenset[str] = frozenset(
         "bot/handlers/chat.py",
         "bot/handlers/inline_filters.py",
         "bot/text/templates.py",
-        "budget/kernel/db.py",
-        "budget/kernel/failure_log.py",
-        "budget/kernel/sqlite_writer.py",
-        "budget/ledger.py",
-        "budget/pricing/tokens.py",
-        "budget/storage/postgres/lease.py",
-        "budget/storage/postgres/timestamps.py",
-        "budget/storage/sql/holds.py",
-        "budget/storage/store.py",
-        "budget/storage/tables.py",
     }
 )
 
