@@ -13,6 +13,7 @@ __all__ = [
     "EstimateStats",
     "KillState",
     "LedgerStatus",
+    "PayerStatus",
     "ProviderSpend",
     "TeamStatus",
     "UserStatus",
@@ -145,8 +146,9 @@ class LedgerStatus:
 
 @dataclass(frozen=True, slots=True)
 class UserStatus:
-    """One user now: their user, team and global buckets; operations in flight;
-    messages counted today and the courtesy cap (``None`` = off); a scoped kill."""
+    """One user now: their user, plan, team and global buckets; operations in flight;
+    messages counted today and the courtesy cap (``None`` = off); a scoped kill; their
+    plan (``None``: no plans) and when it ends (``None``: it does not)."""
 
     user_id: int
     team: str | None
@@ -157,6 +159,28 @@ class UserStatus:
     messages_limit: int | None
     killed: KillState | None
     settled_today_musd: int
+    plan: str | None = None
+    plan_until: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PayerStatus:
+    """One group chat or one plan as a payer now.
+
+    Attributes:
+        level: :attr:`Level.CHAT` or :attr:`Level.PLAN`.
+        scope: the chat id as text, or the plan's name.
+        buckets: its buckets (hour, day, month) with their limits.
+        spend_today_musd: settled µUSD today per user whose holds were booked on it.
+        members: a plan's users with a plan of their own (the default plan's other
+            users are not counted); for a chat, the users who spent in it today.
+    """
+
+    level: Level
+    scope: str
+    buckets: list[BucketStatus]
+    spend_today_musd: dict[int, int]
+    members: int
 
 
 @dataclass(frozen=True, slots=True)

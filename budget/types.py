@@ -48,6 +48,8 @@ class Level(StrEnum):
     """Budget level a limit belongs to."""
 
     USER = "user"
+    CHAT = "chat"  # a group or supergroup paying as one (scope: the chat id)
+    PLAN = "plan"  # everyone on one plan together (scope: the plan's name)
     TEAM = "team"
     GLOBAL = "global"
     PROVIDER = "provider"
@@ -58,6 +60,7 @@ class Window(StrEnum):
 
     HOUR = "hour"
     DAY = "day"
+    MONTH = "month"  # the calendar month (or billing cycle) in BUDGET_TZ
     MINUTE = "minute"  # only for the per-user rate (USER_MAX_PER_MINUTE)
 
 

@@ -42,6 +42,9 @@ def ledger_config(settings: Settings) -> LedgerConfig:
     caps: dict[str, int] = {}
     if settings.deepseek_daily_cap_usd is not None:
         caps["deepseek"] = usd_to_musd(settings.deepseek_daily_cap_usd) or 0
+    monthly_caps: dict[str, int] = {}
+    if settings.deepseek_monthly_cap_usd is not None:
+        monthly_caps["deepseek"] = usd_to_musd(settings.deepseek_monthly_cap_usd) or 0
     digest_requests = max(8, settings.digest_max_posts + 4)
     return LedgerConfig(
         tz=settings.budget_tz,
@@ -51,7 +54,12 @@ def ledger_config(settings: Settings) -> LedgerConfig:
         user_hourly_musd=usd_to_musd(settings.budget_user_hourly_usd),
         team_daily_musd=usd_to_musd(settings.budget_team_daily_usd),
         team_hourly_musd=usd_to_musd(settings.budget_team_hourly_usd),
+        global_monthly_musd=usd_to_musd(settings.budget_global_monthly_usd),
+        user_monthly_musd=usd_to_musd(settings.budget_user_monthly_usd),
+        team_monthly_musd=usd_to_musd(settings.budget_team_monthly_usd),
+        month_start_day=settings.budget_month_start_day,
         provider_daily_caps_musd=caps,
+        provider_monthly_caps_musd=monthly_caps,
         hold_ttl_s=settings.hold_ttl_seconds,
         max_call_s=settings.provider_timeout_seconds,
         operation_caps={

@@ -192,7 +192,13 @@ class Settings(BotApiSettings):
     budget_user_hourly_usd: Decimal | None = Field(None, ge=0, le=MAX_USD)
     budget_team_daily_usd: Decimal | None = Field(None, ge=0, le=MAX_USD)
     budget_team_hourly_usd: Decimal | None = Field(None, ge=0, le=MAX_USD)
+    budget_global_monthly_usd: Decimal | None = Field(None, ge=0, le=MAX_USD)
+    budget_user_monthly_usd: Decimal | None = Field(None, ge=0, le=MAX_USD)
+    budget_team_monthly_usd: Decimal | None = Field(None, ge=0, le=MAX_USD)
+    # the day of the month the month window starts on, in BUDGET_TZ (1 = calendar months)
+    budget_month_start_day: int = Field(1, ge=1, le=31)
     deepseek_daily_cap_usd: Decimal | None = Field(None, ge=0, le=MAX_USD)
+    deepseek_monthly_cap_usd: Decimal | None = Field(None, ge=0, le=MAX_USD)
     reconcile_tolerance_usd: Decimal = Field(Decimal("0.01"), ge=0, le=MAX_USD)
     groq_billing_tz: str = "UTC"
     mistral_billing_tz: str = "UTC"
@@ -307,7 +313,11 @@ class Settings(BotApiSettings):
         "budget_user_hourly_usd",
         "budget_team_daily_usd",
         "budget_team_hourly_usd",
+        "budget_global_monthly_usd",
+        "budget_user_monthly_usd",
+        "budget_team_monthly_usd",
         "deepseek_daily_cap_usd",
+        "deepseek_monthly_cap_usd",
         "auto_kill_usd_per_window",
         "metrics_port",
         "user_daily_messages",

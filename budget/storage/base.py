@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from budget.config import LedgerConfig
 from budget.policy.windows import window_keys
 from budget.protocol import HoldTicket, OperationTicket
-from budget.status import KillState, LedgerStatus, TeamStatus, UserStatus
+from budget.status import KillState, LedgerStatus, PayerStatus, TeamStatus, UserStatus
 from budget.storage.sql import admin, holds, reports
 from budget.storage.sql.corrections import apply_corrections
 from budget.storage.sql.rows import kill_states, teams
@@ -49,6 +49,7 @@ from budget.storage.store import (
     SweepOutcome,
     Write,
 )
+from budget.types import Level
 
 if TYPE_CHECKING:
     from budget.books.corrections import ApplyResult, CorrectionPlan
@@ -257,6 +258,13 @@ class LedgerStore(abc.ABC):
         """Team name → sorted member ids."""
         return await self._read(teams)
 
+    async def set_plan(
+        self, now: datetime, user_id: int, plan: str | None, until: datetime | None, by: int | None
+    ) -> None:
+        """Put a user on a plan until ``until`` (``plan`` ``None``: the default plan)."""
+        body = partial(admin.set_plan, cfg=self.config, now=now, user_id=user_id)
+        await self._write(partial(body, plan=plan, until=until, by=by))
+
     async def record_message(self, now: datetime, user_id: int) -> int:
         """Count a message against USER_DAILY_MESSAGES; returns today's count (grouped;
         the day's counter row locked first, so two processes never both take the last).
@@ -279,6 +287,11 @@ class LedgerStore(abc.ABC):
         """One user now."""
         body = partial(reports.user_status, cfg=self.config, now=now)
         return await self._read(partial(body, user_id=user_id))
+
+    async def payer_status(self, now: datetime, level: Level, scope: str) -> PayerStatus:
+        """One group chat or plan now."""
+        body = partial(reports.payer_status, cfg=self.config, now=now)
+        return await self._read(partial(body, level=level, scope=scope))
 
     async def team_status(self, now: datetime, name: str) -> TeamStatus:
         """One team now."""

@@ -140,6 +140,8 @@ class Admission:
         max_musd, max_requests: the operation's caps (µUSD; requests).
         fingerprint, request_id: its first request, once ``begin_request`` was asked
             (``None`` before).
+        chat_id: the group or supergroup its message came from, which pays along with
+            the user (``None``: a private chat, a digest).
     """
 
     operation_id: str
@@ -149,6 +151,7 @@ class Admission:
     max_requests: int
     fingerprint: str | None = None
     request_id: str | None = None
+    chat_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,21 +58,23 @@ from budget.policy.rules import (
     BucketKey,
     Scope,
     build_buckets,
+    capped_providers,
     check_hold,
     dump_scopes,
     limit_of,
     pick_kill,
-    provider_caps,
+    plan_now,
     scopes_for,
     utc,
 )
 from budget.policy.steps import (
     Booking,
+    admission_caps,
     admission_refusal,
     request_refusal,
     reserve_refusal,
 )
-from budget.policy.windows import WindowKeys, window_keys
+from budget.policy.windows import WindowKeys
 from budget.protocol import HoldTicket, OperationTicket
 from budget.storage.postgres.rows import (
     BOOK,
@@ -125,7 +127,8 @@ _ADMISSION_READ = (
     " AND expires_at > $3), (SELECT COUNT(*) FROM budget_operations WHERE user_id = $1"
     " AND started_at > $4), (SELECT MIN(started_at) FROM budget_operations"
     " WHERE user_id = $1 AND started_at > $4),"
-    " EXISTS (SELECT 1 FROM budget_processes WHERE process_id = $5)"
+    " EXISTS (SELECT 1 FROM budget_processes WHERE process_id = $5),"
+    " (SELECT ROW(plan, until) FROM budget_user_plans WHERE user_id = $1)"
 )
 _REQUEST_READ = (
     "SELECT user_id, max_requests, requests, EXISTS (SELECT 1 FROM budget_requests"
@@ -142,7 +145,7 @@ _LIMITS_DIGEST = (
     " ORDER BY level, scope, win)::text))"
 )
 _RESERVE_READ = (
-    "SELECT o.user_id, o.origin, o.team, o.max_musd, o.committed_musd, "  # noqa: S608 - fixed fragments
+    "SELECT o.user_id, o.origin, o.team, o.max_musd, o.committed_musd, o.chat_id, o.plan, "  # noqa: S608 - fixed fragments
     + KILLS_OF.format(user="o.user_id::text", team="COALESCE(o.team, '')")
     + ", "
     + LIMITS
@@ -157,14 +160,14 @@ _REGISTERED = "SELECT EXISTS (SELECT 1 FROM budget_processes WHERE process_id = 
 
 #: A granted hold whose margin this store books in its buckets (``margin_booked``).
 _HOLD_INSERT = once(
-    once(HOLD_INSERT, "margin_musd)", "margin_musd, margin_booked)"), "?,?)", "?,?,1)"
+    once(HOLD_INSERT, "month_key)", "month_key, margin_booked)"), "?,?,?)", "?,?,?,1)"
 )
 #: A hold's grant in ONE statement: add the ceiling to held and the margin to the
 #: margins of every bucket of the hold ($1..$8, :data:`budget.storage.postgres.rows.BOOK`: created
 #: if missing, locked in key order — first, the lock order), then charge the
 #: operation if its cap allows and its process is registered ($9 ceiling, $10
 #: expiry, $29 the hold's process — else it was declared dead: fenced; after the
-#: buckets: the subquery on ``b`` runs first), insert the hold ($11..$31); returns whether the
+#: buckets: the subquery on ``b`` runs first), insert the hold ($11..$32); returns whether the
 #: operation was charged and the buckets' new values. The transaction's COMMIT
 #: follows it at once (or a ROLLBACK, if the policy refuses).
 _GRANT_WRITES = (
@@ -181,7 +184,7 @@ _GRANT = (
 )
 #: The same grant as a transaction of its own (autocommit: its commit, with the
 #: flush, follows it in the server, no round trip under the bucket locks), committed
-#: only when it fits: $32 is each bucket's limit (key order, NULL = none) and the
+#: only when it fits: $33 is each bucket's limit (key order, NULL = none) and the
 #: statement fails with ``CardinalityViolationError`` (a scalar subquery of 2 rows:
 #: nothing written) when the operation was not charged or a bucket's new
 #: settled + held + margins passes its limit — :func:`budget.policy.rules.check_hold`'s
@@ -190,20 +193,20 @@ _GRANT_AT_ONCE = (
     _GRANT_WRITES  # noqa: S608 - fixed fragments
     + " SELECT (SELECT 1 FROM generate_series(1, CASE WHEN"
     " (SELECT COUNT(*) FROM o) = 1 AND NOT EXISTS (SELECT 1 FROM b JOIN unnest($1::text[],"
-    " $2::text[], $3::text[], $4::text[], $32::bigint[]) AS l(level, scope, win, wkey, lim)"
+    " $2::text[], $3::text[], $4::text[], $33::bigint[]) AS l(level, scope, win, wkey, lim)"
     " USING (level, scope, win, wkey) WHERE b.settled_musd + b.held_musd + b.margin_musd"
     " > l.lim) THEN 1 ELSE 2 END))"
 )
 #: The same grant without the read before it, from what this process knows
 #: (:class:`Known`): it also fails (nothing written) when a kill switch of the user
-#: ($34, as text), their team ($35, or '') or everyone is tripped, or when the runtime
-#: limits' digest is no longer $33 (the limits the caps and scopes came from).
+#: ($35, as text), their team ($36, or '') or everyone is tripped, or when the runtime
+#: limits' digest is no longer $34 (the limits the caps and scopes came from).
 _GRANT_KNOWN = once(
     _GRANT_AT_ONCE,
     " > l.lim) THEN 1",
     " > l.lim) AND NOT EXISTS (SELECT 1 FROM budget_kill WHERE killed = 1 AND (scope_kind"  # noqa: S608 - fixed fragments
-    " = 'global' OR (scope_kind = 'user' AND scope = $34) OR (scope_kind = 'team' AND"
-    f" scope = $35))) AND {_LIMITS_DIGEST} = $33 THEN 1",
+    " = 'global' OR (scope_kind = 'user' AND scope = $35) OR (scope_kind = 'team' AND"
+    f" scope = $36))) AND {_LIMITS_DIGEST} = $34 THEN 1",
 )
 
 
@@ -215,25 +218,25 @@ async def begin_operation(
     are read after it, so two processes never both take the last slot)."""
     t, user_id = now.timestamp(), admission.user_id
     await conn.execute(_ADMISSION_LOCK, str(user_id))
-    team, kills, open_ops, recent, oldest, registered = await conn.fetchrow(
+    team, kills, open_ops, recent, oldest, registered, own = await conn.fetchrow(
         _ADMISSION_READ, user_id, str(user_id), t, t - 60.0, process_id
     )
     if not registered:
         raise ProcessFenced()
+    stored, until = (None, None) if own is None else (own[0], own[1])
+    plan = plan_now(cfg, stored, until, t)
+    inflight, per_minute = admission_caps(cfg, plan)
     refusal = admission_refusal(
-        pick_kill(kill_state(k) for k in kills),
-        open_ops,
-        cfg.user_max_inflight,
-        recent,
-        cfg.user_max_per_minute,
-        utc(oldest),
+        pick_kill(kill_state(k) for k in kills), open_ops, inflight, recent, per_minute, utc(oldest)
     )
     if refusal is not None:
         raise RefusedStep(refusal, user_id)
     await conn.execute(
-        translate(OPERATION_INSERT), *operation_row(cfg, process_id, now, admission, team)
+        translate(OPERATION_INSERT), *operation_row(cfg, process_id, now, admission, team, plan)
     )
-    return OperationTicket(admission.operation_id, user_id, admission.origin, team)
+    return OperationTicket(
+        admission.operation_id, user_id, admission.origin, team, admission.chat_id, plan
+    )
 
 
 async def end_operation(conn: Any, now: datetime, operation_id: str) -> None:
@@ -258,7 +261,7 @@ async def begin_request(
     if refusal is not None:
         raise RefusedStep(refusal, user_id)
     req_id = uuid.uuid4().hex
-    day_key = window_keys(now, cfg.tz).day_key
+    day_key = cfg.keys(now).day_key
     await conn.execute(_REQUEST_WRITE, req_id, operation_id, fingerprint, now.timestamp(), day_key)
     return req_id
 
@@ -357,12 +360,15 @@ async def _reserve(
         owner, limits = mine, cached.overrides
     else:
         owner, limits = await _read_operation(conn, process_id, hold, known)
-    scopes = scopes_for(owner.user_id, owner.team, hold.provider, provider_caps(cfg, limits))
-    keys = window_keys(now, cfg.tz)
+    capped = capped_providers(cfg, limits)
+    scopes = scopes_for(
+        *owner.payers, hold.provider, capped, chat_id=owner.chat_id, plan=owner.plan
+    )
+    keys = cfg.keys(now)
     deltas: dict[BucketKey, BucketAmounts] = {}
     if price.ceiling_musd + price.margin_musd > 0:
         grant = Booking(price.ceiling_musd, 0, 0, 0, price.ceiling_musd)
-        deltas = booking_deltas(scopes, keys.hour_key, keys.day_key, grant, price.margin_musd)
+        deltas = booking_deltas(scopes, keys.hold, grant, price.margin_musd)
     hold_id = uuid.uuid4().hex
     scopes_json = dump_scopes(scopes)
     values = hold_values(cfg, process_id, now, hold_id, hold, owner, keys, scopes_json)
@@ -386,10 +392,14 @@ async def _reserve(
         keys.day_key,
         scopes_json,
         None,
+        keys.month_key,
         price.margin_musd,
     )
     if at_once:
-        caps = [limit_of(cfg, limits, Level(k[0]), k[1], Window(k[2])) for k in sorted(deltas)]
+        plan = owner.plan
+        caps = [
+            limit_of(cfg, limits, Level(k[0]), k[1], Window(k[2]), plan) for k in sorted(deltas)
+        ]
         try:
             if cached is None:
                 await conn.fetchval(_GRANT_AT_ONCE, *grant_args, caps)
@@ -425,7 +435,9 @@ async def _read_operation(
         if not await conn.fetchval(_REGISTERED, process_id):
             raise ProcessFenced()
         raise UnknownOperation(hold.operation_id)
-    user_id, origin, team, max_musd, committed, kills, limit_rows, digest, alive = row
+    user_id, origin, team, max_musd, committed, chat_id, plan, kills, limit_rows, digest, alive = (
+        row
+    )
     if not alive:
         raise ProcessFenced()
     early = reserve_refusal(
@@ -434,7 +446,7 @@ async def _read_operation(
     if early is not None:
         raise RefusedStep(early, user_id)
     limits = _overrides(limit_rows)
-    owner = OperationTicket(hold.operation_id, user_id, Origin(origin), team)
+    owner = OperationTicket(hold.operation_id, user_id, Origin(origin), team, chat_id, plan)
     if known is not None:
         known.limits = KnownLimits(digest, limits)
         known.keep(known.ops, hold.operation_id, owner)

@@ -17,6 +17,7 @@ __all__ = [
     "record_message",
     "set_kill_exposure",
     "set_limit",
+    "set_plan",
     "team_add",
     "team_remove",
 ]
@@ -80,6 +81,31 @@ def set_limit(cur: Cursor, cfg: LedgerConfig, now: datetime, change: LimitChange
         user_id=change.by,
         detail="default" if change.clear else str(change.limit_musd),
     )
+
+
+def set_plan(
+    cur: Cursor,
+    cfg: LedgerConfig,
+    now: datetime,
+    user_id: int,
+    plan: str | None,
+    until: datetime | None,
+    by: int | None,
+) -> None:
+    """Put ``user_id`` on ``plan`` until ``until`` (``None``: no end); ``plan`` ``None``
+    drops their row (the default plan). Records a ``plan`` event."""
+    if plan is None:
+        cur.execute("DELETE FROM budget_user_plans WHERE user_id = ?", (user_id,))
+    else:
+        cur.execute(
+            "INSERT INTO budget_user_plans (user_id, plan, until, set_at, set_by)"
+            " VALUES (?,?,?,?,?) ON CONFLICT (user_id) DO UPDATE SET plan = excluded.plan,"
+            " until = excluded.until, set_at = excluded.set_at, set_by = excluded.set_by",
+            (user_id, plan, None if until is None else until.timestamp(), now.timestamp(), by),
+        )
+    shown = "default" if plan is None else plan
+    detail = shown if until is None else f"{shown} until {until.isoformat()}"
+    event(cur, cfg.tz, now, "plan", scope=str(user_id), user_id=by, detail=detail)
 
 
 def team_add(cur: Cursor, now: datetime, name: str, user_id: int) -> str | None:
