@@ -137,6 +137,32 @@ class LedgerAdmin(LedgerPart):
         """Team name → member ids (a team exists while it has members)."""
         return await self._guarded(self.store.teams())
 
+    async def set_guarantee(
+        self, team: str, window: Window, floor_musd: int | None, *, by: int | None = None
+    ) -> None:
+        """Keep ``floor_musd`` of the global ``window`` for ``team`` while the team has not
+        used it (everyone else's holds must leave it free; :mod:`budget.policy.shares`);
+        ``None`` stops keeping it. A guarantee only shares a global limit: without one in
+        that window it reserves nothing.
+
+        Raises:
+            ValueError: an empty or ``"*"`` team, a MINUTE window, a negative amount, ``by``
+                out of range.
+        """
+        if not team or team == "*":
+            raise ValueError("a guarantee is for one named team")
+        _check_limit(window, floor_musd)
+        _check_by(by)
+        await self._guarded(
+            self.store.set_guarantee(self.clock.now(), team, window, floor_musd, by)
+        )
+
+    async def limit_warnings(self) -> list[str]:
+        """One line per global window that the teams' limits, the plans' limits or the
+        teams' guarantees add up to more than (:func:`budget.policy.shares.oversubscribed`);
+        empty when they all fit."""
+        return await self._guarded(self.store.limit_warnings(self.clock.now()))
+
     # -- plans -----------------------------------------------------------------------
     async def set_plan(
         self,

@@ -14,6 +14,7 @@ __all__ = [
     "KillState",
     "LedgerStatus",
     "PayerStatus",
+    "PlanTally",
     "ProviderSpend",
     "TeamStatus",
     "UserStatus",
@@ -97,6 +98,17 @@ class EstimateStats:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanTally:
+    """Today by plan: settled µUSD of the operations of each plan (their plan at
+    admission), and refusals per ``(plan, reason)`` of the users the ledger knew the plan
+    of. Is a paid plan mostly refused for money? Then its price, not the code, is the
+    problem."""
+
+    spend_musd: dict[str, int] = field(default_factory=dict)
+    refusals: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class LedgerStatus:
     """The whole ledger now.
 
@@ -142,6 +154,7 @@ class LedgerStatus:
     teams: dict[str, list[int]] = field(default_factory=dict)
     expired_unreconciled_today: int = 0
     expired_booked_musd_today: int = 0
+    by_plan: PlanTally = field(default_factory=PlanTally)
 
 
 @dataclass(frozen=True, slots=True)

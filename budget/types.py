@@ -86,6 +86,8 @@ class Refusal:
             blocked it — "retry in a minute" rather than "exhausted".
         scope: the name of the refusing scope (team name, provider name), or ``""``.
         note: operator-facing detail (kill reason); never shown to users raw.
+        plan: the refused user's plan, when the ledger knew it (``""`` otherwise): the
+            refusal metrics' plan label.
     """
 
     reason: RefusalReason
@@ -95,6 +97,7 @@ class Refusal:
     busy: bool = False
     scope: str = ""
     note: str = ""
+    plan: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -146,6 +146,18 @@ class MetricsServer:
         self._worst = Gauge(
             "kopek_budget_estimate_worst_ratio", "Worst actual/ceiling today", registry=registry
         )
+        self._plan_spend = Gauge(
+            "kopek_budget_plan_settled_today_musd",
+            "Settled spend today by the user's plan at admission, µUSD",
+            ["plan"],
+            registry=registry,
+        )
+        self._plan_refusals = Gauge(
+            "kopek_budget_plan_refusals_today",
+            "Ledger refusals today by the refused user's plan and reason",
+            ["plan", "reason"],
+            registry=registry,
+        )
 
     async def _refresh(self) -> None:
         status = await self._ledger.status()
@@ -164,6 +176,10 @@ class MetricsServer:
             self._refusals.labels(reason).set(count)
         if status.estimate.worst_ratio is not None:
             self._worst.set(status.estimate.worst_ratio)
+        for plan, settled in status.by_plan.spend_musd.items():
+            self._plan_spend.labels(plan).set(settled)
+        for (plan, reason), count in status.by_plan.refusals.items():
+            self._plan_refusals.labels(plan, reason).set(count)
 
     async def _handle(self, _request: web.Request) -> web.Response:
         await self._refresh()

@@ -49,7 +49,7 @@ from budget.storage.store import (
     SweepOutcome,
     Write,
 )
-from budget.types import Level
+from budget.types import Level, Window
 
 if TYPE_CHECKING:
     from budget.books.corrections import ApplyResult, CorrectionPlan
@@ -244,6 +244,18 @@ class LedgerStore(abc.ABC):
         """Persist a runtime limit set or cleared (its event recorded)."""
         await self._write(partial(admin.set_limit, cfg=self.config, now=now, change=change))
         self._rules_changed(limits=True)
+
+    async def set_guarantee(
+        self, now: datetime, team: str, window: Window, floor_musd: int | None, by: int | None
+    ) -> None:
+        """Keep (``None``: stop keeping) a share of a global window for a team."""
+        body = partial(admin.set_guarantee, cfg=self.config, now=now, team=team, window=window)
+        await self._write(partial(body, floor_musd=floor_musd, by=by))
+        self._rules_changed(limits=True)
+
+    async def limit_warnings(self, now: datetime) -> list[str]:
+        """Lines naming each global window the teams' or plans' limits oversubscribe."""
+        return await self._read(partial(admin.limit_warnings, cfg=self.config, now=now))
 
     async def team_add(self, now: datetime, name: str, user_id: int) -> str | None:
         """Put ``user_id`` in team ``name``; returns the team they left, if any."""

@@ -7,6 +7,7 @@ integer µUSD; times are the ledger clock's aware datetimes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -209,11 +210,15 @@ class RefusedStep(StepDeclined):
     ``HoldRefused(refusal)``.
 
     Attributes:
-        refusal: why.
+        refusal: why (with ``plan``, the user's plan, when given).
         user_id: whose request it was (for the event), if known.
     """
 
-    def __init__(self, refusal: Refusal, user_id: int | None = None) -> None:
+    def __init__(
+        self, refusal: Refusal, user_id: int | None = None, plan: str | None = None
+    ) -> None:
+        if plan:
+            refusal = dataclasses.replace(refusal, plan=plan)
         super().__init__(HoldRefused(refusal))
         self.refusal = refusal
         self.user_id = user_id

@@ -241,6 +241,8 @@ events = Table(
     Column("user_id", BIG, nullable=True),
     Column("hold_id", String(32), nullable=True),
     Column("detail", Text, nullable=True),
+    # a refusal's user's plan (migration 0025_ledger_levels): the refusal metrics' label
+    Column("plan", String(64), nullable=True),
     Index("ix_budget_events_day_kind", "day_key", "kind"),
 )
 

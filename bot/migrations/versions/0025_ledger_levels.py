@@ -8,6 +8,8 @@ and ``budget_operations.plan`` (its user's plan at admission): with the user and
 they fix the levels of every hold of the operation. ``budget_user_plans``: each user's
 plan (until an optional end, epoch seconds of the ledger clock; ``timestamptz`` on
 PostgreSQL like the ledger's other times); a user without a row is on the default plan.
+``budget_events.plan``: the refused user's plan on a refusal event (refusal metrics by
+plan).
 See ``docs/decisions/110-ledger-levels-and-months.md``.
 
 Downgrade drops them: the month buckets and the chat and plan buckets stay as rows an
@@ -37,6 +39,8 @@ def upgrade() -> None:
     with op.batch_alter_table("budget_operations") as batch:
         batch.add_column(sa.Column("chat_id", BIG, nullable=True))
         batch.add_column(sa.Column("plan", sa.String(64), nullable=True))
+    with op.batch_alter_table("budget_events") as batch:
+        batch.add_column(sa.Column("plan", sa.String(64), nullable=True))
     op.create_table(
         "budget_user_plans",
         sa.Column("user_id", BIG, autoincrement=False, nullable=False),
@@ -52,6 +56,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_budget_user_plans_plan", table_name="budget_user_plans")
     op.drop_table("budget_user_plans")
+    with op.batch_alter_table("budget_events") as batch:
+        batch.drop_column("plan")
     with op.batch_alter_table("budget_operations") as batch:
         batch.drop_column("plan")
         batch.drop_column("chat_id")

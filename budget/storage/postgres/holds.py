@@ -46,7 +46,7 @@ money integer µUSD.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -61,12 +61,12 @@ from budget.policy.rules import (
     capped_providers,
     check_hold,
     dump_scopes,
-    limit_of,
     pick_kill,
     plan_now,
     scopes_for,
     utc,
 )
+from budget.policy.shares import with_reservations
 from budget.policy.steps import (
     Booking,
     admission_caps,
@@ -76,6 +76,7 @@ from budget.policy.steps import (
 )
 from budget.policy.windows import WindowKeys
 from budget.protocol import HoldTicket, OperationTicket
+from budget.storage.postgres.known import KNOWN_MAX, Known, KnownLimits, cap, granted_row, reserved
 from budget.storage.postgres.rows import (
     BOOK,
     KILLS_OF,
@@ -104,7 +105,7 @@ from budget.storage.store import (
     RefusedStep,
     UnknownOperation,
 )
-from budget.types import Level, Origin, Refusal, RefusalReason, Window
+from budget.types import Origin, Refusal, RefusalReason, Window
 
 __all__ = [
     "KNOWN_MAX",
@@ -132,7 +133,7 @@ _ADMISSION_READ = (
 )
 _REQUEST_READ = (
     "SELECT user_id, max_requests, requests, EXISTS (SELECT 1 FROM budget_requests"
-    " WHERE operation_id = $1 AND fingerprint = $2) FROM budget_operations"
+    " WHERE operation_id = $1 AND fingerprint = $2), plan FROM budget_operations"
     " WHERE operation_id = $1 AND ended_at IS NULL FOR UPDATE"
 )
 _REQUEST_WRITE = (
@@ -230,7 +231,7 @@ async def begin_operation(
         pick_kill(kill_state(k) for k in kills), open_ops, inflight, recent, per_minute, utc(oldest)
     )
     if refusal is not None:
-        raise RefusedStep(refusal, user_id)
+        raise RefusedStep(refusal, user_id, plan)
     await conn.execute(
         translate(OPERATION_INSERT), *operation_row(cfg, process_id, now, admission, team, plan)
     )
@@ -256,10 +257,10 @@ async def begin_request(
     row = await conn.fetchrow(_REQUEST_READ, operation_id, fingerprint)
     if row is None:
         raise UnknownOperation(operation_id)
-    user_id, max_requests, n, repeated = row
+    user_id, max_requests, n, repeated, plan = row
     refusal = request_refusal(repeated, n, max_requests)
     if refusal is not None:
-        raise RefusedStep(refusal, user_id)
+        raise RefusedStep(refusal, user_id, plan)
     req_id = uuid.uuid4().hex
     day_key = cfg.keys(now).day_key
     await conn.execute(_REQUEST_WRITE, req_id, operation_id, fingerprint, now.timestamp(), day_key)
@@ -295,47 +296,6 @@ async def reserve(
 
 class _NotAtOnce(Exception):
     """The one-statement grant did not fit (nothing written): decide under locks."""
-
-
-#: Entries kept in each of :class:`Known`'s maps (the oldest dropped beyond).
-KNOWN_MAX = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class KnownLimits:
-    """The runtime limits as this process last read them: their digest
-    (:data:`_LIMITS_DIGEST`, which :data:`_GRANT_KNOWN` compares) and the overrides."""
-
-    digest: str
-    overrides: dict[tuple[str, str, str], int | None]
-
-
-class Known:
-    """What one process knows so that its holds and settles need not read it back;
-    every statement that uses it checks it still holds (else the locked
-    transaction reads and decides).
-
-    Attributes:
-        ops: operation id → its ticket (user, origin, team: fixed for the operation's
-            life, from its admission or a hold's read).
-        limits: :class:`KnownLimits` last read (``None``: read them again).
-        granted: hold id → its row as :func:`settle` reads it, for the holds granted
-            here.
-    """
-
-    __slots__ = ("granted", "limits", "ops")
-
-    def __init__(self) -> None:
-        self.ops: dict[str, OperationTicket] = {}
-        self.limits: KnownLimits | None = None
-        self.granted: dict[str, tuple[Any, ...]] = {}
-
-    @staticmethod
-    def keep(into: dict[str, Any], key: str, value: Any) -> None:
-        """``into[key] = value``, dropping the oldest entry beyond :data:`KNOWN_MAX`."""
-        into[key] = value
-        if len(into) > KNOWN_MAX:
-            del into[next(iter(into))]
 
 
 async def _reserve(
@@ -377,29 +337,10 @@ async def _reserve(
     ticket = HoldTicket(
         hold_id, hold.provider, hold.model, price.ceiling_musd, price.list_ceiling_musd, now
     )
-    # as _HOLD_ROW selects it: HoldRow's columns, then its margin (booked in its buckets)
-    hold_row = (
-        "held",
-        hold.operation_id,
-        owner.user_id,
-        hold.provider,
-        hold.model,
-        hold.input_tokens,
-        hold.max_tokens,
-        price.ceiling_musd,
-        now.timestamp(),
-        keys.hour_key,
-        keys.day_key,
-        scopes_json,
-        None,
-        keys.month_key,
-        price.margin_musd,
-    )
+    hold_row = granted_row(hold, owner, now, keys, scopes_json)
+    held_back = await reserved(conn, limits, keys, owner.team)
     if at_once:
-        plan = owner.plan
-        caps = [
-            limit_of(cfg, limits, Level(k[0]), k[1], Window(k[2]), plan) for k in sorted(deltas)
-        ]
+        caps = [cap(cfg, limits, k, owner.plan, held_back) for k in sorted(deltas)]
         try:
             if cached is None:
                 await conn.fetchval(_GRANT_AT_ONCE, *grant_args, caps)
@@ -411,9 +352,11 @@ async def _reserve(
         return ticket, hold_row
     charged, after = await conn.fetchrow(_GRANT, *grant_args)
     if not charged:  # another step of this operation took the cap, or ended it
-        raise RefusedStep(Refusal(RefusalReason.OPERATION_CAP, note="cost"), owner.user_id)
+        raise RefusedStep(
+            Refusal(RefusalReason.OPERATION_CAP, note="cost"), owner.user_id, owner.plan
+        )
     if price.ceiling_musd + price.margin_musd > 0:
-        _check_after(cfg, limits, scopes, keys, after, price, owner.user_id)
+        _check_after(cfg, limits, scopes, keys, after, price, owner, held_back)
     return ticket, hold_row
 
 
@@ -444,7 +387,7 @@ async def _read_operation(
         pick_kill(kill_state(k) for k in kills), committed, hold.price.ceiling_musd, max_musd
     )
     if early is not None:
-        raise RefusedStep(early, user_id)
+        raise RefusedStep(early, user_id, plan)
     limits = _overrides(limit_rows)
     owner = OperationTicket(hold.operation_id, user_id, Origin(origin), team, chat_id, plan)
     if known is not None:
@@ -460,11 +403,12 @@ def _check_after(
     keys: WindowKeys,
     after: Any,
     price: HoldPrice,
-    user_id: int,
+    owner: OperationTicket,
+    reserved: Mapping[Window, int],
 ) -> None:
     """:func:`budget.policy.rules.check_hold` on the buckets as they were before this
     hold (the locked grant returned them after it), the other holds' margins counted
-    as held.
+    as held, the global windows less what other teams' guarantees reserve.
 
     Raises:
         RefusedStep: the hold does not fit.
@@ -474,7 +418,7 @@ def _check_after(
         k: (a.settled, a.held - ceiling + a.margin - margin, a.late)
         for k, a in bucket_values(after).items()
     }
-    found = build_buckets(cfg, limits, scopes, keys, before)
+    found = with_reservations(build_buckets(cfg, limits, scopes, keys, before), reserved)
     refusal = check_hold(found, ceiling + margin)
     if refusal is not None:
-        raise RefusedStep(refusal, user_id)
+        raise RefusedStep(refusal, owner.user_id, owner.plan)

@@ -16,6 +16,7 @@ from typing import Any
 from budget.config import LedgerConfig
 from budget.errors import UnknownHold
 from budget.policy.rules import (
+    Bucket,
     HoldState,
     Overrides,
     Scope,
@@ -27,6 +28,7 @@ from budget.policy.rules import (
     scopes_for,
     utc,
 )
+from budget.policy.shares import guarantees, reserved_for_others, with_reservations
 from budget.policy.steps import (
     SettlePlan,
     admission_caps,
@@ -37,7 +39,7 @@ from budget.policy.steps import (
     reserve_refusal,
     settle_plan,
 )
-from budget.policy.windows import HoldKeys
+from budget.policy.windows import HoldKeys, WindowKeys
 from budget.protocol import HoldTicket, OperationTicket
 from budget.storage.sql.rows import (
     auto_kill,
@@ -48,6 +50,7 @@ from budget.storage.sql.rows import (
     overrides,
     refuse,
     team_of,
+    team_usage,
     user_plan,
 )
 from budget.storage.sql.statements import (
@@ -121,6 +124,25 @@ def _scopes(
     return scopes_for(user_id, team, provider, capped, chat_id=chat_id, plan=plan)
 
 
+def _shared_buckets(
+    cur: Cursor,
+    cfg: LedgerConfig,
+    limits: Overrides,
+    scopes: list[Scope],
+    keys: WindowKeys,
+    team: str | None,
+) -> list[Bucket]:
+    """The buckets of ``scopes`` now, outstanding margins counted as held, the global
+    windows' limits less what other teams' guarantees still reserve
+    (:mod:`budget.policy.shares`)."""
+    found = buckets(cur, cfg, scopes, keys, limits, margins=True)
+    granted = guarantees(limits)
+    if not granted:
+        return found
+    reserved = reserved_for_others(granted, team_usage(cur, granted, keys), team)
+    return with_reservations(found, reserved)
+
+
 def begin_operation(
     cur: Cursor, cfg: LedgerConfig, process_id: str, now: datetime, admission: Admission
 ) -> OperationTicket:
@@ -137,7 +159,7 @@ def begin_operation(
     inflight, per_minute = admission_caps(cfg, plan)
     refusal = admission_refusal(ks, open_ops, inflight, count, per_minute, utc(oldest))
     if refusal is not None:
-        raise refuse(cur, cfg.tz, now, refusal, user_id)
+        raise refuse(cur, cfg.tz, now, refusal, user_id, plan)
     cur.execute(OPERATION_INSERT, operation_row(cfg, process_id, now, admission, team, plan))
     return OperationTicket(
         admission.operation_id, user_id, admission.origin, team, admission.chat_id, plan
@@ -173,14 +195,14 @@ def begin_request(
 ) -> str:
     """Count a request in the operation; refuse a repeat fingerprint or too many
     (``req_id``: its id, chosen by the caller; ``None``: a new one)."""
-    user_id, _, _, _, max_requests, n, _, _, _, _ = _open_op(cur, operation_id)
+    user_id, _, _, _, max_requests, n, _, _, _, plan = _open_op(cur, operation_id)
     cur.execute(
         "SELECT 1 FROM budget_requests WHERE operation_id = ? AND fingerprint = ?",
         (operation_id, fingerprint),
     )
     refusal = request_refusal(cur.fetchone() is not None, n, max_requests)
     if refusal is not None:
-        raise refuse(cur, cfg.tz, now, refusal, user_id)
+        raise refuse(cur, cfg.tz, now, refusal, user_id, plan)
     req_id = req_id or uuid.uuid4().hex
     day_key = cfg.keys(now).day_key
     cur.execute(REQUEST_INSERT, (req_id, operation_id, fingerprint, now.timestamp(), day_key))
@@ -201,15 +223,16 @@ def reserve(
     user_id, origin, team, max_musd, _, _, committed, op_exp, chat_id, plan = op
     early = reserve_refusal(kill_of(cur, user_id, team), committed, price.ceiling_musd, max_musd)
     if early is not None:
-        raise refuse(cur, cfg.tz, now, early, user_id)
+        raise refuse(cur, cfg.tz, now, early, user_id, plan)
     limits = overrides(cur)
     scopes = _scopes(cfg, limits, op, hold.provider)
     keys = cfg.keys(now)
     asked = price.ceiling_musd + price.margin_musd
     if asked > 0:
-        refusal_or_none = check_hold(buckets(cur, cfg, scopes, keys, limits, margins=True), asked)
+        found = _shared_buckets(cur, cfg, limits, scopes, keys, team)
+        refusal_or_none = check_hold(found, asked)
         if refusal_or_none is not None:
-            raise refuse(cur, cfg.tz, now, refusal_or_none, user_id)
+            raise refuse(cur, cfg.tz, now, refusal_or_none, user_id, plan)
     hold_id = uuid.uuid4().hex
     expires = t + cfg.hold_ttl_s
     book(cur, scopes, keys.hold, held=price.ceiling_musd)
@@ -275,7 +298,7 @@ def remaining_musd(
     max_musd, committed = op[3], op[6]
     limits = overrides(cur)
     scopes = _scopes(cfg, limits, op, provider)
-    found = buckets(cur, cfg, scopes, cfg.keys(now), limits, margins=True)
+    found = _shared_buckets(cur, cfg, limits, scopes, cfg.keys(now), op[2])
     remaining = [b.remaining_musd for b in found if b.remaining_musd is not None]
     remaining.append(max_musd - committed)
     return max(0, min(remaining))

@@ -19,6 +19,7 @@ from budget.status import (
     KillState,
     LedgerStatus,
     PayerStatus,
+    PlanTally,
     ProviderSpend,
     TeamStatus,
     UserStatus,
@@ -178,7 +179,27 @@ def status(cur: Cursor, cfg: LedgerConfig, now: datetime) -> LedgerStatus:
         teams=teams(cur),
         expired_unreconciled_today=int(unreconciled),
         expired_booked_musd_today=int(booked_at_ceiling),
+        by_plan=_by_plan(cur, day),
     )
+
+
+def _by_plan(cur: Cursor, day: str) -> PlanTally:
+    """``day``'s settled µUSD and refusals per plan (:class:`budget.status.PlanTally`)."""
+    cur.execute(
+        "SELECT o.plan, COALESCE(SUM(h.actual_musd), 0) FROM budget_holds h"
+        " JOIN budget_operations o ON o.operation_id = h.operation_id"
+        " WHERE h.day_key = ? AND h.state IN ('settled', 'expired') AND o.plan IS NOT NULL"
+        " GROUP BY o.plan",
+        (day,),
+    )
+    spend = {str(r[0]): int(r[1]) for r in cur.fetchall()}
+    cur.execute(
+        "SELECT plan, reason, COUNT(*) FROM budget_events WHERE day_key = ?"
+        " AND kind = 'refusal' AND plan IS NOT NULL GROUP BY plan, reason",
+        (day,),
+    )
+    refused = {(str(r[0]), str(r[1])): int(r[2]) for r in cur.fetchall()}
+    return PlanTally(spend, refused)
 
 
 def user_status(cur: Cursor, cfg: LedgerConfig, now: datetime, user_id: int) -> UserStatus:

@@ -7,7 +7,7 @@ Each function takes the open cursor of the caller's transaction
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -53,6 +53,7 @@ __all__ = [
     "refuse",
     "set_kill",
     "team_of",
+    "team_usage",
     "teams",
     "user_plan",
 ]
@@ -78,11 +79,18 @@ def event(cur: Cursor, tz: str, now: datetime, kind: str, **fields: Any) -> None
 
 
 def refuse(
-    cur: Cursor, tz: str, now: datetime, refusal: Refusal, user_id: int | None
+    cur: Cursor,
+    tz: str,
+    now: datetime,
+    refusal: Refusal,
+    user_id: int | None,
+    plan: str | None = None,
 ) -> RefusedStep:
-    """Record a refusal event; returns the exception to raise (committing the event)."""
-    cur.execute(EVENT_INSERT, refusal_event_row(tz, now, refusal, user_id))
-    return RefusedStep(refusal, user_id)
+    """Record a refusal event (of a user on ``plan``, if known); returns the exception to
+    raise (committing the event)."""
+    step = RefusedStep(refusal, user_id, plan)
+    cur.execute(EVENT_INSERT, refusal_event_row(tz, now, step.refusal, user_id))
+    return step
 
 
 def kill_of(cur: Cursor, user_id: int | None, team: str | None) -> KillState | None:
@@ -124,6 +132,23 @@ def overrides(cur: Cursor) -> dict[tuple[str, str, str], int | None]:
     """Every runtime limit override."""
     cur.execute("SELECT level, scope, win, limit_musd FROM budget_limits")
     return {(r[0], r[1], r[2]): r[3] for r in cur.fetchall()}
+
+
+def team_usage(
+    cur: Cursor, granted: Mapping[tuple[str, Window], int], keys: WindowKeys
+) -> dict[tuple[str, Window], int]:
+    """``(team, window) → settled + held µUSD`` now of each team with a guarantee
+    (:func:`budget.policy.shares.guarantees`)."""
+    used: dict[tuple[str, Window], int] = {}
+    for team, window in granted:
+        cur.execute(
+            "SELECT settled_musd + held_musd FROM budget_buckets"
+            " WHERE level = 'team' AND scope = ? AND win = ? AND wkey = ?",
+            (team, window.value, keys.key(window)),
+        )
+        row = cur.fetchone()
+        used[(team, window)] = 0 if row is None else int(row[0])
+    return used
 
 
 def buckets(

@@ -74,7 +74,7 @@ BOOK_UPSERT = (
 #: Appends one ``budget_events`` row (values from :func:`event_row`).
 EVENT_INSERT = (
     "INSERT INTO budget_events (at, day_key, kind, reason, level, win, scope, user_id,"
-    " hold_id, detail) VALUES (?,?,?,?,?,?,?,?,?,?)"
+    " hold_id, detail, plan) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 )
 
 
@@ -277,8 +277,10 @@ def event_row(
     user_id: int | None = None,
     hold_id: str | None = None,
     detail: str | None = None,
+    plan: str | None = None,
 ) -> tuple[object, ...]:
-    """The values of :data:`EVENT_INSERT` (the event's day is ``now``'s day in ``tz``)."""
+    """The values of :data:`EVENT_INSERT` (the event's day is ``now``'s day in ``tz``;
+    ``plan``: the user's plan, for the refusal metrics)."""
     return (
         now.timestamp(),
         window_keys(now, tz).day_key,
@@ -290,6 +292,7 @@ def event_row(
         user_id,
         hold_id,
         detail,
+        plan,
     )
 
 
@@ -306,4 +309,5 @@ def refusal_event_row(
         window=None if refusal.window is None else refusal.window.value,
         scope=refusal.scope,
         user_id=user_id,
+        plan=refusal.plan or None,
     )
