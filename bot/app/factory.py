@@ -28,7 +28,9 @@ from bot.app.wiring import (
 from bot.chat.outbox import Outbox
 from bot.chat.paste import PasteJoiner
 from bot.chat.service import ChatConfig, ChatService
-from bot.chat.streaming import StreamConfig, StreamMetrics, StreamRegistry
+from bot.chat.streaming.metrics import StreamMetrics
+from bot.chat.streaming.registry import StreamRegistry
+from bot.chat.streaming.session import StreamConfig
 from bot.handlers.admin import AdminView, create_admin_router
 from bot.handlers.books import BooksDesk, create_books_router
 from bot.handlers.chat import create_chat_router, create_non_text_router
@@ -203,7 +205,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         clock,
         claim_s=settings.process_dead_after_seconds if on_postgres else None,
     )
-    streams = StreamRegistry()
+    streams = StreamRegistry(clock)
     if on_postgres:  # /kill hard cuts every replica's streams (bot/ops/signals.py)
         from bot.ops.signals import KILL_HARD, PgSignals, SignalWatcher
         from budget.storage.postgres.store import PgStore

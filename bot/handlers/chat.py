@@ -27,7 +27,9 @@ from bot.chat.service import (
     FailureKind,
     run_guarded,
 )
-from bot.chat.streaming import StreamConfig, StreamMetrics, StreamRegistry, StreamSession
+from bot.chat.streaming.metrics import StreamMetrics
+from bot.chat.streaming.registry import StreamRegistry
+from bot.chat.streaming.session import StreamConfig, StreamSession
 from bot.middlewares.context import IntakeStatus, UserContext
 from bot.middlewares.topics import topic_of
 from bot.text import templates

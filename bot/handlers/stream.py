@@ -20,7 +20,8 @@ from aiogram.utils.i18n import I18n
 
 from bot.chat.delivery import send_text
 from bot.chat.payer import payer_id
-from bot.chat.streaming import STOP_PREFIX, StopResult, StreamConfig, StreamRegistry
+from bot.chat.streaming.registry import STOP_PREFIX, StopResult, StreamRegistry
+from bot.chat.streaming.session import StreamConfig
 from bot.middlewares.rate import NOT_RATE_LIMITED
 from bot.text import templates
 from bot.text.i18n import in_locale, pick_language

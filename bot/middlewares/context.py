@@ -12,7 +12,9 @@ if TYPE_CHECKING:
 
     from bot.chat.outbox import Outbox
     from bot.chat.service import ChatService
-    from bot.chat.streaming import StreamConfig, StreamMetrics, StreamRegistry
+    from bot.chat.streaming.metrics import StreamMetrics
+    from bot.chat.streaming.registry import StreamRegistry
+    from bot.chat.streaming.session import StreamConfig
     from bot.handlers.admin import AdminView
     from bot.handlers.books import BooksDesk
     from bot.ops.admin_notices import AdminNotifier

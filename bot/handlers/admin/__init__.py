@@ -24,7 +24,7 @@ from aiogram.types import BufferedInputFile, Message
 
 from bot.chat.delivery import send_text
 from bot.chat.payer import is_on_behalf_of_chat
-from bot.chat.streaming import StreamRegistry
+from bot.chat.streaming.registry import StreamRegistry
 from bot.middlewares.rate import NOT_RATE_LIMITED
 from bot.ops.chart import CHART_MISSING, chart_available, spend_chart_png
 from bot.ops.signals import POLL_S as SIGNAL_POLL_S
