@@ -109,7 +109,7 @@ def create_chat_router(*, stale_after_s: int) -> Router:
         stream_metrics: StreamMetrics | None = None,
         stop_book: StopBook | None = None,
     ) -> IntakeStatus:
-        received_at = asyncio.get_running_loop().time()
+        received_at = clock.monotonic()
         if paste is not None:
             if not paste.is_lead and paste.contribute(prompt):
                 return IntakeStatus.JOINED  # answered with the paste's first part
