@@ -331,6 +331,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         ),
         stream_metrics=StreamMetrics(registry),
         stop_book=StopBook(sessions),
+        admin_ids=settings.admin_ids,
+        stale_after_s=settings.stale_message_seconds,
     )
     dp = Dispatcher(**workflow)
     bot.session.middleware(TopicRequestMiddleware())
@@ -369,8 +371,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         IntakeMiddleware(intake, clock, barrier.taken_in if barrier is not None else None)
     )
     dp.include_router(create_error_router())
-    # chat text first: no other router takes a text that is not a command (issue 10)
-    dp.include_router(create_chat_router(stale_after_s=settings.stale_message_seconds))
+    # chat text first: no other router takes a text that is not a command
+    # (docs/decisions/022-message-path.md)
+    dp.include_router(create_chat_router())
     dp.include_router(create_books_router(settings.admin_ids))
     dp.include_router(create_admin_router(settings.admin_ids))
     dp.include_router(create_stream_router(settings.admin_ids))

@@ -68,6 +68,10 @@ class WorkflowData(TypedDict):
     stream_config: StreamConfig
     stream_metrics: StreamMetrics
     stop_book: StopBook
+    #: ADMIN_IDS, for handlers that treat an admin differently (a Stop by anyone)
+    admin_ids: frozenset[int]
+    #: STALE_MESSAGE_SECONDS: an older message gets the "send it again" template
+    stale_after_s: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ mode) or as usual. Times are the injected clock's monotonic seconds
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from aiogram import Bot
@@ -18,10 +19,14 @@ from bot.chat.outbox import Outbox
 from bot.chat.streaming.displays import DraftDisplay, EditDisplay
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import LiveStream, StreamRegistry, new_draft_id, new_token
+from budget.books.stops import StopBook
 from budget.kernel.clock import Clock
 from llm.stream import StreamControl
+from llm.types import Completion
 
-__all__ = ["StreamConfig", "StreamSession"]
+__all__ = ["StreamConfig", "StreamSession", "book_stop"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,3 +154,21 @@ class StreamSession:
         if isinstance(self._display, EditDisplay):
             return await self._display.finish(markdown, outbox)
         return False
+
+
+async def book_stop(
+    completion: Completion, stop_book: StopBook | None, metrics: StreamMetrics | None
+) -> None:
+    """A stopped answer: flag its hold in the ledger (``/budget`` totals the stops) and
+    count it, with the output tokens it did not generate (held ``max_tokens`` − output).
+    A failure to flag is logged: the answer and its settlement stand."""
+    if metrics is not None:
+        metrics.stops.labels(by=completion.stopped).inc()
+        saved = completion.max_tokens - completion.usage.output_tokens
+        if saved > 0:
+            metrics.tokens_saved.inc(saved)
+    if stop_book is not None and completion.hold_id:
+        try:
+            await stop_book.mark(completion.hold_id)
+        except Exception:  # the answer and its settlement stand; only the flag is lost
+            log.exception("could not flag hold %s as stopped", completion.hold_id)
