@@ -31,7 +31,8 @@ from bot.chat.service import ChatConfig, ChatService
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.streaming.session import StreamConfig
-from bot.handlers.admin import AdminView, create_admin_router
+from bot.handlers.admin import create_admin_router
+from bot.handlers.admin.base import AdminView
 from bot.handlers.books import BooksDesk, create_books_router
 from bot.handlers.chat import create_chat_router, create_non_text_router
 from bot.handlers.common import create_common_router, create_fallback_router

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from bot.chat.streaming.metrics import StreamMetrics
     from bot.chat.streaming.registry import StreamRegistry
     from bot.chat.streaming.session import StreamConfig
-    from bot.handlers.admin import AdminView
+    from bot.handlers.admin.base import AdminView
     from bot.handlers.books import BooksDesk
     from bot.ops.admin_notices import AdminNotifier
     from bot.storage.repos import History, Intake

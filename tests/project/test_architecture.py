@@ -35,7 +35,6 @@ HISTORY = re.compile(r"\b(issue|trial)s?\s+(of\s+issue\s+)?\d+", re.IGNORECASE)
 #: Offenders still being folded; each entry must still offend (so the list only shrinks).
 OVERSIZED_MODULES: frozenset[str] = frozenset(
     {
-        "bot.handlers.admin",
         "bot.settings",
         "budget.books.reconcile",
         "budget.kernel.sqlite_writer",
@@ -47,8 +46,6 @@ OVERLONG_FUNCTIONS: frozenset[str] = frozenset(
     {
         "bot.app.factory:create_app",
         "bot.app.polling:_poll",
-        "bot.handlers.admin:create_admin_router",
-        "bot.handlers.admin:render_budget",
         "bot.handlers.books:create_books_router",
         "bot.handlers.digests:create_digest_router",
         "budget.books.export:write_export",
@@ -81,6 +78,7 @@ CYCLES_LEFT: frozenset[frozenset[str]] = frozenset(
                 "bot.chat.streaming.registry",
                 "bot.chat.streaming.session",
                 "bot.handlers.admin",
+                "bot.handlers.admin.kill",
                 "bot.handlers.chat",
                 "bot.handlers.common",
                 "bot.handlers.digests",
