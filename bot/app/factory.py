@@ -377,7 +377,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp.include_router(create_chat_router())
     dp.include_router(create_books_router(settings.admin_ids))
     dp.include_router(create_admin_router(settings.admin_ids))
-    dp.include_router(create_stream_router(settings.admin_ids))
+    dp.include_router(create_stream_router())
     dp.include_router(create_common_router())
     dp.include_router(create_digest_router())
     dp.include_router(create_me_router())

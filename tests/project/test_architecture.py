@@ -46,7 +46,6 @@ OVERLONG_FUNCTIONS: frozenset[str] = frozenset(
     {
         "bot.app.factory:create_app",
         "bot.app.polling:_poll",
-        "bot.handlers.digests:create_digest_router",
         "budget.books.export:write_export",
         "budget.books.reconcile:reconcile",
         "budget.books.usage_export:parse_export",
