@@ -103,11 +103,9 @@ UPWARD_LEFT: frozenset[str] = frozenset(
 #: Files that still cite a review round.
 HISTORY_LEFT: frozenset[str] = frozenset(
     {
-        "bot/handlers/inline_filters.py",
         "bot/middlewares/intake.py",
         "bot/session/updates.py",
         "bot/storage/sqlite_hot.py",
-        "bot/text/templates.py",
         "budget/kernel/db.py",
         "budget/kernel/failure_log.py",
         "budget/kernel/sqlite_writer.py",
