@@ -5,7 +5,7 @@
 #
 # Polling (the default) keeps its SQLite file in the /app/data volume: one container per
 # file and per bot token. Several replicas run in webhook mode on PostgreSQL: see
-# compose.yaml and README "Scaling".
+# compose.yaml and docs/deploy.md.
 #
 # Health: HEALTHCHECK runs `python -m bot healthcheck`, which GETs /healthz of the
 # webhook server (webhook mode) or of the metrics server (polling with METRICS_PORT set).

@@ -49,7 +49,7 @@ from tests.support.providers import FakeProviders
 from tests.support.telegram import FakeTelegram
 
 PROBE = REPO_ROOT / "bench" / "probe.py"
-ECHO = REPO_ROOT / "tests" / "e2e" / "echo_bot.py"
+ECHO = REPO_ROOT / "tests" / "support" / "echo_bot.py"
 ADMIN = 1
 BURST = 300
 SEQUENTIAL = 30

@@ -16,28 +16,7 @@ import sys
 
 from pydantic import ValidationError
 
-
-def _config_error(exc: ValidationError, who: str = "kopek") -> str:
-    """The one line for a settings error: ``<who>: configuration error in NAME: why``
-    (never the value: it may be a secret)."""
-    first = exc.errors()[0]
-    loc = ".".join(str(p) for p in first.get("loc", ())).upper()
-    msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
-    if first.get("type") == "missing" and loc == "BOT_TOKEN":  # absent, or BOT_TOKEN=
-        return (
-            f"{who}: BOT_TOKEN is not set. Get a token from @BotFather in Telegram (/newbot) "
-            "and put BOT_TOKEN=... in .env"
-        )
-    if loc:
-        return f"{who}: configuration error in {loc}: {msg}"
-    return f"{who}: configuration error: {msg}"
-
-
-def prog() -> str:
-    """How this program was started, for usage lines: ``kopek`` (the console script) or
-    ``python -m bot`` (the same program)."""
-    return "kopek" if sys.argv[0].endswith("kopek") else "python -m bot"
-
+from bot.cli import config_error, prog
 
 #: The subcommands and what each does (``python -m bot --help`` prints them).
 COMMANDS = {
@@ -95,7 +74,7 @@ def main() -> int:
         try:
             api = BotApiSettings()
         except ValidationError as exc:
-            print(_config_error(exc), file=sys.stderr)
+            print(config_error(exc), file=sys.stderr)
             return 2
         from bot.app.hookctl import delete_webhook
 
@@ -103,7 +82,7 @@ def main() -> int:
     try:
         settings = Settings()  # fields come from the environment
     except ValidationError as exc:
-        print(_config_error(exc), file=sys.stderr)
+        print(config_error(exc), file=sys.stderr)
         return 2
 
     from bot.ops.logs import install_excepthooks, setup_logging

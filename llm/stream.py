@@ -21,7 +21,10 @@ generated.
 
 Timeouts (seconds, on the event loop's clock): ``first_token_s`` from the request
 until the first chunk; ``idle_s`` between chunks; the attempt's total deadline over
-everything. SSE comment lines (DeepSeek's ``: keep-alive``) are not chunks.
+everything. SSE comment lines (DeepSeek's ``: keep-alive``) are not chunks. One chunk
+(one server-sent event) is at most :data:`llm.providers.sse.MAX_EVENT_BYTES`: a bigger
+one is a cut, found as its bytes arrive, before any decoder holds the loop on it
+(:mod:`llm.providers.sse`).
 
 Errors: what the providers raise is already in :mod:`llm.errors`
 (:class:`~llm.errors.ProviderUnavailable` with ``interrupted=True`` for anything
@@ -159,9 +162,9 @@ class ChunkStream:
         if chunk.get("error") is not None and not chunk.get("choices"):
             raise ProviderUnavailable(self.provider, "error event in the stream", interrupted=True)
         if isinstance(chunk.get("usage"), Mapping) or _sub(_sub(chunk, "x_groq"), "usage"):
-            usage, issue = read_usage(chunk)
-            if usage is not None or self.usage is None:
-                self.usage, self.usage_issue = usage, issue
+            reading = read_usage(chunk)
+            if reading.usage is not None or self.usage is None:
+                self.usage, self.usage_issue = reading.usage, reading.issue
         choices = chunk.get("choices")
         if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
             finish = choices[0].get("finish_reason")

@@ -34,6 +34,7 @@ from aiogram.utils.i18n import I18n
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bot.app.start_waits import StartWaits
 from bot.chat.delivery import send_text
 from bot.chat.outbox import Outbox
 from bot.chat.service import ChatService
@@ -131,7 +132,7 @@ class App:
     def fence(self) -> None:
         """This process was taken for dead (the ledger store's callback, once): take
         no more updates (``/readyz`` and the webhook answer 503; polling stops) — the
-        run then ends with :class:`bot.session.fence.ProcessFenced` (exit code 1)."""
+        run then ends with :class:`budget.errors.ProcessFenced` (exit code 1)."""
         self.readiness.mark_stopping()
         self.fenced.set()
         if not self.settings.webhook_mode:
@@ -147,18 +148,20 @@ class App:
         """The schema first (another process may have migrated it past this code since
         this one's migrations ran: :class:`bot.storage.migrate.SchemaMismatch` is raised, nothing
         is started), then Telegram (a refused token or an unreachable API fails fast,
-        before anything else is started), then the ledger (sweeps a previous process's
+        before anything else is started; a 429 is waited out within
+        :data:`bot.app.start_waits.START_WAIT_S`, else
+        :class:`bot.app.start_waits.StartFloodWait`), then the ledger (sweeps a previous process's
         holds), then the resend notices, the digest jobs, the schema watch and metrics."""
         problem = await self.schema.check()
         if problem is not None:
             raise problem
+        waits = StartWaits(self.clock)  # replicas starting together share one limit
         if self.settings.webhook_mode:
-            await self._set_webhook()
+            await waits.call("setWebhook", self._set_webhook)
         else:
             await self._refuse_webhook()
-        await self.bot.set_my_commands(
-            [BotCommand(command=c, description=d) for c, d in USER_COMMANDS]
-        )
+        commands = [BotCommand(command=c, description=d) for c, d in USER_COMMANDS]
+        await waits.call("setMyCommands", lambda: self.bot.set_my_commands(commands))
         swept = await self.ledger.start()
         if swept:
             log.warning("expired %d holds left by a previous process", swept)

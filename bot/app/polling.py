@@ -13,6 +13,7 @@ import asyncio
 import logging
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -20,11 +21,15 @@ from bot.app.database import start_failure
 from bot.app.preflight import check_database, check_settings
 from bot.ops.logs import redact
 from bot.settings import Settings
-from bot.storage.migrate import SchemaMismatch, migrate
-from budget.errors import BudgetConfigError
+from bot.storage.migrate import migrate
+from budget.errors import BudgetConfigError, ProcessFenced
 from budget.kernel import instance_lock
 from budget.kernel.clock import SystemClock
 from budget.kernel.db import sqlite_path
+from budget.kernel.schema import SchemaMismatch
+
+if TYPE_CHECKING:
+    from bot.app.lifecycle import App
 
 __all__ = ["run"]
 
@@ -67,7 +72,8 @@ async def run(settings: Settings) -> int:
     Exit codes: 0 after a clean stop; 2 for configuration the bot cannot run with
     (database URL, database in use by another process, a schema ahead of this code, a
     refused database login, token refused by Telegram, prices, a webhook set for the
-    token while this process would poll); 1 when Telegram or the
+    token while this process would poll); 1 when Telegram asks the start to wait longer
+    than it waits (:mod:`bot.app.start_waits`), when Telegram or the
     PostgreSQL server cannot be reached at start, Telegram answers with something that
     is not a Telegram response, anything unexpected ends the bot, or another process
     took this one for dead (PostgreSQL: its heartbeat late by more than
@@ -112,7 +118,58 @@ async def _run_locked(settings: Settings) -> int:
 
 
 async def _poll(settings: Settings) -> int:
-    # aiogram is imported here, after every check has passed (see the module docstring)
+    """Build the bot, then poll (or serve the webhook) until stopped; the exit code.
+    aiogram is imported here, after every check has passed (see the module docstring)."""
+    from bot.app.factory import create_app
+
+    try:
+        app = create_app(settings)
+    except (BudgetConfigError, ValueError) as exc:
+        _fail(f"configuration error: {exc}", settings)
+        return 2
+    try:
+        await _serve(app, settings)
+    except ProcessFenced as exc:  # taken for dead by another: stopped, nothing drained
+        _fail(str(exc), settings)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - each gets its line; _start_failure logs the unforeseen
+        code, line = _start_failure(exc, settings)
+        _fail(line, settings)
+        await app.close_after_failed_start()
+        return code
+    return 0
+
+
+async def _serve(app: App, settings: Settings) -> None:
+    """Long polling until SIGTERM/SIGINT, or with ``WEBHOOK_URL`` the webhook server.
+
+    Raises:
+        ProcessFenced: polling was stopped by the fence (:mod:`bot.session.fence`).
+    """
+    if settings.webhook_mode:
+        from bot.app.webhook import serve_webhook
+
+        await serve_webhook(app)
+        return
+    from bot.session.fence import FENCED_EXIT
+
+    dp = app.dispatcher
+    dp.startup.register(app.on_startup)
+    dp.shutdown.register(app.on_shutdown)
+    await dp.start_polling(
+        app.bot,
+        handle_signals=True,
+        close_bot_session=True,
+        tasks_concurrency_limit=settings.intake_max_concurrent,
+        polling_timeout=30,
+    )
+    if app.fenced.is_set():
+        raise ProcessFenced(FENCED_EXIT)
+
+
+def _start_failure(exc: Exception, settings: Settings) -> tuple[int, str]:
+    """The exit code and the one line for ``exc``, which ended the bot before or while it
+    ran: 2 for configuration it cannot run with, 1 for what a restart may cure."""
     from aiogram.exceptions import (
         ClientDecodeError,
         TelegramAPIError,
@@ -120,75 +177,31 @@ async def _poll(settings: Settings) -> int:
         TelegramUnauthorizedError,
     )
 
-    from bot.app.factory import create_app
     from bot.app.lifecycle import WebhookIsSet
-    from bot.session.fence import ProcessFenced
+    from bot.app.start_waits import StartFloodWait
 
-    try:
-        app = create_app(settings)
-    except (BudgetConfigError, ValueError) as exc:
-        _fail(f"configuration error: {exc}", settings)
-        return 2
-    dp = app.dispatcher
-    try:
-        if settings.webhook_mode:
-            from bot.app.webhook import serve_webhook
-
-            await serve_webhook(app)
-        else:
-            dp.startup.register(app.on_startup)
-            dp.shutdown.register(app.on_shutdown)
-            await dp.start_polling(
-                app.bot,
-                handle_signals=True,
-                close_bot_session=True,
-                tasks_concurrency_limit=settings.intake_max_concurrent,
-                polling_timeout=30,
-            )
-            if app.fenced.is_set():  # polling stopped by the fence (bot/session/fence.py)
-                raise ProcessFenced()
-    except ProcessFenced as exc:  # taken for dead by another: stopped, nothing drained
-        _fail(str(exc), settings)
-        return 1
-    except SchemaMismatch as exc:  # a newer version migrated since this one's migrations
-        _fail(start_failure(exc, settings.database_url)[1], settings)
-        await app.close_after_failed_start()
-        return 2
-    except WebhookIsSet as exc:  # polling would take a webhook fleet's updates
-        _fail(str(exc), settings)
-        await app.close_after_failed_start()
-        return 2
-    except TelegramUnauthorizedError:
-        _fail("Telegram refused BOT_TOKEN (401 Unauthorized): check it with @BotFather", settings)
-        await app.close_after_failed_start()
-        return 2
-    except TelegramNetworkError as exc:
-        _fail(f"cannot reach the Bot API at {settings.telegram_api_base}: {exc.message}", settings)
-        await app.close_after_failed_start()
-        return 1
-    except ClientDecodeError:
+    api = settings.telegram_api_base
+    if isinstance(exc, SchemaMismatch):  # a newer version migrated since this one's migrations
+        return 2, start_failure(exc, settings.database_url)[1]
+    if isinstance(exc, WebhookIsSet):  # polling would take a webhook fleet's updates
+        return 2, str(exc)
+    if isinstance(exc, StartFloodWait):  # a 429 beyond what a start waits: the supervisor retries
+        return 1, str(exc)
+    if isinstance(exc, TelegramUnauthorizedError):
+        return 2, "Telegram refused BOT_TOKEN (401 Unauthorized): check it with @BotFather"
+    if isinstance(exc, TelegramNetworkError):
+        return 1, f"cannot reach the Bot API at {api}: {exc.message}"
+    if isinstance(exc, ClientDecodeError):
         # A proxy's error page or a typo'd URL: the body may echo the request path,
         # which holds the token, so none of it is printed.
-        _fail(
-            f"the Bot API at {settings.telegram_api_base} answered with something that is "
-            "not a Telegram response: check TELEGRAM_API_BASE",
-            settings,
+        return 1, (
+            f"the Bot API at {api} answered with something that is "
+            "not a Telegram response: check TELEGRAM_API_BASE"
         )
-        await app.close_after_failed_start()
-        return 1
-    except TelegramAPIError as exc:
-        _fail(
-            f"the Bot API at {settings.telegram_api_base} refused to start: {exc.message}", settings
-        )
-        await app.close_after_failed_start()
-        return 1
-    except OSError as exc:  # the metrics or webhook port cannot be bound
-        _fail(f"cannot start: {type(exc).__name__}: {exc}", settings)
-        await app.close_after_failed_start()
-        return 2
-    except Exception as exc:  # last resort: one redacted line, not a trace
-        log.debug("the bot failed", exc_info=exc)
-        _fail(f"failed: {type(exc).__name__} (the redacted trace is logged at DEBUG)", settings)
-        await app.close_after_failed_start()
-        return 1
-    return 0
+    if isinstance(exc, TelegramAPIError):
+        return 1, f"the Bot API at {api} refused to start: {exc.message}"
+    if isinstance(exc, OSError):  # the metrics or webhook port cannot be bound
+        return 2, f"cannot start: {type(exc).__name__}: {exc}"
+    # last resort: one redacted line, not a trace
+    log.debug("the bot failed", exc_info=exc)
+    return 1, f"failed: {type(exc).__name__} (the redacted trace is logged at DEBUG)"

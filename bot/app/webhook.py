@@ -6,9 +6,22 @@ The request handler follows aiogram's ``aiogram.webhook.aiohttp_server.SimpleReq
 (secret check with :func:`secrets.compare_digest`, the update fed to the dispatcher in a
 background task, an empty JSON 200), with what Kopek needs on top:
 
+* **Strangers cannot starve the port** (``docs/webhook.md``): connections are capped
+  below the descriptor limit and must send their first request head within
+  ``WEBHOOK_HEADER_TIMEOUT_SECONDS`` (:mod:`bot.app.connections`); a body must arrive
+  within ``WEBHOOK_BODY_TIMEOUT_SECONDS`` (else 408, closed, counted as
+  ``kopek_dropped{reason="webhook_body_timeout"}``) and hold at most
+  ``WEBHOOK_MAX_BODY_BYTES``; a kept-alive connection waits at most
+  ``WEBHOOK_IDLE_TIMEOUT_SECONDS`` for its next request.
 * **401 without the secret.** A request whose ``X-Telegram-Bot-Api-Secret-Token`` is not
   ``WEBHOOK_SECRET`` gets 401 and is not read further (counted as
-  ``kopek_dropped{reason="webhook_secret"}``; the first one is logged at WARNING).
+  ``kopek_dropped{reason="webhook_secret"}``; the first one is logged at WARNING). The
+  header's bytes are compared, so bytes beyond ASCII are a wrong secret like any other.
+* **200 for what no retry can read.** Telegram redelivers anything but a 2xx: a body
+  that is not JSON, nested deeper than :data:`bot.session.update_json.MAX_DEPTH`, holding an
+  integer beyond 64 bits, longer than ``WEBHOOK_MAX_BODY_BYTES`` or of a shape this
+  aiogram rejects is skipped with a 200, counted as
+  ``kopek_dropped{reason="undecodable_update"}`` and logged (WARNING) with its id and where.
 * **200 once the update is durably taken in.** A chat message's intake row
   (``seen_messages``, unique on ``(chat_id, message_id)``, :meth:`bot.storage.repos.Intake.record`)
   is committed *before* the answer: a duplicate — Telegram retrying, or the same update
@@ -50,15 +63,25 @@ from aiogram.types import Message, Update
 from aiohttp import web
 from pydantic import ValidationError
 
+from bot.app.connections import (
+    DROP_LOG_EVERY_S,
+    RESERVED_DESCRIPTORS,
+    ConnectionGuard,
+    DropLog,
+    GuardedSite,
+    connection_cap,
+)
 from bot.app.lifecycle import App
 from bot.chat.payer import payer_id
 from bot.middlewares.context import IntakeStatus
 from bot.middlewares.intake import TakenIn, reads_only
 from bot.middlewares.topics import topic_of
 from bot.ops.health import add_health_routes
-from bot.session.fence import ProcessFenced
+from bot.session.fence import FENCED_EXIT
+from bot.session.update_json import UndecodableJson, load_checked
 from bot.storage.repos import is_storage_failure
 from bot.text.i18n import pick_language
+from budget.errors import ProcessFenced
 
 __all__ = ["SECRET_HEADER", "WebhookServer", "serve_webhook"]
 
@@ -94,11 +117,19 @@ class WebhookServer:
         if settings.webhook_secret is None:  # settings refuse WEBHOOK_URL without it
             raise ValueError("webhook mode needs WEBHOOK_SECRET")
         self._app = app
-        self._secret = settings.webhook_secret.get_secret_value()
+        # the validated secret is ASCII: compared as bytes with what the header holds
+        self._secret = settings.webhook_secret.get_secret_value().encode()
         self._slots = asyncio.Semaphore(settings.intake_max_concurrent)
         self._tasks: set[asyncio.Task[None]] = set()
         self._runner: web.AppRunner | None = None
-        self._site: web.TCPSite | None = None
+        self._site: GuardedSite | None = None
+        self._guard: ConnectionGuard | None = None
+        self._slow_bodies = DropLog(
+            "webhook requests answered 408: body not read within "
+            f"{settings.webhook_body_timeout_seconds:g} s",
+            app.clock.monotonic,
+            DROP_LOG_EVERY_S,
+        )
         self._refused = 0
         self._other_secret_at = -float(OTHER_SECRET_EVERY_S)
         self.taken = 0
@@ -121,50 +152,61 @@ class WebhookServer:
         """Bind ``WEBHOOK_LISTEN_HOST:WEBHOOK_LISTEN_PORT`` and serve.
 
         Raises:
-            OSError: the address cannot be bound (the port is taken).
+            OSError: the address cannot be bound (the port is taken), or the descriptor
+                limit leaves too few connections (:func:`bot.app.connections.connection_cap`).
         """
         settings = self._app.settings
-        web_app = web.Application()
+        dropped = self._app.dropped
+        self._guard = guard = ConnectionGuard(
+            cap=connection_cap(settings.webhook_max_open_connections),
+            header_timeout_s=settings.webhook_header_timeout_seconds,
+            on_drop=lambda reason: dropped.labels(reason).inc(),
+            clock=self._app.clock.monotonic,
+        )
+        web_app = web.Application(
+            client_max_size=settings.webhook_max_body_bytes, middlewares=[guard.middleware]
+        )
         web_app.router.add_post(settings.webhook_path, self.handle)
         add_health_routes(web_app, lambda: self._app.readiness)
-        self._runner = web.AppRunner(web_app, access_log=None, shutdown_timeout=TASK_WAIT_S)
+        self._runner = web.AppRunner(
+            web_app,
+            access_log=None,
+            shutdown_timeout=TASK_WAIT_S,
+            keepalive_timeout=settings.webhook_idle_timeout_seconds,
+        )
         await self._runner.setup()
-        self._site = web.TCPSite(
-            self._runner, settings.webhook_listen_host, settings.webhook_listen_port
+        self._site = GuardedSite(
+            self._runner, guard, settings.webhook_listen_host, settings.webhook_listen_port
         )
         try:
             await self._site.start()
         except OSError:
             await self.close()
             raise
+        log.info(
+            "webhook: at most %d connections open (WEBHOOK_MAX_OPEN_CONNECTIONS %d, "
+            "descriptor limit less %d); heads within %g s, bodies within %g s, idle %g s",
+            guard.cap,
+            settings.webhook_max_open_connections,
+            RESERVED_DESCRIPTORS,
+            settings.webhook_header_timeout_seconds,
+            settings.webhook_body_timeout_seconds,
+            settings.webhook_idle_timeout_seconds,
+        )
 
     async def handle(self, request: web.Request) -> web.Response:
         """One delivery from Telegram: see the module docstring."""
         given = request.headers.get(SECRET_HEADER, "")
-        if not secrets.compare_digest(given, self._secret):
+        # bytes, not str: compare_digest refuses a str beyond ASCII (TypeError, a 500);
+        # aiohttp decodes header bytes that are not UTF-8 to surrogates, kept as they are
+        if not secrets.compare_digest(given.encode("utf-8", "surrogatepass"), self._secret):
             self._refuse(other_secret=bool(_SECRET_SHAPE.fullmatch(given)))
             return web.Response(status=401, text="Unauthorized")
         if self._app.readiness.state != "started":
             return web.Response(status=503, text="not ready")
-        bot = self._app.bot
-        raw: Any = None
-        try:
-            raw = await request.json(loads=bot.session.json_loads)
-            update = Update.model_validate(raw, context={"bot": bot})
-        except (ValueError, ValidationError) as exc:  # json.JSONDecodeError is a ValueError
-            # a shape this aiogram cannot read: dropped as polling drops it (a retry
-            # would fail the same way); logged with its id and where, as polling logs it
-            self._app.dropped.labels("undecodable_update").inc()
-            update_id = raw.get("update_id") if isinstance(raw, dict) else None
-            where = "not JSON"
-            if isinstance(exc, ValidationError):
-                where = ".".join(str(p) for p in exc.errors()[0].get("loc", ())) or "top"
-            log.warning(
-                "skipped webhook update %s: the client cannot decode it (at %s)",
-                update_id if isinstance(update_id, int) else "without an id",
-                where,
-            )
-            return web.json_response({})
+        update = await self._read_update(request)
+        if isinstance(update, web.Response):
+            return update
         # a control that only stops work (/kill from an admin, /stop, Stop) never waits for
         # a slot: with every slot busy it would wait for the very answers it is sent to stop
         slotted = not await self._app.is_control(update)
@@ -188,6 +230,47 @@ class WebhookServer:
         task = asyncio.create_task(self._process(update, taken), name="webhook-update")
         self._tasks.add(task)
         task.add_done_callback(self._done if slotted else self._tasks.discard)
+        return web.json_response({})
+
+    async def _read_update(self, request: web.Request) -> Update | web.Response:
+        """The update a request with the secret carries, or its answer when there is
+        none to handle: 408 (closed) for a body slower than WEBHOOK_BODY_TIMEOUT_SECONDS,
+        200 for a body no retry could read (skipped, see the module docstring)."""
+        settings = self._app.settings
+        try:
+            async with asyncio.timeout(settings.webhook_body_timeout_seconds):
+                body = await request.read()
+        except TimeoutError:
+            self._app.dropped.labels("webhook_body_timeout").inc()
+            self._slow_bodies.dropped()
+            late = web.Response(status=408, text="Request Timeout")
+            late.force_close()
+            return late
+        except web.HTTPRequestEntityTooLarge:
+            skipped = self._skip(None, f"a body over {settings.webhook_max_body_bytes} bytes")
+            skipped.force_close()
+            return skipped
+        bot = self._app.bot
+        raw: Any = None
+        try:
+            raw = load_checked(body)
+            return Update.model_validate(raw, context={"bot": bot})
+        except UndecodableJson as exc:  # not JSON, too deep, an integer beyond 64 bits
+            return self._skip(exc.update_id, exc.where)
+        except ValidationError as exc:  # a shape this aiogram cannot read
+            update_id = raw.get("update_id") if isinstance(raw, dict) else None
+            where = ".".join(str(p) for p in exc.errors()[0].get("loc", ())) or "top"
+            return self._skip(update_id if isinstance(update_id, int) else None, where)
+
+    def _skip(self, update_id: int | None, where: str) -> web.Response:
+        """A 200 for an update skipped as undecodable: dropped as polling drops it (a
+        retry would fail the same way), logged with its id and where, as polling logs it."""
+        self._app.dropped.labels("undecodable_update").inc()
+        log.warning(
+            "skipped webhook update %s: the client cannot decode it (at %s)",
+            "without an id" if update_id is None else update_id,
+            where,
+        )
         return web.json_response({})
 
     def _refuse(self, *, other_secret: bool) -> None:
@@ -328,7 +411,7 @@ async def serve_webhook(
 ) -> None:
     """Run one webhook replica until SIGTERM/SIGINT (or ``stop``), then drain — or
     until this process is fenced (taken for dead by another, :mod:`bot.session.fence`): then
-    it stops at once, drains nothing, and :class:`bot.session.fence.ProcessFenced` is raised.
+    it stops at once, drains nothing, and :class:`budget.errors.ProcessFenced` is raised.
 
     Order: bind (a taken port fails before Telegram is called), the start-up hooks
     (``setWebhook``, see :meth:`bot.app.lifecycle.App.on_startup`), ready; on the signal,
@@ -362,7 +445,7 @@ async def serve_webhook(
         await _first(stop.wait(), app.fenced.wait())
         await server.drain()
         if app.fenced.is_set():
-            raise ProcessFenced()
+            raise ProcessFenced(FENCED_EXIT)
     finally:
         for sig in signals:
             with contextlib.suppress(ValueError, RuntimeError):

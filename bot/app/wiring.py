@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from bot.settings import Settings
 from bot.storage.sqlite_hot import SqliteHotPath
+from bot.storage.values import Preferences, TouchedIntake
 from budget.config import LedgerConfig, OperationCaps
 from budget.kernel.clock import Clock
 from budget.policy.money import usd_to_musd
@@ -113,9 +114,7 @@ class ProfileStoreAdapter:
         self._default_language = default_language
         self._default_time = default_digest_time
 
-    async def touch(
-        self, user_id: int, chat_id: int, telegram_language: str | None
-    ) -> tuple[str | None, str | None]:
+    async def touch(self, user_id: int, chat_id: int, telegram_language: str | None) -> Preferences:
         # A user's private chat id equals their user id; digests go there.
         if self._hot is not None and self._clock is not None:
             return await self._hot.touch_profile(
@@ -128,7 +127,7 @@ class ProfileStoreAdapter:
         profile = await self._repo.get_or_create(user_id, user_id, telegram_language)
         if not profile.active:
             await self._repo.mark_active(user_id)
-        return profile.language, profile.tz
+        return Preferences(profile.language, profile.tz)
 
     async def touch_and_record(
         self,
@@ -141,7 +140,7 @@ class ProfileStoreAdapter:
         status: str,
         thread_id: int | None,
         pick: Callable[[str | None], str],
-    ) -> tuple[str | None, str | None, bool] | None:
+    ) -> TouchedIntake | None:
         """:meth:`touch` and the message's intake record in one writer step
         (:meth:`bot.storage.sqlite_hot.SqliteHotPath.touch_and_record`); ``None`` when there is
         no hot path (nothing done: touch and record separately)."""

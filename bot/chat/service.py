@@ -29,6 +29,7 @@ from typing import Protocol
 from bot.chat.lanes import POLL_S, LaneStore
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, ChatRefused, FailureKind
 from bot.storage.repos import Conversation, History
+from bot.storage.values import Turn
 from budget.errors import BudgetError, HoldRefused
 from budget.kernel.clock import Clock
 from budget.pricing.tokens import TOKENS_REPLY_PRIMING, count_off_loop
@@ -302,8 +303,8 @@ class ChatService:
             return ChatFailed(FailureKind.SHUTDOWN)
         try:
             # admitted with its first hold, in that hold's ledger step
-            # (docs/decisions/022-message-path.md); a refusal of the admission then
-            # comes from the cascade, handled below
+            # (docs/decisions/011-sqlite-single-writer.md, "Deferred admission"); a
+            # refusal of the admission then comes from the cascade, handled below
             op = await self._ledger.begin_operation(where.user_id, Origin.CHAT, deferred=True)
         except HoldRefused as exc:
             return ChatRefused(exc.refusal, running=others_running)
@@ -346,14 +347,15 @@ class ChatService:
         """The request for ``user_msg``: the system prompt, the stored history of ``where``
         (at most CHAT_HISTORY_MAX_TOKENS) and the message; its input tokens are the sum
         of the stored raw counts (``user_raw``: the message's), scaled once."""
-        turns = await self._history.load_counted(where, self._config.history_max_tokens)
-        history = [m for m, _raw in turns]
+        turns = await self._history.load_turns(where, self._config.history_max_tokens)
+        history = [turn.message for turn in turns]
         system = Message("system", SYSTEM_PROMPT)
         if self._system_raw is None:
             self._system_raw = await self._raw_turn(system)
         raw = TOKENS_REPLY_PRIMING + self._system_raw + user_raw
-        for message, turn_raw in turns:
-            raw += turn_raw if turn_raw is not None else await self._raw_turn(message)
+        for turn in turns:
+            known = turn.raw_tokens
+            raw += known if known is not None else await self._raw_turn(turn.message)
         messages = (system, *history, user_msg)
         cheaper = (system, *history[-2:], user_msg) if len(history) > 2 else None
         return LLMRequest(
@@ -384,17 +386,14 @@ class ChatService:
         stored (possibly cut) text, never the provider's claim. A storage failure
         loses the turn, not the answer."""
         try:
-            answer_raw = await self._raw_turn(Message("assistant", completion.text))
+            answer = Message("assistant", completion.text)
+            answer_raw = await self._raw_turn(answer)
+            answer_tokens = self._count.scale(answer_raw + TOKENS_REPLY_PRIMING)
             await self._history.append(
                 where,
                 [
-                    ("user", user_msg.content, user_tokens[0], user_tokens[1]),
-                    (
-                        "assistant",
-                        completion.text,
-                        self._count.scale(answer_raw + TOKENS_REPLY_PRIMING),
-                        answer_raw,
-                    ),
+                    Turn(user_msg, user_tokens[0], user_tokens[1]),
+                    Turn(answer, answer_tokens, answer_raw),
                 ],
                 self._clock.now(),
             )

@@ -8,10 +8,13 @@ matches and the update falls through to the "unknown command" reply.
 * ``/budget export [YYYY-MM-DD | YYYY-MM] [IANA zone]`` — two CSV documents: one row
   per booked attempt and the totals (:mod:`budget.books.export`); period and zone default
   to today in BUDGET_TZ.
-* a document captioned ``/reconcile [PROVIDER] [YYYY-MM-DD | YYYY-MM]`` — the short
-  report of :mod:`budget.books.reconcile`, plus a CSV of the differing rows when there are
-  any. The provider defaults to the export's ``provider`` column, else the only paid
-  key. Files over 20 MB are refused before download.
+* a document captioned ``/reconcile [PROVIDER] [YYYY-MM-DD | YYYY-MM] [apikey=NAME]`` —
+  the short report of :mod:`budget.books.reconcile`, plus a CSV of the differing rows when
+  there are any. The document is any export :mod:`budget.books.usage_export` reads (CSV,
+  JSON, or the ZIP DeepSeek serves), read in a worker thread; ``apikey=NAME`` compares
+  only that API key's rows (DeepSeek's ``api_key_name``, OpenAI's ``api_key_id``). The
+  provider defaults to the export's ``provider`` column, else the only paid key. Files
+  over 20 MB are refused before download.
 * ``/reconcile apply`` — books the corrections of the sender's last report
   (:mod:`budget.books.corrections`), each recorded with the sender's id, the file's name
   and hash.
@@ -43,7 +46,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.chat.delivery import send_text
-from budget.books.corrections import apply_corrections
+from budget.books.corrections import CorrectionPlan
 from budget.books.export import write_export
 from budget.books.periods import BooksError, parse_period, price_source, rates_at
 from budget.books.reconcile import ReconcileReport, reconcile
@@ -66,9 +69,9 @@ log = logging.getLogger(__name__)
 
 EXPORT_USAGE = "Usage: /budget export [YYYY-MM-DD | YYYY-MM] [IANA zone]"
 RECONCILE_USAGE = (
-    "Send the provider's usage export (CSV, at most 20 MB) as a document with the caption "
-    "/reconcile [PROVIDER] [YYYY-MM-DD | YYYY-MM]; after the report, /reconcile apply "
-    "corrects the estimated bookings."
+    "Send the provider's usage export (CSV, JSON or ZIP, at most 20 MB) as a document with "
+    "the caption /reconcile [PROVIDER] [YYYY-MM-DD | YYYY-MM] [apikey=NAME]; after the "
+    "report, /reconcile apply corrects the estimated bookings."
 )
 _PERIOD = re.compile(r"\d{4}-\d{2}(-\d{2})?")
 
@@ -239,7 +242,6 @@ async def on_reconcile(
     if isinstance(chosen, str):
         await _reply(bot, message, chosen, clock)
         return
-    key, period_arg = chosen
     try:
         buf = await bot.download(doc.file_id)
         assert buf is not None  # no destination given: a BytesIO
@@ -249,7 +251,7 @@ async def on_reconcile(
         await _reply(bot, message, "⚠️ Telegram did not give me the file; send it again.", clock)
         return
     try:
-        report = await _reconciled(books, data, name, key, period_arg, clock)
+        report = await _reconciled(books, data, name, chosen, clock)
     except BooksError as exc:
         text = str(exc) if "changed" in str(exc) else f"{exc}. Nothing was changed"
         await _reply(bot, message, f"⚠️ {text}.", clock)
@@ -269,13 +271,25 @@ async def on_reconcile(
         )
 
 
-def _reconcile_args(args: list[str], books: BooksDesk) -> tuple[str | None, str | None] | str:
-    """``/reconcile``'s caption arguments: (provider key, period), each ``None`` when not
-    given; a string is the reply refusing them (an unknown key, a second period or key)."""
+@dataclass(frozen=True, slots=True)
+class _ReconcileArgs:
+    """``/reconcile``'s caption arguments, each ``None`` when not given."""
+
+    key: str | None
+    period: str | None
+    api_key: str | None
+
+
+def _reconcile_args(args: list[str], books: BooksDesk) -> _ReconcileArgs | str:
+    """``/reconcile [PROVIDER] [YYYY-MM-DD | YYYY-MM] [apikey=NAME]``'s arguments; a string
+    is the reply refusing them (an unknown key, a second period or key)."""
     key: str | None = None
     period_arg: str | None = None
+    api_key: str | None = None
     for arg in args:
-        if _PERIOD.fullmatch(arg) and period_arg is None:
+        if arg.lower().startswith("apikey=") and api_key is None and len(arg) > 7:
+            api_key = arg[7:]
+        elif _PERIOD.fullmatch(arg) and period_arg is None:
             period_arg = arg
         elif arg.lower() in books.keys and key is None:
             key = arg.lower()
@@ -283,11 +297,11 @@ def _reconcile_args(args: list[str], books: BooksDesk) -> tuple[str | None, str 
             if _PERIOD.fullmatch(arg) or arg.lower() in books.keys:
                 return RECONCILE_USAGE  # a second period or provider
             return f"Unknown provider {arg!r}; keys: {', '.join(books.keys)}."
-    return key, period_arg
+    return _ReconcileArgs(key, period_arg, api_key)
 
 
 async def _reconciled(
-    books: BooksDesk, data: bytes, name: str, key: str | None, period_arg: str | None, clock: Clock
+    books: BooksDesk, data: bytes, name: str, args: _ReconcileArgs, clock: Clock
 ) -> ReconcileReport:
     """The report of the export ``data`` (file ``name``) against the ledger.
 
@@ -295,11 +309,10 @@ async def _reconciled(
         BooksError: the export or the arguments cannot be read (nothing changed).
         sqlalchemy.exc.SQLAlchemyError: the ledger could not be read.
     """
-    if key is None:
-        key = _default_key(books, data, name)
+    key = args.key if args.key is not None else _default_key(books, data, name)
     tz = books.billing_tz(key)
-    export = parse_export(data, name, tz)
-    period = parse_period(period_arg, tz, clock.now()) if period_arg else None
+    export = await asyncio.to_thread(parse_export, data, name, tz, api_key=args.api_key)
+    period = parse_period(args.period, export.tz, clock.now()) if args.period else None
     return await reconcile(
         books.engine,
         books.ledger.prices,
@@ -322,13 +335,9 @@ async def _apply(message: Message, bot: Bot, clock: Clock, books: BooksDesk, adm
         await _reply(bot, message, text, clock)
         return
     try:
-        result = await apply_corrections(
-            books.ledger.store,
+        result = await books.ledger.store.apply_corrections(
             clock.now(),
-            report.plan,
-            by_user=admin,
-            file_name=report.export.file_name,
-            sha256=report.export.sha256,
+            CorrectionPlan(report.plan, admin, report.export.file_name, report.export.sha256),
         )
     except HoldRefused:
         await _reply(bot, message, "⚠️ The ledger is unavailable; nothing was changed.", clock)

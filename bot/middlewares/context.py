@@ -1,4 +1,9 @@
-"""Typed data that reaches handlers (aiogram workflow data + middleware data)."""
+"""Typed data that reaches handlers (aiogram workflow data + middleware data).
+
+The types here import no handler: what a handler module builds for the dispatcher (the
+admin reports' view of the settings, the books commands' desk) is named by a protocol of
+what it offers, which the handler's class satisfies.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +14,16 @@ from typing import TYPE_CHECKING, Protocol, TypedDict
 if TYPE_CHECKING:
     from aiogram.utils.i18n import I18n
     from prometheus_client import Counter
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
     from bot.chat.outbox import Outbox
     from bot.chat.service import ChatService
     from bot.chat.streaming.metrics import StreamMetrics
     from bot.chat.streaming.registry import StreamRegistry
     from bot.chat.streaming.session import StreamConfig
-    from bot.handlers.admin.base import AdminView
-    from bot.handlers.books import BooksDesk
     from bot.ops.admin_notices import AdminNotifier
     from bot.storage.repos import History, Intake
+    from bot.storage.values import Preferences
     from budget.books.stops import StopBook
     from budget.kernel.clock import Clock
     from budget.ledger import Ledger
@@ -26,7 +31,14 @@ if TYPE_CHECKING:
     from scheduler.runner import DigestRunner
     from scheduler.service import DigestService
 
-__all__ = ["IntakeStatus", "ProfileStore", "UserContext", "WorkflowData"]
+__all__ = [
+    "BooksDeskPort",
+    "IntakeStatus",
+    "ProfileStore",
+    "SettingsView",
+    "UserContext",
+    "WorkflowData",
+]
 
 
 class IntakeStatus(StrEnum):
@@ -44,6 +56,35 @@ class IntakeStatus(StrEnum):
     DROPPED = "dropped"  # webhook: taken in, then dropped before a handler (update rate)
 
 
+class SettingsView(Protocol):
+    """What admin reports show of the settings, no secrets
+    (:class:`bot.handlers.admin.base.AdminView`)."""
+
+    @property
+    def tz(self) -> str:
+        """BUDGET_TZ: the zone of the budget's day and month windows."""
+        ...
+
+    @property
+    def has_paid_anchor(self) -> bool:
+        """Whether the paid anchor (DeepSeek) has a key."""
+        ...
+
+
+class BooksDeskPort(Protocol):
+    """What the books commands share (:class:`bot.handlers.books.BooksDesk`): the
+    database and ledger they read, and the zone exports default to."""
+
+    @property
+    def engine(self) -> AsyncEngine: ...
+
+    @property
+    def ledger(self) -> Ledger: ...
+
+    @property
+    def budget_tz(self) -> str: ...
+
+
 class WorkflowData(TypedDict):
     """Everything ``create_app`` hands the dispatcher (``Dispatcher(**workflow_data)``);
     handlers ask for these by name, next to aiogram's own data and ``user_ctx``."""
@@ -58,9 +99,9 @@ class WorkflowData(TypedDict):
     digests: DigestService
     intake: Intake
     runner: DigestRunner
-    settings_view: AdminView
+    settings_view: SettingsView
     refusals: Counter
-    books: BooksDesk
+    books: BooksDeskPort
     notifier: AdminNotifier
     delivery_failures: Counter
     outbox: Outbox
@@ -96,11 +137,9 @@ class UserContext:
 class ProfileStore(Protocol):
     """User preferences the bot needs on every update."""
 
-    async def touch(
-        self, user_id: int, chat_id: int, telegram_language: str | None
-    ) -> tuple[str | None, str | None]:
-        """Create/refresh the profile (marks the user active again); returns (language, tz)
-        as stored — ``None`` where the user has not chosen."""
+    async def touch(self, user_id: int, chat_id: int, telegram_language: str | None) -> Preferences:
+        """Create/refresh the profile (marks the user active again); returns its
+        preferences as stored."""
         ...
 
     async def set_tz(self, user_id: int, tz: str) -> None: ...

@@ -22,6 +22,7 @@ from bot.chat.service import ChatService
 from bot.middlewares.context import IntakeStatus, ProfileStore, UserContext
 from bot.middlewares.topics import topic_of
 from bot.storage.repos import Intake, is_storage_failure
+from bot.storage.values import Preferences, TouchedIntake
 from bot.text.i18n import pick_language
 from budget.kernel.clock import Clock
 
@@ -117,7 +118,7 @@ class TouchRecorder(Protocol):
         status: str,
         thread_id: int | None,
         pick: Callable[[str | None], str],
-    ) -> tuple[str | None, str | None, bool] | None: ...
+    ) -> TouchedIntake | None: ...
 
 
 class ProfileMiddleware(BaseMiddleware):
@@ -129,9 +130,10 @@ class ProfileMiddleware(BaseMiddleware):
     the defaults (language from the client, DEFAULT_USER_TZ).
 
     With ``recorder`` (SQLite: the ledger's writer) a user's message is also taken in
-    here, in the touch's step (issue 10: one writer round trip and one commit instead
-    of two), exactly as :class:`IntakeMiddleware` would record it — not a message a
-    webhook already took in, nor one sent on behalf of a chat.
+    here, in the touch's step (one writer round trip and one commit instead of two:
+    ``docs/decisions/061-one-writer-per-sqlite-file.md``), exactly as
+    :class:`IntakeMiddleware` would record it — not a message a webhook already took
+    in, nor one sent on behalf of a chat.
     """
 
     def __init__(
@@ -155,28 +157,26 @@ class ProfileMiddleware(BaseMiddleware):
         if payer is None:  # not reached: from_user is set
             return await handler(event, data)
         on_behalf = is_on_behalf_of_chat(event)
-        if on_behalf:
-            language, tz = None, None  # a chat has no profile row
-        else:
+        stored = Preferences(None, None)  # a chat has no profile row
+        if not on_behalf:
             try:
-                language, tz = await self._touch(event, user, payer, data)
+                stored = await self._touch(event, user, payer, data)
             except Exception as exc:
                 if not (is_storage_failure(exc) and reads_only(event)):
                     raise
                 log.warning("profile not readable/writable (storage failure); defaults used")
-                language, tz = None, None
         data["user_ctx"] = UserContext(
             user_id=payer,
             chat_id=event.chat.id,
-            language=pick_language(language, user.language_code),
-            tz=tz or self._default_tz,
+            language=pick_language(stored.language, user.language_code),
+            tz=stored.tz or self._default_tz,
             is_admin=not on_behalf and user.id in self._admins,
         )
         return await handler(event, data)
 
     async def _touch(
         self, event: Message, user: User, payer: int, data: dict[str, Any]
-    ) -> tuple[str | None, str | None]:
+    ) -> Preferences:
         """The profile touch, with the intake record when a recorder can take both."""
         if self._recorder is not None and not isinstance(data.get("taken_in"), TakenIn):
             telegram = user.language_code
@@ -191,9 +191,8 @@ class ProfileMiddleware(BaseMiddleware):
                 pick=lambda stored: pick_language(stored, telegram),
             )
             if both is not None:
-                language, tz, first = both
-                data[INTAKE_RECORDED] = first
-                return language, tz
+                data[INTAKE_RECORDED] = both.first_time
+                return both.preferences
         return await self._profiles.touch(user.id, event.chat.id, user.language_code)
 
 

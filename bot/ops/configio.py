@@ -44,8 +44,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bot.ops.logs import redact
-from bot.storage.migrate import SchemaMismatch, check_schema, head_revision, migrate
+from bot.storage.migrate import migrate
 from budget.kernel.db import create_engine, failure_reason, location, sqlite_path
+from budget.kernel.schema import SchemaMismatch, check_schema, head_revision
 
 __all__ = [
     "CONFIG_TABLES",
@@ -254,7 +255,7 @@ def failure_line(command: str, exc: BaseException, database_url: str) -> str:
 
 def main(command: str, argv: list[str]) -> int:
     """``python -m bot export-config FILE`` / ``import-config FILE``; returns the exit code."""
-    from bot.__main__ import prog
+    from bot.cli import config_error, prog
     from bot.settings import DatabaseSettings, database_url_passwords
 
     if len(argv) != 1:
@@ -264,9 +265,7 @@ def main(command: str, argv: list[str]) -> int:
     try:
         url = DatabaseSettings().database_url
     except ValidationError as exc:
-        from bot.__main__ import _config_error
-
-        print(_config_error(exc), file=sys.stderr)
+        print(config_error(exc), file=sys.stderr)
         return 2
     secrets = database_url_passwords(url)
     run = export_config if command == "export-config" else import_config

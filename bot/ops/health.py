@@ -27,7 +27,8 @@ from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.storage.migrate import head_revision, read_heads
+from bot.cli import config_error
+from budget.kernel.schema import head_revision, read_heads
 
 __all__ = ["HealthSettings", "Readiness", "add_health_routes", "main"]
 
@@ -149,9 +150,7 @@ def main(timeout_s: float = 5.0) -> int:
     try:
         cfg = HealthSettings()
     except ValidationError as exc:  # one line naming the setting, as the bot's own
-        from bot.__main__ import _config_error
-
-        print(_config_error(exc, "kopek healthcheck"), file=sys.stderr)
+        print(config_error(exc, "kopek healthcheck"), file=sys.stderr)
         return 2
     if cfg.webhook_url:
         host, port = cfg.webhook_listen_host, cfg.webhook_listen_port

@@ -32,32 +32,29 @@ from aiogram.exceptions import TelegramAPIError
 from aiogram.methods import Response, TelegramMethod
 from aiogram.methods.base import TelegramType
 
+from budget.errors import FENCED
+
 if TYPE_CHECKING:
     from aiogram import Bot
 
-__all__ = ["FencedCall", "FencedSession", "Lease", "ProcessFenced"]
+__all__ = ["FENCED_EXIT", "FencedSession", "FencedTelegramAPIError", "LeaseHolder"]
 
-#: The exit line (stderr) of a fenced process.
-FENCED_EXIT = (
-    "this process was taken for dead by another (its heartbeat was late by more than"
-    " PROCESS_DEAD_AFTER_SECONDS): exiting so that its supervisor restarts it"
-)
+#: The exit line (stderr) of a fenced process (its run ends with
+#: :class:`budget.errors.ProcessFenced` carrying it).
+FENCED_EXIT = FENCED + ": exiting so that its supervisor restarts it"
 
 
-class ProcessFenced(Exception):
-    """The bot's run ends: this process was taken for dead (exit code 1)."""
-
-    def __init__(self) -> None:
-        super().__init__(FENCED_EXIT)
-
-
-class FencedCall(TelegramAPIError):
-    """A Bot API call refused locally: this process was taken for dead (callers treat
-    it as any refused call: logged, not retried here)."""
+class FencedTelegramAPIError(TelegramAPIError):
+    """:class:`budget.errors.ProcessFenced` as a Bot API call sees it: the call is refused
+    here, before it leaves the process. It must be a ``TelegramAPIError`` because it is
+    raised inside aiogram's session (a request middleware) to code that sends: every
+    sender in the bot catches ``TelegramAPIError`` (logged, not retried), and any other
+    exception would escape them mid-delivery."""
 
 
-class Lease(Protocol):
-    """What :class:`FencedSession` asks (:class:`budget.storage.postgres.store.PgStore`)."""
+class LeaseHolder(Protocol):
+    """Who holds this process's lease (its heartbeat), as :class:`FencedSession` asks it
+    (:class:`budget.storage.postgres.store.PgStore`)."""
 
     async def confirm_lease(self) -> bool:
         """False once this process was taken for dead (see the store)."""
@@ -73,7 +70,7 @@ class FencedSession(BaseRequestMiddleware):
 
     __slots__ = ("_lease",)
 
-    def __init__(self, lease: Lease) -> None:
+    def __init__(self, lease: LeaseHolder) -> None:
         self._lease = lease
 
     def __repr__(self) -> str:
@@ -86,5 +83,7 @@ class FencedSession(BaseRequestMiddleware):
         method: TelegramMethod[TelegramType],
     ) -> Response[TelegramType]:
         if not await self._lease.confirm_lease():
-            raise FencedCall(method=method, message="this process was taken for dead: not sent")
+            raise FencedTelegramAPIError(
+                method=method, message="this process was taken for dead: not sent"
+            )
         return await make_request(bot, method)

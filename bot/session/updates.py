@@ -8,13 +8,18 @@ or paid-media ``type`` it does not know) fails the whole batch with
 forever. :class:`SkipUndecodableUpdates`, a session middleware on ``getUpdates`` only,
 decodes such a batch one update at a time, passes on those that decode, and skips the
 others: logged (update id and where the model refused it, never the content), counted,
-and confirmed by moving the offset past them, so polling goes on.
+and confirmed by moving the offset past them, so polling goes on. The same holds for a
+batch the session's JSON reader refused as a whole
+(:func:`bot.session.update_json.load_checked`: nested deeper than the decoder goes,
+integers beyond 64 bits): its items are found without decoding it
+(:func:`bot.session.update_json.result_items`, in a worker thread: the text may be
+megabytes) and read one at a time.
 
-:class:`PollInSmallBatches` asks ``getUpdates`` for at most :data:`POLL_BATCH` updates
-(issue 10): aiogram decodes a batch in one synchronous step of the event loop (~70 µs
-an update: Telegram's default of 100 held the loop ~7 ms in a burst, every other task
-and timer behind it) and then starts a task for each, whose first steps all become
-ready together. Ten at a time cost a ``getUpdates`` round trip per ten (~1 ms on
+:class:`PollInSmallBatches` asks ``getUpdates`` for at most :data:`POLL_BATCH` updates:
+aiogram decodes a batch in one synchronous step of the event loop (~70 µs an update:
+Telegram's default of 100 held the loop ~7 ms in a burst, every other task and timer
+behind it) and then starts a task for each, whose first steps all become ready
+together. Ten at a time cost a ``getUpdates`` round trip per ten (~1 ms on
 loopback, long polling answers at once while updates wait).
 
 :class:`ConfirmWhenTakenIn` closes the polling's crash gap. aiogram confirms a batch (the
@@ -60,6 +65,7 @@ from aiogram.methods.base import TelegramType
 from aiogram.types import TelegramObject, Update
 from pydantic import ValidationError
 
+from bot.session.update_json import UndecodableJson, load_checked, result_items
 from budget.kernel.clock import Clock
 
 if TYPE_CHECKING:
@@ -133,8 +139,12 @@ class SkipUndecodableUpdates(BaseRequestMiddleware):
         try:
             return await make_request(bot, method)
         except ClientDecodeError as exc:
+            if not isinstance(method, GetUpdates):
+                raise
             batch = _batch(exc.data)
-            if not isinstance(method, GetUpdates) or batch is None:
+            if batch is None and isinstance(exc.data, str):  # refused by the JSON reader
+                batch = await asyncio.to_thread(_read_items, exc.data)
+            if batch is None:
                 raise
             good, bad = self._split(batch, bot)
             if not bad:
@@ -150,24 +160,43 @@ class SkipUndecodableUpdates(BaseRequestMiddleware):
         good: list[Update] = []
         bad: list[int] = []
         for raw in batch:
-            update_id = raw.get("update_id") if isinstance(raw, dict) else None
-            try:
-                good.append(Update.model_validate(raw, context={"bot": bot}))
-            except ValidationError as err:
-                if not isinstance(update_id, int):
+            if isinstance(raw, UndecodableJson):
+                update_id, where = raw.update_id, raw.where
+            else:
+                update_id = raw.get("update_id") if isinstance(raw, dict) else None
+                try:
+                    good.append(Update.model_validate(raw, context={"bot": bot}))
                     continue
-                bad.append(update_id)
-                if update_id not in self._skipped:
-                    self._skipped[update_id] = None
-                    if len(self._skipped) > REMEMBERED:
-                        del self._skipped[next(iter(self._skipped))]
+                except ValidationError as err:
                     where = ".".join(str(p) for p in err.errors()[0].get("loc", ()))
-                    log.error(
-                        "skipped update %s: the client cannot decode it (at %s)", update_id, where
-                    )
-                    if self._on_skip is not None:
-                        self._on_skip()
+            if not isinstance(update_id, int):
+                continue
+            bad.append(update_id)
+            if update_id not in self._skipped:
+                self._skipped[update_id] = None
+                if len(self._skipped) > REMEMBERED:
+                    del self._skipped[next(iter(self._skipped))]
+                log.error(
+                    "skipped update %s: the client cannot decode it (at %s)", update_id, where
+                )
+                if self._on_skip is not None:
+                    self._on_skip()
         return good, bad
+
+
+def _read_items(text: str) -> list[Any] | None:
+    """The items of a ``getUpdates`` answer refused as a whole, each decoded alone: the
+    raw update, or the :class:`UndecodableJson` it raised. ``None``: no result array."""
+    items = result_items(text)
+    if items is None:
+        return None
+    read: list[Any] = []
+    for item in items:
+        try:
+            read.append(load_checked(item))
+        except UndecodableJson as exc:
+            read.append(exc)
+    return read
 
 
 def _batch(data: Any) -> list[Any] | None:

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import socket
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.storage.sqlite_hot import SqliteHotPath
 from bot.storage.tables import ChatTurn, SeenMessage
+from bot.storage.values import Turn
 from budget.errors import LedgerUnavailable
 from budget.storage.tables import processes
 from llm.types import Message
@@ -349,13 +350,10 @@ class History:
     async def load(self, where: Conversation, max_tokens: int) -> list[Message]:
         """The newest turns of ``where`` whose token counts sum to at most
         ``max_tokens``, oldest first."""
-        return [m for m, _raw in await self.load_counted(where, max_tokens)]
+        return [turn.message for turn in await self.load_turns(where, max_tokens)]
 
-    async def load_counted(
-        self, where: Conversation, max_tokens: int
-    ) -> list[tuple[Message, int | None]]:
-        """As :meth:`load`, each turn with its stored raw token count (``None`` for a
-        turn stored before the count was kept)."""
+    async def load_turns(self, where: Conversation, max_tokens: int) -> list[Turn]:
+        """As :meth:`load`, each message with its stored counts (:class:`Turn`)."""
         if self._hot is not None:
             return await self._hot.load_turns(
                 where.user_id, where.chat_id, where.thread_id, max_tokens
@@ -366,7 +364,7 @@ class History:
                     select(ChatTurn).where(_in(where)).order_by(ChatTurn.id.desc()).limit(200)
                 )
             ).scalars()
-            kept: list[tuple[Message, int | None]] = []
+            kept: list[Turn] = []
             total = 0
             for row in rows:
                 if total + row.tokens > max_tokens:
@@ -377,33 +375,31 @@ class History:
                     if row.role == "assistant"
                     else Message("user", row.content)
                 )
-                kept.append((message, row.raw_tokens))
+                kept.append(Turn(message, row.tokens, row.raw_tokens))
         kept.reverse()
         return kept
 
     async def append(
         self,
         where: Conversation,
-        turns: list[tuple[str, str, int]] | list[tuple[str, str, int, int]],
+        turns: Sequence[Turn],
         now: datetime,
     ) -> None:
-        """Append ``(role, content, tokens[, raw_tokens])`` turns to ``where``
-        (``tokens``: the ceiling count used to trim history; ``raw_tokens``: see
-        ``ChatTurn``)."""
+        """Append ``turns`` to ``where``, stored at ``now``."""
         if self._hot is not None:
             await self._hot.append_turns(where.user_id, where.chat_id, where.thread_id, turns, now)
             return
         async with self._sessions() as session:
-            for role, content, tokens, *raw in turns:
+            for turn in turns:
                 session.add(
                     ChatTurn(
                         user_id=where.user_id,
                         chat_id=where.chat_id,
                         thread_id=where.thread_id,
-                        role=role,
-                        content=content,
-                        tokens=tokens,
-                        raw_tokens=raw[0] if raw else None,
+                        role=turn.message.role,
+                        content=turn.message.content,
+                        tokens=turn.tokens,
+                        raw_tokens=turn.raw_tokens,
                         created_at=now,
                     )
                 )

@@ -1,21 +1,20 @@
 """The message path's writes to the bot's tables on a SQLite file, through the ledger's
-one writer (issue 10): intake record and outcome, history load and append, the profile's
-``last_seen_at``.
+one writer (``docs/decisions/061-one-writer-per-sqlite-file.md``): intake record and
+outcome, history load and append, the profile's ``last_seen_at``.
 
-Why: through SQLAlchemy's ORM and aiosqlite each of these was a session (unit of work,
-identity map), several thread hops (BEGIN, statement, COMMIT) and its own commit — a
-third of the bot's CPU time per message in a burst. Here each is one step of the
-ledger's writer (:class:`budget.kernel.sqlite_writer.SqliteWriter`): plain ``sqlite3`` on its
-thread, one hop, and a *grouped* step (``durable=False``) that shares the commit of the
-group it lands in — one writer per database file, so a burst's intake records, holds
-and history share their commits (issue 10: "Bot tables and the ledger: one writer per
-database file").
+Why not the ORM here: through SQLAlchemy's ORM and aiosqlite each of these is a session
+(unit of work, identity map), several thread hops (BEGIN, statement, COMMIT) and its own
+commit — measured, a third of the bot's CPU time per message in a burst. Here each is
+one step of the ledger's writer (:class:`budget.kernel.sqlite_writer.SqliteWriter`):
+plain ``sqlite3`` on its thread, one hop, and a *grouped* step (``durable=False``) that
+shares the commit of the group it lands in — one writer per database file, so a
+burst's intake records, holds and history share their commits.
 
-Durability is unchanged: a grouped step is committed (in the WAL) before it is answered,
+Durability: a grouped step is committed (in the WAL) before it is answered,
 so it survives a process crash; the next durable group (a hold) fsyncs it with every
 frame before it — a message's intake record is committed before its first hold is
-queued, so it is on disk no later than that hold (see the README, "Which writes wait for
-the disk").
+queued, so it is on disk no later than that hold (the durability rules are in the
+decision above).
 
 Values are written exactly as SQLAlchemy writes them (each column's own bind processor
 for the SQLite dialect: datetimes as naive-UTC text), so the ORM code that reads these
@@ -38,16 +37,14 @@ from sqlalchemy import Column
 from sqlalchemy.dialects import sqlite
 
 from bot.storage.tables import ChatTurn, SeenMessage
+from bot.storage.values import Preferences, TouchedIntake, Turn
 from budget.kernel.sqlite_writer import SqliteWriter
 from llm.types import Message
 from scheduler.tables import UserProfile
 
-__all__ = ["SqliteHotPath", "Turn"]
+__all__ = ["SqliteHotPath"]
 
 _DIALECT = sqlite.dialect()
-
-#: A turn to store: (role, content, tokens[, raw_tokens]).
-Turn = tuple[str, str, int] | tuple[str, str, int, int]
 
 
 def _binder(column: Any) -> Callable[[Any], Any]:
@@ -96,16 +93,15 @@ def _finish(cur: sqlite3.Cursor, values: tuple[Any, ...]) -> None:
     cur.execute(_FINISH_SEEN, values)
 
 
-def _load(
-    cur: sqlite3.Cursor, key: tuple[int, int, int | None], max_tokens: int
-) -> list[tuple[Message, int | None]]:
-    kept: list[tuple[Message, int | None]] = []
+def _load(cur: sqlite3.Cursor, key: tuple[int, int, int | None], max_tokens: int) -> list[Turn]:
+    kept: list[Turn] = []
     total = 0
     for role, content, tokens, raw in cur.execute(_LOAD_TURNS, key):
         if total + tokens > max_tokens:
             break
         total += tokens
-        kept.append((Message("assistant" if role == "assistant" else "user", content), raw))
+        message = Message("assistant" if role == "assistant" else "user", content)
+        kept.append(Turn(message, tokens, raw))
     kept.reverse()
     return kept
 
@@ -116,25 +112,26 @@ def _append(cur: sqlite3.Cursor, rows: list[tuple[Any, ...]]) -> None:
 
 def _touch(
     cur: sqlite3.Cursor, user_id: int, chat_id: int, language: str, digest_time: str, at: Any
-) -> tuple[str | None, str | None]:
+) -> Preferences:
     row = cur.execute(_GET_PROFILE, (user_id,)).fetchone()
     if row is not None:
         cur.execute(_SEE_PROFILE, (at, chat_id, user_id))
-        return row[0], row[1]
+        return Preferences(row[0], row[1])
     cur.execute(_INSERT_PROFILE, (user_id, chat_id, language, digest_time, at, at))
-    return language, None
+    return Preferences(language, None)
 
 
 def _touch_and_record(
     cur: sqlite3.Cursor,
-    profile: tuple[int, int, str, str, Any],
-    intake: tuple[int, int, int, str, int | None, Any],
+    touch: Callable[[sqlite3.Cursor], Preferences],
+    intake: Callable[[str], tuple[Any, ...]],
     pick: Callable[[str | None], str],
-) -> tuple[str | None, str | None, bool]:
-    language, tz = _touch(cur, *profile)
-    chat_id, message_id, payer, status, thread_id, at = intake
-    first = _record(cur, (chat_id, message_id, payer, status, pick(language), thread_id, at))
-    return language, tz, first
+) -> TouchedIntake:
+    """``touch``, then the intake row ``intake`` gives for the language ``pick`` chose
+    from the stored one."""
+    preferences = touch(cur)
+    first = _record(cur, intake(pick(preferences.language)))
+    return TouchedIntake(preferences, first)
 
 
 class SqliteHotPath:
@@ -180,8 +177,8 @@ class SqliteHotPath:
 
     async def load_turns(
         self, user_id: int, chat_id: int, thread_id: int | None, max_tokens: int
-    ) -> list[tuple[Message, int | None]]:
-        """See :meth:`bot.storage.repos.History.load_counted`."""
+    ) -> list[Turn]:
+        """See :meth:`bot.storage.repos.History.load_turns`."""
         key = (user_id, chat_id, thread_id)
         return await self._writer.read(partial(_load, key=key, max_tokens=max_tokens))
 
@@ -198,9 +195,9 @@ class SqliteHotPath:
         later, sees the turns — and committed with the next group, not waited for: the
         answer is sent meanwhile (a lost turn costs no money)."""
         at = _TURN_AT(now)
+        where = (user_id, chat_id, thread_id)
         rows = [
-            (user_id, chat_id, thread_id, t[0], t[1], t[2], t[3] if len(t) > 3 else None, at)
-            for t in turns
+            (*where, t.message.role, t.message.content, t.tokens, t.raw_tokens, at) for t in turns
         ]
         self._writer.post(partial(_append, rows=rows), "history turns")
 
@@ -217,24 +214,32 @@ class SqliteHotPath:
         thread_id: int | None,
         pick: Callable[[str | None], str],
         now: datetime,
-    ) -> tuple[str | None, str | None, bool]:
+    ) -> TouchedIntake:
         """:meth:`touch_profile` and :meth:`record_intake` in ONE step (one hop, one
         commit for the two writes every message makes first): the message is recorded
-        in the language ``pick`` gives for the stored one. Returns ``(language, tz)`` as
+        in the language ``pick`` gives for the stored one. Returns the preferences as
         stored and whether the message was recorded for the first time."""
-        body = partial(
-            _touch_and_record,
-            profile=(user_id, user_id, language, digest_time, _PROFILE_AT(now)),
-            intake=(chat_id, message_id, payer, status, thread_id, _SEEN_AT(now)),
-            pick=pick,
+        seen_at = _SEEN_AT(now)
+        touch = partial(
+            _touch,
+            user_id=user_id,
+            chat_id=user_id,  # a user's private chat id equals their user id
+            language=language,
+            digest_time=digest_time,
+            at=_PROFILE_AT(now),
         )
+
+        def intake(recorded_language: str) -> tuple[Any, ...]:
+            return (chat_id, message_id, payer, status, recorded_language, thread_id, seen_at)
+
+        body = partial(_touch_and_record, touch=touch, intake=intake, pick=pick)
         return await self._writer.txn(body, durable=False)
 
     async def touch_profile(
         self, user_id: int, chat_id: int, language: str, digest_time: str, now: datetime
-    ) -> tuple[str | None, str | None]:
+    ) -> Preferences:
         """Refresh the profile's ``last_seen_at`` and ``chat_id`` and mark it active, or
-        create it (``language``, ``digest_time``, no zone): ``(language, tz)`` as stored.
+        create it (``language``, ``digest_time``, no zone): the preferences as stored.
         One step, so a profile created by a concurrent update is simply read."""
         body = partial(
             _touch,

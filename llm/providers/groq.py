@@ -1,6 +1,6 @@
 """Groq through the official ``groq`` SDK (``AsyncGroq``); the plain (non-streamed)
 call is one POST with the SDK's URL and headers over ``aiohttp``
-(:mod:`llm.providers.plain_post`, issue 10).
+(:mod:`llm.providers.plain_post`; ``docs/decisions/030-plain-post-over-aiohttp.md``).
 
 ``max_retries=0``: the SDK's default of 2 hidden retries would spend quota behind
 the cascade's back. The base URL is the API root without ``/openai/v1``
@@ -12,7 +12,9 @@ content type is not JSON (an HTML error page): that is a provider failure.
 Streaming (:meth:`GroqProvider.stream`): the SDK's ``stream=True``; Groq reports usage
 unasked, on the finish chunk (``x_groq.usage`` and/or ``usage``); an ``event: error``
 after the 200 is raised by the SDK as ``APIError`` and translated to an interrupted
-:class:`~llm.errors.ProviderUnavailable`.
+:class:`~llm.errors.ProviderUnavailable`. Each event is at most
+:data:`llm.providers.sse.MAX_EVENT_BYTES` (:func:`llm.providers.sse.bound_events`, under
+the SDK's decoder).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from llm.providers.base import (
 )
 from llm.providers.plain_post import PlainPost, PlainResponse, aiohttp_transport_error
 from llm.providers.ratelimits import parse_rate_limits
+from llm.providers.sse import bound_events
 from llm.stream import ChunkStream
 from llm.types import Completion, Message, RateLimitInfo
 
@@ -133,10 +136,11 @@ class GroqProvider(ProviderBase):
         self, messages: Sequence[Message], max_tokens: int, model: str
     ) -> PlainResponse:
         """One non-streamed ``chat/completions`` POST with the SDK's URL and headers,
-        sent through :class:`~llm.providers.plain_post.PlainPost` (``aiohttp``; issue
-        10: the SDK's ``httpx`` stack cost ~1.8 ms of CPU per call, ~6x aiohttp's),
-        returned whole. Kopek reads the raw JSON, so nothing of the SDK's request
-        transform or answer models is needed; retries stay off.
+        sent through :class:`~llm.providers.plain_post.PlainPost` (``aiohttp``: the SDK's
+        ``httpx`` stack cost ~1.8 ms of CPU per call, ~6x aiohttp's;
+        ``docs/decisions/030-plain-post-over-aiohttp.md``), returned whole. Kopek reads
+        the raw JSON, so nothing of the SDK's request transform or answer models is
+        needed; retries stay off.
 
         Raises:
             ProviderError: the status translated (429, 5xx, 401...), a transport
@@ -167,6 +171,7 @@ class GroqProvider(ProviderBase):
         sdk_stream, _content, limits = await self._create(
             messages, max_tokens, use_model, stream=True
         )
+        bound_events(self.name, sdk_stream.response)  # before the SDK reads a byte
         return ChunkStream(
             self.name,
             use_model,

@@ -8,16 +8,20 @@ the response (headers and raw JSON, which carries ``num_cached_tokens`` /
 hand it. Its timeouts and connection errors surface as raw ``httpx`` exceptions, not
 SDK errors; both are translated here.
 
-Streaming (:meth:`MistralProvider.stream`): the SDK's ``chat.stream_async``; usage comes
-on the finish chunk; ``content`` may be a list of parts (thinking models), of which
-only ``text`` parts are shown.
+Streaming (:meth:`MistralProvider.stream`): the SDK's ``chat.stream_async`` sends the
+request; its events (OpenAI-style ``data: {json}`` lines, ``data: [DONE]`` last) are read
+from the response with :func:`llm.providers.sse.sse_chunks` rather than the SDK's own
+decoder, which holds the event loop for seconds on a long event (it scans its buffer
+byte by byte in Python; a 3 MB event took 1.1 s). The chunks are the raw JSON, as the
+plain call reads it. Usage comes on the finish chunk; ``content`` may be a list of
+parts (thinking models), of which only ``text`` parts are shown.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Sequence
 from contextvars import ContextVar
 from typing import Any, cast
 
@@ -35,6 +39,7 @@ from llm.providers.base import (
     transport_error,
 )
 from llm.providers.ratelimits import parse_rate_limits
+from llm.providers.sse import sse_chunks
 from llm.stream import ChunkStream
 from llm.types import Completion, Message
 
@@ -175,11 +180,12 @@ class MistralProvider(ProviderBase):
             _captured.reset(token)
         headers = sink[-1].headers if sink else httpx.Headers()
         limits = parse_rate_limits(headers, now=self._clock.now())
+        response: httpx.Response = events.response  # its SDK decoder is never started
         return ChunkStream(
             self.name,
             use_model,
-            _chunks(events),
-            events.response.aclose,
+            sse_chunks(self.name, response),
+            response.aclose,
             lambda exc: _stream_error(self.name, exc),
             limits,
         )
@@ -188,14 +194,6 @@ class MistralProvider(ProviderBase):
         """Close the connection pools."""
         await self._http.aclose()
         self._sync.close()
-
-
-async def _chunks(events: Any) -> AsyncIterator[Mapping[str, Any]]:
-    """The SDK's completion events as plain JSON mappings."""
-    async for event in events:
-        data = event.data.model_dump(by_alias=True, mode="json")
-        if isinstance(data, Mapping):
-            yield data
 
 
 def _stream_error(provider: str, exc: Exception) -> ProviderError:

@@ -1,7 +1,8 @@
 """Client for OpenAI-compatible ``/chat/completions`` endpoints: Cerebras
 (``https://api.cerebras.ai/v1``, inference-docs.cerebras.ai) and DeepSeek
 (``https://api.deepseek.com``, api-docs.deepseek.com). The plain call is one POST over
-``aiohttp`` (:mod:`llm.providers.plain_post`, issue 10), the stream goes over ``httpx``.
+``aiohttp`` (:mod:`llm.providers.plain_post`; ``docs/decisions/030-plain-post-over-aiohttp.md``),
+the stream goes over ``httpx``.
 
 The base URL is used as given and ``/chat/completions`` appended. DeepSeek may send
 empty lines before the JSON body while a request waits for inference (its docs on
@@ -10,20 +11,18 @@ rate limits); the JSON decoder skips that whitespace, and the total deadline bou
 Streaming (:meth:`OpenAICompatProvider.stream`): ``stream: true`` with
 ``stream_options: {"include_usage": true}`` so the usage arrives in a final chunk;
 server-sent events are read with ``httpx-sse`` (comment lines such as DeepSeek's
-``: keep-alive`` are skipped), ``data: [DONE]`` ends the stream.
+``: keep-alive`` are skipped), each at most :data:`llm.providers.sse.MAX_EVENT_BYTES`
+(:func:`llm.providers.sse.sse_chunks`), ``data: [DONE]`` ends the stream.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import ssl
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import aiohttp
 import httpx
-from httpx_sse import EventSource
 
 from budget.kernel.clock import Clock
 from llm.errors import ProviderError, ProviderUnavailable
@@ -37,6 +36,7 @@ from llm.providers.base import (
 )
 from llm.providers.plain_post import PlainPost, aiohttp_transport_error
 from llm.providers.ratelimits import parse_rate_limits
+from llm.providers.sse import sse_chunks
 from llm.stream import ChunkStream
 from llm.types import Completion, Message
 
@@ -149,7 +149,7 @@ class OpenAICompatProvider(ProviderBase):
         return ChunkStream(
             self.name,
             use_model,
-            _sse_chunks(self.name, response),
+            sse_chunks(self.name, response),
             response.aclose,
             lambda exc: _stream_error(self.name, exc),
             limits,
@@ -159,22 +159,6 @@ class OpenAICompatProvider(ProviderBase):
         """Close the connection pools (the plain call's and the stream's)."""
         await self._plain.aclose()
         await self._client.aclose()
-
-
-async def _sse_chunks(provider: str, response: httpx.Response) -> AsyncIterator[Mapping[str, Any]]:
-    """The JSON chunks of an SSE body up to ``data: [DONE]`` (or its end)."""
-    async for event in EventSource(response).aiter_sse():
-        if event.data.strip() == "[DONE]":
-            return
-        if not event.data:
-            continue
-        try:
-            chunk = json.loads(event.data)
-        except (ValueError, RecursionError):
-            raise ProviderUnavailable(
-                provider, "stream chunk is not JSON", interrupted=True
-            ) from None
-        yield chunk
 
 
 def _stream_error(provider: str, exc: Exception) -> ProviderError:

@@ -12,9 +12,8 @@ from aiogram import Bot
 
 from bot.chat.streaming.pacing import EditPacer, PacedDisplay
 from bot.chat.streaming.registry import LiveStream, StreamRegistry
-from budget.kernel.clock import ManualClock
 from llm.stream import StreamControl
-from tests.support.simclock import VirtualClock
+from tests.support.clocks import ManualClock, VirtualClock
 
 CHAT = -100
 

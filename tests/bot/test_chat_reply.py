@@ -19,14 +19,15 @@ from bot.chat.reply import Delivery, Reply, reply_of, screen
 from bot.chat.service import ChatConfig, ChatService
 from bot.middlewares.context import IntakeStatus
 from bot.storage.repos import Conversation
+from bot.storage.values import Turn
 from bot.text import templates
 from bot.text.i18n import create_i18n
-from budget.kernel.clock import ManualClock
 from budget.pricing.tokens import TokenCounter
 from budget.protocol import OperationTicket
 from budget.types import Refusal, RefusalReason, Usage
 from llm.stream import StreamControl
-from llm.types import Completion, LLMRequest, Message
+from llm.types import Completion, LLMRequest
+from tests.support.clocks import ManualClock
 from tests.support.ledger import FakeLedger, FakePrices, Rates
 
 MESSAGE_ID = 41
@@ -141,9 +142,7 @@ def test_screen_refuses_an_invisible_or_stale_message_before_any_model() -> None
 
 
 class _History:
-    async def load_counted(
-        self, where: Conversation, max_tokens: int
-    ) -> list[tuple[Message, int | None]]:
+    async def load_turns(self, where: Conversation, max_tokens: int) -> list[Turn]:
         return []
 
     async def append(self, where: Conversation, turns: Sequence[Any], now: datetime) -> None:

@@ -15,14 +15,15 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from bot.chat.outcome import ChatAnswer, ChatFailed, FailureKind
 from bot.chat.service import ChatConfig, ChatService
 from bot.storage.repos import Conversation, is_storage_failure
+from bot.storage.values import Turn
 from budget.errors import LedgerUnavailable
-from budget.kernel.clock import ManualClock
 from budget.pricing.tokens import TokenCounter
 from budget.protocol import OperationTicket
 from budget.types import Usage
 from llm.errors import EmptyCompletion
 from llm.stream import StreamControl
-from llm.types import Completion, LLMRequest, Message
+from llm.types import Completion, LLMRequest
+from tests.support.clocks import ManualClock
 from tests.support.ledger import FakeLedger, FakePrices, Rates
 
 
@@ -65,9 +66,7 @@ class _FullHistory:
     def __init__(self) -> None:
         self.appended: list[Any] = []
 
-    async def load_counted(
-        self, where: Conversation, max_tokens: int
-    ) -> list[tuple[Message, int | None]]:
+    async def load_turns(self, where: Conversation, max_tokens: int) -> list[Turn]:
         return []
 
     async def append(self, where: Conversation, turns: Sequence[Any], now: datetime) -> None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from bot.__main__ import _config_error
 from bot.app.database import location, start_failure
+from bot.cli import config_error
 from bot.ops.logs import redact
 from bot.settings import Settings
-from bot.storage.migrate import SchemaMismatch
+from budget.kernel.schema import SchemaMismatch
 
 
 def _settings(url: str) -> Settings:
@@ -59,7 +59,7 @@ def test_other_drivers_and_backends_are_one_error_without_the_url(url: str, says
     [error] = info.value.errors()
     assert error["loc"] == ("database_url",)
     assert says in str(error["msg"])
-    line = _config_error(info.value)
+    line = config_error(info.value)
     assert line.startswith("kopek: configuration error in DATABASE_URL: ")
     assert "secret-pw" not in line
 

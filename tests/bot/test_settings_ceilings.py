@@ -3,7 +3,7 @@
 started the bot, then every chat message failed with OverflowError ("Something went wrong");
 ``PROVIDER_TIMEOUT_SECONDS=1e300`` was a traceback at start, exit 1.
 
-Every numeric setting now has a documented ceiling (README "Configuration"): a huge,
+Every numeric setting now has a documented range (``docs/configuration.md``): a huge,
 infinite or NaN value is one ``kopek: configuration error in NAME`` line, exit 2. These
 tests walk every numeric field of the settings, so a new one without a ceiling fails here.
 """
@@ -17,6 +17,7 @@ import typing
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import annotated_types
 import pytest
@@ -28,9 +29,8 @@ from bot.__main__ import main as bot_main
 from bot.app.preflight import check_settings
 from bot.app.wiring import cascade_config, digest_config, ledger_config
 from bot.settings import Settings
-from budget.kernel.clock import ManualClock
-
-_ROOT = Path(__file__).resolve().parents[2]
+from tests.support.clocks import ManualClock
+from tests.support.docs import setting_rows
 
 
 def _numeric(info: FieldInfo) -> bool:
@@ -59,20 +59,45 @@ def test_the_walk_finds_the_settings_of_the_trial() -> None:
     assert len(NUMERIC) > 40
 
 
-def _ceiling_rows() -> list[str]:
-    readme = (_ROOT / "README.md").read_text(encoding="utf-8")
-    return [line for line in readme.splitlines() if line.startswith("| at most ")]
+def _range_of(field: str) -> str:
+    """The range cell of ``field``'s own row in ``docs/configuration.md``."""
+    [row] = setting_rows()[field.upper()]
+    return row[-1]
 
 
 @pytest.mark.parametrize("field", NUMERIC)
-def test_every_numeric_setting_has_a_ceiling_and_readme_gives_it(field: str) -> None:
-    """The README's table of ceilings has one row naming each numeric setting, and that
-    row's ceiling is the one the settings enforce."""
+def test_every_numeric_setting_has_a_ceiling_and_the_docs_give_it(field: str) -> None:
+    """``docs/configuration.md`` has one row for each numeric setting, and that row's
+    ceiling is the one the settings enforce."""
     ceiling = _ceiling(Settings.model_fields[field])
     assert ceiling is not None, f"{field.upper()} has no upper bound (Field(le=...))"
-    [row] = [r for r in _ceiling_rows() if f"`{field.upper()}`" in r]
-    assert re.match(rf"\| at most {int(ceiling)}\b", row), (field, row)
+    cell = _range_of(field)
+    assert re.fullmatch(rf"(≥|>) [0-9.]+, ≤ {int(ceiling)}", cell), (field, cell)
     assert ceiling == int(ceiling)
+
+
+def _below(floor: str, field: str, strict: bool) -> str:
+    """A value just below the documented floor (the floor itself when it is excluded)."""
+    if strict:
+        return floor
+    integral = typing.get_args(Settings.model_fields[field].annotation) or (
+        Settings.model_fields[field].annotation,
+    )
+    if int in integral:
+        return str(int(floor) - 1)
+    return str(Decimal(floor) - Decimal("0.001"))
+
+
+@pytest.mark.parametrize("field", NUMERIC)
+def test_a_value_below_the_documented_floor_is_refused(field: str) -> None:
+    """The floor the docs give is one the settings enforce: just below it (or at it,
+    when the docs exclude it) the settings refuse the value."""
+    match = re.fullmatch(r"(≥|>) ([0-9.]+), ≤ [0-9]+", _range_of(field))
+    assert match, (field, _range_of(field))
+    value = _below(match.group(2), field, strict=match.group(1) == ">")
+    below: dict[str, Any] = {field: value}
+    with pytest.raises(ValidationError):
+        Settings(_env_file=None, bot_token="1:x", groq_api_key="k", **below)
 
 
 @pytest.mark.parametrize("value", HUGE)

@@ -20,13 +20,16 @@ from bot.storage.migrate import migrate
 from bot.storage.repos import Conversation, History, Intake, is_storage_failure
 from bot.storage.sqlite_hot import SqliteHotPath
 from bot.storage.tables import SeenMessage
+from bot.storage.values import Preferences, TouchedIntake, Turn
 from budget.books.stops import StopBook
-from budget.kernel.clock import ManualClock
+from budget.errors import LedgerUnavailable
 from budget.kernel.db import create_engine, sqlite_path
 from budget.kernel.sqlite_writer import SqliteWriter
 from budget.storage.tables import holds, processes
+from llm.types import Message
 from scheduler.profiles import ProfileRepository
 from scheduler.tables import UserProfile
+from tests.support.clocks import ManualClock
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -63,7 +66,7 @@ async def hot(
         return
     path = sqlite_path(database_url)
     assert path is not None
-    writer = SqliteWriter(path, "FULL")
+    writer = SqliteWriter(path, "FULL", unavailable=LedgerUnavailable)
     writer.open()
     yield SqliteHotPath(writer)
     writer.close()
@@ -156,14 +159,12 @@ async def test_history_trims_oldest_first_and_reset_counts_what_it_removed(
     ``clear`` reports how many turns it removed (the driver's row count)."""
     history = History(sessions, hot)
     dm, other = Conversation(7, None, 7), Conversation(8, None, 8)
-    await history.append(dm, [("user", "one", 10, 8), ("assistant", "two", 20, 17)], T0)
-    await history.append(dm, [("user", "three", 30)], T0 + timedelta(minutes=1))
-    await history.append(other, [("user", "other user", 5)], T0)
-    got = await history.load_counted(dm, 50)
-    assert [(m.role, m.content, raw) for m, raw in got] == [
-        ("assistant", "two", 17),
-        ("user", "three", None),
-    ]
+    one, two = Turn(Message("user", "one"), 10, 8), Turn(Message("assistant", "two"), 20, 17)
+    await history.append(dm, [one, two], T0)
+    three = Turn(Message("user", "three"), 30)  # stored before raw counts were kept
+    await history.append(dm, [three], T0 + timedelta(minutes=1))
+    await history.append(other, [Turn(Message("user", "other user"), 5)], T0)
+    assert await history.load_turns(dm, 50) == [two, three]
     assert [m.content for m in await history.load(dm, 60)] == ["one", "two", "three"]
     assert await history.clear(dm) == 3
     assert await history.load(dm, 1000) == []
@@ -189,7 +190,7 @@ async def test_history_is_one_context_per_chat_topic_and_user(
         (topic_b, "topic B story"),
         (member, "another member"),
     ]:
-        await history.append(where, [("user", said, 5, 4)], T0)
+        await history.append(where, [Turn(Message("user", said), 5, 4)], T0)
     seen = {
         name: [m.content for m in await history.load(where, 1000)]
         for name, where in [
@@ -224,8 +225,8 @@ async def test_profile_touch_creates_refreshes_and_reactivates(
     clock = ManualClock(T0)
     repo = ProfileRepository(sessions, clock, default_digest_time="08:30")
     profiles = ProfileStoreAdapter(repo, hot=hot, clock=clock, default_digest_time="08:30")
-    assert await profiles.touch(7, 7, "ru-RU") == ("ru", None)
-    assert await profiles.touch(8, 8, "de") == ("en", None)
+    assert await profiles.touch(7, 7, "ru-RU") == Preferences("ru", None)
+    assert await profiles.touch(8, 8, "de") == Preferences("en", None)
     await repo.set_tz(7, "Europe/Berlin")
     await repo.set_language(7, "en")
     async with sessions() as session, session.begin():
@@ -233,7 +234,7 @@ async def test_profile_touch_creates_refreshes_and_reactivates(
         assert row is not None
         row.active = False
     clock.advance(60)
-    assert await profiles.touch(7, 7, "ru") == ("en", "Europe/Berlin")
+    assert await profiles.touch(7, 7, "ru") == Preferences("en", "Europe/Berlin")
     got = await repo.get(7)
     assert got is not None
     assert (got.active, got.digest_time, got.last_seen_at) == (
@@ -258,7 +259,7 @@ async def test_profile_touch_and_intake_record_in_one_step(
     def pick(stored: str | None) -> str:
         return stored or "en"
 
-    async def both(message_id: int) -> tuple[str | None, str | None, bool] | None:
+    async def both(message_id: int) -> TouchedIntake | None:
         return await profiles.touch_and_record(
             7,
             "ru",
@@ -273,8 +274,8 @@ async def test_profile_touch_and_intake_record_in_one_step(
     if hot is None:
         assert await both(1) is None
         return
-    assert await both(1) == ("ru", None, True)
-    assert await both(1) == ("ru", None, False)
+    assert await both(1) == TouchedIntake(Preferences("ru", None), first_time=True)
+    assert await both(1) == TouchedIntake(Preferences("ru", None), first_time=False)
     lost = await intake.take_lost(T0)
     assert [(m.chat_id, m.message_id, m.user_id, m.language, m.thread_id) for m in lost] == [
         (-100, 1, 7, "ru", 3)

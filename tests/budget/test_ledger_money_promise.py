@@ -14,13 +14,14 @@ from typing import Any, cast
 import pytest
 
 from budget.errors import HoldRefused, LedgerUnavailable
-from budget.kernel.clock import ManualClock
 from budget.ledger import Ledger
 from budget.policy.money import usd
 from budget.protocol import HoldTicket
 from budget.storage.sqlite.store import SqliteStore
 from budget.types import Level, Origin, RefusalReason, Usage, Window
 from tests.budget.ledger_helpers import LedgerFactory
+from tests.support.clocks import ManualClock
+from tests.support.docs import text_of_docs
 
 
 async def _reserve(
@@ -89,7 +90,7 @@ async def test_deleted_database_fails_closed_and_tells_admins_once(
     async def tell(reason: str) -> None:
         told.append(reason)
 
-    ledger._on_unavailable = tell
+    ledger._notices.on_unavailable = tell
     await _reserve(ledger, 1, 10, 10, 40)
     for suffix in ("", "-wal", "-shm"):
         with contextlib.suppress(FileNotFoundError):
@@ -100,8 +101,7 @@ async def test_deleted_database_fails_closed_and_tells_admins_once(
         await ledger.sweep()
     with pytest.raises(LedgerUnavailable):
         await _reserve(ledger, 3, 10, 10, 40)
-    for task in list(ledger._notify_tasks):
-        await task
+    await ledger._notices.drain()
     assert told == ["deleted"]
     assert ledger.store.lost == "deleted"
 
@@ -117,7 +117,7 @@ async def test_full_disk_surfaces_as_ledger_unavailable_only(make_ledger: Ledger
     async def tell(reason: str) -> None:
         told.append(reason)
 
-    ledger._on_unavailable = tell
+    ledger._notices.on_unavailable = tell
     store = ledger.store
     assert isinstance(store, SqliteStore)
     writer = store.writer
@@ -140,8 +140,7 @@ async def test_full_disk_surfaces_as_ledger_unavailable_only(make_ledger: Ledger
     assert failures, "the capped database never filled up"
     assert all(isinstance(f, LedgerUnavailable) for f in failures)
     assert not any(isinstance(f, sqlite3.Error) for f in failures)
-    for task in list(ledger._notify_tasks):
-        await task
+    await ledger._notices.drain()
     assert told == ["storage"]
 
 
@@ -218,13 +217,13 @@ async def test_the_sweep_log_names_the_bound_it_booked(
     assert f"booked {booked} µUSD at their bounds (ceiling plus admission margin)" in caplog.text
 
 
-async def test_budget_and_readme_name_the_bound_an_expired_hold_is_booked_at(
+async def test_budget_and_the_docs_name_the_bound_an_expired_hold_is_booked_at(
     make_ledger: LedgerFactory, clock: ManualClock
 ) -> None:
     """/budget listed a swept hold booked at 25,020 µUSD (ceiling 21,590 + margin)
     under "Expired holds booked at their ceiling", and README said "ceiling" in four
     places (trial 12b, F4). The rule stays — the bound is the least the provider could
-    have billed —; every sentence now names it."""
+    have billed —; every sentence now names it, in the README and in docs/."""
     from bot.handlers.admin.budget import render_budget  # the /budget template
 
     ledger = await make_ledger(global_daily_musd=10**6)
@@ -242,7 +241,7 @@ async def test_budget_and_readme_name_the_bound_an_expired_hold_is_booked_at(
         f"Expired holds booked at their bound (ceiling + admission margin; no settle yet): "
         f"1, {usd(booked)}"
     ) in text
-    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    docs = text_of_docs()  # the README and docs/, where README's money text moved
     for stale in (
         "swept (booked at the ceiling",
         "books its holds at their ceilings",
@@ -251,5 +250,5 @@ async def test_budget_and_readme_name_the_bound_an_expired_hold_is_booked_at(
         "expire and are booked at their ceiling",
         "expired and booked at its ceiling",
     ):
-        assert stale not in readme
-    assert readme.count("ceiling plus admission margin") >= 6
+        assert stale not in docs
+    assert docs.count("ceiling plus admission margin") >= 6

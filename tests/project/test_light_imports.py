@@ -82,7 +82,7 @@ def test_token_pattern_agrees_with_aiogram(token: str) -> None:
     """The settings' pattern accepts exactly what aiogram's validate_token accepts
     (aiogram's ``isdigit`` also takes non-ASCII digits; Telegram ids are ASCII, so the
     pattern is stricter there and only there)."""
-    from bot.settings import _TOKEN
+    from bot.settings.checks import TOKEN_PATTERN
 
     try:
         aiogram_ok = validate_token(token)
@@ -90,4 +90,4 @@ def test_token_pattern_agrees_with_aiogram(token: str) -> None:
         aiogram_ok = False
     ascii_digits = re.fullmatch(r"[0-9]*", token.partition(":")[0]) is not None
     expected = aiogram_ok and ascii_digits
-    assert (_TOKEN.fullmatch(token) is not None) is expected
+    assert (TOKEN_PATTERN.fullmatch(token) is not None) is expected

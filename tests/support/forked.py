@@ -210,6 +210,7 @@ async def spawn_bot(
     script: Path | str | None = None,
     server: str | None = None,
     module: str = "bot",
+    nofile: int | None = None,
 ) -> ForkedProcess:
     """Start ``python -m bot *args`` (or ``python script *args``) as a child of the fork
     server.
@@ -227,6 +228,7 @@ async def spawn_bot(
             this process's own).
         module: run ``python -m module`` instead of ``python -m bot`` (e.g. ``alembic``,
             or a test's worker module).
+        nofile: the child's descriptor limit (``RLIMIT_NOFILE``, soft and hard), if given.
 
     Raises:
         RuntimeError: no fork server could be started or reached.
@@ -236,6 +238,8 @@ async def spawn_bot(
         request["script"] = str(script)
     elif module != "bot":
         request["module"] = module
+    if nofile is not None:
+        request["nofile"] = nofile
     body = json.dumps(request).encode()
     sock = await _connect(server)
     null = os.open(os.devnull, os.O_RDONLY)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import resource
 import signal
 import socket
 import sqlite3
@@ -202,6 +203,8 @@ class BotProcess:
         fresh: exec a new interpreter instead of forking one that has imported the
             bot's modules (for tests of the start itself; a fresh
             start costs ~4.5 s more CPU).
+        nofile: the process's descriptor limit (``RLIMIT_NOFILE``, soft and hard), as
+            ``prlimit --nofile=N`` sets it; ``None``: the test runner's.
     """
 
     def __init__(
@@ -216,8 +219,10 @@ class BotProcess:
         stop_timeout: float = 30.0,
         ready_url: str | None = None,
         fresh: bool = False,
+        nofile: int | None = None,
     ) -> None:
         self.env = dict(env)
+        self.nofile = nofile
         self.ready_url = ready_url
         self.telegram = telegram
         self.log_dir = log_dir
@@ -275,6 +280,7 @@ class BotProcess:
                 stdout=out.fileno(),
                 stderr=err.fileno(),
                 script=self._script,
+                nofile=self.nofile,
             )
         else:
             self._proc = await asyncio.create_subprocess_exec(
@@ -284,8 +290,14 @@ class BotProcess:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
+                preexec_fn=None if self.nofile is None else self._limit_descriptors,
             )
         self._close_files()  # the child has its own copies of the descriptors
+
+    def _limit_descriptors(self) -> None:
+        """In the child, before its exec: the descriptor limit ``nofile``."""
+        assert self.nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
 
     async def start(self) -> None:
         """Start the process and wait until it polls the fake Bot API.

@@ -94,6 +94,7 @@ __all__ = [
     "FakeTelegram",
     "FakeTelegramControl",
     "ParsedText",
+    "RawJsonUpdate",
     "RecordedRequest",
     "SentMessage",
     "WebhookDelivery",
@@ -476,6 +477,32 @@ class WebhookDelivery:
         return self.status is not None and 200 <= self.status < 300
 
 
+class RawJsonUpdate(dict[str, Any]):
+    """An update the fake sends as exactly :attr:`text`: JSON no ``json.dumps`` of a
+    Python object can make (nested deeper than the interpreter recurses) or that a
+    stranger could craft. As a mapping it holds only ``update_id`` and its kind (the key
+    ``allowed_updates`` filters on, with ``None``). Made by
+    :meth:`FakeTelegram.inject_raw_update` or :meth:`FakeTelegram.raw_update`.
+
+    Attributes:
+        text: the whole update as sent, its ``update_id`` first.
+    """
+
+    def __init__(self, update_id: int, text: str, kind: str) -> None:
+        super().__init__({"update_id": update_id, kind: None})
+        self.text = text
+
+
+def _api_body(body: dict[str, Any]) -> str:
+    """The JSON of an answer; the :class:`RawJsonUpdate` items of a ``getUpdates``
+    result are spliced in as their own text."""
+    result = body.get("result")
+    if not isinstance(result, list) or not any(isinstance(u, RawJsonUpdate) for u in result):
+        return json.dumps(body)
+    items = [u.text if isinstance(u, RawJsonUpdate) else json.dumps(u) for u in result]
+    return '{"ok": true, "result": [' + ", ".join(items) + "]}"
+
+
 #: ``secret`` of :meth:`FakeTelegram.deliver` when the registered secret is meant.
 REGISTERED = "<registered>"
 
@@ -488,6 +515,7 @@ class _FailRule:
     retry_after: int | None
     chat_id: int | str | None
     remaining: int
+    skip: int = 0
 
 
 class _ApiError(Exception):
@@ -759,7 +787,7 @@ class FakeTelegram:
 
         While a webhook is set and routed (:meth:`route_webhook`) the update is POSTed
         to the targets instead (in a task, retried until one answers 2xx)."""
-        update = dict(raw)
+        update = raw if isinstance(raw, RawJsonUpdate) else dict(raw)
         if "update_id" not in update:
             update["update_id"] = next(self._update_ids)
         if self._webhook is not None and self._webhook_targets:
@@ -772,6 +800,26 @@ class FakeTelegram:
         self._updates.sort(key=lambda u: int(u["update_id"]))
         self._notify()
         return int(update["update_id"])
+
+    def raw_update(self, body: str, kind: str = "message") -> RawJsonUpdate:
+        """An update sent as exactly ``body`` with a new ``update_id`` put first.
+
+        Args:
+            body: a JSON object's text without ``update_id``, e.g.
+                ``'{"message": ' + "[" * 100_000 + "]" * 100_000 + "}"``.
+            kind: the update's kind, for ``allowed_updates``.
+        """
+        if not body.lstrip().startswith("{"):
+            raise ValueError("an update is a JSON object")
+        update_id = next(self._update_ids)
+        rest = body.lstrip()[1:].lstrip()
+        glue = "" if rest.startswith("}") else ", "
+        return RawJsonUpdate(update_id, f'{{"update_id": {update_id}{glue}{rest}', kind)
+
+    def inject_raw_update(self, body: str, kind: str = "message") -> int:
+        """Queue (or, with a webhook set, POST) :meth:`raw_update` ``(body, kind)``;
+        returns its update id."""
+        return self.inject_update(self.raw_update(body, kind))
 
     def inject_message(self, user_id: int, text: str, **fields: Unpack[MessageFields]) -> int:
         """Queue a text message from a user, as a real ``Update``; returns the update id.
@@ -1011,8 +1059,13 @@ class FakeTelegram:
         if self._http is None:
             self._http = ClientSession()
         try:
+            raw = update if isinstance(update, RawJsonUpdate) else None
+            body = (json.dumps(dict(update)) if raw is None else raw.text).encode()
             async with self._http.post(
-                url, json=dict(update), headers=headers, timeout=ClientTimeout(total=timeout)
+                url,
+                data=body,
+                headers={"Content-Type": "application/json", **headers},
+                timeout=ClientTimeout(total=timeout),
             ) as resp:
                 await resp.read()
                 record.status = resp.status
@@ -1144,9 +1197,10 @@ class FakeTelegram:
         retry_after: int | None = None,
         chat_id: int | str | None = None,
         count: int = 1,
+        skip: int = 0,
     ) -> None:
         """Answer the next ``count`` calls of ``method`` (for ``chat_id`` only, if given)
-        with an error instead of doing them.
+        with an error instead of doing them, after letting ``skip`` of them through.
 
         Args:
             method: Bot API method, case-insensitive.
@@ -1157,6 +1211,8 @@ class FakeTelegram:
             retry_after: seconds, for 429 (default 1); sent in ``parameters.retry_after``.
             chat_id: only calls for this chat match.
             count: how many calls fail.
+            skip: how many matching calls go through first (e.g. 1: a digest's second
+                message fails, its first is delivered).
         """
         if status == 429:
             retry_after = 1 if retry_after is None else retry_after
@@ -1164,7 +1220,15 @@ class FakeTelegram:
         if description is None:
             description = _DEFAULT_DESCRIPTIONS.get(status, f"Error {status}")
         self._rules.append(
-            _FailRule(method.lower(), status, description, retry_after, _as_chat_id(chat_id), count)
+            _FailRule(
+                method.lower(),
+                status,
+                description,
+                retry_after,
+                _as_chat_id(chat_id),
+                count,
+                skip,
+            )
         )
 
     def block(self, chat_id: int) -> None:
@@ -1229,7 +1293,7 @@ class FakeTelegram:
                 self._flood_until[key] = max(self._flood_until.get(key, 0.0), until)
         record.status, record.response = status, body
         self._notify()
-        return web.json_response(body, status=status)
+        return web.Response(text=_api_body(body), status=status, content_type="application/json")
 
     async def _read_params(
         self, request: web.Request
@@ -1291,6 +1355,9 @@ class FakeTelegram:
             if rule.method != record.method.lower():
                 continue
             if rule.chat_id is not None and rule.chat_id != record.chat_id:
+                continue
+            if rule.skip > 0:
+                rule.skip -= 1
                 continue
             rule.remaining -= 1
             if rule.remaining <= 0:

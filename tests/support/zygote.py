@@ -24,7 +24,8 @@ for a run without provider keys, so an import missing from the start cannot fail
 Protocol (one connection a child, AF_UNIX stream): the client sends a 4-byte big-endian
 length, then that many bytes of JSON ``{"argv": [...], "env": {...}, "cwd": "..."}``
 (``argv``: the arguments after ``-m bot``; with ``"module": NAME``, after ``-m NAME``;
-with ``"script": PATH``, after ``python PATH``),
+with ``"script": PATH``, after ``python PATH``; with ``"nofile": N``, the child's
+descriptor limit, soft and hard, is N, as ``prlimit --nofile=N`` would set it),
 with the child's stdin, stdout and stderr as three descriptors (SCM_RIGHTS) on the first
 bytes. The server answers one JSON line ``{"pid": N}`` after the fork and one
 ``{"exit": code}`` when the child has ended (``code`` as
@@ -46,6 +47,7 @@ import gc
 import importlib
 import json
 import os
+import resource
 import runpy
 import select
 import shutil
@@ -162,6 +164,9 @@ def _child(request: dict[str, object], fds: list[int]) -> int:
     os.environ.update({str(k): str(v) for k, v in env.items()})
     time.tzset()
     os.chdir(cwd)
+    nofile = request.get("nofile")
+    if isinstance(nofile, int):  # as ``prlimit --nofile=N`` before an exec would
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
     script = request.get("script")
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, _UNBLOCK)  # pending signals land here

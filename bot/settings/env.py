@@ -1,6 +1,8 @@
-"""Kopek's one settings object (pydantic-settings), read from the environment and ``.env``.
+"""The settings classes: :class:`Settings` (everything the bot reads), and the few fields
+``python -m bot delete-webhook`` (:class:`BotApiSettings`) and the Alembic command line
+(:class:`DatabaseSettings`) need alone. Single values are checked by
+:mod:`bot.settings.checks`; the checks across fields are :meth:`Settings._cross_checks`.
 
-Created once in ``bot.__main__`` and injected; nothing reads ``os.environ`` elsewhere.
 Units are in the field names: ``*_usd`` are decimal US dollars as written by the
 operator (converted to integer µUSD by :func:`budget.policy.money.usd_to_musd` before the
 ledger sees them), ``*_seconds`` seconds, ``*_minutes`` minutes, ``*_tokens`` tokens.
@@ -9,68 +11,38 @@ Every variable is documented in ``.env.example``.
 
 from __future__ import annotations
 
-import difflib
-import functools
-import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from pathlib import Path
 from typing import Annotated, Literal, cast
-from urllib.parse import urlsplit
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
-from bot.chat.payer import SERVICE_USER_IDS
+from bot.settings.checks import (
+    TOKEN_PATTERN,
+    check_admin_ids,
+    check_database_url,
+    check_digest_time,
+    check_http_url,
+    check_tz,
+    check_webhook_path,
+    check_webhook_secret,
+    check_webhook_url,
+    database_url_passwords,
+    parse_admin_ids,
+    url_password,
+)
 from budget.config import DEAD_AFTER_HEARTBEATS
-from budget.kernel.db import check_credentials
-from budget.policy.money import usd_to_musd  # re-exported: the settings speak USD, the ledger µUSD
 from budget.pricing.names import CASCADE_ORDER, KEYS, family, family_fields, key_field
-from scheduler.profiles import parse_digest_time
 
-__all__ = [
-    "HEALTH_PATHS",
-    "BotApiSettings",
-    "DatabaseSettings",
-    "ProviderSettings",
-    "Settings",
-    "check_database_url",
-    "database_url_passwords",
-    "misspelt_settings",
-    "usd_to_musd",
-]
+__all__ = ["BotApiSettings", "DatabaseSettings", "ProviderSettings", "Settings"]
 
 Tier = Literal["free", "paid"]
 StreamModePrivate = Literal["draft", "edit", "off"]
 StreamModeGroup = Literal["edit", "off"]
 #: ``LOG_LEVEL``: the names :mod:`logging` takes, in any case (``debug`` is ``DEBUG``).
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
-
-#: A bot token as aiogram's ``validate_token`` accepts it: digits, a colon, then a secret
-#: without whitespace. Checked by pattern so reading settings never imports aiogram (~6 s).
-_TOKEN = re.compile(r"[0-9]+:\S+")
-
-#: ``WEBHOOK_SECRET``: Telegram's ``secret_token`` alphabet (``A-Z a-z 0-9 _ -``, at most
-#: 256), at least 16 characters: a short one could be guessed, and secrets under 6
-#: characters cannot be redacted from logs.
-_WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{16,256}")
-#: ``ADMIN_IDS`` entries: ASCII digits with an optional sign (``int()`` alone also reads
-#: ``٤٢`` as 42, and ``4_2``).
-_ADMIN_ID = re.compile(r"[+-]?[0-9]+")
-#: The largest Telegram user id: "at most 52 significant bits" (Bot API, ``User.id``).
-MAX_USER_ID = 2**52 - 1
-
-#: The ports Telegram delivers webhooks to (core.telegram.org/bots/api#setwebhook).
-_WEBHOOK_PORTS = (443, 80, 88, 8443)
-#: A webhook path: a leading slash, then URL-safe characters.
-_WEBHOOK_PATH = re.compile(r"/[A-Za-z0-9/_.-]*")
-#: Paths of the health endpoints, served beside the webhook (and by the metrics server).
-HEALTH_PATHS = frozenset({"/healthz", "/readyz"})
 
 #: The largest amount any ``*_USD`` setting may hold (a million dollars; its µUSD fits
 #: SQLite's 64-bit integers with room for sums). ``1e400`` is a typo, not a budget.
@@ -89,47 +61,6 @@ DAY_MIN = 1_440
 MAX_TOKENS = 1_000_000
 #: The ceiling of per-user counts per minute or day.
 MAX_RATE = 1_000_000
-
-
-@functools.cache
-def _zone_names() -> frozenset[str]:
-    # available_timezones() walks tzdata's folders on every call (~4 ms); the set is
-    # fixed for the life of the process
-    return frozenset(available_timezones())
-
-
-def _check_tz(name: str) -> str:
-    if name not in _zone_names():  # a folder ("Europe") or a long name: OSError
-        raise ValueError(f"unknown IANA timezone {name[:64]!r}")
-    try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
-        raise ValueError(f"unknown IANA timezone {name[:64]!r}") from exc
-    return name
-
-
-def _check_http_url(value: str) -> str:
-    """``value`` without a trailing slash when it is an http(s) URL with a host, a
-    readable port and no spaces; else ValueError (the URL is not echoed)."""
-    if not value.startswith(("http://", "https://")) or len(value) < 10:
-        raise ValueError("must be an http(s) URL")
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - raises ValueError for a port out of 0-65535
-    except ValueError:
-        raise ValueError("must be an http(s) URL (unreadable host or port)") from None
-    host = parts.hostname or ""
-    if not host or any(ch.isspace() for ch in value):
-        raise ValueError("must be an http(s) URL with a host and no spaces")
-    return value.rstrip("/")
-
-
-def _url_password(url: str) -> str | None:
-    """The password of a ``user:password@`` in ``url``, if any (a proxy's credentials)."""
-    try:
-        return urlsplit(url).password or None
-    except ValueError:
-        return None
 
 
 class BotApiSettings(BaseSettings):
@@ -155,19 +86,19 @@ class BotApiSettings(BaseSettings):
     @field_validator("bot_token")
     @classmethod
     def _token_shape(cls, value: SecretStr) -> SecretStr:
-        if not _TOKEN.fullmatch(value.get_secret_value()):
+        if not TOKEN_PATTERN.fullmatch(value.get_secret_value()):
             raise ValueError("does not look like a bot token (<digits>:<secret>, from @BotFather)")
         return value
 
     @field_validator("telegram_api_base")
     @classmethod
     def _api_base(cls, value: str) -> str:
-        return _check_http_url(value)
+        return check_http_url(value)
 
     def secret_values(self) -> list[str]:
         """The bot token and the password of a ``user:password@`` in
         ``TELEGRAM_API_BASE`` (a proxy's credentials), for redaction."""
-        password = _url_password(self.telegram_api_base)
+        password = url_password(self.telegram_api_base)
         return [self.bot_token.get_secret_value(), *([password] if password else [])]
 
 
@@ -202,6 +133,15 @@ class Settings(BotApiSettings):
     webhook_path: str = "/telegram"
     # connections Telegram may open at once to deliver updates (Telegram allows 1-100)
     webhook_max_connections: int = Field(40, ge=1, le=100)
+    # limits of the webhook port against strangers (docs/webhook.md): seconds from a
+    # connection's opening to its first complete request head; seconds to read a body;
+    # seconds an idle kept-alive connection stays open; connections open at once (also
+    # at most the descriptor limit less 256); bytes of one update
+    webhook_header_timeout_seconds: float = Field(10.0, gt=0, le=HOUR_S)
+    webhook_body_timeout_seconds: float = Field(10.0, gt=0, le=HOUR_S)
+    webhook_idle_timeout_seconds: float = Field(75.0, gt=0, le=HOUR_S)
+    webhook_max_open_connections: int = Field(1000, ge=1, le=1_000_000)
+    webhook_max_body_bytes: int = Field(1_048_576, ge=1024, le=100_000_000)
 
     # --- providers ----------------------------------------------------------
     groq_api_key: SecretStr | None = None
@@ -308,43 +248,17 @@ class Settings(BotApiSettings):
     @field_validator("admin_ids", mode="before")
     @classmethod
     def _parse_admin_ids(cls, value: object) -> object:
-        if isinstance(value, str):
-            parts = [p.strip() for p in value.split(",") if p.strip()]
-            if not all(_ADMIN_ID.fullmatch(p) and len(p) <= 32 for p in parts):
-                raise ValueError("ADMIN_IDS must be comma-separated Telegram user ids (digits 0-9)")
-            return frozenset(int(p) for p in parts)
-        if isinstance(value, int):
-            return frozenset({value})
-        return value
+        return parse_admin_ids(value)
 
     @field_validator("admin_ids")
     @classmethod
     def _no_service_admins(cls, value: frozenset[int]) -> frozenset[int]:
-        if 0 in value:
-            raise ValueError(
-                "ADMIN_IDS contains 0, which is no Telegram user id; list personal user ids only"
-            )
-        for uid in sorted(u for u in value if abs(u) > MAX_USER_ID):
-            raise ValueError(
-                f"ADMIN_IDS contains {str(uid)[:24]}: larger than any Telegram user id "
-                "(at most 52 bits); list personal user ids only"
-            )
-        for uid in sorted(u for u in value if u < 0):
-            raise ValueError(
-                f"ADMIN_IDS contains {uid}: a group or channel id, not a person's user id "
-                "(admin notices would be posted in that chat); list personal user ids only"
-            )
-        for uid in sorted(value & SERVICE_USER_IDS.keys()):
-            raise ValueError(
-                f"ADMIN_IDS contains {uid} ({SERVICE_USER_IDS[uid]}): it is not one person, "
-                "so anyone could use admin commands through it; list personal user ids only"
-            )
-        return value
+        return check_admin_ids(value)
 
     @field_validator("telegram_web_base", *family_fields("base_url"))
     @classmethod
     def _http_url(cls, value: str) -> str:
-        return _check_http_url(value)
+        return check_http_url(value)
 
     @field_validator("database_url")
     @classmethod
@@ -354,74 +268,32 @@ class Settings(BotApiSettings):
     @field_validator("webhook_url", mode="before")
     @classmethod
     def _webhook_url(cls, value: object) -> object:
-        if value in (None, ""):
-            return None
-        if not isinstance(value, str):
-            return value
-        try:
-            parts = urlsplit(value)
-            parts.port  # noqa: B018 - raises ValueError for a port out of 0-65535
-        except ValueError:
-            raise ValueError("must be an https URL (unreadable host or port)") from None
-        if parts.scheme != "https" or not parts.hostname or any(c.isspace() for c in value):
-            raise ValueError(
-                "must be the public https:// URL Telegram posts updates to "
-                "(Telegram calls webhooks over HTTPS only)"
-            )
-        if parts.password or parts.username:
-            raise ValueError("must not carry a user or password")
-        if "#" in value or "?" in value:  # a client never sends a fragment: a typo
-            raise ValueError(
-                "must not carry a ?query or #fragment (Telegram calls the URL as it is)"
-            )
-        if parts.port not in (None, *_WEBHOOK_PORTS):
-            raise ValueError(
-                f"port {parts.port}: Telegram calls webhooks on ports 443, 80, 88 or 8443 only"
-            )
-        return value
+        return check_webhook_url(value)
 
     @field_validator("webhook_secret", mode="before")
     @classmethod
     def _webhook_secret(cls, value: object) -> object:
-        if value == "":
-            return None
-        raw = value.get_secret_value() if isinstance(value, SecretStr) else value
-        if isinstance(raw, str) and not _WEBHOOK_SECRET.fullmatch(raw):
-            # the value itself is never echoed: it is a secret
-            raise ValueError(
-                "must be 16-256 characters of A-Z, a-z, 0-9, _ and - (Telegram's secret_token "
-                "alphabet; e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
-            )
-        return value
+        return check_webhook_secret(value)
 
     @field_validator("webhook_path")
     @classmethod
     def _webhook_path(cls, value: str) -> str:
-        if not _WEBHOOK_PATH.fullmatch(value):
-            raise ValueError("must be a URL path such as /telegram (letters, digits, / _ . -)")
-        if value.rstrip("/") in HEALTH_PATHS:
-            raise ValueError(f"{value} is the health endpoint's path; choose another")
-        return value
+        return check_webhook_path(value)
 
     @field_validator("budget_tz", *family_fields("billing_tz"))
     @classmethod
     def _tz(cls, value: str) -> str:
-        return _check_tz(value)
+        return check_tz(value)
 
     @field_validator("digest_default_time")
     @classmethod
     def _digest_time(cls, value: str) -> str:
-        # checked by the profile store only once the bot was built, after the migrations
-        try:
-            parse_digest_time(value)
-        except ValueError:
-            raise ValueError("must be a 24-hour time HH:MM, e.g. 09:00") from None
-        return value.strip()
+        return check_digest_time(value)
 
     @field_validator("default_user_tz")
     @classmethod
     def _user_tz(cls, value: str | None) -> str | None:
-        return None if value in (None, "") else _check_tz(value)
+        return None if value in (None, "") else check_tz(value)
 
     @field_validator(*(k.key_field for k in KEYS), mode="before")
     @classmethod
@@ -505,7 +377,7 @@ class Settings(BotApiSettings):
         if self.webhook_secret is not None:
             out.append(self.webhook_secret.get_secret_value())
         for field in ("telegram_api_base", "telegram_web_base", *family_fields("base_url")):
-            password = _url_password(str(getattr(self, field)))
+            password = url_password(str(getattr(self, field)))
             if password:
                 out.append(password)
         return out
@@ -524,86 +396,6 @@ class Settings(BotApiSettings):
             cheap_model=str(getattr(self, f"{fam}_cheap_model")),
             tier=cast(Tier, getattr(self, f"{fam}_tier")),
         )
-
-
-def _same_host(value: str, host: str, port: int | None) -> bool:
-    """Whether a plain URL split of ``value`` finds SQLAlchemy's ``host`` and ``port``."""
-    try:
-        split = urlsplit(value)
-        return (split.hostname or "") == host.lower().strip("[]") and split.port == port
-    except ValueError:
-        return False
-
-
-def check_database_url(value: str) -> str:
-    """``value`` when it is a SQLite file URL or a ``postgresql+asyncpg://`` URL with a
-    host and a database.
-
-    Raises:
-        ValueError: anything else (the message never holds the URL: it may hold a
-            password).
-    """
-    check_credentials(value)  # first: no parser may cut a password into a host
-    try:
-        url = make_url(value)
-    except ArgumentError:
-        raise ValueError(
-            "not a database URL (e.g. sqlite+aiosqlite:///data/kopek.db or "
-            "postgresql+asyncpg://user:password@host:5432/kopek)"
-        ) from None
-    except ValueError:  # e.g. a raw ':' in the password read as a port
-        raise ValueError(
-            "cannot read the URL: percent-encode @ : / % and spaces in the user and "
-            "password (@ is %40, : is %3A, / is %2F, % is %25)"
-        ) from None
-    backend = url.get_backend_name()
-    if backend == "postgres":
-        raise ValueError(
-            "PostgreSQL is used through the asyncpg driver only: write "
-            "postgresql+asyncpg://… (not postgres://…)"
-        )
-    if backend == "sqlite":
-        if url.database in (None, "", ":memory:"):
-            raise ValueError("must name a SQLite file, e.g. sqlite+aiosqlite:///data/kopek.db")
-        return value
-    if backend == "postgresql":
-        if url.get_driver_name() != "asyncpg":
-            raise ValueError(
-                f"PostgreSQL is used through the asyncpg driver only: write "
-                f"postgresql+asyncpg://… (not {url.drivername}://…)"
-            )
-        if not url.host or not url.database:
-            raise ValueError(
-                "a PostgreSQL URL names a host and a database: "
-                "postgresql+asyncpg://user:password@host:5432/kopek"
-            )
-        if not _same_host(value, url.host, url.port):
-            # e.g. a password with a raw @ or /: the parsers (SQLAlchemy's, asyncpg's)
-            # would cut it differently and print a piece of it as a host
-            raise ValueError(
-                "cannot read the host: the user or password seems to hold a raw @ / # or ?; "
-                "percent-encode them (@ is %40, / is %2F, # is %23, ? is %3F, : is %3A, "
-                "% is %25)"
-            )
-        return value
-    raise ValueError(
-        f"{backend[:32]!r} is not supported: use sqlite+aiosqlite:///path/kopek.db or "
-        "postgresql+asyncpg://user:password@host:5432/kopek"
-    )
-
-
-def database_url_passwords(database_url: str) -> list[str]:
-    """The password of a database URL as written (percent-encoded) and decoded (as
-    the driver sends it and a library might print it); none for SQLite, nor for a URL
-    :func:`check_database_url` refuses (its pieces are no password and the settings
-    error never holds the URL)."""
-    try:
-        check_credentials(database_url)
-        written = urlsplit(database_url).password
-        decoded = make_url(database_url).password
-    except (ValueError, ArgumentError):
-        return []
-    return [str(p) for p in dict.fromkeys((written, decoded)) if p]
 
 
 @dataclass(frozen=True, slots=True)
@@ -630,33 +422,3 @@ class DatabaseSettings(BaseSettings):
     @classmethod
     def _database_url(cls, value: str) -> str:
         return check_database_url(value)
-
-
-_ENV_LINE = re.compile(r"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=")
-
-
-def misspelt_settings(
-    environ: Mapping[str, str], env_file: Path | None = Path(".env")
-) -> list[tuple[str, str]]:
-    """Names in ``environ`` or ``env_file`` that are no setting but close to one — a
-    typo the settings would ignore without a word (``BUDGET_GLOBAL_DAILY`` meant
-    ``BUDGET_GLOBAL_DAILY_USD``: no limit at all). Returns ``(name, the setting it is
-    close to)`` pairs, sorted; unrelated variables (``PATH``, ``HOSTNAME``) are not close
-    to any. An unreadable ``env_file`` counts as empty."""
-    fields = [name.upper() for name in Settings.model_fields]
-    names = set(environ)
-    if env_file is not None:
-        try:
-            text = env_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            text = ""
-        names.update(m.group(1) for m in map(_ENV_LINE.match, text.splitlines()) if m)
-    found = []
-    for name in names:
-        upper = name.upper()
-        if upper in fields:
-            continue
-        close = difflib.get_close_matches(upper, fields, n=1, cutoff=0.8)
-        if close:
-            found.append((name, close[0]))
-    return sorted(found)

@@ -1,0 +1,54 @@
+"""Names that are no setting but close to one: a typo the settings would ignore without a
+word (``BUDGET_GLOBAL_DAILY`` meant ``BUDGET_GLOBAL_DAILY_USD``: no limit at all).
+``python -m bot`` logs each at start (:mod:`bot.__main__`).
+
+``.env`` is read with python-dotenv's own parser (:func:`dotenv.dotenv_values`), the one
+pydantic-settings reads it with, so the check sees the names the settings saw: quoted
+and multi-line values, ``export`` prefixes and comments are taken as the settings take
+them.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from pathlib import Path
+
+from dotenv import dotenv_values
+
+from bot.settings.env import Settings
+
+__all__ = ["misspelt_settings"]
+
+
+def _env_file_names(env_file: Path) -> set[str]:
+    """The names ``env_file`` assigns (``NAME=value``; a bare ``NAME`` line assigns
+    nothing); none when it cannot be read."""
+    try:
+        values = dotenv_values(env_file, encoding="utf-8", interpolate=False)
+    except (OSError, UnicodeDecodeError):
+        return set()
+    return {name for name, value in values.items() if value is not None}
+
+
+def misspelt_settings(
+    environ: Mapping[str, str], env_file: Path | None = Path(".env")
+) -> list[tuple[str, str]]:
+    """Names in ``environ`` or ``env_file`` that are no setting but close to one.
+
+    Returns ``(name, the setting it is close to)`` pairs, sorted; unrelated variables
+    (``PATH``, ``HOSTNAME``) are not close to any. An unreadable ``env_file`` counts as
+    empty."""
+    fields = [name.upper() for name in Settings.model_fields]
+    names = set(environ)
+    if env_file is not None:
+        names |= _env_file_names(env_file)
+    found = []
+    for name in names:
+        upper = name.upper()
+        if upper in fields:
+            continue
+        close = difflib.get_close_matches(upper, fields, n=1, cutoff=0.8)
+        if close:
+            found.append((name, close[0]))
+    return sorted(found)
