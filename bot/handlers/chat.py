@@ -1,8 +1,8 @@
 """Chat: private text messages, and group messages that mention or reply to the bot.
 
 The handler asks the chat service (:mod:`bot.chat.service`), turns its outcome into a
-reply (:mod:`bot.chat.reply`) and hands it to the courier (:mod:`bot.chat.courier`: the
-delivery policy, stream finish, outbox or template, undeliverable marking).
+reply and hands it to the courier (:mod:`bot.chat.reply`: the reply value and the
+delivery policy — stream finish, outbox or template, undeliverable marking).
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ from aiogram.types import Message
 from aiogram.utils.chat_action import ChatActionSender
 from prometheus_client import Counter
 
-from bot.chat.courier import Courier
 from bot.chat.delivery import send_text
 from bot.chat.outbox import Outbox
 from bot.chat.outcome import ChatAnswer
 from bot.chat.paste import PasteTicket
-from bot.chat.reply import reply_of, screen
+from bot.chat.reply import Courier, reply_of, screen
 from bot.chat.service import ChatService, run_guarded
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
