@@ -1,4 +1,4 @@
-"""Issue 16 §1 on the ledger: provable-bound admission (zero overshoot whatever the
+"""The money promise on the ledger: provable-bound admission (zero overshoot whatever the
 estimate), a deleted database file, and storage failures that surface as
 ``LedgerUnavailable`` only (never a raw sqlite error)."""
 

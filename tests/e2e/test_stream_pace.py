@@ -1,8 +1,7 @@
-"""The streaming interval holds per chat across answers streaming at once (trial 11,
-F8): several answers in one group share one edit per ``STREAM_EDIT_INTERVAL_MS``, two
-answers in one private chat share one draft per ``STREAM_DRAFT_INTERVAL_MS``; final
-answers are not held back. And a Bot API server without ``sendMessageDraft`` (404) is
-named once in the log (F13)."""
+"""The streaming interval holds per chat across answers streaming at once: several
+answers in one group share one edit per ``STREAM_EDIT_INTERVAL_MS``, two answers in one
+private chat share one draft per ``STREAM_DRAFT_INTERVAL_MS``; final answers are not held
+back. And a Bot API server without ``sendMessageDraft`` (404) is named once in the log."""
 
 from __future__ import annotations
 
