@@ -190,6 +190,15 @@ class LedgerAdmin(LedgerPart):
             raise ValueError("a plan's end must be an aware time in the future")
         await self._guarded(self.store.set_plan(now, user_id, plan, until, by))
 
+    async def plan_of(self, user_id: int) -> str | None:
+        """The plan ``user_id``'s next operation will be held on (``None``: no plans).
+
+        Raises:
+            ValueError: ``user_id`` outside the signed 64-bit range.
+        """
+        check_user_id(user_id)
+        return await self._guarded(self.store.user_plan(self.clock.now(), user_id))
+
     async def payer_status(self, level: Level, scope: str) -> PayerStatus:
         """One group chat (``scope``: its id as text) or plan (its name) now.
 

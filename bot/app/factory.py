@@ -16,6 +16,7 @@ from aiogram.client.telegram import TelegramAPIServer
 from prometheus_client import CollectorRegistry
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
+from bot.access.store import AccessBook, AccessStore
 from bot.app.lifecycle import App
 from bot.app.wiring import (
     ProfileStoreAdapter,
@@ -27,10 +28,12 @@ from bot.app.wiring import (
 )
 from bot.chat.outbox import Outbox
 from bot.chat.paste import PasteJoiner
+from bot.chat.plans import UserPlans
 from bot.chat.service import ChatConfig, ChatService
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.streaming.session import StreamConfig
+from bot.handlers.access import create_access_router
 from bot.handlers.admin import create_admin_router
 from bot.handlers.admin.base import AdminView
 from bot.handlers.books import BooksDesk, create_books_router
@@ -41,6 +44,7 @@ from bot.handlers.errors import create_error_router
 from bot.handlers.inline_filters import run_sync_filters_inline
 from bot.handlers.me import create_me_router
 from bot.handlers.stream import create_stream_router
+from bot.middlewares.access import AccessGate
 from bot.middlewares.context import WorkflowData
 from bot.middlewares.intake import (
     ArrivalOrderMiddleware,
@@ -74,6 +78,7 @@ from budget.errors import BudgetConfigError
 from budget.kernel.clock import Clock, SystemClock
 from budget.kernel.db import create_engine, sqlite_path
 from budget.ledger import Ledger
+from budget.plans import load_plans
 from budget.policy.money import usd_to_musd
 from budget.pricing.prices import PriceCard, parse_overrides
 from budget.pricing.tokens import TokenCounter
@@ -133,6 +138,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     bot.session.middleware(PollInSmallBatches())
     notifier = AdminNotifier(bot, i18n, settings.admin_ids, clock)
 
+    plans = load_plans(settings.plans_file)  # checked before migrating (preflight)
     prices = PriceCard(
         provider_models(settings),
         overrides=parse_overrides(settings.price_overrides) if settings.price_overrides else None,
@@ -142,7 +148,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     # file (one process), or a PostgreSQL database shared by several processes
     ledger = Ledger.open(
         settings.database_url,
-        ledger_config(settings),
+        ledger_config(settings, plans),
         prices,
         clock,
         on_auto_kill=notifier.auto_kill,
@@ -285,6 +291,17 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         ),
     )
 
+    # who may use the bot: the lists in memory, the gate before everything else
+    access = AccessBook(
+        AccessStore(sessions, clock),
+        clock,
+        allowlist=settings.access_mode == "allowlist",
+        admins=settings.admin_ids,
+        users=settings.allowed_user_ids,
+        chats=settings.allowed_chat_ids,
+        shared=on_postgres,
+    )
+    user_plans = UserPlans(ledger, plans, clock)
     workflow = WorkflowData(
         clock=clock,
         chat_service=chat,
@@ -320,6 +337,10 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         stop_book=StopBook(sessions),
         admin_ids=settings.admin_ids,
         stale_after_s=settings.stale_message_seconds,
+        access=access,
+        plans=plans,
+        user_plans=user_plans,
+        invite_ttl_hours=settings.invite_ttl_hours,
     )
     dp = Dispatcher(**workflow)
     bot.session.middleware(TopicRequestMiddleware())
@@ -339,6 +360,18 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     )
     if barrier is not None:  # the first update middleware: sees every update end
         dp.update.outer_middleware(EndOfUpdate(barrier))
+    # access before anything else: a stranger costs a lookup (bot/middlewares/access.py)
+    dp.update.outer_middleware(
+        AccessGate(
+            access,
+            i18n,
+            clock,
+            ledger,
+            user_plans,
+            tries_per_hour=settings.invite_tries_per_hour,
+            tz=settings.budget_tz,
+        )
+    )
     dp.update.outer_middleware(rate)
     dp.message.outer_middleware(
         ArrivalOrderMiddleware(chat, PasteJoiner(clock, settings.paste_join_seconds))
@@ -359,6 +392,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     # chat text first: no other router takes a text that is not a command
     # (docs/decisions/022-message-path.md)
     dp.include_router(create_chat_router())
+    dp.include_router(create_access_router())  # my_chat_member only
     dp.include_router(create_books_router(settings.admin_ids))
     dp.include_router(create_admin_router(settings.admin_ids))
     dp.include_router(create_stream_router())

@@ -14,6 +14,7 @@ from bot.storage.sqlite_hot import SqliteHotPath
 from bot.storage.values import Preferences, TouchedIntake
 from budget.config import LedgerConfig, OperationCaps
 from budget.kernel.clock import Clock
+from budget.plans import Plans, load_plans
 from budget.policy.money import usd_to_musd
 from budget.pricing.names import CASCADE_ORDER
 from budget.pricing.prices import ProviderModel
@@ -33,8 +34,9 @@ __all__ = [
 ]
 
 
-def ledger_config(settings: Settings) -> LedgerConfig:
-    """Settings → the ledger's own config (USD → µUSD).
+def ledger_config(settings: Settings, plans: Plans | None = None) -> LedgerConfig:
+    """Settings → the ledger's own config (USD → µUSD); ``plans``: the plans already
+    read (default: read ``PLANS_FILE``, raising :class:`budget.plans.PlansFileError`).
 
     On PostgreSQL the sweeper runs every PROCESS_HEARTBEAT_SECONDS (at most every 30 s,
     the SQLite pace), so a dead process's holds are booked within
@@ -46,6 +48,7 @@ def ledger_config(settings: Settings) -> LedgerConfig:
     if settings.deepseek_monthly_cap_usd is not None:
         monthly_caps["deepseek"] = usd_to_musd(settings.deepseek_monthly_cap_usd) or 0
     digest_requests = max(8, settings.digest_max_posts + 4)
+    plans = plans if plans is not None else load_plans(settings.plans_file)
     return LedgerConfig(
         tz=settings.budget_tz,
         global_daily_musd=usd_to_musd(settings.budget_global_daily_usd),
@@ -83,6 +86,8 @@ def ledger_config(settings: Settings) -> LedgerConfig:
         else 30.0,
         auto_kill_fraction=settings.auto_kill_fraction,
         auto_kill_musd_per_window=usd_to_musd(settings.auto_kill_usd_per_window),
+        plans=plans.limits(),
+        default_plan=plans.default,
     )
 
 

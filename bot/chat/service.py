@@ -32,6 +32,7 @@ from bot.storage.repos import Conversation, History
 from bot.storage.values import Turn
 from budget.errors import BudgetError, HoldRefused
 from budget.kernel.clock import Clock
+from budget.plans import Plan
 from budget.pricing.tokens import TOKENS_REPLY_PRIMING, count_off_loop
 from budget.protocol import LedgerPort, OperationTicket
 from budget.types import Origin
@@ -101,6 +102,15 @@ class _UserQueue:
     def notify(self) -> None:
         self.changed.set()
         self.changed = asyncio.Event()
+
+
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """How one message waits: the user's operations at once (the queue's slots) and the
+    priority of its provider-call slot (lower first)."""
+
+    slots: int
+    priority: int
 
 
 class ChatService:
@@ -188,6 +198,7 @@ class ChatService:
         key: MessageKey | None = None,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None = None,
         stream: StreamControl | None = None,
+        plan: Plan | None = None,
     ) -> ChatOutcome:
         """Answer one message, or say why not. Never raises for expected failures.
 
@@ -205,13 +216,20 @@ class ChatService:
                 operation is admitted, left on every outcome.
             stream: stream the answer through this control (see
                 :meth:`llm.cascade.cascade.Cascade.complete`); ``None`` = one piece.
+            plan: the user's plan: its concurrency replaces USER_MAX_INFLIGHT in the
+                queue, and its priority orders the provider-call slot (``None``: neither).
         """
         if key is None:
             key = (0, -next(self._anonymous))
         self.arrive(user_id, key)
+        slots = self._config.user_max_inflight
+        if plan is not None and plan.limits.max_inflight is not None:
+            slots = plan.limits.max_inflight
+        # a plan's priority p (0..9, higher first) is slot priority -p (lower first)
+        turn = _Turn(slots, Priority.CHAT - (plan.priority if plan is not None else 0))
         try:
             where = Conversation(chat_id, thread_id, user_id)
-            return await self._in_turn(where, key, text, activity, stream)
+            return await self._in_turn(where, key, text, activity, stream, turn)
         finally:
             self.depart(user_id, key)
 
@@ -222,12 +240,14 @@ class ChatService:
         text: str,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
         stream: StreamControl | None = None,
+        turn: _Turn | None = None,
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
         user_id = where.user_id
         lane = self._lanes[user_id]
-        slots = self._config.user_max_inflight
+        turn = turn or _Turn(self._config.user_max_inflight, Priority.CHAT)
+        slots = turn.slots
         try:
             place = await self._place(user_id, lane, key)
         except HoldRefused as exc:  # the shared queue cannot be read: fail closed
@@ -257,7 +277,7 @@ class ChatService:
         try:
             others = place > 0
             return await self._admitted(
-                where, user_msg, (tokens, user_raw), others, activity, stream
+                where, user_msg, (tokens, user_raw), others, activity, stream, turn.priority
             )
         finally:
             if task is not None:
@@ -298,6 +318,7 @@ class ChatService:
         others_running: bool,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
         stream: StreamControl | None = None,
+        priority: int = Priority.CHAT,
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
@@ -305,11 +326,17 @@ class ChatService:
             # admitted with its first hold, in that hold's ledger step
             # (docs/decisions/011-sqlite-single-writer.md, "Deferred admission"); a
             # refusal of the admission then comes from the cascade, handled below
-            op = await self._ledger.begin_operation(where.user_id, Origin.CHAT, deferred=True)
+            # a message in a group is held on the group's level too
+            # (docs/decisions/110-ledger-levels-and-months.md); a private chat's id is
+            # its user's, a group's is negative
+            group = where.chat_id if where.chat_id < 0 else None
+            op = await self._ledger.begin_operation(
+                where.user_id, Origin.CHAT, deferred=True, chat_id=group
+            )
         except HoldRefused as exc:
             return ChatRefused(exc.refusal, running=others_running)
         try:
-            request = await self._request(where, user_msg, user_tokens[1])
+            request = await self._request(where, user_msg, user_tokens[1], priority)
             ctx = activity() if activity is not None else nullcontext()
             async with ctx:
                 if stream is None:
@@ -343,7 +370,9 @@ class ChatService:
                 # that exists is still delivered
                 log.exception("could not end operation %s", op.operation_id)
 
-    async def _request(self, where: Conversation, user_msg: Message, user_raw: int) -> LLMRequest:
+    async def _request(
+        self, where: Conversation, user_msg: Message, user_raw: int, priority: int = Priority.CHAT
+    ) -> LLMRequest:
         """The request for ``user_msg``: the system prompt, the stored history of ``where``
         (at most CHAT_HISTORY_MAX_TOKENS) and the message; its input tokens are the sum
         of the stored raw counts (``user_raw``: the message's), scaled once."""
@@ -362,7 +391,7 @@ class ChatService:
             messages=messages,
             max_tokens=self._config.max_output_tokens,
             allow_paid=True,
-            priority=Priority.CHAT,
+            priority=priority,
             cheaper_messages=cheaper,
             fingerprint=fingerprint(messages),
             input_tokens=self._count.scale(raw),

@@ -8,6 +8,7 @@ delivery policy — stream finish, outbox or template, undeliverable marking).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -22,6 +23,7 @@ from bot.chat.delivery import send_text
 from bot.chat.outbox import Outbox
 from bot.chat.outcome import ChatAnswer
 from bot.chat.paste import PasteTicket
+from bot.chat.plans import UserPlans
 from bot.chat.reply import Courier, reply_of, screen
 from bot.chat.service import ChatService, run_guarded
 from bot.chat.streaming.metrics import StreamMetrics
@@ -31,6 +33,7 @@ from bot.middlewares.context import IntakeStatus, UserContext
 from bot.middlewares.topics import topic_of
 from bot.text import templates
 from budget.books.stops import StopBook
+from budget.errors import HoldRefused
 from budget.kernel.clock import Clock
 from llm.sanitize import clean_prompt
 
@@ -86,8 +89,10 @@ async def on_text(
     stream_config: StreamConfig | None = None,
     stream_metrics: StreamMetrics | None = None,
     stop_book: StopBook | None = None,
+    user_plans: UserPlans | None = None,
 ) -> IntakeStatus:
-    """Answer one chat message, or say why not; returns what its intake record says."""
+    """Answer one chat message, or say why not; returns what its intake record says.
+    The user's plan decides whether it streams, its queue's slots and its priority."""
     received_at = clock.monotonic()
     if paste is not None:
         question = await paste.question(prompt)
@@ -100,8 +105,13 @@ async def on_text(
     prompt = clean_prompt(prompt)  # hidden tag-character instructions never reach a model
     stale_after = timedelta(seconds=stale_after_s)
     reply = screen(prompt, age=clock.now() - message.date, stale_after=stale_after)
+    plan = None
+    if reply is None and user_plans is not None:
+        with contextlib.suppress(HoldRefused):  # unreadable: the ledger refuses it next
+            plan = await user_plans.of(user_ctx.user_id)
     if reply is None:
-        if streams is not None and stream_config is not None:
+        streaming = plan is None or plan.features.streaming
+        if streams is not None and stream_config is not None and streaming:
             courier.stream = StreamSession.open(
                 bot=bot,
                 chat_id=chat_id,
@@ -124,6 +134,7 @@ async def on_text(
                     key=(chat_id, message.message_id),
                     activity=partial(_typing, bot, message),
                     stream=courier.stream.control if courier.stream is not None else None,
+                    plan=plan,
                 )
             )
         except asyncio.CancelledError:  # the intake middleware records it as failed

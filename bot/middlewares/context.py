@@ -16,7 +16,9 @@ if TYPE_CHECKING:
     from prometheus_client import Counter
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from bot.access.store import AccessBook
     from bot.chat.outbox import Outbox
+    from bot.chat.plans import UserPlans
     from bot.chat.service import ChatService
     from bot.chat.streaming.metrics import StreamMetrics
     from bot.chat.streaming.registry import StreamRegistry
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from budget.books.stops import StopBook
     from budget.kernel.clock import Clock
     from budget.ledger import Ledger
+    from budget.plans import Plans
     from llm.cascade.cascade import Cascade
     from scheduler.runner import DigestRunner
     from scheduler.service import DigestService
@@ -113,6 +116,14 @@ class WorkflowData(TypedDict):
     admin_ids: frozenset[int]
     #: STALE_MESSAGE_SECONDS: an older message gets the "send it again" template
     stale_after_s: int
+    #: who may use the bot (bot/access/store.py)
+    access: AccessBook
+    #: the plans (PLANS_FILE)
+    plans: Plans
+    #: each user's plan, for the features (bot/chat/plans.py)
+    user_plans: UserPlans
+    #: INVITE_TTL_HOURS: how long an /invite link works unless it says otherwise
+    invite_ttl_hours: int
 
 
 @dataclass(frozen=True, slots=True)

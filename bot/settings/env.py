@@ -19,6 +19,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from bot.settings.access import AccessSettings
 from bot.settings.checks import (
     TOKEN_PATTERN,
     check_admin_ids,
@@ -102,7 +103,7 @@ class BotApiSettings(BaseSettings):
         return [self.bot_token.get_secret_value(), *([password] if password else [])]
 
 
-class Settings(BotApiSettings):
+class Settings(BotApiSettings, AccessSettings):
     """All configuration. See ``.env.example`` for meaning and units of each field."""
 
     model_config = SettingsConfigDict(

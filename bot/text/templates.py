@@ -29,9 +29,12 @@ __all__ = [
 ]
 
 
-def format_reset(when: datetime, tz: str) -> str:
-    """``HH:MM Zone/Name`` in ``tz``; prefixed with the date when not today there."""
+def format_reset(when: datetime, tz: str, *, with_date: bool = False) -> str:
+    """``HH:MM Zone/Name`` in ``tz`` (``with_date``: ``YYYY-MM-DD HH:MM Zone/Name``, for a
+    reset that is not within the day, such as a month's)."""
     local = when.astimezone(ZoneInfo(tz))
+    if with_date:
+        return f"{local:%Y-%m-%d %H:%M} {tz}"
     return f"{local:%H:%M} {tz}"
 
 
@@ -40,6 +43,8 @@ def _window_word(window: Window | None) -> str:
         return _("hourly")
     if window is Window.DAY:
         return _("daily")
+    if window is Window.MONTH:
+        return _("monthly")
     return ""
 
 
@@ -47,6 +52,10 @@ def _level_phrase(level: Level | None, window: Window | None, scope: str) -> str
     w = _window_word(window)
     if level is Level.USER:
         return _("your {window} user limit").format(window=w)
+    if level is Level.CHAT:
+        return _("this group's {window} limit").format(window=w)
+    if level is Level.PLAN:
+        return _("the {window} limit of your plan ({plan})").format(window=w, plan=scope)
     if level is Level.TEAM:
         return _("your team's {window} limit ({team})").format(window=w, team=scope)
     if level is Level.PROVIDER:
@@ -63,7 +72,8 @@ def refusal_text(refusal: Refusal, *, tz: str, running: bool = False) -> str:
         running: the user has an operation in flight that will still be answered.
     """
     r = refusal.reason
-    reset = format_reset(refusal.resets_at, tz) if refusal.resets_at else None
+    monthly = refusal.window is Window.MONTH
+    reset = format_reset(refusal.resets_at, tz, with_date=monthly) if refusal.resets_at else None
     if r is RefusalReason.KILL and refusal.note.startswith("automatic"):
         text = _(
             "⏸ The bot is paused by its spending safety switch, and its administrators "
@@ -86,6 +96,10 @@ def refusal_text(refusal: Refusal, *, tz: str, running: bool = False) -> str:
             advice = _("Wait for the reset or ask your team's admin to raise it.")
         elif refusal.level is Level.TEAM:
             advice = _("Wait for the reset or ask your team's admin.")
+        elif refusal.level is Level.CHAT:
+            advice = _("Wait for the reset or ask the bot's admins.")
+        elif refusal.level is Level.PLAN:
+            advice = _("Wait for the reset or ask the bot's admins about another plan.")
         elif refusal.level is Level.PROVIDER:
             advice = _("The free providers are busy too. Please wait for the reset.")
         else:

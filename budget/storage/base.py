@@ -33,7 +33,7 @@ from budget.protocol import HoldTicket, OperationTicket
 from budget.status import KillState, LedgerStatus, PayerStatus, TeamStatus, UserStatus
 from budget.storage.sql import admin, holds, reports
 from budget.storage.sql.corrections import apply_corrections
-from budget.storage.sql.rows import kill_states, teams
+from budget.storage.sql.rows import kill_states, teams, user_plan
 from budget.storage.store import (
     CHECKED,
     DURABLE,
@@ -299,6 +299,10 @@ class LedgerStore(abc.ABC):
         """One user now."""
         body = partial(reports.user_status, cfg=self.config, now=now)
         return await self._read(partial(body, user_id=user_id))
+
+    async def user_plan(self, now: datetime, user_id: int) -> str | None:
+        """The plan ``user_id`` is held on now (``None``: no plans)."""
+        return await self._read(partial(user_plan, cfg=self.config, user_id=user_id, now=now))
 
     async def payer_status(self, now: datetime, level: Level, scope: str) -> PayerStatus:
         """One group chat or plan now."""

@@ -84,6 +84,7 @@ from typing import Any, TypedDict, TypeVar, Unpack
 from aiohttp import BodyPartReader, ClientError, ClientSession, ClientTimeout, web
 
 from budget.kernel.clock import Clock, SystemClock
+from tests.support.telegram_payments import FakeMembershipPayments, PaymentsApiError
 
 __all__ = [
     "CAPTION_MAX_UTF16",
@@ -567,7 +568,8 @@ _METHODS = (
     "getMe", "getUpdates", "deleteWebhook", "setWebhook", "getWebhookInfo", "sendMessage",
     "editMessageText", "sendChatAction", "setMyCommands", "getMyCommands",
     "deleteMyCommands", "sendPhoto", "sendDocument", "answerCallbackQuery", "getFile",
-    "sendMessageDraft",
+    "sendMessageDraft", "leaveChat", "sendInvoice", "createInvoiceLink",
+    "answerPreCheckoutQuery", "refundStarPayment",
 )  # fmt: skip
 _CANONICAL = {m.lower(): m for m in _METHODS}
 _CONFLICT = _DEFAULT_DESCRIPTIONS[409]
@@ -606,7 +608,7 @@ def _as_int(value: Any, name: str, default: int | None = None) -> int | None:
 # --------------------------------------------------------------------------------------
 
 
-class FakeTelegram:
+class FakeTelegram(FakeMembershipPayments):
     """The fake Bot API server; use as ``async with FakeTelegram() as tg: ...``.
 
     Args:
@@ -685,6 +687,7 @@ class FakeTelegram:
         self._delivery_tasks: set[asyncio.Task[None]] = set()
         self._http: ClientSession | None = None
         self._blobs: dict[str, bytes] = {}  # uploads and injected files, by sha256 / file id
+        self._payments_init()  # leaveChat, my_chat_member, Stars: tests/support/telegram_payments
 
     # lifecycle -------------------------------------------------------------------
     @property
@@ -1283,7 +1286,10 @@ class FakeTelegram:
                 raise error
             self._apply_failures(record)
             handler = getattr(self, f"_m_{method}")
-            result = await handler(params, files, record)
+            try:
+                result = await handler(params, files, record)
+            except PaymentsApiError as exc:
+                raise _ApiError(exc.status, exc.description) from None
             status, body = 200, {"ok": True, "result": result}
         except _ApiError as exc:
             status, body = exc.status, exc.body()
