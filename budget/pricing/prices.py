@@ -23,7 +23,13 @@ time-of-day constraints, e.g. DeepSeek's former off-peak discount), the ceiling
 uses the highest rate that can apply between the call's start and
 ``max_call_seconds`` later; the actual uses the rate at the call's start.
 
-Tiers: a provider configured free-tier has ceiling and actual 0 µUSD, but the
+Long-context tiers (genai-prices' ``TieredPrices``, ``PRICE_OVERRIDES`` ``tiers``): a
+higher rate for every token of a call whose prompt is above a threshold. The ceiling is
+priced at the tier of the input it holds (so the provable bound's ceiling at the
+bound's tier: never below what the provider can bill), the actual at the tier of the
+reported input (cached tokens included, as genai-prices counts it).
+
+Free and paid: a provider configured free-tier has ceiling and actual 0 µUSD, but the
 list-price equivalent is still computed for reports (``None`` when unknown). A
 paid provider with no known price is a :class:`~budget.errors.BudgetConfigError`
 at construction: fail closed, never priced at 0.
@@ -35,7 +41,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any, Literal
@@ -48,11 +54,22 @@ __all__ = [
     "DEFAULT_OVERRIDES",
     "ModelRates",
     "PriceCard",
+    "PromptTier",
     "ProviderModel",
     "parse_overrides",
 ]
 
 Tier = Literal["free", "paid"]
+
+
+@dataclass(frozen=True, slots=True)
+class PromptTier:
+    """A long-context price tier: ``rates`` apply to *every* token of a call whose prompt
+    (input tokens, cached ones included) is above ``above_input_tokens`` — the "cliff"
+    genai-prices models (``TieredPrices``: crossing a tier re-prices all tokens)."""
+
+    above_input_tokens: int
+    rates: ModelRates
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,17 +81,31 @@ class ModelRates:
         cached_input: prompt tokens served from cache (``None`` = same as input).
         output: generated tokens, reasoning included.
         source: where the figures come from (for the start-up log line).
+        tiers: long-context tiers, rising (``PRICE_OVERRIDES`` ``tiers``); the rates
+            above are the base tier's. :meth:`ceiling_musd` and :meth:`actual_musd` price
+            at these rates as they are: :meth:`for_prompt` picks the tier of a prompt
+            first (the card does it for every call).
     """
 
     input: Decimal
     output: Decimal
     cached_input: Decimal | None = None
     source: str = ""
+    tiers: tuple[PromptTier, ...] = ()
 
     @property
     def cached(self) -> Decimal:
         """The cached-input rate (falls back to the input rate)."""
         return self.input if self.cached_input is None else self.cached_input
+
+    def for_prompt(self, input_tokens: int) -> ModelRates:
+        """The flat rates of a call with ``input_tokens`` prompt tokens: the highest tier
+        whose threshold the prompt is above, else the base rates."""
+        chosen = ModelRates(self.input, self.output, self.cached_input, self.source)
+        for tier in self.tiers:
+            if input_tokens > tier.above_input_tokens:
+                chosen = tier.rates
+        return chosen
 
     def ceiling_musd(self, input_tokens: int, max_tokens: int) -> int:
         """Upper bound in µUSD, rounded up: every input token uncached, all of max_tokens."""
@@ -93,10 +124,16 @@ class ModelRates:
         return int(exact.quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
 
     def describe(self) -> str:
-        """``"in $0.28 / cached $0.028 / out $0.42 per 1M tokens"``."""
-        return f"in ${self.input} / cached ${self.cached} / out ${self.output} per 1M tokens" + (
-            f" ({self.source})" if self.source else ""
-        )
+        """``"in $0.28 / cached $0.028 / out $0.42 per 1M tokens"`` (and each tier's,
+        ``"; above 200000 input tokens: in $2.5 / …"``)."""
+        text = f"in ${self.input} / cached ${self.cached} / out ${self.output} per 1M tokens"
+        for tier in self.tiers:
+            r = tier.rates
+            text += (
+                f"; above {tier.above_input_tokens} input tokens: in ${r.input} / cached "
+                f"${r.cached} / out ${r.output}"
+            )
+        return text + (f" ({self.source})" if self.source else "")
 
 
 _DEEPSEEK_SRC = (
@@ -130,17 +167,68 @@ def _dec(value: object, where: str) -> Decimal:
     return out
 
 
+_RATE_FIELDS = frozenset({"input", "cached_input", "output"})
+
+
+def _rates_of(spec: Mapping[str, Any], where: str, fields: frozenset[str]) -> ModelRates:
+    """One entry's (or one tier's) rates.
+
+    Raises:
+        BudgetConfigError: an unknown field, no ``input``/``output``, a non-decimal value.
+    """
+    unknown = set(spec) - fields
+    if unknown:
+        raise BudgetConfigError(f"{where}: unknown fields {sorted(unknown)}")
+    if "input" not in spec or "output" not in spec:
+        raise BudgetConfigError(f"{where} needs 'input' and 'output'")
+    cached = spec.get("cached_input")
+    return ModelRates(
+        input=_dec(spec["input"], f"{where}.input"),
+        output=_dec(spec["output"], f"{where}.output"),
+        cached_input=None if cached is None else _dec(cached, f"{where}.cached_input"),
+        source="PRICE_OVERRIDES",
+    )
+
+
+def _tiers_of(raw: object, where: str) -> tuple[PromptTier, ...]:
+    """An entry's ``tiers``: a list of ``{"above_input_tokens": N, "input": …, "output":
+    …[, "cached_input": …]}``, thresholds whole, ≥ 0 and rising strictly.
+
+    Raises:
+        BudgetConfigError: anything else.
+    """
+    if not isinstance(raw, list):
+        raise BudgetConfigError(f"{where} must be a list of tiers")
+    tiers: list[PromptTier] = []
+    for i, spec in enumerate(raw):
+        at = f"{where}[{i}]"
+        if not isinstance(spec, Mapping):
+            raise BudgetConfigError(f"{at} must be an object")
+        start = spec.get("above_input_tokens")
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise BudgetConfigError(f"{at}.above_input_tokens must be a whole number >= 0")
+        if tiers and start <= tiers[-1].above_input_tokens:
+            raise BudgetConfigError(f"{at}: tiers must rise (above_input_tokens increasing)")
+        rates = _rates_of(spec, at, _RATE_FIELDS | {"above_input_tokens"})
+        tiers.append(PromptTier(start, rates))
+    return tuple(tiers)
+
+
 def parse_overrides(raw: str | Mapping[str, Mapping[str, Any]]) -> dict[str, ModelRates]:
     """Parse ``PRICE_OVERRIDES``.
 
     Args:
         raw: JSON text (``""`` = none) or an already-decoded mapping
             ``{"provider:model": {"input": "0.27", "cached_input": "0.07", "output": "1.10"}}``;
-            USD per 1M tokens; ``cached_input`` optional.
+            USD per 1M tokens; ``cached_input`` optional; optional ``"tiers": [{
+            "above_input_tokens": 200000, "input": "2.5", "output": "15"}]`` for a
+            long-context tier (a tier without ``cached_input`` bills cached tokens at
+            its ``input``).
 
     Raises:
         BudgetConfigError: malformed JSON, a key without ``:``, a missing
-            ``input``/``output``, an unknown field, or a non-decimal value.
+            ``input``/``output``, an unknown field, a non-decimal value, or tiers that
+            do not rise.
     """
     if isinstance(raw, str):
         if not raw.strip():
@@ -159,20 +247,11 @@ def parse_overrides(raw: str | Mapping[str, Mapping[str, Any]]) -> dict[str, Mod
             raise BudgetConfigError(f"PRICE_OVERRIDES key {key!r} must be 'provider:model'")
         if not isinstance(spec, Mapping):
             raise BudgetConfigError(f"PRICE_OVERRIDES[{key!r}] must be an object")
-        unknown = set(spec) - {"input", "cached_input", "output"}
-        if unknown:
-            raise BudgetConfigError(f"PRICE_OVERRIDES[{key!r}]: unknown fields {sorted(unknown)}")
-        if "input" not in spec or "output" not in spec:
-            raise BudgetConfigError(f"PRICE_OVERRIDES[{key!r}] needs 'input' and 'output'")
-        cached = spec.get("cached_input")
-        out[key.lower()] = ModelRates(
-            input=_dec(spec["input"], f"PRICE_OVERRIDES[{key!r}].input"),
-            output=_dec(spec["output"], f"PRICE_OVERRIDES[{key!r}].output"),
-            cached_input=None
-            if cached is None
-            else _dec(cached, f"PRICE_OVERRIDES[{key!r}].cached_input"),
-            source="PRICE_OVERRIDES",
-        )
+        where = f"PRICE_OVERRIDES[{key!r}]"
+        rates = _rates_of(spec, where, _RATE_FIELDS | {"tiers"})
+        if "tiers" in spec:
+            rates = replace(rates, tiers=_tiers_of(spec["tiers"], f"{where}.tiers"))
+        out[key.lower()] = rates
     return out
 
 
@@ -185,8 +264,11 @@ class ProviderModel:
     tier: Tier
 
 
-def _rate(value: object, *, highest: bool, input_tokens: int) -> Decimal | None:
-    """A genai-prices price value (Decimal or TieredPrices) as one Decimal rate."""
+def _rate(value: object, input_tokens: int) -> Decimal | None:
+    """A genai-prices price value (Decimal or TieredPrices) as the one Decimal rate of a
+    call with ``input_tokens`` prompt tokens: a tier applies above its ``start`` and then
+    to every token (genai-prices' ``calc_unit_price``: ``total_input_tokens >
+    tier.start``)."""
     if value is None:
         return None
     if isinstance(value, Decimal):
@@ -194,8 +276,6 @@ def _rate(value: object, *, highest: bool, input_tokens: int) -> Decimal | None:
     base = getattr(value, "base", None)
     tiers = getattr(value, "tiers", None)
     if isinstance(base, Decimal) and isinstance(tiers, list):
-        if highest:
-            return max([base, *(Decimal(t.price) for t in tiers)])
         rate = base
         for tier in tiers:  # sorted ascending; crossing a tier re-prices all tokens
             if input_tokens > tier.start:
@@ -235,9 +315,9 @@ class _GenaiModel:
         return points
 
     def rates(self, at: datetime, *, until: datetime | None, input_tokens: int = 0) -> ModelRates:
-        """Rates at ``at``; with ``until``, the highest of each rate over [at, until]."""
+        """Rates at ``at`` of a call with ``input_tokens`` prompt tokens (the tier it
+        falls in); with ``until``, the highest of each rate over [at, until]."""
         instants = [at] if until is None else self._boundaries(at, until)
-        highest = until is not None
         best: dict[str, Decimal] = {}
         for instant in instants:
             mp = self._prices_at(instant)
@@ -246,7 +326,7 @@ class _GenaiModel:
                 ("cached", "cache_read_mtok"),
                 ("output", "output_mtok"),
             ):
-                r = _rate(getattr(mp, theirs, None), highest=highest, input_tokens=input_tokens)
+                r = _rate(getattr(mp, theirs, None), input_tokens)
                 if r is not None and (ours not in best or r > best[ours]):
                     best[ours] = r
         if "input" not in best or "output" not in best:
@@ -344,24 +424,41 @@ class PriceCard:
             lib = version("genai-prices")
         except Exception:  # noqa: BLE001 - metadata missing only in odd installs
             lib = "unknown"
-        digest = sorted(f"{k}={v.input}/{v.cached}/{v.output}" for k, v in self._overrides.items())
+        digest = sorted(
+            f"{k}={v.input}/{v.cached}/{v.output}"
+            + "".join(
+                f";>{t.above_input_tokens}={t.rates.input}/{t.rates.cached}/{t.rates.output}"
+                for t in v.tiers
+            )
+            for k, v in self._overrides.items()
+        )
         sha = hashlib.sha256("\n".join(digest).encode()).hexdigest()[:10]
         return f"genai-prices {lib}; overrides {len(digest)}:{sha}"
 
     def rates(
-        self, provider: str, model: str, at: datetime, *, for_ceiling: bool = False
+        self,
+        provider: str,
+        model: str,
+        at: datetime,
+        *,
+        for_ceiling: bool = False,
+        input_tokens: int = 0,
     ) -> ModelRates | None:
         """List rates of ``provider:model`` at ``at`` (highest over the call when
-        ``for_ceiling``); ``None`` when unknown (free tier only).
+        ``for_ceiling``) for a call of ``input_tokens`` prompt tokens: the long-context
+        tier that prompt falls in (0: the base tier, as for a day's summed usage, whose
+        calls' tiers are unknown); ``None`` when unknown (free tier only).
 
         Raises:
             BudgetConfigError: a paid model with no known price.
         """
         found = self._resolve(provider, model)
-        if found is None or isinstance(found, ModelRates):
-            return found
+        if found is None:
+            return None
+        if isinstance(found, ModelRates):
+            return found.for_prompt(input_tokens)
         until = at + self._max_call if for_ceiling else None
-        return found.rates(at, until=until)
+        return found.rates(at, until=until, input_tokens=input_tokens)
 
     # -- PriceCardPort ----------------------------------------------------------
     def is_free(self, provider: str) -> bool:
@@ -372,7 +469,7 @@ class PriceCard:
         self, provider: str, model: str, input_tokens: int, max_tokens: int, at: datetime
     ) -> int | None:
         """The ceiling at list price (µUSD, rounded up), ``None`` if no list price."""
-        rates = self.rates(provider, model, at, for_ceiling=True)
+        rates = self.rates(provider, model, at, for_ceiling=True, input_tokens=input_tokens)
         return None if rates is None else rates.ceiling_musd(input_tokens, max_tokens)
 
     def ceiling_musd(
@@ -391,7 +488,7 @@ class PriceCard:
 
     def list_actual_musd(self, provider: str, model: str, usage: Usage, at: datetime) -> int | None:
         """Cost of ``usage`` at list price (µUSD, nearest), ``None`` if no list price."""
-        rates = self.rates(provider, model, at)
+        rates = self.rates(provider, model, at, input_tokens=usage.input_tokens)
         return None if rates is None else rates.actual_musd(usage)
 
     def actual_musd(self, provider: str, model: str, usage: Usage, at: datetime) -> int:
@@ -410,7 +507,7 @@ class PriceCard:
         (2**31 − 1)."""
         if self.is_free(provider):
             return 2**31 - 1
-        rates = self.rates(provider, model, at, for_ceiling=True)
+        rates = self.rates(provider, model, at, for_ceiling=True, input_tokens=input_tokens)
         assert rates is not None
         left = Decimal(budget_musd) - Decimal(input_tokens) * rates.input
         if left < 0:
