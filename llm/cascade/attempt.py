@@ -16,7 +16,8 @@
     judge the usage (see below), settle; breaker, pacing and calibration learn from it
     blank text → EmptyCompletion (billed, not an answer)
 
-Usage (``docs/money.md``, "What a provider sends"): what a provider reports is what it
+Usage (``docs/money.md``, "What a provider sends";
+docs/decisions/090-what-a-provider-reports.md): what a provider reports is what it
 bills, so a well-formed report is booked as reported whenever the model can have done
 it — at most its context window plus the ``max_tokens`` sent
 (:func:`llm.model_caps.possible_tokens`). Then:

@@ -11,7 +11,8 @@ o200k ÷ *f*. So a text of o200k count *n* was at least *n* ÷ *f* output tokens
 provider (*fewest*), and a stream is certainly past ``max_tokens`` once *n* ÷ *f* >
 ``max_tokens`` — a provider that honours ``max_tokens`` never gets there.
 
-Rules (``docs/money.md``, "What a provider sends"):
+Rules (``docs/money.md``, "What a provider sends";
+docs/decisions/090-what-a-provider-reports.md):
 
 * **A stream past ``max_tokens`` is closed** as soon as its text is certainly past it
   (:class:`OutputWatch`, asked by :func:`llm.stream.pump` after each delta), and booked

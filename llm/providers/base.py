@@ -283,6 +283,40 @@ def _error_status(err: Mapping[str, Any]) -> int:
     return 502
 
 
+def _without_choices(
+    provider: str, body: Mapping[str, Any], reading: UsageReading, rate_limits: RateLimitInfo
+) -> ProviderError:
+    """The error a 200 body without ``choices`` stands for (see
+    :func:`parse_completion_body`)."""
+    usage = reading.usage
+    err = body.get("error")
+    if err is None and isinstance(body.get("detail"), str):
+        err = body["detail"]  # FastAPI-style gateways: {"detail": "..."}
+    if isinstance(err, str) and err.strip():
+        err = {"message": err}  # {"error": "Insufficient Balance"}
+    if isinstance(err, Mapping):
+        status = _error_status(err)
+        exc = error_for_status(provider, status, json.dumps(body), rate_limits)
+        exc.detail = f"200 with an error object: {exc.detail}"
+        exc.billed_usage = usage
+        return exc
+    if usage is None and reading.issue == "inconsistent":  # it billed something: the ceiling
+        return ProviderUnavailable(
+            provider, "200 without choices, usage self-contradictory", interrupted=True,
+            status=200,
+        )  # fmt: skip
+    if usage is None:
+        return ProviderUnavailable(provider, "200 without choices or usage", status=200)
+    return ProviderUnavailable(
+        provider,
+        "200 without choices",
+        interrupted=True,
+        partial_usage=usage,
+        status=200,
+        billed_usage=usage,
+    )
+
+
 def parse_completion_body(
     provider: str,
     model: str,
@@ -318,32 +352,7 @@ def parse_completion_body(
     usage, issue = reading.usage, reading.issue
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
-        err = body.get("error")
-        if err is None and isinstance(body.get("detail"), str):
-            err = body["detail"]  # FastAPI-style gateways: {"detail": "..."}
-        if isinstance(err, str) and err.strip():
-            err = {"message": err}  # {"error": "Insufficient Balance"}
-        if isinstance(err, Mapping):
-            status = _error_status(err)
-            exc = error_for_status(provider, status, json.dumps(body), rate_limits)
-            exc.detail = f"200 with an error object: {exc.detail}"
-            exc.billed_usage = usage
-            raise exc
-        if usage is None and issue == "inconsistent":  # it billed something: the ceiling
-            raise ProviderUnavailable(
-                provider, "200 without choices, usage self-contradictory", interrupted=True,
-                status=200,
-            )  # fmt: skip
-        if usage is None:
-            raise ProviderUnavailable(provider, "200 without choices or usage", status=200)
-        raise ProviderUnavailable(
-            provider,
-            "200 without choices",
-            interrupted=True,
-            partial_usage=usage,
-            status=200,
-            billed_usage=usage,
-        )
+        raise _without_choices(provider, body, reading, rate_limits)
     choice = choices[0]
     message = _sub(choice, "message")
     content = message.get("content")
