@@ -48,6 +48,8 @@ with ``data: [DONE]``. Extra step keys for streams::
     {"gap_after": 3, "gap_s": 2}  # an idle gap after 3 text chunks
     {"error_event_after": 2}      # Groq's ``event: error`` after 2 text chunks
     {"no_usage": true}            # no usage report at all
+    {"early_usage": {...}}        # this usage block on the first (role) chunk, before any
+                                  # text: what some gateways send (0 output tokens)
     {"raw_sse": "data: ...\n\n"} # exactly this body (recorded streams)
 
 Each streamed response is logged in :meth:`FakeProviders.streams` (:class:`StreamLog`):
@@ -526,7 +528,12 @@ class FakeProviders:
                 out["usage"] = None
             return b"data: " + json.dumps(out).encode() + b"\n\n"
 
-        events.append(chunk({"role": "assistant", "content": ""}, None))
+        if "early_usage" in step:  # a gateway's usage block on the first chunk, not final
+            events.append(
+                chunk({"role": "assistant", "content": ""}, None, usage=step["early_usage"])
+            )
+        else:
+            events.append(chunk({"role": "assistant", "content": ""}, None))
         for i, piece in enumerate(pieces):
             if step.get("cut_after") is not None and i >= int(step["cut_after"]):
                 events.append("cut")
