@@ -27,6 +27,7 @@ from bot.chat.payer import is_on_behalf_of_chat
 from bot.chat.streaming import StreamRegistry
 from bot.middlewares.rate import NOT_RATE_LIMITED
 from bot.ops.chart import CHART_MISSING, chart_available, spend_chart_png
+from bot.ops.killswitch import reset_kill, trip_kill
 from bot.ops.signals import POLL_S as SIGNAL_POLL_S
 from bot.settings import Settings
 from bot.storage.repos import Intake
@@ -399,25 +400,15 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
         reason = words[1] if hard and len(words) > 1 else "" if hard else (command.args or "")
         reason = reason.strip() or "manual"
         by = message.from_user.id if message.from_user else None
-        before = await ledger.kill_state()
-        if before.killed:
-            # the first kill's reason, admin and time stay on the books: a second /kill
-            # (e.g. a /kill hard after a /kill) only adds its cuts
-            exposure = (await ledger.status()).exposure_musd
-            origin = _kill_origin(before, settings_view.tz)
+        # the first kill's reason, admin and time stay on the books: a second /kill
+        # (e.g. a /kill hard after a /kill) only adds its cuts
+        tripped = await trip_kill(ledger, reason, by=by, hard=hard)
+        before_state, exposure = tripped.already, tripped.exposure_musd
+        if before_state is not None:
+            origin = _kill_origin(before_state, settings_view.tz)
             head = f"⛔ The kill switch was already ON ({origin}); that reason is kept."
-            log.warning(
-                "kill switch already on; /kill%s by admin %s: %s",
-                " hard" if hard else "",
-                by,
-                reason,
-            )
         else:
-            exposure = await ledger.kill(reason, by=by)
             head = f"⛔ Kill switch ON{', hard' if hard else ''} ({reason})."
-            log.warning(
-                "kill switch tripped by admin %s%s: %s", by, " (hard)" if hard else "", reason
-            )
         if not hard:
             await reply(
                 bot,
@@ -443,7 +434,7 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
             if not unsettled
             else f"{unsettled} not settled after {CUT_SETTLE_WAIT_S:g} s"
         )
-        when = "before the cuts" if before.killed else "when killed"
+        when = "before the cuts" if before_state is not None else "when killed"
         queued = (
             f"; {waiting} answer(s) still waiting for a model call cancelled (no call made)"
             if waiting
@@ -461,12 +452,11 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
     @router.message(Command("unkill"))
     async def on_unkill(message: Message, bot: Bot, clock: Clock, ledger: Ledger) -> None:
         by = message.from_user.id if message.from_user else None
-        if not (await ledger.kill_state()).killed:
+        stuck = await reset_kill(ledger, by=by)
+        if stuck is None:
             await reply(bot, message, "The kill switch is already off.", clock)
             return
-        stuck = await ledger.unkill(by=by)
         status = await ledger.status()
-        log.warning("kill switch reset by admin %s", by)
         await reply(
             bot,
             message,

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from bot.chat.service import ChatService
     from bot.chat.streaming import StreamConfig, StreamMetrics, StreamRegistry
     from bot.ops.admin_notices import AdminNotifier
+    from bot.ops.dashboard.view import OperatorView
     from bot.storage.repos import History, Intake
     from bot.storage.values import Preferences
     from budget.books.stops import StopBook
@@ -107,6 +108,10 @@ class WorkflowData(TypedDict):
     stream_config: StreamConfig
     stream_metrics: StreamMetrics
     stop_book: StopBook
+    #: the operator dashboard's documents; /budget chart draws its picture
+    operator_view: OperatorView
+    #: DASHBOARD_URL (``None``: no dashboard), the /dashboard button's address
+    dashboard_url: str | None
 
 
 @dataclass(frozen=True, slots=True)

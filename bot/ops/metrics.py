@@ -31,6 +31,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from bot.ops.dashboard.api import DashboardSite
 from bot.ops.health import Readiness, add_health_routes
 from budget.ledger import Ledger
 from llm.cascade.cascade import Cascade
@@ -97,8 +98,9 @@ def dropped_counter(registry: CollectorRegistry) -> Counter:
 
 class MetricsServer:
     """Serves ``/metrics`` (and ``/healthz``, ``/readyz`` when given ``readiness``: the
-    health endpoints of polling mode, see :mod:`bot.ops.health`). Start with :meth:`start`,
-    stop with :meth:`stop`."""
+    health endpoints of polling mode, see :mod:`bot.ops.health`; and the operator
+    dashboard when given ``dashboard``: polling mode's, see :mod:`bot.ops.dashboard`).
+    Start with :meth:`start`, stop with :meth:`stop`."""
 
     def __init__(
         self,
@@ -109,8 +111,10 @@ class MetricsServer:
         cascade: Cascade,
         *,
         readiness: Readiness | None = None,
+        dashboard: DashboardSite | None = None,
     ) -> None:
         self._readiness = readiness
+        self._dashboard = dashboard
         self._registry = registry
         self._host = host
         self._port = port
@@ -176,6 +180,8 @@ class MetricsServer:
         app.router.add_get("/metrics", self._handle)
         if self._readiness is not None:
             add_health_routes(app, lambda: self._readiness)
+        if self._dashboard is not None:  # polling mode's dashboard (bot/ops/dashboard)
+            self._dashboard.mount(app)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         await web.TCPSite(self._runner, self._host, self._port).start()
