@@ -74,9 +74,9 @@ def _venv_with(wheel: Path, tmp_path: Path) -> Path:
 async def test_wheel_installs_and_kopek_runs_to_its_first_get_updates(
     tmp_path: Path, bot_factory: BotFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
 ) -> None:
-    """The wheel carries the migrations and the dashboard's files; installed outside the repository, the ``kopek``
-    script imports the installed package, migrates a new database, calls getUpdates
-    and exits 0 on SIGTERM."""
+    """The wheel carries the migrations and the dashboard's files; installed outside the
+    repository, the ``kopek`` script imports the installed package, migrates a new
+    database, calls getUpdates and exits 0 on SIGTERM."""
     wheel = _build_wheel(tmp_path)
     # the file README's install instructions name (trial 15 F10)
     assert f"{wheel.name}[chart]" in (REPO_ROOT / "README.md").read_text(encoding="utf-8")
