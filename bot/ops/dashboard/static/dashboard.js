@@ -95,23 +95,21 @@
       const row = el("div", null, "bucket");
       row.dataset.bucket = b.id;
       row.appendChild(el("div", b.text.line, "line"));
+      box.appendChild(row);
+      if (b.limit_musd === null) continue;  // no limit: nothing to measure a bar against
       const bar = el("div", null, "bar");
       const used = b.settled_musd + b.held_musd;
-      const top = Math.max(b.limit_musd || 0, used) * 1.15 || 1;
+      const top = Math.max(b.limit_musd, used) * 1.15 || 1;
       const settled = el("div", null, "settled");
       settled.style.width = (100 * b.settled_musd / top) + "%";
       const held = el("div", null, "held");
       held.style.left = (100 * b.settled_musd / top) + "%";
       held.style.width = (100 * b.held_musd / top) + "%";
-      bar.append(settled, held);
-      if (b.limit_musd !== null) {
-        const limit = el("div", null, "limit");
-        limit.style.left = (100 * b.limit_musd / top) + "%";
-        limit.title = "limit " + b.text.limit;
-        bar.appendChild(limit);
-      }
+      const limit = el("div", null, "limit");
+      limit.style.left = (100 * b.limit_musd / top) + "%";
+      limit.title = "limit " + b.text.limit;
+      bar.append(settled, held, limit);
       row.appendChild(bar);
-      box.appendChild(row);
     }
   }
 
@@ -164,6 +162,12 @@
     $("updated").textContent = "Updated " + new Date().toLocaleTimeString();
   }
 
+  function money(v) {  // an axis tick in dollars, short
+    if (v === 0) return "$0";
+    if (v >= 0.01) return "$" + v.toFixed(2);
+    return "$" + Number(v.toPrecision(2)).toString();
+  }
+
   function hatch(colour) {
     const tile = document.createElement("canvas");
     tile.width = tile.height = 8;
@@ -180,21 +184,30 @@
   }
 
   // stacked bars, bottom to top: each key's money, then each key's free calls at list price
+  // (money at the bottom, so the limit line — which counts money only — meets its top)
   function layersOf(series) {
-    const layers = [];
+    const paid = [];
+    const free = [];
     series.providers.forEach((p, i) => {
       const colour = COLOURS[i % COLOURS.length];
       if (p.paid_musd.some((v) => v > 0)) {
-        layers.push({ label: p.name + " (paid)", data: p.paid_musd, colour: colour, free: false });
+        paid.push({ label: p.name + " (paid)", data: p.paid_musd, colour: colour, free: false });
       }
       if (p.free_list_musd.some((v) => v > 0)) {
-        layers.push({ label: p.name + " (free, at list price)", data: p.free_list_musd, colour: colour, free: true });
+        free.push({ label: p.name + " (free, at list price)", data: p.free_list_musd, colour: colour, free: true });
       }
     });
-    return layers;
+    return paid.concat(free);
   }
 
-  function legend(id, series, layers) {
+  // the y scale: the stack's top, and the limit line when it is near enough to be read
+  // beside the bars (a limit far above them would flatten every bar to nothing)
+  function yTop(stackTop, limit) {
+    const top = Math.max(stackTop * 1.15, 1e-6);
+    return limit !== null && limit <= stackTop * 4 ? Math.max(top, limit * 1.1) : top;
+  }
+
+  function legend(id, series, layers, limitShown) {
     const box = $(id);
     box.replaceChildren();
     for (const layer of layers) {
@@ -208,7 +221,8 @@
     if (series.limit_musd !== null) {
       const item = el("li");
       item.appendChild(el("span", null, "limit-swatch"));
-      item.appendChild(document.createTextNode("global limit " + series.text.limit));
+      const where = limitShown ? "" : " (above the chart's scale)";
+      item.appendChild(document.createTextNode("global limit " + series.text.limit + where));
       box.appendChild(item);
     }
     const total = el("li", "money spent " + series.text.paid_total + "; free calls at list price " + series.text.free_list_total + " (not spent)");
@@ -221,10 +235,14 @@
     if (charts[id]) charts[id].destroy();
     box.replaceChildren();
     const layers = layersOf(series);
-    legend("legend-" + id, series, layers);
     const xs = series.x.map((_x, i) => i);
     let acc = xs.map(() => 0);
     const stacked = layers.map((layer) => (acc = acc.map((v, i) => v + layer.data[i] / 1e6)));
+    const stackTop = Math.max(0, ...acc);
+    const limitUsd = series.limit_musd === null ? null : series.limit_musd / 1e6;
+    const top = yTop(stackTop, limitUsd);
+    const limitShown = limitUsd !== null && limitUsd <= top;
+    legend("legend-" + id, series, layers, limitShown);
     const uSeries = [{}];
     const data = [xs];
     for (let k = layers.length - 1; k >= 0; k--) {  // tallest first: each drawn over the last
@@ -236,27 +254,27 @@
         paths: uPlot.paths.bars({ size: [0.8, 40] }),
         points: { show: false },
       });
-      data.push(stacked[k]);
+      data.push(stacked[k].map((v) => (v > 0 ? v : null)));  // an empty slot draws nothing
     }
-    if (series.limit_musd !== null) {
+    if (limitShown) {
       uSeries.push({ label: "limit", stroke: "#d63b3b", width: 2, dash: [6, 4], points: { show: false } });
-      data.push(xs.map(() => series.limit_musd / 1e6));
+      data.push(xs.map(() => limitUsd));
     }
-    if (layers.length === 0 && series.limit_musd === null) {
+    if (layers.length === 0 && !limitShown) {
       box.appendChild(el("p", "No spend and no calls in this span.", "muted"));
       charts[id] = null;
       return;
     }
-    const labels = series.labels;
+    const labels = id === "daily" ? series.labels.map((d) => d.slice(5)) : series.labels;
     const options = {
       width: Math.max(280, box.clientWidth || 600),
       height: 220,
       legend: { show: false },
       cursor: { show: false },
-      scales: { x: { time: false, range: [-0.6, xs.length - 0.4] }, y: { range: (u, min, max) => [0, Math.max(max, 1e-6) * 1.1] } },
+      scales: { x: { time: false, range: [-0.6, xs.length - 0.4] }, y: { range: [0, top] } },
       axes: [
-        { values: (u, splits) => splits.map((i) => (Number.isInteger(i) && labels[i]) || ""), space: 40 },
-        { values: (u, splits) => splits.map((v) => "$" + (v < 0.01 ? v.toPrecision(2) : v.toFixed(2))), size: 60 },
+        { values: (u, splits) => splits.map((i) => (Number.isInteger(i) && labels[i]) || ""), space: 48 },
+        { values: (u, splits) => splits.map(money), size: 72 },
       ],
       series: uSeries,
     };
@@ -264,12 +282,15 @@
   }
 
   async function refreshState() {
-    if (stopped) return;
+    if (stopped) return null;
     try {
-      renderState(await api("api/state"));
+      const state = await api("api/state");
+      renderState(state);
       $("error").textContent = "";
+      return state;
     } catch (e) {
       if (!stopped) $("error").textContent = "Could not refresh: " + e.message;
+      return null;
     }
   }
 
@@ -326,12 +347,13 @@
     $("confirm-no").addEventListener("click", () => { pending = null; $("confirm").hidden = true; });
     postEvent("web_app_ready");
     postEvent("web_app_expand");
-    refreshState().then(() => {
+    refreshState().then((state) => {
       if (stopped) return;
+      const every = (state && state.refresh_s) || 5;  // the server's pace for the live panels
+      timers.push(setInterval(refreshState, every * 1000));
       refreshSeries();
       timers.push(setInterval(refreshSeries, SERIES_EVERY_S * 1000));
     });
-    timers.push(setInterval(refreshState, 5000));
   }
 
   start();
