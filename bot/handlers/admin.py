@@ -27,6 +27,7 @@ from bot.chat.payer import is_on_behalf_of_chat
 from bot.chat.streaming import StreamRegistry
 from bot.middlewares.rate import NOT_RATE_LIMITED
 from bot.ops.chart import CHART_MISSING, chart_available, spend_chart_png
+from bot.ops.dashboard.view import OperatorView
 from bot.ops.killswitch import reset_kill, trip_kill
 from bot.ops.signals import POLL_S as SIGNAL_POLL_S
 from bot.settings import Settings
@@ -54,6 +55,10 @@ LIMIT_USAGE = "Usage: /limit <global|team NAME|user ID> <hour|day> <usd|off>"
 TEAM_USAGE = "Usage: /team <NAME> add|remove <user id>, or /team list"
 TEAM_NAME_RULE = "Team names are 1-32 letters, digits, _ or - (and not 'list')."
 USER_ID_RULE = "The user id must be a positive Telegram user id."
+CHART_CAPTION = (
+    "Spend by provider: per hour, last 24 h, and per day, last 30 days (USD). Money is "
+    "solid; free calls at list price are hatched (not spent); dashed: the global limit."
+)
 AMOUNT_RULE = "The amount is USD with at most 6 decimals, from 0 to 1000000, e.g. 0.50 (or 'off')."
 
 #: Telegram user ids are positive and fit a signed 64-bit integer (Bot API: "User.id").
@@ -338,6 +343,7 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
         cascade: Cascade,
         settings_view: AdminView,
         intake: Intake,
+        operator_view: OperatorView,
         stop_book: StopBook | None = None,
     ) -> None:
         args = (command.args or "").split()
@@ -347,12 +353,12 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
                 if not chart_available():
                     await reply(bot, message, CHART_MISSING, clock)
                     return
-                series = await ledger.spend_per_hour(48)
-                png = await asyncio.to_thread(spend_chart_png, series, tz)
+                # the dashboard's main picture, from the same figures (bot/ops/chart.py)
+                png = await asyncio.to_thread(spend_chart_png, await operator_view.picture())
                 await bot.send_photo(
                     message.chat.id,
-                    BufferedInputFile(png, filename="spend-48h.png"),
-                    caption="Spend per hour, last 48 h (USD)",
+                    BufferedInputFile(png, filename="spend.png"),
+                    caption=CHART_CAPTION,
                 )
                 return
             if len(args) == 2 and args[0] == "user":
