@@ -54,6 +54,7 @@ from budget.books.usage_export import MAX_EXPORT_BYTES, parse_export
 from budget.errors import BudgetConfigError
 from budget.kernel.clock import SystemClock
 from budget.kernel.db import check_credentials, create_engine, failure_reason, location, sqlite_path
+from budget.kernel.schema import SchemaMismatch, check_schema
 from budget.policy.money import usd_to_musd
 from budget.pricing.names import CASCADE_ORDER, family
 from budget.pricing.prices import PriceCard, ProviderModel, parse_overrides
@@ -203,13 +204,7 @@ def _read_export(name: str) -> tuple[str, bytes]:
 async def _check_schema(url: str) -> None:
     """Refuse (:class:`_Fail`, exit 2) a database whose schema is not this code's head —
     behind (not migrated yet) or ahead (a newer version migrated it) — with the bot's own
-    check and sentence (:func:`bot.storage.migrate.check_schema`), before anything is read.
-
-    ``python -m budget`` is an entry point, like ``python -m bot``: the revision chain is
-    the bot's (``bot/migrations``), so this one import goes up; the library modules of
-    ``budget/`` never import ``bot`` (nor aiogram: ``bot.storage.migrate`` does not)."""
-    from bot.storage.migrate import SchemaMismatch, check_schema
-
+    check and sentence (:func:`budget.kernel.schema.check_schema`), before anything is read."""
     try:
         await asyncio.to_thread(check_schema, url)
     except SchemaMismatch as exc:

@@ -5,7 +5,7 @@ An admin writing as themselves in a private chat gets a message with one inline
 ``web_app`` button to DASHBOARD_URL; in a group, a line saying Telegram opens it only in
 a private chat (Telegram refuses ``web_app`` buttons there); without DASHBOARD_URL, how
 to turn it on. Anyone else falls through to the fallback router's "unknown command", as
-for every admin command (:class:`bot.handlers.admin.IsAdmin`). The handler is a module
+for every admin command (:class:`bot.handlers.admin.base.IsAdmin`). The handler is a module
 function; its dependencies (``dashboard_url``) come from the dispatcher's workflow data.
 """
 
@@ -16,7 +16,7 @@ from aiogram.filters import Command
 from aiogram.types import InlineKeyboardButton, InlineKeyboardMarkup, Message, WebAppInfo
 
 from bot.chat.delivery import send_text
-from bot.handlers.admin import IsAdmin
+from bot.handlers.admin.base import IsAdmin
 from bot.text import templates
 from budget.kernel.clock import Clock
 

@@ -13,7 +13,7 @@ import pytest
 from pydantic import SecretStr
 
 from bot.ops.dashboard.auth import MAX_INIT_DATA_CHARS, Confirmations, InitDataCheck
-from budget.kernel.clock import ManualClock
+from tests.support.clocks import ManualClock
 from tests.support.webapp import launch_fields
 
 TOKEN = "123456:TEST-token_for-the-dashboard"

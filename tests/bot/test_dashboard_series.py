@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -103,11 +104,18 @@ def _picture(limit_hour: int | None, limit_day: int | None) -> SpendPicture:
     )
 
 
+def _ys(line: Any) -> list[float]:
+    """A matplotlib line's y values as floats."""
+    return [float(y) for y in line.get_ydata()]
+
+
 def test_the_chart_stacks_money_under_free_calls_and_draws_a_readable_limit() -> None:
     pytest.importorskip("matplotlib")
     fig = spend_chart_figure(_picture(limit_hour=50, limit_day=2_000_000))
     hourly, daily = fig.axes
-    labels = [t.get_text() for t in hourly.get_legend().get_texts()]
+    hourly_legend, daily_legend = hourly.get_legend(), daily.get_legend()
+    assert hourly_legend is not None and daily_legend is not None
+    labels = [t.get_text() for t in hourly_legend.get_texts()]
     assert labels == [
         "deepseek (paid): $0.000021",
         "groq (free, at list price): $0.000032",
@@ -116,9 +124,9 @@ def test_the_chart_stacks_money_under_free_calls_and_draws_a_readable_limit() ->
     paid_bar, free_bar = hourly.containers[0][-1], hourly.containers[1][-1]
     assert paid_bar.get_y() == 0 and paid_bar.get_height() == pytest.approx(21e-6)
     assert free_bar.get_y() == pytest.approx(21e-6) and free_bar.get_hatch() == "///"
-    assert [line.get_ydata()[0] for line in hourly.get_lines()] == [pytest.approx(50e-6)]
-    day_labels = [t.get_text() for t in daily.get_legend().get_texts()]
+    assert [_ys(line) for line in hourly.get_lines()] == [[50e-6, 50e-6]]
+    day_labels = [t.get_text() for t in daily_legend.get_texts()]
     assert day_labels[-1] == "global limit $2.000000 (above the scale)"
-    assert [line for line in daily.get_lines() if len(line.get_ydata())] == []
+    assert [_ys(line) for line in daily.get_lines()] == [[]]  # named, not drawn
     png = spend_chart_png(_picture(None, None))
     assert png.startswith(b"\x89PNG") and len(png) > 10_000

@@ -20,7 +20,6 @@ from budget.books.reconcile import reconcile
 from budget.books.reconcile_period import compare_buckets
 from budget.books.usage_export import parse_export
 from budget.config import LedgerConfig
-from budget.kernel.clock import ManualClock
 from budget.kernel.db import create_engine
 from budget.ledger import Ledger
 from budget.policy.windows import local_instant
@@ -29,6 +28,7 @@ from budget.storage.sqlite.store import SqliteStore
 from budget.storage.tables import create_schema
 from budget.types import Origin, Usage
 from tests.budget.ledger_helpers import stamp_head
+from tests.support.clocks import ManualClock
 from tests.support.provider_exports import export_from_ledger
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)

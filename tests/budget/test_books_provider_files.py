@@ -22,7 +22,6 @@ from budget.books.periods import ExportFileError
 from budget.books.reconcile import reconcile
 from budget.books.usage_export import ProviderExport, parse_export
 from budget.config import LedgerConfig
-from budget.kernel.clock import ManualClock
 from budget.kernel.db import create_engine
 from budget.ledger import Ledger
 from budget.policy.money import round_musd
@@ -32,6 +31,7 @@ from budget.storage.tables import create_schema
 from budget.types import Origin, Usage
 from tests.budget.ledger_helpers import stamp_head
 from tests.support import provider_files as pf
+from tests.support.clocks import ManualClock
 
 KEY = "deepseek"
 CHAT = "deepseek-chat"

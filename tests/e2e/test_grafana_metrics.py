@@ -34,7 +34,7 @@ def _queried() -> set[str]:
 
 
 def _exposed(text: str) -> set[str]:
-    samples = set()
+    samples: set[str] = set()
     for family, kind in re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE):
         base = family.removesuffix("_total") if kind == "counter" else family  # either form
         samples.update(base + suffix for suffix in SUFFIXES.get(kind, ("",)))

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from budget.errors import HoldRefused
-from budget.kernel.clock import ManualClock
 from budget.protocol import OperationTicket
 from budget.types import Origin, Refusal, Usage
 from llm.errors import AllProvidersFailed
@@ -16,6 +15,7 @@ from scheduler.errors import DeliveryRetryAfter, NoPublicPreview, RecipientGone
 from scheduler.sources.feeds import FeedFetch
 from scheduler.sources.tme import ChannelFetch
 from scheduler.types import DigestSection, Notice, Post
+from tests.support.clocks import ManualClock
 
 
 class FakeLedger:

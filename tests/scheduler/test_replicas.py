@@ -16,7 +16,6 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from budget.kernel.clock import ManualClock
 from budget.protocol import OperationTicket
 from budget.storage.tables import processes
 from budget.types import Usage
@@ -29,6 +28,7 @@ from scheduler.service import DigestService
 from scheduler.tables import DigestRun, RunStatus, SummaryPending
 from scheduler.types import ProgressStep, Step, SubscribeStatus
 from tests.scheduler.scheduler_fakes import FakeBackend, FakeDeliverer, FakeFetcher, FakeLedger
+from tests.support.clocks import ManualClock
 
 Sessions = async_sessionmaker[AsyncSession]
 

@@ -10,7 +10,6 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime, timedelta
 
-from budget.kernel.clock import ManualClock
 from budget.types import Level, Refusal, RefusalReason, Window
 from scheduler.claims import Claimant
 from scheduler.runner import DigestRunner
@@ -18,6 +17,7 @@ from scheduler.tables import RunStatus
 from scheduler.types import NoticeKind
 from tests.scheduler.test_replicas import DEAD_AFTER_S, Replicas
 from tests.scheduler.test_runner import Sessions, World
+from tests.support.clocks import ManualClock
 
 BERLIN = "Europe/Berlin"
 

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from budget.kernel.clock import ManualClock
 from scheduler.cache import CacheKey, Made, SummaryCache
+from tests.support.clocks import ManualClock
 
 KEY = CacheKey("tme:channel_a", 1, "0" * 64, "en", "v1")
 
