@@ -14,6 +14,7 @@ from aiohttp import ClientSession
 
 from tests.support.harness import REPO_ROOT, free_port
 from tests.support.inprocess import AppFactory
+from tests.support.providers import FakeProviders
 from tests.support.telegram import FakeTelegram
 
 DASHBOARD = REPO_ROOT / "deploy" / "grafana" / "dashboards" / "kopek.json"
@@ -42,14 +43,28 @@ def _exposed(text: str) -> set[str]:
 
 
 async def test_every_metric_the_grafana_dashboard_queries_is_exposed(
-    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str], tmp_path: Path
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+    tmp_path: Path,
 ) -> None:
+    """Also: the breaker gauges say what the cascade says (Groq's first key opened by a
+    429 with Retry-After: state 2 with its cooldown left; the key that answered: 0)."""
     port = free_port()
     bot = app_factory(env=dict(bot_env, METRICS_PORT=str(port), ADMIN_IDS="1"))
     await bot.start()
+    fake_providers.script("gsk_fake_groq_key_1", {"status": 429, "retry_after": "120"})
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(50, "hello")
+    await fake_telegram.wait_sent(50, since=mark, timeout=20)
     async with ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as resp:
         assert resp.status == 200
         text = await resp.text()
+    assert 'kopek_llm_circuit_state{provider="groq"} 2.0' in text
+    assert 'kopek_llm_circuit_state{provider="groq2"} 0.0' in text
+    [left] = re.findall(r'kopek_llm_cooldown_remaining_seconds\{provider="groq"\} (\S+)', text)
+    assert 60 < float(left) <= 120
     exposed = _exposed(text)
     queried = _queried()
     for needed in ("kopek_budget_settled_musd", "kopek_llm_circuit_state", "kopek_llm_calls_total"):
