@@ -1,0 +1,129 @@
+"""``python -m bot.media.child --memory-mb N``: one document extraction in a process of
+its own, started by :class:`bot.media.worker.ExtractionPool`.
+
+The protocol, over the process's standard streams (binary):
+
+1. the child limits itself — address space (``RLIMIT_AS``) to ``N`` MiB, no core
+   files —, imports the extractors, then writes ``ready\\n``;
+2. the parent writes one JSON header line ``{"kind", "size", "limits"}`` and then
+   exactly ``size`` bytes of the document;
+3. the child caps its CPU time (``RLIMIT_CPU``: the deadline plus one second, a backstop
+   to the parent's wall-clock kill), extracts, writes one JSON result line
+   (:meth:`bot.media.types.Extracted.to_json` or
+   :meth:`~bot.media.types.ExtractionFailed.to_json`, with its peak resident set and
+   time) and exits.
+
+An allocation past the address-space limit raises ``MemoryError`` in the extractor,
+reported as ``MEMORY``; ``RecursionError`` (form XObjects drawing each other) as
+``UNREADABLE``. Anything a library prints goes to standard error: the result line is
+written to a private duplicate of the original standard output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from typing import BinaryIO
+
+from bot.media.html_text import extract_html
+from bot.media.pdf_text import extract_pdf
+from bot.media.plain_text import extract_text
+from bot.media.types import (
+    DocumentKind,
+    Extracted,
+    ExtractionFailed,
+    ExtractionLimits,
+    ExtractionResult,
+    Refusal,
+)
+from bot.media.word_text import extract_docx
+
+__all__ = ["EXTRACTORS", "extract", "main"]
+
+#: The reader of each kind.
+EXTRACTORS: dict[DocumentKind, Callable[[bytes, ExtractionLimits], ExtractionResult]] = {
+    DocumentKind.PDF: extract_pdf,
+    DocumentKind.DOCX: extract_docx,
+    DocumentKind.HTML: extract_html,
+    DocumentKind.TEXT: extract_text,
+}
+
+#: The longest header line accepted, bytes.
+MAX_HEADER_BYTES = 4096
+
+
+def extract(kind: DocumentKind, data: bytes, limits: ExtractionLimits) -> ExtractionResult:
+    """Run the extractor of ``kind`` in this process (no limits set here: the caller's
+    process is the one limited). ``MemoryError`` and ``RecursionError`` become results."""
+    try:
+        return EXTRACTORS[kind](data, limits)
+    except MemoryError:
+        return ExtractionFailed(Refusal.MEMORY, kind, limit=limits.memory_mb)
+    except RecursionError:
+        return ExtractionFailed(Refusal.UNREADABLE, kind, detail="nesting too deep")
+
+
+def _limit_memory(memory_mb: int) -> None:
+    limit = memory_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _limit_cpu(seconds: float) -> None:
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    spent = used.ru_utime + used.ru_stime
+    soft = math.ceil(spent + seconds) + 1
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def _read_job(stdin: BinaryIO) -> tuple[DocumentKind, ExtractionLimits, bytes]:
+    header = json.loads(stdin.readline(MAX_HEADER_BYTES))
+    limits = ExtractionLimits(**header["limits"])
+    size = int(header["size"])
+    data = stdin.read(size)
+    if len(data) != size:
+        raise EOFError(f"{len(data)} of {size} bytes")
+    return DocumentKind(header["kind"]), limits, data
+
+
+def _result_line(result: ExtractionResult, seconds: float) -> bytes:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    body = result.to_json()
+    body["peak_memory_kb"] = peak
+    if isinstance(result, Extracted):
+        body["seconds"] = round(seconds, 4)
+    return json.dumps(body, ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The worker's life: limit, announce, read one job, answer, exit."""
+    parser = argparse.ArgumentParser(prog="python -m bot.media.child")
+    parser.add_argument("--memory-mb", type=int, required=True)
+    args = parser.parse_args(argv)
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # whatever a library prints goes to standard error
+    warnings.simplefilter("ignore")  # a hostile file's warnings are not ours to show
+    _limit_memory(args.memory_mb)
+    out.write(b"ready\n")
+    out.flush()
+    kind, limits, data = _read_job(sys.stdin.buffer)
+    _limit_cpu(limits.timeout_s)
+    started = time.perf_counter()
+    result = extract(kind, data, limits)
+    del data
+    out.write(_result_line(result, time.perf_counter() - started))
+    out.flush()
+
+
+if __name__ == "__main__":
+    main()
