@@ -1,4 +1,4 @@
-"""``python -m bot.media.child --memory-mb N``: one document extraction in a process of
+"""``python -m bot.media.child --memory-mb N [--nice K]``: one document extraction in a process of
 its own, started by :class:`bot.media.worker.ExtractionPool`.
 
 The protocol, over the process's standard streams (binary):
@@ -11,7 +11,13 @@ The protocol, over the process's standard streams (binary):
    to the parent's wall-clock kill), extracts, writes one JSON result line
    (:meth:`bot.media.types.Extracted.to_json` or
    :meth:`~bot.media.types.ExtractionFailed.to_json`, with its peak resident set and
-   time) and exits.
+   time) — for an extracted text, without the text but with ``text_bytes``, the text
+   following as that many bytes of UTF-8 (decoding it costs the loop a fraction of
+   parsing it out of JSON: ~1 ms for 2 MB) — and exits.
+
+The child runs at a lower scheduling priority (``nice`` +``--nice``, :data:`NICE` by
+default): on a busy machine the bot's event loop gets the CPU before an extraction
+does.
 
 An allocation past the address-space limit raises ``MemoryError`` in the extractor,
 reported as ``MEMORY``; ``RecursionError`` (form XObjects drawing each other) as
@@ -32,9 +38,6 @@ import warnings
 from collections.abc import Callable
 from typing import BinaryIO
 
-from bot.media.html_text import extract_html
-from bot.media.pdf_text import extract_pdf
-from bot.media.plain_text import extract_text
 from bot.media.types import (
     DocumentKind,
     Extracted,
@@ -43,27 +46,39 @@ from bot.media.types import (
     ExtractionResult,
     Refusal,
 )
-from bot.media.word_text import extract_docx
 
-__all__ = ["EXTRACTORS", "extract", "main"]
+__all__ = ["NICE", "extract", "extractors", "main"]
 
-#: The reader of each kind.
-EXTRACTORS: dict[DocumentKind, Callable[[bytes, ExtractionLimits], ExtractionResult]] = {
-    DocumentKind.PDF: extract_pdf,
-    DocumentKind.DOCX: extract_docx,
-    DocumentKind.HTML: extract_html,
-    DocumentKind.TEXT: extract_text,
-}
+Extractor = Callable[[bytes, ExtractionLimits], ExtractionResult]
 
 #: The longest header line accepted, bytes.
 MAX_HEADER_BYTES = 4096
+#: How much lower than the bot's a worker's scheduling priority is, by default (the
+#: lowest: 19; measured in bench/media.py against 10, docs/decisions/080-…).
+NICE = 19
+
+
+def extractors() -> dict[DocumentKind, Extractor]:
+    """The reader of each kind (imported here, not at module level: a worker lowers its
+    priority and limits itself before it pays for these imports)."""
+    from bot.media.html_text import extract_html
+    from bot.media.pdf_text import extract_pdf
+    from bot.media.plain_text import extract_text
+    from bot.media.word_text import extract_docx
+
+    return {
+        DocumentKind.PDF: extract_pdf,
+        DocumentKind.DOCX: extract_docx,
+        DocumentKind.HTML: extract_html,
+        DocumentKind.TEXT: extract_text,
+    }
 
 
 def extract(kind: DocumentKind, data: bytes, limits: ExtractionLimits) -> ExtractionResult:
     """Run the extractor of ``kind`` in this process (no limits set here: the caller's
     process is the one limited). ``MemoryError`` and ``RecursionError`` become results."""
     try:
-        return EXTRACTORS[kind](data, limits)
+        return extractors()[kind](data, limits)
     except MemoryError:
         return ExtractionFailed(Refusal.MEMORY, kind, limit=limits.memory_mb)
     except RecursionError:
@@ -96,24 +111,31 @@ def _read_job(stdin: BinaryIO) -> tuple[DocumentKind, ExtractionLimits, bytes]:
     return DocumentKind(header["kind"]), limits, data
 
 
-def _result_line(result: ExtractionResult, seconds: float) -> bytes:
+def _result_bytes(result: ExtractionResult, seconds: float) -> bytes:
+    """The header line and, for an extracted text, the text's UTF-8 bytes after it."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     body = result.to_json()
     body["peak_memory_kb"] = peak
+    text = b""
     if isinstance(result, Extracted):
         body["seconds"] = round(seconds, 4)
-    return json.dumps(body, ensure_ascii=False).encode("utf-8") + b"\n"
+        text = str(body.pop("text")).encode("utf-8")
+        body["text_bytes"] = len(text)
+    return json.dumps(body).encode("ascii") + b"\n" + text
 
 
 def main(argv: list[str] | None = None) -> None:
     """The worker's life: limit, announce, read one job, answer, exit."""
     parser = argparse.ArgumentParser(prog="python -m bot.media.child")
     parser.add_argument("--memory-mb", type=int, required=True)
+    parser.add_argument("--nice", type=int, default=NICE)
     args = parser.parse_args(argv)
+    os.nice(args.nice)
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever a library prints goes to standard error
     warnings.simplefilter("ignore")  # a hostile file's warnings are not ours to show
     _limit_memory(args.memory_mb)
+    extractors()  # the imports, before "ready": a job then pays none of them
     out.write(b"ready\n")
     out.flush()
     kind, limits, data = _read_job(sys.stdin.buffer)
@@ -121,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     result = extract(kind, data, limits)
     del data
-    out.write(_result_line(result, time.perf_counter() - started))
+    out.write(_result_bytes(result, time.perf_counter() - started))
     out.flush()
 
 

@@ -32,7 +32,9 @@ import tempfile
 from collections import deque
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
+from bot.media.child import NICE
 from bot.media.types import (
     DocumentKind,
     ExtractionFailed,
@@ -78,6 +80,8 @@ class ExtractionPool:
         prewarm: worker processes kept started and ready (0: start one per document).
         python: the interpreter to run the workers with.
         start_timeout_s: how long a worker may take to become ready, seconds.
+        nice: how much lower the workers' scheduling priority is than the bot's (0-19;
+            19, the lowest, by default: the loop gets the CPU first).
 
     Lifecycle: :meth:`start` (prewarms), :meth:`extract` any number of times,
     :meth:`close` (kills what is left). :meth:`extract` also works without
@@ -90,6 +94,7 @@ class ExtractionPool:
         "_filling",
         "_idle",
         "_limits",
+        "_nice",
         "_prewarm",
         "_python",
         "_slots",
@@ -106,9 +111,11 @@ class ExtractionPool:
         prewarm: int = 1,
         python: str = sys.executable,
         start_timeout_s: float = 60.0,
+        nice: int = NICE,
     ) -> None:
-        if concurrency < 1 or prewarm < 0:
-            raise ValueError("concurrency must be >= 1 and prewarm >= 0")
+        if concurrency < 1 or prewarm < 0 or not 0 <= nice <= 19:
+            raise ValueError("concurrency must be >= 1, prewarm >= 0, nice in 0..19")
+        self._nice = nice
         self._limits = limits
         self._prewarm = prewarm
         self._python = python
@@ -136,6 +143,16 @@ class ExtractionPool:
     async def start(self) -> None:
         """Start the prewarmed workers (returns at once; they get ready in the background)."""
         self._fill()
+
+    async def wait_ready(self) -> None:
+        """Wait until the workers being prewarmed are ready (or failed to start)."""
+        while self._filling:
+            await asyncio.gather(*set(self._filling), return_exceptions=True)
+
+    @property
+    def idle(self) -> int:
+        """Workers started and ready, waiting for a document."""
+        return len(self._idle)
 
     def _fill(self) -> None:
         while not self._closed and len(self._idle) + len(self._filling) < self._prewarm:
@@ -167,6 +184,8 @@ class ExtractionPool:
                 "bot.media.child",
                 "--memory-mb",
                 str(self._limits.memory_mb),
+                "--nice",
+                str(self._nice),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.DEVNULL,
@@ -188,9 +207,12 @@ class ExtractionPool:
         return proc
 
     def _line_limit(self) -> int:
-        """The longest result line accepted: every character as 4 UTF-8 bytes or a
-        6-byte JSON escape, plus the other fields."""
-        return self._limits.max_chars * 6 + 65_536
+        """The longest header line accepted (the text follows it as raw bytes)."""
+        return 65_536
+
+    def _text_limit(self) -> int:
+        """The most text bytes accepted: every character as 4 bytes of UTF-8."""
+        return self._limits.max_chars * 4
 
     async def _take(self) -> asyncio.subprocess.Process:
         """An idle worker; else the one being prewarmed (started earlier, so ready
@@ -219,44 +241,70 @@ class ExtractionPool:
         """
         async with self._slots:
             worker = await self._take()
-            self._fill()
             try:
                 return await self._run(worker, kind, data)
             finally:
                 self.extractions += 1
                 if worker.returncode is None:
                     await _kill(worker)
+                self._fill()  # after, not during: a start would take this one's CPU
 
     async def _run(
         self, worker: asyncio.subprocess.Process, kind: DocumentKind, data: bytes
     ) -> ExtractionResult:
-        assert worker.stdin is not None and worker.stdout is not None
-        header = {"kind": kind.value, "size": len(data), "limits": asdict(self._limits)}
+        assert worker.stdin is not None
+        job = {"kind": kind.value, "size": len(data), "limits": asdict(self._limits)}
         timeout = self._limits.timeout_s
         try:
             async with asyncio.timeout(timeout):
-                worker.stdin.write(json.dumps(header).encode() + b"\n")
+                worker.stdin.write(json.dumps(job).encode() + b"\n")
                 worker.stdin.write(data)
                 await worker.stdin.drain()
                 worker.stdin.close()
-                line = await worker.stdout.readline()
+                answer = await self._read_answer(worker)
         except TimeoutError:
             peak = _peak_kb(worker.pid)
             await _kill(worker)
             return ExtractionFailed(
                 Refusal.TIMEOUT, kind, limit=math.ceil(timeout), peak_memory_kb=peak
             )
-        except (ValueError, asyncio.LimitOverrunError):  # a result line past the bound
+        except (ValueError, TypeError) as exc:  # not a result (a line past the bound too)
             await _kill(worker)
-            return ExtractionFailed(Refusal.UNREADABLE, kind, detail="result too long")
-        except (BrokenPipeError, ConnectionResetError):
-            line = b""  # it died while reading the document: judged by its exit below
-        if not line:
+            return ExtractionFailed(
+                Refusal.UNREADABLE, kind, detail=f"bad result: {type(exc).__name__}"
+            )
+        except (asyncio.IncompleteReadError, BrokenPipeError, ConnectionResetError):
+            answer = None  # it died reading the document or writing the text
+        if answer is None:
             return await self._died(worker, kind)
         try:
-            return result_from_json(json.loads(line))
+            return result_from_json(answer)
         except ValueError as exc:
             return ExtractionFailed(Refusal.UNREADABLE, kind, detail=f"bad result: {exc}"[:200])
+
+    async def _read_answer(self, worker: asyncio.subprocess.Process) -> dict[str, Any] | None:
+        """The header line as a dict with the text put back in (``None``: the worker
+        ended without a line).
+
+        Raises:
+            ValueError: a line past the bound, not JSON, not an object, or a text size
+                past the cap.
+            asyncio.IncompleteReadError: the text ended early.
+        """
+        assert worker.stdout is not None
+        line = await worker.stdout.readline()
+        if not line:
+            return None
+        answer = json.loads(line)
+        if not isinstance(answer, dict):
+            raise ValueError("not an object")
+        if "text_bytes" in answer:
+            size = int(answer.pop("text_bytes"))
+            if not 0 <= size <= self._text_limit():
+                raise ValueError(f"{size} text bytes")
+            text = await worker.stdout.readexactly(size)
+            answer["text"] = text.decode("utf-8", errors="replace")
+        return answer
 
     async def _died(
         self, worker: asyncio.subprocess.Process, kind: DocumentKind

@@ -4,6 +4,7 @@ deadline), the loop kept free, the bot's own memory untouched by a bomb."""
 from __future__ import annotations
 
 import asyncio
+import os
 import resource
 import time
 from collections.abc import AsyncIterator
@@ -82,10 +83,13 @@ async def test_a_worker_past_the_deadline_is_killed_and_the_timeout_named() -> N
     assert result.reason == Refusal.TIMEOUT and result.limit == 1
 
 
-async def test_the_event_loop_keeps_ticking_while_documents_are_read(pool: ExtractionPool) -> None:
-    """Three 30-page PDFs read at once: the loop's longest stall stays far below the
-    time the extractions take (they run in other processes)."""
+async def test_the_loop_does_none_of_the_reading(pool: ExtractionPool) -> None:
+    """Three 30-page PDFs read at once: this process spends a fraction of the CPU the
+    reading costs (it happens in the workers), and the loop keeps ticking. Lag itself
+    is measured by bench/media.py: on a shared machine it is mostly other tenants'."""
     data = text_pdf(30)
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    here_before = used.ru_utime + used.ru_stime
     lags: list[float] = []
     done = asyncio.Event()
 
@@ -96,13 +100,15 @@ async def test_the_event_loop_keeps_ticking_while_documents_are_read(pool: Extra
             lags.append(time.perf_counter() - before - 0.005)
 
     tick = asyncio.create_task(ticker())
-    started = time.perf_counter()
     results = await asyncio.gather(*(pool.extract(DocumentKind.PDF, data) for _ in range(3)))
-    elapsed = time.perf_counter() - started
     done.set()
     await tick
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    here = used.ru_utime + used.ru_stime - here_before
     assert all(isinstance(r, Extracted) and r.pages == 30 for r in results)
-    assert max(lags) < min(0.25, elapsed / 2), (max(lags), elapsed)
+    reading = sum(r.seconds for r in results if isinstance(r, Extracted))
+    assert here < max(0.1, reading / 3), (here, reading)  # the workers read, not the loop
+    assert len(lags) > 3 and max(lags) < 2.0
 
 
 async def test_no_interpreter_means_worker_unavailable_not_a_refusal() -> None:
@@ -110,6 +116,22 @@ async def test_no_interpreter_means_worker_unavailable_not_a_refusal() -> None:
     with pytest.raises(WorkerUnavailable, match="cannot start"):
         await pool.extract(DocumentKind.TEXT, b"hello")
     await pool.close()
+
+
+async def test_a_worker_runs_at_the_lowest_priority() -> None:
+    """A prewarmed worker's niceness is 19 above the bot's: the loop gets the CPU first."""
+    pool = ExtractionPool(LIMITS, prewarm=1)
+    try:
+        await pool.start()
+        await pool.wait_ready()
+        assert pool.idle == 1
+        worker = pool._idle[0]
+        nice = os.getpriority(os.PRIO_PROCESS, worker.pid)
+        assert nice - os.getpriority(os.PRIO_PROCESS, 0) == 19
+    finally:
+        await pool.close()
+    with pytest.raises(ValueError, match="nice"):
+        ExtractionPool(LIMITS, nice=20)
 
 
 async def test_a_worker_that_is_not_ready_in_time_is_unavailable() -> None:
