@@ -26,6 +26,10 @@ a ceiling whichever model answers. No minimum billed length is documented; no up
 size limit for this endpoint either (the Bot API's 20 MB download limit is lower than
 any stated elsewhere).
 
+Both take the key as ``Authorization: Bearer`` (Mistral's own SDK does so for this
+endpoint, ``mistralai`` 1.12 ``models/security.py``; its docs' curl shows ``x-api-key``);
+Mistral's request has no ``response_format`` field, so none is sent to it.
+
 Billing granularity beyond Groq's minimum is not documented by either: whole seconds
 are assumed (the reported length rounded up), and reconciliation with the provider's
 export (``/reconcile``) shows any difference.
