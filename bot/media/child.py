@@ -47,7 +47,7 @@ from bot.media.types import (
     Refusal,
 )
 
-__all__ = ["NICE", "extract", "extractors", "main"]
+__all__ = ["NICE", "extract", "extractors", "main", "peak_resident_kb"]
 
 Extractor = Callable[[bytes, ExtractionLimits], ExtractionResult]
 
@@ -111,9 +111,25 @@ def _read_job(stdin: BinaryIO) -> tuple[DocumentKind, ExtractionLimits, bytes]:
     return DocumentKind(header["kind"]), limits, data
 
 
+def peak_resident_kb() -> int:
+    """This process's peak resident set, KiB: ``VmHWM`` of ``/proc/self/status``.
+
+    Not ``getrusage().ru_maxrss``: Linux carries that across ``execve`` (the kernel folds
+    the old address space's high-water mark into it), so a worker forked from a large
+    process would report its parent's size. Elsewhere (no ``/proc``), ``ru_maxrss``."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def _result_bytes(result: ExtractionResult, seconds: float) -> bytes:
     """The header line and, for an extracted text, the text's UTF-8 bytes after it."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = peak_resident_kb()
     body = result.to_json()
     body["peak_memory_kb"] = peak
     text = b""
