@@ -90,10 +90,10 @@ async def measure(url: str) -> list[tuple[str, float, float]]:
     def course(claims: bool) -> Callable[[int], Awaitable[None]]:
         async def run(user_id: int) -> None:
             store = stores[claims]
-            run_, _profile, claimed = await store.load(Job(user_id, day, due))
-            assert claimed
-            await store.still_mine(run_)
-            await store.sent(run_, clock.now(), late=False)
+            loaded = await store.load(Job(user_id, day, due))
+            assert loaded.claimed
+            await store.still_mine(loaded.run)
+            await store.sent(loaded.run, clock.now(), late=False)
 
         return run
 
@@ -103,8 +103,8 @@ async def measure(url: str) -> list[tuple[str, float, float]]:
 
         async def run(post_id: int) -> None:
             key = CacheKey("bench", post_id, "0" * 64, "en", "v1")
-            summary, hit = await caches[claims].get_or_make(key, made)
-            assert not hit and summary == "a summary"
+            served = await caches[claims].get_or_make(key, made)
+            assert not served.hit and served.summary == "a summary"
 
         return run
 
@@ -114,7 +114,7 @@ async def measure(url: str) -> list[tuple[str, float, float]]:
 
         async def run(post_id: int) -> None:
             key = CacheKey("bench", post_id, "0" * 64, "en", "v1")
-            assert (await caches[claims].get_or_make(key, never))[1]
+            assert (await caches[claims].get_or_make(key, never)).hit
 
         return run
 

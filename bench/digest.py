@@ -15,7 +15,7 @@ What is real and what is simulated:
   (free), DeepSeek paid and unlimited — choosing providers like ``llm.cascade.cascade`` (first
   free provider whose remaining tokens cover input + max_tokens; the paid anchor only
   when ``allow_paid``), with per-provider latencies;
-* time: :class:`tests.support.simclock.VirtualClock` — sleeps advance virtual time, so the
+* time: :class:`tests.support.clocks.VirtualClock` — sleeps advance virtual time, so the
   run takes seconds.
 
 Two runs on the same input: *paced* (the runner's pacing, stagger 0: pacing decides
@@ -60,7 +60,7 @@ from scheduler.sources.fetch import Fetchers  # noqa: E402
 from scheduler.sources.tme import TmeClient  # noqa: E402
 from scheduler.tables import metadata  # noqa: E402
 from scheduler.types import DigestSection, Notice  # noqa: E402
-from tests.support.simclock import VirtualClock  # noqa: E402
+from tests.support.clocks import VirtualClock  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "telegram_html" / "any2feed_full.html"
 START = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -180,7 +180,13 @@ class Deliverer:
         self.last: datetime | None = None
 
     async def send_digest(
-        self, user_id: int, chat_id: int, language: str, parts: Sequence[DigestSection]
+        self,
+        user_id: int,
+        chat_id: int,
+        language: str,
+        parts: Sequence[DigestSection],
+        *,
+        skip_messages: int = 0,
     ) -> None:
         self.sent += 1
         self.last = self.clock.now()

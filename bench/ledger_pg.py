@@ -61,7 +61,7 @@ async def ledger_worker(
     ``auto_kill``: the default burn-rate trigger (else off)."""
     fraction = LedgerConfig().auto_kill_fraction if auto_kill else Decimal(0)
     cfg = replace(BASE_CONFIG, global_daily_musd=10**15, auto_kill_fraction=fraction)
-    ledger = Ledger.postgres(url, cfg, card(), SystemClock())
+    ledger = Ledger.open(url, cfg, card(), SystemClock())
     await ledger.start(run_sweeper=False)
     holds: list[float] = []
 

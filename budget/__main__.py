@@ -3,14 +3,15 @@
 ::
 
     python -m budget export --period 2026-01 --tz Europe/Berlin --out jan.csv
-    python -m budget reconcile deepseek-usage.csv --provider deepseek [--period 2026-01]
-                                                  [--tz Asia/Shanghai] [--diff-out diff.csv]
+    python -m budget reconcile deepseek-usage.zip --provider deepseek [--period 2026-01]
+                     [--tz Asia/Shanghai] [--api-key NAME] [--diff-out diff.csv]
 
 ``export`` writes the same CSV as ``/budget export`` (``--out FILE``; the totals go to
 ``FILE`` with ``.totals.csv`` instead of ``.csv``; without ``--out`` the attempts go to
 stdout and no totals file is written). ``reconcile`` prints the report of
-``/reconcile`` (corrections are applied from the bot, ``/reconcile apply``, where the
-admin who applies them is known).
+``/reconcile`` for any export the bot reads (CSV, JSON, the ZIP DeepSeek serves;
+``--api-key`` compares one API key's rows). Corrections are applied from the bot
+(``/reconcile apply``), where the admin who applies them is known.
 
 Reads from the environment (and ``.env``): ``DATABASE_URL``, ``BUDGET_TZ``,
 ``PRICE_OVERRIDES``, ``RECONCILE_TOLERANCE_USD``, ``<PROVIDER>_BILLING_TZ`` and
@@ -53,6 +54,7 @@ from budget.books.usage_export import MAX_EXPORT_BYTES, parse_export
 from budget.errors import BudgetConfigError
 from budget.kernel.clock import SystemClock
 from budget.kernel.db import check_credentials, create_engine, failure_reason, location, sqlite_path
+from budget.kernel.schema import SchemaMismatch, check_schema
 from budget.policy.money import usd_to_musd
 from budget.pricing.names import CASCADE_ORDER, family
 from budget.pricing.prices import PriceCard, ProviderModel, parse_overrides
@@ -113,11 +115,14 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--out", default=None, help="CSV file (default: stdout)")
     ex.add_argument("--provider", default=None, help="only this provider key")
     rc = sub.add_parser("reconcile", help="compare with a provider's usage export")
-    rc.add_argument("file", help="the provider's usage export (CSV, at most 20 MB)")
+    rc.add_argument("file", help="the provider's usage export (CSV, JSON or ZIP, at most 20 MB)")
     rc.add_argument("--provider", required=True, help="the provider key, e.g. deepseek")
     rc.add_argument("--period", default=None, help="YYYY-MM-DD or YYYY-MM (default: the file's)")
     rc.add_argument("--tz", default=None, help="billing zone (default <PROVIDER>_BILLING_TZ)")
     rc.add_argument("--diff-out", default=None, help="write the differing rows here")
+    rc.add_argument(
+        "--api-key", default=None, help="only this API key's rows (api_key_name / api_key_id)"
+    )
     return p
 
 
@@ -199,13 +204,7 @@ def _read_export(name: str) -> tuple[str, bytes]:
 async def _check_schema(url: str) -> None:
     """Refuse (:class:`_Fail`, exit 2) a database whose schema is not this code's head —
     behind (not migrated yet) or ahead (a newer version migrated it) — with the bot's own
-    check and sentence (:func:`bot.storage.migrate.check_schema`), before anything is read.
-
-    ``python -m budget`` is an entry point, like ``python -m bot``: the revision chain is
-    the bot's (``bot/migrations``), so this one import goes up; the library modules of
-    ``budget/`` never import ``bot`` (nor aiogram: ``bot.storage.migrate`` does not)."""
-    from bot.storage.migrate import SchemaMismatch, check_schema
-
+    check and sentence (:func:`budget.kernel.schema.check_schema`), before anything is read."""
     try:
         await asyncio.to_thread(check_schema, url)
     except SchemaMismatch as exc:
@@ -254,13 +253,13 @@ async def _run(
             return 0, None
         tz = args.tz or settings.billing_tz(args.provider)
         zone(tz)
-        export = parse_export(export_file[1], export_file[0], tz)
+        export = parse_export(export_file[1], export_file[0], tz, api_key=args.api_key)
         report = await reconcile(
             engine,
             card,
             export,
             args.provider,
-            period=parse_period(args.period, tz, now) if args.period else None,
+            period=parse_period(args.period, export.tz, now) if args.period else None,
             tolerance_musd=settings.tolerance_musd,
         )
         print(report.text(max_lines=50), file=out)

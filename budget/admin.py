@@ -9,22 +9,18 @@ on its own. Money is integer µUSD; times come from the ledger's clock.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from datetime import datetime
-from typing import TYPE_CHECKING, TypeVar
 
-from budget.kernel.clock import Clock
+from budget.part import LedgerPart
 from budget.policy.rules import check_user_id
 from budget.status import KillState, LedgerStatus, TeamStatus, UserStatus
-from budget.storage.store import LedgerStore
+from budget.storage.store import LimitChange
 from budget.types import Level, Window
 
 __all__ = ["LedgerAdmin"]
 
-_T = TypeVar("_T")
 
-
-class LedgerAdmin:
+class LedgerAdmin(LedgerPart):
     """Admin operations and status reads of a :class:`~budget.ledger.Ledger`.
 
     Every async method may raise :class:`~budget.errors.LedgerUnavailable` (fail
@@ -32,13 +28,6 @@ class LedgerAdmin:
     """
 
     __slots__ = ()
-
-    store: LedgerStore
-    clock: Clock
-
-    if TYPE_CHECKING:  # provided by Ledger: reports storage failures once per reason
-
-        async def _guarded(self, step: Awaitable[_T]) -> _T: ...
 
     # -- kill switch -----------------------------------------------------------------
     async def kill(
@@ -103,9 +92,8 @@ class LedgerAdmin:
         _check_limit(window, limit_musd)
         _check_limit_scope(level, scope)
         _check_by(by)
-        await self._guarded(
-            self.store.set_limit(self.clock.now(), level, scope, window, limit_musd, by, False)
-        )
+        change = LimitChange(level, scope, window, limit_musd, by)
+        await self._guarded(self.store.set_limit(self.clock.now(), change))
 
     async def clear_limit(
         self, level: Level, scope: str, window: Window, *, by: int | None = None
@@ -118,9 +106,8 @@ class LedgerAdmin:
         _check_limit(window, None)
         _check_limit_scope(level, scope)
         _check_by(by)
-        await self._guarded(
-            self.store.set_limit(self.clock.now(), level, scope, window, None, by, True)
-        )
+        change = LimitChange(level, scope, window, None, by, clear=True)
+        await self._guarded(self.store.set_limit(self.clock.now(), change))
 
     async def team_add(self, name: str, user_id: int) -> str | None:
         """Put ``user_id`` in team ``name`` (a user is in at most one team).

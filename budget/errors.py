@@ -6,6 +6,7 @@
     ├── HoldRefused            .refusal: Refusal — the ledger said no (a value, not a string)
     │   └── LedgerUnavailable  the ledger could not write; fail closed (reason ``unavailable``)
     ├── UnknownHold            .hold_id — settle/release of a hold the ledger never granted
+    ├── ProcessFenced          this process was taken for dead by another (PostgreSQL)
     └── BudgetConfigError      bad limits/prices/TTL at start-up (e.g. a paid model with no price)
 """
 
@@ -18,6 +19,7 @@ __all__ = [
     "BudgetError",
     "HoldRefused",
     "LedgerUnavailable",
+    "ProcessFenced",
     "UnknownHold",
 ]
 
@@ -51,6 +53,28 @@ class UnknownHold(BudgetError):
     def __init__(self, hold_id: str) -> None:
         super().__init__(f"unknown hold {hold_id!r}")
         self.hold_id = hold_id
+
+
+#: What :class:`ProcessFenced` says unless told otherwise.
+FENCED = (
+    "this process was taken for dead by another (its heartbeat was late by more than"
+    " PROCESS_DEAD_AFTER_SECONDS)"
+)
+
+
+class ProcessFenced(BudgetError):
+    """This process was taken for dead by another: its ``budget_processes`` row is gone
+    (several processes on one PostgreSQL database; :mod:`budget.storage.postgres.lease`).
+    It must not act any more: the ledger grants it nothing (inside the store this is
+    raised by a step that found the row gone; its caller sees ``LedgerUnavailable``), and
+    the bot's run ends with it (exit code 1, ``bot.app.polling``).
+
+    Args:
+        message: what to say (default :data:`FENCED`).
+    """
+
+    def __init__(self, message: str = FENCED) -> None:
+        super().__init__(message)
 
 
 class BudgetConfigError(BudgetError):

@@ -1,13 +1,13 @@
 """The reservation ledger: every LLM attempt holds its ceiling here before it is sent.
 
 :class:`Ledger` implements :class:`budget.protocol.LedgerPort` on top of any
-:class:`budget.storage.store.LedgerStore` (e.g. :class:`budget.storage.sqlite.store.SqliteStore`:
-one writer thread, one ``BEGIN IMMEDIATE`` transaction per step). Money is integer
-µUSD; times come from the injected :class:`~budget.kernel.clock.Clock`.
+:class:`budget.storage.base.LedgerStore` (opened from the database URL by
+:func:`budget.storage.open_store`). Money is integer µUSD; times come from the injected
+:class:`~budget.kernel.clock.Clock`.
 
 Life cycle::
 
-    ledger = Ledger.sqlite("data/kopek.db", config, prices, clock)
+    ledger = Ledger.open("sqlite+aiosqlite:///data/kopek.db", config, prices, clock)
     await ledger.start()      # sweeps holds of a previous process, starts the sweeper
     ...                       # begin_operation / begin_request / reserve / settle / release
     await ledger.close()
@@ -35,48 +35,44 @@ later takes the bound back out (the provider was never reached). Worked timeline
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable
 from datetime import datetime
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from budget.admin import LedgerAdmin
+from budget.admission import DeferredAdmissions
 from budget.config import LedgerConfig
-from budget.errors import BudgetConfigError, HoldRefused, LedgerUnavailable, UnknownHold
+from budget.errors import BudgetConfigError, HoldRefused, LedgerUnavailable
 from budget.kernel.clock import Clock
 from budget.kernel.failure_log import FailureLog
 from budget.kernel.tasks import cancel_and_wait
-from budget.policy.rules import check_user_id, interrupted_usage
+from budget.notices import KillListener, LedgerNotices, LostListener
+from budget.policy.rules import check_user_id
 from budget.pricing.prices import PriceCard
 from budget.protocol import HoldTicket, OperationTicket
-from budget.status import KillState
-from budget.storage.sqlite.store import SqliteStore
-from budget.storage.store import Admission, LedgerStore, RefusedCommit, SettleOutcome, SweepOutcome
-from budget.types import Origin, Usage
+from budget.settle import LedgerSettle
+from budget.storage import open_store
+from budget.storage.base import LedgerStore
+from budget.storage.store import (
+    Admission,
+    HoldPrice,
+    HoldRequest,
+    RefusedStep,
+    SettleRequest,
+)
+from budget.types import Origin
 
-__all__ = ["KillListener", "Ledger", "LostListener"]
+__all__ = ["Ledger"]
 
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
-#: Called (as a task) when the automatic trigger trips the kill switch.
-KillListener = Callable[[KillState], Coroutine[Any, Any, None]]
-#: Called (as a task) once per reason when storage fails: ``"deleted"``/``"replaced"``
-#: (the database path no longer names the open file) or ``"storage"`` (read-only,
-#: full disk, I/O error).
-LostListener = Callable[[str], Coroutine[Any, Any, None]]
 
-#: Settles kept for the next sweep after a storage failure, at most (the rest are
-#: booked at their bounds by the sweep, estimated, as before).
-MAX_UNSETTLED = 10_000
-
-
-class Ledger(LedgerAdmin):
-    """The ledger. Use :meth:`sqlite` to build one on a SQLite file.
+class Ledger(LedgerSettle, LedgerAdmin):
+    """The ledger. Use :meth:`open` to build one on a database URL.
 
     Args:
         store: the storage backend (owns the database connection).
@@ -85,23 +81,20 @@ class Ledger(LedgerAdmin):
         clock: the one clock.
         on_auto_kill: awaited in a task once when the burn-rate trigger trips.
         sweep_previous_on_start: expire, on :meth:`start`, every hold and operation
-            left by another process (one bot process per database).
+            left by another process (one bot process per SQLite file; a PostgreSQL
+            store sweeps only dead processes' whatever this says).
 
     Every async method may raise :class:`~budget.errors.LedgerUnavailable` (the
     database could not be written: fail closed, make no provider call).
     """
 
     __slots__ = (
-        "_admit_now",
         "_card",
         "_closed",
         "_deferred",
-        "_notify_tasks",
-        "_on_auto_kill",
-        "_on_unavailable",
+        "_notices",
         "_sweep_previous",
         "_sweeper",
-        "_told",
         "_unsettled",
         "clock",
         "config",
@@ -125,45 +118,16 @@ class Ledger(LedgerAdmin):
         self.config = config
         self._card = prices
         self.clock = clock
-        self._on_auto_kill = on_auto_kill
+        self._notices = LedgerNotices(on_auto_kill, on_unavailable)
         self._sweep_previous = sweep_previous_on_start
         self._sweeper: asyncio.Task[None] | None = None
-        self._notify_tasks: set[asyncio.Task[None]] = set()
         self._closed = False
-        self._on_unavailable = on_unavailable
-        self._told: set[str] = set()
-        self._unsettled: dict[str, tuple[Usage | Callable[[int, int], Usage], bool]] = {}
-        #: operations whose admission waits for their first hold (SQLite, ``deferred``)
-        self._deferred: dict[str, Admission] = {}
-        #: the last deferred admission was refused: admit at once until one passes
-        self._admit_now = False
+        self._unsettled: dict[str, SettleRequest] = {}
+        #: operations whose admission waits for their first hold (``deferred``)
+        self._deferred = DeferredAdmissions()
 
     @classmethod
-    def sqlite(
-        cls,
-        path: str | Path,
-        config: LedgerConfig,
-        prices: PriceCard,
-        clock: Clock,
-        *,
-        on_auto_kill: KillListener | None = None,
-        sweep_previous_on_start: bool = True,
-        on_unavailable: LostListener | None = None,
-    ) -> Ledger:
-        """A ledger on the SQLite file ``path`` (schema from Alembic revision 0001_ledger)."""
-        store = SqliteStore(path, config, process_id=uuid.uuid4().hex)
-        return cls(
-            store,
-            config,
-            prices,
-            clock,
-            on_auto_kill=on_auto_kill,
-            sweep_previous_on_start=sweep_previous_on_start,
-            on_unavailable=on_unavailable,
-        )
-
-    @classmethod
-    def postgres(
+    def open(
         cls,
         url: str,
         config: LedgerConfig,
@@ -173,19 +137,15 @@ class Ledger(LedgerAdmin):
         on_auto_kill: KillListener | None = None,
         on_unavailable: LostListener | None = None,
     ) -> Ledger:
-        """A ledger on the PostgreSQL database ``url`` (``postgresql+asyncpg://…``),
-        shared with other processes: only dead processes' holds are swept
-        (:class:`budget.storage.postgres.store.PgStore`)."""
-        from budget.storage.postgres.store import PgStore  # asyncpg only when PostgreSQL is used
-
-        store = PgStore(url, config, process_id=uuid.uuid4().hex, clock=clock)
+        """A ledger on the database ``url`` names (:func:`budget.storage.open_store`: a
+        SQLite file, or a PostgreSQL database shared with other processes); schema from
+        Alembic. Nothing is connected before :meth:`start`."""
         return cls(
-            store,
+            open_store(url, config, clock),
             config,
             prices,
             clock,
             on_auto_kill=on_auto_kill,
-            sweep_previous_on_start=False,
             on_unavailable=on_unavailable,
         )
 
@@ -214,7 +174,7 @@ class Ledger(LedgerAdmin):
                 out.expired,
                 out.booked_musd,
             )
-        self._after_sweep(out)
+        self._notices.tripped(out.auto_killed)
         if run_sweeper and self._sweeper is None:
             self._sweeper = asyncio.create_task(self._sweep_loop(), name="ledger-sweeper")
         return out.expired
@@ -252,7 +212,7 @@ class Ledger(LedgerAdmin):
                 out.expired,
                 out.booked_musd,
             )
-        self._after_sweep(out)
+        self._notices.tripped(out.auto_killed)
         return out.expired
 
     async def close(self) -> None:
@@ -262,9 +222,7 @@ class Ledger(LedgerAdmin):
         self._closed = True
         await cancel_and_wait(self._sweeper)
         self._sweeper = None
-        for task in list(self._notify_tasks):
-            with contextlib.suppress(Exception):
-                await task
+        await self._notices.drain()
         await self.store.close()
 
     # -- LedgerPort ------------------------------------------------------------------
@@ -285,16 +243,14 @@ class Ledger(LedgerAdmin):
 
         Args:
             max_musd / max_requests: the operation's caps; default: the origin's.
-            deferred: on SQLite, admit it together with its first request and first
-                hold, in the hold's step (one writer round trip and one commit instead
-                of three, issue 10): this returns at once (``team`` ``None``), and the
-                admission's refusals (``kill``, ``inflight``, ``rate``) are raised by
-                the first :meth:`reserve` instead, which then creates nothing. Until
-                admitted the operation takes no slot; ended before any hold (no
-                provider was tried), it leaves no row. Any other call on it admits it
+            deferred: where the store :attr:`~budget.storage.base.LedgerStore.defers_admission`
+                (SQLite), admit it together with its first request and first hold, in
+                the hold's step (:mod:`budget.admission`): this returns at once
+                (``team`` ``None``), and the admission's refusals (``kill``,
+                ``inflight``, ``rate``) are raised by the first :meth:`reserve`
+                instead, which then creates nothing. Any other call on it admits it
                 first. Ignored on other stores, and after a deferred admission was
-                refused until an admission passes again (admitted at once: a refusal
-                then costs no fsync).
+                refused until an admission passes again.
 
         Raises:
             HoldRefused: reason ``kill``, ``inflight`` or ``rate`` (``resets_at`` =
@@ -305,34 +261,47 @@ class Ledger(LedgerAdmin):
         caps = self.config.operation_caps[origin]
         max_musd = caps.max_musd if max_musd is None else max_musd
         max_requests = caps.max_requests if max_requests is None else max_requests
-        if deferred and not self._admit_now and isinstance(self.store, SqliteStore):
-            op_id = uuid.uuid4().hex
-            self._deferred[op_id] = Admission(op_id, user_id, origin, max_musd, max_requests)
-            return OperationTicket(op_id, user_id, origin, None)
-        op = await self._guarded(
-            self.store.begin_operation(self.clock.now(), user_id, origin, max_musd, max_requests)
-        )
-        self._admit_now = False
+        if deferred and self.store.defers_admission and not self._deferred.admit_now:
+            return self._deferred.defer(user_id, origin, max_musd, max_requests)
+        admission = Admission(uuid.uuid4().hex, user_id, origin, max_musd, max_requests)
+        op = await self._guarded(self.store.begin_operation(self.clock.now(), admission))
+        self._deferred.admit_now = False
         return op
 
-    async def _admit(self, op: OperationTicket) -> None:
-        """Admit a deferred operation now (and its pending first request), if it is one.
+    async def _admit(
+        self,
+        admission: Admission | None,
+        hold: HoldRequest | None = None,
+        now: datetime | None = None,
+    ) -> HoldTicket | None:
+        """Admit a deferred operation (``None``: not one) with its pending first request
+        and ``hold``, if any, in one store step.
+
+        Returns:
+            the granted hold, or ``None`` when no hold was asked.
 
         Raises:
-            HoldRefused: the admission or the request was refused.
+            HoldRefused: the admission, the request or the hold was refused (a refused
+                admission created nothing and stays deferred).
         """
-        admission = self._deferred.get(op.operation_id)
-        if admission is None or not isinstance(self.store, SqliteStore):
-            return
-        outcome = await self._guarded(self.store.admit(self.clock.now(), admission, None))
-        self._deferred.pop(op.operation_id, None)  # it exists from here on
-        if isinstance(outcome, RefusedCommit):
+        if admission is None:
+            return None
+        now = self.clock.now() if now is None else now
+        try:
+            outcome = await self._guarded(self.store.admit(now, admission, hold))
+        except HoldRefused:
+            if hold is not None:  # admit at once until an admission passes again
+                self._deferred.admit_now = True
+            raise
+        self._deferred.admitted(admission.operation_id)  # it exists from here on
+        if isinstance(outcome, RefusedStep):
             raise HoldRefused(outcome.refusal)
+        return outcome
 
     async def end_operation(self, op: OperationTicket) -> None:
         """Free the operation's in-flight slot. Idempotent. A deferred operation never
         admitted (no hold was asked) is only forgotten."""
-        if self._deferred.pop(op.operation_id, None) is not None:
+        if self._deferred.forget(op.operation_id):
             return
         await self._guarded(self.store.end_operation(self.clock.now(), op.operation_id))
 
@@ -345,7 +314,7 @@ class Ledger(LedgerAdmin):
             LedgerUnavailable: the ledger could not be read.
             UnknownOperation: no such operation.
         """
-        if op.operation_id in self._deferred:
+        if self._deferred.waiting(op.operation_id) is not None:
             return 0  # not admitted: nothing was ever held
         return await self.store.operation_booked_musd(op.operation_id)
 
@@ -357,13 +326,10 @@ class Ledger(LedgerAdmin):
                 ``operation_cap`` (max requests reached); both are recorded.
             UnknownOperation: ``op`` ended or expired.
         """
-        admission = self._deferred.get(op.operation_id)
-        if admission is not None and admission.request_id is None:
-            # recorded with the admission, in the first hold's step
-            admission.fingerprint = fingerprint
-            admission.request_id = uuid.uuid4().hex
-            return admission.request_id
-        await self._admit(op)
+        first = self._deferred.first_request(op.operation_id, fingerprint)
+        if first is not None:
+            return first  # recorded with the admission, in the first hold's step
+        await self._admit(self._deferred.waiting(op.operation_id))
         return await self._guarded(
             self.store.begin_request(self.clock.now(), op.operation_id, fingerprint)
         )
@@ -405,61 +371,42 @@ class Ledger(LedgerAdmin):
         if input_tokens < 0:
             raise ValueError("input_tokens must be >= 0")
         now = self.clock.now()
+        price = self._price(now, provider, model, input_tokens, max_tokens, input_bound_tokens)
+        hold = HoldRequest(
+            op.operation_id, request_id, provider, model, input_tokens, max_tokens, price
+        )
+        admission = self._deferred.waiting(op.operation_id)
+        if admission is not None:  # admission, first request and hold in one step
+            ticket = await self._admit(admission, hold, now)
+            assert ticket is not None  # a hold was asked
+            return ticket
+        return await self._guarded(self.store.reserve(now, hold))
+
+    def _price(
+        self,
+        now: datetime,
+        provider: str,
+        model: str,
+        input_tokens: int,
+        max_tokens: int,
+        bound: int | None,
+    ) -> HoldPrice:
+        """A hold's price at ``now``: its ceiling, list ceiling, and the margin of
+        ``bound`` (the provable input bound, tokens) over the estimate (µUSD)."""
         ceiling = self._card.ceiling_musd(provider, model, input_tokens, max_tokens, now)
         listed = self._card.list_ceiling_musd(provider, model, input_tokens, max_tokens, now)
         margin = 0
-        if input_bound_tokens is not None and input_bound_tokens > input_tokens:
-            bound = self._card.ceiling_musd(provider, model, input_bound_tokens, max_tokens, now)
-            margin = max(0, bound - ceiling)
-        admission = self._deferred.get(op.operation_id)
-        if admission is not None and isinstance(self.store, SqliteStore):
-            hold = {
-                "request_id": request_id,
-                "provider": provider,
-                "model": model,
-                "input_tokens": input_tokens,
-                "max_tokens": max_tokens,
-                "ceiling_musd": ceiling,
-                "list_ceiling_musd": listed,
-                "price_version": self._card.version,
-                "margin_musd": margin,
-            }
-            # admission, first request and hold in one step; a refused admission
-            # (raised) created nothing and stays deferred
-            try:
-                outcome = await self._guarded(self.store.admit(now, admission, hold))
-            except HoldRefused:
-                # Admission refusals come in runs (a kill switch, a user over the
-                # rate): until an admission passes again, admit at once — a refusal
-                # there is a grouped step, here it shared the hold's fsync.
-                self._admit_now = True
-                raise
-            self._deferred.pop(op.operation_id, None)
-            if isinstance(outcome, RefusedCommit):
-                raise HoldRefused(outcome.refusal)
-            assert outcome is not None  # a hold was asked
-            return outcome
-        return await self._guarded(
-            self.store.reserve(
-                now,
-                op.operation_id,
-                request_id,
-                provider,
-                model,
-                input_tokens,
-                max_tokens,
-                ceiling,
-                listed,
-                self._card.version,
-                margin,
+        if bound is not None and bound > input_tokens:
+            margin = max(
+                0, self._card.ceiling_musd(provider, model, bound, max_tokens, now) - ceiling
             )
-        )
+        return HoldPrice(ceiling, listed, margin, self._card.version)
 
     async def remaining_musd(self, op: OperationTicket, provider: str) -> int | None:
         """Smallest remaining µUSD over the levels a hold at ``provider`` would touch,
         the operation's remaining cap included (never ``None`` since an operation
         always has a cap; typed ``None``-able per the port)."""
-        await self._admit(op)
+        await self._admit(self._deferred.waiting(op.operation_id))
         return await self._guarded(
             self.store.remaining_musd(self.clock.now(), op.operation_id, provider)
         )
@@ -470,36 +417,14 @@ class Ledger(LedgerAdmin):
             return await step
         except LedgerUnavailable:
             if not self._closed:
-                self._unavailable(self.store.lost or self._failure_kind())
+                reason = self.store.lost or self._failure_kind()
+                self._notices.unavailable(reason, self.store.location)
             raise
 
     def _failure_kind(self) -> str:
         """``server`` on PostgreSQL (a server that cannot be reached or refuses the
         ledger's queries), ``storage`` on SQLite (read-only, full disk, I/O error)."""
         return "server" if self.store.name == "postgresql" else "storage"
-
-    def _unavailable(self, reason: str) -> None:
-        if reason in self._told or reason == "fenced":  # the store logged it (pg_store)
-            return
-        self._told.add(reason)
-        if reason == "storage":
-            log.error("ledger storage failed (read-only, full or broken): failing closed")
-        elif reason == "server":
-            log.error(
-                "ledger database server %s cannot be reached or refused the ledger's"
-                " queries: failing closed until it answers",
-                self.store.location,
-            )
-        else:
-            log.error(
-                "ledger database file %s was %s while open: failing closed, no new holds",
-                self.store.location,
-                reason,
-            )
-        if self._on_unavailable is not None:
-            task = asyncio.create_task(self._on_unavailable(reason))
-            self._notify_tasks.add(task)
-            task.add_done_callback(self._notify_tasks.discard)
 
     async def calibration(self) -> dict[tuple[str, str], tuple[int, int]]:
         """Persisted estimate calibration: ``(provider, model) → (reported ÷ counted
@@ -513,116 +438,6 @@ class Ledger(LedgerAdmin):
         await self._guarded(
             self.store.record_calibration(self.clock.now(), provider, model, ratio_ppm, samples)
         )
-
-    def _pricer(
-        self, provider: str, model: str, usage: Usage, at: datetime
-    ) -> tuple[int, int | None]:
-        return (
-            self._card.actual_musd(provider, model, usage, at),
-            self._card.list_actual_musd(provider, model, usage, at),
-        )
-
-    def _tripped(self, state: KillState | None) -> None:
-        if state is None:
-            return
-        log.error("ledger kill switch tripped: %s", state.reason)
-        if self._on_auto_kill is not None:
-            task = asyncio.create_task(self._on_auto_kill(state))
-            self._notify_tasks.add(task)
-            task.add_done_callback(self._notify_tasks.discard)
-
-    def _after_sweep(self, outcome: SweepOutcome) -> None:
-        self._tripped(outcome.auto_killed)
-
-    def _after_settle(self, outcome: SettleOutcome) -> int:
-        self._tripped(outcome.auto_killed)
-        return outcome.actual_musd
-
-    async def _settle(
-        self, hold_id: str, usage: Usage | Callable[[int, int], Usage], estimated: bool
-    ) -> SettleOutcome:
-        """Settle, or keep the usage to settle at the next sweep when storage fails (the
-        usage is known only to this process: without it the hold would be booked at
-        its ceiling, estimated, for good)."""
-        try:
-            return await self._guarded(
-                self.store.settle(self.clock.now(), hold_id, usage, estimated, self._pricer)
-            )
-        except LedgerUnavailable:
-            if len(self._unsettled) < MAX_UNSETTLED:
-                self._unsettled[hold_id] = (usage, estimated)
-            raise
-
-    async def _retry_unsettled(self) -> None:
-        """Settle the holds whose settle failed (oldest first); stop at the first that
-        still fails (storage is still gone)."""
-        for hold_id, (usage, estimated) in list(self._unsettled.items()):
-            try:
-                outcome = await self.store.settle(
-                    self.clock.now(), hold_id, usage, estimated, self._pricer
-                )
-            except LedgerUnavailable:
-                return
-            except UnknownHold:
-                outcome = None
-            del self._unsettled[hold_id]
-            if outcome is not None:
-                log.info("settled hold %s after the storage failure", hold_id)
-                self._after_settle(outcome)
-
-    async def settle(self, hold_id: str, usage: Usage, *, estimated: bool = False) -> int:
-        """Replace the hold by its actual cost, booked in the hold's own windows.
-
-        Idempotent: a second settle (or a settle after release) books nothing and
-        returns the first actual (0 after a release). A hold that already expired
-        (booked at its bound, estimated) is corrected to the actual: − bound +
-        actual in the same windows, exactly once, reported as a late settle. An
-        actual above the ceiling is booked in full and counted. May trip the
-        automatic kill switch. When storage fails, ``LedgerUnavailable`` is raised and
-        the usage is kept: each sweep settles it once storage is back (up to
-        :data:`MAX_UNSETTLED` kept settles; a restart loses them, and then the hold is
-        booked at its bound, estimated, as without this).
-
-        Returns:
-            the actual cost in µUSD (0 for a free-tier provider).
-
-        Raises:
-            UnknownHold: ``hold_id`` was never granted.
-        """
-        outcome = await self._settle(hold_id, usage, estimated)
-        return self._after_settle(outcome)
-
-    async def settle_interrupted(
-        self, hold_id: str, reported: Usage | None, received_output_tokens: int | None
-    ) -> int:
-        """Settle a call cut short (shutdown, timeout, cancellation, broken stream).
-
-        The provider's ``reported`` usage if any; else the hold's input tokens plus
-        ``received_output_tokens`` (counted from what arrived); else the ceiling.
-        Always flagged "estimated" for reconciliation. Returns the µUSD booked.
-
-        Raises:
-            UnknownHold: ``hold_id`` was never granted.
-        """
-
-        def usage_of(input_tokens: int, max_tokens: int) -> Usage:
-            return interrupted_usage(input_tokens, max_tokens, reported, received_output_tokens)
-
-        outcome = await self._settle(hold_id, usage_of, True)
-        return self._after_settle(outcome)
-
-    async def release(self, hold_id: str) -> None:
-        """Return a hold that spent nothing (the provider was never reached).
-
-        A held hold: its ceiling is returned. An expired hold (booked at its
-        ceiling, estimated): the booked ceiling is taken back out of settled spend,
-        since this release is the first word from the caller on it. No-op after a
-        settle or a release.
-
-        Raises:
-            UnknownHold: ``hold_id`` was never granted.
-        """
-        await self._guarded(self.store.release(self.clock.now(), hold_id))
 
     def __repr__(self) -> str:
         return (

@@ -162,9 +162,9 @@ class ChunkStream:
         if chunk.get("error") is not None and not chunk.get("choices"):
             raise ProviderUnavailable(self.provider, "error event in the stream", interrupted=True)
         if isinstance(chunk.get("usage"), Mapping) or _sub(_sub(chunk, "x_groq"), "usage"):
-            usage, issue = read_usage(chunk)
-            if usage is not None or self.usage is None:
-                self.usage, self.usage_issue = usage, issue
+            reading = read_usage(chunk)
+            if reading.usage is not None or self.usage is None:
+                self.usage, self.usage_issue = reading.usage, reading.issue
         choices = chunk.get("choices")
         if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
             finish = choices[0].get("finish_reason")

@@ -35,7 +35,7 @@ from budget.kernel.clock import Clock
 from scheduler.claims import Claimant, insert_ignore
 from scheduler.tables import SummaryCacheEntry, SummaryPending
 
-__all__ = ["CacheKey", "Made", "SummaryCache", "content_hash", "key_hash"]
+__all__ = ["CacheKey", "Made", "Served", "SummaryCache", "content_hash", "key_hash"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,19 @@ class Made:
     summary: str
     provider: str = ""
     model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """A summary as :meth:`SummaryCache.get_or_make` hands it out.
+
+    Attributes:
+        summary: the summary text.
+        hit: False only for the caller whose ``make`` made it (the one that paid).
+    """
+
+    summary: str
+    hit: bool
 
 
 class SummaryCache:
@@ -210,12 +223,12 @@ class SummaryCache:
         async with self._sessions() as session, session.begin():
             await session.execute(self._drop(key))
 
-    async def _shared(self, key: CacheKey, make: Callable[[], Awaitable[Made]]) -> tuple[str, bool]:
+    async def _shared(self, key: CacheKey, make: Callable[[], Awaitable[Made]]) -> Served:
         """One process's turn at ``key`` (the in-process single flight is already ours)."""
         while True:
             stored = await self.get(key)
             if stored is not None:
-                return stored, True
+                return Served(stored, hit=True)
             if self._claimant is None:
                 break
             if await self._lead(key):
@@ -225,7 +238,7 @@ class SummaryCache:
                 if stored is None:
                     break
                 await self._unlead(key)
-                return stored, True
+                return Served(stored, hit=True)
             await self._clock.sleep(self._poll_s)
         try:
             made = await make()
@@ -237,12 +250,10 @@ class SummaryCache:
                     log.warning("summary_cache.unlead_failed key=%s", key_hash(key)[:16])
             raise
         await self.put(key, made)
-        return made.summary, False
+        return Served(made.summary, hit=False)
 
-    async def get_or_make(
-        self, key: CacheKey, make: Callable[[], Awaitable[Made]]
-    ) -> tuple[str, bool]:
-        """Return ``(summary, hit)``; ``hit`` is False only for the caller that made it.
+    async def get_or_make(self, key: CacheKey, make: Callable[[], Awaitable[Made]]) -> Served:
+        """The summary of ``key``; its ``hit`` is False only for the caller that made it.
 
         ``make`` is called at most once per key at a time across the process and, with
         a claimant, across the processes sharing the database. Its exceptions propagate
@@ -258,18 +269,18 @@ class SummaryCache:
             if waiting is not None:
                 result = await asyncio.shield(waiting)
                 if result is not None:
-                    return result, True
+                    return Served(result, hit=True)
                 continue
             future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
             self._inflight[key] = future
             try:
-                summary, hit = await self._shared(key, make)
+                served = await self._shared(key, make)
             except BaseException:
                 if not future.done():
                     future.set_result(None)
                 raise
             else:
-                future.set_result(summary)
-                return summary, hit
+                future.set_result(served.summary)
+                return served
             finally:
                 self._inflight.pop(key, None)

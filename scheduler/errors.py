@@ -13,7 +13,8 @@
     │   └── RefusedAddress     .host, .address — the URL resolves to a non-public address (SSRF)
     └── DeliveryError          raised by a :class:`scheduler.types.Deliverer` (the bot translates
         │                      aiogram's exceptions into these at its boundary)
-        ├── DeliveryRetryAfter .retry_after_s — Telegram said 429: wait that long for this chat
+        ├── DeliveryRetryAfter .retry_after_s — Telegram said 429: wait that long for this chat;
+        │                      .messages_sent — of a digest, the messages delivered before
         └── RecipientGone      Telegram said 403: the user blocked the bot or was deactivated
 
 httpx transport errors and feedparser problems are translated into :class:`FetchError`
@@ -133,11 +134,14 @@ class DeliveryRetryAfter(DeliveryError):
     Attributes:
         retry_after_s: seconds to wait before sending to this chat again
             (Telegram's ``parameters.retry_after``).
+        messages_sent: of a digest, the messages delivered before the wait (those it
+            was asked to skip included): the retry starts after them. 0 for a notice.
     """
 
-    def __init__(self, retry_after_s: float) -> None:
+    def __init__(self, retry_after_s: float, messages_sent: int = 0) -> None:
         super().__init__(f"retry after {retry_after_s} s")
         self.retry_after_s = retry_after_s
+        self.messages_sent = messages_sent
 
 
 class RecipientGone(DeliveryError):

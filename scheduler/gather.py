@@ -92,7 +92,8 @@ class Gatherer:
         lookback = now - timedelta(hours=self._config.lookback_hours)
         subs = await self._store.subscriptions(job.user_id)
         gathered: list[Gathered] = []
-        for sub_id, last_post_id, last_digest_at, lost_notified, source in subs:
+        for sub in subs:
+            sub_id, last_post_id, source = sub.sub_id, sub.last_post_id, sub.source
             kind = SourceKind(source.kind)
             seen: tuple[int, ...] = ()
             try:
@@ -109,18 +110,18 @@ class Gatherer:
                     delivered = await self._store.delivered(sub_id)
                     posts = [p for p in feed.posts if p.post_id not in delivered]
                     if not delivered:  # first digest: the backlog is remembered, not sent
-                        since = last_digest_at or lookback
+                        since = sub.last_digest_at or lookback
                         posts = [p for p in posts if p.published is None or p.published > since]
                     seen = tuple(p.post_id for p in feed.posts)
             except NoPublicPreview:
-                await self._source_lost(job, profile, sub_id, source, lost_notified)
+                await self._source_lost(job, profile, sub_id, source, sub.lost_notified)
                 continue
             except FetchError as exc:
                 log.warning(
                     "digest.fetch_failed user=%s source=%s: %s", job.user_id, source.key, exc
                 )
                 continue
-            if source.preview_lost or lost_notified:
+            if source.preview_lost or sub.lost_notified:
                 await self._store.source_back(sub_id, source.id)
             posts = [p for p in posts if has_visible(clean_prompt(p.text))]
             gathered.append(

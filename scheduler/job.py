@@ -1,6 +1,8 @@
 """The values a digest run passes around: the runner's knobs (:class:`DigestConfig`), its
-counters (:class:`RunnerStats`), one run's result (:class:`DigestOutcome`), a queued run
-(:class:`Job`) and one subscription's fetched posts (:class:`Gathered`).
+counters (:class:`RunnerStats`), one run's result (:class:`DigestOutcome`), a run's key
+(:class:`RunKey`), a queued run (:class:`Job`), one subscription's fetched posts
+(:class:`Gathered`), and what :mod:`scheduler.run_store` reads for them
+(:class:`DueCandidates`, :class:`LoadedRun`, :class:`SubscriptionCursor`).
 
 Shared by :mod:`scheduler.runner` (queue and one digest), :mod:`scheduler.summariser`,
 :mod:`scheduler.run_store` and :mod:`scheduler.delivery`.
@@ -14,10 +16,21 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 
 from budget.types import Refusal
-from scheduler.tables import RunStatus
+from scheduler.tables import DigestRun, DigestSource, RunStatus, UserProfile
 from scheduler.types import Post, ProgressStep, SourceKind
 
-__all__ = ["DigestConfig", "DigestOutcome", "Gathered", "Job", "Progress", "RunnerStats"]
+__all__ = [
+    "DigestConfig",
+    "DigestOutcome",
+    "DueCandidates",
+    "Gathered",
+    "Job",
+    "LoadedRun",
+    "Progress",
+    "RunKey",
+    "RunnerStats",
+    "SubscriptionCursor",
+]
 
 #: ``async (step) -> None``: receives each :class:`~scheduler.types.ProgressStep` of a run.
 Progress = Callable[[ProgressStep], Awaitable[None]]
@@ -51,6 +64,10 @@ class DigestConfig:
         kill_recheck_s: a digest deferred by the kill switch is retried this often.
         retry_fallback_s: retry delay after a refusal that names no reset time.
         lookback_hours: how far back the first digest of a new subscription reaches.
+        catch_up_hours: the previous local date's digest still goes out (late) when
+            its due instant is at most this many hours ago and it was missed (the bot
+            was down then, or it was deferred past midnight); 0: never
+            (``docs/decisions/031-digests-across-restarts.md``).
         pacing_poll_s: re-check interval when no free provider reports a reset time.
         delivery_max_attempts: 429s tolerated for one digest before ``failed_delivery``.
         max_input_chars: a post's text is cut to this many characters in the prompt.
@@ -77,6 +94,7 @@ class DigestConfig:
     kill_recheck_s: float = 300.0
     retry_fallback_s: float = 60.0
     lookback_hours: int = 24
+    catch_up_hours: float = 6.0
     pacing_poll_s: float = 5.0
     delivery_max_attempts: int = 8
     max_input_chars: int = 4000
@@ -145,6 +163,15 @@ class Gathered:
     seen_ids: tuple[int, ...] = ()  # feeds: every entry id in the feed now
 
 
+@dataclass(frozen=True, slots=True)
+class RunKey:
+    """What identifies one digest run (``digest_runs`` is unique on it): a user and a
+    local date in their zone."""
+
+    user_id: int
+    local_date: date
+
+
 @dataclass(slots=True)
 class Job:
     """One digest to run: a user's (local date) digest, due at ``due_at`` (UTC)."""
@@ -155,7 +182,66 @@ class Job:
     progress: Progress | None = None
     done: asyncio.Future[DigestOutcome] | None = field(default=None)
 
+    @property
+    def key(self) -> RunKey:
+        """The run this job works on."""
+        return RunKey(self.user_id, self.day)
+
     async def report(self, step: ProgressStep) -> None:
         """Pass ``step`` to the run's progress callback, if any (admin /digest_now)."""
         if self.progress is not None:
             await self.progress(step)
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionCursor:
+    """One subscription of a user, as a digest reads it (detached from its session).
+
+    Attributes:
+        sub_id: the ``digest_subscriptions`` id.
+        last_post_id: a channel's cursor: the newest post delivered (``None``: none yet).
+        last_digest_at: aware UTC time of the subscription's last digest, or ``None``.
+        lost_notified: the subscriber was told the channel lost its public preview.
+        source: the channel or feed it reads.
+    """
+
+    sub_id: int
+    last_post_id: int | None
+    last_digest_at: datetime | None
+    lost_notified: bool
+    source: DigestSource
+
+
+@dataclass(frozen=True, slots=True)
+class DueCandidates:
+    """What a tick decides from (:meth:`RunStore.due_candidates`; rows detached).
+
+    Attributes:
+        profiles: active users with digests on and at least one subscription.
+        runs: the runs of the local dates looked at, by key.
+        ready: the ``ready`` runs of active users, of any date, whose delivery may be
+            tried now (no ``retry_not_before`` in the future).
+        held: keys of those runs that a live other process holds (empty without claims).
+        last_tick: when a process last looked for due digests (``None``: never).
+    """
+
+    profiles: list[UserProfile]
+    runs: dict[RunKey, DigestRun]
+    ready: list[DigestRun]
+    held: frozenset[RunKey]
+    last_tick: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedRun:
+    """A job's run as :meth:`RunStore.load` found it (rows detached).
+
+    Attributes:
+        run: the run (created ``pending`` if it was new).
+        profile: the user's profile, ``None`` for a user never seen.
+        claimed: this process may work on the run (it claimed it, or there are no claims).
+    """
+
+    run: DigestRun
+    profile: UserProfile | None
+    claimed: bool

@@ -14,29 +14,39 @@ Without one (a process alone on its database) nothing is claimed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, delete, func, insert, select, update
+from sqlalchemy import Select, case, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.sql.dml import Insert
 
 from budget.kernel.clock import Clock
 from budget.types import RefusalReason
 from scheduler.claims import Claimant, insert_ignore
-from scheduler.job import DigestConfig, Gathered, Job
+from scheduler.job import (
+    DigestConfig,
+    DueCandidates,
+    Gathered,
+    Job,
+    LoadedRun,
+    RunKey,
+    SubscriptionCursor,
+)
+from scheduler.payload import sections_to_json
 from scheduler.tables import (
     DeliveredEntry,
     DigestRun,
     DigestSource,
     DigestSubscription,
+    DigestTick,
     RunStatus,
     UserProfile,
 )
-from scheduler.types import DigestItem, DigestSection, SourceKind
+from scheduler.types import DigestSection, SourceKind
 
-__all__ = ["ClaimLost", "RunStore", "Subscription", "sections_from_json", "sections_to_json"]
+__all__ = ["ClaimLost", "RunStore"]
 
 #: Entries remembered per feed subscription: at least ``DigestConfig.delivered_min``
 #: and at least this many times the feed's current size.
@@ -62,65 +72,11 @@ class ClaimLost(Exception):
         self.holder = holder
 
 
+#: The one row of ``digest_ticks``.
+_TICK_ID = 1
+
 #: Statuses a process may claim (and work on).
 _OPEN = (RunStatus.PENDING.value, RunStatus.DEFERRED.value, RunStatus.READY.value)
-
-#: ``(subscription id, last post id, last digest at, lost notified, source)``.
-Subscription = tuple[int, int | None, datetime | None, bool, DigestSource]
-
-
-def sections_to_json(sections: Sequence[DigestSection]) -> str:
-    """A generated digest as the JSON stored in ``digest_runs.payload``."""
-    return json.dumps(
-        [
-            {
-                "kind": s.kind.value,
-                "source_key": s.source_key,
-                "title": s.title,
-                "link": s.link,
-                "items": [
-                    {
-                        "post_id": i.post_id,
-                        "link": i.link,
-                        "published": i.published.isoformat() if i.published else None,
-                        "summary": i.summary,
-                        "summarized": i.summarized,
-                        "forwarded_from": i.forwarded_from,
-                        "title": i.title,
-                    }
-                    for i in s.items
-                ],
-            }
-            for s in sections
-        ],
-        ensure_ascii=False,
-    )
-
-
-def sections_from_json(raw: str) -> list[DigestSection]:
-    """The digest stored by :func:`sections_to_json`."""
-    data: list[dict[str, Any]] = json.loads(raw)
-    return [
-        DigestSection(
-            kind=SourceKind(s["kind"]),
-            source_key=s["source_key"],
-            title=s["title"],
-            link=s["link"],
-            items=tuple(
-                DigestItem(
-                    post_id=i["post_id"],
-                    link=i["link"],
-                    published=datetime.fromisoformat(i["published"]) if i["published"] else None,
-                    summary=i["summary"],
-                    summarized=i["summarized"],
-                    forwarded_from=i["forwarded_from"],
-                    title=i.get("title", ""),
-                )
-                for i in s["items"]
-            ),
-        )
-        for s in data
-    ]
 
 
 class RunStore:
@@ -150,49 +106,98 @@ class RunStore:
     def __repr__(self) -> str:
         return f"RunStore(delivered_min={self._config.delivered_min})"
 
-    async def due_candidates(
-        self, since: date
-    ) -> tuple[list[UserProfile], dict[tuple[int, date], DigestRun], set[tuple[int, date]]]:
-        """Active users with digests on and a subscription; the runs of local dates from
-        ``since`` on, keyed by (user id, local date); and the keys of those runs that a
-        live other process holds (never with no claimant)."""
-        held: set[tuple[int, date]] = set()
+    async def due_candidates(self, since: date) -> DueCandidates:
+        """What a tick decides from: active users with digests on and a subscription; the
+        runs of local dates from ``since`` on; the ``ready`` runs of active users, of any
+        date, whose flood wait (if any) is over; the keys of those runs that a live other
+        process holds (never with no claimant); and the last tick of any process."""
+        now = self._clock.now()
         async with self._sessions() as session:
             profiles = (
-                (
-                    await session.execute(
-                        select(UserProfile).where(
-                            UserProfile.active.is_(True),
-                            UserProfile.digest_enabled.is_(True),
-                            UserProfile.user_id.in_(select(DigestSubscription.user_id)),
-                        )
+                await session.execute(
+                    select(UserProfile).where(
+                        UserProfile.active.is_(True),
+                        UserProfile.digest_enabled.is_(True),
+                        UserProfile.user_id.in_(select(DigestSubscription.user_id)),
                     )
                 )
-                .scalars()
-                .all()
-            )
+            ).scalars()
             runs = {
-                (r.user_id, r.local_date): r
+                RunKey(r.user_id, r.local_date): r
                 for r in (
                     await session.execute(select(DigestRun).where(DigestRun.local_date >= since))
-                )
-                .scalars()
-                .all()
+                ).scalars()
             }
-            if self._claimant is not None:
-                claimant = self._claimant
-                found = await session.execute(claimant.alive(self._clock.now()))
-                alive = {str(process_id) for process_id in found.scalars()}
-                alive.discard(claimant.process_id)
-                held = {key for key, run in runs.items() if run.claimed_by in alive}
-        return list(profiles), runs, held
+            ready = list((await session.execute(self._ready(now))).scalars())
+            held = await self._held(session, [*runs.values(), *ready], now)
+            tick = await session.get(DigestTick, _TICK_ID)
+            return DueCandidates(
+                list(profiles), runs, ready, held, tick.ticked_at if tick is not None else None
+            )
+
+    @staticmethod
+    def _ready(now: datetime) -> Select[DigestRun]:
+        """The ``ready`` runs of active users whose retry time (if any) has come."""
+        return select(DigestRun).where(
+            DigestRun.status == RunStatus.READY.value,
+            DigestRun.payload.is_not(None),
+            or_(DigestRun.retry_not_before.is_(None), DigestRun.retry_not_before <= now),
+            DigestRun.user_id.in_(select(UserProfile.user_id).where(UserProfile.active.is_(True))),
+        )
+
+    async def _held(
+        self, session: AsyncSession, runs: Sequence[DigestRun], now: datetime
+    ) -> frozenset[RunKey]:
+        """The keys of ``runs`` that a live other process holds."""
+        if self._claimant is None:
+            return frozenset()
+        found = await session.execute(self._claimant.alive(now))
+        alive = {str(process_id) for process_id in found.scalars()}
+        alive.discard(self._claimant.process_id)
+        return frozenset(RunKey(r.user_id, r.local_date) for r in runs if r.claimed_by in alive)
+
+    async def record_tick(self, now: datetime, opened: Sequence[Job]) -> None:
+        """Record a tick at ``now`` (the last tick only moves forward) and, first in the
+        same transaction, create the runs of ``opened`` (catch-ups: ``pending``, not yet
+        claimed), so a stop right after the tick loses none of them."""
+        async with self._sessions() as session, session.begin():
+            dialect = (await session.connection()).dialect.name
+            for job in opened:
+                await session.execute(self._new_run(dialect, job, now))
+            await session.execute(
+                insert_ignore(dialect, DigestTick.__table__).values(id=_TICK_ID, ticked_at=now)
+            )
+            await session.execute(
+                update(DigestTick)
+                .where(DigestTick.id == _TICK_ID, DigestTick.ticked_at < now)
+                .values(ticked_at=now)
+                .execution_options(synchronize_session=False)
+            )
+
+    @staticmethod
+    def _new_run(dialect: str, job: Job, now: datetime) -> Insert:
+        """``INSERT`` of the job's run, ``pending``, unless it exists."""
+        return insert_ignore(dialect, DigestRun.__table__).values(
+            user_id=job.user_id,
+            local_date=job.day,
+            status=RunStatus.PENDING.value,
+            due_at=job.due_at,
+            late=False,
+            deferred_notified=False,
+            attempts=0,
+            delivery_attempts=0,
+            messages_sent=0,
+            post_count=0,
+            created_at=now,
+            updated_at=now,
+        )
 
     async def profile(self, user_id: int) -> UserProfile | None:
         """The user's profile, ``None`` for a user never seen."""
         async with self._sessions() as session:
             return await session.get(UserProfile, user_id)
 
-    async def load(self, job: Job) -> tuple[DigestRun, UserProfile | None, bool]:
+    async def load(self, job: Job) -> LoadedRun:
         """The job's run (created ``pending`` if new; a pending or deferred run counts
         one more attempt), the user's profile, both detached, and whether this process
         may work on the run: it claimed it (or there are no claims). A run that another
@@ -201,21 +206,7 @@ class RunStore:
         now = self._clock.now()
         async with self._sessions() as session, session.begin():
             dialect = (await session.connection()).dialect.name
-            await session.execute(
-                insert_ignore(dialect, DigestRun.__table__).values(
-                    user_id=job.user_id,
-                    local_date=job.day,
-                    status=RunStatus.PENDING.value,
-                    due_at=job.due_at,
-                    late=False,
-                    deferred_notified=False,
-                    attempts=0,
-                    delivery_attempts=0,
-                    post_count=0,
-                    created_at=now,
-                    updated_at=now,
-                )
-            )
+            await session.execute(self._new_run(dialect, job, now))
             mine = DigestRun.user_id == job.user_id, DigestRun.local_date == job.day
             values: dict[str, Any] = {
                 "attempts": DigestRun.attempts
@@ -235,7 +226,7 @@ class RunStore:
             run = (await session.execute(select(DigestRun).where(*mine))).scalar_one()
             profile = await session.get(UserProfile, job.user_id)
             session.expunge_all()
-            return run, profile, claimed.rowcount == 1  # type: ignore[attr-defined]
+            return LoadedRun(run, profile, claimed.rowcount == 1)  # type: ignore[attr-defined]
 
     async def release(self, run: DigestRun | None = None) -> int:
         """Let go of this process's claim on ``run`` (``None``: on every run it holds
@@ -278,7 +269,7 @@ class RunStore:
         async with self._sessions() as session, session.begin():
             await self._own(session, run)
 
-    async def subscriptions(self, user_id: int) -> list[Subscription]:
+    async def subscriptions(self, user_id: int) -> list[SubscriptionCursor]:
         """The user's subscriptions with their sources, in subscription order (detached)."""
         async with self._sessions() as session:
             rows = (
@@ -289,8 +280,9 @@ class RunStore:
                     .order_by(DigestSubscription.id)
                 )
             ).all()
-            subs: list[Subscription] = [
-                (s.id, s.last_post_id, s.last_digest_at, s.lost_notified, src) for s, src in rows
+            subs = [
+                SubscriptionCursor(s.id, s.last_post_id, s.last_digest_at, s.lost_notified, src)
+                for s, src in rows
             ]
             session.expunge_all()
         return subs
@@ -469,15 +461,23 @@ class RunStore:
             row.updated_at = self._clock.now()
 
     async def delivery_retry(
-        self, run: DigestRun, attempts: int, retry_after_s: float, *, give_up: bool
+        self,
+        run: DigestRun,
+        attempts: int,
+        retry_after_s: float,
+        *,
+        messages_sent: int,
+        give_up: bool,
     ) -> None:
-        """A delivery met a flood wait: count the attempt (``attempts`` in all), retry
-        not before ``retry_after_s`` seconds from now (``give_up``: the run ends
-        ``failed_delivery``)."""
+        """A delivery met a flood wait: count the attempt (``attempts`` in all), keep how
+        many of the digest's messages are delivered (``messages_sent``: the retry, in any
+        process, sends the rest), retry not before ``retry_after_s`` seconds from now
+        (``give_up``: the run ends ``failed_delivery``)."""
         now = self._clock.now()
         async with self._sessions() as session, session.begin():
             row = await self._own(session, run)
             row.delivery_attempts = attempts
+            row.messages_sent = messages_sent
             row.retry_not_before = now + timedelta(seconds=retry_after_s)
             row.updated_at = now
             if give_up:

@@ -43,11 +43,17 @@ Guarantees:
 
 Statuses: pending → (deferred ↺) → ready → sent | failed_delivery; or pending → empty.
 
-This module holds the queue and one digest's course (gather, summarise, store, deliver
-or defer); the parts it composes live beside it: :mod:`scheduler.summariser` (cache and
-paced requests), :mod:`scheduler.run_store` (the digest tables),
-:mod:`scheduler.delivery` (delivery and its per-chat retry) and
-:mod:`scheduler.job` (knobs, counters, outcomes).
+This module holds the queue and one digest's course; each step lives beside it:
+
+1. **due** — :mod:`scheduler.due` (who is due at an instant; pure), read at each tick;
+2. **fetch** — :mod:`scheduler.gather` (each subscription's new posts, the cap);
+3. **summarise** — :mod:`scheduler.summariser` (the sections: the summary cache, paced
+   requests in the digest's one ledger operation, or a deferral);
+4. **deliver** — :mod:`scheduler.delivery` (once, with its per-chat retry).
+
+:mod:`scheduler.run_store` keeps the digest tables between the steps (``ready`` before
+the first delivery) and :mod:`scheduler.job` the values they pass (knobs, counters,
+outcomes).
 """
 
 from __future__ import annotations
@@ -56,45 +62,34 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import date, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from budget.errors import HoldRefused
 from budget.kernel.clock import Clock
-from budget.protocol import OperationTicket
-from budget.types import Origin, Refusal, RefusalReason
-from llm.errors import EmptyCompletion, LLMError
+from budget.types import Refusal, RefusalReason
 from llm.types import Message
 from scheduler.cache import SummaryCache
 from scheduler.claims import Claimant
 from scheduler.delivery import DigestDelivery
-from scheduler.due import due_instant, local_date, todays_due
+from scheduler.due import due_instant, due_jobs, local_date
 from scheduler.gather import Gatherer, cap_posts
-from scheduler.job import (
-    DigestConfig,
-    DigestOutcome,
-    Job,
-    Progress,
-    RunnerStats,
-)
+from scheduler.job import DigestConfig, DigestOutcome, Job, Progress, RunKey, RunnerStats
+from scheduler.payload import sections_from_json
 from scheduler.profiles import parse_digest_time
-from scheduler.run_store import ClaimLost, RunStore, sections_from_json
+from scheduler.run_store import ClaimLost, RunStore
 from scheduler.sources.fetch import SourceFetcher
-from scheduler.summariser import Summariser
+from scheduler.summariser import Deferred, Summariser
 from scheduler.tables import DigestRun, RunStatus, UserProfile
 from scheduler.types import (
     Deliverer,
-    DigestItem,
-    DigestSection,
     Notice,
     NoticeKind,
     OperationPort,
     Post,
     ProgressStep,
-    SourceKind,
     Step,
     SummaryBackend,
 )
@@ -109,26 +104,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-_DEFER_REASONS = frozenset(
-    {
-        RefusalReason.KILL,
-        RefusalReason.LIMIT,
-        RefusalReason.BUSY,
-        RefusalReason.INFLIGHT,
-        RefusalReason.RATE,
-        RefusalReason.UNAVAILABLE,
-        RefusalReason.MESSAGES,
-    }
-)
-
-
-class _Deferred(Exception):
-    """Internal: the ledger refused; the digest is deferred."""
-
-    def __init__(self, refusal: Refusal) -> None:
-        super().__init__(refusal.reason)
-        self.refusal = refusal
 
 
 class DigestRunner:
@@ -161,7 +136,6 @@ class DigestRunner:
         claimant: Claimant | None = None,
     ) -> None:
         self._clock = clock
-        self._ledger = ledger
         self._fetcher = fetcher
         self.config = config or DigestConfig()
         self.stats = RunnerStats()
@@ -169,6 +143,7 @@ class DigestRunner:
         self._summariser = Summariser(
             clock=clock,
             session_factory=session_factory,
+            ledger=ledger,
             backend=backend,
             config=self.config,
             stats=self.stats,
@@ -193,8 +168,8 @@ class DigestRunner:
         )
         self._parallel = asyncio.Semaphore(self.config.max_parallel_digests)
         self._queue: asyncio.Queue[Job] = asyncio.Queue()
-        self._queued: set[tuple[int, date]] = set()
-        self._active: set[tuple[int, date]] = set()
+        self._queued: set[RunKey] = set()
+        self._active: set[RunKey] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._worker: asyncio.Task[None] | None = None
         self._scheduler: Any = None
@@ -241,16 +216,21 @@ class DigestRunner:
         self._scheduler = scheduler
         await self.tick()
 
-    async def stop(self) -> None:
-        """Stop the job and cancel digests in progress (their runs resume at next start,
-        or at once on another process: the claims are let go)."""
+    async def stop(self, delivery_grace_s: float = 10.0) -> None:
+        """Stop the job and the digests in progress: a delivery under way ends first
+        (within ``delivery_grace_s`` seconds: a digest is never cut between its send and
+        its record), the others are cancelled and resume at the next start, or at once
+        on another process (the claims are let go)."""
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
-        tasks = list(self._tasks)
         if self._worker is not None:
-            tasks.append(self._worker)
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
             self._worker = None
+        await self._delivery.close(delivery_grace_s)
+        tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -281,35 +261,33 @@ class DigestRunner:
     def _tz(self, profile: UserProfile) -> ZoneInfo:
         return ZoneInfo(profile.tz or self.config.default_tz)
 
-    async def due_users(self) -> list[tuple[int, date, datetime]]:
-        """Users whose digest is due now: ``(user_id, local date, due instant UTC)``."""
+    async def due_users(self) -> list[Job]:
+        """The digests due now, one job per user and local date (the rules:
+        :mod:`scheduler.due`); records the tick, after creating the runs of the
+        catch-ups found, so the next process knows which due instants it saw."""
         now = self._clock.now()
-        profiles, runs, held = await self._store.due_candidates(now.date() - timedelta(days=2))
-        due: list[tuple[int, date, datetime]] = []
-        for profile in profiles:
-            found = todays_due(now, parse_digest_time(profile.digest_time), self._tz(profile))
-            if found is None:
-                continue
-            day, due_at = found
-            if (profile.user_id, day) in held:
-                continue  # another live process is making or delivering it
-            run = runs.get((profile.user_id, day))
-            if run is None or (
-                run.status in (RunStatus.DEFERRED, RunStatus.READY, RunStatus.PENDING)
-                and (run.retry_not_before is None or run.retry_not_before <= now)
-            ):
-                due.append((profile.user_id, day, due_at))
-        return due
+        found = await self._store.due_candidates(now.date() - timedelta(days=2))
+        due = due_jobs(
+            now,
+            found,
+            default_tz=self.config.default_tz,
+            catch_up_s=self.config.catch_up_hours * 3600,
+        )
+        await self._store.record_tick(now, due.opened)
+        for job in due.opened:
+            log.info(
+                "digest.catch_up user=%s date=%s: due while no process ran", job.user_id, job.day
+            )
+        return due.jobs
 
     async def tick(self) -> int:
         """Queue every due digest not already queued or running; returns how many were queued."""
         queued = 0
-        for user_id, day, due_at in await self.due_users():
-            key = (user_id, day)
-            if key in self._queued or key in self._active:
+        for job in await self.due_users():
+            if job.key in self._queued or job.key in self._active:
                 continue
-            self._queued.add(key)
-            self._queue.put_nowait(Job(user_id, day, due_at))
+            self._queued.add(job.key)
+            self._queue.put_nowait(job)
             queued += 1
         if queued and (self._worker is None or self._worker.done()):
             self._worker = asyncio.create_task(self._work(), name="digest-worker")
@@ -340,11 +318,10 @@ class DigestRunner:
         task.add_done_callback(self._tasks.discard)
 
     async def _run_job(self, job: Job) -> DigestOutcome:
-        key = (job.user_id, job.day)
         try:
             return await self._run(job)
         finally:
-            self._queued.discard(key)
+            self._queued.discard(job.key)
 
     async def run_now(self, user_id: int, progress: Progress | None = None) -> DigestOutcome:
         """Run ``user_id``'s digest for their current local date at once (admin /digest_now).
@@ -370,26 +347,26 @@ class DigestRunner:
 
     # ------------------------------------------------------------------ one digest
     async def _run(self, job: Job) -> DigestOutcome:
-        key = (job.user_id, job.day)
-        if key in self._active:
+        if job.key in self._active:
             return DigestOutcome(job.user_id, job.day, RunStatus.PENDING)
-        self._active.add(key)
+        self._active.add(job.key)
         try:
             return await self._run_locked(job)
         finally:
-            self._active.discard(key)
+            self._active.discard(job.key)
 
     async def _run_locked(self, job: Job) -> DigestOutcome:
-        run, profile, claimed = await self._store.load(job)
+        loaded = await self._store.load(job)
+        run = loaded.run
         outcome = DigestOutcome(job.user_id, job.day, RunStatus(run.status), late=run.late)
         if outcome.status in (RunStatus.SENT, RunStatus.EMPTY, RunStatus.FAILED_DELIVERY):
             await job.report(ProgressStep(Step.ALREADY_SENT))
             return outcome
-        if not claimed:
+        if not loaded.claimed:
             await job.report(ProgressStep(Step.ELSEWHERE))
             return outcome
         try:
-            return await self._claimed(job, run, profile, outcome)
+            return await self._claimed(job, run, loaded.profile, outcome)
         except ClaimLost as lost:
             log.warning(
                 "digest.taken_over user=%s date=%s by=%s: this process stops it",
@@ -412,101 +389,37 @@ class DigestRunner:
             return await self._delivery.deliver(job, run, profile, sections, outcome)
         try:
             return await self._generate(job, run, profile, outcome)
-        except _Deferred as deferred:
+        except Deferred as deferred:
             return await self._defer(job, run, profile, deferred.refusal, outcome)
 
     async def _generate(
         self, job: Job, run: DigestRun, profile: UserProfile, outcome: DigestOutcome
     ) -> DigestOutcome:
+        """Fetch, summarise, store (``ready``), deliver: one digest's course.
+
+        Raises:
+            Deferred: the ledger refused for now (nothing stored; the run waits).
+            ClaimLost: another process took the run over.
+        """
         gathered = await self._gatherer.gather(job, profile)
         kept = cap_posts([g.posts for g in gathered], self.config.max_posts)
-        total = sum(len(k) for k in kept)
+        total = sum(len(posts) for posts in kept)
         await job.report(ProgressStep(Step.FETCHED, count=total))
         if total == 0:
             await self._store.finish_empty(run, gathered)
             outcome.status = RunStatus.EMPTY
             await job.report(ProgressStep(Step.EMPTY))
             return outcome
-        deadline = job.due_at + timedelta(minutes=self.config.latest_delay_minutes)
-        language = profile.language
-        op: OperationTicket | None = None
-        op_lock = asyncio.Lock()
-        stopped: str | None = None
-        not_summarised = 0
-        sections: list[DigestSection] = []
-        done = 0
-
-        async def operation() -> OperationTicket:
-            nonlocal op
-            async with op_lock:
-                if op is None:
-                    try:
-                        op = await self._ledger.begin_operation(
-                            job.user_id,
-                            Origin.DIGEST,
-                            max_musd=self.config.max_musd,
-                            max_requests=self.config.max_requests or 2 * self.config.max_posts,
-                        )
-                    except HoldRefused as refused:
-                        raise _Deferred(refused.refusal) from refused
-                return op
-
-        try:
-            for source, posts in zip(gathered, kept, strict=True):
-                items: list[DigestItem] = []
-                for post in posts:
-                    summary: str | None = None
-                    if stopped is None:
-                        try:
-                            summary = await self._summariser.summary(
-                                post, language, deadline, operation, outcome
-                            )
-                        except HoldRefused as refused:
-                            reason = refused.refusal.reason
-                            if reason in _DEFER_REASONS:
-                                raise _Deferred(refused.refusal) from refused
-                            stopped = "operation_cap"  # operation cap or loop: deliver what we have
-                        except EmptyCompletion as exc:
-                            self.stats.empty_summaries += 1
-                            log.warning("digest.summary_empty post=%s: %s", post.link, exc)
-                        except LLMError as exc:
-                            log.warning("digest.summary_failed post=%s: %s", post.link, exc)
-                    summarized = summary is not None
-                    if summary is None:
-                        not_summarised += 1
-                        summary = post.text[: self.config.excerpt_chars]
-                    items.append(
-                        DigestItem(
-                            post.post_id,
-                            post.link,
-                            post.published,
-                            summary,
-                            summarized=summarized,
-                            forwarded_from=post.forwarded_from,
-                            title=post.title,
-                        )
-                    )
-                    done += 1
-                    await job.report(ProgressStep(Step.SUMMARISED, count=done, total=total))
-                if items:
-                    link = (
-                        f"https://t.me/{source.key}"
-                        if source.kind is SourceKind.CHANNEL
-                        else source.key
-                    )
-                    sections.append(
-                        DigestSection(source.kind, source.key, source.title, link, tuple(items))
-                    )
-        finally:
-            if op is not None:
-                await self._ledger.end_operation(op)
+        written = await self._summariser.write(job, profile.language, gathered, kept, outcome)
         outcome.posts = total
-        await self._store.store_ready(run, gathered, sections, total)
+        await self._store.store_ready(run, gathered, written.sections, total)
         notices: list[Notice] = []
-        if not_summarised:
-            cause = stopped or "providers"
-            notices.append(Notice(NoticeKind.UNAVAILABLE, count=not_summarised, cause=cause))
-        return await self._delivery.deliver(job, run, profile, sections, outcome, notices)
+        if written.not_summarised:
+            cause = written.stopped or "providers"
+            notices.append(
+                Notice(NoticeKind.UNAVAILABLE, count=written.not_summarised, cause=cause)
+            )
+        return await self._delivery.deliver(job, run, profile, written.sections, outcome, notices)
 
     async def _defer(
         self,

@@ -1,4 +1,13 @@
-"""Post summaries for digests: the summary cache first, else one paced LLM request.
+"""The summarise step of a digest: its sections, each post's summary from the summary
+cache first, else one paced LLM request in the digest's one ledger operation.
+
+:meth:`Summariser.write` turns a digest's gathered posts into its sections. The digest's
+ledger operation (origin ``digest``, ``max_musd``, ``max_requests``) is opened only when
+a post is not in the cache (:class:`DigestOperation`): a digest made entirely of cached
+summaries costs nothing and touches no provider. A refusal that will pass (kill switch,
+a limit, busy…) defers the whole digest (:class:`Deferred`); the operation's own cap
+stops summarising and the rest of the posts go out as excerpts, as do posts no provider
+could summarise.
 
 A request is paced by :func:`scheduler.timing.decide` against the cascade's capacity
 readings (wait for a free provider's reset rather than spill onto the paid anchor,
@@ -11,24 +20,53 @@ single flight.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from budget.errors import HoldRefused
 from budget.kernel.clock import Clock
 from budget.protocol import OperationTicket
-from llm.errors import AllProvidersFailed
+from budget.types import Origin, Refusal, RefusalReason
+from llm.errors import AllProvidersFailed, EmptyCompletion, LLMError
 from llm.sanitize import clean_prompt
 from llm.types import LLMRequest, Message, Priority
 from scheduler.cache import CacheKey, Made, SummaryCache, content_hash
 from scheduler.claims import Claimant
-from scheduler.job import DigestConfig, DigestOutcome, RunnerStats
+from scheduler.job import DigestConfig, DigestOutcome, Gathered, Job, RunnerStats
 from scheduler.timing import decide
-from scheduler.types import Post, SummaryBackend
+from scheduler.types import (
+    DigestItem,
+    DigestSection,
+    OperationPort,
+    Post,
+    ProgressStep,
+    SourceKind,
+    Step,
+    SummaryBackend,
+)
 
-__all__ = ["Summariser"]
+__all__ = ["Deferred", "DigestOperation", "Summariser", "Written"]
+
+log = logging.getLogger("scheduler.runner")  # the runner's log lines keep their logger
+
+#: Ledger refusals that pass with time (or an admin's word): the digest is deferred.
+#: Any other refusal (the operation's own cap, a loop) ends summarising.
+_DEFER_REASONS = frozenset(
+    {
+        RefusalReason.KILL,
+        RefusalReason.LIMIT,
+        RefusalReason.BUSY,
+        RefusalReason.INFLIGHT,
+        RefusalReason.RATE,
+        RefusalReason.UNAVAILABLE,
+        RefusalReason.MESSAGES,
+    }
+)
 
 _LANGUAGE_NAMES = {"en": "English", "ru": "Russian"}
 
@@ -45,12 +83,90 @@ def _default_token_counter() -> Callable[[str], int]:
     return count
 
 
+class Deferred(Exception):
+    """The ledger refused the digest for now: it is deferred (internal to the runner).
+
+    Attributes:
+        refusal: the ledger's refusal (its reason, level, window and reset time).
+    """
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.reason)
+        self.refusal = refusal
+
+
+class DigestOperation:
+    """A digest's one ledger operation, opened on first use (once, whoever asks first).
+
+    Args:
+        ledger: the budget ledger.
+        user_id: the digest's user.
+        config: ``max_musd`` and ``max_requests`` (``None``: 2 × ``max_posts``).
+    """
+
+    __slots__ = ("_config", "_ledger", "_lock", "_user_id", "ticket")
+
+    def __init__(self, ledger: OperationPort, user_id: int, config: DigestConfig) -> None:
+        self._ledger = ledger
+        self._user_id = user_id
+        self._config = config
+        self._lock = asyncio.Lock()
+        #: the open operation, ``None`` until a post needed a request
+        self.ticket: OperationTicket | None = None
+
+    def __repr__(self) -> str:
+        return f"DigestOperation(user_id={self._user_id}, open={self.ticket is not None})"
+
+    async def __call__(self) -> OperationTicket:
+        """The operation, opened now if it is not yet.
+
+        Raises:
+            Deferred: the ledger refused to open it.
+        """
+        async with self._lock:
+            if self.ticket is None:
+                try:
+                    self.ticket = await self._ledger.begin_operation(
+                        self._user_id,
+                        Origin.DIGEST,
+                        max_musd=self._config.max_musd,
+                        max_requests=self._config.max_requests or 2 * self._config.max_posts,
+                    )
+                except HoldRefused as refused:
+                    raise Deferred(refused.refusal) from refused
+            return self.ticket
+
+    async def end(self) -> None:
+        """Free the operation's in-flight slot, if one was opened."""
+        if self.ticket is not None:
+            await self._ledger.end_operation(self.ticket)
+
+
+@dataclass(slots=True)
+class Written:
+    """A digest's sections as :meth:`Summariser.write` made them.
+
+    Attributes:
+        sections: one per source with posts, in subscription order.
+        not_summarised: posts shown as excerpts (no summary could be made).
+        stopped: ``"operation_cap"`` when the operation's cap ended summarising, else
+            ``None`` (posts not summarised then failed at the providers).
+        done: posts written so far (summaries and excerpts).
+    """
+
+    sections: list[DigestSection] = field(default_factory=list)
+    not_summarised: int = 0
+    stopped: str | None = None
+    done: int = 0
+
+
 class Summariser:
     """Summaries of posts (see the module docstring).
 
     Args:
         clock: the one clock (wall time for the deadline, monotonic for pacing).
         session_factory: async sessions on the app's engine (the summary cache).
+        ledger: the budget ledger (one operation per digest).
         backend: the cascade (``complete`` + ``capacity``).
         config: the runner's knobs.
         stats: the runner's counters (requests, paid calls, pacing waits, cache hits).
@@ -59,13 +175,23 @@ class Summariser:
             single flight then holds across them); ``None``: alone.
     """
 
-    __slots__ = ("_backend", "_clock", "_config", "_count", "_llm_sem", "_stats", "cache")
+    __slots__ = (
+        "_backend",
+        "_clock",
+        "_config",
+        "_count",
+        "_ledger",
+        "_llm_sem",
+        "_stats",
+        "cache",
+    )
 
     def __init__(
         self,
         *,
         clock: Clock,
         session_factory: async_sessionmaker[AsyncSession],
+        ledger: OperationPort,
         backend: SummaryBackend,
         config: DigestConfig,
         stats: RunnerStats,
@@ -73,6 +199,7 @@ class Summariser:
         claimant: Claimant | None = None,
     ) -> None:
         self._clock = clock
+        self._ledger = ledger
         self._backend = backend
         self._config = config
         self._stats = stats
@@ -90,6 +217,84 @@ class Summariser:
         return (
             f"Summariser(llm_calls={self._stats.llm_calls}, "
             f"cache_hits={self._stats.cache_hits}, slots={self._config.llm_concurrency})"
+        )
+
+    async def write(
+        self,
+        job: Job,
+        language: str,
+        gathered: Sequence[Gathered],
+        kept: Sequence[Sequence[Post]],
+        outcome: DigestOutcome,
+    ) -> Written:
+        """The digest's sections: each kept post summarised (or its excerpt), per source.
+
+        Args:
+            job: the digest (its user, due time and progress reports).
+            language: the user's language code.
+            gathered: each subscription's fetch, in subscription order.
+            kept: the posts kept of each (the cap applied), in the same order.
+            outcome: the run's result, counting requests and cache hits.
+
+        Raises:
+            Deferred: the ledger refused for now (the digest waits; nothing is stored).
+        """
+        deadline = job.due_at + timedelta(minutes=self._config.latest_delay_minutes)
+        operation = DigestOperation(self._ledger, job.user_id, self._config)
+        written = Written()
+        total = sum(len(posts) for posts in kept)
+        try:
+            for source, posts in zip(gathered, kept, strict=True):
+                items: list[DigestItem] = []
+                for post in posts:
+                    items.append(
+                        await self._item(post, language, deadline, operation, outcome, written)
+                    )
+                    written.done += 1
+                    await job.report(ProgressStep(Step.SUMMARISED, count=written.done, total=total))
+                if items:
+                    written.sections.append(_section(source, items))
+        finally:
+            await operation.end()
+        return written
+
+    async def _item(
+        self,
+        post: Post,
+        language: str,
+        deadline: datetime,
+        operation: DigestOperation,
+        outcome: DigestOutcome,
+        written: Written,
+    ) -> DigestItem:
+        """One post's line: its summary, or its excerpt when none could be made.
+
+        Raises:
+            Deferred: the ledger refused for a reason that passes.
+        """
+        summary: str | None = None
+        if written.stopped is None:
+            try:
+                summary = await self.summary(post, language, deadline, operation, outcome)
+            except HoldRefused as refused:
+                if refused.refusal.reason in _DEFER_REASONS:
+                    raise Deferred(refused.refusal) from refused
+                written.stopped = "operation_cap"  # operation cap or loop: deliver what we have
+            except EmptyCompletion as exc:
+                self._stats.empty_summaries += 1
+                log.warning("digest.summary_empty post=%s: %s", post.link, exc)
+            except LLMError as exc:
+                log.warning("digest.summary_failed post=%s: %s", post.link, exc)
+        if summary is None:
+            written.not_summarised += 1
+        return DigestItem(
+            post.post_id,
+            post.link,
+            post.published,
+            summary if summary is not None else post.text[: self._config.excerpt_chars],
+            summarized=summary is not None,
+            forwarded_from=post.forwarded_from,
+            title=post.title,
         )
 
     async def summary(
@@ -127,11 +332,11 @@ class Summariser:
             op = await operation()
             return await self._complete(op, post, language, deadline, key, outcome)
 
-        summary, hit = await self.cache.get_or_make(key, make)
-        if hit:
+        served = await self.cache.get_or_make(key, make)
+        if served.hit:
             outcome.cache_hits += 1
             self._stats.cache_hits += 1
-        return summary
+        return served.summary
 
     def prompt(self, post: Post, language: str) -> tuple[Message, ...]:
         """The summary prompt for one post (its version is ``config.prompt_version``)."""
@@ -200,3 +405,9 @@ class Summariser:
                 self._stats.paid_calls += 1
             return Made(completion.text.strip(), completion.provider, completion.model)
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _section(source: Gathered, items: list[DigestItem]) -> DigestSection:
+    """The digest's part for one source (a channel links to its t.me page)."""
+    link = f"https://t.me/{source.key}" if source.kind is SourceKind.CHANNEL else source.key
+    return DigestSection(source.kind, source.key, source.title, link, tuple(items))

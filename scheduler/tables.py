@@ -15,6 +15,11 @@
   content hash, language, prompt version).
 * ``summary_pending`` — a summary being made right now, by which process, until when
   (the cache's single flight across processes; migration ``0015_digest_claims``).
+* ``digest_ticks`` — one row: when any process last looked for due digests, so a
+  process that starts knows which due instants fell while none was running
+  (migration ``0023_digest_restarts``, with ``digest_runs.messages_sent``: the
+  messages of a digest delivered before a flood wait, so a retry in any process sends
+  the rest only).
 
 ``digest_runs.claimed_by`` names the process making or delivering that run (its
 ``budget_processes`` id; migration ``0015_digest_claims``): several processes on one
@@ -201,7 +206,8 @@ class DigestRun(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     user_id: Mapped[int] = mapped_column(BigInteger, index=True)
     local_date: Mapped[date] = mapped_column(Date)
-    status: Mapped[str] = mapped_column(String(16), default=RunStatus.PENDING.value)
+    #: indexed: every tick looks up the ``ready`` runs of any date
+    status: Mapped[str] = mapped_column(String(16), default=RunStatus.PENDING.value, index=True)
     due_at: Mapped[datetime] = mapped_column(UTCDateTime())
     late: Mapped[bool] = mapped_column(Boolean, default=False)
     retry_not_before: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
@@ -217,6 +223,9 @@ class DigestRun(Base):
     #: the process making or delivering this run (``None``: nobody); see scheduler.claims
     claimed_by: Mapped[str | None] = mapped_column(String(32), default=None)
     claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    #: messages of the digest delivered before a flood wait stopped it (the retry
+    #: sends the rest); see docs/decisions/031-digests-across-restarts.md
+    messages_sent: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class SummaryCacheEntry(Base):
@@ -254,3 +263,18 @@ class SummaryPending(Base):
     owner: Mapped[str] = mapped_column(String(32))
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class DigestTick(Base):
+    """When a process last looked for due digests (one row, ``id`` 1).
+
+    A due instant after ``ticked_at`` and before a process's next look fell while no
+    process was looking: the bot was down (see
+    ``docs/decisions/031-digests-across-restarts.md``). Every process writes it at each
+    tick; it only moves forward.
+    """
+
+    __tablename__ = "digest_ticks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    ticked_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -183,9 +183,17 @@ class Deliverer(Protocol):
     """
 
     async def send_digest(
-        self, user_id: int, chat_id: int, language: str, parts: Sequence[DigestSection]
+        self,
+        user_id: int,
+        chat_id: int,
+        language: str,
+        parts: Sequence[DigestSection],
+        *,
+        skip_messages: int = 0,
     ) -> None:
-        """Send one digest (all its messages)."""
+        """Send one digest: all its messages but the first ``skip_messages`` (delivered
+        by an earlier attempt). A 429 part-way says how many are delivered
+        (:attr:`scheduler.errors.DeliveryRetryAfter.messages_sent`)."""
         ...
 
     async def notify(self, user_id: int, chat_id: int, language: str, notice: Notice) -> None:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from bot.storage.migrate import SchemaMismatch
 from budget.kernel.db import failure_reason, location, sqlite_path
+from budget.kernel.schema import SchemaMismatch
 
 __all__ = ["location", "start_failure"]
 

@@ -28,8 +28,11 @@ from bot.app.wiring import (
 from bot.chat.outbox import Outbox
 from bot.chat.paste import PasteJoiner
 from bot.chat.service import ChatConfig, ChatService
-from bot.chat.streaming import StreamConfig, StreamMetrics, StreamRegistry
-from bot.handlers.admin import AdminView, create_admin_router
+from bot.chat.streaming.metrics import StreamMetrics
+from bot.chat.streaming.registry import StreamRegistry
+from bot.chat.streaming.session import StreamConfig
+from bot.handlers.admin import create_admin_router
+from bot.handlers.admin.base import AdminView
 from bot.handlers.books import BooksDesk, create_books_router
 from bot.handlers.chat import create_chat_router, create_non_text_router
 from bot.handlers.common import create_common_router, create_fallback_router
@@ -74,7 +77,6 @@ from budget.ledger import Ledger
 from budget.policy.money import usd_to_musd
 from budget.pricing.prices import PriceCard, parse_overrides
 from budget.pricing.tokens import TokenCounter
-from budget.storage.sqlite.store import SqliteStore
 from llm.cascade.factory import build_cascade
 from scheduler.claims import Claimant
 from scheduler.profiles import ProfileRepository
@@ -136,41 +138,29 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         overrides=parse_overrides(settings.price_overrides) if settings.price_overrides else None,
         max_call_seconds=settings.provider_timeout_seconds,
     )
-    # the ledger's store by DATABASE_URL's scheme: one SQLite file (one process), or a
-    # PostgreSQL database shared by several processes
-    ledger = (
-        Ledger.sqlite(
-            path,
-            ledger_config(settings),
-            prices,
-            clock,
-            on_auto_kill=notifier.auto_kill,
-            on_unavailable=notifier.storage_failed,
-        )
-        if path is not None
-        else Ledger.postgres(
-            settings.database_url,
-            ledger_config(settings),
-            prices,
-            clock,
-            on_auto_kill=notifier.auto_kill,
-            on_unavailable=notifier.storage_failed,
-        )
+    # the ledger's store by DATABASE_URL's scheme (budget.storage.open_store): one SQLite
+    # file (one process), or a PostgreSQL database shared by several processes
+    ledger = Ledger.open(
+        settings.database_url,
+        ledger_config(settings),
+        prices,
+        clock,
+        on_auto_kill=notifier.auto_kill,
+        on_unavailable=notifier.storage_failed,
     )
+    shared = ledger.store.shared  # the database the replicas share (None: one SQLite file)
     tokens = TokenCounter(safety_factor=settings.token_safety_factor)
     # on PostgreSQL the replicas share each provider key's circuit and paced windows
     # and GLOBAL_MAX_INFLIGHT_CALLS (leases tied to the processes' heartbeats)
     key_store = lease_store = None
-    if on_postgres:
-        from budget.storage.postgres.store import PgStore  # asyncpg only when PostgreSQL is used
+    if shared is not None:
         from llm.keys.claims import CallClaims
         from llm.keys.postgres import PgKeyStates
 
-        assert isinstance(ledger.store, PgStore)
-        key_store = PgKeyStates(ledger.store, clock)
+        key_store = PgKeyStates(shared, clock)
         lease_store = CallClaims(
-            ledger.store,
-            ledger.store.process_id,
+            shared,
+            shared.process_id,
             clock,
             ttl_s=settings.hold_ttl_seconds,
             dead_after_s=settings.process_dead_after_seconds,
@@ -190,7 +180,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         tls=tls,
     )
     # on a SQLite file the message path's bot-table writes ride the ledger's one writer
-    hot = SqliteHotPath(ledger.store.writer) if isinstance(ledger.store, SqliteStore) else None
+    hot = SqliteHotPath(ledger.store.writer) if ledger.store.writer is not None else None
     history = History(sessions, hot)
     # several processes share a PostgreSQL database: each message remembers who took it
     # in, and only a dead process's are "lost" (bot.storage.repos.Intake.take_lost)
@@ -208,25 +198,19 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         clock,
         claim_s=settings.process_dead_after_seconds if on_postgres else None,
     )
-    streams = StreamRegistry()
-    if on_postgres:  # /kill hard cuts every replica's streams (bot/ops/signals.py)
+    streams = StreamRegistry(clock)
+    if shared is not None:  # /kill hard cuts every replica's streams (bot/ops/signals.py)
         from bot.ops.signals import KILL_HARD, PgSignals, SignalWatcher
-        from budget.storage.postgres.store import PgStore
 
-        assert isinstance(ledger.store, PgStore)
         streams.kill_watch = SignalWatcher(
-            PgSignals(ledger.store, clock), KILL_HARD, clock, lambda: streams.stop_all("kill")
+            PgSignals(shared, clock), KILL_HARD, clock, lambda: streams.stop_all("kill")
         )
     # replicas: a user's queue counts the other live replicas' unfinished messages too
     lanes = None
-    if on_postgres:
+    if shared is not None:
         from bot.chat.lanes import PgLanes
-        from budget.storage.postgres.store import PgStore
 
-        assert isinstance(ledger.store, PgStore)
-        lanes = PgLanes(
-            ledger.store, ledger.store.process_id, clock, settings.process_dead_after_seconds
-        )
+        lanes = PgLanes(shared, shared.process_id, clock, settings.process_dead_after_seconds)
     chat = ChatService(
         ledger=ledger,
         backend=cascade,
@@ -334,18 +318,18 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         ),
         stream_metrics=StreamMetrics(registry),
         stop_book=StopBook(sessions),
+        admin_ids=settings.admin_ids,
+        stale_after_s=settings.stale_message_seconds,
     )
     dp = Dispatcher(**workflow)
     bot.session.middleware(TopicRequestMiddleware())
     dp.message.outer_middleware(TopicMiddleware())
     # replicas count a payer's updates over all of them (bot/storage/pg_rates.py)
     shared_rates = None
-    if on_postgres:
+    if shared is not None:
         from bot.storage.pg_rates import PgUpdateRates
-        from budget.storage.postgres.store import PgStore
 
-        assert isinstance(ledger.store, PgStore)
-        shared_rates = PgUpdateRates(ledger.store, clock)
+        shared_rates = PgUpdateRates(shared, clock)
     rate = UpdateRateMiddleware(
         settings.user_max_updates_per_minute,
         clock,
@@ -372,11 +356,12 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         IntakeMiddleware(intake, clock, barrier.taken_in if barrier is not None else None)
     )
     dp.include_router(create_error_router())
-    # chat text first: no other router takes a text that is not a command (issue 10)
-    dp.include_router(create_chat_router(stale_after_s=settings.stale_message_seconds))
+    # chat text first: no other router takes a text that is not a command
+    # (docs/decisions/022-message-path.md)
+    dp.include_router(create_chat_router())
     dp.include_router(create_books_router(settings.admin_ids))
     dp.include_router(create_admin_router(settings.admin_ids))
-    dp.include_router(create_stream_router(settings.admin_ids))
+    dp.include_router(create_stream_router())
     dp.include_router(create_common_router())
     dp.include_router(create_digest_router())
     dp.include_router(create_me_router())
@@ -415,11 +400,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         schema=SchemaWatch(engine, clock),
         is_control=lambda update: rate.is_control(update, bot),
     )
-    if on_postgres:  # a process taken for dead stops acting (bot/session/fence.py)
+    if shared is not None:  # a process taken for dead stops acting (bot/session/fence.py)
         from bot.session.fence import FencedSession
-        from budget.storage.postgres.store import PgStore
 
-        assert isinstance(ledger.store, PgStore)
-        bot.session.middleware(FencedSession(ledger.store))
-        ledger.store.on_fenced.append(app.fence)
+        bot.session.middleware(FencedSession(shared))
+        shared.on_fenced.append(app.fence)
     return app

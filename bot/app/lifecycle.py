@@ -38,7 +38,7 @@ from bot.app.start_waits import StartWaits
 from bot.chat.delivery import send_text
 from bot.chat.outbox import Outbox
 from bot.chat.service import ChatService
-from bot.chat.streaming import StreamRegistry
+from bot.chat.streaming.registry import StreamRegistry
 from bot.middlewares.topics import in_topic
 from bot.ops.admin_notices import AdminNotifier
 from bot.ops.health import Readiness
@@ -132,7 +132,7 @@ class App:
     def fence(self) -> None:
         """This process was taken for dead (the ledger store's callback, once): take
         no more updates (``/readyz`` and the webhook answer 503; polling stops) — the
-        run then ends with :class:`bot.session.fence.ProcessFenced` (exit code 1)."""
+        run then ends with :class:`budget.errors.ProcessFenced` (exit code 1)."""
         self.readiness.mark_stopping()
         self.fenced.set()
         if not self.settings.webhook_mode:

@@ -21,11 +21,12 @@ from bot.app.database import start_failure
 from bot.app.preflight import check_database, check_settings
 from bot.ops.logs import redact
 from bot.settings import Settings
-from bot.storage.migrate import SchemaMismatch, migrate
-from budget.errors import BudgetConfigError
+from bot.storage.migrate import migrate
+from budget.errors import BudgetConfigError, ProcessFenced
 from budget.kernel import instance_lock
 from budget.kernel.clock import SystemClock
 from budget.kernel.db import sqlite_path
+from budget.kernel.schema import SchemaMismatch
 
 if TYPE_CHECKING:
     from bot.app.lifecycle import App
@@ -120,7 +121,6 @@ async def _poll(settings: Settings) -> int:
     """Build the bot, then poll (or serve the webhook) until stopped; the exit code.
     aiogram is imported here, after every check has passed (see the module docstring)."""
     from bot.app.factory import create_app
-    from bot.session.fence import ProcessFenced
 
     try:
         app = create_app(settings)
@@ -151,7 +151,7 @@ async def _serve(app: App, settings: Settings) -> None:
 
         await serve_webhook(app)
         return
-    from bot.session.fence import ProcessFenced
+    from bot.session.fence import FENCED_EXIT
 
     dp = app.dispatcher
     dp.startup.register(app.on_startup)
@@ -164,7 +164,7 @@ async def _serve(app: App, settings: Settings) -> None:
         polling_timeout=30,
     )
     if app.fenced.is_set():
-        raise ProcessFenced()
+        raise ProcessFenced(FENCED_EXIT)
 
 
 def _start_failure(exc: Exception, settings: Settings) -> tuple[int, str]:

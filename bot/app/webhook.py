@@ -77,10 +77,11 @@ from bot.middlewares.context import IntakeStatus
 from bot.middlewares.intake import TakenIn, reads_only
 from bot.middlewares.topics import topic_of
 from bot.ops.health import add_health_routes
-from bot.session.fence import ProcessFenced
+from bot.session.fence import FENCED_EXIT
 from bot.session.update_json import UndecodableJson, load_checked
 from bot.storage.repos import is_storage_failure
 from bot.text.i18n import pick_language
+from budget.errors import ProcessFenced
 
 __all__ = ["SECRET_HEADER", "WebhookServer", "serve_webhook"]
 
@@ -410,7 +411,7 @@ async def serve_webhook(
 ) -> None:
     """Run one webhook replica until SIGTERM/SIGINT (or ``stop``), then drain — or
     until this process is fenced (taken for dead by another, :mod:`bot.session.fence`): then
-    it stops at once, drains nothing, and :class:`bot.session.fence.ProcessFenced` is raised.
+    it stops at once, drains nothing, and :class:`budget.errors.ProcessFenced` is raised.
 
     Order: bind (a taken port fails before Telegram is called), the start-up hooks
     (``setWebhook``, see :meth:`bot.app.lifecycle.App.on_startup`), ready; on the signal,
@@ -444,7 +445,7 @@ async def serve_webhook(
         await _first(stop.wait(), app.fenced.wait())
         await server.drain()
         if app.fenced.is_set():
-            raise ProcessFenced()
+            raise ProcessFenced(FENCED_EXIT)
     finally:
         for sig in signals:
             with contextlib.suppress(ValueError, RuntimeError):

@@ -9,8 +9,9 @@ from alembic import context
 from sqlalchemy import MetaData, text
 from sqlalchemy.engine import Connection
 
-from bot.storage.migrate import MIGRATION_LOCK_KEY, refuse_unknown
+from bot.storage.migrate import MIGRATION_LOCK_KEY
 from budget.kernel.db import create_engine, make_ddl_transactional
+from budget.kernel.schema import refuse_unknown
 
 config = context.config
 

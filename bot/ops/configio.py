@@ -44,8 +44,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bot.ops.logs import redact
-from bot.storage.migrate import SchemaMismatch, check_schema, head_revision, migrate
+from bot.storage.migrate import migrate
 from budget.kernel.db import create_engine, failure_reason, location, sqlite_path
+from budget.kernel.schema import SchemaMismatch, check_schema, head_revision
 
 __all__ = [
     "CONFIG_TABLES",

@@ -28,7 +28,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.cli import config_error
-from bot.storage.migrate import head_revision, read_heads
+from budget.kernel.schema import head_revision, read_heads
 
 __all__ = ["HealthSettings", "Readiness", "add_health_routes", "main"]
 

@@ -24,8 +24,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.storage.migrate import SchemaMismatch, alembic_config, known_revision, read_heads
 from budget.kernel.clock import Clock
+from budget.kernel.schema import SchemaMismatch, alembic_config, known_revision, read_heads
 from budget.kernel.tasks import cancel_and_wait
 
 __all__ = ["SchemaWatch"]

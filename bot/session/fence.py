@@ -32,28 +32,24 @@ from aiogram.exceptions import TelegramAPIError
 from aiogram.methods import Response, TelegramMethod
 from aiogram.methods.base import TelegramType
 
+from budget.errors import FENCED
+
 if TYPE_CHECKING:
     from aiogram import Bot
 
-__all__ = ["FencedCall", "FencedSession", "LeaseHolder", "ProcessFenced"]
+__all__ = ["FENCED_EXIT", "FencedSession", "FencedTelegramAPIError", "LeaseHolder"]
 
-#: The exit line (stderr) of a fenced process.
-FENCED_EXIT = (
-    "this process was taken for dead by another (its heartbeat was late by more than"
-    " PROCESS_DEAD_AFTER_SECONDS): exiting so that its supervisor restarts it"
-)
+#: The exit line (stderr) of a fenced process (its run ends with
+#: :class:`budget.errors.ProcessFenced` carrying it).
+FENCED_EXIT = FENCED + ": exiting so that its supervisor restarts it"
 
 
-class ProcessFenced(Exception):
-    """The bot's run ends: this process was taken for dead (exit code 1)."""
-
-    def __init__(self) -> None:
-        super().__init__(FENCED_EXIT)
-
-
-class FencedCall(TelegramAPIError):
-    """A Bot API call refused locally: this process was taken for dead (callers treat
-    it as any refused call: logged, not retried here)."""
+class FencedTelegramAPIError(TelegramAPIError):
+    """:class:`budget.errors.ProcessFenced` as a Bot API call sees it: the call is refused
+    here, before it leaves the process. It must be a ``TelegramAPIError`` because it is
+    raised inside aiogram's session (a request middleware) to code that sends: every
+    sender in the bot catches ``TelegramAPIError`` (logged, not retried), and any other
+    exception would escape them mid-delivery."""
 
 
 class LeaseHolder(Protocol):
@@ -87,5 +83,7 @@ class FencedSession(BaseRequestMiddleware):
         method: TelegramMethod[TelegramType],
     ) -> Response[TelegramType]:
         if not await self._lease.confirm_lease():
-            raise FencedCall(method=method, message="this process was taken for dead: not sent")
+            raise FencedTelegramAPIError(
+                method=method, message="this process was taken for dead: not sent"
+            )
         return await make_request(bot, method)

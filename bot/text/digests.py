@@ -10,13 +10,14 @@ entities whose URL is the entry's link as given (http/https only).
 :class:`TelegramDeliverer` implements ``scheduler.types.Deliverer``. It translates
 aiogram's errors at this boundary: ``TelegramRetryAfter`` → ``DeliveryRetryAfter``,
 ``TelegramForbiddenError`` → ``RecipientGone``. A digest cut by a 429 after some of
-its messages went out resumes where it stopped (parts already delivered are not sent
-again); the digest itself is never regenerated for a delivery failure.
+its messages went out says how many did (``DeliveryRetryAfter.messages_sent``); the
+scheduler keeps that with the run and the retry — in this process or another, after a
+restart — skips them (``skip_messages``), so no message of a digest goes out twice;
+the digest itself is never regenerated for a delivery failure.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Awaitable, Sequence
 from typing import Protocol
 from zoneinfo import ZoneInfo
@@ -168,31 +169,38 @@ class TelegramDeliverer:
         self._i18n = i18n
         self._clock = clock
         self._tz_of = tz_of
-        self._progress: dict[tuple[int, str], int] = {}
 
     async def send_digest(
-        self, user_id: int, chat_id: int, language: str, parts: Sequence[DigestSection]
+        self,
+        user_id: int,
+        chat_id: int,
+        language: str,
+        parts: Sequence[DigestSection],
+        *,
+        skip_messages: int = 0,
     ) -> None:
         tz = await self._tz_of(user_id)
         with in_locale(self._i18n, language):
             text, entities = render_digest(parts, tz)
-        key = (chat_id, hashlib.sha256(text.encode()).hexdigest())
-        done = self._progress.get(key, 0)
+        delivered = skip_messages
 
         def remember(n: int) -> None:
-            self._progress[key] = n
+            nonlocal delivered
+            delivered = n
 
-        await self._guarded(
-            send_formatted(
-                self._bot,
-                chat_id,
-                split_formatted(text, entities),
-                clock=self._clock,
-                skip_parts=done,
-                on_part_sent=remember,
+        try:
+            await self._guarded(
+                send_formatted(
+                    self._bot,
+                    chat_id,
+                    split_formatted(text, entities),
+                    clock=self._clock,
+                    skip_parts=skip_messages,
+                    on_part_sent=remember,
+                )
             )
-        )
-        self._progress.pop(key, None)
+        except DeliveryRetryAfter as exc:
+            raise DeliveryRetryAfter(exc.retry_after_s, messages_sent=delivered) from None
 
     async def notify(self, user_id: int, chat_id: int, language: str, notice: Notice) -> None:
         tz = await self._tz_of(user_id)

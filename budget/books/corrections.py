@@ -1,8 +1,8 @@
 """Correct estimated bookings from a provider's usage export (``/reconcile apply``).
 
-:func:`apply_corrections` books a :class:`~budget.books.reconcile.PlannedCorrection` list
-in ONE ledger transaction of the store (:meth:`budget.storage.store.LedgerStore.apply_corrections`;
-the SQL is the backend's, the rules below are here):
+A store books a :class:`CorrectionPlan` in ONE ledger transaction
+(:meth:`budget.storage.base.LedgerStore.apply_corrections`, at the ledger clock's time;
+the SQL is :mod:`budget.storage.sql.corrections`, the rules below are here):
 
 * each booking still flagged estimated and still booked at the amount the report
   saw gets its new cost (``actual_musd``; for a paid key also ``list_actual_musd``);
@@ -23,22 +23,33 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING
 
 from budget.books.reconcile import PlannedCorrection
 from budget.policy.money import usd_text
 from budget.types import Level, Window
 
-if TYPE_CHECKING:
-    from budget.storage.store import LedgerStore
+__all__ = ["ApplyResult", "CorrectionPlan", "applies", "over_limit_line"]
 
-__all__ = ["ApplyResult", "applies", "apply_corrections", "over_limit_line"]
+
+@dataclass(frozen=True, slots=True)
+class CorrectionPlan:
+    """What ``/reconcile apply`` books, and where its figures come from.
+
+    Attributes:
+        items: :attr:`budget.books.reconcile.ReconcileReport.plan`.
+        by_user: the admin's Telegram id (``None``: the command line).
+        file_name, sha256: the provider's export the figures come from.
+    """
+
+    items: Sequence[PlannedCorrection]
+    by_user: int | None
+    file_name: str
+    sha256: str
 
 
 @dataclass(slots=True)
 class ApplyResult:
-    """What :func:`apply_corrections` booked.
+    """What a store's ``apply_corrections`` booked.
 
     Attributes:
         changed: corrections booked.
@@ -98,27 +109,3 @@ def over_limit_line(
         f"{level.value}{shown} {window.value} {key}: {usd_text(settled_musd)} "
         f"over its {usd_text(limit_musd)} limit" + (" (closed window)" if closed else "")
     )
-
-
-async def apply_corrections(
-    store: LedgerStore,
-    now: datetime,
-    plan: Sequence[PlannedCorrection],
-    *,
-    by_user: int | None,
-    file_name: str,
-    sha256: str,
-) -> ApplyResult:
-    """Book ``plan`` in one transaction of the ledger's store (module docstring).
-
-    Args:
-        store: the ledger's store (``Ledger.store``).
-        now: the time of the correction (the clock's).
-        plan: from :attr:`budget.books.reconcile.ReconcileReport.plan`.
-        by_user: the admin's Telegram id (``None``: the command line).
-        file_name, sha256: the export the figures come from.
-
-    Raises:
-        LedgerUnavailable: the ledger could not be written (nothing was changed).
-    """
-    return await store.apply_corrections(now, plan, by_user, file_name, sha256)

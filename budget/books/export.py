@@ -32,6 +32,9 @@ call would have cost), and the flags ``estimated``, ``late``, ``stopped``,
 The totals file (:data:`TOTALS_COLUMNS`) has one row per provider key, per
 ``key:model`` and per local day of the chosen zone, then one ``all`` row.
 
+Both are written by :func:`budget.books.csv_out.csv_writer`: a text cell a spreadsheet
+would run as a formula (a team named ``-A1``) is written with a leading ``'``.
+
 Files on disk (``python -m budget``'s ``--out`` and ``--diff-out``, ``python -m bot
 export-config``) are written through :class:`ReplacedOnSuccess`: a temporary file beside
 each target, renamed over it only when everything was written, so a failed read never
@@ -40,7 +43,6 @@ leaves a truncated file in place of the previous export.
 
 from __future__ import annotations
 
-import csv
 import errno
 import os
 import secrets
@@ -54,6 +56,7 @@ from typing import IO, Any, BinaryIO, NamedTuple, Self, TextIO
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from budget.books.csv_out import Cell, csv_writer
 from budget.books.periods import Period, price_source, rates_at, zone
 from budget.pricing.names import family
 from budget.pricing.prices import ModelRates, PriceCard
@@ -265,6 +268,102 @@ def _dec(value: Any) -> str:
     return "" if value is None else format(value.normalize(), "f")
 
 
+class _Prices:
+    """The exporting card's rates and their source per key, model and 15 minutes
+    (time-of-day prices change on quarter hours at the finest)."""
+
+    __slots__ = ("_card", "_seen")
+
+    def __init__(self, card: PriceCard) -> None:
+        self._card = card
+        self._seen: dict[tuple[str, str, int], tuple[ModelRates | None, str]] = {}
+
+    def at(self, row: Attempt, at: datetime) -> tuple[ModelRates | None, str]:
+        key = (row.provider, row.model, int(row.granted_at // 900))
+        if key not in self._seen:
+            rates = rates_at(self._card, row.provider, row.model, at)
+            self._seen[key] = (rates, price_source(rates))
+        return self._seen[key]
+
+
+def _attempt_cells(
+    row: Attempt, at: datetime, local_at: datetime, prices: _Prices, card_version: str
+) -> list[Cell]:
+    """One row of the attempts file, in :data:`EXPORT_COLUMNS` order."""
+    rates, source = prices.at(row, at)
+    return [
+        at.isoformat(timespec="seconds"),
+        local_at.isoformat(timespec="seconds"),
+        row.day_key,
+        row.user_id,
+        row.team or "",
+        row.origin,
+        row.operation_id,
+        family(row.provider),
+        row.provider,
+        row.model,
+        int(row.usage_input or 0),
+        int(row.usage_cached_input or 0),
+        int(row.usage_output or 0),
+        int(row.usage_reasoning or 0),
+        _dec(rates.input) if rates else "",
+        _dec(rates.cached) if rates else "",
+        _dec(rates.output) if rates else "",
+        source,
+        row.price_version or "",
+        int(row.price_version == card_version),
+        int(row.actual_musd or 0),
+        None if row.list_actual_musd is None else int(row.list_actual_musd),
+        int(row.estimated or 0),
+        int(row.late or 0),
+        int(row.stopped or 0),
+        int(bool(row.corr)),
+        row.state,
+        row.hold_id,
+    ]
+
+
+@dataclass(slots=True)
+class _Totals:
+    """The sums of the totals file: per provider key, per ``key:model``, per local day."""
+
+    by_key: dict[str, _Sum] = field(default_factory=dict)
+    by_model: dict[str, _Sum] = field(default_factory=dict)
+    by_day: dict[str, _Sum] = field(default_factory=dict)
+    total: _Sum = field(default_factory=_Sum)
+
+    def add(self, row: Attempt, local_day: str) -> None:
+        for table, key in (
+            (self.by_key, row.provider),
+            (self.by_model, f"{row.provider}:{row.model}"),
+            (self.by_day, local_day),
+        ):
+            table.setdefault(key, _Sum()).add(row)
+        self.total.add(row)
+
+    def summary(self, period: Period) -> ExportSummary:
+        return ExportSummary(
+            period,
+            rows=self.total.attempts,
+            cost_musd=self.total.cost_musd,
+            list_price_musd=self.total.list_price_musd,
+            estimated=self.total.estimated,
+            per_provider={k: s.cost_musd for k, s in self.by_key.items()},
+        )
+
+    def write(self, out: TextIO, period: Period) -> None:
+        writer = csv_writer(out)
+        writer.writerow(TOTALS_COLUMNS)
+        for group, table in (
+            ("provider", self.by_key),
+            ("model", self.by_model),
+            ("day", self.by_day),
+        ):
+            for key in sorted(table):
+                writer.writerow([group, key, *table[key].cells()])
+        writer.writerow(["all", period.label, *self.total.cells()])
+
+
 async def write_export(
     engine: AsyncEngine,
     card: PriceCard,
@@ -275,7 +374,9 @@ async def write_export(
     tz: str | None = None,
     key_name: str | None = None,
 ) -> ExportSummary:
-    """Write the attempts of ``period`` as CSV to ``out`` and the totals to ``totals_out``.
+    """Write the attempts of ``period`` as CSV to ``out`` and the totals to ``totals_out``
+    (both through :func:`budget.books.csv_out.csv_writer`: a text cell that a spreadsheet
+    would run as a formula is written with a leading ``'``).
 
     Args:
         engine: the bot's database (the ledger's tables).
@@ -295,77 +396,19 @@ async def write_export(
         PeriodError: ``tz`` is not an IANA zone.
         sqlalchemy.exc.SQLAlchemyError: the database could not be read.
     """
-    zone_name = tz or period.tz
-    local = zone(zone_name)
-    writer = csv.writer(out)
+    local = zone(tz or period.tz)
+    writer = csv_writer(out)
     writer.writerow(EXPORT_COLUMNS)
-    summary = ExportSummary(period)
-    by_key: dict[str, _Sum] = {}
-    by_model: dict[str, _Sum] = {}
-    by_day: dict[str, _Sum] = {}
-    total = _Sum()
-    # rates per 15 minutes (time-of-day prices change on quarter hours at the finest)
-    price_cache: dict[tuple[str, str, int], tuple[ModelRates | None, str]] = {}
+    prices = _Prices(card)
+    totals = _Totals()
     async for row in booked_attempts(engine, period, key_name=key_name):
         at = datetime.fromtimestamp(row.granted_at, UTC)
-        cache_key = (row.provider, row.model, int(row.granted_at // 900))
-        if cache_key not in price_cache:
-            rates = rates_at(card, row.provider, row.model, at)
-            price_cache[cache_key] = (rates, price_source(rates))
-        rates, source = price_cache[cache_key]
         local_at = at.astimezone(local)
-        writer.writerow(
-            (
-                at.isoformat(timespec="seconds"),
-                local_at.isoformat(timespec="seconds"),
-                row.day_key,
-                row.user_id,
-                row.team or "",
-                row.origin,
-                row.operation_id,
-                family(row.provider),
-                row.provider,
-                row.model,
-                int(row.usage_input or 0),
-                int(row.usage_cached_input or 0),
-                int(row.usage_output or 0),
-                int(row.usage_reasoning or 0),
-                _dec(rates.input) if rates else "",
-                _dec(rates.cached) if rates else "",
-                _dec(rates.output) if rates else "",
-                source,
-                row.price_version or "",
-                int(row.price_version == card.version),
-                int(row.actual_musd or 0),
-                "" if row.list_actual_musd is None else int(row.list_actual_musd),
-                int(row.estimated or 0),
-                int(row.late or 0),
-                int(row.stopped or 0),
-                int(bool(row.corr)),
-                row.state,
-                row.hold_id,
-            )
-        )
-        for table, key in (
-            (by_key, row.provider),
-            (by_model, f"{row.provider}:{row.model}"),
-            (by_day, local_at.date().isoformat()),
-        ):
-            table.setdefault(key, _Sum()).add(row)
-        total.add(row)
-    summary.rows = total.attempts
-    summary.cost_musd = total.cost_musd
-    summary.list_price_musd = total.list_price_musd
-    summary.estimated = total.estimated
-    summary.per_provider = {k: s.cost_musd for k, s in by_key.items()}
+        writer.writerow(_attempt_cells(row, at, local_at, prices, card.version))
+        totals.add(row, local_at.date().isoformat())
     if totals_out is not None:
-        tw = csv.writer(totals_out)
-        tw.writerow(TOTALS_COLUMNS)
-        for group, table in (("provider", by_key), ("model", by_model), ("day", by_day)):
-            for key in sorted(table):
-                tw.writerow([group, key, *table[key].cells()])
-        tw.writerow(["all", period.label, *total.cells()])
-    return summary
+        totals.write(totals_out, period)
+    return totals.summary(period)
 
 
 class ReplacedOnSuccess:

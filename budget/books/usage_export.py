@@ -1,101 +1,89 @@
 """A provider's usage export, read into exact per-bucket rows (:func:`parse_export`).
 
-Layouts (detected from the header row, names case-insensitive):
+Each file is recognised by its header row (names case-insensitive, comma- or
+tab-separated) or, for JSON, by its shape; a ZIP is opened and its files read together.
+The layouts, with a sample header each, are listed in ``docs/books.md`` ("Provider
+exports read"); the readers are :mod:`budget.books.readers`:
 
-* **OpenAI-compatible usage export** (the Usage API's completions buckets as CSV):
-  ``start_time``, ``end_time`` (Unix seconds; 1 h or 1 d buckets), ``model``,
-  ``input_tokens`` (cached included), ``input_cached_tokens``, ``output_tokens``;
-  optional ``num_model_requests``, ``output_reasoning_tokens``, and a cost in USD as
-  ``cost_usd`` or ``amount_value`` (without one, costs are taken from the price card
-  and the price-card step is skipped).
-* **Generic CSV**: ``date`` (``YYYY-MM-DD``) or ``hour`` (``YYYY-MM-DDTHH[:MM]``),
-  in the billing zone; ``model``; ``input_tokens`` (cached included);
-  ``cached_input_tokens``; ``output_tokens``; ``cost_usd``; optional
-  ``reasoning_tokens``, ``requests`` and ``provider``.
+* DeepSeek's usage download — the ZIP, its amount sheet, its cost sheet
+  (:mod:`~budget.books.readers.deepseek`);
+* OpenAI's usage CSV and costs CSV from the dashboard
+  (:mod:`~budget.books.readers.openai`), and the organization Usage / Costs API pages
+  as JSON (:mod:`~budget.books.readers.openai_api`);
+* Kopek's own CSV (:mod:`~budget.books.readers.kopek`).
 
-USD amounts are read with :class:`~decimal.Decimal` and kept as exact µUSD.
+Amounts are USD only (any other currency is refused, line named; nothing is
+converted), read with :class:`~decimal.Decimal` and kept as exact µUSD. Buckets are
+keyed by their UTC start. A file that no reader takes is refused with what it looks
+like ("a tab-separated file with columns …: a DeepSeek amount sheet without
+api_key_name").
+
+Everything here is a pure function of the bytes: the bot runs :func:`parse_export` in a
+worker thread. Why keys are UTC, currencies refused and repeats refused or named:
+``docs/decisions/040-provider-exports.md``.
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 from dataclasses import dataclass
-from datetime import UTC, datetime, time, timedelta
-from decimal import Decimal, InvalidOperation
-from typing import Literal
-from zoneinfo import ZoneInfo
+from decimal import Decimal
 
 from budget.books.periods import ExportFileError, zone
-from budget.policy.money import usd_to_exact_musd
-from budget.policy.windows import local_instant
+from budget.books.readers import deepseek, kopek, openai, openai_api
+from budget.books.readers.archive import is_zip, unzip
+from budget.books.readers.lines import (
+    EARLIEST,
+    LATEST,
+    MAX_EXPORT_BYTES,
+    CostLine,
+    Granularity,
+    ReadFile,
+    UsageLine,
+)
+from budget.books.readers.table import Table, looks_like, read_table
+from budget.policy.money import round_musd, usd_text
 
 __all__ = [
     "EARLIEST",
     "LATEST",
     "LAYOUT_HELP",
     "MAX_EXPORT_BYTES",
+    "CostLine",
     "ProviderExport",
     "UsageLine",
     "parse_export",
 ]
 
-#: Largest export read (Telegram's bots can download up to 20 MB).
-MAX_EXPORT_BYTES = 20 * 1024 * 1024
-
-Granularity = Literal["hour", "day"]
-
-_OPENAI_NEEDS = ("start_time", "end_time", "model", "input_tokens", "input_cached_tokens")
-_GENERIC_NEEDS = ("model", "input_tokens", "cached_input_tokens", "output_tokens", "cost_usd")
 LAYOUT_HELP = (
-    "Kopek reads the OpenAI-compatible usage export (columns start_time, end_time, model, "
-    "input_tokens, input_cached_tokens, output_tokens [, cost_usd]) or the generic CSV "
-    "(columns date or hour, model, input_tokens, cached_input_tokens, output_tokens, "
-    "cost_usd [, reasoning_tokens, provider])"
+    "Kopek reads DeepSeek's usage download (the ZIP, or its amount sheet: utc_date, model, "
+    "api_key_name, type, price, amount), OpenAI's usage CSV (start_time, end_time, model, "
+    "input_tokens, input_cached_tokens, output_tokens) and costs CSV (start_time, "
+    "end_time, amount_value, amount_currency), OpenAI's Usage and Costs API pages (JSON), "
+    "and its own CSV (date or hour, model, input_tokens, cached_input_tokens, "
+    "output_tokens, cost_usd)"
 )
 
 
 @dataclass(frozen=True, slots=True)
-class UsageLine:
-    """One row of a provider export.
-
-    Attributes:
-        start, end: the bucket, aware UTC ``[start, end)``.
-        label: the bucket in the billing zone (``2026-01-14`` or ``2026-01-14T13``).
-        model: the model as the provider names it.
-        input_tokens: every prompt token, cached included.
-        cached_input_tokens: the cached part of ``input_tokens``.
-        output_tokens: generated tokens, reasoning included.
-        reasoning_tokens: the reasoning part (``None`` when the export has no column).
-        cost_musd: the cost the export states, exact µUSD (``None``: no cost column).
-        line_no: 1-based line in the file (the header is line 1).
-    """
-
-    start: datetime
-    end: datetime
-    label: str
-    model: str
-    input_tokens: int
-    cached_input_tokens: int
-    output_tokens: int
-    reasoning_tokens: int | None
-    cost_musd: Decimal | None
-    line_no: int
-
-
-@dataclass(frozen=True, slots=True)
 class ProviderExport:
-    """A parsed usage export.
+    """A parsed usage export (one file, or the files of one ZIP).
 
     Attributes:
         file_name: as given (shown in reports and correction events).
-        sha256: hex digest of the file's bytes.
-        layout: ``"openai"`` or ``"generic"``.
-        granularity: ``"hour"`` or ``"day"``.
-        tz: the billing zone its buckets were read in.
-        lines: the rows.
-        providers: values of a ``provider`` column (empty without one).
+        sha256: hex digest of the uploaded bytes.
+        layout: what was read, as the report names it (``DeepSeek amount sheet + cost
+            sheet``).
+        granularity: ``"hour"`` or ``"day"`` (of the usage lines; else of the costs).
+        tz: the zone its buckets are cut in (``UTC`` when the file says so, else the
+            billing zone it was read in).
+        lines: usage per bucket and model.
+        providers: values of a ``provider`` column (``deepseek`` for DeepSeek's sheets).
+        costs: money per bucket without a model (OpenAI's costs).
+        notes: sentences for the report (keys summed, zones, a cost sheet's total).
+        repeats: rows repeated word for word and kept (``line 5 repeats line 4``).
+        apply_off: why no correction may be booked from it (``""``: they may): rows
+            repeated, several API keys summed.
     """
 
     file_name: str
@@ -105,85 +93,134 @@ class ProviderExport:
     tz: str
     lines: tuple[UsageLine, ...]
     providers: frozenset[str] = frozenset()
+    costs: tuple[CostLine, ...] = ()
+    notes: tuple[str, ...] = ()
+    repeats: tuple[str, ...] = ()
+    apply_off: str = ""
 
     @property
     def has_cost(self) -> bool:
-        """True when every row states its cost."""
-        return all(line.cost_musd is not None for line in self.lines)
+        """True when there are usage lines and every one states its cost."""
+        return bool(self.lines) and all(line.cost_musd is not None for line in self.lines)
 
     @property
     def has_reasoning(self) -> bool:
-        """True when the rows carry reasoning tokens."""
-        return all(line.reasoning_tokens is not None for line in self.lines)
+        """True when the usage lines carry reasoning tokens."""
+        return bool(self.lines) and all(line.reasoning_tokens is not None for line in self.lines)
 
 
-#: Most digits a token count or timestamp may have (a 4,300-digit number is not a count).
-_MAX_DIGITS = 18
-#: Buckets outside these years are refused (the comparison shifts windows by hours).
-EARLIEST = datetime(1971, 1, 1, tzinfo=UTC)
-LATEST = datetime(9998, 12, 31, tzinfo=UTC)
+def _near_miss(table: Table) -> str | None:
+    """The known layout ``table`` nearly has: ``a DeepSeek amount sheet without api_key_name``."""
+    candidates = [
+        (deepseek.AMOUNT_LAYOUT, deepseek.AMOUNT_SIGNATURE, deepseek.AMOUNT_NEEDS),
+        (deepseek.COST_LAYOUT, deepseek.COST_SIGNATURE, deepseek.COST_NEEDS),
+        (openai.USAGE_LAYOUT, openai.USAGE_SIGNATURE, openai.USAGE_NEEDS),
+        (openai.COSTS_LAYOUT, openai.COSTS_SIGNATURE, openai.COSTS_NEEDS),
+        (kopek.LAYOUT, kopek.SIGNATURE, (*kopek.NEEDS, "date or hour")),
+    ]
+    best: tuple[int, str] | None = None
+    for layout, signature, needs in candidates:
+        overlap = len(signature & set(table.cols))
+        missing = [n for n in needs if n not in table.cols]
+        if "date or hour" in missing and (table.has("date") or table.has("hour")):
+            missing.remove("date or hour")
+        if overlap >= 3 and missing and (best is None or overlap > best[0]):
+            best = (overlap, f"a {layout} without {', '.join(missing)}")
+    return None if best is None else best[1]
 
 
-def _int(value: str | None, column: str, line_no: int) -> int:
-    text = (value or "").strip()
-    if not text.isascii() or not text.isdigit() or len(text) > _MAX_DIGITS:
+def _read_table(table: Table, billing_tz: str, api_key: str | None) -> ReadFile:
+    if table.has(*deepseek.AMOUNT_NEEDS):
+        return deepseek.read_amount(table, api_key)
+    if table.has(*deepseek.COST_NEEDS):
+        return deepseek.read_cost(table)
+    if table.has(*openai.USAGE_NEEDS):
+        return openai.read_usage(table, billing_tz, api_key)
+    if table.has(*openai.COSTS_NEEDS) and not table.has("model"):
+        return openai.read_costs(table, billing_tz)
+    if kopek.matches(table):
+        if api_key:
+            raise ExportFileError(
+                f"{table.file_name} ({kopek.LAYOUT}) is not split by API key: send it "
+                "without naming one"
+            )
+        return kopek.read(table, billing_tz)
+    raise ExportFileError(
+        f"{table.file_name}: unknown layout — {looks_like(table, _near_miss(table))}. "
+        f"{LAYOUT_HELP}."
+    )
+
+
+def _read_file(name: str, data: bytes, billing_tz: str, api_key: str | None) -> ReadFile:
+    if data.removeprefix(b"\xef\xbb\xbf").lstrip()[:1] in (b"{", b"["):
+        return openai_api.read_pages(data, name, billing_tz, api_key)
+    return _read_table(read_table(data, name), billing_tz, api_key)
+
+
+def _one(parts: list[ReadFile], kind: str, file_name: str) -> ReadFile | None:
+    found = [p for p in parts if p.kind == kind]
+    if len(found) > 1:
+        names = ", ".join(p.file_name for p in found)
         raise ExportFileError(
-            f"line {line_no}: {column} {text[:20]!r} is not a whole number of tokens ≥ 0"
+            f"{file_name} holds {len(found)} {kind} files ({names}): send one at a time"
         )
-    return int(text)
+    return found[0] if found else None
 
 
-def _usd(value: str | None, column: str, line_no: int) -> Decimal:
-    text = (value or "").strip().lstrip("$")
-    try:
-        usd = Decimal(text)
-    except InvalidOperation:
+def _merge(parts: list[ReadFile], file_name: str, sha256: str) -> ProviderExport:
+    usage = _one(parts, "usage", file_name)
+    costs = _one(parts, "costs", file_name)
+    sheet = _one(parts, "cost sheet", file_name)
+    if len({p.family for p in parts}) > 1:
+        kinds = " and ".join(f"a {p.layout}" for p in parts)
+        raise ExportFileError(f"{file_name} mixes {kinds}: send one provider's files")
+    if sheet is not None and usage is None:
         raise ExportFileError(
-            f"line {line_no}: {column} {text[:20]!r} is not a USD amount"
-        ) from None
-    if not usd.is_finite() or usd < 0 or usd > Decimal(10) ** 9:
-        raise ExportFileError(f"line {line_no}: {column} {text[:20]!r} is not a USD amount ≥ 0")
-    return usd_to_exact_musd(usd)
+            f"{sheet.file_name} is a {deepseek.COST_LAYOUT}: it holds no tokens. Send the ZIP "
+            "DeepSeek serves (amount and cost sheets) or its amount sheet"
+        )
+    main = usage or costs
+    if main is None or not (main.lines or main.costs):
+        raise ExportFileError(f"{file_name} has a header but no usage rows")
+    notes = [n for p in parts for n in p.notes]
+    if sheet is not None and usage is not None:
+        priced = sum((ln.cost_musd or Decimal(0) for ln in usage.lines), Decimal(0))
+        notes.append(f"the amount sheet's price × amount: {usd_text(round_musd(priced))}")
+    return ProviderExport(
+        file_name=file_name,
+        sha256=sha256,
+        layout=" + ".join(p.layout for p in parts),
+        granularity=main.granularity,
+        tz=main.tz,
+        lines=usage.lines if usage is not None else (),
+        providers=frozenset(p for part in parts for p in part.providers),
+        costs=costs.costs if costs is not None else (),
+        notes=tuple(notes),
+        repeats=tuple(r for p in parts for r in p.repeats),
+        apply_off=next((p.apply_off for p in parts if p.apply_off), ""),
+    )
 
 
-def _local_bucket(
-    text: str, granularity: Granularity, tz: ZoneInfo, line_no: int
-) -> tuple[datetime, datetime, str]:
-    raw = text.strip()
-    try:
-        if granularity == "day":
-            day = datetime.strptime(raw[:10], "%Y-%m-%d")  # noqa: DTZ007 - local, zone added below
-            if len(raw) != 10:
-                raise ValueError
-            start = local_instant(day.date(), time(0), tz)
-            return start, local_instant(day.date() + timedelta(days=1), time(0), tz), raw
-        norm = raw.replace(" ", "T").rstrip("Z")
-        hour = datetime.strptime(norm[:13], "%Y-%m-%dT%H")  # noqa: DTZ007 - local, zone below
-        if len(norm) > 13 and norm[13:] not in (":00", ":00:00"):
-            raise ValueError
-        start = local_instant(hour.date(), hour.time(), tz)
-        return start, start + timedelta(hours=1), hour.strftime("%Y-%m-%dT%H")
-    except OverflowError:
-        raise ExportFileError(f"line {line_no}: the bucket is not between 1971 and 9998") from None
-    except ValueError:
-        what = "YYYY-MM-DD" if granularity == "day" else "YYYY-MM-DDTHH"
-        raise ExportFileError(f"line {line_no}: {granularity} {raw[:24]!r} is not {what}") from None
-
-
-def parse_export(data: bytes, file_name: str, billing_tz: str) -> ProviderExport:
+def parse_export(
+    data: bytes, file_name: str, billing_tz: str, *, api_key: str | None = None
+) -> ProviderExport:
     """Read a provider usage export (layouts in the module docstring).
 
     Args:
-        data: the file's bytes (UTF-8, an optional BOM).
+        data: the file's bytes (UTF-8 text with an optional BOM, JSON, or a ZIP of them).
         file_name: its name, for reports.
-        billing_tz: the provider's billing zone (generic layout's dates are read in it).
+        billing_tz: the provider's billing zone (the zone of files whose buckets are
+            local days or hours: Kopek's CSV; files stating UTC are read in UTC).
+        api_key: compare only this API key's rows (DeepSeek's ``api_key_name``,
+            OpenAI's ``api_key_id``); ``None``: every key's, summed.
 
     Raises:
-        ExportFileError: too big, empty, not UTF-8 CSV, an unknown layout (the message
-            names the columns needed), a bad value (with its line), or no rows.
+        ExportFileError: too big, empty, not UTF-8 text, JSON or ZIP, an unknown layout
+            (saying what the file looks like), a currency other than USD, a repeated
+            row, a bad value (with its line), or no rows.
         PeriodError: ``billing_tz`` is not an IANA zone.
     """
-    tz = zone(billing_tz)
+    zone(billing_tz)
     if len(data) > MAX_EXPORT_BYTES:
         raise ExportFileError(
             f"{file_name}: {len(data) / 1024 / 1024:.1f} MB is over the 20 MB limit; "
@@ -191,101 +228,14 @@ def parse_export(data: bytes, file_name: str, billing_tz: str) -> ProviderExport
         )
     if not data.strip():
         raise ExportFileError(f"{file_name} is empty")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise ExportFileError(f"{file_name} is not UTF-8 text (a CSV export is)") from None
-    try:
-        rows = list(csv.reader(io.StringIO(text, newline="")))
-    except csv.Error as exc:
-        raise ExportFileError(f"{file_name} is not a readable CSV: {exc}") from None
-    if not rows:
-        raise ExportFileError(f"{file_name} is empty")
-    header = [h.strip().lower() for h in rows[0]]
-    cols = {name: i for i, name in enumerate(header) if name}
-    if all(c in cols for c in _OPENAI_NEEDS) and "output_tokens" in cols:
-        layout = "openai"
-    elif ("date" in cols or "hour" in cols) and all(c in cols for c in _GENERIC_NEEDS):
-        layout = "generic"
+    key = api_key.strip() if api_key else None
+    if not is_zip(data):
+        parts = [_read_file(file_name, data, billing_tz, key)]
     else:
-        shown = ", ".join(h for h in header[:12] if h) or "none"
-        raise ExportFileError(f"{file_name}: unknown layout (columns: {shown}). {LAYOUT_HELP}.")
-
-    def cell(row: list[str], name: str) -> str | None:
-        i = cols.get(name)
-        return row[i] if i is not None and i < len(row) else None
-
-    lines: list[UsageLine] = []
-    providers: set[str] = set()
-    granularity: Granularity = "hour" if layout == "generic" and "hour" in cols else "day"
-    for n, row in enumerate(rows[1:], start=2):
-        if not any(c.strip() for c in row):
-            continue
-        if len(row) != len(header):
-            raise ExportFileError(f"line {n}: {len(row)} fields where the header has {len(header)}")
-        model = (cell(row, "model") or "").strip()
-        if not model:
-            raise ExportFileError(f"line {n}: no model")
-        if layout == "openai":
-            s = _int(cell(row, "start_time"), "start_time", n)
-            e = _int(cell(row, "end_time"), "end_time", n)
-            width = e - s
-            if width not in (3600, 86400):
-                raise ExportFileError(f"line {n}: buckets must be 1 hour or 1 day wide")
-            line_granularity: Granularity = "hour" if width == 3600 else "day"
-            if lines and line_granularity != granularity:
-                raise ExportFileError(f"line {n}: hourly and daily buckets mixed")
-            granularity = line_granularity
+        parts = []
+        for name, body in unzip(data, file_name):
             try:
-                start, end = datetime.fromtimestamp(s, UTC), datetime.fromtimestamp(e, UTC)
-            except (ValueError, OverflowError, OSError):
-                start = end = EARLIEST - timedelta(days=1)  # refused just below
-            local = start.astimezone(tz)
-            label = local.strftime("%Y-%m-%d" if granularity == "day" else "%Y-%m-%dT%H")
-            cached = _int(cell(row, "input_cached_tokens"), "input_cached_tokens", n)
-            reasoning_raw = cell(row, "output_reasoning_tokens")
-            cost_col = "cost_usd" if "cost_usd" in cols else "amount_value"
-        else:
-            raw_bucket = cell(row, "hour" if granularity == "hour" else "date") or ""
-            start, end, label = _local_bucket(raw_bucket, granularity, tz, n)
-            cached = _int(cell(row, "cached_input_tokens"), "cached_input_tokens", n)
-            reasoning_raw = cell(row, "reasoning_tokens")
-            cost_col = "cost_usd"
-            prov = (cell(row, "provider") or "").strip().lower()
-            if prov:
-                providers.add(prov)
-        if start < EARLIEST or end > LATEST:
-            raise ExportFileError(f"line {n}: the bucket is not between 1971 and 9998")
-        input_tokens = _int(cell(row, "input_tokens"), "input_tokens", n)
-        if cached > input_tokens:
-            raise ExportFileError(f"line {n}: more cached input tokens than input tokens")
-        cost_raw = cell(row, cost_col)
-        lines.append(
-            UsageLine(
-                start=start,
-                end=end,
-                label=label,
-                model=model,
-                input_tokens=input_tokens,
-                cached_input_tokens=cached,
-                output_tokens=_int(cell(row, "output_tokens"), "output_tokens", n),
-                reasoning_tokens=None
-                if reasoning_raw is None or not reasoning_raw.strip()
-                else _int(reasoning_raw, "reasoning_tokens", n),
-                cost_musd=None
-                if cost_raw is None or not cost_raw.strip()
-                else _usd(cost_raw, cost_col, n),
-                line_no=n,
-            )
-        )
-    if not lines:
-        raise ExportFileError(f"{file_name} has a header but no usage rows")
-    return ProviderExport(
-        file_name=file_name,
-        sha256=hashlib.sha256(data).hexdigest(),
-        layout=layout,
-        granularity=granularity,
-        tz=billing_tz,
-        lines=tuple(lines),
-        providers=frozenset(providers),
-    )
+                parts.append(_read_file(name, body, billing_tz, key))
+            except ExportFileError as exc:
+                raise ExportFileError(f"{file_name} → {exc}") from None
+    return _merge(parts, file_name, hashlib.sha256(data).hexdigest())

@@ -8,19 +8,18 @@ Every piece of logic that needs the time takes a :class:`Clock`; nothing calls
 * :meth:`Clock.monotonic` — seconds (float) from an arbitrary origin that never
   goes backwards; used for cooldowns, TTLs and pacing.
 
-:class:`ManualClock` is the test clock: time moves only when a test moves it,
-and :meth:`ManualClock.sleep` advances virtual time instead of waiting, so
-simulations (``bench/digest.py``) run in seconds.
+The test clocks (a manual one, a discrete-event one) are in ``tests/support/clocks.py``:
+product code only ever takes the :class:`Clock` protocol.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Protocol
 
-__all__ = ["Clock", "ManualClock", "SystemClock"]
+__all__ = ["Clock", "SystemClock"]
 
 
 class Clock(Protocol):
@@ -55,50 +54,3 @@ class SystemClock:
 
     def __repr__(self) -> str:
         return "SystemClock()"
-
-
-class ManualClock:
-    """A clock that moves only when told to.
-
-    Args:
-        start: initial wall-clock time; must be timezone-aware (converted to UTC).
-
-    Raises:
-        ValueError: if ``start`` is naive.
-    """
-
-    __slots__ = ("_mono", "_now")
-
-    def __init__(self, start: datetime | None = None) -> None:
-        if start is None:
-            start = datetime(2026, 1, 1, tzinfo=UTC)
-        if start.tzinfo is None:
-            raise ValueError("ManualClock needs an aware datetime")
-        self._now = start.astimezone(UTC)
-        self._mono = 1000.0
-
-    def now(self) -> datetime:
-        return self._now
-
-    def monotonic(self) -> float:
-        return self._mono
-
-    def advance(self, seconds: float) -> None:
-        """Move both readings forward by ``seconds`` (must be ≥ 0)."""
-        if seconds < 0:
-            raise ValueError("a clock does not go backwards")
-        self._now += timedelta(seconds=seconds)
-        self._mono += seconds
-
-    def set(self, when: datetime) -> None:
-        """Jump wall-clock (and monotonic, by the same delta) forward to ``when``."""
-        if when.tzinfo is None:
-            raise ValueError("ManualClock needs an aware datetime")
-        self.advance((when.astimezone(UTC) - self._now).total_seconds())
-
-    async def sleep(self, seconds: float) -> None:
-        self.advance(max(0.0, seconds))
-        await asyncio.sleep(0)
-
-    def __repr__(self) -> str:
-        return f"ManualClock(now={self._now.isoformat()}, monotonic={self._mono:.3f})"

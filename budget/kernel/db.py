@@ -10,7 +10,7 @@ cut may lose it). The bot's tables (intake, history, profiles, counters) need no
 the ledger's writer fsyncs the WAL after every granted hold (its durable steps), and
 that fsync of the one sequential WAL also makes durable every frame written before it —
 a message's intake record included, which is committed before the message's first
-hold (issue 10). The ledger's own connection is set up in :mod:`budget.kernel.sqlite_writer`.
+hold. The ledger's own connection is set up in :mod:`budget.kernel.sqlite_writer`.
 Other backends (PostgreSQL via DATABASE_URL) get the plain engine.
 """
 

@@ -2,8 +2,8 @@
 
 A background loop (the ledger's heartbeat and sweeper, the bot's look for a dead
 process's messages) fails on every round while its database is down. Logging each round
-with its traceback buried the one useful line under thousands (trial 13, F4: three
-tracebacks per heartbeat per replica). :class:`FailureLog` logs the first failure of an
+with its traceback buried the one useful line under thousands (three tracebacks per
+heartbeat per replica in a load test). :class:`FailureLog` logs the first failure of an
 outage with its traceback, each further *kind* of failure (exception type) once without
 one, repeats at DEBUG only, and one line when the loop works again.
 """

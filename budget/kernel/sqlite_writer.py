@@ -1,45 +1,19 @@
-"""The SQLite ledger's connection: one stdlib ``sqlite3`` connection owned by one thread,
-with group commit.
+"""One stdlib ``sqlite3`` connection owned by one thread, with group commit (the SQLite
+ledger's writer; the why, with SQLite's own words on durability:
+``docs/decisions/011-sqlite-single-writer.md``).
 
-Design (see issue 3's benchmark notes): a single writer. Every ledger step (admit an
-operation, reserve, settle, release, sweep, kill …) runs on that thread inside a
-``BEGIN IMMEDIATE`` transaction: the write lock is taken before the first read, so the
-check ("does the ceiling fit on every level?") and the write happen atomically, also
-against other processes using the same file. The asyncio event loop only queues a step
-and awaits its future, so it is never blocked by the database.
-
-Group commit (issue 10). The thread takes every step queued, runs them in the order
-queued inside ONE transaction, each in its own ``SAVEPOINT`` (a refusal keeps what its
-step wrote, the refusal event; an error rolls back that step only, never another's),
-then commits once and answers every step of the group. At low load a group is one step:
-one transaction, one commit, as before. No step is answered before the COMMIT that
-contains it returned.
-
-Durable and grouped steps. Every group commits under ``synchronous=NORMAL`` (the WAL
-is written, not fsync'd, before ``COMMIT`` returns). When a *durable* step of the group
-(``durable=True``, the default: a hold, a kill switch, a limit, a sweep) succeeded, the
-WAL file is then fsync'd before any step of the group is answered — what
-``synchronous=FULL`` does in WAL mode ("an additional sync of the WAL file after each
-transaction commit", SQLite's documentation), decided after the steps ran instead of
-before (issue 10): a durable step that was *refused* (a refused hold, raised or
-returned as :class:`~budget.storage.store.RefusedCommit`) wrote only its refusal event, which
-costs no money if lost, so a group of refusals is not fsync'd. SQLite documents that
-"transactions are durable across application crashes regardless of the synchronous
-setting" in WAL mode; only an OS crash or power cut can lose the unsynced tail of the
-WAL — and since the WAL is one sequential file whose frames are only valid in order
-(each frame's checksum covers every frame before it), the fsync after a durable group
-also makes durable every earlier frame, including grouped steps and the rows other
-connections (the bot's intake record) committed before it. With
-``LedgerConfig.synchronous="NORMAL"`` nothing is fsync'd (a power cut may then lose
-granted holds). The sync is ``os.fdatasync`` where it exists (Linux; as SQLite's own),
-else ``os.fsync`` (macOS' does not flush the drive's cache, as SQLite's ``FULL``
-without ``fullfsync`` does not).
-
-Errors: any ``sqlite3.Error`` or ``OSError`` becomes
-:class:`~budget.errors.LedgerUnavailable` here, at the boundary. When the COMMIT fails,
-or SQLite itself rolls the whole transaction back (a full disk, an I/O error), every
-step of the group that wrote fails with ``LedgerUnavailable`` (nothing of it was
-committed).
+Every step runs on that thread in a ``BEGIN IMMEDIATE`` transaction (the write lock is
+taken before the first read: a check and its write are atomic, also against other
+processes); the event loop only queues a step and awaits its future. The thread takes
+every step queued and runs them in ONE transaction, a ``SAVEPOINT`` each (a declined
+step keeps what it wrote; an error rolls back that step only), commits once, then
+answers them: no step is answered before the COMMIT that contains it returned. Groups
+commit under ``synchronous=NORMAL``; after a group in which a *durable* step succeeded
+(a :class:`StepDeclined` is no success) the WAL is fsync'd before anyone is answered,
+as ``synchronous=FULL`` would (``os.fdatasync`` where it exists). Any ``sqlite3.Error``
+or ``OSError`` becomes the owner's ``unavailable`` exception (the ledger's
+:class:`~budget.errors.LedgerUnavailable`); a failed COMMIT fails every step of its
+group that wrote. This module imports nothing of the project.
 """
 
 from __future__ import annotations
@@ -53,14 +27,12 @@ import queue
 import sqlite3
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from budget.errors import HoldRefused, LedgerUnavailable
-from budget.storage.store import RefusedCommit
-
-__all__ = ["BUSY_TIMEOUT_S", "MAX_GROUP", "SqliteWriter"]
+__all__ = ["BUSY_TIMEOUT_S", "MAX_GROUP", "SqliteWriter", "StepDeclined"]
 
 T = TypeVar("T")
 
@@ -77,37 +49,42 @@ _TXN, _READ, _CALL = 0, 1, 2
 _STOP = object()
 
 
+class StepDeclined(Exception):
+    """Raised (or returned) by a step's body when the step says no: what it wrote (a
+    record of the refusal) is kept and committed with its group, but it is no success
+    (its group is not fsync'd for it). Raised, its caller gets :attr:`error`; returned,
+    the caller gets this object itself.
+
+    Attributes:
+        error: what the step's caller gets when it was raised.
+    """
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+@dataclass(slots=True)
 class _Step:
-    __slots__ = ("args", "check_file", "durable", "fn", "future", "kind", "loop")
-
-    def __init__(
-        self,
-        kind: int,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        durable: bool,
-        check_file: bool,
-        loop: asyncio.AbstractEventLoop,
-        future: asyncio.Future[Any],
-    ) -> None:
-        self.kind = kind
-        self.fn = fn
-        self.args = args
-        self.durable = durable
-        self.check_file = check_file
-        self.loop = loop
-        self.future = future
+    kind: int
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    durable: bool
+    check_file: bool
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
 
 
-#: one step's answer: (step, ok, result or exception)
+#: one step's answer: (step, ok, result or exception; a raised :class:`StepDeclined`
+#: itself, not ok: answered with its error once the group committed)
 _Result = tuple[_Step, bool, Any]
 
 
 def _settle_futures(results: list[_Result], start: int = 0) -> None:
     """On the event loop: hand each step its result (a cancelled waiter is skipped),
     :data:`WAKE_SLICE` at a time — the rest in a later callback, so a big group's
-    waiters resume over several loop iterations, not all in one (which held every
-    other callback, timers included, behind them: issue 10's loop lag)."""
+    waiters resume over several loop iterations, not all in one (that held every other
+    callback, timers included, behind them)."""
     end = min(len(results), start + WAKE_SLICE)
     for step, ok, value in results[start:end]:
         if step.future.done():
@@ -115,15 +92,15 @@ def _settle_futures(results: list[_Result], start: int = 0) -> None:
         if ok:
             step.future.set_result(value)
         else:
-            step.future.set_exception(value)
+            step.future.set_exception(value.error if isinstance(value, StepDeclined) else value)
     if end < len(results):
         results[0][0].loop.call_soon(_settle_futures, results, end)
 
 
 def _granted(result: _Result) -> bool:
-    """A durable step that succeeded (a refusal, raised or returned, is not one)."""
+    """A durable step that succeeded (a declined one, raised or returned, did not)."""
     step, ok, value = result
-    return step.durable and step.kind == _TXN and ok and not isinstance(value, RefusedCommit)
+    return step.durable and step.kind == _TXN and ok and not isinstance(value, StepDeclined)
 
 
 def _log_posted(what: str, future: asyncio.Future[object]) -> None:
@@ -135,20 +112,16 @@ def _log_posted(what: str, future: asyncio.Future[object]) -> None:
         log.error("%s not written (%s)", what, type(exc).__name__, exc_info=exc)
 
 
-def _unavailable(exc: BaseException | None = None) -> LedgerUnavailable:
-    error = LedgerUnavailable()
-    error.__cause__ = exc
-    return error
-
-
 class SqliteWriter:
     """The one connection to a SQLite file, on one dedicated thread, with group commit.
 
     Args:
         path: the database file.
         synchronous: ``"FULL"`` (the WAL is fsync'd after a group in which a durable
-            step succeeded) or ``"NORMAL"`` (never); see the module docstring. The
-            connection itself always runs at ``synchronous=NORMAL``.
+            step succeeded) or ``"NORMAL"`` (never); the connection itself always
+            runs at ``synchronous=NORMAL``.
+        unavailable: the exception class (called with no argument) a step's caller
+            gets when storage failed or the writer is closed.
         max_group: steps per transaction at most.
 
     Attributes:
@@ -156,8 +129,16 @@ class SqliteWriter:
             WAL (for the benchmark and tests).
     """
 
-    def __init__(self, path: str | Path, synchronous: str, *, max_group: int = MAX_GROUP) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        synchronous: str,
+        *,
+        unavailable: type[Exception],
+        max_group: int = MAX_GROUP,
+    ) -> None:
         self.path = Path(path)
+        self._unavailable_error = unavailable
         self._wal = f"{self.path}-wal"
         self.synchronous = synchronous
         self.max_group = max_group
@@ -168,9 +149,13 @@ class SqliteWriter:
         self._identity: tuple[int, int] | None = None
         self.commits = 0
         self.synced_commits = 0
-        #: set once the path stops naming the open file (deleted or replaced):
-        #: every later write fails closed with LedgerUnavailable
+        #: ``deleted``/``replaced`` once the path no longer names the open file
         self.lost: str = ""
+
+    def _failed(self, exc: BaseException | None = None) -> Exception:
+        error = self._unavailable_error()  # the owner's, caused by exc
+        error.__cause__ = exc
+        return error
 
     def __repr__(self) -> str:
         state = "open" if self._thread is not None else "closed"
@@ -208,8 +193,7 @@ class SqliteWriter:
         st = os.stat(self.path)
         self._identity = (st.st_dev, st.st_ino)
 
-    def _set_level(self, level: str) -> None:
-        """``PRAGMA synchronous`` (only outside a transaction; only when it changes)."""
+    def _set_level(self, level: str) -> None:  # outside a transaction; when it changes
         if level != self._level and self.conn is not None:
             self.conn.execute(f"PRAGMA synchronous={level}")
             self._level = level
@@ -222,7 +206,7 @@ class SqliteWriter:
 
     def close(self) -> None:
         """Finish the steps queued, close the connection, stop the thread (idempotent).
-        Steps queued after this fail with ``LedgerUnavailable``."""
+        Steps queued after this fail (``unavailable``)."""
         thread, self._thread = self._thread, None
         if thread is None:
             return
@@ -230,26 +214,23 @@ class SqliteWriter:
         thread.join()
 
     def check_file(self) -> None:
-        """Fail closed when the path no longer names the open database file.
-
-        A file deleted (or replaced) under a running process keeps working on the
-        unlinked inode, and everything booked there is gone at the next start. So
-        before each hold and in every sweep the path is stat-ed and compared with
-        the (device, inode) opened.
+        """Fail closed when the path no longer names the open database file (deleted or
+        replaced: the process would keep writing to an unlinked inode, lost at the next
+        start); the path is stat-ed and compared with the (device, inode) opened.
 
         Raises:
-            LedgerUnavailable: the file is gone or replaced (sticky: :attr:`lost`).
+            unavailable: the file is gone or replaced (sticky: :attr:`lost`).
         """
         if self.lost:
-            raise LedgerUnavailable()
+            raise self._failed()
         try:
             st = os.stat(self.path)
         except OSError:
             self.lost = "deleted"
-            raise LedgerUnavailable() from None
+            raise self._failed() from None
         if self._identity is not None and (st.st_dev, st.st_ino) != self._identity:
             self.lost = "replaced"
-            raise LedgerUnavailable()
+            raise self._failed()
 
     # -- the event loop's side ----------------------------------------------------------
     async def _submit(
@@ -262,7 +243,7 @@ class SqliteWriter:
         check_file: bool = False,
     ) -> T:
         if self._thread is None:
-            raise LedgerUnavailable()
+            raise self._failed()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._queue.put(_Step(kind, fn, args, durable, check_file, loop, future))
@@ -273,7 +254,7 @@ class SqliteWriter:
         group before it wrote is committed first), and await its result.
 
         Raises:
-            LedgerUnavailable: the writer is closed, or any storage failure (SQLite
+            unavailable: the writer is closed, or any storage failure (SQLite
                 error, OS error such as a full disk) — never a raw ``sqlite3`` error.
         """
         return await self._submit(_CALL, fn, args)
@@ -286,40 +267,33 @@ class SqliteWriter:
         durable: bool = True,
     ) -> T:
         """Run ``body`` as one step of a group transaction on the writer thread (after
-        :meth:`check_file` when asked): all of it or none of it. Answered once the
+        :meth:`check_file` when asked): all of it or none of it, answered once the
         group's COMMIT returned.
 
         Args:
-            durable: when this step succeeds (a refusal is no success), the WAL is
-                fsync'd after the group's COMMIT, before it is answered; ``False``: a
-                *grouped* step, fsync'd by the next durable group that succeeds (see
-                the module docstring).
+            durable: when this step succeeds, the WAL is fsync'd before it is answered;
+                ``False``: a *grouped* step, fsync'd by the next durable group.
 
         Raises:
-            HoldRefused: ``body`` raised :class:`~budget.storage.store.RefusedCommit` (what it
-                wrote, the refusal event, is committed with the group).
-            LedgerUnavailable: storage failed (nothing of this step was committed).
+            BaseException: ``body`` raised :class:`StepDeclined`: its ``error``, once
+                what the step wrote (the record of the refusal) is committed.
+            unavailable: storage failed (nothing of this step was committed).
         """
         return await self._submit(_TXN, body, durable=durable, check_file=check_file)
 
     def post(self, body: Callable[[sqlite3.Cursor], object], what: str) -> None:
         """Queue ``body`` as a *grouped* step and return at once, without waiting for its
-        commit (issue 10: writes nobody waits for — the end of an operation, a history
-        turn, calibration — leave the reply's path).
-
-        The step is queued before this returns, so every step queued after it (by any
-        caller) runs after it, in the same group or a later one, and sees what it
-        wrote; it is committed like any grouped step (before :meth:`close` returns, for
-        steps posted before the close). Its failure is logged (``what`` names it), never
-        raised: use it only for writes whose loss costs no money (a lost end of
-        operation frees its slot at the next start or expiry; a lost history turn or
-        calibration sample is only that).
+        commit (writes nobody waits for leave the reply's path). Every step queued after
+        it runs after it and sees what it wrote; it commits like any grouped step (before
+        :meth:`close` returns). Its failure is logged (``what`` names it), never raised:
+        only for writes whose loss costs no money (an end of operation, a history turn,
+        a calibration sample).
 
         Raises:
-            LedgerUnavailable: the writer is closed (nothing was queued).
+            unavailable: the writer is closed (nothing was queued).
         """
         if self._thread is None:
-            raise LedgerUnavailable()
+            raise self._failed()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[object] = loop.create_future()
         future.add_done_callback(partial(_log_posted, what))
@@ -353,11 +327,11 @@ class SqliteWriter:
                     continue
                 assert isinstance(item, _Step)
                 if stopping:
-                    self._deliver([(item, False, LedgerUnavailable())])
+                    self._deliver([(item, False, self._failed())])
                 elif item.kind == _CALL:
                     self._run_segment(segment)
                     segment = []
-                    self._deliver([self._call(item)])
+                    self._deliver([self._call(item, *item.args)])
                 else:
                     segment.append(item)
             self._run_segment(segment)
@@ -373,16 +347,16 @@ class SqliteWriter:
             except queue.Empty:
                 break
             if isinstance(item, _Step):
-                late.append((item, False, LedgerUnavailable()))
+                late.append((item, False, self._failed()))
         self._deliver(late)
 
-    @staticmethod
-    def _call(step: _Step) -> _Result:
+    def _call(self, step: _Step, *args: Any) -> _Result:
+        """``step.fn(*args)`` outside any savepoint (a call, or a read's body)."""
         try:
-            return step, True, step.fn(*step.args)
+            return step, True, step.fn(*args)
         except (sqlite3.Error, OSError) as exc:
-            return step, False, _unavailable(exc)
-        except Exception as exc:  # noqa: BLE001 - re-raised in the caller (a bug, LedgerUnavailable)
+            return step, False, self._failed(exc)
+        except Exception as exc:  # noqa: BLE001 - re-raised in the caller (a bug, unavailable)
             return step, False, exc
 
     def _run_segment(self, steps: list[_Step]) -> None:
@@ -391,7 +365,7 @@ class SqliteWriter:
             return
         conn = self.conn
         if conn is None:
-            self._deliver([(s, False, LedgerUnavailable()) for s in steps])
+            self._deliver([(s, False, self._failed()) for s in steps])
             return
         writes = any(s.kind == _TXN for s in steps)
         done: list[_Result] = []  # answered once the COMMIT (and the fsync) returned
@@ -401,27 +375,27 @@ class SqliteWriter:
             conn.execute("BEGIN IMMEDIATE" if writes else "BEGIN")
         except sqlite3.Error as exc:
             self._rollback(conn)
-            self._deliver([(s, False, _unavailable(exc)) for s in steps])
+            self._deliver([(s, False, self._failed(exc)) for s in steps])
             return
         for step in steps:
             if not conn.in_transaction:
                 # SQLite rolled the whole transaction back (full disk, I/O error): what
                 # the earlier steps wrote is gone; start over for the rest
-                failed.extend((s, False, LedgerUnavailable()) for s, _ok, _v in done)
+                failed.extend((s, False, self._failed()) for s, _ok, _v in done)
                 done.clear()
                 try:
                     conn.execute("BEGIN IMMEDIATE" if writes else "BEGIN")
                 except sqlite3.Error as exc:
-                    failed.append((step, False, _unavailable(exc)))
+                    failed.append((step, False, self._failed(exc)))
                     continue
             result = self._step(conn, step)
-            (done if result[1] or isinstance(result[2], HoldRefused) else failed).append(result)
+            (done if result[1] or isinstance(result[2], StepDeclined) else failed).append(result)
         if conn.in_transaction:
             try:
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._rollback(conn)
-                failed.extend((s, False, _unavailable(exc)) for s, _ok, _v in done)
+                failed.extend((s, False, self._failed(exc)) for s, _ok, _v in done)
                 done.clear()
             else:
                 self.commits += 1
@@ -433,14 +407,14 @@ class SqliteWriter:
                         # it holds (money-safe: a granted hold nobody uses is booked at
                         # its ceiling when it expires)
                         failed.extend(
-                            (s, False, _unavailable(exc)) if s.durable else (s, ok, v)
+                            (s, False, self._failed(exc)) if s.durable else (s, ok, v)
                             for s, ok, v in done
                         )
                         done.clear()
                     else:
                         self.synced_commits += 1
         else:
-            failed.extend((s, False, LedgerUnavailable()) for s, _ok, _v in done)
+            failed.extend((s, False, self._failed()) for s, _ok, _v in done)
             done.clear()
         self._deliver(done + failed)
 
@@ -461,35 +435,30 @@ class SqliteWriter:
     def _step(self, conn: sqlite3.Connection, step: _Step) -> _Result:
         """Run one step inside the open transaction."""
         if step.kind == _READ:
-            try:
-                return step, True, step.fn(conn.cursor())
-            except (sqlite3.Error, OSError) as exc:
-                return step, False, _unavailable(exc)
-            except Exception as exc:  # noqa: BLE001 - a bug: re-raised in the caller
-                return step, False, exc
+            return self._call(step, conn.cursor())
         try:
             if step.check_file:
                 self.check_file()
             conn.execute("SAVEPOINT step")
-        except LedgerUnavailable as exc:
+        except self._unavailable_error as exc:
             return step, False, exc
         except sqlite3.Error as exc:
-            return step, False, _unavailable(exc)
+            return step, False, self._failed(exc)
         try:
             result = step.fn(conn.cursor())
-        except RefusedCommit as refused:
-            # keep what the step wrote (the refusal event); it commits with the group
+        except StepDeclined as declined:
+            # keep what the step wrote (the record of the refusal); it commits with the group
             if not self._release(conn):
-                return step, False, LedgerUnavailable()
-            return step, False, HoldRefused(refused.refusal)
+                return step, False, self._failed()
+            return step, False, declined
         except (sqlite3.Error, OSError) as exc:
             self._undo(conn)
-            return step, False, _unavailable(exc)
+            return step, False, self._failed(exc)
         except Exception as exc:  # noqa: BLE001 - re-raised in the caller (UnknownOperation …)
             self._undo(conn)
             return step, False, exc
         if not self._release(conn):
-            return step, False, LedgerUnavailable()
+            return step, False, self._failed()
         return step, True, result
 
     @staticmethod
@@ -514,9 +483,8 @@ class SqliteWriter:
 
     @staticmethod
     def _rollback(conn: sqlite3.Connection) -> None:
-        """Roll back if a transaction is still open (SQLite may already have rolled
-        it back itself, e.g. on SQLITE_FULL: "cannot rollback - no transaction is
-        active" must not replace the real failure)."""
+        """Roll back if a transaction is still open (SQLite may have rolled it back
+        itself, e.g. on SQLITE_FULL: that error must not replace the real failure)."""
         if conn.in_transaction:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")

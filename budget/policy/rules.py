@@ -4,7 +4,7 @@ outstanding holds, whether a hold fits (and the refusal when not), the hold stat
 machine, the kill and auto-kill rules, the interrupted-call rule and user-id checks.
 
 No I/O here: a storage backend (:mod:`budget.storage.sqlite.store`, or any other
-:class:`budget.storage.store.LedgerStore`) reads rows inside its write transaction, asks
+:class:`budget.storage.base.LedgerStore`) reads rows inside its write transaction, asks
 these functions, and writes the outcome. Money is integer µUSD.
 """
 

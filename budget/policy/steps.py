@@ -27,6 +27,7 @@ from budget.status import KillState
 from budget.types import Refusal, RefusalReason, Usage, Window
 
 __all__ = [
+    "ActualCost",
     "Booking",
     "SettlePlan",
     "admission_refusal",
@@ -161,6 +162,15 @@ def reserve_refusal(
 
 
 @dataclass(frozen=True, slots=True)
+class ActualCost:
+    """What a usage costs at a hold's grant time (µUSD): at the key's price, and at list
+    price (``None`` when the model has no known list price)."""
+
+    actual_musd: int
+    list_actual_musd: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class SettlePlan:
     """What a settle books: the usage, its actual and list-price cost (µUSD), the
     deltas, and whether the hold had expired (a late settle)."""
@@ -179,15 +189,15 @@ def settle_plan(
     ceiling_musd: int,
     booked_musd: int,
     usage: Usage | Callable[[int, int], Usage],
-    price: Callable[[Usage], tuple[int, int | None]],
+    price: Callable[[Usage], ActualCost],
 ) -> SettlePlan | None:
     """A settle of a hold in ``state`` (``None``: a no-op, the hold already ended).
     ``usage`` may be a function of the hold's (input_tokens, max_tokens); ``price``
-    gives (actual, list actual) µUSD of a usage."""
+    gives the cost of a usage."""
     do_book, late = settle_transition(state)
     if not do_book:
         return None
     u = usage(input_tokens, max_tokens) if callable(usage) else usage
-    actual, list_actual = price(u)
-    booking = settle_booking(late, ceiling_musd, booked_musd, actual)
-    return SettlePlan(u, actual, list_actual, booking, late)
+    cost = price(u)
+    booking = settle_booking(late, ceiling_musd, booked_musd, cost.actual_musd)
+    return SettlePlan(u, cost.actual_musd, cost.list_actual_musd, booking, late)

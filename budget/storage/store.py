@@ -1,48 +1,50 @@
-"""The storage seam of the ledger: what :class:`budget.ledger.Ledger` needs from a backend.
+"""What crosses the ledger's storage seam: the values a step is given and answers with.
 
-:class:`LedgerStore` is implemented by :class:`budget.storage.sqlite.store.SqliteStore` (one
-SQLite file, one writer thread); a PostgreSQL store implements the same methods.
-The rules every backend applies (effective limits, buckets, margins, refusals, the
-hold state machine, the auto-kill trigger) live in :mod:`budget.policy.rules`; a store
-only reads and writes rows, each method in ONE transaction, all or nothing.
-
-Conventions for every method: ``now`` is the ledger clock's aware time; money is
-integer µUSD. Every method may raise :class:`~budget.errors.LedgerUnavailable`
-(storage failed: the caller fails closed) and never a driver's own exception;
-admission steps raise :class:`~budget.errors.HoldRefused` after recording the
-refusal event.
+The steps themselves are :class:`budget.storage.base.LedgerStore`'s (one base, two
+engines); a store is opened from its URL by :func:`budget.storage.open_store`. Money is
+integer µUSD; times are the ledger clock's aware datetimes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from budget.config import LedgerConfig
-from budget.errors import BudgetError
-from budget.protocol import HoldTicket, OperationTicket
-from budget.status import KillState, LedgerStatus, TeamStatus, UserStatus
+from budget.errors import BudgetError, HoldRefused
+from budget.kernel.sqlite_writer import StepDeclined
+from budget.policy.steps import ActualCost
+from budget.status import KillState
 from budget.types import Level, Origin, Refusal, Usage, Window
 
-if TYPE_CHECKING:
-    from budget.books.corrections import ApplyResult
-    from budget.books.reconcile import PlannedCorrection
-
 __all__ = [
+    "CHECKED",
+    "DURABLE",
+    "GROUPED",
+    "ActualCost",
     "Admission",
     "Cursor",
-    "LedgerStore",
+    "HoldPrice",
+    "HoldRequest",
+    "LimitChange",
     "Pricer",
-    "RefusedCommit",
+    "RefusedStep",
     "SettleOutcome",
+    "SettleRequest",
+    "SharedDatabase",
     "SweepOutcome",
     "UnknownOperation",
+    "UsageOf",
+    "Write",
 ]
 
-#: Prices an actual cost: (provider, model, usage, granted_at) -> (actual, list actual) µUSD.
-Pricer = Callable[[str, str, Usage, datetime], tuple[int, int | None]]
+T = TypeVar("T")
+
+#: Prices an actual cost: (provider, model, usage, granted_at) -> its cost, µUSD.
+Pricer = Callable[[str, str, Usage, datetime], ActualCost]
+#: A hold's usage from its (input_tokens, max_tokens): an interrupted call's rule.
+UsageOf = Callable[[int, int], Usage]
 
 
 class UnknownOperation(BudgetError):
@@ -69,10 +71,68 @@ class Cursor(Protocol):
     def fetchall(self) -> list[Any]: ...
 
 
+@dataclass(frozen=True, slots=True)
+class HoldPrice:
+    """What one hold costs, priced by the ledger's card at its grant.
+
+    Attributes:
+        ceiling_musd: held on every bucket (µUSD; 0 for a free-tier provider).
+        list_ceiling_musd: the ceiling at list price (µUSD), ``None`` if unknown.
+        margin_musd: the bound's excess over the ceiling, kept out of the buckets
+            while the hold is held (:func:`budget.policy.rules.with_margins`).
+        price_version: the price card's version.
+    """
+
+    ceiling_musd: int
+    list_ceiling_musd: int | None
+    margin_musd: int
+    price_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class HoldRequest:
+    """What one hold asks for: the attempt (tokens) in its operation and request, and
+    its price.
+
+    Attributes:
+        operation_id, request_id: where it belongs.
+        provider, model: where the attempt goes.
+        input_tokens: the estimate held; max_tokens: the output ceiling (tokens).
+        price: :class:`HoldPrice`.
+    """
+
+    operation_id: str
+    request_id: str
+    provider: str
+    model: str
+    input_tokens: int
+    max_tokens: int
+    price: HoldPrice
+
+
+@dataclass(frozen=True, slots=True)
+class SettleRequest:
+    """What one settle books.
+
+    Attributes:
+        hold_id: the hold.
+        usage: the usage, or its rule from the hold's (input_tokens, max_tokens).
+        estimated: flag the booking estimated (an interrupted call, a ceiling).
+        pricer: prices the usage at the hold's grant time.
+    """
+
+    hold_id: str
+    usage: Usage | UsageOf
+    estimated: bool
+    pricer: Pricer
+
+
 @dataclass(slots=True)
 class Admission:
-    """An operation whose admission is deferred to its first hold (issue 10: one
-    ledger step instead of three; see :meth:`budget.ledger.Ledger.begin_operation`).
+    """An operation to admit (its id chosen by the ledger), or one whose admission is
+    deferred to its first hold (one store step instead of three:
+    ``docs/decisions/011-sqlite-single-writer.md``; see
+    :meth:`budget.ledger.Ledger.begin_operation`).
 
     Attributes:
         operation_id: the id the operation will have (chosen at once).
@@ -91,13 +151,69 @@ class Admission:
     request_id: str | None = None
 
 
-class RefusedCommit(Exception):
-    """Raised inside a store's transaction body: commit what was written (the
-    refusal event), then raise :class:`~budget.errors.HoldRefused` to the caller."""
+@dataclass(frozen=True, slots=True)
+class Write:
+    """How a writing step runs (:meth:`budget.storage.base.LedgerStore._write`).
 
-    def __init__(self, refusal: Refusal) -> None:
-        super().__init__(refusal.reason.value)
+    Attributes:
+        durable: on disk before it is answered; ``False``: *grouped* (committed, made
+            durable with the next durable step; SQLite: no fsync of its own).
+        check_file: first check the storage is still the one opened (SQLite: the path
+            still names the open file).
+        message_user, message_day: lock first the courtesy message counter row of that
+            user and day (where steps run side by side: PostgreSQL; SQLite's write
+            lock covers the file).
+        hold_ids: lock first these holds, their buckets and operations (``/reconcile
+            apply``), in the one lock order.
+    """
+
+    durable: bool = True
+    check_file: bool = False
+    message_user: int | None = None
+    message_day: str = ""
+    hold_ids: tuple[str, ...] = ()
+
+
+#: A durable write; a grouped one; a durable one that checks the storage first.
+DURABLE, GROUPED, CHECKED = Write(), Write(durable=False), Write(check_file=True)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitChange:
+    """A runtime limit set or cleared by an admin.
+
+    Attributes:
+        level, scope, window: where (``scope``: user id, team, ``""`` global, provider).
+        limit_musd: the new limit (µUSD; ``None`` = no limit at that level/window).
+        by: the admin's user id (``None``: not known).
+        clear: drop the override (the configured default applies again).
+    """
+
+    level: Level
+    scope: str
+    window: Window
+    limit_musd: int | None
+    by: int | None
+    clear: bool = False
+
+
+class RefusedStep(StepDeclined):
+    """The marker of a refusal inside a store step, private to ``budget.storage`` (its
+    callers only ever see :class:`~budget.errors.HoldRefused`): the step refuses with
+    nothing held. On SQLite the step wrote its refusal event, which is kept and
+    committed (:class:`~budget.kernel.sqlite_writer.StepDeclined`); PostgreSQL's hot
+    path rolls the step back, then records the event. Either way the caller gets
+    ``HoldRefused(refusal)``.
+
+    Attributes:
+        refusal: why.
+        user_id: whose request it was (for the event), if known.
+    """
+
+    def __init__(self, refusal: Refusal, user_id: int | None = None) -> None:
+        super().__init__(HoldRefused(refusal))
         self.refusal = refusal
+        self.user_id = user_id
 
 
 class SettleOutcome:
@@ -113,8 +229,8 @@ class SettleOutcome:
 
 class SweepOutcome:
     """Result of a sweep: holds expired (each booked at its bound, ceiling plus
-    admission margin, estimated), the
-    µUSD booked, and whether that booking tripped the kill switch."""
+    admission margin, estimated), the µUSD booked, and whether that booking tripped
+    the kill switch."""
 
     __slots__ = ("auto_killed", "booked_musd", "expired")
 
@@ -124,196 +240,25 @@ class SweepOutcome:
         self.auto_killed = auto_killed
 
 
-class LedgerStore(Protocol):
-    """A ledger backend (see the module docstring for the conventions).
+class SharedDatabase(Protocol):
+    """The database several processes share (PostgreSQL), as the ledger's store offers
+    it to the replicas' shared state (key circuits, call claims, lanes, signals, update
+    rates, the fence): :attr:`budget.storage.base.LedgerStore.shared`.
 
     Attributes:
-        name: backend name for logs (``"sqlite"``).
-        config: the limits and knobs (the ledger's own object).
-        process_id: identifies this process's holds and operations.
-        location: what the store opened, for logs (a path; never a secret).
-        lost: non-empty once storage is gone for good (``"deleted"``,
-            ``"replaced"``): every later step raises ``LedgerUnavailable``.
+        process_id: this process's id (its heartbeat row).
+        on_fenced: called once when this process is taken for dead.
     """
 
-    name: str
-    config: LedgerConfig
     process_id: str
+    on_fenced: list[Callable[[], None]]
 
-    @property
-    def location(self) -> str: ...
-
-    @property
-    def lost(self) -> str: ...
-
-    async def open(self) -> None:
-        """Connect (idempotent)."""
+    async def tx(
+        self, now: datetime, body: Callable[[Any], Awaitable[T]], *, single: bool = False
+    ) -> T:
+        """Run ``body`` on one connection in ONE transaction (retried on conflicts)."""
         ...
 
-    async def close(self) -> None:
-        """Disconnect (idempotent)."""
-        ...
-
-    # -- operations, requests, holds ------------------------------------------------
-    async def begin_operation(
-        self, now: datetime, user_id: int, origin: Origin, max_musd: int, max_requests: int
-    ) -> OperationTicket:
-        """Admit an operation (kill, in-flight, rate) and take an in-flight slot."""
-        ...
-
-    async def end_operation(self, now: datetime, operation_id: str) -> None:
-        """Free the operation's slot (idempotent)."""
-        ...
-
-    async def operation_booked_musd(self, operation_id: str) -> int:
-        """Settled actuals + ceilings held or booked at expiry of an operation.
-
-        Raises:
-            UnknownOperation: never begun.
-        """
-        ...
-
-    async def begin_request(self, now: datetime, operation_id: str, fingerprint: str) -> str:
-        """Count a request in the operation; refuse a repeat fingerprint (loop) or too many."""
-        ...
-
-    async def reserve(
-        self,
-        now: datetime,
-        operation_id: str,
-        request_id: str,
-        provider: str,
-        model: str,
-        input_tokens: int,
-        max_tokens: int,
-        ceiling_musd: int,
-        list_ceiling_musd: int | None,
-        price_version: str,
-        margin_musd: int = 0,
-    ) -> HoldTicket:
-        """Hold ``ceiling_musd`` on every level/window at once, or refuse with nothing
-        held. Fits when ``ceiling + margin`` fits every bucket after the margins of
-        the other outstanding holds (:func:`budget.policy.rules.with_margins`)."""
-        ...
-
-    async def remaining_musd(self, now: datetime, operation_id: str, provider: str) -> int | None:
-        """Smallest remaining amount over the levels a hold at ``provider`` would
-        touch, the operation's remaining cap included."""
-        ...
-
-    async def settle(
-        self,
-        now: datetime,
-        hold_id: str,
-        usage: Usage | Callable[[int, int], Usage],
-        estimated: bool,
-        pricer: Pricer,
-    ) -> SettleOutcome:
-        """Book a hold's actual cost (idempotent; an expired hold is corrected once).
-        ``usage`` may be a function of the hold's (input_tokens, max_tokens)."""
-        ...
-
-    async def release(self, now: datetime, hold_id: str) -> bool:
-        """Return a hold that spent nothing; ``False`` = no-op (already ended)."""
-        ...
-
-    async def sweep(self, now: datetime, previous_processes: bool = False) -> SweepOutcome:
-        """Expire holds past their TTL (with ``previous_processes``: also every hold
-        and operation of another process), each booked at its bound (ceiling plus admission
-        margin), estimated."""
-        ...
-
-    # -- calibration, kill switch, limits, teams, messages ----------------------------
-    async def calibration(self) -> dict[tuple[str, str], tuple[int, int]]:
-        """``(provider, model) → (ratio ppm, samples)``."""
-        ...
-
-    async def record_calibration(
-        self, now: datetime, provider: str, model: str, ratio_ppm: int, samples: int
-    ) -> None:
-        """Persist one model's calibration (upsert)."""
-        ...
-
-    async def set_kill(
-        self, now: datetime, kind: str, scope: str, killed: bool, reason: str, by: int | None
-    ) -> int:
-        """Trip or reset a switch; returns the exposure (µUSD held in that scope)."""
-        ...
-
-    async def kill_states(self) -> list[KillState]:
-        """Every switch row (tripped or not)."""
-        ...
-
-    async def set_limit(
-        self,
-        now: datetime,
-        level: Level,
-        scope: str,
-        window: Window,
-        limit_musd: int | None,
-        by: int | None,
-        clear: bool,
-    ) -> None:
-        """Persist a runtime limit (``None`` = no limit); ``clear`` restores the default."""
-        ...
-
-    async def team_add(self, now: datetime, name: str, user_id: int) -> str | None:
-        """Put ``user_id`` in team ``name``; returns the team they left, if any."""
-        ...
-
-    async def team_remove(self, now: datetime, name: str, user_id: int) -> bool:
-        """Remove ``user_id`` from ``name``; ``False`` if they were not in it."""
-        ...
-
-    async def teams(self) -> dict[str, list[int]]:
-        """Team name → sorted member ids."""
-        ...
-
-    async def record_message(self, now: datetime, user_id: int) -> int:
-        """Count a message against USER_DAILY_MESSAGES; returns today's count.
-
-        Raises:
-            HoldRefused: reason messages (the refused message is not counted).
-        """
-        ...
-
-    # -- reports ------------------------------------------------------------------------
-    async def status(self, now: datetime) -> LedgerStatus:
-        """The whole ledger now."""
-        ...
-
-    async def user_status(self, now: datetime, user_id: int) -> UserStatus:
-        """One user now."""
-        ...
-
-    async def team_status(self, now: datetime, name: str) -> TeamStatus:
-        """One team now."""
-        ...
-
-    async def top_users(self, now: datetime, n: int) -> list[tuple[int, int, int]]:
-        """Top ``n`` users today: ``(user_id, settled µUSD, held µUSD)``."""
-        ...
-
-    async def spend_per_hour(
-        self, now: datetime, hours: int
-    ) -> dict[str, list[tuple[datetime, int]]]:
-        """Settled µUSD per hour by series (``global``, ``team:<n>``, ``provider:<n>``)."""
-        ...
-
-    async def audit(self) -> dict[str, Any]:
-        """Bucket totals recomputed from the holds: ``{"mismatches": [...],
-        "held_total": int, "buckets": [(level, win, settled, held, late), …]}``
-        (empty mismatches = consistent; tests and reconciliation)."""
-        ...
-
-    async def apply_corrections(
-        self,
-        now: datetime,
-        plan: Sequence[PlannedCorrection],
-        by_user: int | None,
-        file_name: str,
-        sha256: str,
-    ) -> ApplyResult:
-        """Book reconciliation corrections in one transaction
-        (see :mod:`budget.books.corrections` for the rules)."""
+    async def confirm_lease(self) -> bool:
+        """False once this process was taken for dead."""
         ...

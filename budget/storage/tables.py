@@ -7,7 +7,7 @@ seconds (UTC, a ``float`` read from the injected clock) in Python on both engine
 ``0022_ledger_timestamptz``); money integer µUSD (:data:`BIG`: INTEGER on SQLite, BIGINT
 on PostgreSQL, as are Telegram ids); window keys as in :mod:`budget.policy.windows`. The
 shared-state tables at the end (``provider_keys``, ``call_leases``, ``update_rates``,
-``runtime_signals``: issue 13, PostgreSQL only) keep plain epoch-seconds floats
+``runtime_signals``: the replicas' shared state, PostgreSQL only) keep plain epoch-seconds floats
 (``double precision``).
 """
 

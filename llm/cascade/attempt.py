@@ -164,82 +164,149 @@ class GovernedAttempt:
         plan = AttemptPlan(request.messages, provider.model, request.max_tokens, 0, [])
         await self._sizer.size(plan, provider.name, input_tokens)
         async with self._slots.slot(request.priority):
-            try:
-                hold = await reserve(self._ledger, op, request_id, provider, plan)
-            except HoldRefused as refused:
-                if refused.refusal.reason not in LADDER_REASONS or not provider.paid:
-                    raise
-                if not is_anchor:
-                    raise SkipProvider("budget", refused) from None
-                hold = await self._ladder.degrade(op, request_id, provider, request, plan, refused)
-            tokens = None if provider.paid else plan.input_tokens + plan.max_tokens
-            try:
-                verdict = await self._keys.begin(provider.name, tokens)
-            except BaseException:
-                await self._release(hold)
-                raise
-            if verdict and not is_anchor:
-                await self._release(hold)
-                raise SkipProvider(verdict)
+            hold = await self._hold(op, request_id, provider, request, plan, is_anchor)
+            await self._open_key(provider, plan, hold, is_anchor)
             self._telemetry.record_call(provider.name, is_anchor)
-            progress: StreamProgress | None = None
-            try:
-                async with asyncio.timeout(self._config.timeout_s + self._config.timeout_grace_s):
-                    if stream is not None and isinstance(provider, StreamingProvider):
-                        progress = StreamProgress()
-                        completion = await streamed_call(
-                            provider,
-                            plan,
-                            stream,
-                            config=self._config,
-                            count=self._count,
-                            progress=progress,
-                        )
-                    else:
-                        completion = await provider.complete(
-                            plan.messages,
-                            plan.max_tokens,
-                            None if plan.model == provider.model else plan.model,
-                        )
-            except ProviderError as exc:
-                if exc.billed_usage is not None:
-                    await self._settle_billed(hold, exc.billed_usage)
-                elif isinstance(exc, ProviderUnavailable) and exc.interrupted:
-                    await self._settle_interrupted(hold, plan, exc.partial_usage)
-                else:
-                    await self._release(hold)
-                if exc.rate_limits is not None and not provider.paid:
-                    await self._keys.observe(provider.name, exc.rate_limits)
-                raise
-            except TimeoutError:
-                await self._settle_interrupted(hold, plan, None)
-                raise ProviderUnavailable(
-                    provider.name, "total deadline exceeded (cascade backstop)", interrupted=True
-                ) from None
-            except BaseException:
-                # cancellation (shutdown, user gone) or a client bug: the call may have
-                # been billed, so the interrupted-call rule applies — a stream's by what
-                # it received (as a stop), a one-piece call's at the ceiling
-                await self._keys.cancel(provider.name)
-                received = None
-                if progress is not None and stream is not None:
-                    received = await cancelled_usage(plan, stream, progress, self._count)
-                await self._settle_interrupted(hold, plan, received)
-                raise
+            completion = await self._call(provider, plan, hold, stream)
             if completion.stopped or completion.stream_cut:
                 usage, anomaly = completion.usage, ""  # settled on what was received
             else:
                 completion, usage, anomaly = _judge(plan, completion)
-            try:
-                cost = await self._ledger.settle(
-                    hold.hold_id, usage, estimated=anomaly in _AT_CEILING or completion.estimated
-                )
-            except BudgetError:
-                # the answer exists and was paid for; the hold stays booked at its
-                # ceiling until the sweeper expires it, so report that upper bound
-                log.exception("settle of hold %s failed", hold.hold_id)
-                cost = hold.ceiling_musd
+            cost = await self._settle_answer(
+                hold, usage, anomaly in _AT_CEILING or completion.estimated
+            )
         await self._keys.succeeded(provider.name, completion.rate_limits, cut=completion.stream_cut)
+        await self._learn(provider, plan, completion, anomaly, cost)
+        return replace(
+            completion,
+            cost_musd=cost,
+            paid=provider.paid,
+            degraded=tuple(plan.degraded),
+            fallbacks=tuple(passed),
+            hold_id=hold.hold_id,
+            max_tokens=plan.max_tokens,
+        )
+
+    async def _hold(
+        self,
+        op: OperationTicket,
+        request_id: str,
+        provider: Provider,
+        request: LLMRequest,
+        plan: AttemptPlan,
+        is_anchor: bool,
+    ) -> HoldTicket:
+        """Hold ``plan`` at ``provider``; a paid key refused for a limit is passed over,
+        the paid anchor goes down the degradation ladder.
+
+        Raises:
+            SkipProvider: ``budget`` (a paid key that is not the anchor).
+            HoldRefused: the ledger refused (after the ladder, for the anchor).
+        """
+        try:
+            return await reserve(self._ledger, op, request_id, provider, plan)
+        except HoldRefused as refused:
+            if refused.refusal.reason not in LADDER_REASONS or not provider.paid:
+                raise
+            if not is_anchor:
+                raise SkipProvider("budget", refused) from None
+            return await self._ladder.degrade(op, request_id, provider, request, plan, refused)
+
+    async def _open_key(
+        self, provider: Provider, plan: AttemptPlan, hold: HoldTicket, is_anchor: bool
+    ) -> None:
+        """Ask the key's circuit and paced window; the hold is released when the key
+        refuses (not the anchor, which is tried even while open) or the ask fails.
+
+        Raises:
+            SkipProvider: ``open`` or ``paced``.
+        """
+        tokens = None if provider.paid else plan.input_tokens + plan.max_tokens
+        try:
+            verdict = await self._keys.begin(provider.name, tokens)
+        except BaseException:
+            await self._release(hold)
+            raise
+        if verdict and not is_anchor:
+            await self._release(hold)
+            raise SkipProvider(verdict)
+
+    async def _call(
+        self,
+        provider: Provider,
+        plan: AttemptPlan,
+        hold: HoldTicket,
+        stream: StreamControl | None,
+    ) -> Completion:
+        """The provider call under the backstop deadline (streamed when asked and
+        possible); a failure settles what it billed, settles interrupted, or releases.
+
+        Raises:
+            ProviderError: the call failed (``ProviderUnavailable`` interrupted past the
+                deadline).
+        """
+        progress: StreamProgress | None = None
+        try:
+            async with asyncio.timeout(self._config.timeout_s + self._config.timeout_grace_s):
+                if stream is not None and isinstance(provider, StreamingProvider):
+                    progress = StreamProgress()
+                    return await streamed_call(
+                        provider,
+                        plan,
+                        stream,
+                        config=self._config,
+                        count=self._count,
+                        progress=progress,
+                    )
+                return await provider.complete(
+                    plan.messages,
+                    plan.max_tokens,
+                    None if plan.model == provider.model else plan.model,
+                )
+        except ProviderError as exc:
+            if exc.billed_usage is not None:
+                await self._settle_billed(hold, exc.billed_usage)
+            elif isinstance(exc, ProviderUnavailable) and exc.interrupted:
+                await self._settle_interrupted(hold, plan, exc.partial_usage)
+            else:
+                await self._release(hold)
+            if exc.rate_limits is not None and not provider.paid:
+                await self._keys.observe(provider.name, exc.rate_limits)
+            raise
+        except TimeoutError:
+            await self._settle_interrupted(hold, plan, None)
+            raise ProviderUnavailable(
+                provider.name, "total deadline exceeded (cascade backstop)", interrupted=True
+            ) from None
+        except BaseException:
+            # cancellation (shutdown, user gone) or a client bug: the call may have
+            # been billed, so the interrupted-call rule applies — a stream's by what
+            # it received (as a stop), a one-piece call's at the ceiling
+            await self._keys.cancel(provider.name)
+            received = None
+            if progress is not None and stream is not None:
+                received = await cancelled_usage(plan, stream, progress, self._count)
+            await self._settle_interrupted(hold, plan, received)
+            raise
+
+    async def _settle_answer(self, hold: HoldTicket, usage: Usage, estimated: bool) -> int:
+        """Settle an answer; the µUSD booked (its ceiling when the settle failed: the
+        answer exists and was paid for, and the hold stays booked at its ceiling until
+        the sweeper expires it, so that upper bound is reported)."""
+        try:
+            return await self._ledger.settle(hold.hold_id, usage, estimated=estimated)
+        except BudgetError:
+            log.exception("settle of hold %s failed", hold.hold_id)
+            return hold.ceiling_musd
+
+    async def _learn(
+        self, provider: Provider, plan: AttemptPlan, completion: Completion, anomaly: str, cost: int
+    ) -> None:
+        """Tell the usage anomaly, or calibrate the estimate on the reported input.
+
+        Raises:
+            EmptyCompletion: the answer has no usable text (it is billed: ``cost``).
+        """
         if anomaly:
             await self._usage_anomaly(provider, plan, completion, anomaly)
         elif completion.estimated:
@@ -256,15 +323,6 @@ class GovernedAttempt:
                 cost,
             )
             raise EmptyCompletion(provider.name, completion.finish_reason, cost)
-        return replace(
-            completion,
-            cost_musd=cost,
-            paid=provider.paid,
-            degraded=tuple(plan.degraded),
-            fallbacks=tuple(passed),
-            hold_id=hold.hold_id,
-            max_tokens=plan.max_tokens,
-        )
 
     async def _usage_anomaly(
         self, provider: Provider, plan: AttemptPlan, completion: Completion, kind: str

@@ -92,20 +92,9 @@ async def streamed_call(
     if control.stopped.is_set():  # stopped before anything was sent: nothing spent
         return _stopped_unsent(provider, plan, control)
     control.attempts += 1  # a provider call is under way from here
-    opening = asyncio.ensure_future(provider.stream(plan.messages, plan.max_tokens, model))
-    stopper = asyncio.ensure_future(control.stopped.wait())
-    try:
-        await asyncio.wait({opening, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopper.cancel()
-        if not opening.done():
-            opening.cancel()  # the request's connection is closed
-            with contextlib.suppress(asyncio.CancelledError, ProviderError):
-                await opening
-    if opening.cancelled():
-        usage = Usage(input_tokens=plan.input_tokens)  # it may have read the prompt
-        return replace(_stopped_unsent(provider, plan, control), usage=usage, estimated=True)
-    opened = opening.result()
+    opened = await _open(provider, plan, control, model)
+    if isinstance(opened, Completion):
+        return opened
     if progress is not None:
         progress.opened = opened
     loop = asyncio.get_running_loop()
@@ -127,6 +116,48 @@ async def streamed_call(
             rate_limits=opened.rate_limits,
             usage_issue=result.usage_issue if result.usage is None else "",
         )
+    return await _ended_early(provider, plan, control, opened, result, count)
+
+
+async def _open(
+    provider: StreamingProvider, plan: AttemptPlan, control: StreamControl, model: str | None
+) -> ChunkStream | Completion:
+    """The opened stream, or — stopped before its 200 came — a stopped completion whose
+    usage is the input held (the provider may have read the prompt; estimated).
+
+    Raises:
+        ProviderError: the request failed before the stream began.
+    """
+    opening = asyncio.ensure_future(provider.stream(plan.messages, plan.max_tokens, model))
+    stopper = asyncio.ensure_future(control.stopped.wait())
+    try:
+        await asyncio.wait({opening, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+        if not opening.done():
+            opening.cancel()  # the request's connection is closed
+            with contextlib.suppress(asyncio.CancelledError, ProviderError):
+                await opening
+    if opening.cancelled():
+        usage = Usage(input_tokens=plan.input_tokens)  # it may have read the prompt
+        return replace(_stopped_unsent(provider, plan, control), usage=usage, estimated=True)
+    return opening.result()
+
+
+async def _ended_early(
+    provider: StreamingProvider,
+    plan: AttemptPlan,
+    control: StreamControl,
+    opened: ChunkStream,
+    result: StreamResult,
+    count: TokenCounter,
+) -> Completion:
+    """A stream stopped or cut: the completion settled at what was received (see
+    :func:`streamed_call`).
+
+    Raises:
+        ProviderUnavailable: cut before any text was shown.
+    """
     usage, estimated = await _received_usage(plan, result, count)
     if result.ended == "cut" and not control.shown:
         error = result.error or ProviderUnavailable(provider.name, "stream cut")

@@ -46,7 +46,7 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from budget.errors import BudgetError
 from budget.kernel.clock import Clock
@@ -56,7 +56,7 @@ from llm.keys.breaker import Circuit, CircuitBreaker, cooldown_seconds
 from llm.keys.pacing import KeyPace, Pacer
 from llm.types import RateLimitInfo
 
-__all__ = ["KeyAdmission", "KeyStateStore", "SharedKey"]
+__all__ = ["Changed", "KeyAdmission", "KeyStateStore", "SharedKey"]
 
 T = TypeVar("T")
 
@@ -79,6 +79,19 @@ class SharedKey:
     disabled: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Changed(Generic[T]):
+    """What :meth:`KeyStateStore.change` did to one key's row.
+
+    Attributes:
+        result: what the transition returned.
+        row: the row after it (a copy: changing it changes nothing stored).
+    """
+
+    result: T
+    row: SharedKey
+
+
 class KeyStateStore(Protocol):
     """Where the shared rows live (:class:`llm.keys.postgres.PgKeyStates`)."""
 
@@ -90,7 +103,7 @@ class KeyStateStore(Protocol):
         """
         ...
 
-    async def change(self, name: str, fn: Callable[[SharedKey], T]) -> tuple[T, SharedKey]:
+    async def change(self, name: str, fn: Callable[[SharedKey], T]) -> Changed[T]:
         """Lock ``name``'s row (created when missing), apply ``fn`` to it, write it back
         if it changed; one transaction. Returns ``fn``'s result and the row after it.
 
@@ -309,9 +322,9 @@ class KeyAdmission:
 
     async def _change(self, name: str, fn: Callable[[SharedKey], T]) -> T:
         assert self._store is not None
-        result, row = await self._store.change(name, fn)
-        self._adopt(name, row)
-        return result
+        changed = await self._store.change(name, fn)
+        self._adopt(name, changed.row)
+        return changed.result
 
     async def _record(self, name: str, fn: Callable[[SharedKey], T]) -> T | None:
         """:meth:`_change` after a call: a store failure is logged, not raised."""

@@ -1,7 +1,7 @@
 """Circuit breaker per provider key: a pure closed / open / half-open state machine.
 
-Time is the injected clock's monotonic reading (seconds); tests move a
-:class:`budget.kernel.clock.ManualClock` instead of sleeping. Every transition is appended
+Time is the injected clock's monotonic reading (seconds); tests move a manual
+clock (``tests/support/clocks.py``) instead of sleeping. Every transition is appended
 to :attr:`CircuitBreaker.events` so tests and the admin view can read the history.
 
 Timeline with ``cooldown_s=600``, ``cooldown_max_s=3600``, ``failure_threshold=3``,

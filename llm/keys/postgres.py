@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from budget.kernel.clock import Clock
-from llm.keys.admission import SharedKey
+from llm.keys.admission import Changed, SharedKey
 from llm.keys.breaker import Circuit
 from llm.keys.pacing import KeyPace
 from llm.types import RateLimitInfo
@@ -121,17 +121,17 @@ class PgKeyStates:
         rows = await self._db.tx(self._clock.now(), body, single=True)
         return {r["name"]: _row(r) for r in rows}
 
-    async def change(self, name: str, fn: Callable[[SharedKey], T]) -> tuple[T, SharedKey]:
+    async def change(self, name: str, fn: Callable[[SharedKey], T]) -> Changed[T]:
         """See :meth:`llm.keys.admission.KeyStateStore.change`."""
         now = self._clock.now()
 
-        async def body(conn: Any) -> tuple[T, SharedKey]:
+        async def body(conn: Any) -> Changed[T]:
             row = _row(await conn.fetchrow(_LOCK, name, now.timestamp()))
             before = _values(row)
             result = fn(row)
             after = _values(row)
             if after != before:
                 await conn.execute(_WRITE, name, *after, now.timestamp())
-            return result, copy.deepcopy(row)
+            return Changed(result, copy.deepcopy(row))
 
         return await self._db.tx(now, body)

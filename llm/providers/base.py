@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
@@ -37,6 +38,7 @@ from llm.types import Completion, Message, RateLimitInfo
 __all__ = [
     "Provider",
     "ProviderBase",
+    "UsageReading",
     "decode_json",
     "error_for_status",
     "messages_payload",
@@ -176,20 +178,34 @@ def _sub(mapping: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def read_usage(body: Mapping[str, Any]) -> tuple[Usage | None, str]:
+@dataclass(frozen=True, slots=True)
+class UsageReading:
+    """The usage report of a completion body, as :func:`read_usage` read it.
+
+    Attributes:
+        usage: the normalised report; ``None`` when there was none or it was unreadable.
+        issue: ``""`` for a readable report, ``"missing"`` when the body carries none,
+            ``"invalid"`` when it is not a set of non-negative integers.
+    """
+
+    usage: Usage | None
+    issue: str = ""
+
+
+def read_usage(body: Mapping[str, Any]) -> UsageReading:
     """Normalise the usage of an OpenAI-style completion body, strictly.
 
     Returns:
-        ``(usage, "")`` for a readable report; ``(None, "missing")`` when the body
-        carries none; ``(None, "invalid")`` when it is not a set of non-negative
-        integers (negative, fractional, boolean or non-numeric values; numeric
-        strings are coerced) — which counts as missing.
+        The report with ``issue`` ``""`` when readable; no usage and ``"missing"`` when
+        the body carries none; no usage and ``"invalid"`` when it is not a set of
+        non-negative integers (negative, fractional, boolean or non-numeric values;
+        numeric strings are coerced) — which counts as missing.
     """
     usage = body.get("usage")
     if not isinstance(usage, Mapping):
         usage = _sub(_sub(body, "x_groq"), "usage")
     if not usage:
-        return None, "missing"
+        return UsageReading(None, "missing")
     try:
         prompt = _as_int(usage.get("prompt_tokens"))
         output = _as_int(usage.get("completion_tokens"))
@@ -204,7 +220,7 @@ def read_usage(body: Mapping[str, Any]) -> tuple[Usage | None, str]:
         if "prompt_cache_miss_tokens" in usage:
             extra["prompt_cache_miss_tokens"] = _opt_int(usage, "prompt_cache_miss_tokens")
     except _BadUsage:
-        return None, "invalid"
+        return UsageReading(None, "invalid")
     time_info = _sub(body, "time_info") or usage
     total_time = time_info.get("total_time")
     if (
@@ -214,15 +230,14 @@ def read_usage(body: Mapping[str, Any]) -> tuple[Usage | None, str]:
         and 0 <= total_time < 1e6
     ):
         extra["provider_total_time_ms"] = round(float(total_time) * 1000)
-    return (
+    return UsageReading(
         Usage(
             input_tokens=prompt,
             cached_input_tokens=min(cached, prompt),
             output_tokens=output,
             reasoning_tokens=reasoning,
             extra=extra,
-        ),
-        "",
+        )
     )
 
 
@@ -233,7 +248,7 @@ def parse_usage(body: Mapping[str, Any]) -> Usage | None:
         The usage, or ``None`` when the body carries none or an unreadable one
         (see :func:`read_usage`).
     """
-    return read_usage(body)[0]
+    return read_usage(body).usage
 
 
 def _error_status(err: Mapping[str, Any]) -> int:
@@ -287,7 +302,8 @@ def parse_completion_body(
         raise ProviderUnavailable(
             provider, "200 without a completion body", interrupted=True, status=200
         )
-    usage, issue = read_usage(body)
+    reading = read_usage(body)
+    usage, issue = reading.usage, reading.issue
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
         err = body.get("error")

@@ -1,6 +1,6 @@
 """Groq through the official ``groq`` SDK (``AsyncGroq``); the plain (non-streamed)
 call is one POST with the SDK's URL and headers over ``aiohttp``
-(:mod:`llm.providers.plain_post`, issue 10).
+(:mod:`llm.providers.plain_post`; ``docs/decisions/030-plain-post-over-aiohttp.md``).
 
 ``max_retries=0``: the SDK's default of 2 hidden retries would spend quota behind
 the cascade's back. The base URL is the API root without ``/openai/v1``
@@ -136,10 +136,11 @@ class GroqProvider(ProviderBase):
         self, messages: Sequence[Message], max_tokens: int, model: str
     ) -> PlainResponse:
         """One non-streamed ``chat/completions`` POST with the SDK's URL and headers,
-        sent through :class:`~llm.providers.plain_post.PlainPost` (``aiohttp``; issue
-        10: the SDK's ``httpx`` stack cost ~1.8 ms of CPU per call, ~6x aiohttp's),
-        returned whole. Kopek reads the raw JSON, so nothing of the SDK's request
-        transform or answer models is needed; retries stay off.
+        sent through :class:`~llm.providers.plain_post.PlainPost` (``aiohttp``: the SDK's
+        ``httpx`` stack cost ~1.8 ms of CPU per call, ~6x aiohttp's;
+        ``docs/decisions/030-plain-post-over-aiohttp.md``), returned whole. Kopek reads
+        the raw JSON, so nothing of the SDK's request transform or answer models is
+        needed; retries stay off.
 
         Raises:
             ProviderError: the status translated (429, 5xx, 401...), a transport

@@ -1,7 +1,8 @@
 """Client for OpenAI-compatible ``/chat/completions`` endpoints: Cerebras
 (``https://api.cerebras.ai/v1``, inference-docs.cerebras.ai) and DeepSeek
 (``https://api.deepseek.com``, api-docs.deepseek.com). The plain call is one POST over
-``aiohttp`` (:mod:`llm.providers.plain_post`, issue 10), the stream goes over ``httpx``.
+``aiohttp`` (:mod:`llm.providers.plain_post`; ``docs/decisions/030-plain-post-over-aiohttp.md``),
+the stream goes over ``httpx``.
 
 The base URL is used as given and ``/chat/completions`` appended. DeepSeek may send
 empty lines before the JSON body while a request waits for inference (its docs on

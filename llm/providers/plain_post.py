@@ -1,5 +1,5 @@
-"""One non-streamed JSON ``POST`` over ``aiohttp`` (issue 10): the transport of the
-plain chat-completion call.
+"""One non-streamed JSON ``POST`` over ``aiohttp``: the transport of the plain
+chat-completion call (why: ``docs/decisions/030-plain-post-over-aiohttp.md``).
 
 Why not the SDK's or ``httpx``'s client: against a loopback server answering at once, a
 Groq SDK raw POST (``groq`` → ``httpx`` → ``httpcore``, which checks every pooled

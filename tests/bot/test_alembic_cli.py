@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from bot.storage.migrate import head_revision
+from budget.kernel.schema import head_revision
 from tests.support.forked import run_module
 from tests.support.harness import REPO_ROOT
 

@@ -1,4 +1,4 @@
-"""Issue 16 §1 "disk full during a paid call": an answer that exists is delivered even
+"""Disk full during a paid call: an answer that exists is delivered even
 when settling, ending the operation or storing history fails; storage failures are
 ``LedgerUnavailable``/``OperationalError``, recognised as such."""
 
@@ -12,17 +12,18 @@ from typing import Any
 
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from bot.chat.service import ChatAnswer, ChatConfig, ChatFailed, ChatService, FailureKind
+from bot.chat.outcome import ChatAnswer, ChatFailed, FailureKind
+from bot.chat.service import ChatConfig, ChatService
 from bot.storage.repos import Conversation, is_storage_failure
 from bot.storage.values import Turn
 from budget.errors import LedgerUnavailable
-from budget.kernel.clock import ManualClock
 from budget.pricing.tokens import TokenCounter
 from budget.protocol import OperationTicket
 from budget.types import Usage
 from llm.errors import EmptyCompletion
 from llm.stream import StreamControl
 from llm.types import Completion, LLMRequest
+from tests.support.clocks import ManualClock
 from tests.support.ledger import FakeLedger, FakePrices, Rates
 
 

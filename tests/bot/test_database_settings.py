@@ -10,7 +10,7 @@ from bot.app.database import location, start_failure
 from bot.cli import config_error
 from bot.ops.logs import redact
 from bot.settings import Settings
-from bot.storage.migrate import SchemaMismatch
+from budget.kernel.schema import SchemaMismatch
 
 
 def _settings(url: str) -> Settings:

@@ -9,7 +9,7 @@ import pytest
 from aiogram import Bot
 from aiogram.methods import SendMessage, TelegramMethod
 
-from bot.session.fence import FencedCall, FencedSession
+from bot.session.fence import FencedSession, FencedTelegramAPIError
 
 TOKEN = "123456789:TEST-fake-token-AAAAAAAAAAAAAAAAAAAA"
 
@@ -28,7 +28,7 @@ class Lease:
 
 async def test_no_call_leaves_once_the_lease_is_lost() -> None:
     """Calls pass while the lease is confirmed; once it is not (taken for dead), each
-    call raises FencedCall (a TelegramAPIError: callers log it) and reaches nothing."""
+    call raises FencedTelegramAPIError (a TelegramAPIError: callers log it) and reaches nothing."""
     lease = Lease()
     gate = FencedSession(lease)
     calls: list[TelegramMethod[Any]] = []
@@ -41,7 +41,7 @@ async def test_no_call_leaves_once_the_lease_is_lost() -> None:
     result: object = await gate(transport, bot, SendMessage(chat_id=1, text="a"))
     assert result is True
     lease.alive = False
-    with pytest.raises(FencedCall):
+    with pytest.raises(FencedTelegramAPIError):
         await gate(transport, bot, SendMessage(chat_id=1, text="late answer"))
     assert [getattr(m, "text", None) for m in calls] == ["a"]
     assert lease.asked == 2

@@ -22,7 +22,7 @@ from bot.ops.metrics import delivery_failure_reason
 from bot.settings import Settings
 from bot.text import templates
 from bot.text.i18n import create_i18n
-from budget.kernel.clock import ManualClock
+from tests.support.clocks import ManualClock
 
 GROUP = -1001234
 

@@ -20,9 +20,10 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 
-from bot.storage.migrate import SchemaMismatch, alembic_config, check_schema, head_revision, migrate
+from bot.storage.migrate import migrate
 from bot.storage.tables import metadata as bot_metadata
 from budget.kernel.db import create_engine
+from budget.kernel.schema import SchemaMismatch, alembic_config, check_schema, head_revision
 from budget.storage.tables import EpochSeconds
 from budget.storage.tables import metadata as budget_metadata
 from scheduler.tables import metadata as scheduler_metadata
@@ -111,6 +112,7 @@ def test_every_revision_up_down_up_and_head_matches_models(database_url: str) ->
         "0020_runtime_signals",
         "0021_bucket_margins",
         "0022_ledger_timestamptz",
+        "0023_digest_restarts",
     ]
     for rev in revisions:
         command.upgrade(cfg, rev.revision)

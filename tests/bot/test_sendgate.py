@@ -11,7 +11,7 @@ from aiogram.exceptions import TelegramForbiddenError, TelegramRetryAfter
 from aiogram.methods import SendChatAction, SendMessage, TelegramMethod
 
 from bot.session.flood_waits import FloodWaits
-from budget.kernel.clock import ManualClock
+from tests.support.clocks import ManualClock
 
 TOKEN = "123456789:TEST-fake-token-AAAAAAAAAAAAAAAAAAAA"
 

@@ -29,7 +29,7 @@ from bot.__main__ import main as bot_main
 from bot.app.preflight import check_settings
 from bot.app.wiring import cascade_config, digest_config, ledger_config
 from bot.settings import Settings
-from budget.kernel.clock import ManualClock
+from tests.support.clocks import ManualClock
 from tests.support.docs import setting_rows
 
 

@@ -1,6 +1,6 @@
 """Flood waits on the start-up calls (``bot/app/start_waits.py``): waited out within one
 budget for the whole start, never begun when they would pass it. The clock is a
-:class:`~budget.kernel.clock.ManualClock`: nothing sleeps."""
+:class:`~tests.support.clocks.ManualClock`: nothing sleeps."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from aiogram.exceptions import TelegramRetryAfter
 from aiogram.methods import SetWebhook
 
 from bot.app.start_waits import START_WAIT_S, StartFloodWait, StartWaits
-from budget.kernel.clock import ManualClock
+from tests.support.clocks import ManualClock
 
 
 class _Telegram:

@@ -16,9 +16,9 @@ from bot.ops.admin_notices import AdminNotifier
 from bot.text.i18n import create_i18n
 from budget.config import LedgerConfig
 from budget.errors import LedgerUnavailable
-from budget.kernel.clock import ManualClock
 from budget.ledger import Ledger
 from budget.pricing.prices import PriceCard, ProviderModel
+from tests.support.clocks import ManualClock
 
 
 class _Recorded(AdminNotifier):
@@ -43,9 +43,7 @@ async def test_a_postgres_server_that_cannot_be_reached_is_announced_as_such(
     card = PriceCard([ProviderModel("deepseek", "deepseek-chat", "paid")])
     notifier = _Recorded()
     url = "postgresql+asyncpg://kopek:s3cr3t-pw@127.0.0.1:1/kopek"
-    ledger = Ledger.postgres(
-        url, config, card, ManualClock(), on_unavailable=notifier.storage_failed
-    )
+    ledger = Ledger.open(url, config, card, ManualClock(), on_unavailable=notifier.storage_failed)
     with pytest.raises(LedgerUnavailable):
         await ledger.start(run_sweeper=False)
     for _ in range(2):  # later steps fail closed too, through the same guard

@@ -22,13 +22,14 @@ from bot.storage.sqlite_hot import SqliteHotPath
 from bot.storage.tables import SeenMessage
 from bot.storage.values import Preferences, TouchedIntake, Turn
 from budget.books.stops import StopBook
-from budget.kernel.clock import ManualClock
+from budget.errors import LedgerUnavailable
 from budget.kernel.db import create_engine, sqlite_path
 from budget.kernel.sqlite_writer import SqliteWriter
 from budget.storage.tables import holds, processes
 from llm.types import Message
 from scheduler.profiles import ProfileRepository
 from scheduler.tables import UserProfile
+from tests.support.clocks import ManualClock
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -65,7 +66,7 @@ async def hot(
         return
     path = sqlite_path(database_url)
     assert path is not None
-    writer = SqliteWriter(path, "FULL")
+    writer = SqliteWriter(path, "FULL", unavailable=LedgerUnavailable)
     writer.open()
     yield SqliteHotPath(writer)
     writer.close()

@@ -13,11 +13,10 @@ from typing import Any
 
 import pytest
 
-from budget.kernel.clock import ManualClock
 from budget.ledger import Ledger
+from budget.storage.base import LedgerStore
 from budget.storage.postgres.store import PgStore
 from budget.storage.sqlite.store import SqliteStore
-from budget.storage.store import LedgerStore
 from budget.storage.tables import create_schema
 from tests.budget.ledger_helpers import (
     BACKENDS,
@@ -26,6 +25,7 @@ from tests.budget.ledger_helpers import (
     card,
     create_pg_schema,
 )
+from tests.support.clocks import ManualClock
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from pathlib import Path
 
-from bot.storage.migrate import head_revision
 from budget.config import LedgerConfig
+from budget.kernel.schema import head_revision
 from budget.ledger import Ledger
 from budget.pricing.prices import ModelRates, PriceCard, ProviderModel
 from budget.storage.tables import metadata

@@ -103,7 +103,7 @@ async def _kill(ledger: Ledger, index: int, flags: Path) -> str:
 async def main(url: str, case: str, n: int, start: float, index: int, flag: Path) -> str:
     """This process's result line (module docstring)."""
     cfg = _config(case)
-    ledger = Ledger.postgres(url, cfg, card(), SystemClock())
+    ledger = Ledger.open(url, cfg, card(), SystemClock())
     await ledger.start(run_sweeper=False)
     await asyncio.sleep(max(0.0, start - time.time()))
     try:

@@ -18,12 +18,11 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import budget.__main__ as budget_cli
-from budget.books.corrections import apply_corrections
+from budget.books.corrections import CorrectionPlan
 from budget.books.periods import ExportFileError, parse_period
 from budget.books.reconcile import reconcile
 from budget.books.usage_export import parse_export
 from budget.config import LedgerConfig
-from budget.kernel.clock import ManualClock
 from budget.kernel.db import create_engine
 from budget.ledger import Ledger
 from budget.pricing.prices import PriceCard, ProviderModel
@@ -31,6 +30,7 @@ from budget.storage.sqlite.store import SqliteStore
 from budget.storage.tables import create_schema
 from budget.types import Origin, Usage
 from tests.budget.ledger_helpers import stamp_head
+from tests.support.clocks import ManualClock
 from tests.support.provider_exports import export_from_ledger
 
 KEY = "deepseek"
@@ -152,13 +152,9 @@ async def test_a_day_with_estimated_bookings_only_in_its_one_row_is_corrected(fe
     report = await reconcile(few.engine, few.card, export, KEY)
     assert report.steps[0].ok, report.text()
     assert [p.hold_id for p in report.plan] == [hold]
-    await apply_corrections(
-        few.ledger.store,
+    await few.ledger.store.apply_corrections(
         few.clock.now(),
-        report.plan,
-        by_user=1,
-        file_name=export.file_name,
-        sha256=export.sha256,
+        CorrectionPlan(report.plan, 1, export.file_name, export.sha256),
     )
     assert few.day_total() == report.export_musd
 

@@ -2,7 +2,7 @@
 
 They refused every PostgreSQL DATABASE_URL with "no ledger database at …", a false
 sentence: the books could not be exported from the command line on PostgreSQL. The
-ledger here is written through ``Ledger.postgres``, as the bot writes it.
+ledger here is written through ``Ledger.open`` on a PostgreSQL URL, as the bot writes it.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from sqlalchemy.engine import make_url
 import budget.__main__ as budget_cli
 from budget.books.export import EXPORT_COLUMNS
 from budget.config import LedgerConfig
-from budget.kernel.clock import ManualClock
 from budget.kernel.db import create_engine
 from budget.ledger import Ledger
 from budget.pricing.prices import PriceCard, ProviderModel
 from budget.storage.tables import holds
 from budget.types import Origin, Usage
 from tests.conftest import PG_PASSWORD
+from tests.support.clocks import ManualClock
 
 KEY = "deepseek"
 MODEL = "deepseek-chat"
@@ -40,7 +40,7 @@ async def _book_two(url: str) -> int:
     """Two settled DeepSeek attempts on 2026-01-14 (UTC); returns their booked µUSD."""
     clock = ManualClock(datetime(2026, 1, 14, 21, 30, tzinfo=UTC))
     card = PriceCard([ProviderModel(KEY, MODEL, "paid")])
-    ledger = Ledger.postgres(url, CONFIG, card, clock)
+    ledger = Ledger.open(url, CONFIG, card, clock)
     await ledger.start(run_sweeper=False)
     try:
         for usage in (Usage(1200, 400, 300), Usage(2345, 0, 77)):

@@ -21,13 +21,12 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import budget.__main__ as budget_cli
-from budget.books.corrections import apply_corrections
+from budget.books.corrections import CorrectionPlan
 from budget.books.export import EXPORT_COLUMNS, write_export
 from budget.books.periods import ExportFileError, PeriodError, parse_period
 from budget.books.reconcile import reconcile
 from budget.books.usage_export import MAX_EXPORT_BYTES, parse_export
 from budget.config import LedgerConfig
-from budget.kernel.clock import ManualClock
 from budget.kernel.db import create_engine
 from budget.ledger import Ledger
 from budget.pricing.prices import PriceCard, ProviderModel, parse_overrides
@@ -35,6 +34,7 @@ from budget.storage.sqlite.store import SqliteStore
 from budget.storage.tables import create_schema
 from budget.types import Level, Origin, Usage, Window
 from tests.budget.ledger_helpers import stamp_head
+from tests.support.clocks import ManualClock
 from tests.support.provider_exports import export_from_ledger
 
 KEY = "deepseek"
@@ -286,13 +286,9 @@ async def test_e_estimated_bookings_after_a_crash_are_corrected_from_the_export(
     export = parse_export(data, "deepseek-jan.csv", "UTC")
     report = await reconcile(books.engine, books.card, export, KEY)
     assert len(report.plan) == 3 and "/reconcile apply" in report.text()
-    result = await apply_corrections(
-        restarted.store,
+    result = await restarted.store.apply_corrections(
         books.clock.now(),
-        report.plan,
-        by_user=1,
-        file_name=export.file_name,
-        sha256=export.sha256,
+        CorrectionPlan(report.plan, 1, export.file_name, export.sha256),
     )
     after = books.holds()
     for hold_id, usage in real.items():
@@ -350,13 +346,9 @@ async def test_a_correction_over_a_closed_window_limit_is_booked_and_reported(
         export_from_ledger(books.db, books.card, KEY, real_usage=real), "late.csv", "UTC"
     )
     report = await reconcile(books.engine, books.card, export, KEY)
-    result = await apply_corrections(
-        books.ledger.store,
+    result = await books.ledger.store.apply_corrections(
         books.clock.now(),
-        report.plan,
-        by_user=1,
-        file_name="late.csv",
-        sha256=export.sha256,
+        CorrectionPlan(report.plan, 1, "late.csv", export.sha256),
     )
     assert [c.hold_id for c in result.changed] == [hold.hold_id]
     assert books.holds()[hold.hold_id][0] == books.card.actual_musd(
@@ -377,7 +369,10 @@ async def test_a_correction_over_a_closed_window_limit_is_booked_and_reported(
         (b"", "is empty"),
         (b"   \n", "is empty"),
         (b"date,model,input_tokens,cached_input_tokens,output_tokens,cost_usd\n", "no usage rows"),
-        (b"when,what,much\n1,2,3\n", "unknown layout (columns: when, what, much)"),
+        (
+            b"when,what,much\n1,2,3\n",
+            "unknown layout — a comma-separated file with columns when, what, much",
+        ),
         (
             b"date,model,input_tokens,cached_input_tokens,output_tokens,cost_usd\n"
             b"2026-01-14,deepseek-chat,12x,0,5,0.1\n",

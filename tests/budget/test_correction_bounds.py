@@ -8,8 +8,9 @@ the bill whenever it was above the ceiling (noticed by the trial-12b fixes)."""
 from __future__ import annotations
 
 from budget.books.corrections import applies
-from budget.books.reconcile import PlannedCorrection, _spread
+from budget.books.reconcile import PlannedCorrection
 from budget.books.reconcile_ledger import EstimatedBooking
+from budget.books.reconcile_rows import spread as _spread
 
 
 def _booking(hold_id: str, cost: int, ceiling: int, floor: int) -> EstimatedBooking:

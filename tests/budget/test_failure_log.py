@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from budget.errors import LedgerUnavailable
-from budget.kernel.clock import ManualClock
 from budget.ledger import Ledger
 from budget.storage.sqlite.store import SqliteStore
 from budget.storage.store import SweepOutcome
 from tests.budget.ledger_helpers import BASE_CONFIG, card
+from tests.support.clocks import ManualClock
 
 
 async def test_an_outage_is_one_line_per_kind_with_one_traceback_and_one_line_when_it_ends(

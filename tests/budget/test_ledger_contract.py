@@ -11,13 +11,13 @@ from datetime import UTC, datetime
 import pytest
 
 from budget.errors import HoldRefused, UnknownHold
-from budget.kernel.clock import ManualClock
 from budget.ledger import Ledger
 from budget.protocol import HoldTicket, OperationTicket
 from budget.status import BucketStatus, KillState
 from budget.storage.sqlite.store import UnknownOperation
 from budget.types import Level, Origin, RefusalReason, Usage, Window
 from tests.budget.ledger_helpers import LedgerFactory
+from tests.support.clocks import ManualClock
 
 
 async def hold(
@@ -363,7 +363,7 @@ async def test_auto_kill_and_unkill_counts_only_later_spend(
     async def listener(state: KillState) -> None:
         calls.append(state)
 
-    ledger._on_auto_kill = listener
+    ledger._notices.on_auto_kill = listener
     h = await hold(ledger, ceiling=4000)
     await ledger.settle(h.hold_id, Usage(1, 0, 3999))
     assert not (await ledger.kill_state()).killed

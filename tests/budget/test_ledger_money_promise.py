@@ -1,4 +1,4 @@
-"""Issue 16 §1 on the ledger: provable-bound admission (zero overshoot whatever the
+"""The money promise on the ledger: provable-bound admission (zero overshoot whatever the
 estimate), a deleted database file, and storage failures that surface as
 ``LedgerUnavailable`` only (never a raw sqlite error)."""
 
@@ -14,13 +14,13 @@ from typing import Any, cast
 import pytest
 
 from budget.errors import HoldRefused, LedgerUnavailable
-from budget.kernel.clock import ManualClock
 from budget.ledger import Ledger
 from budget.policy.money import usd
 from budget.protocol import HoldTicket
 from budget.storage.sqlite.store import SqliteStore
 from budget.types import Level, Origin, RefusalReason, Usage, Window
 from tests.budget.ledger_helpers import LedgerFactory
+from tests.support.clocks import ManualClock
 from tests.support.docs import text_of_docs
 
 
@@ -90,7 +90,7 @@ async def test_deleted_database_fails_closed_and_tells_admins_once(
     async def tell(reason: str) -> None:
         told.append(reason)
 
-    ledger._on_unavailable = tell
+    ledger._notices.on_unavailable = tell
     await _reserve(ledger, 1, 10, 10, 40)
     for suffix in ("", "-wal", "-shm"):
         with contextlib.suppress(FileNotFoundError):
@@ -101,8 +101,7 @@ async def test_deleted_database_fails_closed_and_tells_admins_once(
         await ledger.sweep()
     with pytest.raises(LedgerUnavailable):
         await _reserve(ledger, 3, 10, 10, 40)
-    for task in list(ledger._notify_tasks):
-        await task
+    await ledger._notices.drain()
     assert told == ["deleted"]
     assert ledger.store.lost == "deleted"
 
@@ -118,7 +117,7 @@ async def test_full_disk_surfaces_as_ledger_unavailable_only(make_ledger: Ledger
     async def tell(reason: str) -> None:
         told.append(reason)
 
-    ledger._on_unavailable = tell
+    ledger._notices.on_unavailable = tell
     store = ledger.store
     assert isinstance(store, SqliteStore)
     writer = store.writer
@@ -141,8 +140,7 @@ async def test_full_disk_surfaces_as_ledger_unavailable_only(make_ledger: Ledger
     assert failures, "the capped database never filled up"
     assert all(isinstance(f, LedgerUnavailable) for f in failures)
     assert not any(isinstance(f, sqlite3.Error) for f in failures)
-    for task in list(ledger._notify_tasks):
-        await task
+    await ledger._notices.drain()
     assert told == ["storage"]
 
 
@@ -226,7 +224,7 @@ async def test_budget_and_the_docs_name_the_bound_an_expired_hold_is_booked_at(
     under "Expired holds booked at their ceiling", and README said "ceiling" in four
     places (trial 12b, F4). The rule stays — the bound is the least the provider could
     have billed —; every sentence now names it, in the README and in docs/."""
-    from bot.handlers.admin import render_budget  # the /budget template
+    from bot.handlers.admin.budget import render_budget  # the /budget template
 
     ledger = await make_ledger(global_daily_musd=10**6)
     hold = await _reserve(ledger, 1, 10, 10, 40)

@@ -14,13 +14,13 @@ import asyncpg
 import pytest
 
 from budget.errors import HoldRefused, LedgerUnavailable
-from budget.kernel.clock import ManualClock
 from budget.ledger import Ledger
 from budget.storage.postgres.rows import asyncpg_dsn
 from budget.storage.postgres.store import POOL_SIZE, PgStore
 from budget.types import Level, Origin, RefusalReason, Usage
 from tests.budget.ledger_helpers import BASE_CONFIG, card, create_pg_schema
 from tests.budget.pg_worker import team_user
+from tests.support.clocks import ManualClock
 from tests.support.forked import run_module
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,6 @@ import asyncpg
 import pytest
 
 from budget.errors import HoldRefused
-from budget.kernel.clock import ManualClock
 from budget.ledger import Ledger
 from budget.protocol import HoldTicket
 from budget.status import KillState
@@ -29,8 +28,10 @@ from budget.storage.postgres import store as pg_store
 from budget.storage.postgres.burn import AUTO_KILL_CHECK_S
 from budget.storage.postgres.rows import asyncpg_dsn
 from budget.storage.postgres.store import PgStore
+from budget.storage.store import SettleRequest
 from budget.types import Level, Origin, RefusalReason, Usage, Window
 from tests.budget.ledger_helpers import BASE_CONFIG, card, create_pg_schema
+from tests.support.clocks import ManualClock
 
 Step = Callable[[], Awaitable[object]]
 
@@ -128,10 +129,7 @@ async def test_a_settle_racing_another_step_books_once(
                 _Racing(conn, steps[other]),
                 a.config,
                 clock.now(),
-                h.hold_id,
-                Usage(1, 0, 499),
-                False,
-                a._pricer,
+                SettleRequest(h.hold_id, Usage(1, 0, 499), False, a._pricer),
                 known=known,
             )
         booked = {"settle": 300, "release": 0, "expire": 500, "adopt margin": 500}[other]
@@ -183,7 +181,7 @@ async def _tripping_pair(pg_url: str, clock: ManualClock) -> tuple[Ledger, Ledge
     async def listener(state: KillState) -> None:
         calls.append(state)
 
-    a._on_auto_kill = b._on_auto_kill = listener
+    a._notices.on_auto_kill = b._notices.on_auto_kill = listener
     for ledger in (a, b):
         await ledger.settle((await _hold(ledger, 200)).hold_id, Usage(1, 0, 99))
     return a, b, calls

@@ -17,7 +17,6 @@ import sqlalchemy as sa
 
 from budget.books.export import booked_attempts
 from budget.books.periods import Period
-from budget.kernel.clock import ManualClock
 from budget.kernel.db import create_engine
 from budget.ledger import Ledger
 from budget.protocol import HoldTicket
@@ -27,6 +26,7 @@ from budget.storage.postgres.timestamps import use_epoch_seconds
 from budget.storage.tables import holds, operations
 from budget.types import Origin, Usage
 from tests.budget.ledger_helpers import BASE_CONFIG, card
+from tests.support.clocks import ManualClock
 
 #: A grant one microsecond before midnight UTC (the last instant of 2026-01-14).
 LAST_US = datetime(2026, 1, 14, 23, 59, 59, 999_999, tzinfo=UTC)

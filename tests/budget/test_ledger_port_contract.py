@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from budget.errors import BudgetConfigError, HoldRefused, UnknownHold
-from budget.kernel.clock import ManualClock
 from budget.ledger import Ledger
 from budget.protocol import LedgerPort
 from budget.storage.sqlite.store import SqliteStore
 from budget.storage.tables import create_schema
 from budget.types import Level, Origin, RefusalReason, Usage
 from tests.budget.ledger_helpers import BASE_CONFIG, card
+from tests.support.clocks import ManualClock
 from tests.support.ledger import FakeLedger, FakePrices, Rates
 
 LIMIT_MUSD = 1_000

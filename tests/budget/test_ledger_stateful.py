@@ -49,15 +49,15 @@ from hypothesis.stateful import (
 )
 
 from budget.errors import HoldRefused
-from budget.kernel.clock import ManualClock
 from budget.ledger import Ledger
+from budget.storage.base import LedgerStore
 from budget.storage.postgres.rows import asyncpg_dsn
 from budget.storage.postgres.store import PgStore
 from budget.storage.sqlite.store import SqliteStore
-from budget.storage.store import LedgerStore
 from budget.storage.tables import metadata
 from budget.types import Origin, Usage
 from tests.budget.ledger_helpers import BACKENDS, BASE_CONFIG, card, create_pg_schema
+from tests.support.clocks import ManualClock
 
 T = TypeVar("T")
 LIMITS: dict[str, Any] = {

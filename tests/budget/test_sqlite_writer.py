@@ -15,7 +15,7 @@ import pytest
 
 from budget.errors import HoldRefused, LedgerUnavailable
 from budget.kernel.sqlite_writer import SqliteWriter
-from budget.storage.store import RefusedCommit
+from budget.storage.store import RefusedStep
 from budget.types import Refusal, RefusalReason
 
 
@@ -27,7 +27,7 @@ async def writer(tmp_path: Path) -> AsyncIterator[SqliteWriter]:
     conn.execute("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER)")
     conn.commit()
     conn.close()
-    w = SqliteWriter(path, "FULL")
+    w = SqliteWriter(path, "FULL", unavailable=LedgerUnavailable)
     w.open()
     yield w
     w.close()
@@ -84,7 +84,7 @@ async def test_steps_queued_together_share_one_commit_and_isolate_failures(
 
     def refused(cur: sqlite3.Cursor) -> None:
         cur.execute("INSERT INTO t VALUES ('refusal-event', 1)")
-        raise RefusedCommit(Refusal(RefusalReason.KILL))
+        raise RefusedStep(Refusal(RefusalReason.KILL))
 
     def duplicate(cur: sqlite3.Cursor) -> None:
         cur.execute("INSERT INTO t VALUES ('dup-partial', 1)")
@@ -150,14 +150,14 @@ async def test_only_groups_with_a_durable_step_that_succeeded_are_fsynced(
 
     def refused_raised(cur: sqlite3.Cursor) -> None:
         cur.execute("INSERT INTO t VALUES ('refusal-1', 1)")
-        raise RefusedCommit(Refusal(RefusalReason.LIMIT))
+        raise RefusedStep(Refusal(RefusalReason.LIMIT))
 
-    def refused_returned(cur: sqlite3.Cursor) -> RefusedCommit:
+    def refused_returned(cur: sqlite3.Cursor) -> RefusedStep:
         cur.execute("INSERT INTO t VALUES ('refusal-2', 1)")
-        return RefusedCommit(Refusal(RefusalReason.BUSY))
+        return RefusedStep(Refusal(RefusalReason.BUSY))
 
     results = await _grouped(writer, [writer.txn(refused_raised), writer.txn(refused_returned)])
-    assert isinstance(results[0], HoldRefused) and isinstance(results[1], RefusedCommit)
+    assert isinstance(results[0], HoldRefused) and isinstance(results[1], RefusedStep)
     assert (writer.synced_commits, len(synced)) == (base + 2, 2)
     assert set(await _rows(writer)) == {
         "settle",
@@ -194,7 +194,7 @@ async def test_normal_mode_never_fsyncs(tmp_path: Path, monkeypatch: pytest.Monk
     path = tmp_path / "n.db"
     sqlite3.connect(path).execute("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER)").close()
     synced = _count_wal_syncs(monkeypatch)
-    w = SqliteWriter(path, "NORMAL")
+    w = SqliteWriter(path, "NORMAL", unavailable=LedgerUnavailable)
     w.open()
     try:
         await w.txn(_insert("hold"))

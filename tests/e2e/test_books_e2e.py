@@ -96,9 +96,11 @@ async def test_budget_export_reconcile_and_prices_through_the_bot(
 
     day = rows[0]["utc_time"][:10]
     model = rows[0]["model"]
-    export = "date,model,input_tokens,cached_input_tokens,output_tokens,cost_usd\n" + "".join(
-        f"{day},{model},{p},{c},{o},{Decimal(_list_price_musd(p, c, o)).scaleb(-6)}\n"
-        for p, c, o in BILLED
+    p, c, o = (sum(b[i] for b in BILLED) for i in range(3))
+    cost = Decimal(sum(_list_price_musd(*b) for b in BILLED)).scaleb(-6)
+    export = (
+        "date,model,input_tokens,cached_input_tokens,output_tokens,cost_usd\n"
+        f"{day},{model},{p},{c},{o},{cost}\n"
     )
     mark = fake_telegram.mark()
     fake_telegram.inject_document(

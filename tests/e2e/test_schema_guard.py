@@ -20,10 +20,11 @@ from sqlalchemy import text
 
 from bot.app.polling import _poll, run
 from bot.ops.schema_watch import SchemaWatch
-from bot.storage.migrate import SchemaMismatch, head_revision, migrate
+from bot.storage.migrate import migrate
 from budget.kernel.db import create_engine
+from budget.kernel.schema import SchemaMismatch, head_revision
+from tests.support.clocks import VirtualClock
 from tests.support.inprocess import settings_from_env
-from tests.support.simclock import VirtualClock
 from tests.support.telegram import FakeTelegram
 
 FUTURE = "9999_from_a_newer_kopek"

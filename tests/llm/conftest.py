@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from budget.kernel.clock import ManualClock
 from llm.cascade.factory import build_provider
 from llm.providers.base import Provider
 from tests.llm.llm_helpers import spec, tls
+from tests.support.clocks import ManualClock
 from tests.support.ledger import FakeLedger, FakePrices, Rates
 from tests.support.providers import FakeProviders
 

@@ -12,13 +12,13 @@ from datetime import UTC, datetime
 import pytest
 
 from budget.config import LedgerConfig
-from budget.kernel.clock import ManualClock
 from budget.storage.postgres.store import PgStore
 from llm.keys.admission import KeyAdmission
 from llm.keys.breaker import CircuitBreaker, CircuitState
 from llm.keys.pacing import Pacer
 from llm.keys.postgres import PgKeyStates
 from llm.types import RateLimitInfo
+from tests.support.clocks import ManualClock
 
 Replica = Callable[[], Awaitable[KeyAdmission]]
 

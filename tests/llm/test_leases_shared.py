@@ -12,10 +12,11 @@ from datetime import UTC, datetime
 import pytest
 
 from budget.config import LedgerConfig
-from budget.kernel.clock import Clock, ManualClock, SystemClock
+from budget.kernel.clock import Clock, SystemClock
 from budget.storage.postgres.store import PgStore
 from llm.keys.claims import CallClaims
 from llm.keys.slots import DeploymentSlots, PrioritySlots
+from tests.support.clocks import ManualClock
 
 Process = Callable[[Clock], Awaitable[tuple[PgStore, CallClaims]]]
 

@@ -14,7 +14,6 @@ from prometheus_client import CollectorRegistry
 
 from budget.config import LedgerConfig
 from budget.errors import HoldRefused
-from budget.kernel.clock import ManualClock
 from budget.ledger import Ledger
 from budget.pricing.prices import PriceCard, ProviderModel
 from budget.storage.tables import create_schema
@@ -24,6 +23,7 @@ from llm.cascade.factory import build_cascade
 from llm.errors import AllProvidersFailed
 from llm.types import LLMRequest, Message
 from tests.llm.llm_helpers import KEYS, count_tokens, spec, tls
+from tests.support.clocks import ManualClock
 from tests.support.ledger import FakeLedger, FakePrices
 from tests.support.providers import FakeProviders
 
@@ -188,7 +188,7 @@ async def real_ledger(tmp_path: Path) -> AsyncIterator[tuple[Ledger, ManualClock
     path = tmp_path / "ledger.db"
     create_schema(path)
     config = LedgerConfig(global_daily_musd=1_000_000, max_call_s=5.0, hold_ttl_s=60.0)
-    ledger = Ledger.sqlite(path, config, real_card(), clock)
+    ledger = Ledger.open(f"sqlite+aiosqlite:///{path}", config, real_card(), clock)
     await ledger.start(run_sweeper=False)
     try:
         yield ledger, clock

@@ -11,7 +11,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from budget.errors import HoldRefused
-from budget.kernel.clock import ManualClock
 from budget.protocol import LedgerPort, OperationTicket
 from budget.types import Origin, RefusalReason
 from llm.cascade.cascade import Cascade, CascadeConfig, CascadeEvent
@@ -19,6 +18,7 @@ from llm.cascade.factory import build_cascade
 from llm.errors import AllProvidersFailed, ContextTooLong, ProviderRejected
 from llm.types import LLMRequest, Message, Priority
 from tests.llm.llm_helpers import KEYS, count_tokens, spec, tls
+from tests.support.clocks import ManualClock
 from tests.support.ledger import FakeLedger
 from tests.support.providers import FakeProviders
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from budget.kernel.clock import ManualClock
+from tests.support.clocks import ManualClock
 from tests.support.providers import FakeProviders
 
 

@@ -16,7 +16,6 @@ import pytest
 
 from budget.config import LedgerConfig
 from budget.errors import HoldRefused
-from budget.kernel.clock import ManualClock
 from budget.ledger import Ledger
 from budget.pricing.tokens import input_bound
 from budget.storage.tables import create_schema
@@ -27,6 +26,7 @@ from llm.providers.ratelimits import parse_retry_after_s
 from llm.types import LLMRequest, Message
 from tests.llm.test_llm_budget import real_card
 from tests.llm.test_llm_cascade import COOLDOWN, Harness, ask, key
+from tests.support.clocks import ManualClock
 from tests.support.ledger import FakeLedger, FakePrices
 from tests.support.providers import FakeProviders
 
@@ -383,7 +383,7 @@ async def limited_ledger(tmp_path: Path) -> AsyncIterator[tuple[Ledger, ManualCl
         user_max_per_minute=1000,
         auto_kill_fraction=Decimal(0),  # the burn-rate switch would stop the test early
     )
-    ledger = Ledger.sqlite(path, config, real_card(), clock)
+    ledger = Ledger.open(f"sqlite+aiosqlite:///{path}", config, real_card(), clock)
     await ledger.start(run_sweeper=False)
     try:
         yield ledger, clock

@@ -8,13 +8,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from budget.kernel.clock import ManualClock
 from llm.keys.breaker import CircuitBreaker, CircuitState
 from llm.keys.pacing import Pacer
 from llm.keys.slots import PrioritySlots
 from llm.providers.ratelimits import parse_duration_s, parse_rate_limits, parse_retry_after_s
 from llm.types import RateLimitInfo
 from tests.llm.llm_helpers import CORPUS
+from tests.support.clocks import ManualClock
 
 
 @pytest.mark.parametrize(

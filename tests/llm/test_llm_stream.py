@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from budget.kernel.clock import ManualClock
 from budget.types import Origin
 from llm.cascade.cascade import Cascade, CascadeConfig
 from llm.cascade.factory import build_cascade
@@ -19,6 +18,7 @@ from llm.errors import AllProvidersFailed, ProviderRateLimited
 from llm.stream import StreamControl, StreamingProvider, pump
 from llm.types import LLMRequest, Message
 from tests.llm.llm_helpers import FIXTURES, KEYS, count_tokens, spec, tls
+from tests.support.clocks import ManualClock
 from tests.support.harness import wait_provider_requests
 from tests.support.ledger import FakeLedger, FakePrices
 from tests.support.providers import FakeProviders

@@ -12,7 +12,13 @@ from llm.errors import (
     ProviderRejected,
     ProviderUnavailable,
 )
-from llm.providers.base import decode_json, error_for_status, parse_completion_body, read_usage
+from llm.providers.base import (
+    UsageReading,
+    decode_json,
+    error_for_status,
+    parse_completion_body,
+    read_usage,
+)
 from llm.types import RateLimitInfo
 
 
@@ -48,10 +54,10 @@ def test_string_error_otherwise_is_unavailable_and_released() -> None:
 @pytest.mark.parametrize("digits", ["²", "⑤", "¹²"])
 def test_usage_in_non_ascii_digit_characters_is_invalid_not_a_crash(digits: str) -> None:
     usage = {"prompt_tokens": digits, "completion_tokens": 3}
-    assert read_usage({"usage": usage}) == (None, "invalid")
+    assert read_usage({"usage": usage}) == UsageReading(None, "invalid")
     details = {"prompt_tokens": 4, "completion_tokens": 3, "prompt_tokens_details": {}}
     details["prompt_tokens_details"] = {"cached_tokens": digits}
-    assert read_usage({"usage": details}) == (None, "invalid")
+    assert read_usage({"usage": details}) == UsageReading(None, "invalid")
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ with ``#anchor``, one of that file's headings)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,18 @@ def test_the_link_reader_sees_links_and_skips_code(tmp_path: Path) -> None:
     )
     assert relative_links(page) == ["money.md#the-guarantee"]
     assert heading_anchors(page) == {"the-benchbotpy-run-issue-10"}
+
+
+def test_every_decision_is_in_the_index_and_cited_decisions_exist() -> None:
+    """``docs/decisions/README.md`` lists every decision file once, and every
+    ``docs/decisions/NNN-…`` a product module cites is a file."""
+    folder = DOCS / "decisions"
+    index = (folder / "README.md").read_text(encoding="utf-8")
+    files = sorted(p.name for p in folder.glob("[0-9][0-9][0-9]-*.md"))
+    missing = [name for name in files if f"]({name})" not in index]
+    assert missing == [], f"add them to docs/decisions/README.md: {missing}"
+    cited: set[str] = set()
+    for package in ("bot", "budget", "llm", "scheduler"):
+        for path in (ROOT / package).rglob("*.py"):
+            cited.update(re.findall(r"docs/decisions/([0-9]{3}-[a-z0-9-]+\.md)", path.read_text()))
+    assert sorted(cited - set(files)) == []

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from budget.kernel.clock import ManualClock
 from budget.kernel.db import create_engine
 from budget.storage.tables import processes
 from scheduler.tables import metadata
 from tests.scheduler.scheduler_fakes import FakeBackend, FakeDeliverer, FakeFetcher, FakeLedger
+from tests.support.clocks import ManualClock
 
 __all__ = ["FakeBackend", "FakeDeliverer", "FakeFetcher", "FakeLedger"]
 

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from budget.errors import HoldRefused
-from budget.kernel.clock import ManualClock
 from budget.protocol import OperationTicket
 from budget.types import Origin, Refusal, Usage
 from llm.errors import AllProvidersFailed
@@ -16,6 +15,7 @@ from scheduler.errors import DeliveryRetryAfter, NoPublicPreview, RecipientGone
 from scheduler.sources.feeds import FeedFetch
 from scheduler.sources.tme import ChannelFetch
 from scheduler.types import DigestSection, Notice, Post
+from tests.support.clocks import ManualClock
 
 
 class FakeLedger:
@@ -93,13 +93,20 @@ class Delivery:
 
 @dataclass
 class FakeDeliverer:
-    """Records deliveries; per-user scripted failures (429 seconds or 'gone')."""
+    """Records deliveries; per-user scripted failures (429 seconds or 'gone').
+
+    A digest is one message per section (``messages``: ``(user id, section key)`` in
+    the order delivered); ``fail_after[user] = (n, seconds)`` delivers ``n`` messages
+    of that user's next digest, then answers a 429 of ``seconds`` (once).
+    """
 
     clock: ManualClock
     sent: list[Delivery] = field(default_factory=list)
     notices: list[Delivery] = field(default_factory=list)
     attempts: list[Delivery] = field(default_factory=list)
     fail: dict[int, list[float | str]] = field(default_factory=dict)
+    fail_after: dict[int, tuple[int, float]] = field(default_factory=dict)
+    messages: list[tuple[int, str]] = field(default_factory=list)
 
     def _maybe_fail(self, user_id: int) -> None:
         script = self.fail.get(user_id)
@@ -110,10 +117,23 @@ class FakeDeliverer:
             raise DeliveryRetryAfter(float(what))
 
     async def send_digest(
-        self, user_id: int, chat_id: int, language: str, parts: Sequence[DigestSection]
+        self,
+        user_id: int,
+        chat_id: int,
+        language: str,
+        parts: Sequence[DigestSection],
+        *,
+        skip_messages: int = 0,
     ) -> None:
         self.attempts.append(Delivery(user_id, self.clock.now(), parts))
         self._maybe_fail(user_id)
+        cut = self.fail_after.pop(user_id, None)
+        for index, section in enumerate(parts):
+            if index < skip_messages:
+                continue
+            if cut is not None and index >= cut[0]:
+                raise DeliveryRetryAfter(cut[1], messages_sent=index)
+            self.messages.append((user_id, section.source_key))
         self.sent.append(Delivery(user_id, self.clock.now(), parts))
 
     async def notify(self, user_id: int, chat_id: int, language: str, notice: Notice) -> None:

@@ -8,7 +8,6 @@ from email.utils import format_datetime
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from budget.kernel.clock import ManualClock
 from scheduler.profiles import ProfileRepository
 from scheduler.runner import DigestConfig, DigestRunner
 from scheduler.service import DigestService
@@ -16,6 +15,7 @@ from scheduler.sources.feeds import FeedFetch, parse_feed
 from scheduler.tables import DeliveredEntry
 from scheduler.types import SubscribeStatus
 from tests.scheduler.scheduler_fakes import FakeBackend, FakeDeliverer, FakeFetcher, FakeLedger
+from tests.support.clocks import ManualClock
 
 Sessions = async_sessionmaker[AsyncSession]
 URL = "https://feeds.example/rss"

@@ -6,7 +6,7 @@ from datetime import UTC, date, datetime, time
 from zoneinfo import ZoneInfo
 
 from llm.types import Capacity
-from scheduler.due import due_instant, todays_due
+from scheduler.due import Due, due_instant, todays_due
 from scheduler.timing import decide
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -28,7 +28,7 @@ def test_due_instant_normal_gap_fold() -> None:
 def test_todays_due_uses_local_date() -> None:
     """23:30 UTC is already the next local day in Berlin; not due before the local time."""
     now = datetime(2026, 1, 5, 23, 30, tzinfo=UTC)
-    assert todays_due(now, time(0, 15), BERLIN) == (
+    assert todays_due(now, time(0, 15), BERLIN) == Due(
         date(2026, 1, 6),
         datetime(2026, 1, 5, 23, 15, tzinfo=UTC),
     )

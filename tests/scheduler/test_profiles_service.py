@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from budget.kernel.clock import ManualClock
 from scheduler.errors import RefusedAddress, UnknownUser
 from scheduler.profiles import ProfileRepository
 from scheduler.service import DigestService
 from scheduler.sources.feeds import FeedFetch
 from scheduler.types import SourceKind, SubscribeStatus
 from tests.scheduler.scheduler_fakes import FakeFetcher
+from tests.support.clocks import ManualClock
 
 Sessions = async_sessionmaker[AsyncSession]
 

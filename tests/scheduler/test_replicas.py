@@ -16,12 +16,11 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from budget.kernel.clock import ManualClock
 from budget.protocol import OperationTicket
 from budget.storage.tables import processes
 from budget.types import Usage
 from llm.types import Completion, LLMRequest
-from scheduler.cache import CacheKey, Made, SummaryCache
+from scheduler.cache import CacheKey, Made, Served, SummaryCache
 from scheduler.claims import Claimant
 from scheduler.profiles import ProfileRepository
 from scheduler.runner import DigestConfig, DigestRunner
@@ -29,6 +28,7 @@ from scheduler.service import DigestService
 from scheduler.tables import DigestRun, RunStatus, SummaryPending
 from scheduler.types import ProgressStep, Step, SubscribeStatus
 from tests.scheduler.scheduler_fakes import FakeBackend, FakeDeliverer, FakeFetcher, FakeLedger
+from tests.support.clocks import ManualClock
 
 Sessions = async_sessionmaker[AsyncSession]
 
@@ -293,7 +293,7 @@ async def test_a_failed_leader_hands_the_summary_to_a_waiting_replica(sessions: 
     assert made == []
     start = clock.now()
     fail.set()
-    assert await follower == ("the summary", False)
+    assert await follower == Served("the summary", hit=False)
     assert made == ["b"]
     assert (clock.now() - start).total_seconds() < 60
     try:

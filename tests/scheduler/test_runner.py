@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from budget.kernel.clock import ManualClock
 from budget.types import Level, Refusal, RefusalReason, Window
 from llm.types import Capacity
 from scheduler.profiles import ProfileRepository
@@ -16,7 +15,7 @@ from scheduler.service import DigestService
 from scheduler.tables import DigestRun, RunStatus
 from scheduler.types import NoticeKind, Post, ProgressStep, Step, SubscribeStatus
 from tests.scheduler.scheduler_fakes import FakeBackend, FakeDeliverer, FakeFetcher, FakeLedger
-from tests.support.simclock import VirtualClock
+from tests.support.clocks import ManualClock, VirtualClock
 
 Sessions = async_sessionmaker[AsyncSession]
 

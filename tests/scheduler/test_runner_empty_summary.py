@@ -7,12 +7,12 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from budget.kernel.clock import ManualClock
 from budget.protocol import OperationTicket
 from llm.errors import EmptyCompletion
 from llm.types import Completion, LLMRequest
 from tests.scheduler.scheduler_fakes import FakeBackend
 from tests.scheduler.test_runner import World
+from tests.support.clocks import ManualClock
 
 Sessions = async_sessionmaker[AsyncSession]
 

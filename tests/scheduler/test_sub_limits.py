@@ -6,11 +6,11 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from budget.kernel.clock import ManualClock
 from scheduler.profiles import ProfileRepository
 from scheduler.service import DigestService
 from scheduler.types import SubscribeStatus
 from tests.scheduler.scheduler_fakes import FakeFetcher
+from tests.support.clocks import ManualClock
 
 Sessions = async_sessionmaker[AsyncSession]
 

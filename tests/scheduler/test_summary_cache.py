@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from budget.kernel.clock import ManualClock
 from scheduler.cache import CacheKey, Made, SummaryCache
+from tests.support.clocks import ManualClock
 
 KEY = CacheKey("tme:channel_a", 1, "0" * 64, "en", "v1")
 
@@ -78,8 +78,8 @@ async def test_a_slow_read_never_makes_a_summary_twice(
     cache.release.set()
     results = await asyncio.gather(slow, fast)
     assert made == ["summary"], "the summary was made once"
-    assert sorted(hit for _, hit in results) == [False, True]
-    assert {summary for summary, _ in results} == {"summary"}
+    assert sorted(served.hit for served in results) == [False, True]
+    assert {served.summary for served in results} == {"summary"}
     assert (
         await SummaryCache(sessions, ManualClock(datetime(2026, 3, 2, tzinfo=UTC))).get(KEY)
         == "summary"

@@ -56,6 +56,7 @@ from bot.app.webhook import serve_webhook
 from bot.ops.logs import RedactSecrets
 from bot.settings import Settings
 from bot.storage.migrate import migrate
+from budget.kernel.clock import Clock
 from budget.kernel.db import sqlite_path
 from tests.support.harness import BotExited, wait_ready_url
 from tests.support.telegram import FakeTelegram
@@ -178,6 +179,8 @@ class InProcessBot:
         log_dir: unused (kept for the factory's signature); logs go to pytest's capture.
         ready_timeout: seconds to wait for readiness.
         stop_timeout: seconds :meth:`stop` waits for polling and the shutdown hooks.
+        clock: the bot's one clock (``None``: the system clock, as a process has), e.g.
+            a clock running hours behind to play a process that ran before a downtime.
     """
 
     def __init__(
@@ -188,8 +191,10 @@ class InProcessBot:
         log_dir: Path | None = None,
         ready_timeout: float = 30.0,
         stop_timeout: float = 30.0,
+        clock: Clock | None = None,
     ) -> None:
         self.env = dict(env)
+        self.clock = clock
         self.telegram = telegram
         self.log_dir = log_dir
         self.ready_timeout = ready_timeout
@@ -233,7 +238,7 @@ class InProcessBot:
         self._returncode = None
         since = len(self.telegram.requests())
         await asyncio.to_thread(migrate_at_start, settings.database_url)
-        app = create_app(settings)
+        app = create_app(settings, self.clock)
         self.app = app
         dp = app.dispatcher
         if settings.webhook_mode:

@@ -17,9 +17,10 @@ from datetime import datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 
 from budget.errors import BudgetConfigError, HoldRefused, UnknownHold
-from budget.kernel.clock import Clock, ManualClock
+from budget.kernel.clock import Clock
 from budget.protocol import HoldTicket, OperationTicket, PriceCardPort
 from budget.types import Level, Origin, Refusal, RefusalReason, Usage, Window
+from tests.support.clocks import ManualClock
 
 __all__ = ["FakeHold", "FakeLedger", "FakePrices", "Rates"]
 

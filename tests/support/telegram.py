@@ -516,6 +516,7 @@ class _FailRule:
     retry_after: int | None
     chat_id: int | str | None
     remaining: int
+    skip: int = 0
 
 
 class _ApiError(Exception):
@@ -1299,9 +1300,10 @@ class FakeTelegram:
         retry_after: int | None = None,
         chat_id: int | str | None = None,
         count: int = 1,
+        skip: int = 0,
     ) -> None:
         """Answer the next ``count`` calls of ``method`` (for ``chat_id`` only, if given)
-        with an error instead of doing them.
+        with an error instead of doing them, after letting ``skip`` of them through.
 
         Args:
             method: Bot API method, case-insensitive.
@@ -1312,6 +1314,8 @@ class FakeTelegram:
             retry_after: seconds, for 429 (default 1); sent in ``parameters.retry_after``.
             chat_id: only calls for this chat match.
             count: how many calls fail.
+            skip: how many matching calls go through first (e.g. 1: a digest's second
+                message fails, its first is delivered).
         """
         if status == 429:
             retry_after = 1 if retry_after is None else retry_after
@@ -1319,7 +1323,15 @@ class FakeTelegram:
         if description is None:
             description = _DEFAULT_DESCRIPTIONS.get(status, f"Error {status}")
         self._rules.append(
-            _FailRule(method.lower(), status, description, retry_after, _as_chat_id(chat_id), count)
+            _FailRule(
+                method.lower(),
+                status,
+                description,
+                retry_after,
+                _as_chat_id(chat_id),
+                count,
+                skip,
+            )
         )
 
     def block(self, chat_id: int) -> None:
@@ -1446,6 +1458,9 @@ class FakeTelegram:
             if rule.method != record.method.lower():
                 continue
             if rule.chat_id is not None and rule.chat_id != record.chat_id:
+                continue
+            if rule.skip > 0:
+                rule.skip -= 1
                 continue
             rule.remaining -= 1
             if rule.remaining <= 0:

@@ -25,7 +25,7 @@ from aiogram.methods import TelegramMethod
 from aiogram.types import BotCommand, BufferedInputFile, MessageEntity
 from aiohttp import ClientSession
 
-from budget.kernel.clock import ManualClock
+from tests.support.clocks import ManualClock
 from tests.support.telegram import FakeTelegram, FakeTelegramControl
 
 

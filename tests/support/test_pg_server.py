@@ -66,7 +66,7 @@ async def test_a_migrated_database_is_at_head(pg_migrated_url: str) -> None:
     """The migrated copy has Alembic's version row at the chain's head and the tables."""
     from alembic.script import ScriptDirectory
 
-    from bot.storage.migrate import alembic_config
+    from budget.kernel.schema import alembic_config
 
     head = ScriptDirectory.from_config(alembic_config(pg_migrated_url)).get_current_head()
     conn = await asyncpg.connect(pg_migrated_url.replace("+asyncpg", ""))

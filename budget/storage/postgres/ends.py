@@ -26,7 +26,6 @@ money integer µUSD.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -36,7 +35,7 @@ from budget.policy.rules import BucketKey, HoldState, load_scopes, release_trans
 from budget.policy.steps import Booking, expiry_booking, release_booking
 from budget.storage.postgres.rows import (
     BOOK,
-    Amounts,
+    BucketAmounts,
     auto_kill,
     book,
     book_arrays,
@@ -56,8 +55,8 @@ from budget.storage.sql.statements import (
     settle_events,
     settled_row,
 )
-from budget.storage.store import Pricer, SettleOutcome, SweepOutcome
-from budget.types import Level, Usage, Window
+from budget.storage.store import SettleOutcome, SettleRequest, SweepOutcome
+from budget.types import Level, Window
 
 __all__ = ["DECLARE_DEAD", "Settled", "release", "settle", "sweep"]
 
@@ -131,7 +130,7 @@ async def _locked_hold(conn: Any, hold_id: str, durable: bool) -> tuple[Any, ...
 
 def _end_deltas(
     scopes_json: str, hour_key: str, day_key: str, b: Booking, margin_musd: int
-) -> dict[BucketKey, Amounts]:
+) -> dict[BucketKey, BucketAmounts]:
     """The bucket deltas of a hold's end, ``margin_musd`` (≤ 0) added to its buckets'
     margins; none when nothing moves (no bucket row touched, as on SQLite)."""
     if b.held or b.settled or b.late or margin_musd:
@@ -174,10 +173,7 @@ async def settle(
     conn: Any,
     cfg: LedgerConfig,
     now: datetime,
-    hold_id: str,
-    usage: Usage | Callable[[int, int], Usage],
-    estimated: bool,
-    pricer: Pricer,
+    request: SettleRequest,
     durable: bool = True,
     known: tuple[Any, ...] | None = None,
 ) -> Settled:
@@ -196,19 +192,18 @@ async def settle(
     decides. ``known``: the hold's row as this process granted it (from
     :func:`reserve`'s ``granted``): not read again (the statement checks it is
     still so)."""
+    hold_id = request.hold_id
     row = known if known is not None else await conn.fetchrow(_HOLD_ROW, hold_id)
     if row is None:
         raise UnknownHold(hold_id)
     h = HoldRow._make(tuple(row)[:13])
     if h.state == HoldState.HELD:
-        plan = plan_of(h, usage, pricer)
+        plan = plan_of(h, request.usage, request.pricer)
         assert plan is not None and not plan.late
         if plan.actual_musd <= h.ceiling_musd:  # else an over_ceiling event: below
             b, margin = plan.booking, int(row[13])
             deltas = _end_deltas(h.scopes, h.hour_key, h.day_key, b, -margin)
-            args = settled_row(
-                now, hold_id, plan.usage, plan.actual_musd, plan.list_actual_musd, estimated, False
-            )
+            args = settled_row(now, hold_id, plan, request.estimated)
             arrays = book_arrays(deltas)
             write = _SETTLE_AT_ONCE[durable]
             done = await conn.fetchrow(write, *arrays, b.committed, h.operation_id, *args, margin)
@@ -218,29 +213,21 @@ async def settle(
     elif h.state != HoldState.EXPIRED:  # settled or released: final, a no-op
         return Settled(SettleOutcome(int(h.booked_musd or 0), False, None), False, h.day_key, None)
     async with conn.transaction():
-        return await _settle_locked(conn, cfg, now, hold_id, usage, estimated, pricer, durable)
+        return await _settle_locked(conn, cfg, now, request, durable)
 
 
 async def _settle_locked(
-    conn: Any,
-    cfg: LedgerConfig,
-    now: datetime,
-    hold_id: str,
-    usage: Usage | Callable[[int, int], Usage],
-    estimated: bool,
-    pricer: Pricer,
-    durable: bool,
+    conn: Any, cfg: LedgerConfig, now: datetime, request: SettleRequest, durable: bool
 ) -> Settled:
     """:func:`settle` as the body of a transaction that locks the hold row first."""
+    hold_id = request.hold_id
     locked = await _locked_hold(conn, hold_id, durable)
     h = HoldRow._make(locked[:13])
-    plan = plan_of(h, usage, pricer)
+    plan = plan_of(h, request.usage, request.pricer)
     if plan is None:
         return Settled(SettleOutcome(int(h.booked_musd or 0), False, None), False, h.day_key, None)
     b = plan.booking
-    row = settled_row(
-        now, hold_id, plan.usage, plan.actual_musd, plan.list_actual_musd, estimated, plan.late
-    )
+    row = settled_row(now, hold_id, plan, request.estimated)
     margin = 0 if plan.late else -int(locked[13])  # an expired hold's left at expiry
     day_settled = await _book_end(
         conn, _SETTLE_WRITE, h.scopes, h.hour_key, h.day_key, b, margin, h.operation_id, row
@@ -255,6 +242,7 @@ async def release(
     cfg: LedgerConfig,
     now: datetime,
     hold_id: str,
+    *,
     durable: bool = True,
     known: tuple[Any, ...] | None = None,
 ) -> bool:
@@ -343,7 +331,7 @@ async def sweep(
         process_id,
         dead_before,
     )
-    deltas: dict[BucketKey, Amounts] = {}
+    deltas: dict[BucketKey, BucketAmounts] = {}
     expired = []
     adopted = []
     for row in rows:
@@ -357,8 +345,7 @@ async def sweep(
             b, moved = Booking(0, 0, 0, 0, 0), margin
             adopted.append(hold_id)
         for key, d in booking_deltas(load_scopes(scopes), hk, dk, b, moved).items():
-            old = deltas.get(key, (0, 0, 0, 0))
-            deltas[key] = (old[0] + d[0], old[1] + d[1], old[2] + d[2], old[3] + d[3])
+            deltas[key] = deltas.get(key, BucketAmounts()) + d
     if deltas:
         await book(conn, deltas)
     if adopted:

@@ -34,7 +34,9 @@ deadlock each other:
 * Fencing: a process whose ``budget_processes`` row is gone was declared dead by
   another (:data:`budget.storage.postgres.ends.DECLARE_DEAD`): its admission read and its grant
   check the row (in the same statements, one index lookup) — no operation, no hold,
-  so no provider call for work another process took over (:class:`Fenced`).
+  so no provider call for work another process took over
+  (:class:`~budget.errors.ProcessFenced`, raised with nothing written:
+  :meth:`budget.storage.postgres.store.PgStore.tx` fences the process).
 
 Rules from :mod:`budget.policy.rules` and :mod:`budget.policy.steps`, statements shared with
 SQLite from :mod:`budget.storage.sql.statements`; times are epoch seconds of the ledger clock,
@@ -44,14 +46,17 @@ money integer µUSD.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import asyncpg
 
 from budget.config import LedgerConfig
+from budget.errors import ProcessFenced
 from budget.policy.rules import (
     BucketKey,
+    Scope,
     build_buckets,
     check_hold,
     dump_scopes,
@@ -67,14 +72,13 @@ from budget.policy.steps import (
     request_refusal,
     reserve_refusal,
 )
-from budget.policy.windows import window_keys
+from budget.policy.windows import WindowKeys, window_keys
 from budget.protocol import HoldTicket, OperationTicket
 from budget.storage.postgres.rows import (
     BOOK,
     KILLS_OF,
     LIMITS,
-    Amounts,
-    Refused,
+    BucketAmounts,
     book_arrays,
     booking_deltas,
     bucket_values,
@@ -91,13 +95,19 @@ from budget.storage.sql.statements import (
     hold_values,
     operation_row,
 )
-from budget.storage.store import UnknownOperation
+from budget.storage.store import (
+    Admission,
+    HoldPrice,
+    HoldRequest,
+    RefusedStep,
+    UnknownOperation,
+)
 from budget.types import Level, Origin, Refusal, RefusalReason, Window
 
 __all__ = [
     "KNOWN_MAX",
-    "Fenced",
     "Known",
+    "KnownLimits",
     "begin_operation",
     "begin_request",
     "end_operation",
@@ -198,25 +208,18 @@ _GRANT_KNOWN = once(
 
 
 async def begin_operation(
-    conn: Any,
-    cfg: LedgerConfig,
-    process_id: str,
-    now: datetime,
-    user_id: int,
-    origin: Origin,
-    max_musd: int,
-    max_requests: int,
+    conn: Any, cfg: LedgerConfig, process_id: str, now: datetime, admission: Admission
 ) -> OperationTicket:
     """Admit an operation (kill, in-flight, rate) and take an in-flight slot. One
     user's admissions are serialised by an advisory lock on the user id (the counts
     are read after it, so two processes never both take the last slot)."""
-    t = now.timestamp()
+    t, user_id = now.timestamp(), admission.user_id
     await conn.execute(_ADMISSION_LOCK, str(user_id))
     team, kills, open_ops, recent, oldest, registered = await conn.fetchrow(
         _ADMISSION_READ, user_id, str(user_id), t, t - 60.0, process_id
     )
     if not registered:
-        raise Fenced()
+        raise ProcessFenced()
     refusal = admission_refusal(
         pick_kill(kill_state(k) for k in kills),
         open_ops,
@@ -226,13 +229,11 @@ async def begin_operation(
         utc(oldest),
     )
     if refusal is not None:
-        raise Refused(refusal, user_id)
-    op_id = uuid.uuid4().hex
+        raise RefusedStep(refusal, user_id)
     await conn.execute(
-        translate(OPERATION_INSERT),
-        *operation_row(cfg, process_id, now, op_id, user_id, origin, team, max_musd, max_requests),
+        translate(OPERATION_INSERT), *operation_row(cfg, process_id, now, admission, team)
     )
-    return OperationTicket(op_id, user_id, origin, team)
+    return OperationTicket(admission.operation_id, user_id, admission.origin, team)
 
 
 async def end_operation(conn: Any, now: datetime, operation_id: str) -> None:
@@ -255,7 +256,7 @@ async def begin_request(
     user_id, max_requests, n, repeated = row
     refusal = request_refusal(repeated, n, max_requests)
     if refusal is not None:
-        raise Refused(refusal, user_id)
+        raise RefusedStep(refusal, user_id)
     req_id = uuid.uuid4().hex
     day_key = window_keys(now, cfg.tz).day_key
     await conn.execute(_REQUEST_WRITE, req_id, operation_id, fingerprint, now.timestamp(), day_key)
@@ -267,16 +268,7 @@ async def reserve(
     cfg: LedgerConfig,
     process_id: str,
     now: datetime,
-    operation_id: str,
-    request_id: str,
-    provider: str,
-    model: str,
-    input_tokens: int,
-    max_tokens: int,
-    ceiling_musd: int,
-    list_ceiling_musd: int | None,
-    price_version: str,
-    margin_musd: int,
+    hold: HoldRequest,
     known: Known | None = None,
 ) -> HoldTicket:
     """Grant a hold on every level/window at once, or refuse with nothing held
@@ -286,28 +278,16 @@ async def reserve(
     this process knows (:class:`Known`): with the operation and the limits known,
     no read before the grant (:data:`_GRANT_KNOWN`); the new hold's row is kept
     there for its settle."""
-    args = (
-        cfg,
-        process_id,
-        now,
-        operation_id,
-        request_id,
-        (provider, model, input_tokens, max_tokens),
-        (ceiling_musd, list_ceiling_musd, margin_musd, price_version),
-    )
     try:
-        ticket, row = await _reserve(conn, *args, at_once=True, known=known)
+        ticket, row = await _reserve(conn, cfg, process_id, now, hold, at_once=True, known=known)
     except _NotAtOnce:
         async with conn.transaction():
-            ticket, row = await _reserve(conn, *args, at_once=False, known=known)
+            ticket, row = await _reserve(
+                conn, cfg, process_id, now, hold, at_once=False, known=known
+            )
     if known is not None:
         known.keep(known.granted, ticket.hold_id, row)
     return ticket
-
-
-class Fenced(Exception):
-    """This process's ``budget_processes`` row is gone: another declared it dead
-    (nothing was written; :meth:`budget.storage.postgres.store.PgStore.tx` fences the process)."""
 
 
 class _NotAtOnce(Exception):
@@ -318,16 +298,24 @@ class _NotAtOnce(Exception):
 KNOWN_MAX = 10_000
 
 
+@dataclass(frozen=True, slots=True)
+class KnownLimits:
+    """The runtime limits as this process last read them: their digest
+    (:data:`_LIMITS_DIGEST`, which :data:`_GRANT_KNOWN` compares) and the overrides."""
+
+    digest: str
+    overrides: dict[tuple[str, str, str], int | None]
+
+
 class Known:
     """What one process knows so that its holds and settles need not read it back;
     every statement that uses it checks it still holds (else the locked
     transaction reads and decides).
 
     Attributes:
-        ops: operation id → (user id, origin, team or ``None``, max µUSD): fixed for
-            the operation's life (from its admission, or a hold's read).
-        limits: (digest, overrides) of the runtime limits last read
-            (:data:`_GRANT_KNOWN` compares the digest).
+        ops: operation id → its ticket (user, origin, team: fixed for the operation's
+            life, from its admission or a hold's read).
+        limits: :class:`KnownLimits` last read (``None``: read them again).
         granted: hold id → its row as :func:`settle` reads it, for the holds granted
             here.
     """
@@ -335,8 +323,8 @@ class Known:
     __slots__ = ("granted", "limits", "ops")
 
     def __init__(self) -> None:
-        self.ops: dict[str, tuple[int, str, str | None, int]] = {}
-        self.limits: tuple[str, dict[tuple[str, str, str], int | None]] | None = None
+        self.ops: dict[str, OperationTicket] = {}
+        self.limits: KnownLimits | None = None
         self.granted: dict[str, tuple[Any, ...]] = {}
 
     @staticmethod
@@ -352,108 +340,129 @@ async def _reserve(
     cfg: LedgerConfig,
     process_id: str,
     now: datetime,
-    operation_id: str,
-    request_id: str,
-    call: tuple[str, str, int, int],
-    money: tuple[int, int | None, int, str],
+    hold: HoldRequest,
     *,
     at_once: bool,
     known: Known | None,
 ) -> tuple[HoldTicket, tuple[Any, ...]]:
-    """One try of :func:`reserve`: ``call`` = (provider, model, input tokens, max
-    tokens), ``money`` = (ceiling, list ceiling, margin µUSD, price version).
-    ``at_once``: the autocommit grant (raises :class:`_NotAtOnce` when it does not
-    fit), without a read when ``known`` knows the operation and the limits; else
-    the body of a transaction that checks in Python after the locks. Returns the
-    ticket and the hold's row as :data:`_HOLD_ROW` selects it."""
-    provider, model = call[:2]
-    ceiling_musd, list_ceiling_musd, margin_musd = money[:3]
-    t = now.timestamp()
-    op = None if known is None or not at_once else known.ops.get(operation_id)
-    cached = None if known is None or op is None else known.limits
-    if op is not None and cached is not None:
-        user_id, origin, team, max_musd = op
-        digest, limits = cached
+    """One try of :func:`reserve`. ``at_once``: the autocommit grant (raises
+    :class:`_NotAtOnce` when it does not fit), without a read when ``known`` knows the
+    operation and the limits; else the body of a transaction that checks in Python
+    after the locks. Returns the ticket and the hold's row as :data:`_HOLD_ROW` selects
+    it."""
+    price = hold.price
+    mine = None if known is None or not at_once else known.ops.get(hold.operation_id)
+    cached = None if known is None or mine is None else known.limits
+    if mine is not None and cached is not None:
+        owner, limits = mine, cached.overrides
     else:
-        row = await conn.fetchrow(_RESERVE_READ, operation_id)
-        if row is None:  # ended: by a takeover, if this process was declared dead
-            if not await conn.fetchval(_REGISTERED, process_id):
-                raise Fenced()
-            raise UnknownOperation(operation_id)
-        user_id, origin, team, max_musd, committed, kills, limit_rows, digest, alive = row
-        if not alive:
-            raise Fenced()
-        early = reserve_refusal(
-            pick_kill(kill_state(k) for k in kills), committed, ceiling_musd, max_musd
-        )
-        if early is not None:
-            raise Refused(early, user_id)
-        limits = _overrides(limit_rows)
-        if known is not None:
-            known.limits = (digest, limits)
-            known.keep(known.ops, operation_id, (user_id, origin, team, max_musd))
-    scopes = scopes_for(user_id, team, provider, provider_caps(cfg, limits))
+        owner, limits = await _read_operation(conn, process_id, hold, known)
+    scopes = scopes_for(owner.user_id, owner.team, hold.provider, provider_caps(cfg, limits))
     keys = window_keys(now, cfg.tz)
-    checked = ceiling_musd + margin_musd > 0
-    deltas: dict[BucketKey, Amounts] = {}
-    if checked:
-        grant = Booking(ceiling_musd, 0, 0, 0, ceiling_musd)
-        deltas = booking_deltas(scopes, keys.hour_key, keys.day_key, grant, margin_musd)
+    deltas: dict[BucketKey, BucketAmounts] = {}
+    if price.ceiling_musd + price.margin_musd > 0:
+        grant = Booking(price.ceiling_musd, 0, 0, 0, price.ceiling_musd)
+        deltas = booking_deltas(scopes, keys.hour_key, keys.day_key, grant, price.margin_musd)
     hold_id = uuid.uuid4().hex
-    expires = t + cfg.hold_ttl_s
-    values = hold_values(
-        cfg,
-        process_id,
-        now,
-        hold_id,
-        (operation_id, request_id, user_id, team, origin),
-        call,
-        money,
-        (keys.hour_key, keys.day_key),
-        scopes_json := dump_scopes(scopes),
+    scopes_json = dump_scopes(scopes)
+    values = hold_values(cfg, process_id, now, hold_id, hold, owner, keys, scopes_json)
+    grant_args = [*book_arrays(deltas), price.ceiling_musd, now.timestamp() + cfg.hold_ttl_s]
+    grant_args += values
+    ticket = HoldTicket(
+        hold_id, hold.provider, hold.model, price.ceiling_musd, price.list_ceiling_musd, now
     )
-    arrays = book_arrays(deltas)
-    ticket = HoldTicket(hold_id, provider, model, ceiling_musd, list_ceiling_musd, now)
     # as _HOLD_ROW selects it: HoldRow's columns, then its margin (booked in its buckets)
     hold_row = (
         "held",
-        operation_id,
-        user_id,
-        provider,
-        model,
-        call[2],
-        call[3],
-        ceiling_musd,
-        t,
+        hold.operation_id,
+        owner.user_id,
+        hold.provider,
+        hold.model,
+        hold.input_tokens,
+        hold.max_tokens,
+        price.ceiling_musd,
+        now.timestamp(),
         keys.hour_key,
         keys.day_key,
         scopes_json,
         None,
-        margin_musd,
+        price.margin_musd,
     )
     if at_once:
         caps = [limit_of(cfg, limits, Level(k[0]), k[1], Window(k[2])) for k in sorted(deltas)]
-        grant_args = [*arrays, ceiling_musd, expires, *values, caps]
         try:
             if cached is None:
-                await conn.fetchval(_GRANT_AT_ONCE, *grant_args)
+                await conn.fetchval(_GRANT_AT_ONCE, *grant_args, caps)
             else:
-                user = str(user_id)
-                await conn.fetchval(_GRANT_KNOWN, *grant_args, digest, user, team or "")
+                user, team = str(owner.user_id), owner.team or ""
+                await conn.fetchval(_GRANT_KNOWN, *grant_args, caps, cached.digest, user, team)
         except asyncpg.exceptions.CardinalityViolationError:
             raise _NotAtOnce() from None
         return ticket, hold_row
-    charged, after = await conn.fetchrow(_GRANT, *arrays, ceiling_musd, expires, *values)
+    charged, after = await conn.fetchrow(_GRANT, *grant_args)
     if not charged:  # another step of this operation took the cap, or ended it
-        raise Refused(Refusal(RefusalReason.OPERATION_CAP, note="cost"), user_id)
-    if checked:
-        # as they were before this hold, the other holds' margins counted as held
-        before = {
-            k: (s, h - ceiling_musd + m - margin_musd, lt)
-            for k, (s, h, lt, m) in bucket_values(after).items()
-        }
-        found = build_buckets(cfg, limits, scopes, keys, before)
-        refusal = check_hold(found, ceiling_musd + margin_musd)
-        if refusal is not None:
-            raise Refused(refusal, user_id)
+        raise RefusedStep(Refusal(RefusalReason.OPERATION_CAP, note="cost"), owner.user_id)
+    if price.ceiling_musd + price.margin_musd > 0:
+        _check_after(cfg, limits, scopes, keys, after, price, owner.user_id)
     return ticket, hold_row
+
+
+async def _read_operation(
+    conn: Any, process_id: str, hold: HoldRequest, known: Known | None
+) -> tuple[OperationTicket, dict[tuple[str, str, str], int | None]]:
+    """Read the hold's operation (its owner), its kill switches and the
+    runtime limits (:data:`_RESERVE_READ`, no lock); refuse early (a kill, the cost
+    cap); remember what was read in ``known``.
+
+    Raises:
+        ProcessFenced: this process was declared dead (its operations ended by a
+            takeover, or its row gone).
+        UnknownOperation: the operation ended.
+        RefusedStep: a kill switch or the operation's cost cap.
+    """
+    row = await conn.fetchrow(_RESERVE_READ, hold.operation_id)
+    if row is None:  # ended: by a takeover, if this process was declared dead
+        if not await conn.fetchval(_REGISTERED, process_id):
+            raise ProcessFenced()
+        raise UnknownOperation(hold.operation_id)
+    user_id, origin, team, max_musd, committed, kills, limit_rows, digest, alive = row
+    if not alive:
+        raise ProcessFenced()
+    early = reserve_refusal(
+        pick_kill(kill_state(k) for k in kills), committed, hold.price.ceiling_musd, max_musd
+    )
+    if early is not None:
+        raise RefusedStep(early, user_id)
+    limits = _overrides(limit_rows)
+    owner = OperationTicket(hold.operation_id, user_id, Origin(origin), team)
+    if known is not None:
+        known.limits = KnownLimits(digest, limits)
+        known.keep(known.ops, hold.operation_id, owner)
+    return owner, limits
+
+
+def _check_after(
+    cfg: LedgerConfig,
+    limits: dict[tuple[str, str, str], int | None],
+    scopes: list[Scope],
+    keys: WindowKeys,
+    after: Any,
+    price: HoldPrice,
+    user_id: int,
+) -> None:
+    """:func:`budget.policy.rules.check_hold` on the buckets as they were before this
+    hold (the locked grant returned them after it), the other holds' margins counted
+    as held.
+
+    Raises:
+        RefusedStep: the hold does not fit.
+    """
+    ceiling, margin = price.ceiling_musd, price.margin_musd
+    before = {
+        k: (a.settled, a.held - ceiling + a.margin - margin, a.late)
+        for k, a in bucket_values(after).items()
+    }
+    found = build_buckets(cfg, limits, scopes, keys, before)
+    refusal = check_hold(found, ceiling + margin)
+    if refusal is not None:
+        raise RefusedStep(refusal, user_id)

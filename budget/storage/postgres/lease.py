@@ -1,6 +1,6 @@
 """A PostgreSQL ledger process's lease: its heartbeat in ``budget_processes``, and its
 fencing once another process declared it dead (:class:`ProcessLease`, a base of
-:class:`budget.storage.postgres.store.PgStore`; moved out of it, issue 12).
+:class:`budget.storage.postgres.store.PgStore`).
 
 Another process declares a process dead — no heartbeat for ``process_dead_after_s``
 seconds — by deleting its row (:data:`budget.storage.postgres.ends.DECLARE_DEAD`), then takes over
@@ -23,7 +23,7 @@ from budget.config import LedgerConfig
 from budget.errors import LedgerUnavailable
 from budget.kernel.clock import Clock
 from budget.kernel.failure_log import FailureLog
-from budget.storage.postgres.admin import STORAGE
+from budget.storage.postgres.runner import STORAGE
 
 __all__ = ["ProcessLease"]
 
@@ -47,7 +47,7 @@ class ProcessLease(abc.ABC):
     process_id: str
 
     def _init_lease(self) -> None:
-        self.lost = ""
+        self._lost = ""
         self.on_fenced: list[Callable[[], None]] = []
         #: the ledger clock's monotonic time at the start of the last beat that landed
         self._beat_at: float | None = None
@@ -63,9 +63,14 @@ class ProcessLease(abc.ABC):
         """Close that connection (the next beat opens a new one)."""
 
     @property
+    def lost(self) -> str:
+        """``"fenced"`` once another process declared this one dead, else ``""``."""
+        return self._lost
+
+    @property
     def fenced(self) -> bool:
         """True once another process declared this one dead (its row deleted)."""
-        return self.lost == "fenced"
+        return self._lost == "fenced"
 
     async def beat(self) -> None:
         """Record this process as alive now (ledger clock): the first beat registers
@@ -81,7 +86,7 @@ class ProcessLease(abc.ABC):
                 raise LedgerUnavailable()
             # its own connection, stamped once it is ready: a beat never waits behind a
             # burst for one of the pool's connections with a time taken before it waited
-            # (trial 12b finding 1: beats 8-10 s stale under 70 messages on 3 replicas)
+            # (docs/decisions/012-heartbeat-on-its-own-connection.md)
             conn = await self._beat_connection()
             at, t = self.clock.monotonic(), self.clock.now().timestamp()
             try:
@@ -117,7 +122,7 @@ class ProcessLease(abc.ABC):
         once; the callbacks (the bot stops taking work and exits) run once."""
         if self.fenced:
             return
-        self.lost = "fenced"
+        self._lost = "fenced"
         silent = at - self._beat_at if self._beat_at is not None else 0.0
         log.error(
             "this process was taken for dead by another (no heartbeat for %.0f s, more than"

@@ -19,6 +19,7 @@ import asyncio
 import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -36,17 +37,16 @@ from budget.policy.steps import Booking, booking_rows
 from budget.policy.windows import window_keys
 from budget.status import KillState
 from budget.storage.sql.statements import EVENT_INSERT, KILL_COLS, KILL_UPSERT, event_row
-from budget.types import Level, Refusal, Window
+from budget.types import Level, Window
 
 __all__ = [
     "AUTO_KILL_LOCK",
     "BOOK",
     "KILLS_OF",
     "LIMITS",
-    "Amounts",
+    "BucketAmounts",
     "BurnRate",
     "PgCursor",
-    "Refused",
     "asyncpg_dsn",
     "auto_kill",
     "auto_kill_off",
@@ -93,8 +93,24 @@ BOOK = (
     " RETURNING level, scope, win, wkey, settled_musd, held_musd, late_musd, margin_musd"
 )
 
-#: A bucket's deltas or values: (settled, held, late, margin) µUSD.
-Amounts = tuple[int, int, int, int]
+
+@dataclass(frozen=True, slots=True)
+class BucketAmounts:
+    """A bucket's deltas or values (µUSD): settled, held, late, and the margins of the
+    held holds booked there."""
+
+    settled: int = 0
+    held: int = 0
+    late: int = 0
+    margin: int = 0
+
+    def __add__(self, other: BucketAmounts) -> BucketAmounts:
+        return BucketAmounts(
+            self.settled + other.settled,
+            self.held + other.held,
+            self.late + other.late,
+            self.margin + other.margin,
+        )
 
 
 def asyncpg_dsn(url: str) -> str:
@@ -121,48 +137,46 @@ def once(sql: str, old: str, new: str) -> str:
     return sql.replace(old, new)
 
 
-class Refused(Exception):
-    """Raised inside a PostgreSQL step: roll the step back (nothing held, nothing
-    counted), then record the refusal event and raise
-    :class:`~budget.errors.HoldRefused` (:meth:`budget.storage.postgres.store.PgStore.tx`)."""
-
-    def __init__(self, refusal: Refusal, user_id: int | None) -> None:
-        super().__init__(refusal.reason.value)
-        self.refusal = refusal
-        self.user_id = user_id
-
-
 def overrides_of(records: Iterable[Any]) -> dict[tuple[str, str, str], int | None]:
     """The runtime limit overrides from a :data:`LIMITS` array."""
     return {(r[0], r[1], r[2]): r[3] for r in records}
 
 
-def book_arrays(deltas: Mapping[BucketKey, Amounts]) -> list[list[Any]]:
+def book_arrays(deltas: Mapping[BucketKey, BucketAmounts]) -> list[list[Any]]:
     """The eight array arguments of :data:`BOOK`, in key order."""
     keys = sorted(deltas)
+    amounts = [deltas[k] for k in keys]
     return [[k[i] for k in keys] for i in range(4)] + [
-        [deltas[k][i] for k in keys] for i in range(4)
+        [a.settled for a in amounts],
+        [a.held for a in amounts],
+        [a.late for a in amounts],
+        [a.margin for a in amounts],
     ]
 
 
 def booking_deltas(
     scopes: Sequence[Scope], hour_key: str, day_key: str, b: Booking, margin_musd: int
-) -> dict[BucketKey, Amounts]:
-    """``key → (settled, held, late, margin)`` of a hold's buckets for booking ``b``
-    and ``margin_musd`` added to (or, negative, taken from) their margins."""
+) -> dict[BucketKey, BucketAmounts]:
+    """The deltas of a hold's buckets for booking ``b`` and ``margin_musd`` added to
+    (or, negative, taken from) their margins."""
     rows = booking_rows(scopes, hour_key, day_key, b)
-    return {k: (s, h, lt, margin_musd) for k, s, h, lt in rows}
+    return {k: BucketAmounts(s, h, lt, margin_musd) for k, s, h, lt in rows}
 
 
-def bucket_values(rows: Iterable[Any]) -> dict[BucketKey, Amounts]:
-    """``key → (settled, held, late, margin)`` from rows :data:`BOOK` returned."""
-    return {(r[0], r[1], r[2], r[3]): (int(r[4]), int(r[5]), int(r[6]), int(r[7])) for r in rows}
+def bucket_values(rows: Iterable[Any]) -> dict[BucketKey, BucketAmounts]:
+    """Each bucket's values from rows :data:`BOOK` returned."""
+    return {
+        (r[0], r[1], r[2], r[3]): BucketAmounts(int(r[4]), int(r[5]), int(r[6]), int(r[7]))
+        for r in rows
+    }
 
 
-async def book(conn: Any, deltas: Mapping[BucketKey, Amounts]) -> dict[BucketKey, Amounts]:
-    """Add ``key → (settled, held, late, margin)`` µUSD deltas to buckets, creating the
-    missing ones, in ONE statement that locks the rows in key order; returns every
-    row's new values. A zero delta just locks the row."""
+async def book(
+    conn: Any, deltas: Mapping[BucketKey, BucketAmounts]
+) -> dict[BucketKey, BucketAmounts]:
+    """Add µUSD deltas to buckets, creating the missing ones, in ONE statement that
+    locks the rows in key order; returns every row's new values. A zero delta just
+    locks the row."""
     return bucket_values(await conn.fetch(BOOK, *book_arrays(deltas)))
 
 
@@ -300,7 +314,7 @@ async def lock_corrections(conn: Any, hold_ids: Sequence[str]) -> None:
     )
     nothing = Booking(0, 0, 0, 0, 0)
     keys = {
-        key: (0, 0, 0, 0)
+        key: BucketAmounts()
         for scopes, hk, dk, _ in rows
         for key, *_ in booking_rows(load_scopes(scopes), hk, dk, nothing)
     }

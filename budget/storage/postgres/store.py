@@ -1,4 +1,4 @@
-"""The PostgreSQL ledger store: :class:`budget.storage.store.LedgerStore` shared by several
+"""The PostgreSQL ledger store: :class:`budget.storage.base.LedgerStore` shared by several
 processes.
 
 Same rules (:mod:`budget.policy.rules`, :mod:`budget.policy.steps`), same refusals and the same
@@ -18,14 +18,15 @@ settle or a release of a held hold is one statement that commits by itself, and
 the burn-rate trigger runs after it committed
 (:class:`budget.storage.postgres.burn.BurnCheckTimer`). A
 serialization failure or a deadlock (from anything else touching the tables) is
-retried up to :data:`RETRIES` attempts after a random pause (jitter, growing), then
+retried up to :data:`RETRIES` attempts after a random pause (jitter, growing;
+:class:`budget.storage.postgres.runner.PgRunner`, by stamina), then
 :class:`~budget.errors.LedgerUnavailable` (fail closed: no provider call).
 
-Reports and the rare admin steps reuse the shared synchronous row modules
-(``budget.sqlite_*``, written in the common SQL subset): their body runs in a worker
-thread, each statement awaited on the loop through :class:`budget.storage.postgres.rows.PgCursor`.
-Reads run in a ``REPEATABLE READ READ ONLY`` snapshot and take no lock; admin steps
-that check then write first lock their rows in the order above.
+Reports and the rare admin steps are the base's, on the portable SQL
+(:mod:`budget.storage.sql`, written in the common SQL subset), run by
+:class:`budget.storage.postgres.runner.PgRunner`: their body in a worker thread, each
+statement awaited on the loop; reads in a ``REPEATABLE READ READ ONLY`` snapshot, no
+lock; admin steps that check then write first lock their rows in the order above.
 
 Liveness: :meth:`PgStore.open` registers the process in ``budget_processes`` and
 updates its heartbeat every ``process_heartbeat_s`` seconds of the ledger clock; a
@@ -55,36 +56,31 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import asyncpg
 
 from budget.config import LedgerConfig
-from budget.errors import HoldRefused, LedgerUnavailable
+from budget.errors import LedgerUnavailable
 from budget.kernel.clock import Clock
 from budget.kernel.tasks import cancel_and_wait
 from budget.protocol import HoldTicket, OperationTicket
 from budget.status import KillState
+from budget.storage.base import LedgerStore
 from budget.storage.postgres import ends, holds
-from budget.storage.postgres.admin import RETRIES, RETRYABLE, STORAGE, Body, PgRowSteps
 from budget.storage.postgres.burn import BurnCheckTimer
 from budget.storage.postgres.lease import ProcessLease
-from budget.storage.postgres.rows import (
-    PgCursor,
-    Refused,
-    asyncpg_dsn,
-    auto_kill,
-    auto_kill_off,
-    burn_rate,
-    translate,
-)
+from budget.storage.postgres.rows import PgCursor, asyncpg_dsn, auto_kill, auto_kill_off, burn_rate
+from budget.storage.postgres.runner import RETRIES, STORAGE, PgRunner
 from budget.storage.postgres.timestamps import use_epoch_seconds
-from budget.storage.sql.statements import EVENT_INSERT, refusal_event_row
-from budget.storage.store import Pricer, SettleOutcome, SweepOutcome
-from budget.types import Level, Origin, Usage, Window
-
-if TYPE_CHECKING:
-    pass
+from budget.storage.store import (
+    Admission,
+    HoldRequest,
+    SettleOutcome,
+    SettleRequest,
+    SharedDatabase,
+    SweepOutcome,
+)
 
 __all__ = ["RETRIES", "PgCursor", "PgStore", "asyncpg_dsn"]
 
@@ -107,7 +103,7 @@ async def keep_session(conn: Any) -> None:
     del conn
 
 
-class PgStore(ProcessLease, PgRowSteps):
+class PgStore(ProcessLease, PgRunner, LedgerStore):
     """The ledger on PostgreSQL (module docstring).
 
     Args:
@@ -118,7 +114,7 @@ class PgStore(ProcessLease, PgRowSteps):
         run_heartbeat: start the heartbeat task at :meth:`open` (tests driving a
             manual clock pass ``False``; every sweep also refreshes the heartbeat).
         retry_backoff_s: first pause before retrying a conflicting step, seconds
-            (random jitter up to this × 2^attempt; tests may pass 0).
+            (this × 2^attempt, plus up to this of jitter; tests pass 0: no pause).
         durable_settle: settle and release wait for their commit to reach the disk.
             ``False`` (default): they commit without waiting for the WAL flush
             (``synchronous_commit = off`` for that transaction only), so the bucket
@@ -129,7 +125,7 @@ class PgStore(ProcessLease, PgRowSteps):
             less than was spent. Holds and admissions always wait for the disk.
     """
 
-    name = "postgresql"
+    name: ClassVar[str] = "postgresql"
 
     def __init__(
         self,
@@ -236,153 +232,51 @@ class PgStore(ProcessLease, PgRowSteps):
             with contextlib.suppress(*STORAGE):
                 await asyncio.wait_for(conn.close(), 5)
 
-    async def tx(self, now: datetime, body: Body[T], *, single: bool = False) -> T:
-        """Run the async ``body`` in ONE transaction (``single``: one statement,
-        which is its own transaction), retried on serialization/deadlock errors.
-
-        Raises:
-            HoldRefused: ``body`` raised :class:`~budget.storage.postgres.rows.Refused`: its
-                transaction was rolled back, the refusal event is then recorded.
-            LedgerUnavailable: storage failed, or still conflicting after RETRIES.
-        """
-        pool = self._pool
-        if pool is None:
-            raise LedgerUnavailable()
-        last: BaseException | None = None
-        for attempt in range(RETRIES):
-            try:
-                async with pool.acquire() as conn:
-                    try:
-                        if single:
-                            return await body(conn)
-                        async with conn.transaction():
-                            return await body(conn)
-                    except Refused as refused:
-                        row = refusal_event_row(
-                            self.config.tz, now, refused.refusal, refused.user_id
-                        )
-                        await conn.execute(translate(EVENT_INSERT), *row)
-                        raise HoldRefused(refused.refusal) from None
-            except holds.Fenced:
-                self._fence(self.clock.monotonic())
-                raise LedgerUnavailable() from None
-            except RETRYABLE as exc:
-                last = exc
-                await self._pause(attempt)
-            except STORAGE as exc:
-                raise LedgerUnavailable() from exc
-        raise LedgerUnavailable() from last
+    @property
+    def shared(self) -> SharedDatabase:
+        """This store itself: the database the replicas share (their shared state runs
+        on :meth:`tx`)."""
+        return self
 
     # -- operations, requests, holds ---------------------------------------------------
-    async def begin_operation(
-        self, now: datetime, user_id: int, origin: Origin, max_musd: int, max_requests: int
-    ) -> OperationTicket:
-        """See :meth:`budget.storage.store.LedgerStore.begin_operation` (none for a fenced
+    async def begin_operation(self, now: datetime, admission: Admission) -> OperationTicket:
+        """See :meth:`budget.storage.base.LedgerStore.begin_operation` (none for a fenced
         process: its row is checked in the same transaction)."""
         if self.fenced:
             raise LedgerUnavailable()
-        ticket: OperationTicket = await self.tx(
-            now,
-            partial(
-                holds.begin_operation,
-                cfg=self.config,
-                process_id=self.process_id,
-                now=now,
-                user_id=user_id,
-                origin=origin,
-                max_musd=max_musd,
-                max_requests=max_requests,
-            ),
-        )
-        op = (user_id, origin.value, ticket.team, max_musd)
-        self._known.keep(self._known.ops, ticket.operation_id, op)
+        step = partial(holds.begin_operation, cfg=self.config, process_id=self.process_id)
+        ticket: OperationTicket = await self.tx(now, partial(step, now=now, admission=admission))
+        self._known.keep(self._known.ops, ticket.operation_id, ticket)
         return ticket
 
     async def end_operation(self, now: datetime, operation_id: str) -> None:
-        """See :meth:`budget.storage.store.LedgerStore.end_operation`."""
+        """See :meth:`budget.storage.base.LedgerStore.end_operation`."""
         self._known.ops.pop(operation_id, None)
         body = partial(holds.end_operation, now=now, operation_id=operation_id)
         await self.tx(now, body, single=True)
 
     async def begin_request(self, now: datetime, operation_id: str, fingerprint: str) -> str:
-        """See :meth:`budget.storage.store.LedgerStore.begin_request`."""
-        return await self.tx(
-            now,
-            partial(
-                holds.begin_request,
-                cfg=self.config,
-                now=now,
-                operation_id=operation_id,
-                fingerprint=fingerprint,
-            ),
-        )
+        """See :meth:`budget.storage.base.LedgerStore.begin_request`."""
+        step = partial(holds.begin_request, cfg=self.config, now=now)
+        return await self.tx(now, partial(step, operation_id=operation_id, fingerprint=fingerprint))
 
-    async def reserve(
-        self,
-        now: datetime,
-        operation_id: str,
-        request_id: str,
-        provider: str,
-        model: str,
-        input_tokens: int,
-        max_tokens: int,
-        ceiling_musd: int,
-        list_ceiling_musd: int | None,
-        price_version: str,
-        margin_musd: int = 0,
-    ) -> HoldTicket:
-        """See :meth:`budget.storage.store.LedgerStore.reserve` (its transactions are its own:
-        :func:`budget.storage.postgres.holds.reserve`; none for a fenced process: the grant checks
-        its row in the same statement)."""
+    async def reserve(self, now: datetime, hold: HoldRequest) -> HoldTicket:
+        """See :meth:`budget.storage.base.LedgerStore.reserve` (its transactions are its
+        own: :func:`budget.storage.postgres.holds.reserve`; none for a fenced process: the
+        grant checks its row in the same statement)."""
         if self.fenced:
             raise LedgerUnavailable()
-        return await self.tx(
-            now,
-            partial(
-                holds.reserve,
-                cfg=self.config,
-                process_id=self.process_id,
-                now=now,
-                operation_id=operation_id,
-                request_id=request_id,
-                provider=provider,
-                model=model,
-                input_tokens=input_tokens,
-                max_tokens=max_tokens,
-                ceiling_musd=ceiling_musd,
-                list_ceiling_musd=list_ceiling_musd,
-                price_version=price_version,
-                margin_musd=margin_musd,
-                known=self._known,
-            ),
-            single=True,
-        )
+        body = partial(holds.reserve, cfg=self.config, process_id=self.process_id, now=now)
+        return await self.tx(now, partial(body, hold=hold, known=self._known), single=True)
 
-    async def settle(
-        self,
-        now: datetime,
-        hold_id: str,
-        usage: Usage | Callable[[int, int], Usage],
-        estimated: bool,
-        pricer: Pricer,
-    ) -> SettleOutcome:
-        """See :meth:`budget.storage.store.LedgerStore.settle` (its transactions are its own:
-        :func:`budget.storage.postgres.ends.settle`). The burn-rate trigger runs after the settle
-        committed, when :class:`BurnCheckTimer` says it is due."""
+    async def settle(self, now: datetime, request: SettleRequest) -> SettleOutcome:
+        """See :meth:`budget.storage.base.LedgerStore.settle` (its transactions are its
+        own: :func:`budget.storage.postgres.ends.settle`). The burn-rate trigger runs after
+        the settle committed, when :class:`BurnCheckTimer` says it is due."""
+        known = self._known.granted.pop(request.hold_id, None)
+        body = partial(ends.settle, cfg=self.config, now=now, request=request)
         done = await self.tx(
-            now,
-            partial(
-                ends.settle,
-                cfg=self.config,
-                now=now,
-                hold_id=hold_id,
-                usage=usage,
-                estimated=estimated,
-                pricer=pricer,
-                durable=self._durable_settle,
-                known=self._known.granted.pop(hold_id, None),
-            ),
-            single=True,
+            now, partial(body, durable=self._durable_settle, known=known), single=True
         )
         outcome = done.outcome
         if outcome.booked and outcome.actual_musd > 0:
@@ -423,7 +317,7 @@ class PgStore(ProcessLease, PgRowSteps):
             return tripped
 
     async def release(self, now: datetime, hold_id: str) -> bool:
-        """See :meth:`budget.storage.store.LedgerStore.release` (its transactions are its
+        """See :meth:`budget.storage.base.LedgerStore.release` (its transactions are its
         own: :func:`budget.storage.postgres.ends.release`)."""
         body = partial(
             ends.release,
@@ -435,30 +329,13 @@ class PgStore(ProcessLease, PgRowSteps):
         )
         return await self.tx(now, body, single=True)
 
-    async def set_kill(
-        self, now: datetime, kind: str, scope: str, killed: bool, reason: str, by: int | None
-    ) -> int:
-        """See :meth:`budget.storage.store.LedgerStore.set_kill` (the next paid settle of
-        this process checks the burn rate)."""
-        exposure = await super().set_kill(now, kind, scope, killed, reason, by)
+    def _rules_changed(self, *, limits: bool) -> None:
+        """The next paid settle of this process checks the burn rate (against the new
+        threshold), and the next hold reads the limits again (its statement would see
+        their digest changed)."""
         self._burn.at = None
-        return exposure
-
-    async def set_limit(
-        self,
-        now: datetime,
-        level: Level,
-        scope: str,
-        window: Window,
-        limit_musd: int | None,
-        by: int | None,
-        clear: bool,
-    ) -> None:
-        """See :meth:`budget.storage.store.LedgerStore.set_limit` (the next paid settle of
-        this process checks the burn rate against the new threshold)."""
-        await super().set_limit(now, level, scope, window, limit_musd, by, clear)
-        self._burn.at = None
-        self._known.limits = None  # (the next hold would see the digest changed)
+        if limits:
+            self._known.limits = None
 
     async def sweep(self, now: datetime, previous_processes: bool = False) -> SweepOutcome:
         """Expire holds past their TTL and every hold and operation of a dead process
@@ -467,16 +344,8 @@ class PgStore(ProcessLease, PgRowSteps):
         del previous_processes
         await self.beat()
         dead_before = now.timestamp() - self.config.process_dead_after_s
-        outcome = await self.tx(
-            now,
-            partial(
-                ends.sweep,
-                cfg=self.config,
-                process_id=self.process_id,
-                now=now,
-                dead_before=dead_before,
-            ),
-        )
+        step = partial(ends.sweep, cfg=self.config, process_id=self.process_id, now=now)
+        outcome = await self.tx(now, partial(step, dead_before=dead_before))
         if outcome.auto_killed is None:  # this process's settles not checked yet
             outcome.auto_killed = await self._burn_check(now, lambda: self._burn.pending > 0)
         return outcome

@@ -14,7 +14,7 @@ change: comparisons, ``GREATEST``, ``COALESCE``, ``MIN`` stay between two
 ledger does no interval arithmetic in SQL (it computes ``t + ttl`` in Python).
 
 Everything on that pool that reads a ``timestamptz`` gets epoch seconds: the ledger,
-and the shared-state rows of issue 13 run on the same pool (``llm.keys.postgres``,
+and the replicas' shared-state rows run on the same pool (``llm.keys.postgres``,
 ``llm.keys.claims``, ``bot.ops.signals``, ``bot.storage.pg_rates``, ``bot.chat.lanes``), which
 compare
 epoch seconds with ``budget_processes.heartbeat_at``. No statement on it reads the

@@ -8,7 +8,7 @@ from datetime import datetime
 from budget.config import LedgerConfig
 from budget.policy.windows import window_keys
 from budget.storage.sql.rows import event, exposure, refuse, set_kill, team_of
-from budget.storage.store import Cursor
+from budget.storage.store import Cursor, LimitChange
 from budget.types import Level, Refusal, RefusalReason, Window
 
 __all__ = [
@@ -56,41 +56,29 @@ def set_kill_exposure(
     return exposure(cur, kind, scope)
 
 
-def set_limit(
-    cur: Cursor,
-    cfg: LedgerConfig,
-    now: datetime,
-    level: Level,
-    scope: str,
-    window: Window,
-    limit_musd: int | None,
-    by: int | None,
-    clear: bool,
-) -> None:
+def set_limit(cur: Cursor, cfg: LedgerConfig, now: datetime, change: LimitChange) -> None:
     """Persist a runtime limit (``None`` = no limit); ``clear`` restores the default."""
-    if clear:
-        cur.execute(
-            "DELETE FROM budget_limits WHERE level = ? AND scope = ? AND win = ?",
-            (level.value, scope, window.value),
-        )
+    where = (change.level.value, change.scope, change.window.value)
+    if change.clear:
+        cur.execute("DELETE FROM budget_limits WHERE level = ? AND scope = ? AND win = ?", where)
     else:
         cur.execute(
             "INSERT INTO budget_limits (level, scope, win, limit_musd, updated_at,"
             " updated_by) VALUES (?,?,?,?,?,?) ON CONFLICT (level, scope, win)"
             " DO UPDATE SET limit_musd = excluded.limit_musd,"
             " updated_at = excluded.updated_at, updated_by = excluded.updated_by",
-            (level.value, scope, window.value, limit_musd, now.timestamp(), by),
+            (*where, change.limit_musd, now.timestamp(), change.by),
         )
     event(
         cur,
         cfg.tz,
         now,
         "limit",
-        level=level.value,
-        window=window.value,
-        scope=scope,
-        user_id=by,
-        detail="default" if clear else str(limit_musd),
+        level=change.level.value,
+        window=change.window.value,
+        scope=change.scope,
+        user_id=change.by,
+        detail="default" if change.clear else str(change.limit_musd),
     )
 
 

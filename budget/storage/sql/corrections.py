@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from budget.books.corrections import ApplyResult, applies, over_limit_line
-from budget.books.reconcile import PlannedCorrection
+from budget.books.corrections import ApplyResult, CorrectionPlan, applies, over_limit_line
 from budget.config import LedgerConfig
-from budget.policy.rules import limit_of, load_scopes, windows_for
-from budget.policy.windows import window_keys
+from budget.policy.rules import Overrides, Scope, limit_of, load_scopes, windows_for
+from budget.policy.windows import WindowKeys, window_keys
 from budget.storage.sql.rows import book, event, overrides
 from budget.storage.store import Cursor
 from budget.types import Window
@@ -18,19 +17,14 @@ __all__ = ["apply_corrections"]
 
 
 def apply_corrections(
-    cur: Cursor,
-    cfg: LedgerConfig,
-    now: datetime,
-    plan: Sequence[PlannedCorrection],
-    by_user: int | None,
-    file_name: str,
-    sha256: str,
+    cur: Cursor, cfg: LedgerConfig, now: datetime, plan: CorrectionPlan
 ) -> ApplyResult:
     """Book ``plan`` inside the caller's transaction (see :mod:`budget.books.corrections`)."""
     current = window_keys(now, cfg.tz)
     result = ApplyResult()
     limits = overrides(cur)
-    for item in plan:
+    by_user, file_name, sha256 = plan.by_user, plan.file_name, plan.sha256
+    for item in plan.items:
         cur.execute(
             "SELECT state, estimated, actual_musd, ceiling_musd, list_actual_musd,"
             " operation_id, user_id, hour_key, day_key, scopes, provider FROM budget_holds"
@@ -55,24 +49,7 @@ def apply_corrections(
             " WHERE operation_id = ?",
             (moved, op_id),
         )
-        over: list[str] = []
-        if moved > 0:
-            for lvl, sc in scopes:
-                for w in windows_for(lvl):
-                    key = hour_key if w is Window.HOUR else day_key
-                    limit = limit_of(cfg, limits, lvl, sc, w)
-                    if limit is None:
-                        continue
-                    cur.execute(
-                        "SELECT settled_musd FROM budget_buckets WHERE level = ? AND"
-                        " scope = ? AND win = ? AND wkey = ?",
-                        (lvl.value, sc, w.value, key),
-                    )
-                    got = cur.fetchone()
-                    settled = int(got[0]) if got else 0
-                    if settled > limit >= settled - moved:
-                        closed = key != current.key(w)
-                        over.append(over_limit_line(lvl, sc, w, key, settled, limit, closed))
+        over = _lifted_over(cur, cfg, limits, scopes, (hour_key, day_key), moved, current)
         cur.execute(
             "INSERT INTO budget_corrections (at, hold_id, provider, model, bucket, old_musd,"
             " new_musd, by_user, source_file, source_sha256, over_limit)"
@@ -104,3 +81,37 @@ def apply_corrections(
         result.moved_musd += moved
         result.over_limit.extend(over)
     return result
+
+
+def _lifted_over(
+    cur: Cursor,
+    cfg: LedgerConfig,
+    limits: Overrides,
+    scopes: Sequence[Scope],
+    keys: tuple[str, str],
+    moved: int,
+    current: WindowKeys,
+) -> list[str]:
+    """One line per window of ``scopes`` (at the hold's hour and day ``keys``) that a
+    correction of ``moved`` µUSD lifted over its limit (none when it moved down)."""
+    over: list[str] = []
+    if moved <= 0:
+        return over
+    hour_key, day_key = keys
+    for lvl, sc in scopes:
+        for w in windows_for(lvl):
+            key = hour_key if w is Window.HOUR else day_key
+            limit = limit_of(cfg, limits, lvl, sc, w)
+            if limit is None:
+                continue
+            cur.execute(
+                "SELECT settled_musd FROM budget_buckets WHERE level = ? AND"
+                " scope = ? AND win = ? AND wkey = ?",
+                (lvl.value, sc, w.value, key),
+            )
+            got = cur.fetchone()
+            settled = int(got[0]) if got else 0
+            if settled > limit >= settled - moved:
+                closed = key != current.key(w)
+                over.append(over_limit_line(lvl, sc, w, key, settled, limit, closed))
+    return over

@@ -1,14 +1,15 @@
-"""SQLite SQL of operations, requests and holds (each function inside one transaction).
-
-Called by :class:`budget.storage.sqlite.store.SqliteStore` on its writer thread with the
-transaction's cursor. Rules from :mod:`budget.policy.rules`; times stored as epoch seconds
+"""The portable SQL of operations, requests and holds (each function inside one
+transaction): the hot path of the SQLite store, run by
+:class:`budget.storage.base.LedgerStore` on the writer thread with the transaction's
+cursor (PostgreSQL has its own: :mod:`budget.storage.postgres.holds`, but runs
+:func:`operation_booked_musd`, :func:`remaining_musd` and :func:`plan_of` from here).
+Rules from :mod:`budget.policy.rules`; times stored as epoch seconds
 from the ledger's clock; money integer µUSD.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -65,11 +66,14 @@ from budget.storage.sql.statements import (
 from budget.storage.store import (
     Admission,
     Cursor,
+    HoldRequest,
     Pricer,
-    RefusedCommit,
+    RefusedStep,
     SettleOutcome,
+    SettleRequest,
     SweepOutcome,
     UnknownOperation,
+    UsageOf,
 )
 from budget.types import Origin, Usage
 
@@ -101,19 +105,11 @@ def _open_op(cur: Cursor, operation_id: str) -> tuple[Any, ...]:
 
 
 def begin_operation(
-    cur: Cursor,
-    cfg: LedgerConfig,
-    process_id: str,
-    now: datetime,
-    user_id: int,
-    origin: Origin,
-    max_musd: int,
-    max_requests: int,
-    op_id: str | None = None,
+    cur: Cursor, cfg: LedgerConfig, process_id: str, now: datetime, admission: Admission
 ) -> OperationTicket:
-    """Admit an operation (kill, in-flight, rate) and take an in-flight slot
-    (``op_id``: its id, chosen by the caller; ``None``: a new one)."""
+    """Admit an operation (kill, in-flight, rate) and take an in-flight slot."""
     t = now.timestamp()
+    user_id = admission.user_id
     team = team_of(cur, user_id)
     ks = kill_of(cur, user_id, team)
     cur.execute(OPEN_COUNT, (user_id, t))
@@ -125,12 +121,8 @@ def begin_operation(
     )
     if refusal is not None:
         raise refuse(cur, cfg.tz, now, refusal, user_id)
-    op_id = op_id or uuid.uuid4().hex
-    cur.execute(
-        OPERATION_INSERT,
-        operation_row(cfg, process_id, now, op_id, user_id, origin, team, max_musd, max_requests),
-    )
-    return OperationTicket(op_id, user_id, origin, team)
+    cur.execute(OPERATION_INSERT, operation_row(cfg, process_id, now, admission, team))
+    return OperationTicket(admission.operation_id, user_id, admission.origin, team)
 
 
 def end_operation(cur: Cursor, now: datetime, operation_id: str) -> None:
@@ -181,57 +173,39 @@ def begin_request(
 
 
 def reserve(
-    cur: Cursor,
-    cfg: LedgerConfig,
-    process_id: str,
-    now: datetime,
-    operation_id: str,
-    request_id: str,
-    provider: str,
-    model: str,
-    input_tokens: int,
-    max_tokens: int,
-    ceiling_musd: int,
-    list_ceiling_musd: int | None,
-    price_version: str,
-    margin_musd: int,
+    cur: Cursor, cfg: LedgerConfig, process_id: str, now: datetime, hold: HoldRequest
 ) -> HoldTicket:
     """Grant a hold on every level/window at once, or refuse with nothing held."""
     t = now.timestamp()
-    user_id, origin, team, max_musd, _, _, committed, op_exp = _open_op(cur, operation_id)
-    early = reserve_refusal(kill_of(cur, user_id, team), committed, ceiling_musd, max_musd)
+    price = hold.price
+    user_id, origin, team, max_musd, _, _, committed, op_exp = _open_op(cur, hold.operation_id)
+    early = reserve_refusal(kill_of(cur, user_id, team), committed, price.ceiling_musd, max_musd)
     if early is not None:
         raise refuse(cur, cfg.tz, now, early, user_id)
     limits = overrides(cur)
-    scopes = scopes_for(user_id, team, provider, provider_caps(cfg, limits))
+    scopes = scopes_for(user_id, team, hold.provider, provider_caps(cfg, limits))
     keys = window_keys(now, cfg.tz)
-    if ceiling_musd + margin_musd > 0:
-        refusal_or_none = check_hold(
-            buckets(cur, cfg, scopes, keys, limits, margins=True), ceiling_musd + margin_musd
-        )
+    asked = price.ceiling_musd + price.margin_musd
+    if asked > 0:
+        refusal_or_none = check_hold(buckets(cur, cfg, scopes, keys, limits, margins=True), asked)
         if refusal_or_none is not None:
             raise refuse(cur, cfg.tz, now, refusal_or_none, user_id)
     hold_id = uuid.uuid4().hex
     expires = t + cfg.hold_ttl_s
-    book(cur, scopes, keys.hour_key, keys.day_key, held=ceiling_musd)
-    values = hold_values(
-        cfg,
-        process_id,
-        now,
-        hold_id,
-        (operation_id, request_id, user_id, team, origin),
-        (provider, model, input_tokens, max_tokens),
-        (ceiling_musd, list_ceiling_musd, margin_musd, price_version),
-        (keys.hour_key, keys.day_key),
-        dump_scopes(scopes),
+    book(cur, scopes, keys.hour_key, keys.day_key, held=price.ceiling_musd)
+    owner = OperationTicket(hold.operation_id, user_id, Origin(origin), team)
+    cur.execute(
+        HOLD_INSERT,
+        hold_values(cfg, process_id, now, hold_id, hold, owner, keys, dump_scopes(scopes)),
     )
-    cur.execute(HOLD_INSERT, values)
     cur.execute(
         "UPDATE budget_operations SET committed_musd = committed_musd + ?,"
         " expires_at = ? WHERE operation_id = ?",
-        (ceiling_musd, max(op_exp, expires), operation_id),
+        (price.ceiling_musd, max(op_exp, expires), hold.operation_id),
     )
-    return HoldTicket(hold_id, provider, model, ceiling_musd, list_ceiling_musd, now)
+    return HoldTicket(
+        hold_id, hold.provider, hold.model, price.ceiling_musd, price.list_ceiling_musd, now
+    )
 
 
 def admit(
@@ -240,11 +214,11 @@ def admit(
     process_id: str,
     now: datetime,
     admission: Admission,
-    hold: dict[str, Any] | None,
-) -> HoldTicket | RefusedCommit | None:
-    """A deferred admission in one step (issue 10): :func:`begin_operation` with the
-    caller's operation id, then its pending :func:`begin_request` (if any), then
-    ``hold`` (the keyword arguments of :func:`reserve` past ``operation_id``, if any).
+    hold: HoldRequest | None,
+) -> HoldTicket | RefusedStep | None:
+    """A deferred admission in one step (``docs/decisions/011-sqlite-single-writer.md``):
+    :func:`begin_operation` with the caller's operation id, then its pending
+    :func:`begin_request` (if any), then ``hold`` (in that operation), if any.
 
     Returns:
         the granted hold (``None`` when no ``hold`` was asked); or the refusal of the
@@ -252,20 +226,10 @@ def admit(
         request exist from then on, so the caller must know the step went that far.
 
     Raises:
-        RefusedCommit: the admission itself was refused (kill, in-flight, rate): no
+        RefusedStep: the admission itself was refused (kill, in-flight, rate): no
             operation was created.
     """
-    begin_operation(
-        cur,
-        cfg,
-        process_id,
-        now,
-        admission.user_id,
-        admission.origin,
-        admission.max_musd,
-        admission.max_requests,
-        op_id=admission.operation_id,
-    )
+    begin_operation(cur, cfg, process_id, now, admission)
     try:
         if admission.request_id is not None and admission.fingerprint is not None:
             begin_request(
@@ -278,8 +242,8 @@ def admit(
             )
         if hold is None:
             return None
-        return reserve(cur, cfg, process_id, now, operation_id=admission.operation_id, **hold)
-    except RefusedCommit as refused:
+        return reserve(cur, cfg, process_id, now, hold)
+    except RefusedStep as refused:
         return refused
 
 
@@ -304,15 +268,7 @@ def _hold_row(cur: Cursor, hold_id: str) -> tuple[Any, ...]:
     return tuple(row)
 
 
-def settle(
-    cur: Cursor,
-    cfg: LedgerConfig,
-    now: datetime,
-    hold_id: str,
-    usage: Usage | Callable[[int, int], Usage],
-    estimated: bool,
-    pricer: Pricer,
-) -> SettleOutcome:
+def settle(cur: Cursor, cfg: LedgerConfig, now: datetime, request: SettleRequest) -> SettleOutcome:
     """Book the actual cost of a hold (idempotent).
 
     A held hold: − ceiling from held, + actual to settled. An expired hold (its
@@ -320,8 +276,9 @@ def settle(
     actual − booked, and the actual is added to ``late_musd`` (a late settle).
     A settled or released hold: nothing; returns the first actual (0 if released).
     """
+    hold_id = request.hold_id
     h = HoldRow._make(_hold_row(cur, hold_id))
-    plan = plan_of(h, usage, pricer)
+    plan = plan_of(h, request.usage, request.pricer)
     if plan is None:
         return SettleOutcome(int(h.booked_musd or 0), False, None)
     b = plan.booking
@@ -329,9 +286,7 @@ def settle(
     book(cur, scopes, h.hour_key, h.day_key, held=b.held, settled=b.settled, late=b.late)
     cur.execute(
         HOLD_SETTLE,
-        settled_row(
-            now, hold_id, plan.usage, plan.actual_musd, plan.list_actual_musd, estimated, plan.late
-        ),
+        settled_row(now, hold_id, plan, request.estimated),
     )
     cur.execute(OPERATION_COMMIT, (b.committed, h.operation_id))
     for kind, detail in settle_events(plan.late, b, plan.actual_musd, h.ceiling_musd):
@@ -340,9 +295,7 @@ def settle(
     return SettleOutcome(plan.actual_musd, True, tripped)
 
 
-def plan_of(
-    h: HoldRow, usage: Usage | Callable[[int, int], Usage], pricer: Pricer
-) -> SettlePlan | None:
+def plan_of(h: HoldRow, usage: Usage | UsageOf, pricer: Pricer) -> SettlePlan | None:
     """:func:`budget.policy.steps.settle_plan` of a hold row (priced at its grant time)."""
     granted_at = utc(h.granted_at)
     assert granted_at is not None

@@ -59,6 +59,49 @@ def _one(cur: Cursor, sql: str, args: Sequence[object] = ()) -> int:
     return int(cur.fetchone()[0] or 0)
 
 
+def _provider_spend(cur: Cursor, day: str) -> list[ProviderSpend]:
+    """Each provider's spend of the holds granted on ``day``, and what it holds now."""
+    cur.execute(
+        "SELECT provider, SUM(CASE WHEN state IN ('settled', 'expired') THEN 1 ELSE 0 END),"
+        " COALESCE(SUM(CASE WHEN state IN ('settled', 'expired') THEN actual_musd END), 0),"
+        " SUM(CASE WHEN state IN ('settled', 'expired') THEN list_actual_musd END),"
+        " COALESCE(SUM(CASE WHEN state = 'held' THEN ceiling_musd END), 0),"
+        " SUM(CASE WHEN state IN ('settled', 'expired') AND estimated = 1"
+        " THEN 1 ELSE 0 END)"
+        " FROM budget_holds WHERE day_key = ? OR state = 'held' GROUP BY provider"
+        " ORDER BY provider",
+        (day,),
+    )
+    return [
+        ProviderSpend(
+            r[0],
+            int(r[1] or 0),
+            int(r[2]),
+            None if r[3] is None else int(r[3]),
+            int(r[4]),
+            int(r[5] or 0),
+        )
+        for r in cur.fetchall()
+    ]
+
+
+def _origins_and_refusals(cur: Cursor, day: str) -> tuple[dict[str, int], dict[str, int]]:
+    """``day``'s settled µUSD per origin (every origin, 0 included) and refusals per reason."""
+    cur.execute(
+        "SELECT origin, COALESCE(SUM(actual_musd), 0) FROM budget_holds"
+        " WHERE day_key = ? AND state IN ('settled', 'expired') GROUP BY origin",
+        (day,),
+    )
+    by_origin = {o.value: 0 for o in Origin}
+    by_origin.update({r[0]: int(r[1]) for r in cur.fetchall()})
+    cur.execute(
+        "SELECT reason, COUNT(*) FROM budget_events WHERE day_key = ?"
+        " AND kind = 'refusal' GROUP BY reason",
+        (day,),
+    )
+    return by_origin, {r[0]: int(r[1]) for r in cur.fetchall()}
+
+
 def status(cur: Cursor, cfg: LedgerConfig, now: datetime) -> LedgerStatus:
     """The whole ledger now (see :class:`budget.status.LedgerStatus`)."""
     keys = window_keys(now, cfg.tz)
@@ -75,41 +118,8 @@ def status(cur: Cursor, cfg: LedgerConfig, now: datetime) -> LedgerStatus:
     kills = kill_states(cur)
     glob = next((k for k in kills if k.scope_kind == "global"), KillState(False))
     scoped = [k for k in kills if k.scope_kind != "global" and k.killed]
-    cur.execute(
-        "SELECT provider, SUM(CASE WHEN state IN ('settled', 'expired') THEN 1 ELSE 0 END),"
-        " COALESCE(SUM(CASE WHEN state IN ('settled', 'expired') THEN actual_musd END), 0),"
-        " SUM(CASE WHEN state IN ('settled', 'expired') THEN list_actual_musd END),"
-        " COALESCE(SUM(CASE WHEN state = 'held' THEN ceiling_musd END), 0),"
-        " SUM(CASE WHEN state IN ('settled', 'expired') AND estimated = 1"
-        " THEN 1 ELSE 0 END)"
-        " FROM budget_holds WHERE day_key = ? OR state = 'held' GROUP BY provider"
-        " ORDER BY provider",
-        (day,),
-    )
-    providers = [
-        ProviderSpend(
-            r[0],
-            int(r[1] or 0),
-            int(r[2]),
-            None if r[3] is None else int(r[3]),
-            int(r[4]),
-            int(r[5] or 0),
-        )
-        for r in cur.fetchall()
-    ]
-    cur.execute(
-        "SELECT origin, COALESCE(SUM(actual_musd), 0) FROM budget_holds"
-        " WHERE day_key = ? AND state IN ('settled', 'expired') GROUP BY origin",
-        (day,),
-    )
-    by_origin = {o.value: 0 for o in Origin}
-    by_origin.update({r[0]: int(r[1]) for r in cur.fetchall()})
-    cur.execute(
-        "SELECT reason, COUNT(*) FROM budget_events WHERE day_key = ?"
-        " AND kind = 'refusal' GROUP BY reason",
-        (day,),
-    )
-    refusals = {r[0]: int(r[1]) for r in cur.fetchall()}
+    providers = _provider_spend(cur, day)
+    by_origin, refusals = _origins_and_refusals(cur, day)
     cur.execute(
         "SELECT input_tokens + max_tokens, usage_input + usage_output, ceiling_musd,"
         " actual_musd FROM budget_holds WHERE day_key = ? AND state = 'settled'",

@@ -37,7 +37,7 @@ from budget.storage.sql.statements import (
     event_row,
     refusal_event_row,
 )
-from budget.storage.store import Cursor, RefusedCommit
+from budget.storage.store import Cursor, RefusedStep
 from budget.types import Level, Refusal, Window
 
 __all__ = [
@@ -77,10 +77,10 @@ def event(cur: Cursor, tz: str, now: datetime, kind: str, **fields: Any) -> None
 
 def refuse(
     cur: Cursor, tz: str, now: datetime, refusal: Refusal, user_id: int | None
-) -> RefusedCommit:
+) -> RefusedStep:
     """Record a refusal event; returns the exception to raise (committing the event)."""
     cur.execute(EVENT_INSERT, refusal_event_row(tz, now, refusal, user_id))
-    return RefusedCommit(refusal)
+    return RefusedStep(refusal, user_id)
 
 
 def kill_of(cur: Cursor, user_id: int | None, team: str | None) -> KillState | None:

@@ -15,9 +15,11 @@ from datetime import datetime
 from typing import NamedTuple
 
 from budget.config import LedgerConfig
-from budget.policy.steps import Booking
-from budget.policy.windows import window_keys
-from budget.types import Origin, Refusal, Usage
+from budget.policy.steps import Booking, SettlePlan
+from budget.policy.windows import WindowKeys, window_keys
+from budget.protocol import OperationTicket
+from budget.storage.store import Admission, HoldRequest
+from budget.types import Refusal
 
 __all__ = [
     "BOOK_UPSERT",
@@ -155,28 +157,20 @@ HOLD_EXPIRE = (
 
 
 def operation_row(
-    cfg: LedgerConfig,
-    process_id: str,
-    now: datetime,
-    operation_id: str,
-    user_id: int,
-    origin: Origin,
-    team: str | None,
-    max_musd: int,
-    max_requests: int,
+    cfg: LedgerConfig, process_id: str, now: datetime, admission: Admission, team: str | None
 ) -> tuple[object, ...]:
-    """The values of :data:`OPERATION_INSERT`."""
+    """The values of :data:`OPERATION_INSERT` for ``admission`` (``team``: its user's)."""
     t = now.timestamp()
     day_key = window_keys(now, cfg.tz).day_key
     return (
-        operation_id,
-        user_id,
-        origin.value,
+        admission.operation_id,
+        admission.user_id,
+        admission.origin.value,
         team,
         t,
         t + cfg.hold_ttl_s,
-        max_musd,
-        max_requests,
+        admission.max_musd,
+        admission.max_requests,
         day_key,
         process_id,
     )
@@ -187,64 +181,55 @@ def hold_values(
     process_id: str,
     now: datetime,
     hold_id: str,
-    op: tuple[str, str, int, str | None, str],
-    call: tuple[str, str, int, int],
-    money: tuple[int, int | None, int, str],
-    keys: tuple[str, str],
+    hold: HoldRequest,
+    owner: OperationTicket,
+    keys: WindowKeys,
     scopes_json: str,
 ) -> tuple[object, ...]:
-    """The values of :data:`HOLD_INSERT`: ``op`` = (operation id, request id, user id,
-    team, origin), ``call`` = (provider, model, input tokens, max tokens), ``money`` =
-    (ceiling, list ceiling, margin µUSD, price version), ``keys`` = (hour, day)."""
-    operation_id, request_id, user_id, team, origin = op
-    provider, model, input_tokens, max_tokens = call
-    ceiling, list_ceiling, margin, price_version = money
+    """The values of :data:`HOLD_INSERT` for ``hold`` in an operation of ``owner``
+    (its user, team and origin), in the windows of ``keys``."""
     t = now.timestamp()
+    price = hold.price
     return (
         hold_id,
-        operation_id,
-        request_id,
-        user_id,
-        team,
-        origin,
-        provider,
-        model,
-        input_tokens,
-        max_tokens,
-        ceiling,
-        list_ceiling,
+        hold.operation_id,
+        hold.request_id,
+        owner.user_id,
+        owner.team,
+        owner.origin.value,
+        hold.provider,
+        hold.model,
+        hold.input_tokens,
+        hold.max_tokens,
+        price.ceiling_musd,
+        price.list_ceiling_musd,
         t,
         t + cfg.hold_ttl_s,
         cfg.tz,
-        keys[0],
-        keys[1],
+        keys.hour_key,
+        keys.day_key,
         scopes_json,
         process_id,
-        price_version,
-        margin,
+        price.price_version,
+        price.margin_musd,
     )
 
 
 def settled_row(
-    now: datetime,
-    hold_id: str,
-    u: Usage,
-    actual: int,
-    list_actual: int | None,
-    estimated: bool,
-    late: bool,
+    now: datetime, hold_id: str, plan: SettlePlan, estimated: bool
 ) -> tuple[object, ...]:
-    """The values of :data:`HOLD_SETTLE`."""
+    """The values of :data:`HOLD_SETTLE` booking ``plan``."""
+    u = plan.usage
     return (
         now.timestamp(),
-        actual,
-        list_actual,
+        plan.actual_musd,
+        plan.list_actual_musd,
         u.input_tokens,
         u.cached_input_tokens,
         u.output_tokens,
         u.reasoning_tokens,
         int(estimated),
-        int(late),
+        int(plan.late),
         hold_id,
     )
 

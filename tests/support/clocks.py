@@ -1,12 +1,17 @@
-"""A discrete-event virtual clock for simulations (``bench/digest.py``) and tests.
+"""The test clocks: :class:`ManualClock` and :class:`VirtualClock` (both implement
+:class:`budget.kernel.clock.Clock`; product code only ever takes that protocol).
 
-Unlike :class:`budget.kernel.clock.ManualClock`, whose ``sleep`` jumps time forward at once
-(so two concurrent sleepers add up), :class:`VirtualClock` wakes each sleeper at its
-own virtual deadline: ``sleep(3)`` started at t=0 and ``sleep(5)`` started at t=1
-wake at t=3 and t=6. Time moves only in :meth:`VirtualClock.advance` and
-:meth:`VirtualClock.run`, which jumps to the next wake-up whenever the event loop has
-gone quiet (no task ran for ``quiet_s`` real seconds; database work on a thread pool
-finishes within that). Units: seconds.
+:class:`ManualClock` moves only when a test moves it, and its ``sleep`` jumps time forward
+at once instead of waiting (so two concurrent sleepers add up).
+
+:class:`VirtualClock` is a discrete-event clock for simulations (``bench/digest.py``) and
+tests: it wakes each sleeper at its own virtual deadline: ``sleep(3)`` started at t=0 and
+``sleep(5)`` started at t=1 wake at t=3 and t=6. Time moves only in
+:meth:`VirtualClock.advance` and :meth:`VirtualClock.run`, which jumps to the next
+wake-up whenever the event loop has gone quiet (no task ran for ``quiet_s`` real
+seconds; database work on a thread pool finishes within that).
+
+Units: seconds; wall-clock readings are aware UTC datetimes.
 """
 
 from __future__ import annotations
@@ -17,7 +22,54 @@ import itertools
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-__all__ = ["VirtualClock"]
+__all__ = ["ManualClock", "VirtualClock"]
+
+
+class ManualClock:
+    """A clock that moves only when told to.
+
+    Args:
+        start: initial wall-clock time; must be timezone-aware (converted to UTC).
+
+    Raises:
+        ValueError: if ``start`` is naive.
+    """
+
+    __slots__ = ("_mono", "_now")
+
+    def __init__(self, start: datetime | None = None) -> None:
+        if start is None:
+            start = datetime(2026, 1, 1, tzinfo=UTC)
+        if start.tzinfo is None:
+            raise ValueError("ManualClock needs an aware datetime")
+        self._now = start.astimezone(UTC)
+        self._mono = 1000.0
+
+    def now(self) -> datetime:
+        return self._now
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    def advance(self, seconds: float) -> None:
+        """Move both readings forward by ``seconds`` (must be ≥ 0)."""
+        if seconds < 0:
+            raise ValueError("a clock does not go backwards")
+        self._now += timedelta(seconds=seconds)
+        self._mono += seconds
+
+    def set(self, when: datetime) -> None:
+        """Jump wall-clock (and monotonic, by the same delta) forward to ``when``."""
+        if when.tzinfo is None:
+            raise ValueError("ManualClock needs an aware datetime")
+        self.advance((when.astimezone(UTC) - self._now).total_seconds())
+
+    async def sleep(self, seconds: float) -> None:
+        self.advance(max(0.0, seconds))
+        await asyncio.sleep(0)
+
+    def __repr__(self) -> str:
+        return f"ManualClock(now={self._now.isoformat()}, monotonic={self._mono:.3f})"
 
 
 class VirtualClock:

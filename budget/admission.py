@@ -1,0 +1,73 @@
+"""Deferred admission: an operation admitted together with its first request and its
+first hold, in ONE store step, on a store whose steps run one at a time
+(:attr:`budget.storage.base.LedgerStore.defers_admission`; why:
+``docs/decisions/011-sqlite-single-writer.md``).
+
+:class:`DeferredAdmissions` is the ledger's book of the operations waiting so
+(:meth:`budget.ledger.Ledger.begin_operation` with ``deferred=True``); the store step is
+:meth:`budget.storage.base.LedgerStore.admit`.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from budget.protocol import OperationTicket
+from budget.storage.store import Admission
+from budget.types import Origin
+
+__all__ = ["DeferredAdmissions"]
+
+
+class DeferredAdmissions:
+    """The operations of one ledger whose admission waits for their first hold.
+
+    Until admitted, an operation takes no slot and has no row; ended before any hold
+    (no provider was tried) it is only forgotten. Admission refusals come in runs (a
+    kill switch, a user over the rate): after one, :attr:`admit_now` is set and the
+    ledger admits at once until an admission passes again (a refusal there is a grouped
+    step; here it shared the hold's fsync).
+
+    Attributes:
+        admit_now: the last deferred admission was refused.
+    """
+
+    __slots__ = ("_waiting", "admit_now")
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, Admission] = {}
+        self.admit_now = False
+
+    def __repr__(self) -> str:
+        return f"DeferredAdmissions(waiting={len(self._waiting)}, admit_now={self.admit_now})"
+
+    def defer(
+        self, user_id: int, origin: Origin, max_musd: int, max_requests: int
+    ) -> OperationTicket:
+        """A new operation, admitted later (its ``team`` is ``None`` until then)."""
+        op_id = uuid.uuid4().hex
+        self._waiting[op_id] = Admission(op_id, user_id, origin, max_musd, max_requests)
+        return OperationTicket(op_id, user_id, origin, None)
+
+    def waiting(self, operation_id: str) -> Admission | None:
+        """The admission ``operation_id`` waits for, or ``None`` (admitted, or never
+        deferred)."""
+        return self._waiting.get(operation_id)
+
+    def first_request(self, operation_id: str, fingerprint: str) -> str | None:
+        """The id of the operation's first request, recorded with its admission; ``None``
+        when the operation is not waiting or already has its first request."""
+        admission = self._waiting.get(operation_id)
+        if admission is None or admission.request_id is not None:
+            return None
+        admission.fingerprint = fingerprint
+        admission.request_id = uuid.uuid4().hex
+        return admission.request_id
+
+    def admitted(self, operation_id: str) -> None:
+        """The operation exists from here on (or was ended before it needed to)."""
+        self._waiting.pop(operation_id, None)
+
+    def forget(self, operation_id: str) -> bool:
+        """End a waiting operation: ``True`` if it was waiting (nothing to write)."""
+        return self._waiting.pop(operation_id, None) is not None
