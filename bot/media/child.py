@@ -23,6 +23,10 @@ An allocation past the address-space limit raises ``MemoryError`` in the extract
 reported as ``MEMORY``; ``RecursionError`` (form XObjects drawing each other) as
 ``UNREADABLE``. Anything a library prints goes to standard error: the result line is
 written to a private duplicate of the original standard output.
+
+The reading time it reports is ``time.perf_counter`` of this process: a measurement
+sent back, not a decision (docs/decisions/020-clock-rule.md governs the bot's process,
+which bounds the worker with a deadline on its pipes).
 """
 
 from __future__ import annotations
