@@ -97,6 +97,7 @@ bench: $(STAMP)
 	$(PY) bench/claims.py
 	$(PY) bench/shared_state.py
 	$(PY) bench/stream.py
+	$(PY) bench/media.py
 	$(PY) bench/bot.py
 	$(PY) bench/bot.py --replicas 3 --backend postgres
 

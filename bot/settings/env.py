@@ -63,6 +63,10 @@ DAY_MIN = 1_440
 MAX_TOKENS = 1_000_000
 #: The ceiling of per-user counts per minute or day.
 MAX_RATE = 1_000_000
+#: The cloud Bot API and its download limit ("files of up to 20MB",
+#: core.telegram.org/bots/api#getfile), the same figure bot/media/download.py uses.
+CLOUD_BOT_API = "https://api.telegram.org"
+CLOUD_DOWNLOAD_LIMIT_BYTES = 20 * 1024 * 1024
 
 
 class BotApiSettings(BaseSettings):
@@ -231,6 +235,22 @@ class Settings(BotApiSettings):
     dashboard_url: str | None = None
     dashboard_auth_max_age_seconds: int = Field(3600, ge=60, le=DAY_S)
 
+    # --- what users send besides text (docs/media.md) ------------------------------
+    # a Telegram file: the most bytes downloaded (the cloud Bot API serves 20 MiB at
+    # most; more needs a local Bot API server) and the deadline of one download
+    media_download_max_bytes: int = Field(20 * 1024 * 1024, ge=1024, le=2_000_000_000)
+    media_download_timeout_seconds: float = Field(60.0, gt=0, le=HOUR_S)
+    # a document or a linked page: pages (PDF), characters of text, bytes a DOCX may
+    # unpack to; one extraction's deadline and address space (its own worker process);
+    # extractions at once; worker processes kept started and ready
+    document_max_pages: int = Field(200, ge=1, le=100_000)
+    document_max_chars: int = Field(500_000, ge=1_000, le=10_000_000)
+    document_max_unpacked_bytes: int = Field(50_000_000, ge=1_000_000, le=2_000_000_000)
+    document_extract_timeout_seconds: float = Field(20.0, gt=0, le=HOUR_S)
+    document_extract_memory_mb: int = Field(512, ge=256, le=65_536)
+    document_extract_concurrency: int = Field(2, ge=1, le=64)
+    document_extract_prewarm: int = Field(1, ge=0, le=64)
+
     # --- digests --------------------------------------------------------------
     digest_stagger_seconds: float = Field(10.0, ge=0, le=HOUR_S)
     digest_llm_concurrency: int = Field(1, ge=1, le=100)
@@ -345,6 +365,15 @@ class Settings(BotApiSettings):
                 f"{DEAD_AFTER_HEARTBEATS} × PROCESS_HEARTBEAT_SECONDS "
                 f"({self.process_heartbeat_seconds}): a live process whose heartbeat runs late "
                 "under load would be taken for dead and its holds and messages taken over"
+            )
+        if (
+            self.media_download_max_bytes > CLOUD_DOWNLOAD_LIMIT_BYTES
+            and self.telegram_api_base.rstrip("/") == CLOUD_BOT_API
+        ):
+            raise ValueError(
+                f"MEDIA_DOWNLOAD_MAX_BYTES ({self.media_download_max_bytes}) is over the cloud "
+                f"Bot API's {CLOUD_DOWNLOAD_LIMIT_BYTES}-byte download limit: set "
+                "TELEGRAM_API_BASE to a local Bot API server, or lower it"
             )
         if self.token_safety_factor < 1:
             raise ValueError("TOKEN_SAFETY_FACTOR must be >= 1 (the ceiling is an upper bound)")
