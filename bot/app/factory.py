@@ -16,6 +16,8 @@ from aiogram.client.telegram import TelegramAPIServer
 from prometheus_client import CollectorRegistry
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
+from bot.access.sales import PlanSales
+from bot.access.stars import StarPayments
 from bot.access.store import AccessBook, AccessStore
 from bot.app.lifecycle import App
 from bot.app.wiring import (
@@ -44,6 +46,7 @@ from bot.handlers.digests import create_digest_router
 from bot.handlers.errors import create_error_router
 from bot.handlers.inline_filters import run_sync_filters_inline
 from bot.handlers.me import create_me_router
+from bot.handlers.stars import create_stars_router
 from bot.handlers.stream import create_stream_router
 from bot.middlewares.access import AccessGate
 from bot.middlewares.context import WorkflowData
@@ -304,6 +307,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         shared=on_postgres,
     )
     user_plans = UserPlans(ledger, plans, clock)
+    plan_sales = PlanSales(StarPayments(sessions, clock), ledger, user_plans, clock)
     # the operator dashboard's documents (also /budget chart's picture) and its routes
     operator_view = build_operator_view(ledger, cascade, engine, clock, settings.budget_tz)
     dashboard = None
@@ -357,6 +361,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         plans=plans,
         user_plans=user_plans,
         invite_ttl_hours=settings.invite_ttl_hours,
+        plan_sales=plan_sales,
         operator_view=operator_view,
         dashboard_url=settings.dashboard_url,
     )
@@ -411,6 +416,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     # (docs/decisions/022-message-path.md)
     dp.include_router(create_chat_router())
     dp.include_router(create_access_router())  # my_chat_member only
+    dp.include_router(create_stars_router())  # before the non-text template
     dp.include_router(create_books_router(settings.admin_ids))
     dp.include_router(create_admin_router(settings.admin_ids))
     dp.include_router(create_dashboard_router(settings.admin_ids))

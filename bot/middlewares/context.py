@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from prometheus_client import Counter
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from bot.access.sales import PlanSales
     from bot.access.store import AccessBook
     from bot.chat.outbox import Outbox
     from bot.chat.plans import UserPlans
@@ -125,6 +126,8 @@ class WorkflowData(TypedDict):
     user_plans: UserPlans
     #: INVITE_TTL_HOURS: how long an /invite link works unless it says otherwise
     invite_ttl_hours: int
+    #: Telegram Stars payments and the plans they buy (bot/access/sales.py)
+    plan_sales: PlanSales
     #: the operator dashboard's documents; /budget chart draws its picture
     operator_view: OperatorView
     #: DASHBOARD_URL (``None``: no dashboard), the /dashboard button's address

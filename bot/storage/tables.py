@@ -1,5 +1,6 @@
 """The bot's own tables: seen messages (exactly-once intake), chat history, the outbox,
-and who may use the bot (runtime allow and ban entries, invites, notices)."""
+who may use the bot (runtime allow and ban entries, invites, notices) and the Telegram
+Stars payments."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ __all__ = [
     "PendingAllow",
     "PendingAnswer",
     "SeenMessage",
+    "StarPayment",
     "metadata",
 ]
 
@@ -179,3 +181,36 @@ class AccessNotice(Base):
     noticed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     tries: Mapped[int] = mapped_column(Integer, default=0)
     tries_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class StarPayment(Base):
+    """One Telegram Stars payment (``successful_payment``), booked once: the primary key
+    is Telegram's ``telegram_payment_charge_id``, so the same update delivered twice, to
+    two replicas or after a restart inserts one row (``bot.access.stars``).
+
+    What it bought is fixed when the row is made: ``plan`` from ``plan_from`` (the end
+    of the plan it extends, else the payment's time) until ``plan_until``; applying it
+    again sets the same values. ``applied_at``: the user was put on the plan (``None``:
+    not yet, retried when the update comes again). ``refunded_at``/``refunded_by``:
+    ``refundStarPayment`` succeeded (by an admin's ``/refund``, or Telegram told of a
+    refund: ``refunded_by`` ``None``); ``plan_before``/``plan_before_until``: the plan a
+    refund puts the user back on.
+    """
+
+    __tablename__ = "star_payments"
+
+    charge_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    user_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    stars: Mapped[int] = mapped_column(Integer)
+    payload: Mapped[str] = mapped_column(String(128))
+    plan: Mapped[str] = mapped_column(String(64))
+    plan_from: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    plan_until: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    plan_before: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    plan_before_until: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
+    paid_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    applied_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    refunded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    refunded_by: Mapped[int | None] = mapped_column(BigInteger, nullable=True)

@@ -19,6 +19,7 @@ it uses the fake's update queue, chats and users.
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,6 +135,11 @@ class FakeMembershipPayments:
     # payments ------------------------------------------------------------------------
     def _invoice(self, params: dict[str, Any], chat_id: int | None) -> FakeInvoice:
         prices = params.get("prices")
+        if isinstance(prices, str):  # a form field: JSON-serialized, as clients send it
+            try:
+                prices = json.loads(prices)
+            except ValueError:
+                raise PaymentsApiError(400, "Bad Request: can't parse prices JSON object") from None
         if not isinstance(prices, list) or not prices:
             raise PaymentsApiError(400, "Bad Request: prices must be a non-empty array")
         currency = str(params.get("currency") or "")

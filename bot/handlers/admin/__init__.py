@@ -1,5 +1,6 @@
 """Admin commands: /budget, /kill, /unkill, /limit, /team, /plan, /providers,
-/digest_now, and who may use the bot: /allow, /deny, /ban, /unban, /access, /invite.
+/digest_now, who may use the bot (/allow, /deny, /ban, /unban, /access, /invite) and
+/refund (a Telegram Stars payment).
 
 The router's first filter checks ADMIN_IDS, before any argument is read: for anyone
 else — and for any message sent on behalf of a chat (``sender_chat``) — no handler here
@@ -37,6 +38,7 @@ from bot.handlers.admin.kill import on_kill, on_unkill
 from bot.handlers.admin.limits import on_limit, on_team
 from bot.handlers.admin.plans import on_plan
 from bot.handlers.admin.providers import on_providers
+from bot.handlers.admin.refunds import on_refund
 from bot.middlewares.rate import NOT_RATE_LIMITED
 
 __all__ = ["create_admin_router"]
@@ -60,6 +62,7 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
     router.message.register(on_unban, Command("unban"))
     router.message.register(on_access, Command("access"))
     router.message.register(on_invite, Command("invite"))
+    router.message.register(on_refund, Command("refund"))
     router.message.register(on_providers, Command("providers"))
     router.message.register(on_digest_now, Command("digest_now"))
     return router
