@@ -1,13 +1,12 @@
 """The settings of who may use the bot and on what terms: the access mode and its lists,
-invites, the plans file, Telegram Stars and the free tiers' fair share.
+invites and the plans file (whose plans carry their prices in Telegram Stars).
 
 A class of its own (:class:`AccessSettings`, one base of :class:`bot.settings.Settings`)
-because the section has its own readers — the access gate, the invites, the payments —
+because the section has its own readers — the access gate, the invites, the plans —
 as ``docs/decisions/060-settings-stay-flat.md`` foresees; the names stay flat
 (``ACCESS_MODE``, ``ALLOWED_USER_IDS``…) and are documented in ``.env.example``.
 
-Units are in the names: ``*_hours`` hours, ``*_stars`` Telegram Stars (whole), a
-``*_usd`` rate US dollars; ``free_share_max`` a share from 0 to 1.
+Units are in the names: ``*_hours`` hours, ``*_per_hour`` a count per hour.
 """
 
 from __future__ import annotations
