@@ -1291,6 +1291,12 @@ class FakeTelegram:
         """Calls made to a chat before the ``retry_after`` the fake had given it elapsed."""
         return [r for r in self._requests if r.flood_violation]
 
+    def delete_by_user(self, chat_id: int, message_id: int) -> None:
+        """A user (or a group admin) deletes a message the bot sent: it is gone, so
+        ``editMessageText`` on it answers Telegram's ``400 Bad Request: message to edit
+        not found``, as the real server does."""
+        del self._messages[(chat_id, message_id)]
+
     # test API: failures ----------------------------------------------------------
     def fail_next(
         self,
