@@ -41,6 +41,7 @@ from bot.handlers.digests import create_digest_router
 from bot.handlers.errors import create_error_router
 from bot.handlers.inline_filters import run_sync_filters_inline
 from bot.handlers.me import create_me_router
+from bot.handlers.moves import create_chat_moves_router
 from bot.handlers.stream import create_stream_router
 from bot.middlewares.context import WorkflowData
 from bot.middlewares.intake import (
@@ -56,6 +57,7 @@ from bot.ops.dashboard import build_operator_view, build_site
 from bot.ops.health import Readiness
 from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_counter
 from bot.ops.schema_watch import SchemaWatch
+from bot.session.chat_moves import FollowChatMoves
 from bot.session.flood_waits import FloodWaits
 from bot.session.model_pins import PinResponseModels
 from bot.session.update_json import load_checked
@@ -67,6 +69,7 @@ from bot.session.updates import (
     SkipUndecodableUpdates,
 )
 from bot.settings import Settings
+from bot.storage.moves import ChatMoves
 from bot.storage.repos import History, Intake
 from bot.storage.sqlite_hot import SqliteHotPath
 from bot.text.digests import TelegramDeliverer
@@ -183,7 +186,10 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     )
     # on a SQLite file the message path's bot-table writes ride the ledger's one writer
     hot = SqliteHotPath(ledger.store.writer) if ledger.store.writer is not None else None
-    history = History(sessions, hot)
+    # a group upgraded to a supergroup: its calls, rows and answers follow it there
+    moves = ChatMoves(sessions)
+    bot.session.middleware(FollowChatMoves(moves))
+    history = History(sessions, hot, moves)
     # several processes share a PostgreSQL database: each message remembers who took it
     # in, and only a dead process's are "lost" (bot.storage.repos.Intake.take_lost)
     intake = Intake(
@@ -305,6 +311,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         clock=clock,
         chat_service=chat,
         history=history,
+        chat_moves=moves,
         profiles=profiles,
         i18n=i18n,
         ledger=ledger,
@@ -374,6 +381,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         IntakeMiddleware(intake, clock, barrier.taken_in if barrier is not None else None)
     )
     dp.include_router(create_error_router())
+    dp.include_router(create_chat_moves_router())
     # chat text first: no other router takes a text that is not a command
     # (docs/decisions/022-message-path.md)
     dp.include_router(create_chat_router())

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from bot.chat.streaming.session import StreamConfig
     from bot.ops.admin_notices import AdminNotifier
     from bot.ops.dashboard.view import OperatorView
+    from bot.storage.moves import ChatMoves
     from bot.storage.repos import History, Intake
     from bot.storage.values import Preferences
     from budget.books.stops import StopBook
@@ -93,6 +94,8 @@ class WorkflowData(TypedDict):
     clock: Clock
     chat_service: ChatService
     history: History
+    #: groups upgraded to supergroups (the service messages' handler tells it)
+    chat_moves: ChatMoves
     profiles: ProfileStore
     i18n: I18n
     ledger: Ledger
