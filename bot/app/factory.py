@@ -25,6 +25,7 @@ from bot.app.wiring import (
     provider_models,
     provider_specs_of,
 )
+from bot.chat.deferral import FloodDeferral
 from bot.chat.outbox import Outbox
 from bot.chat.paste import PasteJoiner
 from bot.chat.service import ChatConfig, ChatService
@@ -122,9 +123,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     )
     registry = CollectorRegistry()
     dropped = dropped_counter(registry)
-    bot.session.middleware(
-        FloodWaits(clock, on_drop=lambda _method: dropped.labels("flood_wait").inc())
-    )
+    flood_waits = FloodWaits(clock, on_drop=lambda _method: dropped.labels("flood_wait").inc())
+    bot.session.middleware(flood_waits)
     # polling: a batch is confirmed once its updates are taken in (bot/session/updates.py)
     barrier = (
         None if settings.webhook_mode else IntakeBarrier(clock, settings.poll_intake_wait_seconds)
@@ -332,6 +332,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         notifier=notifier,
         delivery_failures=delivery_failure_counter(registry),
         outbox=outbox,
+        flood_deferral=FloodDeferral(flood_waits, outbox, clock, settings.flood_defer_seconds),
         streams=streams,
         stream_config=StreamConfig(
             private=settings.stream_mode_private,
