@@ -382,7 +382,6 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         IntakeMiddleware(intake, clock, barrier.taken_in if barrier is not None else None)
     )
     dp.include_router(create_error_router())
-    dp.include_router(create_chat_moves_router())
     # chat text first: no other router takes a text that is not a command
     # (docs/decisions/022-message-path.md)
     dp.include_router(create_chat_router())
@@ -393,6 +392,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp.include_router(create_common_router())
     dp.include_router(create_digest_router())
     dp.include_router(create_me_router())
+    dp.include_router(create_chat_moves_router())  # service messages: after every text router
     dp.include_router(create_fallback_router())
     dp.include_router(create_non_text_router())
     # controls tagged flags={"rate_limit": False} pass the update rate (bot/middlewares/rate.py)
