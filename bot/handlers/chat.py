@@ -19,6 +19,7 @@ from aiogram.types import Message
 from aiogram.utils.chat_action import ChatActionSender
 from prometheus_client import Counter
 
+from bot.chat.deferral import FloodDeferral
 from bot.chat.delivery import send_text
 from bot.chat.outbox import Outbox
 from bot.chat.outcome import ChatAnswer
@@ -35,6 +36,7 @@ from bot.text import templates
 from budget.books.stops import StopBook
 from budget.errors import HoldRefused
 from budget.kernel.clock import Clock
+from budget.plans import Plan
 from llm.sanitize import clean_prompt
 
 __all__ = ["AddressedToBot", "create_chat_router", "create_non_text_router", "on_text"]
@@ -83,6 +85,7 @@ async def on_text(
     refusals: Counter,
     outbox: Outbox,
     stale_after_s: int,
+    flood_deferral: FloodDeferral | None = None,
     delivery_failures: Counter | None = None,
     paste: PasteTicket | None = None,
     streams: StreamRegistry | None = None,
@@ -100,18 +103,18 @@ async def on_text(
             return IntakeStatus.JOINED  # answered with the paste's first part
         prompt = question
     chat_id = message.chat.id
+    if flood_deferral is not None and await flood_deferral.defer(
+        chat_id, templates.flood_deferred_text
+    ):
+        return IntakeStatus.DEFERRED  # no hold, no provider call: the chat cannot receive it
     answer_to = message.message_id if message.chat.type != "private" else None
     courier = Courier(bot, chat_id, clock=clock, outbox=outbox, failures=delivery_failures)
     prompt = clean_prompt(prompt)  # hidden tag-character instructions never reach a model
     stale_after = timedelta(seconds=stale_after_s)
     reply = screen(prompt, age=clock.now() - message.date, stale_after=stale_after)
-    plan = None
-    if reply is None and user_plans is not None:
-        with contextlib.suppress(HoldRefused):  # unreadable: the ledger refuses it next
-            plan = await user_plans.of(user_ctx.user_id)
+    plan = await _plan_of(user_plans, user_ctx.user_id) if reply is None else None
     if reply is None:
-        streaming = plan is None or plan.features.streaming
-        if streams is not None and stream_config is not None and streaming:
+        if streams is not None and stream_config is not None and _streams(plan):
             courier.stream = StreamSession.open(
                 bot=bot,
                 chat_id=chat_id,
@@ -150,6 +153,20 @@ async def on_text(
     if reply.refusal is not None:
         refusals.labels(reply.refusal).inc()
     return await courier.deliver(reply)
+
+
+async def _plan_of(user_plans: UserPlans | None, user_id: int) -> Plan | None:
+    """The user's plan for the features (``None``: no plans, or the ledger unreadable,
+    which then refuses the message itself)."""
+    if user_plans is not None:
+        with contextlib.suppress(HoldRefused):
+            return await user_plans.of(user_id)
+    return None
+
+
+def _streams(plan: Plan | None) -> bool:
+    """The plan lets answers stream (no plan: they do)."""
+    return plan is None or plan.features.streaming
 
 
 def _typing(bot: Bot, message: Message) -> ChatActionSender:
