@@ -88,7 +88,17 @@ class AccessStore:
     async def _set(
         self, subject_id: int, by: int | None, source: str, **values: object
     ) -> AccessEntry | None:
-        """Upsert one entry with ``values``; returns the row as it was (``None``: new)."""
+        """Upsert one entry with ``values``; returns the row as it was (``None``: new).
+        Two writers making the same new row at once (SQLite has no row lock to take
+        first): the loser's insert fails on the key and it updates the winner's row."""
+        try:
+            return await self._set_once(subject_id, by, source, **values)
+        except IntegrityError:
+            return await self._set_once(subject_id, by, source, **values)
+
+    async def _set_once(
+        self, subject_id: int, by: int | None, source: str, **values: object
+    ) -> AccessEntry | None:
         now = self._clock.now()
         async with self._sessions.begin() as s:
             row = await s.get(AccessEntry, subject_id, with_for_update=True)

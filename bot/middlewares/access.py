@@ -138,6 +138,7 @@ class AccessGate(BaseMiddleware):
         sender = payer_id(message)
         if sender is None:
             return None
+        await self._follow_move(message)
         lists = await self._lists()
         verdict = decide(
             lists,
@@ -159,6 +160,28 @@ class AccessGate(BaseMiddleware):
         elif verdict is Verdict.LEAVE:
             await self._leave(message, data["bot"])
         return None
+
+    async def _follow_move(self, message: Message) -> None:
+        """A group upgraded to a supergroup (its service messages: ``migrate_to_chat_id``
+        in the old group, ``migrate_from_chat_id`` in the new one) keeps its standing
+        under the new id: a ban stays a ban, an enabled group stays enabled (else the
+        gate would leave the supergroup at its first message)."""
+        if message.migrate_from_chat_id is not None:
+            old, new = message.migrate_from_chat_id, message.chat.id
+        elif message.migrate_to_chat_id is not None:
+            old, new = message.chat.id, message.migrate_to_chat_id
+        else:
+            return
+        lists = await self._lists()
+        store = self._book.store
+        if old in lists.banned and new not in lists.banned:
+            await store.ban(new, f"upgraded from {old}", by=None)
+        elif lists.allowlist and old in lists.chats and new not in lists.chats:
+            await store.allow(new, by=None, source="moved")
+        else:
+            return
+        log.info("chat %s upgraded to %s: its access follows it", old, new)
+        self._book.changed()
 
     async def _claim_username(self, message: Message, sender: int) -> bool:
         """A pending ``/allow @username`` for this sender's name: claimed."""

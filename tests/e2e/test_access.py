@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from tests.e2e.test_stream import until
 from tests.support.inprocess import AppFactory, InProcessBot
 from tests.support.providers import FakeProviders
 from tests.support.telegram import FakeTelegram
@@ -213,3 +214,22 @@ async def test_an_allowed_group_works_for_its_members_only_there(
     with sqlite3.connect(_db(bot_env)) as conn:
         chats = conn.execute("SELECT chat_id FROM budget_operations").fetchall()
     assert chats == [(GROUP,), (GROUP,)]
+
+
+async def test_an_allowed_group_upgraded_to_a_supergroup_stays_enabled(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """A basic group in ALLOWED_CHAT_IDS becomes a supergroup (a new id, Telegram's two
+    service messages): the bot does not leave it, and its members are answered there."""
+    old, new = -400000001, -1001000000002
+    await _start(app_factory, bot_env, ALLOWED_CHAT_IDS=str(old))
+    fake_telegram.migrate_group(old, new, 88)
+    entry = "SELECT count(*) FROM access_entries WHERE subject_id = ? AND allowed = 1"
+    await until(lambda: _count(bot_env, entry, new) == 1)  # the service messages seen
+    fake_providers.script("groq", {"text": "Still here."})
+    upgraded: dict[str, Any] = {"chat_id": new, "chat_type": "supergroup", **MENTION}
+    assert await _send(fake_telegram, 88, "@kopek_test_bot hi", **upgraded) == ["Still here."]
+    assert fake_telegram.left_chats == []
