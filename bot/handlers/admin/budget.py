@@ -166,10 +166,12 @@ def _kill_lines(status: LedgerStatus) -> list[str]:
 def _bucket_lines(
     status: LedgerStatus, top: list[tuple[int, int, int]], tz: str, teams: list[TeamStatus]
 ) -> list[str]:
-    """The hour and day buckets, the teams' and the top users of the day."""
+    """The hour and day buckets (the month's where it has a limit), the teams' and the
+    top users of the day."""
     lines = [""]
     for b in status.buckets:
-        if b.window in (Window.HOUR, Window.DAY, Window.MONTH):
+        monthly = b.window is Window.MONTH and b.limit_musd is not None
+        if b.window in (Window.HOUR, Window.DAY) or monthly:
             lines.append("• " + _bucket(b, tz))
     if status.teams:
         lines.append("")
