@@ -55,6 +55,7 @@ from bot.ops.admin_notices import AdminNotifier
 from bot.ops.dashboard import build_operator_view, build_site
 from bot.ops.health import Readiness
 from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_counter
+from bot.ops.retention import RetentionJob
 from bot.ops.schema_watch import SchemaWatch
 from bot.session.flood_waits import FloodWaits
 from bot.session.model_pins import PinResponseModels
@@ -419,6 +420,16 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         schema=SchemaWatch(engine, clock),
         is_control=lambda update: rate.is_control(update, bot),
         dashboard=dashboard,
+        retention=None
+        if not settings.retention_days
+        else RetentionJob(
+            ledger,
+            engine,
+            settings.budget_tz,
+            clock,
+            days=settings.retention_days,
+            batch=settings.retention_batch_rows,
+        ),
     )
     if shared is not None:  # a process taken for dead stops acting (bot/session/fence.py)
         from bot.session.fence import FencedSession

@@ -44,6 +44,7 @@ from bot.ops.admin_notices import AdminNotifier
 from bot.ops.dashboard.api import DashboardSite
 from bot.ops.health import Readiness
 from bot.ops.metrics import MetricsServer
+from bot.ops.retention import RetentionJob
 from bot.ops.schema_watch import SchemaWatch
 from bot.settings import Settings
 from bot.storage.repos import Intake
@@ -127,6 +128,8 @@ class App:
     #: the operator dashboard's routes (DASHBOARD_URL set), served by the webhook server
     #: or, in polling mode, the metrics server (:mod:`bot.ops.dashboard`)
     dashboard: DashboardSite | None = None
+    #: RETENTION_DAYS' daily pruning (``None``: everything is kept)
+    retention: RetentionJob | None = None
     _metrics: MetricsServer | None = None
     _lost_watch: asyncio.Task[None] | None = None
     #: set once this process was taken for dead by another (:mod:`bot.session.fence`)
@@ -181,6 +184,8 @@ class App:
         await self.outbox.start()
         await self.runner.start()
         self.schema.start()
+        if self.retention is not None:
+            self.retention.start()
         if self.settings.metrics_port is not None:
             self._metrics = MetricsServer(
                 self.registry,
@@ -258,6 +263,8 @@ class App:
     async def close_after_failed_start(self) -> None:
         """Release what :func:`create_app` opened when polling never started."""
         await self.schema.stop()
+        if self.retention is not None:
+            await self.retention.stop()
         await self._stop_watch()
         if self.streams.kill_watch is not None:
             await self.streams.kill_watch.stop()
@@ -286,6 +293,8 @@ class App:
         if left := await self.intake.wait_open(OUTCOME_WAIT_S):
             log.warning("%d messages closed without their outcome recorded", left)
         await self.schema.stop()
+        if self.retention is not None:
+            await self.retention.stop()
         await self._stop_watch()
         if self.streams.kill_watch is not None:
             await self.streams.kill_watch.stop()
