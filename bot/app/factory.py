@@ -9,6 +9,8 @@ polling and returns the exit code once a SIGTERM/SIGINT has drained the work.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import httpx
 from aiogram import Bot, Dispatcher
 from aiogram.client.session.aiohttp import AiohttpSession
@@ -57,6 +59,7 @@ from bot.ops.health import Readiness
 from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_counter
 from bot.ops.retention import RetentionJob
 from bot.ops.schema_watch import SchemaWatch
+from bot.ops.shedding import Shedding, admin_announcer
 from bot.session.flood_waits import FloodWaits
 from bot.session.model_pins import PinResponseModels
 from bot.session.update_json import load_checked
@@ -152,6 +155,15 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         on_unavailable=notifier.storage_failed,
     )
     shared = ledger.store.shared  # the database the replicas share (None: one SQLite file)
+    shed_order, shed_at = settings.shed_steps()
+    shedding = Shedding(
+        ledger.status,
+        shed_order,
+        shed_at,
+        clock,
+        admin_announcer(notifier.broadcast, settings.budget_tz),
+        every_s=settings.shed_check_seconds,
+    )
     tokens = TokenCounter(safety_factor=settings.token_safety_factor)
     # on PostgreSQL the replicas share each provider key's circuit and paced windows
     # and GLOBAL_MAX_INFLIGHT_CALLS (leases tied to the processes' heartbeats)
@@ -229,6 +241,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         ),
         record_message=ledger.record_message,
         lanes=lanes,
+        short_answers=lambda: shedding.is_off("long_answers"),
     )
     repo = ProfileRepository(sessions, clock, default_digest_time=settings.digest_default_time)
     profiles = ProfileStoreAdapter(
@@ -277,7 +290,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         backend=cascade,
         deliverer=TelegramDeliverer(bot, i18n, clock, tz_of),
         fetcher=fetchers,
-        config=digest_config(settings),
+        config=replace(
+            digest_config(settings), paid_allowed=lambda: not shedding.is_off("paid_digests")
+        ),
         count_tokens=tokens.text,
         # replicas on one PostgreSQL: each run and summary claimed by one process;
         # SQLite has one process per file (the instance lock): nothing to claim
@@ -332,6 +347,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
             group=settings.stream_mode_group,
             draft_interval_s=settings.stream_draft_interval_ms / 1000,
             edit_interval_s=settings.stream_edit_interval_ms / 1000,
+            shed=lambda: shedding.is_off("streaming"),
         ),
         stream_metrics=StreamMetrics(registry),
         stop_book=StopBook(sessions),
@@ -420,6 +436,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         schema=SchemaWatch(engine, clock),
         is_control=lambda update: rate.is_control(update, bot),
         dashboard=dashboard,
+        shedding=shedding,
         retention=None
         if not settings.retention_days
         else RetentionJob(

@@ -46,6 +46,7 @@ from bot.ops.health import Readiness
 from bot.ops.metrics import MetricsServer
 from bot.ops.retention import RetentionJob
 from bot.ops.schema_watch import SchemaWatch
+from bot.ops.shedding import Shedding
 from bot.settings import Settings
 from bot.storage.repos import Intake
 from bot.text import templates
@@ -130,6 +131,8 @@ class App:
     dashboard: DashboardSite | None = None
     #: RETENTION_DAYS' daily pruning (``None``: everything is kept)
     retention: RetentionJob | None = None
+    #: SHED_ORDER's features switched off near the global limits
+    shedding: Shedding | None = None
     _metrics: MetricsServer | None = None
     _lost_watch: asyncio.Task[None] | None = None
     #: set once this process was taken for dead by another (:mod:`bot.session.fence`)
@@ -186,6 +189,8 @@ class App:
         self.schema.start()
         if self.retention is not None:
             self.retention.start()
+        if self.shedding is not None:
+            self.shedding.start()
         if self.settings.metrics_port is not None:
             self._metrics = MetricsServer(
                 self.registry,
@@ -265,6 +270,8 @@ class App:
         await self.schema.stop()
         if self.retention is not None:
             await self.retention.stop()
+        if self.shedding is not None:
+            await self.shedding.stop()
         await self._stop_watch()
         if self.streams.kill_watch is not None:
             await self.streams.kill_watch.stop()
@@ -295,6 +302,8 @@ class App:
         await self.schema.stop()
         if self.retention is not None:
             await self.retention.stop()
+        if self.shedding is not None:
+            await self.shedding.stop()
         await self._stop_watch()
         if self.streams.kill_watch is not None:
             await self.streams.kill_watch.stop()

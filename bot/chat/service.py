@@ -23,7 +23,7 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from bot.chat.lanes import POLL_S, LaneStore
@@ -40,7 +40,10 @@ from llm.errors import EmptyCompletion, LLMError, ProviderRejected
 from llm.stream import StreamControl
 from llm.types import Completion, LLMRequest, Message, Priority
 
-__all__ = ["ChatConfig", "ChatService", "CompletionBackend", "run_guarded"]
+__all__ = ["SHED_LONG", "ChatConfig", "ChatService", "CompletionBackend", "run_guarded"]
+
+#: The degradation step named on an answer asked with a shed max_tokens (its note).
+SHED_LONG = "shed_long_answers"
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +122,9 @@ class ChatService:
         record_message: counts a message against the courtesy daily cap
             (USER_DAILY_MESSAGES); raises ``HoldRefused`` (reason ``messages``) past it.
         lanes: the other replicas' unfinished messages of a user (``None``: one process).
+        short_answers: true while shedding caps answers (``long_answers``,
+            :mod:`bot.ops.shedding`): max_tokens is then a quarter of
+            CHAT_MAX_OUTPUT_TOKENS, and an answer stopped there says so.
     """
 
     def __init__(
@@ -132,8 +138,10 @@ class ChatService:
         config: ChatConfig,
         record_message: Callable[[int], Awaitable[int]] | None = None,
         lanes: LaneStore | None = None,
+        short_answers: Callable[[], bool] | None = None,
     ) -> None:
         self._ledger = ledger
+        self._short = short_answers
         self._shared_lanes = lanes
         self._record_message = record_message
         self._backend = backend
@@ -316,6 +324,8 @@ class ChatService:
                     completion = await self._backend.complete(op, request)
                 else:
                     completion = await self._backend.complete(op, request, stream=stream)
+            if request.max_tokens < self._config.max_output_tokens:
+                completion = replace(completion, degraded=(*completion.degraded, SHED_LONG))
             await self._remember(where, user_msg, user_tokens, completion)
             # the answering attempt's cost is the whole bill when no other provider was
             # tried first; otherwise one of them may have been billed too: ask the ledger
@@ -358,9 +368,12 @@ class ChatService:
             raw += known if known is not None else await self._raw_turn(turn.message)
         messages = (system, *history, user_msg)
         cheaper = (system, *history[-2:], user_msg) if len(history) > 2 else None
+        cap = self._config.max_output_tokens
+        if self._short is not None and self._short():
+            cap = max(1, cap // 4)  # docs/decisions/141-shedding-in-a-set-order.md
         return LLMRequest(
             messages=messages,
-            max_tokens=self._config.max_output_tokens,
+            max_tokens=cap,
             allow_paid=True,
             priority=Priority.CHAT,
             cheaper_messages=cheaper,

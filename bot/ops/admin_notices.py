@@ -41,6 +41,10 @@ class AdminNotifier:
         self._clock = clock
         self._storage_told: set[str] = set()
 
+    async def broadcast(self, text: str) -> None:
+        """Send ``text`` (a finished English notice) to every admin."""
+        await self._broadcast(text)
+
     async def _broadcast(self, text: str) -> None:
         for admin in self._admins:
             try:

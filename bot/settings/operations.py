@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
 from itertools import pairwise
+from typing import Self
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from budget.retention import DEFAULT_BATCH, MIN_DAYS
@@ -78,3 +79,35 @@ class OperatorSettings(BaseSettings):
                 " chart reads 30 days of attempts"
             )
         return value
+
+    # --- shedding (docs/decisions/141-shedding-in-a-set-order.md) -------------------
+    # features switched off in this order as a global window's spend passes SHED_AT
+    shed_order: str = "paid_digests,media,streaming,long_answers"
+    # the fractions of a global limit (held included) at which each feature goes off
+    shed_at: str = "0.6,0.7,0.8,0.9"
+    shed_check_seconds: float = Field(15.0, gt=0, le=3_600)
+
+    @field_validator("shed_order")
+    @classmethod
+    def _shed_order(cls, value: str) -> str:
+        return ",".join(parse_shed_order(value))
+
+    @field_validator("shed_at")
+    @classmethod
+    def _shed_at(cls, value: str) -> str:
+        parse_shed_at(value)
+        return value
+
+    @model_validator(mode="after")
+    def _shed_lengths(self) -> Self:
+        order, at = parse_shed_order(self.shed_order), parse_shed_at(self.shed_at)
+        if order and len(at) != len(order):
+            raise ValueError(
+                f"SHED_AT names {len(at)} fractions for the {len(order)} features of"
+                " SHED_ORDER: give one fraction per feature"
+            )
+        return self
+
+    def shed_steps(self) -> tuple[tuple[str, ...], tuple[Decimal, ...]]:
+        """SHED_ORDER's features and SHED_AT's fractions, parsed."""
+        return parse_shed_order(self.shed_order), parse_shed_at(self.shed_at)
