@@ -15,6 +15,7 @@ import httpx
 from aiogram import Bot, Dispatcher
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
+from aiogram.utils.i18n import I18n
 from prometheus_client import CollectorRegistry
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
@@ -55,6 +56,7 @@ from bot.middlewares.rate import RateExemption, UpdateRateMiddleware
 from bot.middlewares.topics import TopicMiddleware, TopicRequestMiddleware
 from bot.ops.admin_notices import AdminNotifier
 from bot.ops.dashboard import build_operator_view, build_site
+from bot.ops.drill import Drill
 from bot.ops.health import Readiness
 from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_counter
 from bot.ops.retention import RetentionJob
@@ -81,6 +83,7 @@ from budget.kernel.clock import Clock, SystemClock
 from budget.kernel.db import create_engine, sqlite_path
 from budget.ledger import Ledger
 from budget.policy.money import usd_to_musd
+from budget.pricing.names import CASCADE_ORDER
 from budget.pricing.prices import PriceCard, parse_overrides
 from budget.pricing.tokens import TokenCounter
 from llm.cascade.factory import build_cascade
@@ -355,6 +358,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         stale_after_s=settings.stale_message_seconds,
         operator_view=operator_view,
         dashboard_url=settings.dashboard_url,
+        drill=drill_of(ledger, i18n, settings),
     )
     dp = Dispatcher(**workflow)
     bot.session.middleware(TopicRequestMiddleware())
@@ -454,3 +458,13 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         bot.session.middleware(FencedSession(shared))
         shared.on_fenced.append(app.fence)
     return app
+
+
+def drill_of(ledger: Ledger, i18n: I18n, settings: Settings) -> Drill:
+    """/drill's runner, its holds priced on the first paid key in cascade order (money
+    limits apply to it), else on the first key."""
+    keys = [name for name in CASCADE_ORDER if name in settings.provider_keys()]
+    paid = [name for name in keys if not ledger.prices.is_free(name)]
+    name = (paid or keys)[0]
+    key = (name, settings.provider(name).model)
+    return Drill(ledger, i18n, settings.budget_tz, key, paid=bool(paid))

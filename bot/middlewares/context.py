@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from bot.chat.streaming.session import StreamConfig
     from bot.ops.admin_notices import AdminNotifier
     from bot.ops.dashboard.view import OperatorView
+    from bot.ops.drill import Drill
     from bot.storage.repos import History, Intake
     from bot.storage.values import Preferences
     from budget.books.stops import StopBook
@@ -118,6 +119,8 @@ class WorkflowData(TypedDict):
     operator_view: OperatorView
     #: DASHBOARD_URL (``None``: no dashboard), the /dashboard button's address
     dashboard_url: str | None
+    #: /drill's runner (the canary payer's checks of the ledger's guards)
+    drill: Drill
 
 
 @dataclass(frozen=True, slots=True)
