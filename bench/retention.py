@@ -60,6 +60,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="RETENTION_BATCH_ROWS")
     parser.add_argument("--concurrency", type=int, default=4, help="hold+settle tasks")
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds of load")
+    parser.add_argument(
+        "--pause-ms", type=float, default=PAUSE_S * 1000, help="pause between steps, ms"
+    )
     return parser.parse_args(argv)
 
 
@@ -143,8 +146,10 @@ class GatedRetention(LedgerRetention):
     """The real round, held after a step while ``gate`` is closed (the baseline's
     windows)."""
 
-    def __init__(self, ledger: Ledger, batch: int, gate: asyncio.Event) -> None:
-        super().__init__(ledger.store, "UTC", SystemClock(), days=DAYS, batch=batch)
+    def __init__(self, ledger: Ledger, batch: int, gate: asyncio.Event, pause_s: float) -> None:
+        super().__init__(
+            ledger.store, "UTC", SystemClock(), days=DAYS, batch=batch, pause_s=pause_s
+        )
         self.gate = gate
 
     async def pause(self) -> None:
@@ -214,7 +219,7 @@ async def run(args: argparse.Namespace) -> None:
         steps: list[float] = []
         timing_steps(ledger, steps)
         gate = asyncio.Event()
-        job = GatedRetention(ledger, args.batch, gate)
+        job = GatedRetention(ledger, args.batch, gate, args.pause_ms / 1000)
         t0 = time.perf_counter()
         pruning = asyncio.create_task(job.run_round(claim=False))
         on, off = await measure(ledger, gate, args.concurrency, args.seconds)
@@ -241,7 +246,7 @@ def report(
     total = sum(rows.values())
     worse = (pct(on, 0.99) / pct(off, 0.99) - 1) * 100
     print(
-        f"concurrency {args.concurrency}, batch {args.batch} rows, pause {PAUSE_S * 1000:.0f} ms,"
+        f"concurrency {args.concurrency}, batch {args.batch} rows, pause {args.pause_ms:.0f} ms,"
         f" RETENTION_DAYS={DAYS}, {args.seconds:.0f} s of load in {WINDOW_S:.0f} s windows"
     )
     print(
