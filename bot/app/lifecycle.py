@@ -34,6 +34,7 @@ from aiogram.utils.i18n import I18n
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bot.app.media_wiring import MediaParts
 from bot.app.start_waits import StartWaits
 from bot.chat.delivery import send_text
 from bot.chat.outbox import Outbox
@@ -127,6 +128,8 @@ class App:
     #: the operator dashboard's routes (DASHBOARD_URL set), served by the webhook server
     #: or, in polling mode, the metrics server (:mod:`bot.ops.dashboard`)
     dashboard: DashboardSite | None = None
+    #: voice notes, photos, documents, links (``None``: an app built without them)
+    media: MediaParts | None = None
     _metrics: MetricsServer | None = None
     _lost_watch: asyncio.Task[None] | None = None
     #: set once this process was taken for dead by another (:mod:`bot.session.fence`)
@@ -179,6 +182,8 @@ class App:
         if self.intake.shared:
             self._lost_watch = asyncio.create_task(self._watch_lost(), name="intake-lost")
         await self.outbox.start()
+        if self.media is not None:
+            await self.media.start()
         await self.runner.start()
         self.schema.start()
         if self.settings.metrics_port is not None:
@@ -263,6 +268,8 @@ class App:
             await self.streams.kill_watch.stop()
         await self.outbox.stop()
         await self.runner.stop()
+        if self.media is not None:
+            await self.media.close()
         await self.cascade.aclose()
         await self.http.aclose()
         await self.feed_http.aclose()
@@ -293,6 +300,8 @@ class App:
         await self.runner.stop()
         if self._metrics is not None:
             await self._metrics.stop()
+        if self.media is not None:
+            await self.media.close()
         await self.cascade.aclose()
         await self.http.aclose()
         await self.feed_http.aclose()

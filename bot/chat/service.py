@@ -26,8 +26,11 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Protocol
 
+from bot.chat.draining import CANCEL_WAIT_S, STOP_WAIT_S, Draining
 from bot.chat.lanes import POLL_S, LaneStore
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, ChatRefused, FailureKind
+from bot.chat.turns import MediaTurn
+from bot.media.refusals import MediaRefused
 from bot.storage.repos import Conversation, History
 from bot.storage.values import Turn
 from budget.errors import BudgetError, HoldRefused
@@ -40,16 +43,16 @@ from llm.errors import EmptyCompletion, LLMError, ProviderRejected
 from llm.stream import StreamControl
 from llm.types import Completion, LLMRequest, Message, Priority
 
-__all__ = ["ChatConfig", "ChatService", "CompletionBackend", "run_guarded"]
+__all__ = [
+    "CANCEL_WAIT_S",
+    "STOP_WAIT_S",
+    "ChatConfig",
+    "ChatService",
+    "CompletionBackend",
+    "run_guarded",
+]
 
 log = logging.getLogger(__name__)
-
-#: Seconds a drain gives stopped streams to settle and deliver their text before it
-#: cancels them (a stop closes the provider connection at once; what remains is a
-#: ledger write and one or two Bot API calls).
-STOP_WAIT_S = 5.0
-#: Seconds a drain gives the operations it cancelled to end (each settles its hold).
-CANCEL_WAIT_S = 5.0
 
 SYSTEM_PROMPT = (
     "You are Kopek, a concise and helpful assistant in a Telegram chat. "
@@ -103,7 +106,7 @@ class _UserQueue:
         self.changed = asyncio.Event()
 
 
-class ChatService:
+class ChatService(Draining):
     """Admits, prompts, calls, records.
 
     Args:
@@ -119,6 +122,8 @@ class ChatService:
         record_message: counts a message against the courtesy daily cap
             (USER_DAILY_MESSAGES); raises ``HoldRefused`` (reason ``messages``) past it.
         lanes: the other replicas' unfinished messages of a user (``None``: one process).
+        vision: the cascade of vision keys, which answers a turn with images
+            (``None``: none configured; the handlers refuse photos before this).
     """
 
     def __init__(
@@ -132,8 +137,10 @@ class ChatService:
         config: ChatConfig,
         record_message: Callable[[int], Awaitable[int]] | None = None,
         lanes: LaneStore | None = None,
+        vision: CompletionBackend | None = None,
     ) -> None:
         self._ledger = ledger
+        self.vision = vision
         self._shared_lanes = lanes
         self._record_message = record_message
         self._backend = backend
@@ -188,6 +195,7 @@ class ChatService:
         key: MessageKey | None = None,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None = None,
         stream: StreamControl | None = None,
+        media: MediaTurn | None = None,
     ) -> ChatOutcome:
         """Answer one message, or say why not. Never raises for expected failures.
 
@@ -205,13 +213,14 @@ class ChatService:
                 operation is admitted, left on every outcome.
             stream: stream the answer through this control (see
                 :meth:`llm.cascade.cascade.Cascade.complete`); ``None`` = one piece.
+            media: what a voice note, photo, document or link adds (``None``: typed text).
         """
         if key is None:
             key = (0, -next(self._anonymous))
         self.arrive(user_id, key)
         try:
             where = Conversation(chat_id, thread_id, user_id)
-            return await self._in_turn(where, key, text, activity, stream)
+            return await self._in_turn(where, key, text, activity, stream, media)
         finally:
             self.depart(user_id, key)
 
@@ -222,6 +231,7 @@ class ChatService:
         text: str,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
         stream: StreamControl | None = None,
+        media: MediaTurn | None = None,
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
@@ -234,13 +244,12 @@ class ChatService:
             return ChatRefused(exc.refusal, running=False)
         if place >= slots + self._config.user_queue_max:
             return ChatFailed(FailureKind.QUEUE_FULL, running=True)
-        user_msg = Message("user", text)
+        user_msg = Message("user", text, media.images if media is not None else ())
         user_raw = await self._raw_turn(user_msg)
         tokens = self._count.scale(user_raw + TOKENS_REPLY_PRIMING)
-        if tokens > self._config.max_input_tokens:
-            return ChatFailed(
-                FailureKind.TOO_LONG, tokens=tokens, limit=self._config.max_input_tokens
-            )
+        limit = self._input_limit(media)
+        if tokens > limit:
+            return ChatFailed(FailureKind.TOO_LONG, tokens=tokens, limit=limit)
         if self._record_message is not None:
             try:
                 await self._record_message(user_id)
@@ -257,7 +266,7 @@ class ChatService:
         try:
             others = place > 0
             return await self._admitted(
-                where, user_msg, (tokens, user_raw), others, activity, stream
+                where, user_msg, (tokens, user_raw), others, activity, stream, media
             )
         finally:
             if task is not None:
@@ -298,6 +307,7 @@ class ChatService:
         others_running: bool,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
         stream: StreamControl | None = None,
+        media: MediaTurn | None = None,
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
@@ -309,13 +319,22 @@ class ChatService:
         except HoldRefused as exc:
             return ChatRefused(exc.refusal, running=others_running)
         try:
+            if media is not None and media.transcribe is not None:
+                heard = await self._transcribed(op, media, media.transcribe)
+                if isinstance(heard, ChatFailed):
+                    return heard
+                user_msg, user_tokens = heard
             request = await self._request(where, user_msg, user_tokens[1])
+            backend = self.vision if user_msg.images and self.vision else self._backend
             ctx = activity() if activity is not None else nullcontext()
             async with ctx:
                 if stream is None:
-                    completion = await self._backend.complete(op, request)
+                    completion = await backend.complete(op, request)
                 else:
-                    completion = await self._backend.complete(op, request, stream=stream)
+                    completion = await backend.complete(op, request, stream=stream)
+            if media is not None and media.stored is not None:
+                user_msg = Message("user", media.stored)
+                user_tokens = await self._turn_tokens(user_msg)
             await self._remember(where, user_msg, user_tokens, completion)
             # the answering attempt's cost is the whole bill when no other provider was
             # tried first; otherwise one of them may have been billed too: ask the ledger
@@ -325,6 +344,9 @@ class ChatService:
             return ChatAnswer(completion, charged)
         except HoldRefused as exc:
             return ChatRefused(exc.refusal, running=others_running)
+        except MediaRefused as exc:
+            booked = await self._booked_musd(op)
+            return ChatFailed(FailureKind.MEDIA, media=exc.refusal, charged_musd=booked)
         except ProviderRejected:
             return ChatFailed(FailureKind.REJECTED, charged_musd=await self._booked_musd(op))
         except EmptyCompletion as exc:
@@ -357,7 +379,10 @@ class ChatService:
             known = turn.raw_tokens
             raw += known if known is not None else await self._raw_turn(turn.message)
         messages = (system, *history, user_msg)
+        # a photo's shorter prompt would still carry the image: the vision keys have no ladder
         cheaper = (system, *history[-2:], user_msg) if len(history) > 2 else None
+        if user_msg.images:
+            cheaper = None
         return LLMRequest(
             messages=messages,
             max_tokens=self._config.max_output_tokens,
@@ -367,6 +392,33 @@ class ChatService:
             fingerprint=fingerprint(messages),
             input_tokens=self._count.scale(raw),
         )
+
+    async def _transcribed(
+        self,
+        op: OperationTicket,
+        media: MediaTurn,
+        transcribe: Callable[[OperationTicket], Awaitable[str]],
+    ) -> tuple[Message, tuple[int, int]] | ChatFailed:
+        """The operation's first step for a voice note: its transcript as the user's
+        turn with its counts, or ``too_long`` (the transcription stays booked)."""
+        user_msg = Message("user", await transcribe(op))
+        tokens = await self._turn_tokens(user_msg)
+        limit = self._input_limit(media)
+        if tokens[0] <= limit:
+            return user_msg, tokens
+        booked = await self._booked_musd(op)
+        return ChatFailed(FailureKind.TOO_LONG, tokens=tokens[0], limit=limit, charged_musd=booked)
+
+    def _input_limit(self, media: MediaTurn | None) -> int:
+        """The input cap of a turn, tokens: its media's, else CHAT_MAX_INPUT_TOKENS."""
+        if media is not None and media.max_input_tokens is not None:
+            return media.max_input_tokens
+        return self._config.max_input_tokens
+
+    async def _turn_tokens(self, message: Message) -> tuple[int, int]:
+        """``message``'s (scaled, raw) counts as one turn."""
+        raw = await self._raw_turn(message)
+        return self._count.scale(raw + TOKENS_REPLY_PRIMING), raw
 
     async def _raw_turn(self, message: Message) -> int:
         """``message``'s raw count as one turn of a prompt (no factor, no priming),
@@ -410,47 +462,6 @@ class ChatService:
         except Exception:  # an unreadable ledger must not hide the failure being reported
             log.warning("could not read what operation %s booked", op.operation_id, exc_info=True)
             return None
-
-    async def drain(
-        self,
-        grace_s: float,
-        *,
-        stop_streams: Callable[[], int] | None = None,
-        stop_wait_s: float = STOP_WAIT_S,
-    ) -> None:
-        """Refuse new work; let in-flight operations finish for ``grace_s`` seconds.
-        Then streams still running are stopped (``stop_streams``, e.g.
-        ``StreamRegistry.stop_all("shutdown")``: each settles on what it received, as a
-        Stop does, and its handler sends the text so far, marked) and given
-        ``stop_wait_s`` seconds to do so; whatever is left is cancelled (the cascade
-        settles interrupted calls by the ledger's rule). Seconds of the injected clock
-        (``docs/decisions/020-clock-rule.md``)."""
-        self.closing = True
-        pending = set(self._tasks)
-        if not pending:
-            return
-        still = await self._ended_within(pending, grace_s)
-        if still and stop_streams is not None and stop_streams():
-            still = await self._ended_within(still, stop_wait_s)
-        for task in still:
-            task.cancel()
-        if still:
-            await self._ended_within(still, CANCEL_WAIT_S)
-
-    async def _ended_within(
-        self, tasks: set[asyncio.Task[object]], seconds: float
-    ) -> set[asyncio.Task[object]]:
-        """Wait until every task of ``tasks`` ended or the clock slept ``seconds``; the
-        tasks still running then (none is cancelled here)."""
-        ended = asyncio.ensure_future(asyncio.wait(tasks))
-        pause = asyncio.ensure_future(self._clock.sleep(seconds))
-        try:
-            await asyncio.wait({ended, pause}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in (ended, pause):
-                waiter.cancel()
-            await asyncio.gather(ended, pause, return_exceptions=True)
-        return {task for task in tasks if not task.done()}
 
 
 async def run_guarded(coro: Awaitable[ChatOutcome]) -> ChatOutcome:

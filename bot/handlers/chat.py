@@ -8,13 +8,14 @@ delivery policy — stream finish, outbox or template, undeliverable marking).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import timedelta
 from functools import partial
 from typing import Any
 
 from aiogram import Bot, F, Router
 from aiogram.filters import Filter
-from aiogram.types import Message
+from aiogram.types import Message, MessageEntity
 from aiogram.utils.chat_action import ChatActionSender
 from prometheus_client import Counter
 
@@ -27,6 +28,7 @@ from bot.chat.service import ChatService, run_guarded
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.streaming.session import StreamConfig, StreamSession, book_stop
+from bot.chat.turns import MediaTurn
 from bot.middlewares.context import IntakeStatus, UserContext
 from bot.middlewares.topics import topic_of
 from bot.text import templates
@@ -34,7 +36,14 @@ from budget.books.stops import StopBook
 from budget.kernel.clock import Clock
 from llm.sanitize import clean_prompt
 
-__all__ = ["AddressedToBot", "create_chat_router", "create_non_text_router", "on_text"]
+__all__ = [
+    "AddressedToBot",
+    "addressed_prompt",
+    "answer_turn",
+    "create_chat_router",
+    "create_non_text_router",
+    "on_text",
+]
 
 #: Telegram shows a chat action for 5 s; renew it every 4 s (Bot API, sendChatAction).
 TYPING_INTERVAL_S = 4.0
@@ -52,22 +61,32 @@ class AddressedToBot(Filter):
     async def __call__(
         self, message: Message, bot: Bot, paste: PasteTicket | None = None
     ) -> bool | dict[str, Any]:
-        if message.chat.type == "private":
-            return {"prompt": message.text or ""}
         text = message.text or ""
         if paste is not None and not paste.is_lead and paste.lead_accepted:
             return {"prompt": text}
-        me = await bot.me()
-        reply = message.reply_to_message
-        if reply is not None and reply.from_user is not None and reply.from_user.id == me.id:
-            return {"prompt": text}
-        mention = f"@{me.username}".lower() if me.username else None
-        for entity in message.entities or []:
-            if entity.type == "mention" and mention:
-                part = entity.extract_from(text)
-                if part.lower() == mention:
-                    return {"prompt": (text.replace(part, "", 1)).strip() or text}
-        return False
+        prompt = await addressed_prompt(message, bot, text, message.entities or [])
+        return False if prompt is None else {"prompt": prompt}
+
+
+async def addressed_prompt(
+    message: Message, bot: Bot, text: str, entities: Sequence[MessageEntity]
+) -> str | None:
+    """``text`` (a message's text or a media caption) as the prompt when the message is
+    for the bot — a private chat; in a group a reply to the bot or a mention of it (the
+    mention taken out) — else ``None``."""
+    if message.chat.type == "private":
+        return text
+    me = await bot.me()
+    reply = message.reply_to_message
+    if reply is not None and reply.from_user is not None and reply.from_user.id == me.id:
+        return text
+    mention = f"@{me.username}".lower() if me.username else None
+    for entity in entities:
+        if entity.type == "mention" and mention:
+            part = entity.extract_from(text)
+            if part.lower() == mention:
+                return (text.replace(part, "", 1)).strip() or text
+    return None
 
 
 async def on_text(
@@ -94,12 +113,57 @@ async def on_text(
         if question is None:
             return IntakeStatus.JOINED  # answered with the paste's first part
         prompt = question
+    return await answer_turn(
+        message,
+        bot,
+        prompt,
+        user_ctx,
+        chat_service,
+        clock,
+        refusals,
+        outbox,
+        stale_after_s,
+        delivery_failures,
+        streams,
+        stream_config,
+        stream_metrics,
+        stop_book,
+        received_at=received_at,
+    )
+
+
+async def answer_turn(
+    message: Message,
+    bot: Bot,
+    prompt: str,
+    user_ctx: UserContext,
+    chat_service: ChatService,
+    clock: Clock,
+    refusals: Counter,
+    outbox: Outbox,
+    stale_after_s: int,
+    delivery_failures: Counter | None = None,
+    streams: StreamRegistry | None = None,
+    stream_config: StreamConfig | None = None,
+    stream_metrics: StreamMetrics | None = None,
+    stop_book: StopBook | None = None,
+    *,
+    received_at: float | None = None,
+    media: MediaTurn | None = None,
+) -> IntakeStatus:
+    """Answer ``prompt`` for ``message`` (typed text, or a media turn: ``media``), or
+    say why not; returns what its intake record says. A media turn is not screened for
+    age (a confirmed one is answered when its sender said so) and may have no text yet
+    (a recording's is its transcript)."""
+    received_at = clock.monotonic() if received_at is None else received_at
     chat_id = message.chat.id
     answer_to = message.message_id if message.chat.type != "private" else None
     courier = Courier(bot, chat_id, clock=clock, outbox=outbox, failures=delivery_failures)
     prompt = clean_prompt(prompt)  # hidden tag-character instructions never reach a model
     stale_after = timedelta(seconds=stale_after_s)
-    reply = screen(prompt, age=clock.now() - message.date, stale_after=stale_after)
+    reply = None
+    if media is None:
+        reply = screen(prompt, age=clock.now() - message.date, stale_after=stale_after)
     if reply is None:
         if streams is not None and stream_config is not None:
             courier.stream = StreamSession.open(
@@ -124,6 +188,7 @@ async def on_text(
                     key=(chat_id, message.message_id),
                     activity=partial(_typing, bot, message),
                     stream=courier.stream.control if courier.stream is not None else None,
+                    media=media,
                 )
             )
         except asyncio.CancelledError:  # the intake middleware records it as failed

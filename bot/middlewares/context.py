@@ -16,11 +16,13 @@ if TYPE_CHECKING:
     from prometheus_client import Counter
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from bot.chat.confirm import Confirmations
     from bot.chat.outbox import Outbox
     from bot.chat.service import ChatService
     from bot.chat.streaming.metrics import StreamMetrics
     from bot.chat.streaming.registry import StreamRegistry
     from bot.chat.streaming.session import StreamConfig
+    from bot.media.desk import MediaDesk
     from bot.ops.admin_notices import AdminNotifier
     from bot.ops.dashboard.view import OperatorView
     from bot.storage.repos import History, Intake
@@ -118,6 +120,10 @@ class WorkflowData(TypedDict):
     operator_view: OperatorView
     #: DASHBOARD_URL (``None``: no dashboard), the /dashboard button's address
     dashboard_url: str | None
+    #: voice notes, photos, documents, links: prepared and priced without spending
+    media_desk: MediaDesk
+    #: the open price questions (Go ahead / Cancel)
+    confirmations: Confirmations
 
 
 @dataclass(frozen=True, slots=True)
