@@ -246,13 +246,16 @@ async def on_confirm(
         else:
             result, pending = confirmations.take(token, user_id, chat_id)
         log.info("price question in chat %s: %s %s", chat_id, action, result.value)
-        if result is Taken.NOT_YOURS:
+        if result in (Taken.NOT_YOURS, Taken.GONE):  # the presser alone is told
+            text = (
+                texts.confirm_not_yours_text()
+                if result is Taken.NOT_YOURS
+                else texts.confirm_gone_text()
+            )
             with contextlib.suppress(TelegramAPIError):
-                await query.answer(texts.confirm_not_yours_text(), show_alert=True)
+                await query.answer(text, show_alert=result is Taken.NOT_YOURS)
             return
-        if result is Taken.GONE:
-            text = texts.confirm_gone_text()
-        elif result is Taken.EXPIRED:
+        if result is Taken.EXPIRED:
             text = texts.confirm_expired_text(max(1, round(confirmations.ttl_s / 60)))
         elif action == "no":
             text = texts.cancelled_text()

@@ -36,6 +36,12 @@ def _mb(size: int | None) -> str:
     return "?" if size is None else f"{size / _MIB:.1f}"
 
 
+def _rounded(musd: int, *, up: bool) -> int:
+    """``musd`` to whole 100 µUSD ($0.0001, the four places shown): a ceiling up, what
+    is left down, so "could cost up to" and "of your … left" both stay true."""
+    return -(-musd // 100) * 100 if up else musd // 100 * 100
+
+
 def _per_file() -> str:
     return _("This limit is per file; it does not reset.")
 
@@ -150,14 +156,14 @@ def confirm_text(
     ceiling, what the user has left in the tightest window (``None``: no limit) and
     that window's name. ``recording``: the price is the transcription's (the answer to
     the transcript is then held like any message)."""
-    cost = usd(ceiling_musd, 4)
+    cost = usd(_rounded(ceiling_musd, up=True), 4)
     if recording:
         doing = _("transcribing it could cost up to {cost}").format(cost=cost)
     else:
         doing = _("answering could cost up to {cost}").format(cost=cost)
     if left_musd is not None:
         doing = _("{doing} of your {left} left ({level})").format(
-            doing=doing, left=usd(left_musd, 4), level=level
+            doing=doing, left=usd(_rounded(left_musd, up=False), 4), level=level
         )
     return _("{what}; {doing}. Go ahead? Nothing is held until you press Go ahead.").format(
         what=what, doing=doing
