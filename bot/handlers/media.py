@@ -81,6 +81,10 @@ async def on_document(
     """A document: read, then answered (or refused, or asked about first)."""
     document = message.document
     assert document is not None
+    if (document.mime_type or "").startswith("image/"):  # an image sent as a file
+        question = prompt.strip() or texts.default_question("photo")
+        prepared = await media_desk.image_file(_ref(document), question)
+        return await _proceed(message, prepared, media_desk, data)
     question = prompt.strip() or texts.default_question("document")
     prepared = await media_desk.document(_ref(document), question)
     return await _proceed(message, prepared, media_desk, data)

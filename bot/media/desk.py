@@ -35,6 +35,7 @@ from bot.media.errors import (
     LinkUnsupported,
     TooBigToDownload,
 )
+from bot.media.images import image_size
 from bot.media.kinds import HEAD_BYTES, document_kind
 from bot.media.links import LinkReader
 from bot.media.refusals import MediaProblem, MediaRefusal, MediaRefused
@@ -197,10 +198,8 @@ class MediaDesk:
         waits = [w for w in breaker_waits if w > 0]
         return self._clock.now() + timedelta(seconds=min(waits)) if waits else None
 
-    async def photo(
-        self, sizes: Sequence[tuple[FileRef, PhotoSize]], question: str
-    ) -> Prepared | MediaRefusal:
-        """A photo's turn (its largest size every vision model takes), or why not."""
+    def _vision_limits(self) -> VisionModel | MediaRefusal:
+        """The tightest limits of the vision keys, or why no photo can be taken now."""
         keys = self._vision_keys()
         if self.vision is None or not keys:
             return MediaRefusal(MediaProblem.NO_VISION)
@@ -208,7 +207,44 @@ class MediaDesk:
         if not any(cascade.breaker.available(k.name) for k in keys):
             waits = [cascade.breaker.cooldown_remaining_s(k.name) for k in keys]
             return MediaRefusal(MediaProblem.NO_VISION, resets_at=self._unavailable(waits))
-        index = pick_photo_size([s for _, s in sizes], _strictest([k.vision for k in keys]))
+        return _strictest([k.vision for k in keys])
+
+    def _photo_turn(self, image: ImagePart, question: str) -> Prepared:
+        stored = f"[photo] {question}"
+        turn = MediaTurn("photo", images=(image,), max_input_tokens=self._max_input, stored=stored)
+        return Prepared(question, turn)
+
+    async def image_file(self, ref: FileRef, question: str) -> Prepared | MediaRefusal:
+        """An image sent as a file: its type and size read from its own header (the
+        message has neither), then as a photo."""
+        limits = self._vision_limits()
+        if isinstance(limits, MediaRefusal):
+            return limits
+        if ref.size is not None and 4 * ((ref.size + 2) // 3) + 32 > limits.max_image_bytes:
+            return MediaRefusal(MediaProblem.PHOTO_TOO_LARGE)
+        try:
+            data = await self._files.download(ref.file_id, ref.size)
+        except TooBigToDownload as exc:
+            return MediaRefusal(MediaProblem.TOO_BIG, exc.limit_bytes, exc.size_bytes)
+        except DownloadError:
+            return MediaRefusal(MediaProblem.DOWNLOAD)
+        found = image_size(data)
+        if found is None:
+            return MediaRefusal(MediaProblem.UNSUPPORTED)
+        mime, width, height = found
+        image = ImagePart(data, mime, width, height)
+        if not limits.fits([image]):
+            return MediaRefusal(MediaProblem.PHOTO_TOO_LARGE)
+        return self._photo_turn(image, question)
+
+    async def photo(
+        self, sizes: Sequence[tuple[FileRef, PhotoSize]], question: str
+    ) -> Prepared | MediaRefusal:
+        """A photo's turn (its largest size every vision model takes), or why not."""
+        limits = self._vision_limits()
+        if isinstance(limits, MediaRefusal):
+            return limits
+        index = pick_photo_size([s for _, s in sizes], limits)
         if index is None:
             return MediaRefusal(MediaProblem.PHOTO_TOO_LARGE)
         ref, size = sizes[index]
@@ -218,10 +254,7 @@ class MediaDesk:
             return MediaRefusal(MediaProblem.TOO_BIG, exc.limit_bytes, exc.size_bytes)
         except DownloadError:
             return MediaRefusal(MediaProblem.DOWNLOAD)
-        image = ImagePart(data, "image/jpeg", size.width, size.height)
-        stored = f"[photo] {question}"
-        turn = MediaTurn("photo", images=(image,), max_input_tokens=self._max_input, stored=stored)
-        return Prepared(question, turn)
+        return self._photo_turn(ImagePart(data, "image/jpeg", size.width, size.height), question)
 
     # -- recordings --------------------------------------------------------------------
     def recording(

@@ -278,7 +278,7 @@ def error_text(charged_musd: int | None = 0) -> str:
 
 
 def non_text_text() -> str:
-    """A sticker, a location, an image sent as a file… in a private chat."""
+    """A sticker, a location, a contact… in a private chat."""
     return _(
         "I can't read this kind of message. I read text, voice notes, audio files, video "
         "notes, photos, documents and links."

@@ -180,3 +180,26 @@ async def test_a_voice_note_is_transcribed_then_answered(
     assert all(r[3] != "held" for r in rows)
     first_answer = next(r for r in rows if r[0] != "whisper-large-v3-turbo")
     assert first_answer[4] == speech[0][4], "transcription and answer: one operation"
+
+
+async def test_an_image_file_is_sized_from_its_header_and_falls_back_to_mistral(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """An image sent as a document (no width or height in the message): its size read
+    from its own header; both Groq keys answer 429 on the vision model, so Mistral's
+    vision model answers it; no text-only model is asked."""
+    bot = app_factory()
+    await bot.start()
+    for key in ("gsk_fake_groq_key_1", "gsk_fake_groq_key_2"):
+        fake_providers.script(key, {"status": 429, "retry_after": "30"})
+    mark = fake_telegram.mark()
+    fake_telegram.inject_document(
+        83, KITTEN, file_name="cat.jpg", mime_type="image/jpeg", caption="Describe it"
+    )
+    reply = await _reply(fake_telegram, 83, mark)
+    assert reply.text
+    models = [(r.provider, r.body["model"]) for r in fake_providers.requests]
+    assert models == [("groq", SCOUT), ("groq", SCOUT), ("mistral", "mistral-small-latest")]
+    images = fake_providers.images
+    assert len(images) == 3 and all(i.data == KITTEN for i in images)
+    await bot.stop()
