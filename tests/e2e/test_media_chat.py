@@ -4,6 +4,8 @@ money guarantee, each refusal a template that costs nothing."""
 
 from __future__ import annotations
 
+import csv
+import io
 import sqlite3
 from pathlib import Path
 
@@ -148,7 +150,7 @@ async def test_a_voice_note_is_transcribed_then_answered(
     """A 7-second voice note: one transcription request with the file's bytes, what was
     heard shown, one chat request whose last user turn is the transcript, the answer;
     both steps in one operation; a Groq 429 on the next goes to the next free key."""
-    bot = app_factory()
+    bot = app_factory(env=dict(app_factory().env, ADMIN_IDS="9"))
     await bot.start()
     fake_providers.script("groq", {"text": "Hello there"})
     mark = fake_telegram.mark()
@@ -167,6 +169,15 @@ async def test_a_voice_note_is_transcribed_then_answered(
     await fake_telegram.wait_sent(91, 2, since=mark, timeout=30)
     keys = [t.key for t in fake_providers.transcriptions[1:]]
     assert keys == ["gsk_fake_groq_key_1", "gsk_fake_groq_key_2"]
+
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(9, "/budget export")
+    sent = await fake_telegram.wait_sent(9, 2, since=mark, timeout=30)
+    rows_doc = next(m for m in sent if m.file and m.file["name"].startswith("kopek-spend-"))
+    rows = list(csv.DictReader(io.StringIO(fake_telegram.document_bytes(rows_doc).decode())))
+    heard = [r for r in rows if r["model"] == "whisper-large-v3-turbo"]
+    assert [(r["input_unit"], r["input_tokens"]) for r in heard] == [("seconds", "10")] * 2
+    assert {r["input_unit"] for r in rows if r not in heard} == {"tokens"}
     await bot.stop()
     with sqlite3.connect(Path(bot.env["DATABASE_URL"].split("///", 1)[1])) as db:
         rows = db.execute(
