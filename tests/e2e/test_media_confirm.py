@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,17 @@ def _holds(env: dict[str, str]) -> list[tuple[Any, ...]]:
 def _buttons(sent: SentMessage) -> tuple[str, str]:
     [[go, cancel]] = sent.reply_markup["inline_keyboard"]
     return go["callback_data"], cancel["callback_data"]
+
+
+async def _poll(count: Callable[[], int], target: int, timeout: float = 30.0) -> None:  # noqa: ASYNC109 - test deadline
+    """Until ``count()`` reaches ``target`` (the provider fake has no change
+    notification: asked every 20 ms, as ``wait_provider_requests`` does)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (got := count()) < target:
+        if loop.time() > deadline:
+            raise TimeoutError(f"{got} of {target}")
+        await asyncio.sleep(0.02)
 
 
 def _pdf() -> bytes:
@@ -169,3 +181,57 @@ async def test_a_long_voice_note_over_the_users_budget_is_refused_before_downloa
     assert fake_providers.transcriptions == [] and fake_providers.requests == []
     assert _holds(env) == []
     await bot.stop()
+
+
+async def test_voice_notes_at_once_under_a_global_cap_admit_exactly_as_many_as_fit(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """Mistral (paid) transcribes, at 8 s × 50 µUSD = 400 µUSD a 7-second note; the
+    global cap is $0.0012: five users send one each at once, the transcriptions are held
+    at the provider until all have tried (questions pressed), so exactly three holds are
+    granted and two are refused by the ledger's template; spend stays within the cap."""
+    env = dict(app_factory().env, MISTRAL_TIER="paid", GROQ_SPEECH_MODEL="")
+    env["BUDGET_GLOBAL_DAILY_USD"] = "0.0012"
+    bot = app_factory(env=env)
+    await bot.start()
+    users = [401, 402, 403, 404, 405]
+    fake_providers.default("mistral", {"gate": "stt", "text": "a short note"})
+    mark = fake_telegram.mark()
+    for user in users:
+        fake_telegram.inject_voice(user, VOICE + bytes([user % 256]), duration=7)
+
+    seen: set[int] = set()
+
+    def tried() -> int:
+        """Press every question as it comes; how many notes were sent on or refused."""
+        for event in fake_telegram.sent_events(since=mark):
+            if event.is_edit or event.message_id in seen or not event.reply_markup:
+                continue
+            seen.add(event.message_id)
+            go, _ = _buttons(event)
+            user = int(event.chat_id)
+            fake_telegram.inject_callback_query(user, go, message_id=event.message_id)
+        refused = [e for e in fake_telegram.sent_events(since=mark) if "Busy" in e.text]
+        return len(fake_providers.transcriptions) + len(refused)
+
+    await _poll(tried, 5)
+    assert len(fake_providers.transcriptions) == 3
+    busy = [e for e in fake_telegram.sent_events(since=mark) if "Busy" in e.text]
+    assert len(busy) == 2 and all("global" in e.text for e in busy)
+    assert len(fake_telegram.files.downloads) == 3, "a refused note is never downloaded"
+    fake_providers.open_gate("stt")
+    await fake_telegram.wait_until(
+        lambda: (
+            sum("a short note" in e.text for e in fake_telegram.sent_events(since=mark)) >= 3
+            or None
+        ),
+        30,
+    )
+    await bot.stop()
+    rows = _holds(env)
+    speech = [r for r in rows if r[1] == "voxtral-mini-latest"]
+    assert sorted(state for *_, state in speech) == ["settled"] * 3
+    path = Path(env["DATABASE_URL"].split("///", 1)[1])
+    with sqlite3.connect(path) as db:
+        (spent,) = db.execute("SELECT COALESCE(SUM(actual_musd), 0) FROM budget_holds").fetchone()
+    assert 0 < spent <= 1200
