@@ -338,6 +338,11 @@ class MediaDesk:
         return await self._quoter.answer_ceiling(where, message, providers)
 
     @property
+    def files(self) -> TelegramFiles:
+        """The downloader."""
+        return self._files
+
+    @property
     def quoter(self) -> Quoter:
         """The quoter (whether to ask)."""
         return self._quoter

@@ -109,7 +109,9 @@ async def test_a_photo_goes_to_a_vision_model_with_its_caption(
     hold was sized with the image's token bound."""
     bot = app_factory()
     await bot.start()
-    width, height = image_dimensions(KITTEN)
+    dimensions = image_dimensions(KITTEN)
+    assert dimensions is not None
+    width, height = dimensions
     small = KITTEN[: len(KITTEN) // 2]
     mark = fake_telegram.mark()
     fake_telegram.inject_photo(
@@ -175,9 +177,9 @@ async def test_a_voice_note_is_transcribed_then_answered(
     sent = await fake_telegram.wait_sent(9, 2, since=mark, timeout=30)
     rows_doc = next(m for m in sent if m.file and m.file["name"].startswith("kopek-spend-"))
     rows = list(csv.DictReader(io.StringIO(fake_telegram.document_bytes(rows_doc).decode())))
-    heard = [r for r in rows if r["model"] == "whisper-large-v3-turbo"]
-    assert [(r["input_unit"], r["input_tokens"]) for r in heard] == [("seconds", "10")] * 2
-    assert {r["input_unit"] for r in rows if r not in heard} == {"tokens"}
+    speech = [r for r in rows if r["model"] == "whisper-large-v3-turbo"]
+    assert [(r["input_unit"], r["input_tokens"]) for r in speech] == [("seconds", "10")] * 2
+    assert {r["input_unit"] for r in rows if r not in speech} == {"tokens"}
     await bot.stop()
     with sqlite3.connect(Path(bot.env["DATABASE_URL"].split("///", 1)[1])) as db:
         rows = db.execute(
