@@ -56,7 +56,7 @@ class Pending:
     user_id: int
     chat_id: int
     asked_at: float
-    run: Callable[[], Awaitable[None]]
+    run: Callable[[], Awaitable[object]]
 
 
 class Confirmations:
@@ -82,7 +82,7 @@ class Confirmations:
     def __len__(self) -> int:
         return len(self._open)
 
-    def ask(self, user_id: int, chat_id: int, run: Callable[[], Awaitable[None]]) -> str:
+    def ask(self, user_id: int, chat_id: int, run: Callable[[], Awaitable[object]]) -> str:
         """Open a question; returns its token."""
         self._drop_expired()
         mine = [t for t, p in self._open.items() if p.user_id == user_id]

@@ -131,6 +131,7 @@ async def on_text(
         stream_metrics,
         stop_book,
         received_at=received_at,
+        flood_deferral=flood_deferral,
     )
 
 
@@ -152,6 +153,7 @@ async def answer_turn(
     *,
     received_at: float | None = None,
     media: MediaTurn | None = None,
+    flood_deferral: FloodDeferral | None = None,
 ) -> IntakeStatus:
     """Answer ``prompt`` for ``message`` (typed text, or a media turn: ``media``), or
     say why not; returns what its intake record says. A media turn is not screened for

@@ -168,8 +168,8 @@ async def _proceed(
         text = templates.refusal_text(Refusal(RefusalReason.UNAVAILABLE), tz=user_ctx.tz)
         return await _refuse(message, text, "unavailable", data)
 
-    async def run() -> None:
-        await answer_turn(
+    async def run() -> IntakeStatus:
+        return await answer_turn(
             message,
             data["bot"],
             prepared.text,
@@ -185,11 +185,11 @@ async def _proceed(
             data.get("stream_metrics"),
             data.get("stop_book"),
             media=prepared.turn,
+            flood_deferral=data.get("flood_deferral"),
         )
 
     if not quote.ask:
-        await run()
-        return IntakeStatus.ANSWERED
+        return await run()
     confirmations: Confirmations = data["confirmations"]
     token = confirmations.ask(user_ctx.user_id, message.chat.id, run)
     if prepared.turn.transcribe is not None:
