@@ -121,6 +121,9 @@ def bot_environment(
             # answers in one piece unless a test asks for streaming (tests/e2e/test_stream*.py)
             "STREAM_MODE_PRIVATE": "off",
             "STREAM_MODE_GROUP": "off",
+            # no extraction worker kept ready (~0.7 s of CPU each): a bot of a test that
+            # reads a document starts one for it
+            "DOCUMENT_EXTRACT_PREWARM": "0",
         }
     )
     if web_base is not None:
