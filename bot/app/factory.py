@@ -43,7 +43,7 @@ from bot.handlers.digests import create_digest_router
 from bot.handlers.errors import create_error_router
 from bot.handlers.inline_filters import run_sync_filters_inline
 from bot.handlers.me import create_me_router
-from bot.handlers.media import create_link_router, create_media_router
+from bot.handlers.media import create_media_router, link_route
 from bot.handlers.moves import create_chat_moves_router
 from bot.handlers.stream import create_stream_router
 from bot.middlewares.context import WorkflowData
@@ -400,8 +400,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp.include_router(create_error_router())
     # chat text first: no other router takes a text that is not a command
     # (docs/decisions/022-message-path.md)
-    dp.include_router(create_link_router())  # a one-link message is a page to read
-    dp.include_router(create_chat_router())
+    dp.include_router(create_chat_router(link=link_route()))  # a lone link: a page to read
     dp.include_router(create_books_router(settings.admin_ids))
     dp.include_router(create_admin_router(settings.admin_ids))
     dp.include_router(create_dashboard_router(settings.admin_ids))

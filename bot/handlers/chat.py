@@ -14,6 +14,7 @@ from functools import partial
 from typing import Any
 
 from aiogram import Bot, F, Router
+from aiogram.dispatcher.event.handler import CallbackType
 from aiogram.filters import Filter
 from aiogram.types import Message, MessageEntity
 from aiogram.utils.chat_action import ChatActionSender
@@ -231,11 +232,21 @@ async def on_non_text(message: Message, bot: Bot, clock: Clock) -> None:
     await send_text(bot, message.chat.id, templates.non_text_text(), clock=clock)
 
 
-def create_chat_router() -> Router:
+def create_chat_router(link: tuple[CallbackType, Filter] | None = None) -> Router:
     """The chat router: text that is not a command. No other router handles such a
     message, so the bot includes this one first (a chat message walks no command
-    router's filters: docs/decisions/022-message-path.md)."""
+    router's filters: docs/decisions/022-message-path.md).
+
+    Args:
+        link: the handler of a one-link message and its filter (``bot.handlers.media``),
+            tried first: a link is a page to read, not text to ask the model about.
+    """
     router = Router(name="chat")
+    if link is not None:
+        handler, one_link = link
+        router.message.register(
+            handler, F.text, ~F.text.startswith("/"), one_link, AddressedToBot()
+        )
     router.message.register(on_text, F.text, ~F.text.startswith("/"), AddressedToBot())
     return router
 

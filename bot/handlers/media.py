@@ -17,6 +17,7 @@ import logging
 from typing import Any
 
 from aiogram import Bot, F, Router
+from aiogram.dispatcher.event.handler import CallbackType
 from aiogram.exceptions import TelegramAPIError
 from aiogram.filters import Filter
 from aiogram.types import CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup, Message
@@ -39,7 +40,7 @@ from budget.errors import BudgetError
 from budget.types import Refusal, RefusalReason
 from llm.providers.vision import PhotoSize
 
-__all__ = ["CONFIRM_PREFIX", "OneLink", "create_link_router", "create_media_router"]
+__all__ = ["CONFIRM_PREFIX", "OneLink", "create_media_router", "link_route"]
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +59,16 @@ class MediaAddressed(Filter):
 
 
 class OneLink(Filter):
-    """A text that is one link (or "summarise <link>"): gives it as ``url``."""
+    """A text that is one link (or "summarise <link>"), after a leading mention of
+    anyone (a group's "@bot <link>": :class:`~bot.handlers.chat.AddressedToBot` then
+    decides whether it is for this bot): gives it as ``url``. Checked before that
+    filter, so ordinary text pays one regular expression, not a second ``getMe``."""
 
-    async def __call__(self, message: Message, prompt: str = "") -> bool | dict[str, Any]:
-        url = find_link(prompt or message.text or "")
+    async def __call__(self, message: Message) -> bool | dict[str, Any]:
+        text = (message.text or "").strip()
+        if text.startswith("@"):
+            text = text.partition(" ")[2]
+        url = find_link(text)
         return False if url is None else {"url": url}
 
 
@@ -275,14 +282,10 @@ async def on_confirm(
         await pending.run()
 
 
-def create_link_router() -> Router:
-    """One-link text messages (included before the chat router: a link is not asked of
-    the model as text)."""
-    from bot.handlers.chat import AddressedToBot
-
-    router = Router(name="media-link")
-    router.message.register(on_link, F.text, ~F.text.startswith("/"), AddressedToBot(), OneLink())
-    return router
+def link_route() -> tuple[CallbackType, Filter]:
+    """The one-link handler and its filter, for :func:`bot.handlers.chat.create_chat_router`
+    (tried before ordinary text, in the chat router that comes first)."""
+    return on_link, OneLink()
 
 
 def create_media_router() -> Router:
