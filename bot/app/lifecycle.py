@@ -45,6 +45,7 @@ from bot.ops.dashboard.api import DashboardSite
 from bot.ops.health import Readiness
 from bot.ops.metrics import MetricsServer
 from bot.ops.schema_watch import SchemaWatch
+from bot.ops.watch import OpsWatch
 from bot.settings import Settings
 from bot.storage.repos import Intake
 from bot.text import templates
@@ -127,6 +128,8 @@ class App:
     #: the operator dashboard's routes (DASHBOARD_URL set), served by the webhook server
     #: or, in polling mode, the metrics server (:mod:`bot.ops.dashboard`)
     dashboard: DashboardSite | None = None
+    #: the alerts before the caps and the spend reports (:mod:`bot.ops.watch`)
+    ops_watch: OpsWatch | None = None
     _metrics: MetricsServer | None = None
     _lost_watch: asyncio.Task[None] | None = None
     #: set once this process was taken for dead by another (:mod:`bot.session.fence`)
@@ -180,6 +183,8 @@ class App:
             self._lost_watch = asyncio.create_task(self._watch_lost(), name="intake-lost")
         await self.outbox.start()
         await self.runner.start()
+        if self.ops_watch is not None:
+            await self.ops_watch.start()
         self.schema.start()
         if self.settings.metrics_port is not None:
             self._metrics = MetricsServer(
@@ -251,6 +256,10 @@ class App:
             except TelegramAPIError as exc:
                 log.warning("could not tell chat %s to resend: %s", lost.chat_id, exc.message)
 
+    async def _stop_ops_watch(self) -> None:
+        if self.ops_watch is not None:
+            await self.ops_watch.stop()
+
     async def _stop_watch(self) -> None:
         await cancel_and_wait(self._lost_watch)
         self._lost_watch = None
@@ -262,6 +271,7 @@ class App:
         if self.streams.kill_watch is not None:
             await self.streams.kill_watch.stop()
         await self.outbox.stop()
+        await self._stop_ops_watch()
         await self.runner.stop()
         await self.cascade.aclose()
         await self.http.aclose()
@@ -290,6 +300,7 @@ class App:
         if self.streams.kill_watch is not None:
             await self.streams.kill_watch.stop()
         await self.outbox.stop()
+        await self._stop_ops_watch()
         await self.runner.stop()
         if self._metrics is not None:
             await self._metrics.stop()
