@@ -6,7 +6,8 @@ count of the bot's own rows, read when asked (nothing is counted on the side):
 * ``users`` — ``user_profiles`` rows (everyone who ever wrote to the bot), and
   ``active_users`` those not marked inactive (Telegram answered 403: they blocked it);
 * ``digests_sent`` — ``digest_runs`` with status ``sent`` (one per user and local date),
-  and ``digests_sent_today`` those sent since the start of today in BUDGET_TZ;
+  and ``digests_sent_in_span`` those sent in a span of time (the dashboard: today in
+  BUDGET_TZ; a report: its days);
 * ``channels`` — sources (channels and feeds) with at least one subscription;
 * ``uptime_s`` — seconds since this process's bot started (the injected clock's
   monotonic reading; each replica has its own).
@@ -33,17 +34,17 @@ class Kpis:
     users: int
     active_users: int
     digests_sent: int
-    digests_sent_today: int
+    digests_sent_in_span: int
     channels: int
     uptime_s: int
 
     def as_json(self) -> dict[str, int | str]:
-        """The dashboard's ``kpis`` panel (``uptime`` also as text)."""
+        """The dashboard's ``kpis`` panel, read with today's span (``uptime`` also as text)."""
         return {
             "users": self.users,
             "active_users": self.active_users,
             "digests_sent": self.digests_sent,
-            "digests_sent_today": self.digests_sent_today,
+            "digests_sent_today": self.digests_sent_in_span,
             "channels": self.channels,
             "uptime_s": self.uptime_s,
             "uptime": uptime_text(self.uptime_s),
@@ -83,8 +84,9 @@ class KpiReader:
     def __repr__(self) -> str:
         return "KpiReader()"
 
-    async def read(self, today_start: datetime) -> Kpis:
-        """The counts now; ``today_start`` is the start of today in BUDGET_TZ (aware UTC).
+    async def read(self, since: datetime, until: datetime | None = None) -> Kpis:
+        """The counts now, the digests sent in ``[since, until)`` apart (aware UTC;
+        ``until=None``: up to now).
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database cannot be read.
@@ -96,11 +98,10 @@ class KpiReader:
                 await session.execute(select(func.count()).where(UserProfile.active.is_(True)))
             ).scalar()
             digests = (await session.execute(select(func.count()).where(sent))).scalar()
-            today = (
-                await session.execute(
-                    select(func.count()).where(sent, DigestRun.sent_at >= today_start)
-                )
-            ).scalar()
+            in_span = sent & (DigestRun.sent_at >= since)
+            if until is not None:
+                in_span = in_span & (DigestRun.sent_at < until)
+            span = (await session.execute(select(func.count()).where(in_span))).scalar()
             channels = (
                 await session.execute(select(func.count(distinct(DigestSubscription.source_id))))
             ).scalar()
@@ -108,7 +109,7 @@ class KpiReader:
             users=int(users or 0),
             active_users=int(active or 0),
             digests_sent=int(digests or 0),
-            digests_sent_today=int(today or 0),
+            digests_sent_in_span=int(span or 0),
             channels=int(channels or 0),
             uptime_s=int(self._clock.monotonic() - self._started),
         )

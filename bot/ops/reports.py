@@ -8,8 +8,8 @@ charts) and the ledger's refusal events of its day keys (``budget_events``), sum
 here. A day's report therefore says what ``/budget`` said of that day at its end, with
 any correction since:
 
-* per provider key, in cascade order: calls, money settled and the list-price
-  equivalent (``/budget``'s "Providers today" figures);
+* per provider key, every configured key in cascade order: calls, money settled and
+  the list-price equivalent (``/budget``'s "Providers today" figures);
 * money spent; the free tiers' calls and their list-price equivalent (calls booked at
   $0: what they would have cost, not spent);
 * the top users and teams by money (a team as its members' attempts were booked);
@@ -170,9 +170,10 @@ def sum_attempts(
     paid: dict[str, bool],
     refusals: dict[str, int],
 ) -> SpendReport:
-    """Sum the booked ``attempts`` of ``period`` into a report (keys in ``order``, other
-    names after, sorted; ``paid``: each key's tier, unknown names paid)."""
-    keys: dict[str, KeySpend] = {}
+    """Sum the booked ``attempts`` of ``period`` into a report: every key of ``order``
+    (the configured keys, in cascade order, with 0 calls if none) and any other key
+    booked in the period after them, sorted; ``paid``: each key's tier (unknown: paid)."""
+    keys: dict[str, KeySpend] = {name: KeySpend(name, paid.get(name, True)) for name in order}
     users: Counter[int] = Counter()
     teams: Counter[str] = Counter()
     estimated = [0, 0]

@@ -38,7 +38,6 @@ from budget.errors import HoldRefused
 from budget.kernel.clock import Clock
 from budget.kernel.failure_log import FailureLog
 from budget.ledger import Ledger
-from budget.policy.windows import day_bounds
 from budget.status import BucketStatus
 from llm.cascade.cascade import Cascade
 
@@ -214,7 +213,8 @@ class OpsWatch:
             report = await read_report(
                 self._engine, period, [p.name for p in keys], {p.name: p.paid for p in keys}
             )
-            report.kpis = await self._kpis.read(day_bounds(now, cfg.tz)[1])
+            span = period.period()
+            report.kpis = await self._kpis.read(span.start, span.end)
             if not await self._claim(period.key, "report"):  # read first: a failed read
                 continue  # leaves the report to the next tick
             await self._notifier.tell(partial(report_text, report))

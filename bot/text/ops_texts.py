@@ -96,13 +96,13 @@ def alert_text(alert: LimitAlert, tz: str) -> str:
 
 def _kpi_line(kpis: Kpis) -> str:
     return _(
-        "Users: {users} ({active} active); digests sent: {digests} ({today} today); "
+        "Users: {users} ({active} active); digests sent: {digests} ({span} on these days); "
         "channels followed: {channels}; uptime of this process: {uptime}."
     ).format(
         users=kpis.users,
         active=kpis.active_users,
         digests=kpis.digests_sent,
-        today=kpis.digests_sent_today,
+        span=kpis.digests_sent_in_span,
         channels=kpis.channels,
         uptime=uptime_text(kpis.uptime_s),
     )
@@ -126,8 +126,6 @@ def report_text(report: SpendReport) -> str:
         )
     )
     lines.append(_("By provider:"))
-    if not report.keys:
-        lines.append(_("• no calls"))
     for k in report.keys:
         tier = _("paid") if k.paid else _("free")
         lines.append(
