@@ -10,7 +10,8 @@ secret, ``max_connections`` and ``allowed_updates``, keeping pending updates);
 setMyCommands, ledger start (sweeps holds left by a previous process), price card
 logged, users whose message was lost in a crash are asked to resend (on a shared
 database also later, whenever another process is found dead), the outbox, the
-digest scheduler and the metrics endpoint start; ``/readyz`` turns ready. Shutdown
+digest scheduler, the operator's watch (alerts before the caps, spend reports:
+:mod:`bot.ops.watch`) and the metrics endpoint start; ``/readyz`` turns ready. Shutdown
 (``on_shutdown``): ``/readyz`` turns 503, no new work, in-flight chat calls get
 SHUTDOWN_GRACE_SECONDS and are then cancelled (their holds settled by the ledger's rule
 for interrupted calls), the scheduler stops, the ledger and engine close. Stopping never

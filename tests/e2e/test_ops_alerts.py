@@ -59,7 +59,7 @@ async def test_each_threshold_of_each_limit_is_told_once_per_window(
         # only while the key has a cap)
         extra={
             "ADMIN_IDS": f"{ADMIN},{RU_ADMIN}",
-            "REPORT_TIME": "",
+            "ALERT_AT": "0.5,0.8,1.0",
             "DEEPSEEK_DAILY_CAP_USD": "1",
         },
     )
