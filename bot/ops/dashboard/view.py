@@ -27,7 +27,7 @@ from bot.ops.kpis import KpiReader
 from bot.text.templates import format_reset
 from budget.errors import LedgerUnavailable
 from budget.ledger import Ledger
-from budget.policy.money import usd
+from budget.policy.money import remaining_usd, usd
 from budget.policy.windows import day_bounds
 from budget.status import BucketStatus, KillState, LedgerStatus, TeamStatus
 from budget.types import Level, Window
@@ -59,7 +59,7 @@ def bucket_json(b: BucketStatus, tz: str) -> dict[str, Any]:
         "settled": usd(b.settled_musd),
         "held": usd(b.held_musd),
         "limit": usd(b.limit_musd),
-        "remaining": usd(b.remaining_musd),
+        "remaining": remaining_usd(b.remaining_musd),
         "resets": format_reset(b.resets_at, tz),
     }
     # the line /budget writes for the bucket, word for word
