@@ -288,3 +288,46 @@ async def test_two_replicas_on_postgresql_tell_each_threshold_once(pg_migrated_u
     finally:
         for engine in engines:
             await engine.dispose()
+
+
+def test_every_text_of_the_alerts_and_reports_is_translated_to_russian() -> None:
+    """Each msgid of ``bot/text/ops_texts.py`` has a Russian translation, and an alert
+    and a report rendered in Russian keep no English sentence."""
+    from babel.messages.extract import extract_from_file
+    from babel.messages.pofile import read_po
+
+    from bot.ops.alerts import LimitAlert
+    from bot.ops.kpis import Kpis
+    from bot.text import ops_texts
+    from bot.text.i18n import LOCALES_DIR
+
+    with (LOCALES_DIR / "ru/LC_MESSAGES/messages.po").open("rb") as fp:
+        catalog = read_po(fp)
+    ids = [m[1] for m in extract_from_file("python", ops_texts.__file__)]
+    untranslated = [i for i in ids if not getattr(catalog.get(i), "string", "")]
+    assert ids and untranslated == []
+    alert = LimitAlert(
+        Level.TEAM, "core", Window.DAY, Decimal("1.0"), 90, 10, 100, 12, NOW, NOW, None, ((7, 90),)
+    )
+    report = sum_attempts(
+        ReportPeriod("weekly", date(2026, 2, 23), 7, "UTC"),
+        [_attempt("groq", 7, "core", 0, 30), _attempt("deepseek", 7, "core", 500, 500)],
+        ["groq", "deepseek"],
+        {"groq": False, "deepseek": True},
+        {"limit": 1},
+    )
+    report.kpis = Kpis(3, 2, 5, 1, 4, 90)
+    i18n = create_i18n()
+    renders: list[Callable[[], str]] = [
+        lambda: ops_texts.alert_text(alert, "UTC"),
+        lambda: ops_texts.report_text(report),
+    ]
+    for text in renders:
+        with in_locale(i18n, "en"):
+            english = text()
+        with in_locale(i18n, "ru"):
+            russian = text()
+        assert len(english.splitlines()) == len(russian.splitlines())
+        for en_line, ru_line in zip(english.splitlines(), russian.splitlines(), strict=True):
+            if en_line.strip():
+                assert en_line != ru_line, en_line
