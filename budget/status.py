@@ -68,7 +68,8 @@ class ProviderSpend:
     an interrupted call).
 
     Expired holds count as calls and as spend at their bound until their real
-    settle (or release) corrects them.
+    settle (or release) corrects them. ``calls_by_model``: the same calls per model
+    (``(model, calls)``, by model name): what the router sent to the small models.
     """
 
     provider: str
@@ -77,6 +78,7 @@ class ProviderSpend:
     list_musd: int | None
     held_musd: int
     estimated_calls: int = 0
+    calls_by_model: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

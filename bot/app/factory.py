@@ -20,14 +20,17 @@ from bot.app.lifecycle import App
 from bot.app.wiring import (
     ProfileStoreAdapter,
     cascade_config,
+    chat_config,
     digest_config,
     ledger_config,
     provider_models,
     provider_specs_of,
+    router_config,
 )
+from bot.chat.folding import HistoryFolder, raw_turn_counter
 from bot.chat.outbox import Outbox
 from bot.chat.paste import PasteJoiner
-from bot.chat.service import ChatConfig, ChatService
+from bot.chat.service import ChatService
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.streaming.session import StreamConfig
@@ -69,6 +72,7 @@ from bot.session.updates import (
 from bot.settings import Settings
 from bot.storage.repos import History, Intake
 from bot.storage.sqlite_hot import SqliteHotPath
+from bot.storage.summaries import Summaries
 from bot.text.digests import TelegramDeliverer
 from bot.text.i18n import create_i18n
 from budget.books.stops import StopBook
@@ -213,21 +217,26 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         from bot.chat.lanes import PgLanes
 
         lanes = PgLanes(shared, shared.process_id, clock, settings.process_dead_after_seconds)
+    folder = HistoryFolder(
+        summaries=Summaries(sessions),
+        backend=cascade,
+        raw_turn=raw_turn_counter(tokens.raw_messages),
+        scale=tokens.scale,
+        clock=clock,
+        history_max_tokens=settings.chat_history_max_tokens,
+        summary_max_tokens=settings.chat_summary_max_tokens,
+        router=router_config(settings),
+    )
     chat = ChatService(
         ledger=ledger,
         backend=cascade,
         history=history,
         count_tokens=tokens,
         clock=clock,
-        config=ChatConfig(
-            max_output_tokens=settings.chat_max_output_tokens,
-            max_input_tokens=settings.chat_max_input_tokens,
-            history_max_tokens=settings.chat_history_max_tokens,
-            user_max_inflight=settings.user_max_inflight,
-            user_queue_max=settings.user_queue_max,
-        ),
+        config=chat_config(settings),
         record_message=ledger.record_message,
         lanes=lanes,
+        folder=folder,
     )
     repo = ProfileRepository(sessions, clock, default_digest_time=settings.digest_default_time)
     profiles = ProfileStoreAdapter(

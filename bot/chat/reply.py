@@ -40,11 +40,12 @@ from prometheus_client import Counter
 
 from bot.chat.delivery import send_text
 from bot.chat.failures import UNDELIVERABLE, record_delivery_failure
+from bot.chat.folding import FoldKind
 from bot.chat.outbox import Outbox
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, ChatRefused, FailureKind
 from bot.chat.streaming.session import StreamSession
 from bot.middlewares.context import IntakeStatus
-from bot.text import templates
+from bot.text import conversation, templates
 from budget.kernel.clock import Clock
 from llm.sanitize import has_visible
 from llm.types import Completion
@@ -116,7 +117,7 @@ def reply_of(outcome: ChatOutcome, *, tz: str, message_id: int, answer_to: int |
         answer_to: what an answer quotes (the message in a group, ``None`` in private).
     """
     if isinstance(outcome, ChatAnswer):
-        return _answer_reply(outcome, answer_to)
+        return _answer_reply(outcome, answer_to, tz)
     if isinstance(outcome, ChatRefused):
         text = templates.refusal_text(outcome.refusal, tz=tz, running=outcome.running)
         return Reply(
@@ -127,7 +128,7 @@ def reply_of(outcome: ChatOutcome, *, tz: str, message_id: int, answer_to: int |
     return Reply(_failure_text(outcome), status, reply_to=message_id, refusal=outcome.kind.value)
 
 
-def _answer_reply(answer: ChatAnswer, answer_to: int | None) -> Reply:
+def _answer_reply(answer: ChatAnswer, answer_to: int | None, tz: str) -> Reply:
     completion = answer.completion
     if not has_visible(completion.text):
         if completion.stopped == "shutdown":
@@ -137,8 +138,11 @@ def _answer_reply(answer: ChatAnswer, answer_to: int | None) -> Reply:
             return Reply(text, IntakeStatus.ANSWERED, reply_to=answer_to)
         log.warning("empty answer from %s", completion.provider)
         return Reply(templates.empty_answer_text(), IntakeStatus.FAILED, refusal="empty_answer")
+    text = with_notes(completion)
+    if answer.fold is not None and answer.fold.kind is FoldKind.CUT:
+        text += "\n\n" + conversation.summary_cut_note(answer.fold.refusal, tz=tz)
     return Reply(
-        with_notes(completion),
+        text,
         IntakeStatus.ANSWERED,
         Delivery.ANSWER,
         reply_to=answer_to,

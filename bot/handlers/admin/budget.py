@@ -189,6 +189,8 @@ def _provider_lines(status: LedgerStatus, cascade: Cascade) -> list[str]:
         sp = spend.get(p.name)
         calls = sp.calls if sp else 0
         estimated = f" ({sp.estimated_calls} estimated)" if sp and sp.estimated_calls else ""
+        if sp and sp.calls_by_model:
+            estimated += " [" + ", ".join(f"{m} {n}" for m, n in sp.calls_by_model) + "]"
         money = (
             f"settled {usd(sp.settled_musd)}, list {usd(sp.list_musd)}"
             if sp

@@ -72,6 +72,16 @@ def _provider_spend(cur: Cursor, day: str) -> list[ProviderSpend]:
         " ORDER BY provider",
         (day,),
     )
+    rows = cur.fetchall()
+    cur.execute(
+        "SELECT provider, model, COUNT(*) FROM budget_holds"
+        " WHERE day_key = ? AND state IN ('settled', 'expired')"
+        " GROUP BY provider, model ORDER BY provider, model",
+        (day,),
+    )
+    models: dict[str, list[tuple[str, int]]] = {}
+    for provider, model, calls in cur.fetchall():
+        models.setdefault(provider, []).append((model, int(calls)))
     return [
         ProviderSpend(
             r[0],
@@ -80,8 +90,9 @@ def _provider_spend(cur: Cursor, day: str) -> list[ProviderSpend]:
             None if r[3] is None else int(r[3]),
             int(r[4]),
             int(r[5] or 0),
+            tuple(models.get(r[0], ())),
         )
-        for r in cur.fetchall()
+        for r in rows
     ]
 
 
