@@ -7,6 +7,7 @@ still delivered and nothing charged for it."""
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,7 @@ async def test_thirty_turns_fold_once_per_fold_charged_and_reset_clears_it(
             assert "Conversation to add:" in _prompt(summaries[0])
         last = [r for r in requests if not _is_summary(r)]
     assert len(folded_at) >= 3, folded_at
-    assert all(b - a >= 2 for a, b in zip(folded_at, folded_at[1:], strict=False)), folded_at
+    assert all(b - a >= 2 for a, b in itertools.pairwise(folded_at)), folded_at
 
     [answer] = last
     prompt = _prompt(answer)
