@@ -10,6 +10,7 @@ from budget.types import Level, Window
 
 __all__ = [
     "BucketStatus",
+    "HoldEntry",
     "EstimateStats",
     "KillState",
     "LedgerStatus",
@@ -57,6 +58,32 @@ class KillState:
     changed_at: datetime | None = None
     scope_kind: str = "global"
     scope: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HoldEntry:
+    """One hold as the ledger booked it (its export row's money): what ``/cost``
+    shows under an answer.
+
+    Attributes:
+        hold_id: the hold.
+        state: ``held``, ``settled``, ``released`` or ``expired``.
+        provider, model: where the attempt went.
+        actual_musd: what was booked (µUSD; 0 for a free-tier provider; ``None`` while
+            held or after a release).
+        list_actual_musd: the same usage at list price (µUSD; ``None`` when the model
+            has no list price or nothing was booked).
+        estimated: booked on Kopek's own count or at the ceiling (the provider gave no
+            usable usage): "about".
+    """
+
+    hold_id: str
+    state: str
+    provider: str
+    model: str
+    actual_musd: int | None
+    list_actual_musd: int | None
+    estimated: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from bot.handlers.admin.base import AdminView
 from bot.handlers.books import BooksDesk, create_books_router
 from bot.handlers.chat import create_chat_router, create_non_text_router
 from bot.handlers.common import create_common_router, create_fallback_router
+from bot.handlers.conversation import create_conversation_router
 from bot.handlers.dashboard import create_dashboard_router
 from bot.handlers.digests import create_digest_router
 from bot.handlers.errors import create_error_router
@@ -72,7 +73,7 @@ from bot.session.updates import (
 from bot.settings import Settings
 from bot.storage.repos import History, Intake
 from bot.storage.sqlite_hot import SqliteHotPath
-from bot.storage.summaries import Summaries
+from bot.storage.summaries import CostFooters, Summaries
 from bot.text.digests import TelegramDeliverer
 from bot.text.i18n import create_i18n
 from budget.books.stops import StopBook
@@ -217,8 +218,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         from bot.chat.lanes import PgLanes
 
         lanes = PgLanes(shared, shared.process_id, clock, settings.process_dead_after_seconds)
+    summaries = Summaries(sessions)
     folder = HistoryFolder(
-        summaries=Summaries(sessions),
+        summaries=summaries,
         backend=cascade,
         raw_turn=raw_turn_counter(tokens.raw_messages),
         scale=tokens.scale,
@@ -314,6 +316,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         clock=clock,
         chat_service=chat,
         history=history,
+        cost_footers=CostFooters(sessions),
+        summaries=summaries,
         profiles=profiles,
         i18n=i18n,
         ledger=ledger,
@@ -393,6 +397,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp.include_router(create_common_router())
     dp.include_router(create_digest_router())
     dp.include_router(create_me_router())
+    dp.include_router(create_conversation_router())
     dp.include_router(create_fallback_router())
     dp.include_router(create_non_text_router())
     # controls tagged flags={"rate_limit": False} pass the update rate (bot/middlewares/rate.py)

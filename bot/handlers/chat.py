@@ -8,6 +8,7 @@ delivery policy — stream finish, outbox or template, undeliverable marking).
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -18,9 +19,10 @@ from aiogram.types import Message
 from aiogram.utils.chat_action import ChatActionSender
 from prometheus_client import Counter
 
+from bot.chat.costs import HoldReader, cost_footer
 from bot.chat.delivery import send_text
 from bot.chat.outbox import Outbox
-from bot.chat.outcome import ChatAnswer
+from bot.chat.outcome import ChatAnswer, ChatOutcome
 from bot.chat.paste import PasteTicket
 from bot.chat.reply import Courier, reply_of, screen
 from bot.chat.service import ChatService, run_guarded
@@ -29,12 +31,15 @@ from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.streaming.session import StreamConfig, StreamSession, book_stop
 from bot.middlewares.context import IntakeStatus, UserContext
 from bot.middlewares.topics import topic_of
+from bot.storage.summaries import CostFooters
 from bot.text import templates
 from budget.books.stops import StopBook
 from budget.kernel.clock import Clock
 from llm.sanitize import clean_prompt
 
 __all__ = ["AddressedToBot", "create_chat_router", "create_non_text_router", "on_text"]
+
+log = logging.getLogger(__name__)
 
 #: Telegram shows a chat action for 5 s; renew it every 4 s (Bot API, sendChatAction).
 TYPING_INTERVAL_S = 4.0
@@ -86,6 +91,8 @@ async def on_text(
     stream_config: StreamConfig | None = None,
     stream_metrics: StreamMetrics | None = None,
     stop_book: StopBook | None = None,
+    ledger: HoldReader | None = None,
+    cost_footers: CostFooters | None = None,
 ) -> IntakeStatus:
     """Answer one chat message, or say why not; returns what its intake record says."""
     received_at = clock.monotonic()
@@ -133,12 +140,34 @@ async def on_text(
             await courier.stream.close()
         if isinstance(outcome, ChatAnswer) and outcome.completion.stopped:
             await book_stop(outcome.completion, stop_book, stream_metrics)
+        footer = await _footer(outcome, user_ctx.user_id, ledger, cost_footers)
         reply = reply_of(
-            outcome, tz=user_ctx.tz, message_id=message.message_id, answer_to=answer_to
+            outcome,
+            tz=user_ctx.tz,
+            message_id=message.message_id,
+            answer_to=answer_to,
+            footer=footer,
         )
     if reply.refusal is not None:
         refusals.labels(reply.refusal).inc()
     return await courier.deliver(reply)
+
+
+async def _footer(
+    outcome: ChatOutcome,
+    user_id: int,
+    ledger: HoldReader | None,
+    footers: CostFooters | None,
+) -> str | None:
+    """The ``/cost`` footer of an answer, for a user who turned it on."""
+    if not isinstance(outcome, ChatAnswer) or ledger is None or footers is None:
+        return None
+    try:
+        wanted = await footers.wanted(user_id)
+    except Exception:  # an unreadable preference costs the footer, not the answer
+        log.warning("cost footer preference unreadable", exc_info=True)
+        return None
+    return await cost_footer(outcome, ledger) if wanted else None
 
 
 def _typing(bot: Bot, message: Message) -> ChatActionSender:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from bot.ops.admin_notices import AdminNotifier
     from bot.ops.dashboard.view import OperatorView
     from bot.storage.repos import History, Intake
+    from bot.storage.summaries import CostFooters, Summaries
     from bot.storage.values import Preferences
     from budget.books.stops import StopBook
     from budget.kernel.clock import Clock
@@ -118,6 +119,9 @@ class WorkflowData(TypedDict):
     operator_view: OperatorView
     #: DASHBOARD_URL (``None``: no dashboard), the /dashboard button's address
     dashboard_url: str | None
+    #: who asked for the /cost footer; the history summaries (/history)
+    cost_footers: CostFooters
+    summaries: Summaries
 
 
 @dataclass(frozen=True, slots=True)

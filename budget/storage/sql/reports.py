@@ -18,6 +18,7 @@ from budget.status import (
     BucketStatus,
     KillState,
     LedgerStatus,
+    HoldEntry,
     ProviderSpend,
     TeamStatus,
     UserStatus,
@@ -173,6 +174,27 @@ def status(cur: Cursor, cfg: LedgerConfig, now: datetime) -> LedgerStatus:
         teams=teams(cur),
         expired_unreconciled_today=int(unreconciled),
         expired_booked_musd_today=int(booked_at_ceiling),
+    )
+
+
+def hold_entry(cur: Cursor, hold_id: str) -> HoldEntry | None:
+    """One hold's booking (see :class:`budget.status.HoldEntry`); ``None``: no such hold."""
+    cur.execute(
+        "SELECT hold_id, state, provider, model, actual_musd, list_actual_musd, estimated"
+        " FROM budget_holds WHERE hold_id = ?",
+        (hold_id,),
+    )
+    row = cur.fetchone()
+    if row is None:
+        return None
+    return HoldEntry(
+        str(row[0]),
+        str(row[1]),
+        str(row[2]),
+        str(row[3]),
+        None if row[4] is None else int(row[4]),
+        None if row[5] is None else int(row[5]),
+        bool(row[6]),
     )
 
 
