@@ -45,7 +45,9 @@ async def on_history(
     where = Conversation(message.chat.id, topic_of(message), user_ctx.user_id)
     stored = await summaries.load(where)
     if stored is None or not (stored.summarised_turns or stored.dropped_turns):
-        text = _("🗂 Your whole conversation here is sent with each message: nothing is summarised.")
+        text = _(
+            "🗂 Nothing of your conversation here is summarised: its recent turns are sent with each message."
+        )
     else:
         text = conversation.history_summarised_line(stored.summarised_turns, stored.dropped_turns)
     await send_text(bot, message.chat.id, text, clock=clock)
