@@ -27,6 +27,7 @@ from bot.app.wiring import (
     provider_specs_of,
     router_config,
 )
+from bot.chat.duplicates import DuplicateGate
 from bot.chat.folding import HistoryFolder, raw_turn_counter
 from bot.chat.outbox import Outbox
 from bot.chat.paste import PasteJoiner
@@ -45,6 +46,7 @@ from bot.handlers.digests import create_digest_router
 from bot.handlers.errors import create_error_router
 from bot.handlers.inline_filters import run_sync_filters_inline
 from bot.handlers.me import create_me_router
+from bot.handlers.regenerate import create_regenerate_router
 from bot.handlers.stream import create_stream_router
 from bot.middlewares.context import WorkflowData
 from bot.middlewares.intake import (
@@ -317,6 +319,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         chat_service=chat,
         history=history,
         cost_footers=CostFooters(sessions),
+        duplicates=DuplicateGate(clock, settings.duplicate_window_seconds),
         summaries=summaries,
         profiles=profiles,
         i18n=i18n,
@@ -394,6 +397,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp.include_router(create_admin_router(settings.admin_ids))
     dp.include_router(create_dashboard_router(settings.admin_ids))
     dp.include_router(create_stream_router())
+    dp.include_router(create_regenerate_router())
     dp.include_router(create_common_router())
     dp.include_router(create_digest_router())
     dp.include_router(create_me_router())

@@ -21,14 +21,16 @@ from prometheus_client import Counter
 
 from bot.chat.costs import HoldReader, cost_footer
 from bot.chat.delivery import send_text
+from bot.chat.duplicates import DuplicateGate, Regenerate, Verdict
 from bot.chat.outbox import Outbox
-from bot.chat.outcome import ChatAnswer, ChatOutcome
+from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind
 from bot.chat.paste import PasteTicket
 from bot.chat.reply import Courier, reply_of, screen
 from bot.chat.service import ChatService, run_guarded
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.streaming.session import StreamConfig, StreamSession, book_stop
+from bot.handlers.regenerate import send_duplicate_notice
 from bot.middlewares.context import IntakeStatus, UserContext
 from bot.middlewares.topics import topic_of
 from bot.storage.summaries import CostFooters
@@ -93,6 +95,7 @@ async def on_text(
     stop_book: StopBook | None = None,
     ledger: HoldReader | None = None,
     cost_footers: CostFooters | None = None,
+    duplicates: DuplicateGate | None = None,
 ) -> IntakeStatus:
     """Answer one chat message, or say why not; returns what its intake record says."""
     received_at = clock.monotonic()
@@ -107,6 +110,14 @@ async def on_text(
     prompt = clean_prompt(prompt)  # hidden tag-character instructions never reach a model
     stale_after = timedelta(seconds=stale_after_s)
     reply = screen(prompt, age=clock.now() - message.date, stale_after=stale_after)
+    claim = None
+    if reply is None and duplicates is not None:  # the same question twice is paid once
+        ask = Regenerate(
+            user_ctx.user_id, chat_id, topic_of(message), prompt, user_ctx.language, user_ctx.tz
+        )
+        claim = duplicates.claim(ask)
+        if claim.verdict is not Verdict.NEW:
+            return await send_duplicate_notice(bot, chat_id, claim, reply_to=message.message_id)
     if reply is None:
         if streams is not None and stream_config is not None:
             courier.stream = StreamSession.open(
@@ -121,6 +132,7 @@ async def on_text(
                 clock=clock,
                 received_at=received_at,
             )
+        outcome: ChatOutcome = ChatFailed(FailureKind.ERROR)
         try:
             outcome = await run_guarded(
                 chat_service.handle(
@@ -136,6 +148,9 @@ async def on_text(
         except asyncio.CancelledError:  # the intake middleware records it as failed
             await courier.interrupted(answer_to)
             raise
+        finally:
+            if duplicates is not None and claim is not None:
+                duplicates.finish(claim.key, answered=isinstance(outcome, ChatAnswer))
         if courier.stream is not None:
             await courier.stream.close()
         if isinstance(outcome, ChatAnswer) and outcome.completion.stopped:

@@ -46,7 +46,8 @@ async def on_history(
     stored = await summaries.load(where)
     if stored is None or not (stored.summarised_turns or stored.dropped_turns):
         text = _(
-            "🗂 Nothing of your conversation here is summarised: its recent turns are sent with each message."
+            "🗂 Nothing of your conversation here is summarised: its recent turns are sent "
+            "with each message."
         )
     else:
         text = conversation.history_summarised_line(stored.summarised_turns, stored.dropped_turns)

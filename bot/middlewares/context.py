@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from prometheus_client import Counter
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from bot.chat.duplicates import DuplicateGate
     from bot.chat.outbox import Outbox
     from bot.chat.service import ChatService
     from bot.chat.streaming.metrics import StreamMetrics
@@ -122,6 +123,8 @@ class WorkflowData(TypedDict):
     #: who asked for the /cost footer; the history summaries (/history)
     cost_footers: CostFooters
     summaries: Summaries
+    #: the same question twice is paid once (bot/chat/duplicates.py)
+    duplicates: DuplicateGate
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ __all__ = [
     "duplicate_recent_text",
     "history_summarised_line",
     "regenerate_button_text",
+    "regenerate_denied_text",
     "regenerate_gone_text",
     "summary_cut_note",
 ]
@@ -114,6 +115,11 @@ def duplicate_recent_text() -> str:
 def regenerate_button_text() -> str:
     """The button under :func:`duplicate_recent_text`."""
     return _("🔄 Regenerate")
+
+
+def regenerate_denied_text() -> str:
+    """A regenerate button pressed by someone other than the person who asked."""
+    return _("Only the person who asked can get a new answer to it.")
 
 
 def regenerate_gone_text() -> str:
