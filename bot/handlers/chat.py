@@ -21,7 +21,7 @@ from prometheus_client import Counter
 
 from bot.chat.costs import HoldReader, cost_footer
 from bot.chat.delivery import send_text
-from bot.chat.duplicates import DuplicateGate, Regenerate, Verdict
+from bot.chat.duplicates import Claim, DuplicateGate, Regenerate, Verdict
 from bot.chat.outbox import Outbox
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind
 from bot.chat.paste import PasteTicket
@@ -110,28 +110,16 @@ async def on_text(
     prompt = clean_prompt(prompt)  # hidden tag-character instructions never reach a model
     stale_after = timedelta(seconds=stale_after_s)
     reply = screen(prompt, age=clock.now() - message.date, stale_after=stale_after)
-    claim = None
-    if reply is None and duplicates is not None:  # the same question twice is paid once
-        ask = Regenerate(
-            user_ctx.user_id, chat_id, topic_of(message), prompt, user_ctx.language, user_ctx.tz
-        )
-        claim = duplicates.claim(ask)
-        if claim.verdict is not Verdict.NEW:
-            return await send_duplicate_notice(bot, chat_id, claim, reply_to=message.message_id)
+    # the same question twice is paid once (bot/chat/duplicates.py)
+    claim = _claim(duplicates, message, prompt, user_ctx) if reply is None else None
+    if claim is not None and claim.verdict is not Verdict.NEW:
+        return await send_duplicate_notice(bot, chat_id, claim, reply_to=message.message_id)
     if reply is None:
         if streams is not None and stream_config is not None:
-            courier.stream = StreamSession.open(
-                bot=bot,
-                chat_id=chat_id,
-                private=message.chat.type == "private",
-                reply_to=answer_to,
-                owner_id=user_ctx.user_id,
-                config=stream_config,
-                registry=streams,
-                metrics=stream_metrics,
-                clock=clock,
-                received_at=received_at,
-            )
+            courier.stream = _open_stream(
+                bot, message, user_ctx.user_id, clock, received_at,
+                (streams, stream_config, stream_metrics),
+            )  # fmt: skip
         outcome: ChatOutcome = ChatFailed(FailureKind.ERROR)
         try:
             outcome = await run_guarded(
@@ -149,7 +137,7 @@ async def on_text(
             await courier.interrupted(answer_to)
             raise
         finally:
-            if duplicates is not None and claim is not None:
+            if duplicates is not None and claim is not None:  # its window starts
                 duplicates.finish(claim.key, answered=isinstance(outcome, ChatAnswer))
         if courier.stream is not None:
             await courier.stream.close()
@@ -166,6 +154,49 @@ async def on_text(
     if reply.refusal is not None:
         refusals.labels(reply.refusal).inc()
     return await courier.deliver(reply)
+
+
+def _open_stream(
+    bot: Bot,
+    message: Message,
+    owner_id: int,
+    clock: Clock,
+    received_at: float,
+    streaming: tuple[StreamRegistry, StreamConfig, StreamMetrics | None],
+) -> StreamSession | None:
+    """The message's stream session (its answer quotes it outside private chats);
+    ``None`` when this chat does not stream."""
+    registry, config, metrics = streaming
+    private = message.chat.type == "private"
+    return StreamSession.open(
+        bot=bot,
+        chat_id=message.chat.id,
+        private=private,
+        reply_to=None if private else message.message_id,
+        owner_id=owner_id,
+        config=config,
+        registry=registry,
+        metrics=metrics,
+        clock=clock,
+        received_at=received_at,
+    )
+
+
+def _claim(
+    duplicates: DuplicateGate | None, message: Message, prompt: str, user_ctx: UserContext
+) -> Claim | None:
+    """The message's place among copies of the same text (``None``: no gate)."""
+    if duplicates is None:
+        return None
+    ask = Regenerate(
+        user_ctx.user_id,
+        message.chat.id,
+        topic_of(message),
+        prompt,
+        user_ctx.language,
+        user_ctx.tz,
+    )
+    return duplicates.claim(ask)
 
 
 async def _footer(
