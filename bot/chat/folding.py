@@ -28,11 +28,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
 
 from bot.storage.repos import Conversation
-from bot.storage.summaries import NumberedTurn, StoredSummary, Summaries
+from bot.storage.summaries import NumberedTurn, StoredSummary
 from bot.storage.values import Turn
 from budget.errors import HoldRefused
 from budget.kernel.clock import Clock
@@ -50,6 +51,7 @@ __all__ = [
     "FoldNote",
     "HistoryFolder",
     "PromptHistory",
+    "SummaryStore",
     "raw_turn_counter",
 ]
 
@@ -76,6 +78,16 @@ _MESSAGE_REFUSALS = frozenset(
         RefusalReason.MESSAGES,
     }
 )
+
+
+class SummaryStore(Protocol):
+    """What folding needs of :class:`bot.storage.summaries.Summaries`."""
+
+    async def load(self, where: Conversation) -> StoredSummary | None: ...
+
+    async def turns_after(self, where: Conversation, after_id: int) -> list[NumberedTurn]: ...
+
+    async def save(self, where: Conversation, summary: StoredSummary, now: datetime) -> None: ...
 
 
 class CompletionBackend(Protocol):
@@ -155,7 +167,7 @@ class HistoryFolder:
     def __init__(
         self,
         *,
-        summaries: Summaries,
+        summaries: SummaryStore,
         backend: CompletionBackend,
         raw_turn: Callable[[Message], Awaitable[int]],
         scale: Callable[[int], int],
