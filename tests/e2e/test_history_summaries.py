@@ -114,6 +114,11 @@ async def test_thirty_turns_fold_once_per_fold_charged_and_reset_clears_it(
     assert {h["model"] for h in summary_holds} == {"llama-3.1-8b-instant"}, "the small model"
 
     mark = fake_telegram.mark()
+    fake_telegram.inject_message(USER, "/history")
+    [told] = await fake_telegram.wait_sent(USER, since=mark, timeout=20)
+    assert "older turns here are summarised" in told.text
+
+    mark = fake_telegram.mark()
     fake_telegram.inject_message(USER, "/reset")
     await fake_telegram.wait_sent(USER, since=mark, timeout=20)
     _, requests = await _say(fake_telegram, fake_providers, "fresh start")
@@ -121,6 +126,10 @@ async def test_thirty_turns_fold_once_per_fold_charged_and_reset_clears_it(
     assert SUMMARY_PREFIX not in _prompt(fresh) and "locker" not in _prompt(fresh)
     with sqlite3.connect(_db(bot_env)) as conn:
         assert conn.execute("SELECT COUNT(*) FROM chat_summaries").fetchone() == (0,)
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(USER, "/history")
+    [told] = await fake_telegram.wait_sent(USER, since=mark, timeout=20)
+    assert "Nothing of your conversation here is summarised" in told.text
     assert await bot.stop() == 0
 
 
