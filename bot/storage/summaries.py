@@ -10,6 +10,7 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, and_, delete, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from bot.storage.moves import ChatMoves
 from bot.storage.repos import Conversation
 from bot.storage.tables import ChatSummary, ChatTurn, CostFooter
 from bot.storage.values import Turn
@@ -44,13 +45,29 @@ class NumberedTurn:
 
 
 class Summaries:
-    """Load, replace and forget the summary of a :class:`Conversation`."""
+    """Load and replace the summary of a :class:`Conversation` (``History.clear``
+    forgets it with the turns).
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    Args:
+        sessions: the bot's database.
+        moves: groups upgraded to supergroups: a conversation of the old id is read and
+            written under the new one (:class:`bot.storage.moves.ChatMoves`).
+    """
+
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], moves: ChatMoves | None = None
+    ) -> None:
         self._sessions = sessions
+        self._moves = moves
+
+    def _here(self, where: Conversation) -> Conversation:
+        if self._moves is None:
+            return where
+        return Conversation(self._moves.current(where.chat_id), where.thread_id, where.user_id)
 
     async def load(self, where: Conversation) -> StoredSummary | None:
         """``where``'s summary, ``None`` when it has none."""
+        where = self._here(where)
         async with self._sessions() as session:
             row = (
                 await session.execute(
@@ -71,6 +88,7 @@ class Summaries:
     async def turns_after(self, where: Conversation, after_id: int) -> list[NumberedTurn]:
         """``where``'s turns stored after turn ``after_id``, oldest first (the newest
         :data:`TURNS_READ_MAX` of them)."""
+        where = self._here(where)
         thread = (
             ChatTurn.thread_id.is_(None)
             if where.thread_id is None
@@ -106,6 +124,7 @@ class Summaries:
 
     async def save(self, where: Conversation, summary: StoredSummary, now: datetime) -> None:
         """Replace ``where``'s summary by ``summary`` (one transaction)."""
+        where = self._here(where)
         async with self._sessions() as session:
             await session.execute(delete(ChatSummary).where(_summary_of(where)))
             session.add(
