@@ -10,8 +10,8 @@ from budget.types import Level, Window
 
 __all__ = [
     "BucketStatus",
-    "HoldEntry",
     "EstimateStats",
+    "HoldEntry",
     "KillState",
     "LedgerStatus",
     "ProviderSpend",

@@ -16,9 +16,9 @@ from budget.policy.rules import Scope, audit_mismatches, estimate_stats, provide
 from budget.policy.windows import WindowKeys, hour_bounds, window_keys
 from budget.status import (
     BucketStatus,
+    HoldEntry,
     KillState,
     LedgerStatus,
-    HoldEntry,
     ProviderSpend,
     TeamStatus,
     UserStatus,
