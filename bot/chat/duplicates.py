@@ -4,7 +4,9 @@ A message is identified by a hash of (user, chat, topic, text). While one copy i
 answered, another copy *joins* it: no provider request, a short "answering your message
 above". For ``DUPLICATE_WINDOW_SECONDS`` after its answer, a copy is *recent*: it is not
 answered again unless the user presses the "regenerate" button under the notice, which
-makes one new, paid, request. Anything else is *new* and answered as usual.
+makes one new, paid, request. Anything else is *new* and answered as usual. Only an
+answer that ended by itself starts the window: after a stopped or cut-off stream, a
+refusal or a failure, the same question is asked again as new.
 
 The state is this process's (in memory, bounded: :data:`MAX_ENTRIES` recent answers and
 regenerate buttons, the oldest forgotten first; buttons expire after
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
 
+from bot.chat.outcome import ChatAnswer, ChatOutcome
 from budget.kernel.clock import Clock
 
 __all__ = [
@@ -33,6 +36,7 @@ __all__ = [
     "DuplicateGate",
     "Regenerate",
     "Verdict",
+    "answered_in_full",
 ]
 
 _V = TypeVar("_V")
@@ -74,6 +78,15 @@ class Claim:
     verdict: Verdict
     key: str
     token: str = ""
+
+
+def answered_in_full(outcome: ChatOutcome) -> bool:
+    """True for an answer that ended by itself: a stopped or cut-off stream, a refusal
+    or a failure starts no window (asking again is not a duplicate then)."""
+    if not isinstance(outcome, ChatAnswer):
+        return False
+    completion = outcome.completion
+    return not completion.stopped and not completion.stream_cut
 
 
 def message_key(user_id: int, chat_id: int, thread_id: int | None, text: str) -> str:

@@ -22,7 +22,7 @@ from prometheus_client import Counter
 from bot.chat.costs import HoldReader, cost_footer
 from bot.chat.deferral import FloodDeferral
 from bot.chat.delivery import send_text
-from bot.chat.duplicates import Claim, DuplicateGate, Regenerate, Verdict
+from bot.chat.duplicates import Claim, DuplicateGate, Regenerate, Verdict, answered_in_full
 from bot.chat.outbox import Outbox
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind
 from bot.chat.paste import PasteTicket
@@ -116,7 +116,6 @@ async def on_text(
     prompt = clean_prompt(prompt)  # hidden tag-character instructions never reach a model
     stale_after = timedelta(seconds=stale_after_s)
     reply = screen(prompt, age=clock.now() - message.date, stale_after=stale_after)
-    # the same question twice is paid once (bot/chat/duplicates.py)
     claim = _claim(duplicates, message, prompt, user_ctx) if reply is None else None
     if claim is not None and claim.verdict is not Verdict.NEW:
         return await send_duplicate_notice(bot, chat_id, claim, reply_to=message.message_id)
@@ -143,19 +142,18 @@ async def on_text(
             await courier.interrupted(answer_to)
             raise
         finally:
-            if duplicates is not None and claim is not None:  # its window starts
-                duplicates.finish(claim.key, answered=isinstance(outcome, ChatAnswer))
+            if duplicates is not None and claim is not None:
+                duplicates.finish(claim.key, answered=answered_in_full(outcome))
         if courier.stream is not None:
             await courier.stream.close()
         if isinstance(outcome, ChatAnswer) and outcome.completion.stopped:
             await book_stop(outcome.completion, stop_book, stream_metrics)
-        footer = await _footer(outcome, user_ctx.user_id, ledger, cost_footers)
         reply = reply_of(
             outcome,
             tz=user_ctx.tz,
             message_id=message.message_id,
             answer_to=answer_to,
-            footer=footer,
+            footer=await _footer(outcome, user_ctx.user_id, ledger, cost_footers),
         )
     if reply.refusal is not None:
         refusals.labels(reply.refusal).inc()
@@ -191,7 +189,8 @@ def _open_stream(
 def _claim(
     duplicates: DuplicateGate | None, message: Message, prompt: str, user_ctx: UserContext
 ) -> Claim | None:
-    """The message's place among copies of the same text (``None``: no gate)."""
+    """The message's place among copies of the same text: the same question twice is
+    paid once (:mod:`bot.chat.duplicates`; ``None``: no gate)."""
     if duplicates is None:
         return None
     ask = Regenerate(

@@ -14,7 +14,13 @@ from aiogram.utils.i18n import I18n
 from prometheus_client import Counter
 
 from bot.chat.costs import HoldReader, cost_footer
-from bot.chat.duplicates import REGENERATE_PREFIX, Claim, DuplicateGate, Verdict
+from bot.chat.duplicates import (
+    REGENERATE_PREFIX,
+    Claim,
+    DuplicateGate,
+    Verdict,
+    answered_in_full,
+)
 from bot.chat.outbox import Outbox
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind
 from bot.chat.reply import Courier, reply_of
@@ -92,7 +98,7 @@ async def on_regenerate(
                 )
             )
         finally:
-            duplicates.finish(key, answered=isinstance(outcome, ChatAnswer))
+            duplicates.finish(key, answered=answered_in_full(outcome))
         footer = None
         if isinstance(outcome, ChatAnswer) and await cost_footers.wanted(ask.user_id):
             footer = await cost_footer(outcome, ledger)

@@ -54,7 +54,7 @@ async def test_greeting_goes_small_code_goes_main_and_budget_counts_per_model(
     mark = fake_telegram.mark()
     fake_telegram.inject_message(USER, "/budget")
     [report] = await fake_telegram.wait_sent(USER, since=mark, timeout=20)
-    assert f"[{SMALL} 1, {MAIN} 1]" in report.text
+    assert f"calls by model: {SMALL} 1, {MAIN} 1" in report.text
     assert await bot.stop() == 0
 
 
