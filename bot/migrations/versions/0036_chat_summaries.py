@@ -6,7 +6,7 @@ turns, with the newest turn it folded (``docs/decisions/150-history-summaries-ar
 (``docs/decisions/153-the-cost-footer.md``).
 
 Revision ID: 0036_chat_summaries
-Revises: 0023_digest_restarts
+Revises: 0032_ops_notices
 """
 
 from collections.abc import Sequence
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0036_chat_summaries"
-down_revision: str | None = "0023_digest_restarts"
+down_revision: str | None = "0032_ops_notices"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
