@@ -23,13 +23,15 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from bot.chat.draining import CANCEL_WAIT_S, STOP_WAIT_S, Draining
+from bot.chat.folding import FoldNote, HistoryFolder, PromptHistory
 from bot.chat.lanes import POLL_S, LaneStore
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, ChatRefused, FailureKind
 from bot.chat.turns import MediaTurn
+from bot.chat.user_queue import MessageKey, UserQueue
 from bot.media.refusals import MediaRefused
 from bot.storage.repos import Conversation, History
 from bot.storage.values import Turn
@@ -40,6 +42,7 @@ from budget.protocol import LedgerPort, OperationTicket
 from budget.types import Origin
 from llm.cascade.cascade import fingerprint
 from llm.errors import EmptyCompletion, LLMError, ProviderRejected
+from llm.router import Route, RouterConfig, Work, route
 from llm.stream import StreamControl
 from llm.types import Completion, LLMRequest, Message, Priority
 
@@ -85,25 +88,7 @@ class ChatConfig:
     history_max_tokens: int = 3000
     user_max_inflight: int = 2
     user_queue_max: int = 3
-
-
-#: A message's place in its user's queue: (chat id, message id).
-MessageKey = tuple[int, int]
-
-
-class _UserQueue:
-    """One user's messages in arrival order: the first USER_MAX_INFLIGHT run, the next
-    USER_QUEUE_MAX wait, anything after that is refused."""
-
-    __slots__ = ("changed", "order")
-
-    def __init__(self) -> None:
-        self.order: list[MessageKey] = []
-        self.changed = asyncio.Event()
-
-    def notify(self) -> None:
-        self.changed.set()
-        self.changed = asyncio.Event()
+    router: RouterConfig = field(default_factory=RouterConfig)
 
 
 class ChatService(Draining):
@@ -124,6 +109,8 @@ class ChatService(Draining):
         lanes: the other replicas' unfinished messages of a user (``None``: one process).
         vision: the cascade of vision keys, which answers a turn with images
             (``None``: none configured; the handlers refuse photos before this).
+        folder: folds long histories into summaries (:mod:`bot.chat.folding`);
+            ``None``: the newest turns that fit are sent, older ones cut.
     """
 
     def __init__(
@@ -138,9 +125,11 @@ class ChatService(Draining):
         record_message: Callable[[int], Awaitable[int]] | None = None,
         lanes: LaneStore | None = None,
         vision: CompletionBackend | None = None,
+        folder: HistoryFolder | None = None,
     ) -> None:
         self._ledger = ledger
         self.vision = vision
+        self._folder = folder
         self._shared_lanes = lanes
         self._record_message = record_message
         self._backend = backend
@@ -149,7 +138,7 @@ class ChatService(Draining):
         self._system_raw: int | None = None
         self._clock = clock
         self._config = config
-        self._lanes: dict[int, _UserQueue] = {}
+        self._lanes: dict[int, UserQueue] = {}
         self._tasks: set[asyncio.Task[object]] = set()
         self._anonymous = itertools.count(1)
         self.closing = False
@@ -171,7 +160,7 @@ class ChatService(Draining):
         """
         lane = self._lanes.get(user_id)
         if lane is None:
-            lane = self._lanes[user_id] = _UserQueue()
+            lane = self._lanes[user_id] = UserQueue()
         if key not in lane.order:
             lane.order.append(key)
 
@@ -272,7 +261,7 @@ class ChatService(Draining):
             if task is not None:
                 self._tasks.discard(task)
 
-    async def _place(self, user_id: int, lane: _UserQueue, key: MessageKey) -> int:
+    async def _place(self, user_id: int, lane: UserQueue, key: MessageKey) -> int:
         """``key``'s place in its user's queue (0 = first): this process's messages
         before it, plus (shared) the other live replicas' unfinished earlier ones.
 
@@ -284,7 +273,7 @@ class ChatService(Draining):
             place += await self._shared_lanes.ahead(user_id, key[0], key[1])
         return place
 
-    async def _wait_turn(self, lane: _UserQueue) -> None:
+    async def _wait_turn(self, lane: UserQueue) -> None:
         """Until one of this process's messages of the user ends or (shared) for
         :data:`bot.chat.lanes.POLL_S` seconds."""
         if self._shared_lanes is None:
@@ -324,7 +313,7 @@ class ChatService(Draining):
                 if isinstance(heard, ChatFailed):
                     return heard
                 user_msg, user_tokens = heard
-            request = await self._request(where, user_msg, user_tokens[1])
+            request, fold = await self._request(op, where, user_msg, user_tokens)
             backend = self.vision if user_msg.images and self.vision else self._backend
             ctx = activity() if activity is not None else nullcontext()
             async with ctx:
@@ -338,10 +327,10 @@ class ChatService(Draining):
             await self._remember(where, user_msg, user_tokens, completion)
             # the answering attempt's cost is the whole bill when no other provider was
             # tried first; otherwise one of them may have been billed too: ask the ledger
-            charged = (
-                completion.cost_musd if not completion.fallbacks else await self._booked_musd(op)
-            )
-            return ChatAnswer(completion, charged)
+            # (and a history summary, when this message folded one)
+            alone = not completion.fallbacks and fold is None
+            charged = completion.cost_musd if alone else await self._booked_musd(op)
+            return ChatAnswer(completion, charged, fold)
         except HoldRefused as exc:
             return ChatRefused(exc.refusal, running=others_running)
         except MediaRefused as exc:
@@ -365,25 +354,43 @@ class ChatService(Draining):
                 # that exists is still delivered
                 log.exception("could not end operation %s", op.operation_id)
 
-    async def _request(self, where: Conversation, user_msg: Message, user_raw: int) -> LLMRequest:
-        """The request for ``user_msg``: the system prompt, the stored history of ``where``
-        (at most CHAT_HISTORY_MAX_TOKENS) and the message; its input tokens are the sum
-        of the stored raw counts (``user_raw``: the message's), scaled once."""
-        turns = await self._history.load_turns(where, self._config.history_max_tokens)
-        history = [turn.message for turn in turns]
+    async def _request(
+        self,
+        op: OperationTicket,
+        where: Conversation,
+        user_msg: Message,
+        user_tokens: tuple[int, int],
+    ) -> tuple[LLMRequest, FoldNote | None]:
+        """The request for ``user_msg``: the system prompt, the history of ``where`` (at
+        most CHAT_HISTORY_MAX_TOKENS: its summary and recent turns, folded first when
+        needed — :mod:`bot.chat.folding`) and the message, routed to the main or small
+        models (:mod:`llm.router`); its input tokens are the sum of the stored raw
+        counts (``user_tokens``: the message's ceiling and raw counts), scaled once.
+        Also the fold this message made, if any.
+
+        Raises:
+            HoldRefused: the summary's hold was refused for the whole message.
+        """
+        history = await self._history_of(op, where)
         system = Message("system", SYSTEM_PROMPT)
         if self._system_raw is None:
             self._system_raw = await self._raw_turn(system)
-        raw = TOKENS_REPLY_PRIMING + self._system_raw + user_raw
-        for turn in turns:
-            known = turn.raw_tokens
-            raw += known if known is not None else await self._raw_turn(turn.message)
-        messages = (system, *history, user_msg)
-        # a photo's shorter prompt would still carry the image: the vision keys have no ladder
-        cheaper = (system, *history[-2:], user_msg) if len(history) > 2 else None
+        raw = TOKENS_REPLY_PRIMING + self._system_raw + user_tokens[1] + history.raw_tokens
+        turns = list(history.messages)
+        messages = (system, *turns, user_msg)
+        # a photo's shorter prompt would still carry the image: the vision keys have no
+        # ladder, and no small model either
+        cheaper = (system, *turns[-2:], user_msg) if len(turns) > 2 else None
+        chosen = route(
+            Work.CHAT,
+            self._config.router,
+            text=user_msg.content,
+            message_tokens=user_tokens[0],
+            context_tokens=history.tokens + self._count.scale(self._system_raw),
+        )
         if user_msg.images:
-            cheaper = None
-        return LLMRequest(
+            cheaper, chosen = None, Route.MAIN
+        request = LLMRequest(
             messages=messages,
             max_tokens=self._config.max_output_tokens,
             allow_paid=True,
@@ -391,7 +398,17 @@ class ChatService(Draining):
             cheaper_messages=cheaper,
             fingerprint=fingerprint(messages),
             input_tokens=self._count.scale(raw),
+            small=chosen is Route.SMALL,
         )
+        return request, history.fold
+
+    async def _history_of(self, op: OperationTicket, where: Conversation) -> PromptHistory:
+        """``where``'s history for the next prompt: folded (summaries on), else the
+        newest turns that fit CHAT_HISTORY_MAX_TOKENS."""
+        if self._folder is not None:
+            return await self._folder.history(op, where)
+        turns = await self._history.load_turns(where, self._config.history_max_tokens)
+        return await PromptHistory.of(turns, self._raw_turn)
 
     async def _transcribed(
         self,

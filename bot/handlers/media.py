@@ -192,7 +192,7 @@ async def _proceed(
             data.get("stream_metrics"),
             data.get("stop_book"),
             media=prepared.turn,
-            flood_deferral=data.get("flood_deferral"),
+            **{key: data.get(key) for key in ("flood_deferral", "ledger", "cost_footers")},
         )
 
     if not quote.ask:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from bot.chat.confirm import Confirmations
     from bot.chat.deferral import FloodDeferral
+    from bot.chat.duplicates import DuplicateGate
     from bot.chat.outbox import Outbox
     from bot.chat.service import ChatService
     from bot.chat.streaming.metrics import StreamMetrics
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from bot.ops.dashboard.view import OperatorView
     from bot.storage.moves import ChatMoves
     from bot.storage.repos import History, Intake
+    from bot.storage.summaries import CostFooters, Summaries
     from bot.storage.values import Preferences
     from budget.books.stops import StopBook
     from budget.kernel.clock import Clock
@@ -131,6 +133,11 @@ class WorkflowData(TypedDict):
     media_desk: MediaDesk
     #: the open price questions (Go ahead / Cancel)
     confirmations: Confirmations
+    #: who asked for the /cost footer; the history summaries (/history)
+    cost_footers: CostFooters
+    summaries: Summaries
+    #: the same question twice is paid once (bot/chat/duplicates.py)
+    duplicates: DuplicateGate
 
 
 @dataclass(frozen=True, slots=True)

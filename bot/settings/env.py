@@ -35,6 +35,7 @@ from bot.settings.checks import (
     parse_admin_ids,
     url_password,
 )
+from bot.settings.conversation import ConversationSettings
 from bot.settings.media import MediaSettings
 from bot.settings.ops import OpsNoticeSettings
 from budget.config import DEAD_AFTER_HEARTBEATS
@@ -110,7 +111,7 @@ class BotApiSettings(BaseSettings):
         return [self.bot_token.get_secret_value(), *([password] if password else [])]
 
 
-class Settings(MediaSettings, BotApiSettings, OpsNoticeSettings):
+class Settings(MediaSettings, BotApiSettings, ConversationSettings, OpsNoticeSettings):
     """All configuration. See ``.env.example`` for meaning and units of each field."""
 
     model_config = SettingsConfigDict(

@@ -162,8 +162,8 @@ async def test_a_long_voice_note_over_the_users_budget_is_refused_before_downloa
 ) -> None:
     """Groq paid, a user limit of $0.01 a day: a 30-minute voice note's transcription
     ceiling (1,801 s at $0.04/h = $0.020012) is more than half of what is left, so it
-    is asked about; Go ahead holds it then, the ledger refuses (the user limit, with its
-    reset), and the file is never downloaded nor any provider asked."""
+    is asked about; Go ahead holds it then, the ledger refuses (the user limit, what is
+    left, its reset), and the file is never downloaded nor any provider asked."""
     env = {k: v for k, v in app_factory().env.items() if not k.startswith("MISTRAL")}
     env.update(GROQ_TIER="paid", BUDGET_USER_DAILY_USD="0.01", CONFIRM_ABOVE_USD="1")
     bot = app_factory(env=env)
@@ -176,7 +176,8 @@ async def test_a_long_voice_note_over_the_users_budget_is_refused_before_downloa
     mark = fake_telegram.mark()
     fake_telegram.inject_callback_query(301, go, message_id=asked.message_id)
     [refused] = await fake_telegram.wait_sent(301, since=mark, timeout=30)
-    assert "Limit reached" in refused.text and "resets at" in refused.text
+    assert "Not enough left of your daily user limit" in refused.text
+    assert "$0.010000 is left" in refused.text and "resets at" in refused.text
     assert fake_telegram.files.downloads == []
     assert fake_providers.transcriptions == [] and fake_providers.requests == []
     assert _holds(env) == []
