@@ -310,8 +310,11 @@ def error_text(charged_musd: int | None = 0) -> str:
 
 
 def non_text_text() -> str:
-    """A photo, sticker, voice… in chat."""
-    return _("I can only read text messages for now.")
+    """A sticker, a location, a contact… in a private chat."""
+    return _(
+        "I can't read this kind of message. I read text, voice notes, audio files, video "
+        "notes, photos, documents and links."
+    )
 
 
 def stale_text() -> str:
