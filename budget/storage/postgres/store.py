@@ -63,6 +63,7 @@ import asyncpg
 from budget.config import LedgerConfig
 from budget.errors import LedgerUnavailable
 from budget.kernel.clock import Clock
+from budget.kernel.db import location
 from budget.kernel.tasks import cancel_and_wait
 from budget.protocol import HoldTicket, OperationTicket
 from budget.status import KillState
@@ -141,6 +142,7 @@ class PgStore(ProcessLease, PgRunner, LedgerStore):
         self._run_heartbeat = run_heartbeat
         self._durable_settle = durable_settle
         self._backoff_s = retry_backoff_s
+        self._url = url
         self._dsn = asyncpg_dsn(url)
         self.config = config
         self.process_id = process_id
@@ -156,9 +158,9 @@ class PgStore(ProcessLease, PgRunner, LedgerStore):
 
     @property
     def location(self) -> str:
-        """Host and database (never the password)."""
-        tail = self._dsn.split("@", 1)[-1]
-        return f"postgresql://{tail}"
+        """Host (or socket folder) and database, never the user or password
+        (:func:`budget.kernel.db.location`)."""
+        return location(self._url)
 
     async def open(self) -> None:
         """Connect, register this process, start its heartbeat (idempotent).
