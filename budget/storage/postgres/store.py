@@ -225,10 +225,19 @@ class PgStore(ProcessLease, PgRunner, LedgerStore):
                 await use_epoch_seconds(conn)
             except STORAGE as exc:
                 raise LedgerUnavailable() from exc
+            conn.add_termination_listener(self._beat_connection_ended)
             self._beat_conn = conn
         return self._beat_conn
 
+    def _beat_connection_ended(self, conn: Any) -> None:
+        """The heartbeat's connection ended under it (the server closed it, the network
+        cut it): its liveness lock went with it, so the beat loop beats at once with a
+        new one (:mod:`budget.storage.postgres.lease`). Not for a close of our own."""
+        if conn is self._beat_conn:
+            self.connection_lost.set()
+
     async def _drop_beat_connection(self) -> None:
+        self._locked_conn = None
         conn, self._beat_conn = self._beat_conn, None
         if conn is not None:
             with contextlib.suppress(*STORAGE):
@@ -341,13 +350,18 @@ class PgStore(ProcessLease, PgRunner, LedgerStore):
 
     async def sweep(self, now: datetime, previous_processes: bool = False) -> SweepOutcome:
         """Expire holds past their TTL and every hold and operation of a dead process
-        (no heartbeat for ``process_dead_after_s``), whatever ``previous_processes``
-        says: on a shared database other processes are alive."""
+        (no heartbeat for ``process_dead_after_s``, or its connection gone and no
+        heartbeat for ``process_gone_after_s``: :mod:`budget.storage.postgres.lease`),
+        whatever ``previous_processes`` says: on a shared database other processes are
+        alive."""
         del previous_processes
         await self.beat()
         dead_before = now.timestamp() - self.config.process_dead_after_s
+        gone_before = now.timestamp() - self.config.process_gone_after_s
         step = partial(ends.sweep, cfg=self.config, process_id=self.process_id, now=now)
-        outcome = await self.tx(now, partial(step, dead_before=dead_before))
+        outcome = await self.tx(
+            now, partial(step, dead_before=dead_before, gone_before=gone_before)
+        )
         if outcome.auto_killed is None:  # this process's settles not checked yet
             outcome.auto_killed = await self._burn_check(now, lambda: self._burn.pending > 0)
         return outcome
