@@ -305,13 +305,13 @@ class ChatService:
         try:
             while (place := await self._place(user_id, lane, key)) >= slots:
                 await self._wait_turn(lane)
-        except HoldRefused as exc:
-            return ChatRefused(exc.refusal, running=place > 0)
+        except HoldRefused as exc:  # the shared queue cannot be read: only ours is known
+            return ChatRefused(exc.refusal, running=lane.order.index(key) > 0)
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
         try:
-            others = place > 0
+            others = place > 0 and await self._running_ahead(user_id, lane, key)
             return await self._admitted(
                 where, user_msg, (tokens, user_raw), others, activity, stream
             )
@@ -330,6 +330,21 @@ class ChatService:
         if self._shared_lanes is not None and key[1] > 0:
             place += await self._shared_lanes.ahead(user_id, key[0], key[1])
         return place
+
+    async def _running_ahead(self, user_id: int, lane: _UserQueue, key: MessageKey) -> bool:
+        """Whether an earlier message of the user is surely being answered (what a
+        refusal may then say): one of this process's, or (shared) one a replica whose
+        connection is not gone runs — not a killed replica's, not yet declared dead
+        (:meth:`bot.chat.lanes.LaneStore.running_ahead`). A database that cannot be read
+        claims nothing."""
+        if lane.order.index(key) > 0:
+            return True
+        if self._shared_lanes is None or key[1] <= 0:
+            return False
+        try:
+            return await self._shared_lanes.running_ahead(user_id, key[0], key[1]) > 0
+        except HoldRefused:
+            return False
 
     async def _wait_turn(self, lane: _UserQueue) -> None:
         """Until one of this process's messages of the user ends or (shared) for
