@@ -28,8 +28,11 @@ from bot.app.wiring import (
 from bot.chat.outbox import Outbox
 from bot.chat.paste import PasteJoiner
 from bot.chat.service import ChatConfig, ChatService
-from bot.chat.streaming import StreamConfig, StreamMetrics, StreamRegistry
-from bot.handlers.admin import AdminView, create_admin_router
+from bot.chat.streaming.metrics import StreamMetrics
+from bot.chat.streaming.registry import StreamRegistry
+from bot.chat.streaming.session import StreamConfig
+from bot.handlers.admin import create_admin_router
+from bot.handlers.admin.base import AdminView
 from bot.handlers.books import BooksDesk, create_books_router
 from bot.handlers.chat import create_chat_router, create_non_text_router
 from bot.handlers.common import create_common_router, create_fallback_router
@@ -195,7 +198,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         clock,
         claim_s=settings.process_dead_after_seconds if on_postgres else None,
     )
-    streams = StreamRegistry()
+    streams = StreamRegistry(clock)
     if shared is not None:  # /kill hard cuts every replica's streams (bot/ops/signals.py)
         from bot.ops.signals import KILL_HARD, PgSignals, SignalWatcher
 
@@ -315,6 +318,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         ),
         stream_metrics=StreamMetrics(registry),
         stop_book=StopBook(sessions),
+        admin_ids=settings.admin_ids,
+        stale_after_s=settings.stale_message_seconds,
     )
     dp = Dispatcher(**workflow)
     bot.session.middleware(TopicRequestMiddleware())
@@ -351,11 +356,12 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         IntakeMiddleware(intake, clock, barrier.taken_in if barrier is not None else None)
     )
     dp.include_router(create_error_router())
-    # chat text first: no other router takes a text that is not a command (issue 10)
-    dp.include_router(create_chat_router(stale_after_s=settings.stale_message_seconds))
+    # chat text first: no other router takes a text that is not a command
+    # (docs/decisions/022-message-path.md)
+    dp.include_router(create_chat_router())
     dp.include_router(create_books_router(settings.admin_ids))
     dp.include_router(create_admin_router(settings.admin_ids))
-    dp.include_router(create_stream_router(settings.admin_ids))
+    dp.include_router(create_stream_router())
     dp.include_router(create_common_router())
     dp.include_router(create_digest_router())
     dp.include_router(create_me_router())

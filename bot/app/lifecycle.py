@@ -38,7 +38,7 @@ from bot.app.start_waits import StartWaits
 from bot.chat.delivery import send_text
 from bot.chat.outbox import Outbox
 from bot.chat.service import ChatService
-from bot.chat.streaming import StreamRegistry
+from bot.chat.streaming.registry import StreamRegistry
 from bot.middlewares.topics import in_topic
 from bot.ops.admin_notices import AdminNotifier
 from bot.ops.health import Readiness

@@ -18,7 +18,7 @@ from prometheus_client import Counter
 
 from bot.ops.metrics import delivery_failure_reason
 
-__all__ = ["UNDELIVERABLE", "record_delivery_failure"]
+__all__ = ["UNDELIVERABLE", "record_delivery_failure", "refuses_chat"]
 
 log = logging.getLogger(__name__)
 
@@ -49,3 +49,14 @@ def record_delivery_failure(
     log.warning("could not deliver the %s to chat %s (%s): %s", what, chat_id, reason, exc.message)
     if failures is not None:
         failures.labels(what, reason).inc()
+
+
+def refuses_chat(exc: TelegramAPIError) -> bool:
+    """Telegram's refusal means the chat takes no message from the bot now (a 403:
+    blocked, kicked; a 400 naming the chat or topic: ``CHAT_WRITE_FORBIDDEN``,
+    ``TOPIC_CLOSED``, not enough rights, chat not found) — not a refusal of one text."""
+    if isinstance(exc, TelegramForbiddenError):
+        return True
+    if isinstance(exc, TelegramBadRequest):
+        return delivery_failure_reason(exc.message, 400) != "bad_request"
+    return False

@@ -119,6 +119,16 @@ class PasteTicket:
             self._joiner._forget(self._scope, paste)
         paste.notify()
 
+    async def question(self, text: str) -> str | None:
+        """Hand in this part's ``text`` and say what to answer: for the lead, the whole
+        paste joined (waits for it, see :meth:`joined`); for a follower, ``None`` when
+        its text joined the lead's question (it gets no answer of its own), else its own
+        text (the lead is gone)."""
+        if not self.is_lead:
+            return None if self.contribute(text) else text
+        self.contribute(text)
+        return await self.joined()
+
     async def joined(self) -> str:
         """For the lead: wait until the paste is closed and every part handed in or
         dropped, then return the texts joined in arrival order (nothing added between

@@ -3,7 +3,8 @@
 One private message = one *operation* (see ``budget.types``). :class:`ChatService`
 admits it through the ledger (kill switch, in-flight slots, start rate), builds the
 prompt from stored history, sends one request through the cascade (each attempt
-holds, then settles or releases), and returns an outcome value the handler renders.
+holds, then settles or releases), and returns an outcome value — with what the
+operation was charged — that :mod:`bot.chat.reply` turns into the reply.
 It never builds user-facing text and never lets an exception's text out.
 
 Per-user queue: a user's messages take an in-flight slot in the order Telegram
@@ -23,32 +24,23 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Protocol
 
 from bot.chat.lanes import POLL_S, LaneStore
+from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, ChatRefused, FailureKind
 from bot.storage.repos import Conversation, History
 from bot.storage.values import Turn
 from budget.errors import BudgetError, HoldRefused
 from budget.kernel.clock import Clock
 from budget.pricing.tokens import TOKENS_REPLY_PRIMING, count_off_loop
 from budget.protocol import LedgerPort, OperationTicket
-from budget.types import Origin, Refusal
+from budget.types import Origin
 from llm.cascade.cascade import fingerprint
 from llm.errors import EmptyCompletion, LLMError, ProviderRejected
 from llm.stream import StreamControl
 from llm.types import Completion, LLMRequest, Message, Priority
 
-__all__ = [
-    "ChatAnswer",
-    "ChatConfig",
-    "ChatFailed",
-    "ChatOutcome",
-    "ChatRefused",
-    "ChatService",
-    "CompletionBackend",
-    "FailureKind",
-]
+__all__ = ["ChatConfig", "ChatService", "CompletionBackend", "run_guarded"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +48,8 @@ log = logging.getLogger(__name__)
 #: cancels them (a stop closes the provider connection at once; what remains is a
 #: ledger write and one or two Bot API calls).
 STOP_WAIT_S = 5.0
+#: Seconds a drain gives the operations it cancelled to end (each settles its hold).
+CANCEL_WAIT_S = 5.0
 
 SYSTEM_PROMPT = (
     "You are Kopek, a concise and helpful assistant in a Telegram chat. "
@@ -88,56 +82,6 @@ class ChatConfig:
     history_max_tokens: int = 3000
     user_max_inflight: int = 2
     user_queue_max: int = 3
-
-
-@dataclass(frozen=True, slots=True)
-class ChatAnswer:
-    """The model answered. ``operation``: the ledger operation it was booked under
-    (ask :meth:`ChatService.booked_musd` what it cost, e.g. when delivery fails)."""
-
-    completion: Completion
-    operation: OperationTicket | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ChatRefused:
-    """The ledger refused; ``running`` = another of the user's requests is still in flight."""
-
-    refusal: Refusal
-    running: bool
-
-
-class FailureKind(StrEnum):
-    """Why a chat message got no answer (the value is also the refusal metric's label)."""
-
-    TOO_LONG = "too_long"  # the prompt exceeds CHAT_MAX_INPUT_TOKENS
-    QUEUE_FULL = "queue_full"  # USER_QUEUE_MAX messages already wait
-    REJECTED = "rejected"  # a provider refused the content
-    UNAVAILABLE = "unavailable"  # no provider could answer
-    ERROR = "error"  # an unexpected exception (logged)
-    SHUTDOWN = "shutdown"  # the bot is stopping
-    EMPTY = "empty"  # the model answered (billed) with no usable text
-
-
-@dataclass(frozen=True, slots=True)
-class ChatFailed:
-    """No answer. ``tokens``/``limit`` are set for ``too_long``. ``empty``: the model
-    answered with no usable text — billed (``cost_musd`` µUSD booked), not an answer.
-
-    ``charged_musd``: what the ledger booked for the operation (µUSD), asked after the
-    failure — 0 when nothing was charged (also when no operation was started), ``None``
-    when the ledger could not answer.
-    """
-
-    kind: FailureKind
-    tokens: int = 0
-    limit: int = 0
-    running: bool = False
-    cost_musd: int = 0
-    charged_musd: int | None = 0
-
-
-ChatOutcome = ChatAnswer | ChatRefused | ChatFailed
 
 
 #: A message's place in its user's queue: (chat id, message id).
@@ -373,32 +317,14 @@ class ChatService:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
         try:
-            # admitted with its first hold, in that hold's ledger step (issue 10); a
+            # admitted with its first hold, in that hold's ledger step
+            # (docs/decisions/011-sqlite-single-writer.md, "Deferred admission"); a
             # refusal of the admission then comes from the cascade, handled below
             op = await self._ledger.begin_operation(where.user_id, Origin.CHAT, deferred=True)
         except HoldRefused as exc:
             return ChatRefused(exc.refusal, running=others_running)
         try:
-            turns = await self._history.load_turns(where, self._config.history_max_tokens)
-            history = [turn.message for turn in turns]
-            system = Message("system", SYSTEM_PROMPT)
-            if self._system_raw is None:
-                self._system_raw = await self._raw_turn(system)
-            raw = TOKENS_REPLY_PRIMING + self._system_raw + user_tokens[1]
-            for turn in turns:
-                known = turn.raw_tokens
-                raw += known if known is not None else await self._raw_turn(turn.message)
-            messages = (system, *history, user_msg)
-            cheaper = (system, *history[-2:], user_msg) if len(history) > 2 else None
-            request = LLMRequest(
-                messages=messages,
-                max_tokens=self._config.max_output_tokens,
-                allow_paid=True,
-                priority=Priority.CHAT,
-                cheaper_messages=cheaper,
-                fingerprint=fingerprint(messages),
-                input_tokens=self._count.scale(raw),
-            )
+            request = await self._request(where, user_msg, user_tokens[1])
             ctx = activity() if activity is not None else nullcontext()
             async with ctx:
                 if stream is None:
@@ -406,19 +332,24 @@ class ChatService:
                 else:
                     completion = await self._backend.complete(op, request, stream=stream)
             await self._remember(where, user_msg, user_tokens, completion)
-            return ChatAnswer(completion, op)
+            # the answering attempt's cost is the whole bill when no other provider was
+            # tried first; otherwise one of them may have been billed too: ask the ledger
+            charged = (
+                completion.cost_musd if not completion.fallbacks else await self._booked_musd(op)
+            )
+            return ChatAnswer(completion, charged)
         except HoldRefused as exc:
             return ChatRefused(exc.refusal, running=others_running)
         except ProviderRejected:
-            return ChatFailed(FailureKind.REJECTED, charged_musd=await self.booked_musd(op))
+            return ChatFailed(FailureKind.REJECTED, charged_musd=await self._booked_musd(op))
         except EmptyCompletion as exc:
             # billed, and its template claims nothing about money: cost_musd says what
             return ChatFailed(FailureKind.EMPTY, cost_musd=exc.cost_musd)
         except LLMError:
-            return ChatFailed(FailureKind.UNAVAILABLE, charged_musd=await self.booked_musd(op))
+            return ChatFailed(FailureKind.UNAVAILABLE, charged_musd=await self._booked_musd(op))
         except Exception:  # last-resort guard inside the operation: what did it cost?
             log.exception("chat operation failed unexpectedly")
-            return ChatFailed(FailureKind.ERROR, charged_musd=await self.booked_musd(op))
+            return ChatFailed(FailureKind.ERROR, charged_musd=await self._booked_musd(op))
         finally:
             try:
                 await self._ledger.end_operation(op)
@@ -426,6 +357,31 @@ class ChatService:
                 # storage failed: the slot expires with the operation's TTL; an answer
                 # that exists is still delivered
                 log.exception("could not end operation %s", op.operation_id)
+
+    async def _request(self, where: Conversation, user_msg: Message, user_raw: int) -> LLMRequest:
+        """The request for ``user_msg``: the system prompt, the stored history of ``where``
+        (at most CHAT_HISTORY_MAX_TOKENS) and the message; its input tokens are the sum
+        of the stored raw counts (``user_raw``: the message's), scaled once."""
+        turns = await self._history.load_turns(where, self._config.history_max_tokens)
+        history = [turn.message for turn in turns]
+        system = Message("system", SYSTEM_PROMPT)
+        if self._system_raw is None:
+            self._system_raw = await self._raw_turn(system)
+        raw = TOKENS_REPLY_PRIMING + self._system_raw + user_raw
+        for turn in turns:
+            known = turn.raw_tokens
+            raw += known if known is not None else await self._raw_turn(turn.message)
+        messages = (system, *history, user_msg)
+        cheaper = (system, *history[-2:], user_msg) if len(history) > 2 else None
+        return LLMRequest(
+            messages=messages,
+            max_tokens=self._config.max_output_tokens,
+            allow_paid=True,
+            priority=Priority.CHAT,
+            cheaper_messages=cheaper,
+            fingerprint=fingerprint(messages),
+            input_tokens=self._count.scale(raw),
+        )
 
     async def _raw_turn(self, message: Message) -> int:
         """``message``'s raw count as one turn of a prompt (no factor, no priming),
@@ -459,7 +415,7 @@ class ChatService:
         except Exception:
             log.exception("chat history not stored (storage failure); the answer is delivered")
 
-    async def booked_musd(self, op: OperationTicket | None) -> int | None:
+    async def _booked_musd(self, op: OperationTicket | None) -> int | None:
         """What the ledger booked for ``op`` (µUSD; 0 for no operation), ``None`` when
         the ledger cannot answer — so a template never guesses "nothing was charged"."""
         if op is None:
@@ -482,18 +438,34 @@ class ChatService:
         ``StreamRegistry.stop_all("shutdown")``: each settles on what it received, as a
         Stop does, and its handler sends the text so far, marked) and given
         ``stop_wait_s`` seconds to do so; whatever is left is cancelled (the cascade
-        settles interrupted calls by the ledger's rule)."""
+        settles interrupted calls by the ledger's rule). Seconds of the injected clock
+        (``docs/decisions/020-clock-rule.md``)."""
         self.closing = True
         pending = set(self._tasks)
         if not pending:
             return
-        _done, still = await asyncio.wait(pending, timeout=grace_s)
+        still = await self._ended_within(pending, grace_s)
         if still and stop_streams is not None and stop_streams():
-            _done, still = await asyncio.wait(still, timeout=stop_wait_s)
+            still = await self._ended_within(still, stop_wait_s)
         for task in still:
             task.cancel()
         if still:
-            await asyncio.wait(still, timeout=5)
+            await self._ended_within(still, CANCEL_WAIT_S)
+
+    async def _ended_within(
+        self, tasks: set[asyncio.Task[object]], seconds: float
+    ) -> set[asyncio.Task[object]]:
+        """Wait until every task of ``tasks`` ended or the clock slept ``seconds``; the
+        tasks still running then (none is cancelled here)."""
+        ended = asyncio.ensure_future(asyncio.wait(tasks))
+        pause = asyncio.ensure_future(self._clock.sleep(seconds))
+        try:
+            await asyncio.wait({ended, pause}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in (ended, pause):
+                waiter.cancel()
+            await asyncio.gather(ended, pause, return_exceptions=True)
+        return {task for task in tasks if not task.done()}
 
 
 async def run_guarded(coro: Awaitable[ChatOutcome]) -> ChatOutcome:

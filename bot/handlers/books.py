@@ -56,7 +56,14 @@ from budget.kernel.clock import Clock
 from budget.ledger import Ledger
 from budget.policy.money import usd_text
 
-__all__ = ["BooksDesk", "create_books_router"]
+__all__ = [
+    "BooksDesk",
+    "IsBooksAdmin",
+    "create_books_router",
+    "on_export",
+    "on_prices",
+    "on_reconcile",
+]
 
 log = logging.getLogger(__name__)
 
@@ -160,189 +167,223 @@ def _open_temp(suffix: str) -> tuple[Path, int]:
     return Path(name), fd
 
 
+async def _reply(bot: Bot, message: Message, text: str, clock: Clock) -> None:
+    await send_text(bot, message.chat.id, text, clock=clock)
+
+
+async def on_export(
+    message: Message, bot: Bot, clock: Clock, command: CommandObject, books: BooksDesk
+) -> None:
+    """``/budget export [YYYY-MM-DD | YYYY-MM] [IANA zone]``: the two CSV documents."""
+    parsed = _split_export_args((command.args or "").split()[1:], books.budget_tz)
+    if parsed is None:
+        await _reply(bot, message, EXPORT_USAGE, clock)
+        return
+    try:
+        period = parse_period(parsed[0], parsed[1], clock.now())
+    except BooksError as exc:
+        await _reply(bot, message, f"{exc}. {EXPORT_USAGE}", clock)
+        return
+    rows_path, rows_fd = await asyncio.to_thread(_open_temp, ".csv")
+    totals_path, totals_fd = await asyncio.to_thread(_open_temp, ".csv")
+    try:
+        with (
+            os.fdopen(rows_fd, "w", newline="", encoding="utf-8") as rows,
+            os.fdopen(totals_fd, "w", newline="", encoding="utf-8") as totals,
+        ):
+            summary = await write_export(books.engine, books.ledger.prices, period, rows, totals)
+        caption = (
+            f"Spend {period.label} ({period.tz}): {summary.rows} attempts, "
+            f"{usd_text(summary.cost_musd)} booked, {summary.estimated} estimated"
+        )
+        await bot.send_document(
+            message.chat.id,
+            FSInputFile(rows_path, filename=f"kopek-spend-{period.label}.csv"),
+            caption=caption,
+        )
+        await bot.send_document(
+            message.chat.id,
+            FSInputFile(totals_path, filename=f"kopek-spend-{period.label}-totals.csv"),
+            caption=f"Totals per provider, model and day ({period.tz})",
+        )
+    except SQLAlchemyError:
+        log.exception("spend export failed")
+        await _reply(bot, message, "⚠️ The ledger could not be read.", clock)
+    except TelegramAPIError as exc:
+        log.warning("spend export not delivered: %s", exc)
+    finally:
+        for path in (rows_path, totals_path):
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(path.unlink)
+
+
+async def on_reconcile(
+    message: Message, bot: Bot, clock: Clock, command: CommandObject, books: BooksDesk
+) -> None:
+    """A document captioned ``/reconcile [PROVIDER] [YYYY-MM-DD | YYYY-MM]``, or
+    ``/reconcile apply``."""
+    args = (command.args or "").split()
+    assert message.from_user is not None  # IsBooksAdmin
+    admin = message.from_user.id
+    if args == ["apply"] and message.document is None:
+        await _apply(message, bot, clock, books, admin)
+        return
+    doc = message.document
+    if doc is None:
+        await _reply(bot, message, RECONCILE_USAGE, clock)
+        return
+    name = doc.file_name or "export.csv"
+    if doc.file_size is not None and doc.file_size > MAX_EXPORT_BYTES:
+        size = doc.file_size / 1024 / 1024
+        text = f"⚠️ {name}: {size:.1f} MB is over the 20 MB limit. Nothing was changed."
+        await _reply(bot, message, text, clock)
+        return
+    chosen = _reconcile_args(args, books)
+    if isinstance(chosen, str):
+        await _reply(bot, message, chosen, clock)
+        return
+    try:
+        buf = await bot.download(doc.file_id)
+        assert buf is not None  # no destination given: a BytesIO
+        data = buf.read(MAX_EXPORT_BYTES + 1)
+    except TelegramAPIError as exc:
+        log.warning("reconcile: could not download the export: %s", exc)
+        await _reply(bot, message, "⚠️ Telegram did not give me the file; send it again.", clock)
+        return
+    try:
+        report = await _reconciled(books, data, name, chosen, clock)
+    except BooksError as exc:
+        text = str(exc) if "changed" in str(exc) else f"{exc}. Nothing was changed"
+        await _reply(bot, message, f"⚠️ {text}.", clock)
+        return
+    except SQLAlchemyError:
+        log.exception("reconcile failed")
+        await _reply(bot, message, "⚠️ The ledger could not be read.", clock)
+        return
+    books.remember(admin, report, clock.now())
+    await _reply(bot, message, report.text(), clock)
+    diff = report.diff_csv()
+    if diff is not None:
+        await bot.send_document(
+            message.chat.id,
+            BufferedInputFile(diff, filename=f"reconcile-{report.key_name}-differences.csv"),
+            caption="Rows that differ (ledger vs export)",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _ReconcileArgs:
+    """``/reconcile``'s caption arguments, each ``None`` when not given."""
+
+    key: str | None
+    period: str | None
+    api_key: str | None
+
+
+def _reconcile_args(args: list[str], books: BooksDesk) -> _ReconcileArgs | str:
+    """``/reconcile [PROVIDER] [YYYY-MM-DD | YYYY-MM] [apikey=NAME]``'s arguments; a string
+    is the reply refusing them (an unknown key, a second period or key)."""
+    key: str | None = None
+    period_arg: str | None = None
+    api_key: str | None = None
+    for arg in args:
+        if arg.lower().startswith("apikey=") and api_key is None and len(arg) > 7:
+            api_key = arg[7:]
+        elif _PERIOD.fullmatch(arg) and period_arg is None:
+            period_arg = arg
+        elif arg.lower() in books.keys and key is None:
+            key = arg.lower()
+        else:
+            if _PERIOD.fullmatch(arg) or arg.lower() in books.keys:
+                return RECONCILE_USAGE  # a second period or provider
+            return f"Unknown provider {arg!r}; keys: {', '.join(books.keys)}."
+    return _ReconcileArgs(key, period_arg, api_key)
+
+
+async def _reconciled(
+    books: BooksDesk, data: bytes, name: str, args: _ReconcileArgs, clock: Clock
+) -> ReconcileReport:
+    """The report of the export ``data`` (file ``name``) against the ledger.
+
+    Raises:
+        BooksError: the export or the arguments cannot be read (nothing changed).
+        sqlalchemy.exc.SQLAlchemyError: the ledger could not be read.
+    """
+    key = args.key if args.key is not None else _default_key(books, data, name)
+    tz = books.billing_tz(key)
+    export = await asyncio.to_thread(parse_export, data, name, tz, api_key=args.api_key)
+    period = parse_period(args.period, export.tz, clock.now()) if args.period else None
+    return await reconcile(
+        books.engine,
+        books.ledger.prices,
+        export,
+        key,
+        period=period,
+        tolerance_musd=books.tol,
+        known_models=[m for k, m in books.ledger.prices.configured() if k == key],
+    )
+
+
+async def _apply(message: Message, bot: Bot, clock: Clock, books: BooksDesk, admin: int) -> None:
+    """``/reconcile apply``: book the corrections of the admin's last report."""
+    report = books.take(admin)
+    if report is None:
+        await _reply(bot, message, "No reconcile report to apply. " + RECONCILE_USAGE, clock)
+        return
+    if not report.plan:
+        text = "Nothing to correct: the report planned no change to an estimated booking."
+        await _reply(bot, message, text, clock)
+        return
+    try:
+        result = await books.ledger.store.apply_corrections(
+            clock.now(),
+            CorrectionPlan(report.plan, admin, report.export.file_name, report.export.sha256),
+        )
+    except HoldRefused:
+        await _reply(bot, message, "⚠️ The ledger is unavailable; nothing was changed.", clock)
+        return
+    log.warning(
+        "reconcile apply by %s: %d corrections from %s (%s), %d µUSD",
+        admin,
+        len(result.changed),
+        report.export.file_name,
+        report.export.sha256[:12],
+        result.moved_musd,
+    )
+    await _reply(bot, message, result.text(), clock)
+
+
+async def on_prices(message: Message, bot: Bot, clock: Clock, books: BooksDesk) -> None:
+    """``/providers prices``: each model's price lines, their source, and the stale ones."""
+    card = books.ledger.prices
+    now = clock.now()
+    lines = ["💲 Price card (USD per 1M tokens, list prices now):"]
+    for key, model in card.configured():
+        tier = "free" if card.is_free(key) else "paid"
+        rates = rates_at(card, key, model, now)
+        if rates is None:
+            lines.append(f"• {key}:{model} ({tier}): no list price")
+            continue
+        lines.append(
+            f"• {key}:{model} ({tier}): input ${rates.input}, cached input "
+            f"${rates.cached}, output ${rates.output} — {price_source(rates)}"
+        )
+        found = books.stale(key, model)
+        if found is not None and tier == "paid":
+            lines.append(
+                f"  ⚠️ stale: {found.line} (reconcile of {found.file_name}, "
+                f"{found.found_at:%Y-%m-%d %H:%M} UTC)"
+            )
+    await _reply(bot, message, "\n".join(lines), clock)
+
+
 def create_books_router(admin_ids: frozenset[int]) -> Router:
     """The books router; every handler is behind :class:`IsBooksAdmin`."""
     router = Router(name="books")
     router.message.filter(IsBooksAdmin(admin_ids))
-
-    async def reply(bot: Bot, message: Message, text: str, clock: Clock) -> None:
-        await send_text(bot, message.chat.id, text, clock=clock)
-
-    @router.message(Command("budget", magic=F.args.regexp(r"^export(\s|$)")))
-    async def on_export(
-        message: Message, bot: Bot, clock: Clock, command: CommandObject, books: BooksDesk
-    ) -> None:
-        parsed = _split_export_args((command.args or "").split()[1:], books.budget_tz)
-        if parsed is None:
-            await reply(bot, message, EXPORT_USAGE, clock)
-            return
-        try:
-            period = parse_period(parsed[0], parsed[1], clock.now())
-        except BooksError as exc:
-            await reply(bot, message, f"{exc}. {EXPORT_USAGE}", clock)
-            return
-        rows_path, rows_fd = await asyncio.to_thread(_open_temp, ".csv")
-        totals_path, totals_fd = await asyncio.to_thread(_open_temp, ".csv")
-        try:
-            with (
-                os.fdopen(rows_fd, "w", newline="", encoding="utf-8") as rows,
-                os.fdopen(totals_fd, "w", newline="", encoding="utf-8") as totals,
-            ):
-                summary = await write_export(
-                    books.engine, books.ledger.prices, period, rows, totals
-                )
-            caption = (
-                f"Spend {period.label} ({period.tz}): {summary.rows} attempts, "
-                f"{usd_text(summary.cost_musd)} booked, {summary.estimated} estimated"
-            )
-            await bot.send_document(
-                message.chat.id,
-                FSInputFile(rows_path, filename=f"kopek-spend-{period.label}.csv"),
-                caption=caption,
-            )
-            await bot.send_document(
-                message.chat.id,
-                FSInputFile(totals_path, filename=f"kopek-spend-{period.label}-totals.csv"),
-                caption=f"Totals per provider, model and day ({period.tz})",
-            )
-        except SQLAlchemyError:
-            log.exception("spend export failed")
-            await reply(bot, message, "⚠️ The ledger could not be read.", clock)
-        except TelegramAPIError as exc:
-            log.warning("spend export not delivered: %s", exc)
-        finally:
-            for path in (rows_path, totals_path):
-                with contextlib.suppress(OSError):
-                    await asyncio.to_thread(path.unlink)
-
-    @router.message(Command("reconcile"))
-    async def on_reconcile(
-        message: Message, bot: Bot, clock: Clock, command: CommandObject, books: BooksDesk
-    ) -> None:
-        args = (command.args or "").split()
-        assert message.from_user is not None  # IsBooksAdmin
-        admin = message.from_user.id
-        if args == ["apply"] and message.document is None:
-            await apply(message, bot, clock, books, admin)
-            return
-        doc = message.document
-        if doc is None:
-            await reply(bot, message, RECONCILE_USAGE, clock)
-            return
-        name = doc.file_name or "export.csv"
-        if doc.file_size is not None and doc.file_size > MAX_EXPORT_BYTES:
-            size = doc.file_size / 1024 / 1024
-            text = f"⚠️ {name}: {size:.1f} MB is over the 20 MB limit. Nothing was changed."
-            await reply(bot, message, text, clock)
-            return
-        key: str | None = None
-        period_arg: str | None = None
-        api_key: str | None = None
-        for arg in args:
-            if arg.lower().startswith("apikey=") and api_key is None and len(arg) > 7:
-                api_key = arg[7:]
-            elif _PERIOD.fullmatch(arg) and period_arg is None:
-                period_arg = arg
-            elif arg.lower() in books.keys and key is None:
-                key = arg.lower()
-            else:
-                known = ", ".join(books.keys)
-                text = f"Unknown provider {arg!r}; keys: {known}."
-                if _PERIOD.fullmatch(arg) or arg.lower() in books.keys:
-                    text = RECONCILE_USAGE  # a second period or provider
-                await reply(bot, message, text, clock)
-                return
-        try:
-            buf = await bot.download(doc.file_id)
-            assert buf is not None  # no destination given: a BytesIO
-            data = buf.read(MAX_EXPORT_BYTES + 1)
-        except TelegramAPIError as exc:
-            log.warning("reconcile: could not download the export: %s", exc)
-            await reply(bot, message, "⚠️ Telegram did not give me the file; send it again.", clock)
-            return
-        try:
-            if key is None:
-                key = _default_key(books, data, name)
-            tz = books.billing_tz(key)
-            export = await asyncio.to_thread(parse_export, data, name, tz, api_key=api_key)
-            period = parse_period(period_arg, export.tz, clock.now()) if period_arg else None
-            report = await reconcile(
-                books.engine,
-                books.ledger.prices,
-                export,
-                key,
-                period=period,
-                tolerance_musd=books.tol,
-                known_models=[m for k, m in books.ledger.prices.configured() if k == key],
-            )
-        except BooksError as exc:
-            text = str(exc) if "changed" in str(exc) else f"{exc}. Nothing was changed"
-            await reply(bot, message, f"⚠️ {text}.", clock)
-            return
-        except SQLAlchemyError:
-            log.exception("reconcile failed")
-            await reply(bot, message, "⚠️ The ledger could not be read.", clock)
-            return
-        books.remember(admin, report, clock.now())
-        await reply(bot, message, report.text(), clock)
-        diff = report.diff_csv()
-        if diff is not None:
-            await bot.send_document(
-                message.chat.id,
-                BufferedInputFile(diff, filename=f"reconcile-{key}-differences.csv"),
-                caption="Rows that differ (ledger vs export)",
-            )
-
-    async def apply(message: Message, bot: Bot, clock: Clock, books: BooksDesk, admin: int) -> None:
-        report = books.take(admin)
-        if report is None:
-            await reply(bot, message, "No reconcile report to apply. " + RECONCILE_USAGE, clock)
-            return
-        if not report.plan:
-            text = "Nothing to correct: the report planned no change to an estimated booking."
-            await reply(bot, message, text, clock)
-            return
-        try:
-            result = await books.ledger.store.apply_corrections(
-                clock.now(),
-                CorrectionPlan(report.plan, admin, report.export.file_name, report.export.sha256),
-            )
-        except HoldRefused:
-            await reply(bot, message, "⚠️ The ledger is unavailable; nothing was changed.", clock)
-            return
-        log.warning(
-            "reconcile apply by %s: %d corrections from %s (%s), %d µUSD",
-            admin,
-            len(result.changed),
-            report.export.file_name,
-            report.export.sha256[:12],
-            result.moved_musd,
-        )
-        await reply(bot, message, result.text(), clock)
-
-    @router.message(Command("providers", magic=F.args.regexp(r"^prices\s*$")))
-    async def on_prices(message: Message, bot: Bot, clock: Clock, books: BooksDesk) -> None:
-        card = books.ledger.prices
-        now = clock.now()
-        lines = ["💲 Price card (USD per 1M tokens, list prices now):"]
-        for key, model in card.configured():
-            tier = "free" if card.is_free(key) else "paid"
-            rates = rates_at(card, key, model, now)
-            if rates is None:
-                lines.append(f"• {key}:{model} ({tier}): no list price")
-                continue
-            lines.append(
-                f"• {key}:{model} ({tier}): input ${rates.input}, cached input "
-                f"${rates.cached}, output ${rates.output} — {price_source(rates)}"
-            )
-            found = books.stale(key, model)
-            if found is not None and tier == "paid":
-                lines.append(
-                    f"  ⚠️ stale: {found.line} (reconcile of {found.file_name}, "
-                    f"{found.found_at:%Y-%m-%d %H:%M} UTC)"
-                )
-        await reply(bot, message, "\n".join(lines), clock)
-
+    router.message.register(on_export, Command("budget", magic=F.args.regexp(r"^export(\s|$)")))
+    router.message.register(on_reconcile, Command("reconcile"))
+    router.message.register(on_prices, Command("providers", magic=F.args.regexp(r"^prices\s*$")))
     return router
 
 

@@ -33,84 +33,96 @@ def canonical_zone(name: str) -> str | None:
     return _zones_by_folded_name().get(name.strip().casefold())
 
 
+async def on_start(message: Message, bot: Bot, clock: Clock) -> None:
+    """/start: the greeting."""
+    name = message.from_user.first_name if message.from_user else ""
+    await send_text(bot, message.chat.id, templates.start_text(name), clock=clock)
+
+
+async def on_help(message: Message, bot: Bot, clock: Clock) -> None:
+    """/help: the commands."""
+    await send_text(bot, message.chat.id, templates.help_text(), clock=clock)
+
+
+async def on_reset(
+    message: Message, bot: Bot, clock: Clock, user_ctx: UserContext, history: History
+) -> None:
+    """/reset: forget this chat's (and topic's) history of the sender."""
+    # history is per chat and topic: this one's goes, the user's other chats keep theirs
+    thread_id = topic_of(message)
+    await history.clear(Conversation(message.chat.id, thread_id, user_ctx.user_id))
+    if thread_id is None:
+        text = _("🧹 Your conversation history in this chat is cleared; other chats keep theirs.")
+    else:
+        text = _(
+            "🧹 Your conversation history in this topic is cleared; "
+            "other topics and chats keep theirs."
+        )
+    await send_text(bot, message.chat.id, text, clock=clock)
+
+
+async def on_tz(
+    message: Message,
+    bot: Bot,
+    clock: Clock,
+    command: CommandObject,
+    user_ctx: UserContext,
+    profiles: ProfileStore,
+) -> None:
+    """/tz [Area/City]: show or set the sender's timezone."""
+    arg = (command.args or "").strip()
+    if not arg:
+        text = _("Your timezone is {tz}. Change it with /tz Area/City, e.g. /tz Europe/Berlin.")
+        await send_text(bot, message.chat.id, text.format(tz=user_ctx.tz), clock=clock)
+        return
+    # Only names of the zone database are zones: "Europe" is a folder and a long
+    # name is an OSError inside ZoneInfo, neither may reach ZoneInfo.
+    zone = canonical_zone(arg)
+    if zone is None:
+        text = _("Unknown timezone. Use an IANA name such as Europe/Berlin or Asia/Tokyo.")
+        await send_text(bot, message.chat.id, text, clock=clock)
+        return
+    arg = zone
+    await profiles.set_tz(user_ctx.user_id, arg)
+    await send_text(bot, message.chat.id, _("Timezone set to {tz}.").format(tz=arg), clock=clock)
+
+
+async def on_lang(
+    message: Message,
+    bot: Bot,
+    clock: Clock,
+    command: CommandObject,
+    user_ctx: UserContext,
+    profiles: ProfileStore,
+    i18n: I18n,
+) -> None:
+    """/lang en|ru: set the sender's language."""
+    arg = (command.args or "").strip().lower()
+    if arg not in SUPPORTED_LANGUAGES:
+        await send_text(bot, message.chat.id, _("Usage: /lang en or /lang ru"), clock=clock)
+        return
+    await profiles.set_language(user_ctx.user_id, arg)
+    with i18n.use_locale(arg):
+        await send_text(bot, message.chat.id, _("Language set: English."), clock=clock)
+
+
 def create_common_router() -> Router:
     """/start, /help, /reset, /tz, /lang."""
     router = Router(name="common")
-
-    @router.message(CommandStart())
-    async def on_start(message: Message, bot: Bot, clock: Clock) -> None:
-        name = message.from_user.first_name if message.from_user else ""
-        await send_text(bot, message.chat.id, templates.start_text(name), clock=clock)
-
-    @router.message(Command("help"))
-    async def on_help(message: Message, bot: Bot, clock: Clock) -> None:
-        await send_text(bot, message.chat.id, templates.help_text(), clock=clock)
-
-    @router.message(Command("reset"))
-    async def on_reset(
-        message: Message, bot: Bot, clock: Clock, user_ctx: UserContext, history: History
-    ) -> None:
-        # history is per chat and topic: this one's goes, the user's other chats keep theirs
-        thread_id = topic_of(message)
-        await history.clear(Conversation(message.chat.id, thread_id, user_ctx.user_id))
-        if thread_id is None:
-            text = _(
-                "🧹 Your conversation history in this chat is cleared; other chats keep theirs."
-            )
-        else:
-            text = _(
-                "🧹 Your conversation history in this topic is cleared; "
-                "other topics and chats keep theirs."
-            )
-        await send_text(bot, message.chat.id, text, clock=clock)
-
+    router.message.register(on_start, CommandStart())
+    router.message.register(on_help, Command("help"))
+    router.message.register(on_reset, Command("reset"))
     # /tz and /lang set a person's profile; a message sent on behalf of a chat has none
-    @router.message(Command("tz"), F.sender_chat.is_(None))
-    async def on_tz(
-        message: Message,
-        bot: Bot,
-        clock: Clock,
-        command: CommandObject,
-        user_ctx: UserContext,
-        profiles: ProfileStore,
-    ) -> None:
-        arg = (command.args or "").strip()
-        if not arg:
-            text = _("Your timezone is {tz}. Change it with /tz Area/City, e.g. /tz Europe/Berlin.")
-            await send_text(bot, message.chat.id, text.format(tz=user_ctx.tz), clock=clock)
-            return
-        # Only names of the zone database are zones: "Europe" is a folder and a long
-        # name is an OSError inside ZoneInfo, neither may reach ZoneInfo.
-        zone = canonical_zone(arg)
-        if zone is None:
-            text = _("Unknown timezone. Use an IANA name such as Europe/Berlin or Asia/Tokyo.")
-            await send_text(bot, message.chat.id, text, clock=clock)
-            return
-        arg = zone
-        await profiles.set_tz(user_ctx.user_id, arg)
-        await send_text(
-            bot, message.chat.id, _("Timezone set to {tz}.").format(tz=arg), clock=clock
-        )
-
-    @router.message(Command("lang"), F.sender_chat.is_(None))
-    async def on_lang(
-        message: Message,
-        bot: Bot,
-        clock: Clock,
-        command: CommandObject,
-        user_ctx: UserContext,
-        profiles: ProfileStore,
-        i18n: I18n,
-    ) -> None:
-        arg = (command.args or "").strip().lower()
-        if arg not in SUPPORTED_LANGUAGES:
-            await send_text(bot, message.chat.id, _("Usage: /lang en or /lang ru"), clock=clock)
-            return
-        await profiles.set_language(user_ctx.user_id, arg)
-        with i18n.use_locale(arg):
-            await send_text(bot, message.chat.id, _("Language set: English."), clock=clock)
-
+    router.message.register(on_tz, Command("tz"), F.sender_chat.is_(None))
+    router.message.register(on_lang, Command("lang"), F.sender_chat.is_(None))
     return router
+
+
+async def on_unknown(message: Message, bot: Bot, clock: Clock) -> None:
+    """A command no router took: "unknown command" in private chats, nothing in groups."""
+    if message.chat.type != "private":
+        return
+    await send_text(bot, message.chat.id, templates.unknown_command_text(), clock=clock)
 
 
 def create_fallback_router() -> Router:
@@ -124,11 +136,5 @@ def create_fallback_router() -> Router:
     username from getMe) is another bot's business.
     """
     router = Router(name="fallback")
-
-    @router.message(F.text.startswith("/"))
-    async def on_unknown(message: Message, bot: Bot, clock: Clock) -> None:
-        if message.chat.type != "private":
-            return
-        await send_text(bot, message.chat.id, templates.unknown_command_text(), clock=clock)
-
+    router.message.register(on_unknown, F.text.startswith("/"))
     return router

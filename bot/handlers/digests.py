@@ -46,99 +46,110 @@ def subscribe_text(result: SubscribeResult, *, unsubscribing: bool = False) -> s
     return _("Usage: /sub @channel, /sub https://t.me/channel or /sub https://site/feed.xml")
 
 
+async def on_sub(
+    message: Message,
+    bot: Bot,
+    clock: Clock,
+    command: CommandObject,
+    user_ctx: UserContext,
+    digests: DigestService,
+) -> None:
+    """/sub @channel or a feed URL."""
+    result = await digests.subscribe(user_ctx.user_id, (command.args or "").strip())
+    await send_text(bot, message.chat.id, subscribe_text(result), clock=clock)
+
+
+async def on_unsub(
+    message: Message,
+    bot: Bot,
+    clock: Clock,
+    command: CommandObject,
+    user_ctx: UserContext,
+    digests: DigestService,
+) -> None:
+    """/unsub @channel or a feed URL."""
+    arg = (command.args or "").strip()
+    if not arg:
+        await send_text(
+            bot,
+            message.chat.id,
+            _("Usage: /unsub @channel or /unsub <feed URL>; /subs lists them."),
+            clock=clock,
+        )
+        return
+    result = await digests.unsubscribe(user_ctx.user_id, arg)
+    text = subscribe_text(result, unsubscribing=True)
+    await send_text(bot, message.chat.id, text, clock=clock)
+
+
+async def on_subs(
+    message: Message, bot: Bot, clock: Clock, user_ctx: UserContext, digests: DigestService
+) -> None:
+    """/subs: the sender's subscriptions."""
+    subs = await digests.list_subscriptions(user_ctx.user_id)
+    if not subs:
+        text = _("No subscriptions yet. Add one with /sub @channel.")
+    else:
+        lines = [_("Your subscriptions:")]
+        for sub in subs:
+            lost = _(" (no public preview now)") if sub.preview_lost else ""
+            title = f" — {sub.title}" if sub.title else ""
+            lines.append(f"• {sub.source.display}{title}{lost}")
+        text = "\n".join(lines)
+    await send_text(bot, message.chat.id, text, clock=clock)
+
+
+async def on_digest_time(
+    message: Message,
+    bot: Bot,
+    clock: Clock,
+    command: CommandObject,
+    user_ctx: UserContext,
+    digests: DigestService,
+) -> None:
+    """/digest_time HH:MM (the sender's local time)."""
+    arg = (command.args or "").strip()
+    try:
+        profile = await digests.set_digest_time(user_ctx.user_id, arg)
+    except ValueError:
+        text = _("Usage: /digest_time HH:MM, e.g. /digest_time 08:30 (your local time).")
+    else:
+        text = _("Your digest will come daily at {time} ({tz}).").format(
+            time=profile.digest_time, tz=user_ctx.tz
+        )
+    await send_text(bot, message.chat.id, text, clock=clock)
+
+
+async def on_digest_off(
+    message: Message, bot: Bot, clock: Clock, user_ctx: UserContext, digests: DigestService
+) -> None:
+    """/digest_off."""
+    await digests.digest_off(user_ctx.user_id)
+    text = _("Daily digests are off. /digest_on turns them back on.")
+    await send_text(bot, message.chat.id, text, clock=clock)
+
+
+async def on_digest_on(
+    message: Message, bot: Bot, clock: Clock, user_ctx: UserContext, digests: DigestService
+) -> None:
+    """/digest_on."""
+    profile = await digests.digest_on(user_ctx.user_id)
+    text = _("Daily digests are on, at {time} ({tz}).").format(
+        time=profile.digest_time, tz=user_ctx.tz
+    )
+    await send_text(bot, message.chat.id, text, clock=clock)
+
+
 def create_digest_router() -> Router:
     """The digest commands router."""
     router = Router(name="digests")
     # subscriptions belong to a person's profile; a message sent on behalf of a chat
     # (anonymous admin, channel) has none and falls through like an unknown command
     router.message.filter(F.sender_chat.is_(None))
-
-    @router.message(Command("sub"))
-    async def on_sub(
-        message: Message,
-        bot: Bot,
-        clock: Clock,
-        command: CommandObject,
-        user_ctx: UserContext,
-        digests: DigestService,
-    ) -> None:
-        result = await digests.subscribe(user_ctx.user_id, (command.args or "").strip())
-        await send_text(bot, message.chat.id, subscribe_text(result), clock=clock)
-
-    @router.message(Command("unsub"))
-    async def on_unsub(
-        message: Message,
-        bot: Bot,
-        clock: Clock,
-        command: CommandObject,
-        user_ctx: UserContext,
-        digests: DigestService,
-    ) -> None:
-        arg = (command.args or "").strip()
-        if not arg:
-            await send_text(
-                bot,
-                message.chat.id,
-                _("Usage: /unsub @channel or /unsub <feed URL>; /subs lists them."),
-                clock=clock,
-            )
-            return
-        result = await digests.unsubscribe(user_ctx.user_id, arg)
-        text = subscribe_text(result, unsubscribing=True)
-        await send_text(bot, message.chat.id, text, clock=clock)
-
-    @router.message(Command("subs"))
-    async def on_subs(
-        message: Message, bot: Bot, clock: Clock, user_ctx: UserContext, digests: DigestService
-    ) -> None:
-        subs = await digests.list_subscriptions(user_ctx.user_id)
-        if not subs:
-            text = _("No subscriptions yet. Add one with /sub @channel.")
-        else:
-            lines = [_("Your subscriptions:")]
-            for sub in subs:
-                lost = _(" (no public preview now)") if sub.preview_lost else ""
-                title = f" — {sub.title}" if sub.title else ""
-                lines.append(f"• {sub.source.display}{title}{lost}")
-            text = "\n".join(lines)
-        await send_text(bot, message.chat.id, text, clock=clock)
-
-    @router.message(Command("digest_time"))
-    async def on_digest_time(
-        message: Message,
-        bot: Bot,
-        clock: Clock,
-        command: CommandObject,
-        user_ctx: UserContext,
-        digests: DigestService,
-    ) -> None:
-        arg = (command.args or "").strip()
-        try:
-            profile = await digests.set_digest_time(user_ctx.user_id, arg)
-        except ValueError:
-            text = _("Usage: /digest_time HH:MM, e.g. /digest_time 08:30 (your local time).")
-        else:
-            text = _("Your digest will come daily at {time} ({tz}).").format(
-                time=profile.digest_time, tz=user_ctx.tz
-            )
-        await send_text(bot, message.chat.id, text, clock=clock)
-
-    @router.message(Command("digest_off"))
-    async def on_digest_off(
-        message: Message, bot: Bot, clock: Clock, user_ctx: UserContext, digests: DigestService
-    ) -> None:
-        await digests.digest_off(user_ctx.user_id)
-        text = _("Daily digests are off. /digest_on turns them back on.")
-        await send_text(bot, message.chat.id, text, clock=clock)
-
-    @router.message(Command("digest_on"))
-    async def on_digest_on(
-        message: Message, bot: Bot, clock: Clock, user_ctx: UserContext, digests: DigestService
-    ) -> None:
-        profile = await digests.digest_on(user_ctx.user_id)
-        text = _("Daily digests are on, at {time} ({tz}).").format(
-            time=profile.digest_time, tz=user_ctx.tz
-        )
-        await send_text(bot, message.chat.id, text, clock=clock)
-
+    router.message.register(on_sub, Command("sub"))
+    router.message.register(on_unsub, Command("unsub"))
+    router.message.register(on_subs, Command("subs"))
+    router.message.register(on_digest_time, Command("digest_time"))
+    router.message.register(on_digest_off, Command("digest_off"))
+    router.message.register(on_digest_on, Command("digest_on"))
     return router

@@ -35,51 +35,52 @@ __all__ = ["create_error_router"]
 log = logging.getLogger(__name__)
 
 
+async def on_error(
+    event: ErrorEvent,
+    bot: Bot,
+    clock: Clock,
+    i18n: I18n,
+    notifier: AdminNotifier,
+    delivery_failures: Counter | None = None,
+) -> None:
+    """An exception no handler expected: the template reply (module docstring)."""
+    message = event.update.message
+    if message is not None and isinstance(event.exception, UNDELIVERABLE):
+        record_delivery_failure(
+            event.exception,
+            chat_id=message.chat.id,
+            what="template",
+            failures=delivery_failures,
+        )
+        return
+    storage = is_storage_failure(event.exception)
+    if storage:
+        log.error("database failure while handling an update: %r", event.exception)
+        await notifier.storage_failed("storage")
+    else:
+        log.error("unhandled error in a handler", exc_info=event.exception)
+    if message is None:
+        return
+    code = message.from_user.language_code if message.from_user else None
+    is_command = (message.text or "").startswith("/")
+    with in_locale(i18n, pick_language(None, code)):
+        if storage:
+            text = templates.refusal_text(Refusal(RefusalReason.UNAVAILABLE), tz="UTC")
+        else:
+            text = templates.error_text(0 if is_command else None)
+    try:
+        with in_topic_of(message):
+            await send_text(bot, message.chat.id, text, clock=clock)
+    except UNDELIVERABLE as exc:
+        record_delivery_failure(
+            exc, chat_id=message.chat.id, what="error_template", failures=delivery_failures
+        )
+    except TelegramAPIError as exc:
+        log.warning("could not send the error template: %s", exc.message)
+
+
 def create_error_router() -> Router:
     """The router whose error handler answers any failed message update."""
     router = Router(name="errors")
-
-    @router.errors()
-    async def on_error(
-        event: ErrorEvent,
-        bot: Bot,
-        clock: Clock,
-        i18n: I18n,
-        notifier: AdminNotifier,
-        delivery_failures: Counter | None = None,
-    ) -> None:
-        message = event.update.message
-        if message is not None and isinstance(event.exception, UNDELIVERABLE):
-            record_delivery_failure(
-                event.exception,
-                chat_id=message.chat.id,
-                what="template",
-                failures=delivery_failures,
-            )
-            return
-        storage = is_storage_failure(event.exception)
-        if storage:
-            log.error("database failure while handling an update: %r", event.exception)
-            await notifier.storage_failed("storage")
-        else:
-            log.error("unhandled error in a handler", exc_info=event.exception)
-        if message is None:
-            return
-        code = message.from_user.language_code if message.from_user else None
-        is_command = (message.text or "").startswith("/")
-        with in_locale(i18n, pick_language(None, code)):
-            if storage:
-                text = templates.refusal_text(Refusal(RefusalReason.UNAVAILABLE), tz="UTC")
-            else:
-                text = templates.error_text(0 if is_command else None)
-        try:
-            with in_topic_of(message):
-                await send_text(bot, message.chat.id, text, clock=clock)
-        except UNDELIVERABLE as exc:
-            record_delivery_failure(
-                exc, chat_id=message.chat.id, what="error_template", failures=delivery_failures
-            )
-        except TelegramAPIError as exc:
-            log.warning("could not send the error template: %s", exc.message)
-
+    router.errors.register(on_error)
     return router

@@ -1,4 +1,5 @@
-"""Synchronous filters run on the event loop, not in a thread (issue 10).
+"""Synchronous filters run on the event loop, not in a thread
+(``docs/decisions/022-message-path.md``).
 
 aiogram calls a filter that is not a coroutine function — every magic filter such as
 ``F.text`` or ``F.sender_chat.is_(None)`` — through ``asyncio.to_thread``

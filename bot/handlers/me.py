@@ -75,20 +75,21 @@ def render_me(status: UserStatus, tz: str) -> str:
     return "\n".join(lines)
 
 
+async def on_me(
+    message: Message, bot: Bot, clock: Clock, user_ctx: UserContext, ledger: Ledger
+) -> None:
+    """/me: the sender's spend and what remains, with reset times."""
+    try:
+        status = await ledger.user_status(user_ctx.user_id)
+    except HoldRefused:
+        text = _("⚠️ The budget ledger is unavailable right now. Please retry in a minute.")
+    else:
+        text = render_me(status, user_ctx.tz)
+    await send_text(bot, message.chat.id, text, clock=clock)
+
+
 def create_me_router() -> Router:
     """The /me router."""
     router = Router(name="me")
-
-    @router.message(Command("me"))
-    async def on_me(
-        message: Message, bot: Bot, clock: Clock, user_ctx: UserContext, ledger: Ledger
-    ) -> None:
-        try:
-            status = await ledger.user_status(user_ctx.user_id)
-        except HoldRefused:
-            text = _("⚠️ The budget ledger is unavailable right now. Please retry in a minute.")
-        else:
-            text = render_me(status, user_ctx.tz)
-        await send_text(bot, message.chat.id, text, clock=clock)
-
+    router.message.register(on_me, Command("me"))
     return router

@@ -20,7 +20,8 @@ from aiogram.utils.i18n import I18n
 
 from bot.chat.delivery import send_text
 from bot.chat.payer import payer_id
-from bot.chat.streaming import STOP_PREFIX, StopResult, StreamConfig, StreamRegistry
+from bot.chat.streaming.registry import STOP_PREFIX, StopResult, StreamRegistry
+from bot.chat.streaming.session import StreamConfig
 from bot.middlewares.rate import NOT_RATE_LIMITED
 from bot.text import templates
 from bot.text.i18n import in_locale, pick_language
@@ -31,63 +32,76 @@ __all__ = ["create_stream_router"]
 log = logging.getLogger(__name__)
 
 
-def create_stream_router(admin_ids: frozenset[int]) -> Router:
-    """The router for stops (see the module docstring)."""
+async def on_draft_stopped(event: MessageGenerationStopped, streams: StreamRegistry) -> None:
+    """The draft's Stop: only the private chat's user sees the draft, so it is theirs."""
+    result = streams.stop_draft(event.chat.id, event.draft_id)
+    log.info("draft %s in chat %s: stop %s", event.draft_id, event.chat.id, result.value)
+
+
+async def on_stop_button(
+    query: CallbackQuery,
+    streams: StreamRegistry,
+    i18n: I18n,
+    admin_ids: frozenset[int],
+    over_rate: bool = False,
+) -> None:
+    """The inline Stop button of an edited message: the sender or an admin stops it;
+    the presser alone is told what the press did."""
+    token = (query.data or "").removeprefix(STOP_PREFIX)
+    user_id = query.from_user.id
+    result = streams.stop_token(token, user_id, is_admin=user_id in admin_ids)
+    # a press carries no stored profile: the presser's Telegram language it is
+    with in_locale(i18n, pick_language(None, query.from_user.language_code)):
+        text = {
+            StopResult.STOPPED: templates.stopping_text,
+            StopResult.DENIED: templates.stop_denied_text,
+            StopResult.GONE: templates.stop_gone_text,
+        }[result]()
+    log.info(
+        "stop button in chat %s: %s",
+        query.message.chat.id if query.message else "?",
+        result.value,
+    )
+    if over_rate and result is not StopResult.STOPPED:
+        return  # a flood of presses gets no answer each (the spinner clears by itself)
+    with contextlib.suppress(TelegramAPIError):  # the spinner clears by itself anyway
+        await query.answer(text)
+
+
+async def on_stop(
+    message: Message,
+    bot: Bot,
+    clock: Clock,
+    streams: StreamRegistry,
+    admin_ids: frozenset[int],
+    over_rate: bool = False,
+    stream_config: StreamConfig | None = None,
+) -> None:
+    """/stop: the sender's answers streaming in this chat (an admin's: all of them)."""
+    user_id = payer_id(message)
+    if user_id is None:
+        return
+    stopped = streams.stop_user(message.chat.id, user_id, is_admin=user_id in admin_ids)
+    if stopped or over_rate:  # over the rate, "nothing to stop" is not said
+        return
+    private = message.chat.type == "private"
+    config = stream_config or StreamConfig()
+    if (config.private if private else config.group) == "off":
+        # a one-piece answer cannot be stopped: cancelling its call would still be
+        # booked at its ceiling (an interrupted call) and lose the answer
+        text = templates.stop_not_streamed_text()
+    else:
+        text = templates.nothing_to_stop_text()
+    await send_text(bot, message.chat.id, text, clock=clock)
+
+
+def create_stream_router() -> Router:
+    """The router for stops (see the module docstring). Controls only stop work: they
+    are never dropped by the update rate (``NOT_RATE_LIMITED``, bot/middlewares/rate.py)."""
     router = Router(name="stream")
-
-    # controls only stop work: never dropped by the update rate (bot/middlewares/rate.py)
-    @router.stopped_message_generation(flags=NOT_RATE_LIMITED)
-    async def on_draft_stopped(event: MessageGenerationStopped, streams: StreamRegistry) -> None:
-        result = streams.stop_draft(event.chat.id, event.draft_id)
-        log.info("draft %s in chat %s: stop %s", event.draft_id, event.chat.id, result.value)
-
-    @router.callback_query(F.data.startswith(STOP_PREFIX), flags=NOT_RATE_LIMITED)
-    async def on_stop_button(
-        query: CallbackQuery, streams: StreamRegistry, i18n: I18n, over_rate: bool = False
-    ) -> None:
-        token = (query.data or "").removeprefix(STOP_PREFIX)
-        user_id = query.from_user.id
-        result = streams.stop_token(token, user_id, is_admin=user_id in admin_ids)
-        # a press carries no stored profile: the presser's Telegram language it is
-        with in_locale(i18n, pick_language(None, query.from_user.language_code)):
-            text = {
-                StopResult.STOPPED: templates.stopping_text,
-                StopResult.DENIED: templates.stop_denied_text,
-                StopResult.GONE: templates.stop_gone_text,
-            }[result]()
-        log.info(
-            "stop button in chat %s: %s",
-            query.message.chat.id if query.message else "?",
-            result.value,
-        )
-        if over_rate and result is not StopResult.STOPPED:
-            return  # a flood of presses gets no answer each (the spinner clears by itself)
-        with contextlib.suppress(TelegramAPIError):  # the spinner clears by itself anyway
-            await query.answer(text)
-
-    @router.message(Command("stop"), flags=NOT_RATE_LIMITED)
-    async def on_stop(
-        message: Message,
-        bot: Bot,
-        clock: Clock,
-        streams: StreamRegistry,
-        over_rate: bool = False,
-        stream_config: StreamConfig | None = None,
-    ) -> None:
-        user_id = payer_id(message)
-        if user_id is None:
-            return
-        stopped = streams.stop_user(message.chat.id, user_id, is_admin=user_id in admin_ids)
-        if stopped or over_rate:  # over the rate, "nothing to stop" is not said
-            return
-        private = message.chat.type == "private"
-        config = stream_config or StreamConfig()
-        if (config.private if private else config.group) == "off":
-            # a one-piece answer cannot be stopped: cancelling its call would still be
-            # booked at its ceiling (an interrupted call) and lose the answer
-            text = templates.stop_not_streamed_text()
-        else:
-            text = templates.nothing_to_stop_text()
-        await send_text(bot, message.chat.id, text, clock=clock)
-
+    router.stopped_message_generation.register(on_draft_stopped, flags=NOT_RATE_LIMITED)
+    router.callback_query.register(
+        on_stop_button, F.data.startswith(STOP_PREFIX), flags=NOT_RATE_LIMITED
+    )
+    router.message.register(on_stop, Command("stop"), flags=NOT_RATE_LIMITED)
     return router

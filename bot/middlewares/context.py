@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 
     from bot.chat.outbox import Outbox
     from bot.chat.service import ChatService
-    from bot.chat.streaming import StreamConfig, StreamMetrics, StreamRegistry
+    from bot.chat.streaming.metrics import StreamMetrics
+    from bot.chat.streaming.registry import StreamRegistry
+    from bot.chat.streaming.session import StreamConfig
     from bot.ops.admin_notices import AdminNotifier
     from bot.storage.repos import History, Intake
     from bot.storage.values import Preferences
@@ -56,7 +58,7 @@ class IntakeStatus(StrEnum):
 
 class SettingsView(Protocol):
     """What admin reports show of the settings, no secrets
-    (:class:`bot.handlers.admin.AdminView`)."""
+    (:class:`bot.handlers.admin.base.AdminView`)."""
 
     @property
     def tz(self) -> str:
@@ -107,6 +109,10 @@ class WorkflowData(TypedDict):
     stream_config: StreamConfig
     stream_metrics: StreamMetrics
     stop_book: StopBook
+    #: ADMIN_IDS, for handlers that treat an admin differently (a Stop by anyone)
+    admin_ids: frozenset[int]
+    #: STALE_MESSAGE_SECONDS: an older message gets the "send it again" template
+    stale_after_s: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 The kill switch itself needs no signal: every admission reads it in its own
 transaction. What a ``/kill hard`` adds — cutting the answers already streaming — acts
-on one process's :class:`bot.chat.streaming.StreamRegistry`. With replicas sharing a
+on one process's :class:`bot.chat.streaming.registry.StreamRegistry`. With replicas sharing a
 PostgreSQL database the replica that got the command cuts its own streams, then bumps
 the ``kill_hard`` row of ``runtime_signals`` (a generation counter); every replica's
 :class:`SignalWatcher` reads that row every :data:`POLL_S` seconds and, when the

@@ -295,7 +295,7 @@ def lost_text() -> str:
     not). Each lost message gets its own, so not "your last message": a user may have had
     several running or queued. Nor "before I could answer": a crash between Telegram's
     accept of the answer and its record leaves the message in the same state, so the
-    answer may have arrived (trial of issue 10: answer and notice both seen)."""
+    answer may have arrived (a crash test saw both the answer and this notice)."""
     return _(
         "🕰 I was interrupted while answering this message. "
         "If no answer to it arrived, please send it again."

@@ -1,4 +1,4 @@
-"""Issue 16 §1 "disk full during a paid call": an answer that exists is delivered even
+"""Disk full during a paid call: an answer that exists is delivered even
 when settling, ending the operation or storing history fails; storage failures are
 ``LedgerUnavailable``/``OperationalError``, recognised as such."""
 
@@ -12,7 +12,8 @@ from typing import Any
 
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from bot.chat.service import ChatAnswer, ChatConfig, ChatFailed, ChatService, FailureKind
+from bot.chat.outcome import ChatAnswer, ChatFailed, FailureKind
+from bot.chat.service import ChatConfig, ChatService
 from bot.storage.repos import Conversation, is_storage_failure
 from bot.storage.values import Turn
 from budget.errors import LedgerUnavailable

@@ -5,15 +5,9 @@ from __future__ import annotations
 import pytest
 
 from bot.chat.delivery import TELEGRAM_TEXT_LIMIT, protect_angle_brackets, split_markdown
-from bot.handlers.admin import (
-    AMOUNT_RULE,
-    TEAM_NAME_RULE,
-    _parse_limit,
-    describe_status,
-    describe_step,
-    parse_user_id,
-    valid_team_name,
-)
+from bot.handlers.admin.base import TEAM_NAME_RULE, parse_user_id, valid_team_name
+from bot.handlers.admin.digest_now import describe_status, describe_step
+from bot.handlers.admin.limits import AMOUNT_RULE, LimitChange, parse_limit
 from bot.handlers.common import canonical_zone
 from budget.types import Level, RefusalReason, Window
 from llm.sanitize import has_visible
@@ -95,15 +89,21 @@ def test_team_names(name: str, ok: bool) -> None:
 
 def test_parse_limit_values_and_reasons() -> None:
     """Good arguments parse to µUSD; each bad one says what is wrong."""
-    assert _parse_limit(["global", "hour", "0.5"]) == (Level.GLOBAL, "", Window.HOUR, 500_000)
-    assert _parse_limit(["user", "42", "day", "off"]) == (Level.USER, "42", Window.DAY, None)
-    assert _parse_limit(["team", "core", "day", "1"]) == (Level.TEAM, "core", Window.DAY, 1_000_000)
-    assert _parse_limit(["team", "li st", "day", "1"]) == TEAM_NAME_RULE
+    assert parse_limit(["global", "hour", "0.5"]) == LimitChange(
+        Level.GLOBAL, "", Window.HOUR, 500_000
+    )
+    assert parse_limit(["user", "42", "day", "off"]) == LimitChange(
+        Level.USER, "42", Window.DAY, None
+    )
+    assert parse_limit(["team", "core", "day", "1"]) == LimitChange(
+        Level.TEAM, "core", Window.DAY, 1_000_000
+    )
+    assert parse_limit(["team", "li st", "day", "1"]) == TEAM_NAME_RULE
     for amount in ("-5", "1e308", "NaN", "99999999999999999999", "0.0000001", "1_000", "lots"):
-        assert _parse_limit(["global", "day", amount]) == AMOUNT_RULE, amount
-    assert "user id" in str(_parse_limit(["user", "99999999999999999999999", "day", "1"]))
-    assert "window" in str(_parse_limit(["global", "week", "1"]))
-    assert str(_parse_limit([])).startswith("Usage")
+        assert parse_limit(["global", "day", amount]) == AMOUNT_RULE, amount
+    assert "user id" in str(parse_limit(["user", "99999999999999999999999", "day", "1"]))
+    assert "window" in str(parse_limit(["global", "week", "1"]))
+    assert str(parse_limit([])).startswith("Usage")
 
 
 def test_digest_progress_steps_read_like_sentences() -> None:

@@ -1,4 +1,4 @@
-"""Issue 16 §1 on the ledger: provable-bound admission (zero overshoot whatever the
+"""The money promise on the ledger: provable-bound admission (zero overshoot whatever the
 estimate), a deleted database file, and storage failures that surface as
 ``LedgerUnavailable`` only (never a raw sqlite error)."""
 
@@ -224,7 +224,7 @@ async def test_budget_and_the_docs_name_the_bound_an_expired_hold_is_booked_at(
     under "Expired holds booked at their ceiling", and README said "ceiling" in four
     places (trial 12b, F4). The rule stays — the bound is the least the provider could
     have billed —; every sentence now names it, in the README and in docs/."""
-    from bot.handlers.admin import render_budget  # the /budget template
+    from bot.handlers.admin.budget import render_budget  # the /budget template
 
     ledger = await make_ledger(global_daily_musd=10**6)
     hold = await _reserve(ledger, 1, 10, 10, 40)

@@ -1,8 +1,7 @@
-"""The streaming interval holds per chat across answers streaming at once (trial 11,
-F8): several answers in one group share one edit per ``STREAM_EDIT_INTERVAL_MS``, two
-answers in one private chat share one draft per ``STREAM_DRAFT_INTERVAL_MS``; final
-answers are not held back. And a Bot API server without ``sendMessageDraft`` (404) is
-named once in the log (F13)."""
+"""The streaming interval holds per chat across answers streaming at once: several
+answers in one group share one edit per ``STREAM_EDIT_INTERVAL_MS``, two answers in one
+private chat share one draft per ``STREAM_DRAFT_INTERVAL_MS``; final answers are not held
+back. And a Bot API server without ``sendMessageDraft`` (404) is named once in the log."""
 
 from __future__ import annotations
 
@@ -116,7 +115,7 @@ async def test_a_bot_api_server_without_drafts_is_named_once_in_the_log(
     arrives whole, and the log has exactly one WARNING saying drafts are not supported
     and what to set (STREAM_MODE_PRIVATE=edit or off), however many answers hit it."""
     # once per process: as if this process had not met such a server before
-    monkeypatch.setattr("bot.chat.streaming._drafts_unsupported_warned", False)
+    monkeypatch.setattr("bot.chat.streaming.displays._drafts_unsupported_warned", False)
     bot = app_factory(env=env_for(tmp_path, fake_telegram, fake_providers, ("groq",)))
     await bot.start()
     fake_telegram.fail_next("sendMessageDraft", 404, "Not Found", count=1000)

@@ -1,0 +1,74 @@
+"""What the chat service returns for one message: an answer, a refusal or a failure.
+
+Values only: :class:`bot.chat.service.ChatService` makes them, :mod:`bot.chat.reply`
+turns them into the reply. None carries text for the user (templates do).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from budget.types import Refusal
+from llm.types import Completion
+
+__all__ = ["ChatAnswer", "ChatFailed", "ChatOutcome", "ChatRefused", "FailureKind"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChatAnswer:
+    """The model answered.
+
+    Attributes:
+        completion: the answer, as the cascade settled it.
+        charged_musd: what the ledger booked for the whole operation (µUSD): the
+            answering attempt's settled cost when it was the only provider tried,
+            else the operation's total read from the ledger once it ended (a provider
+            passed over after its call started may have been billed too); ``None``
+            when the ledger could not answer. Told the user only when the answer
+            could not be delivered (``docs/decisions/021-chat-reply.md``).
+    """
+
+    completion: Completion
+    charged_musd: int | None = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRefused:
+    """The ledger refused; ``running`` = another of the user's requests is still in flight."""
+
+    refusal: Refusal
+    running: bool
+
+
+class FailureKind(StrEnum):
+    """Why a chat message got no answer (the value is also the refusal metric's label)."""
+
+    TOO_LONG = "too_long"  # the prompt exceeds CHAT_MAX_INPUT_TOKENS
+    QUEUE_FULL = "queue_full"  # USER_QUEUE_MAX messages already wait
+    REJECTED = "rejected"  # a provider refused the content
+    UNAVAILABLE = "unavailable"  # no provider could answer
+    ERROR = "error"  # an unexpected exception (logged)
+    SHUTDOWN = "shutdown"  # the bot is stopping
+    EMPTY = "empty"  # the model answered (billed) with no usable text
+
+
+@dataclass(frozen=True, slots=True)
+class ChatFailed:
+    """No answer. ``tokens``/``limit`` are set for ``too_long``. ``empty``: the model
+    answered with no usable text — billed (``cost_musd`` µUSD booked), not an answer.
+
+    ``charged_musd``: what the ledger booked for the operation (µUSD), asked after the
+    failure — 0 when nothing was charged (also when no operation was started), ``None``
+    when the ledger could not answer.
+    """
+
+    kind: FailureKind
+    tokens: int = 0
+    limit: int = 0
+    running: bool = False
+    cost_musd: int = 0
+    charged_musd: int | None = 0
+
+
+ChatOutcome = ChatAnswer | ChatRefused | ChatFailed

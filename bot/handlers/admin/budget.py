@@ -1,0 +1,264 @@
+"""/budget: the ledger's state now (kill switches, buckets, teams, top users, providers,
+today's figures), ``/budget user ID``, ``/budget team NAME`` and ``/budget chart`` (spend
+per hour, last 48 h). ``/budget export`` is the books router's (:mod:`bot.handlers.books`)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiogram import Bot
+from aiogram.filters import CommandObject
+from aiogram.types import BufferedInputFile, Message
+
+from bot.handlers.admin.base import USER_ID_RULE, AdminView, parse_user_id, reply
+from bot.ops.chart import CHART_MISSING, chart_available, spend_chart_png
+from bot.storage.repos import Intake
+from bot.text.templates import format_reset
+from budget.books.stops import StopBook, StopTotals
+from budget.errors import HoldRefused
+from budget.kernel.clock import Clock
+from budget.ledger import Ledger
+from budget.policy.money import usd
+from budget.policy.windows import day_bounds
+from budget.status import BucketStatus, LedgerStatus, TeamStatus, UserStatus
+from budget.types import Window
+from llm.cascade.cascade import Cascade
+
+__all__ = ["on_budget", "render_budget", "render_team", "render_user"]
+
+BUDGET_USAGE = "Usage: /budget [user ID | team NAME | chart | export [YYYY-MM-DD | YYYY-MM] [zone]]"
+
+
+async def on_budget(
+    message: Message,
+    bot: Bot,
+    clock: Clock,
+    command: CommandObject,
+    ledger: Ledger,
+    cascade: Cascade,
+    settings_view: AdminView,
+    intake: Intake,
+    stop_book: StopBook | None = None,
+) -> None:
+    """/budget [user ID | team NAME | chart]."""
+    args = (command.args or "").split()
+    tz = settings_view.tz
+    try:
+        if args[:1] == ["chart"]:
+            await _send_chart(message, bot, clock, ledger, tz)
+            return
+        text = await _report(args, clock, ledger, cascade, tz, intake, stop_book)
+    except HoldRefused:
+        text = "⚠️ The ledger is unavailable."
+    await reply(bot, message, text, clock)
+
+
+async def _send_chart(message: Message, bot: Bot, clock: Clock, ledger: Ledger, tz: str) -> None:
+    if not chart_available():
+        await reply(bot, message, CHART_MISSING, clock)
+        return
+    series = await ledger.spend_per_hour(48)
+    png = await asyncio.to_thread(spend_chart_png, series, tz)
+    await bot.send_photo(
+        message.chat.id,
+        BufferedInputFile(png, filename="spend-48h.png"),
+        caption="Spend per hour, last 48 h (USD)",
+    )
+
+
+async def _report(
+    args: list[str],
+    clock: Clock,
+    ledger: Ledger,
+    cascade: Cascade,
+    tz: str,
+    intake: Intake,
+    stop_book: StopBook | None,
+) -> str:
+    """The text answering ``/budget`` with ``args`` (a usage line for anything else).
+
+    Raises:
+        budget.errors.HoldRefused: the ledger is unavailable.
+    """
+    if len(args) == 2 and args[0] == "user":
+        uid = parse_user_id(args[1])
+        if uid is None:
+            return USER_ID_RULE
+        return render_user(await ledger.user_status(uid), tz)
+    if len(args) == 2 and args[0] == "team":
+        if args[1] not in await ledger.teams():
+            return f"No team {args[1]!r}; /team list shows the teams."
+        return render_team(await ledger.team_status(args[1]), tz)
+    if args:
+        return BUDGET_USAGE
+    status = await ledger.status()
+    top = await ledger.top_users(10)
+    day_key, day_start, _end = day_bounds(clock.now(), tz)
+    messages_today = await intake.count_today(day_start)
+    teams = [await ledger.team_status(name) for name in sorted(status.teams)]
+    stops = await stop_book.totals(day_key) if stop_book is not None else None
+    return render_budget(status, top, cascade, tz, messages_today, teams, stops)
+
+
+def _bucket(b: BucketStatus, tz: str) -> str:
+    scope = f" {b.scope}" if b.scope else ""
+    return (
+        f"{b.level.value}{scope} {b.window.value}: settled {usd(b.settled_musd)}, "
+        f"held {usd(b.held_musd)}, limit {usd(b.limit_musd)}, remaining {usd(b.remaining_musd)}, "
+        f"resets {format_reset(b.resets_at, tz)}"
+    )
+
+
+def render_budget(
+    status: LedgerStatus,
+    top: list[tuple[int, int, int]],
+    cascade: Cascade,
+    tz: str,
+    messages_today: int,
+    teams: list[TeamStatus] | None = None,
+    stops: StopTotals | None = None,
+) -> str:
+    """The /budget report (``teams``: each team's status, for its buckets; ``stops``:
+    today's stopped streamed answers, from the ledger's holds)."""
+    lines = [f"📒 Budget at {status.at:%Y-%m-%d %H:%M} UTC (windows cut in {tz})"]
+    lines += _kill_lines(status)
+    lines += _bucket_lines(status, top, tz, teams or [])
+    lines += _provider_lines(status, cascade)
+    lines += _day_lines(status, cascade, messages_today, stops)
+    return "\n".join(lines)
+
+
+def _kill_lines(status: LedgerStatus) -> list[str]:
+    """The kill switches and what is exposed if killed now."""
+    lines: list[str] = []
+    k = status.kill
+    if k.killed:
+        if k.automatic:
+            lines.append(f"⛔ KILLED by the burn-rate trigger — {k.reason}")
+        else:
+            lines.append(f"⛔ KILLED by admin {k.by}: {k.reason}")
+    else:
+        lines.append("Kill switch: off")
+    for s in status.scoped_kills:
+        if s.killed:
+            lines.append(f"⛔ killed {s.scope_kind} {s.scope}: {s.reason}")
+    lines.append(
+        f"Outstanding holds: {status.outstanding_holds}; exposure if killed now: "
+        f"{usd(status.exposure_musd)}"
+    )
+    return lines
+
+
+def _bucket_lines(
+    status: LedgerStatus, top: list[tuple[int, int, int]], tz: str, teams: list[TeamStatus]
+) -> list[str]:
+    """The hour and day buckets, the teams' and the top users of the day."""
+    lines = [""]
+    for b in status.buckets:
+        if b.window in (Window.HOUR, Window.DAY):
+            lines.append("• " + _bucket(b, tz))
+    if status.teams:
+        lines.append("")
+        lines.append("Teams: " + ", ".join(f"{n} ({len(m)})" for n, m in status.teams.items()))
+        for team in teams:
+            lines.extend("• " + _bucket(b, tz) for b in team.buckets)
+    if top:
+        lines.append("")
+        lines.append("Top users today:")
+        for user_id, settled, held in top:
+            lines.append(f"• {user_id}: settled {usd(settled)}, held {usd(held)}")
+    return lines
+
+
+def _provider_lines(status: LedgerStatus, cascade: Cascade) -> list[str]:
+    """Each configured provider's calls and spend today, and its circuit."""
+    lines = [""]
+    lines.append("Providers today:")
+    spend = {p.provider: p for p in status.providers}
+    for p in cascade.provider_status():
+        if not p.present:
+            continue
+        sp = spend.get(p.name)
+        calls = sp.calls if sp else 0
+        estimated = f" ({sp.estimated_calls} estimated)" if sp and sp.estimated_calls else ""
+        money = (
+            f"settled {usd(sp.settled_musd)}, list {usd(sp.list_musd)}"
+            if sp
+            else f"settled {usd(0)}"
+        )
+        cooldown = f" ({p.cooldown_remaining_s:.0f}s)" if p.cooldown_remaining_s > 0 else ""
+        flags = "" if p.enabled else " DISABLED"
+        paid = " paid" if p.paid else ""
+        lines.append(
+            f"• {p.name}{paid}{flags}: {calls} calls{estimated}, {money}, "
+            f"circuit {p.state}{cooldown}"
+        )
+    return lines
+
+
+def _day_lines(
+    status: LedgerStatus, cascade: Cascade, messages_today: int, stops: StopTotals | None
+) -> list[str]:
+    """Today's figures: paid-anchor calls, spend by origin, requests per message,
+    refusals, stops, the estimate's accuracy and the expired holds."""
+    lines: list[str] = []
+    paid_names = {p.name for p in cascade.provider_status() if p.paid}
+    paid_today = sum(p.calls for p in status.providers if p.provider in paid_names)
+    stats = cascade.stats()
+    lines.append(f"Paid-anchor calls today: {paid_today} (since start: {stats.paid_anchor_calls})")
+    origin = ", ".join(f"{o} {usd(m)}" for o, m in sorted(status.spend_by_origin_musd.items()))
+    lines.append(f"Spend by origin: {origin or '—'}")
+    per_msg = f"{status.requests_today / messages_today:.2f}" if messages_today else "—"
+    lines.append(
+        f"Messages today: {messages_today}; LLM requests: {status.requests_today} "
+        f"({per_msg} per message)"
+    )
+    refusals = ", ".join(f"{r} {n}" for r, n in sorted(status.refusals_today.items()))
+    lines.append(f"Refusals today: {refusals or 'none'}")
+    if stops is not None:
+        lines.append(
+            f"Stopped answers today: {stops.stopped}; output tokens not generated: "
+            f"{stops.tokens_not_generated}; held by ceilings but saved by the stops: "
+            f"{usd(stops.saved_musd)}"
+        )
+    e = status.estimate
+    if e.count:
+        lines.append(
+            f"Estimate (actual/ceiling): median {e.median_ratio:.2f}, worst {e.worst_ratio:.2f}, "
+            f"over ceiling {e.over_ceiling} of {e.count}"
+        )
+    if status.expired_unreconciled_today:
+        lines.append(
+            f"Expired holds booked at their bound (ceiling + admission margin; no settle yet): "
+            f"{status.expired_unreconciled_today}, {usd(status.expired_booked_musd_today)}"
+        )
+    if status.expired_today or status.late_settled_musd_today:
+        lines.append(
+            f"Expired holds today: {status.expired_today}; booked late: "
+            f"{usd(status.late_settled_musd_today)}"
+        )
+    return lines
+
+
+def render_user(status: UserStatus, tz: str) -> str:
+    """/budget user <id>."""
+    lines = [f"👤 User {status.user_id}" + (f" (team {status.team})" if status.team else "")]
+    lines.append(
+        f"Settled today {usd(status.settled_today_musd)}; in flight {status.inflight}; "
+        f"holds {status.outstanding_holds}; messages today {status.messages_today}"
+    )
+    if status.killed is not None and status.killed.killed:
+        lines.append(f"⛔ killed: {status.killed.reason}")
+    lines.extend("• " + _bucket(b, tz) for b in status.buckets if b.window is not Window.MINUTE)
+    return "\n".join(lines)
+
+
+def render_team(status: TeamStatus, tz: str) -> str:
+    """/budget team <name>."""
+    lines = [f"👥 Team {status.name}: {len(status.members)} members"]
+    if status.killed is not None and status.killed.killed:
+        lines.append(f"⛔ killed: {status.killed.reason}")
+    lines.extend("• " + _bucket(b, tz) for b in status.buckets)
+    for uid, musd in sorted(status.member_spend_today_musd.items(), key=lambda x: -x[1]):
+        lines.append(f"• {uid}: {usd(musd)} today")
+    return "\n".join(lines)
