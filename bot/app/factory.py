@@ -36,6 +36,7 @@ from bot.handlers.admin.base import AdminView
 from bot.handlers.books import BooksDesk, create_books_router
 from bot.handlers.chat import create_chat_router, create_non_text_router
 from bot.handlers.common import create_common_router, create_fallback_router
+from bot.handlers.dashboard import create_dashboard_router
 from bot.handlers.digests import create_digest_router
 from bot.handlers.errors import create_error_router
 from bot.handlers.inline_filters import run_sync_filters_inline
@@ -51,6 +52,7 @@ from bot.middlewares.intake import (
 from bot.middlewares.rate import RateExemption, UpdateRateMiddleware
 from bot.middlewares.topics import TopicMiddleware, TopicRequestMiddleware
 from bot.ops.admin_notices import AdminNotifier
+from bot.ops.dashboard import build_operator_view, build_site
 from bot.ops.health import Readiness
 from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_counter
 from bot.ops.schema_watch import SchemaWatch
@@ -285,6 +287,20 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         ),
     )
 
+    # the operator dashboard's documents (also /budget chart's picture) and its routes
+    operator_view = build_operator_view(ledger, cascade, engine, clock, settings.budget_tz)
+    dashboard = None
+    if settings.dashboard_path is not None:
+        dashboard = build_site(
+            operator_view,
+            ledger,
+            token=settings.bot_token,
+            admin_ids=settings.admin_ids,
+            clock=clock,
+            path=settings.dashboard_path,
+            max_age_s=settings.dashboard_auth_max_age_seconds,
+            on_refused=lambda: dropped.labels("dashboard_auth").inc(),
+        )
     workflow = WorkflowData(
         clock=clock,
         chat_service=chat,
@@ -320,6 +336,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         stop_book=StopBook(sessions),
         admin_ids=settings.admin_ids,
         stale_after_s=settings.stale_message_seconds,
+        operator_view=operator_view,
+        dashboard_url=settings.dashboard_url,
     )
     dp = Dispatcher(**workflow)
     bot.session.middleware(TopicRequestMiddleware())
@@ -361,6 +379,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp.include_router(create_chat_router())
     dp.include_router(create_books_router(settings.admin_ids))
     dp.include_router(create_admin_router(settings.admin_ids))
+    dp.include_router(create_dashboard_router(settings.admin_ids))
     dp.include_router(create_stream_router())
     dp.include_router(create_common_router())
     dp.include_router(create_digest_router())
@@ -399,6 +418,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         dropped=dropped,
         schema=SchemaWatch(engine, clock),
         is_control=lambda update: rate.is_control(update, bot),
+        dashboard=dashboard,
     )
     if shared is not None:  # a process taken for dead stops acting (bot/session/fence.py)
         from bot.session.fence import FencedSession

@@ -72,13 +72,7 @@ class PlainPost:
     def __repr__(self) -> str:
         return f"PlainPost(open={self._session is not None and not self._session.closed})"
 
-    async def post(self, url: str, payload: Mapping[str, Any]) -> PlainResponse:
-        """POST ``payload`` as JSON to ``url`` and read the whole answer.
-
-        Raises:
-            aiohttp.ClientError: the exchange failed (translate with
-                :func:`aiohttp_transport_error`).
-        """
+    def _open(self, url: str) -> aiohttp.ClientSession:
         session = self._session
         if session is None or session.closed:
             session = self._session = aiohttp.ClientSession(
@@ -88,8 +82,39 @@ class PlainPost:
             )
         if url not in self._proxies:
             self._proxies[url] = env_proxy(url)
+        return session
+
+    async def post(self, url: str, payload: Mapping[str, Any]) -> PlainResponse:
+        """POST ``payload`` as JSON to ``url`` and read the whole answer.
+
+        Raises:
+            aiohttp.ClientError: the exchange failed (translate with
+                :func:`aiohttp_transport_error`).
+        """
+        session = self._open(url)
         async with session.post(
             url, json=payload, allow_redirects=False, proxy=self._proxies[url]
+        ) as response:
+            content = await response.read()
+            return PlainResponse(response.status, response.headers, content)
+
+    async def post_form(
+        self, url: str, fields: Mapping[str, str], file: tuple[str, str, str, bytes]
+    ) -> PlainResponse:
+        """POST a ``multipart/form-data`` body: ``fields`` as text parts, then one file
+        part ``(field name, file name, content type, bytes)``; read the whole answer.
+
+        Raises:
+            aiohttp.ClientError: as :meth:`post`.
+        """
+        session = self._open(url)
+        form = aiohttp.FormData()
+        for name, value in fields.items():
+            form.add_field(name, value)
+        field_name, file_name, content_type, data = file
+        form.add_field(field_name, data, filename=file_name, content_type=content_type)
+        async with session.post(
+            url, data=form, allow_redirects=False, proxy=self._proxies[url]
         ) as response:
             content = await response.read()
             return PlainResponse(response.status, response.headers, content)
