@@ -72,6 +72,12 @@ class LedgerConfig:
             (PROCESS_DEAD_AFTER_SECONDS; at least :data:`DEAD_AFTER_HEARTBEATS`
             heartbeat intervals). One whose connection is gone is dead sooner:
             :attr:`process_gone_after_s`.
+        db_lock_timeout_s: PostgreSQL ledger: the longest a statement waits for a row or
+            advisory lock another session holds (PostgreSQL's ``lock_timeout``;
+            DATABASE_LOCK_TIMEOUT_SECONDS); then the step fails closed.
+        db_pool_timeout_s: PostgreSQL ledger: the longest a step waits for one of its
+            process's pool connections (DATABASE_POOL_TIMEOUT_SECONDS); then it fails
+            closed.
         synchronous: the SQLite ledger's durability: ``FULL`` (the WAL fsync'd after
             each group with a granted hold or another durable step, as SQLite's
             ``synchronous=FULL``) or ``NORMAL`` (never fsync'd); see
@@ -98,6 +104,8 @@ class LedgerConfig:
     sweep_interval_s: float = 30.0
     process_heartbeat_s: float = 2.0
     process_dead_after_s: float = 60.0
+    db_lock_timeout_s: float = 2.0
+    db_pool_timeout_s: float = 5.0
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
 
     def __post_init__(self) -> None:

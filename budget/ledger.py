@@ -415,16 +415,20 @@ class Ledger(LedgerSettle, LedgerAdmin):
         """Await a store step; tells admins once per reason when storage fails."""
         try:
             return await step
-        except LedgerUnavailable:
+        except LedgerUnavailable as exc:
             if not self._closed:
-                reason = self.store.lost or self._failure_kind()
+                reason = self.store.lost or self._failure_kind(exc)
                 self._notices.unavailable(reason, self.store.location)
             raise
 
-    def _failure_kind(self) -> str:
-        """``server`` on PostgreSQL (a server that cannot be reached or refuses the
-        ledger's queries), ``storage`` on SQLite (read-only, full disk, I/O error)."""
-        return "server" if self.store.name == "postgresql" else "storage"
+    def _failure_kind(self, exc: LedgerUnavailable) -> str:
+        """``timeout`` on PostgreSQL when a deadline ran out (a lock another session
+        holds, no pool connection in time), else ``server`` (a server that cannot be
+        reached or refuses the ledger's queries); ``storage`` on SQLite (read-only,
+        full disk, I/O error)."""
+        if self.store.name != "postgresql":
+            return "storage"
+        return "timeout" if exc.timed_out else "server"
 
     async def calibration(self) -> dict[tuple[str, str], tuple[int, int]]:
         """Persisted estimate calibration: ``(provider, model) → (reported ÷ counted

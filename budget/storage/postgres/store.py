@@ -70,6 +70,7 @@ from budget.status import KillState
 from budget.storage.base import LedgerStore
 from budget.storage.postgres import ends, holds
 from budget.storage.postgres.burn import BurnCheckTimer
+from budget.storage.postgres.control import ControlLine, server_settings
 from budget.storage.postgres.lease import ProcessLease
 from budget.storage.postgres.rows import PgCursor, asyncpg_dsn, auto_kill, auto_kill_off, burn_rate
 from budget.storage.postgres.runner import RETRIES, STORAGE, PgRunner
@@ -104,7 +105,7 @@ async def keep_session(conn: Any) -> None:
     del conn
 
 
-class PgStore(ProcessLease, PgRunner, LedgerStore):
+class PgStore(ProcessLease, ControlLine, PgRunner, LedgerStore):
     """The ledger on PostgreSQL (module docstring).
 
     Args:
@@ -154,6 +155,7 @@ class PgStore(ProcessLease, PgRunner, LedgerStore):
         #: what this process's holds and settles need not read back
         self._known = holds.Known()
         self._init_lease()
+        self._init_control()
         self._beat_conn: Any = None  # asyncpg.Connection of the heartbeat (pg_lease)
 
     @property
@@ -178,6 +180,7 @@ class PgStore(ProcessLease, PgRunner, LedgerStore):
                 command_timeout=30,
                 reset=keep_session,
                 init=use_epoch_seconds,
+                server_settings=server_settings(self.config),
             )
         except STORAGE as exc:
             raise LedgerUnavailable() from exc
@@ -197,6 +200,7 @@ class PgStore(ProcessLease, PgRunner, LedgerStore):
         with contextlib.suppress(LedgerUnavailable):
             await self._plain("DELETE FROM budget_processes WHERE process_id = $1", self.process_id)
         await self._drop_beat_connection()
+        await self._close_control()
         pool, self._pool = self._pool, None
         await pool.close()
         if self._executor is not None:
@@ -221,7 +225,9 @@ class PgStore(ProcessLease, PgRunner, LedgerStore):
             raise LedgerUnavailable()
         if self._beat_conn is None or self._beat_conn.is_closed():
             try:
-                conn = await asyncpg.connect(self._dsn, command_timeout=30)
+                conn = await asyncpg.connect(
+                    self._dsn, command_timeout=30, server_settings=server_settings(self.config)
+                )
                 await use_epoch_seconds(conn)
             except STORAGE as exc:
                 raise LedgerUnavailable() from exc
