@@ -19,12 +19,15 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from bot.app.lifecycle import App
 from bot.app.wiring import (
     ProfileStoreAdapter,
+    admin_language,
     cascade_config,
     digest_config,
     ledger_config,
     provider_models,
     provider_specs_of,
+    watch_config,
 )
+from bot.chat.deferral import FloodDeferral
 from bot.chat.outbox import Outbox
 from bot.chat.paste import PasteJoiner
 from bot.chat.service import ChatConfig, ChatService
@@ -41,6 +44,7 @@ from bot.handlers.digests import create_digest_router
 from bot.handlers.errors import create_error_router
 from bot.handlers.inline_filters import run_sync_filters_inline
 from bot.handlers.me import create_me_router
+from bot.handlers.moves import create_chat_moves_router
 from bot.handlers.stream import create_stream_router
 from bot.middlewares.context import WorkflowData
 from bot.middlewares.intake import (
@@ -54,8 +58,12 @@ from bot.middlewares.topics import TopicMiddleware, TopicRequestMiddleware
 from bot.ops.admin_notices import AdminNotifier
 from bot.ops.dashboard import build_operator_view, build_site
 from bot.ops.health import Readiness
+from bot.ops.kpis import KpiReader
 from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_counter
+from bot.ops.once import NoticeBook
 from bot.ops.schema_watch import SchemaWatch
+from bot.ops.watch import OpsWatch
+from bot.session.chat_moves import FollowChatMoves
 from bot.session.flood_waits import FloodWaits
 from bot.session.model_pins import PinResponseModels
 from bot.session.update_json import load_checked
@@ -67,6 +75,7 @@ from bot.session.updates import (
     SkipUndecodableUpdates,
 )
 from bot.settings import Settings
+from bot.storage.moves import ChatMoves
 from bot.storage.repos import History, Intake
 from bot.storage.sqlite_hot import SqliteHotPath
 from bot.text.digests import TelegramDeliverer
@@ -119,9 +128,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     )
     registry = CollectorRegistry()
     dropped = dropped_counter(registry)
-    bot.session.middleware(
-        FloodWaits(clock, on_drop=lambda _method: dropped.labels("flood_wait").inc())
-    )
+    flood_waits = FloodWaits(clock, on_drop=lambda _method: dropped.labels("flood_wait").inc())
+    bot.session.middleware(flood_waits)
     # polling: a batch is confirmed once its updates are taken in (bot/session/updates.py)
     barrier = (
         None if settings.webhook_mode else IntakeBarrier(clock, settings.poll_intake_wait_seconds)
@@ -183,7 +191,10 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     )
     # on a SQLite file the message path's bot-table writes ride the ledger's one writer
     hot = SqliteHotPath(ledger.store.writer) if ledger.store.writer is not None else None
-    history = History(sessions, hot)
+    # a group upgraded to a supergroup: its calls, rows and answers follow it there
+    moves = ChatMoves(sessions)
+    bot.session.middleware(FollowChatMoves(moves))
+    history = History(sessions, hot, moves)
     # several processes share a PostgreSQL database: each message remembers who took it
     # in, and only a dead process's are "lost" (bot.storage.repos.Intake.take_lost)
     intake = Intake(
@@ -287,8 +298,21 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         ),
     )
 
-    # the operator dashboard's documents (also /budget chart's picture) and its routes
-    operator_view = build_operator_view(ledger, cascade, engine, clock, settings.budget_tz)
+    # the operator's figures: the dashboard's documents (also /budget chart's picture),
+    # the alerts before the caps and the spend reports (bot/ops/watch.py)
+    kpis = KpiReader(sessions, clock, clock.monotonic())
+    notifier.language_of = admin_language(repo)
+    ops_watch = OpsWatch(
+        ledger=ledger,
+        engine=engine,
+        cascade=cascade,
+        notices=NoticeBook(sessions, clock),
+        notifier=notifier,
+        kpis=kpis,
+        clock=clock,
+        config=watch_config(settings),
+    )
+    operator_view = build_operator_view(ledger, cascade, engine, clock, settings.budget_tz, kpis)
     dashboard = None
     if settings.dashboard_path is not None:
         dashboard = build_site(
@@ -305,6 +329,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         clock=clock,
         chat_service=chat,
         history=history,
+        chat_moves=moves,
         profiles=profiles,
         i18n=i18n,
         ledger=ledger,
@@ -325,6 +350,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         notifier=notifier,
         delivery_failures=delivery_failure_counter(registry),
         outbox=outbox,
+        flood_deferral=FloodDeferral(flood_waits, outbox, clock, settings.flood_defer_seconds),
         streams=streams,
         stream_config=StreamConfig(
             private=settings.stream_mode_private,
@@ -384,6 +410,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp.include_router(create_common_router())
     dp.include_router(create_digest_router())
     dp.include_router(create_me_router())
+    dp.include_router(create_chat_moves_router())  # service messages: after every text router
     dp.include_router(create_fallback_router())
     dp.include_router(create_non_text_router())
     # controls tagged flags={"rate_limit": False} pass the update rate (bot/middlewares/rate.py)
@@ -419,6 +446,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         schema=SchemaWatch(engine, clock),
         is_control=lambda update: rate.is_control(update, bot),
         dashboard=dashboard,
+        ops_watch=ops_watch,
     )
     if shared is not None:  # a process taken for dead stops acting (bot/session/fence.py)
         from bot.session.fence import FencedSession
