@@ -48,11 +48,15 @@ class LedgerUnavailable(HoldRefused):
         timed_out: a deadline ran out (PostgreSQL: a row lock held by another session
             past the lock timeout, no pool connection within the pool timeout, a
             statement cancelled), rather than a server that cannot be reached.
+        lasting: the storage is lost until a restart (no use trying again).
     """
 
     def __init__(self, *, timed_out: bool = False) -> None:
         super().__init__(Refusal(reason=RefusalReason.UNAVAILABLE))
         self.timed_out = timed_out
+        #: set by the ledger when its storage is lost for good (the SQLite file deleted
+        #: or replaced under the running bot): trying again cannot succeed before a restart
+        self.lasting = False
 
 
 class UnknownHold(BudgetError):

@@ -35,10 +35,13 @@ class ChatAnswer:
 
 @dataclass(frozen=True, slots=True)
 class ChatRefused:
-    """The ledger refused; ``running`` = another of the user's requests is still in flight."""
+    """The ledger refused; ``running`` = another of the user's requests is still in flight;
+    ``retry`` = the ledger failed closed before any provider call was made for the
+    message (no hold granted): it may be tried again whole (:mod:`bot.chat.ledger_wait`)."""
 
     refusal: Refusal
     running: bool
+    retry: bool = False
 
 
 class FailureKind(StrEnum):

@@ -30,7 +30,7 @@ from bot.chat.lanes import POLL_S, LaneStore
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, ChatRefused, FailureKind
 from bot.storage.repos import Conversation, History
 from bot.storage.values import Turn
-from budget.errors import BudgetError, HoldRefused
+from budget.errors import BudgetError, HoldRefused, LedgerUnavailable
 from budget.kernel.clock import Clock
 from budget.pricing.tokens import TOKENS_REPLY_PRIMING, count_off_loop
 from budget.protocol import LedgerPort, OperationTicket
@@ -231,7 +231,7 @@ class ChatService:
         try:
             place = await self._place(user_id, lane, key)
         except HoldRefused as exc:  # the shared queue cannot be read: fail closed
-            return ChatRefused(exc.refusal, running=False)
+            return _refused(exc, running=False)
         if place >= slots + self._config.user_queue_max:
             return ChatFailed(FailureKind.QUEUE_FULL, running=True)
         user_msg = Message("user", text)
@@ -245,12 +245,12 @@ class ChatService:
             try:
                 await self._record_message(user_id)
             except HoldRefused as exc:
-                return ChatRefused(exc.refusal, running=lane.order.index(key) > 0)
+                return _refused(exc, running=lane.order.index(key) > 0)
         try:
             while (place := await self._place(user_id, lane, key)) >= slots:
                 await self._wait_turn(lane)
         except HoldRefused as exc:  # the shared queue cannot be read: only ours is known
-            return ChatRefused(exc.refusal, running=lane.order.index(key) > 0)
+            return _refused(exc, running=lane.order.index(key) > 0)
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
@@ -322,7 +322,7 @@ class ChatService:
             # refusal of the admission then comes from the cascade, handled below
             op = await self._ledger.begin_operation(where.user_id, Origin.CHAT, deferred=True)
         except HoldRefused as exc:
-            return ChatRefused(exc.refusal, running=others_running)
+            return _refused(exc, running=others_running)
         try:
             request = await self._request(where, user_msg, user_tokens[1])
             ctx = activity() if activity is not None else nullcontext()
@@ -339,7 +339,7 @@ class ChatService:
             )
             return ChatAnswer(completion, charged)
         except HoldRefused as exc:
-            return ChatRefused(exc.refusal, running=others_running)
+            return _refused(exc, running=others_running, called=self._ledger.held_any(op))
         except ProviderRejected:
             return ChatFailed(FailureKind.REJECTED, charged_musd=await self._booked_musd(op))
         except EmptyCompletion as exc:
@@ -477,3 +477,11 @@ async def run_guarded(coro: Awaitable[ChatOutcome]) -> ChatOutcome:
     except Exception:  # last-resort guard: the user gets a template, not a trace
         log.exception("chat operation failed unexpectedly")
         return ChatFailed(FailureKind.ERROR)
+
+
+def _refused(exc: HoldRefused, *, running: bool, called: bool = False) -> ChatRefused:
+    """The refusal ``exc`` as an outcome; one of a ledger that failed closed for a while
+    (not its file lost) before any provider call (``called``: a hold was granted) may be
+    tried again."""
+    passing = isinstance(exc, LedgerUnavailable) and not exc.lasting
+    return ChatRefused(exc.refusal, running=running, retry=passing and not called)

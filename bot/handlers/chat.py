@@ -20,6 +20,7 @@ from prometheus_client import Counter
 
 from bot.chat.deferral import FloodDeferral
 from bot.chat.delivery import send_text
+from bot.chat.ledger_wait import until_ledger_answers
 from bot.chat.outbox import Outbox
 from bot.chat.outcome import ChatAnswer
 from bot.chat.paste import PasteTicket
@@ -121,15 +122,23 @@ async def on_text(
                 received_at=received_at,
             )
         try:
-            outcome = await run_guarded(
-                chat_service.handle(
-                    user_ctx.user_id,
-                    prompt,
-                    chat_id=chat_id,
-                    thread_id=topic_of(message),
-                    key=(chat_id, message.message_id),
-                    activity=partial(_typing, bot, message),
-                    stream=courier.stream.control if courier.stream is not None else None,
+            attempt = partial(
+                chat_service.handle,
+                user_ctx.user_id,
+                prompt,
+                chat_id=chat_id,
+                thread_id=topic_of(message),
+                key=(chat_id, message.message_id),
+                activity=partial(_typing, bot, message),
+                stream=courier.stream.control if courier.stream is not None else None,
+            )
+            outcome = await run_guarded(  # a ledger failing closed: tried again when it answers
+                until_ledger_answers(
+                    attempt,
+                    clock=clock,
+                    sent_at=message.date,
+                    stale_after=stale_after,
+                    closing=lambda: chat_service.closing,
                 )
             )
         except asyncio.CancelledError:  # the intake middleware records it as failed

@@ -63,8 +63,8 @@ async def test_locked_bucket_rows_every_message_answered_in_time_and_kill_within
     pg_migrated_url: str,
 ) -> None:
     """24 users and ``/kill`` while the bucket rows are locked: every user gets the
-    ledger-unavailable template (or, for a hold begun after the kill, the paused one)
-    within BOUND_S, and no provider call is made; the admin's
+    ledger-unavailable template or — tried again after the kill, as a message that met
+    a failing ledger is — the paused one within BOUND_S, and no provider call is made; the admin's
     ``/kill`` is committed and answered within 5 s, and the admin alert names a lock or
     a timeout, not an unreachable server. Once the lock is gone the kill holds."""
     fake_providers.script("deepseek", {"text": "paid answer"})
@@ -115,3 +115,41 @@ async def test_locked_bucket_rows_every_message_answered_in_time_and_kill_within
     assert len(fake_providers.requests) == 1
     assert await bot.stop() == 0
     print(f"/kill answered in {kill_took:.2f} s; messages in {min(took):.2f}-{max(took):.2f} s")
+
+
+async def test_a_message_that_met_a_failing_ledger_is_answered_when_it_returns(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+    pg_migrated_url: str,
+) -> None:
+    """A message taken in while the ledger fails closed before any provider call (its
+    hold's rows locked by another session past the lock timeout) is not bounced with the
+    ledger-unavailable template: the bot tries it again and answers it once the ledger
+    answers, with one provider call."""
+    fake_providers.script("deepseek", {"text": "first answer"})
+    fake_providers.script("deepseek", {"text": "answered after the lock"})
+    bot = app_factory(env=_paid_only(bot_env, pg_migrated_url))
+    await bot.start()
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(499, "a first paid question")  # the global rows exist
+    [first] = await fake_telegram.wait_sent(499, since=mark, timeout=30)
+    assert first.text == "first answer"
+    locker = await asyncpg.connect(pg_migrated_url.replace("postgresql+asyncpg", "postgresql"))
+    try:
+        locked = locker.transaction()
+        await locked.start()
+        assert await locker.fetch("SELECT 1 FROM budget_buckets FOR UPDATE")
+        mark = fake_telegram.mark()
+        fake_telegram.inject_message(600, "asked while the rows are locked")
+        await asyncio.sleep(LOCK_S + 3.0)  # past the lock timeout and a retry pause
+        assert not fake_telegram.sent_events(600, since=mark), "bounced"
+        assert len(fake_providers.requests) == 1
+        await locked.rollback()
+        [reply] = await fake_telegram.wait_sent(600, since=mark, timeout=30)
+        assert reply.text == "answered after the lock", reply.text
+        assert len(fake_providers.requests) == 2
+    finally:
+        await locker.close()
+    assert await bot.stop() == 0
