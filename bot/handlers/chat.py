@@ -22,7 +22,7 @@ from bot.chat.deferral import FloodDeferral
 from bot.chat.delivery import send_text
 from bot.chat.ledger_wait import until_ledger_answers
 from bot.chat.outbox import Outbox
-from bot.chat.outcome import ChatAnswer
+from bot.chat.outcome import ChatAnswer, ChatOutcome
 from bot.chat.paste import PasteTicket
 from bot.chat.reply import Courier, reply_of, screen
 from bot.chat.service import ChatService, run_guarded
@@ -122,23 +122,16 @@ async def on_text(
                 received_at=received_at,
             )
         try:
-            attempt = partial(
-                chat_service.handle,
-                user_ctx.user_id,
-                prompt,
-                chat_id=chat_id,
-                thread_id=topic_of(message),
-                key=(chat_id, message.message_id),
-                activity=partial(_typing, bot, message),
-                stream=courier.stream.control if courier.stream is not None else None,
-            )
-            outcome = await run_guarded(  # a ledger failing closed: tried again when it answers
-                until_ledger_answers(
-                    attempt,
-                    clock=clock,
-                    sent_at=message.date,
-                    stale_after=stale_after,
-                    closing=lambda: chat_service.closing,
+            outcome = await run_guarded(
+                _answer(
+                    chat_service,
+                    user_ctx.user_id,
+                    prompt,
+                    message,
+                    bot,
+                    courier,
+                    clock,
+                    stale_after,
                 )
             )
         except asyncio.CancelledError:  # the intake middleware records it as failed
@@ -154,6 +147,37 @@ async def on_text(
     if reply.refusal is not None:
         refusals.labels(reply.refusal).inc()
     return await courier.deliver(reply)
+
+
+async def _answer(
+    chat_service: ChatService,
+    user_id: int,
+    prompt: str,
+    message: Message,
+    bot: Bot,
+    courier: Courier,
+    clock: Clock,
+    stale_after: timedelta,
+) -> ChatOutcome:
+    """The message answered by the chat service; a try that met a ledger failing closed
+    before any provider call is tried again when it answers (bot.chat.ledger_wait)."""
+    attempt = partial(
+        chat_service.handle,
+        user_id,
+        prompt,
+        chat_id=message.chat.id,
+        thread_id=topic_of(message),
+        key=(message.chat.id, message.message_id),
+        activity=partial(_typing, bot, message),
+        stream=courier.stream.control if courier.stream is not None else None,
+    )
+    return await until_ledger_answers(
+        attempt,
+        clock=clock,
+        sent_at=message.date,
+        stale_after=stale_after,
+        closing=lambda: chat_service.closing,
+    )
 
 
 def _typing(bot: Bot, message: Message) -> ChatActionSender:
