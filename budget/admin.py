@@ -13,7 +13,7 @@ from datetime import datetime
 
 from budget.part import LedgerPart
 from budget.policy.rules import check_user_id
-from budget.status import KillState, LedgerStatus, TeamStatus, UserStatus
+from budget.status import HoldEntry, KillState, LedgerStatus, TeamStatus, UserStatus
 from budget.storage.store import LimitChange
 from budget.types import Level, Window
 
@@ -166,6 +166,15 @@ class LedgerAdmin(LedgerPart):
     async def status(self) -> LedgerStatus:
         """Global and provider buckets, holds, exposure, kill, spend, refusals, estimates."""
         return await self._guarded(self.store.status(self.clock.now()))
+
+    async def hold_entry(self, hold_id: str) -> HoldEntry | None:
+        """What the ledger booked for one hold (``/cost``): its settled µUSD, list-price
+        equivalent and whether it is an estimate; ``None`` when there is no such hold.
+
+        Raises:
+            LedgerUnavailable: the ledger could not be read.
+        """
+        return await self._guarded(self.store.hold_entry(hold_id))
 
     async def user_status(self, user_id: int) -> UserStatus:
         """User, team and global buckets of ``user_id``; in-flight; messages.

@@ -12,7 +12,7 @@ from typing import Literal
 
 from budget.errors import BudgetConfigError
 from budget.policy.windows import zone
-from budget.types import Level, Origin, Window
+from budget.types import HOLD_ONLY_ORIGINS, Level, Origin, Window
 
 #: PROCESS_DEAD_AFTER_SECONDS must be at least this many heartbeats: with 2 s over a 0.5 s
 #: heartbeat a live replica on a loaded machine was taken for dead (its user told to resend
@@ -119,7 +119,7 @@ class LedgerConfig:
                 f"PROVIDER_TIMEOUT_SECONDS ({self.max_call_s})"
             )
         for origin in Origin:
-            if origin not in self.operation_caps:
+            if origin not in HOLD_ONLY_ORIGINS and origin not in self.operation_caps:
                 raise BudgetConfigError(f"no operation caps for origin {origin}")
         limits = (
             self.global_daily_musd,

@@ -353,12 +353,17 @@ class Ledger(LedgerSettle, LedgerAdmin):
         input_tokens: int,
         max_tokens: int,
         input_bound_tokens: int | None = None,
+        origin: Origin | None = None,
     ) -> HoldTicket:
         """Hold the ceiling of one attempt on every level and window, or nothing.
 
         ceiling = input_tokens × input rate + max_tokens × output rate (rounded up;
         0 µUSD for a free-tier provider, whose hold still counts for the kill
         switch and the operation). ``input_tokens`` is the (calibrated) estimate.
+
+        ``origin``: the hold's own origin when it is not its operation's (``summary``:
+        a history summary folded inside a chat message's operation); ``None``: the
+        operation's.
 
         ``input_bound_tokens`` is a provable upper bound of the input the provider
         can bill (:func:`budget.pricing.tokens.input_bound`). The hold is granted only when
@@ -382,7 +387,7 @@ class Ledger(LedgerSettle, LedgerAdmin):
         now = self.clock.now()
         price = self._price(now, provider, model, input_tokens, max_tokens, input_bound_tokens)
         hold = HoldRequest(
-            op.operation_id, request_id, provider, model, input_tokens, max_tokens, price
+            op.operation_id, request_id, provider, model, input_tokens, max_tokens, price, origin
         )
         admission = self._deferred.waiting(op.operation_id)
         if admission is not None:  # admission, first request and hold in one step

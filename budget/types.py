@@ -21,6 +21,7 @@ from datetime import datetime
 from enum import StrEnum
 
 __all__ = [
+    "HOLD_ONLY_ORIGINS",
     "Level",
     "Origin",
     "Refusal",
@@ -66,6 +67,14 @@ class Origin(StrEnum):
 
     CHAT = "chat"
     DIGEST = "digest"
+    #: a history summary folded for a chat message (a hold's origin, in that message's
+    #: operation: docs/decisions/150-history-summaries-are-charged-steps.md)
+    SUMMARY = "summary"
+
+
+#: Origins a hold may carry but no operation begins with (a summary is a step of the
+#: chat message's operation, capped by that operation's caps).
+HOLD_ONLY_ORIGINS: frozenset[Origin] = frozenset({Origin.SUMMARY})
 
 
 @dataclass(frozen=True, slots=True)

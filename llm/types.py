@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Literal
 
-from budget.types import Usage
+from budget.types import Origin, Usage
 
 __all__ = [
     "AudioClip",
@@ -63,6 +63,10 @@ class LLMRequest:
         input_tokens: the token counter's count of ``messages`` when the caller has it
             already (chat sums the counts stored with each turn); ``None``: the cascade
             counts.
+        small: the router's choice (:mod:`llm.router`): ask each provider's small model
+            (its ``cheap_model``) instead of its main one; each hold is sized on it.
+        origin: what the request's holds are booked as when it is not the
+            operation's own origin (``Origin.SUMMARY``); ``None``: the operation's.
     """
 
     messages: tuple[Message, ...]
@@ -73,6 +77,8 @@ class LLMRequest:
     fingerprint: str | None = None
     free_share: float = 1.0
     input_tokens: int | None = None
+    small: bool = False
+    origin: Origin | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.free_share <= 1:

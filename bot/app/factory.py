@@ -21,16 +21,20 @@ from bot.app.wiring import (
     ProfileStoreAdapter,
     admin_language,
     cascade_config,
+    chat_config,
     digest_config,
     ledger_config,
     provider_models,
     provider_specs_of,
+    router_config,
     watch_config,
 )
 from bot.chat.deferral import FloodDeferral
+from bot.chat.duplicates import DuplicateGate
+from bot.chat.folding import HistoryFolder, raw_turn_counter
 from bot.chat.outbox import Outbox
 from bot.chat.paste import PasteJoiner
-from bot.chat.service import ChatConfig, ChatService
+from bot.chat.service import ChatService
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.streaming.session import StreamConfig
@@ -39,12 +43,14 @@ from bot.handlers.admin.base import AdminView
 from bot.handlers.books import BooksDesk, create_books_router
 from bot.handlers.chat import create_chat_router, create_non_text_router
 from bot.handlers.common import create_common_router, create_fallback_router
+from bot.handlers.conversation import create_conversation_router
 from bot.handlers.dashboard import create_dashboard_router
 from bot.handlers.digests import create_digest_router
 from bot.handlers.errors import create_error_router
 from bot.handlers.inline_filters import run_sync_filters_inline
 from bot.handlers.me import create_me_router
 from bot.handlers.moves import create_chat_moves_router
+from bot.handlers.regenerate import create_regenerate_router
 from bot.handlers.stream import create_stream_router
 from bot.middlewares.context import WorkflowData
 from bot.middlewares.intake import (
@@ -78,6 +84,7 @@ from bot.settings import Settings
 from bot.storage.moves import ChatMoves
 from bot.storage.repos import History, Intake
 from bot.storage.sqlite_hot import SqliteHotPath
+from bot.storage.summaries import CostFooters, Summaries
 from bot.text.digests import TelegramDeliverer
 from bot.text.i18n import create_i18n
 from budget.books.stops import StopBook
@@ -224,21 +231,27 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         from bot.chat.lanes import PgLanes
 
         lanes = PgLanes(shared, shared.process_id, clock, settings.process_dead_after_seconds)
+    summaries = Summaries(sessions, moves)
+    folder = HistoryFolder(
+        summaries=summaries,
+        backend=cascade,
+        raw_turn=raw_turn_counter(tokens.raw_messages),
+        scale=tokens.scale,
+        clock=clock,
+        history_max_tokens=settings.chat_history_max_tokens,
+        summary_max_tokens=settings.chat_summary_max_tokens,
+        router=router_config(settings),
+    )
     chat = ChatService(
         ledger=ledger,
         backend=cascade,
         history=history,
         count_tokens=tokens,
         clock=clock,
-        config=ChatConfig(
-            max_output_tokens=settings.chat_max_output_tokens,
-            max_input_tokens=settings.chat_max_input_tokens,
-            history_max_tokens=settings.chat_history_max_tokens,
-            user_max_inflight=settings.user_max_inflight,
-            user_queue_max=settings.user_queue_max,
-        ),
+        config=chat_config(settings),
         record_message=ledger.record_message,
         lanes=lanes,
+        folder=folder,
     )
     repo = ProfileRepository(sessions, clock, default_digest_time=settings.digest_default_time)
     profiles = ProfileStoreAdapter(
@@ -329,6 +342,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         clock=clock,
         chat_service=chat,
         history=history,
+        cost_footers=CostFooters(sessions),
+        duplicates=DuplicateGate(clock, settings.duplicate_window_seconds),
+        summaries=summaries,
         chat_moves=moves,
         profiles=profiles,
         i18n=i18n,
@@ -407,9 +423,11 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp.include_router(create_admin_router(settings.admin_ids))
     dp.include_router(create_dashboard_router(settings.admin_ids))
     dp.include_router(create_stream_router())
+    dp.include_router(create_regenerate_router())
     dp.include_router(create_common_router())
     dp.include_router(create_digest_router())
     dp.include_router(create_me_router())
+    dp.include_router(create_conversation_router())
     dp.include_router(create_chat_moves_router())  # service messages: after every text router
     dp.include_router(create_fallback_router())
     dp.include_router(create_non_text_router())

@@ -72,6 +72,8 @@ USER_COMMANDS = [
     ("help", "Help"),
     ("me", "My spend and limits"),
     ("reset", "Forget the conversation"),
+    ("history", "What is summarised of this conversation"),
+    ("cost", "Show what each answer cost (on/off)"),
     ("stop", "Stop the answer being written"),
     ("sub", "Subscribe to a channel digest"),
     ("subs", "My subscriptions"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from bot.chat.folding import FoldNote
 from budget.types import Refusal
 from llm.types import Completion
 
@@ -27,10 +28,12 @@ class ChatAnswer:
             passed over after its call started may have been billed too); ``None``
             when the ledger could not answer. Told the user only when the answer
             could not be delivered (``docs/decisions/021-chat-reply.md``).
+        fold: the history fold this message made (summarised or cut), ``None``: none.
     """
 
     completion: Completion
     charged_musd: int | None = 0
+    fold: FoldNote | None = None
 
 
 @dataclass(frozen=True, slots=True)

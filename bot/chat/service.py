@@ -23,9 +23,10 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
+from bot.chat.folding import FoldNote, HistoryFolder, PromptHistory
 from bot.chat.lanes import POLL_S, LaneStore
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, ChatRefused, FailureKind
 from bot.storage.repos import Conversation, History
@@ -37,6 +38,7 @@ from budget.protocol import LedgerPort, OperationTicket
 from budget.types import Origin
 from llm.cascade.cascade import fingerprint
 from llm.errors import EmptyCompletion, LLMError, ProviderRejected
+from llm.router import Route, RouterConfig, Work, route
 from llm.stream import StreamControl
 from llm.types import Completion, LLMRequest, Message, Priority
 
@@ -82,6 +84,7 @@ class ChatConfig:
     history_max_tokens: int = 3000
     user_max_inflight: int = 2
     user_queue_max: int = 3
+    router: RouterConfig = field(default_factory=RouterConfig)
 
 
 #: A message's place in its user's queue: (chat id, message id).
@@ -119,6 +122,8 @@ class ChatService:
         record_message: counts a message against the courtesy daily cap
             (USER_DAILY_MESSAGES); raises ``HoldRefused`` (reason ``messages``) past it.
         lanes: the other replicas' unfinished messages of a user (``None``: one process).
+        folder: folds long histories into summaries (:mod:`bot.chat.folding`);
+            ``None``: the newest turns that fit are sent, older ones cut.
     """
 
     def __init__(
@@ -132,8 +137,10 @@ class ChatService:
         config: ChatConfig,
         record_message: Callable[[int], Awaitable[int]] | None = None,
         lanes: LaneStore | None = None,
+        folder: HistoryFolder | None = None,
     ) -> None:
         self._ledger = ledger
+        self._folder = folder
         self._shared_lanes = lanes
         self._record_message = record_message
         self._backend = backend
@@ -324,7 +331,7 @@ class ChatService:
         except HoldRefused as exc:
             return _refused(exc, running=others_running)
         try:
-            request = await self._request(where, user_msg, user_tokens[1])
+            request, fold = await self._request(op, where, user_msg, user_tokens)
             ctx = activity() if activity is not None else nullcontext()
             async with ctx:
                 if stream is None:
@@ -334,10 +341,10 @@ class ChatService:
             await self._remember(where, user_msg, user_tokens, completion)
             # the answering attempt's cost is the whole bill when no other provider was
             # tried first; otherwise one of them may have been billed too: ask the ledger
-            charged = (
-                completion.cost_musd if not completion.fallbacks else await self._booked_musd(op)
-            )
-            return ChatAnswer(completion, charged)
+            # (and a history summary, when this message folded one)
+            alone = not completion.fallbacks and fold is None
+            charged = completion.cost_musd if alone else await self._booked_musd(op)
+            return ChatAnswer(completion, charged, fold)
         except HoldRefused as exc:
             return _refused(exc, running=others_running, called=self._ledger.held_any(op))
         except ProviderRejected:
@@ -358,22 +365,39 @@ class ChatService:
                 # that exists is still delivered
                 log.exception("could not end operation %s", op.operation_id)
 
-    async def _request(self, where: Conversation, user_msg: Message, user_raw: int) -> LLMRequest:
-        """The request for ``user_msg``: the system prompt, the stored history of ``where``
-        (at most CHAT_HISTORY_MAX_TOKENS) and the message; its input tokens are the sum
-        of the stored raw counts (``user_raw``: the message's), scaled once."""
-        turns = await self._history.load_turns(where, self._config.history_max_tokens)
-        history = [turn.message for turn in turns]
+    async def _request(
+        self,
+        op: OperationTicket,
+        where: Conversation,
+        user_msg: Message,
+        user_tokens: tuple[int, int],
+    ) -> tuple[LLMRequest, FoldNote | None]:
+        """The request for ``user_msg``: the system prompt, the history of ``where`` (at
+        most CHAT_HISTORY_MAX_TOKENS: its summary and recent turns, folded first when
+        needed — :mod:`bot.chat.folding`) and the message, routed to the main or small
+        models (:mod:`llm.router`); its input tokens are the sum of the stored raw
+        counts (``user_tokens``: the message's ceiling and raw counts), scaled once.
+        Also the fold this message made, if any.
+
+        Raises:
+            HoldRefused: the summary's hold was refused for the whole message.
+        """
+        history = await self._history_of(op, where)
         system = Message("system", SYSTEM_PROMPT)
         if self._system_raw is None:
             self._system_raw = await self._raw_turn(system)
-        raw = TOKENS_REPLY_PRIMING + self._system_raw + user_raw
-        for turn in turns:
-            known = turn.raw_tokens
-            raw += known if known is not None else await self._raw_turn(turn.message)
-        messages = (system, *history, user_msg)
-        cheaper = (system, *history[-2:], user_msg) if len(history) > 2 else None
-        return LLMRequest(
+        raw = TOKENS_REPLY_PRIMING + self._system_raw + user_tokens[1] + history.raw_tokens
+        turns = list(history.messages)
+        messages = (system, *turns, user_msg)
+        cheaper = (system, *turns[-2:], user_msg) if len(turns) > 2 else None
+        chosen = route(
+            Work.CHAT,
+            self._config.router,
+            text=user_msg.content,
+            message_tokens=user_tokens[0],
+            context_tokens=history.tokens + self._count.scale(self._system_raw),
+        )
+        request = LLMRequest(
             messages=messages,
             max_tokens=self._config.max_output_tokens,
             allow_paid=True,
@@ -381,7 +405,17 @@ class ChatService:
             cheaper_messages=cheaper,
             fingerprint=fingerprint(messages),
             input_tokens=self._count.scale(raw),
+            small=chosen is Route.SMALL,
         )
+        return request, history.fold
+
+    async def _history_of(self, op: OperationTicket, where: Conversation) -> PromptHistory:
+        """``where``'s history for the next prompt: folded (summaries on), else the
+        newest turns that fit CHAT_HISTORY_MAX_TOKENS."""
+        if self._folder is not None:
+            return await self._folder.history(op, where)
+        turns = await self._history.load_turns(where, self._config.history_max_tokens)
+        return await PromptHistory.of(turns, self._raw_turn)
 
     async def _raw_turn(self, message: Message) -> int:
         """``message``'s raw count as one turn of a prompt (no factor, no priming),

@@ -8,6 +8,7 @@ delivery policy — stream finish, outbox or template, undeliverable marking).
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -18,25 +19,31 @@ from aiogram.types import Message
 from aiogram.utils.chat_action import ChatActionSender
 from prometheus_client import Counter
 
+from bot.chat.costs import HoldReader, cost_footer
 from bot.chat.deferral import FloodDeferral
 from bot.chat.delivery import send_text
+from bot.chat.duplicates import Claim, DuplicateGate, Regenerate, Verdict, answered_in_full
 from bot.chat.ledger_wait import until_ledger_answers
 from bot.chat.outbox import Outbox
-from bot.chat.outcome import ChatAnswer, ChatOutcome
+from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind
 from bot.chat.paste import PasteTicket
 from bot.chat.reply import Courier, reply_of, screen
 from bot.chat.service import ChatService, run_guarded
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.streaming.session import StreamConfig, StreamSession, book_stop
+from bot.handlers.regenerate import send_duplicate_notice
 from bot.middlewares.context import IntakeStatus, UserContext
 from bot.middlewares.topics import topic_of
+from bot.storage.summaries import CostFooters
 from bot.text import templates
 from budget.books.stops import StopBook
 from budget.kernel.clock import Clock
 from llm.sanitize import clean_prompt
 
 __all__ = ["AddressedToBot", "create_chat_router", "create_non_text_router", "on_text"]
+
+log = logging.getLogger(__name__)
 
 #: Telegram shows a chat action for 5 s; renew it every 4 s (Bot API, sendChatAction).
 TYPING_INTERVAL_S = 4.0
@@ -89,6 +96,9 @@ async def on_text(
     stream_config: StreamConfig | None = None,
     stream_metrics: StreamMetrics | None = None,
     stop_book: StopBook | None = None,
+    ledger: HoldReader | None = None,
+    cost_footers: CostFooters | None = None,
+    duplicates: DuplicateGate | None = None,
 ) -> IntakeStatus:
     """Answer one chat message, or say why not; returns what its intake record says."""
     received_at = clock.monotonic()
@@ -107,20 +117,16 @@ async def on_text(
     prompt = clean_prompt(prompt)  # hidden tag-character instructions never reach a model
     stale_after = timedelta(seconds=stale_after_s)
     reply = screen(prompt, age=clock.now() - message.date, stale_after=stale_after)
+    claim = _claim(duplicates, message, prompt, user_ctx) if reply is None else None
+    if claim is not None and claim.verdict is not Verdict.NEW:
+        return await send_duplicate_notice(bot, chat_id, claim, reply_to=message.message_id)
     if reply is None:
         if streams is not None and stream_config is not None:
-            courier.stream = StreamSession.open(
-                bot=bot,
-                chat_id=chat_id,
-                private=message.chat.type == "private",
-                reply_to=answer_to,
-                owner_id=user_ctx.user_id,
-                config=stream_config,
-                registry=streams,
-                metrics=stream_metrics,
-                clock=clock,
-                received_at=received_at,
-            )
+            courier.stream = _open_stream(
+                bot, message, user_ctx.user_id, clock, received_at,
+                (streams, stream_config, stream_metrics),
+            )  # fmt: skip
+        outcome: ChatOutcome = ChatFailed(FailureKind.ERROR)
         try:
             outcome = await run_guarded(
                 _answer(
@@ -137,12 +143,19 @@ async def on_text(
         except asyncio.CancelledError:  # the intake middleware records it as failed
             await courier.interrupted(answer_to)
             raise
+        finally:
+            if duplicates is not None and claim is not None:
+                duplicates.finish(claim.key, answered=answered_in_full(outcome))
         if courier.stream is not None:
             await courier.stream.close()
         if isinstance(outcome, ChatAnswer) and outcome.completion.stopped:
             await book_stop(outcome.completion, stop_book, stream_metrics)
         reply = reply_of(
-            outcome, tz=user_ctx.tz, message_id=message.message_id, answer_to=answer_to
+            outcome,
+            tz=user_ctx.tz,
+            message_id=message.message_id,
+            answer_to=answer_to,
+            footer=await _footer(outcome, user_ctx.user_id, ledger, cost_footers),
         )
     if reply.refusal is not None:
         refusals.labels(reply.refusal).inc()
@@ -178,6 +191,67 @@ async def _answer(
         stale_after=stale_after,
         closing=lambda: chat_service.closing,
     )
+
+
+def _open_stream(
+    bot: Bot,
+    message: Message,
+    owner_id: int,
+    clock: Clock,
+    received_at: float,
+    streaming: tuple[StreamRegistry, StreamConfig, StreamMetrics | None],
+) -> StreamSession | None:
+    """The message's stream session (its answer quotes it outside private chats);
+    ``None`` when this chat does not stream."""
+    registry, config, metrics = streaming
+    private = message.chat.type == "private"
+    return StreamSession.open(
+        bot=bot,
+        chat_id=message.chat.id,
+        private=private,
+        reply_to=None if private else message.message_id,
+        owner_id=owner_id,
+        config=config,
+        registry=registry,
+        metrics=metrics,
+        clock=clock,
+        received_at=received_at,
+    )
+
+
+def _claim(
+    duplicates: DuplicateGate | None, message: Message, prompt: str, user_ctx: UserContext
+) -> Claim | None:
+    """The message's place among copies of the same text: the same question twice is
+    paid once (:mod:`bot.chat.duplicates`; ``None``: no gate)."""
+    if duplicates is None:
+        return None
+    ask = Regenerate(
+        user_ctx.user_id,
+        message.chat.id,
+        topic_of(message),
+        prompt,
+        user_ctx.language,
+        user_ctx.tz,
+    )
+    return duplicates.claim(ask)
+
+
+async def _footer(
+    outcome: ChatOutcome,
+    user_id: int,
+    ledger: HoldReader | None,
+    footers: CostFooters | None,
+) -> str | None:
+    """The ``/cost`` footer of an answer, for a user who turned it on."""
+    if not isinstance(outcome, ChatAnswer) or ledger is None or footers is None:
+        return None
+    try:
+        wanted = await footers.wanted(user_id)
+    except Exception:  # an unreadable preference costs the footer, not the answer
+        log.warning("cost footer preference unreadable", exc_info=True)
+        return None
+    return await cost_footer(outcome, ledger) if wanted else None
 
 
 def _typing(bot: Bot, message: Message) -> ChatActionSender:

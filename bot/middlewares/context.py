@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from bot.chat.deferral import FloodDeferral
+    from bot.chat.duplicates import DuplicateGate
     from bot.chat.outbox import Outbox
     from bot.chat.service import ChatService
     from bot.chat.streaming.metrics import StreamMetrics
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from bot.ops.dashboard.view import OperatorView
     from bot.storage.moves import ChatMoves
     from bot.storage.repos import History, Intake
+    from bot.storage.summaries import CostFooters, Summaries
     from bot.storage.values import Preferences
     from budget.books.stops import StopBook
     from budget.kernel.clock import Clock
@@ -125,6 +127,11 @@ class WorkflowData(TypedDict):
     operator_view: OperatorView
     #: DASHBOARD_URL (``None``: no dashboard), the /dashboard button's address
     dashboard_url: str | None
+    #: who asked for the /cost footer; the history summaries (/history)
+    cost_footers: CostFooters
+    summaries: Summaries
+    #: the same question twice is paid once (bot/chat/duplicates.py)
+    duplicates: DuplicateGate
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,11 @@ def _level_phrase(level: Level | None, window: Window | None, scope: str) -> str
     return _("the bot's global {window} limit").format(window=w)
 
 
+def level_phrase(level: Level | None, window: Window | None, scope: str) -> str:
+    """Which limit, in words ("your daily user limit")."""
+    return _level_phrase(level, window, scope)
+
+
 def refusal_text(refusal: Refusal, *, tz: str, running: bool = False) -> str:
     """The template for a ledger/cascade refusal.
 

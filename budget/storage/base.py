@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from budget.config import LedgerConfig
 from budget.policy.windows import window_keys
 from budget.protocol import HoldTicket, OperationTicket
-from budget.status import KillState, LedgerStatus, TeamStatus, UserStatus
+from budget.status import HoldEntry, KillState, LedgerStatus, TeamStatus, UserStatus
 from budget.storage.sql import admin, holds, reports
 from budget.storage.sql.corrections import apply_corrections
 from budget.storage.sql.rows import exposure, kill_states, teams
@@ -278,6 +278,10 @@ class LedgerStore(abc.ABC):
     async def status(self, now: datetime) -> LedgerStatus:
         """The whole ledger now."""
         return await self._read(partial(reports.status, cfg=self.config, now=now))
+
+    async def hold_entry(self, hold_id: str) -> HoldEntry | None:
+        """One hold's booking, ``None`` when there is no such hold."""
+        return await self._read(partial(reports.hold_entry, hold_id=hold_id))
 
     async def user_status(self, now: datetime, user_id: int) -> UserStatus:
         """One user now."""

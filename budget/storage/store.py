@@ -100,6 +100,9 @@ class HoldRequest:
         provider, model: where the attempt goes.
         input_tokens: the estimate held; max_tokens: the output ceiling (tokens).
         price: :class:`HoldPrice`.
+        origin: what this hold is for when it differs from its operation's origin
+            (``summary``: a history summary inside a chat message's operation);
+            ``None``: the operation's.
     """
 
     operation_id: str
@@ -109,6 +112,7 @@ class HoldRequest:
     input_tokens: int
     max_tokens: int
     price: HoldPrice
+    origin: Origin | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -174,7 +174,12 @@ class GovernedAttempt:
             ProviderError: the attempt failed (hold settled or released).
             EmptyCompletion: answered with no usable text (settled as billed).
         """
-        plan = AttemptPlan(request.messages, provider.model, request.max_tokens, 0, [])
+        model = provider.model
+        if request.small:  # the router's choice: the key's small model, held as such
+            model = self._config.cheap_models.get(provider.name) or provider.model
+        plan = AttemptPlan(
+            request.messages, model, request.max_tokens, 0, [], origin=request.origin
+        )
         await self._sizer.size(plan, provider.name, input_tokens)
         async with self._slots.slot(request.priority):
             hold = await self._hold(op, request_id, provider, request, plan, is_anchor)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from budget.errors import BudgetError
 from budget.pricing.tokens import count_off_loop, input_bound
 from budget.protocol import HoldTicket, LedgerPort, OperationTicket
+from budget.types import Origin
 from llm.cascade.types import TokenCounter
 from llm.providers.base import Provider
 from llm.types import Message
@@ -46,6 +47,7 @@ class AttemptPlan:
         degraded: ladder steps applied to reach this plan.
         input_bound: provable bound on the input, tokens (``budget.pricing.tokens.input_bound``).
         counted: the token counter's own count, tokens (before calibration).
+        origin: the hold's origin when not the operation's (``LLMRequest.origin``).
     """
 
     messages: tuple[Message, ...]
@@ -55,6 +57,7 @@ class AttemptPlan:
     degraded: list[str]
     input_bound: int = 0
     counted: int = 0
+    origin: Origin | None = None
 
 
 async def reserve(
@@ -77,6 +80,7 @@ async def reserve(
         input_tokens=plan.input_tokens,
         max_tokens=plan.max_tokens,
         input_bound_tokens=plan.input_bound,
+        origin=plan.origin,
     )
 
 

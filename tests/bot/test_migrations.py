@@ -114,6 +114,7 @@ def test_every_revision_up_down_up_and_head_matches_models(database_url: str) ->
         "0022_ledger_timestamptz",
         "0023_digest_restarts",
         "0032_ops_notices",
+        "0036_chat_summaries",
         "0024_process_liveness_lock",
     ]
     for rev in revisions:

@@ -201,6 +201,7 @@ class FakeLedger:
         input_tokens: int,
         max_tokens: int,
         input_bound_tokens: int | None = None,
+        origin: Origin | None = None,
     ) -> HoldTicket:
         if self.killed:
             raise self._refuse(Refusal(RefusalReason.KILL))

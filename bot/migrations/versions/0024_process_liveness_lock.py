@@ -11,7 +11,7 @@ until it beats again. Unused on SQLite (REAL there, like the other times of the 
 See ``docs/decisions/100-process-liveness-lock.md``.
 
 Revision ID: 0024_process_liveness_lock
-Revises: 0032_ops_notices
+Revises: 0036_chat_summaries
 """
 
 from collections.abc import Sequence
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0024_process_liveness_lock"
-down_revision: str | None = "0032_ops_notices"
+down_revision: str | None = "0036_chat_summaries"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
