@@ -6,14 +6,28 @@ turns them into the reply. None carries text for the user (templates do).
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from enum import StrEnum
 
 from bot.chat.folding import FoldNote
+from budget.errors import HoldRefused, LedgerUnavailable
 from budget.types import Refusal
 from llm.types import Completion
 
-__all__ = ["ChatAnswer", "ChatFailed", "ChatOutcome", "ChatRefused", "FailureKind"]
+__all__ = [
+    "ChatAnswer",
+    "ChatFailed",
+    "ChatOutcome",
+    "ChatRefused",
+    "FailureKind",
+    "refused_outcome",
+    "run_guarded",
+]
+
+log = logging.getLogger("bot.chat.service")  # the chat service's own lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,3 +92,22 @@ class ChatFailed:
 
 
 ChatOutcome = ChatAnswer | ChatRefused | ChatFailed
+
+
+async def run_guarded(coro: Awaitable[ChatOutcome]) -> ChatOutcome:
+    """Await ``coro``; any unexpected exception becomes a ``FailureKind.ERROR`` (logged)."""
+    try:
+        return await coro
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # last-resort guard: the user gets a template, not a trace
+        log.exception("chat operation failed unexpectedly")
+        return ChatFailed(FailureKind.ERROR)
+
+
+def refused_outcome(exc: HoldRefused, *, running: bool, called: bool = False) -> ChatRefused:
+    """The refusal ``exc`` as an outcome; one of a ledger that failed closed for a while
+    (not its file lost) before any provider call (``called``: a hold was granted) may be
+    tried again."""
+    passing = isinstance(exc, LedgerUnavailable) and not exc.lasting
+    return ChatRefused(exc.refusal, running=running, retry=passing and not called)

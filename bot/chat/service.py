@@ -28,10 +28,10 @@ from typing import Protocol
 
 from bot.chat.folding import FoldNote, HistoryFolder, PromptHistory
 from bot.chat.lanes import POLL_S, LaneStore
-from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, ChatRefused, FailureKind
+from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind, refused_outcome
 from bot.storage.repos import Conversation, History
 from bot.storage.values import Turn
-from budget.errors import BudgetError, HoldRefused, LedgerUnavailable
+from budget.errors import BudgetError, HoldRefused
 from budget.kernel.clock import Clock
 from budget.pricing.tokens import TOKENS_REPLY_PRIMING, count_off_loop
 from budget.protocol import LedgerPort, OperationTicket
@@ -42,7 +42,7 @@ from llm.router import Route, RouterConfig, Work, route
 from llm.stream import StreamControl
 from llm.types import Completion, LLMRequest, Message, Priority
 
-__all__ = ["ChatConfig", "ChatService", "CompletionBackend", "run_guarded"]
+__all__ = ["ChatConfig", "ChatService", "CompletionBackend"]
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +238,7 @@ class ChatService:
         try:
             place = await self._place(user_id, lane, key)
         except HoldRefused as exc:  # the shared queue cannot be read: fail closed
-            return _refused(exc, running=False)
+            return refused_outcome(exc, running=False)
         if place >= slots + self._config.user_queue_max:
             return ChatFailed(FailureKind.QUEUE_FULL, running=True)
         user_msg = Message("user", text)
@@ -252,12 +252,12 @@ class ChatService:
             try:
                 await self._record_message(user_id)
             except HoldRefused as exc:
-                return _refused(exc, running=lane.order.index(key) > 0)
+                return refused_outcome(exc, running=lane.order.index(key) > 0)
         try:
             while (place := await self._place(user_id, lane, key)) >= slots:
                 await self._wait_turn(lane)
         except HoldRefused as exc:  # the shared queue cannot be read: only ours is known
-            return _refused(exc, running=lane.order.index(key) > 0)
+            return refused_outcome(exc, running=lane.order.index(key) > 0)
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
@@ -283,11 +283,9 @@ class ChatService:
         return place
 
     async def _running_ahead(self, user_id: int, lane: _UserQueue, key: MessageKey) -> bool:
-        """Whether an earlier message of the user is surely being answered (what a
-        refusal may then say): one of this process's, or (shared) one a replica whose
-        connection is not gone runs — not a killed replica's, not yet declared dead
-        (:meth:`bot.chat.lanes.LaneStore.running_ahead`). A database that cannot be read
-        claims nothing."""
+        """Whether an earlier message of the user is surely being answered (what a refusal
+        may say): this process's, or one a replica whose connection is not gone runs
+        (:meth:`bot.chat.lanes.LaneStore.running_ahead`); an unreadable database: no."""
         if lane.order.index(key) > 0:
             return True
         if self._shared_lanes is None or key[1] <= 0:
@@ -329,7 +327,7 @@ class ChatService:
             # refusal of the admission then comes from the cascade, handled below
             op = await self._ledger.begin_operation(where.user_id, Origin.CHAT, deferred=True)
         except HoldRefused as exc:
-            return _refused(exc, running=others_running)
+            return refused_outcome(exc, running=others_running)
         try:
             request, fold = await self._request(op, where, user_msg, user_tokens)
             ctx = activity() if activity is not None else nullcontext()
@@ -346,7 +344,7 @@ class ChatService:
             charged = completion.cost_musd if alone else await self._booked_musd(op)
             return ChatAnswer(completion, charged, fold)
         except HoldRefused as exc:
-            return _refused(exc, running=others_running, called=self._ledger.held_any(op))
+            return refused_outcome(exc, running=others_running, called=self._ledger.held_any(op))
         except ProviderRejected:
             return ChatFailed(FailureKind.REJECTED, charged_musd=await self._booked_musd(op))
         except EmptyCompletion as exc:
@@ -500,22 +498,3 @@ class ChatService:
                 waiter.cancel()
             await asyncio.gather(ended, pause, return_exceptions=True)
         return {task for task in tasks if not task.done()}
-
-
-async def run_guarded(coro: Awaitable[ChatOutcome]) -> ChatOutcome:
-    """Await ``coro``; any unexpected exception becomes a ``FailureKind.ERROR`` (logged)."""
-    try:
-        return await coro
-    except asyncio.CancelledError:
-        raise
-    except Exception:  # last-resort guard: the user gets a template, not a trace
-        log.exception("chat operation failed unexpectedly")
-        return ChatFailed(FailureKind.ERROR)
-
-
-def _refused(exc: HoldRefused, *, running: bool, called: bool = False) -> ChatRefused:
-    """The refusal ``exc`` as an outcome; one of a ledger that failed closed for a while
-    (not its file lost) before any provider call (``called``: a hold was granted) may be
-    tried again."""
-    passing = isinstance(exc, LedgerUnavailable) and not exc.lasting
-    return ChatRefused(exc.refusal, running=running, retry=passing and not called)

@@ -25,10 +25,10 @@ from bot.chat.delivery import send_text
 from bot.chat.duplicates import Claim, DuplicateGate, Regenerate, Verdict, answered_in_full
 from bot.chat.ledger_wait import until_ledger_answers
 from bot.chat.outbox import Outbox
-from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind
+from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind, run_guarded
 from bot.chat.paste import PasteTicket
 from bot.chat.reply import Courier, reply_of, screen
-from bot.chat.service import ChatService, run_guarded
+from bot.chat.service import ChatService
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.streaming.session import StreamConfig, StreamSession, book_stop
@@ -129,17 +129,9 @@ async def on_text(
         outcome: ChatOutcome = ChatFailed(FailureKind.ERROR)
         try:
             outcome = await run_guarded(
-                _answer(
-                    chat_service,
-                    user_ctx.user_id,
-                    prompt,
-                    message,
-                    bot,
-                    courier,
-                    clock,
-                    stale_after,
-                )
-            )
+                _answer(chat_service, user_ctx.user_id, prompt, message, bot, courier, clock,
+                        stale_after)
+            )  # fmt: skip
         except asyncio.CancelledError:  # the intake middleware records it as failed
             await courier.interrupted(answer_to)
             raise
