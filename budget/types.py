@@ -92,6 +92,10 @@ class Refusal:
             blocked it — "retry in a minute" rather than "exhausted".
         scope: the name of the refusing scope (team name, provider name), or ``""``.
         note: operator-facing detail (kill reason); never shown to users raw.
+        ceiling_musd: a limit's refusal: the hold that did not fit (µUSD, the
+            request's worst case); 0 when not a hold's.
+        remaining_musd: a limit's refusal: what was left of the refusing bucket (µUSD,
+            limit − settled − held, may be ≤ 0); ``None`` when not known.
     """
 
     reason: RefusalReason
@@ -101,6 +105,8 @@ class Refusal:
     busy: bool = False
     scope: str = ""
     note: str = ""
+    ceiling_musd: int = 0
+    remaining_musd: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,10 +31,20 @@ Role = Literal["system", "user", "assistant"]
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One chat message sent to a model."""
+    """One chat message sent to a model.
+
+    Attributes:
+        role: who says it.
+        content: its text.
+        images: images attached to it (a user's photo; only vision models are sent
+            these: :class:`llm.providers.vision_provider.VisionProvider`). Neither the
+            token counter nor :func:`budget.pricing.tokens.input_bound` counts them:
+            their tokens are the vision provider's own bound, added per attempt.
+    """
 
     role: Role
     content: str
+    images: tuple[ImagePart, ...] = ()
 
 
 class Priority(IntEnum):

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from bot.app.lifecycle import App
+from bot.app.media_wiring import build_media, media_models
 from bot.app.wiring import (
     ProfileStoreAdapter,
     admin_language,
@@ -49,6 +50,7 @@ from bot.handlers.digests import create_digest_router
 from bot.handlers.errors import create_error_router
 from bot.handlers.inline_filters import run_sync_filters_inline
 from bot.handlers.me import create_me_router
+from bot.handlers.media import create_media_router, link_route
 from bot.handlers.moves import create_chat_moves_router
 from bot.handlers.regenerate import create_regenerate_router
 from bot.handlers.stream import create_stream_router
@@ -151,7 +153,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     notifier = AdminNotifier(bot, i18n, settings.admin_ids, clock)
 
     prices = PriceCard(
-        provider_models(settings),
+        [*provider_models(settings), *media_models(settings)],
         overrides=parse_overrides(settings.price_overrides) if settings.price_overrides else None,
         max_call_seconds=settings.provider_timeout_seconds,
     )
@@ -276,7 +278,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
             max_bytes=settings.fetch_max_bytes,
             timeout_s=settings.fetch_timeout_seconds,
         ),
-        FeedClient(
+        feeds := FeedClient(
             feed_http,
             guard,
             max_bytes=settings.fetch_max_bytes,
@@ -284,6 +286,18 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         ),
         clock,
     )
+    media = build_media(
+        settings,
+        bot=bot,
+        ledger=ledger,
+        chat_cascade=cascade,
+        history=history,
+        feeds=feeds,
+        tokens=tokens,
+        clock=clock,
+        tls=tls,
+    )
+    chat.vision = media.vision
     digests = DigestService(
         sessions,
         clock,
@@ -380,6 +394,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         stale_after_s=settings.stale_message_seconds,
         operator_view=operator_view,
         dashboard_url=settings.dashboard_url,
+        media_desk=media.desk,
+        confirmations=media.confirmations,
     )
     dp = Dispatcher(**workflow)
     bot.session.middleware(TopicRequestMiddleware())
@@ -418,7 +434,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp.include_router(create_error_router())
     # chat text first: no other router takes a text that is not a command
     # (docs/decisions/022-message-path.md)
-    dp.include_router(create_chat_router())
+    dp.include_router(create_chat_router(link=link_route()))  # a lone link: a page to read
     dp.include_router(create_books_router(settings.admin_ids))
     dp.include_router(create_admin_router(settings.admin_ids))
     dp.include_router(create_dashboard_router(settings.admin_ids))
@@ -430,6 +446,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp.include_router(create_conversation_router())
     dp.include_router(create_chat_moves_router())  # service messages: after every text router
     dp.include_router(create_fallback_router())
+    dp.include_router(create_media_router())
     dp.include_router(create_non_text_router())
     # controls tagged flags={"rate_limit": False} pass the update rate (bot/middlewares/rate.py)
     rate.exempt(dp)
@@ -464,6 +481,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         schema=SchemaWatch(engine, clock),
         is_control=lambda update: rate.is_control(update, bot),
         dashboard=dashboard,
+        media=media,
         ops_watch=ops_watch,
     )
     if shared is not None:  # a process taken for dead stops acting (bot/session/fence.py)

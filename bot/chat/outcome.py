@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from bot.chat.folding import FoldNote
+from bot.media.refusals import MediaRefusal
 from budget.errors import HoldRefused, LedgerUnavailable
 from budget.types import Refusal
 from llm.types import Completion
@@ -71,12 +72,15 @@ class FailureKind(StrEnum):
     ERROR = "error"  # an unexpected exception (logged)
     SHUTDOWN = "shutdown"  # the bot is stopping
     EMPTY = "empty"  # the model answered (billed) with no usable text
+    MEDIA = "media"  # a media step refused its input (``ChatFailed.media`` says why)
 
 
 @dataclass(frozen=True, slots=True)
 class ChatFailed:
     """No answer. ``tokens``/``limit`` are set for ``too_long``. ``empty``: the model
     answered with no usable text — billed (``cost_musd`` µUSD booked), not an answer.
+
+    ``media``: for ``media``, the refusal of the media step (a transcript with no words).
 
     ``charged_musd``: what the ledger booked for the operation (µUSD), asked after the
     failure — 0 when nothing was charged (also when no operation was started), ``None``
@@ -89,6 +93,7 @@ class ChatFailed:
     running: bool = False
     cost_musd: int = 0
     charged_musd: int | None = 0
+    media: MediaRefusal | None = None
 
 
 ChatOutcome = ChatAnswer | ChatRefused | ChatFailed

@@ -26,9 +26,13 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from bot.chat.draining import CANCEL_WAIT_S, STOP_WAIT_S, Draining
 from bot.chat.folding import FoldNote, HistoryFolder, PromptHistory
 from bot.chat.lanes import POLL_S, LaneStore
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind, refused_outcome
+from bot.chat.turns import MediaTurn
+from bot.chat.user_queue import MessageKey, UserQueue
+from bot.media.refusals import MediaRefused
 from bot.storage.repos import Conversation, History
 from bot.storage.values import Turn
 from budget.errors import BudgetError, HoldRefused
@@ -42,16 +46,15 @@ from llm.router import Route, RouterConfig, Work, route
 from llm.stream import StreamControl
 from llm.types import Completion, LLMRequest, Message, Priority
 
-__all__ = ["ChatConfig", "ChatService", "CompletionBackend"]
+__all__ = [
+    "CANCEL_WAIT_S",
+    "STOP_WAIT_S",
+    "ChatConfig",
+    "ChatService",
+    "CompletionBackend",
+]
 
 log = logging.getLogger(__name__)
-
-#: Seconds a drain gives stopped streams to settle and deliver their text before it
-#: cancels them (a stop closes the provider connection at once; what remains is a
-#: ledger write and one or two Bot API calls).
-STOP_WAIT_S = 5.0
-#: Seconds a drain gives the operations it cancelled to end (each settles its hold).
-CANCEL_WAIT_S = 5.0
 
 SYSTEM_PROMPT = (
     "You are Kopek, a concise and helpful assistant in a Telegram chat. "
@@ -87,26 +90,7 @@ class ChatConfig:
     router: RouterConfig = field(default_factory=RouterConfig)
 
 
-#: A message's place in its user's queue: (chat id, message id).
-MessageKey = tuple[int, int]
-
-
-class _UserQueue:
-    """One user's messages in arrival order: the first USER_MAX_INFLIGHT run, the next
-    USER_QUEUE_MAX wait, anything after that is refused."""
-
-    __slots__ = ("changed", "order")
-
-    def __init__(self) -> None:
-        self.order: list[MessageKey] = []
-        self.changed = asyncio.Event()
-
-    def notify(self) -> None:
-        self.changed.set()
-        self.changed = asyncio.Event()
-
-
-class ChatService:
+class ChatService(Draining):
     """Admits, prompts, calls, records.
 
     Args:
@@ -122,6 +106,8 @@ class ChatService:
         record_message: counts a message against the courtesy daily cap
             (USER_DAILY_MESSAGES); raises ``HoldRefused`` (reason ``messages``) past it.
         lanes: the other replicas' unfinished messages of a user (``None``: one process).
+        vision: the cascade of vision keys, which answers a turn with images
+            (``None``: none configured; the handlers refuse photos before this).
         folder: folds long histories into summaries (:mod:`bot.chat.folding`);
             ``None``: the newest turns that fit are sent, older ones cut.
     """
@@ -137,9 +123,11 @@ class ChatService:
         config: ChatConfig,
         record_message: Callable[[int], Awaitable[int]] | None = None,
         lanes: LaneStore | None = None,
+        vision: CompletionBackend | None = None,
         folder: HistoryFolder | None = None,
     ) -> None:
         self._ledger = ledger
+        self.vision = vision
         self._folder = folder
         self._shared_lanes = lanes
         self._record_message = record_message
@@ -149,7 +137,7 @@ class ChatService:
         self._system_raw: int | None = None
         self._clock = clock
         self._config = config
-        self._lanes: dict[int, _UserQueue] = {}
+        self._lanes: dict[int, UserQueue] = {}
         self._tasks: set[asyncio.Task[object]] = set()
         self._anonymous = itertools.count(1)
         self.closing = False
@@ -171,7 +159,7 @@ class ChatService:
         """
         lane = self._lanes.get(user_id)
         if lane is None:
-            lane = self._lanes[user_id] = _UserQueue()
+            lane = self._lanes[user_id] = UserQueue()
         if key not in lane.order:
             lane.order.append(key)
 
@@ -195,6 +183,7 @@ class ChatService:
         key: MessageKey | None = None,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None = None,
         stream: StreamControl | None = None,
+        media: MediaTurn | None = None,
     ) -> ChatOutcome:
         """Answer one message, or say why not. Never raises for expected failures.
 
@@ -212,13 +201,14 @@ class ChatService:
                 operation is admitted, left on every outcome.
             stream: stream the answer through this control (see
                 :meth:`llm.cascade.cascade.Cascade.complete`); ``None`` = one piece.
+            media: what a voice note, photo, document or link adds (``None``: typed text).
         """
         if key is None:
             key = (0, -next(self._anonymous))
         self.arrive(user_id, key)
         try:
             where = Conversation(chat_id, thread_id, user_id)
-            return await self._in_turn(where, key, text, activity, stream)
+            return await self._in_turn(where, key, text, activity, stream, media)
         finally:
             self.depart(user_id, key)
 
@@ -229,6 +219,7 @@ class ChatService:
         text: str,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
         stream: StreamControl | None = None,
+        media: MediaTurn | None = None,
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
@@ -241,13 +232,12 @@ class ChatService:
             return refused_outcome(exc, running=False)
         if place >= slots + self._config.user_queue_max:
             return ChatFailed(FailureKind.QUEUE_FULL, running=True)
-        user_msg = Message("user", text)
+        user_msg = Message("user", text, media.images if media is not None else ())
         user_raw = await self._raw_turn(user_msg)
         tokens = self._count.scale(user_raw + TOKENS_REPLY_PRIMING)
-        if tokens > self._config.max_input_tokens:
-            return ChatFailed(
-                FailureKind.TOO_LONG, tokens=tokens, limit=self._config.max_input_tokens
-            )
+        limit = self._input_limit(media)
+        if tokens > limit:
+            return ChatFailed(FailureKind.TOO_LONG, tokens=tokens, limit=limit)
         if self._record_message is not None:
             try:
                 await self._record_message(user_id)
@@ -264,13 +254,13 @@ class ChatService:
         try:
             others = place > 0 and await self._running_ahead(user_id, lane, key)
             return await self._admitted(
-                where, user_msg, (tokens, user_raw), others, activity, stream
+                where, user_msg, (tokens, user_raw), others, activity, stream, media
             )
         finally:
             if task is not None:
                 self._tasks.discard(task)
 
-    async def _place(self, user_id: int, lane: _UserQueue, key: MessageKey) -> int:
+    async def _place(self, user_id: int, lane: UserQueue, key: MessageKey) -> int:
         """``key``'s place in its user's queue (0 = first): this process's messages
         before it, plus (shared) the other live replicas' unfinished earlier ones.
 
@@ -282,7 +272,7 @@ class ChatService:
             place += await self._shared_lanes.ahead(user_id, key[0], key[1])
         return place
 
-    async def _running_ahead(self, user_id: int, lane: _UserQueue, key: MessageKey) -> bool:
+    async def _running_ahead(self, user_id: int, lane: UserQueue, key: MessageKey) -> bool:
         """Whether an earlier message of the user is surely being answered (what a refusal
         may say): this process's, or one a replica whose connection is not gone runs
         (:meth:`bot.chat.lanes.LaneStore.running_ahead`); an unreadable database: no."""
@@ -295,7 +285,7 @@ class ChatService:
         except HoldRefused:
             return False
 
-    async def _wait_turn(self, lane: _UserQueue) -> None:
+    async def _wait_turn(self, lane: UserQueue) -> None:
         """Until one of this process's messages of the user ends or (shared) for
         :data:`bot.chat.lanes.POLL_S` seconds."""
         if self._shared_lanes is None:
@@ -318,6 +308,7 @@ class ChatService:
         others_running: bool,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
         stream: StreamControl | None = None,
+        media: MediaTurn | None = None,
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
@@ -329,13 +320,22 @@ class ChatService:
         except HoldRefused as exc:
             return refused_outcome(exc, running=others_running)
         try:
+            if media is not None and media.transcribe is not None:
+                heard = await self._transcribed(op, media, media.transcribe)
+                if isinstance(heard, ChatFailed):
+                    return heard
+                user_msg, user_tokens = heard
             request, fold = await self._request(op, where, user_msg, user_tokens)
+            backend = self.vision if user_msg.images and self.vision else self._backend
             ctx = activity() if activity is not None else nullcontext()
             async with ctx:
                 if stream is None:
-                    completion = await self._backend.complete(op, request)
+                    completion = await backend.complete(op, request)
                 else:
-                    completion = await self._backend.complete(op, request, stream=stream)
+                    completion = await backend.complete(op, request, stream=stream)
+            if media is not None and media.stored is not None:
+                user_msg = Message("user", media.stored)
+                user_tokens = await self._turn_tokens(user_msg)
             await self._remember(where, user_msg, user_tokens, completion)
             # the answering attempt's cost is the whole bill when no other provider was
             # tried first; otherwise one of them may have been billed too: ask the ledger
@@ -345,6 +345,9 @@ class ChatService:
             return ChatAnswer(completion, charged, fold)
         except HoldRefused as exc:
             return refused_outcome(exc, running=others_running, called=self._ledger.held_any(op))
+        except MediaRefused as exc:
+            booked = await self._booked_musd(op)
+            return ChatFailed(FailureKind.MEDIA, media=exc.refusal, charged_musd=booked)
         except ProviderRejected:
             return ChatFailed(FailureKind.REJECTED, charged_musd=await self._booked_musd(op))
         except EmptyCompletion as exc:
@@ -387,6 +390,8 @@ class ChatService:
         raw = TOKENS_REPLY_PRIMING + self._system_raw + user_tokens[1] + history.raw_tokens
         turns = list(history.messages)
         messages = (system, *turns, user_msg)
+        # a photo's shorter prompt would still carry the image: the vision keys have no
+        # ladder, and no small model either
         cheaper = (system, *turns[-2:], user_msg) if len(turns) > 2 else None
         chosen = route(
             Work.CHAT,
@@ -395,6 +400,8 @@ class ChatService:
             message_tokens=user_tokens[0],
             context_tokens=history.tokens + self._count.scale(self._system_raw),
         )
+        if user_msg.images:
+            cheaper, chosen = None, Route.MAIN
         request = LLMRequest(
             messages=messages,
             max_tokens=self._config.max_output_tokens,
@@ -414,6 +421,33 @@ class ChatService:
             return await self._folder.history(op, where)
         turns = await self._history.load_turns(where, self._config.history_max_tokens)
         return await PromptHistory.of(turns, self._raw_turn)
+
+    async def _transcribed(
+        self,
+        op: OperationTicket,
+        media: MediaTurn,
+        transcribe: Callable[[OperationTicket], Awaitable[str]],
+    ) -> tuple[Message, tuple[int, int]] | ChatFailed:
+        """The operation's first step for a voice note: its transcript as the user's
+        turn with its counts, or ``too_long`` (the transcription stays booked)."""
+        user_msg = Message("user", await transcribe(op))
+        tokens = await self._turn_tokens(user_msg)
+        limit = self._input_limit(media)
+        if tokens[0] <= limit:
+            return user_msg, tokens
+        booked = await self._booked_musd(op)
+        return ChatFailed(FailureKind.TOO_LONG, tokens=tokens[0], limit=limit, charged_musd=booked)
+
+    def _input_limit(self, media: MediaTurn | None) -> int:
+        """The input cap of a turn, tokens: its media's, else CHAT_MAX_INPUT_TOKENS."""
+        if media is not None and media.max_input_tokens is not None:
+            return media.max_input_tokens
+        return self._config.max_input_tokens
+
+    async def _turn_tokens(self, message: Message) -> tuple[int, int]:
+        """``message``'s (scaled, raw) counts as one turn."""
+        raw = await self._raw_turn(message)
+        return self._count.scale(raw + TOKENS_REPLY_PRIMING), raw
 
     async def _raw_turn(self, message: Message) -> int:
         """``message``'s raw count as one turn of a prompt (no factor, no priming),
@@ -457,44 +491,3 @@ class ChatService:
         except Exception:  # an unreadable ledger must not hide the failure being reported
             log.warning("could not read what operation %s booked", op.operation_id, exc_info=True)
             return None
-
-    async def drain(
-        self,
-        grace_s: float,
-        *,
-        stop_streams: Callable[[], int] | None = None,
-        stop_wait_s: float = STOP_WAIT_S,
-    ) -> None:
-        """Refuse new work; let in-flight operations finish for ``grace_s`` seconds.
-        Then streams still running are stopped (``stop_streams``, e.g.
-        ``StreamRegistry.stop_all("shutdown")``: each settles on what it received, as a
-        Stop does, and its handler sends the text so far, marked) and given
-        ``stop_wait_s`` seconds to do so; whatever is left is cancelled (the cascade
-        settles interrupted calls by the ledger's rule). Seconds of the injected clock
-        (``docs/decisions/020-clock-rule.md``)."""
-        self.closing = True
-        pending = set(self._tasks)
-        if not pending:
-            return
-        still = await self._ended_within(pending, grace_s)
-        if still and stop_streams is not None and stop_streams():
-            still = await self._ended_within(still, stop_wait_s)
-        for task in still:
-            task.cancel()
-        if still:
-            await self._ended_within(still, CANCEL_WAIT_S)
-
-    async def _ended_within(
-        self, tasks: set[asyncio.Task[object]], seconds: float
-    ) -> set[asyncio.Task[object]]:
-        """Wait until every task of ``tasks`` ended or the clock slept ``seconds``; the
-        tasks still running then (none is cancelled here)."""
-        ended = asyncio.ensure_future(asyncio.wait(tasks))
-        pause = asyncio.ensure_future(self._clock.sleep(seconds))
-        try:
-            await asyncio.wait({ended, pause}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in (ended, pause):
-                waiter.cancel()
-            await asyncio.gather(ended, pause, return_exceptions=True)
-        return {task for task in tasks if not task.done()}

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from datetime import timedelta
 from functools import partial
 from typing import Any
 
 from aiogram import Bot, F, Router
+from aiogram.dispatcher.event.handler import CallbackType
 from aiogram.filters import Filter
-from aiogram.types import Message
+from aiogram.types import Message, MessageEntity
 from aiogram.utils.chat_action import ChatActionSender
 from prometheus_client import Counter
 
@@ -27,11 +29,12 @@ from bot.chat.ledger_wait import until_ledger_answers
 from bot.chat.outbox import Outbox
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind, run_guarded
 from bot.chat.paste import PasteTicket
-from bot.chat.reply import Courier, reply_of, screen
+from bot.chat.reply import Courier, Reply, reply_of, screen
 from bot.chat.service import ChatService
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.streaming.session import StreamConfig, StreamSession, book_stop
+from bot.chat.turns import MediaTurn
 from bot.handlers.regenerate import send_duplicate_notice
 from bot.middlewares.context import IntakeStatus, UserContext
 from bot.middlewares.topics import topic_of
@@ -41,7 +44,14 @@ from budget.books.stops import StopBook
 from budget.kernel.clock import Clock
 from llm.sanitize import clean_prompt
 
-__all__ = ["AddressedToBot", "create_chat_router", "create_non_text_router", "on_text"]
+__all__ = [
+    "AddressedToBot",
+    "addressed_prompt",
+    "answer_turn",
+    "create_chat_router",
+    "create_non_text_router",
+    "on_text",
+]
 
 log = logging.getLogger(__name__)
 
@@ -61,22 +71,32 @@ class AddressedToBot(Filter):
     async def __call__(
         self, message: Message, bot: Bot, paste: PasteTicket | None = None
     ) -> bool | dict[str, Any]:
-        if message.chat.type == "private":
-            return {"prompt": message.text or ""}
         text = message.text or ""
         if paste is not None and not paste.is_lead and paste.lead_accepted:
             return {"prompt": text}
-        me = await bot.me()
-        reply = message.reply_to_message
-        if reply is not None and reply.from_user is not None and reply.from_user.id == me.id:
-            return {"prompt": text}
-        mention = f"@{me.username}".lower() if me.username else None
-        for entity in message.entities or []:
-            if entity.type == "mention" and mention:
-                part = entity.extract_from(text)
-                if part.lower() == mention:
-                    return {"prompt": (text.replace(part, "", 1)).strip() or text}
-        return False
+        prompt = await addressed_prompt(message, bot, text, message.entities or [])
+        return False if prompt is None else {"prompt": prompt}
+
+
+async def addressed_prompt(
+    message: Message, bot: Bot, text: str, entities: Sequence[MessageEntity]
+) -> str | None:
+    """``text`` (a message's text or a media caption) as the prompt when the message is
+    for the bot — a private chat; in a group a reply to the bot or a mention of it (the
+    mention taken out) — else ``None``."""
+    if message.chat.type == "private":
+        return text
+    me = await bot.me()
+    reply = message.reply_to_message
+    if reply is not None and reply.from_user is not None and reply.from_user.id == me.id:
+        return text
+    mention = f"@{me.username}".lower() if me.username else None
+    for entity in entities:
+        if entity.type == "mention" and mention:
+            part = entity.extract_from(text)
+            if part.lower() == mention:
+                return (text.replace(part, "", 1)).strip() or text
+    return None
 
 
 async def on_text(
@@ -107,6 +127,56 @@ async def on_text(
         if question is None:
             return IntakeStatus.JOINED  # answered with the paste's first part
         prompt = question
+    return await answer_turn(
+        message,
+        bot,
+        prompt,
+        user_ctx,
+        chat_service,
+        clock,
+        refusals,
+        outbox,
+        stale_after_s,
+        delivery_failures,
+        streams,
+        stream_config,
+        stream_metrics,
+        stop_book,
+        received_at=received_at,
+        flood_deferral=flood_deferral,
+        ledger=ledger,
+        cost_footers=cost_footers,
+        duplicates=duplicates,
+    )
+
+
+async def answer_turn(
+    message: Message,
+    bot: Bot,
+    prompt: str,
+    user_ctx: UserContext,
+    chat_service: ChatService,
+    clock: Clock,
+    refusals: Counter,
+    outbox: Outbox,
+    stale_after_s: int,
+    delivery_failures: Counter | None = None,
+    streams: StreamRegistry | None = None,
+    stream_config: StreamConfig | None = None,
+    stream_metrics: StreamMetrics | None = None,
+    stop_book: StopBook | None = None,
+    *,
+    received_at: float | None = None,
+    media: MediaTurn | None = None,
+    flood_deferral: FloodDeferral | None = None,
+    ledger: HoldReader | None = None,
+    cost_footers: CostFooters | None = None,
+    duplicates: DuplicateGate | None = None,
+) -> IntakeStatus:
+    """Answer ``prompt`` for ``message`` (typed text, or a media turn: ``media``, neither
+    screened nor claimed against duplicates: a confirmed one is answered when its sender
+    said so, a recording's text is its transcript) or say why not; returns its status."""
+    received_at = clock.monotonic() if received_at is None else received_at
     chat_id = message.chat.id
     if flood_deferral is not None and await flood_deferral.defer(
         chat_id, templates.flood_deferred_text
@@ -115,9 +185,9 @@ async def on_text(
     answer_to = message.message_id if message.chat.type != "private" else None
     courier = Courier(bot, chat_id, clock=clock, outbox=outbox, failures=delivery_failures)
     prompt = clean_prompt(prompt)  # hidden tag-character instructions never reach a model
-    stale_after = timedelta(seconds=stale_after_s)
-    reply = screen(prompt, age=clock.now() - message.date, stale_after=stale_after)
-    claim = _claim(duplicates, message, prompt, user_ctx) if reply is None else None
+    reply = _screened(prompt, message, clock, stale_after_s) if media is None else None
+    gate = duplicates if media is None else None
+    claim = _claim(gate, message, prompt, user_ctx) if reply is None else None
     if claim is not None and claim.verdict is not Verdict.NEW:
         return await send_duplicate_notice(bot, chat_id, claim, reply_to=message.message_id)
     if reply is None:
@@ -130,7 +200,7 @@ async def on_text(
         try:
             outcome = await run_guarded(
                 _answer(chat_service, user_ctx.user_id, prompt, message, bot, courier, clock,
-                        stale_after)
+                        timedelta(seconds=stale_after_s), media)
             )  # fmt: skip
         except asyncio.CancelledError:  # the intake middleware records it as failed
             await courier.interrupted(answer_to)
@@ -163,9 +233,12 @@ async def _answer(
     courier: Courier,
     clock: Clock,
     stale_after: timedelta,
+    media: MediaTurn | None = None,
 ) -> ChatOutcome:
     """The message answered by the chat service; a try that met a ledger failing closed
-    before any provider call is tried again when it answers (bot.chat.ledger_wait)."""
+    before any provider call is tried again when it answers (bot.chat.ledger_wait): a
+    typed message while it is not stale, a media turn (answered when its sender confirmed
+    it, so its own date may be old) for ``stale_after`` from now."""
     attempt = partial(
         chat_service.handle,
         user_id,
@@ -175,14 +248,22 @@ async def _answer(
         key=(message.chat.id, message.message_id),
         activity=partial(_typing, bot, message),
         stream=courier.stream.control if courier.stream is not None else None,
+        media=media,
     )
     return await until_ledger_answers(
         attempt,
         clock=clock,
-        sent_at=message.date,
+        sent_at=message.date if media is None else clock.now(),
         stale_after=stale_after,
         closing=lambda: chat_service.closing,
     )
+
+
+def _screened(prompt: str, message: Message, clock: Clock, stale_after_s: int) -> Reply | None:
+    """The template for a typed message no model is asked about (empty, too long, stale:
+    :func:`bot.chat.reply.screen`), or ``None`` to ask."""
+    stale_after = timedelta(seconds=stale_after_s)
+    return screen(prompt, age=clock.now() - message.date, stale_after=stale_after)
 
 
 def _open_stream(
@@ -263,11 +344,21 @@ async def on_non_text(message: Message, bot: Bot, clock: Clock) -> None:
     await send_text(bot, message.chat.id, templates.non_text_text(), clock=clock)
 
 
-def create_chat_router() -> Router:
+def create_chat_router(link: tuple[CallbackType, Filter] | None = None) -> Router:
     """The chat router: text that is not a command. No other router handles such a
     message, so the bot includes this one first (a chat message walks no command
-    router's filters: docs/decisions/022-message-path.md)."""
+    router's filters: docs/decisions/022-message-path.md).
+
+    Args:
+        link: the handler of a one-link message and its filter (``bot.handlers.media``),
+            tried first: a link is a page to read, not text to ask the model about.
+    """
     router = Router(name="chat")
+    if link is not None:
+        handler, one_link = link
+        router.message.register(
+            handler, F.text, ~F.text.startswith("/"), one_link, AddressedToBot()
+        )
     router.message.register(on_text, F.text, ~F.text.startswith("/"), AddressedToBot())
     return router
 

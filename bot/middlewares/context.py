@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from prometheus_client import Counter
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from bot.chat.confirm import Confirmations
     from bot.chat.deferral import FloodDeferral
     from bot.chat.duplicates import DuplicateGate
     from bot.chat.outbox import Outbox
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from bot.chat.streaming.metrics import StreamMetrics
     from bot.chat.streaming.registry import StreamRegistry
     from bot.chat.streaming.session import StreamConfig
+    from bot.media.desk import MediaDesk
     from bot.ops.admin_notices import AdminNotifier
     from bot.ops.dashboard.view import OperatorView
     from bot.storage.moves import ChatMoves
@@ -127,6 +129,10 @@ class WorkflowData(TypedDict):
     operator_view: OperatorView
     #: DASHBOARD_URL (``None``: no dashboard), the /dashboard button's address
     dashboard_url: str | None
+    #: voice notes, photos, documents, links: prepared and priced without spending
+    media_desk: MediaDesk
+    #: the open price questions (Go ahead / Cancel)
+    confirmations: Confirmations
     #: who asked for the /cost footer; the history summaries (/history)
     cost_footers: CostFooters
     summaries: Summaries

@@ -61,6 +61,7 @@ from llm.keys.admission import KeyAdmission
 from llm.keys.slots import CallSlots
 from llm.model_caps import possible_tokens
 from llm.providers.base import Provider
+from llm.providers.vision_provider import media_tokens_of
 from llm.stream import StreamControl, StreamingProvider
 from llm.types import Completion, LLMRequest
 
@@ -181,6 +182,7 @@ class GovernedAttempt:
             request.messages, model, request.max_tokens, 0, [], origin=request.origin
         )
         await self._sizer.size(plan, provider.name, input_tokens)
+        plan.add_media(media_tokens_of(provider, plan.messages))
         async with self._slots.slot(request.priority):
             hold = await self._hold(op, request_id, provider, request, plan, is_anchor)
             await self._open_key(provider, plan, hold, is_anchor)

@@ -59,6 +59,16 @@ class AttemptPlan:
     counted: int = 0
     origin: Origin | None = None
 
+    def add_media(self, tokens: int) -> None:
+        """Add the prompt's images, ``tokens`` at this key's model (its provable
+        per-image bound, :meth:`llm.providers.vision_provider.VisionProvider.media_tokens`),
+        to the count, the bound and the estimate alike: the text's calibration never
+        shrinks them below the formula."""
+        if tokens > 0:
+            self.counted += tokens
+            self.input_bound += tokens
+            self.input_tokens += tokens
+
 
 async def reserve(
     ledger: LedgerPort,

@@ -96,7 +96,13 @@ async def test_1100_idle_connections_at_nofile_1024_leave_room_for_a_real_update
         took = await _answered(fake_telegram, 91, "answered beside 1,100 idle connections")
         assert bot.pid is not None
         descriptors = len(os.listdir(f"/proc/{bot.pid}/fd"))
-        closed = await closed_count(idle.streams)
+        # the cap closes the oldest as new ones arrive; on a loaded machine the last
+        # closes reach the client a little after the answer: count until they have
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 15
+        while (closed := await closed_count(idle.streams)) < len(idle) - cap:
+            if loop.time() > deadline:
+                break
         counts = await dropped(_metrics(env))
         held = len(idle) - closed
         print(
