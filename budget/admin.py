@@ -65,6 +65,18 @@ class LedgerAdmin(LedgerPart):
         kind, name = _scope(scope)
         return await self._guarded(self.store.set_kill(self.clock.now(), kind, name, False, "", by))
 
+    async def exposure(self, scope: tuple[str, str] | None = None) -> int:
+        """µUSD held by work already admitted in a kill scope (as :meth:`kill`'s
+        ``scope``): what a kill cannot stop. On PostgreSQL read on the kill switch's
+        own connection, as :meth:`kill` and :meth:`kill_state` are, never behind the
+        money path's pool.
+
+        Raises:
+            ValueError: a malformed scope.
+        """
+        kind, name = _scope(scope)
+        return await self._guarded(self.store.exposure(kind, name))
+
     async def kill_state(self) -> KillState:
         """The global switch."""
         states = await self._guarded(self.store.kill_states())

@@ -123,6 +123,11 @@ class LedgerPort(Protocol):
         """Free the operation's in-flight slot. Idempotent."""
         ...
 
+    def held_any(self, op: OperationTicket) -> bool:
+        """Whether ``op`` was granted a hold (until it ends); without one no provider
+        call was made for it."""
+        ...
+
     async def operation_booked_musd(self, op: OperationTicket) -> int:
         """Money booked for ``op`` so far (µUSD): the actual cost of its settled holds
         plus the ceilings of holds still held or booked at expiry; 0 when nothing

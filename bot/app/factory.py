@@ -225,7 +225,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         from bot.ops.signals import KILL_HARD, PgSignals, SignalWatcher
 
         streams.kill_watch = SignalWatcher(
-            PgSignals(shared, clock), KILL_HARD, clock, lambda: streams.stop_all("kill")
+            PgSignals(shared.control, clock), KILL_HARD, clock, lambda: streams.stop_all("kill")
         )
     # replicas: a user's queue counts the other live replicas' unfinished messages too
     lanes = None

@@ -81,6 +81,8 @@ def ledger_config(settings: Settings) -> LedgerConfig:
         auto_kill_window_s=settings.auto_kill_window_minutes * 60.0,
         process_heartbeat_s=settings.process_heartbeat_seconds,
         process_dead_after_s=settings.process_dead_after_seconds,
+        db_lock_timeout_s=settings.database_lock_timeout_seconds,
+        db_pool_timeout_s=settings.database_pool_timeout_seconds,
         sweep_interval_s=min(30.0, settings.process_heartbeat_seconds)
         if settings.database_url.startswith("postgresql")
         else 30.0,

@@ -6,15 +6,29 @@ turns them into the reply. None carries text for the user (templates do).
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from enum import StrEnum
 
 from bot.chat.folding import FoldNote
 from bot.media.refusals import MediaRefusal
+from budget.errors import HoldRefused, LedgerUnavailable
 from budget.types import Refusal
 from llm.types import Completion
 
-__all__ = ["ChatAnswer", "ChatFailed", "ChatOutcome", "ChatRefused", "FailureKind"]
+__all__ = [
+    "ChatAnswer",
+    "ChatFailed",
+    "ChatOutcome",
+    "ChatRefused",
+    "FailureKind",
+    "refused_outcome",
+    "run_guarded",
+]
+
+log = logging.getLogger("bot.chat.service")  # the chat service's own lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +53,13 @@ class ChatAnswer:
 
 @dataclass(frozen=True, slots=True)
 class ChatRefused:
-    """The ledger refused; ``running`` = another of the user's requests is still in flight."""
+    """The ledger refused; ``running`` = another of the user's requests is still in flight;
+    ``retry`` = the ledger failed closed before any provider call was made for the
+    message (no hold granted): it may be tried again whole (:mod:`bot.chat.ledger_wait`)."""
 
     refusal: Refusal
     running: bool
+    retry: bool = False
 
 
 class FailureKind(StrEnum):
@@ -80,3 +97,22 @@ class ChatFailed:
 
 
 ChatOutcome = ChatAnswer | ChatRefused | ChatFailed
+
+
+async def run_guarded(coro: Awaitable[ChatOutcome]) -> ChatOutcome:
+    """Await ``coro``; any unexpected exception becomes a ``FailureKind.ERROR`` (logged)."""
+    try:
+        return await coro
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # last-resort guard: the user gets a template, not a trace
+        log.exception("chat operation failed unexpectedly")
+        return ChatFailed(FailureKind.ERROR)
+
+
+def refused_outcome(exc: HoldRefused, *, running: bool, called: bool = False) -> ChatRefused:
+    """The refusal ``exc`` as an outcome; one of a ledger that failed closed for a while
+    (not its file lost) before any provider call (``called``: a hold was granted) may be
+    tried again."""
+    passing = isinstance(exc, LedgerUnavailable) and not exc.lasting
+    return ChatRefused(exc.refusal, running=running, retry=passing and not called)

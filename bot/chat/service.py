@@ -29,7 +29,7 @@ from typing import Protocol
 from bot.chat.draining import CANCEL_WAIT_S, STOP_WAIT_S, Draining
 from bot.chat.folding import FoldNote, HistoryFolder, PromptHistory
 from bot.chat.lanes import POLL_S, LaneStore
-from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, ChatRefused, FailureKind
+from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind, refused_outcome
 from bot.chat.turns import MediaTurn
 from bot.chat.user_queue import MessageKey, UserQueue
 from bot.media.refusals import MediaRefused
@@ -52,7 +52,6 @@ __all__ = [
     "ChatConfig",
     "ChatService",
     "CompletionBackend",
-    "run_guarded",
 ]
 
 log = logging.getLogger(__name__)
@@ -230,7 +229,7 @@ class ChatService(Draining):
         try:
             place = await self._place(user_id, lane, key)
         except HoldRefused as exc:  # the shared queue cannot be read: fail closed
-            return ChatRefused(exc.refusal, running=False)
+            return refused_outcome(exc, running=False)
         if place >= slots + self._config.user_queue_max:
             return ChatFailed(FailureKind.QUEUE_FULL, running=True)
         user_msg = Message("user", text, media.images if media is not None else ())
@@ -243,17 +242,17 @@ class ChatService(Draining):
             try:
                 await self._record_message(user_id)
             except HoldRefused as exc:
-                return ChatRefused(exc.refusal, running=lane.order.index(key) > 0)
+                return refused_outcome(exc, running=lane.order.index(key) > 0)
         try:
             while (place := await self._place(user_id, lane, key)) >= slots:
                 await self._wait_turn(lane)
-        except HoldRefused as exc:
-            return ChatRefused(exc.refusal, running=place > 0)
+        except HoldRefused as exc:  # the shared queue cannot be read: only ours is known
+            return refused_outcome(exc, running=lane.order.index(key) > 0)
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
         try:
-            others = place > 0
+            others = place > 0 and await self._running_ahead(user_id, lane, key)
             return await self._admitted(
                 where, user_msg, (tokens, user_raw), others, activity, stream, media
             )
@@ -272,6 +271,19 @@ class ChatService(Draining):
         if self._shared_lanes is not None and key[1] > 0:
             place += await self._shared_lanes.ahead(user_id, key[0], key[1])
         return place
+
+    async def _running_ahead(self, user_id: int, lane: UserQueue, key: MessageKey) -> bool:
+        """Whether an earlier message of the user is surely being answered (what a refusal
+        may say): this process's, or one a replica whose connection is not gone runs
+        (:meth:`bot.chat.lanes.LaneStore.running_ahead`); an unreadable database: no."""
+        if lane.order.index(key) > 0:
+            return True
+        if self._shared_lanes is None or key[1] <= 0:
+            return False
+        try:
+            return await self._shared_lanes.running_ahead(user_id, key[0], key[1]) > 0
+        except HoldRefused:
+            return False
 
     async def _wait_turn(self, lane: UserQueue) -> None:
         """Until one of this process's messages of the user ends or (shared) for
@@ -306,7 +318,7 @@ class ChatService(Draining):
             # refusal of the admission then comes from the cascade, handled below
             op = await self._ledger.begin_operation(where.user_id, Origin.CHAT, deferred=True)
         except HoldRefused as exc:
-            return ChatRefused(exc.refusal, running=others_running)
+            return refused_outcome(exc, running=others_running)
         try:
             if media is not None and media.transcribe is not None:
                 heard = await self._transcribed(op, media, media.transcribe)
@@ -332,7 +344,7 @@ class ChatService(Draining):
             charged = completion.cost_musd if alone else await self._booked_musd(op)
             return ChatAnswer(completion, charged, fold)
         except HoldRefused as exc:
-            return ChatRefused(exc.refusal, running=others_running)
+            return refused_outcome(exc, running=others_running, called=self._ledger.held_any(op))
         except MediaRefused as exc:
             booked = await self._booked_musd(op)
             return ChatFailed(FailureKind.MEDIA, media=exc.refusal, charged_musd=booked)
@@ -479,14 +491,3 @@ class ChatService(Draining):
         except Exception:  # an unreadable ledger must not hide the failure being reported
             log.warning("could not read what operation %s booked", op.operation_id, exc_info=True)
             return None
-
-
-async def run_guarded(coro: Awaitable[ChatOutcome]) -> ChatOutcome:
-    """Await ``coro``; any unexpected exception becomes a ``FailureKind.ERROR`` (logged)."""
-    try:
-        return await coro
-    except asyncio.CancelledError:
-        raise
-    except Exception:  # last-resort guard: the user gets a template, not a trace
-        log.exception("chat operation failed unexpectedly")
-        return ChatFailed(FailureKind.ERROR)

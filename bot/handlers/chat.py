@@ -25,11 +25,12 @@ from bot.chat.costs import HoldReader, cost_footer
 from bot.chat.deferral import FloodDeferral
 from bot.chat.delivery import send_text
 from bot.chat.duplicates import Claim, DuplicateGate, Regenerate, Verdict, answered_in_full
+from bot.chat.ledger_wait import until_ledger_answers
 from bot.chat.outbox import Outbox
-from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind
+from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind, run_guarded
 from bot.chat.paste import PasteTicket
 from bot.chat.reply import Courier, Reply, reply_of, screen
-from bot.chat.service import ChatService, run_guarded
+from bot.chat.service import ChatService
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.streaming.session import StreamConfig, StreamSession, book_stop
@@ -198,17 +199,9 @@ async def answer_turn(
         outcome: ChatOutcome = ChatFailed(FailureKind.ERROR)
         try:
             outcome = await run_guarded(
-                chat_service.handle(
-                    user_ctx.user_id,
-                    prompt,
-                    chat_id=chat_id,
-                    thread_id=topic_of(message),
-                    key=(chat_id, message.message_id),
-                    activity=partial(_typing, bot, message),
-                    stream=courier.stream.control if courier.stream is not None else None,
-                    media=media,
-                )
-            )
+                _answer(chat_service, user_ctx.user_id, prompt, message, bot, courier, clock,
+                        timedelta(seconds=stale_after_s), media)
+            )  # fmt: skip
         except asyncio.CancelledError:  # the intake middleware records it as failed
             await courier.interrupted(answer_to)
             raise
@@ -229,6 +222,41 @@ async def answer_turn(
     if reply.refusal is not None:
         refusals.labels(reply.refusal).inc()
     return await courier.deliver(reply)
+
+
+async def _answer(
+    chat_service: ChatService,
+    user_id: int,
+    prompt: str,
+    message: Message,
+    bot: Bot,
+    courier: Courier,
+    clock: Clock,
+    stale_after: timedelta,
+    media: MediaTurn | None = None,
+) -> ChatOutcome:
+    """The message answered by the chat service; a try that met a ledger failing closed
+    before any provider call is tried again when it answers (bot.chat.ledger_wait): a
+    typed message while it is not stale, a media turn (answered when its sender confirmed
+    it, so its own date may be old) for ``stale_after`` from now."""
+    attempt = partial(
+        chat_service.handle,
+        user_id,
+        prompt,
+        chat_id=message.chat.id,
+        thread_id=topic_of(message),
+        key=(message.chat.id, message.message_id),
+        activity=partial(_typing, bot, message),
+        stream=courier.stream.control if courier.stream is not None else None,
+        media=media,
+    )
+    return await until_ledger_answers(
+        attempt,
+        clock=clock,
+        sent_at=message.date if media is None else clock.now(),
+        stale_after=stale_after,
+        closing=lambda: chat_service.closing,
+    )
 
 
 def _screened(prompt: str, message: Message, clock: Clock, stale_after_s: int) -> Reply | None:

@@ -22,9 +22,9 @@ from bot.chat.duplicates import (
     answered_in_full,
 )
 from bot.chat.outbox import Outbox
-from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind
+from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind, run_guarded
 from bot.chat.reply import Courier, reply_of
-from bot.chat.service import ChatService, run_guarded
+from bot.chat.service import ChatService
 from bot.middlewares.context import IntakeStatus
 from bot.middlewares.topics import in_topic
 from bot.storage.summaries import CostFooters

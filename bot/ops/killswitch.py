@@ -67,7 +67,7 @@ async def trip_kill(
     before = await ledger.kill_state()
     form = " hard" if hard else ""
     if before.killed:
-        exposure = (await ledger.status()).exposure_musd
+        exposure = await ledger.exposure()
         log.warning("kill switch already on; kill%s via %s by admin %s: %s", form, via, by, reason)
         return KillTrip(before, exposure)
     exposure = await ledger.kill(reason, by=by)

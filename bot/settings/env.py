@@ -213,8 +213,10 @@ class Settings(MediaSettings, BotApiSettings, ConversationSettings, OpsNoticeSet
     price_overrides: str = ""  # JSON: {"provider:model": {"input": "0.27", ...}} USD per 1M tokens
     token_safety_factor: Decimal = Field(Decimal("1.25"), le=10)
     hold_ttl_seconds: float = Field(300.0, gt=0, le=DAY_S)
-    process_heartbeat_seconds: float = Field(10.0, gt=0, le=HOUR_S)
+    process_heartbeat_seconds: float = Field(2.0, gt=0, le=HOUR_S)
     process_dead_after_seconds: float = Field(60.0, gt=0, le=DAY_S)
+    database_lock_timeout_seconds: float = Field(2.0, gt=0, le=HOUR_S)
+    database_pool_timeout_seconds: float = Field(5.0, gt=0, le=HOUR_S)
     operation_max_usd: Decimal = Field(Decimal("0.05"), gt=0, le=MAX_USD)
     operation_max_requests: int = Field(8, ge=1, le=1_000)
     user_max_inflight: int = Field(2, ge=1, le=10_000)

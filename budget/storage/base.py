@@ -33,7 +33,7 @@ from budget.protocol import HoldTicket, OperationTicket
 from budget.status import HoldEntry, KillState, LedgerStatus, TeamStatus, UserStatus
 from budget.storage.sql import admin, holds, reports
 from budget.storage.sql.corrections import apply_corrections
-from budget.storage.sql.rows import kill_states, teams
+from budget.storage.sql.rows import exposure, kill_states, teams
 from budget.storage.store import (
     CHECKED,
     DURABLE,
@@ -238,6 +238,10 @@ class LedgerStore(abc.ABC):
     async def kill_states(self) -> list[KillState]:
         """Every switch row (tripped or not)."""
         return await self._read(kill_states)
+
+    async def exposure(self, kind: str = "global", scope: str = "") -> int:
+        """µUSD held by outstanding holds in a kill scope (what a kill cannot stop)."""
+        return await self._read(partial(exposure, kind=kind, scope=scope))
 
     async def set_limit(self, now: datetime, change: LimitChange) -> None:
         """Persist a runtime limit set or cleared (its event recorded)."""

@@ -76,7 +76,7 @@ async def on_kill(
         )
     else:
         cuts = await _cut_streams(streams)
-        after = (await ledger.status()).exposure_musd
+        after = await ledger.exposure()
         when = "before the cuts" if before is not None else "when killed"
         text = (
             f"{head} New LLM work is refused; {cuts}. Exposure {when}: {usd(exposure)}; "
