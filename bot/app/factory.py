@@ -3,7 +3,8 @@
 Nothing is created at import time. :func:`create_app` wires the engine, ledger,
 cascade, digest runner, aiogram bot and dispatcher into an :class:`~bot.app.lifecycle.App`
 (whose start-up and shutdown hooks are in :mod:`bot.app.lifecycle`); the settings → config
-pieces are in :mod:`bot.app.wiring`; :func:`bot.app.polling.run` checks, migrates, starts
+pieces are in :mod:`bot.app.wiring` (shedding, retention, /drill and the routers in
+:mod:`bot.app.ops_wiring`); :func:`bot.app.polling.run` checks, migrates, starts
 polling and returns the exit code once a SIGTERM/SIGINT has drained the work.
 """
 
@@ -15,38 +16,36 @@ import httpx
 from aiogram import Bot, Dispatcher
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
-from aiogram.utils.i18n import I18n
 from prometheus_client import CollectorRegistry
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from bot.app.lifecycle import App
+from bot.app.media_wiring import build_media, media_models
+from bot.app.ops_wiring import drill_of, include_routers, retention_of, shedding_of
 from bot.app.wiring import (
     ProfileStoreAdapter,
+    admin_language,
     cascade_config,
+    chat_config,
     digest_config,
     ledger_config,
     provider_models,
     provider_specs_of,
+    router_config,
+    watch_config,
 )
 from bot.chat.deferral import FloodDeferral
+from bot.chat.duplicates import DuplicateGate
+from bot.chat.folding import HistoryFolder, raw_turn_counter
 from bot.chat.outbox import Outbox
 from bot.chat.paste import PasteJoiner
-from bot.chat.service import ChatConfig, ChatService
+from bot.chat.service import ChatService
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.streaming.session import StreamConfig
-from bot.handlers.admin import create_admin_router
 from bot.handlers.admin.base import AdminView
-from bot.handlers.books import BooksDesk, create_books_router
-from bot.handlers.chat import create_chat_router, create_non_text_router
-from bot.handlers.common import create_common_router, create_fallback_router
-from bot.handlers.dashboard import create_dashboard_router
-from bot.handlers.digests import create_digest_router
-from bot.handlers.errors import create_error_router
+from bot.handlers.books import BooksDesk
 from bot.handlers.inline_filters import run_sync_filters_inline
-from bot.handlers.me import create_me_router
-from bot.handlers.moves import create_chat_moves_router
-from bot.handlers.stream import create_stream_router
 from bot.middlewares.context import WorkflowData
 from bot.middlewares.intake import (
     ArrivalOrderMiddleware,
@@ -58,12 +57,12 @@ from bot.middlewares.rate import RateExemption, UpdateRateMiddleware
 from bot.middlewares.topics import TopicMiddleware, TopicRequestMiddleware
 from bot.ops.admin_notices import AdminNotifier
 from bot.ops.dashboard import build_operator_view, build_site
-from bot.ops.drill import Drill
 from bot.ops.health import Readiness
+from bot.ops.kpis import KpiReader
 from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_counter
-from bot.ops.retention import RetentionJob
+from bot.ops.once import NoticeBook
 from bot.ops.schema_watch import SchemaWatch
-from bot.ops.shedding import Shedding, admin_announcer
+from bot.ops.watch import OpsWatch
 from bot.session.chat_moves import FollowChatMoves
 from bot.session.flood_waits import FloodWaits
 from bot.session.model_pins import PinResponseModels
@@ -79,6 +78,7 @@ from bot.settings import Settings
 from bot.storage.moves import ChatMoves
 from bot.storage.repos import History, Intake
 from bot.storage.sqlite_hot import SqliteHotPath
+from bot.storage.summaries import CostFooters, Summaries
 from bot.text.digests import TelegramDeliverer
 from bot.text.i18n import create_i18n
 from budget.books.stops import StopBook
@@ -87,7 +87,6 @@ from budget.kernel.clock import Clock, SystemClock
 from budget.kernel.db import create_engine, sqlite_path
 from budget.ledger import Ledger
 from budget.policy.money import usd_to_musd
-from budget.pricing.names import CASCADE_ORDER
 from budget.pricing.prices import PriceCard, parse_overrides
 from budget.pricing.tokens import TokenCounter
 from llm.cascade.factory import build_cascade
@@ -146,7 +145,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     notifier = AdminNotifier(bot, i18n, settings.admin_ids, clock)
 
     prices = PriceCard(
-        provider_models(settings),
+        [*provider_models(settings), *media_models(settings)],
         overrides=parse_overrides(settings.price_overrides) if settings.price_overrides else None,
         max_call_seconds=settings.provider_timeout_seconds,
     )
@@ -161,15 +160,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         on_unavailable=notifier.storage_failed,
     )
     shared = ledger.store.shared  # the database the replicas share (None: one SQLite file)
-    shed_order, shed_at = settings.shed_steps()
-    shedding = Shedding(
-        ledger.status,
-        shed_order,
-        shed_at,
-        clock,
-        admin_announcer(notifier.broadcast, settings.budget_tz),
-        every_s=settings.shed_check_seconds,
-    )
+    shedding = shedding_of(settings, ledger, clock, notifier.broadcast)
     tokens = TokenCounter(safety_factor=settings.token_safety_factor)
     # on PostgreSQL the replicas share each provider key's circuit and paced windows
     # and GLOBAL_MAX_INFLIGHT_CALLS (leases tied to the processes' heartbeats)
@@ -227,7 +218,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         from bot.ops.signals import KILL_HARD, PgSignals, SignalWatcher
 
         streams.kill_watch = SignalWatcher(
-            PgSignals(shared, clock), KILL_HARD, clock, lambda: streams.stop_all("kill")
+            PgSignals(shared.control, clock), KILL_HARD, clock, lambda: streams.stop_all("kill")
         )
     # replicas: a user's queue counts the other live replicas' unfinished messages too
     lanes = None
@@ -235,22 +226,28 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         from bot.chat.lanes import PgLanes
 
         lanes = PgLanes(shared, shared.process_id, clock, settings.process_dead_after_seconds)
+    summaries = Summaries(sessions, moves)
+    folder = HistoryFolder(
+        summaries=summaries,
+        backend=cascade,
+        raw_turn=raw_turn_counter(tokens.raw_messages),
+        scale=tokens.scale,
+        clock=clock,
+        history_max_tokens=settings.chat_history_max_tokens,
+        summary_max_tokens=settings.chat_summary_max_tokens,
+        router=router_config(settings),
+    )
     chat = ChatService(
         ledger=ledger,
         backend=cascade,
         history=history,
         count_tokens=tokens,
         clock=clock,
-        config=ChatConfig(
-            max_output_tokens=settings.chat_max_output_tokens,
-            max_input_tokens=settings.chat_max_input_tokens,
-            history_max_tokens=settings.chat_history_max_tokens,
-            user_max_inflight=settings.user_max_inflight,
-            user_queue_max=settings.user_queue_max,
-        ),
+        config=chat_config(settings),
         record_message=ledger.record_message,
         lanes=lanes,
         short_answers=lambda: shedding.is_off("long_answers"),
+        folder=folder,
     )
     repo = ProfileRepository(sessions, clock, default_digest_time=settings.digest_default_time)
     profiles = ProfileStoreAdapter(
@@ -275,7 +272,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
             max_bytes=settings.fetch_max_bytes,
             timeout_s=settings.fetch_timeout_seconds,
         ),
-        FeedClient(
+        feeds := FeedClient(
             feed_http,
             guard,
             max_bytes=settings.fetch_max_bytes,
@@ -283,6 +280,18 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         ),
         clock,
     )
+    media = build_media(
+        settings,
+        bot=bot,
+        ledger=ledger,
+        chat_cascade=cascade,
+        history=history,
+        feeds=feeds,
+        tokens=tokens,
+        clock=clock,
+        tls=tls,
+    )
+    chat.vision = media.vision
     digests = DigestService(
         sessions,
         clock,
@@ -312,8 +321,21 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         ),
     )
 
-    # the operator dashboard's documents (also /budget chart's picture) and its routes
-    operator_view = build_operator_view(ledger, cascade, engine, clock, settings.budget_tz)
+    # the operator's figures: the dashboard's documents (also /budget chart's picture),
+    # the alerts before the caps and the spend reports (bot/ops/watch.py)
+    kpis = KpiReader(sessions, clock, clock.monotonic())
+    notifier.language_of = admin_language(repo)
+    ops_watch = OpsWatch(
+        ledger=ledger,
+        engine=engine,
+        cascade=cascade,
+        notices=NoticeBook(sessions, clock),
+        notifier=notifier,
+        kpis=kpis,
+        clock=clock,
+        config=watch_config(settings),
+    )
+    operator_view = build_operator_view(ledger, cascade, engine, clock, settings.budget_tz, kpis)
     dashboard = None
     if settings.dashboard_path is not None:
         dashboard = build_site(
@@ -330,6 +352,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         clock=clock,
         chat_service=chat,
         history=history,
+        cost_footers=CostFooters(sessions),
+        duplicates=DuplicateGate(clock, settings.duplicate_window_seconds),
+        summaries=summaries,
         chat_moves=moves,
         profiles=profiles,
         i18n=i18n,
@@ -367,6 +392,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         operator_view=operator_view,
         dashboard_url=settings.dashboard_url,
         drill=drill_of(ledger, i18n, settings),
+        media_desk=media.desk,
+        confirmations=media.confirmations,
     )
     dp = Dispatcher(**workflow)
     bot.session.middleware(TopicRequestMiddleware())
@@ -402,20 +429,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp.message.outer_middleware(
         IntakeMiddleware(intake, clock, barrier.taken_in if barrier is not None else None)
     )
-    dp.include_router(create_error_router())
-    # chat text first: no other router takes a text that is not a command
-    # (docs/decisions/022-message-path.md)
-    dp.include_router(create_chat_router())
-    dp.include_router(create_books_router(settings.admin_ids))
-    dp.include_router(create_admin_router(settings.admin_ids))
-    dp.include_router(create_dashboard_router(settings.admin_ids))
-    dp.include_router(create_stream_router())
-    dp.include_router(create_common_router())
-    dp.include_router(create_digest_router())
-    dp.include_router(create_me_router())
-    dp.include_router(create_chat_moves_router())  # service messages: after every text router
-    dp.include_router(create_fallback_router())
-    dp.include_router(create_non_text_router())
+    include_routers(dp, settings.admin_ids)
     # controls tagged flags={"rate_limit": False} pass the update rate (bot/middlewares/rate.py)
     rate.exempt(dp)
     # magic filters (F.text …) on the loop, not one thread hop each (bot/handlers/inline_filters.py)
@@ -450,16 +464,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         is_control=lambda update: rate.is_control(update, bot),
         dashboard=dashboard,
         shedding=shedding,
-        retention=None
-        if not settings.retention_days
-        else RetentionJob(
-            ledger,
-            engine,
-            settings.budget_tz,
-            clock,
-            days=settings.retention_days,
-            batch=settings.retention_batch_rows,
-        ),
+        retention=retention_of(settings, ledger, engine, clock),
+        media=media,
+        ops_watch=ops_watch,
     )
     if shared is not None:  # a process taken for dead stops acting (bot/session/fence.py)
         from bot.session.fence import FencedSession
@@ -467,13 +474,3 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         bot.session.middleware(FencedSession(shared))
         shared.on_fenced.append(app.fence)
     return app
-
-
-def drill_of(ledger: Ledger, i18n: I18n, settings: Settings) -> Drill:
-    """/drill's runner, its holds priced on the first paid key in cascade order (money
-    limits apply to it), else on the first key."""
-    keys = [name for name in CASCADE_ORDER if name in settings.provider_keys()]
-    paid = [name for name in keys if not ledger.prices.is_free(name)]
-    name = (paid or keys)[0]
-    key = (name, settings.provider(name).model)
-    return Drill(ledger, i18n, settings.budget_tz, key, paid=bool(paid))

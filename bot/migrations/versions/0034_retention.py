@@ -8,7 +8,7 @@
 database). See ``docs/decisions/140-retention-keeps-sums.md``.
 
 Revision ID: 0034_retention
-Revises: 0023_digest_restarts
+Revises: 0024_process_liveness_lock
 """
 
 from collections.abc import Sequence
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0034_retention"
-down_revision: str | None = "0023_digest_restarts"
+down_revision: str | None = "0024_process_liveness_lock"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
