@@ -21,11 +21,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import replace
 
+from bot.chat.contracts import ChatConfig, CompletionBackend, PromptCounter
 from bot.chat.draining import CANCEL_WAIT_S, STOP_WAIT_S, Draining
 from bot.chat.folding import FoldNote, HistoryFolder, PromptHistory
 from bot.chat.lanes import POLL_S, LaneStore
@@ -42,17 +42,21 @@ from budget.protocol import LedgerPort, OperationTicket
 from budget.types import Origin
 from llm.cascade.cascade import fingerprint
 from llm.errors import EmptyCompletion, LLMError, ProviderRejected
-from llm.router import Route, RouterConfig, Work, route
+from llm.router import Route, Work, route
 from llm.stream import StreamControl
 from llm.types import Completion, LLMRequest, Message, Priority
 
 __all__ = [
     "CANCEL_WAIT_S",
+    "SHED_LONG",
     "STOP_WAIT_S",
     "ChatConfig",
     "ChatService",
     "CompletionBackend",
 ]
+
+#: The degradation step named on an answer asked with a shed max_tokens (its note).
+SHED_LONG = "shed_long_answers"
 
 log = logging.getLogger(__name__)
 
@@ -60,34 +64,6 @@ SYSTEM_PROMPT = (
     "You are Kopek, a concise and helpful assistant in a Telegram chat. "
     "Answer in the language of the user's message. Use Markdown sparingly."
 )
-
-
-class PromptCounter(Protocol):
-    """What the chat needs of ``budget.pricing.tokens.TokenCounter``."""
-
-    def raw_messages(self, messages: Sequence[Message]) -> int: ...
-
-    def scale(self, raw: int) -> int: ...
-
-
-class CompletionBackend(Protocol):
-    """What the chat needs of ``llm.cascade.cascade.Cascade``."""
-
-    async def complete(
-        self, op: OperationTicket, request: LLMRequest, *, stream: StreamControl | None = None
-    ) -> Completion: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ChatConfig:
-    """Chat knobs (tokens; counts)."""
-
-    max_output_tokens: int = 1024
-    max_input_tokens: int = 4000
-    history_max_tokens: int = 3000
-    user_max_inflight: int = 2
-    user_queue_max: int = 3
-    router: RouterConfig = field(default_factory=RouterConfig)
 
 
 class ChatService(Draining):
@@ -106,6 +82,9 @@ class ChatService(Draining):
         record_message: counts a message against the courtesy daily cap
             (USER_DAILY_MESSAGES); raises ``HoldRefused`` (reason ``messages``) past it.
         lanes: the other replicas' unfinished messages of a user (``None``: one process).
+        short_answers: true while shedding caps answers (``long_answers``,
+            :mod:`bot.ops.shedding`): max_tokens is then a quarter of
+            CHAT_MAX_OUTPUT_TOKENS, and an answer stopped there says so.
         vision: the cascade of vision keys, which answers a turn with images
             (``None``: none configured; the handlers refuse photos before this).
         folder: folds long histories into summaries (:mod:`bot.chat.folding`);
@@ -123,10 +102,12 @@ class ChatService(Draining):
         config: ChatConfig,
         record_message: Callable[[int], Awaitable[int]] | None = None,
         lanes: LaneStore | None = None,
+        short_answers: Callable[[], bool] | None = None,
         vision: CompletionBackend | None = None,
         folder: HistoryFolder | None = None,
     ) -> None:
         self._ledger = ledger
+        self._short = short_answers
         self.vision = vision
         self._folder = folder
         self._shared_lanes = lanes
@@ -333,6 +314,8 @@ class ChatService(Draining):
                     completion = await backend.complete(op, request)
                 else:
                     completion = await backend.complete(op, request, stream=stream)
+            if request.max_tokens < self._config.max_output_tokens:
+                completion = replace(completion, degraded=(*completion.degraded, SHED_LONG))
             if media is not None and media.stored is not None:
                 user_msg = Message("user", media.stored)
                 user_tokens = await self._turn_tokens(user_msg)
@@ -402,9 +385,12 @@ class ChatService(Draining):
         )
         if user_msg.images:
             cheaper, chosen = None, Route.MAIN
+        cap = self._config.max_output_tokens
+        if self._short is not None and self._short():
+            cap = max(1, cap // 4)  # docs/decisions/141-shedding-in-a-set-order.md
         request = LLMRequest(
             messages=messages,
-            max_tokens=self._config.max_output_tokens,
+            max_tokens=cap,
             allow_paid=True,
             priority=Priority.CHAT,
             cheaper_messages=cheaper,

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from bot.media.desk import MediaDesk
     from bot.ops.admin_notices import AdminNotifier
     from bot.ops.dashboard.view import OperatorView
+    from bot.ops.drill import Drill
     from bot.storage.moves import ChatMoves
     from bot.storage.repos import History, Intake
     from bot.storage.summaries import CostFooters, Summaries
@@ -129,6 +130,8 @@ class WorkflowData(TypedDict):
     operator_view: OperatorView
     #: DASHBOARD_URL (``None``: no dashboard), the /dashboard button's address
     dashboard_url: str | None
+    #: /drill's runner (the canary payer's checks of the ledger's guards)
+    drill: Drill
     #: voice notes, photos, documents, links: prepared and priced without spending
     media_desk: MediaDesk
     #: the open price questions (Go ahead / Cancel)

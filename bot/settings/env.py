@@ -37,6 +37,7 @@ from bot.settings.checks import (
 )
 from bot.settings.conversation import ConversationSettings
 from bot.settings.media import MediaSettings
+from bot.settings.operations import OperatorSettings
 from bot.settings.ops import OpsNoticeSettings
 from budget.config import DEAD_AFTER_HEARTBEATS
 from budget.pricing.names import CASCADE_ORDER, KEYS, family, family_fields, key_field
@@ -111,7 +112,9 @@ class BotApiSettings(BaseSettings):
         return [self.bot_token.get_secret_value(), *([password] if password else [])]
 
 
-class Settings(MediaSettings, BotApiSettings, ConversationSettings, OpsNoticeSettings):
+class Settings(
+    MediaSettings, BotApiSettings, ConversationSettings, OpsNoticeSettings, OperatorSettings
+):
     """All configuration. See ``.env.example`` for meaning and units of each field."""
 
     model_config = SettingsConfigDict(
