@@ -303,11 +303,7 @@ class EditDisplay(PacedDisplay):
             aiogram.exceptions.TelegramAPIError: any other refusal.
         """
         await self.close()
-        if self._message_id is None and self._sending is not None:
-            # the first send was in flight when the stream ended: it is the message
-            with contextlib.suppress(Exception):  # refused or lost: nothing is shown
-                self._message_id = (await self._sending).message_id
-        if self._message_id is None:
+        if await self._shown_message() is None:
             return False
         parts = (
             split_markdown(markdown)
@@ -366,6 +362,14 @@ class EditDisplay(PacedDisplay):
                 exc.retry_after,
             )
         return True
+
+    async def _shown_message(self) -> int | None:
+        """The streamed message's id; a first send still in flight when the stream
+        ended is awaited (it is the message Telegram shows); ``None``: nothing shown."""
+        if self._message_id is None and self._sending is not None:
+            with contextlib.suppress(Exception):  # refused or lost: nothing is shown
+                self._message_id = (await self._sending).message_id
+        return self._message_id
 
     async def _final_edit(self, text: str, entities: list[MessageEntity]) -> None:
         assert self._message_id is not None
