@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Literal
 
-from budget.types import Usage
+from budget.types import Origin, Usage
 
 __all__ = [
     "AudioClip",
@@ -31,10 +31,20 @@ Role = Literal["system", "user", "assistant"]
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One chat message sent to a model."""
+    """One chat message sent to a model.
+
+    Attributes:
+        role: who says it.
+        content: its text.
+        images: images attached to it (a user's photo; only vision models are sent
+            these: :class:`llm.providers.vision_provider.VisionProvider`). Neither the
+            token counter nor :func:`budget.pricing.tokens.input_bound` counts them:
+            their tokens are the vision provider's own bound, added per attempt.
+    """
 
     role: Role
     content: str
+    images: tuple[ImagePart, ...] = ()
 
 
 class Priority(IntEnum):
@@ -65,6 +75,10 @@ class LLMRequest:
         input_tokens: the token counter's count of ``messages`` when the caller has it
             already (chat sums the counts stored with each turn); ``None``: the cascade
             counts.
+        small: the router's choice (:mod:`llm.router`): ask each provider's small model
+            (its ``cheap_model``) instead of its main one; each hold is sized on it.
+        origin: what the request's holds are booked as when it is not the
+            operation's own origin (``Origin.SUMMARY``); ``None``: the operation's.
     """
 
     messages: tuple[Message, ...]
@@ -75,6 +89,8 @@ class LLMRequest:
     fingerprint: str | None = None
     free_share: float = 1.0
     input_tokens: int | None = None
+    small: bool = False
+    origin: Origin | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.free_share <= 1:

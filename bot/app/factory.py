@@ -3,11 +3,14 @@
 Nothing is created at import time. :func:`create_app` wires the engine, ledger,
 cascade, digest runner, aiogram bot and dispatcher into an :class:`~bot.app.lifecycle.App`
 (whose start-up and shutdown hooks are in :mod:`bot.app.lifecycle`); the settings → config
-pieces are in :mod:`bot.app.wiring`; :func:`bot.app.polling.run` checks, migrates, starts
+pieces are in :mod:`bot.app.wiring` (shedding, retention, /drill and the routers in
+:mod:`bot.app.ops_wiring`); :func:`bot.app.polling.run` checks, migrates, starts
 polling and returns the exit code once a SIGTERM/SIGINT has drained the work.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import httpx
 from aiogram import Bot, Dispatcher
@@ -16,41 +19,34 @@ from aiogram.client.telegram import TelegramAPIServer
 from prometheus_client import CollectorRegistry
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from bot.access.sales import PlanSales
-from bot.access.stars import StarPayments
-from bot.access.store import AccessBook, AccessStore
+from bot.app.access_wiring import build_access
 from bot.app.lifecycle import App
+from bot.app.media_wiring import build_media, media_models
+from bot.app.ops_wiring import drill_of, include_routers, retention_of, shedding_of
 from bot.app.wiring import (
     ProfileStoreAdapter,
+    admin_language,
     cascade_config,
+    chat_config,
     digest_config,
     ledger_config,
     provider_models,
     provider_specs_of,
+    router_config,
+    watch_config,
 )
 from bot.chat.deferral import FloodDeferral
+from bot.chat.duplicates import DuplicateGate
+from bot.chat.folding import HistoryFolder, raw_turn_counter
 from bot.chat.outbox import Outbox
 from bot.chat.paste import PasteJoiner
-from bot.chat.plans import UserPlans
-from bot.chat.service import ChatConfig, ChatService
+from bot.chat.service import ChatService
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.streaming.session import StreamConfig
-from bot.handlers.access import create_access_router
-from bot.handlers.admin import create_admin_router
 from bot.handlers.admin.base import AdminView
-from bot.handlers.books import BooksDesk, create_books_router
-from bot.handlers.chat import create_chat_router, create_non_text_router
-from bot.handlers.common import create_common_router, create_fallback_router
-from bot.handlers.dashboard import create_dashboard_router
-from bot.handlers.digests import create_digest_router
-from bot.handlers.errors import create_error_router
+from bot.handlers.books import BooksDesk
 from bot.handlers.inline_filters import run_sync_filters_inline
-from bot.handlers.me import create_me_router
-from bot.handlers.moves import create_chat_moves_router
-from bot.handlers.stars import create_stars_router
-from bot.handlers.stream import create_stream_router
-from bot.middlewares.access import AccessGate
 from bot.middlewares.context import WorkflowData
 from bot.middlewares.intake import (
     ArrivalOrderMiddleware,
@@ -63,8 +59,11 @@ from bot.middlewares.topics import TopicMiddleware, TopicRequestMiddleware
 from bot.ops.admin_notices import AdminNotifier
 from bot.ops.dashboard import build_operator_view, build_site
 from bot.ops.health import Readiness
+from bot.ops.kpis import KpiReader
 from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_counter
+from bot.ops.once import NoticeBook
 from bot.ops.schema_watch import SchemaWatch
+from bot.ops.watch import OpsWatch
 from bot.session.chat_moves import FollowChatMoves
 from bot.session.flood_waits import FloodWaits
 from bot.session.model_pins import PinResponseModels
@@ -80,6 +79,7 @@ from bot.settings import Settings
 from bot.storage.moves import ChatMoves
 from bot.storage.repos import History, Intake
 from bot.storage.sqlite_hot import SqliteHotPath
+from bot.storage.summaries import CostFooters, Summaries
 from bot.text.digests import TelegramDeliverer
 from bot.text.i18n import create_i18n
 from budget.books.stops import StopBook
@@ -148,7 +148,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
 
     plans = load_plans(settings.plans_file)  # checked before migrating (preflight)
     prices = PriceCard(
-        provider_models(settings),
+        [*provider_models(settings), *media_models(settings)],
         overrides=parse_overrides(settings.price_overrides) if settings.price_overrides else None,
         max_call_seconds=settings.provider_timeout_seconds,
     )
@@ -163,6 +163,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         on_unavailable=notifier.storage_failed,
     )
     shared = ledger.store.shared  # the database the replicas share (None: one SQLite file)
+    shedding = shedding_of(settings, ledger, clock, notifier.broadcast)
     tokens = TokenCounter(safety_factor=settings.token_safety_factor)
     # on PostgreSQL the replicas share each provider key's circuit and paced windows
     # and GLOBAL_MAX_INFLIGHT_CALLS (leases tied to the processes' heartbeats)
@@ -220,7 +221,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         from bot.ops.signals import KILL_HARD, PgSignals, SignalWatcher
 
         streams.kill_watch = SignalWatcher(
-            PgSignals(shared, clock), KILL_HARD, clock, lambda: streams.stop_all("kill")
+            PgSignals(shared.control, clock), KILL_HARD, clock, lambda: streams.stop_all("kill")
         )
     # replicas: a user's queue counts the other live replicas' unfinished messages too
     lanes = None
@@ -228,21 +229,28 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         from bot.chat.lanes import PgLanes
 
         lanes = PgLanes(shared, shared.process_id, clock, settings.process_dead_after_seconds)
+    summaries = Summaries(sessions, moves)
+    folder = HistoryFolder(
+        summaries=summaries,
+        backend=cascade,
+        raw_turn=raw_turn_counter(tokens.raw_messages),
+        scale=tokens.scale,
+        clock=clock,
+        history_max_tokens=settings.chat_history_max_tokens,
+        summary_max_tokens=settings.chat_summary_max_tokens,
+        router=router_config(settings),
+    )
     chat = ChatService(
         ledger=ledger,
         backend=cascade,
         history=history,
         count_tokens=tokens,
         clock=clock,
-        config=ChatConfig(
-            max_output_tokens=settings.chat_max_output_tokens,
-            max_input_tokens=settings.chat_max_input_tokens,
-            history_max_tokens=settings.chat_history_max_tokens,
-            user_max_inflight=settings.user_max_inflight,
-            user_queue_max=settings.user_queue_max,
-        ),
+        config=chat_config(settings),
         record_message=ledger.record_message,
         lanes=lanes,
+        short_answers=lambda: shedding.is_off("long_answers"),
+        folder=folder,
     )
     repo = ProfileRepository(sessions, clock, default_digest_time=settings.digest_default_time)
     profiles = ProfileStoreAdapter(
@@ -267,7 +275,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
             max_bytes=settings.fetch_max_bytes,
             timeout_s=settings.fetch_timeout_seconds,
         ),
-        FeedClient(
+        feeds := FeedClient(
             feed_http,
             guard,
             max_bytes=settings.fetch_max_bytes,
@@ -275,6 +283,18 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         ),
         clock,
     )
+    media = build_media(
+        settings,
+        bot=bot,
+        ledger=ledger,
+        chat_cascade=cascade,
+        history=history,
+        feeds=feeds,
+        tokens=tokens,
+        clock=clock,
+        tls=tls,
+    )
+    chat.vision = media.vision
     digests = DigestService(
         sessions,
         clock,
@@ -291,7 +311,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         backend=cascade,
         deliverer=TelegramDeliverer(bot, i18n, clock, tz_of),
         fetcher=fetchers,
-        config=digest_config(settings),
+        config=replace(
+            digest_config(settings), paid_allowed=lambda: not shedding.is_off("paid_digests")
+        ),
         count_tokens=tokens.text,
         # replicas on one PostgreSQL: each run and summary claimed by one process;
         # SQLite has one process per file (the instance lock): nothing to claim
@@ -302,20 +324,23 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         ),
     )
 
-    # who may use the bot: the lists in memory, the gate before everything else
-    access = AccessBook(
-        AccessStore(sessions, clock),
-        clock,
-        allowlist=settings.access_mode == "allowlist",
-        admins=settings.admin_ids,
-        users=settings.allowed_user_ids,
-        chats=settings.allowed_chat_ids,
-        shared=on_postgres,
+    # who may use the bot, on which plan: the lists in memory, the gate before everything
+    who = build_access(settings, sessions, clock, ledger, plans, shared=on_postgres)
+    # the operator's figures: the dashboard's documents (also /budget chart's picture),
+    # the alerts before the caps and the spend reports (bot/ops/watch.py)
+    kpis = KpiReader(sessions, clock, clock.monotonic())
+    notifier.language_of = admin_language(repo)
+    ops_watch = OpsWatch(
+        ledger=ledger,
+        engine=engine,
+        cascade=cascade,
+        notices=NoticeBook(sessions, clock),
+        notifier=notifier,
+        kpis=kpis,
+        clock=clock,
+        config=watch_config(settings),
     )
-    user_plans = UserPlans(ledger, plans, clock)
-    plan_sales = PlanSales(StarPayments(sessions, clock), ledger, user_plans, clock)
-    # the operator dashboard's documents (also /budget chart's picture) and its routes
-    operator_view = build_operator_view(ledger, cascade, engine, clock, settings.budget_tz)
+    operator_view = build_operator_view(ledger, cascade, engine, clock, settings.budget_tz, kpis)
     dashboard = None
     if settings.dashboard_path is not None:
         dashboard = build_site(
@@ -332,6 +357,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         clock=clock,
         chat_service=chat,
         history=history,
+        cost_footers=CostFooters(sessions),
+        duplicates=DuplicateGate(clock, settings.duplicate_window_seconds),
+        summaries=summaries,
         chat_moves=moves,
         profiles=profiles,
         i18n=i18n,
@@ -360,18 +388,22 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
             group=settings.stream_mode_group,
             draft_interval_s=settings.stream_draft_interval_ms / 1000,
             edit_interval_s=settings.stream_edit_interval_ms / 1000,
+            shed=lambda: shedding.is_off("streaming"),
         ),
         stream_metrics=StreamMetrics(registry),
         stop_book=StopBook(sessions),
         admin_ids=settings.admin_ids,
         stale_after_s=settings.stale_message_seconds,
-        access=access,
+        access=who.book,
         plans=plans,
-        user_plans=user_plans,
+        user_plans=who.user_plans,
         invite_ttl_hours=settings.invite_ttl_hours,
-        plan_sales=plan_sales,
+        plan_sales=who.sales,
         operator_view=operator_view,
         dashboard_url=settings.dashboard_url,
+        drill=drill_of(ledger, i18n, settings),
+        media_desk=media.desk,
+        confirmations=media.confirmations,
     )
     dp = Dispatcher(**workflow)
     bot.session.middleware(TopicRequestMiddleware())
@@ -392,17 +424,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     if barrier is not None:  # the first update middleware: sees every update end
         dp.update.outer_middleware(EndOfUpdate(barrier))
     # access before anything else: a stranger costs a lookup (bot/middlewares/access.py)
-    dp.update.outer_middleware(
-        AccessGate(
-            access,
-            i18n,
-            clock,
-            ledger,
-            user_plans,
-            tries_per_hour=settings.invite_tries_per_hour,
-            tz=settings.budget_tz,
-        )
-    )
+    dp.update.outer_middleware(who.gate(settings, i18n, ledger))
     dp.update.outer_middleware(rate)
     dp.message.outer_middleware(
         ArrivalOrderMiddleware(chat, PasteJoiner(clock, settings.paste_join_seconds))
@@ -419,22 +441,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp.message.outer_middleware(
         IntakeMiddleware(intake, clock, barrier.taken_in if barrier is not None else None)
     )
-    dp.include_router(create_error_router())
-    # chat text first: no other router takes a text that is not a command
-    # (docs/decisions/022-message-path.md)
-    dp.include_router(create_chat_router())
-    dp.include_router(create_access_router())  # my_chat_member only
-    dp.include_router(create_stars_router())  # before the non-text template
-    dp.include_router(create_books_router(settings.admin_ids))
-    dp.include_router(create_admin_router(settings.admin_ids))
-    dp.include_router(create_dashboard_router(settings.admin_ids))
-    dp.include_router(create_stream_router())
-    dp.include_router(create_common_router())
-    dp.include_router(create_digest_router())
-    dp.include_router(create_me_router())
-    dp.include_router(create_chat_moves_router())  # service messages: after every text router
-    dp.include_router(create_fallback_router())
-    dp.include_router(create_non_text_router())
+    include_routers(dp, settings.admin_ids)
     # controls tagged flags={"rate_limit": False} pass the update rate (bot/middlewares/rate.py)
     rate.exempt(dp)
     # magic filters (F.text …) on the loop, not one thread hop each (bot/handlers/inline_filters.py)
@@ -468,6 +475,10 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         schema=SchemaWatch(engine, clock),
         is_control=lambda update: rate.is_control(update, bot),
         dashboard=dashboard,
+        shedding=shedding,
+        retention=retention_of(settings, ledger, engine, clock),
+        media=media,
+        ops_watch=ops_watch,
     )
     if shared is not None:  # a process taken for dead stops acting (bot/session/fence.py)
         from bot.session.fence import FencedSession

@@ -7,9 +7,12 @@ Nothing here starts anything or touches the network.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
+from bot.chat.service import ChatConfig
 from bot.settings import Settings
+from bot.settings.ops import WEEKDAYS
 from bot.storage.sqlite_hot import SqliteHotPath
 from bot.storage.values import Preferences, TouchedIntake
 from budget.config import LedgerConfig, OperationCaps
@@ -21,16 +24,24 @@ from budget.pricing.prices import ProviderModel
 from budget.types import Origin
 from llm.cascade.cascade import CascadeConfig
 from llm.cascade.factory import ProviderSpec, provider_specs
-from scheduler.profiles import LANGUAGES, ProfileRepository
+from llm.router import Route, RouterConfig, Work, route
+from scheduler.profiles import LANGUAGES, ProfileRepository, parse_digest_time
 from scheduler.runner import DigestConfig
+
+if TYPE_CHECKING:  # bot.ops.watch imports aiogram, which the settings' checks must not
+    from bot.ops.watch import WatchConfig
 
 __all__ = [
     "ProfileStoreAdapter",
+    "admin_language",
     "cascade_config",
+    "chat_config",
     "digest_config",
     "ledger_config",
     "provider_models",
     "provider_specs_of",
+    "router_config",
+    "watch_config",
 ]
 
 
@@ -81,6 +92,8 @@ def ledger_config(settings: Settings, plans: Plans | None = None) -> LedgerConfi
         auto_kill_window_s=settings.auto_kill_window_minutes * 60.0,
         process_heartbeat_s=settings.process_heartbeat_seconds,
         process_dead_after_s=settings.process_dead_after_seconds,
+        db_lock_timeout_s=settings.database_lock_timeout_seconds,
+        db_pool_timeout_s=settings.database_pool_timeout_seconds,
         sweep_interval_s=min(30.0, settings.process_heartbeat_seconds)
         if settings.database_url.startswith("postgresql")
         else 30.0,
@@ -88,6 +101,27 @@ def ledger_config(settings: Settings, plans: Plans | None = None) -> LedgerConfi
         auto_kill_musd_per_window=usd_to_musd(settings.auto_kill_usd_per_window),
         plans=plans.limits(),
         default_plan=plans.default,
+    )
+
+
+def router_config(settings: Settings) -> RouterConfig:
+    """Settings → the cheap-model router's knobs (``llm.router``)."""
+    return RouterConfig(
+        enabled=settings.chat_router == "on",
+        small_max_tokens=settings.router_small_max_tokens,
+        small_max_context_tokens=settings.router_small_max_context_tokens,
+    )
+
+
+def chat_config(settings: Settings) -> ChatConfig:
+    """Settings → the chat service's knobs."""
+    return ChatConfig(
+        max_output_tokens=settings.chat_max_output_tokens,
+        max_input_tokens=settings.chat_max_input_tokens,
+        history_max_tokens=settings.chat_history_max_tokens,
+        user_max_inflight=settings.user_max_inflight,
+        user_queue_max=settings.user_queue_max,
+        router=router_config(settings),
     )
 
 
@@ -222,4 +256,28 @@ def digest_config(settings: Settings) -> DigestConfig:
         summary_max_tokens=settings.digest_summary_max_tokens,
         max_musd=usd_to_musd(settings.digest_max_usd) or 0,
         default_tz=settings.user_tz,
+        small_model=route(Work.DIGEST, router_config(settings)) is Route.SMALL,
     )
+
+
+def watch_config(settings: Settings) -> WatchConfig:
+    """ALERT_AT, REPORT_TIME and REPORT_WEEKLY → the operator's watch (bot/ops/watch.py)."""
+    from bot.ops.watch import WatchConfig
+
+    return WatchConfig(
+        tz=settings.budget_tz,
+        thresholds=settings.alert_at,
+        report_time=parse_digest_time(settings.report_time) if settings.report_time else None,
+        report_weekly=WEEKDAYS.index(settings.report_weekly) if settings.report_weekly else None,
+    )
+
+
+def admin_language(repo: ProfileRepository) -> Callable[[int], Awaitable[str]]:
+    """An admin's language for the notices told in it: their profile's (/lang, else
+    what Telegram said when they first wrote), English for an admin who never wrote."""
+
+    async def language_of(admin: int) -> str:
+        profile = await repo.get(admin)
+        return profile.language if profile is not None and profile.language in LANGUAGES else "en"
+
+    return language_of

@@ -1,6 +1,6 @@
 """The bot's own tables: seen messages (exactly-once intake), chat history, the outbox,
-who may use the bot (runtime allow and ban entries, invites, notices) and the Telegram
-Stars payments."""
+the operator notices sent once (alerts, spend reports), who may use the bot (runtime
+allow and ban entries, invites, notices) and the Telegram Stars payments."""
 
 from __future__ import annotations
 
@@ -13,9 +13,12 @@ __all__ = [
     "AccessEntry",
     "AccessNotice",
     "Base",
+    "ChatSummary",
     "ChatTurn",
+    "CostFooter",
     "Invite",
     "InviteUse",
+    "OpsNotice",
     "PendingAllow",
     "PendingAnswer",
     "SeenMessage",
@@ -84,6 +87,43 @@ class ChatTurn(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class ChatSummary(Base):
+    """The running summary of one conversation's older turns (see
+    ``bot.chat.folding``): at most one per (user, chat, topic); ``/reset`` deletes it.
+
+    ``through_turn_id``: the newest ``chat_turns.id`` folded (later prompts send the
+    turns after it); ``content`` the summary (``""`` when no summary could be made yet:
+    the folded turns were cut); ``tokens``/``raw_tokens`` its counts as a prompt turn
+    (as ``ChatTurn``); ``summarised_turns``/``dropped_turns`` how many turns the
+    summary covers and how many were cut because a summary could not be made.
+    """
+
+    __tablename__ = "chat_summaries"
+    __table_args__ = (Index("ix_chat_summaries_conversation", "user_id", "chat_id", "thread_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    thread_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    through_turn_id: Mapped[int] = mapped_column(Integer)
+    content: Mapped[str] = mapped_column(Text)
+    tokens: Mapped[int] = mapped_column(Integer)
+    raw_tokens: Mapped[int] = mapped_column(Integer)
+    summarised_turns: Mapped[int] = mapped_column(Integer)
+    dropped_turns: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class CostFooter(Base):
+    """A user who asked for the cost footer under each answer (``/cost on``); ``/cost
+    off`` deletes the row."""
+
+    __tablename__ = "chat_cost_footers"
+
+    user_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    changed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 class PendingAnswer(Base):
     """A paid answer Telegram would not take yet (a flood wait): kept until it is sent.
 
@@ -104,6 +144,23 @@ class PendingAnswer(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     not_before: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class OpsNotice(Base):
+    """An operator notice that is told once (docs/decisions/074-alerts-before-the-caps.md,
+    075-spend-reports.md): a threshold of a limit in one window, or the spend report of
+    one period. The process that inserts the row sends it; any other process, or the
+    same one after a restart, finds the key taken and sends nothing.
+
+    ``key`` e.g. ``alert:global::hour:2026-03-02T21:00Z:0.8`` or
+    ``report:daily:2026-03-02``; ``kind`` ``alert`` or ``report``.
+    """
+
+    __tablename__ = "ops_notices"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    sent_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class AccessEntry(Base):

@@ -111,7 +111,13 @@ async def on_limit(
     plans: Plans,
 ) -> None:
     """/limit <global|team NAME|user ID|chat ID|plan NAME> <hour|day|month> <usd|off>."""
-    change = parse_limit((command.args or "").split(), frozenset(plans.by_name))
+    words = (command.args or "").split()
+    # the keywords in any case (GLOBAL, DAY, OFF); a team's or plan's name as typed
+    named = bool(words) and words[0].lower() in ("team", "plan")
+    change = parse_limit(
+        [w if i == 1 and named else w.lower() for i, w in enumerate(words)],
+        frozenset(plans.by_name),
+    )
     if isinstance(change, str):
         await reply(bot, message, change, clock)
         return
@@ -120,6 +126,9 @@ async def on_limit(
     what = f"{change.level.value}{' ' + change.scope if change.scope else ''} {change.window.value}"
     amount = usd(change.amount_musd) if change.amount_musd is not None else "off"
     lines = [f"Limit set: {what} = {amount}"]
+    if change.level is Level.TEAM and change.scope not in await ledger.teams():
+        # a typo in the name would otherwise leave a limit nobody is under, silently
+        lines.append(f"Team {change.scope} has no members yet: /team {change.scope} add USER_ID")
     lines += ["⚠️ " + w for w in await ledger.limit_warnings()]
     await reply(bot, message, "\n".join(lines), clock)
 

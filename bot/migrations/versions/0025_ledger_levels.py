@@ -16,7 +16,7 @@ Downgrade drops them: the month buckets and the chat and plan buckets stay as ro
 older version never reads.
 
 Revision ID: 0025_ledger_levels
-Revises: 0023_digest_restarts
+Revises: 0034_retention
 """
 
 from collections.abc import Sequence
@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0025_ledger_levels"
-down_revision: str | None = "0023_digest_restarts"
+down_revision: str | None = "0034_retention"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
