@@ -43,6 +43,7 @@ class RefusalReason(StrEnum):
     LOOP = "loop"  # the same prompt was sent again as a new request in one operation
     UNAVAILABLE = "unavailable"  # the ledger could not write: fail closed
     MESSAGES = "messages"  # the courtesy daily message limit (USER_DAILY_MESSAGES)
+    SHARE = "share"  # past FREE_SHARE_MAX of every free key while others use them too
 
 
 class Level(StrEnum):

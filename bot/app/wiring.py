@@ -232,6 +232,7 @@ def cascade_config(settings: Settings) -> CascadeConfig:
         first_token_timeout_s=settings.provider_first_token_timeout_seconds,
         idle_timeout_s=settings.provider_idle_timeout_seconds,
         token_safety_factor=settings.token_safety_factor,
+        free_share_ppm=int(settings.free_share_max * 1_000_000),
     )
 
 

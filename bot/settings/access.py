@@ -1,17 +1,20 @@
 """The settings of who may use the bot and on what terms: the access mode and its lists,
-invites and the plans file (whose plans carry their prices in Telegram Stars).
+invites, the plans file (whose plans carry their prices in Telegram Stars) and the
+fair share of the free keys' daily quotas.
 
 A class of its own (:class:`AccessSettings`, one base of :class:`bot.settings.Settings`)
 because the section has its own readers — the access gate, the invites, the plans —
 as ``docs/decisions/060-settings-stay-flat.md`` foresees; the names stay flat
 (``ACCESS_MODE``, ``ALLOWED_USER_IDS``…) and are documented in ``.env.example``.
 
-Units are in the names: ``*_hours`` hours, ``*_per_hour`` a count per hour.
+Units are in the names: ``*_hours`` hours, ``*_per_hour`` a count per hour;
+``FREE_SHARE_MAX`` is a share (0–1).
 """
 
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
@@ -69,6 +72,10 @@ class AccessSettings(BaseSettings):
         invite_tries_per_hour: wrong invite codes one user may try per hour; the next
             ones get the "too many tries" template without being checked.
         plans_file: PLANS_FILE, the plans (TOML); unset: the shipped ``free`` and ``pro``.
+        free_share_max: FREE_SHARE_MAX, the most of any free key's daily request or
+            token quota one user or group may take while others are active (past it:
+            the next free key, else a template — never the paid anchor); 1 keeps no
+            share (:mod:`llm.keys.shares`).
     """
 
     access_mode: AccessMode = "open"
@@ -77,6 +84,7 @@ class AccessSettings(BaseSettings):
     invite_ttl_hours: int = Field(168, ge=1, le=8_760)
     invite_tries_per_hour: int = Field(5, ge=1, le=1_000)
     plans_file: str | None = None
+    free_share_max: Decimal = Field(Decimal("0.25"), gt=0, le=1, decimal_places=6)
 
     @field_validator("access_mode", mode="before")
     @classmethod

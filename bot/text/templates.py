@@ -143,6 +143,14 @@ def refusal_text(refusal: Refusal, *, tz: str, running: bool = False) -> str:
             )
         else:
             text = _("📭 You have used today's messages.")
+    elif r is RefusalReason.SHARE:
+        # docs/decisions/114-fair-share-of-the-free-keys.md: never the paid model instead
+        text = _(
+            "⚖️ You have used your fair share of the free models for today while others "
+            "are using them too, so I do not switch you to the paid model on their account."
+        )
+        if reset:
+            text += " " + _("Your share resets at {reset}.").format(reset=reset)
     else:
         text = _(
             "⚠️ The budget ledger is unavailable, so no request can be made safely. "
