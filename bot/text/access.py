@@ -17,6 +17,7 @@ __all__ = [
     "invite_welcome_text",
     "not_allowed_text",
     "plan_feature_text",
+    "plan_no_media_text",
 ]
 
 
@@ -55,3 +56,8 @@ def invite_tries_text(reset: str) -> str:
 def plan_feature_text(feature: str, plan: str) -> str:
     """A feature the user's plan does not include (``feature`` already translated)."""
     return _("Your plan ({plan}) does not include {feature}.").format(feature=feature, plan=plan)
+
+
+def plan_no_media_text(plan: str) -> str:
+    """The user's plan does not include media (``media = false`` in the plans file)."""
+    return plan_feature_text(_("voice notes, photos, documents and links"), plan)

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tests.e2e.test_access import _send
 from tests.support.harness import run_bot_to_exit
 from tests.support.inprocess import AppFactory
 from tests.support.providers import FakeProviders
@@ -211,3 +212,25 @@ async def test_a_bad_plans_file_exits_2_in_one_line(
     lines = [line for line in output.splitlines() if line.strip()]
     assert len(lines) == 1, output
     assert "PLANS_FILE" in lines[0] and "'gold'" in lines[0] and "'day_usd'" in lines[0]
+
+
+async def test_a_plan_without_media_is_told_so_before_a_link_is_fetched(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """``media = false``: a one-link message gets the plan's template (no page fetched,
+    no provider request, nothing held); typed text is answered as before."""
+    plans = tmp_path / "plans.toml"
+    plans.write_text('default = "basic"\n[basic]\ntitle = "Basic"\nmedia = false\n')
+    bot = app_factory(env=dict(bot_env, PLANS_FILE=str(plans)))
+    await bot.start()
+    [said] = await _send(fake_telegram, 61, "https://example.com/an-article")
+    assert "Basic" in said and "does not include" in said and "links" in said
+    assert fake_providers.requests == []
+    db = Path(bot_env["DATABASE_URL"].split("///", 1)[1])
+    assert _settled(db, "SELECT COUNT(*) FROM budget_holds") == 0
+    fake_providers.script("groq", {"text": "Typed is fine."})
+    assert await _send(fake_telegram, 61, "and typed text?") == ["Typed is fine."]
