@@ -315,8 +315,8 @@ def test_the_ledgers_times_are_timestamptz_on_postgres(pg_migrated_url: str) -> 
     """0022_ledger_timestamptz: every time column of the ledger's tables (the sixteen
     :class:`budget.storage.tables.EpochSeconds` columns then, the two of
     ``budget_user_plans`` from ``0025_ledger_levels``, and ``budget_processes.locked_on``,
-    added so by 0024_process_liveness_lock) is ``timestamptz`` at head; the shared-state
-    tables keep epoch seconds (``double precision``)."""
+    added so by 0024_process_liveness_lock) is ``timestamptz`` at head; the replicas'
+    shared-state tables keep epoch seconds (``double precision``)."""
     found = _on(pg_migrated_url, _column_types)
     assert isinstance(found, dict)
     times = [
