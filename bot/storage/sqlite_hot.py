@@ -134,6 +134,14 @@ def _turns_after(cur: sqlite3.Cursor, values: tuple[Any, ...]) -> list[NumberedT
     return out
 
 
+def _conversation(
+    cur: sqlite3.Cursor, key: tuple[int, int, int | None], limit: int
+) -> tuple[StoredSummary | None, list[NumberedTurn]]:
+    stored = _summary(cur, key)
+    after = stored.through_turn_id if stored is not None else 0
+    return stored, _turns_after(cur, (*key, after, limit))
+
+
 def _footer_wanted(cur: sqlite3.Cursor, user_id: int) -> bool:
     return cur.execute(_FOOTER_WANTED, (user_id,)).fetchone() is not None
 
@@ -227,6 +235,14 @@ class SqliteHotPath:
         turns read, the newest). Queued after every posted append, so it sees them."""
         values = (user_id, chat_id, thread_id, after_id, limit)
         return await self._writer.read(partial(_turns_after, values=values))
+
+    async def load_conversation(
+        self, user_id: int, chat_id: int, thread_id: int | None, limit: int
+    ) -> tuple[StoredSummary | None, list[NumberedTurn]]:
+        """See :meth:`bot.storage.summaries.Summaries.conversation`: the summary and the
+        turns after it (the newest ``limit``) in one read, one snapshot."""
+        key = (user_id, chat_id, thread_id)
+        return await self._writer.read(partial(_conversation, key=key, limit=limit))
 
     async def footer_wanted(self, user_id: int) -> bool:
         """See :meth:`bot.storage.summaries.CostFooters.wanted`."""

@@ -119,6 +119,21 @@ class Summaries:
         out.reverse()
         return out
 
+    async def conversation(
+        self, where: Conversation
+    ) -> tuple[StoredSummary | None, list[NumberedTurn]]:
+        """``where``'s summary (``None``: none) and the turns after it, as :meth:`load`
+        and :meth:`turns_after` give them; on SQLite one read of one snapshot (a
+        message's history costs one step on the writer, not two)."""
+        if self._hot is not None:
+            here = self._here(where)
+            return await self._hot.load_conversation(
+                here.user_id, here.chat_id, here.thread_id, TURNS_READ_MAX
+            )
+        stored = await self.load(where)
+        after = stored.through_turn_id if stored is not None else 0
+        return stored, await self.turns_after(where, after)
+
     async def save(self, where: Conversation, summary: StoredSummary, now: datetime) -> None:
         """Replace ``where``'s summary by ``summary`` (one transaction)."""
         where = self._here(where)

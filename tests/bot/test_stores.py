@@ -313,11 +313,11 @@ def _hold(hold_id: str, day_key: str, **values: object) -> dict[str, object]:
 async def test_summary_turns_after_it_and_cost_footer_read_alike_on_every_path(
     sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None
 ) -> None:
-    """The message path's reads (a conversation's summary, the turns after it, the
-    footer's preference) give the same answers through the ledger's writer as through
-    SQLAlchemy: the summary replaced, not added; the turns after it numbered, oldest
-    first, a topic's apart from General's, an append posted just before seen; /reset
-    forgets both; /cost on and off for one user only."""
+    """The message path's reads (a conversation's summary, the turns after it, both in
+    one read, the footer's preference) give the same answers through the ledger's
+    writer as through SQLAlchemy: the summary replaced, not added; the turns after it
+    numbered, oldest first, a topic's apart from General's, an append posted just
+    before seen; /reset forgets both; /cost on and off for one user only."""
     history, summaries = History(sessions, hot), Summaries(sessions, hot=hot)
     general, topic = Conversation(-100, None, 7), Conversation(-100, 3, 7)
     assert await summaries.load(general) is None
@@ -338,10 +338,13 @@ async def test_summary_turns_after_it_and_cost_footer_read_alike_on_every_path(
     await history.append(general, [Turn(Message("user", "q2"), 3, 2)], T0)
     after = await summaries.turns_after(general, folded.through_turn_id)
     assert [n.turn.message.content for n in after] == ["a1", "q2"]
+    assert await summaries.conversation(general) == (folded, after)
+    assert await summaries.conversation(topic) == (None, await summaries.turns_after(topic, 0))
     assert [n.turn.message.content for n in await summaries.turns_after(topic, 0)] == ["in a topic"]
     assert await history.clear(general) == 3
     assert await summaries.load(general) is None
     assert await summaries.turns_after(general, 0) == []
+    assert await summaries.conversation(general) == (None, [])
     footers = CostFooters(sessions, hot)
     assert not await footers.wanted(7)
     await footers.set(7, True, T0)
