@@ -229,7 +229,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         from bot.chat.lanes import PgLanes
 
         lanes = PgLanes(shared, shared.process_id, clock, settings.process_dead_after_seconds)
-    summaries = Summaries(sessions, moves)
+    summaries = Summaries(sessions, moves, hot)
     folder = HistoryFolder(
         summaries=summaries,
         backend=cascade,
@@ -357,7 +357,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         clock=clock,
         chat_service=chat,
         history=history,
-        cost_footers=CostFooters(sessions),
+        cost_footers=CostFooters(sessions, hot),
         duplicates=DuplicateGate(clock, settings.duplicate_window_seconds),
         summaries=summaries,
         chat_moves=moves,
