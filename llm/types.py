@@ -63,6 +63,9 @@ class LLMRequest:
         input_tokens: the token counter's count of ``messages`` when the caller has it
             already (chat sums the counts stored with each turn); ``None``: the cascade
             counts.
+        model: the one model to answer with (a chat's ``/model`` choice): only provider
+            keys whose default or cheap model it is are tried, each with that model
+            (docs/decisions/161-model-choice-per-chat.md); ``None``: each key's default.
     """
 
     messages: tuple[Message, ...]
@@ -73,6 +76,7 @@ class LLMRequest:
     fingerprint: str | None = None
     free_share: float = 1.0
     input_tokens: int | None = None
+    model: str | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.free_share <= 1:

@@ -25,6 +25,7 @@ from bot.app.wiring import (
     provider_models,
     provider_specs_of,
 )
+from bot.chat.model_menu import ModelMenu
 from bot.chat.outbox import Outbox
 from bot.chat.paste import PasteJoiner
 from bot.chat.service import ChatConfig, ChatService
@@ -41,6 +42,7 @@ from bot.handlers.digests import create_digest_router
 from bot.handlers.errors import create_error_router
 from bot.handlers.inline_filters import run_sync_filters_inline
 from bot.handlers.me import create_me_router
+from bot.handlers.persona import create_persona_router
 from bot.handlers.stream import create_stream_router
 from bot.middlewares.context import WorkflowData
 from bot.middlewares.intake import (
@@ -67,6 +69,7 @@ from bot.session.updates import (
     SkipUndecodableUpdates,
 )
 from bot.settings import Settings
+from bot.storage.chat_prefs import ChatPrefsStore
 from bot.storage.repos import History, Intake
 from bot.storage.sqlite_hot import SqliteHotPath
 from bot.text.digests import TelegramDeliverer
@@ -338,6 +341,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         stale_after_s=settings.stale_message_seconds,
         operator_view=operator_view,
         dashboard_url=settings.dashboard_url,
+        chat_prefs=ChatPrefsStore(sessions),
+        model_menu=ModelMenu(provider_models(settings), prices, settings.chat_models, clock.now),
+        persona_max_chars=settings.persona_max_chars,
     )
     dp = Dispatcher(**workflow)
     bot.session.middleware(TopicRequestMiddleware())
@@ -382,6 +388,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp.include_router(create_dashboard_router(settings.admin_ids))
     dp.include_router(create_stream_router())
     dp.include_router(create_common_router())
+    dp.include_router(create_persona_router())
     dp.include_router(create_digest_router())
     dp.include_router(create_me_router())
     dp.include_router(create_fallback_router())

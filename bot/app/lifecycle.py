@@ -71,6 +71,8 @@ USER_COMMANDS = [
     ("me", "My spend and limits"),
     ("reset", "Forget the conversation"),
     ("stop", "Stop the answer being written"),
+    ("persona", "This chat's persona"),
+    ("model", "This chat's model and prices"),
     ("sub", "Subscribe to a channel digest"),
     ("subs", "My subscriptions"),
     ("tz", "My timezone"),

@@ -28,8 +28,10 @@ from typing import Protocol
 
 from bot.chat.lanes import POLL_S, LaneStore
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, ChatRefused, FailureKind
+from bot.chat.persona import ChatPersona, SystemCounts
 from bot.storage.repos import Conversation, History
 from bot.storage.values import Turn
+from bot.text.personas import DEFAULT_PROMPT
 from budget.errors import BudgetError, HoldRefused
 from budget.kernel.clock import Clock
 from budget.pricing.tokens import TOKENS_REPLY_PRIMING, count_off_loop
@@ -40,7 +42,7 @@ from llm.errors import EmptyCompletion, LLMError, ProviderRejected
 from llm.stream import StreamControl
 from llm.types import Completion, LLMRequest, Message, Priority
 
-__all__ = ["ChatConfig", "ChatService", "CompletionBackend", "run_guarded"]
+__all__ = ["ChatConfig", "ChatPersona", "ChatService", "CompletionBackend", "run_guarded"]
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +53,7 @@ STOP_WAIT_S = 5.0
 #: Seconds a drain gives the operations it cancelled to end (each settles its hold).
 CANCEL_WAIT_S = 5.0
 
-SYSTEM_PROMPT = (
-    "You are Kopek, a concise and helpful assistant in a Telegram chat. "
-    "Answer in the language of the user's message. Use Markdown sparingly."
-)
+SYSTEM_PROMPT = DEFAULT_PROMPT
 
 
 class PromptCounter(Protocol):
@@ -139,7 +138,7 @@ class ChatService:
         self._backend = backend
         self._history = history
         self._count = count_tokens
-        self._system_raw: int | None = None
+        self._system_raw = SystemCounts(self._raw_turn)
         self._clock = clock
         self._config = config
         self._lanes: dict[int, _UserQueue] = {}
@@ -188,6 +187,7 @@ class ChatService:
         key: MessageKey | None = None,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None = None,
         stream: StreamControl | None = None,
+        persona: ChatPersona | None = None,
     ) -> ChatOutcome:
         """Answer one message, or say why not. Never raises for expected failures.
 
@@ -205,13 +205,15 @@ class ChatService:
                 operation is admitted, left on every outcome.
             stream: stream the answer through this control (see
                 :meth:`llm.cascade.cascade.Cascade.complete`); ``None`` = one piece.
+            persona: the chat's system prompt and model (``/persona``, ``/model``);
+                ``None``: the default prompt, the cascade's own models.
         """
         if key is None:
             key = (0, -next(self._anonymous))
         self.arrive(user_id, key)
         try:
             where = Conversation(chat_id, thread_id, user_id)
-            return await self._in_turn(where, key, text, activity, stream)
+            return await self._in_turn(where, key, text, activity, stream, persona)
         finally:
             self.depart(user_id, key)
 
@@ -222,6 +224,7 @@ class ChatService:
         text: str,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
         stream: StreamControl | None = None,
+        persona: ChatPersona | None = None,
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
@@ -257,7 +260,7 @@ class ChatService:
         try:
             others = place > 0
             return await self._admitted(
-                where, user_msg, (tokens, user_raw), others, activity, stream
+                where, user_msg, (tokens, user_raw), others, activity, stream, persona
             )
         finally:
             if task is not None:
@@ -298,6 +301,7 @@ class ChatService:
         others_running: bool,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
         stream: StreamControl | None = None,
+        persona: ChatPersona | None = None,
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
@@ -309,7 +313,7 @@ class ChatService:
         except HoldRefused as exc:
             return ChatRefused(exc.refusal, running=others_running)
         try:
-            request = await self._request(where, user_msg, user_tokens[1])
+            request = await self._request(where, user_msg, user_tokens[1], persona)
             ctx = activity() if activity is not None else nullcontext()
             async with ctx:
                 if stream is None:
@@ -343,16 +347,21 @@ class ChatService:
                 # that exists is still delivered
                 log.exception("could not end operation %s", op.operation_id)
 
-    async def _request(self, where: Conversation, user_msg: Message, user_raw: int) -> LLMRequest:
-        """The request for ``user_msg``: the system prompt, the stored history of ``where``
-        (at most CHAT_HISTORY_MAX_TOKENS) and the message; its input tokens are the sum
-        of the stored raw counts (``user_raw``: the message's), scaled once."""
+    async def _request(
+        self,
+        where: Conversation,
+        user_msg: Message,
+        user_raw: int,
+        persona: ChatPersona | None = None,
+    ) -> LLMRequest:
+        """The request for ``user_msg``: the system prompt (the chat's persona), the
+        stored history of ``where`` (at most CHAT_HISTORY_MAX_TOKENS) and the message;
+        its input tokens are the sum of the stored raw counts (``user_raw``: the
+        message's) and the persona's count, scaled once — so a long persona is held."""
         turns = await self._history.load_turns(where, self._config.history_max_tokens)
         history = [turn.message for turn in turns]
-        system = Message("system", SYSTEM_PROMPT)
-        if self._system_raw is None:
-            self._system_raw = await self._raw_turn(system)
-        raw = TOKENS_REPLY_PRIMING + self._system_raw + user_raw
+        system = Message("system", persona.prompt if persona is not None else SYSTEM_PROMPT)
+        raw = TOKENS_REPLY_PRIMING + await self._system_raw.raw(system.content) + user_raw
         for turn in turns:
             known = turn.raw_tokens
             raw += known if known is not None else await self._raw_turn(turn.message)
@@ -366,7 +375,13 @@ class ChatService:
             cheaper_messages=cheaper,
             fingerprint=fingerprint(messages),
             input_tokens=self._count.scale(raw),
+            model=persona.model if persona is not None else None,
         )
+
+    async def system_tokens(self, prompt: str) -> int:
+        """What ``prompt`` as the system message adds to every request's input, tokens
+        (scaled by TOKEN_SAFETY_FACTOR, as held), for ``/persona``."""
+        return self._count.scale(await self._system_raw.raw(prompt))
 
     async def _raw_turn(self, message: Message) -> int:
         """``message``'s raw count as one turn of a prompt (no factor, no priming),

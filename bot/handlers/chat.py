@@ -19,6 +19,7 @@ from aiogram.utils.chat_action import ChatActionSender
 from prometheus_client import Counter
 
 from bot.chat.delivery import send_text
+from bot.chat.model_menu import ModelMenu
 from bot.chat.outbox import Outbox
 from bot.chat.outcome import ChatAnswer
 from bot.chat.paste import PasteTicket
@@ -27,8 +28,10 @@ from bot.chat.service import ChatService, run_guarded
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.streaming.session import StreamConfig, StreamSession, book_stop
+from bot.handlers.persona import persona_of
 from bot.middlewares.context import IntakeStatus, UserContext
 from bot.middlewares.topics import topic_of
+from bot.storage.chat_prefs import ChatPrefsStore
 from bot.text import templates
 from budget.books.stops import StopBook
 from budget.kernel.clock import Clock
@@ -86,6 +89,8 @@ async def on_text(
     stream_config: StreamConfig | None = None,
     stream_metrics: StreamMetrics | None = None,
     stop_book: StopBook | None = None,
+    chat_prefs: ChatPrefsStore | None = None,
+    model_menu: ModelMenu | None = None,
 ) -> IntakeStatus:
     """Answer one chat message, or say why not; returns what its intake record says."""
     received_at = clock.monotonic()
@@ -114,6 +119,9 @@ async def on_text(
                 clock=clock,
                 received_at=received_at,
             )
+        persona = None
+        if chat_prefs is not None and model_menu is not None:
+            persona = await persona_of(chat_id, chat_prefs, model_menu)
         try:
             outcome = await run_guarded(
                 chat_service.handle(
@@ -124,6 +132,7 @@ async def on_text(
                     key=(chat_id, message.message_id),
                     activity=partial(_typing, bot, message),
                     stream=courier.stream.control if courier.stream is not None else None,
+                    persona=persona,
                 )
             )
         except asyncio.CancelledError:  # the intake middleware records it as failed

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from prometheus_client import Counter
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from bot.chat.model_menu import ModelMenu
     from bot.chat.outbox import Outbox
     from bot.chat.service import ChatService
     from bot.chat.streaming.metrics import StreamMetrics
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from bot.chat.streaming.session import StreamConfig
     from bot.ops.admin_notices import AdminNotifier
     from bot.ops.dashboard.view import OperatorView
+    from bot.storage.chat_prefs import ChatPrefsStore
     from bot.storage.repos import History, Intake
     from bot.storage.values import Preferences
     from budget.books.stops import StopBook
@@ -118,6 +120,12 @@ class WorkflowData(TypedDict):
     operator_view: OperatorView
     #: DASHBOARD_URL (``None``: no dashboard), the /dashboard button's address
     dashboard_url: str | None
+    #: each chat's persona and model (/persona, /model)
+    chat_prefs: ChatPrefsStore
+    #: the models /model offers, with their prices
+    model_menu: ModelMenu
+    #: PERSONA_MAX_CHARS
+    persona_max_chars: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from bot.settings.checks import (
     parse_admin_ids,
     url_password,
 )
+from bot.settings.conversation import ConversationSettings
 from budget.config import DEAD_AFTER_HEARTBEATS
 from budget.pricing.names import CASCADE_ORDER, KEYS, family, family_fields, key_field
 
@@ -108,7 +109,7 @@ class BotApiSettings(BaseSettings):
         return [self.bot_token.get_secret_value(), *([password] if password else [])]
 
 
-class Settings(BotApiSettings):
+class Settings(ConversationSettings, BotApiSettings):
     """All configuration. See ``.env.example`` for meaning and units of each field."""
 
     model_config = SettingsConfigDict(

@@ -1,4 +1,5 @@
-"""The bot's own tables: seen messages (exactly-once intake), chat history, the outbox."""
+"""The bot's own tables: seen messages (exactly-once intake), chat history, the outbox,
+each chat's persona and model."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import BigInteger, DateTime, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "ChatTurn", "PendingAnswer", "SeenMessage", "metadata"]
+__all__ = ["Base", "ChatPrefsRow", "ChatTurn", "PendingAnswer", "SeenMessage", "metadata"]
 
 
 class Base(DeclarativeBase):
@@ -90,3 +91,22 @@ class PendingAnswer(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     not_before: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ChatPrefsRow(Base):
+    """A chat's persona and model (``/persona``, ``/model``): one row per chat, every
+    topic of it included; no row = the default persona and the cascade's own models.
+
+    ``persona`` is a built-in persona's key or ``custom`` (then ``persona_text`` is the
+    text, at most PERSONA_MAX_CHARS characters); ``""`` = the default. ``model`` is a
+    model id (``None``: automatic). ``changed_by`` is the Telegram user who changed it last.
+    """
+
+    __tablename__ = "chat_prefs"
+
+    chat_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    persona: Mapped[str] = mapped_column(String(32), default="")
+    persona_text: Mapped[str | None] = mapped_column(Text, nullable=True)
+    model: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    changed_by: Mapped[int] = mapped_column(BigInteger)
+    changed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

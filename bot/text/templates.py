@@ -328,6 +328,8 @@ def help_text() -> str:
         "/me — your spend and limits\n"
         "/reset — forget our conversation\n"
         "/stop — stop the answer being written\n"
+        "/persona — this chat's persona (its tokens count in every message)\n"
+        "/model — this chat's model, with prices per 1k tokens\n"
         "/tz Europe/Berlin — your timezone\n"
         "/lang en|ru — language\n"
         "/sub @channel — daily digest of a public channel (or an RSS/Atom feed URL)\n"

@@ -174,7 +174,9 @@ class GovernedAttempt:
             ProviderError: the attempt failed (hold settled or released).
             EmptyCompletion: answered with no usable text (settled as billed).
         """
-        plan = AttemptPlan(request.messages, provider.model, request.max_tokens, 0, [])
+        plan = AttemptPlan(
+            request.messages, request.model or provider.model, request.max_tokens, 0, []
+        )
         await self._sizer.size(plan, provider.name, input_tokens)
         async with self._slots.slot(request.priority):
             hold = await self._hold(op, request_id, provider, request, plan, is_anchor)

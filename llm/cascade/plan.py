@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from budget.errors import BudgetError
 from budget.pricing.tokens import count_off_loop, input_bound
 from budget.protocol import HoldTicket, LedgerPort, OperationTicket
-from llm.cascade.types import TokenCounter
+from llm.cascade.types import CascadeConfig, TokenCounter
 from llm.providers.base import Provider
 from llm.types import Message
 
-__all__ = ["CALIBRATION_MIN_SAMPLES", "AttemptPlan", "Sizer", "reserve"]
+__all__ = ["CALIBRATION_MIN_SAMPLES", "AttemptPlan", "Sizer", "models_of", "reserve"]
 
 log = logging.getLogger("kopek.llm.cascade")  # one logger for every part of the cascade
 
@@ -55,6 +55,13 @@ class AttemptPlan:
     degraded: list[str]
     input_bound: int = 0
     counted: int = 0
+
+
+def models_of(provider: Provider, config: CascadeConfig) -> tuple[str, ...]:
+    """The models ``provider`` may be asked for: its default, then its cheap model
+    (:attr:`CascadeConfig.cheap_models`) when that is another one."""
+    cheap = config.cheap_models.get(provider.name)
+    return (provider.model,) if not cheap or cheap == provider.model else (provider.model, cheap)
 
 
 async def reserve(
