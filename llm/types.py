@@ -23,6 +23,8 @@ __all__ = [
     "Message",
     "Priority",
     "RateLimitInfo",
+    "ToolCall",
+    "ToolSpec",
     "Transcript",
 ]
 
@@ -35,6 +37,37 @@ class Message:
 
     role: Role
     content: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A function the model may call (OpenAI-style function calling).
+
+    Attributes:
+        name: the function's name.
+        description: what it does, for the model.
+        parameters_json: its arguments' JSON Schema, as the JSON text sent (its bytes
+            are part of the hold's input bound).
+    """
+
+    name: str
+    description: str
+    parameters_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One function call the model asked for.
+
+    Attributes:
+        call_id: the provider's id of the call.
+        name: the function.
+        arguments: its arguments as the JSON text the model wrote (not yet parsed).
+    """
+
+    call_id: str
+    name: str
+    arguments: str
 
 
 class Priority(IntEnum):
@@ -63,6 +96,9 @@ class LLMRequest:
         input_tokens: the token counter's count of ``messages`` when the caller has it
             already (chat sums the counts stored with each turn); ``None``: the cascade
             counts.
+        tools: functions the model may call (keys that take function calling get
+            them, one-piece, never streamed; the others are asked without them); their
+            JSON is part of the input held (``llm.cascade.plan``).
         model: the one model to answer with (a chat's ``/model`` choice): only provider
             keys whose default or cheap model it is are tried, each with that model
             (docs/decisions/161-model-choice-per-chat.md); ``None``: each key's default.
@@ -77,6 +113,7 @@ class LLMRequest:
     free_share: float = 1.0
     input_tokens: int | None = None
     model: str | None = None
+    tools: tuple[ToolSpec, ...] = ()
 
     def __post_init__(self) -> None:
         if not 0 < self.free_share <= 1:
@@ -139,6 +176,8 @@ class Completion:
     hold_id: str = ""
     #: the output cap the answering attempt held (tokens)
     max_tokens: int = 0
+    #: the functions the model asked to call (``text`` may then be empty)
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from bot.chat.service import ChatConfig, ChatService
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.streaming.session import StreamConfig
+from bot.chat.tools import ChatTools
 from bot.handlers.admin import create_admin_router
 from bot.handlers.admin.base import AdminView
 from bot.handlers.books import BooksDesk, create_books_router
@@ -248,6 +249,12 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         transport=GuardedTransport(guard),  # certifi's bundle; no SSL_CERT_FILE for feeds
         trust_env=False,
     )
+    feeds = FeedClient(
+        feed_http,
+        guard,
+        max_bytes=settings.fetch_max_bytes,
+        timeout_s=settings.fetch_timeout_seconds,
+    )
     fetchers = Fetchers(
         TmeClient(
             http,
@@ -255,14 +262,11 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
             max_bytes=settings.fetch_max_bytes,
             timeout_s=settings.fetch_timeout_seconds,
         ),
-        FeedClient(
-            feed_http,
-            guard,
-            max_bytes=settings.fetch_max_bytes,
-            timeout_s=settings.fetch_timeout_seconds,
-        ),
+        feeds,
         clock,
     )
+    # the chat model's tools reach the network only through these guarded sources
+    chat.use_tools(ChatTools(settings.chat_tools, ledger=ledger, sources=fetchers, feeds=feeds))
     digests = DigestService(
         sessions,
         clock,

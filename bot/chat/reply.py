@@ -44,7 +44,7 @@ from bot.chat.outbox import Outbox
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, ChatRefused, FailureKind
 from bot.chat.streaming.session import StreamSession
 from bot.middlewares.context import IntakeStatus
-from bot.text import templates
+from bot.text import templates, tool_texts
 from budget.kernel.clock import Clock
 from llm.sanitize import has_visible
 from llm.types import Completion
@@ -129,6 +129,8 @@ def reply_of(outcome: ChatOutcome, *, tz: str, message_id: int, answer_to: int |
 
 def _answer_reply(answer: ChatAnswer, answer_to: int | None) -> Reply:
     completion = answer.completion
+    if answer.steps > 1 or answer.tool_stop is not None:
+        return _tool_reply(answer, answer_to)
     if not has_visible(completion.text):
         if completion.stopped == "shutdown":
             return Reply(templates.shutting_down_text(), IntakeStatus.ANSWERED, reply_to=answer_to)
@@ -139,6 +141,22 @@ def _answer_reply(answer: ChatAnswer, answer_to: int | None) -> Reply:
         return Reply(templates.empty_answer_text(), IntakeStatus.FAILED, refusal="empty_answer")
     return Reply(
         with_notes(completion),
+        IntakeStatus.ANSWERED,
+        Delivery.ANSWER,
+        reply_to=answer_to,
+        charged_musd=answer.charged_musd,
+    )
+
+
+def _tool_reply(answer: ChatAnswer, answer_to: int | None) -> Reply:
+    """An answer that took tool steps: the text (so far), the stop note when a cap ended
+    the loop, and the footer with the model calls and what they cost."""
+    parts = [with_notes(answer.completion)] if has_visible(answer.completion.text) else []
+    if answer.tool_stop is not None:
+        parts.append(tool_texts.tool_stop_note(answer.tool_stop, answer.steps))
+    parts.append(tool_texts.tool_footer(answer.steps, answer.tools_called, answer.charged_musd))
+    return Reply(
+        "\n\n".join(parts),
         IntakeStatus.ANSWERED,
         Delivery.ANSWER,
         reply_to=answer_to,

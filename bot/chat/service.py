@@ -29,6 +29,8 @@ from typing import Protocol
 from bot.chat.lanes import POLL_S, LaneStore
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, ChatRefused, FailureKind
 from bot.chat.persona import ChatPersona, SystemCounts
+from bot.chat.tool_loop import ToolLoop, ToolRun
+from bot.chat.tools import ChatTools
 from bot.storage.repos import Conversation, History
 from bot.storage.values import Turn
 from bot.text.personas import DEFAULT_PROMPT
@@ -118,6 +120,9 @@ class ChatService:
         record_message: counts a message against the courtesy daily cap
             (USER_DAILY_MESSAGES); raises ``HoldRefused`` (reason ``messages``) past it.
         lanes: the other replicas' unfinished messages of a user (``None``: one process).
+        tools: the model's tools (CHAT_TOOLS; ``None`` or none enabled: one call per
+            message); each step of the loop is a request of the message's operation
+            (:mod:`bot.chat.tool_loop`).
     """
 
     def __init__(
@@ -131,6 +136,7 @@ class ChatService:
         config: ChatConfig,
         record_message: Callable[[int], Awaitable[int]] | None = None,
         lanes: LaneStore | None = None,
+        tools: ChatTools | None = None,
     ) -> None:
         self._ledger = ledger
         self._shared_lanes = lanes
@@ -139,6 +145,9 @@ class ChatService:
         self._history = history
         self._count = count_tokens
         self._system_raw = SystemCounts(self._raw_turn)
+        self._tool_loop: ToolLoop | None = None
+        if tools is not None:
+            self.use_tools(tools)
         self._clock = clock
         self._config = config
         self._lanes: dict[int, _UserQueue] = {}
@@ -148,6 +157,14 @@ class ChatService:
 
     def __repr__(self) -> str:
         return f"ChatService(lanes={len(self._lanes)}, in_flight={len(self._tasks)})"
+
+    def use_tools(self, tools: ChatTools) -> None:
+        """Give the model ``tools`` from now on (none enabled: one call per message)."""
+        self._tool_loop = (
+            ToolLoop(self._backend.complete, tools, self._raw_turn, self._count.scale)
+            if tools.specs
+            else None
+        )
 
     @property
     def in_flight(self) -> int:
@@ -316,17 +333,19 @@ class ChatService:
             request = await self._request(where, user_msg, user_tokens[1], persona)
             ctx = activity() if activity is not None else nullcontext()
             async with ctx:
-                if stream is None:
-                    completion = await self._backend.complete(op, request)
+                if self._tool_loop is not None:
+                    run = await self._tool_loop.run(op, request, where.user_id, stream)
+                elif stream is None:
+                    run = ToolRun(await self._backend.complete(op, request), 1, ())
                 else:
-                    completion = await self._backend.complete(op, request, stream=stream)
+                    run = ToolRun(await self._backend.complete(op, request, stream=stream), 1, ())
+            completion = run.completion
             await self._remember(where, user_msg, user_tokens, completion)
-            # the answering attempt's cost is the whole bill when no other provider was
-            # tried first; otherwise one of them may have been billed too: ask the ledger
-            charged = (
-                completion.cost_musd if not completion.fallbacks else await self._booked_musd(op)
-            )
-            return ChatAnswer(completion, charged)
+            # the answering attempt's cost is the whole bill when it was the one call and
+            # no other provider was tried first; otherwise ask the ledger
+            alone = run.steps == 1 and not completion.fallbacks
+            charged = completion.cost_musd if alone else await self._booked_musd(op)
+            return ChatAnswer(completion, charged, run.steps, run.calls, run.stop)
         except HoldRefused as exc:
             return ChatRefused(exc.refusal, running=others_running)
         except ProviderRejected:

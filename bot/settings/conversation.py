@@ -11,20 +11,40 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode
 
-__all__ = ["ConversationSettings"]
+__all__ = ["CHAT_TOOL_NAMES", "ConversationSettings"]
+
+#: The tools CHAT_TOOLS may name (``bot.chat.tools``).
+CHAT_TOOL_NAMES = ("my_budget", "channel_posts", "fetch_url")
 
 #: Longest model id accepted in CHAT_MODELS (the ``chat_prefs.model`` column).
 MODEL_ID_MAX = 128
 
 
 class ConversationSettings(BaseSettings):
-    """PERSONA_MAX_CHARS and CHAT_MODELS (see ``.env.example``)."""
+    """PERSONA_MAX_CHARS, CHAT_MODELS and CHAT_TOOLS (see ``.env.example``)."""
 
     #: characters a custom persona (``/persona custom TEXT``) may have
     persona_max_chars: int = Field(1000, ge=1, le=4000)
     #: model ids users may choose with /model (comma-separated); empty: every model
     #: the cascade serves
     chat_models: Annotated[frozenset[str], NoDecode] = frozenset()
+
+    #: the tools the chat model may call (comma-separated names of CHAT_TOOL_NAMES);
+    #: empty: none (one model call per message)
+    chat_tools: Annotated[frozenset[str], NoDecode] = frozenset()
+
+    @field_validator("chat_tools", mode="before")
+    @classmethod
+    def _split_tools(cls, value: object) -> object:
+        if isinstance(value, str):
+            names = frozenset(v.strip().lower() for v in value.split(",") if v.strip())
+            unknown = sorted(names - set(CHAT_TOOL_NAMES))
+            if unknown:
+                raise ValueError(
+                    f"unknown tool {unknown[0]!r}: the tools are {', '.join(CHAT_TOOL_NAMES)}"
+                )
+            return names
+        return value
 
     @field_validator("chat_models", mode="before")
     @classmethod

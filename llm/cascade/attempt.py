@@ -61,6 +61,7 @@ from llm.keys.admission import KeyAdmission
 from llm.keys.slots import CallSlots
 from llm.model_caps import possible_tokens
 from llm.providers.base import Provider
+from llm.providers.tools import ToolCallingProvider
 from llm.stream import StreamControl, StreamingProvider
 from llm.types import Completion, LLMRequest
 
@@ -177,6 +178,8 @@ class GovernedAttempt:
         plan = AttemptPlan(
             request.messages, request.model or provider.model, request.max_tokens, 0, []
         )
+        if request.tools and isinstance(provider, ToolCallingProvider):
+            plan.tools, stream = request.tools, None  # a step with tools is one piece
         await self._sizer.size(plan, provider.name, input_tokens)
         async with self._slots.slot(request.priority):
             hold = await self._hold(op, request_id, provider, request, plan, is_anchor)
@@ -270,11 +273,12 @@ class GovernedAttempt:
                         count=self._count,
                         progress=progress,
                     )
-                return await provider.complete(
-                    plan.messages,
-                    plan.max_tokens,
-                    None if plan.model == provider.model else plan.model,
-                )
+                model = None if plan.model == provider.model else plan.model
+                if plan.tools and isinstance(provider, ToolCallingProvider):
+                    return await provider.complete(
+                        plan.messages, plan.max_tokens, model, tools=plan.tools
+                    )
+                return await provider.complete(plan.messages, plan.max_tokens, model)
         except ProviderError as exc:
             if exc.billed_usage is not None:
                 await self._settle_billed(hold, exc.billed_usage)
@@ -327,7 +331,7 @@ class GovernedAttempt:
             # the provider's own report (above the bound too: that raises the estimate)
             self._telemetry.count_estimate_error(completion.usage.input_tokens - plan.input_tokens)
             await self._sizer.calibrate(provider.name, plan, completion.usage.input_tokens)
-        if not completion.stopped and not _usable(completion.text):
+        if not completion.stopped and not completion.tool_calls and not _usable(completion.text):
             self._telemetry.count_empty(provider.name)
             log.warning(
                 "empty completion from %s (finish_reason=%s), %d µUSD booked",

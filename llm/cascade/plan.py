@@ -18,7 +18,8 @@ from budget.pricing.tokens import count_off_loop, input_bound
 from budget.protocol import HoldTicket, LedgerPort, OperationTicket
 from llm.cascade.types import CascadeConfig, TokenCounter
 from llm.providers.base import Provider
-from llm.types import Message
+from llm.providers.tools import tools_bound
+from llm.types import Message, ToolSpec
 
 __all__ = ["CALIBRATION_MIN_SAMPLES", "AttemptPlan", "Sizer", "models_of", "reserve"]
 
@@ -46,6 +47,8 @@ class AttemptPlan:
         degraded: ladder steps applied to reach this plan.
         input_bound: provable bound on the input, tokens (``budget.pricing.tokens.input_bound``).
         counted: the token counter's own count, tokens (before calibration).
+        tools: functions offered to the model; their bound is part of ``input_bound``
+            (:func:`llm.providers.tools.tools_bound`).
     """
 
     messages: tuple[Message, ...]
@@ -55,6 +58,7 @@ class AttemptPlan:
     degraded: list[str]
     input_bound: int = 0
     counted: int = 0
+    tools: tuple[ToolSpec, ...] = ()
 
 
 def models_of(provider: Provider, config: CascadeConfig) -> tuple[str, ...]:
@@ -110,9 +114,9 @@ class Sizer:
     async def size(self, plan: AttemptPlan, provider: str, counted: int | None = None) -> None:
         """Fill ``plan``'s counted tokens, provable bound and calibrated estimate."""
         if counted is None:
-            counted = await count_off_loop(self._count, plan.messages)
+            counted = await count_off_loop(self._count, plan.messages) + tools_bound(plan.tools)
         plan.counted = counted
-        plan.input_bound = input_bound(plan.messages)
+        plan.input_bound = input_bound(plan.messages) + tools_bound(plan.tools)
         plan.input_tokens = min(
             await self._estimate(provider, plan.model, plan.counted), plan.input_bound
         )
