@@ -25,6 +25,7 @@ from bot.app.wiring import (
     provider_models,
     provider_specs_of,
 )
+from bot.chat.deferral import FloodDeferral
 from bot.chat.model_menu import ModelMenu
 from bot.chat.outbox import Outbox
 from bot.chat.paste import PasteJoiner
@@ -43,6 +44,7 @@ from bot.handlers.digests import create_digest_router
 from bot.handlers.errors import create_error_router
 from bot.handlers.inline_filters import run_sync_filters_inline
 from bot.handlers.me import create_me_router
+from bot.handlers.moves import create_chat_moves_router
 from bot.handlers.persona import create_persona_router
 from bot.handlers.stream import create_stream_router
 from bot.middlewares.context import WorkflowData
@@ -59,6 +61,7 @@ from bot.ops.dashboard import build_operator_view, build_site
 from bot.ops.health import Readiness
 from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_counter
 from bot.ops.schema_watch import SchemaWatch
+from bot.session.chat_moves import FollowChatMoves
 from bot.session.flood_waits import FloodWaits
 from bot.session.model_pins import PinResponseModels
 from bot.session.update_json import load_checked
@@ -71,6 +74,7 @@ from bot.session.updates import (
 )
 from bot.settings import Settings
 from bot.storage.chat_prefs import ChatPrefsStore
+from bot.storage.moves import ChatMoves
 from bot.storage.repos import History, Intake
 from bot.storage.sqlite_hot import SqliteHotPath
 from bot.text.digests import TelegramDeliverer
@@ -123,9 +127,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     )
     registry = CollectorRegistry()
     dropped = dropped_counter(registry)
-    bot.session.middleware(
-        FloodWaits(clock, on_drop=lambda _method: dropped.labels("flood_wait").inc())
-    )
+    flood_waits = FloodWaits(clock, on_drop=lambda _method: dropped.labels("flood_wait").inc())
+    bot.session.middleware(flood_waits)
     # polling: a batch is confirmed once its updates are taken in (bot/session/updates.py)
     barrier = (
         None if settings.webhook_mode else IntakeBarrier(clock, settings.poll_intake_wait_seconds)
@@ -187,7 +190,10 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     )
     # on a SQLite file the message path's bot-table writes ride the ledger's one writer
     hot = SqliteHotPath(ledger.store.writer) if ledger.store.writer is not None else None
-    history = History(sessions, hot)
+    # a group upgraded to a supergroup: its calls, rows and answers follow it there
+    moves = ChatMoves(sessions)
+    bot.session.middleware(FollowChatMoves(moves))
+    history = History(sessions, hot, moves)
     # several processes share a PostgreSQL database: each message remembers who took it
     # in, and only a dead process's are "lost" (bot.storage.repos.Intake.take_lost)
     intake = Intake(
@@ -312,6 +318,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         clock=clock,
         chat_service=chat,
         history=history,
+        chat_moves=moves,
         profiles=profiles,
         i18n=i18n,
         ledger=ledger,
@@ -332,6 +339,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         notifier=notifier,
         delivery_failures=delivery_failure_counter(registry),
         outbox=outbox,
+        flood_deferral=FloodDeferral(flood_waits, outbox, clock, settings.flood_defer_seconds),
         streams=streams,
         stream_config=StreamConfig(
             private=settings.stream_mode_private,
@@ -395,6 +403,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp.include_router(create_persona_router())
     dp.include_router(create_digest_router())
     dp.include_router(create_me_router())
+    dp.include_router(create_chat_moves_router())  # service messages: after every text router
     dp.include_router(create_fallback_router())
     dp.include_router(create_non_text_router())
     # controls tagged flags={"rate_limit": False} pass the update rate (bot/middlewares/rate.py)

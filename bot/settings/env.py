@@ -127,6 +127,9 @@ class Settings(ConversationSettings, BotApiSettings):
     budget_tz: str = "UTC"
     default_user_tz: str | None = None
     stale_message_seconds: int = Field(600, ge=0, le=DAY_S)
+    #: a chat under a Telegram flood wait longer than this gets no paid answer
+    #: (bot/chat/deferral.py); its messages are recorded deferred, one notice at the end
+    flood_defer_seconds: int = Field(600, ge=0, le=DAY_S)
     shutdown_grace_seconds: float = Field(20.0, ge=0, le=HOUR_S)
     log_level: LogLevel = "INFO"
 

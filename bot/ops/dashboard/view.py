@@ -26,7 +26,7 @@ from bot.ops.dashboard.series import SpendBook, SpendPicture, SpendSeries
 from bot.text.templates import format_reset
 from budget.errors import LedgerUnavailable
 from budget.ledger import Ledger
-from budget.policy.money import usd
+from budget.policy.money import remaining_usd, usd
 from budget.status import BucketStatus, KillState, LedgerStatus, TeamStatus
 from budget.types import Level, Window
 from llm.cascade.cascade import Cascade
@@ -57,7 +57,7 @@ def bucket_json(b: BucketStatus, tz: str) -> dict[str, Any]:
         "settled": usd(b.settled_musd),
         "held": usd(b.held_musd),
         "limit": usd(b.limit_musd),
-        "remaining": usd(b.remaining_musd),
+        "remaining": remaining_usd(b.remaining_musd),
         "resets": format_reset(b.resets_at, tz),
     }
     # the line /budget writes for the bucket, word for word
