@@ -142,7 +142,7 @@ class UserContext:
     Attributes:
         user_id: Telegram user id.
         chat_id: chat the update came from.
-        language: ``en`` or ``ru``.
+        language: a code of ``bot.text.i18n.SUPPORTED_LANGUAGES`` (``en``, ``ru``, ``zh``…).
         tz: the user's IANA timezone (their /tz, else DEFAULT_USER_TZ).
         is_admin: the user id is in ADMIN_IDS.
     """

@@ -1,7 +1,8 @@
 """Keeping the gettext catalogues whole: the msgids are extracted from the code (Babel's
 Python extractor, keyword ``_``, over ``bot/`` and ``scheduler/``), written to
 ``bot/text/locales/messages.pot``, merged into every ``messages.po`` (new msgids empty,
-removed ones dropped), and compiled to ``.mo`` (``make locales`` runs :func:`main`).
+removed ones dropped; a language of :data:`~bot.text.i18n.SUPPORTED_LANGUAGES` without a
+catalogue gets an empty one), and compiled to ``.mo`` (``make locales`` runs :func:`main`).
 
 :func:`placeholders` is what the catalogue test compares between a msgid and each
 translation: the ``{name}`` fields of :meth:`str.format`.
@@ -17,7 +18,7 @@ from babel.messages.catalog import Catalog
 from babel.messages.extract import extract_from_dir
 from babel.messages.pofile import read_po, write_po
 
-from bot.text.i18n import LOCALES_DIR, compile_all
+from bot.text.i18n import LOCALES_DIR, SUPPORTED_LANGUAGES, compile_all
 
 __all__ = ["POT_PATH", "SOURCE_DIRS", "extract", "main", "placeholders", "update_catalogues"]
 
@@ -34,7 +35,7 @@ def extract(root: Path = _ROOT) -> Catalog:
     catalog = Catalog(project="kopek", fuzzy=False, creation_date=_CREATED)
     for folder in SOURCE_DIRS:
         found = extract_from_dir(
-            str(root / folder), method_map=[("**.py", "python")], keywords={"_": None}
+            str(root / folder), method_map=[("**.py", "python")], keywords={"_": None, "N_": None}
         )
         for filename, lineno, message, comments, _context in found:
             flags = ("python-brace-format",) if placeholders(str(message)) else ()
@@ -53,6 +54,12 @@ def update_catalogues(root: Path = _ROOT) -> list[Path]:
     with POT_PATH.open("wb") as fp:
         write_po(fp, template, width=100, sort_output=True, no_location=True)
     updated = []
+    for language in SUPPORTED_LANGUAGES[1:]:  # a new language starts as an empty catalogue
+        po_path = LOCALES_DIR / language / "LC_MESSAGES" / "messages.po"
+        if not po_path.exists():
+            po_path.parent.mkdir(parents=True)
+            with po_path.open("wb") as fp:
+                write_po(fp, Catalog(locale=language, project="kopek", creation_date=_CREATED))
     for po_path in sorted(LOCALES_DIR.glob("*/LC_MESSAGES/messages.po")):
         with po_path.open("rb") as fp:
             catalog = read_po(fp, locale=po_path.parent.parent.name)

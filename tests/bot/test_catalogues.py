@@ -61,3 +61,11 @@ def test_every_offered_language_has_a_catalogue() -> None:
     """/lang offers exactly the languages that have a catalogue (and English)."""
     found = sorted(p.parent.parent.name for p in LOCALES_DIR.glob("*/LC_MESSAGES/messages.po"))
     assert sorted(TRANSLATED) == found
+
+
+def test_digests_know_the_same_languages() -> None:
+    """Profiles (``scheduler.profiles.LANGUAGES``) and digest summaries take exactly the
+    languages the bot translates."""
+    from scheduler.profiles import LANGUAGES
+
+    assert set(SUPPORTED_LANGUAGES) == LANGUAGES
