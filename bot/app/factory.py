@@ -19,11 +19,13 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from bot.app.lifecycle import App
 from bot.app.wiring import (
     ProfileStoreAdapter,
+    admin_language,
     cascade_config,
     digest_config,
     ledger_config,
     provider_models,
     provider_specs_of,
+    watch_config,
 )
 from bot.chat.deferral import FloodDeferral
 from bot.chat.model_menu import ModelMenu
@@ -59,8 +61,11 @@ from bot.middlewares.topics import TopicMiddleware, TopicRequestMiddleware
 from bot.ops.admin_notices import AdminNotifier
 from bot.ops.dashboard import build_operator_view, build_site
 from bot.ops.health import Readiness
+from bot.ops.kpis import KpiReader
 from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_counter
+from bot.ops.once import NoticeBook
 from bot.ops.schema_watch import SchemaWatch
+from bot.ops.watch import OpsWatch
 from bot.session.chat_moves import FollowChatMoves
 from bot.session.flood_waits import FloodWaits
 from bot.session.model_pins import PinResponseModels
@@ -300,8 +305,21 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         ),
     )
 
-    # the operator dashboard's documents (also /budget chart's picture) and its routes
-    operator_view = build_operator_view(ledger, cascade, engine, clock, settings.budget_tz)
+    # the operator's figures: the dashboard's documents (also /budget chart's picture),
+    # the alerts before the caps and the spend reports (bot/ops/watch.py)
+    kpis = KpiReader(sessions, clock, clock.monotonic())
+    notifier.language_of = admin_language(repo)
+    ops_watch = OpsWatch(
+        ledger=ledger,
+        engine=engine,
+        cascade=cascade,
+        notices=NoticeBook(sessions, clock),
+        notifier=notifier,
+        kpis=kpis,
+        clock=clock,
+        config=watch_config(settings),
+    )
+    operator_view = build_operator_view(ledger, cascade, engine, clock, settings.budget_tz, kpis)
     dashboard = None
     if settings.dashboard_path is not None:
         dashboard = build_site(
@@ -439,6 +457,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         schema=SchemaWatch(engine, clock),
         is_control=lambda update: rate.is_control(update, bot),
         dashboard=dashboard,
+        ops_watch=ops_watch,
     )
     if shared is not None:  # a process taken for dead stops acting (bot/session/fence.py)
         from bot.session.fence import FencedSession

@@ -36,6 +36,7 @@ from bot.settings.checks import (
     url_password,
 )
 from bot.settings.conversation import ConversationSettings
+from bot.settings.ops import OpsNoticeSettings
 from budget.config import DEAD_AFTER_HEARTBEATS
 from budget.pricing.names import CASCADE_ORDER, KEYS, family, family_fields, key_field
 
@@ -109,7 +110,7 @@ class BotApiSettings(BaseSettings):
         return [self.bot_token.get_secret_value(), *([password] if password else [])]
 
 
-class Settings(ConversationSettings, BotApiSettings):
+class Settings(ConversationSettings, BotApiSettings, OpsNoticeSettings):
     """All configuration. See ``.env.example`` for meaning and units of each field."""
 
     model_config = SettingsConfigDict(
