@@ -98,6 +98,7 @@ bench: $(STAMP)
 	$(PY) bench/shared_state.py
 	$(PY) bench/stream.py
 	$(PY) bench/media.py
+	$(PY) bench/router.py
 	$(PY) bench/bot.py
 	$(PY) bench/bot.py --replicas 3 --backend postgres
 

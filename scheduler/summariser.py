@@ -399,6 +399,7 @@ class Summariser:
                     priority=Priority.DIGEST,
                     fingerprint=f"{base}:{attempt}",
                     free_share=self._config.max_free_share,
+                    small=self._config.small_model,
                 )
                 try:
                     completion = await self._backend.complete(op, request)

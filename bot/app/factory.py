@@ -17,37 +17,45 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from bot.app.lifecycle import App
+from bot.app.media_wiring import build_media, media_models
 from bot.app.wiring import (
     ProfileStoreAdapter,
     admin_language,
     cascade_config,
+    chat_config,
     digest_config,
     ledger_config,
     provider_models,
     provider_specs_of,
+    router_config,
+    stream_config,
     watch_config,
 )
 from bot.chat.deferral import FloodDeferral
+from bot.chat.duplicates import DuplicateGate
+from bot.chat.folding import HistoryFolder, raw_turn_counter
 from bot.chat.model_menu import ModelMenu
 from bot.chat.outbox import Outbox
 from bot.chat.paste import PasteJoiner
-from bot.chat.service import ChatConfig, ChatService
+from bot.chat.service import ChatService
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
-from bot.chat.streaming.session import StreamConfig
 from bot.chat.tools import ChatTools
 from bot.handlers.admin import create_admin_router
 from bot.handlers.admin.base import AdminView
 from bot.handlers.books import BooksDesk, create_books_router
 from bot.handlers.chat import create_chat_router, create_non_text_router
 from bot.handlers.common import create_common_router, create_fallback_router
+from bot.handlers.conversation import create_conversation_router
 from bot.handlers.dashboard import create_dashboard_router
 from bot.handlers.digests import create_digest_router
 from bot.handlers.errors import create_error_router
 from bot.handlers.inline_filters import run_sync_filters_inline
 from bot.handlers.me import create_me_router
+from bot.handlers.media import create_media_router, link_route
 from bot.handlers.moves import create_chat_moves_router
 from bot.handlers.persona import create_persona_router
+from bot.handlers.regenerate import create_regenerate_router
 from bot.handlers.stream import create_stream_router
 from bot.middlewares.context import WorkflowData
 from bot.middlewares.intake import (
@@ -82,6 +90,7 @@ from bot.storage.chat_prefs import ChatPrefsStore
 from bot.storage.moves import ChatMoves
 from bot.storage.repos import History, Intake
 from bot.storage.sqlite_hot import SqliteHotPath
+from bot.storage.summaries import CostFooters, Summaries
 from bot.text.digests import TelegramDeliverer
 from bot.text.i18n import create_i18n
 from budget.books.stops import StopBook
@@ -148,7 +157,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     notifier = AdminNotifier(bot, i18n, settings.admin_ids, clock)
 
     prices = PriceCard(
-        provider_models(settings),
+        [*provider_models(settings), *media_models(settings)],
         overrides=parse_overrides(settings.price_overrides) if settings.price_overrides else None,
         max_call_seconds=settings.provider_timeout_seconds,
     )
@@ -220,7 +229,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         from bot.ops.signals import KILL_HARD, PgSignals, SignalWatcher
 
         streams.kill_watch = SignalWatcher(
-            PgSignals(shared, clock), KILL_HARD, clock, lambda: streams.stop_all("kill")
+            PgSignals(shared.control, clock), KILL_HARD, clock, lambda: streams.stop_all("kill")
         )
     # replicas: a user's queue counts the other live replicas' unfinished messages too
     lanes = None
@@ -228,21 +237,27 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         from bot.chat.lanes import PgLanes
 
         lanes = PgLanes(shared, shared.process_id, clock, settings.process_dead_after_seconds)
+    summaries = Summaries(sessions, moves)
+    folder = HistoryFolder(
+        summaries=summaries,
+        backend=cascade,
+        raw_turn=raw_turn_counter(tokens.raw_messages),
+        scale=tokens.scale,
+        clock=clock,
+        history_max_tokens=settings.chat_history_max_tokens,
+        summary_max_tokens=settings.chat_summary_max_tokens,
+        router=router_config(settings),
+    )
     chat = ChatService(
         ledger=ledger,
         backend=cascade,
         history=history,
         count_tokens=tokens,
         clock=clock,
-        config=ChatConfig(
-            max_output_tokens=settings.chat_max_output_tokens,
-            max_input_tokens=settings.chat_max_input_tokens,
-            history_max_tokens=settings.chat_history_max_tokens,
-            user_max_inflight=settings.user_max_inflight,
-            user_queue_max=settings.user_queue_max,
-        ),
+        config=chat_config(settings),
         record_message=ledger.record_message,
         lanes=lanes,
+        folder=folder,
     )
     repo = ProfileRepository(sessions, clock, default_digest_time=settings.digest_default_time)
     profiles = ProfileStoreAdapter(
@@ -276,6 +291,18 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         feeds,
         clock,
     )
+    media = build_media(
+        settings,
+        bot=bot,
+        ledger=ledger,
+        chat_cascade=cascade,
+        history=history,
+        feeds=feeds,
+        tokens=tokens,
+        clock=clock,
+        tls=tls,
+    )
+    chat.vision = media.vision
     # the chat model's tools reach the network only through these guarded sources
     chat.use_tools(ChatTools(settings.chat_tools, ledger=ledger, sources=fetchers, feeds=feeds))
     digests = DigestService(
@@ -336,6 +363,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         clock=clock,
         chat_service=chat,
         history=history,
+        cost_footers=CostFooters(sessions),
+        duplicates=DuplicateGate(clock, settings.duplicate_window_seconds),
+        summaries=summaries,
         chat_moves=moves,
         profiles=profiles,
         i18n=i18n,
@@ -359,12 +389,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         outbox=outbox,
         flood_deferral=FloodDeferral(flood_waits, outbox, clock, settings.flood_defer_seconds),
         streams=streams,
-        stream_config=StreamConfig(
-            private=settings.stream_mode_private,
-            group=settings.stream_mode_group,
-            draft_interval_s=settings.stream_draft_interval_ms / 1000,
-            edit_interval_s=settings.stream_edit_interval_ms / 1000,
-        ),
+        stream_config=stream_config(settings),
         stream_metrics=StreamMetrics(registry),
         stop_book=StopBook(sessions),
         admin_ids=settings.admin_ids,
@@ -374,6 +399,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         chat_prefs=ChatPrefsStore(sessions),
         model_menu=ModelMenu(provider_models(settings), prices, settings.chat_models, clock.now),
         persona_max_chars=settings.persona_max_chars,
+        media_desk=media.desk,
+        confirmations=media.confirmations,
     )
     dp = Dispatcher(**workflow)
     bot.session.middleware(TopicRequestMiddleware())
@@ -412,17 +439,20 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp.include_router(create_error_router())
     # chat text first: no other router takes a text that is not a command
     # (docs/decisions/022-message-path.md)
-    dp.include_router(create_chat_router())
+    dp.include_router(create_chat_router(link=link_route()))  # a lone link: a page to read
     dp.include_router(create_books_router(settings.admin_ids))
     dp.include_router(create_admin_router(settings.admin_ids))
     dp.include_router(create_dashboard_router(settings.admin_ids))
     dp.include_router(create_stream_router())
+    dp.include_router(create_regenerate_router())
     dp.include_router(create_common_router())
     dp.include_router(create_persona_router())
     dp.include_router(create_digest_router())
     dp.include_router(create_me_router())
+    dp.include_router(create_conversation_router())
     dp.include_router(create_chat_moves_router())  # service messages: after every text router
     dp.include_router(create_fallback_router())
+    dp.include_router(create_media_router())
     dp.include_router(create_non_text_router())
     # controls tagged flags={"rate_limit": False} pass the update rate (bot/middlewares/rate.py)
     rate.exempt(dp)
@@ -457,6 +487,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         schema=SchemaWatch(engine, clock),
         is_control=lambda update: rate.is_control(update, bot),
         dashboard=dashboard,
+        media=media,
         ops_watch=ops_watch,
     )
     if shared is not None:  # a process taken for dead stops acting (bot/session/fence.py)

@@ -36,6 +36,7 @@ from aiogram.utils.i18n import gettext as _
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bot.app.media_wiring import MediaParts
 from bot.app.start_waits import StartWaits
 from bot.chat.delivery import send_text
 from bot.chat.outbox import Outbox
@@ -75,6 +76,8 @@ USER_COMMANDS = [
     ("help", N_("Help")),
     ("me", N_("My spend and limits")),
     ("reset", N_("Forget the conversation")),
+    ("history", N_("What is summarised of this conversation")),
+    ("cost", N_("Show what each answer cost (on/off)")),
     ("stop", N_("Stop the answer being written")),
     ("persona", N_("This chat's persona")),
     ("model", N_("This chat's model and prices")),
@@ -134,6 +137,8 @@ class App:
     #: the operator dashboard's routes (DASHBOARD_URL set), served by the webhook server
     #: or, in polling mode, the metrics server (:mod:`bot.ops.dashboard`)
     dashboard: DashboardSite | None = None
+    #: voice notes, photos, documents, links (``None``: an app built without them)
+    media: MediaParts | None = None
     #: the alerts before the caps and the spend reports (:mod:`bot.ops.watch`)
     ops_watch: OpsWatch | None = None
     _metrics: MetricsServer | None = None
@@ -199,6 +204,8 @@ class App:
         if self.intake.shared:
             self._lost_watch = asyncio.create_task(self._watch_lost(), name="intake-lost")
         await self.outbox.start()
+        if self.media is not None:
+            await self.media.start()
         await self.runner.start()
         if self.ops_watch is not None:
             await self.ops_watch.start()
@@ -290,6 +297,8 @@ class App:
         await self.outbox.stop()
         await self._stop_ops_watch()
         await self.runner.stop()
+        if self.media is not None:
+            await self.media.close()
         await self.cascade.aclose()
         await self.http.aclose()
         await self.feed_http.aclose()
@@ -321,6 +330,8 @@ class App:
         await self.runner.stop()
         if self._metrics is not None:
             await self._metrics.stop()
+        if self.media is not None:
+            await self.media.close()
         await self.cascade.aclose()
         await self.http.aclose()
         await self.feed_http.aclose()

@@ -11,7 +11,14 @@ from dataclasses import dataclass
 
 from llm.types import Message
 
-__all__ = ["ChatPersona", "SystemCounts"]
+__all__ = ["DEFAULT_PROMPT", "ChatPersona", "SystemCounts"]
+
+#: The bot's own system prompt, the default persona (not translated: the model answers
+#: in the language of the message).
+DEFAULT_PROMPT = (
+    "You are Kopek, a concise and helpful assistant in a Telegram chat. "
+    "Answer in the language of the user's message. Use Markdown sparingly."
+)
 
 #: System prompts whose counts are kept (the default and the personas in use).
 SYSTEM_COUNTS_KEPT = 64

@@ -40,11 +40,12 @@ from prometheus_client import Counter
 
 from bot.chat.delivery import send_text
 from bot.chat.failures import UNDELIVERABLE, record_delivery_failure
+from bot.chat.folding import FoldKind
 from bot.chat.outbox import Outbox
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, ChatRefused, FailureKind
 from bot.chat.streaming.session import StreamSession
 from bot.middlewares.context import IntakeStatus
-from bot.text import templates, tool_texts
+from bot.text import conversation, templates, tool_texts
 from budget.kernel.clock import Clock
 from llm.sanitize import has_visible
 from llm.types import Completion
@@ -105,7 +106,14 @@ def screen(prompt: str, *, age: timedelta, stale_after: timedelta) -> Reply | No
     return None
 
 
-def reply_of(outcome: ChatOutcome, *, tz: str, message_id: int, answer_to: int | None) -> Reply:
+def reply_of(
+    outcome: ChatOutcome,
+    *,
+    tz: str,
+    message_id: int,
+    answer_to: int | None,
+    footer: str | None = None,
+) -> Reply:
     """The reply to an outcome of :meth:`bot.chat.service.ChatService.handle`.
 
     Args:
@@ -114,9 +122,10 @@ def reply_of(outcome: ChatOutcome, *, tz: str, message_id: int, answer_to: int |
         message_id: the message answered (a refusal quotes it: in a burst, the user
             sees which message it refuses).
         answer_to: what an answer quotes (the message in a group, ``None`` in private).
+        footer: the ``/cost`` line put under an answer (``bot.chat.costs``), if any.
     """
     if isinstance(outcome, ChatAnswer):
-        return _answer_reply(outcome, answer_to)
+        return _answer_reply(outcome, answer_to, tz, footer)
     if isinstance(outcome, ChatRefused):
         text = templates.refusal_text(outcome.refusal, tz=tz, running=outcome.running)
         return Reply(
@@ -127,10 +136,10 @@ def reply_of(outcome: ChatOutcome, *, tz: str, message_id: int, answer_to: int |
     return Reply(_failure_text(outcome), status, reply_to=message_id, refusal=outcome.kind.value)
 
 
-def _answer_reply(answer: ChatAnswer, answer_to: int | None) -> Reply:
+def _answer_reply(answer: ChatAnswer, answer_to: int | None, tz: str, footer: str | None) -> Reply:
     completion = answer.completion
     if answer.steps > 1 or answer.tool_stop is not None:
-        return _tool_reply(answer, answer_to)
+        return _tool_reply(answer, answer_to, tz, footer)
     if not has_visible(completion.text):
         if completion.stopped == "shutdown":
             return Reply(templates.shutting_down_text(), IntakeStatus.ANSWERED, reply_to=answer_to)
@@ -139,8 +148,13 @@ def _answer_reply(answer: ChatAnswer, answer_to: int | None) -> Reply:
             return Reply(text, IntakeStatus.ANSWERED, reply_to=answer_to)
         log.warning("empty answer from %s", completion.provider)
         return Reply(templates.empty_answer_text(), IntakeStatus.FAILED, refusal="empty_answer")
+    text = with_notes(completion)
+    if answer.fold is not None and answer.fold.kind is FoldKind.CUT:
+        text += "\n\n" + conversation.summary_cut_note(answer.fold.refusal, tz=tz)
+    if footer:
+        text += "\n\n" + footer
     return Reply(
-        with_notes(completion),
+        text,
         IntakeStatus.ANSWERED,
         Delivery.ANSWER,
         reply_to=answer_to,
@@ -148,13 +162,18 @@ def _answer_reply(answer: ChatAnswer, answer_to: int | None) -> Reply:
     )
 
 
-def _tool_reply(answer: ChatAnswer, answer_to: int | None) -> Reply:
+def _tool_reply(answer: ChatAnswer, answer_to: int | None, tz: str, footer: str | None) -> Reply:
     """An answer that took tool steps: the text (so far), the stop note when a cap ended
-    the loop, and the footer with the model calls and what they cost."""
+    the loop, the footer with the model calls and what they cost, then the history cut
+    note and the /cost footer as any answer has them."""
     parts = [with_notes(answer.completion)] if has_visible(answer.completion.text) else []
     if answer.tool_stop is not None:
         parts.append(tool_texts.tool_stop_note(answer.tool_stop, answer.steps))
     parts.append(tool_texts.tool_footer(answer.steps, answer.tools_called, answer.charged_musd))
+    if answer.fold is not None and answer.fold.kind is FoldKind.CUT:
+        parts.append(conversation.summary_cut_note(answer.fold.refusal, tz=tz))
+    if footer:
+        parts.append(footer)
     return Reply(
         "\n\n".join(parts),
         IntakeStatus.ANSWERED,

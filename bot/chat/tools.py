@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from selectolax.lexbor import LexborHTMLParser
 
-from bot.settings.conversation import CHAT_TOOL_NAMES
+from bot.settings.personas import CHAT_TOOL_NAMES
 from budget.errors import BudgetError
 from budget.policy.money import usd
 from budget.status import UserStatus
@@ -76,7 +76,7 @@ _SPECS = {
 }
 #: Every tool there is, in the order offered (the names CHAT_TOOLS takes).
 TOOL_NAMES = tuple(_SPECS)
-assert TOOL_NAMES == CHAT_TOOL_NAMES, "bot.settings.conversation names the same tools"
+assert TOOL_NAMES == CHAT_TOOL_NAMES, "bot.settings.personas names the same tools"
 
 
 class BudgetReader(Protocol):

@@ -1,58 +1,31 @@
-"""The settings of conversations beyond one question: personas and model choice
-(``/persona``, ``/model``). A part of :class:`bot.settings.env.Settings` (which inherits
-these fields), kept apart so each part stays readable; the names stay flat
-(docs/decisions/060-settings-stay-flat.md).
-"""
+"""The settings of conversations that stay cheap: the cheap-model router, history
+summaries, duplicate messages (a mixin of :class:`bot.settings.Settings`; flat names,
+docs/decisions/060-settings-stay-flat.md). Each is documented in ``.env.example`` and
+``docs/configuration.md``."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Literal
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, NoDecode
+from pydantic import Field
+from pydantic_settings import BaseSettings
 
-__all__ = ["CHAT_TOOL_NAMES", "ConversationSettings"]
+__all__ = ["ConversationSettings"]
 
-#: The tools CHAT_TOOLS may name (``bot.chat.tools``).
-CHAT_TOOL_NAMES = ("my_budget", "channel_posts", "fetch_url")
-
-#: Longest model id accepted in CHAT_MODELS (the ``chat_prefs.model`` column).
-MODEL_ID_MAX = 128
+#: The ceiling of these ``*_TOKENS`` settings (as ``bot.settings.env.MAX_TOKENS``).
+_MAX_TOKENS = 1_000_000
 
 
 class ConversationSettings(BaseSettings):
-    """PERSONA_MAX_CHARS, CHAT_MODELS and CHAT_TOOLS (see ``.env.example``)."""
+    """Router, summaries, duplicates (docs/chat.md)."""
 
-    #: characters a custom persona (``/persona custom TEXT``) may have
-    persona_max_chars: int = Field(1000, ge=1, le=4000)
-    #: model ids users may choose with /model (comma-separated); empty: every model
-    #: the cascade serves
-    chat_models: Annotated[frozenset[str], NoDecode] = frozenset()
-
-    #: the tools the chat model may call (comma-separated names of CHAT_TOOL_NAMES);
-    #: empty: none (one model call per message)
-    chat_tools: Annotated[frozenset[str], NoDecode] = frozenset()
-
-    @field_validator("chat_tools", mode="before")
-    @classmethod
-    def _split_tools(cls, value: object) -> object:
-        if isinstance(value, str):
-            names = frozenset(v.strip().lower() for v in value.split(",") if v.strip())
-            unknown = sorted(names - set(CHAT_TOOL_NAMES))
-            if unknown:
-                raise ValueError(
-                    f"unknown tool {unknown[0]!r}: the tools are {', '.join(CHAT_TOOL_NAMES)}"
-                )
-            return names
-        return value
-
-    @field_validator("chat_models", mode="before")
-    @classmethod
-    def _split_models(cls, value: object) -> object:
-        if isinstance(value, str):
-            names = frozenset(v.strip() for v in value.split(",") if v.strip())
-            for name in names:
-                if len(name) > MODEL_ID_MAX:
-                    raise ValueError(f"a model id is at most {MODEL_ID_MAX} characters")
-            return names
-        return value
+    # the router (llm/router.py): "off" sends every request to the main models
+    chat_router: Literal["on", "off"] = "on"
+    # the longest chat message (tokens) and the most history (tokens) routed small
+    router_small_max_tokens: int = Field(60, ge=0, le=_MAX_TOKENS)
+    router_small_max_context_tokens: int = Field(1500, ge=0, le=_MAX_TOKENS)
+    # a history summary's output cap (tokens); 0 = never summarise: cut oldest-first
+    chat_summary_max_tokens: int = Field(256, ge=0, le=_MAX_TOKENS)
+    # after an answer, the same text again within this many seconds is not paid again
+    # unless the user presses "regenerate"; 0 = off (only copies still being answered join)
+    duplicate_window_seconds: float = Field(60.0, ge=0, le=86_400)

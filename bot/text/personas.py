@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from aiogram.utils.i18n import gettext as _
 
+from bot.chat.persona import DEFAULT_PROMPT
 from budget.policy.money import usd
 
 __all__ = [
@@ -27,10 +28,6 @@ __all__ = [
     "persona_prompt",
 ]
 
-DEFAULT_PROMPT = (
-    "You are Kopek, a concise and helpful assistant in a Telegram chat. "
-    "Answer in the language of the user's message. Use Markdown sparingly."
-)
 #: The key stored for a chat's own persona text.
 CUSTOM = "custom"
 

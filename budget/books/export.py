@@ -27,7 +27,8 @@ was booked with: the ledger keeps only that card's version) and
 are the booking's; 0 when they may differ), ``cost_musd`` (what the ledger booked, corrections
 included), ``list_price_musd`` (the list-price equivalent; for free tiers what the
 call would have cost), and the flags ``estimated``, ``late``, ``stopped``,
-``corrected`` (0/1), ``state`` and ``hold_id``.
+``corrected`` (0/1), ``state``, ``hold_id`` and ``input_unit`` (``tokens``, or
+``seconds`` of audio for a speech model, whose ``input_tokens`` are audio seconds).
 
 The totals file (:data:`TOTALS_COLUMNS`) has one row per provider key, per
 ``key:model`` and per local day of the chosen zone, then one ``all`` row.
@@ -60,6 +61,7 @@ from budget.books.csv_out import Cell, csv_writer
 from budget.books.periods import Period, price_source, rates_at, zone
 from budget.pricing.names import family
 from budget.pricing.prices import ModelRates, PriceCard
+from budget.pricing.rates import SPEECH_MODELS_PER_SECOND
 from budget.storage.tables import corrections, holds
 
 __all__ = [
@@ -105,6 +107,7 @@ EXPORT_COLUMNS: tuple[str, ...] = (
     "corrected",
     "state",
     "hold_id",
+    "input_unit",
 )
 
 TOTALS_COLUMNS: tuple[str, ...] = (
@@ -322,7 +325,15 @@ def _attempt_cells(
         int(bool(row.corr)),
         row.state,
         row.hold_id,
+        _input_unit(row.provider, row.model),
     ]
+
+
+def _input_unit(key_name: str, model: str) -> str:
+    """What ``input_tokens`` counts: ``seconds`` of audio for a speech model (priced per
+    second: docs/decisions/083-a-transcription-is-held-in-audio-seconds.md), else
+    ``tokens`` (a vision call's include its image tokens)."""
+    return "seconds" if f"{family(key_name)}:{model}" in SPEECH_MODELS_PER_SECOND else "tokens"
 
 
 @dataclass(slots=True)

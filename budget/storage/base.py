@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from budget.config import LedgerConfig
 from budget.policy.windows import window_keys
 from budget.protocol import HoldTicket, OperationTicket
-from budget.status import KillState, LedgerStatus, TeamStatus, UserStatus
+from budget.status import HoldEntry, KillState, LedgerStatus, TeamStatus, UserStatus
 from budget.storage.sql import admin, holds, reports
 from budget.storage.sql.corrections import apply_corrections
-from budget.storage.sql.rows import kill_states, teams
+from budget.storage.sql.rows import exposure, kill_states, teams
 from budget.storage.store import (
     CHECKED,
     DURABLE,
@@ -239,6 +239,10 @@ class LedgerStore(abc.ABC):
         """Every switch row (tripped or not)."""
         return await self._read(kill_states)
 
+    async def exposure(self, kind: str = "global", scope: str = "") -> int:
+        """µUSD held by outstanding holds in a kill scope (what a kill cannot stop)."""
+        return await self._read(partial(exposure, kind=kind, scope=scope))
+
     async def set_limit(self, now: datetime, change: LimitChange) -> None:
         """Persist a runtime limit set or cleared (its event recorded)."""
         await self._write(partial(admin.set_limit, cfg=self.config, now=now, change=change))
@@ -274,6 +278,10 @@ class LedgerStore(abc.ABC):
     async def status(self, now: datetime) -> LedgerStatus:
         """The whole ledger now."""
         return await self._read(partial(reports.status, cfg=self.config, now=now))
+
+    async def hold_entry(self, hold_id: str) -> HoldEntry | None:
+        """One hold's booking, ``None`` when there is no such hold."""
+        return await self._read(partial(reports.hold_entry, hold_id=hold_id))
 
     async def user_status(self, now: datetime, user_id: int) -> UserStatus:
         """One user now."""

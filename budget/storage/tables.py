@@ -281,6 +281,9 @@ processes = Table(
     Column("process_id", String(32), primary_key=True),
     Column("started_at", TIME, nullable=False),
     Column("heartbeat_at", TIME, nullable=False),
+    # the server's pg_postmaster_start_time() when the process last beat holding its
+    # liveness lock (budget.storage.postgres.lease); NULL: it did not (or an older version)
+    Column("locked_on", TIME, nullable=True),
 )
 
 

@@ -62,6 +62,7 @@ from llm.keys.slots import CallSlots
 from llm.model_caps import possible_tokens
 from llm.providers.base import Provider
 from llm.providers.tools import ToolCallingProvider
+from llm.providers.vision_provider import media_tokens_of
 from llm.stream import StreamControl, StreamingProvider
 from llm.types import Completion, LLMRequest
 
@@ -175,12 +176,16 @@ class GovernedAttempt:
             ProviderError: the attempt failed (hold settled or released).
             EmptyCompletion: answered with no usable text (settled as billed).
         """
+        model = request.model or provider.model
+        if request.small and request.model is None:  # the router's choice: the key's small model
+            model = self._config.cheap_models.get(provider.name) or provider.model
         plan = AttemptPlan(
-            request.messages, request.model or provider.model, request.max_tokens, 0, []
+            request.messages, model, request.max_tokens, 0, [], origin=request.origin
         )
         if request.tools and isinstance(provider, ToolCallingProvider):
             plan.tools, stream = request.tools, None  # a step with tools is one piece
         await self._sizer.size(plan, provider.name, input_tokens)
+        plan.add_media(media_tokens_of(provider, plan.messages))
         async with self._slots.slot(request.priority):
             hold = await self._hold(op, request_id, provider, request, plan, is_anchor)
             await self._open_key(provider, plan, hold, is_anchor)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from budget.errors import BudgetError
 from budget.pricing.tokens import count_off_loop, input_bound
 from budget.protocol import HoldTicket, LedgerPort, OperationTicket
+from budget.types import Origin
 from llm.cascade.types import CascadeConfig, TokenCounter
 from llm.providers.base import Provider
 from llm.providers.tools import tools_bound
@@ -49,6 +50,7 @@ class AttemptPlan:
         counted: the token counter's own count, tokens (before calibration).
         tools: functions offered to the model; their bound is part of ``input_bound``
             (:func:`llm.providers.tools.tools_bound`).
+        origin: the hold's origin when not the operation's (``LLMRequest.origin``).
     """
 
     messages: tuple[Message, ...]
@@ -59,6 +61,17 @@ class AttemptPlan:
     input_bound: int = 0
     counted: int = 0
     tools: tuple[ToolSpec, ...] = ()
+    origin: Origin | None = None
+
+    def add_media(self, tokens: int) -> None:
+        """Add the prompt's images, ``tokens`` at this key's model (its provable
+        per-image bound, :meth:`llm.providers.vision_provider.VisionProvider.media_tokens`),
+        to the count, the bound and the estimate alike: the text's calibration never
+        shrinks them below the formula."""
+        if tokens > 0:
+            self.counted += tokens
+            self.input_bound += tokens
+            self.input_tokens += tokens
 
 
 def models_of(provider: Provider, config: CascadeConfig) -> tuple[str, ...]:
@@ -88,6 +101,7 @@ async def reserve(
         input_tokens=plan.input_tokens,
         max_tokens=plan.max_tokens,
         input_bound_tokens=plan.input_bound,
+        origin=plan.origin,
     )
 
 

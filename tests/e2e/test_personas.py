@@ -144,8 +144,13 @@ async def test_model_lists_served_models_with_prices_and_the_choice_is_what_is_a
     last = fake_providers.requests[-1]
     assert (last.provider, last.body["model"]) == ("groq", "llama-3.1-8b-instant")
 
+    # automatic: the router's choice again (a short question goes to the small model,
+    # code to the main one)
     assert "automatic" in await ask(fake_telegram, "/model auto")
     await ask(fake_telegram, "any")
+    last = fake_providers.requests[-1]
+    assert (last.provider, last.body["model"]) == ("groq", "llama-3.1-8b-instant")
+    await ask(fake_telegram, "```\nprint(1)\n```")
     last = fake_providers.requests[-1]
     assert (last.provider, last.body["model"]) == ("groq", "llama-3.3-70b-versatile")
     assert await bot.stop() == 0
