@@ -251,7 +251,7 @@ async def _run(
             period = parse_period(args.period, tz, now)
             summary = await write_export(engine, card, period, out, totals, key_name=args.provider)
             print(
-                f"{summary.rows} attempts, {summary.cost_musd} µUSD booked, "
+                f"{summary.attempts_text}, {summary.cost_musd} µUSD booked, "
                 f"{summary.estimated} estimated ({period.label}, {tz})",
                 file=sys.stderr,
             )

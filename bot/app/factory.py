@@ -3,11 +3,14 @@
 Nothing is created at import time. :func:`create_app` wires the engine, ledger,
 cascade, digest runner, aiogram bot and dispatcher into an :class:`~bot.app.lifecycle.App`
 (whose start-up and shutdown hooks are in :mod:`bot.app.lifecycle`); the settings → config
-pieces are in :mod:`bot.app.wiring`; :func:`bot.app.polling.run` checks, migrates, starts
+pieces are in :mod:`bot.app.wiring` (shedding, retention, /drill and the routers in
+:mod:`bot.app.ops_wiring`); :func:`bot.app.polling.run` checks, migrates, starts
 polling and returns the exit code once a SIGTERM/SIGINT has drained the work.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import httpx
 from aiogram import Bot, Dispatcher
@@ -18,6 +21,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from bot.app.lifecycle import App
 from bot.app.media_wiring import build_media, media_models
+from bot.app.ops_wiring import drill_of, include_routers, retention_of, shedding_of
 from bot.app.wiring import (
     ProfileStoreAdapter,
     admin_language,
@@ -41,22 +45,9 @@ from bot.chat.service import ChatService
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.tools import ChatTools
-from bot.handlers.admin import create_admin_router
 from bot.handlers.admin.base import AdminView
-from bot.handlers.books import BooksDesk, create_books_router
-from bot.handlers.chat import create_chat_router, create_non_text_router
-from bot.handlers.common import create_common_router, create_fallback_router
-from bot.handlers.conversation import create_conversation_router
-from bot.handlers.dashboard import create_dashboard_router
-from bot.handlers.digests import create_digest_router
-from bot.handlers.errors import create_error_router
+from bot.handlers.books import BooksDesk
 from bot.handlers.inline_filters import run_sync_filters_inline
-from bot.handlers.me import create_me_router
-from bot.handlers.media import create_media_router, link_route
-from bot.handlers.moves import create_chat_moves_router
-from bot.handlers.persona import create_persona_router
-from bot.handlers.regenerate import create_regenerate_router
-from bot.handlers.stream import create_stream_router
 from bot.middlewares.context import WorkflowData
 from bot.middlewares.intake import (
     ArrivalOrderMiddleware,
@@ -172,6 +163,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         on_unavailable=notifier.storage_failed,
     )
     shared = ledger.store.shared  # the database the replicas share (None: one SQLite file)
+    shedding = shedding_of(settings, ledger, clock, notifier.broadcast)
     tokens = TokenCounter(safety_factor=settings.token_safety_factor)
     # on PostgreSQL the replicas share each provider key's circuit and paced windows
     # and GLOBAL_MAX_INFLIGHT_CALLS (leases tied to the processes' heartbeats)
@@ -257,6 +249,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         config=chat_config(settings),
         record_message=ledger.record_message,
         lanes=lanes,
+        short_answers=lambda: shedding.is_off("long_answers"),
         folder=folder,
     )
     repo = ProfileRepository(sessions, clock, default_digest_time=settings.digest_default_time)
@@ -321,7 +314,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         backend=cascade,
         deliverer=TelegramDeliverer(bot, i18n, clock, tz_of),
         fetcher=fetchers,
-        config=digest_config(settings),
+        config=replace(
+            digest_config(settings), paid_allowed=lambda: not shedding.is_off("paid_digests")
+        ),
         count_tokens=tokens.text,
         # replicas on one PostgreSQL: each run and summary claimed by one process;
         # SQLite has one process per file (the instance lock): nothing to claim
@@ -389,7 +384,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         outbox=outbox,
         flood_deferral=FloodDeferral(flood_waits, outbox, clock, settings.flood_defer_seconds),
         streams=streams,
-        stream_config=stream_config(settings),
+        stream_config=stream_config(settings, shed=lambda: shedding.is_off("streaming")),
         stream_metrics=StreamMetrics(registry),
         stop_book=StopBook(sessions),
         admin_ids=settings.admin_ids,
@@ -399,6 +394,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         chat_prefs=ChatPrefsStore(sessions),
         model_menu=ModelMenu(provider_models(settings), prices, settings.chat_models, clock.now),
         persona_max_chars=settings.persona_max_chars,
+        drill=drill_of(ledger, i18n, settings),
         media_desk=media.desk,
         confirmations=media.confirmations,
     )
@@ -436,24 +432,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     dp.message.outer_middleware(
         IntakeMiddleware(intake, clock, barrier.taken_in if barrier is not None else None)
     )
-    dp.include_router(create_error_router())
-    # chat text first: no other router takes a text that is not a command
-    # (docs/decisions/022-message-path.md)
-    dp.include_router(create_chat_router(link=link_route()))  # a lone link: a page to read
-    dp.include_router(create_books_router(settings.admin_ids))
-    dp.include_router(create_admin_router(settings.admin_ids))
-    dp.include_router(create_dashboard_router(settings.admin_ids))
-    dp.include_router(create_stream_router())
-    dp.include_router(create_regenerate_router())
-    dp.include_router(create_common_router())
-    dp.include_router(create_persona_router())
-    dp.include_router(create_digest_router())
-    dp.include_router(create_me_router())
-    dp.include_router(create_conversation_router())
-    dp.include_router(create_chat_moves_router())  # service messages: after every text router
-    dp.include_router(create_fallback_router())
-    dp.include_router(create_media_router())
-    dp.include_router(create_non_text_router())
+    include_routers(dp, settings.admin_ids)
     # controls tagged flags={"rate_limit": False} pass the update rate (bot/middlewares/rate.py)
     rate.exempt(dp)
     # magic filters (F.text …) on the loop, not one thread hop each (bot/handlers/inline_filters.py)
@@ -487,6 +466,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         schema=SchemaWatch(engine, clock),
         is_control=lambda update: rate.is_control(update, bot),
         dashboard=dashboard,
+        shedding=shedding,
+        retention=retention_of(settings, ledger, engine, clock),
         media=media,
         ops_watch=ops_watch,
     )

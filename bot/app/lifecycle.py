@@ -47,7 +47,9 @@ from bot.ops.admin_notices import AdminNotifier
 from bot.ops.dashboard.api import DashboardSite
 from bot.ops.health import Readiness
 from bot.ops.metrics import MetricsServer
+from bot.ops.retention import RetentionJob
 from bot.ops.schema_watch import SchemaWatch
+from bot.ops.shedding import Shedding
 from bot.ops.watch import OpsWatch
 from bot.settings import Settings
 from bot.storage.repos import Intake
@@ -137,6 +139,10 @@ class App:
     #: the operator dashboard's routes (DASHBOARD_URL set), served by the webhook server
     #: or, in polling mode, the metrics server (:mod:`bot.ops.dashboard`)
     dashboard: DashboardSite | None = None
+    #: RETENTION_DAYS' daily pruning (``None``: everything is kept)
+    retention: RetentionJob | None = None
+    #: SHED_ORDER's features switched off near the global limits
+    shedding: Shedding | None = None
     #: voice notes, photos, documents, links (``None``: an app built without them)
     media: MediaParts | None = None
     #: the alerts before the caps and the spend reports (:mod:`bot.ops.watch`)
@@ -210,6 +216,10 @@ class App:
         if self.ops_watch is not None:
             await self.ops_watch.start()
         self.schema.start()
+        if self.retention is not None:
+            self.retention.start()
+        if self.shedding is not None:
+            self.shedding.start()
         if self.settings.metrics_port is not None:
             self._metrics = MetricsServer(
                 self.registry,
@@ -291,6 +301,10 @@ class App:
     async def close_after_failed_start(self) -> None:
         """Release what :func:`create_app` opened when polling never started."""
         await self.schema.stop()
+        if self.retention is not None:
+            await self.retention.stop()
+        if self.shedding is not None:
+            await self.shedding.stop()
         await self._stop_watch()
         if self.streams.kill_watch is not None:
             await self.streams.kill_watch.stop()
@@ -322,6 +336,10 @@ class App:
         if left := await self.intake.wait_open(OUTCOME_WAIT_S):
             log.warning("%d messages closed without their outcome recorded", left)
         await self.schema.stop()
+        if self.retention is not None:
+            await self.retention.stop()
+        if self.shedding is not None:
+            await self.shedding.stop()
         await self._stop_watch()
         if self.streams.kill_watch is not None:
             await self.streams.kill_watch.stop()

@@ -102,8 +102,9 @@ def router_config(settings: Settings) -> RouterConfig:
     )
 
 
-def stream_config(settings: Settings) -> StreamConfig:
-    """Settings → how answers stream (STREAM_MODE_*, STREAM_*_INTERVAL_MS in seconds)."""
+def stream_config(settings: Settings, shed: Callable[[], bool] | None = None) -> StreamConfig:
+    """Settings → how answers stream (STREAM_MODE_*, STREAM_*_INTERVAL_MS in seconds);
+    ``shed`` is true while shedding has switched streaming off (:mod:`bot.ops.shedding`)."""
     # imported here: the streaming session needs aiogram, the start-up checks must not
     from bot.chat.streaming.session import StreamConfig
 
@@ -112,6 +113,7 @@ def stream_config(settings: Settings) -> StreamConfig:
         group=settings.stream_mode_group,
         draft_interval_s=settings.stream_draft_interval_ms / 1000,
         edit_interval_s=settings.stream_edit_interval_ms / 1000,
+        shed=shed,
     )
 
 

@@ -46,6 +46,7 @@ from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, ChatRefused, F
 from bot.chat.streaming.session import StreamSession
 from bot.middlewares.context import IntakeStatus
 from bot.text import conversation, templates, tool_texts
+from bot.text import operator as operator_texts
 from budget.kernel.clock import Clock
 from llm.sanitize import has_visible
 from llm.types import Completion
@@ -212,6 +213,8 @@ def with_notes(completion: Completion) -> str:
         text += "\n\n" + templates.stream_cut_note()
     elif completion.cut:
         text += "\n\n" + templates.cut_note()
+    elif completion.finish_reason == "length" and "shed_long_answers" in completion.degraded:
+        text += "\n\n" + operator_texts.shed_short_note()
     elif completion.finish_reason == "length" and "shrunk_max_tokens" in completion.degraded:
         text += "\n\n" + templates.shortened_note()
     return text

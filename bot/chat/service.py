@@ -20,17 +20,19 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
+from dataclasses import replace
 
-from bot.chat.draining import Draining
+from bot.chat.contracts import ChatConfig, CompletionBackend, PromptCounter
+from bot.chat.draining import CANCEL_WAIT_S, STOP_WAIT_S, Draining
 from bot.chat.folding import FoldNote, HistoryFolder, PromptHistory
-from bot.chat.lanes import POLL_S, LaneStore
+from bot.chat.lanes import LaneStore
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind, refused_outcome
 from bot.chat.persona import DEFAULT_PROMPT, ChatPersona, SystemCounts
-from bot.chat.service_types import ChatConfig, CompletionBackend, PromptCounter
 from bot.chat.tool_loop import ToolLoop, ToolRun
 from bot.chat.tools import ChatTools
 from bot.chat.turns import MediaTurn
-from bot.chat.user_queue import MessageKey, UserQueue
+from bot.chat.user_lanes import UserLanes
+from bot.chat.user_queue import MessageKey
 from bot.media.refusals import MediaRefused
 from bot.storage.repos import Conversation, History
 from bot.storage.values import Turn
@@ -45,7 +47,19 @@ from llm.router import Route, Work, route
 from llm.stream import StreamControl
 from llm.types import Completion, LLMRequest, Message, Priority
 
-__all__ = ["SYSTEM_PROMPT", "ChatConfig", "ChatPersona", "ChatService", "CompletionBackend"]
+__all__ = [
+    "CANCEL_WAIT_S",
+    "SHED_LONG",
+    "STOP_WAIT_S",
+    "SYSTEM_PROMPT",
+    "ChatConfig",
+    "ChatPersona",
+    "ChatService",
+    "CompletionBackend",
+]
+
+#: The degradation step named on an answer asked with a shed max_tokens (its note).
+SHED_LONG = "shed_long_answers"
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +85,9 @@ class ChatService(Draining):
         tools: the model's tools (CHAT_TOOLS; ``None`` or none enabled: one call per
             message); each step of the loop is a request of the message's operation
             (:mod:`bot.chat.tool_loop`).
+        short_answers: true while shedding caps answers (``long_answers``,
+            :mod:`bot.ops.shedding`): max_tokens is then a quarter of
+            CHAT_MAX_OUTPUT_TOKENS, and an answer stopped there says so.
         vision: the cascade of vision keys, which answers a turn with images
             (``None``: none configured; the handlers refuse photos before this).
         folder: folds long histories into summaries (:mod:`bot.chat.folding`);
@@ -89,13 +106,14 @@ class ChatService(Draining):
         record_message: Callable[[int], Awaitable[int]] | None = None,
         lanes: LaneStore | None = None,
         tools: ChatTools | None = None,
+        short_answers: Callable[[], bool] | None = None,
         vision: CompletionBackend | None = None,
         folder: HistoryFolder | None = None,
     ) -> None:
         self._ledger = ledger
+        self._short = short_answers
         self.vision = vision
         self._folder = folder
-        self._shared_lanes = lanes
         self._record_message = record_message
         self._backend = backend
         self._history = history
@@ -106,7 +124,7 @@ class ChatService(Draining):
             self.use_tools(tools)
         self._clock = clock
         self._config = config
-        self._lanes: dict[int, UserQueue] = {}
+        self._lanes = UserLanes(lanes, clock)
         self._tasks: set[asyncio.Task[object]] = set()
         self._anonymous = itertools.count(1)
         self.closing = False
@@ -134,21 +152,11 @@ class ChatService(Draining):
         finish in any order; the first (synchronous) middleware calls this so messages
         are served in the order Telegram delivered them. ``key`` is (chat id, message id).
         """
-        lane = self._lanes.get(user_id)
-        if lane is None:
-            lane = self._lanes[user_id] = UserQueue()
-        if key not in lane.order:
-            lane.order.append(key)
+        self._lanes.arrive(user_id, key)
 
     def depart(self, user_id: int, key: MessageKey) -> None:
         """Forget a message (answered, refused, or not a chat message after all)."""
-        lane = self._lanes.get(user_id)
-        if lane is None or key not in lane.order:
-            return
-        lane.order.remove(key)
-        lane.notify()
-        if not lane.order:
-            del self._lanes[user_id]
+        self._lanes.depart(user_id, key)
 
     async def handle(
         self,
@@ -208,7 +216,7 @@ class ChatService(Draining):
         lane = self._lanes[user_id]
         slots = self._config.user_max_inflight
         try:
-            place = await self._place(user_id, lane, key)
+            place = await self._lanes.place(user_id, key)
         except HoldRefused as exc:  # the shared queue cannot be read: fail closed
             return refused_outcome(exc, running=False)
         if place >= slots + self._config.user_queue_max:
@@ -225,61 +233,21 @@ class ChatService(Draining):
             except HoldRefused as exc:
                 return refused_outcome(exc, running=lane.order.index(key) > 0)
         try:
-            while (place := await self._place(user_id, lane, key)) >= slots:
-                await self._wait_turn(lane)
+            while (place := await self._lanes.place(user_id, key)) >= slots:
+                await self._lanes.wait_turn(user_id)
         except HoldRefused as exc:  # the shared queue cannot be read: only ours is known
             return refused_outcome(exc, running=lane.order.index(key) > 0)
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
         try:
-            others = place > 0 and await self._running_ahead(user_id, lane, key)
+            others = place > 0 and await self._lanes.running_ahead(user_id, key)
             return await self._admitted(
                 where, user_msg, (tokens, user_raw), others, activity, stream, media, persona
             )
         finally:
             if task is not None:
                 self._tasks.discard(task)
-
-    async def _place(self, user_id: int, lane: UserQueue, key: MessageKey) -> int:
-        """``key``'s place in its user's queue (0 = first): this process's messages
-        before it, plus (shared) the other live replicas' unfinished earlier ones.
-
-        Raises:
-            budget.errors.LedgerUnavailable: the shared queue cannot be read.
-        """
-        place = lane.order.index(key)
-        if self._shared_lanes is not None and key[1] > 0:
-            place += await self._shared_lanes.ahead(user_id, key[0], key[1])
-        return place
-
-    async def _running_ahead(self, user_id: int, lane: UserQueue, key: MessageKey) -> bool:
-        """Whether an earlier message of the user is surely being answered (what a refusal
-        may say): this process's, or one a replica whose connection is not gone runs
-        (:meth:`bot.chat.lanes.LaneStore.running_ahead`); an unreadable database: no."""
-        if lane.order.index(key) > 0:
-            return True
-        if self._shared_lanes is None or key[1] <= 0:
-            return False
-        try:
-            return await self._shared_lanes.running_ahead(user_id, key[0], key[1]) > 0
-        except HoldRefused:
-            return False
-
-    async def _wait_turn(self, lane: UserQueue) -> None:
-        """Until one of this process's messages of the user ends or (shared) for
-        :data:`bot.chat.lanes.POLL_S` seconds."""
-        if self._shared_lanes is None:
-            await lane.changed.wait()
-            return
-        changed = asyncio.ensure_future(lane.changed.wait())
-        pause = asyncio.ensure_future(self._clock.sleep(POLL_S))
-        try:
-            await asyncio.wait({changed, pause}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in (changed, pause):
-                waiter.cancel()
-            await asyncio.gather(changed, pause, return_exceptions=True)
 
     async def _admitted(
         self,
@@ -310,6 +278,8 @@ class ChatService(Draining):
             request, fold = await self._request(op, where, user_msg, user_tokens, persona)
             run = await self._run(op, request, where.user_id, activity, stream)
             completion = run.completion
+            if request.max_tokens < self._config.max_output_tokens:
+                completion = replace(completion, degraded=(*completion.degraded, SHED_LONG))
             if media is not None and media.stored is not None:
                 user_msg = Message("user", media.stored)
                 user_tokens = await self._turn_tokens(user_msg)
@@ -383,9 +353,12 @@ class ChatService(Draining):
         if user_msg.images:
             cheaper, chosen = None, Route.MAIN
         model = persona.model if persona is not None else None
+        cap = self._config.max_output_tokens
+        if self._short is not None and self._short():
+            cap = max(1, cap // 4)  # docs/decisions/141-shedding-in-a-set-order.md
         request = LLMRequest(
             messages=messages,
-            max_tokens=self._config.max_output_tokens,
+            max_tokens=cap,
             allow_paid=True,
             priority=Priority.CHAT,
             cheaper_messages=cheaper,

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from bot.media.desk import MediaDesk
     from bot.ops.admin_notices import AdminNotifier
     from bot.ops.dashboard.view import OperatorView
+    from bot.ops.drill import Drill
     from bot.storage.chat_prefs import ChatPrefsStore
     from bot.storage.moves import ChatMoves
     from bot.storage.repos import History, Intake
@@ -137,6 +138,8 @@ class WorkflowData(TypedDict):
     model_menu: ModelMenu
     #: PERSONA_MAX_CHARS
     persona_max_chars: int
+    #: /drill's runner (the canary payer's checks of the ledger's guards)
+    drill: Drill
     #: voice notes, photos, documents, links: prepared and priced without spending
     media_desk: MediaDesk
     #: the open price questions (Go ahead / Cancel)

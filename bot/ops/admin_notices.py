@@ -77,6 +77,10 @@ class AdminNotifier:
                 log.warning("could not notify admin %s: %s", admin, exc.message)
         return reached
 
+    async def broadcast(self, text: str) -> None:
+        """Send ``text`` (a finished English notice) to every admin."""
+        await self._broadcast(text)
+
     async def _broadcast(self, text: str) -> None:
         for admin in self._admins:
             try:

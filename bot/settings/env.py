@@ -37,6 +37,7 @@ from bot.settings.checks import (
 )
 from bot.settings.conversation import ConversationSettings
 from bot.settings.media import MediaSettings
+from bot.settings.operations import OperatorSettings
 from bot.settings.ops import OpsNoticeSettings
 from bot.settings.personas import PersonaSettings
 from budget.config import DEAD_AFTER_HEARTBEATS
@@ -113,7 +114,12 @@ class BotApiSettings(BaseSettings):
 
 
 class Settings(
-    MediaSettings, BotApiSettings, ConversationSettings, PersonaSettings, OpsNoticeSettings
+    MediaSettings,
+    BotApiSettings,
+    ConversationSettings,
+    PersonaSettings,
+    OpsNoticeSettings,
+    OperatorSettings,
 ):
     """All configuration. See ``.env.example`` for meaning and units of each field."""
 

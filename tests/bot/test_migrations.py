@@ -116,6 +116,7 @@ def test_every_revision_up_down_up_and_head_matches_models(database_url: str) ->
         "0032_ops_notices",
         "0036_chat_summaries",
         "0024_process_liveness_lock",
+        "0034_retention",
         "0038_chat_prefs",
     ]
     for rev in revisions:

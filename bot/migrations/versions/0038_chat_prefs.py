@@ -4,7 +4,7 @@ See ``docs/decisions/160-personas-are-part-of-every-hold.md`` and
 ``docs/decisions/161-model-choice-per-chat.md``.
 
 Revision ID: 0038_chat_prefs
-Revises: 0024_process_liveness_lock
+Revises: 0034_retention
 """
 
 from collections.abc import Sequence
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0038_chat_prefs"
-down_revision: str | None = "0024_process_liveness_lock"
+down_revision: str | None = "0034_retention"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

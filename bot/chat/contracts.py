@@ -1,5 +1,6 @@
-"""The chat service's parts that others name too: its knobs (:class:`ChatConfig`) and
-what it needs of the token counter and of the cascade (structural protocols)."""
+"""What :class:`bot.chat.service.ChatService` is built from: its knobs
+(:class:`ChatConfig`) and what it needs of the token counter and of the cascade
+(re-exported by :mod:`bot.chat.service`)."""
 
 from __future__ import annotations
 
