@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from llm.router import Route, RouterConfig, Work, has_code, route
@@ -42,3 +45,15 @@ def test_code_is_seen_in_indented_blocks_and_statements() -> None:
     assert has_code("int main() {")
     assert not has_code("Why is the sky blue, briefly?")
     assert not has_code("Recommend me a movie for tonight")
+
+
+def test_the_benchmark_corpora_ship_whole() -> None:
+    # bench/router.py's corpora are part of the repository: a clean clone can replay
+    # the figures of docs/benchmarks.md (a .gitignore entry once kept them out)
+    folder = Path(__file__).resolve().parents[2] / "bench" / "data"
+    for name, size in (("router_prompts.jsonl", 200), ("router_holdout.jsonl", 40)):
+        rows = [json.loads(line) for line in (folder / name).read_text("utf-8").splitlines()]
+        assert len(rows) == size
+        assert {row["label"] for row in rows} <= {"big", "small", None}
+        assert all(row["text"] and row["history_tokens"] >= 0 for row in rows)
+        assert all(row["answer_tokens"] > 0 for row in rows)
