@@ -2,8 +2,9 @@
 ask first (``docs/decisions/086-the-price-before-the-spend.md``).
 
 :meth:`Quoter.answer_ceiling` is the most the answer's hold can be at any key the cascade
-may try: the prompt as the chat service will build it (system prompt, this
-conversation's stored history, the turn) at its provable bound
+may try: the prompt as the chat service will build it (the chat's system prompt — its
+persona, docs/decisions/160-personas-are-part-of-every-hold.md —, this conversation's
+stored history, the turn) at its provable bound
 (:func:`budget.pricing.tokens.input_bound`, plus a vision key's image bound), with
 ``CHAT_MAX_OUTPUT_TOKENS``, priced by the ledger's own card — the maximum over the keys,
 since the free keys may all be cooling when it runs. A free key's is 0, so a cascade of
@@ -19,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bot.chat.service import SYSTEM_PROMPT
+from bot.chat.persona import DEFAULT_PROMPT
 from bot.storage.repos import Conversation, History
 from budget.kernel.clock import Clock
 from budget.ledger import Ledger
@@ -103,12 +104,17 @@ class Quoter:
         return f"Quoter(confirm_above_musd={self._confirm_above})"
 
     async def answer_ceiling(
-        self, where: Conversation, message: Message, providers: Sequence[Provider]
+        self,
+        where: Conversation,
+        message: Message,
+        providers: Sequence[Provider],
+        system_prompt: str = DEFAULT_PROMPT,
     ) -> tuple[int, int]:
         """(the most the answer to ``message`` can be held for at any of ``providers``,
-        µUSD; the prompt's provable bound at the key that sets it, tokens)."""
+        µUSD; the prompt's provable bound at the key that sets it, tokens), with
+        ``system_prompt`` (the chat's persona) first, as the chat service sends it."""
         turns = await self._history.load_turns(where, self._history_max)
-        messages = [Message("system", SYSTEM_PROMPT), *(t.message for t in turns), message]
+        messages = [Message("system", system_prompt), *(t.message for t in turns), message]
         bound = input_bound(messages)
         now = self._clock.now()
         best = (0, bound)

@@ -5,6 +5,7 @@ and a chosen model is the one asked for."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -12,6 +13,7 @@ from budget.pricing.prices import PriceCard, ProviderModel
 from budget.pricing.tokens import TokenCounter
 from llm.types import Message
 from tests.e2e.test_provider_usage import ask, holds, only, started
+from tests.support.documents import text_pdf
 from tests.support.groups import BOT, mention
 from tests.support.inprocess import AppFactory
 from tests.support.providers import FakeProviders
@@ -66,6 +68,40 @@ async def test_a_long_custom_persona_is_held_to_the_token_and_sent_as_the_system
     assert system_of(fake_providers).startswith("You are Kopek")
     menu = await ask(fake_telegram, "/persona")
     assert "/persona tutor" in menu and "/persona custom TEXT (at most 1000 characters)" in menu
+    assert await bot.stop() == 0
+
+
+async def test_a_documents_price_counts_the_chats_persona(
+    app_factory: AppFactory,
+    bot_env: dict[str, str],
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+) -> None:
+    """A PDF asked about first (CONFIRM_ABOVE_USD=0, the paid anchor) in a chat with a
+    900-character persona: the price asked is the answer's hold at its provable bound
+    (the hold's ceiling plus its margin), persona included, rounded up to $0.0001 — the
+    persona's ~900 tokens are ~$0.00025 at the anchor's price, so a price without them
+    is below the hold."""
+    env = only(bot_env, fake_providers, "deepseek", PERSONA_MAX_CHARS="1000")
+    bot = await started(app_factory, dict(env, CONFIRM_ABOVE_USD="0"))
+    persona = ("You are a ship's cook who answers in sea shanties. " * 18).strip()
+    assert "Persona set" in await ask(fake_telegram, f"/persona custom {persona}")
+    mark = fake_telegram.mark()
+    fake_telegram.inject_document(
+        USER, text_pdf(3, lines_per_page=40), file_name="notes.pdf", mime_type="application/pdf"
+    )
+    [asked] = await fake_telegram.wait_sent(USER, since=mark, timeout=30)
+    price = re.search(r"could cost up to \$([0-9]+\.[0-9]+)", asked.text)
+    assert price is not None, asked.text
+    quoted_musd = int(Decimal(price.group(1)) * 1_000_000)
+    [[go, _cancel]] = asked.reply_markup["inline_keyboard"]
+    mark = fake_telegram.mark()
+    fake_telegram.inject_callback_query(USER, go["callback_data"], message_id=asked.message_id)
+    await fake_telegram.wait_sent(USER, since=mark, timeout=30)
+    assert system_of(fake_providers) == persona
+    hold = holds(env)[-1]
+    bound_musd = hold["ceiling_musd"] + hold["margin_musd"]
+    assert bound_musd <= quoted_musd < bound_musd + 100
     assert await bot.stop() == 0
 
 
