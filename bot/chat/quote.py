@@ -5,7 +5,8 @@ ask first (``docs/decisions/086-the-price-before-the-spend.md``).
 may try: the prompt as the chat service will build it (the chat's system prompt — its
 persona, docs/decisions/160-personas-are-part-of-every-hold.md —, this conversation's
 stored history, the turn) at its provable bound
-(:func:`budget.pricing.tokens.input_bound`, plus a vision key's image bound), with
+(:func:`budget.pricing.tokens.input_bound`, plus a vision key's image bound, plus the
+bound of the chat's tools, CHAT_TOOLS, at a key that takes them), with
 ``CHAT_MAX_OUTPUT_TOKENS``, priced by the ledger's own card — the maximum over the keys,
 since the free keys may all be cooling when it runs. A free key's is 0, so a cascade of
 free keys never asks.
@@ -28,8 +29,9 @@ from budget.pricing.prices import PriceCard
 from budget.pricing.tokens import input_bound
 from budget.types import Window
 from llm.providers.base import Provider
+from llm.providers.tools import ToolCallingProvider, tools_bound
 from llm.providers.vision_provider import media_tokens_of
-from llm.types import Message
+from llm.types import Message, ToolSpec
 
 __all__ = ["Quote", "Quoter"]
 
@@ -64,6 +66,8 @@ class Quoter:
         history_max_tokens: CHAT_HISTORY_MAX_TOKENS.
         confirm_above_musd: CONFIRM_ABOVE_USD in µUSD.
         chat_providers: the chat cascade's keys (a document's or page's answer).
+        tools: the functions the chat model is offered (CHAT_TOOLS): their bound is in
+            the first step's hold at a key that takes tools, so it is in the price.
     """
 
     __slots__ = (
@@ -73,6 +77,7 @@ class Quoter:
         "_history_max",
         "_ledger",
         "_max_output",
+        "_tools",
         "chat_providers",
     )
 
@@ -86,6 +91,7 @@ class Quoter:
         history_max_tokens: int,
         confirm_above_musd: int,
         chat_providers: Sequence[Provider],
+        tools: Sequence[ToolSpec] = (),
     ) -> None:
         self.chat_providers = tuple(chat_providers)
         self._ledger = ledger
@@ -94,6 +100,7 @@ class Quoter:
         self._max_output = max_output_tokens
         self._history_max = history_max_tokens
         self._confirm_above = confirm_above_musd
+        self._tools = tuple(tools)
 
     @property
     def prices(self) -> PriceCard:
@@ -116,10 +123,14 @@ class Quoter:
         turns = await self._history.load_turns(where, self._history_max)
         messages = [Message("system", system_prompt), *(t.message for t in turns), message]
         bound = input_bound(messages)
+        # the vision keys take no tools; a chat key that takes them is asked with them
+        tools = tools_bound(self._tools) if not message.images else 0
         now = self._clock.now()
         best = (0, bound)
         for provider in providers:
             tokens = bound + media_tokens_of(provider, messages)
+            if isinstance(provider, ToolCallingProvider):
+                tokens += tools
             ceiling = self._ledger.prices.ceiling_musd(
                 provider.name, provider.model, tokens, self._max_output, now
             )

@@ -34,7 +34,7 @@ from scheduler.errors import FetchError, FetchTooLarge, RefusedAddress
 from scheduler.sources.feeds import FeedClient
 from scheduler.sources.fetch import SourceFetcher
 
-__all__ = ["RESULT_MAX_CHARS", "TOOL_NAMES", "ChatTools"]
+__all__ = ["RESULT_MAX_CHARS", "TOOL_NAMES", "ChatTools", "specs_of"]
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,11 @@ class BudgetReader(Protocol):
     async def user_status(self, user_id: int) -> UserStatus: ...
 
 
+def specs_of(enabled: Collection[str]) -> tuple[ToolSpec, ...]:
+    """The functions CHAT_TOOLS offers the model, in :data:`TOOL_NAMES` order."""
+    return tuple(_SPECS[name] for name in TOOL_NAMES if name in enabled)
+
+
 class ChatTools:
     """The enabled tools and how each runs.
 
@@ -103,7 +108,7 @@ class ChatTools:
         sources: SourceFetcher,
         feeds: FeedClient,
     ) -> None:
-        self.specs = tuple(_SPECS[name] for name in TOOL_NAMES if name in enabled)
+        self.specs = specs_of(enabled)
         self._ledger = ledger
         self._sources = sources
         self._feeds = feeds

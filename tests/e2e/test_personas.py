@@ -71,6 +71,23 @@ async def test_a_long_custom_persona_is_held_to_the_token_and_sent_as_the_system
     assert await bot.stop() == 0
 
 
+async def _document_answered(telegram: FakeTelegram) -> int:
+    """A PDF sent, its price question answered Go ahead; the price asked, µUSD (as shown:
+    rounded up to $0.0001)."""
+    mark = telegram.mark()
+    telegram.inject_document(
+        USER, text_pdf(3, lines_per_page=40), file_name="notes.pdf", mime_type="application/pdf"
+    )
+    [asked] = await telegram.wait_sent(USER, since=mark, timeout=30)
+    price = re.search(r"could cost up to \$([0-9]+\.[0-9]+)", asked.text)
+    assert price is not None, asked.text
+    [[go, _cancel]] = asked.reply_markup["inline_keyboard"]
+    mark = telegram.mark()
+    telegram.inject_callback_query(USER, go["callback_data"], message_id=asked.message_id)
+    await telegram.wait_sent(USER, since=mark, timeout=30)
+    return int(Decimal(price.group(1)) * 1_000_000)
+
+
 async def test_a_documents_price_counts_the_chats_persona(
     app_factory: AppFactory,
     bot_env: dict[str, str],
@@ -86,19 +103,25 @@ async def test_a_documents_price_counts_the_chats_persona(
     bot = await started(app_factory, dict(env, CONFIRM_ABOVE_USD="0"))
     persona = ("You are a ship's cook who answers in sea shanties. " * 18).strip()
     assert "Persona set" in await ask(fake_telegram, f"/persona custom {persona}")
-    mark = fake_telegram.mark()
-    fake_telegram.inject_document(
-        USER, text_pdf(3, lines_per_page=40), file_name="notes.pdf", mime_type="application/pdf"
-    )
-    [asked] = await fake_telegram.wait_sent(USER, since=mark, timeout=30)
-    price = re.search(r"could cost up to \$([0-9]+\.[0-9]+)", asked.text)
-    assert price is not None, asked.text
-    quoted_musd = int(Decimal(price.group(1)) * 1_000_000)
-    [[go, _cancel]] = asked.reply_markup["inline_keyboard"]
-    mark = fake_telegram.mark()
-    fake_telegram.inject_callback_query(USER, go["callback_data"], message_id=asked.message_id)
-    await fake_telegram.wait_sent(USER, since=mark, timeout=30)
+    quoted_musd = await _document_answered(fake_telegram)
     assert system_of(fake_providers) == persona
+    hold = holds(env)[-1]
+    bound_musd = hold["ceiling_musd"] + hold["margin_musd"]
+    assert bound_musd <= quoted_musd < bound_musd + 100
+    assert await bot.stop() == 0
+
+
+async def test_a_documents_price_counts_the_chats_tools(
+    app_factory: AppFactory,
+    bot_env: dict[str, str],
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+) -> None:
+    """With CHAT_TOOLS the first step of a document's answer is held with the functions'
+    bound: the price asked counts it too, so it is not below that hold."""
+    env = only(bot_env, fake_providers, "deepseek", CHAT_TOOLS="fetch_url,channel_posts,my_budget")
+    bot = await started(app_factory, dict(env, CONFIRM_ABOVE_USD="0"))
+    quoted_musd = await _document_answered(fake_telegram)
     hold = holds(env)[-1]
     bound_musd = hold["ceiling_musd"] + hold["margin_musd"]
     assert bound_musd <= quoted_musd < bound_musd + 100
