@@ -23,6 +23,8 @@ __all__ = [
     "Message",
     "Priority",
     "RateLimitInfo",
+    "ToolCall",
+    "ToolSpec",
     "Transcript",
 ]
 
@@ -45,6 +47,37 @@ class Message:
     role: Role
     content: str
     images: tuple[ImagePart, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A function the model may call (OpenAI-style function calling).
+
+    Attributes:
+        name: the function's name.
+        description: what it does, for the model.
+        parameters_json: its arguments' JSON Schema, as the JSON text sent (its bytes
+            are part of the hold's input bound).
+    """
+
+    name: str
+    description: str
+    parameters_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One function call the model asked for.
+
+    Attributes:
+        call_id: the provider's id of the call.
+        name: the function.
+        arguments: its arguments as the JSON text the model wrote (not yet parsed).
+    """
+
+    call_id: str
+    name: str
+    arguments: str
 
 
 class Priority(IntEnum):
@@ -75,6 +108,12 @@ class LLMRequest:
         input_tokens: the token counter's count of ``messages`` when the caller has it
             already (chat sums the counts stored with each turn); ``None``: the cascade
             counts.
+        tools: functions the model may call (keys that take function calling get
+            them, one-piece, never streamed; the others are asked without them); their
+            JSON is part of the input held (``llm.cascade.plan``).
+        model: the one model to answer with (a chat's ``/model`` choice): only provider
+            keys whose default or cheap model it is are tried, each with that model
+            (docs/decisions/161-model-choice-per-chat.md); ``None``: each key's default.
         small: the router's choice (:mod:`llm.router`): ask each provider's small model
             (its ``cheap_model``) instead of its main one; each hold is sized on it.
         origin: what the request's holds are booked as when it is not the
@@ -89,6 +128,8 @@ class LLMRequest:
     fingerprint: str | None = None
     free_share: float = 1.0
     input_tokens: int | None = None
+    model: str | None = None
+    tools: tuple[ToolSpec, ...] = ()
     small: bool = False
     origin: Origin | None = None
 
@@ -153,6 +194,8 @@ class Completion:
     hold_id: str = ""
     #: the output cap the answering attempt held (tokens)
     max_tokens: int = 0
+    #: the functions the model asked to call (``text`` may then be empty)
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

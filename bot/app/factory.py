@@ -33,17 +33,19 @@ from bot.app.wiring import (
     provider_models,
     provider_specs_of,
     router_config,
+    stream_config,
     watch_config,
 )
 from bot.chat.deferral import FloodDeferral
 from bot.chat.duplicates import DuplicateGate
 from bot.chat.folding import HistoryFolder, raw_turn_counter
+from bot.chat.model_menu import ModelMenu
 from bot.chat.outbox import Outbox
 from bot.chat.paste import PasteJoiner
 from bot.chat.service import ChatService
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
-from bot.chat.streaming.session import StreamConfig
+from bot.chat.tools import ChatTools
 from bot.handlers.admin.base import AdminView
 from bot.handlers.books import BooksDesk
 from bot.handlers.inline_filters import run_sync_filters_inline
@@ -76,6 +78,7 @@ from bot.session.updates import (
     SkipUndecodableUpdates,
 )
 from bot.settings import Settings
+from bot.storage.chat_prefs import ChatPrefsStore
 from bot.storage.moves import ChatMoves
 from bot.storage.repos import History, Intake
 from bot.storage.sqlite_hot import SqliteHotPath
@@ -268,6 +271,12 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         transport=GuardedTransport(guard),  # certifi's bundle; no SSL_CERT_FILE for feeds
         trust_env=False,
     )
+    feeds = FeedClient(
+        feed_http,
+        guard,
+        max_bytes=settings.fetch_max_bytes,
+        timeout_s=settings.fetch_timeout_seconds,
+    )
     fetchers = Fetchers(
         TmeClient(
             http,
@@ -275,12 +284,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
             max_bytes=settings.fetch_max_bytes,
             timeout_s=settings.fetch_timeout_seconds,
         ),
-        feeds := FeedClient(
-            feed_http,
-            guard,
-            max_bytes=settings.fetch_max_bytes,
-            timeout_s=settings.fetch_timeout_seconds,
-        ),
+        feeds,
         clock,
     )
     media = build_media(
@@ -295,6 +299,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         tls=tls,
     )
     chat.vision = media.vision
+    # the chat model's tools reach the network only through these guarded sources
+    chat.use_tools(ChatTools(settings.chat_tools, ledger=ledger, sources=fetchers, feeds=feeds))
     digests = DigestService(
         sessions,
         clock,
@@ -383,13 +389,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         outbox=outbox,
         flood_deferral=FloodDeferral(flood_waits, outbox, clock, settings.flood_defer_seconds),
         streams=streams,
-        stream_config=StreamConfig(
-            private=settings.stream_mode_private,
-            group=settings.stream_mode_group,
-            draft_interval_s=settings.stream_draft_interval_ms / 1000,
-            edit_interval_s=settings.stream_edit_interval_ms / 1000,
-            shed=lambda: shedding.is_off("streaming"),
-        ),
+        stream_config=stream_config(settings, shed=lambda: shedding.is_off("streaming")),
         stream_metrics=StreamMetrics(registry),
         stop_book=StopBook(sessions),
         admin_ids=settings.admin_ids,
@@ -401,6 +401,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         plan_sales=who.sales,
         operator_view=operator_view,
         dashboard_url=settings.dashboard_url,
+        chat_prefs=ChatPrefsStore(sessions),
+        model_menu=ModelMenu(provider_models(settings), prices, settings.chat_models, clock.now),
+        persona_max_chars=settings.persona_max_chars,
         drill=drill_of(ledger, i18n, settings),
         media_desk=media.desk,
         confirmations=media.confirmations,

@@ -23,6 +23,7 @@ from bot.handlers.errors import create_error_router
 from bot.handlers.me import create_me_router
 from bot.handlers.media import create_media_router, link_route
 from bot.handlers.moves import create_chat_moves_router
+from bot.handlers.persona import create_persona_router
 from bot.handlers.regenerate import create_regenerate_router
 from bot.handlers.stars import create_stars_router
 from bot.handlers.stream import create_stream_router
@@ -95,6 +96,7 @@ def include_routers(dp: Dispatcher, admin_ids: frozenset[int]) -> None:
     dp.include_router(create_stream_router())
     dp.include_router(create_regenerate_router())
     dp.include_router(create_common_router())
+    dp.include_router(create_persona_router())
     dp.include_router(create_digest_router())
     dp.include_router(create_me_router())
     dp.include_router(create_conversation_router())

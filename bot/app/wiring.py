@@ -29,6 +29,7 @@ from scheduler.profiles import LANGUAGES, ProfileRepository, parse_digest_time
 from scheduler.runner import DigestConfig
 
 if TYPE_CHECKING:  # bot.ops.watch imports aiogram, which the settings' checks must not
+    from bot.chat.streaming.session import StreamConfig
     from bot.ops.watch import WatchConfig
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "provider_models",
     "provider_specs_of",
     "router_config",
+    "stream_config",
     "watch_config",
 ]
 
@@ -110,6 +112,21 @@ def router_config(settings: Settings) -> RouterConfig:
         enabled=settings.chat_router == "on",
         small_max_tokens=settings.router_small_max_tokens,
         small_max_context_tokens=settings.router_small_max_context_tokens,
+    )
+
+
+def stream_config(settings: Settings, shed: Callable[[], bool] | None = None) -> StreamConfig:
+    """Settings → how answers stream (STREAM_MODE_*, STREAM_*_INTERVAL_MS in seconds);
+    ``shed`` is true while shedding has switched streaming off (:mod:`bot.ops.shedding`)."""
+    # imported here: the streaming session needs aiogram, the start-up checks must not
+    from bot.chat.streaming.session import StreamConfig
+
+    return StreamConfig(
+        private=settings.stream_mode_private,
+        group=settings.stream_mode_group,
+        draft_interval_s=settings.stream_draft_interval_ms / 1000,
+        edit_interval_s=settings.stream_edit_interval_ms / 1000,
+        shed=shed,
     )
 
 

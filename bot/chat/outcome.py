@@ -43,11 +43,18 @@ class ChatAnswer:
             passed over after its call started may have been billed too); ``None``
             when the ledger could not answer. Told the user only when the answer
             could not be delivered (``docs/decisions/021-chat-reply.md``).
+        steps: model calls the answer took (more than 1: tools were called).
+        tools_called: the tools called, in order.
+        tool_stop: the ledger's refusal that ended the tool loop early (the answer is
+            the text so far).
         fold: the history fold this message made (summarised or cut), ``None``: none.
     """
 
     completion: Completion
     charged_musd: int | None = 0
+    steps: int = 1
+    tools_called: tuple[str, ...] = ()
+    tool_stop: Refusal | None = None
     fold: FoldNote | None = None
 
 

@@ -27,9 +27,11 @@ from bot.chat.deferral import FloodDeferral
 from bot.chat.delivery import send_text
 from bot.chat.duplicates import Claim, DuplicateGate, Regenerate, Verdict, answered_in_full
 from bot.chat.ledger_wait import until_ledger_answers
+from bot.chat.model_menu import ModelMenu
 from bot.chat.outbox import Outbox
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind, run_guarded
 from bot.chat.paste import PasteTicket
+from bot.chat.persona import ChatPersona
 from bot.chat.plans import UserPlans
 from bot.chat.reply import Courier, Reply, reply_of, screen
 from bot.chat.service import ChatService
@@ -37,9 +39,11 @@ from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.streaming.session import StreamConfig, StreamSession, book_stop
 from bot.chat.turns import MediaTurn
+from bot.handlers.persona import persona_of
 from bot.handlers.regenerate import send_duplicate_notice
 from bot.middlewares.context import IntakeStatus, UserContext
 from bot.middlewares.topics import topic_of
+from bot.storage.chat_prefs import ChatPrefsStore
 from bot.storage.summaries import CostFooters
 from bot.text import templates
 from budget.books.stops import StopBook
@@ -124,6 +128,8 @@ async def on_text(
     cost_footers: CostFooters | None = None,
     duplicates: DuplicateGate | None = None,
     user_plans: UserPlans | None = None,
+    chat_prefs: ChatPrefsStore | None = None,
+    model_menu: ModelMenu | None = None,
 ) -> IntakeStatus:
     """Answer one chat message, or say why not; returns what its intake record says.
     The user's plan decides whether it streams, its queue's slots and its priority."""
@@ -154,6 +160,8 @@ async def on_text(
         cost_footers=cost_footers,
         duplicates=duplicates,
         user_plans=user_plans,
+        chat_prefs=chat_prefs,
+        model_menu=model_menu,
     )
 
 
@@ -180,6 +188,8 @@ async def answer_turn(
     cost_footers: CostFooters | None = None,
     duplicates: DuplicateGate | None = None,
     user_plans: UserPlans | None = None,
+    chat_prefs: ChatPrefsStore | None = None,
+    model_menu: ModelMenu | None = None,
 ) -> IntakeStatus:
     """Answer ``prompt`` for ``message`` (typed text, or a media turn: ``media``, neither
     screened nor claimed against duplicates: a confirmed one is answered when its sender
@@ -207,11 +217,12 @@ async def answer_turn(
                 bot, message, user_ctx.user_id, clock, received_at,
                 (streams, stream_config, stream_metrics),
             )  # fmt: skip
+        persona = await _persona_of(chat_id, chat_prefs, model_menu)
         outcome: ChatOutcome = ChatFailed(FailureKind.ERROR)
         try:
             outcome = await run_guarded(
                 _answer(chat_service, user_ctx.user_id, prompt, message, bot, courier, clock,
-                        timedelta(seconds=stale_after_s), media, plan)
+                        timedelta(seconds=stale_after_s), media, plan, persona)
             )  # fmt: skip
         except asyncio.CancelledError:  # the intake middleware records it as failed
             await courier.interrupted(answer_to)
@@ -233,6 +244,15 @@ async def answer_turn(
     if reply.refusal is not None:
         refusals.labels(reply.refusal).inc()
     return await courier.deliver(reply)
+
+
+async def _persona_of(
+    chat_id: int, chat_prefs: ChatPrefsStore | None, model_menu: ModelMenu | None
+) -> ChatPersona | None:
+    """The chat's persona and model (``None``: personas not wired, the defaults)."""
+    if chat_prefs is None or model_menu is None:
+        return None
+    return await persona_of(chat_id, chat_prefs, model_menu)
 
 
 async def _plan_of(user_plans: UserPlans | None, user_id: int) -> Plan | None:
@@ -260,6 +280,7 @@ async def _answer(
     stale_after: timedelta,
     media: MediaTurn | None = None,
     plan: Plan | None = None,
+    persona: ChatPersona | None = None,
 ) -> ChatOutcome:
     """The message answered by the chat service (``plan``: the user's, which sets its
     queue's slots and priority); a try that met a ledger failing closed
@@ -277,6 +298,7 @@ async def _answer(
         stream=courier.stream.control if courier.stream is not None else None,
         media=media,
         plan=plan,
+        persona=persona,
     )
     return await until_ledger_answers(
         attempt,

@@ -26,8 +26,10 @@ from prometheus_client import Counter
 
 from bot.chat.confirm import Confirmations, Taken
 from bot.chat.delivery import send_text
+from bot.chat.persona import DEFAULT_PROMPT
 from bot.chat.plans import UserPlans
 from bot.handlers.chat import addressed_prompt, answer_turn
+from bot.handlers.persona import persona_of
 from bot.media.desk import FileRef, MediaDesk, Prepared
 from bot.media.links import find_link
 from bot.media.refusals import MediaRefusal
@@ -44,14 +46,21 @@ from llm.providers.vision import PhotoSize
 
 __all__ = ["CONFIRM_PREFIX", "OneLink", "create_media_router", "link_route"]
 
-#: What the chat path takes from the dispatcher's data by name (``user_plans``: the
-#: plan's queue slots, priority and streaming apply to a media turn as to typed text).
-_PASSED_ON = ("flood_deferral", "ledger", "cost_footers", "user_plans")
-
 log = logging.getLogger(__name__)
 
 #: ``callback_data`` of the price question's buttons: ``mc:go:<token>``, ``mc:no:<token>``.
 CONFIRM_PREFIX = "mc:"
+
+#: The workflow data a media turn passes on to the chat answer (as a typed one has them;
+#: ``user_plans``: the plan's queue slots, priority and streaming apply as to typed text).
+_TURN_PARTS = (
+    "flood_deferral",
+    "ledger",
+    "cost_footers",
+    "user_plans",
+    "chat_prefs",
+    "model_menu",
+)
 
 
 class MediaAddressed(Filter):
@@ -200,7 +209,7 @@ async def _proceed(
         return await _refuse(message, text, "too_long", data)
     where = Conversation(message.chat.id, topic_of(message), user_ctx.user_id)
     try:
-        ceiling, size = await desk.ceiling(where, prepared)
+        ceiling, size = await desk.ceiling(where, prepared, await _system_prompt(message, data))
         quote = await desk.quoter.quote(user_ctx.user_id, ceiling)
     except BudgetError:  # the ledger cannot be read: fail closed, as a hold would
         text = templates.refusal_text(Refusal(RefusalReason.UNAVAILABLE), tz=user_ctx.tz)
@@ -223,7 +232,7 @@ async def _proceed(
             data.get("stream_metrics"),
             data.get("stop_book"),
             media=prepared.turn,
-            **{key: data.get(key) for key in _PASSED_ON},
+            **{key: data.get(key) for key in _TURN_PARTS},
         )
 
     if not quote.ask:
@@ -244,8 +253,31 @@ async def _proceed(
         level,
         recording=prepared.turn.transcribe is not None,
     )
+    reply_to = message.message_id if message.chat.type != "private" else None
+    bot: Bot = data["bot"]
+    await bot.send_message(
+        message.chat.id,
+        text,
+        reply_markup=_confirm_markup(token),
+        reply_to_message_id=reply_to,
+        message_thread_id=topic_of(message),
+    )
+    return IntakeStatus.ANSWERED
+
+
+async def _system_prompt(message: Message, data: dict[str, Any]) -> str:
+    """The chat's persona, as the answer will be sent it: its tokens are in the answer's
+    hold, so they are in its price (docs/decisions/160-personas-are-part-of-every-hold.md)."""
+    prefs, menu = data.get("chat_prefs"), data.get("model_menu")
+    if prefs is None or menu is None:
+        return DEFAULT_PROMPT
+    return (await persona_of(message.chat.id, prefs, menu)).prompt
+
+
+def _confirm_markup(token: str) -> InlineKeyboardMarkup:
+    """The price question's Go ahead / Cancel buttons."""
     go, cancel = texts.confirm_buttons()
-    markup = InlineKeyboardMarkup(
+    return InlineKeyboardMarkup(
         inline_keyboard=[
             [
                 InlineKeyboardButton(text=go, callback_data=f"{CONFIRM_PREFIX}go:{token}"),
@@ -253,16 +285,6 @@ async def _proceed(
             ]
         ]
     )
-    reply_to = message.message_id if message.chat.type != "private" else None
-    bot: Bot = data["bot"]
-    await bot.send_message(
-        message.chat.id,
-        text,
-        reply_markup=markup,
-        reply_to_message_id=reply_to,
-        message_thread_id=topic_of(message),
-    )
-    return IntakeStatus.ANSWERED
 
 
 def _window_name(level: str, window: str) -> str:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from bot.chat.confirm import Confirmations
     from bot.chat.deferral import FloodDeferral
     from bot.chat.duplicates import DuplicateGate
+    from bot.chat.model_menu import ModelMenu
     from bot.chat.outbox import Outbox
     from bot.chat.plans import UserPlans
     from bot.chat.service import ChatService
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from bot.ops.admin_notices import AdminNotifier
     from bot.ops.dashboard.view import OperatorView
     from bot.ops.drill import Drill
+    from bot.storage.chat_prefs import ChatPrefsStore
     from bot.storage.moves import ChatMoves
     from bot.storage.repos import History, Intake
     from bot.storage.summaries import CostFooters, Summaries
@@ -144,6 +146,12 @@ class WorkflowData(TypedDict):
     operator_view: OperatorView
     #: DASHBOARD_URL (``None``: no dashboard), the /dashboard button's address
     dashboard_url: str | None
+    #: each chat's persona and model (/persona, /model)
+    chat_prefs: ChatPrefsStore
+    #: the models /model offers, with their prices
+    model_menu: ModelMenu
+    #: PERSONA_MAX_CHARS
+    persona_max_chars: int
     #: /drill's runner (the canary payer's checks of the ledger's guards)
     drill: Drill
     #: voice notes, photos, documents, links: prepared and priced without spending
@@ -164,7 +172,7 @@ class UserContext:
     Attributes:
         user_id: Telegram user id.
         chat_id: chat the update came from.
-        language: ``en`` or ``ru``.
+        language: a code of ``bot.text.i18n.SUPPORTED_LANGUAGES`` (``en``, ``ru``, ``zh``…).
         tz: the user's IANA timezone (their /tz, else DEFAULT_USER_TZ).
         is_admin: the user id is in ADMIN_IDS.
     """

@@ -41,6 +41,7 @@ from bot.settings.media import MediaSettings
 from bot.settings.months import MonthSettings
 from bot.settings.operations import OperatorSettings
 from bot.settings.ops import OpsNoticeSettings
+from bot.settings.personas import PersonaSettings
 from budget.config import DEAD_AFTER_HEARTBEATS
 from budget.pricing.names import CASCADE_ORDER, KEYS, family, family_fields, key_field
 
@@ -120,6 +121,7 @@ class Settings(
     AccessSettings,
     MonthSettings,
     ConversationSettings,
+    PersonaSettings,
     OpsNoticeSettings,
     OperatorSettings,
 ):

@@ -1,6 +1,7 @@
 """The bot's own tables: seen messages (exactly-once intake), chat history, the outbox,
-the operator notices sent once (alerts, spend reports), who may use the bot (runtime
-allow and ban entries, invites, notices) and the Telegram Stars payments."""
+the operator notices sent once (alerts, spend reports), each chat's persona and model,
+who may use the bot (runtime allow and ban entries, invites, notices) and the Telegram
+Stars payments."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ __all__ = [
     "AccessEntry",
     "AccessNotice",
     "Base",
+    "ChatPrefsRow",
     "ChatSummary",
     "ChatTurn",
     "CostFooter",
@@ -144,6 +146,25 @@ class PendingAnswer(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     not_before: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ChatPrefsRow(Base):
+    """A chat's persona and model (``/persona``, ``/model``): one row per chat, every
+    topic of it included; no row = the default persona and the cascade's own models.
+
+    ``persona`` is a built-in persona's key or ``custom`` (then ``persona_text`` is the
+    text, at most PERSONA_MAX_CHARS characters); ``""`` = the default. ``model`` is a
+    model id (``None``: automatic). ``changed_by`` is the Telegram user who changed it last.
+    """
+
+    __tablename__ = "chat_prefs"
+
+    chat_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    persona: Mapped[str] = mapped_column(String(32), default="")
+    persona_text: Mapped[str | None] = mapped_column(Text, nullable=True)
+    model: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    changed_by: Mapped[int] = mapped_column(BigInteger)
+    changed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class OpsNotice(Base):

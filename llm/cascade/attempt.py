@@ -61,6 +61,7 @@ from llm.keys.admission import KeyAdmission
 from llm.keys.slots import CallSlots
 from llm.model_caps import possible_tokens
 from llm.providers.base import Provider
+from llm.providers.tools import ToolCallingProvider
 from llm.providers.vision_provider import media_tokens_of
 from llm.stream import StreamControl, StreamingProvider
 from llm.types import Completion, LLMRequest
@@ -175,12 +176,14 @@ class GovernedAttempt:
             ProviderError: the attempt failed (hold settled or released).
             EmptyCompletion: answered with no usable text (settled as billed).
         """
-        model = provider.model
-        if request.small:  # the router's choice: the key's small model, held as such
+        model = request.model or provider.model
+        if request.small and request.model is None:  # the router's choice: the key's small model
             model = self._config.cheap_models.get(provider.name) or provider.model
         plan = AttemptPlan(
             request.messages, model, request.max_tokens, 0, [], origin=request.origin
         )
+        if request.tools and isinstance(provider, ToolCallingProvider):
+            plan.tools, stream = request.tools, None  # a step with tools is one piece
         await self._sizer.size(plan, provider.name, input_tokens)
         plan.add_media(media_tokens_of(provider, plan.messages))
         async with self._slots.slot(request.priority):
@@ -275,11 +278,12 @@ class GovernedAttempt:
                         count=self._count,
                         progress=progress,
                     )
-                return await provider.complete(
-                    plan.messages,
-                    plan.max_tokens,
-                    None if plan.model == provider.model else plan.model,
-                )
+                model = None if plan.model == provider.model else plan.model
+                if plan.tools and isinstance(provider, ToolCallingProvider):
+                    return await provider.complete(
+                        plan.messages, plan.max_tokens, model, tools=plan.tools
+                    )
+                return await provider.complete(plan.messages, plan.max_tokens, model)
         except ProviderError as exc:
             if exc.billed_usage is not None:
                 await self._settle_billed(hold, exc.billed_usage)
@@ -332,7 +336,7 @@ class GovernedAttempt:
             # the provider's own report (above the bound too: that raises the estimate)
             self._telemetry.count_estimate_error(completion.usage.input_tokens - plan.input_tokens)
             await self._sizer.calibrate(provider.name, plan, completion.usage.input_tokens)
-        if not completion.stopped and not _usable(completion.text):
+        if not completion.stopped and not completion.tool_calls and not _usable(completion.text):
             self._telemetry.count_empty(provider.name)
             log.warning(
                 "empty completion from %s (finish_reason=%s), %d µUSD booked",

@@ -9,8 +9,9 @@ Cerebras), the paid anchor (DeepSeek) last. For one request::
     begin_request(op, fingerprint)                     once (op caps, loop check)
     for each provider key, at most once:
         skip without a request if: disabled (auth), breaker open, paced out,
-            paid and not allow_paid, prompt larger than its context window, past the
-            payer's fair share of a free key (then the paid anchor too: llm.keys.shares)
+            paid and not allow_paid, not serving the request's chosen model, prompt larger
+            than its context window, past the payer's fair share of a free key (then the
+            paid anchor too: llm.keys.shares)
         one governed attempt (llm.cascade.attempt): slot, hold (the paid anchor's
             refused hold goes down the degradation ladder, llm.cascade.degradation), call
             (streamed by llm.cascade.streamed when asked), settle or release
@@ -57,7 +58,7 @@ from budget.pricing.tokens import count_off_loop
 from budget.protocol import LedgerPort, OperationTicket
 from llm.cascade.attempt import GovernedAttempt, SkipProvider
 from llm.cascade.degradation import DegradationLadder
-from llm.cascade.plan import Sizer
+from llm.cascade.plan import Sizer, models_of
 from llm.cascade.telemetry import Telemetry
 from llm.cascade.types import (
     MAX_CHARS_PER_TOKEN,
@@ -438,6 +439,8 @@ class Cascade:
             return "disabled"
         if provider.paid and not request.allow_paid:
             return "paid_not_allowed"
+        if request.model is not None and request.model not in models_of(provider, self._config):
+            return "model"
         if provider.context_window_tokens <= context_floor:
             return "context"
         if input_tokens >= provider.context_window_tokens:

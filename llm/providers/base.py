@@ -33,6 +33,7 @@ from llm.errors import (
     ProviderUnavailable,
     QuotaExhausted,
 )
+from llm.providers.tools import tool_calls_of
 from llm.types import Completion, Message, RateLimitInfo
 
 __all__ = [
@@ -377,6 +378,7 @@ def parse_completion_body(
         rate_limits=rate_limits,
         paid=paid,
         usage_issue=issue,
+        tool_calls=tool_calls_of(message),
     )
 
 

@@ -42,8 +42,9 @@ from llm.providers.base import (
 from llm.providers.plain_post import PlainPost, PlainResponse, aiohttp_transport_error
 from llm.providers.ratelimits import parse_rate_limits
 from llm.providers.sse import bound_events
+from llm.providers.tools import tools_payload
 from llm.stream import ChunkStream
-from llm.types import Completion, Message, RateLimitInfo
+from llm.types import Completion, Message, RateLimitInfo, ToolSpec
 
 __all__ = ["GroqProvider"]
 
@@ -112,12 +113,20 @@ class GroqProvider(ProviderBase):
         self._plain = PlainPost(headers, tls)
         self._url = base_url.rstrip("/") + _COMPLETIONS_PATH
 
+    #: takes ``tools`` (function calling) in :meth:`complete`
+    supports_tools = True
+
     async def complete(
-        self, messages: Sequence[Message], max_tokens: int, model: str | None = None
+        self,
+        messages: Sequence[Message],
+        max_tokens: int,
+        model: str | None = None,
+        tools: Sequence[ToolSpec] = (),
     ) -> Completion:
-        """See :meth:`llm.providers.base.Provider.complete`."""
+        """See :meth:`llm.providers.base.Provider.complete`; ``tools`` are offered to
+        the model (``llm.providers.tools``)."""
         use_model = model or self.model
-        response = await self._post(messages, max_tokens, use_model)
+        response = await self._post(messages, max_tokens, use_model, tools)
         content = response.content
         content_type = response.headers.get("content-type", "*").split(";")[0]
         if not content_type.endswith("json"):
@@ -133,7 +142,11 @@ class GroqProvider(ProviderBase):
         return parse_completion_body(self.name, use_model, body, limits, paid=self.paid)
 
     async def _post(
-        self, messages: Sequence[Message], max_tokens: int, model: str
+        self,
+        messages: Sequence[Message],
+        max_tokens: int,
+        model: str,
+        tools: Sequence[ToolSpec] = (),
     ) -> PlainResponse:
         """One non-streamed ``chat/completions`` POST with the SDK's URL and headers,
         sent through :class:`~llm.providers.plain_post.PlainPost` (``aiohttp``: the SDK's
@@ -146,12 +159,14 @@ class GroqProvider(ProviderBase):
             ProviderError: the status translated (429, 5xx, 401...), a transport
                 failure or the deadline.
         """
-        payload = {
+        payload: dict[str, object] = {
             "messages": messages_payload(messages),
             "model": model,
             "max_tokens": max_tokens,
             "stream": False,
         }
+        if tools:
+            payload["tools"] = tools_payload(tools)
         try:
             async with asyncio.timeout(self._timeout_s):
                 response = await self._plain.post(self._url, payload)

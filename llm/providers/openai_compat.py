@@ -37,8 +37,9 @@ from llm.providers.base import (
 from llm.providers.plain_post import PlainPost, aiohttp_transport_error
 from llm.providers.ratelimits import parse_rate_limits
 from llm.providers.sse import sse_chunks
+from llm.providers.tools import tools_payload
 from llm.stream import ChunkStream
-from llm.types import Completion, Message
+from llm.types import Completion, Message, ToolSpec
 
 __all__ = ["OpenAICompatProvider"]
 
@@ -97,17 +98,27 @@ class OpenAICompatProvider(ProviderBase):
             verify=True if tls is None else tls,
         )
 
+    #: takes ``tools`` (function calling) in :meth:`complete`
+    supports_tools = True
+
     async def complete(
-        self, messages: Sequence[Message], max_tokens: int, model: str | None = None
+        self,
+        messages: Sequence[Message],
+        max_tokens: int,
+        model: str | None = None,
+        tools: Sequence[ToolSpec] = (),
     ) -> Completion:
-        """See :meth:`llm.providers.base.Provider.complete`."""
+        """See :meth:`llm.providers.base.Provider.complete`; ``tools`` are offered to
+        the model (``llm.providers.tools``)."""
         use_model = model or self.model
-        payload = {
+        payload: dict[str, object] = {
             "model": use_model,
             "messages": messages_payload(messages),
             "max_tokens": max_tokens,
             "stream": False,
         }
+        if tools:
+            payload["tools"] = tools_payload(tools)
         try:
             async with asyncio.timeout(self._timeout_s):
                 response = await self._plain.post(self._url, payload)

@@ -120,6 +120,7 @@ def test_every_revision_up_down_up_and_head_matches_models(database_url: str) ->
         "0025_ledger_levels",
         "0026_access",
         "0027_star_payments",
+        "0038_chat_prefs",
     ]
     for rev in revisions:
         command.upgrade(cfg, rev.revision)

@@ -227,7 +227,8 @@ async def test_profile_touch_creates_refreshes_and_reactivates(
     repo = ProfileRepository(sessions, clock, default_digest_time="08:30")
     profiles = ProfileStoreAdapter(repo, hot=hot, clock=clock, default_digest_time="08:30")
     assert await profiles.touch(7, 7, "ru-RU") == Preferences("ru", None)
-    assert await profiles.touch(8, 8, "de") == Preferences("en", None)
+    assert await profiles.touch(8, 8, "de") == Preferences("de", None)
+    assert await profiles.touch(9, 9, "fr") == Preferences("en", None)  # not offered
     await repo.set_tz(7, "Europe/Berlin")
     await repo.set_language(7, "en")
     async with sessions() as session, session.begin():

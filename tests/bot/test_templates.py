@@ -107,13 +107,16 @@ def test_every_msgid_is_translated_to_russian() -> None:
     [
         (None, "ru", "ru"),
         (None, "ru-RU", "ru"),
-        (None, "de", "en"),
+        (None, "de", "de"),
+        (None, "pt-br", "pt"),
+        (None, "zh-hans", "zh"),
+        (None, "fr", "en"),
         ("en", "ru", "en"),
         (None, None, "en"),
     ],
 )
 def test_pick_language(stored: str | None, code: str | None, expected: str) -> None:
-    """/lang wins; else Telegram's language_code ru → ru; else English."""
+    """/lang wins; else Telegram's language_code when supported (pt-br → pt); else English."""
     assert pick_language(stored, code) == expected
 
 
