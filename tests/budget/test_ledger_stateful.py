@@ -60,7 +60,7 @@ from budget.storage.postgres.store import PgStore
 from budget.storage.sqlite.store import SqliteStore
 from budget.storage.tables import metadata
 from budget.types import Level, Origin, Usage, Window
-from tests.budget.ledger_helpers import BACKENDS, BASE_CONFIG, card, create_pg_schema
+from tests.budget.ledger_helpers import BACKENDS, BASE_CONFIG, card
 from tests.support.clocks import ManualClock
 
 T = TypeVar("T")
@@ -316,8 +316,7 @@ def test_ledger_machine(backend: str, request: pytest.FixtureRequest) -> None:
 
     url: str | None = None
     if backend == "postgres":
-        url = request.getfixturevalue("pg_url")
-        asyncio.run(create_pg_schema(url))
+        url = request.getfixturevalue("pg_ledger_url")
 
     class Machine(LedgerMachine):
         pg_url = url
