@@ -25,6 +25,7 @@ from bot.app.ops_wiring import drill_of, include_routers, retention_of, shedding
 from bot.app.wiring import (
     ProfileStoreAdapter,
     admin_language,
+    anomaly_config,
     cascade_config,
     chat_config,
     digest_config,
@@ -56,6 +57,7 @@ from bot.middlewares.intake import (
 from bot.middlewares.rate import RateExemption, UpdateRateMiddleware
 from bot.middlewares.topics import TopicMiddleware, TopicRequestMiddleware
 from bot.ops.admin_notices import AdminNotifier
+from bot.ops.anomaly_watch import AnomalyWatch
 from bot.ops.dashboard import build_operator_view, build_site
 from bot.ops.health import Readiness
 from bot.ops.kpis import KpiReader
@@ -334,6 +336,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         kpis=kpis,
         clock=clock,
         config=watch_config(settings),
+        anomalies=AnomalyWatch(
+            engine=engine, cascade=cascade, clock=clock, config=anomaly_config(settings)
+        ),
     )
     operator_view = build_operator_view(ledger, cascade, engine, clock, settings.budget_tz, kpis)
     dashboard = None

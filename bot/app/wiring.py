@@ -28,11 +28,13 @@ from scheduler.profiles import LANGUAGES, ProfileRepository, parse_digest_time
 from scheduler.runner import DigestConfig
 
 if TYPE_CHECKING:  # bot.ops.watch imports aiogram, which the settings' checks must not
+    from bot.ops.anomaly_watch import AnomalyConfig
     from bot.ops.watch import WatchConfig
 
 __all__ = [
     "ProfileStoreAdapter",
     "admin_language",
+    "anomaly_config",
     "cascade_config",
     "chat_config",
     "digest_config",
@@ -256,6 +258,24 @@ def watch_config(settings: Settings) -> WatchConfig:
         thresholds=settings.alert_at,
         report_time=parse_digest_time(settings.report_time) if settings.report_time else None,
         report_weekly=WEEKDAYS.index(settings.report_weekly) if settings.report_weekly else None,
+    )
+
+
+def anomaly_config(settings: Settings) -> AnomalyConfig:
+    """The anomaly alerts' settings → their config (bot/ops/anomaly_watch.py)."""
+    from datetime import timedelta
+
+    from bot.ops.anomaly_watch import AnomalyConfig
+
+    return AnomalyConfig(
+        tz=settings.budget_tz,
+        loop_calls=settings.loop_alert_calls,
+        loop_span=timedelta(minutes=settings.loop_alert_minutes),
+        quota_lead=timedelta(minutes=settings.quota_alert_minutes),
+        cost_ratio=settings.cost_alert_ratio,
+        cost_min_answers=settings.cost_alert_min_answers,
+        month_alert_musd=usd_to_musd(settings.month_alert_usd) or 0,
+        day_forecast=bool(settings.alert_at),
     )
 
 

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from bot.ops.admin_notices import AdminNotifier
 from bot.ops.alerts import LimitAlert, alert_key, burn, crossed, read_buckets, top_spenders
 from bot.ops.alerts import window_start as start_of
+from bot.ops.anomaly_watch import AnomalyWatch
 from bot.ops.kpis import KpiReader
 from bot.ops.once import NoticeBook
 from bot.ops.reports import SpendReport, due_periods, read_report
@@ -79,6 +80,7 @@ class OpsWatch:
         kpis: the counts a report ends with.
         clock: the one clock.
         config: see :class:`WatchConfig`.
+        anomalies: the anomaly alerts (:mod:`bot.ops.anomaly_watch`; ``None``: none).
     """
 
     def __init__(
@@ -92,6 +94,7 @@ class OpsWatch:
         kpis: KpiReader,
         clock: Clock,
         config: WatchConfig,
+        anomalies: AnomalyWatch | None = None,
     ) -> None:
         self._ledger = ledger
         self._engine = engine
@@ -101,6 +104,7 @@ class OpsWatch:
         self._kpis = kpis
         self._clock = clock
         self.config = config
+        self.anomalies = anomalies
         self._known: set[str] = set()
         self._lock = asyncio.Lock()
         self._scheduler: Any = None
@@ -141,7 +145,10 @@ class OpsWatch:
             return 0
         async with self._lock:
             try:
-                sent = len(await self.check_alerts())
+                buckets = await read_buckets(self._ledger)
+                sent = len(await self.check_alerts(buckets))
+                if self.anomalies is not None:
+                    sent += await self.anomalies.check(self._claim, self._notifier.tell, buckets)
                 sent += len(await self.send_reports())
             except (HoldRefused, SQLAlchemyError, OSError) as exc:
                 self._failures.failed(exc)
@@ -158,13 +165,13 @@ class OpsWatch:
         self._known.add(key)
         return won
 
-    async def check_alerts(self) -> list[LimitAlert]:
-        """Claim every threshold crossed now and tell the highest newly crossed one of
-        each limit; returns the alerts sent."""
+    async def check_alerts(self, buckets: list[BucketStatus] | None = None) -> list[LimitAlert]:
+        """Claim every threshold crossed now of ``buckets`` (``None``: read them) and
+        tell the highest newly crossed one of each limit; returns the alerts sent."""
         if not self.config.thresholds:
             return []
         sent = []
-        for bucket in await read_buckets(self._ledger):
+        for bucket in await read_buckets(self._ledger) if buckets is None else buckets:
             reached = crossed(bucket, self.config.thresholds)
             if all(alert_key(bucket, t) in self._known for t in reached):
                 continue  # nothing crossed, or all told already
