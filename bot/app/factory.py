@@ -21,11 +21,16 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from bot.app.lifecycle import App
 from bot.app.media_wiring import build_media, media_models
-from bot.app.ops_wiring import drill_of, include_routers, retention_of, shedding_of
+from bot.app.ops_wiring import (
+    drill_of,
+    include_routers,
+    ops_watch_of,
+    retention_of,
+    shedding_of,
+)
 from bot.app.wiring import (
     ProfileStoreAdapter,
     admin_language,
-    anomaly_config,
     cascade_config,
     chat_config,
     digest_config,
@@ -33,7 +38,6 @@ from bot.app.wiring import (
     provider_models,
     provider_specs_of,
     router_config,
-    watch_config,
 )
 from bot.chat.deferral import FloodDeferral
 from bot.chat.duplicates import DuplicateGate
@@ -57,14 +61,11 @@ from bot.middlewares.intake import (
 from bot.middlewares.rate import RateExemption, UpdateRateMiddleware
 from bot.middlewares.topics import TopicMiddleware, TopicRequestMiddleware
 from bot.ops.admin_notices import AdminNotifier
-from bot.ops.anomaly_watch import AnomalyWatch
 from bot.ops.dashboard import build_operator_view, build_site
 from bot.ops.health import Readiness
 from bot.ops.kpis import KpiReader
 from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_counter
-from bot.ops.once import NoticeBook
 from bot.ops.schema_watch import SchemaWatch
-from bot.ops.watch import OpsWatch
 from bot.session.chat_moves import FollowChatMoves
 from bot.session.flood_waits import FloodWaits
 from bot.session.model_pins import PinResponseModels
@@ -327,18 +328,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     # the alerts before the caps and the spend reports (bot/ops/watch.py)
     kpis = KpiReader(sessions, clock, clock.monotonic())
     notifier.language_of = admin_language(repo)
-    ops_watch = OpsWatch(
-        ledger=ledger,
-        engine=engine,
-        cascade=cascade,
-        notices=NoticeBook(sessions, clock),
-        notifier=notifier,
-        kpis=kpis,
-        clock=clock,
-        config=watch_config(settings),
-        anomalies=AnomalyWatch(
-            engine=engine, cascade=cascade, clock=clock, config=anomaly_config(settings)
-        ),
+    ops_watch, alert_mutes = ops_watch_of(
+        settings, ledger, engine, cascade, sessions, notifier, kpis, clock
     )
     operator_view = build_operator_view(ledger, cascade, engine, clock, settings.budget_tz, kpis)
     dashboard = None
@@ -397,6 +388,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         operator_view=operator_view,
         dashboard_url=settings.dashboard_url,
         drill=drill_of(ledger, i18n, settings),
+        alert_mutes=alert_mutes,
         media_desk=media.desk,
         confirmations=media.confirmations,
     )

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # bot.ops.watch imports aiogram, which the settings' checks m
 __all__ = [
     "ProfileStoreAdapter",
     "admin_language",
+    "alerts_off_by_setting",
     "anomaly_config",
     "cascade_config",
     "chat_config",
@@ -277,6 +278,22 @@ def anomaly_config(settings: Settings) -> AnomalyConfig:
         month_alert_musd=usd_to_musd(settings.month_alert_usd) or 0,
         day_forecast=bool(settings.alert_at),
     )
+
+
+def alerts_off_by_setting(settings: Settings) -> dict[str, str]:
+    """The alert types a setting turns off, with that setting (what /alerts shows)."""
+    off = {
+        "limits": "ALERT_AT empty" if not settings.alert_at else "",
+        "loop": "LOOP_ALERT_CALLS=0" if not settings.loop_alert_calls else "",
+        "quota": "QUOTA_ALERT_MINUTES=0" if not settings.quota_alert_minutes else "",
+        "cost": "COST_ALERT_RATIO=0" if not settings.cost_alert_ratio else "",
+        "forecast": (
+            "ALERT_AT empty and MONTH_ALERT_USD=0"
+            if not settings.alert_at and not settings.month_alert_usd
+            else ""
+        ),
+    }
+    return {kind: why for kind, why in off.items() if why}
 
 
 def admin_language(repo: ProfileRepository) -> Callable[[int], Awaitable[str]]:

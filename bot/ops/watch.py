@@ -32,6 +32,7 @@ from bot.ops.alerts import LimitAlert, alert_key, burn, crossed, read_buckets, t
 from bot.ops.alerts import window_start as start_of
 from bot.ops.anomaly_watch import AnomalyWatch
 from bot.ops.kpis import KpiReader
+from bot.ops.mutes import AlertMutes
 from bot.ops.once import NoticeBook
 from bot.ops.reports import SpendReport, due_periods, read_report
 from bot.text.ops_texts import alert_text, report_text
@@ -81,6 +82,7 @@ class OpsWatch:
         clock: the one clock.
         config: see :class:`WatchConfig`.
         anomalies: the anomaly alerts (:mod:`bot.ops.anomaly_watch`; ``None``: none).
+        mutes: the alert types muted with ``/alerts`` (``None``: none can be).
     """
 
     def __init__(
@@ -95,6 +97,7 @@ class OpsWatch:
         clock: Clock,
         config: WatchConfig,
         anomalies: AnomalyWatch | None = None,
+        mutes: AlertMutes | None = None,
     ) -> None:
         self._ledger = ledger
         self._engine = engine
@@ -105,6 +108,9 @@ class OpsWatch:
         self._clock = clock
         self.config = config
         self.anomalies = anomalies
+        self.mutes = mutes
+        if anomalies is not None and mutes is not None:
+            anomalies.is_muted = mutes.is_muted
         self._known: set[str] = set()
         self._lock = asyncio.Lock()
         self._scheduler: Any = None
@@ -145,6 +151,8 @@ class OpsWatch:
             return 0
         async with self._lock:
             try:
+                if self.mutes is not None:
+                    await self.mutes.refresh()
                 buckets = await read_buckets(self._ledger)
                 sent = len(await self.check_alerts(buckets))
                 if self.anomalies is not None:
@@ -168,7 +176,7 @@ class OpsWatch:
     async def check_alerts(self, buckets: list[BucketStatus] | None = None) -> list[LimitAlert]:
         """Claim every threshold crossed now of ``buckets`` (``None``: read them) and
         tell the highest newly crossed one of each limit; returns the alerts sent."""
-        if not self.config.thresholds:
+        if not self.config.thresholds or (self.mutes and self.mutes.is_muted("limits")):
             return []
         sent = []
         for bucket in await read_buckets(self._ledger) if buckets is None else buckets:

@@ -13,6 +13,7 @@ __all__ = [
     "ChatSummary",
     "ChatTurn",
     "CostFooter",
+    "OpsAlertMute",
     "OpsNotice",
     "PendingAnswer",
     "SeenMessage",
@@ -154,3 +155,14 @@ class OpsNotice(Base):
     key: Mapped[str] = mapped_column(String(200), primary_key=True)
     kind: Mapped[str] = mapped_column(String(16))
     sent_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class OpsAlertMute(Base):
+    """An alert type the admins muted with ``/alerts`` (docs/decisions/181-alerts-can-be-muted.md):
+    ``alert_type`` one of :data:`bot.ops.mutes.ALERT_TYPES`; no row: the type is told."""
+
+    __tablename__ = "ops_alert_mutes"
+
+    alert_type: Mapped[str] = mapped_column(String(16), primary_key=True)
+    muted_by: Mapped[int] = mapped_column(BigInteger)
+    muted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -117,6 +117,7 @@ def test_every_revision_up_down_up_and_head_matches_models(database_url: str) ->
         "0036_chat_summaries",
         "0024_process_liveness_lock",
         "0034_retention",
+        "0043_alert_mutes",
     ]
     for rev in revisions:
         command.upgrade(cfg, rev.revision)

@@ -2,7 +2,8 @@
 Groq's daily request headers, dropping 410 in 40 minutes, forecast its run-out at the
 tick where it falls within QUOTA_ALERT_MINUTES (not before), naming the key chat goes to
 next; then a burst of digest calls with no message from anyone is a loop suspicion.
-Each is told once."""
+Each is told once. An admin mutes a type with /alerts (kept across a restart), and a
+muted type is not told."""
 
 from __future__ import annotations
 
@@ -82,18 +83,70 @@ async def test_the_quota_forecast_and_the_loop_suspicion_are_told_once_each(
 
     # an hour later nobody writes, and digests make call after call
     clock.set(START + timedelta(minutes=100))
-    for _ in range(3):
-        op = await app.ledger.begin_operation(USER, Origin.DIGEST)
-        for _ in range(2):
-            req = await app.ledger.begin_request(op, f"fp{clock.monotonic()}")
-            hold = await app.ledger.reserve(
-                op, req, provider="deepseek", model="deepseek-chat", input_tokens=500, max_tokens=50
-            )
-            await app.ledger.settle(hold.hold_id, Usage(500, 0, 40))
-        await app.ledger.end_operation(op)
+    await _digest_burst(app, 6)
     [loop] = [t for t in await _tick(app, fake_telegram) if t.startswith("🔁")]
     assert loop.startswith("🔁 Loop suspected: 6 calls in the last 10 minutes and no message")
     assert "Digest calls: 6; retries and follow-up calls of chat answers: 0." in loop
     assert "The last message was taken in at 2026-03-02 14:40 UTC." in loop
     assert not [t for t in await _tick(app, fake_telegram) if t.startswith("🔁")]
+    await bot.stop()
+
+
+async def _digest_burst(app: App, calls: int) -> None:
+    """``calls`` digest calls booked through the bot's ledger, as a digest run books them."""
+    for _ in range(calls):
+        op = await app.ledger.begin_operation(USER, Origin.DIGEST)
+        req = await app.ledger.begin_request(op, f"fp{app.clock.monotonic()}")
+        hold = await app.ledger.reserve(
+            op, req, provider="deepseek", model="deepseek-chat", input_tokens=500, max_tokens=50
+        )
+        await app.ledger.settle(hold.hold_id, Usage(500, 0, 40))
+        await app.ledger.end_operation(op)
+
+
+async def test_an_admin_mutes_an_alert_type_for_good_and_unmutes_it(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    tmp_path: Path,
+) -> None:
+    clock = JumpClock(START)
+    env = bot_environment(
+        telegram=fake_telegram,
+        database_path=tmp_path / "kopek.db",
+        provider_base_urls={"deepseek": fake_providers.base_urls["deepseek"]},
+        extra={"ADMIN_IDS": str(ADMIN), "LOOP_ALERT_CALLS": "4"},
+    )
+    bot = app_factory(env=env, clock=clock)
+    await bot.start()
+    # ADMIN_IDS first: anyone else's /alerts is an unknown command and changes nothing
+    stranger = await _ask(fake_telegram, clock, USER, "/alerts mute loop")
+    assert "muted" not in stranger
+    listing = await _ask(fake_telegram, clock, ADMIN, "/alerts")
+    assert "• loop: on — calls of digests and retries while no message arrives" in listing
+    assert "• quota: off (QUOTA_ALERT_MINUTES=0)" in listing
+    assert "• limits: off (ALERT_AT empty)" in listing
+    assert await _ask(fake_telegram, clock, ADMIN, "/alerts mute loop") == (
+        "🔕 loop alerts muted for every replica until /alerts unmute loop."
+    )
+    assert await _ask(fake_telegram, clock, ADMIN, "/alerts mute loop") == (
+        "loop alerts were already muted."
+    )
+    assert (await _ask(fake_telegram, clock, ADMIN, "/alerts mute sirens")).startswith(
+        "Usage: /alerts [mute TYPE | unmute TYPE]; types: limits, loop, quota, cost, forecast."
+    )
+    await bot.restart()  # the mute is kept in the database
+    app = bot.app
+    assert app is not None
+    assert "• loop: muted —" in await _ask(fake_telegram, clock, ADMIN, "/alerts")
+    clock.jump(11 * 60)  # ten minutes with no message, then a burst: muted, not told
+    await _digest_burst(app, 4)
+    assert not [t for t in await _tick(app, fake_telegram) if t.startswith("🔁")]
+    assert await _ask(fake_telegram, clock, ADMIN, "/alerts unmute loop") == (
+        "🔔 loop alerts unmuted."
+    )
+    clock.jump(11 * 60)
+    await _digest_burst(app, 4)
+    [loop] = [t for t in await _tick(app, fake_telegram) if t.startswith("🔁")]
+    assert loop.startswith("🔁 Loop suspected: 4 calls in the last 10 minutes")
     await bot.stop()

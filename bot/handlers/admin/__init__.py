@@ -1,4 +1,5 @@
-"""Admin commands: /budget, /kill, /unkill, /limit, /team, /providers, /digest_now, /drill.
+"""Admin commands: /budget, /kill, /unkill, /limit, /team, /providers, /digest_now, /drill,
+/alerts.
 
 The router's first filter checks ADMIN_IDS, before any argument is read: for anyone
 else — and for any message sent on behalf of a chat (``sender_chat``) — no handler here
@@ -11,7 +12,7 @@ Admin reports are in English.
 One module per command group: :mod:`~bot.handlers.admin.budget`,
 :mod:`~bot.handlers.admin.kill`, :mod:`~bot.handlers.admin.limits` (/limit, /team),
 :mod:`~bot.handlers.admin.providers`, :mod:`~bot.handlers.admin.digest_now`,
-:mod:`~bot.handlers.admin.drill`; what they
+:mod:`~bot.handlers.admin.drill`, :mod:`~bot.handlers.admin.alerts`; what they
 share (the filter, the settings view, user and team arguments) is in
 :mod:`~bot.handlers.admin.base`.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 from aiogram import Router
 from aiogram.filters import Command
 
+from bot.handlers.admin.alerts import on_alerts
 from bot.handlers.admin.base import IsAdmin
 from bot.handlers.admin.budget import on_budget
 from bot.handlers.admin.digest_now import on_digest_now
@@ -47,4 +49,5 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
     router.message.register(on_providers, Command("providers"))
     router.message.register(on_digest_now, Command("digest_now"))
     router.message.register(on_drill, Command("drill"))
+    router.message.register(on_alerts, Command("alerts"))
     return router
