@@ -65,6 +65,7 @@ from bot.ops.dashboard import build_operator_view, build_site
 from bot.ops.health import Readiness
 from bot.ops.kpis import KpiReader
 from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_counter
+from bot.ops.reconciliations import ReconcileLog
 from bot.ops.schema_watch import SchemaWatch
 from bot.session.chat_moves import FollowChatMoves
 from bot.session.flood_waits import FloodWaits
@@ -328,8 +329,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     # the alerts before the caps and the spend reports (bot/ops/watch.py)
     kpis = KpiReader(sessions, clock, clock.monotonic())
     notifier.language_of = admin_language(repo)
+    reconciliations = ReconcileLog(sessions, clock)
     ops_watch, alert_mutes = ops_watch_of(
-        settings, ledger, engine, cascade, sessions, notifier, kpis, clock
+        settings, ledger, engine, cascade, sessions, notifier, kpis, clock, reconciliations
     )
     operator_view = build_operator_view(ledger, cascade, engine, clock, settings.budget_tz, kpis)
     dashboard = None
@@ -367,6 +369,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
             billing_tz=settings.billing_tz,
             tolerance_musd=usd_to_musd(settings.reconcile_tolerance_usd) or 0,
             keys={name: not prices.is_free(name) for name in settings.provider_keys()},
+            reconciliations=reconciliations,
         ),
         refusals=refusal_counter(registry),
         notifier=notifier,

@@ -32,6 +32,7 @@ from bot.ops.drill import Drill
 from bot.ops.kpis import KpiReader
 from bot.ops.mutes import AlertMutes
 from bot.ops.once import NoticeBook
+from bot.ops.reconciliations import ReconcileLog
 from bot.ops.retention import RetentionJob
 from bot.ops.shedding import Shedding, admin_announcer
 from bot.ops.watch import OpsWatch
@@ -72,6 +73,7 @@ def ops_watch_of(
     notifier: AdminNotifier,
     kpis: KpiReader,
     clock: Clock,
+    reconciliations: ReconcileLog,
 ) -> tuple[OpsWatch, AlertMutes]:
     """The operator's watch (ALERT_AT's thresholds, the anomaly alerts, the spend
     reports) and its alert types' mutes, which /alerts changes."""
@@ -89,6 +91,7 @@ def ops_watch_of(
             engine=engine, cascade=cascade, clock=clock, config=anomaly_config(settings)
         ),
         mutes=mutes,
+        reconciliations=reconciliations,
     )
     return watch, mutes
 

@@ -34,6 +34,7 @@ from bot.ops.anomaly_watch import AnomalyWatch
 from bot.ops.kpis import KpiReader
 from bot.ops.mutes import AlertMutes
 from bot.ops.once import NoticeBook
+from bot.ops.reconciliations import ReconcileLog
 from bot.ops.reports import SpendReport, due_periods, read_report
 from bot.text.ops_texts import alert_text, report_text
 from budget.errors import HoldRefused
@@ -83,6 +84,7 @@ class OpsWatch:
         config: see :class:`WatchConfig`.
         anomalies: the anomaly alerts (:mod:`bot.ops.anomaly_watch`; ``None``: none).
         mutes: the alert types muted with ``/alerts`` (``None``: none can be).
+        reconciliations: each key's last ``/reconcile``, for the reports (``None``: not said).
     """
 
     def __init__(
@@ -98,6 +100,7 @@ class OpsWatch:
         config: WatchConfig,
         anomalies: AnomalyWatch | None = None,
         mutes: AlertMutes | None = None,
+        reconciliations: ReconcileLog | None = None,
     ) -> None:
         self._ledger = ledger
         self._engine = engine
@@ -109,6 +112,7 @@ class OpsWatch:
         self.config = config
         self.anomalies = anomalies
         self.mutes = mutes
+        self._reconciliations = reconciliations
         if anomalies is not None and mutes is not None:
             anomalies.is_muted = mutes.is_muted
         self._known: set[str] = set()
@@ -230,6 +234,8 @@ class OpsWatch:
             )
             span = period.period()
             report.kpis = await self._kpis.read(span.start, span.end)
+            if self._reconciliations is not None:
+                report.reconciliations = await self._reconciliations.read([p.name for p in keys])
             if not await self._claim(period.key, "report"):  # read first: a failed read
                 continue  # leaves the report to the next tick
             await self._notifier.tell(partial(report_text, report))

@@ -118,6 +118,7 @@ def test_every_revision_up_down_up_and_head_matches_models(database_url: str) ->
         "0024_process_liveness_lock",
         "0034_retention",
         "0043_alert_mutes",
+        "0044_reconciliations",
     ]
     for rev in revisions:
         command.upgrade(cfg, rev.revision)
