@@ -41,7 +41,7 @@ TABLES = (
     "budget_messages",
 )
 #: Rows one step prunes at most (``RETENTION_BATCH_ROWS``' default).
-DEFAULT_BATCH = 50
+DEFAULT_BATCH = 10
 #: Seconds between two steps (the clock's sleep): the writer's time goes to the holds
 #: queued meanwhile first, a step never shares their group commit (bench/retention.py).
 PAUSE_S = 0.02
