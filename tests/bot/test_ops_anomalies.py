@@ -243,3 +243,52 @@ async def test_the_watch_tells_each_anomaly_once_per_window_in_the_admins_langua
     for _ in range(3):
         await books.call(Origin.DIGEST, 2)
     assert await watch.check(claim, tell, []) == 0  # muted: not read, not told
+
+
+class _Keys:
+    """The cascade's view of its keys the quota forecast reads, with headers a test sets."""
+
+    def __init__(self) -> None:
+        self.left = 1000
+
+    def provider_status(self) -> list[ProviderStatus]:
+        return [_key("groq", _groq(self.left)), _key("deepseek", {}, paid=True)]
+
+
+async def test_two_replicas_on_postgresql_tell_the_quota_forecast_once(
+    pg_migrated_url: str,
+) -> None:
+    """Both replicas sample the same key's headers and forecast the same run-out at once:
+    one message between them for the day, at the first tick within the lead (14:10),
+    none at the next."""
+    clock = ManualClock(NOW)
+    keys = _Keys()
+    config = AnomalyConfig("UTC", 0, timedelta(minutes=10), timedelta(hours=2), Decimal(0), 10, 0)
+    engines = [create_engine(pg_migrated_url) for _ in range(2)]
+    told: list[str] = []
+    i18n = create_i18n()
+
+    async def tell(render: Callable[[], str]) -> int:
+        with in_locale(i18n, "en"):
+            told.append(render())
+        return 1
+
+    watches = [
+        (
+            AnomalyWatch(engine=e, cascade=cast(Cascade, keys), clock=clock, config=config),
+            _Claims(NoticeBook(async_sessionmaker(e, expire_on_commit=False), clock)),
+        )
+        for e in engines
+    ]
+    try:
+        for minutes, left in ((0, 1000), (10, 900), (20, 800)):
+            clock.set(NOW + timedelta(minutes=minutes))
+            keys.left = left
+            await asyncio.gather(*(w.check(c, tell, []) for w, c in watches))
+        assert told == [
+            "⏳ groq free requests run out at about 15:40 UTC at the current rate "
+            "(600 an hour, 900 left).\nAfter that chat goes to deepseek (paid)."
+        ]
+    finally:
+        for engine in engines:
+            await engine.dispose()
