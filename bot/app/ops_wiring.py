@@ -13,6 +13,7 @@ from aiogram.utils.i18n import I18n
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from bot.app.wiring import alerts_off_by_setting, anomaly_config, watch_config
+from bot.handlers.access import create_access_router
 from bot.handlers.admin import create_admin_router
 from bot.handlers.books import create_books_router
 from bot.handlers.chat import create_chat_router, create_non_text_router
@@ -25,6 +26,7 @@ from bot.handlers.me import create_me_router
 from bot.handlers.media import create_media_router, link_route
 from bot.handlers.moves import create_chat_moves_router
 from bot.handlers.regenerate import create_regenerate_router
+from bot.handlers.stars import create_stars_router
 from bot.handlers.stream import create_stream_router
 from bot.ops.admin_notices import AdminNotifier
 from bot.ops.anomaly_watch import AnomalyWatch
@@ -127,6 +129,8 @@ def include_routers(dp: Dispatcher, admin_ids: frozenset[int]) -> None:
     takes a text that is not a command (docs/decisions/022-message-path.md)."""
     dp.include_router(create_error_router())
     dp.include_router(create_chat_router(link=link_route()))  # a lone link: a page to read
+    dp.include_router(create_access_router())  # my_chat_member only
+    dp.include_router(create_stars_router())  # payments: before the media and non-text routers
     dp.include_router(create_books_router(admin_ids))
     dp.include_router(create_admin_router(admin_ids))
     dp.include_router(create_dashboard_router(admin_ids))

@@ -5,7 +5,7 @@
 ``docs/decisions/181-alerts-can-be-muted.md``.
 
 Revision ID: 0043_alert_mutes
-Revises: 0034_retention
+Revises: 0027_star_payments
 """
 
 from collections.abc import Sequence
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0043_alert_mutes"
-down_revision: str | None = "0034_retention"
+down_revision: str | None = "0027_star_payments"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
