@@ -397,6 +397,7 @@ class ChatService(Draining):
             fingerprint=fingerprint(messages),
             input_tokens=self._count.scale(raw),
             small=chosen is Route.SMALL,
+            origin=Origin.VISION if user_msg.images else None,
         )
         return request, history.fold
 

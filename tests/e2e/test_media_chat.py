@@ -107,8 +107,9 @@ async def test_a_photo_goes_to_a_vision_model_with_its_caption(
 ) -> None:
     """A photo with a caption: one request to Groq's vision model carrying the image
     (the largest size) after the caption; the text-only chat model is not asked; the
-    hold was sized with the image's token bound."""
-    bot = app_factory()
+    hold was sized with the image's token bound, and its export row says its input
+    tokens are text and image tokens."""
+    bot = app_factory(env=dict(app_factory().env, ADMIN_IDS="9"))
     await bot.start()
     dimensions = image_dimensions(KITTEN)
     assert dimensions is not None
@@ -128,6 +129,14 @@ async def test_a_photo_goes_to_a_vision_model_with_its_caption(
     [image] = fake_providers.images
     assert image.data == KITTEN
     assert reply.text
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(9, "/budget export")
+    sent = await fake_telegram.wait_sent(9, 2, since=mark, timeout=30)
+    rows_doc = next(m for m in sent if m.file and m.file["name"].startswith("kopek-spend-"))
+    [row] = csv.DictReader(io.StringIO(fake_telegram.document_bytes(rows_doc).decode()))
+    assert (row["model"], row["origin"], row["input_unit"]) == (
+        SCOUT, "vision", "text_and_image_tokens"
+    )  # fmt: skip
     await bot.stop()
 
 
@@ -179,8 +188,10 @@ async def test_a_voice_note_is_transcribed_then_answered(
     rows_doc = next(m for m in sent if m.file and m.file["name"].startswith("kopek-spend-"))
     rows = list(csv.DictReader(io.StringIO(fake_telegram.document_bytes(rows_doc).decode())))
     speech = [r for r in rows if r["model"] == "whisper-large-v3-turbo"]
-    assert [(r["input_unit"], r["input_tokens"]) for r in speech] == [("seconds", "10")] * 2
-    assert {r["input_unit"] for r in rows if r not in speech} == {"tokens"}
+    assert [(r["origin"], r["input_unit"], r["input_tokens"]) for r in speech] == [
+        ("transcription", "seconds", "10")
+    ] * 2
+    assert {(r["origin"], r["input_unit"]) for r in rows if r not in speech} == {("chat", "tokens")}
     await bot.stop()
     with sqlite3.connect(Path(bot.env["DATABASE_URL"].split("///", 1)[1])) as db:
         rows = db.execute(
