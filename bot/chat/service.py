@@ -300,12 +300,15 @@ class ChatService(Draining):
             op = await self._ledger.begin_operation(where.user_id, Origin.CHAT, deferred=True)
         except HoldRefused as exc:
             return refused_outcome(exc, running=others_running)
+        step = "answer"  # what a refused hold was for (the refusal names it)
         try:
             if media is not None and media.transcribe is not None:
+                step = "transcription"
                 heard = await self._transcribed(op, media, media.transcribe)
                 if isinstance(heard, ChatFailed):
                     return heard
                 user_msg, user_tokens = heard
+            step = _answer_step(media)
             request, fold = await self._request(op, where, user_msg, user_tokens)
             backend = self.vision if user_msg.images and self.vision else self._backend
             ctx = activity() if activity is not None else nullcontext()
@@ -327,7 +330,8 @@ class ChatService(Draining):
             charged = completion.cost_musd if alone else await self._booked_musd(op)
             return ChatAnswer(completion, charged, fold)
         except HoldRefused as exc:
-            return refused_outcome(exc, running=others_running, called=self._ledger.held_any(op))
+            called = self._ledger.held_any(op)
+            return refused_outcome(exc, running=others_running, called=called, step=step)
         except MediaRefused as exc:
             booked = await self._booked_musd(op)
             return ChatFailed(FailureKind.MEDIA, media=exc.refusal, charged_musd=booked)
@@ -478,3 +482,11 @@ class ChatService(Draining):
         except Exception:  # an unreadable ledger must not hide the failure being reported
             log.warning("could not read what operation %s booked", op.operation_id, exc_info=True)
             return None
+
+
+def _answer_step(media: MediaTurn | None) -> str:
+    """What the answer's hold is for, in a refusal's words: about a ``photo``, a
+    ``document`` or a ``link``'s page (its prompt holds it), else an ``answer`` (a text's,
+    or a transcript's)."""
+    kind = media.kind if media is not None else ""
+    return kind if kind in ("photo", "document", "link") else "answer"
