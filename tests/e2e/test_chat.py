@@ -1,4 +1,4 @@
-"""Issue 5: governed chat through the real bot process, the fakes and the real ledger."""
+"""Governed chat through the real bot process, the fakes and the real ledger."""
 
 from __future__ import annotations
 
@@ -115,6 +115,28 @@ async def test_long_markdown_answer_is_split_within_telegram_limits(
         for j in range(25):
             assert f"print({i}, {j})" in joined
     assert any(e.type == "pre" for p in parts for e in p.entities)
+    assert len(fake_providers.requests) == 1
+    await bot.stop()
+
+
+async def test_a_long_paragraph_arrives_in_messages_that_end_between_words(
+    app_factory: AppFactory,
+    bot_env: dict[str, str],
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+) -> None:
+    """An answer of 9,000 characters with no newline (streamed, as private chats are by
+    default) arrives as messages that each end at a whole word; joined, every word."""
+    bot = app_factory(env={**bot_env, "CHAT_MAX_OUTPUT_TOKENS": "2048"})
+    await bot.start()
+    words = [f"token{i}" for i in range(1100)]
+    fake_providers.script("groq", {"text": " ".join(words), "completion_tokens": 1900})
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(13, "One long paragraph, please")
+    expected = len(split_markdown(" ".join(words)))
+    parts = await fake_telegram.wait_sent(13, expected, since=mark, timeout=20)
+    assert expected >= 3
+    assert " ".join(p.text.strip() for p in parts).split(" ") == words
     assert len(fake_providers.requests) == 1
     await bot.stop()
 
@@ -424,7 +446,7 @@ async def test_courtesy_daily_message_limit(
 async def test_each_lost_message_gets_its_own_notice_as_a_reply_to_it(
     app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
 ) -> None:
-    """Trial finding F8: a user whose three messages a process took in and never answered
+    """A user whose three messages a process took in and never answered
     (two running, one queued, say) gets three notices at the next start, each a reply
     to the message it concerns and none saying "your last message"."""
     bot = app_factory(env=bot_env)
