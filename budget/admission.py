@@ -42,12 +42,20 @@ class DeferredAdmissions:
         return f"DeferredAdmissions(waiting={len(self._waiting)}, admit_now={self.admit_now})"
 
     def defer(
-        self, user_id: int, origin: Origin, max_musd: int, max_requests: int
+        self,
+        user_id: int,
+        origin: Origin,
+        max_musd: int,
+        max_requests: int,
+        chat_id: int | None = None,
     ) -> OperationTicket:
-        """A new operation, admitted later (its ``team`` is ``None`` until then)."""
+        """A new operation, admitted later (its ``team`` and ``plan`` are ``None`` until
+        then)."""
         op_id = uuid.uuid4().hex
-        self._waiting[op_id] = Admission(op_id, user_id, origin, max_musd, max_requests)
-        return OperationTicket(op_id, user_id, origin, None)
+        self._waiting[op_id] = Admission(
+            op_id, user_id, origin, max_musd, max_requests, chat_id=chat_id
+        )
+        return OperationTicket(op_id, user_id, origin, None, chat_id)
 
     def waiting(self, operation_id: str) -> Admission | None:
         """The admission ``operation_id`` waits for, or ``None`` (admitted, or never

@@ -43,12 +43,15 @@ class RefusalReason(StrEnum):
     LOOP = "loop"  # the same prompt was sent again as a new request in one operation
     UNAVAILABLE = "unavailable"  # the ledger could not write: fail closed
     MESSAGES = "messages"  # the courtesy daily message limit (USER_DAILY_MESSAGES)
+    SHARE = "share"  # past FREE_SHARE_MAX of every free key while others use them too
 
 
 class Level(StrEnum):
     """Budget level a limit belongs to."""
 
     USER = "user"
+    CHAT = "chat"  # a group or supergroup paying as one (scope: the chat id)
+    PLAN = "plan"  # everyone on one plan together (scope: the plan's name)
     TEAM = "team"
     GLOBAL = "global"
     PROVIDER = "provider"
@@ -59,6 +62,7 @@ class Window(StrEnum):
 
     HOUR = "hour"
     DAY = "day"
+    MONTH = "month"  # the calendar month (or billing cycle) in BUDGET_TZ
     MINUTE = "minute"  # only for the per-user rate (USER_MAX_PER_MINUTE)
 
 
@@ -100,6 +104,8 @@ class Refusal:
             blocked it — "retry in a minute" rather than "exhausted".
         scope: the name of the refusing scope (team name, provider name), or ``""``.
         note: operator-facing detail (kill reason); never shown to users raw.
+        plan: the refused user's plan, when the ledger knew it (``""`` otherwise): the
+            refusal metrics' plan label.
         ceiling_musd: a limit's refusal: the hold that did not fit (µUSD, the
             request's worst case); 0 when not a hold's.
         remaining_musd: a limit's refusal: what was left of the refusing bucket (µUSD,
@@ -113,6 +119,7 @@ class Refusal:
     busy: bool = False
     scope: str = ""
     note: str = ""
+    plan: str = ""
     ceiling_musd: int = 0
     remaining_musd: int | None = None
 

@@ -62,7 +62,9 @@ class LLMRequest:
         messages: the prompt.
         max_tokens: output cap (mandatory; it is what makes the ceiling finite).
         allow_paid: may the paid anchor serve it (chat: True; digests decide per request).
-        priority: chat goes ahead of digests for a provider-call slot.
+        priority: the provider-call slot's queue order, lower first: a
+            :class:`Priority` (chat ahead of digests), a chat request of a plan of
+            priority p at ``Priority.CHAT - p`` (a higher plan ahead).
         cheaper_messages: a cheaper variant of the prompt (chat: last 2 turns only),
             tried first by the degradation ladder when the paid anchor's hold is refused.
         fingerprint: identifies the prompt for loop detection; defaults to a hash of
@@ -82,7 +84,7 @@ class LLMRequest:
     messages: tuple[Message, ...]
     max_tokens: int
     allow_paid: bool = True
-    priority: Priority = Priority.CHAT
+    priority: int = Priority.CHAT
     cheaper_messages: tuple[Message, ...] | None = None
     fingerprint: str | None = None
     free_share: float = 1.0

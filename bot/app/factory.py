@@ -19,6 +19,7 @@ from aiogram.client.telegram import TelegramAPIServer
 from prometheus_client import CollectorRegistry
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
+from bot.app.access_wiring import build_access
 from bot.app.lifecycle import App
 from bot.app.media_wiring import build_media, media_models
 from bot.app.ops_wiring import drill_of, include_routers, retention_of, shedding_of
@@ -86,6 +87,7 @@ from budget.errors import BudgetConfigError
 from budget.kernel.clock import Clock, SystemClock
 from budget.kernel.db import create_engine, sqlite_path
 from budget.ledger import Ledger
+from budget.plans import load_plans
 from budget.policy.money import usd_to_musd
 from budget.pricing.prices import PriceCard, parse_overrides
 from budget.pricing.tokens import TokenCounter
@@ -144,6 +146,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     bot.session.middleware(PollInSmallBatches())
     notifier = AdminNotifier(bot, i18n, settings.admin_ids, clock)
 
+    plans = load_plans(settings.plans_file)  # checked before migrating (preflight)
     prices = PriceCard(
         [*provider_models(settings), *media_models(settings)],
         overrides=parse_overrides(settings.price_overrides) if settings.price_overrides else None,
@@ -153,7 +156,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     # file (one process), or a PostgreSQL database shared by several processes
     ledger = Ledger.open(
         settings.database_url,
-        ledger_config(settings),
+        ledger_config(settings, plans),
         prices,
         clock,
         on_auto_kill=notifier.auto_kill,
@@ -226,7 +229,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         from bot.chat.lanes import PgLanes
 
         lanes = PgLanes(shared, shared.process_id, clock, settings.process_dead_after_seconds)
-    summaries = Summaries(sessions, moves)
+    summaries = Summaries(sessions, moves, hot)
     folder = HistoryFolder(
         summaries=summaries,
         backend=cascade,
@@ -321,6 +324,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         ),
     )
 
+    # who may use the bot, on which plan: the lists in memory, the gate before everything
+    who = build_access(settings, sessions, clock, ledger, plans, shared=on_postgres)
     # the operator's figures: the dashboard's documents (also /budget chart's picture),
     # the alerts before the caps and the spend reports (bot/ops/watch.py)
     kpis = KpiReader(sessions, clock, clock.monotonic())
@@ -352,7 +357,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         clock=clock,
         chat_service=chat,
         history=history,
-        cost_footers=CostFooters(sessions),
+        cost_footers=CostFooters(sessions, hot),
         duplicates=DuplicateGate(clock, settings.duplicate_window_seconds),
         summaries=summaries,
         chat_moves=moves,
@@ -389,6 +394,11 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         stop_book=StopBook(sessions),
         admin_ids=settings.admin_ids,
         stale_after_s=settings.stale_message_seconds,
+        access=who.book,
+        plans=plans,
+        user_plans=who.user_plans,
+        invite_ttl_hours=settings.invite_ttl_hours,
+        plan_sales=who.sales,
         operator_view=operator_view,
         dashboard_url=settings.dashboard_url,
         drill=drill_of(ledger, i18n, settings),
@@ -413,6 +423,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     )
     if barrier is not None:  # the first update middleware: sees every update end
         dp.update.outer_middleware(EndOfUpdate(barrier))
+    # access before anything else: a stranger costs a lookup (bot/middlewares/access.py)
+    dp.update.outer_middleware(who.gate(settings, i18n, ledger))
     dp.update.outer_middleware(rate)
     dp.message.outer_middleware(
         ArrivalOrderMiddleware(chat, PasteJoiner(clock, settings.paste_join_seconds))

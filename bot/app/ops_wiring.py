@@ -11,6 +11,7 @@ from aiogram import Dispatcher
 from aiogram.utils.i18n import I18n
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bot.handlers.access import create_access_router
 from bot.handlers.admin import create_admin_router
 from bot.handlers.books import create_books_router
 from bot.handlers.chat import create_chat_router, create_non_text_router
@@ -23,6 +24,7 @@ from bot.handlers.me import create_me_router
 from bot.handlers.media import create_media_router, link_route
 from bot.handlers.moves import create_chat_moves_router
 from bot.handlers.regenerate import create_regenerate_router
+from bot.handlers.stars import create_stars_router
 from bot.handlers.stream import create_stream_router
 from bot.ops.drill import Drill
 from bot.ops.retention import RetentionJob
@@ -85,6 +87,8 @@ def include_routers(dp: Dispatcher, admin_ids: frozenset[int]) -> None:
     takes a text that is not a command (docs/decisions/022-message-path.md)."""
     dp.include_router(create_error_router())
     dp.include_router(create_chat_router(link=link_route()))  # a lone link: a page to read
+    dp.include_router(create_access_router())  # my_chat_member only
+    dp.include_router(create_stars_router())  # payments: before the media and non-text routers
     dp.include_router(create_books_router(admin_ids))
     dp.include_router(create_admin_router(admin_ids))
     dp.include_router(create_dashboard_router(admin_ids))

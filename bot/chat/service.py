@@ -30,13 +30,14 @@ from bot.chat.draining import CANCEL_WAIT_S, STOP_WAIT_S, Draining
 from bot.chat.folding import FoldNote, HistoryFolder, PromptHistory
 from bot.chat.lanes import POLL_S, LaneStore
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind, refused_outcome
-from bot.chat.turns import MediaTurn
+from bot.chat.turns import MediaTurn, PlanTurn
 from bot.chat.user_queue import MessageKey, UserQueue
 from bot.media.refusals import MediaRefused
 from bot.storage.repos import Conversation, History
 from bot.storage.values import Turn
 from budget.errors import BudgetError, HoldRefused
 from budget.kernel.clock import Clock
+from budget.plans import Plan
 from budget.pricing.tokens import TOKENS_REPLY_PRIMING, count_off_loop
 from budget.protocol import LedgerPort, OperationTicket
 from budget.types import Origin
@@ -165,6 +166,7 @@ class ChatService(Draining):
         activity: Callable[[], AbstractAsyncContextManager[object]] | None = None,
         stream: StreamControl | None = None,
         media: MediaTurn | None = None,
+        plan: Plan | None = None,
     ) -> ChatOutcome:
         """Answer one message, or say why not. Never raises for expected failures.
 
@@ -183,13 +185,16 @@ class ChatService(Draining):
             stream: stream the answer through this control (see
                 :meth:`llm.cascade.cascade.Cascade.complete`); ``None`` = one piece.
             media: what a voice note, photo, document or link adds (``None``: typed text).
+            plan: the user's plan: its concurrency replaces USER_MAX_INFLIGHT in the
+                queue, and its priority orders the provider-call slot (``None``: neither).
         """
         if key is None:
             key = (0, -next(self._anonymous))
         self.arrive(user_id, key)
+        turn = PlanTurn.of(plan, self._config.user_max_inflight)
         try:
             where = Conversation(chat_id, thread_id, user_id)
-            return await self._in_turn(where, key, text, activity, stream, media)
+            return await self._in_turn(where, key, text, activity, stream, media, turn)
         finally:
             self.depart(user_id, key)
 
@@ -201,12 +206,14 @@ class ChatService(Draining):
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
         stream: StreamControl | None = None,
         media: MediaTurn | None = None,
+        turn: PlanTurn | None = None,
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
         user_id = where.user_id
         lane = self._lanes[user_id]
-        slots = self._config.user_max_inflight
+        turn = turn or PlanTurn.of(None, self._config.user_max_inflight)
+        slots = turn.slots
         try:
             place = await self._place(user_id, lane, key)
         except HoldRefused as exc:  # the shared queue cannot be read: fail closed
@@ -235,7 +242,7 @@ class ChatService(Draining):
         try:
             others = place > 0 and await self._running_ahead(user_id, lane, key)
             return await self._admitted(
-                where, user_msg, (tokens, user_raw), others, activity, stream, media
+                where, user_msg, (tokens, user_raw), others, activity, stream, media, turn.priority
             )
         finally:
             if task is not None:
@@ -290,6 +297,7 @@ class ChatService(Draining):
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
         stream: StreamControl | None = None,
         media: MediaTurn | None = None,
+        priority: int = Priority.CHAT,
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
@@ -297,7 +305,13 @@ class ChatService(Draining):
             # admitted with its first hold, in that hold's ledger step
             # (docs/decisions/011-sqlite-single-writer.md, "Deferred admission"); a
             # refusal of the admission then comes from the cascade, handled below
-            op = await self._ledger.begin_operation(where.user_id, Origin.CHAT, deferred=True)
+            # a message in a group is held on the group's level too
+            # (docs/decisions/110-ledger-levels-and-months.md); a private chat's id is
+            # its user's, a group's is negative
+            group = where.chat_id if where.chat_id < 0 else None
+            op = await self._ledger.begin_operation(
+                where.user_id, Origin.CHAT, deferred=True, chat_id=group
+            )
         except HoldRefused as exc:
             return refused_outcome(exc, running=others_running)
         step = "answer"  # what a refused hold was for (the refusal names it)
@@ -309,7 +323,7 @@ class ChatService(Draining):
                     return heard
                 user_msg, user_tokens = heard
             step = _answer_step(media)
-            request, fold = await self._request(op, where, user_msg, user_tokens)
+            request, fold = await self._request(op, where, user_msg, user_tokens, priority)
             backend = self.vision if user_msg.images and self.vision else self._backend
             ctx = activity() if activity is not None else nullcontext()
             async with ctx:
@@ -359,6 +373,7 @@ class ChatService(Draining):
         where: Conversation,
         user_msg: Message,
         user_tokens: tuple[int, int],
+        priority: int = Priority.CHAT,
     ) -> tuple[LLMRequest, FoldNote | None]:
         """The request for ``user_msg``: the system prompt, the history of ``where`` (at
         most CHAT_HISTORY_MAX_TOKENS: its summary and recent turns, folded first when
@@ -396,7 +411,7 @@ class ChatService(Draining):
             messages=messages,
             max_tokens=cap,
             allow_paid=True,
-            priority=Priority.CHAT,
+            priority=priority,
             cheaper_messages=cheaper,
             fingerprint=fingerprint(messages),
             input_tokens=self._count.scale(raw),

@@ -8,6 +8,7 @@ delivery policy — stream finish, outbox or template, undeliverable marking).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from datetime import timedelta
@@ -29,6 +30,7 @@ from bot.chat.ledger_wait import until_ledger_answers
 from bot.chat.outbox import Outbox
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind, run_guarded
 from bot.chat.paste import PasteTicket
+from bot.chat.plans import UserPlans
 from bot.chat.reply import Courier, Reply, reply_of, screen
 from bot.chat.service import ChatService
 from bot.chat.streaming.metrics import StreamMetrics
@@ -41,7 +43,9 @@ from bot.middlewares.topics import topic_of
 from bot.storage.summaries import CostFooters
 from bot.text import templates
 from budget.books.stops import StopBook
+from budget.errors import HoldRefused
 from budget.kernel.clock import Clock
+from budget.plans import Plan
 from llm.sanitize import clean_prompt
 
 __all__ = [
@@ -119,8 +123,10 @@ async def on_text(
     ledger: HoldReader | None = None,
     cost_footers: CostFooters | None = None,
     duplicates: DuplicateGate | None = None,
+    user_plans: UserPlans | None = None,
 ) -> IntakeStatus:
-    """Answer one chat message, or say why not; returns what its intake record says."""
+    """Answer one chat message, or say why not; returns what its intake record says.
+    The user's plan decides whether it streams, its queue's slots and its priority."""
     received_at = clock.monotonic()
     if paste is not None:
         question = await paste.question(prompt)
@@ -147,6 +153,7 @@ async def on_text(
         ledger=ledger,
         cost_footers=cost_footers,
         duplicates=duplicates,
+        user_plans=user_plans,
     )
 
 
@@ -172,10 +179,13 @@ async def answer_turn(
     ledger: HoldReader | None = None,
     cost_footers: CostFooters | None = None,
     duplicates: DuplicateGate | None = None,
+    user_plans: UserPlans | None = None,
 ) -> IntakeStatus:
     """Answer ``prompt`` for ``message`` (typed text, or a media turn: ``media``, neither
     screened nor claimed against duplicates: a confirmed one is answered when its sender
-    said so, a recording's text is its transcript) or say why not; returns its status."""
+    said so, a recording's text is its transcript) or say why not; returns its status.
+    The user's plan (``user_plans``) decides whether it streams, its queue's slots and
+    its priority."""
     received_at = clock.monotonic() if received_at is None else received_at
     chat_id = message.chat.id
     if flood_deferral is not None and await flood_deferral.defer(
@@ -190,8 +200,9 @@ async def answer_turn(
     claim = _claim(gate, message, prompt, user_ctx) if reply is None else None
     if claim is not None and claim.verdict is not Verdict.NEW:
         return await send_duplicate_notice(bot, chat_id, claim, reply_to=message.message_id)
+    plan = await _plan_of(user_plans, user_ctx.user_id) if reply is None else None
     if reply is None:
-        if streams is not None and stream_config is not None:
+        if streams is not None and stream_config is not None and _streams(plan):
             courier.stream = _open_stream(
                 bot, message, user_ctx.user_id, clock, received_at,
                 (streams, stream_config, stream_metrics),
@@ -200,7 +211,7 @@ async def answer_turn(
         try:
             outcome = await run_guarded(
                 _answer(chat_service, user_ctx.user_id, prompt, message, bot, courier, clock,
-                        timedelta(seconds=stale_after_s), media)
+                        timedelta(seconds=stale_after_s), media, plan)
             )  # fmt: skip
         except asyncio.CancelledError:  # the intake middleware records it as failed
             await courier.interrupted(answer_to)
@@ -224,6 +235,20 @@ async def answer_turn(
     return await courier.deliver(reply)
 
 
+async def _plan_of(user_plans: UserPlans | None, user_id: int) -> Plan | None:
+    """The user's plan for the features (``None``: no plans, or the ledger unreadable,
+    which then refuses the message itself)."""
+    if user_plans is not None:
+        with contextlib.suppress(HoldRefused):
+            return await user_plans.of(user_id)
+    return None
+
+
+def _streams(plan: Plan | None) -> bool:
+    """The plan lets answers stream (no plan: they do)."""
+    return plan is None or plan.features.streaming
+
+
 async def _answer(
     chat_service: ChatService,
     user_id: int,
@@ -234,8 +259,10 @@ async def _answer(
     clock: Clock,
     stale_after: timedelta,
     media: MediaTurn | None = None,
+    plan: Plan | None = None,
 ) -> ChatOutcome:
-    """The message answered by the chat service; a try that met a ledger failing closed
+    """The message answered by the chat service (``plan``: the user's, which sets its
+    queue's slots and priority); a try that met a ledger failing closed
     before any provider call is tried again when it answers (bot.chat.ledger_wait): a
     typed message while it is not stale, a media turn (answered when its sender confirmed
     it, so its own date may be old) for ``stale_after`` from now."""
@@ -249,6 +276,7 @@ async def _answer(
         activity=partial(_typing, bot, message),
         stream=courier.stream.control if courier.stream is not None else None,
         media=media,
+        plan=plan,
     )
     return await until_ledger_answers(
         attempt,

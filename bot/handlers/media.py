@@ -26,6 +26,7 @@ from prometheus_client import Counter
 
 from bot.chat.confirm import Confirmations, Taken
 from bot.chat.delivery import send_text
+from bot.chat.plans import UserPlans
 from bot.handlers.chat import addressed_prompt, answer_turn
 from bot.media.desk import FileRef, MediaDesk, Prepared
 from bot.media.links import find_link
@@ -35,12 +36,17 @@ from bot.middlewares.topics import topic_of
 from bot.storage.repos import Conversation
 from bot.text import media as texts
 from bot.text import templates
+from bot.text.access import plan_no_media_text
 from bot.text.i18n import in_locale, pick_language
-from budget.errors import BudgetError
+from budget.errors import BudgetError, HoldRefused
 from budget.types import Refusal, RefusalReason
 from llm.providers.vision import PhotoSize
 
 __all__ = ["CONFIRM_PREFIX", "OneLink", "create_media_router", "link_route"]
+
+#: What the chat path takes from the dispatcher's data by name (``user_plans``: the
+#: plan's queue slots, priority and streaming apply to a media turn as to typed text).
+_PASSED_ON = ("flood_deferral", "ledger", "cost_footers", "user_plans")
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +92,8 @@ async def on_document(
     message: Message, prompt: str, media_desk: MediaDesk, **data: Any
 ) -> IntakeStatus:
     """A document: read, then answered (or refused, or asked about first)."""
+    if (refused := await _media_refused(message, data)) is not None:
+        return refused
     document = message.document
     assert document is not None
     if (document.mime_type or "").startswith("image/"):  # an image sent as a file
@@ -99,6 +107,8 @@ async def on_document(
 
 async def on_link(message: Message, url: str, media_desk: MediaDesk, **data: Any) -> IntakeStatus:
     """A one-link message: the page read, then answered."""
+    if (refused := await _media_refused(message, data)) is not None:
+        return refused
     prepared = await media_desk.link(url, texts.default_question("link"))
     return await _proceed(message, prepared, media_desk, data)
 
@@ -107,6 +117,8 @@ async def on_photo(
     message: Message, prompt: str, media_desk: MediaDesk, **data: Any
 ) -> IntakeStatus:
     """A photo: its best size sent to a vision model with the caption."""
+    if (refused := await _media_refused(message, data)) is not None:
+        return refused
     sizes = [(_ref(p), PhotoSize(p.width, p.height, p.file_size)) for p in message.photo or []]
     question = prompt.strip() or texts.default_question("photo")
     prepared = await media_desk.photo(sizes, question)
@@ -118,6 +130,8 @@ async def on_recording(
 ) -> IntakeStatus:
     """A voice note, audio file or video note: transcribed inside the operation, what
     was heard shown, then the transcript answered like typed text."""
+    if (refused := await _media_refused(message, {**data, "bot": bot})) is not None:
+        return refused
     if message.voice is not None:
         file: Any = message.voice
         name = "voice.ogg"
@@ -142,6 +156,23 @@ async def on_recording(
 
     prepared = media_desk.recording(ref, int(file.duration or 0), name, heard)
     return await _proceed(message, prepared, media_desk, {**data, "bot": bot})
+
+
+async def _media_refused(message: Message, data: dict[str, Any]) -> IntakeStatus | None:
+    """The template when the user's plan does not include media (``media = false``),
+    before anything is read, fetched or held; ``None``: it does (or there are no plans;
+    a ledger that cannot be read refuses the hold later)."""
+    user_plans: UserPlans | None = data.get("user_plans")
+    if user_plans is None:
+        return None
+    user_ctx: UserContext = data["user_ctx"]
+    try:
+        plan = await user_plans.of(user_ctx.user_id)
+    except HoldRefused:
+        return None
+    if plan.features.media:
+        return None
+    return await _refuse(message, plan_no_media_text(plan.title), "plan_media", data)
 
 
 async def _refuse(message: Message, text: str, label: str, data: dict[str, Any]) -> IntakeStatus:
@@ -192,7 +223,7 @@ async def _proceed(
             data.get("stream_metrics"),
             data.get("stop_book"),
             media=prepared.turn,
-            **{key: data.get(key) for key in ("flood_deferral", "ledger", "cost_footers")},
+            **{key: data.get(key) for key in _PASSED_ON},
         )
 
     if not quote.ask:

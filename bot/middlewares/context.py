@@ -16,10 +16,13 @@ if TYPE_CHECKING:
     from prometheus_client import Counter
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from bot.access.sales import PlanSales
+    from bot.access.store import AccessBook
     from bot.chat.confirm import Confirmations
     from bot.chat.deferral import FloodDeferral
     from bot.chat.duplicates import DuplicateGate
     from bot.chat.outbox import Outbox
+    from bot.chat.plans import UserPlans
     from bot.chat.service import ChatService
     from bot.chat.streaming.metrics import StreamMetrics
     from bot.chat.streaming.registry import StreamRegistry
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
     from budget.books.stops import StopBook
     from budget.kernel.clock import Clock
     from budget.ledger import Ledger
+    from budget.plans import Plans
     from llm.cascade.cascade import Cascade
     from scheduler.runner import DigestRunner
     from scheduler.service import DigestService
@@ -126,6 +130,16 @@ class WorkflowData(TypedDict):
     admin_ids: frozenset[int]
     #: STALE_MESSAGE_SECONDS: an older message gets the "send it again" template
     stale_after_s: int
+    #: who may use the bot (bot/access/store.py)
+    access: AccessBook
+    #: the plans (PLANS_FILE)
+    plans: Plans
+    #: each user's plan, for the features (bot/chat/plans.py)
+    user_plans: UserPlans
+    #: INVITE_TTL_HOURS: how long an /invite link works unless it says otherwise
+    invite_ttl_hours: int
+    #: Telegram Stars payments and the plans they buy (bot/access/sales.py)
+    plan_sales: PlanSales
     #: the operator dashboard's documents; /budget chart draws its picture
     operator_view: OperatorView
     #: DASHBOARD_URL (``None``: no dashboard), the /dashboard button's address

@@ -20,6 +20,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from bot.settings.access import AccessSettings
 from bot.settings.checks import (
     TOKEN_PATTERN,
     check_admin_ids,
@@ -37,6 +38,7 @@ from bot.settings.checks import (
 )
 from bot.settings.conversation import ConversationSettings
 from bot.settings.media import MediaSettings
+from bot.settings.months import MonthSettings
 from bot.settings.operations import OperatorSettings
 from bot.settings.ops import OpsNoticeSettings
 from budget.config import DEAD_AFTER_HEARTBEATS
@@ -113,7 +115,13 @@ class BotApiSettings(BaseSettings):
 
 
 class Settings(
-    MediaSettings, BotApiSettings, ConversationSettings, OpsNoticeSettings, OperatorSettings
+    MediaSettings,
+    BotApiSettings,
+    AccessSettings,
+    MonthSettings,
+    ConversationSettings,
+    OpsNoticeSettings,
+    OperatorSettings,
 ):
     """All configuration. See ``.env.example`` for meaning and units of each field."""
 

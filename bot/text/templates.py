@@ -30,9 +30,12 @@ __all__ = [
 ]
 
 
-def format_reset(when: datetime, tz: str) -> str:
-    """``HH:MM Zone/Name`` in ``tz``; prefixed with the date when not today there."""
+def format_reset(when: datetime, tz: str, *, with_date: bool = False) -> str:
+    """``HH:MM Zone/Name`` in ``tz`` (``with_date``: ``YYYY-MM-DD HH:MM Zone/Name``, for a
+    reset that is not within the day, such as a month's)."""
     local = when.astimezone(ZoneInfo(tz))
+    if with_date:
+        return f"{local:%Y-%m-%d %H:%M} {tz}"
     return f"{local:%H:%M} {tz}"
 
 
@@ -41,6 +44,8 @@ def _window_word(window: Window | None) -> str:
         return _("hourly")
     if window is Window.DAY:
         return _("daily")
+    if window is Window.MONTH:
+        return _("monthly")
     return ""
 
 
@@ -48,6 +53,10 @@ def _level_phrase(level: Level | None, window: Window | None, scope: str) -> str
     w = _window_word(window)
     if level is Level.USER:
         return _("your {window} user limit").format(window=w)
+    if level is Level.CHAT:
+        return _("this group's {window} limit").format(window=w)
+    if level is Level.PLAN:
+        return _("the {window} limit of your plan ({plan})").format(window=w, plan=scope)
     if level is Level.TEAM:
         return _("your team's {window} limit ({team})").format(window=w, team=scope)
     if level is Level.PROVIDER:
@@ -80,6 +89,10 @@ def _limit_text(refusal: Refusal, reset: str | None, step: str) -> str:
     limit = _level_phrase(refusal.level, refusal.window, refusal.scope)
     if refusal.level in (Level.USER, Level.TEAM):
         advice = _("Wait for the reset or ask an admin to raise it.")
+    elif refusal.level is Level.CHAT:
+        advice = _("Wait for the reset or ask the bot's admins.")
+    elif refusal.level is Level.PLAN:
+        advice = _("Wait for the reset or ask the bot's admins about another plan.")
     elif refusal.level is Level.PROVIDER:
         advice = _("The free providers are busy too. Please wait for the reset.")
     else:
@@ -111,7 +124,8 @@ def refusal_text(refusal: Refusal, *, tz: str, running: bool = False, step: str 
             about it, whose prompt holds it).
     """
     r = refusal.reason
-    reset = format_reset(refusal.resets_at, tz) if refusal.resets_at else None
+    monthly = refusal.window is Window.MONTH
+    reset = format_reset(refusal.resets_at, tz, with_date=monthly) if refusal.resets_at else None
     if r is RefusalReason.KILL and refusal.note.startswith("automatic"):
         text = _(
             "⏸ The bot is paused by its spending safety switch, and its administrators "
@@ -147,6 +161,14 @@ def refusal_text(refusal: Refusal, *, tz: str, running: bool = False, step: str 
             )
         else:
             text = _("📭 You have used today's messages.")
+    elif r is RefusalReason.SHARE:
+        # docs/decisions/114-fair-share-of-the-free-keys.md: never the paid model instead
+        text = _(
+            "⚖️ You have used your fair share of the free models for today while others "
+            "are using them too, so I do not switch you to the paid model on their account."
+        )
+        if reset:
+            text += " " + _("Your share resets at {reset}.").format(reset=reset)
     else:
         text = _(
             "⚠️ The budget ledger is unavailable, so no request can be made safely. "

@@ -56,8 +56,10 @@ def _everywhere(user: int, margin: int) -> dict[tuple[str, str, str], int]:
     return {
         ("user", str(user), "day"): margin,
         ("user", str(user), "hour"): margin,
+        ("user", str(user), "month"): margin,
         ("global", "", "day"): margin,
         ("global", "", "hour"): margin,
+        ("global", "", "month"): margin,
     }
 
 

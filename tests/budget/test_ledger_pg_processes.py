@@ -96,8 +96,9 @@ async def test_three_processes_team_refusal_holds_nothing_and_kill_reaches_all(
         holds = await conn.fetchval("SELECT COUNT(*) FROM budget_holds")
     finally:
         await conn.close()
-    # day + hour windows: each level counts the 3 grants twice, the refusals nowhere
-    assert [tuple(r) for r in counted] == [("global", 18_000), ("team", 18_000), ("user", 18_000)]
+    # day + hour + month windows: each level counts the 3 grants three times, the
+    # refusals nowhere
+    assert [tuple(r) for r in counted] == [("global", 27_000), ("team", 27_000), ("user", 27_000)]
     assert holds == 3
 
     assert await _run(pg_url, "kill", [1, 1, 1], tmp_path) == [

@@ -150,11 +150,12 @@ class FakeLedger:
         max_musd: int | None = None,
         max_requests: int | None = None,
         deferred: bool = False,
+        chat_id: int | None = None,
     ) -> OperationTicket:
         del deferred  # admitted at once: the refusals come here, as on PostgreSQL
         if self.killed:
             raise self._refuse(Refusal(RefusalReason.KILL))
-        ticket = OperationTicket(f"op{next(self._ids)}", user_id, origin, None)
+        ticket = OperationTicket(f"op{next(self._ids)}", user_id, origin, None, chat_id)
         self._ops[ticket.operation_id] = _Op(ticket)
         return ticket
 

@@ -86,6 +86,7 @@ from aiohttp import BodyPartReader, ClientError, ClientSession, ClientTimeout, w
 
 from budget.kernel.clock import Clock, SystemClock
 from tests.support.telegram_files import FileStore, StoredFile
+from tests.support.telegram_payments import FakeMembershipPayments, PaymentsApiError
 
 __all__ = [
     "CAPTION_MAX_UTF16",
@@ -579,7 +580,8 @@ _METHODS = (
     "getMe", "getUpdates", "deleteWebhook", "setWebhook", "getWebhookInfo", "sendMessage",
     "editMessageText", "sendChatAction", "setMyCommands", "getMyCommands",
     "deleteMyCommands", "sendPhoto", "sendDocument", "answerCallbackQuery", "getFile",
-    "sendMessageDraft",
+    "sendMessageDraft", "leaveChat", "sendInvoice", "createInvoiceLink",
+    "answerPreCheckoutQuery", "refundStarPayment",
 )  # fmt: skip
 _CANONICAL = {m.lower(): m for m in _METHODS}
 _CONFLICT = _DEFAULT_DESCRIPTIONS[409]
@@ -618,7 +620,7 @@ def _as_int(value: Any, name: str, default: int | None = None) -> int | None:
 # --------------------------------------------------------------------------------------
 
 
-class FakeTelegram:
+class FakeTelegram(FakeMembershipPayments):
     """The fake Bot API server; use as ``async with FakeTelegram() as tg: ...``.
 
     Args:
@@ -701,6 +703,7 @@ class FakeTelegram:
         self._blobs: dict[str, bytes] = {}  # what the bot uploaded, by sha256
         #: files users sent (served by getFile and /file/bot<token>/<path>)
         self.files = FileStore()
+        self._payments_init()  # leaveChat, my_chat_member, Stars: tests/support/telegram_payments
 
     # lifecycle -------------------------------------------------------------------
     @property
@@ -1443,7 +1446,10 @@ class FakeTelegram:
                 raise error
             self._apply_failures(record)
             handler = getattr(self, f"_m_{method}")
-            result = await handler(params, files, record)
+            try:
+                result = await handler(params, files, record)
+            except PaymentsApiError as exc:
+                raise _ApiError(exc.status, exc.description) from None
             status, body = 200, {"ok": True, "result": result}
         except _ApiError as exc:
             status, body = exc.status, exc.body()
