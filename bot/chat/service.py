@@ -322,7 +322,7 @@ class ChatService(Draining):
                 if isinstance(heard, ChatFailed):
                     return heard
                 user_msg, user_tokens = heard
-            step = _answer_step(media)
+            step = media.answer_step if media is not None else "answer"
             request, fold = await self._request(op, where, user_msg, user_tokens, priority)
             backend = self.vision if user_msg.images and self.vision else self._backend
             ctx = activity() if activity is not None else nullcontext()
@@ -497,11 +497,3 @@ class ChatService(Draining):
         except Exception:  # an unreadable ledger must not hide the failure being reported
             log.warning("could not read what operation %s booked", op.operation_id, exc_info=True)
             return None
-
-
-def _answer_step(media: MediaTurn | None) -> str:
-    """What the answer's hold is for, in a refusal's words: about a ``photo``, a
-    ``document`` or a ``link``'s page (its prompt holds it), else an ``answer`` (a text's,
-    or a transcript's)."""
-    kind = media.kind if media is not None else ""
-    return kind if kind in ("photo", "document", "link") else "answer"
