@@ -74,11 +74,19 @@ class Origin(StrEnum):
     #: a history summary folded for a chat message (a hold's origin, in that message's
     #: operation: docs/decisions/150-history-summaries-are-charged-steps.md)
     SUMMARY = "summary"
+    #: a voice note's (or audio file's) transcription, a step of its chat message's
+    #: operation; its quantities are audio seconds
+    TRANSCRIPTION = "transcription"
+    #: an answer about a photo, by a vision model, in its chat message's operation; its
+    #: input tokens include the image tokens
+    VISION = "vision"
 
 
 #: Origins a hold may carry but no operation begins with (a summary is a step of the
 #: chat message's operation, capped by that operation's caps).
-HOLD_ONLY_ORIGINS: frozenset[Origin] = frozenset({Origin.SUMMARY})
+HOLD_ONLY_ORIGINS: frozenset[Origin] = frozenset(
+    {Origin.SUMMARY, Origin.TRANSCRIPTION, Origin.VISION}
+)
 
 
 @dataclass(frozen=True, slots=True)

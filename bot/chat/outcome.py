@@ -67,6 +67,8 @@ class ChatRefused:
     refusal: Refusal
     running: bool
     retry: bool = False
+    #: what the refused hold was for (:func:`bot.text.templates.refusal_text`'s ``step``)
+    step: str = "answer"
 
 
 class FailureKind(StrEnum):
@@ -117,9 +119,11 @@ async def run_guarded(coro: Awaitable[ChatOutcome]) -> ChatOutcome:
         return ChatFailed(FailureKind.ERROR)
 
 
-def refused_outcome(exc: HoldRefused, *, running: bool, called: bool = False) -> ChatRefused:
+def refused_outcome(
+    exc: HoldRefused, *, running: bool, called: bool = False, step: str = "answer"
+) -> ChatRefused:
     """The refusal ``exc`` as an outcome; one of a ledger that failed closed for a while
     (not its file lost) before any provider call (``called``: a hold was granted) may be
-    tried again."""
+    tried again. ``step``: what the refused hold was for."""
     passing = isinstance(exc, LedgerUnavailable) and not exc.lasting
-    return ChatRefused(exc.refusal, running=running, retry=passing and not called)
+    return ChatRefused(exc.refusal, running=running, retry=passing and not called, step=step)

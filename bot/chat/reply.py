@@ -128,7 +128,9 @@ def reply_of(
     if isinstance(outcome, ChatAnswer):
         return _answer_reply(outcome, answer_to, tz, footer)
     if isinstance(outcome, ChatRefused):
-        text = templates.refusal_text(outcome.refusal, tz=tz, running=outcome.running)
+        text = templates.refusal_text(
+            outcome.refusal, tz=tz, running=outcome.running, step=outcome.step
+        )
         return Reply(
             text, IntakeStatus.REFUSED, reply_to=message_id, refusal=outcome.refusal.reason.value
         )

@@ -291,12 +291,15 @@ class ChatService(Draining):
             )
         except HoldRefused as exc:
             return refused_outcome(exc, running=others_running)
+        step = "answer"  # what a refused hold was for (the refusal names it)
         try:
             if media is not None and media.transcribe is not None:
+                step = "transcription"
                 heard = await self._transcribed(op, media, media.transcribe)
                 if isinstance(heard, ChatFailed):
                     return heard
                 user_msg, user_tokens = heard
+            step = media.answer_step if media is not None else "answer"
             request, fold = await self._request(op, where, user_msg, user_tokens, priority, persona)
             run = await self._run(op, request, where.user_id, activity, stream)
             completion = run.completion
@@ -313,7 +316,8 @@ class ChatService(Draining):
             charged = completion.cost_musd if alone else await self._booked_musd(op)
             return ChatAnswer(completion, charged, run.steps, run.calls, run.stop, fold)
         except HoldRefused as exc:
-            return refused_outcome(exc, running=others_running, called=self._ledger.held_any(op))
+            called = self._ledger.held_any(op)
+            return refused_outcome(exc, running=others_running, called=called, step=step)
         except MediaRefused as exc:
             booked = await self._booked_musd(op)
             return ChatFailed(FailureKind.MEDIA, media=exc.refusal, charged_musd=booked)
@@ -389,6 +393,7 @@ class ChatService(Draining):
             input_tokens=self._count.scale(raw),
             model=model,
             small=chosen is Route.SMALL and model is None,
+            origin=Origin.VISION if user_msg.images else None,
         )
         return request, history.fold
 

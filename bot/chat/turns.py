@@ -45,6 +45,13 @@ class MediaTurn:
     max_input_tokens: int | None = None
     stored: str | None = None
 
+    @property
+    def answer_step(self) -> str:
+        """What the answer's hold is for, in a refusal's words
+        (:func:`bot.text.templates.refusal_text`): about a ``photo``, a ``document`` or a
+        ``link``'s page (its prompt holds it), else an ``answer`` (a transcript's)."""
+        return self.kind if self.kind in ("photo", "document", "link") else "answer"
+
 
 @dataclass(frozen=True, slots=True)
 class PlanTurn:

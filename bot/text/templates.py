@@ -69,9 +69,23 @@ def level_phrase(level: Level | None, window: Window | None, scope: str) -> str:
     return _level_phrase(level, window, scope)
 
 
-def _limit_text(refusal: Refusal, reset: str | None) -> str:
-    """A limit's refusal: "reached" only when nothing is left; otherwise the request's
-    worst case beside what is left, which is why it does not fit."""
+def _worst_case(step: str, ceiling: str) -> str:
+    """What the refused hold was for and its worst case (``step``: see
+    :func:`refusal_text`)."""
+    if step == "transcription":
+        return _("transcribing this recording may cost up to {ceiling}").format(ceiling=ceiling)
+    if step == "photo":
+        return _("an answer about this image may cost up to {ceiling}").format(ceiling=ceiling)
+    if step == "document":
+        return _("an answer about this document may cost up to {ceiling}").format(ceiling=ceiling)
+    if step == "link":
+        return _("an answer about this page may cost up to {ceiling}").format(ceiling=ceiling)
+    return _("an answer may cost up to {ceiling}").format(ceiling=ceiling)
+
+
+def _limit_text(refusal: Refusal, reset: str | None, step: str) -> str:
+    """A limit's refusal: "reached" only when nothing is left; otherwise the refused
+    step's worst case beside what is left, which is why it does not fit."""
     limit = _level_phrase(refusal.level, refusal.window, refusal.scope)
     if refusal.level in (Level.USER, Level.TEAM):
         advice = _("Wait for the reset or ask an admin to raise it.")
@@ -85,9 +99,9 @@ def _limit_text(refusal: Refusal, reset: str | None) -> str:
         advice = _("Nothing to do but wait.")
     left = refusal.remaining_musd
     if left is not None and left > 0 and refusal.ceiling_musd > left:
-        head = _(
-            "🚫 Not enough left of {limit}: an answer may cost up to {ceiling}, and {left} is left."
-        ).format(limit=limit, ceiling=usd(refusal.ceiling_musd), left=usd(left))
+        head = _("🚫 Not enough left of {limit}: {worst_case}, and {left} is left.").format(
+            limit=limit, worst_case=_worst_case(step, usd(refusal.ceiling_musd)), left=usd(left)
+        )
     else:
         head = _("🚫 Limit reached: {limit}.").format(limit=limit)
     if reset:
@@ -97,13 +111,17 @@ def _limit_text(refusal: Refusal, reset: str | None) -> str:
     return f"{head} {advice}"
 
 
-def refusal_text(refusal: Refusal, *, tz: str, running: bool = False) -> str:
+def refusal_text(refusal: Refusal, *, tz: str, running: bool = False, step: str = "answer") -> str:
     """The template for a ledger/cascade refusal.
 
     Args:
         refusal: the refusal value.
         tz: the user's IANA timezone, for the reset time.
         running: the user has an operation in flight that will still be answered.
+        step: what the refused hold was for, so a limit's worst case names it truly:
+            ``answer`` (a text's answer, or a transcript's), ``transcription`` (a
+            recording's speech-to-text), ``photo``, ``document`` or ``link`` (the answer
+            about it, whose prompt holds it).
     """
     r = refusal.reason
     monthly = refusal.window is Window.MONTH
@@ -125,7 +143,7 @@ def refusal_text(refusal: Refusal, *, tz: str, running: bool = False) -> str:
             "⏳ Busy: {limit} is fully held by requests in flight. Please retry in a minute."
         ).format(limit=_level_phrase(refusal.level, refusal.window, refusal.scope))
     elif r is RefusalReason.LIMIT:
-        text = _limit_text(refusal, reset)
+        text = _limit_text(refusal, reset, step)
     elif r is RefusalReason.INFLIGHT:
         text = _("✋ Too many requests at once. Please retry in a minute.")
     elif r is RefusalReason.RATE:

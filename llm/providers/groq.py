@@ -14,7 +14,8 @@ unasked, on the finish chunk (``x_groq.usage`` and/or ``usage``); an ``event: er
 after the 200 is raised by the SDK as ``APIError`` and translated to an interrupted
 :class:`~llm.errors.ProviderUnavailable`. Each event is at most
 :data:`llm.providers.sse.MAX_EVENT_BYTES` (:func:`llm.providers.sse.bound_events`, under
-the SDK's decoder).
+the SDK's decoder), the whole stream and any error body capped as well
+(:mod:`llm.providers.body_cap`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from llm.providers.base import (
     parse_completion_body,
     transport_error,
 )
+from llm.providers.body_cap import CLIENT_HEADERS, cap_body
 from llm.providers.plain_post import PlainPost, PlainResponse, aiohttp_transport_error
 from llm.providers.ratelimits import parse_rate_limits
 from llm.providers.sse import bound_events
@@ -100,6 +102,8 @@ class GroqProvider(ProviderBase):
             timeout=httpx.Timeout(timeout_s),
             transport=transport,
             verify=True if tls is None else tls,
+            headers=CLIENT_HEADERS,
+            event_hooks={"response": [cap_body]},  # streams and error bodies, capped
         )
         self._client = groq.AsyncGroq(
             api_key=api_key,

@@ -12,7 +12,8 @@ Streaming (:meth:`OpenAICompatProvider.stream`): ``stream: true`` with
 ``stream_options: {"include_usage": true}`` so the usage arrives in a final chunk;
 server-sent events are read with ``httpx-sse`` (comment lines such as DeepSeek's
 ``: keep-alive`` are skipped), each at most :data:`llm.providers.sse.MAX_EVENT_BYTES`
-(:func:`llm.providers.sse.sse_chunks`), ``data: [DONE]`` ends the stream.
+(:func:`llm.providers.sse.sse_chunks`), the whole stream and any error body capped
+(:mod:`llm.providers.body_cap`); ``data: [DONE]`` ends the stream.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from llm.providers.base import (
     parse_completion_body,
     transport_error,
 )
+from llm.providers.body_cap import CLIENT_HEADERS, cap_body
 from llm.providers.plain_post import PlainPost, aiohttp_transport_error
 from llm.providers.ratelimits import parse_rate_limits
 from llm.providers.sse import sse_chunks
@@ -92,7 +94,8 @@ class OpenAICompatProvider(ProviderBase):
         # the plain call over aiohttp (llm/providers/plain_post.py), the stream over httpx
         self._plain = PlainPost({"Authorization": f"Bearer {api_key}"}, tls)
         self._client = httpx.AsyncClient(
-            headers={"Authorization": f"Bearer {api_key}"},
+            headers={"Authorization": f"Bearer {api_key}", **CLIENT_HEADERS},
+            event_hooks={"response": [cap_body]},  # streams and error bodies, capped
             timeout=httpx.Timeout(timeout_s),
             transport=transport,
             verify=True if tls is None else tls,

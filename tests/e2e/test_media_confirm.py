@@ -177,6 +177,7 @@ async def test_a_long_voice_note_over_the_users_budget_is_refused_before_downloa
     fake_telegram.inject_callback_query(301, go, message_id=asked.message_id)
     [refused] = await fake_telegram.wait_sent(301, since=mark, timeout=30)
     assert "Not enough left of your daily user limit" in refused.text
+    assert "transcribing this recording may cost up to $0.020012" in refused.text
     assert "$0.010000 is left" in refused.text and "resets at" in refused.text
     assert fake_telegram.files.downloads == []
     assert fake_providers.transcriptions == [] and fake_providers.requests == []
