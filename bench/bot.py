@@ -1,4 +1,4 @@
-"""Kopek beside a bare aiogram echo bot, in one run (issue 10): ``python bench/bot.py``.
+"""Kopek beside a bare aiogram echo bot, in one run: ``python bench/bot.py``.
 
 Both bots run as real processes (``python -m bot`` and ``tests/support/echo_bot.py``, each
 inside ``bench/probe.py``) against the same kind of loopback fake Bot API
@@ -19,12 +19,12 @@ Printed side by side:
   figure that other processes loading the shared machine do not inflate.
 
 Update→reply = from the driver injecting the update to the fake Bot API receiving the
-``sendMessage`` for that chat (both on ``time.monotonic()``). Targets (issue 10):
+``sendMessage`` for that chat (both on ``time.monotonic()``). Targets:
 overhead (Kopek − echo sequential) p50 ≤ 3 ms and p99 ≤ 10 ms; burst ≥ 25 % of the echo
 rate with every message answered; refusal p50 ≤ echo + 5 ms with 0 provider requests;
 loop lag p99 ≤ 5 ms during the burst. Takes about a minute.
 
-``python bench/bot.py --replicas 3 --backend postgres`` (issue 13): the burst on SQLite,
+``python bench/bot.py --replicas 3 --backend postgres``: the burst on SQLite,
 on one PostgreSQL replica and on several, in one run (``bench/bot_scaling.py``).
 """
 
