@@ -125,7 +125,7 @@ def cost_line(tokens: int, anchor: tuple[str, int] | None) -> str:
     ).format(tokens=tokens)
     if anchor is not None:
         model, musd = anchor
-        line += " " + _("On the paid model {model} that is up to ${usd} per message.").format(
+        line += " " + _("On the paid model {model} that is up to {usd} per message.").format(
             model=model, usd=usd(musd)
         )
     return line

@@ -51,7 +51,7 @@ async def test_a_long_custom_persona_is_held_to_the_token_and_sent_as_the_system
     reply = await ask(fake_telegram, f"/persona custom {persona}")
     assert "Persona set: your own text." in reply
     assert f"adds {persona_tokens} tokens to every message" in reply
-    assert "deepseek-chat" in reply and "per message" in reply
+    assert "deepseek-chat" in reply and "per message" in reply and "$$" not in reply
 
     too_long = await ask(fake_telegram, "/persona custom " + "x" * 1001)
     assert "1001 characters long; the limit is 1000. Nothing was changed." in too_long
