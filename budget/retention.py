@@ -41,7 +41,7 @@ TABLES = (
     "budget_messages",
 )
 #: Rows one step prunes at most (``RETENTION_BATCH_ROWS``' default).
-DEFAULT_BATCH = 10
+DEFAULT_BATCH = 50
 #: Seconds between two steps (the clock's sleep): the writer's time goes to the holds
 #: queued meanwhile first, a step never shares their group commit (bench/retention.py).
 PAUSE_S = 0.02
@@ -125,13 +125,12 @@ class LedgerRetention:
         for table in TABLES:
             report.rows[table] = 0
             while True:
-                asked = self.batch  # the batch may change between steps (the bench's finish)
-                step = await self._store.prune_batch(table, before, asked)
+                step = await self._store.prune_batch(table, before, self.batch)
                 report.batches += 1
                 report.rows[table] += step.rows
                 report.booked_musd += step.booked_musd
                 await self.pause()
-                if step.rows < asked:
+                if step.rows < self.batch:
                     break
         self._log(report)
         return report

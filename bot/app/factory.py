@@ -22,13 +22,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from bot.app.access_wiring import build_access
 from bot.app.lifecycle import App
 from bot.app.media_wiring import build_media, media_models
-from bot.app.ops_wiring import (
-    drill_of,
-    include_routers,
-    ops_watch_of,
-    retention_of,
-    shedding_of,
-)
+from bot.app.ops_wiring import drill_of, include_routers, retention_of, shedding_of
 from bot.app.wiring import (
     ProfileStoreAdapter,
     admin_language,
@@ -40,6 +34,7 @@ from bot.app.wiring import (
     provider_specs_of,
     router_config,
     stream_config,
+    watch_config,
 )
 from bot.chat.deferral import FloodDeferral
 from bot.chat.duplicates import DuplicateGate
@@ -68,8 +63,9 @@ from bot.ops.dashboard import build_operator_view, build_site
 from bot.ops.health import Readiness
 from bot.ops.kpis import KpiReader
 from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_counter
-from bot.ops.reconciliations import ReconcileLog
+from bot.ops.once import NoticeBook
 from bot.ops.schema_watch import SchemaWatch
+from bot.ops.watch import OpsWatch
 from bot.session.chat_moves import FollowChatMoves
 from bot.session.flood_waits import FloodWaits
 from bot.session.model_pins import PinResponseModels
@@ -340,9 +336,15 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     # the alerts before the caps and the spend reports (bot/ops/watch.py)
     kpis = KpiReader(sessions, clock, clock.monotonic())
     notifier.language_of = admin_language(repo)
-    reconciliations = ReconcileLog(sessions, clock)
-    ops_watch, alert_mutes = ops_watch_of(
-        settings, ledger, engine, cascade, sessions, notifier, kpis, clock, reconciliations
+    ops_watch = OpsWatch(
+        ledger=ledger,
+        engine=engine,
+        cascade=cascade,
+        notices=NoticeBook(sessions, clock),
+        notifier=notifier,
+        kpis=kpis,
+        clock=clock,
+        config=watch_config(settings),
     )
     operator_view = build_operator_view(ledger, cascade, engine, clock, settings.budget_tz, kpis)
     dashboard = None
@@ -380,7 +382,6 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
             billing_tz=settings.billing_tz,
             tolerance_musd=usd_to_musd(settings.reconcile_tolerance_usd) or 0,
             keys={name: not prices.is_free(name) for name in settings.provider_keys()},
-            reconciliations=reconciliations,
         ),
         refusals=refusal_counter(registry),
         notifier=notifier,
@@ -404,7 +405,6 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         model_menu=ModelMenu(provider_models(settings), prices, settings.chat_models, clock.now),
         persona_max_chars=settings.persona_max_chars,
         drill=drill_of(ledger, i18n, settings),
-        alert_mutes=alert_mutes,
         media_desk=media.desk,
         confirmations=media.confirmations,
     )

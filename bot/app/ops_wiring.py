@@ -1,8 +1,7 @@
 """The operator's safeguards built from :class:`Settings` for :func:`bot.app.factory.create_app`:
 shedding (SHED_ORDER, :mod:`bot.ops.shedding`), retention (RETENTION_DAYS,
-:mod:`bot.ops.retention`), ``/drill``'s runner (:mod:`bot.ops.drill`), the operator's
-watch with its anomaly alerts and mutes (:mod:`bot.ops.watch`); and the dispatcher's
-routers in the order they take updates."""
+:mod:`bot.ops.retention`) and ``/drill``'s runner (:mod:`bot.ops.drill`); and the
+dispatcher's routers in the order they take updates."""
 
 from __future__ import annotations
 
@@ -10,9 +9,8 @@ from collections.abc import Awaitable, Callable
 
 from aiogram import Dispatcher
 from aiogram.utils.i18n import I18n
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.app.wiring import alerts_off_by_setting, anomaly_config, watch_config
 from bot.handlers.access import create_access_router
 from bot.handlers.admin import create_admin_router
 from bot.handlers.books import create_books_router
@@ -29,23 +27,15 @@ from bot.handlers.persona import create_persona_router
 from bot.handlers.regenerate import create_regenerate_router
 from bot.handlers.stars import create_stars_router
 from bot.handlers.stream import create_stream_router
-from bot.ops.admin_notices import AdminNotifier
-from bot.ops.anomaly_watch import AnomalyWatch
 from bot.ops.drill import Drill
-from bot.ops.kpis import KpiReader
-from bot.ops.mutes import AlertMutes
-from bot.ops.once import NoticeBook
-from bot.ops.reconciliations import ReconcileLog
 from bot.ops.retention import RetentionJob
 from bot.ops.shedding import Shedding, admin_announcer
-from bot.ops.watch import OpsWatch
 from bot.settings import Settings
 from budget.kernel.clock import Clock
 from budget.ledger import Ledger
 from budget.pricing.names import CASCADE_ORDER
-from llm.cascade.cascade import Cascade
 
-__all__ = ["drill_of", "include_routers", "ops_watch_of", "retention_of", "shedding_of"]
+__all__ = ["drill_of", "include_routers", "retention_of", "shedding_of"]
 
 
 def shedding_of(
@@ -65,38 +55,6 @@ def shedding_of(
         admin_announcer(broadcast, settings.budget_tz),
         every_s=settings.shed_check_seconds,
     )
-
-
-def ops_watch_of(
-    settings: Settings,
-    ledger: Ledger,
-    engine: AsyncEngine,
-    cascade: Cascade,
-    sessions: async_sessionmaker[AsyncSession],
-    notifier: AdminNotifier,
-    kpis: KpiReader,
-    clock: Clock,
-    reconciliations: ReconcileLog,
-) -> tuple[OpsWatch, AlertMutes]:
-    """The operator's watch (ALERT_AT's thresholds, the anomaly alerts, the spend
-    reports) and its alert types' mutes, which /alerts changes."""
-    mutes = AlertMutes(sessions, clock, alerts_off_by_setting(settings))
-    watch = OpsWatch(
-        ledger=ledger,
-        engine=engine,
-        cascade=cascade,
-        notices=NoticeBook(sessions, clock),
-        notifier=notifier,
-        kpis=kpis,
-        clock=clock,
-        config=watch_config(settings),
-        anomalies=AnomalyWatch(
-            engine=engine, cascade=cascade, clock=clock, config=anomaly_config(settings)
-        ),
-        mutes=mutes,
-        reconciliations=reconciliations,
-    )
-    return watch, mutes
 
 
 def retention_of(

@@ -51,7 +51,6 @@ ADMIN_HELP = (
     "/providers [prices | enable NAME] — keys, circuits, prices\n"
     "/reconcile [PROVIDER] [period] — as the caption of a provider's usage export\n"
     "/digest_now [USER_ID] — a digest now\n"
-    "/alerts [mute|unmute TYPE] — the alert types, told or muted\n"
     "/dashboard — the operator dashboard"
 )
 
