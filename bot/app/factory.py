@@ -79,9 +79,9 @@ from bot.session.updates import (
 )
 from bot.settings import Settings
 from bot.storage.chat_prefs import ChatPrefsStore
+from bot.storage.hot import hot_path
 from bot.storage.moves import ChatMoves
 from bot.storage.repos import History, Intake
-from bot.storage.sqlite_hot import SqliteHotPath
 from bot.storage.summaries import CostFooters, Summaries
 from bot.text.digests import TelegramDeliverer
 from bot.text.i18n import create_i18n
@@ -197,8 +197,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         lease_store=lease_store,
         tls=tls,
     )
-    # on a SQLite file the message path's bot-table writes ride the ledger's one writer
-    hot = SqliteHotPath(ledger.store.writer) if ledger.store.writer is not None else None
+    # the message path's bot-table statements in few steps (bot.storage.hot): on the
+    # ledger's one writer (a SQLite file) or single statements on its pool (PostgreSQL)
+    hot = hot_path(ledger.store, clock)
     # a group upgraded to a supergroup: its calls, rows and answers follow it there
     moves = ChatMoves(sessions)
     bot.session.middleware(FollowChatMoves(moves))
@@ -209,7 +210,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         sessions,
         hot,
         shared=None
-        if hot is not None or path is not None
+        if shared is None
         else (ledger.store.process_id, settings.process_dead_after_seconds),
     )
     # replicas: each kept answer is claimed by one worker before it is sent

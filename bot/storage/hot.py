@@ -1,0 +1,102 @@
+"""What the message path asks of the bot's tables in few steps (:class:`HotPath`): on a
+SQLite file the ledger's one writer (:class:`bot.storage.sqlite_hot.SqliteHotPath`), on
+PostgreSQL single statements on the ledger's pool (:class:`bot.storage.pg_hot.PgHotPath`).
+The stores (:mod:`bot.storage.repos`, :mod:`bot.storage.summaries`, the profile adapter)
+take one and use it instead of an ORM session for these reads and writes; everything
+else about those tables stays portable SQLAlchemy.
+
+Errors: :class:`~budget.errors.LedgerUnavailable` for any storage failure
+(``bot.storage.repos.is_storage_failure`` recognises it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Protocol
+
+from bot.storage.pg_hot import PgHotPath
+from bot.storage.sqlite_hot import SqliteHotPath
+from bot.storage.values import NumberedTurn, Preferences, StoredSummary, TouchedIntake, Turn
+from budget.kernel.clock import Clock
+from budget.storage.base import LedgerStore
+
+__all__ = ["HotPath", "hot_path"]
+
+
+class HotPath(Protocol):
+    """The message path's statements on the bot's tables (each method's meaning is the
+    store method it stands for, named in the implementations' docstrings)."""
+
+    async def record_intake(
+        self,
+        *,
+        chat_id: int,
+        message_id: int,
+        user_id: int,
+        status: str,
+        language: str,
+        thread_id: int | None,
+        now: datetime,
+    ) -> bool: ...
+
+    async def finish_intake(
+        self, *, chat_id: int, message_id: int, status: str, now: datetime
+    ) -> None: ...
+
+    async def load_turns(
+        self, user_id: int, chat_id: int, thread_id: int | None, max_tokens: int
+    ) -> list[Turn]: ...
+
+    async def load_summary(
+        self, user_id: int, chat_id: int, thread_id: int | None
+    ) -> StoredSummary | None: ...
+
+    async def turns_after(
+        self, user_id: int, chat_id: int, thread_id: int | None, after_id: int, limit: int
+    ) -> list[NumberedTurn]: ...
+
+    async def load_conversation(
+        self, user_id: int, chat_id: int, thread_id: int | None, limit: int
+    ) -> tuple[StoredSummary | None, list[NumberedTurn]]: ...
+
+    async def footer_wanted(self, user_id: int) -> bool: ...
+
+    async def append_turns(
+        self,
+        user_id: int,
+        chat_id: int,
+        thread_id: int | None,
+        turns: Sequence[Turn],
+        now: datetime,
+    ) -> None: ...
+
+    async def touch_and_record(
+        self,
+        *,
+        user_id: int,
+        language: str,
+        digest_time: str,
+        chat_id: int,
+        message_id: int,
+        payer: int,
+        status: str,
+        thread_id: int | None,
+        pick: Callable[[str | None], str],
+        now: datetime,
+    ) -> TouchedIntake: ...
+
+    async def touch_profile(
+        self, user_id: int, chat_id: int, language: str, digest_time: str, now: datetime
+    ) -> Preferences: ...
+
+
+def hot_path(store: LedgerStore, clock: Clock) -> HotPath | None:
+    """The hot path for the ledger's ``store``: its one writer on a SQLite file, its pool
+    on PostgreSQL (the database the replicas share); ``None`` for neither."""
+    if store.writer is not None:
+        return SqliteHotPath(store.writer)
+    shared = store.shared
+    if shared is not None:
+        return PgHotPath(shared, clock, shared.process_id)
+    return None
