@@ -62,6 +62,8 @@ class HotPath(Protocol):
 
     async def footer_wanted(self, user_id: int) -> bool: ...
 
+    async def chat_prefs(self, chat_id: int) -> tuple[str, str | None, str | None] | None: ...
+
     async def append_turns(
         self,
         user_id: int,

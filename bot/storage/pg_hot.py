@@ -64,6 +64,7 @@ _TOUCH_PROFILE = (
     " RETURNING p.language, p.tz"
 )
 _FOOTER_WANTED = "SELECT 1 FROM chat_cost_footers WHERE user_id = $1"
+_CHAT_PREFS = "SELECT persona, persona_text, model FROM chat_prefs WHERE chat_id = $1"
 _APPEND_TURNS = (
     "INSERT INTO chat_turns (user_id, chat_id, thread_id, role, content, tokens, raw_tokens,"
     " created_at) SELECT $1::bigint, $2::bigint, $3::bigint, u.role, u.content, u.tokens,"
@@ -256,6 +257,16 @@ class PgHotPath:
             return await conn.fetchval(_FOOTER_WANTED, user_id)
 
         return await self._one(self._clock.now(), run) is not None
+
+    async def chat_prefs(self, chat_id: int) -> tuple[str, str | None, str | None] | None:
+        """See :meth:`bot.storage.chat_prefs.ChatPrefsStore.get`: (persona, persona_text,
+        model), ``None`` when the chat chose nothing."""
+
+        async def run(conn: Any) -> Any:
+            return await conn.fetchrow(_CHAT_PREFS, chat_id)
+
+        row = await self._one(self._clock.now(), run)
+        return None if row is None else (row[0], row[1], row[2])
 
     async def append_turns(
         self,

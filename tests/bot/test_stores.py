@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.app.wiring import ProfileStoreAdapter
+from bot.storage.chat_prefs import DEFAULT_PREFS, ChatPrefs, ChatPrefsStore
 from bot.storage.hot import HotPath, hot_path
 from bot.storage.migrate import migrate
 from bot.storage.pg_hot import PgHotPath
@@ -476,3 +477,19 @@ async def test_postgres_failures_of_the_database_are_storage_failures(
     finally:
         await engine.dispose()
     assert not is_storage_failure(duplicate.value)
+
+
+async def test_a_chats_persona_and_model_read_alike_on_every_path(
+    sessions: async_sessionmaker[AsyncSession], hot: HotPath | None
+) -> None:
+    """The chat's choices read on every message (through the hot path where there is
+    one) are what /persona and /model wrote: the defaults before, a custom persona's
+    text, a model and back to automatic, one chat's choices not another's."""
+    prefs = ChatPrefsStore(sessions, hot)
+    assert await prefs.get(-100) == DEFAULT_PREFS
+    await prefs.set_persona(-100, "custom", "Answer like a pirate.", by=7, now=T0)
+    await prefs.set_model(-100, "deepseek-chat", by=7, now=T0)
+    assert await prefs.get(-100) == ChatPrefs("custom", "Answer like a pirate.", "deepseek-chat")
+    await prefs.set_model(-100, None, by=7, now=T0)
+    assert await prefs.get(-100) == ChatPrefs("custom", "Answer like a pirate.", None)
+    assert await prefs.get(7) == DEFAULT_PREFS
