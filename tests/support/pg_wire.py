@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 __all__ = ["RoundTrip", "WireCounter"]
@@ -30,9 +31,12 @@ _GSS_REQUEST = 80877104
 
 @dataclass(frozen=True, slots=True)
 class RoundTrip:
-    """One exchange the client waited for: the statements it ran, in order."""
+    """One exchange the client waited for: the statements it ran, in order (none for a
+    ``prepare``: asyncpg's Parse/Describe of a statement new to its connection), on
+    client connection number ``connection``."""
 
     statements: tuple[str, ...]
+    connection: int
 
 
 @dataclass
@@ -40,6 +44,7 @@ class _Parser:
     """The frontend stream of one client connection."""
 
     counter: WireCounter
+    connection: int
     buffer: bytearray = field(default_factory=bytearray)
     started: bool = False
     prepared: dict[str, str] = field(default_factory=dict)
@@ -78,10 +83,10 @@ class _Parser:
             if name:
                 self.pending.append(self.prepared.get(name, f"<prepared {name}>"))
         elif kind == b"S":  # Sync
-            self.counter.trips.append(RoundTrip(tuple(self.pending)))
+            self.counter.add(RoundTrip(tuple(self.pending), self.connection))
             self.pending.clear()
         elif kind == b"Q":  # Query
-            self.counter.trips.append(RoundTrip((body.rstrip(b"\0").decode(),)))
+            self.counter.add(RoundTrip((body.rstrip(b"\0").decode(),), self.connection))
 
 
 class WireCounter:
@@ -95,6 +100,8 @@ class WireCounter:
         self._pipes: set[asyncio.Task[None]] = set()
         self.trips: list[RoundTrip] = []
         self.port = 0
+        self._connections = 0
+        self._grew = asyncio.Event()
 
     async def __aenter__(self) -> WireCounter:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -110,6 +117,22 @@ class WireCounter:
         if self._server is not None:
             await self._server.wait_closed()
 
+    def add(self, trip: RoundTrip) -> None:
+        """Record one round trip (the parsers call this)."""
+        self.trips.append(trip)
+        self._grew.set()
+
+    async def wait_for(self, found: Callable[[], bool], timeout: float = 10.0) -> None:  # noqa: ASYNC109 - test deadline
+        """Wait (woken by each new round trip) until ``found()``.
+
+        Raises:
+            TimeoutError: not found within ``timeout`` seconds.
+        """
+        async with asyncio.timeout(timeout):
+            while not found():
+                self._grew.clear()
+                await self._grew.wait()
+
     def mark(self) -> int:
         """The number of round trips so far (for :meth:`since`)."""
         return len(self.trips)
@@ -120,7 +143,8 @@ class WireCounter:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(*self._target)
-        parser = _Parser(self)
+        self._connections += 1
+        parser = _Parser(self, self._connections)
         tasks = [
             asyncio.create_task(self._pipe(reader, up_writer, parser)),
             asyncio.create_task(self._pipe(up_reader, writer, None)),
