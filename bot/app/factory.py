@@ -2,21 +2,29 @@
 
 Nothing is created at import time. :func:`create_app` wires the engine, ledger,
 cascade, digest runner, aiogram bot and dispatcher into an :class:`~bot.app.lifecycle.App`
-(whose start-up and shutdown hooks are in :mod:`bot.app.lifecycle`); the settings → config
-pieces are in :mod:`bot.app.wiring`; :func:`bot.app.polling.run` checks, migrates, starts
-polling and returns the exit code once a SIGTERM/SIGINT has drained the work.
+(whose start-up and shutdown hooks are in :mod:`bot.app.lifecycle`), one part at a time:
+each ``_build_*`` function below builds one piece. What depends on whether processes
+share the database comes from one part, :mod:`bot.app.replicas`, so nothing here asks
+which engine it runs on. The settings → config pieces are in :mod:`bot.app.wiring`;
+:func:`bot.app.polling.run` checks, migrates, starts polling and returns the exit code
+once a SIGTERM/SIGINT has drained the work.
 """
 
 from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
 
 import httpx
 from aiogram import Bot, Dispatcher
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
-from prometheus_client import CollectorRegistry
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from aiogram.utils.i18n import I18n
+from prometheus_client import CollectorRegistry, Counter
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from bot.app.lifecycle import App
+from bot.app.replicas import Replicas, replicas_of
 from bot.app.wiring import (
     ProfileStoreAdapter,
     cascade_config,
@@ -66,19 +74,17 @@ from bot.session.updates import (
 )
 from bot.settings import Settings
 from bot.storage.repos import History, Intake
-from bot.storage.sqlite_hot import SqliteHotPath
 from bot.text.digests import TelegramDeliverer
 from bot.text.i18n import create_i18n
 from budget.books.stops import StopBook
-from budget.errors import BudgetConfigError
 from budget.kernel.clock import Clock, SystemClock
-from budget.kernel.db import create_engine, sqlite_path
+from budget.kernel.db import create_engine
 from budget.ledger import Ledger
 from budget.policy.money import usd_to_musd
 from budget.pricing.prices import PriceCard, parse_overrides
 from budget.pricing.tokens import TokenCounter
+from llm.cascade.cascade import Cascade
 from llm.cascade.factory import build_cascade
-from scheduler.claims import Claimant
 from scheduler.profiles import ProfileRepository
 from scheduler.runner import DigestRunner
 from scheduler.service import DigestService
@@ -93,20 +99,94 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     """Build the whole bot from ``settings``. Nothing is started here.
 
     Raises:
-        budget.errors.BudgetConfigError: a paid model without a price, a bad limit.
+        budget.errors.BudgetConfigError: a paid model without a price, a bad limit, a
+            DATABASE_URL that is neither a SQLite file nor ``postgresql+asyncpg://``.
         ValueError: provider configuration that cannot work.
     """
     clock = clock or SystemClock()
     engine = create_engine(settings.database_url)
-    sessions = async_sessionmaker(engine, expire_on_commit=False)
-    path = sqlite_path(settings.database_url)
-    on_postgres = settings.database_url.startswith("postgresql+asyncpg://")
-    if path is None and not on_postgres:
-        raise BudgetConfigError(
-            "the ledger needs a SQLite file or a postgresql+asyncpg:// DATABASE_URL"
-        )
-
+    registry = CollectorRegistry()
+    dropped = dropped_counter(registry)
     i18n = create_i18n()
+    telegram = _build_telegram(settings, clock, dropped)
+    notifier = AdminNotifier(telegram.bot, i18n, settings.admin_ids, clock)
+    ledger = _build_ledger(settings, clock, notifier)
+    core = _Core(
+        settings=settings,
+        clock=clock,
+        sessions=async_sessionmaker(engine, expire_on_commit=False),
+        ledger=ledger,
+        replicas=replicas_of(ledger, settings.process_dead_after_seconds),
+        tokens=TokenCounter(safety_factor=settings.token_safety_factor),
+        bot=telegram.bot,
+        i18n=i18n,
+    )
+    # one TLS context for the HTTPS clients (each new one loads the CA bundle: ~30 ms)
+    tls = httpx.create_ssl_context()
+    cascade = _build_cascade(core, notifier, registry, tls)
+    repo = ProfileRepository(core.sessions, clock, default_digest_time=settings.digest_default_time)
+    chat = _build_chat(core, repo, cascade)
+    digests = _build_digests(core, repo, cascade, tls)
+    workflow = _workflow(core, engine, registry, notifier, cascade, chat, digests)
+    dp = Dispatcher(**workflow)
+    rate = _add_middlewares(core, dp, telegram.barrier, chat, dropped)
+    _add_routers(settings, dp, rate)
+    app = App(
+        settings=settings,
+        clock=clock,
+        engine=engine,
+        bot=telegram.bot,
+        dispatcher=dp,
+        i18n=i18n,
+        chat=chat.service,
+        ledger=ledger,
+        prices=ledger.prices,
+        cascade=cascade,
+        runner=digests.runner,
+        intake=chat.intake,
+        http=digests.http,
+        feed_http=digests.feed_http,
+        registry=registry,
+        notifier=notifier,
+        outbox=chat.outbox,
+        streams=chat.streams,
+        readiness=Readiness(engine),
+        dropped=dropped,
+        schema=SchemaWatch(engine, clock),
+        is_control=lambda update: rate.is_control(update, telegram.bot),
+    )
+    core.replicas.attach(app, telegram.bot, chat.streams)
+    return app
+
+
+@dataclass(frozen=True, slots=True)
+class _Core:
+    """What most parts are built from: the settings, the clock, the bot's database
+    sessions, the ledger, what the processes share (:mod:`bot.app.replicas`), the token
+    counter, the Bot API client and the translations."""
+
+    settings: Settings
+    clock: Clock
+    sessions: async_sessionmaker[AsyncSession]
+    ledger: Ledger
+    replicas: Replicas
+    tokens: TokenCounter
+    bot: Bot
+    i18n: I18n
+
+
+@dataclass(frozen=True, slots=True)
+class _Telegram:
+    """The aiogram ``Bot`` with its session middlewares, and polling's intake barrier
+    (``None`` in webhook mode)."""
+
+    bot: Bot
+    barrier: IntakeBarrier | None
+
+
+def _build_telegram(settings: Settings, clock: Clock, dropped: Counter) -> _Telegram:
+    """The Bot API client and the session middlewares every call goes through (between
+    replicas the fence's is added last, by :meth:`bot.app.replicas.Replicas.attach`)."""
     bot = Bot(
         token=settings.bot_token.get_secret_value(),
         session=AiohttpSession(
@@ -115,8 +195,6 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
             json_loads=load_checked,
         ),
     )
-    registry = CollectorRegistry()
-    dropped = dropped_counter(registry)
     bot.session.middleware(
         FloodWaits(clock, on_drop=lambda _method: dropped.labels("flood_wait").inc())
     )
@@ -131,16 +209,20 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     )
     bot.session.middleware(PinResponseModels())
     bot.session.middleware(PollInSmallBatches())
-    notifier = AdminNotifier(bot, i18n, settings.admin_ids, clock)
+    bot.session.middleware(TopicRequestMiddleware())
+    return _Telegram(bot, barrier)
 
+
+def _build_ledger(settings: Settings, clock: Clock, notifier: AdminNotifier) -> Ledger:
+    """The price card and the ledger on DATABASE_URL's store (by its scheme:
+    :func:`budget.storage.open_store`: one SQLite file, one process; or a PostgreSQL
+    database shared by several processes)."""
     prices = PriceCard(
         provider_models(settings),
         overrides=parse_overrides(settings.price_overrides) if settings.price_overrides else None,
         max_call_seconds=settings.provider_timeout_seconds,
     )
-    # the ledger's store by DATABASE_URL's scheme (budget.storage.open_store): one SQLite
-    # file (one process), or a PostgreSQL database shared by several processes
-    ledger = Ledger.open(
+    return Ledger.open(
         settings.database_url,
         ledger_config(settings),
         prices,
@@ -148,74 +230,50 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         on_auto_kill=notifier.auto_kill,
         on_unavailable=notifier.storage_failed,
     )
-    shared = ledger.store.shared  # the database the replicas share (None: one SQLite file)
-    tokens = TokenCounter(safety_factor=settings.token_safety_factor)
-    # on PostgreSQL the replicas share each provider key's circuit and paced windows
-    # and GLOBAL_MAX_INFLIGHT_CALLS (leases tied to the processes' heartbeats)
-    key_store = lease_store = None
-    if shared is not None:
-        from llm.keys.claims import CallClaims
-        from llm.keys.postgres import PgKeyStates
 
-        key_store = PgKeyStates(shared, clock)
-        lease_store = CallClaims(
-            shared,
-            shared.process_id,
-            clock,
-            ttl_s=settings.hold_ttl_seconds,
-            dead_after_s=settings.process_dead_after_seconds,
-        )
-    # one TLS context for the HTTPS clients (each new one loads the CA bundle: ~30 ms)
-    tls = httpx.create_ssl_context()
-    cascade = build_cascade(
+
+def _build_cascade(
+    core: _Core, notifier: AdminNotifier, registry: CollectorRegistry, tls: ssl.SSLContext
+) -> Cascade:
+    """The provider cascade; between replicas each key's circuit and paced windows and
+    GLOBAL_MAX_INFLIGHT_CALLS are shared (leases tied to the processes' heartbeats)."""
+    settings, clock = core.settings, core.clock
+    return build_cascade(
         provider_specs_of(settings),
-        ledger=ledger,
+        ledger=core.ledger,
         clock=clock,
         config=cascade_config(settings),
-        token_counter=tokens.messages,
+        token_counter=core.tokens.messages,
         on_event=notifier.cascade_event,
         registry=registry,
-        key_store=key_store,
-        lease_store=lease_store,
+        key_store=core.replicas.key_states(clock),
+        lease_store=core.replicas.call_claims(clock, settings.hold_ttl_seconds),
         tls=tls,
     )
-    # on a SQLite file the message path's bot-table writes ride the ledger's one writer
-    hot = SqliteHotPath(ledger.store.writer) if ledger.store.writer is not None else None
-    history = History(sessions, hot)
-    # several processes share a PostgreSQL database: each message remembers who took it
-    # in, and only a dead process's are "lost" (bot.storage.repos.Intake.take_lost)
-    intake = Intake(
-        sessions,
-        hot,
-        shared=None
-        if hot is not None or path is not None
-        else (ledger.store.process_id, settings.process_dead_after_seconds),
-    )
-    # replicas: each kept answer is claimed by one worker before it is sent
-    outbox = Outbox(
-        sessions,
-        bot,
-        clock,
-        claim_s=settings.process_dead_after_seconds if on_postgres else None,
-    )
-    streams = StreamRegistry(clock)
-    if shared is not None:  # /kill hard cuts every replica's streams (bot/ops/signals.py)
-        from bot.ops.signals import KILL_HARD, PgSignals, SignalWatcher
 
-        streams.kill_watch = SignalWatcher(
-            PgSignals(shared, clock), KILL_HARD, clock, lambda: streams.stop_all("kill")
-        )
-    # replicas: a user's queue counts the other live replicas' unfinished messages too
-    lanes = None
-    if shared is not None:
-        from bot.chat.lanes import PgLanes
 
-        lanes = PgLanes(shared, shared.process_id, clock, settings.process_dead_after_seconds)
-    chat = ChatService(
-        ledger=ledger,
+@dataclass(frozen=True, slots=True)
+class _Chat:
+    """The chat's pieces: the service and the stores and workers around it."""
+
+    service: ChatService
+    history: History
+    intake: Intake
+    outbox: Outbox
+    streams: StreamRegistry
+    profiles: ProfileStoreAdapter
+
+
+def _build_chat(core: _Core, repo: ProfileRepository, cascade: Cascade) -> _Chat:
+    """The chat service, its history, the intake, the outbox, the streams and the
+    profile store (on a SQLite file the message path's writes ride the ledger's writer)."""
+    settings, clock, hot = core.settings, core.clock, core.replicas.hot
+    history = History(core.sessions, hot)
+    service = ChatService(
+        ledger=core.ledger,
         backend=cascade,
         history=history,
-        count_tokens=tokens,
+        count_tokens=core.tokens,
         clock=clock,
         config=ChatConfig(
             max_output_tokens=settings.chat_max_output_tokens,
@@ -224,13 +282,37 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
             user_max_inflight=settings.user_max_inflight,
             user_queue_max=settings.user_queue_max,
         ),
-        record_message=ledger.record_message,
-        lanes=lanes,
+        record_message=core.ledger.record_message,
+        lanes=core.replicas.lanes(clock),
     )
-    repo = ProfileRepository(sessions, clock, default_digest_time=settings.digest_default_time)
-    profiles = ProfileStoreAdapter(
-        repo, hot=hot, clock=clock, default_digest_time=settings.digest_default_time
+    return _Chat(
+        service=service,
+        history=history,
+        intake=Intake(core.sessions, hot, shared=core.replicas.intake),
+        outbox=Outbox(core.sessions, core.bot, clock, claim_s=core.replicas.outbox_claim_s),
+        streams=StreamRegistry(clock),
+        profiles=ProfileStoreAdapter(
+            repo, hot=hot, clock=clock, default_digest_time=settings.digest_default_time
+        ),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Digests:
+    """The digests' pieces: what /sub and friends call, the runner, their HTTP clients."""
+
+    service: DigestService
+    runner: DigestRunner
+    http: httpx.AsyncClient
+    feed_http: httpx.AsyncClient
+
+
+def _build_digests(
+    core: _Core, repo: ProfileRepository, cascade: Cascade, tls: ssl.SSLContext
+) -> _Digests:
+    """The channel fetchers (t.me previews; feeds behind the address guard), the digest
+    service and runner (between replicas each run and summary claimed by one process)."""
+    settings, clock = core.settings, core.clock
 
     async def tz_of(user_id: int) -> str:
         profile = await repo.get(user_id)
@@ -243,23 +325,16 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         transport=GuardedTransport(guard),  # certifi's bundle; no SSL_CERT_FILE for feeds
         trust_env=False,
     )
+    max_bytes, timeout_s = settings.fetch_max_bytes, settings.fetch_timeout_seconds
     fetchers = Fetchers(
         TmeClient(
-            http,
-            base_url=settings.telegram_web_base,
-            max_bytes=settings.fetch_max_bytes,
-            timeout_s=settings.fetch_timeout_seconds,
+            http, base_url=settings.telegram_web_base, max_bytes=max_bytes, timeout_s=timeout_s
         ),
-        FeedClient(
-            feed_http,
-            guard,
-            max_bytes=settings.fetch_max_bytes,
-            timeout_s=settings.fetch_timeout_seconds,
-        ),
+        FeedClient(feed_http, guard, max_bytes=max_bytes, timeout_s=timeout_s),
         clock,
     )
-    digests = DigestService(
-        sessions,
+    service = DigestService(
+        core.sessions,
         clock,
         fetchers,
         repo,
@@ -269,95 +344,116 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     )
     runner = DigestRunner(
         clock=clock,
-        session_factory=sessions,
-        ledger=ledger,
+        session_factory=core.sessions,
+        ledger=core.ledger,
         backend=cascade,
-        deliverer=TelegramDeliverer(bot, i18n, clock, tz_of),
+        deliverer=TelegramDeliverer(core.bot, core.i18n, clock, tz_of),
         fetcher=fetchers,
         config=digest_config(settings),
-        count_tokens=tokens.text,
-        # replicas on one PostgreSQL: each run and summary claimed by one process;
-        # SQLite has one process per file (the instance lock): nothing to claim
-        claimant=(
-            Claimant(ledger.store.process_id, settings.process_dead_after_seconds)
-            if on_postgres
-            else None
-        ),
+        count_tokens=core.tokens.text,
+        claimant=core.replicas.claimant,
     )
+    return _Digests(service, runner, http, feed_http)
 
-    workflow = WorkflowData(
-        clock=clock,
-        chat_service=chat,
-        history=history,
-        profiles=profiles,
-        i18n=i18n,
-        ledger=ledger,
+
+def _workflow(
+    core: _Core,
+    engine: AsyncEngine,
+    registry: CollectorRegistry,
+    notifier: AdminNotifier,
+    cascade: Cascade,
+    chat: _Chat,
+    digests: _Digests,
+) -> WorkflowData:
+    """What handlers ask for by name (``Dispatcher(**workflow_data)``)."""
+    return WorkflowData(
+        clock=core.clock,
+        chat_service=chat.service,
+        history=chat.history,
+        profiles=chat.profiles,
+        i18n=core.i18n,
+        ledger=core.ledger,
         cascade=cascade,
-        digests=digests,
-        intake=intake,
-        runner=runner,
-        settings_view=AdminView(settings),
-        books=BooksDesk(
-            engine=engine,
-            ledger=ledger,
-            budget_tz=settings.budget_tz,
-            billing_tz=settings.billing_tz,
-            tolerance_musd=usd_to_musd(settings.reconcile_tolerance_usd) or 0,
-            keys={name: not prices.is_free(name) for name in settings.provider_keys()},
-        ),
+        digests=digests.service,
+        intake=chat.intake,
+        runner=digests.runner,
+        settings_view=AdminView(core.settings),
+        books=_books_desk(core.settings, engine, core.ledger),
         refusals=refusal_counter(registry),
         notifier=notifier,
         delivery_failures=delivery_failure_counter(registry),
-        outbox=outbox,
-        streams=streams,
-        stream_config=StreamConfig(
-            private=settings.stream_mode_private,
-            group=settings.stream_mode_group,
-            draft_interval_s=settings.stream_draft_interval_ms / 1000,
-            edit_interval_s=settings.stream_edit_interval_ms / 1000,
-        ),
+        outbox=chat.outbox,
+        streams=chat.streams,
+        stream_config=_stream_config(core.settings),
         stream_metrics=StreamMetrics(registry),
-        stop_book=StopBook(sessions),
-        admin_ids=settings.admin_ids,
-        stale_after_s=settings.stale_message_seconds,
+        stop_book=StopBook(core.sessions),
+        admin_ids=core.settings.admin_ids,
+        stale_after_s=core.settings.stale_message_seconds,
     )
-    dp = Dispatcher(**workflow)
-    bot.session.middleware(TopicRequestMiddleware())
-    dp.message.outer_middleware(TopicMiddleware())
-    # replicas count a payer's updates over all of them (bot/storage/pg_rates.py)
-    shared_rates = None
-    if shared is not None:
-        from bot.storage.pg_rates import PgUpdateRates
 
-        shared_rates = PgUpdateRates(shared, clock)
+
+def _books_desk(settings: Settings, engine: AsyncEngine, ledger: Ledger) -> BooksDesk:
+    """What the books commands share (exports, reconciliation)."""
+    return BooksDesk(
+        engine=engine,
+        ledger=ledger,
+        budget_tz=settings.budget_tz,
+        billing_tz=settings.billing_tz,
+        tolerance_musd=usd_to_musd(settings.reconcile_tolerance_usd) or 0,
+        keys={name: not ledger.prices.is_free(name) for name in settings.provider_keys()},
+    )
+
+
+def _stream_config(settings: Settings) -> StreamConfig:
+    """STREAM_MODE_* and the displays' intervals (ms → s)."""
+    return StreamConfig(
+        private=settings.stream_mode_private,
+        group=settings.stream_mode_group,
+        draft_interval_s=settings.stream_draft_interval_ms / 1000,
+        edit_interval_s=settings.stream_edit_interval_ms / 1000,
+    )
+
+
+def _add_middlewares(
+    core: _Core, dp: Dispatcher, barrier: IntakeBarrier | None, chat: _Chat, dropped: Counter
+) -> UpdateRateMiddleware:
+    """The dispatcher's middlewares, in the order an update meets them
+    (``docs/architecture.md``); returns the update-rate middleware (the app asks it
+    which updates are controls)."""
+    settings, clock = core.settings, core.clock
+    dp.message.outer_middleware(TopicMiddleware())
     rate = UpdateRateMiddleware(
         settings.user_max_updates_per_minute,
         clock,
-        i18n,
+        core.i18n,
         on_drop=lambda: dropped.labels("update_rate").inc(),
-        shared=shared_rates,
+        shared=core.replicas.update_rates(clock),  # replicas count a payer's updates over all
     )
     if barrier is not None:  # the first update middleware: sees every update end
         dp.update.outer_middleware(EndOfUpdate(barrier))
     dp.update.outer_middleware(rate)
     dp.message.outer_middleware(
-        ArrivalOrderMiddleware(chat, PasteJoiner(clock, settings.paste_join_seconds))
+        ArrivalOrderMiddleware(chat.service, PasteJoiner(clock, settings.paste_join_seconds))
     )
     dp.message.outer_middleware(
         ProfileMiddleware(
-            profiles,
+            chat.profiles,
             settings.admin_ids,
             settings.user_tz,
-            recorder=profiles if hot is not None else None,
+            recorder=chat.profiles if core.replicas.hot is not None else None,
         )
     )
-    LocaleMiddleware(i18n).setup(dp)
+    LocaleMiddleware(core.i18n).setup(dp)
     dp.message.outer_middleware(
-        IntakeMiddleware(intake, clock, barrier.taken_in if barrier is not None else None)
+        IntakeMiddleware(chat.intake, clock, barrier.taken_in if barrier is not None else None)
     )
+    return rate
+
+
+def _add_routers(settings: Settings, dp: Dispatcher, rate: UpdateRateMiddleware) -> None:
+    """The routers, the chat router first (a text that is not a command meets no other
+    router's filters: ``docs/decisions/022-message-path.md``), and what runs around them."""
     dp.include_router(create_error_router())
-    # chat text first: no other router takes a text that is not a command
-    # (docs/decisions/022-message-path.md)
     dp.include_router(create_chat_router())
     dp.include_router(create_books_router(settings.admin_ids))
     dp.include_router(create_admin_router(settings.admin_ids))
@@ -375,34 +471,3 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     for name, observer in dp.observers.items():
         if name not in ("update", "error"):
             observer.middleware(gate)
-
-    app = App(
-        settings=settings,
-        clock=clock,
-        engine=engine,
-        bot=bot,
-        dispatcher=dp,
-        i18n=i18n,
-        chat=chat,
-        ledger=ledger,
-        prices=prices,
-        cascade=cascade,
-        runner=runner,
-        intake=intake,
-        http=http,
-        feed_http=feed_http,
-        registry=registry,
-        notifier=notifier,
-        outbox=outbox,
-        streams=streams,
-        readiness=Readiness(engine),
-        dropped=dropped,
-        schema=SchemaWatch(engine, clock),
-        is_control=lambda update: rate.is_control(update, bot),
-    )
-    if shared is not None:  # a process taken for dead stops acting (bot/session/fence.py)
-        from bot.session.fence import FencedSession
-
-        bot.session.middleware(FencedSession(shared))
-        shared.on_fenced.append(app.fence)
-    return app

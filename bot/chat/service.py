@@ -32,6 +32,7 @@ from bot.storage.repos import Conversation, History
 from bot.storage.values import Turn
 from budget.errors import BudgetError, HoldRefused
 from budget.kernel.clock import Clock
+from budget.kernel.tasks import ended_within
 from budget.pricing.tokens import TOKENS_REPLY_PRIMING, count_off_loop
 from budget.protocol import LedgerPort, OperationTicket
 from budget.types import Origin
@@ -442,15 +443,7 @@ class ChatService:
     ) -> set[asyncio.Task[object]]:
         """Wait until every task of ``tasks`` ended or the clock slept ``seconds``; the
         tasks still running then (none is cancelled here)."""
-        ended = asyncio.ensure_future(asyncio.wait(tasks))
-        pause = asyncio.ensure_future(self._clock.sleep(seconds))
-        try:
-            await asyncio.wait({ended, pause}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in (ended, pause):
-                waiter.cancel()
-            await asyncio.gather(ended, pause, return_exceptions=True)
-        return {task for task in tasks if not task.done()}
+        return await ended_within(tasks, seconds, self._clock)
 
 
 async def run_guarded(coro: Awaitable[ChatOutcome]) -> ChatOutcome:
