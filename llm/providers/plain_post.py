@@ -1,12 +1,16 @@
-"""One non-streamed JSON ``POST`` over ``aiohttp``: the transport of the plain
-chat-completion call (why: ``docs/decisions/030-plain-post-over-aiohttp.md``).
+"""JSON ``POST`` over ``aiohttp``: the transport of the plain chat-completion call and
+of the streamed one (why: ``docs/decisions/030-plain-post-over-aiohttp.md``,
+``docs/decisions/131-streams-over-aiohttp.md``).
 
 Why not the SDK's or ``httpx``'s client: against a loopback server answering at once, a
 Groq SDK raw POST (``groq`` → ``httpx`` → ``httpcore``, which checks every pooled
 connection through ``anyio`` on each request) cost ~1.8 ms of CPU and ~5 ms of wall
 time per request; the same request through ``aiohttp`` (already loaded: aiogram's
 client) ~0.3 ms and ~0.8 ms (``python`` microbenchmark, client and server in one
-process). The streamed call keeps each SDK's client.
+process). A streamed call (:meth:`PlainPost.open_stream`) is the same POST whose body
+is read as it arrives (:func:`llm.providers.sse.aiohttp_chunks`): in a burst of streamed
+answers the Groq SDK's streaming path (``httpx``, its transforms and models) was ~40 %
+of the bot's samples under py-spy.
 
 Behaviour kept from the ``httpx`` clients: the proxy named by the environment
 (``HTTPS_PROXY``/``HTTP_PROXY``, else ``ALL_PROXY``; ``NO_PROXY``; read once per URL with
@@ -79,6 +83,31 @@ class PlainPost:
             aiohttp.ClientError: the exchange failed (translate with
                 :func:`aiohttp_transport_error`).
         """
+        async with self._open().post(
+            url, json=payload, allow_redirects=False, proxy=self._proxy(url)
+        ) as response:
+            content = await response.read()
+            return PlainResponse(response.status, response.headers, content)
+
+    async def open_stream(self, url: str, payload: Mapping[str, Any]) -> aiohttp.ClientResponse:
+        """POST ``payload`` as JSON to ``url`` and return once the answer's head arrived;
+        its body (server-sent events) is read by the caller, who must ``release()`` or
+        ``close()`` the response (closing it tells the provider to stop generating).
+
+        Raises:
+            aiohttp.ClientError: the exchange failed before the head arrived (translate
+                with :func:`aiohttp_transport_error`).
+        """
+        return await self._open().post(
+            url,
+            json=payload,
+            allow_redirects=False,
+            proxy=self._proxy(url),
+            headers={"Accept": "text/event-stream"},
+        )
+
+    def _open(self) -> aiohttp.ClientSession:
+        """The session, opened on first use (inside the running loop)."""
         session = self._session
         if session is None or session.closed:
             session = self._session = aiohttp.ClientSession(
@@ -86,13 +115,13 @@ class PlainPost:
                 headers=self._headers,
                 timeout=aiohttp.ClientTimeout(total=None),
             )
+        return session
+
+    def _proxy(self, url: str) -> str | None:
+        """The environment's proxy for ``url``, read once per URL."""
         if url not in self._proxies:
             self._proxies[url] = env_proxy(url)
-        async with session.post(
-            url, json=payload, allow_redirects=False, proxy=self._proxies[url]
-        ) as response:
-            content = await response.read()
-            return PlainResponse(response.status, response.headers, content)
+        return self._proxies[url]
 
     async def aclose(self) -> None:
         """Close the session's connections (idempotent)."""
