@@ -8,7 +8,7 @@ SRC := bot llm budget scheduler
 
 PG_PORT ?= 5433
 
-.PHONY: install run run-postgres test lint typecheck bench clean locales
+.PHONY: install run run-postgres test lint typecheck bench clean locales chromium
 
 # uv (from PyPI, pinned in constraints.txt, installed into the venv by pip) resolves and
 # installs the same pinned versions as pip from the same constraints, in parallel: measured
@@ -63,7 +63,7 @@ typecheck: $(STAMP)
 # PYTHONDONTWRITEBYTECODE is emptied for the suite (some machines set it): each of the
 # four workers would compile the tests and the code again, and each process a test
 # starts the code it imports (measured: collection 13.1 -> 9.2 s CPU, a bot start ~1 s).
-test: $(STAMP) lint
+test: $(STAMP) lint chromium
 	@echo "$(PY) -m mypy &  $(PY) -m pytest -q -n 4 --dist worksteal"
 	@export PYTHONDONTWRITEBYTECODE=; \
 	$(PY) -m mypy > $(VENV)/mypy-report.txt 2>&1 & mypy=$$!; \
@@ -73,12 +73,31 @@ test: $(STAMP) lint
 	echo "$(PY) -m mypy"; cat $(VENV)/mypy-report.txt; \
 	test $$tests -eq 0 && test $$types -eq 0
 
+# Debian's chromium for the operator dashboard's browser test
+# (tests/e2e/test_dashboard_browser.py drives /usr/bin/chromium with Playwright's driver;
+# nothing downloads a browser of its own). Installed only when missing: measured on this
+# 2-core machine, apt-get update ~2 s and the install ~22 s wall (chromium and its
+# libraries, no recommends), once per machine. Without root or apt-get it says what to run
+# and the test is skipped (outside CI, where a missing browser fails the test).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if ! command -v apt-get >/dev/null 2>&1; then \
+	    echo "make test: no chromium and no apt-get: the dashboard's browser test is skipped"; \
+	  elif [ "$$(id -u)" != 0 ]; then \
+	    echo "make test: chromium is missing; as root: apt-get install -y --no-install-recommends chromium"; \
+	  else \
+	    echo "make test: installing Debian's chromium for the dashboard's browser test"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      --no-install-recommends chromium >/dev/null; \
+	  fi; }
+
 bench: $(STAMP)
 	$(PY) bench/ledger.py
 	$(PY) bench/digest.py
 	$(PY) bench/claims.py
 	$(PY) bench/shared_state.py
 	$(PY) bench/stream.py
+	$(PY) bench/media.py
 	$(PY) bench/bot.py
 	$(PY) bench/bot.py --replicas 3 --backend postgres
 

@@ -16,7 +16,9 @@ Every SDK or HTTP failure is translated into this tree at the client boundary
     │   ├── ProviderUnavailable    .interrupted, .partial_usage — 5xx, timeout, connection,
     │   │                          overloaded, garbage 200, stream cut; fall back
     │   ├── ProviderRejected       400/404/413/422 — our request is wrong; stop
-    │   │   └── ContextTooLong     the prompt does not fit this model; only a larger one may try
+    │   │   ├── ContextTooLong     the prompt does not fit this model; only a larger one may try
+    │   │   └── MediaTooLarge      .limit_bytes — an upload (audio, image) over this provider's
+    │   │                          size limit (413); only a provider with a larger one may try
     │   └── AuthFailed             401/403 — the key is disabled until re-enabled
     ├── AllProvidersFailed         .attempts, .skipped — no provider could answer
     └── EmptyCompletion            .provider, .cost_musd — answered with no usable text
@@ -40,6 +42,7 @@ __all__ = [
     "ContextTooLong",
     "EmptyCompletion",
     "LLMError",
+    "MediaTooLarge",
     "ProviderError",
     "ProviderRateLimited",
     "ProviderRejected",
@@ -165,6 +168,28 @@ class ProviderRejected(ProviderError):
 
 class ContextTooLong(ProviderRejected):
     """The prompt plus ``max_tokens`` exceeds this model's context window."""
+
+
+class MediaTooLarge(ProviderRejected):
+    """A media upload (an audio file, an image) is over this provider's size limit: a
+    413, or refused before sending because it is over the documented limit.
+
+    Attributes:
+        limit_bytes: the provider's limit, bytes, when known (``None``: the provider
+            only said 413).
+    """
+
+    def __init__(
+        self,
+        provider: str,
+        detail: str = "",
+        *,
+        limit_bytes: int | None = None,
+        status: int | None = 413,
+        rate_limits: RateLimitInfo | None = None,
+    ) -> None:
+        super().__init__(provider, detail, status=status, rate_limits=rate_limits)
+        self.limit_bytes = limit_bytes
 
 
 class AuthFailed(ProviderError):

@@ -48,6 +48,7 @@ from llm.types import Message, RateLimitInfo
 
 __all__ = [
     "ChunkStream",
+    "OutputLimit",
     "StreamControl",
     "StreamResult",
     "StreamingProvider",
@@ -57,7 +58,21 @@ __all__ = [
 
 log = logging.getLogger("kopek.llm.stream")
 
-Ended = Literal["complete", "stopped", "cut"]
+Ended = Literal["complete", "stopped", "cut", "overrun"]
+
+
+@runtime_checkable
+class OutputLimit(Protocol):
+    """What :func:`pump` asks after each text delta: is the text received already past
+    the output the call was held for? (:class:`llm.cascade.received.OutputWatch`)"""
+
+    async def passed(self, delta: str, text: str) -> bool:
+        """True to close the stream now (``text``: everything received so far)."""
+        ...
+
+
+class _Overrun(Exception):
+    """Internal: the output limit said the text is past it."""
 
 
 def _sub(mapping: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -98,7 +113,7 @@ class ChunkStream:
 
     Attributes:
         usage: the provider's report (``None`` until one arrives).
-        usage_issue: ``""``, ``"missing"`` or ``"invalid"`` (see
+        usage_issue: ``""``, ``"missing"``, ``"invalid"`` or ``"inconsistent"`` (see
             :func:`llm.providers.base.read_usage`); ``"missing"`` until a report.
         finish_reason: ``""`` until the finish chunk.
     """
@@ -276,12 +291,14 @@ class StreamResult:
 
     Attributes:
         text: every text delta received, joined.
-        ended: ``complete`` (finish reason seen), ``stopped`` (Stop, ``/kill hard``)
-            or ``cut`` (connection drop, idle gap, first-token timeout, total deadline,
-            error event).
+        ended: ``complete`` (finish reason seen), ``stopped`` (Stop, ``/kill hard``),
+            ``cut`` (connection drop, idle gap, first-token timeout, total deadline,
+            error event) or ``overrun`` (closed by the bot: the text was past the output
+            limit).
         error: the failure of a cut (``interrupted``), else ``None``.
         chunks: chunks received (with or without text).
-        usage: the provider's report, if it sent one before the end.
+        usage: the provider's last report, if it sent one before the end (not
+            necessarily final: :func:`llm.cascade.received.final_usage`).
         usage_issue: as :attr:`ChunkStream.usage_issue`.
         finish_reason: the provider's, ``""`` when none came.
         model: the model that answered.
@@ -306,11 +323,14 @@ async def _read(
     first_token_s: float,
     idle_s: float,
     deadline: float,
+    limit: OutputLimit | None,
 ) -> None:
+    """Read deltas into ``parts`` until the end; raise a cut, or :class:`_Overrun` once
+    ``limit`` says the text is past it."""
     loop = asyncio.get_running_loop()
     while True:
-        limit = first_token_s if counter[0] == 0 else idle_s
-        at = min(deadline, loop.time() + limit)
+        wait_s = first_token_s if counter[0] == 0 else idle_s
+        at = min(deadline, loop.time() + wait_s)
         try:
             async with asyncio.timeout_at(at):
                 delta = await stream.__anext__()
@@ -336,6 +356,8 @@ async def _read(
                     control.on_text(control.text)
                 except Exception:  # the display must never break the answer
                     log.exception("stream display callback failed")
+            if limit is not None and await limit.passed(delta, control.text):
+                raise _Overrun
 
 
 async def pump(
@@ -345,8 +367,9 @@ async def pump(
     first_token_s: float,
     idle_s: float,
     deadline: float,
+    limit: OutputLimit | None = None,
 ) -> StreamResult:
-    """Read ``stream`` to its end, a cut or a stop, then close it.
+    """Read ``stream`` to its end, a cut, a stop or its output limit, then close it.
 
     Args:
         stream: an open stream (its 200 arrived).
@@ -355,6 +378,8 @@ async def pump(
         first_token_s: seconds allowed until the first chunk.
         idle_s: seconds allowed between two chunks.
         deadline: the attempt's total deadline, in loop time.
+        limit: asked after each text delta; once it says the text is past it, the
+            stream is closed (the provider stops generating) and ``overrun`` reported.
 
     Returns:
         The result; a cut is reported, not raised.
@@ -377,6 +402,7 @@ async def pump(
             first_token_s=first_token_s,
             idle_s=idle_s,
             deadline=deadline,
+            limit=limit,
         )
     )
     stopper = asyncio.ensure_future(control.stopped.wait())
@@ -384,7 +410,9 @@ async def pump(
         await asyncio.wait({reader, stopper}, return_when=asyncio.FIRST_COMPLETED)
         if reader.done():
             exc = reader.exception()
-            if isinstance(exc, ProviderUnavailable):
+            if isinstance(exc, _Overrun):
+                ended = "overrun"
+            elif isinstance(exc, ProviderUnavailable):
                 error, ended = exc, "cut"
             elif isinstance(exc, ProviderError):
                 error = ProviderUnavailable(stream.provider, exc.detail, interrupted=True)

@@ -7,6 +7,7 @@ cooldowns and resets are readings of the injected monotonic clock
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Literal
@@ -14,12 +15,15 @@ from typing import Literal
 from budget.types import Usage
 
 __all__ = [
+    "AudioClip",
     "Capacity",
     "Completion",
+    "ImagePart",
     "LLMRequest",
     "Message",
     "Priority",
     "RateLimitInfo",
+    "Transcript",
 ]
 
 Role = Literal["system", "user", "assistant"]
@@ -150,3 +154,79 @@ class Capacity:
     remaining_tokens: int | None
     reset_at: float | None
     paid: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AudioClip:
+    """A recording to transcribe.
+
+    Attributes:
+        data: the file's bytes, as Telegram served them (Ogg/Opus for voice notes).
+        file_name: the name sent in the multipart upload (providers read the format
+            from its extension: ``voice.ogg``, ``audio.mp3``).
+        mime_type: its MIME type (``audio/ogg``).
+        duration_s: its length as the message declared it, whole seconds. Telegram
+            gives it "as defined by the sender": a sizing figure, not a measurement.
+    """
+
+    data: bytes
+    file_name: str
+    mime_type: str
+    duration_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """What a speech-to-text provider heard.
+
+    Attributes:
+        text: the transcript (stripped).
+        provider: provider key name.
+        model: the model that transcribed it.
+        audio_seconds: the audio length the provider reported (Groq ``duration`` of
+            ``verbose_json``, Mistral ``usage.prompt_audio_seconds``), seconds; ``None``
+            when it reported none (then ``usage_issue`` says so).
+        billed_seconds: what the provider bills for it, whole seconds: the reported
+            length rounded up, and at least the provider's minimum per request
+            (Groq: 10 s); 0 when unknown.
+        language: the language it detected or was told (``""`` if none).
+        rate_limits: the response's rate-limit headers.
+        usage_issue: ``""``, ``"missing"`` (no length reported) or ``"invalid"`` (not a
+            finite non-negative number): the caller settles at the ceiling, estimated.
+    """
+
+    text: str
+    provider: str
+    model: str
+    audio_seconds: float | None
+    billed_seconds: int
+    language: str = ""
+    rate_limits: RateLimitInfo = field(default_factory=RateLimitInfo)
+    usage_issue: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePart:
+    """An image in a user's turn (an OpenAI-style ``image_url`` content part).
+
+    Attributes:
+        data: the image's bytes (JPEG for Telegram photos).
+        mime_type: its MIME type (``image/jpeg``).
+        width: its width in pixels, as Telegram declared it.
+        height: its height in pixels, as Telegram declared it.
+    """
+
+    data: bytes
+    mime_type: str
+    width: int
+    height: int
+
+    def data_url(self) -> str:
+        """``data:<mime>;base64,<data>``: the image inline, as every provider here
+        accepts it (no URL the provider would fetch)."""
+        return f"data:{self.mime_type};base64,{base64.b64encode(self.data).decode('ascii')}"
+
+    @property
+    def encoded_bytes(self) -> int:
+        """Bytes of :meth:`data_url` (what a request-size limit counts)."""
+        return len("data:;base64,") + len(self.mime_type) + 4 * ((len(self.data) + 2) // 3)

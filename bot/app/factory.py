@@ -44,6 +44,7 @@ from bot.handlers.admin.base import AdminView
 from bot.handlers.books import BooksDesk, create_books_router
 from bot.handlers.chat import create_chat_router, create_non_text_router
 from bot.handlers.common import create_common_router, create_fallback_router
+from bot.handlers.dashboard import create_dashboard_router
 from bot.handlers.digests import create_digest_router
 from bot.handlers.errors import create_error_router
 from bot.handlers.inline_filters import run_sync_filters_inline
@@ -59,6 +60,7 @@ from bot.middlewares.intake import (
 from bot.middlewares.rate import RateExemption, UpdateRateMiddleware
 from bot.middlewares.topics import TopicMiddleware, TopicRequestMiddleware
 from bot.ops.admin_notices import AdminNotifier
+from bot.ops.dashboard import DashboardSite, OperatorView, build_operator_view, build_site
 from bot.ops.health import Readiness
 from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_counter
 from bot.ops.schema_watch import SchemaWatch
@@ -127,7 +129,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     repo = ProfileRepository(core.sessions, clock, default_digest_time=settings.digest_default_time)
     chat = _build_chat(core, repo, cascade)
     digests = _build_digests(core, repo, cascade, tls)
-    workflow = _workflow(core, engine, registry, notifier, cascade, chat, digests)
+    # the operator dashboard's documents (also /budget chart's picture) and its routes
+    operator_view = build_operator_view(ledger, cascade, engine, clock, settings.budget_tz)
+    workflow = _workflow(core, engine, registry, notifier, cascade, chat, digests, operator_view)
     dp = Dispatcher(**workflow)
     rate = _add_middlewares(core, dp, telegram.barrier, chat, dropped)
     _add_routers(settings, dp, rate)
@@ -154,6 +158,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         dropped=dropped,
         schema=SchemaWatch(engine, clock),
         is_control=lambda update: rate.is_control(update, telegram.bot),
+        dashboard=_dashboard_site(core, operator_view, dropped),
     )
     core.replicas.attach(app, telegram.bot, chat.streams)
     return app
@@ -364,6 +369,7 @@ def _workflow(
     cascade: Cascade,
     chat: _Chat,
     digests: _Digests,
+    operator_view: OperatorView,
 ) -> WorkflowData:
     """What handlers ask for by name (``Dispatcher(**workflow_data)``)."""
     return WorkflowData(
@@ -389,6 +395,25 @@ def _workflow(
         stop_book=StopBook(core.sessions),
         admin_ids=core.settings.admin_ids,
         stale_after_s=core.settings.stale_message_seconds,
+        operator_view=operator_view,
+        dashboard_url=core.settings.dashboard_url,
+    )
+
+
+def _dashboard_site(core: _Core, view: OperatorView, dropped: Counter) -> DashboardSite | None:
+    """The operator dashboard's routes (``None`` without ``DASHBOARD_URL``)."""
+    settings = core.settings
+    if settings.dashboard_path is None:
+        return None
+    return build_site(
+        view,
+        core.ledger,
+        token=settings.bot_token,
+        admin_ids=settings.admin_ids,
+        clock=core.clock,
+        path=settings.dashboard_path,
+        max_age_s=settings.dashboard_auth_max_age_seconds,
+        on_refused=lambda: dropped.labels("dashboard_auth").inc(),
     )
 
 
@@ -457,6 +482,7 @@ def _add_routers(settings: Settings, dp: Dispatcher, rate: UpdateRateMiddleware)
     dp.include_router(create_chat_router())
     dp.include_router(create_books_router(settings.admin_ids))
     dp.include_router(create_admin_router(settings.admin_ids))
+    dp.include_router(create_dashboard_router(settings.admin_ids))
     dp.include_router(create_stream_router())
     dp.include_router(create_common_router())
     dp.include_router(create_digest_router())

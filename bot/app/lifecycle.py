@@ -41,6 +41,7 @@ from bot.chat.service import ChatService
 from bot.chat.streaming.registry import StreamRegistry
 from bot.middlewares.topics import in_topic
 from bot.ops.admin_notices import AdminNotifier
+from bot.ops.dashboard.api import DashboardSite
 from bot.ops.health import Readiness
 from bot.ops.metrics import MetricsServer
 from bot.ops.schema_watch import SchemaWatch
@@ -123,6 +124,9 @@ class App:
     #: :meth:`bot.middlewares.rate.UpdateRateMiddleware.is_control`): the webhook lets it skip the
     #: wait for an intake slot.
     is_control: Callable[[Update], Awaitable[bool]]
+    #: the operator dashboard's routes (DASHBOARD_URL set), served by the webhook server
+    #: or, in polling mode, the metrics server (:mod:`bot.ops.dashboard`)
+    dashboard: DashboardSite | None = None
     _metrics: MetricsServer | None = None
     _lost_watch: asyncio.Task[None] | None = None
     #: set once this process was taken for dead by another (:mod:`bot.session.fence`)
@@ -185,6 +189,7 @@ class App:
                 self.ledger,
                 self.cascade,
                 readiness=self.readiness,
+                dashboard=None if self.settings.webhook_mode else self.dashboard,
             )
             await self._metrics.start()
         self.readiness.mark_started()

@@ -37,7 +37,8 @@ background task, an empty JSON 200), with what Kopek needs on top:
   (an admin's ``/kill``, ``/stop``, the Stop button: the handlers exempt from the update
   rate) skips that wait, so it is not queued behind the answers it stops.
 * **503 while starting or stopping**, and ``/healthz`` / ``/readyz`` on the same server
-  (:mod:`bot.ops.health`).
+  (:mod:`bot.ops.health`), and the operator dashboard under DASHBOARD_URL's path when it
+  is set (:mod:`bot.ops.dashboard`), behind the same connection limits.
 
 Shutdown (SIGTERM/SIGINT, :func:`serve_webhook`): ``/readyz`` turns 503 and the listening
 socket closes (the proxy sends new requests to the other replicas; Telegram retries what
@@ -169,6 +170,8 @@ class WebhookServer:
         )
         web_app.router.add_post(settings.webhook_path, self.handle)
         add_health_routes(web_app, lambda: self._app.readiness)
+        if self._app.dashboard is not None:  # DASHBOARD_URL's path (bot/ops/dashboard)
+            self._app.dashboard.mount(web_app)
         self._runner = web.AppRunner(
             web_app,
             access_log=None,

@@ -184,6 +184,7 @@ def cascade_config(settings: Settings) -> CascadeConfig:
         day_tz=settings.budget_tz,
         first_token_timeout_s=settings.provider_first_token_timeout_seconds,
         idle_timeout_s=settings.provider_idle_timeout_seconds,
+        token_safety_factor=settings.token_safety_factor,
     )
 
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from bot.chat.streaming.registry import StreamRegistry
     from bot.chat.streaming.session import StreamConfig
     from bot.ops.admin_notices import AdminNotifier
+    from bot.ops.dashboard.view import OperatorView
     from bot.storage.repos import History, Intake
     from bot.storage.values import Preferences
     from budget.books.stops import StopBook
@@ -113,6 +114,10 @@ class WorkflowData(TypedDict):
     admin_ids: frozenset[int]
     #: STALE_MESSAGE_SECONDS: an older message gets the "send it again" template
     stale_after_s: int
+    #: the operator dashboard's documents; /budget chart draws its picture
+    operator_view: OperatorView
+    #: DASHBOARD_URL (``None``: no dashboard), the /dashboard button's address
+    dashboard_url: str | None
 
 
 @dataclass(frozen=True, slots=True)

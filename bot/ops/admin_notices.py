@@ -112,10 +112,9 @@ class AdminNotifier:
                     "possibly the paid one."
                 ).format(name=event.provider, detail=event.detail)
             elif event.kind == "usage_anomaly":
-                text = _(
-                    "⚠️ Provider {name} reported usage Kopek does not trust: {detail}. "
-                    "The key is cooling down."
-                ).format(name=event.provider, detail=event.detail)
+                text = _("⚠️ Provider {name} reported usage Kopek does not trust: {detail}.").format(
+                    name=event.provider, detail=event.detail
+                )
             else:
                 return
         await self._broadcast(text)

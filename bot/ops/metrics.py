@@ -14,6 +14,9 @@ this module adds, refreshed from the ledger at every scrape:
   requests counted today (requests ÷ operations rising alone is a loop);
 * ``kopek_budget_refusals_today{reason}`` — ledger refusals today by reason;
 * ``kopek_budget_estimate_worst_ratio`` — worst actual ÷ ceiling today;
+* ``kopek_llm_circuit_state{provider}`` — each configured key's circuit breaker as this
+  process sees it: 0 closed, 1 half-open, 2 open; ``kopek_llm_cooldown_remaining_seconds
+  {provider}`` — seconds until it may be tried again;
 * ``kopek_refusal_templates_total{template}`` — refusal templates sent by the bot;
 * ``kopek_delivery_failures_total{what,reason}`` — answers/templates Telegram refused
   to take (``reason``: ``TOPIC_CLOSED``, ``CHAT_WRITE_FORBIDDEN``, ``not_enough_rights``…,
@@ -31,6 +34,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from bot.ops.dashboard.api import DashboardSite
 from bot.ops.health import Readiness, add_health_routes
 from budget.ledger import Ledger
 from llm.cascade.cascade import Cascade
@@ -41,6 +45,10 @@ __all__ = [
     "delivery_failure_reason",
     "refusal_counter",
 ]
+
+
+#: ``kopek_llm_circuit_state``'s values (an unknown state counts as open).
+_CIRCUIT_VALUES = {"closed": 0, "half_open": 1, "open": 2}
 
 
 def refusal_counter(registry: CollectorRegistry) -> Counter:
@@ -89,7 +97,8 @@ def dropped_counter(registry: CollectorRegistry) -> Counter:
     """Counter of what was dropped on purpose, by reason: ``update_rate`` (a user over
     USER_MAX_UPDATES_PER_MINUTE), ``flood_wait`` (a Bot API call for a chat under a flood
     wait, not sent), ``undecodable_update`` (an update the client could not decode),
-    ``webhook_secret`` (a webhook request without the right secret token: 401)."""
+    ``webhook_secret`` (a webhook request without the right secret token: 401),
+    ``dashboard_auth`` (a dashboard API request without an admin's fresh launch data: 401)."""
     return Counter(
         "kopek_dropped", "Updates and calls dropped on purpose", ["reason"], registry=registry
     )
@@ -97,8 +106,9 @@ def dropped_counter(registry: CollectorRegistry) -> Counter:
 
 class MetricsServer:
     """Serves ``/metrics`` (and ``/healthz``, ``/readyz`` when given ``readiness``: the
-    health endpoints of polling mode, see :mod:`bot.ops.health`). Start with :meth:`start`,
-    stop with :meth:`stop`."""
+    health endpoints of polling mode, see :mod:`bot.ops.health`; and the operator
+    dashboard when given ``dashboard``: polling mode's, see :mod:`bot.ops.dashboard`).
+    Start with :meth:`start`, stop with :meth:`stop`."""
 
     def __init__(
         self,
@@ -109,8 +119,10 @@ class MetricsServer:
         cascade: Cascade,
         *,
         readiness: Readiness | None = None,
+        dashboard: DashboardSite | None = None,
     ) -> None:
         self._readiness = readiness
+        self._dashboard = dashboard
         self._registry = registry
         self._host = host
         self._port = port
@@ -146,6 +158,18 @@ class MetricsServer:
         self._worst = Gauge(
             "kopek_budget_estimate_worst_ratio", "Worst actual/ceiling today", registry=registry
         )
+        self._circuit = Gauge(
+            "kopek_llm_circuit_state",
+            "Circuit breaker per key: 0 closed, 1 half-open, 2 open",
+            ["provider"],
+            registry=registry,
+        )
+        self._cooldown = Gauge(
+            "kopek_llm_cooldown_remaining_seconds",
+            "Seconds until a key may be tried again",
+            ["provider"],
+            registry=registry,
+        )
 
     async def _refresh(self) -> None:
         status = await self._ledger.status()
@@ -164,6 +188,10 @@ class MetricsServer:
             self._refusals.labels(reason).set(count)
         if status.estimate.worst_ratio is not None:
             self._worst.set(status.estimate.worst_ratio)
+        for key in self._cascade.provider_status():
+            if key.present:
+                self._circuit.labels(key.name).set(_CIRCUIT_VALUES.get(key.state, 2))
+                self._cooldown.labels(key.name).set(key.cooldown_remaining_s)
 
     async def _handle(self, _request: web.Request) -> web.Response:
         await self._refresh()
@@ -176,6 +204,8 @@ class MetricsServer:
         app.router.add_get("/metrics", self._handle)
         if self._readiness is not None:
             add_health_routes(app, lambda: self._readiness)
+        if self._dashboard is not None:  # polling mode's dashboard (bot/ops/dashboard)
+            self._dashboard.mount(app)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         await web.TCPSite(self._runner, self._host, self._port).start()

@@ -28,6 +28,7 @@ __all__ = [
     "MAX_USER_ID",
     "TOKEN_PATTERN",
     "check_admin_ids",
+    "check_dashboard_url",
     "check_database_url",
     "check_digest_time",
     "check_http_url",
@@ -191,6 +192,39 @@ def check_webhook_path(value: str) -> str:
     if value.rstrip("/") in HEALTH_PATHS:
         raise ValueError(f"{value} is the health endpoint's path; choose another")
     return value
+
+
+def check_dashboard_url(value: object) -> object:
+    """``DASHBOARD_URL``: ``None`` when unset or empty (no dashboard); else the public
+    https URL Telegram opens the Mini App at (no credentials, query or fragment; a path
+    of URL-safe characters, returned ending in ``/`` so the page's relative links stay
+    under it). Telegram opens ``web_app`` buttons over HTTPS only."""
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str):
+        return value
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port out of 0-65535
+    except ValueError:
+        raise ValueError("must be an https URL (unreadable host or port)") from None
+    if parts.scheme != "https" or not parts.hostname or any(c.isspace() for c in value):
+        raise ValueError(
+            "must be the public https:// URL of the dashboard (Telegram opens Mini Apps "
+            "over HTTPS only)"
+        )
+    if parts.password or parts.username:
+        raise ValueError("must not carry a user or password")
+    if "#" in value or "?" in value:
+        raise ValueError("must not carry a ?query or #fragment (Telegram adds its own)")
+    path = parts.path or "/"
+    if path == "/":
+        raise ValueError("needs a path of its own, e.g. https://bot.example.org/dashboard/")
+    if not _WEBHOOK_PATH.fullmatch(path) or ".." in path:
+        raise ValueError("its path may hold letters, digits, / _ . - only, e.g. /dashboard/")
+    if path.rstrip("/") in HEALTH_PATHS or path.rstrip("/") == "/metrics":
+        raise ValueError(f"{path} is a health or metrics path; choose another, e.g. /dashboard/")
+    return value if value.endswith("/") else value + "/"
 
 
 def check_digest_time(value: str) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Annotated, Literal, cast
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -22,6 +23,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from bot.settings.checks import (
     TOKEN_PATTERN,
     check_admin_ids,
+    check_dashboard_url,
     check_database_url,
     check_digest_time,
     check_http_url,
@@ -61,6 +63,10 @@ DAY_MIN = 1_440
 MAX_TOKENS = 1_000_000
 #: The ceiling of per-user counts per minute or day.
 MAX_RATE = 1_000_000
+#: The cloud Bot API and its download limit ("files of up to 20MB",
+#: core.telegram.org/bots/api#getfile), the same figure bot/media/download.py uses.
+CLOUD_BOT_API = "https://api.telegram.org"
+CLOUD_DOWNLOAD_LIMIT_BYTES = 20 * 1024 * 1024
 
 
 class BotApiSettings(BaseSettings):
@@ -223,6 +229,27 @@ class Settings(BotApiSettings):
     paste_join_seconds: float = Field(1.5, ge=0, le=10)
     metrics_port: int | None = Field(None, ge=1, le=65535)
     metrics_host: str = "127.0.0.1"
+    # the operator dashboard (a Telegram Mini App, docs/admin.md#the-dashboard): its public
+    # https URL behind the operator's proxy, served by the webhook server (webhook mode) or
+    # the metrics server (polling); how old the signed launch data Telegram gives it may be
+    dashboard_url: str | None = None
+    dashboard_auth_max_age_seconds: int = Field(3600, ge=60, le=DAY_S)
+
+    # --- what users send besides text (docs/media.md) ------------------------------
+    # a Telegram file: the most bytes downloaded (the cloud Bot API serves 20 MiB at
+    # most; more needs a local Bot API server) and the deadline of one download
+    media_download_max_bytes: int = Field(20 * 1024 * 1024, ge=1024, le=2_000_000_000)
+    media_download_timeout_seconds: float = Field(60.0, gt=0, le=HOUR_S)
+    # a document or a linked page: pages (PDF), characters of text, bytes a DOCX may
+    # unpack to; one extraction's deadline and address space (its own worker process);
+    # extractions at once; worker processes kept started and ready
+    document_max_pages: int = Field(200, ge=1, le=100_000)
+    document_max_chars: int = Field(500_000, ge=1_000, le=10_000_000)
+    document_max_unpacked_bytes: int = Field(50_000_000, ge=1_000_000, le=2_000_000_000)
+    document_extract_timeout_seconds: float = Field(20.0, gt=0, le=HOUR_S)
+    document_extract_memory_mb: int = Field(512, ge=256, le=65_536)
+    document_extract_concurrency: int = Field(2, ge=1, le=64)
+    document_extract_prewarm: int = Field(1, ge=0, le=64)
 
     # --- digests --------------------------------------------------------------
     digest_stagger_seconds: float = Field(10.0, ge=0, le=HOUR_S)
@@ -269,6 +296,11 @@ class Settings(BotApiSettings):
     @classmethod
     def _webhook_url(cls, value: object) -> object:
         return check_webhook_url(value)
+
+    @field_validator("dashboard_url", mode="before")
+    @classmethod
+    def _dashboard_url(cls, value: object) -> object:
+        return check_dashboard_url(value)
 
     @field_validator("webhook_secret", mode="before")
     @classmethod
@@ -334,8 +366,18 @@ class Settings(BotApiSettings):
                 f"({self.process_heartbeat_seconds}): a live process whose heartbeat runs late "
                 "under load would be taken for dead and its holds and messages taken over"
             )
+        if (
+            self.media_download_max_bytes > CLOUD_DOWNLOAD_LIMIT_BYTES
+            and self.telegram_api_base.rstrip("/") == CLOUD_BOT_API
+        ):
+            raise ValueError(
+                f"MEDIA_DOWNLOAD_MAX_BYTES ({self.media_download_max_bytes}) is over the cloud "
+                f"Bot API's {CLOUD_DOWNLOAD_LIMIT_BYTES}-byte download limit: set "
+                "TELEGRAM_API_BASE to a local Bot API server, or lower it"
+            )
         if self.token_safety_factor < 1:
             raise ValueError("TOKEN_SAFETY_FACTOR must be >= 1 (the ceiling is an upper bound)")
+        self._check_dashboard()
         if self.webhook_url is not None:
             if self.webhook_secret is None:
                 raise ValueError(
@@ -348,6 +390,32 @@ class Settings(BotApiSettings):
                     "give the metrics endpoint another port"
                 )
         return self
+
+    def _check_dashboard(self) -> None:
+        """DASHBOARD_URL needs an HTTP server of the bot's (the webhook's, or in polling
+        the metrics server's) and a path of its own there."""
+        path = self.dashboard_path
+        if path is None:
+            return
+        if self.webhook_url is None and self.metrics_port is None:
+            raise ValueError(
+                "DASHBOARD_URL is set but in polling mode the dashboard is served by the "
+                "metrics server: set METRICS_PORT (docs/admin.md#the-dashboard)"
+            )
+        hook = self.webhook_path.rstrip("/") + "/"
+        if self.webhook_url is not None and (hook.startswith(path) or path.startswith(hook)):
+            raise ValueError(
+                f"DASHBOARD_URL's path {path} and WEBHOOK_PATH {self.webhook_path} overlap; "
+                "give the dashboard a path of its own"
+            )
+
+    @property
+    def dashboard_path(self) -> str | None:
+        """The path the dashboard is served under (DASHBOARD_URL's, ending in ``/``), or
+        ``None`` without DASHBOARD_URL."""
+        if self.dashboard_url is None:
+            return None
+        return urlsplit(self.dashboard_url).path or "/"
 
     @property
     def webhook_mode(self) -> bool:

@@ -334,3 +334,29 @@ def help_text() -> str:
         "/unsub @channel, /subs — manage subscriptions\n"
         "/digest_time 09:00, /digest_off, /digest_on — digest schedule"
     )
+
+
+def dashboard_text() -> str:
+    """/dashboard from an admin in a private chat, above the button that opens it."""
+    return _(
+        "📊 The operator dashboard: spend against every limit, the keys, the top spenders "
+        "and the kill switch, refreshed every few seconds. Only admins can open it."
+    )
+
+
+def dashboard_button_text() -> str:
+    """The /dashboard button (a Mini App)."""
+    return _("📊 Open the dashboard")
+
+
+def dashboard_off_text() -> str:
+    """/dashboard while DASHBOARD_URL is unset."""
+    return _(
+        "The dashboard is off: set DASHBOARD_URL to its public https:// address "
+        "(docs/admin.md) and restart the bot. /budget has the same figures as text."
+    )
+
+
+def dashboard_private_only_text() -> str:
+    """/dashboard in a group: Telegram opens Mini App buttons in private chats only."""
+    return _("Telegram opens the dashboard only in a private chat: send /dashboard to me there.")

@@ -200,6 +200,7 @@ class Attempt(NamedTuple):
     late: int
     price_version: str | None
     input_tokens: int
+    max_tokens: int
     ceiling_musd: int
     stopped: int
     corr: bool
@@ -235,6 +236,7 @@ def _select(period: Period, key_name: str | None) -> sa.Select[Any]:
             holds.c.late,
             holds.c.price_version,
             holds.c.input_tokens,
+            holds.c.max_tokens,
             holds.c.ceiling_musd,
             stopped,
             corrected,

@@ -19,10 +19,13 @@ The comparison follows the design's order, each step reported:
    without a model): each day's money vs what the ledger booked on the key that day.
 
 Bookings flagged *estimated* (booked at the bound — ceiling plus admission margin — after
-a crash, at the ceiling after a timeout) are counted apart: they explain a ledger above
-the export and are what ``/reconcile apply`` (:mod:`budget.books.corrections`) replaces
-with the export's figures. A report on a file that repeats rows word for word, or sums
-several API keys' rows, plans no correction.
+a crash, at the ceiling after a timeout) are counted apart: they explain a difference
+only while the export lies between what the ledger booked exactly and what it could have
+booked (each estimated booking at its top: its ceiling or bound, in tokens what its hold
+was sized on) — above that it is a difference — and are what ``/reconcile apply``
+(:mod:`budget.books.corrections`) replaces with the export's figures. A report on a
+file that repeats rows word for word, or sums several API keys' rows, plans no
+correction.
 
 A difference within ``RECONCILE_TOLERANCE_USD`` (default 0.01) or 0.5 % of the
 export's figure counts as a match (tokens: 0.5 %).
@@ -217,7 +220,9 @@ def _money_step(
         export_total += billed
         if abs(billed - booked) <= tolerance(billed, tol_musd):
             continue
-        explained = est and exact <= billed + tolerance(billed, tol_musd)
+        slack = tolerance(billed, tol_musd)
+        top = exact + sum(b.top_musd for b in est)
+        explained = est and exact - slack <= billed <= top + slack
         note = f" ({len(est)} estimated bookings explain it)" if explained else ""
         step.ok = step.ok and bool(explained)
         step.lines.append(
@@ -258,8 +263,16 @@ def _period(cmp: Comparison, export: ProviderExport) -> tuple[Step, int | None]:
 def _gap_line(rows: RowSums, tolerance_musd: int) -> str | None:
     gap = rows.export_musd - rows.ledger_musd
     n_est = sum(rows.estimated.values())
-    if abs(gap) <= tolerance(rows.export_musd, tolerance_musd) or not n_est:
+    slack = tolerance(rows.export_musd, tolerance_musd)
+    if abs(gap) <= slack or not n_est:
         return None
+    if rows.export_musd > rows.top_musd + slack:
+        return (
+            f"ledger {usd_text(rows.ledger_musd)} vs export "
+            f"{usd_text(round_musd(rows.export_musd))}: more than the ledger could have "
+            f"booked (at most {usd_text(rows.top_musd)} with its {n_est} estimated bookings "
+            "at their ceilings or bounds)"
+        )
     return (
         f"ledger {usd_text(rows.ledger_musd)} vs export {usd_text(round_musd(rows.export_musd))}: "
         f"{n_est} estimated bookings (booked at their ceiling, or ceiling + admission margin "

@@ -72,7 +72,8 @@ class EstimatedBooking:
         ceiling_musd: its ceiling (a correction never goes above it, nor above
             ``cost_musd`` when that is higher: an expired hold's bound).
         floor_musd: the cost of its input tokens alone (never below it).
-        tokens: the tokens the estimate assumed (input + max_tokens).
+        tokens: the tokens it is booked at now (input + output as settled).
+        held_tokens: the tokens its hold was sized on (input held + ``max_tokens``).
     """
 
     hold_id: str
@@ -82,6 +83,20 @@ class EstimatedBooking:
     ceiling_musd: int
     floor_musd: int
     tokens: int
+    held_tokens: int = 0
+
+    @property
+    def top_tokens(self) -> int:
+        """The most tokens the ledger could book for it: what its hold was sized on,
+        or what it is booked at when that is more (an expired hold's bound)."""
+        return max(self.tokens, self.held_tokens)
+
+    @property
+    def top_musd(self) -> int:
+        """The most µUSD the ledger could book for it (what a correction may reach):
+        its ceiling, or what it is booked at when that is more (an expired hold's bound,
+        ceiling + admission margin)."""
+        return max(self.ceiling_musd, self.cost_musd)
 
 
 @dataclass(slots=True)
@@ -141,6 +156,7 @@ async def load_ledger(
                     ceiling_musd=int(row.ceiling_musd),
                     floor_musd=min(floor, int(row.ceiling_musd)),
                     tokens=int(row.usage_input or 0) + int(row.usage_output or 0),
+                    held_tokens=int(row.input_tokens) + int(row.max_tokens),
                 )
             )
             continue

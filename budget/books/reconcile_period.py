@@ -7,7 +7,11 @@ as the report shows them (an hour that happens twice carries its UTC offset:
 window its start falls in; two windows never share a line, whatever their labels.
 
 The period step compares total tokens (input + output) per window with the ledger's
-attempts of the key granted in the same window; when they only agree with every window
+attempts of the key granted in the same window. A window with estimated bookings matches
+when the export is between what the ledger booked exactly there and what it could have
+booked (the estimated bookings at their tops: the tokens their holds were sized on, or
+their bound when booked above it) — an export above that is a difference, whatever the
+window's estimates. When they only agree with every window
 shifted by a whole number of hours, that is reported as a timezone mismatch with the
 offset (the later steps then use the shifted windows).
 """
@@ -36,6 +40,7 @@ __all__ = [
     "by_bucket",
     "close_tokens",
     "compare_buckets",
+    "explained_by_estimates",
     "period_step",
 ]
 
@@ -112,6 +117,19 @@ def by_bucket(lines: Iterable[UsageLine], buckets: list[Bucket]) -> dict[datetim
     return found
 
 
+def explained_by_estimates(exact: int, top: int | None, billed: Decimal | int) -> bool:
+    """True when a window's estimated bookings can explain the export's figure: it is at
+    least what the ledger booked exactly (``exact``) and at most what the ledger could
+    have booked (``exact`` + ``top``, the estimated bookings' tops: what their holds
+    were sized on, or their bound when booked above it), each within
+    :data:`RELATIVE_TOLERANCE`. ``top`` ``None``: no estimated booking, nothing to
+    explain with. The same measure on both sides (tokens, or µUSD)."""
+    if top is None:
+        return False
+    slack = 1 + RELATIVE_TOLERANCE
+    return exact <= billed * slack and billed <= (exact + top) * slack
+
+
 @dataclass(slots=True)
 class PeriodFinding:
     """The period step's outcome: matched, the shift found (0 aligned, ``None`` no
@@ -133,8 +151,8 @@ def _aligned(
         exact = side.exact_in(b.start + d, b.end + d).tokens
         est = side.estimated_in(b.start + d, b.end + d)
         est_tok = sum(e.tokens for e in est)
-        if close_tokens(exact + est_tok, ex_tok) or (
-            est and exact <= ex_tok * (1 + RELATIVE_TOLERANCE)  # estimates may explain it
+        if close_tokens(exact + est_tok, ex_tok) or explained_by_estimates(
+            exact, sum(e.top_tokens for e in est) if est else None, ex_tok
         ):
             matched += ex_tok > 0
             continue

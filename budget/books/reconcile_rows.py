@@ -111,6 +111,8 @@ class RowSums:
         export_sums, ledger_sums: per model, over the period.
         estimated: per model, estimated bookings met.
         ledger_musd: the ledger's total (µUSD); export_musd: the export's (exact).
+        top_musd: the most the ledger could have booked (µUSD): its exact bookings plus
+            every estimated one at its top (ceiling or bound).
         plan: the corrections of estimated bookings.
     """
 
@@ -120,6 +122,7 @@ class RowSums:
     estimated: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     ledger_musd: int = 0
     export_musd: Decimal = Decimal(0)
+    top_musd: int = 0
     plan: list[PlannedCorrection] = field(default_factory=list)
 
 
@@ -130,7 +133,7 @@ def spread(target: int, bookings: list[EstimatedBooking]) -> list[int]:
     admission margin): capping a bill above the ceiling at the ceiling would book less
     than the provider billed."""
     lo = [b.floor_musd for b in bookings]
-    hi = [max(b.ceiling_musd, b.cost_musd) for b in bookings]
+    hi = [b.top_musd for b in bookings]
     if target <= sum(lo):
         return lo
     if target >= sum(hi):
@@ -209,6 +212,7 @@ def compare_rows(cmp: Comparison, models: list[str], shift_h: int | None) -> Row
             sums.ledger_sums[model].add(led)
             sums.estimated[model] += len(est)
             sums.ledger_musd += led.cost_musd + sum(e.cost_musd for e in est)
+            sums.top_musd += led.cost_musd + sum(e.top_musd for e in est)
             sums.export_musd += ex_cost
             if est and ex_lines and not cmp.free and shift_h is not None:
                 new = spread(round_musd(ex_cost) - led.cost_musd, est)

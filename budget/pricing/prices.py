@@ -11,8 +11,9 @@ Sources, in order of precedence:
 1. ``overrides`` passed by the composition root (settings ``PRICE_OVERRIDES``,
    JSON ``{"provider:model": {"input": "0.27", "cached_input": "0.07",
    "output": "1.10"}}``, USD per 1M tokens as strings);
-2. :data:`DEFAULT_OVERRIDES`, shipped here where genai-prices is behind the
-   provider's own price page (each row states its source);
+2. :data:`DEFAULT_OVERRIDES`, shipped where genai-prices is behind the provider's own
+   price page (each row states its source; :mod:`budget.pricing.rates`, which also holds
+   :class:`ModelRates` and the parsing of ``PRICE_OVERRIDES``, re-exported here);
 3. the offline data snapshot bundled with ``genai-prices`` (looked up with an
    explicit ``provider_id``; its network updater is never started).
 
@@ -23,7 +24,13 @@ time-of-day constraints, e.g. DeepSeek's former off-peak discount), the ceiling
 uses the highest rate that can apply between the call's start and
 ``max_call_seconds`` later; the actual uses the rate at the call's start.
 
-Tiers: a provider configured free-tier has ceiling and actual 0 µUSD, but the
+Long-context tiers (genai-prices' ``TieredPrices``, ``PRICE_OVERRIDES`` ``tiers``): a
+higher rate for every token of a call whose prompt is above a threshold. The ceiling is
+priced at the tier of the input it holds (so the provable bound's ceiling at the
+bound's tier: never below what the provider can bill), the actual at the tier of the
+reported input (cached tokens included, as genai-prices counts it).
+
+Free and paid: a provider configured free-tier has ceiling and actual 0 µUSD, but the
 list-price equivalent is still computed for reports (``None`` when unknown). A
 paid provider with no known price is a :class:`~budget.errors.BudgetConfigError`
 at construction: fail closed, never priced at 0.
@@ -32,148 +39,27 @@ at construction: fail closed, never priced at 0.
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, Literal
 
 from budget.errors import BudgetConfigError
 from budget.pricing.names import family
+from budget.pricing.rates import DEFAULT_OVERRIDES, ModelRates, PromptTier, parse_overrides
 from budget.types import Usage
 
 __all__ = [
     "DEFAULT_OVERRIDES",
     "ModelRates",
     "PriceCard",
+    "PromptTier",
     "ProviderModel",
     "parse_overrides",
 ]
 
 Tier = Literal["free", "paid"]
-
-
-@dataclass(frozen=True, slots=True)
-class ModelRates:
-    """Rates of one model, USD per 1M tokens.
-
-    Attributes:
-        input: uncached prompt tokens.
-        cached_input: prompt tokens served from cache (``None`` = same as input).
-        output: generated tokens, reasoning included.
-        source: where the figures come from (for the start-up log line).
-    """
-
-    input: Decimal
-    output: Decimal
-    cached_input: Decimal | None = None
-    source: str = ""
-
-    @property
-    def cached(self) -> Decimal:
-        """The cached-input rate (falls back to the input rate)."""
-        return self.input if self.cached_input is None else self.cached_input
-
-    def ceiling_musd(self, input_tokens: int, max_tokens: int) -> int:
-        """Upper bound in µUSD, rounded up: every input token uncached, all of max_tokens."""
-        exact = Decimal(input_tokens) * self.input + Decimal(max_tokens) * self.output
-        return math.ceil(exact)
-
-    def actual_musd(self, usage: Usage) -> int:
-        """Cost of ``usage`` in µUSD, rounded to nearest (half-even)."""
-        cached = min(max(usage.cached_input_tokens, 0), max(usage.input_tokens, 0))
-        uncached = max(usage.input_tokens, 0) - cached
-        exact = (
-            Decimal(uncached) * self.input
-            + Decimal(cached) * self.cached
-            + Decimal(max(usage.output_tokens, 0)) * self.output
-        )
-        return int(exact.quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
-
-    def describe(self) -> str:
-        """``"in $0.28 / cached $0.028 / out $0.42 per 1M tokens"``."""
-        return f"in ${self.input} / cached ${self.cached} / out ${self.output} per 1M tokens" + (
-            f" ({self.source})" if self.source else ""
-        )
-
-
-_DEEPSEEK_SRC = (
-    "api-docs.deepseek.com/quick_start/pricing: DeepSeek-V3.2, from 2025-09-29; "
-    "night discount cancelled 2025-09-05"
-)
-
-#: Shipped overrides, ``"provider:model"`` → rates (USD per 1M tokens), where the
-#: genai-prices snapshot is behind the provider's page. genai-prices 0.2.3 still
-#: carries DeepSeek's V3 prices with the 16:30–00:30 UTC discount; DeepSeek's page
-#: lists one flat V3.2 price for both endpoints.
-DEFAULT_OVERRIDES: dict[str, ModelRates] = {
-    "deepseek:deepseek-chat": ModelRates(
-        Decimal("0.28"), Decimal("0.42"), Decimal("0.028"), source=_DEEPSEEK_SRC
-    ),
-    "deepseek:deepseek-reasoner": ModelRates(
-        Decimal("0.28"), Decimal("0.42"), Decimal("0.028"), source=_DEEPSEEK_SRC
-    ),
-}
-
-
-def _dec(value: object, where: str) -> Decimal:
-    if isinstance(value, float):
-        raise BudgetConfigError(f"{where}: write prices as strings, not floats")
-    try:
-        out = Decimal(str(value))
-    except InvalidOperation as exc:
-        raise BudgetConfigError(f"{where}: {value!r} is not a decimal number") from exc
-    if not out.is_finite() or out < 0:
-        raise BudgetConfigError(f"{where}: price must be a finite number >= 0")
-    return out
-
-
-def parse_overrides(raw: str | Mapping[str, Mapping[str, Any]]) -> dict[str, ModelRates]:
-    """Parse ``PRICE_OVERRIDES``.
-
-    Args:
-        raw: JSON text (``""`` = none) or an already-decoded mapping
-            ``{"provider:model": {"input": "0.27", "cached_input": "0.07", "output": "1.10"}}``;
-            USD per 1M tokens; ``cached_input`` optional.
-
-    Raises:
-        BudgetConfigError: malformed JSON, a key without ``:``, a missing
-            ``input``/``output``, an unknown field, or a non-decimal value.
-    """
-    if isinstance(raw, str):
-        if not raw.strip():
-            return {}
-        try:
-            decoded = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise BudgetConfigError(f"PRICE_OVERRIDES is not JSON: {exc}") from exc
-    else:
-        decoded = raw
-    if not isinstance(decoded, Mapping):
-        raise BudgetConfigError("PRICE_OVERRIDES must be a JSON object")
-    out: dict[str, ModelRates] = {}
-    for key, spec in decoded.items():
-        if not isinstance(key, str) or ":" not in key:
-            raise BudgetConfigError(f"PRICE_OVERRIDES key {key!r} must be 'provider:model'")
-        if not isinstance(spec, Mapping):
-            raise BudgetConfigError(f"PRICE_OVERRIDES[{key!r}] must be an object")
-        unknown = set(spec) - {"input", "cached_input", "output"}
-        if unknown:
-            raise BudgetConfigError(f"PRICE_OVERRIDES[{key!r}]: unknown fields {sorted(unknown)}")
-        if "input" not in spec or "output" not in spec:
-            raise BudgetConfigError(f"PRICE_OVERRIDES[{key!r}] needs 'input' and 'output'")
-        cached = spec.get("cached_input")
-        out[key.lower()] = ModelRates(
-            input=_dec(spec["input"], f"PRICE_OVERRIDES[{key!r}].input"),
-            output=_dec(spec["output"], f"PRICE_OVERRIDES[{key!r}].output"),
-            cached_input=None
-            if cached is None
-            else _dec(cached, f"PRICE_OVERRIDES[{key!r}].cached_input"),
-            source="PRICE_OVERRIDES",
-        )
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,8 +71,11 @@ class ProviderModel:
     tier: Tier
 
 
-def _rate(value: object, *, highest: bool, input_tokens: int) -> Decimal | None:
-    """A genai-prices price value (Decimal or TieredPrices) as one Decimal rate."""
+def _rate(value: object, input_tokens: int) -> Decimal | None:
+    """A genai-prices price value (Decimal or TieredPrices) as the one Decimal rate of a
+    call with ``input_tokens`` prompt tokens: a tier applies above its ``start`` and then
+    to every token (genai-prices' ``calc_unit_price``: ``total_input_tokens >
+    tier.start``)."""
     if value is None:
         return None
     if isinstance(value, Decimal):
@@ -194,8 +83,6 @@ def _rate(value: object, *, highest: bool, input_tokens: int) -> Decimal | None:
     base = getattr(value, "base", None)
     tiers = getattr(value, "tiers", None)
     if isinstance(base, Decimal) and isinstance(tiers, list):
-        if highest:
-            return max([base, *(Decimal(t.price) for t in tiers)])
         rate = base
         for tier in tiers:  # sorted ascending; crossing a tier re-prices all tokens
             if input_tokens > tier.start:
@@ -235,9 +122,9 @@ class _GenaiModel:
         return points
 
     def rates(self, at: datetime, *, until: datetime | None, input_tokens: int = 0) -> ModelRates:
-        """Rates at ``at``; with ``until``, the highest of each rate over [at, until]."""
+        """Rates at ``at`` of a call with ``input_tokens`` prompt tokens (the tier it
+        falls in); with ``until``, the highest of each rate over [at, until]."""
         instants = [at] if until is None else self._boundaries(at, until)
-        highest = until is not None
         best: dict[str, Decimal] = {}
         for instant in instants:
             mp = self._prices_at(instant)
@@ -246,7 +133,7 @@ class _GenaiModel:
                 ("cached", "cache_read_mtok"),
                 ("output", "output_mtok"),
             ):
-                r = _rate(getattr(mp, theirs, None), highest=highest, input_tokens=input_tokens)
+                r = _rate(getattr(mp, theirs, None), input_tokens)
                 if r is not None and (ours not in best or r > best[ours]):
                     best[ours] = r
         if "input" not in best or "output" not in best:
@@ -344,24 +231,41 @@ class PriceCard:
             lib = version("genai-prices")
         except Exception:  # noqa: BLE001 - metadata missing only in odd installs
             lib = "unknown"
-        digest = sorted(f"{k}={v.input}/{v.cached}/{v.output}" for k, v in self._overrides.items())
+        digest = sorted(
+            f"{k}={v.input}/{v.cached}/{v.output}"
+            + "".join(
+                f";>{t.above_input_tokens}={t.rates.input}/{t.rates.cached}/{t.rates.output}"
+                for t in v.tiers
+            )
+            for k, v in self._overrides.items()
+        )
         sha = hashlib.sha256("\n".join(digest).encode()).hexdigest()[:10]
         return f"genai-prices {lib}; overrides {len(digest)}:{sha}"
 
     def rates(
-        self, provider: str, model: str, at: datetime, *, for_ceiling: bool = False
+        self,
+        provider: str,
+        model: str,
+        at: datetime,
+        *,
+        for_ceiling: bool = False,
+        input_tokens: int = 0,
     ) -> ModelRates | None:
         """List rates of ``provider:model`` at ``at`` (highest over the call when
-        ``for_ceiling``); ``None`` when unknown (free tier only).
+        ``for_ceiling``) for a call of ``input_tokens`` prompt tokens: the long-context
+        tier that prompt falls in (0: the base tier, as for a day's summed usage, whose
+        calls' tiers are unknown); ``None`` when unknown (free tier only).
 
         Raises:
             BudgetConfigError: a paid model with no known price.
         """
         found = self._resolve(provider, model)
-        if found is None or isinstance(found, ModelRates):
-            return found
+        if found is None:
+            return None
+        if isinstance(found, ModelRates):
+            return found.for_prompt(input_tokens)
         until = at + self._max_call if for_ceiling else None
-        return found.rates(at, until=until)
+        return found.rates(at, until=until, input_tokens=input_tokens)
 
     # -- PriceCardPort ----------------------------------------------------------
     def is_free(self, provider: str) -> bool:
@@ -372,7 +276,7 @@ class PriceCard:
         self, provider: str, model: str, input_tokens: int, max_tokens: int, at: datetime
     ) -> int | None:
         """The ceiling at list price (µUSD, rounded up), ``None`` if no list price."""
-        rates = self.rates(provider, model, at, for_ceiling=True)
+        rates = self.rates(provider, model, at, for_ceiling=True, input_tokens=input_tokens)
         return None if rates is None else rates.ceiling_musd(input_tokens, max_tokens)
 
     def ceiling_musd(
@@ -391,7 +295,7 @@ class PriceCard:
 
     def list_actual_musd(self, provider: str, model: str, usage: Usage, at: datetime) -> int | None:
         """Cost of ``usage`` at list price (µUSD, nearest), ``None`` if no list price."""
-        rates = self.rates(provider, model, at)
+        rates = self.rates(provider, model, at, input_tokens=usage.input_tokens)
         return None if rates is None else rates.actual_musd(usage)
 
     def actual_musd(self, provider: str, model: str, usage: Usage, at: datetime) -> int:
@@ -410,7 +314,7 @@ class PriceCard:
         (2**31 − 1)."""
         if self.is_free(provider):
             return 2**31 - 1
-        rates = self.rates(provider, model, at, for_ceiling=True)
+        rates = self.rates(provider, model, at, for_ceiling=True, input_tokens=input_tokens)
         assert rates is not None
         left = Decimal(budget_musd) - Decimal(input_tokens) * rates.input
         if left < 0:

@@ -16,12 +16,25 @@
     judge the usage (see below), settle; breaker, pacing and calibration learn from it
     blank text → EmptyCompletion (billed, not an answer)
 
-Usage: a report that is not a set of non-negative integers counts as missing →
-settled at the bound ceiling, flagged estimated. More than
-:data:`~llm.cascade.types.IMPLAUSIBLE_FACTOR` × the ceiling's tokens is implausible →
-booked at the ceiling, flagged, the key cooled, admins told. More output than
-``max_tokens`` → billed as reported, the key cooled, admins told once. An answer longer
-than ``max_tokens`` × :data:`~llm.cascade.types.MAX_CHARS_PER_TOKEN` characters is cut.
+Usage (``docs/money.md``, "What a provider sends";
+docs/decisions/090-what-a-provider-reports.md): what a provider reports is what it
+bills, so a well-formed report is booked as reported whenever the model can have done
+it — at most its context window plus the ``max_tokens`` sent
+(:func:`llm.model_caps.possible_tokens`). Then:
+
+* more input than Kopek's provable bound (``input_over_bound``) or more output than
+  ``max_tokens`` (``output_over_max_tokens``, a stream closed past it included): booked
+  as reported (a stream's at Kopek's count of what it received), counted, admins told
+  once per key and kind, the model's calibration fed the reported input, and the key
+  cooled **only when it is paid** (a free key's cooldown would send users to the paid
+  anchor);
+* beyond what the model can do (``implausible``), missing, unreadable (``invalid``) or
+  self-contradictory (``inconsistent``): no report to book — settled at the hold's
+  ceiling, flagged estimated, counted (``implausible`` also told and, paid, cooled);
+* a streamed usage block that is not final (``not_final``): the text received counted.
+
+An answer longer than ``max_tokens`` × :data:`~llm.cascade.types.MAX_CHARS_PER_TOKEN`
+characters is cut.
 """
 
 from __future__ import annotations
@@ -38,7 +51,6 @@ from llm.cascade.plan import AttemptPlan, Sizer, reserve
 from llm.cascade.streamed import StreamProgress, cancelled_usage, streamed_call
 from llm.cascade.telemetry import Telemetry
 from llm.cascade.types import (
-    IMPLAUSIBLE_FACTOR,
     MAX_CHARS_PER_TOKEN,
     CascadeConfig,
     CascadeEvent,
@@ -47,6 +59,7 @@ from llm.cascade.types import (
 from llm.errors import EmptyCompletion, ProviderError, ProviderUnavailable
 from llm.keys.admission import KeyAdmission
 from llm.keys.slots import CallSlots
+from llm.model_caps import possible_tokens
 from llm.providers.base import Provider
 from llm.stream import StreamControl, StreamingProvider
 from llm.types import Completion, LLMRequest
@@ -56,9 +69,9 @@ __all__ = ["GovernedAttempt", "SkipProvider"]
 log = logging.getLogger("kopek.llm.cascade")  # one logger for every part of the cascade
 
 #: Anomalies settled at the hold's ceiling (flagged estimated) instead of as reported.
-_AT_CEILING = frozenset({"missing", "invalid", "implausible"})
-#: Anomalies that cool the key down and are told to admins (once per key and kind).
-_COOL_ON = frozenset({"implausible", "output_over_max_tokens"})
+_AT_CEILING = frozenset({"missing", "invalid", "inconsistent", "implausible"})
+#: Anomalies told to admins (once per key and kind) that cool a paid key down.
+_TOLD = frozenset({"implausible", "input_over_bound", "output_over_max_tokens"})
 #: Characters that show nothing (zero-width space/joiners, word joiner, BOM).
 _INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))
 
@@ -168,10 +181,7 @@ class GovernedAttempt:
             await self._open_key(provider, plan, hold, is_anchor)
             self._telemetry.record_call(provider.name, is_anchor)
             completion = await self._call(provider, plan, hold, stream)
-            if completion.stopped or completion.stream_cut:
-                usage, anomaly = completion.usage, ""  # settled on what was received
-            else:
-                completion, usage, anomaly = _judge(plan, completion)
+            completion, usage, anomaly = _judge(plan, completion, _possible(provider, plan))
             cost = await self._settle_answer(
                 hold, usage, anomaly in _AT_CEILING or completion.estimated
             )
@@ -285,7 +295,9 @@ class GovernedAttempt:
             await self._keys.cancel(provider.name)
             received = None
             if progress is not None and stream is not None:
-                received = await cancelled_usage(plan, stream, progress, self._count)
+                received = await cancelled_usage(
+                    plan, stream, progress, self._count, self._config.token_safety_factor
+                )
             await self._settle_interrupted(hold, plan, received)
             raise
 
@@ -309,9 +321,8 @@ class GovernedAttempt:
         """
         if anomaly:
             await self._usage_anomaly(provider, plan, completion, anomaly)
-        elif completion.estimated:
-            pass  # Kopek's own count: nothing to calibrate against
-        else:
+        if not completion.estimated and anomaly not in _AT_CEILING:
+            # the provider's own report (above the bound too: that raises the estimate)
             self._telemetry.count_estimate_error(completion.usage.input_tokens - plan.input_tokens)
             await self._sizer.calibrate(provider.name, plan, completion.usage.input_tokens)
         if not completion.stopped and not _usable(completion.text):
@@ -342,23 +353,20 @@ class GovernedAttempt:
             plan.max_tokens,
             "; settled at the ceiling, estimated" if kind in _AT_CEILING else "",
         )
-        if kind not in _COOL_ON:
+        if kind not in _TOLD:
             return
-        until = await self._keys.rate_limited(name, None, reason="usage_anomaly")
-        if until is not None:
-            await self._telemetry.cooldown_opened(name, "usage_anomaly", until, provider.paid)
+        if provider.paid:  # a free key's cooldown would send its users to the paid anchor
+            until = await self._keys.rate_limited(name, None, reason="usage_anomaly")
+            if until is not None:
+                await self._telemetry.cooldown_opened(name, "usage_anomaly", until, True)
         if (name, kind) not in self._anomalies_told:
             self._anomalies_told.add((name, kind))
-            if kind == "implausible":
-                detail = (
-                    f"reported {u.input_tokens}+{u.output_tokens} tokens for a hold of "
-                    f"{plan.input_tokens}+{plan.max_tokens}; booked at the ceiling"
-                )
-            else:
-                detail = (
-                    f"billed {u.output_tokens} output tokens with max_tokens "
-                    f"{plan.max_tokens}; booked as billed"
-                )
+            detail = _anomaly_detail(kind, plan, completion)
+            detail += (
+                "; the key is cooling down"
+                if provider.paid
+                else "; a free key is not cooled (its users would go to the paid anchor)"
+            )
             await self._telemetry.emit(CascadeEvent("usage_anomaly", name, detail))
 
     async def _release(self, hold: HoldTicket) -> None:
@@ -387,12 +395,49 @@ class GovernedAttempt:
             log.exception("estimated settle of hold %s failed", hold.hold_id)
 
 
-def _judge(plan: AttemptPlan, completion: Completion) -> tuple[Completion, Usage, str]:
-    """What to settle for a 200 answer, and which anomaly (``""`` = none).
+def _possible(provider: Provider, plan: AttemptPlan) -> int:
+    """The most tokens the attempt's model can bill for it (context window + max_tokens;
+    never below Kopek's own bound)."""
+    window = max(provider.context_window_tokens, plan.input_bound)
+    return possible_tokens(provider.name, plan.model, window, plan.max_tokens)
 
-    Missing or unreadable usage, and usage above :data:`IMPLAUSIBLE_FACTOR` × the
-    hold's tokens, are settled at the hold's ceiling (estimated); output above
-    ``max_tokens`` is settled as billed. An over-long text is cut.
+
+def _anomaly_detail(kind: str, plan: AttemptPlan, completion: Completion) -> str:
+    """What admins are told about a usage anomaly (before what became of the key)."""
+    u = completion.usage
+    if kind == "implausible":
+        return (
+            f"reported {u.input_tokens}+{u.output_tokens} tokens, more than model "
+            f"{plan.model} can do (its context window + max_tokens {plan.max_tokens}); "
+            "booked at the ceiling, estimated"
+        )
+    if kind == "input_over_bound":
+        return (
+            f"reported {u.input_tokens} input tokens for a prompt Kopek bounds at "
+            f"{plan.input_bound} (held {plan.input_tokens}); booked as reported, the "
+            "model's calibration raised"
+        )
+    if completion.estimated:
+        return (
+            f"streamed past max_tokens {plan.max_tokens}: {u.output_tokens} output tokens "
+            "received (Kopek's count), the stream closed; booked as received"
+        )
+    return (
+        f"billed {u.output_tokens} output tokens with max_tokens {plan.max_tokens}; "
+        "booked as billed"
+    )
+
+
+def _judge(
+    plan: AttemptPlan, completion: Completion, possible: int
+) -> tuple[Completion, Usage, str]:
+    """What to settle for an answer, and which anomaly (``""`` = none).
+
+    Missing, unreadable or self-contradictory usage, and usage above ``possible`` tokens
+    (what the model can bill at most), are settled at the hold's ceiling (estimated);
+    output above ``max_tokens`` and input above the provable bound are settled as
+    reported; a streamed report that was not final, at the text received (counted).
+    An over-long text is cut.
     """
     text = completion.text
     limit = plan.max_tokens * MAX_CHARS_PER_TOKEN
@@ -400,14 +445,16 @@ def _judge(plan: AttemptPlan, completion: Completion) -> tuple[Completion, Usage
         completion = replace(completion, text=text[:limit], cut=True)
     ceiling = Usage(input_tokens=plan.input_tokens, output_tokens=plan.max_tokens)
     usage = completion.usage
-    if completion.usage_issue:
+    if completion.usage_issue in _AT_CEILING:
         return completion, ceiling, completion.usage_issue
-    if usage.input_tokens + usage.output_tokens > IMPLAUSIBLE_FACTOR * (
-        plan.input_bound + plan.max_tokens
-    ):
+    if usage.input_tokens + usage.output_tokens > possible:
         return completion, ceiling, "implausible"
+    if completion.usage_issue:  # not_final: the text received, counted
+        return completion, usage, completion.usage_issue
     if usage.output_tokens > plan.max_tokens:
         return completion, usage, "output_over_max_tokens"
+    if usage.input_tokens > plan.input_bound:
+        return completion, usage, "input_over_bound"
     return completion, usage, ""
 
 

@@ -59,7 +59,6 @@ from llm.cascade.degradation import DegradationLadder
 from llm.cascade.plan import Sizer
 from llm.cascade.telemetry import Telemetry
 from llm.cascade.types import (
-    IMPLAUSIBLE_FACTOR,
     MAX_CHARS_PER_TOKEN,
     CascadeConfig,
     CascadeEvent,
@@ -90,7 +89,6 @@ from llm.types import Capacity, Completion, LLMRequest
 
 __all__ = [
     "FALLBACK_ON",
-    "IMPLAUSIBLE_FACTOR",
     "MAX_CHARS_PER_TOKEN",
     "Cascade",
     "CascadeConfig",

@@ -29,6 +29,9 @@ log = logging.getLogger("kopek.llm.cascade")  # one logger for every part of the
 CALIBRATION_MIN_SAMPLES = 3
 _CAL_WEIGHT = 8
 _CAL_HEADROOM_PPM = 1_100_000
+#: The largest sample kept (× 1,000, in ppm): within the ledger's 32-bit ``ratio_ppm``
+#: column on PostgreSQL, and beyond any use (the estimate never exceeds the bound).
+_CAL_MAX_PPM = 1_000_000_000
 
 
 @dataclass(slots=True)
@@ -112,7 +115,7 @@ class Sizer:
         if plan.counted <= 0 or reported <= 0:
             return
         table = await self._calibrations()
-        sample = reported * 1_000_000 // plan.counted
+        sample = min(reported * 1_000_000 // plan.counted, _CAL_MAX_PPM)
         ratio, samples = table.get((provider, plan.model), (0, 0))
         ratio = sample if samples == 0 else (ratio * (_CAL_WEIGHT - 1) + sample) // _CAL_WEIGHT
         table[(provider, plan.model)] = (ratio, samples + 1)

@@ -70,8 +70,9 @@ class CascadeMetrics:
         )
         self.anomalies = PromCounter(
             "kopek_llm_usage_anomalies",
-            "Usage reports not taken at face value (missing, invalid, implausible,"
-            " output_over_max_tokens)",
+            "Usage reports not taken at face value (missing, invalid, inconsistent,"
+            " implausible, not_final: Kopek's figure booked; input_over_bound,"
+            " output_over_max_tokens: booked as reported, flagged)",
             ["provider", "kind"],
             registry=registry,
         )

@@ -1,7 +1,8 @@
 """What the cascade is configured with and what it reports: its knobs
 (:class:`CascadeConfig`), admin events (:class:`CascadeEvent`), per-key status
-(:class:`ProviderStatus`), counters (:class:`CascadeStats`), and the limits on what a
-provider may report (:data:`MAX_CHARS_PER_TOKEN`, :data:`IMPLAUSIBLE_FACTOR`).
+(:class:`ProviderStatus`), counters (:class:`CascadeStats`), and the limit on an
+answer's length (:data:`MAX_CHARS_PER_TOKEN`; what a provider may *report* is bounded
+by the model's context window: :func:`llm.model_caps.possible_tokens`).
 
 Plain data only: no I/O, no state. :mod:`llm.cascade.cascade` re-exports every public name.
 """
@@ -11,11 +12,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from llm.types import Message
 
 __all__ = [
-    "IMPLAUSIBLE_FACTOR",
     "MAX_CHARS_PER_TOKEN",
     "PARK_NOTICE_S",
     "CascadeConfig",
@@ -29,8 +30,6 @@ __all__ = [
 
 #: Characters one output token can plausibly produce; a longer answer is cut.
 MAX_CHARS_PER_TOKEN = 8
-#: Reported tokens above this multiple of the hold's tokens are implausible.
-IMPLAUSIBLE_FACTOR = 10
 #: A free key parked this long or longer is worth telling admins about, seconds.
 PARK_NOTICE_S = 3600.0
 
@@ -73,6 +72,10 @@ class CascadeConfig:
         first_token_timeout_s: PROVIDER_FIRST_TOKEN_TIMEOUT_SECONDS, a streamed call's
             wait for its first chunk.
         idle_timeout_s: PROVIDER_IDLE_TIMEOUT_SECONDS, the longest gap between chunks.
+        token_safety_factor: TOKEN_SAFETY_FACTOR, how far a provider's tokenizer may
+            count from Kopek's (o200k), either way: a streamed text is certainly past
+            ``max_tokens`` once its o200k count ÷ this factor is
+            (:mod:`llm.cascade.received`).
     """
 
     timeout_s: float = 60.0
@@ -88,6 +91,7 @@ class CascadeConfig:
     timeout_grace_s: float = 5.0
     first_token_timeout_s: float = 20.0
     idle_timeout_s: float = 20.0
+    token_safety_factor: Decimal = Decimal("1.25")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +102,9 @@ class CascadeEvent:
         kind: ``key_disabled`` (auth failure; once per disable), ``key_disabled_balance``
             (402 / balance error; once per disable), ``key_enabled``,
             ``cooldown_opened``, ``key_parked`` (a free key cooled longer than 1 h),
-            ``usage_anomaly`` (output above max_tokens or implausible usage; once per
-            key and kind), ``paid_anchor_call``, ``degraded``, ``degraded_refused``.
+            ``usage_anomaly`` (output above max_tokens, input above Kopek's bound, or
+            usage beyond what the model can do; once per key and kind),
+            ``paid_anchor_call``, ``degraded``, ``degraded_refused``.
         provider: provider key name.
         detail: operator-facing text (never a key).
     """

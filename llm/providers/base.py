@@ -185,7 +185,8 @@ class UsageReading:
     Attributes:
         usage: the normalised report; ``None`` when there was none or it was unreadable.
         issue: ``""`` for a readable report, ``"missing"`` when the body carries none,
-            ``"invalid"`` when it is not a set of non-negative integers.
+            ``"invalid"`` when it is not a set of non-negative integers,
+            ``"inconsistent"`` when it contradicts itself.
     """
 
     usage: Usage | None
@@ -199,7 +200,10 @@ def read_usage(body: Mapping[str, Any]) -> UsageReading:
         The report with ``issue`` ``""`` when readable; no usage and ``"missing"`` when
         the body carries none; no usage and ``"invalid"`` when it is not a set of
         non-negative integers (negative, fractional, boolean or non-numeric values;
-        numeric strings are coerced) — which counts as missing.
+        numeric strings are coerced) — which counts as missing; no usage and
+        ``"inconsistent"`` when it contradicts itself (cached tokens above the prompt,
+        DeepSeek's cache hits + misses other than the prompt, reasoning tokens above
+        the completion): no reading of it can be trusted, its cheapest least of all.
     """
     usage = body.get("usage")
     if not isinstance(usage, Mapping):
@@ -221,6 +225,13 @@ def read_usage(body: Mapping[str, Any]) -> UsageReading:
             extra["prompt_cache_miss_tokens"] = _opt_int(usage, "prompt_cache_miss_tokens")
     except _BadUsage:
         return UsageReading(None, "invalid")
+    misses = extra.get("prompt_cache_miss_tokens")
+    if (
+        cached > prompt
+        or reasoning > output
+        or (misses is not None and "prompt_cache_hit_tokens" in usage and cached + misses != prompt)
+    ):
+        return UsageReading(None, "inconsistent")
     time_info = _sub(body, "time_info") or usage
     total_time = time_info.get("total_time")
     if (
@@ -233,7 +244,7 @@ def read_usage(body: Mapping[str, Any]) -> UsageReading:
     return UsageReading(
         Usage(
             input_tokens=prompt,
-            cached_input_tokens=min(cached, prompt),
+            cached_input_tokens=cached,
             output_tokens=output,
             reasoning_tokens=reasoning,
             extra=extra,
@@ -272,6 +283,40 @@ def _error_status(err: Mapping[str, Any]) -> int:
     return 502
 
 
+def _without_choices(
+    provider: str, body: Mapping[str, Any], reading: UsageReading, rate_limits: RateLimitInfo
+) -> ProviderError:
+    """The error a 200 body without ``choices`` stands for (see
+    :func:`parse_completion_body`)."""
+    usage = reading.usage
+    err = body.get("error")
+    if err is None and isinstance(body.get("detail"), str):
+        err = body["detail"]  # FastAPI-style gateways: {"detail": "..."}
+    if isinstance(err, str) and err.strip():
+        err = {"message": err}  # {"error": "Insufficient Balance"}
+    if isinstance(err, Mapping):
+        status = _error_status(err)
+        exc = error_for_status(provider, status, json.dumps(body), rate_limits)
+        exc.detail = f"200 with an error object: {exc.detail}"
+        exc.billed_usage = usage
+        return exc
+    if usage is None and reading.issue == "inconsistent":  # it billed something: the ceiling
+        return ProviderUnavailable(
+            provider, "200 without choices, usage self-contradictory", interrupted=True,
+            status=200,
+        )  # fmt: skip
+    if usage is None:
+        return ProviderUnavailable(provider, "200 without choices or usage", status=200)
+    return ProviderUnavailable(
+        provider,
+        "200 without choices",
+        interrupted=True,
+        partial_usage=usage,
+        status=200,
+        billed_usage=usage,
+    )
+
+
 def parse_completion_body(
     provider: str,
     model: str,
@@ -291,8 +336,9 @@ def parse_completion_body(
       not interrupted (the hold is released).
     * Usage but no ``choices``: :class:`ProviderUnavailable` carrying that usage
       (settled as reported).
-    * Choices with text but usage missing or unreadable: the completion, with
-      ``usage_issue`` set (the cascade settles at the ceiling, estimated).
+    * Choices with text but usage missing, unreadable or self-contradictory: the
+      completion, with ``usage_issue`` set (the cascade settles at the ceiling,
+      estimated); self-contradictory usage and no ``choices``: interrupted (the ceiling).
 
     Raises:
         ProviderError: as above; ProviderUnavailable (interrupted) for a body that
@@ -306,27 +352,7 @@ def parse_completion_body(
     usage, issue = reading.usage, reading.issue
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
-        err = body.get("error")
-        if err is None and isinstance(body.get("detail"), str):
-            err = body["detail"]  # FastAPI-style gateways: {"detail": "..."}
-        if isinstance(err, str) and err.strip():
-            err = {"message": err}  # {"error": "Insufficient Balance"}
-        if isinstance(err, Mapping):
-            status = _error_status(err)
-            exc = error_for_status(provider, status, json.dumps(body), rate_limits)
-            exc.detail = f"200 with an error object: {exc.detail}"
-            exc.billed_usage = usage
-            raise exc
-        if usage is None:
-            raise ProviderUnavailable(provider, "200 without choices or usage", status=200)
-        raise ProviderUnavailable(
-            provider,
-            "200 without choices",
-            interrupted=True,
-            partial_usage=usage,
-            status=200,
-            billed_usage=usage,
-        )
+        raise _without_choices(provider, body, reading, rate_limits)
     choice = choices[0]
     message = _sub(choice, "message")
     content = message.get("content")

@@ -123,6 +123,26 @@ class PlainPost:
             self._proxies[url] = env_proxy(url)
         return self._proxies[url]
 
+    async def post_form(
+        self, url: str, fields: Mapping[str, str], file: tuple[str, str, str, bytes]
+    ) -> PlainResponse:
+        """POST a ``multipart/form-data`` body: ``fields`` as text parts, then one file
+        part ``(field name, file name, content type, bytes)``; read the whole answer.
+
+        Raises:
+            aiohttp.ClientError: as :meth:`post`.
+        """
+        form = aiohttp.FormData()
+        for name, value in fields.items():
+            form.add_field(name, value)
+        field_name, file_name, content_type, data = file
+        form.add_field(field_name, data, filename=file_name, content_type=content_type)
+        async with self._open().post(
+            url, data=form, allow_redirects=False, proxy=self._proxy(url)
+        ) as response:
+            content = await response.read()
+            return PlainResponse(response.status, response.headers, content)
+
     async def aclose(self) -> None:
         """Close the session's connections (idempotent)."""
         if self._session is not None:

@@ -41,7 +41,7 @@ import httpx
 from selectolax.lexbor import LexborHTMLParser
 
 from scheduler.errors import FetchError, NoPublicPreview, RefusedAddress
-from scheduler.sources.http import get_limited
+from scheduler.sources.http import FetchedBody, get_limited
 from scheduler.types import Post
 
 __all__ = [
@@ -344,7 +344,8 @@ def parse_feed(body: bytes, url: str) -> FeedFetch:
 
 
 class FeedClient:
-    """Fetches feeds through the address guard.
+    """Fetches feeds through the address guard (and, with :meth:`get`, any page: the
+    chat's links use the same guarded, size-capped client).
 
     Args:
         client: shared httpx client.
@@ -374,14 +375,20 @@ class FeedClient:
     def __repr__(self) -> str:
         return f"FeedClient(guard={self._guard!r}, max_redirects={self._max_redirects})"
 
-    async def fetch(self, url: str) -> FeedFetch:
-        """Fetch and parse the feed at ``url``.
+    async def get(self, url: str) -> FetchedBody:
+        """GET ``url`` through the guard: each redirect (at most ``max_redirects``, to
+        http/https only) is checked again before it is followed; the body is bounded
+        by ``max_bytes`` (decoded) and the exchange by ``timeout_s`` per request.
+
+        Returns:
+            The last response, whatever its status (the caller judges it).
 
         Raises:
             RefusedAddress: the URL or a redirect target is not public.
-            NoPublicPreview: 404/410 or a body that is no feed.
             FetchTooLarge: body over ``max_bytes``.
-            FetchError: timeout, transport error, other status, too many redirects.
+            BadEncoding: stacked, unknown or corrupt ``Content-Encoding``.
+            FetchError: timeout, transport error, a redirect without ``Location`` or
+                to a non-http URL, too many redirects.
         """
         current = url
         for _ in range(self._max_redirects + 1):
@@ -393,16 +400,27 @@ class FeedClient:
                 max_bytes=self._max_bytes,
                 timeout_s=self._timeout_s,
             )
-            if 300 <= got.status < 400:
-                if not got.location:
-                    raise FetchError(url, f"HTTP {got.status} without Location")
-                current = str(httpx.URL(current).join(got.location))
-                if httpx.URL(current).scheme not in ("http", "https"):
-                    raise FetchError(url, "redirect to a non-http URL")
-                continue
-            if got.status in (404, 410):
-                raise NoPublicPreview(url, f"HTTP {got.status}")
-            if got.status != 200:
-                raise FetchError(url, f"HTTP {got.status}")
-            return await asyncio.to_thread(parse_feed, got.body, url)
+            if not 300 <= got.status < 400:
+                return got
+            if not got.location:
+                raise FetchError(url, f"HTTP {got.status} without Location")
+            current = str(httpx.URL(current).join(got.location))
+            if httpx.URL(current).scheme not in ("http", "https"):
+                raise FetchError(url, "redirect to a non-http URL")
         raise FetchError(url, f"more than {self._max_redirects} redirects")
+
+    async def fetch(self, url: str) -> FeedFetch:
+        """Fetch and parse the feed at ``url`` (through :meth:`get`).
+
+        Raises:
+            RefusedAddress: the URL or a redirect target is not public.
+            NoPublicPreview: 404/410 or a body that is no feed.
+            FetchTooLarge: body over ``max_bytes``.
+            FetchError: timeout, transport error, other status, too many redirects.
+        """
+        got = await self.get(url)
+        if got.status in (404, 410):
+            raise NoPublicPreview(url, f"HTTP {got.status}")
+        if got.status != 200:
+            raise FetchError(url, f"HTTP {got.status}")
+        return await asyncio.to_thread(parse_feed, got.body, url)

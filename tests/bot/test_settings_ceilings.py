@@ -133,6 +133,7 @@ def _at_ceilings() -> Settings:
     values["metrics_port"] = 9100
     values["webhook_listen_port"] = 8080
     values["chat_max_output_tokens"] = 1024
+    values["media_download_max_bytes"] = 20 * 1024 * 1024  # more needs a local Bot API
     return Settings(_env_file=None, bot_token="1:x", deepseek_api_key="k", **values)  # type: ignore[arg-type]
 
 

@@ -246,6 +246,31 @@ async def test_openai_costs_csv_is_compared_as_money_per_day(books: Books) -> No
     assert not found.ok and "2026-07-23: ledger $" in found.text()
 
 
+@pytest.mark.parametrize(
+    ("billed_output", "money_ok"), [(4_000, True), (400_000, False)], ids=["within", "above"]
+)
+async def test_money_a_day_above_what_its_estimated_booking_could_cost_differs(
+    books: Books, billed_output: int, money_ok: bool
+) -> None:
+    """A cut call on the last day (input 500, max_tokens 9,000, settled on Kopek's count,
+    estimated): the costs file's day billing up to the hold's ceiling is explained by it;
+    a day billing far above what the ledger could have booked (the ceiling) differs — it
+    matched before, since any estimate in the day let a higher bill pass."""
+    op = await books.ledger.begin_operation(8, Origin.CHAT)
+    req = await books.ledger.begin_request(op, "cut")
+    hold = await books.ledger.reserve(
+        op, req, provider=OPENAI, model=GPT, input_tokens=500, max_tokens=9_000
+    )
+    await books.ledger.settle(hold.hold_id, Usage(500, 0, 10), estimated=True)
+    await books.ledger.end_operation(op)
+    days = pf.daily_usage(
+        books.db, books.card, OPENAI, real={hold.hold_id: Usage(500, 0, billed_output)}
+    )
+    costs = pf.openai_costs_csv(days)
+    found = await reconcile(books.engine, books.card, parse_export(costs, "c.csv", "UTC"), OPENAI)
+    assert ("1. money per day: ✅ match" in found.text()) is money_ok, found.text()
+
+
 def test_a_currency_other_than_usd_is_refused_naming_the_line() -> None:
     """``amount_currency=eur`` was read as USD ("export $0.50"); now one sentence names
     the line, in the costs CSV and in a usage CSV carrying amounts."""

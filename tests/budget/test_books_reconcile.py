@@ -320,6 +320,46 @@ async def test_e_estimated_bookings_after_a_crash_are_corrected_from_the_export(
     await crashed_ledger.close()
 
 
+async def _estimated_cut(books: Books, user: int, input_tokens: int, max_tokens: int) -> str:
+    """One call settled on Kopek's own count (a stream cut: input + 10 output tokens,
+    estimated); its hold id."""
+    op = await books.ledger.begin_operation(user, Origin.CHAT)
+    req = await books.ledger.begin_request(op, f"cut{user}")
+    hold = await books.ledger.reserve(
+        op, req, provider=KEY, model=MODEL, input_tokens=input_tokens, max_tokens=max_tokens
+    )
+    await books.ledger.settle(hold.hold_id, Usage(input_tokens, 0, 10), estimated=True)
+    await books.ledger.end_operation(op)
+    return hold.hold_id
+
+
+@pytest.mark.parametrize(
+    ("billed_output", "period_ok"),
+    [(1_900, True), (2_000, True), (30_000, False)],
+    ids=["within_bound", "at_bound", "above_bound"],
+)
+async def test_an_export_above_what_an_estimated_booking_could_be_is_a_difference(
+    books: Books, billed_output: int, period_ok: bool
+) -> None:
+    """An estimated booking (input 100, max_tokens 2,000: the ledger could have booked
+    at most 2,100 tokens for it) explains an export above the ledger only up to that
+    bound: billed 1,900 or 2,000 output tokens, the period matches; billed 30,000 (a sum
+    of two keys, a doubled sheet) it differs, and the window is named — it matched
+    before, whatever the excess, because any estimate in a window let an export above
+    the ledger pass."""
+    hold_id = await _estimated_cut(books, 400, 100, 2_000)
+    real = {hold_id: Usage(100, 0, billed_output)}
+    export = parse_export(
+        export_from_ledger(books.db, books.card, KEY, real_usage=real), "cut.csv", "UTC"
+    )
+    report = await reconcile(books.engine, books.card, export, KEY)
+    text = report.text()
+    assert ("1. period: ✅ match" in text) is period_ok, text
+    if not period_ok:
+        hour = books.clock.now().strftime("%Y-%m-%dT%H")
+        assert f"{hour}: ledger 110 tokens, export 30,100" in text, text
+
+
 async def test_a_correction_over_a_closed_window_limit_is_booked_and_reported(
     books: Books,
 ) -> None:

@@ -141,3 +141,81 @@ def test_mixed_tier_for_one_provider_rejected() -> None:
     """One provider cannot be both free and paid."""
     with pytest.raises(BudgetConfigError):
         PriceCard([ProviderModel("groq", "a", "free"), ProviderModel("groq", "b", "paid")])
+
+
+# -- long-context price tiers -------------------------------------------------------------
+
+#: genai-prices' card of OpenAI gpt-5.4 (a tiered model: every rate doubles, or × 1.5
+#: for output, once the prompt is above 272,000 tokens), USD per 1M tokens.
+TIERED = ProviderModel("openai", "gpt-5.4", "paid")
+
+
+def test_the_snapshot_really_tiers_the_test_model() -> None:
+    """The figures below are genai-prices' own: base 2.5 / 0.25 / 15, above 272,000 input
+    tokens 5 / 0.5 / 22.5 (if the snapshot changes, this says so first)."""
+    card = PriceCard([TIERED])
+    assert card.rates("openai", "gpt-5.4", NOON) == ModelRates(
+        Decimal("2.5"), Decimal("15"), Decimal("0.25"), source="genai-prices snapshot"
+    )
+    assert card.rates("openai", "gpt-5.4", NOON, input_tokens=272_001) == ModelRates(
+        Decimal("5"), Decimal("22.5"), Decimal("0.5"), source="genai-prices snapshot"
+    )
+
+
+def test_a_prompt_above_the_threshold_is_priced_at_the_upper_rate_exactly() -> None:
+    """Hold and settle price the tier the prompt falls in (every token of the call, as
+    the provider bills a prompt past the threshold): 300,000 input + 1,000 max_tokens →
+    ceiling 300,000×5 + 1,000×22.5 = 1,522,500 µUSD; 300,000 input of which 100,000
+    cached + 2,000 output → 200,000×5 + 100,000×0.5 + 2,000×22.5 = 1,095,000 µUSD. Before,
+    the actual was the base rate (555,000: about half the bill) and every ceiling, even
+    of a short prompt, the upper rate."""
+    card = PriceCard([TIERED])
+    assert card.ceiling_musd("openai", "gpt-5.4", 300_000, 1_000, NOON) == 1_522_500
+    usage = Usage(input_tokens=300_000, cached_input_tokens=100_000, output_tokens=2_000)
+    assert card.actual_musd("openai", "gpt-5.4", usage, NOON) == 1_095_000
+    # a short prompt, and one exactly at the threshold, are priced at the base rate
+    assert card.ceiling_musd("openai", "gpt-5.4", 1_000, 1_000, NOON) == 17_500
+    assert card.ceiling_musd("openai", "gpt-5.4", 272_000, 1, NOON) == 680_015
+    small = Usage(input_tokens=1_000, output_tokens=100)
+    assert card.actual_musd("openai", "gpt-5.4", small, NOON) == 4_000
+    # ceilings round up: 272,001 × 5 + 1 × 22.5 = 1,360,027.5 → 1,360,028
+    assert card.ceiling_musd("openai", "gpt-5.4", 272_001, 1, NOON) == 1_360_028
+    # the degradation ladder's max_tokens fits the upper rate too
+    assert card.max_tokens_within("openai", "gpt-5.4", 300_000, 1_522_500, NOON) == 1_000
+
+
+def test_price_overrides_take_tiers() -> None:
+    """``PRICE_OVERRIDES`` may list tiers (``above_input_tokens`` and that tier's rates):
+    a gateway's tiered model is priced like genai-prices' own."""
+    overrides = parse_overrides(
+        '{"deepseek:gateway-pro": {"input": "1", "output": "2", "cached_input": "0.1",'
+        ' "tiers": [{"above_input_tokens": 1000, "input": "3", "output": "4"},'
+        ' {"above_input_tokens": 5000, "input": "5", "output": "6", "cached_input": "0.5"}]}}'
+    )
+    card = PriceCard([ProviderModel("deepseek", "gateway-pro", "paid")], overrides=overrides)
+    assert card.ceiling_musd("deepseek", "gateway-pro", 1_000, 10, NOON) == 1_020
+    assert card.ceiling_musd("deepseek", "gateway-pro", 1_001, 10, NOON) == 3_043
+    assert card.ceiling_musd("deepseek", "gateway-pro", 6_000, 10, NOON) == 30_060
+    cached = Usage(input_tokens=2_000, cached_input_tokens=1_000, output_tokens=10)
+    assert card.actual_musd("deepseek", "gateway-pro", cached, NOON) == 3_000 + 3_000 + 40
+    assert any("above 1000 input tokens" in line for line in card.describe(NOON))
+
+
+@pytest.mark.parametrize(
+    "tiers",
+    [
+        '[{"input": "3", "output": "4"}]',
+        '[{"above_input_tokens": -1, "input": "3", "output": "4"}]',
+        '[{"above_input_tokens": 10, "input": "3"}]',
+        '[{"above_input_tokens": 10, "input": "3", "output": "4", "x": 1}]',
+        '[{"above_input_tokens": 10, "input": "3", "output": "4"},'
+        ' {"above_input_tokens": 10, "input": "5", "output": "6"}]',
+        '{"above_input_tokens": 10}',
+    ],
+)
+def test_bad_tiers_are_config_errors(tiers: str) -> None:
+    """A tier needs a whole ``above_input_tokens`` ≥ 0, ``input`` and ``output``, no other
+    field, and tiers rise strictly."""
+    raw = f'{{"deepseek:x": {{"input": "1", "output": "2", "tiers": {tiers}}}}}'
+    with pytest.raises(BudgetConfigError):
+        parse_overrides(raw)

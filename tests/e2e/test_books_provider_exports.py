@@ -52,7 +52,8 @@ async def test_a_deepseek_download_corrects_a_timed_out_call_and_bad_files_chang
     the account's ZIP download also holds another app's key. Refused, each in one
     sentence and with the ledger as it was: the CNY download (the cost sheet's line),
     a usage CSV in EUR, a sheet repeating a row, a tab-separated sheet of unknown
-    columns. Summed over both keys the report differs and says so; with ``apikey=kopek``
+    columns. Summed over both keys the report differs and says so (the period too:
+    the sum is above what the ledger could have booked); with ``apikey=kopek``
     the period matches, the correction is offered and ``/reconcile apply`` books the day
     at the sheet's price × amount."""
     env = {k: v for k, v in bot_env.items() if not k.startswith(("GROQ", "MISTRAL", "CEREBRAS"))}
@@ -97,6 +98,9 @@ async def test_a_deepseek_download_corrects_a_timed_out_call_and_bad_files_chang
     assert "summed over 2 API keys (kopek, website)" in summed
     assert "apply is off for this file: it sums several API keys' rows" in summed
     assert "can be corrected" not in summed
+    # both keys' tokens are more than the ledger could have booked (its estimated
+    # booking at the tokens its hold was sized on): a difference, not a match
+    assert "1. period: ⚠️ differs" in summed and "ledger 2,593 tokens, export 3,540" in summed
     report = await _send(fake_telegram, served, "usage.zip", "/reconcile deepseek apikey=kopek")
     assert "(DeepSeek amount sheet + DeepSeek cost sheet, daily, 1 rows" in report
     assert "1. period: ✅ match" in report and "1 estimated bookings can be corrected" in report

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,6 +64,11 @@ def _wait(check: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
         time.sleep(0.1)
 
 
+def _written(path: Path) -> bool:
+    """``path`` exists and holds something."""
+    return path.exists() and path.read_text() != ""
+
+
 def _runner(tmp: Path, data: Path) -> subprocess.Popen[bytes]:
     tmp.mkdir()
     argv = [sys.executable, "-m", "tests.support.pg", "run", "--data", str(data)]
@@ -90,9 +96,11 @@ def _signal_and_kill(tmp_path: Path, shared: Path) -> None:
     runners = {term: _runner(term, shared / "term"), kill: _runner(kill, shared / "kill")}
     pids: dict[Path, tuple[int, int]] = {}
     for tmp in runners:
-        _wait((tmp / "child.pid").exists, "the command to start")
+        child = tmp / "child.pid"
+        # the file exists before its pid is written (write_text creates, then writes)
+        _wait(partial(_written, child), "the command's pid")
         postmaster = int((shared / tmp.name / "data" / "postmaster.pid").read_text().split()[0])
-        pids[tmp] = (postmaster, int((tmp / "child.pid").read_text()))
+        pids[tmp] = (postmaster, int(child.read_text()))
         assert _alive(pids[tmp][0]) and _alive(pids[tmp][1])
 
     runners[term].send_signal(signal.SIGTERM)

@@ -133,7 +133,9 @@ async def test_a_draft_over_4096_utf16_units_shows_the_tail(
     shows its tail part (not the beginning); the final answer arrives as the Markdown
     pipeline's parts, whole."""
     env = env_for(tmp_path, fake_telegram, fake_providers, ("groq",))
-    bot = app_factory(env={**env, "CHAT_MAX_OUTPUT_TOKENS": "2048"})
+    # the text is 2,719 o200k tokens: within max_tokens 4096 (with 2048, a stream past
+    # max_tokens by any tokenizer's count, closed as such)
+    bot = app_factory(env={**env, "CHAT_MAX_OUTPUT_TOKENS": "4096"})
     await bot.start()
     lines = [f"L{j}: " + " ".join(["🙂🙂🙂"] * 10) for j in range(80)]
     text = "\n".join(lines)

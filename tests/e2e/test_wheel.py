@@ -74,15 +74,19 @@ def _venv_with(wheel: Path, tmp_path: Path) -> Path:
 async def test_wheel_installs_and_kopek_runs_to_its_first_get_updates(
     tmp_path: Path, bot_factory: BotFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
 ) -> None:
-    """The wheel carries the migrations; installed outside the repository, the ``kopek``
-    script imports the installed package, migrates a new database, calls getUpdates
-    and exits 0 on SIGTERM."""
+    """The wheel carries the migrations and the dashboard's files; installed outside the
+    repository, the ``kopek`` script imports the installed package, migrates a new
+    database, calls getUpdates and exits 0 on SIGTERM."""
     wheel = _build_wheel(tmp_path)
     # the file README's install instructions name (trial 15 F10)
     assert f"{wheel.name}[chart]" in (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     names = zipfile.ZipFile(wheel).namelist()
     assert "bot/migrations/env.py" in names
     assert "bot/migrations/versions/0001_ledger.py" in names
+    static = "bot/ops/dashboard/static/"  # the dashboard's page, served from the package
+    for name in ("index.html", "dashboard.js", "dashboard.css", "uPlot.iife.min.js"):
+        assert static + name in names, name
+    assert static + "uPlot-LICENSE.txt" in names  # MIT: the notice travels with the copy
     assert any(n.endswith("entry_points.txt") for n in names)
 
     venv = _venv_with(wheel, tmp_path)

@@ -194,8 +194,9 @@ async def test_missing_usage_with_an_answer_is_delivered_at_the_ceiling(
 async def test_implausible_usage_is_booked_at_the_ceiling_and_cools_the_key(
     make: Any, fake: FakeProviders, ledger: FakeLedger
 ) -> None:
-    """10¹² reported tokens (more than 10× the hold's tokens): booked at the ceiling,
-    flagged, the key cooled down, admins told once (twice reported, one event)."""
+    """10¹² reported tokens (more than the model's context window + max_tokens): booked
+    at the ceiling, flagged, the paid key cooled down, admins told once (twice reported,
+    one event)."""
     h = make(("mistral", "deepseek"))
     for _ in range(2):
         fake.script(key("deepseek"), {"prompt_tokens": 10**12, "completion_tokens": 5})
@@ -209,20 +210,24 @@ async def test_implausible_usage_is_booked_at_the_ceiling_and_cools_the_key(
     assert anomalies(h, "deepseek", "implausible") == 2
 
 
-async def test_output_above_max_tokens_is_billed_cooled_and_told_once(
-    make: Any, fake: FakeProviders, ledger: FakeLedger
+@pytest.mark.parametrize(("name", "cooled"), [("groq", False), ("deepseek", True)])
+async def test_output_above_max_tokens_is_billed_and_told_once_and_cools_a_paid_key(
+    make: Any, fake: FakeProviders, ledger: FakeLedger, name: str, cooled: bool
 ) -> None:
     """A provider billing 1,000 output tokens for max_tokens 256: settled as billed,
-    the key cooled down, one admin event, counted."""
-    h = make(("groq", "mistral"))
-    fake.script(key("groq"), {"completion_tokens": 1000, "prompt_tokens": 10})
+    one admin event, counted; the key cooled down only when it is paid (a free key's
+    cooldown would send its users to the paid anchor)."""
+    h = make((name,))
+    fake.script(key(name), {"completion_tokens": 1000, "prompt_tokens": 10})
     done = await h.ask(ask(max_tokens=256))
-    assert done.provider == "groq"
-    assert h.cascade.breaker.cooldown_remaining_s("groq") == pytest.approx(COOLDOWN)
+    assert done.provider == name
+    remaining = h.cascade.breaker.cooldown_remaining_s(name)
+    assert remaining == (pytest.approx(COOLDOWN) if cooled else 0)
     [event] = [e for e in h.events if e.kind == "usage_anomaly"]
     assert "1000" in event.detail and "256" in event.detail
-    assert anomalies(h, "groq", "output_over_max_tokens") == 1
-    usage = ledger.holds_for("groq")[0].usage
+    assert ("cooling down" in event.detail) is cooled
+    assert anomalies(h, name, "output_over_max_tokens") == 1
+    usage = ledger.holds_for(name)[0].usage
     assert usage is not None and (usage.input_tokens, usage.output_tokens) == (10, 1000)
 
 

@@ -5,15 +5,18 @@ stopped or cut stream on the tokens received."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
+from budget.pricing.tokens import TokenCounter
 from budget.types import Origin
 from llm.cascade.cascade import Cascade, CascadeConfig
 from llm.cascade.factory import build_cascade
+from llm.cascade.received import OutputWatch
 from llm.errors import AllProvidersFailed, ProviderRateLimited
 from llm.stream import StreamControl, StreamingProvider, pump
 from llm.types import LLMRequest, Message
@@ -278,3 +281,36 @@ async def test_a_cancelled_stream_before_its_200_settles_the_input(
     hold = ledger.holds_for("deepseek")[0]
     assert hold.state == "settled" and hold.estimated and hold.usage is not None
     assert (hold.usage.input_tokens, hold.usage.output_tokens) == (hold.input_tokens, 0)
+
+
+async def test_the_output_watch_counts_rarely_and_trips_just_past_the_bound() -> None:
+    """The stream's output watch (llm.cascade.received): with max_tokens 1,000 and
+    TOKEN_SAFETY_FACTOR 1.25, a text fed in 4-character deltas is found past the bound
+    once its o200k count passes 1,250 (within one 64-byte step), after a few dozen counts
+    of ~8,000 deltas (a count is O(text): counting every delta would be O(n²)); a text
+    short of it never trips."""
+    counter = TokenCounter()
+    counts = 0
+
+    def count(messages: Sequence[Message]) -> int:
+        nonlocal counts
+        counts += 1
+        return counter.messages(messages)
+
+    text = "".join(f"word{i} " for i in range(5_000))
+    watch = OutputWatch(1_000, count, Decimal("1.25"))
+    seen = ""
+    for i in range(0, len(text), 4):
+        delta = text[i : i + 4]
+        seen += delta
+        if await watch.passed(delta, seen):
+            break
+    else:
+        raise AssertionError("never tripped")
+    raw = counter.raw_text(seen)
+    assert 1_250 < raw <= 1_250 + 64 and counts < 40
+    honest = OutputWatch(1_000, count, Decimal("1.25"))
+    short = text[: len(seen) * 3 // 4]
+    assert not any(
+        [await honest.passed(short[i : i + 4], short[: i + 4]) for i in range(0, len(short), 4)]
+    )

@@ -74,7 +74,7 @@ def test_compose_runs_postgres_and_two_webhook_replicas() -> None:
     compose: dict[str, Any] = yaml.safe_load((ROOT / "compose.yaml").read_text(encoding="utf-8"))
     services = compose["services"]
     assert "pg_isready" in " ".join(services["postgres"]["healthcheck"]["test"])
-    bots = [s for name, s in services.items() if name != "postgres"]
+    bots = [s for name, s in services.items() if name != "postgres" and "profiles" not in s]
     assert len(bots) == 2
     grace = Settings.model_fields["shutdown_grace_seconds"].default
     published = set()
@@ -91,6 +91,65 @@ def test_compose_runs_postgres_and_two_webhook_replicas() -> None:
             published.add(port)
     assert len(published) == 2
     assert "TLS" in (ROOT / "compose.yaml").read_text(encoding="utf-8")
+
+
+def test_the_monitoring_profile_starts_prometheus_and_grafana_provisioned() -> None:
+    """``docker compose --profile monitoring`` (checked as the file reads, without Docker):
+    Prometheus and Grafana only in that profile, every other service in none; Prometheus
+    scrapes each replica's METRICS_PORT by service name, which the replicas bind inside
+    the compose network without publishing it; Grafana gets the data source (by the uid
+    every panel names) and the dashboard folder its provider loads; both published on
+    loopback only; every mounted file is in the repository."""
+    compose: dict[str, Any] = yaml.safe_load((ROOT / "compose.yaml").read_text(encoding="utf-8"))
+    services = compose["services"]
+    profiled = {name for name, s in services.items() if "profiles" in s}
+    assert profiled == {"prometheus", "grafana"}
+    assert all(services[name]["profiles"] == ["monitoring"] for name in profiled)
+    bots = {name: s for name, s in services.items() if name.startswith("bot")}
+    expected = set()
+    for name, bot in bots.items():
+        env = bot["environment"]
+        assert (
+            env["METRICS_HOST"] == "0.0.0.0" and env["METRICS_PORT"] != env["WEBHOOK_LISTEN_PORT"]
+        )
+        assert not any(port.endswith(f":{env['METRICS_PORT']}") for port in bot["ports"])
+        expected.add(f"{name}:{env['METRICS_PORT']}")
+    scrape = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text("utf-8"))
+    [job] = scrape["scrape_configs"]
+    assert {t for c in job["static_configs"] for t in c["targets"]} == expected
+    for name in profiled:
+        for port in services[name]["ports"]:
+            assert port.startswith("127.0.0.1:"), (name, port)
+        for volume in services[name]["volumes"]:
+            source = volume.split(":")[0]
+            if source.startswith("./"):
+                assert (ROOT / source).exists(), volume
+    grafana = services["grafana"]
+    mounts = dict(v.split(":")[:2] for v in grafana["volumes"])
+    provisioning = ROOT / mounts_source(mounts, "/etc/grafana/provisioning")
+    [source] = yaml.safe_load((provisioning / "datasources/prometheus.yaml").read_text("utf-8"))[
+        "datasources"
+    ]
+    prometheus_port = services["prometheus"]["ports"][0].rsplit(":", 1)[1]
+    assert source["url"] == f"http://prometheus:{prometheus_port}"
+    [provider] = yaml.safe_load((provisioning / "dashboards/kopek.yaml").read_text("utf-8"))[
+        "providers"
+    ]
+    folder = provider["options"]["path"]
+    dashboards = ROOT / mounts_source(mounts, folder)
+    board = json.loads((dashboards / "kopek.json").read_text(encoding="utf-8"))
+    assert grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"] == (
+        f"{folder}/kopek.json"
+    )
+    uids = {t["datasource"]["uid"] for p in board["panels"] for t in p.get("targets", [])}
+    assert uids == {source["uid"]}
+
+
+def mounts_source(mounts: dict[str, str], target: str) -> str:
+    """The repository folder compose mounts at ``target``."""
+    [source] = [s for s, t in mounts.items() if t == target]
+    assert source.startswith("./")
+    return source[2:]
 
 
 async def _serve_health() -> tuple[web.AppRunner, int]:

@@ -11,6 +11,17 @@ cerebras    ``http://127.0.0.1:P/cerebras/v1``  ``/cerebras/v1/chat/completions`
 deepseek    ``http://127.0.0.1:P/deepseek``     ``/deepseek/chat/completions``
 ==========  ==================================  ==============================
 
+and the speech-to-text endpoints ``/openai/v1/audio/transcriptions`` (Groq) and
+``/v1/audio/transcriptions`` (Mistral): multipart uploads, recorded in
+:attr:`FakeProviders.transcriptions`, answered in each provider's shape
+(:mod:`tests.support.provider_media`), scripted with the same queues (``{"status": 429,
+"retry_after": "5"}``, ``{"text": "heard", "duration": 7.2}``, ``{"raw_body": ...}``,
+``{"delay_s": …}``, ``{"gate": …}``). Chat requests may carry ``image_url`` content
+parts: they are decoded and recorded (:attr:`FakeProviders.images`), billed as each
+provider's documented image-token formula on their dimensions (``"image_tokens"``
+overrides), and refused with a 400 by a model that is not a vision model, as real
+text-only models refuse them.
+
 Each provider answers with its own usage shape (Groq ``usage`` + ``x_groq``, Mistral
 ``num_cached_tokens``, Cerebras ``usage`` + ``time_info``, DeepSeek
 ``prompt_cache_hit_tokens``/``prompt_cache_miss_tokens``; shapes copied from the
@@ -48,6 +59,8 @@ with ``data: [DONE]``. Extra step keys for streams::
     {"gap_after": 3, "gap_s": 2}  # an idle gap after 3 text chunks
     {"error_event_after": 2}      # Groq's ``event: error`` after 2 text chunks
     {"no_usage": true}            # no usage report at all
+    {"early_usage": {...}}        # this usage block on the first (role) chunk, before any
+                                  # text: what some gateways send (0 output tokens)
     {"raw_sse": "data: ...\n\n"} # exactly this body (recorded streams)
 
 Each streamed response is logged in :meth:`FakeProviders.streams` (:class:`StreamLog`):
@@ -83,11 +96,28 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
 from budget.kernel.clock import Clock, SystemClock
+from tests.support.provider_media import (
+    VISION_MODEL_IDS,
+    RecordedImage,
+    RecordedTranscription,
+    image_parts,
+    image_prompt_tokens,
+    text_of,
+    transcription_answer,
+)
 
-__all__ = ["PROVIDERS", "Bucket", "FakeProviders", "RecordedRequest", "StreamLog"]
+__all__ = [
+    "PROVIDERS",
+    "Bucket",
+    "FakeProviders",
+    "RecordedImage",
+    "RecordedRequest",
+    "RecordedTranscription",
+    "StreamLog",
+]
 
 PROVIDERS = ("groq", "mistral", "cerebras", "deepseek")
 
@@ -104,6 +134,15 @@ _ERROR_BODIES: dict[str, dict[int, Any]] = {
             }
         },
         401: {"error": {"message": "Invalid API Key", "type": "invalid_request_error"}},
+        # an OpenAI-compatible transcription endpoint's 413, quoted in
+        # WEIFENG2333/VideoCaptioner#724 (the issue does not name the provider)
+        413: {
+            "error": {
+                "message": "Request Entity Too Large",
+                "type": "invalid_request_error",
+                "code": "request_too_large",
+            }
+        },
     },
     "mistral": {
         429: {
@@ -230,6 +269,8 @@ class _State:
     in_flight: int = 0
     max_concurrent: int = 0
     gates: dict[str, asyncio.Event] = field(default_factory=dict)
+    transcriptions: list[RecordedTranscription] = field(default_factory=list)
+    images: list[RecordedImage] = field(default_factory=list)
 
 
 class FakeProviders:
@@ -355,6 +396,16 @@ class FakeProviders:
         ]
 
     @property
+    def transcriptions(self) -> list[RecordedTranscription]:
+        """Every transcription request received, in order."""
+        return list(self._state.transcriptions)
+
+    @property
+    def images(self) -> list[RecordedImage]:
+        """Every image part of every chat request received, in order."""
+        return list(self._state.images)
+
+    @property
     def streams(self) -> list[StreamLog]:
         """Streamed responses served, in order."""
         return list(self._state.streams)
@@ -372,6 +423,8 @@ class FakeProviders:
         app.router.add_post("/v1/chat/completions", self._handler("mistral"))
         app.router.add_post("/cerebras/v1/chat/completions", self._handler("cerebras"))
         app.router.add_post("/deepseek/chat/completions", self._handler("deepseek"))
+        app.router.add_post("/openai/v1/audio/transcriptions", self._audio_handler("groq"))
+        app.router.add_post("/v1/audio/transcriptions", self._audio_handler("mistral"))
         app.router.add_post("/_control/script", self._ctl_script)
         app.router.add_post("/_control/bucket", self._ctl_bucket)
         app.router.add_post("/_control/default", self._ctl_default)
@@ -420,6 +473,50 @@ class FakeProviders:
 
         return handle
 
+    def _audio_handler(self, provider: str) -> Any:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            state = self._state
+            state.in_flight += 1
+            state.max_concurrent = max(state.max_concurrent, state.in_flight)
+            try:
+                return await self._serve_audio(provider, request)
+            finally:
+                state.in_flight -= 1
+
+        return handle
+
+    async def _serve_audio(self, provider: str, request: web.Request) -> web.StreamResponse:
+        key = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        fields: dict[str, str] = {}
+        file_name, content_type, data = "", "", b""
+        async for part in await request.multipart():
+            if not isinstance(part, BodyPartReader):
+                continue
+            if part.filename is not None:
+                file_name = part.filename
+                content_type = part.headers.get("Content-Type", "")
+                data = bytes(await part.read())
+            elif part.name:
+                fields[part.name] = await part.text()
+        self._state.transcriptions.append(
+            RecordedTranscription(
+                provider, key, fields, file_name, content_type, data, self._clock.monotonic()
+            )
+        )
+        step = self._next_step(provider, key)
+        if step.get("gate"):
+            await self._gate(str(step["gate"])).wait()
+        if step.get("delay_s"):
+            await asyncio.sleep(float(step["delay_s"]))
+        status = int(step.get("status", 200))
+        if status != 200:
+            return self._error(provider, status, step)
+        body, content_type = transcription_answer(provider, fields, data, step, next(self._ids))
+        headers = dict(step.get("headers", {}))
+        if isinstance(body, str):
+            return web.Response(text=body, headers=headers, content_type=content_type.split(";")[0])
+        return web.json_response(body, headers=headers)
+
     def _next_step(self, provider: str, key: str) -> dict[str, Any]:
         for target in (key, provider):
             queue = self._state.scripts.get(target)
@@ -443,7 +540,13 @@ class FakeProviders:
         if not isinstance(body, dict):
             body = {}
         self._state.requests.append(RecordedRequest(provider, key, body, self._clock.monotonic()))
+        images = image_parts(provider, body)
+        self._state.images.extend(images)
         step = self._next_step(provider, key)
+        if images and str(body.get("model", "")) not in VISION_MODEL_IDS:
+            message = f"model `{body.get('model')}` does not support image input"
+            no_vision = {"error": {"message": message, "type": "invalid_request_error"}}
+            return self._error(provider, 400, {"body": no_vision})
         if step.get("gate"):
             await self._gate(str(step["gate"])).wait()
         if step.get("delay_s"):
@@ -526,7 +629,12 @@ class FakeProviders:
                 out["usage"] = None
             return b"data: " + json.dumps(out).encode() + b"\n\n"
 
-        events.append(chunk({"role": "assistant", "content": ""}, None))
+        if "early_usage" in step:  # a gateway's usage block on the first chunk, not final
+            events.append(
+                chunk({"role": "assistant", "content": ""}, None, usage=step["early_usage"])
+            )
+        else:
+            events.append(chunk({"role": "assistant", "content": ""}, None))
         for i, piece in enumerate(pieces):
             if step.get("cut_after") is not None and i >= int(step["cut_after"]):
                 events.append("cut")
@@ -717,14 +825,17 @@ class FakeProviders:
         messages = body.get("messages") or []
         max_tokens = int(body.get("max_tokens") or 1024)
         last_user = next(
-            (str(m.get("content", "")) for m in reversed(messages) if m.get("role") == "user"),
+            (text_of(m.get("content", "")) for m in reversed(messages) if m.get("role") == "user"),
             "",
         )
         text = str(step.get("text", f"echo: {last_user[:200]}"))
+        images = image_parts(provider, body)
+        image_tokens = int(step.get("image_tokens", image_prompt_tokens(provider, images)))
         prompt = int(
             step.get(
                 "prompt_tokens",
-                sum(_count_tokens(str(m.get("content", ""))) + 4 for m in messages),
+                sum(_count_tokens(text_of(m.get("content", ""))) + 4 for m in messages)
+                + (image_tokens if images else 0),
             )
         )
         completion_tokens = int(

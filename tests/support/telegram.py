@@ -84,6 +84,7 @@ from typing import Any, TypedDict, TypeVar, Unpack
 from aiohttp import BodyPartReader, ClientError, ClientSession, ClientTimeout, web
 
 from budget.kernel.clock import Clock, SystemClock
+from tests.support.telegram_files import FileStore, StoredFile
 
 __all__ = [
     "CAPTION_MAX_UTF16",
@@ -684,7 +685,9 @@ class FakeTelegram:
         self._next_target = 0
         self._delivery_tasks: set[asyncio.Task[None]] = set()
         self._http: ClientSession | None = None
-        self._blobs: dict[str, bytes] = {}  # uploads and injected files, by sha256 / file id
+        self._blobs: dict[str, bytes] = {}  # what the bot uploaded, by sha256
+        #: files users sent (served by getFile and /file/bot<token>/<path>)
+        self.files = FileStore()
 
     # lifecycle -------------------------------------------------------------------
     @property
@@ -926,6 +929,35 @@ class FakeTelegram:
             message["is_topic_message"] = True
         return {"update_id": next(self._update_ids), "message": message}
 
+    def _media_update(
+        self,
+        user_id: int,
+        field_name: str,
+        value: Any,
+        caption: str,
+        fields: MessageFields,
+    ) -> dict[str, Any]:
+        """A message carrying ``field_name`` (``voice``, ``photo``…) instead of text, with
+        its caption (and the caption's entities, as clients send a ``/command``)."""
+        update = self.message_update(user_id, caption or "placeholder", **fields)
+        message = update["message"]
+        message.pop("text")
+        entities = message.pop("entities", None)
+        if caption:
+            message["caption"] = caption
+            if entities is not None:
+                message["caption_entities"] = entities
+        message[field_name] = value
+        return update
+
+    @staticmethod
+    def _file_fields(stored: StoredFile) -> dict[str, Any]:
+        return {
+            "file_id": stored.file_id,
+            "file_unique_id": stored.file_unique_id,
+            "file_size": stored.declared_size,
+        }
+
     def inject_document(
         self,
         user_id: int,
@@ -935,29 +967,100 @@ class FakeTelegram:
         caption: str = "",
         mime_type: str = "text/csv",
         file_size: int | None = None,
+        **fields: Unpack[MessageFields],
     ) -> int:
-        """Queue a document sent by ``user_id`` in their private chat; returns the update
-        id. The bytes are served by ``getFile`` and ``/file/bot<token>/<path>`` (Telegram's
-        download URL). ``file_size`` overrides the size Telegram reports (e.g. a file over
-        the bots' 20 MB download limit without allocating it)."""
-        file_id = f"DOC{len(self._blobs) + 1}{hashlib.sha256(data).hexdigest()[:16]}"
-        self._blobs[file_id] = data
-        update = self.message_update(user_id, caption or "placeholder")
-        message = update["message"]
-        message.pop("text")
-        entities = message.pop("entities", None)
-        if caption:
-            message["caption"] = caption
-            if entities is not None:
-                message["caption_entities"] = entities
-        message["document"] = {
-            "file_id": file_id,
-            "file_unique_id": file_id[:16],
+        """Queue a document sent by ``user_id`` (their private chat unless ``chat_id``…
+        say otherwise); returns the update id. The bytes are served by ``getFile`` and
+        ``/file/bot<token>/<path>`` (Telegram's download URL). ``file_size`` overrides
+        the size Telegram reports (e.g. a file over the bots' 20 MB download limit
+        without allocating it)."""
+        ext = "." + file_name.rsplit(".", 1)[1].lower() if "." in file_name else ""
+        stored = self.files.add(data, "document", extension=ext, file_size=file_size)
+        document = {
+            "file_id": stored.file_id,
+            "file_unique_id": stored.file_unique_id,
             "file_name": file_name,
             "mime_type": mime_type,
-            "file_size": len(data) if file_size is None else file_size,
+            "file_size": stored.declared_size,
         }
-        return self.inject_update(update)
+        return self.inject_update(
+            self._media_update(user_id, "document", document, caption, fields)
+        )
+
+    def inject_voice(
+        self,
+        user_id: int,
+        data: bytes,
+        *,
+        duration: int,
+        mime_type: str = "audio/ogg",
+        file_size: int | None = None,
+        caption: str = "",
+        **fields: Unpack[MessageFields],
+    ) -> int:
+        """Queue a voice note (``duration`` in whole seconds, as the sender's client
+        declares it); returns the update id."""
+        stored = self.files.add(data, "voice", file_size=file_size)
+        voice = {"duration": duration, "mime_type": mime_type, **self._file_fields(stored)}
+        return self.inject_update(self._media_update(user_id, "voice", voice, caption, fields))
+
+    def inject_audio(
+        self,
+        user_id: int,
+        data: bytes,
+        *,
+        duration: int,
+        file_name: str = "audio.mp3",
+        mime_type: str = "audio/mpeg",
+        title: str | None = None,
+        performer: str | None = None,
+        file_size: int | None = None,
+        caption: str = "",
+        **fields: Unpack[MessageFields],
+    ) -> int:
+        """Queue an audio file (a song, a recording sent as a file); returns the update id."""
+        ext = "." + file_name.rsplit(".", 1)[1].lower() if "." in file_name else ""
+        stored = self.files.add(data, "audio", extension=ext, file_size=file_size)
+        audio: dict[str, Any] = {"duration": duration, "file_name": file_name}
+        audio.update(mime_type=mime_type, **self._file_fields(stored))
+        if title is not None:
+            audio["title"] = title
+        if performer is not None:
+            audio["performer"] = performer
+        return self.inject_update(self._media_update(user_id, "audio", audio, caption, fields))
+
+    def inject_video_note(
+        self,
+        user_id: int,
+        data: bytes,
+        *,
+        duration: int,
+        length: int = 240,
+        file_size: int | None = None,
+        **fields: Unpack[MessageFields],
+    ) -> int:
+        """Queue a round video note (``length``: its diameter in pixels); returns the
+        update id. Video notes carry no caption."""
+        stored = self.files.add(data, "video_note", file_size=file_size)
+        note = {"duration": duration, "length": length, **self._file_fields(stored)}
+        return self.inject_update(self._media_update(user_id, "video_note", note, "", fields))
+
+    def inject_photo(
+        self,
+        user_id: int,
+        sizes: Sequence[tuple[bytes, int, int]],
+        *,
+        caption: str = "",
+        **fields: Unpack[MessageFields],
+    ) -> int:
+        """Queue a photo: ``sizes`` are ``(jpeg bytes, width, height)``, listed in the
+        message in this order (Telegram's own order is not by size); returns the
+        update id."""
+        photo = []
+        for data, width, height in sizes:
+            stored = self.files.add(data, "photo")
+            photo.append({**self._file_fields(stored), "width": width, "height": height})
+        return self.inject_update(self._media_update(user_id, "photo", photo, caption, fields))
 
     def document_bytes(self, sent: SentMessage) -> bytes:
         """The bytes of a document or photo the bot uploaded."""
@@ -1778,27 +1881,15 @@ class FakeTelegram:
         return await self._send_file("document", params, files)
 
     async def _m_getFile(self, params: dict[str, Any], files: Any, record: RecordedRequest) -> Any:
-        file_id = str(params.get("file_id") or "")
-        data = self._blobs.get(file_id)
-        if data is None:
-            raise _ApiError(400, "Bad Request: invalid file_id")
-        if len(data) > 20 * 1024 * 1024:
-            raise _ApiError(400, "Bad Request: file is too big")
-        return {
-            "file_id": file_id,
-            "file_unique_id": file_id[:16],
-            "file_size": len(data),
-            "file_path": f"documents/{file_id}",
-        }
+        result = self.files.get_file(str(params.get("file_id") or ""))
+        if isinstance(result, str):
+            raise _ApiError(400, result)
+        return result
 
-    async def _handle_file(self, request: web.Request) -> web.Response:
+    async def _handle_file(self, request: web.Request) -> web.StreamResponse:
         if request.match_info["token"] != self.token:
             return web.Response(status=401)
-        path = request.match_info["path"]
-        data = self._blobs.get(path.removeprefix("documents/"))
-        if data is None:
-            return web.Response(status=404)
-        return web.Response(body=data, content_type="application/octet-stream")
+        return await self.files.serve(request, request.match_info["path"])
 
     async def _m_answerCallbackQuery(
         self, params: dict[str, Any], files: Any, record: RecordedRequest

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from aiogram import Bot
@@ -318,5 +321,85 @@ async def test_injected_document_is_served_by_get_file_and_download(
     assert message["document"]["file_size"] == 11
     buf = await bot.download(message["document"]["file_id"])
     assert buf is not None and buf.read() == b"date,model\n"
-    with pytest.raises(TelegramBadRequest, match="invalid file_id"):
+    with pytest.raises(TelegramBadRequest, match="wrong file_id or the file is temporarily"):
         await bot.get_file("nope")
+
+
+def _real(name: str) -> dict[str, Any]:
+    path = Path(__file__).parents[1] / "fixtures" / "media" / "telegram_updates" / name
+    message = json.loads(path.read_text(encoding="utf-8"))["message"]
+    assert isinstance(message, dict)
+    return message
+
+
+async def test_injected_voice_audio_and_video_notes_look_like_real_updates(
+    bot: Bot, tg: FakeTelegram
+) -> None:
+    """A voice note has the real update's fields (nutgram's sample); audio and video
+    notes those of the Bot API reference; each is served back by getFile + download
+    from Telegram's folders."""
+    ogg = b"OggS" + b"\0" * 500
+    tg.inject_voice(8, ogg, duration=7)
+    tg.inject_audio(8, b"ID3mp3", duration=120, file_name="talk.mp3", title="Talk")
+    tg.inject_video_note(8, b"\0\0\0 ftypmp42", duration=5)
+    voice_u, audio_u, note_u = [u["message"] for u in tg.pending_updates()[-3:]]
+    assert set(voice_u["voice"]) == set(_real("update.voice.nutgram.json")["voice"])
+    assert voice_u["voice"]["duration"] == 7 and voice_u["voice"]["file_size"] == len(ogg)
+    assert "text" not in voice_u and "caption" not in voice_u
+    assert audio_u["audio"]["file_name"] == "talk.mp3" and audio_u["audio"]["title"] == "Talk"
+    assert note_u["video_note"]["length"] == 240
+    file = await bot.get_file(voice_u["voice"]["file_id"])
+    assert file.file_path is not None and file.file_path.startswith("voice/file_")
+    assert file.file_path.endswith(".oga") and file.file_size == len(ogg)
+    buf = await bot.download(voice_u["voice"]["file_id"])
+    assert buf is not None and buf.read() == ogg
+    assert tg.files.downloads == [file.file_path]
+    audio_file = await bot.get_file(audio_u["audio"]["file_id"])
+    assert audio_file.file_path is not None and audio_file.file_path.startswith("music/")
+
+
+async def test_injected_photos_keep_their_sizes_order_and_a_caption(
+    bot: Bot, tg: FakeTelegram
+) -> None:
+    """Telegram lists a photo's sizes unsorted (nutgram's sample: 240×320, 720×960,
+    600×800); the fake keeps the order given."""
+    real = _real("update.photo_with_caption.nutgram.json")
+    sizes = [
+        (bytes([i]) * (i + 10), int(p["width"]), int(p["height"]))
+        for i, p in enumerate(real["photo"])
+    ]
+    tg.inject_photo(8, sizes, caption="what is this?")
+    message = tg.pending_updates()[-1]["message"]
+    assert [(p["width"], p["height"]) for p in message["photo"]] == [
+        (240, 320),
+        (720, 960),
+        (600, 800),
+    ]
+    assert set(message["photo"][0]) == set(real["photo"][0])
+    assert message["caption"] == "what is this?" and "text" not in message
+    got = await bot.download(message["photo"][1]["file_id"])
+    assert got is not None and got.read() == sizes[1][0]
+
+
+async def test_a_file_over_twenty_megabytes_is_too_big_for_get_file(
+    bot: Bot, tg: FakeTelegram
+) -> None:
+    stored = tg.files.add(b"\0" * (20 * 1024 * 1024 + 1), "document", extension=".pdf")
+    with pytest.raises(TelegramBadRequest, match="file is too big"):
+        await bot.get_file(stored.file_id)
+    assert tg.files.downloads == []
+
+
+async def test_a_throttled_file_arrives_slowly_and_a_wrong_token_gets_nothing(
+    tg: FakeTelegram,
+) -> None:
+    stored = tg.files.add(b"x" * 4000, "voice")
+    tg.files.throttle(stored.file_id, 20_000)  # 4,000 bytes at 20 kB/s: about 0.2 s
+    async with ClientSession() as http:
+        started = asyncio.get_running_loop().time()
+        async with http.get(f"{tg.base_url}/file/bot{tg.token}/{stored.file_path}") as response:
+            body = await response.read()
+        elapsed = asyncio.get_running_loop().time() - started
+        async with http.get(f"{tg.base_url}/file/bot1:wrong/{stored.file_path}") as refused:
+            assert refused.status == 401
+    assert body == stored.data and elapsed >= 0.15

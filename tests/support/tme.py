@@ -444,6 +444,12 @@ class FakeTme:
         """``http://127.0.0.1:<port>``: TELEGRAM_WEB_BASE for the bot."""
         return f"http://{self.host}:{self._port}"
 
+    @property
+    def port(self) -> int:
+        """The bound TCP port (after :meth:`start`): for URLs under another host name
+        that a test's resolver maps to this server."""
+        return self._port
+
     async def start(self) -> None:
         """Bind and serve. Raises ``OSError`` if the port is taken."""
         app = web.Application()

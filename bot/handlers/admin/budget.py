@@ -1,6 +1,8 @@
 """/budget: the ledger's state now (kill switches, buckets, teams, top users, providers,
-today's figures), ``/budget user ID``, ``/budget team NAME`` and ``/budget chart`` (spend
-per hour, last 48 h). ``/budget export`` is the books router's (:mod:`bot.handlers.books`)."""
+today's figures), ``/budget user ID``, ``/budget team NAME`` and ``/budget chart`` (the
+operator dashboard's main picture: spend by provider per hour for 24 h and per day for 30
+days, :mod:`bot.ops.chart`). ``/budget export`` is the books router's
+(:mod:`bot.handlers.books`)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from aiogram.types import BufferedInputFile, Message
 
 from bot.handlers.admin.base import USER_ID_RULE, AdminView, parse_user_id, reply
 from bot.ops.chart import CHART_MISSING, chart_available, spend_chart_png
+from bot.ops.dashboard.view import OperatorView
 from bot.storage.repos import Intake
 from bot.text.templates import format_reset
 from budget.books.stops import StopBook, StopTotals
@@ -26,6 +29,10 @@ from llm.cascade.cascade import Cascade
 
 __all__ = ["on_budget", "render_budget", "render_team", "render_user"]
 
+CHART_CAPTION = (
+    "Spend by provider: per hour, last 24 h, and per day, last 30 days (USD). Money is "
+    "solid; free calls at list price are hatched (not spent); dashed: the global limit."
+)
 BUDGET_USAGE = "Usage: /budget [user ID | team NAME | chart | export [YYYY-MM-DD | YYYY-MM] [zone]]"
 
 
@@ -38,6 +45,7 @@ async def on_budget(
     cascade: Cascade,
     settings_view: AdminView,
     intake: Intake,
+    operator_view: OperatorView,
     stop_book: StopBook | None = None,
 ) -> None:
     """/budget [user ID | team NAME | chart]."""
@@ -45,7 +53,7 @@ async def on_budget(
     tz = settings_view.tz
     try:
         if args[:1] == ["chart"]:
-            await _send_chart(message, bot, clock, ledger, tz)
+            await _send_chart(message, bot, clock, operator_view)
             return
         text = await _report(args, clock, ledger, cascade, tz, intake, stop_book)
     except HoldRefused:
@@ -53,16 +61,16 @@ async def on_budget(
     await reply(bot, message, text, clock)
 
 
-async def _send_chart(message: Message, bot: Bot, clock: Clock, ledger: Ledger, tz: str) -> None:
+async def _send_chart(message: Message, bot: Bot, clock: Clock, view: OperatorView) -> None:
+    """The dashboard's main picture, from the same figures (drawn in a worker thread)."""
     if not chart_available():
         await reply(bot, message, CHART_MISSING, clock)
         return
-    series = await ledger.spend_per_hour(48)
-    png = await asyncio.to_thread(spend_chart_png, series, tz)
+    png = await asyncio.to_thread(spend_chart_png, await view.picture())
     await bot.send_photo(
         message.chat.id,
-        BufferedInputFile(png, filename="spend-48h.png"),
-        caption="Spend per hour, last 48 h (USD)",
+        BufferedInputFile(png, filename="spend.png"),
+        caption=CHART_CAPTION,
     )
 
 

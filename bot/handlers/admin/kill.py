@@ -19,6 +19,7 @@ from aiogram.types import Message
 
 from bot.chat.streaming.registry import StreamRegistry
 from bot.handlers.admin.base import AdminView, reply
+from bot.ops.killswitch import reset_kill, trip_kill
 from bot.ops.signals import POLL_S as SIGNAL_POLL_S
 from budget.errors import LedgerUnavailable
 from budget.kernel.clock import Clock
@@ -59,20 +60,15 @@ async def on_kill(
     reason = words[1] if hard and len(words) > 1 else "" if hard else (command.args or "")
     reason = reason.strip() or "manual"
     by = message.from_user.id if message.from_user else None
-    before = await ledger.kill_state()
-    if before.killed:
-        # the first kill's reason, admin and time stay on the books: a second /kill
-        # (e.g. a /kill hard after a /kill) only adds its cuts
-        exposure = (await ledger.status()).exposure_musd
+    # the first kill's reason, admin and time stay on the books: a second /kill (e.g. a
+    # /kill hard after a /kill) only adds its cuts; the dashboard takes the same path
+    tripped = await trip_kill(ledger, reason, by=by, hard=hard)
+    before, exposure = tripped.already, tripped.exposure_musd
+    if before is not None:
         origin = _kill_origin(before, settings_view.tz)
         head = f"⛔ The kill switch was already ON ({origin}); that reason is kept."
-        log.warning(
-            "kill switch already on; /kill%s by admin %s: %s", " hard" if hard else "", by, reason
-        )
     else:
-        exposure = await ledger.kill(reason, by=by)
         head = f"⛔ Kill switch ON{', hard' if hard else ''} ({reason})."
-        log.warning("kill switch tripped by admin %s%s: %s", by, " (hard)" if hard else "", reason)
     if not hard:
         text = (
             f"{head} New LLM work is refused; work in flight finishes. "
@@ -81,7 +77,7 @@ async def on_kill(
     else:
         cuts = await _cut_streams(streams)
         after = (await ledger.status()).exposure_musd
-        when = "before the cuts" if before.killed else "when killed"
+        when = "before the cuts" if before is not None else "when killed"
         text = (
             f"{head} New LLM work is refused; {cuts}. Exposure {when}: {usd(exposure)}; "
             f"now: {usd(after)}"
@@ -118,12 +114,11 @@ async def _cut_streams(streams: StreamRegistry | None) -> str:
 async def on_unkill(message: Message, bot: Bot, clock: Clock, ledger: Ledger) -> None:
     """/unkill."""
     by = message.from_user.id if message.from_user else None
-    if not (await ledger.kill_state()).killed:
+    stuck = await reset_kill(ledger, by=by)
+    if stuck is None:
         await reply(bot, message, "The kill switch is already off.", clock)
         return
-    stuck = await ledger.unkill(by=by)
     status = await ledger.status()
-    log.warning("kill switch reset by admin %s", by)
     await reply(
         bot,
         message,

@@ -1,0 +1,73 @@
+"""Tripping and resetting the global kill switch for an admin: the one path both the
+``/kill`` and ``/unkill`` commands (:mod:`bot.handlers.admin`) and the dashboard's
+controls (:mod:`bot.ops.dashboard.api`) take, so each is the same ledger call and leaves
+the same WARNING line, naming where it came from.
+
+Money is integer µUSD. Both functions may raise :class:`budget.errors.LedgerUnavailable`
+(the ledger fails closed) and :class:`ValueError` for an admin id outside 64 bits.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from budget.ledger import Ledger
+from budget.status import KillState
+
+__all__ = ["KillTrip", "reset_kill", "trip_kill"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class KillTrip:
+    """What tripping the switch did.
+
+    Attributes:
+        already: the switch as it was when it was already on (its first reason, admin
+            and time are kept); ``None`` when this call tripped it.
+        exposure_musd: µUSD held by work already admitted (when tripped, or now when it
+            was already on): what the kill cannot stop.
+    """
+
+    already: KillState | None
+    exposure_musd: int
+
+
+async def trip_kill(
+    ledger: Ledger, reason: str, *, by: int | None, hard: bool = False, via: str = "/kill"
+) -> KillTrip:
+    """Trip the global kill switch unless it is on already (then the first kill's
+    reason stays on the books), and log it at WARNING.
+
+    Args:
+        ledger: the bot's ledger.
+        reason: the admin's reason (``manual`` when they gave none).
+        by: the admin's Telegram user id.
+        hard: the command's ``hard`` form (streams in flight are cut by the caller).
+        via: where it came from, for the log line (``/kill`` or ``the dashboard``).
+    """
+    before = await ledger.kill_state()
+    form = " hard" if hard else ""
+    if before.killed:
+        exposure = (await ledger.status()).exposure_musd
+        log.warning("kill switch already on; kill%s via %s by admin %s: %s", form, via, by, reason)
+        return KillTrip(before, exposure)
+    exposure = await ledger.kill(reason, by=by)
+    log.warning("kill switch tripped%s via %s by admin %s: %s", form, via, by, reason)
+    return KillTrip(None, exposure)
+
+
+async def reset_kill(ledger: Ledger, *, by: int | None, via: str = "/unkill") -> int | None:
+    """Reset the global kill switch and log it at WARNING.
+
+    Returns:
+        the µUSD still held when it was reset (stuck holds: 0 is the good answer), or
+        ``None`` when the switch was already off (nothing changed, nothing logged).
+    """
+    if not (await ledger.kill_state()).killed:
+        return None
+    stuck = await ledger.unkill(by=by)
+    log.warning("kill switch reset via %s by admin %s", via, by)
+    return stuck
