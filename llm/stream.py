@@ -236,6 +236,10 @@ class StreamControl:
         first_token_at: loop time of the first chunk of the attempt that answered.
         attempts: provider calls started for this answer (0 while it waits for a call
             slot or a hold: a stop then cuts no connection, it cancels the wait).
+        reading: True while a provider stream is being read (:func:`pump`); a display
+            whose turn comes when it is False shows nothing: the whole answer already
+            arrived and goes out in one piece at once (or the next attempt's text will
+            come), so a draft then would be one more Bot API call for nothing.
     """
 
     __slots__ = (
@@ -244,6 +248,7 @@ class StreamControl:
         "chunks",
         "first_token_at",
         "on_text",
+        "reading",
         "reason",
         "shown",
         "stopped",
@@ -264,6 +269,7 @@ class StreamControl:
         self.chunks = 0
         self.first_token_at: float | None = None
         self.attempts = 0
+        self.reading = False
         self._loop_time = loop_time
 
     def __repr__(self) -> str:
@@ -389,6 +395,7 @@ async def pump(
     """
     control.text = ""
     control.chunks = 0
+    control.reading = True
     parts: list[str] = []
     counter = [0]
     error: ProviderUnavailable | None = None
@@ -422,6 +429,7 @@ async def pump(
         else:
             ended = "stopped"
     finally:
+        control.reading = False
         stopper.cancel()
         if not reader.done():
             reader.cancel()
