@@ -42,11 +42,19 @@ class DeferredAdmissions:
         return f"DeferredAdmissions(waiting={len(self._waiting)}, admit_now={self.admit_now})"
 
     def defer(
-        self, user_id: int, origin: Origin, max_musd: int, max_requests: int
+        self,
+        user_id: int,
+        origin: Origin,
+        max_musd: int,
+        max_requests: int,
+        count_message: bool = False,
     ) -> OperationTicket:
-        """A new operation, admitted later (its ``team`` is ``None`` until then)."""
+        """A new operation, admitted later (its ``team`` is ``None`` until then);
+        ``count_message``: its user's message is counted in the admission's step."""
         op_id = uuid.uuid4().hex
-        self._waiting[op_id] = Admission(op_id, user_id, origin, max_musd, max_requests)
+        self._waiting[op_id] = Admission(
+            op_id, user_id, origin, max_musd, max_requests, count_message=count_message
+        )
         return OperationTicket(op_id, user_id, origin, None)
 
     def waiting(self, operation_id: str) -> Admission | None:
@@ -68,6 +76,7 @@ class DeferredAdmissions:
         """The operation exists from here on (or was ended before it needed to)."""
         self._waiting.pop(operation_id, None)
 
-    def forget(self, operation_id: str) -> bool:
-        """End a waiting operation: ``True`` if it was waiting (nothing to write)."""
-        return self._waiting.pop(operation_id, None) is not None
+    def forget(self, operation_id: str) -> Admission | None:
+        """End a waiting operation: its admission if it was waiting (no row to end),
+        else ``None``."""
+        return self._waiting.pop(operation_id, None)

@@ -63,6 +63,9 @@ class LLMRequest:
         input_tokens: the token counter's count of ``messages`` when the caller has it
             already (chat sums the counts stored with each turn); ``None``: the cascade
             counts.
+        ends_operation: the operation ends with this request's answer (chat: one
+            request per message): its settle also ends the operation, in one ledger
+            step (``Completion.operation_ended``; docs/decisions/132-two-ledger-steps.md).
     """
 
     messages: tuple[Message, ...]
@@ -73,6 +76,7 @@ class LLMRequest:
     fingerprint: str | None = None
     free_share: float = 1.0
     input_tokens: int | None = None
+    ends_operation: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.free_share <= 1:
@@ -135,6 +139,8 @@ class Completion:
     hold_id: str = ""
     #: the output cap the answering attempt held (tokens)
     max_tokens: int = 0
+    #: the answer's settle also ended its operation (``LLMRequest.ends_operation``)
+    operation_ended: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -287,7 +287,7 @@ def _build_chat(core: _Core, repo: ProfileRepository, cascade: Cascade) -> _Chat
             user_max_inflight=settings.user_max_inflight,
             user_queue_max=settings.user_queue_max,
         ),
-        record_message=core.ledger.record_message,
+        count_messages=True,
         lanes=core.replicas.lanes(clock),
     )
     return _Chat(

@@ -117,8 +117,9 @@ class ChatService:
             the whole prompt would give), handed to the cascade.
         clock: the one clock.
         config: chat knobs.
-        record_message: counts a message against the courtesy daily cap
-            (USER_DAILY_MESSAGES); raises ``HoldRefused`` (reason ``messages``) past it.
+        count_messages: count each message against the courtesy daily cap
+            (USER_DAILY_MESSAGES) in its operation's admission (``HoldRefused``, reason
+            ``messages``, past it; docs/decisions/132-two-ledger-steps.md).
         lanes: the other replicas' unfinished messages of a user (``None``: one process).
     """
 
@@ -131,12 +132,12 @@ class ChatService:
         count_tokens: PromptCounter,
         clock: Clock,
         config: ChatConfig,
-        record_message: Callable[[int], Awaitable[int]] | None = None,
+        count_messages: bool = False,
         lanes: LaneStore | None = None,
     ) -> None:
         self._ledger = ledger
         self._shared_lanes = lanes
-        self._record_message = record_message
+        self._count_messages = count_messages
         self._backend = backend
         self._history = history
         self._count = count_tokens
@@ -242,11 +243,6 @@ class ChatService:
             return ChatFailed(
                 FailureKind.TOO_LONG, tokens=tokens, limit=self._config.max_input_tokens
             )
-        if self._record_message is not None:
-            try:
-                await self._record_message(user_id)
-            except HoldRefused as exc:
-                return ChatRefused(exc.refusal, running=lane.order.index(key) > 0)
         try:
             while (place := await self._place(user_id, lane, key)) >= slots:
                 await self._wait_turn(lane)
@@ -303,12 +299,16 @@ class ChatService:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
         try:
-            # admitted with its first hold, in that hold's ledger step
-            # (docs/decisions/011-sqlite-single-writer.md, "Deferred admission"); a
-            # refusal of the admission then comes from the cascade, handled below
-            op = await self._ledger.begin_operation(where.user_id, Origin.CHAT, deferred=True)
+            # admitted with its first hold (and the message counted), in that hold's
+            # ledger step (docs/decisions/011-sqlite-single-writer.md, "Deferred
+            # admission"; 132); a refusal of the admission then comes from the
+            # cascade, handled below
+            op = await self._ledger.begin_operation(
+                where.user_id, Origin.CHAT, deferred=True, count_message=self._count_messages
+            )
         except HoldRefused as exc:
             return ChatRefused(exc.refusal, running=others_running)
+        completion: Completion | None = None
         try:
             request = await self._request(where, user_msg, user_tokens[1])
             ctx = activity() if activity is not None else nullcontext()
@@ -338,7 +338,8 @@ class ChatService:
             return ChatFailed(FailureKind.ERROR, charged_musd=await self._booked_musd(op))
         finally:
             try:
-                await self._ledger.end_operation(op)
+                if completion is None or not completion.operation_ended:
+                    await self._ledger.end_operation(op)
             except BudgetError:
                 # storage failed: the slot expires with the operation's TTL; an answer
                 # that exists is still delivered
@@ -367,6 +368,7 @@ class ChatService:
             cheaper_messages=cheaper,
             fingerprint=fingerprint(messages),
             input_tokens=self._count.scale(raw),
+            ends_operation=True,  # one request per message: its settle ends the operation
         )
 
     async def _raw_turn(self, message: Message) -> int:
