@@ -34,7 +34,7 @@ __all__ = [
 #: Languages the bot has templates (and summaries) for.
 LANGUAGES = frozenset({"en", "ru"})
 
-_HHMM = re.compile(r"([01]?\d|2[0-3]):([0-5]\d)")
+_HHMM = re.compile(r"([01]?[0-9]|2[0-3]):([0-5][0-9])")
 
 
 def parse_digest_time(text: str) -> time:

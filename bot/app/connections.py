@@ -42,6 +42,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 __all__ = [
+    "ACCEPT_BACKLOG",
     "DROP_LOG_EVERY_S",
     "RESERVED_DESCRIPTORS",
     "ConnectionGuard",
@@ -57,6 +58,14 @@ log = logging.getLogger(__name__)
 #: connection pools, the metrics port, logs. Measured: a replica on SQLite holding 767
 #: webhook connections had 786 descriptors open (its own ~20, without provider traffic).
 RESERVED_DESCRIPTORS = 256
+
+#: The webhook's listen backlog. asyncio accepts up to this many sockets per ready event
+#: and runs their ``connection_made`` on a later loop iteration, and a connection closed
+#: over the cap frees its descriptor one iteration after that: under a flood, two or
+#: three accept batches are open beyond the cap at once. 3 × 64 plus the bot's own ~30
+#: files stays inside :data:`RESERVED_DESCRIPTORS`; aiohttp's default of 128 did not
+#: (``EMFILE`` in ``accept`` at 1,100 idle connections on a loaded machine).
+ACCEPT_BACKLOG = 64
 #: Fewest connections a replica runs with: a limit that leaves fewer is refused at start.
 MIN_CONNECTIONS = 16
 #: Seconds between two WARNING lines about closed connections of one reason.
@@ -314,7 +323,7 @@ class GuardedSite(web.BaseSite):
     __slots__ = ("_guard", "_host", "_port")
 
     def __init__(self, runner: web.AppRunner, guard: ConnectionGuard, host: str, port: int) -> None:
-        super().__init__(runner)
+        super().__init__(runner, backlog=ACCEPT_BACKLOG)
         self._guard = guard
         self._host = host
         self._port = port

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from bot.app.lifecycle import App
+from bot.app.operator import books_desk, build_operator, dashboard_site
 from bot.app.replicas import Replicas, replicas_of
 from bot.app.wiring import (
     ProfileStoreAdapter,
@@ -33,6 +34,7 @@ from bot.app.wiring import (
     provider_models,
     provider_specs_of,
 )
+from bot.chat.deferral import FloodDeferral
 from bot.chat.outbox import Outbox
 from bot.chat.paste import PasteJoiner
 from bot.chat.service import ChatConfig, ChatService
@@ -41,7 +43,7 @@ from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.streaming.session import StreamConfig
 from bot.handlers.admin import create_admin_router
 from bot.handlers.admin.base import AdminView
-from bot.handlers.books import BooksDesk, create_books_router
+from bot.handlers.books import create_books_router
 from bot.handlers.chat import create_chat_router, create_non_text_router
 from bot.handlers.common import create_common_router, create_fallback_router
 from bot.handlers.dashboard import create_dashboard_router
@@ -49,6 +51,7 @@ from bot.handlers.digests import create_digest_router
 from bot.handlers.errors import create_error_router
 from bot.handlers.inline_filters import run_sync_filters_inline
 from bot.handlers.me import create_me_router
+from bot.handlers.moves import create_chat_moves_router
 from bot.handlers.stream import create_stream_router
 from bot.middlewares.context import WorkflowData
 from bot.middlewares.intake import (
@@ -60,10 +63,11 @@ from bot.middlewares.intake import (
 from bot.middlewares.rate import RateExemption, UpdateRateMiddleware
 from bot.middlewares.topics import TopicMiddleware, TopicRequestMiddleware
 from bot.ops.admin_notices import AdminNotifier
-from bot.ops.dashboard import DashboardSite, OperatorView, build_operator_view, build_site
+from bot.ops.dashboard import OperatorView
 from bot.ops.health import Readiness
 from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_counter
 from bot.ops.schema_watch import SchemaWatch
+from bot.session.chat_moves import FollowChatMoves
 from bot.session.flood_waits import FloodWaits
 from bot.session.model_pins import PinResponseModels
 from bot.session.update_json import load_checked
@@ -75,6 +79,7 @@ from bot.session.updates import (
     SkipUndecodableUpdates,
 )
 from bot.settings import Settings
+from bot.storage.moves import ChatMoves
 from bot.storage.repos import History, Intake
 from bot.text.digests import TelegramDeliverer
 from bot.text.i18n import create_i18n
@@ -82,7 +87,6 @@ from budget.books.stops import StopBook
 from budget.kernel.clock import Clock, SystemClock
 from budget.kernel.db import create_engine
 from budget.ledger import Ledger
-from budget.policy.money import usd_to_musd
 from budget.pricing.prices import PriceCard, parse_overrides
 from budget.pricing.tokens import TokenCounter
 from llm.cascade.cascade import Cascade
@@ -129,9 +133,13 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     repo = ProfileRepository(core.sessions, clock, default_digest_time=settings.digest_default_time)
     chat = _build_chat(core, repo, cascade)
     digests = _build_digests(core, repo, cascade, tls)
-    # the operator dashboard's documents (also /budget chart's picture) and its routes
-    operator_view = build_operator_view(ledger, cascade, engine, clock, settings.budget_tz)
-    workflow = _workflow(core, engine, registry, notifier, cascade, chat, digests, operator_view)
+    operator = build_operator(
+        settings, clock, core.sessions, ledger, engine, cascade, notifier, repo
+    )
+    deferral = FloodDeferral(telegram.flood_waits, chat.outbox, clock, settings.flood_defer_seconds)
+    workflow = _workflow(
+        core, engine, registry, notifier, cascade, chat, digests, operator.view, deferral
+    )
     dp = Dispatcher(**workflow)
     rate = _add_middlewares(core, dp, telegram.barrier, chat, dropped)
     _add_routers(settings, dp, rate)
@@ -158,7 +166,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         dropped=dropped,
         schema=SchemaWatch(engine, clock),
         is_control=lambda update: rate.is_control(update, telegram.bot),
-        dashboard=_dashboard_site(core, operator_view, dropped),
+        dashboard=dashboard_site(settings, clock, ledger, operator.view, dropped),
+        ops_watch=operator.watch,
     )
     core.replicas.attach(app, telegram.bot, chat.streams)
     return app
@@ -187,6 +196,7 @@ class _Telegram:
 
     bot: Bot
     barrier: IntakeBarrier | None
+    flood_waits: FloodWaits
 
 
 def _build_telegram(settings: Settings, clock: Clock, dropped: Counter) -> _Telegram:
@@ -200,9 +210,8 @@ def _build_telegram(settings: Settings, clock: Clock, dropped: Counter) -> _Tele
             json_loads=load_checked,
         ),
     )
-    bot.session.middleware(
-        FloodWaits(clock, on_drop=lambda _method: dropped.labels("flood_wait").inc())
-    )
+    flood_waits = FloodWaits(clock, on_drop=lambda _method: dropped.labels("flood_wait").inc())
+    bot.session.middleware(flood_waits)
     # polling: a batch is confirmed once its updates are taken in (bot/session/updates.py)
     barrier = (
         None if settings.webhook_mode else IntakeBarrier(clock, settings.poll_intake_wait_seconds)
@@ -215,7 +224,7 @@ def _build_telegram(settings: Settings, clock: Clock, dropped: Counter) -> _Tele
     bot.session.middleware(PinResponseModels())
     bot.session.middleware(PollInSmallBatches())
     bot.session.middleware(TopicRequestMiddleware())
-    return _Telegram(bot, barrier)
+    return _Telegram(bot, barrier, flood_waits)
 
 
 def _build_ledger(settings: Settings, clock: Clock, notifier: AdminNotifier) -> Ledger:
@@ -263,6 +272,7 @@ class _Chat:
 
     service: ChatService
     history: History
+    moves: ChatMoves
     intake: Intake
     outbox: Outbox
     streams: StreamRegistry
@@ -273,7 +283,10 @@ def _build_chat(core: _Core, repo: ProfileRepository, cascade: Cascade) -> _Chat
     """The chat service, its history, the intake, the outbox, the streams and the
     profile store (on a SQLite file the message path's writes ride the ledger's writer)."""
     settings, clock, hot = core.settings, core.clock, core.replicas.hot
-    history = History(core.sessions, hot)
+    # a group upgraded to a supergroup: its calls, rows and answers follow it there
+    moves = ChatMoves(core.sessions)
+    core.bot.session.middleware(FollowChatMoves(moves))
+    history = History(core.sessions, hot, moves)
     service = ChatService(
         ledger=core.ledger,
         backend=cascade,
@@ -293,6 +306,7 @@ def _build_chat(core: _Core, repo: ProfileRepository, cascade: Cascade) -> _Chat
     return _Chat(
         service=service,
         history=history,
+        moves=moves,
         intake=Intake(core.sessions, hot, shared=core.replicas.intake),
         outbox=Outbox(core.sessions, core.bot, clock, claim_s=core.replicas.outbox_claim_s),
         streams=StreamRegistry(clock),
@@ -370,12 +384,14 @@ def _workflow(
     chat: _Chat,
     digests: _Digests,
     operator_view: OperatorView,
+    flood_deferral: FloodDeferral,
 ) -> WorkflowData:
     """What handlers ask for by name (``Dispatcher(**workflow_data)``)."""
     return WorkflowData(
         clock=core.clock,
         chat_service=chat.service,
         history=chat.history,
+        chat_moves=chat.moves,
         profiles=chat.profiles,
         i18n=core.i18n,
         ledger=core.ledger,
@@ -384,11 +400,12 @@ def _workflow(
         intake=chat.intake,
         runner=digests.runner,
         settings_view=AdminView(core.settings),
-        books=_books_desk(core.settings, engine, core.ledger),
+        books=books_desk(core.settings, engine, core.ledger),
         refusals=refusal_counter(registry),
         notifier=notifier,
         delivery_failures=delivery_failure_counter(registry),
         outbox=chat.outbox,
+        flood_deferral=flood_deferral,
         streams=chat.streams,
         stream_config=_stream_config(core.settings),
         stream_metrics=StreamMetrics(registry),
@@ -397,35 +414,6 @@ def _workflow(
         stale_after_s=core.settings.stale_message_seconds,
         operator_view=operator_view,
         dashboard_url=core.settings.dashboard_url,
-    )
-
-
-def _dashboard_site(core: _Core, view: OperatorView, dropped: Counter) -> DashboardSite | None:
-    """The operator dashboard's routes (``None`` without ``DASHBOARD_URL``)."""
-    settings = core.settings
-    if settings.dashboard_path is None:
-        return None
-    return build_site(
-        view,
-        core.ledger,
-        token=settings.bot_token,
-        admin_ids=settings.admin_ids,
-        clock=core.clock,
-        path=settings.dashboard_path,
-        max_age_s=settings.dashboard_auth_max_age_seconds,
-        on_refused=lambda: dropped.labels("dashboard_auth").inc(),
-    )
-
-
-def _books_desk(settings: Settings, engine: AsyncEngine, ledger: Ledger) -> BooksDesk:
-    """What the books commands share (exports, reconciliation)."""
-    return BooksDesk(
-        engine=engine,
-        ledger=ledger,
-        budget_tz=settings.budget_tz,
-        billing_tz=settings.billing_tz,
-        tolerance_musd=usd_to_musd(settings.reconcile_tolerance_usd) or 0,
-        keys={name: not ledger.prices.is_free(name) for name in settings.provider_keys()},
     )
 
 
@@ -487,6 +475,7 @@ def _add_routers(settings: Settings, dp: Dispatcher, rate: UpdateRateMiddleware)
     dp.include_router(create_common_router())
     dp.include_router(create_digest_router())
     dp.include_router(create_me_router())
+    dp.include_router(create_chat_moves_router())  # service messages: after every text router
     dp.include_router(create_fallback_router())
     dp.include_router(create_non_text_router())
     # controls tagged flags={"rate_limit": False} pass the update rate (bot/middlewares/rate.py)

@@ -10,7 +10,8 @@ secret, ``max_connections`` and ``allowed_updates``, keeping pending updates);
 setMyCommands, ledger start (sweeps holds left by a previous process), price card
 logged, users whose message was lost in a crash are asked to resend (on a shared
 database also later, whenever another process is found dead), the outbox, the
-digest scheduler and the metrics endpoint start; ``/readyz`` turns ready. Shutdown
+digest scheduler, the operator's watch (alerts before the caps, spend reports:
+:mod:`bot.ops.watch`) and the metrics endpoint start; ``/readyz`` turns ready. Shutdown
 (``on_shutdown``): ``/readyz`` turns 503, no new work, in-flight chat calls get
 SHUTDOWN_GRACE_SECONDS and are then cancelled (their holds settled by the ledger's rule
 for interrupted calls), the scheduler stops, the ledger and engine close. Stopping never
@@ -45,6 +46,7 @@ from bot.ops.dashboard.api import DashboardSite
 from bot.ops.health import Readiness
 from bot.ops.metrics import MetricsServer
 from bot.ops.schema_watch import SchemaWatch
+from bot.ops.watch import OpsWatch
 from bot.settings import Settings
 from bot.storage.repos import Intake
 from bot.text import templates
@@ -127,6 +129,8 @@ class App:
     #: the operator dashboard's routes (DASHBOARD_URL set), served by the webhook server
     #: or, in polling mode, the metrics server (:mod:`bot.ops.dashboard`)
     dashboard: DashboardSite | None = None
+    #: the alerts before the caps and the spend reports (:mod:`bot.ops.watch`)
+    ops_watch: OpsWatch | None = None
     _metrics: MetricsServer | None = None
     _lost_watch: asyncio.Task[None] | None = None
     #: set once this process was taken for dead by another (:mod:`bot.session.fence`)
@@ -180,6 +184,8 @@ class App:
             self._lost_watch = asyncio.create_task(self._watch_lost(), name="intake-lost")
         await self.outbox.start()
         await self.runner.start()
+        if self.ops_watch is not None:
+            await self.ops_watch.start()
         self.schema.start()
         if self.settings.metrics_port is not None:
             self._metrics = MetricsServer(
@@ -251,6 +257,10 @@ class App:
             except TelegramAPIError as exc:
                 log.warning("could not tell chat %s to resend: %s", lost.chat_id, exc.message)
 
+    async def _stop_ops_watch(self) -> None:
+        if self.ops_watch is not None:
+            await self.ops_watch.stop()
+
     async def _stop_watch(self) -> None:
         await cancel_and_wait(self._lost_watch)
         self._lost_watch = None
@@ -262,6 +272,7 @@ class App:
         if self.streams.kill_watch is not None:
             await self.streams.kill_watch.stop()
         await self.outbox.stop()
+        await self._stop_ops_watch()
         await self.runner.stop()
         await self.cascade.aclose()
         await self.http.aclose()
@@ -290,6 +301,7 @@ class App:
         if self.streams.kill_watch is not None:
             await self.streams.kill_watch.stop()
         await self.outbox.stop()
+        await self._stop_ops_watch()
         await self.runner.stop()
         if self._metrics is not None:
             await self._metrics.stop()

@@ -7,9 +7,11 @@ Nothing here starts anything or touches the network.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from bot.settings import Settings
+from bot.settings.ops import WEEKDAYS
 from bot.storage.sqlite_hot import SqliteHotPath
 from bot.storage.values import Preferences, TouchedIntake
 from budget.config import LedgerConfig, OperationCaps
@@ -20,16 +22,21 @@ from budget.pricing.prices import ProviderModel
 from budget.types import Origin
 from llm.cascade.cascade import CascadeConfig
 from llm.cascade.factory import ProviderSpec, provider_specs
-from scheduler.profiles import LANGUAGES, ProfileRepository
+from scheduler.profiles import LANGUAGES, ProfileRepository, parse_digest_time
 from scheduler.runner import DigestConfig
+
+if TYPE_CHECKING:  # bot.ops.watch imports aiogram, which the settings' checks must not
+    from bot.ops.watch import WatchConfig
 
 __all__ = [
     "ProfileStoreAdapter",
+    "admin_language",
     "cascade_config",
     "digest_config",
     "ledger_config",
     "provider_models",
     "provider_specs_of",
+    "watch_config",
 ]
 
 
@@ -210,3 +217,26 @@ def digest_config(settings: Settings) -> DigestConfig:
         max_musd=usd_to_musd(settings.digest_max_usd) or 0,
         default_tz=settings.user_tz,
     )
+
+
+def watch_config(settings: Settings) -> WatchConfig:
+    """ALERT_AT, REPORT_TIME and REPORT_WEEKLY → the operator's watch (bot/ops/watch.py)."""
+    from bot.ops.watch import WatchConfig
+
+    return WatchConfig(
+        tz=settings.budget_tz,
+        thresholds=settings.alert_at,
+        report_time=parse_digest_time(settings.report_time) if settings.report_time else None,
+        report_weekly=WEEKDAYS.index(settings.report_weekly) if settings.report_weekly else None,
+    )
+
+
+def admin_language(repo: ProfileRepository) -> Callable[[int], Awaitable[str]]:
+    """An admin's language for the notices told in it: their profile's (/lang, else
+    what Telegram said when they first wrote), English for an admin who never wrote."""
+
+    async def language_of(admin: int) -> str:
+        profile = await repo.get(admin)
+        return profile.language if profile is not None and profile.language in LANGUAGES else "en"
+
+    return language_of

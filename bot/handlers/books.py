@@ -73,7 +73,7 @@ RECONCILE_USAGE = (
     "the caption /reconcile [PROVIDER] [YYYY-MM-DD | YYYY-MM] [apikey=NAME]; after the "
     "report, /reconcile apply corrects the estimated bookings."
 )
-_PERIOD = re.compile(r"\d{4}-\d{2}(-\d{2})?")
+_PERIOD = re.compile(r"[0-9]{4}-[0-9]{2}(-[0-9]{2})?")
 
 
 @dataclass(slots=True)

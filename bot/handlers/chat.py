@@ -18,6 +18,7 @@ from aiogram.types import Message
 from aiogram.utils.chat_action import ChatActionSender
 from prometheus_client import Counter
 
+from bot.chat.deferral import FloodDeferral
 from bot.chat.delivery import send_text
 from bot.chat.outbox import Outbox
 from bot.chat.outcome import ChatAnswer
@@ -80,6 +81,7 @@ async def on_text(
     refusals: Counter,
     outbox: Outbox,
     stale_after_s: int,
+    flood_deferral: FloodDeferral | None = None,
     delivery_failures: Counter | None = None,
     paste: PasteTicket | None = None,
     streams: StreamRegistry | None = None,
@@ -95,6 +97,10 @@ async def on_text(
             return IntakeStatus.JOINED  # answered with the paste's first part
         prompt = question
     chat_id = message.chat.id
+    if flood_deferral is not None and await flood_deferral.defer(
+        chat_id, templates.flood_deferred_text
+    ):
+        return IntakeStatus.DEFERRED  # no hold, no provider call: the chat cannot receive it
     answer_to = message.message_id if message.chat.type != "private" else None
     courier = Courier(bot, chat_id, clock=clock, outbox=outbox, failures=delivery_failures)
     prompt = clean_prompt(prompt)  # hidden tag-character instructions never reach a model

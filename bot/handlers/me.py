@@ -36,6 +36,20 @@ def _bucket_line(b: BucketStatus, tz: str) -> str:
         return _("{level}, {window}: spent {spent} (no limit)").format(
             level=_level_name(b.level), window=window, spent=usd(b.settled_musd)
         )
+    remaining = b.remaining_musd or 0
+    if remaining < 0:
+        # spend above a limit lowered after it: nothing is left, never a negative amount
+        return _(
+            "{level}, {window}: spent {spent} of {limit}, limit reached (over by {over}); "
+            "resets at {reset}"
+        ).format(
+            level=_level_name(b.level),
+            window=window,
+            spent=usd(b.settled_musd + b.held_musd),
+            limit=usd(b.limit_musd),
+            over=usd(-remaining),
+            reset=format_reset(b.resets_at, tz),
+        )
     return _(
         "{level}, {window}: spent {spent} of {limit}, {remaining} left; resets at {reset}"
     ).format(
@@ -43,7 +57,7 @@ def _bucket_line(b: BucketStatus, tz: str) -> str:
         window=window,
         spent=usd(b.settled_musd + b.held_musd),
         limit=usd(b.limit_musd),
-        remaining=usd(b.remaining_musd),
+        remaining=usd(remaining),
         reset=format_reset(b.resets_at, tz),
     )
 

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from prometheus_client import Counter
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from bot.chat.deferral import FloodDeferral
     from bot.chat.outbox import Outbox
     from bot.chat.service import ChatService
     from bot.chat.streaming.metrics import StreamMetrics
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from bot.chat.streaming.session import StreamConfig
     from bot.ops.admin_notices import AdminNotifier
     from bot.ops.dashboard.view import OperatorView
+    from bot.storage.moves import ChatMoves
     from bot.storage.repos import History, Intake
     from bot.storage.values import Preferences
     from budget.books.stops import StopBook
@@ -55,6 +57,7 @@ class IntakeStatus(StrEnum):
     JOINED = "joined"  # a later part of a long paste, answered with its first part
     UNDELIVERABLE = "undeliverable"  # Telegram refused the send (400/403)
     DROPPED = "dropped"  # webhook: taken in, then dropped before a handler (update rate)
+    DEFERRED = "deferred"  # the chat was under a long flood wait: not answered, nothing spent
 
 
 class SettingsView(Protocol):
@@ -93,6 +96,8 @@ class WorkflowData(TypedDict):
     clock: Clock
     chat_service: ChatService
     history: History
+    #: groups upgraded to supergroups (the service messages' handler tells it)
+    chat_moves: ChatMoves
     profiles: ProfileStore
     i18n: I18n
     ledger: Ledger
@@ -106,6 +111,8 @@ class WorkflowData(TypedDict):
     notifier: AdminNotifier
     delivery_failures: Counter
     outbox: Outbox
+    #: no paid answer for a chat under a long flood wait (FLOOD_DEFER_SECONDS)
+    flood_deferral: FloodDeferral
     streams: StreamRegistry
     stream_config: StreamConfig
     stream_metrics: StreamMetrics

@@ -1,12 +1,16 @@
-"""Messages to admins that nobody asked for: an automatic kill, a disabled provider key.
+"""Messages to admins that nobody asked for: an automatic kill, a disabled provider key,
+the alerts before the caps and the spend reports.
 
 Each event is sent once to every admin (``ADMIN_IDS``) as a template; a failure to
-reach one admin is logged and does not stop the others.
+reach one admin is logged and does not stop the others. The incident notices are in
+English; the alerts and reports (:meth:`AdminNotifier.tell`) in each admin's language
+(their /lang choice, else English).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from aiogram import Bot
 from aiogram.exceptions import TelegramAPIError
@@ -40,6 +44,38 @@ class AdminNotifier:
         self._admins = sorted(admin_ids)
         self._clock = clock
         self._storage_told: set[str] = set()
+        #: an admin's language (their profile's); set by the composition root
+        self.language_of: Callable[[int], Awaitable[str]] | None = None
+
+    @property
+    def admins(self) -> list[int]:
+        """``ADMIN_IDS``, sorted."""
+        return list(self._admins)
+
+    async def _language(self, admin: int) -> str:
+        if self.language_of is None:
+            return "en"
+        try:
+            return await self.language_of(admin)
+        except Exception as exc:  # noqa: BLE001 - a notice in English beats none
+            log.warning(
+                "admin %s's language unreadable (%s): in English", admin, type(exc).__name__
+            )
+            return "en"
+
+    async def tell(self, render: Callable[[], str]) -> int:
+        """Send ``render()`` to every admin, rendered in that admin's language; returns
+        how many admins it reached."""
+        reached = 0
+        for admin in self._admins:
+            with in_locale(self._i18n, await self._language(admin)):
+                text = render()
+            try:
+                if await send_text(self._bot, admin, text, clock=self._clock):
+                    reached += 1
+            except TelegramAPIError as exc:
+                log.warning("could not notify admin %s: %s", admin, exc.message)
+        return reached
 
     async def _broadcast(self, text: str) -> None:
         for admin in self._admins:

@@ -37,7 +37,7 @@ MAX_DEPTH = 64
 #: Integers read are in ``[-2**63, 2**63)``: what SQLite and PostgreSQL's BIGINT store.
 _INT64 = 2**63
 #: ``update_id`` at the start of an update's text (Telegram and the fakes put it first).
-_LEADING_ID = re.compile(r'\s*\{\s*"update_id"\s*:\s*(-?\d{1,19})\s*[,}]')
+_LEADING_ID = re.compile(r'\s*\{\s*"update_id"\s*:\s*(-?[0-9]{1,19})\s*[,}]')
 #: A JSON string, or one of the characters that open, close or separate values.
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*+"|[\[\]{},]')
 

@@ -35,6 +35,7 @@ from bot.settings.checks import (
     parse_admin_ids,
     url_password,
 )
+from bot.settings.ops import OpsNoticeSettings
 from budget.config import DEAD_AFTER_HEARTBEATS
 from budget.pricing.names import CASCADE_ORDER, KEYS, family, family_fields, key_field
 
@@ -108,7 +109,7 @@ class BotApiSettings(BaseSettings):
         return [self.bot_token.get_secret_value(), *([password] if password else [])]
 
 
-class Settings(BotApiSettings):
+class Settings(BotApiSettings, OpsNoticeSettings):
     """All configuration. See ``.env.example`` for meaning and units of each field."""
 
     model_config = SettingsConfigDict(
@@ -126,6 +127,9 @@ class Settings(BotApiSettings):
     budget_tz: str = "UTC"
     default_user_tz: str | None = None
     stale_message_seconds: int = Field(600, ge=0, le=DAY_S)
+    #: a chat under a Telegram flood wait longer than this gets no paid answer
+    #: (bot/chat/deferral.py); its messages are recorded deferred, one notice at the end
+    flood_defer_seconds: int = Field(600, ge=0, le=DAY_S)
     shutdown_grace_seconds: float = Field(20.0, ge=0, le=HOUR_S)
     log_level: LogLevel = "INFO"
 

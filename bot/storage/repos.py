@@ -7,7 +7,7 @@ import contextlib
 import socket
 import sqlite3
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 import asyncpg
@@ -17,6 +17,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from bot.storage.moves import ChatMoves
 from bot.storage.sqlite_hot import SqliteHotPath
 from bot.storage.tables import ChatTurn, SeenMessage
 from bot.storage.values import Turn
@@ -360,13 +361,26 @@ class History:
         sessions: the bot's database.
         hot: on a SQLite file, the ledger's writer for the load and the append
             (:mod:`bot.storage.sqlite_hot`); ``None``: through ``sessions``.
+        moves: groups upgraded to supergroups: a conversation of the old id is read and
+            written under the new one (an answer in flight when its group moved keeps
+            its turn with the rest of the chat's history).
     """
 
     def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None = None
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        hot: SqliteHotPath | None = None,
+        moves: ChatMoves | None = None,
     ) -> None:
         self._sessions = sessions
         self._hot = hot
+        self._moves = moves
+
+    def _here(self, where: Conversation) -> Conversation:
+        if self._moves is None:
+            return where
+        chat_id = self._moves.current(where.chat_id)
+        return where if chat_id == where.chat_id else replace(where, chat_id=chat_id)
 
     async def load(self, where: Conversation, max_tokens: int) -> list[Message]:
         """The newest turns of ``where`` whose token counts sum to at most
@@ -375,6 +389,7 @@ class History:
 
     async def load_turns(self, where: Conversation, max_tokens: int) -> list[Turn]:
         """As :meth:`load`, each message with its stored counts (:class:`Turn`)."""
+        where = self._here(where)
         if self._hot is not None:
             return await self._hot.load_turns(
                 where.user_id, where.chat_id, where.thread_id, max_tokens
@@ -407,6 +422,7 @@ class History:
         now: datetime,
     ) -> None:
         """Append ``turns`` to ``where``, stored at ``now``."""
+        where = self._here(where)
         if self._hot is not None:
             await self._hot.append_turns(where.user_id, where.chat_id, where.thread_id, turns, now)
             return
@@ -429,6 +445,7 @@ class History:
     async def clear(self, where: Conversation) -> int:
         """Forget the user's history in that chat and topic only (/reset), their other
         chats untouched. Returns the number of turns removed."""
+        where = self._here(where)
         async with self._sessions() as session:
             result = await session.execute(delete(ChatTurn).where(_in(where)))
             await session.commit()

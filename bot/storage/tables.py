@@ -1,4 +1,5 @@
-"""The bot's own tables: seen messages (exactly-once intake), chat history, the outbox."""
+"""The bot's own tables: seen messages (exactly-once intake), chat history, the outbox,
+the operator notices sent once (alerts, spend reports)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import BigInteger, DateTime, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "ChatTurn", "PendingAnswer", "SeenMessage", "metadata"]
+__all__ = ["Base", "ChatTurn", "OpsNotice", "PendingAnswer", "SeenMessage", "metadata"]
 
 
 class Base(DeclarativeBase):
@@ -90,3 +91,20 @@ class PendingAnswer(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     not_before: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class OpsNotice(Base):
+    """An operator notice that is told once (docs/decisions/074-alerts-before-the-caps.md,
+    075-spend-reports.md): a threshold of a limit in one window, or the spend report of
+    one period. The process that inserts the row sends it; any other process, or the
+    same one after a restart, finds the key taken and sends nothing.
+
+    ``key`` e.g. ``alert:global::hour:2026-03-02T21:00Z:0.8`` or
+    ``report:daily:2026-03-02``; ``kind`` ``alert`` or ``report``.
+    """
+
+    __tablename__ = "ops_notices"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    sent_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

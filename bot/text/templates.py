@@ -12,6 +12,7 @@ timezone, with the zone name).
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -210,6 +211,22 @@ def shutdown_note() -> str:
     (not "the bot is restarting": with replicas the others go on, and a scale-down does
     not come back)."""
     return _("⏹ I was interrupted; this is the answer so far.")
+
+
+def flood_deferred_text(wait_s: float) -> str:
+    """Sent once when a long flood wait ends (``bot.chat.deferral``): the messages of
+    the wait were not answered and nothing was spent on them.
+
+    Args:
+        wait_s: the wait's seconds when the first message was deferred (shown rounded
+            up to minutes).
+    """
+    minutes = max(1, math.ceil(wait_s / 60))
+    return _(
+        "⏸ Telegram paused the bot's messages to this chat for about {minutes} min. "
+        "What you sent meanwhile was not answered and cost nothing: send again what you "
+        "still need."
+    ).format(minutes=minutes)
 
 
 def stream_cut_note() -> str:

@@ -86,8 +86,8 @@ class Period:
         return self.start <= at < self.end
 
 
-_DAY = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
-_MONTH = re.compile(r"(\d{4})-(\d{2})")
+_DAY = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})")
+_MONTH = re.compile(r"([0-9]{4})-([0-9]{2})")
 
 
 def _local_midnight(d: date, tz: ZoneInfo) -> datetime:

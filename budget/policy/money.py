@@ -60,6 +60,15 @@ def usd(musd: int | None, places: int = 6) -> str:
     return f"${value}"
 
 
+def remaining_usd(musd: int | None) -> str:
+    """What is left of a limit, never a negative amount: ``250`` → ``$0.000250``;
+    ``-1750`` (spend above a limit lowered after it) → ``$0.000000 (over by $0.001750)``;
+    ``None`` (no limit) → ``—``."""
+    if musd is None or musd >= 0:
+        return usd(musd)
+    return f"{usd(0)} (over by {usd(-musd)})"
+
+
 def usd_text(musd: int) -> str:
     """``700`` µUSD → ``"$0.000700"``; ``-1_500_000`` → ``"-$1.500000"``.
 
@@ -69,13 +78,14 @@ def usd_text(musd: int) -> str:
     return f"{sign}${musd_to_usd(abs(musd)).quantize(_MICRO)}"
 
 
-_AMOUNT = re.compile(r"\$?(\d{1,7})(?:\.(\d{1,6}))?")
+_AMOUNT = re.compile(r"\$?([0-9]{1,7})(?:\.([0-9]{1,6}))?")
 
 
 def parse_usd(text: str) -> int | None:
     """``"0.05"`` / ``"$0.05"`` → 50000 µUSD, exactly.
 
-    Returns ``None`` for anything else: signs, exponents, ``NaN``, underscores, more
+    Returns ``None`` for anything else: signs, exponents, ``NaN``, underscores, digits
+    that are not ASCII (``１``, ``١``: Python's ``\\d`` and ``int`` take them), more
     than 6 decimals (finer than 1 µUSD) or more than $1,000,000.
     """
     match = _AMOUNT.fullmatch(text.strip())

@@ -37,7 +37,7 @@ from llm.types import RateLimitInfo
 
 __all__ = ["parse_duration_s", "parse_rate_limits", "parse_retry_after_s"]
 
-_NUM = r"(\d+(?:\.\d+)?)"
+_NUM = r"([0-9]+(?:\.[0-9]+)?)"
 _DURATION = re.compile(rf"^(?:{_NUM}h)?(?:{_NUM}m(?!s))?(?:{_NUM}s)?(?:{_NUM}ms)?$")
 
 _TOKENS_REMAINING = ("x-ratelimit-remaining-tokens", "x-ratelimit-remaining-tokens-minute")

@@ -52,7 +52,7 @@ def attempt(
         late=0,
         price_version="v",
         input_tokens=10,
-        max_tokens=20,
+        max_tokens=1024,
         ceiling_musd=100,
         stopped=0,
         corr=False,

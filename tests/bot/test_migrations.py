@@ -113,6 +113,7 @@ def test_every_revision_up_down_up_and_head_matches_models(database_url: str) ->
         "0021_bucket_margins",
         "0022_ledger_timestamptz",
         "0023_digest_restarts",
+        "0032_ops_notices",
     ]
     for rev in revisions:
         command.upgrade(cfg, rev.revision)

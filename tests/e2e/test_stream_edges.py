@@ -1,7 +1,7 @@
 """Streamed answers at their edges, through the real bot (in process): ``/stop``, the
 stream metrics, a draft Telegram refuses, a draft over 4096 UTF-16 units,
 ``STREAM_MODE_PRIVATE=edit`` and ``=off``, a flood wait on a group answer's final edit,
-and the bot shutting down mid-stream."""
+a streamed message deleted mid-stream, and the bot shutting down mid-stream."""
 
 from __future__ import annotations
 
@@ -432,4 +432,37 @@ async def test_a_streamed_group_message_that_ends_empty_becomes_the_template(
     assert final.message_id == streamed.message_id and not final.reply_markup
     await asyncio.sleep(0.2)
     assert [e.is_edit for e in fake_telegram.sent_events(GROUP, since=mark)].count(False) == 1
+    assert await bot.stop() == 0
+
+
+async def test_a_streamed_message_deleted_mid_stream_gets_the_whole_answer_once(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    tmp_path: Path,
+) -> None:
+    """In a group the streamed message (with its Stop button) is deleted by a user
+    while the answer streams: the final edit meets Telegram's "message to edit not
+    found", and the whole answer arrives once as a new message replying to the
+    question — no error template, no second provider call, the hold settled once."""
+    env = env_for(tmp_path, fake_telegram, fake_providers, ("groq",))
+    bot = app_factory(env={**env, "STREAM_EDIT_INTERVAL_MS": "60000"})
+    await bot.start()
+    answer = "An answer that was paid for and must not be lost. " * 8
+    fake_providers.script("groq", {"text": answer.strip(), "interval_s": 0.02})
+    mark = fake_telegram.mark()
+    mention(fake_telegram, 30, "a question")
+    [streamed] = await fake_telegram.wait_sent(GROUP, since=mark, timeout=20)
+    assert streamed.reply_markup  # the Stop button: the stream is on
+    assert fake_providers.streams and not fake_providers.streams[0].finished
+    fake_telegram.delete_by_user(GROUP, streamed.message_id)
+    [_, resent] = await fake_telegram.wait_sent(GROUP, 2, since=mark, timeout=20)
+    assert resent.text == answer.strip() and resent.message_id != streamed.message_id
+    assert resent.reply_to_message_id == streamed.reply_to_message_id is not None
+    refused = [r for r in fake_telegram.requests("editMessageText") if r.chat_id == GROUP]
+    assert refused and refused[-1].status == 400
+    assert not any("wrong" in e.text for e in fake_telegram.sent_events(since=mark))
+    assert len(fake_providers.requests) == 1
+    [hold] = holds(tmp_path / "kopek.db")
+    assert hold["state"] == "settled"
     assert await bot.stop() == 0

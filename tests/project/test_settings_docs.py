@@ -59,6 +59,8 @@ def _documented_default(info: FieldInfo) -> str:
         return f"`{value}`"
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
+    if isinstance(value, tuple):  # a list setting, as written: ALERT_AT=0.5,0.8,1.0
+        return "`" + ",".join(str(v) for v in value) + "`"
     assert isinstance(value, int | float | Decimal), value
     return str(value)
 

@@ -1,5 +1,6 @@
-"""The test clocks: :class:`ManualClock` and :class:`VirtualClock` (both implement
-:class:`budget.kernel.clock.Clock`; product code only ever takes that protocol).
+"""The test clocks: :class:`ManualClock`, :class:`VirtualClock` and :class:`JumpClock`
+(all implement :class:`budget.kernel.clock.Clock`; product code only ever takes that
+protocol).
 
 :class:`ManualClock` moves only when a test moves it, and its ``sleep`` jumps time forward
 at once instead of waiting (so two concurrent sleepers add up).
@@ -19,10 +20,11 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-__all__ = ["ManualClock", "VirtualClock"]
+__all__ = ["JumpClock", "ManualClock", "VirtualClock"]
 
 
 class ManualClock:
@@ -162,3 +164,44 @@ class VirtualClock:
             if self._sleepers[0][0] > end:
                 return
             self._set_mono(self._sleepers[0][0])
+
+
+class JumpClock:
+    """Real time from a chosen instant, moved forward by jumps: for the in-process bot,
+    whose background loops need time to pass (``sleep`` really waits), in a test that
+    must cross a window or a day (:meth:`jump`, :meth:`set`).
+
+    Args:
+        start: the wall-clock reading now (aware).
+    """
+
+    __slots__ = ("_jumped", "_origin", "_real0")
+
+    def __init__(self, start: datetime) -> None:
+        if start.tzinfo is None:
+            raise ValueError("JumpClock needs an aware datetime")
+        self._origin = start.astimezone(UTC)
+        self._real0 = time.monotonic()
+        self._jumped = 0.0
+
+    def now(self) -> datetime:
+        return self._origin + timedelta(seconds=time.monotonic() - self._real0 + self._jumped)
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self._jumped
+
+    def jump(self, seconds: float) -> None:
+        """Move both readings forward by ``seconds`` (≥ 0)."""
+        if seconds < 0:
+            raise ValueError("a clock does not go backwards")
+        self._jumped += seconds
+
+    def set(self, when: datetime) -> None:
+        """Jump forward to ``when`` (aware, not before now)."""
+        self.jump((when.astimezone(UTC) - self.now()).total_seconds())
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
+
+    def __repr__(self) -> str:
+        return f"JumpClock(now={self.now().isoformat()}, jumped={self._jumped:.0f}s)"

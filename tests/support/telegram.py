@@ -79,6 +79,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TypedDict, TypeVar, Unpack
 
 from aiohttp import BodyPartReader, ClientError, ClientSession, ClientTimeout, web
@@ -519,6 +520,16 @@ class _FailRule:
     skip: int = 0
 
 
+_UPDATE_SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "telegram_updates"
+
+
+def _fixture_message(name: str) -> dict[str, Any]:
+    """A real ``Message`` sample from tests/fixtures/telegram_updates/ (a fresh copy)."""
+    loaded = json.loads((_UPDATE_SAMPLES / name).read_text(encoding="utf-8"))
+    assert isinstance(loaded, dict)
+    return loaded
+
+
 class _ApiError(Exception):
     """An error answer in Telegram's envelope."""
 
@@ -659,6 +670,8 @@ class FakeTelegram:
         self._drafts: list[Draft] = []
         self._messages: dict[tuple[int | str, int], SentMessage] = {}
         self._message_ids: dict[int | str, itertools.count[int]] = {}
+        #: basic group id -> the supergroup it was upgraded to (:meth:`migrate_group`)
+        self._migrated: dict[int | str, int] = {}
         self._chats: dict[int | str, dict[str, Any]] = {}
         self._users: dict[int, dict[str, Any]] = {}
         self._updates: list[dict[str, Any]] = []
@@ -1291,6 +1304,50 @@ class FakeTelegram:
         """Calls made to a chat before the ``retry_after`` the fake had given it elapsed."""
         return [r for r in self._requests if r.flood_violation]
 
+    def delete_by_user(self, chat_id: int, message_id: int) -> None:
+        """A user (or a group admin) deletes a message the bot sent: it is gone, so
+        ``editMessageText`` on it answers Telegram's ``400 Bad Request: message to edit
+        not found``, as the real server does."""
+        del self._messages[(chat_id, message_id)]
+
+    def migrate_group(
+        self, old_id: int, new_id: int, user_id: int, *, announce: bool = True
+    ) -> None:
+        """``user_id`` upgrades the basic group ``old_id`` to the supergroup ``new_id``, as
+        Telegram does: from now on every call for ``old_id`` answers ``400 Bad Request:
+        group chat was migrated to a supergroup chat`` with
+        ``parameters.migrate_to_chat_id`` (the Bot API's documented error), and the bot
+        gets the two service messages, built from teloxide's real samples (MIT,
+        tests/fixtures/telegram_updates/): ``migrate_to_chat_id`` in the old group from
+        the user, ``migrate_from_chat_id`` in the new supergroup from
+        ``GroupAnonymousBot`` with ``sender_chat`` = the supergroup (``announce=False``:
+        not yet, the bot learns of the move from a refused call first)."""
+        old_chat = dict(self._chats.get(old_id, {"id": old_id, "title": "Group"}))
+        old_chat.update(id=old_id, type="group")
+        new_chat = {"id": new_id, "title": old_chat.get("title", "Group"), "type": "supergroup"}
+        self._chats[new_id] = new_chat
+        self._migrated[old_id] = new_id
+        now = self._unix_now()
+        to_msg = _fixture_message("message.migrate_to_chat_id.old_group.teloxide-427.json")
+        to_msg.update(
+            chat=old_chat,
+            date=now,
+            message_id=self._next_message_id(old_id),
+            migrate_to_chat_id=new_id,
+        )
+        to_msg["from"] = dict(to_msg["from"], id=user_id)
+        from_msg = _fixture_message("message.migrate_from_chat_id.new_supergroup.teloxide-427.json")
+        from_msg.update(
+            chat=new_chat,
+            sender_chat=new_chat,
+            date=now,
+            message_id=self._next_message_id(new_id),
+            migrate_from_chat_id=old_id,
+        )
+        if announce:
+            self.inject_update({"message": to_msg})
+            self.inject_update({"message": from_msg})
+
     # test API: failures ----------------------------------------------------------
     def fail_next(
         self,
@@ -1600,6 +1657,12 @@ class FakeTelegram:
         chat_id = _as_chat_id(params.get("chat_id"))
         if chat_id is None:
             raise _ApiError(400, "Bad Request: chat_id is empty")
+        if chat_id in self._migrated:
+            raise _ApiError(
+                400,
+                "Bad Request: group chat was migrated to a supergroup chat",
+                {"migrate_to_chat_id": self._migrated[chat_id]},
+            )
         if self.require_known_chats and chat_id not in self._chats:
             raise _ApiError(400, "Bad Request: chat not found")
         return chat_id

@@ -68,6 +68,15 @@ def tail_part(text: str) -> tuple[str, list[MessageEntity]]:
     return parts[-1]
 
 
+#: Telegram's 400s for a message the bot can no longer edit: deleted by a user or an
+#: admin, or older than editing allows (Bot API error texts, lower-cased).
+_GONE = ("message to edit not found", "message can't be edited", "message_id_invalid")
+
+
+def _message_gone(low: str) -> bool:
+    return any(text in low for text in _GONE)
+
+
 def _plain_tail(text: str) -> str:
     """The last ≤ 4096 UTF-16 units of ``text`` as plain text (never half a pair)."""
     out: list[str] = []
@@ -277,7 +286,9 @@ class EditDisplay(PacedDisplay):
         keeps its partial text), else the parts not yet sent.
 
         Returns:
-            False when nothing was streamed yet (the caller sends the answer as usual).
+            False when nothing was streamed yet, or when the streamed message is gone
+            (deleted mid-stream, or too old to edit): the caller sends the whole answer
+            as new messages, as usual, with no second provider call.
 
         Raises:
             aiogram.exceptions.TelegramRetryAfter: a flood wait, when no ``outbox``.
@@ -303,6 +314,12 @@ class EditDisplay(PacedDisplay):
                 await self._final_edit(first_text, first_entities)
             except TelegramBadRequest as exc:
                 low = exc.message.lower()
+                if _message_gone(low):
+                    # deleted while it streamed (or too old to edit): the answer is paid
+                    # for, so the caller sends all of it as new messages, once
+                    log.info("streamed message in chat %s is gone (%s)", self._chat_id, low)
+                    self._message_id = None
+                    return False
                 if "parse entities" in low:
                     log.warning("telegram refused entities; the streamed answer goes plain")
                     parts = split_formatted("\n".join(p for p, _e in parts), [])

@@ -21,7 +21,7 @@ from budget.books.stops import StopBook, StopTotals
 from budget.errors import HoldRefused
 from budget.kernel.clock import Clock
 from budget.ledger import Ledger
-from budget.policy.money import usd
+from budget.policy.money import remaining_usd, usd
 from budget.policy.windows import day_bounds
 from budget.status import BucketStatus, LedgerStatus, TeamStatus, UserStatus
 from budget.types import Window
@@ -112,7 +112,8 @@ def _bucket(b: BucketStatus, tz: str) -> str:
     scope = f" {b.scope}" if b.scope else ""
     return (
         f"{b.level.value}{scope} {b.window.value}: settled {usd(b.settled_musd)}, "
-        f"held {usd(b.held_musd)}, limit {usd(b.limit_musd)}, remaining {usd(b.remaining_musd)}, "
+        f"held {usd(b.held_musd)}, limit {usd(b.limit_musd)}, "
+        f"remaining {remaining_usd(b.remaining_musd)}, "
         f"resets {format_reset(b.resets_at, tz)}"
     )
 

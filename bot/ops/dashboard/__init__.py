@@ -29,6 +29,7 @@ from bot.ops.dashboard.api import CONFIRM_TTL_S, DashboardSite
 from bot.ops.dashboard.auth import Confirmations, InitDataCheck
 from bot.ops.dashboard.series import SpendBook
 from bot.ops.dashboard.view import OperatorView
+from bot.ops.kpis import KpiReader
 from budget.kernel.clock import Clock
 from budget.ledger import Ledger
 from llm.cascade.cascade import Cascade
@@ -37,12 +38,17 @@ __all__ = ["DashboardSite", "OperatorView", "build_operator_view", "build_site"]
 
 
 def build_operator_view(
-    ledger: Ledger, cascade: Cascade, engine: AsyncEngine, clock: Clock, tz: str
+    ledger: Ledger,
+    cascade: Cascade,
+    engine: AsyncEngine,
+    clock: Clock,
+    tz: str,
+    kpis: KpiReader | None = None,
 ) -> OperatorView:
     """The documents the dashboard and ``/budget chart`` read (built whether or not the
-    dashboard is served)."""
+    dashboard is served); ``kpis``: the counts of the ``kpis`` panel."""
     order: Sequence[str] = [p.name for p in cascade.provider_status()]
-    return OperatorView(ledger, cascade, SpendBook(engine, tz, clock, order), tz)
+    return OperatorView(ledger, cascade, SpendBook(engine, tz, clock, order), tz, kpis)
 
 
 def build_site(

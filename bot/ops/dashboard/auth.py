@@ -168,7 +168,8 @@ class Confirmations:
         """True when ``token`` was issued for exactly this admin, action and argument,
         at most ``ttl_s`` seconds ago."""
         issued_text, _, signature = token.partition(".")
-        if not issued_text.isdigit() or len(issued_text) > 12 or not _HASH.fullmatch(signature):
+        ascii_time = issued_text.isascii() and issued_text.isdigit()
+        if not ascii_time or len(issued_text) > 12 or not _HASH.fullmatch(signature):
             return False
         issued = int(issued_text)
         age = self._clock.now().timestamp() - issued

@@ -23,10 +23,12 @@ from datetime import datetime
 from typing import Any
 
 from bot.ops.dashboard.series import SpendBook, SpendPicture, SpendSeries
+from bot.ops.kpis import KpiReader
 from bot.text.templates import format_reset
 from budget.errors import LedgerUnavailable
 from budget.ledger import Ledger
-from budget.policy.money import usd
+from budget.policy.money import remaining_usd, usd
+from budget.policy.windows import day_bounds
 from budget.status import BucketStatus, KillState, LedgerStatus, TeamStatus
 from budget.types import Level, Window
 from llm.cascade.cascade import Cascade
@@ -57,7 +59,7 @@ def bucket_json(b: BucketStatus, tz: str) -> dict[str, Any]:
         "settled": usd(b.settled_musd),
         "held": usd(b.held_musd),
         "limit": usd(b.limit_musd),
-        "remaining": usd(b.remaining_musd),
+        "remaining": remaining_usd(b.remaining_musd),
         "resets": format_reset(b.resets_at, tz),
     }
     # the line /budget writes for the bucket, word for word
@@ -213,18 +215,27 @@ class OperatorView:
         cascade: the bot's cascade (its keys' circuits, cooldowns, headers).
         spend: the books' spend per slot.
         tz: BUDGET_TZ, the zone windows are cut in.
+        kpis: the counts of the ``kpis`` panel (``None``: the panel is left out).
 
     Both reads may raise :class:`budget.errors.LedgerUnavailable` (the ledger fails
     closed), and :meth:`series` SQLAlchemy's errors when the books cannot be read.
     """
 
-    __slots__ = ("_cascade", "_ledger", "_spend", "_tz")
+    __slots__ = ("_cascade", "_kpis", "_ledger", "_spend", "_tz")
 
-    def __init__(self, ledger: Ledger, cascade: Cascade, spend: SpendBook, tz: str) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        cascade: Cascade,
+        spend: SpendBook,
+        tz: str,
+        kpis: KpiReader | None = None,
+    ) -> None:
         self._ledger = ledger
         self._cascade = cascade
         self._spend = spend
         self._tz = tz
+        self._kpis = kpis
 
     def __repr__(self) -> str:
         return f"OperatorView(tz={self._tz!r})"
@@ -242,6 +253,9 @@ class OperatorView:
         buckets = [b for b in status.buckets if b.window in (Window.HOUR, Window.DAY)]
         buckets += [b for team in teams for b in team.buckets]
         team_rows = sorted((_team_row(t) for t in teams), key=_spend_order)
+        kpis = None
+        if self._kpis is not None:
+            kpis = (await self._kpis.read(day_bounds(status.at, self._tz)[1])).as_json()
         return {
             "version": DOCUMENT_VERSION,
             "at": _iso(status.at),
@@ -266,6 +280,7 @@ class OperatorView:
             "refusals_today": dict(sorted(status.refusals_today.items())),
             "operations_today": status.operations_today,
             "requests_today": status.requests_today,
+            "kpis": kpis,
             "text": {"exposure": usd(status.exposure_musd)},
         }
 

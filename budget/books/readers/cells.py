@@ -33,8 +33,8 @@ __all__ = [
 
 #: Most digits a token count or timestamp may have (a 4,300-digit number is not a count).
 _MAX_DIGITS = 18
-_WHOLE = re.compile(r"\d{1,18}")
-_WHOLE_FLOAT = re.compile(r"(\d{1,18})(?:\.0*)?")
+_WHOLE = re.compile(r"[0-9]{1,18}")
+_WHOLE_FLOAT = re.compile(r"([0-9]{1,18})(?:\.0*)?")
 _WIDTHS: dict[int, Granularity] = {3600: "hour", 86400: "day"}
 
 
@@ -159,7 +159,9 @@ def utc_day(text: str | None, where: str) -> tuple[datetime, datetime]:
     return start, start + timedelta(days=1)
 
 
-_HOUR = re.compile(r"(\d{4}-\d{2}-\d{2})[T ](\d{2})(?::00(?::00)?)?(Z|[+-]\d{2}:?\d{2})?")
+_HOUR = re.compile(
+    r"([0-9]{4}-[0-9]{2}-[0-9]{2})[T ]([0-9]{2})(?::00(?::00)?)?(Z|[+-][0-9]{2}:?[0-9]{2})?"
+)
 
 
 def _offset(text: str) -> timedelta:

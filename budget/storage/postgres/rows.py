@@ -127,7 +127,7 @@ def translate(sql: str) -> str:
 
 def shift(sql: str, by: int) -> str:
     """``sql`` (``?`` placeholders) as asyncpg's ``$n``, numbered from ``by`` + 1."""
-    return re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + by}", translate(sql))
+    return re.sub(r"\$([0-9]+)", lambda m: f"${int(m.group(1)) + by}", translate(sql))
 
 
 def once(sql: str, old: str, new: str) -> str:

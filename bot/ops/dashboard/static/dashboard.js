@@ -144,6 +144,10 @@
     $("holds").textContent = String(state.outstanding_holds);
     $("counts").textContent = "Operations today: " + state.operations_today +
       "; LLM requests today: " + state.requests_today + " (windows cut in " + state.tz + ")";
+    const k = state.kpis;
+    $("kpis").textContent = k ? "Users: " + k.users + " (" + k.active_users + " active); digests sent: " +
+      k.digests_sent + " (" + k.digests_sent_today + " today); channels followed: " + k.channels +
+      "; uptime of this replica: " + k.uptime : "";
     renderBuckets(state.buckets);
     fill($("providers").tBodies[0], state.providers.map((p) => [
       p.name + (p.enabled ? "" : " DISABLED"),

@@ -1,0 +1,68 @@
+"""What is left of a limit lowered below the spend, and amounts typed in other scripts'
+digits, through the real bot."""
+
+from __future__ import annotations
+
+from tests.support.inprocess import AppFactory
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram
+
+ADMIN = 1
+USER = 42
+DEEPSEEK_KEY = "fake_deepseek_key"
+
+
+async def _ask(tg: FakeTelegram, user: int, text: str) -> str:
+    mark = tg.mark()
+    tg.inject_message(user, text)
+    [reply] = await tg.wait_sent(user, since=mark, timeout=20)
+    return reply.text
+
+
+async def test_a_limit_lowered_below_the_spend_shows_nothing_left_and_the_overrun(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """A paid answer, then the user's day limit lowered to $0.000001: /me says the
+    limit is reached and by how much, /budget user says $0 remaining and the overrun;
+    neither shows a negative amount."""
+    env = {k: v for k, v in bot_env.items() if not k.startswith(("GROQ_", "MISTRAL_", "CEREBRAS_"))}
+    env.update(
+        DEEPSEEK_API_KEY=DEEPSEEK_KEY,
+        DEEPSEEK_BASE_URL=fake_providers.base_urls["deepseek"],
+        ADMIN_IDS=str(ADMIN),
+    )
+    bot = app_factory(env=env)
+    await bot.start()
+    fake_providers.script(
+        DEEPSEEK_KEY, {"text": "Paid.", "prompt_tokens": 900, "completion_tokens": 400}
+    )
+    assert await _ask(fake_telegram, USER, "Tell me something") == "Paid."
+    assert "Limit set" in await _ask(fake_telegram, ADMIN, f"/limit user {USER} day 0.000001")
+
+    me = await _ask(fake_telegram, USER, "/me")
+    assert "limit reached (over by $0.000" in me
+    assert "$-" not in me and "-$" not in me
+    report = await _ask(fake_telegram, ADMIN, f"/budget user {USER}")
+    assert "remaining $0.000000 (over by $0.000" in report
+    assert "$-" not in report and "-$" not in report
+    assert await bot.stop() == 0
+
+
+async def test_amounts_and_ids_in_non_ascii_digits_are_refused(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+) -> None:
+    """Fullwidth and Arabic-Indic digits are refused with the usage line, as /team and
+    ADMIN_IDS refuse them; nothing is set."""
+    bot = app_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN)))
+    await bot.start()
+    for amount in ("１", "١", "٠.٥", "0.٥"):
+        reply = await _ask(fake_telegram, ADMIN, f"/limit global day {amount}")
+        assert "The amount is USD" in reply, amount
+    assert "user id" in await _ask(fake_telegram, ADMIN, "/team core add ٤٢")
+    assert "Limit set" not in await _ask(fake_telegram, ADMIN, "/limit user ４２ day 1")
+    report = await _ask(fake_telegram, ADMIN, "/budget")
+    assert "limit $1.000000" not in report
+    assert await bot.stop() == 0
