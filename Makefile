@@ -98,6 +98,8 @@ bench: $(STAMP)
 	$(PY) bench/shared_state.py
 	$(PY) bench/stream.py
 	$(PY) bench/media.py
+	$(PY) bench/router.py
+	$(PY) bench/retention.py
 	$(PY) bench/bot.py
 	$(PY) bench/bot.py --replicas 3 --backend postgres
 

@@ -94,8 +94,16 @@ def main() -> int:
     import os
 
     from bot.settings import misspelt_settings
+    from bot.settings.typos import limits_money
 
     for name, meant in misspelt_settings(os.environ):  # ignored by the settings: say so
+        if limits_money(meant):  # without it the bot would spend with no such limit
+            print(
+                f"kopek: configuration error: {name} is not a setting: did you mean {meant}?"
+                " (a misspelt limit would leave the bot without it)",
+                file=sys.stderr,
+            )
+            return 2
         logging.getLogger("bot.app.factory").warning(
             "%s is not a setting and is ignored: did you mean %s?", name, meant
         )

@@ -38,7 +38,6 @@ import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import BinaryIO, Literal, TextIO
-from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 from pydantic import Field, ValidationError
@@ -53,7 +52,15 @@ from budget.books.reconcile import reconcile
 from budget.books.usage_export import MAX_EXPORT_BYTES, parse_export
 from budget.errors import BudgetConfigError
 from budget.kernel.clock import SystemClock
-from budget.kernel.db import check_credentials, create_engine, failure_reason, location, sqlite_path
+from budget.kernel.db import (
+    check_credentials,
+    create_engine,
+    failure_reason,
+    location,
+    passwords,
+    server_address,
+    sqlite_path,
+)
 from budget.kernel.schema import SchemaMismatch, check_schema
 from budget.policy.money import usd_to_musd
 from budget.pricing.names import CASCADE_ORDER, family
@@ -166,21 +173,19 @@ async def _check_url(url: str) -> None:
                 "PostgreSQL is read through the asyncpg driver only: write "
                 f"postgresql+asyncpg://… in DATABASE_URL (not {parsed.drivername}://…)"
             )
-        if not parsed.host or not parsed.database:
-            raise _Fail(f"DATABASE_URL names no host or no database (e.g. {_URL_FORMS})")
+        try:
+            server_address(parsed)
+        except ValueError as exc:
+            raise _Fail(f"DATABASE_URL: {exc}") from None
     else:
         raise _Fail(f"DATABASE_URL: {backend[:32]!r} is not supported (use {_URL_FORMS})")
 
 
 def _passwords(url: str) -> list[str]:
-    """The password of ``url`` as written (percent-encoded) and decoded; none when the
-    URL is refused (its pieces are no password, and no line then holds the URL)."""
-    try:
-        check_credentials(url)
-        found = (urlsplit(url).password, make_url(url).password)
-    except (ValueError, ArgumentError):
-        return []
-    return [str(p) for p in dict.fromkeys(found) if p]
+    """The passwords in ``url`` as written and decoded (:func:`budget.kernel.db.passwords`);
+    none when the URL is refused (its pieces are no password, and no line then holds
+    the URL)."""
+    return passwords(url)
 
 
 def _say(line: str, url: str) -> None:
@@ -246,7 +251,7 @@ async def _run(
             period = parse_period(args.period, tz, now)
             summary = await write_export(engine, card, period, out, totals, key_name=args.provider)
             print(
-                f"{summary.rows} attempts, {summary.cost_musd} µUSD booked, "
+                f"{summary.attempts_text}, {summary.cost_musd} µUSD booked, "
                 f"{summary.estimated} estimated ({period.label}, {tz})",
                 file=sys.stderr,
             )

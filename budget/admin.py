@@ -13,7 +13,7 @@ from datetime import datetime
 
 from budget.part import LedgerPart
 from budget.policy.rules import check_user_id
-from budget.status import KillState, LedgerStatus, TeamStatus, UserStatus
+from budget.status import HoldEntry, KillState, LedgerStatus, TeamStatus, UserStatus
 from budget.storage.store import LimitChange
 from budget.types import Level, Window
 
@@ -64,6 +64,18 @@ class LedgerAdmin(LedgerPart):
         _check_by(by)
         kind, name = _scope(scope)
         return await self._guarded(self.store.set_kill(self.clock.now(), kind, name, False, "", by))
+
+    async def exposure(self, scope: tuple[str, str] | None = None) -> int:
+        """µUSD held by work already admitted in a kill scope (as :meth:`kill`'s
+        ``scope``): what a kill cannot stop. On PostgreSQL read on the kill switch's
+        own connection, as :meth:`kill` and :meth:`kill_state` are, never behind the
+        money path's pool.
+
+        Raises:
+            ValueError: a malformed scope.
+        """
+        kind, name = _scope(scope)
+        return await self._guarded(self.store.exposure(kind, name))
 
     async def kill_state(self) -> KillState:
         """The global switch."""
@@ -154,6 +166,15 @@ class LedgerAdmin(LedgerPart):
     async def status(self) -> LedgerStatus:
         """Global and provider buckets, holds, exposure, kill, spend, refusals, estimates."""
         return await self._guarded(self.store.status(self.clock.now()))
+
+    async def hold_entry(self, hold_id: str) -> HoldEntry | None:
+        """What the ledger booked for one hold (``/cost``): its settled µUSD, list-price
+        equivalent and whether it is an estimate; ``None`` when there is no such hold.
+
+        Raises:
+            LedgerUnavailable: the ledger could not be read.
+        """
+        return await self._guarded(self.store.hold_entry(hold_id))
 
     async def user_status(self, user_id: int) -> UserStatus:
         """User, team and global buckets of ``user_id``; in-flight; messages.

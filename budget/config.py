@@ -12,14 +12,20 @@ from typing import Literal
 
 from budget.errors import BudgetConfigError
 from budget.policy.windows import zone
-from budget.types import Level, Origin, Window
+from budget.types import HOLD_ONLY_ORIGINS, Level, Origin, Window
 
 #: PROCESS_DEAD_AFTER_SECONDS must be at least this many heartbeats: with 2 s over a 0.5 s
 #: heartbeat a live replica on a loaded machine was taken for dead (its user told to resend
 #: mid-answer); three missed beats in a row is what "dead" means here.
 DEAD_AFTER_HEARTBEATS = 3
+#: A process whose liveness lock is free (its connection is gone) is dead once its last
+#: heartbeat is this many heartbeats old: a live process whose connection was cut opens
+#: a new one, takes its lock back and beats within one heartbeat (at once, if the server
+#: answers), so it is never taken for dead in between
+#: (docs/decisions/100-process-liveness-lock.md).
+GONE_AFTER_HEARTBEATS = 2
 
-__all__ = ["DEAD_AFTER_HEARTBEATS", "LedgerConfig", "OperationCaps"]
+__all__ = ["DEAD_AFTER_HEARTBEATS", "GONE_AFTER_HEARTBEATS", "LedgerConfig", "OperationCaps"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +70,14 @@ class LedgerConfig:
         process_dead_after_s: PostgreSQL ledger: a process whose last heartbeat is
             older than this many seconds is dead and its holds are swept
             (PROCESS_DEAD_AFTER_SECONDS; at least :data:`DEAD_AFTER_HEARTBEATS`
-            heartbeat intervals).
+            heartbeat intervals). One whose connection is gone is dead sooner:
+            :attr:`process_gone_after_s`.
+        db_lock_timeout_s: PostgreSQL ledger: the longest a statement waits for a row or
+            advisory lock another session holds (PostgreSQL's ``lock_timeout``;
+            DATABASE_LOCK_TIMEOUT_SECONDS); then the step fails closed.
+        db_pool_timeout_s: PostgreSQL ledger: the longest a step waits for one of its
+            process's pool connections (DATABASE_POOL_TIMEOUT_SECONDS); then it fails
+            closed.
         synchronous: the SQLite ledger's durability: ``FULL`` (the WAL fsync'd after
             each group with a granted hold or another durable step, as SQLite's
             ``synchronous=FULL``) or ``NORMAL`` (never fsync'd); see
@@ -89,8 +102,10 @@ class LedgerConfig:
     auto_kill_fraction: Decimal = Decimal("0.5")
     auto_kill_musd_per_window: int | None = None
     sweep_interval_s: float = 30.0
-    process_heartbeat_s: float = 10.0
+    process_heartbeat_s: float = 2.0
     process_dead_after_s: float = 60.0
+    db_lock_timeout_s: float = 2.0
+    db_pool_timeout_s: float = 5.0
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
 
     def __post_init__(self) -> None:
@@ -104,7 +119,7 @@ class LedgerConfig:
                 f"PROVIDER_TIMEOUT_SECONDS ({self.max_call_s})"
             )
         for origin in Origin:
-            if origin not in self.operation_caps:
+            if origin not in HOLD_ONLY_ORIGINS and origin not in self.operation_caps:
                 raise BudgetConfigError(f"no operation caps for origin {origin}")
         limits = (
             self.global_daily_musd,
@@ -124,6 +139,13 @@ class LedgerConfig:
             )
         if self.auto_kill_fraction < 0:
             raise BudgetConfigError("AUTO_KILL_FRACTION must be >= 0")
+
+    @property
+    def process_gone_after_s(self) -> float:
+        """PostgreSQL ledger: a process whose liveness lock is free (its connection is
+        gone) and whose last heartbeat is older than this many seconds is dead
+        (:data:`GONE_AFTER_HEARTBEATS` heartbeats)."""
+        return GONE_AFTER_HEARTBEATS * self.process_heartbeat_s
 
     def default_limit(self, level: Level, scope: str, window: Window) -> int | None:
         """The configured default limit (µUSD) of a level/window, ``None`` = no limit."""

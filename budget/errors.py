@@ -4,7 +4,8 @@
 
     BudgetError
     ├── HoldRefused            .refusal: Refusal — the ledger said no (a value, not a string)
-    │   └── LedgerUnavailable  the ledger could not write; fail closed (reason ``unavailable``)
+    │   └── LedgerUnavailable  .timed_out — the ledger could not write; fail closed (reason
+    │                          ``unavailable``)
     ├── UnknownHold            .hold_id — settle/release of a hold the ledger never granted
     ├── ProcessFenced          this process was taken for dead by another (PostgreSQL)
     └── BudgetConfigError      bad limits/prices/TTL at start-up (e.g. a paid model with no price)
@@ -41,10 +42,21 @@ class HoldRefused(BudgetError):
 
 
 class LedgerUnavailable(HoldRefused):
-    """The ledger could not record a hold; no provider call may be made."""
+    """The ledger could not record a hold; no provider call may be made.
 
-    def __init__(self) -> None:
+    Attributes:
+        timed_out: a deadline ran out (PostgreSQL: a row lock held by another session
+            past the lock timeout, no pool connection within the pool timeout, a
+            statement cancelled), rather than a server that cannot be reached.
+        lasting: the storage is lost until a restart (no use trying again).
+    """
+
+    def __init__(self, *, timed_out: bool = False) -> None:
         super().__init__(Refusal(reason=RefusalReason.UNAVAILABLE))
+        self.timed_out = timed_out
+        #: set by the ledger when its storage is lost for good (the SQLite file deleted
+        #: or replaced under the running bot): trying again cannot succeed before a restart
+        self.lasting = False
 
 
 class UnknownHold(BudgetError):

@@ -93,6 +93,7 @@ class Ledger(LedgerSettle, LedgerAdmin):
         "_card",
         "_closed",
         "_deferred",
+        "_holding",
         "_notices",
         "_sweep_previous",
         "_sweeper",
@@ -126,6 +127,8 @@ class Ledger(LedgerSettle, LedgerAdmin):
         self._unsettled: dict[str, SettleRequest] = {}
         #: operations whose admission waits for their first hold (``deferred``)
         self._deferred = DeferredAdmissions()
+        #: operations of this process granted a hold, until they end (:meth:`held_any`)
+        self._holding: set[str] = set()
 
     @classmethod
     def open(
@@ -313,6 +316,7 @@ class Ledger(LedgerSettle, LedgerAdmin):
         """Free the operation's in-flight slot. Idempotent. A deferred operation never
         admitted (no hold was asked) is only forgotten, its message counted
         (``count_message``; a cap reached then refuses nothing: the work is over)."""
+        self._holding.discard(op.operation_id)
         waiting = self._deferred.forget(op.operation_id)
         if waiting is not None:
             if waiting.count_message:
@@ -320,6 +324,11 @@ class Ledger(LedgerSettle, LedgerAdmin):
                     await self.record_message(waiting.user_id)
             return
         await self._guarded(self.store.end_operation(self.clock.now(), op.operation_id))
+
+    def held_any(self, op: OperationTicket) -> bool:
+        """Whether ``op`` was granted a hold (until it ends): without one no provider
+        call was made for it, so a step that failed closed can be tried again whole."""
+        return op.operation_id in self._holding
 
     async def operation_booked_musd(self, op: OperationTicket) -> int:
         """Money booked for ``op`` (µUSD): settled actuals + ceilings still held or
@@ -360,12 +369,17 @@ class Ledger(LedgerSettle, LedgerAdmin):
         input_tokens: int,
         max_tokens: int,
         input_bound_tokens: int | None = None,
+        origin: Origin | None = None,
     ) -> HoldTicket:
         """Hold the ceiling of one attempt on every level and window, or nothing.
 
         ceiling = input_tokens × input rate + max_tokens × output rate (rounded up;
         0 µUSD for a free-tier provider, whose hold still counts for the kill
         switch and the operation). ``input_tokens`` is the (calibrated) estimate.
+
+        ``origin``: the hold's own origin when it is not its operation's (``summary``:
+        a history summary folded inside a chat message's operation); ``None``: the
+        operation's.
 
         ``input_bound_tokens`` is a provable upper bound of the input the provider
         can bill (:func:`budget.pricing.tokens.input_bound`). The hold is granted only when
@@ -389,14 +403,16 @@ class Ledger(LedgerSettle, LedgerAdmin):
         now = self.clock.now()
         price = self._price(now, provider, model, input_tokens, max_tokens, input_bound_tokens)
         hold = HoldRequest(
-            op.operation_id, request_id, provider, model, input_tokens, max_tokens, price
+            op.operation_id, request_id, provider, model, input_tokens, max_tokens, price, origin
         )
         admission = self._deferred.waiting(op.operation_id)
         if admission is not None:  # admission, first request and hold in one step
             ticket = await self._admit(admission, hold, now)
             assert ticket is not None  # a hold was asked
-            return ticket
-        return await self._guarded(self.store.reserve(now, hold))
+        else:
+            ticket = await self._guarded(self.store.reserve(now, hold))
+        self._holding.add(op.operation_id)
+        return ticket
 
     def _price(
         self,
@@ -431,16 +447,21 @@ class Ledger(LedgerSettle, LedgerAdmin):
         """Await a store step; tells admins once per reason when storage fails."""
         try:
             return await step
-        except LedgerUnavailable:
+        except LedgerUnavailable as exc:
+            exc.lasting = bool(self.store.lost)
             if not self._closed:
-                reason = self.store.lost or self._failure_kind()
+                reason = self.store.lost or self._failure_kind(exc)
                 self._notices.unavailable(reason, self.store.location)
             raise
 
-    def _failure_kind(self) -> str:
-        """``server`` on PostgreSQL (a server that cannot be reached or refuses the
-        ledger's queries), ``storage`` on SQLite (read-only, full disk, I/O error)."""
-        return "server" if self.store.name == "postgresql" else "storage"
+    def _failure_kind(self, exc: LedgerUnavailable) -> str:
+        """``timeout`` on PostgreSQL when a deadline ran out (a lock another session
+        holds, no pool connection in time), else ``server`` (a server that cannot be
+        reached or refuses the ledger's queries); ``storage`` on SQLite (read-only,
+        full disk, I/O error)."""
+        if self.store.name != "postgresql":
+            return "storage"
+        return "timeout" if exc.timed_out else "server"
 
     async def calibration(self) -> dict[tuple[str, str], tuple[int, int]]:
         """Persisted estimate calibration: ``(provider, model) → (reported ÷ counted

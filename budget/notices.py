@@ -23,7 +23,9 @@ log = logging.getLogger("budget.ledger")  # the ledger's own lines
 KillListener = Callable[[KillState], Coroutine[Any, Any, None]]
 #: Called (as a task) once per reason when storage fails: ``"deleted"``/``"replaced"``
 #: (the database path no longer names the open file), ``"storage"`` (read-only,
-#: full disk, I/O error) or ``"server"`` (PostgreSQL cannot be reached or refuses).
+#: full disk, I/O error), ``"server"`` (PostgreSQL cannot be reached or refuses) or
+#: ``"timeout"`` (PostgreSQL: a lock held by another session past the lock timeout, or no
+#: pool connection within the pool timeout).
 LostListener = Callable[[str], Coroutine[Any, Any, None]]
 
 
@@ -64,6 +66,13 @@ class LedgerNotices:
         self._told.add(reason)
         if reason == "storage":
             log.error("ledger storage failed (read-only, full or broken): failing closed")
+        elif reason == "timeout":
+            log.error(
+                "ledger database %s: the ledger's queries time out (a lock held by another"
+                " session, e.g. a long transaction or a manual query, or no connection free"
+                " in time): failing closed until they pass",
+                location,
+            )
         elif reason == "server":
             log.error(
                 "ledger database server %s cannot be reached or refused the ledger's"

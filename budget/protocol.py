@@ -127,6 +127,11 @@ class LedgerPort(Protocol):
         """Free the operation's in-flight slot. Idempotent."""
         ...
 
+    def held_any(self, op: OperationTicket) -> bool:
+        """Whether ``op`` was granted a hold (until it ends); without one no provider
+        call was made for it."""
+        ...
+
     async def operation_booked_musd(self, op: OperationTicket) -> int:
         """Money booked for ``op`` so far (µUSD): the actual cost of its settled holds
         plus the ceilings of holds still held or booked at expiry; 0 when nothing
@@ -159,11 +164,13 @@ class LedgerPort(Protocol):
         input_tokens: int,
         max_tokens: int,
         input_bound_tokens: int | None = None,
+        origin: Origin | None = None,
     ) -> HoldTicket:
         """Hold the ceiling for one attempt, atomically on every level and window
         (user, team, global, provider account cap) and against the operation's max cost.
         All or nothing: on refusal nothing is held anywhere.
 
+        ``origin``: the hold's own origin (its export row's), ``None``: the operation's.
         ``input_tokens`` is the estimate held; ``input_bound_tokens`` a provable upper
         bound of the billed input: admission counts the bound (for this hold and every
         outstanding one), so estimates that are too low never overshoot a limit.

@@ -40,6 +40,7 @@ class LedgerSettle(LedgerPart):
     __slots__ = ()
 
     _card: PriceCard
+    _holding: set[str]
     _notices: LedgerNotices
     _unsettled: dict[str, SettleRequest]
 
@@ -119,6 +120,8 @@ class LedgerSettle(LedgerPart):
             UnknownHold: ``hold_id`` was never granted.
         """
         outcome = await self._settle(hold_id, usage, estimated, ends, calibration)
+        if ends is not None:  # ended in that step: as end_operation
+            self._holding.discard(ends.operation_id)
         return self._after_settle(outcome)
 
     async def settle_interrupted(

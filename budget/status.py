@@ -11,6 +11,7 @@ from budget.types import Level, Window
 __all__ = [
     "BucketStatus",
     "EstimateStats",
+    "HoldEntry",
     "KillState",
     "LedgerStatus",
     "ProviderSpend",
@@ -60,6 +61,32 @@ class KillState:
 
 
 @dataclass(frozen=True, slots=True)
+class HoldEntry:
+    """One hold as the ledger booked it (its export row's money): what ``/cost``
+    shows under an answer.
+
+    Attributes:
+        hold_id: the hold.
+        state: ``held``, ``settled``, ``released`` or ``expired``.
+        provider, model: where the attempt went.
+        actual_musd: what was booked (µUSD; 0 for a free-tier provider; ``None`` while
+            held or after a release).
+        list_actual_musd: the same usage at list price (µUSD; ``None`` when the model
+            has no list price or nothing was booked).
+        estimated: booked on Kopek's own count or at the ceiling (the provider gave no
+            usable usage): "about".
+    """
+
+    hold_id: str
+    state: str
+    provider: str
+    model: str
+    actual_musd: int | None
+    list_actual_musd: int | None
+    estimated: bool
+
+
+@dataclass(frozen=True, slots=True)
 class ProviderSpend:
     """Per provider, today (the day each hold was granted): calls settled, money
     settled, list-price equivalent (``None`` when some model had no list price and
@@ -68,7 +95,8 @@ class ProviderSpend:
     an interrupted call).
 
     Expired holds count as calls and as spend at their bound until their real
-    settle (or release) corrects them.
+    settle (or release) corrects them. ``calls_by_model``: the same calls per model
+    (``(model, calls)``, by model name): what the router sent to the small models.
     """
 
     provider: str
@@ -77,6 +105,7 @@ class ProviderSpend:
     list_musd: int | None
     held_musd: int
     estimated_calls: int = 0
+    calls_by_model: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

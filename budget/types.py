@@ -21,6 +21,7 @@ from datetime import datetime
 from enum import StrEnum
 
 __all__ = [
+    "HOLD_ONLY_ORIGINS",
     "CalibrationSample",
     "Level",
     "Origin",
@@ -67,6 +68,14 @@ class Origin(StrEnum):
 
     CHAT = "chat"
     DIGEST = "digest"
+    #: a history summary folded for a chat message (a hold's origin, in that message's
+    #: operation: docs/decisions/150-history-summaries-are-charged-steps.md)
+    SUMMARY = "summary"
+
+
+#: Origins a hold may carry but no operation begins with (a summary is a step of the
+#: chat message's operation, capped by that operation's caps).
+HOLD_ONLY_ORIGINS: frozenset[Origin] = frozenset({Origin.SUMMARY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +93,10 @@ class Refusal:
             blocked it — "retry in a minute" rather than "exhausted".
         scope: the name of the refusing scope (team name, provider name), or ``""``.
         note: operator-facing detail (kill reason); never shown to users raw.
+        ceiling_musd: a limit's refusal: the hold that did not fit (µUSD, the
+            request's worst case); 0 when not a hold's.
+        remaining_musd: a limit's refusal: what was left of the refusing bucket (µUSD,
+            limit − settled − held, may be ≤ 0); ``None`` when not known.
     """
 
     reason: RefusalReason
@@ -93,6 +106,8 @@ class Refusal:
     busy: bool = False
     scope: str = ""
     note: str = ""
+    ceiling_musd: int = 0
+    remaining_musd: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Literal
 
-from budget.types import Usage
+from budget.types import Origin, Usage
 
 __all__ = [
     "AudioClip",
@@ -31,10 +31,20 @@ Role = Literal["system", "user", "assistant"]
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One chat message sent to a model."""
+    """One chat message sent to a model.
+
+    Attributes:
+        role: who says it.
+        content: its text.
+        images: images attached to it (a user's photo; only vision models are sent
+            these: :class:`llm.providers.vision_provider.VisionProvider`). Neither the
+            token counter nor :func:`budget.pricing.tokens.input_bound` counts them:
+            their tokens are the vision provider's own bound, added per attempt.
+    """
 
     role: Role
     content: str
+    images: tuple[ImagePart, ...] = ()
 
 
 class Priority(IntEnum):
@@ -66,6 +76,10 @@ class LLMRequest:
         ends_operation: the operation ends with this request's answer (chat: one
             request per message): its settle also ends the operation, in one ledger
             step (``Completion.operation_ended``; docs/decisions/132-two-ledger-steps.md).
+        small: the router's choice (:mod:`llm.router`): ask each provider's small model
+            (its ``cheap_model``) instead of its main one; each hold is sized on it.
+        origin: what the request's holds are booked as when it is not the
+            operation's own origin (``Origin.SUMMARY``); ``None``: the operation's.
     """
 
     messages: tuple[Message, ...]
@@ -77,6 +91,8 @@ class LLMRequest:
     free_share: float = 1.0
     input_tokens: int | None = None
     ends_operation: bool = False
+    small: bool = False
+    origin: Origin | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.free_share <= 1:

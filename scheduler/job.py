@@ -77,6 +77,11 @@ class DigestConfig:
         summary_lease_s: seconds another process waits for a live process's summary
             before making it itself (:class:`scheduler.cache.SummaryCache`).
         summary_poll_s: seconds between a waiting process's looks for that summary.
+        paid_allowed: ``False`` while the paid anchor may not serve digests (the bot's
+            shedding of ``paid_digests``): a request that would need it waits
+            ``pacing_poll_s`` and decides again (``None``: always allowed).
+        small_model: post summaries go to each provider's small model (the router's
+            rule for simple work, ``llm.router``; ``CHAT_ROUTER=off``: the main ones).
     """
 
     stagger_s: float = 10.0
@@ -96,8 +101,10 @@ class DigestConfig:
     lookback_hours: int = 24
     catch_up_hours: float = 6.0
     pacing_poll_s: float = 5.0
+    paid_allowed: Callable[[], bool] | None = None
     delivery_max_attempts: int = 8
     max_input_chars: int = 4000
+    small_model: bool = True
     excerpt_chars: int = 300
     delivered_min: int = 200
     summary_lease_s: float = 900.0

@@ -356,6 +356,11 @@ class Summariser:
         count = self._count
         return sum(count(m.content) + 4 for m in messages) + self._config.summary_max_tokens
 
+    def _paid_shed(self, allow_paid: bool) -> bool:
+        """The paid anchor is asked for while the bot sheds paid digests: wait."""
+        allowed = self._config.paid_allowed
+        return allow_paid and allowed is not None and not allowed()
+
     async def _complete(
         self,
         op: OperationTicket,
@@ -379,11 +384,12 @@ class Summariser:
                         seconds_to_deadline=(deadline - self._clock.now()).total_seconds(),
                         poll_s=self._config.pacing_poll_s,
                     )
-                    if decision.send:
+                    if decision.send and not self._paid_shed(decision.allow_paid):
                         break
+                    wait_s = decision.wait_s or self._config.pacing_poll_s
                     self._stats.pacing_waits += 1
-                    self._stats.pacing_wait_s += decision.wait_s
-                    await self._clock.sleep(decision.wait_s)
+                    self._stats.pacing_wait_s += wait_s
+                    await self._clock.sleep(wait_s)
                 request = LLMRequest(
                     messages=messages,
                     max_tokens=self._config.summary_max_tokens,
@@ -391,6 +397,7 @@ class Summariser:
                     priority=Priority.DIGEST,
                     fingerprint=f"{base}:{attempt}",
                     free_share=self._config.max_free_share,
+                    small=self._config.small_model,
                 )
                 try:
                     completion = await self._backend.complete(op, request)

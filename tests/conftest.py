@@ -1,7 +1,8 @@
 """Fixtures shared by every test package: a real PostgreSQL server (``tests/support/pg.py``).
 
 * ``pg_server`` — one :class:`tests.support.pg.PgServer` per pytest process (so one per xdist
-  worker), started on first use on a free loopback port and stopped at the end of the
+  worker), started on first use on a free loopback port and a Unix socket
+  (:meth:`tests.support.pg.PgServer.socket_url`) and stopped at the end of the
   session. It never skips: a server that cannot start fails the tests that need it.
 * ``pg_url`` — a new empty database on that server for each test:
   ``postgresql+asyncpg://postgres@127.0.0.1:<port>/<name>``, dropped afterwards.
@@ -30,7 +31,7 @@ PG_PASSWORD = "Kp@ss/w0rd-4f9e1c"
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
     """A PostgreSQL server for this pytest process (see ``tests/support/pg.py``)."""
-    server = start_server()
+    server = start_server(unix_socket=True)
     try:
         yield server
     finally:

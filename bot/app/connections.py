@@ -57,15 +57,17 @@ log = logging.getLogger(__name__)
 #: WAL, or the PostgreSQL pool), the Bot API session's connections, the providers'
 #: connection pools, the metrics port, logs. Measured: a replica on SQLite holding 767
 #: webhook connections had 786 descriptors open (its own ~20, without provider traffic).
-RESERVED_DESCRIPTORS = 256
+RESERVED_DESCRIPTORS = 512
 
-#: The webhook's listen backlog. asyncio accepts up to this many sockets per ready event
-#: and runs their ``connection_made`` on a later loop iteration, and a connection closed
-#: over the cap frees its descriptor one iteration after that: under a flood, two or
-#: three accept batches are open beyond the cap at once. 3 × 64 plus the bot's own ~30
-#: files stays inside :data:`RESERVED_DESCRIPTORS`; aiohttp's default of 128 did not
-#: (``EMFILE`` in ``accept`` at 1,100 idle connections on a loaded machine).
-ACCEPT_BACKLOG = 64
+#: The webhook's listen backlog (aiohttp's default). asyncio accepts up to this many
+#: sockets per ready event and runs their ``connection_made`` on a later loop iteration,
+#: and a connection closed over the cap frees its descriptor one iteration after that:
+#: under a flood, two or three accept batches are open beyond the cap at once, so
+#: :data:`RESERVED_DESCRIPTORS` keeps 3 × 128 plus the bot's own ~30 files (at 256,
+#: ``EMFILE`` in ``accept`` at 1,100 idle connections on a loaded machine). A smaller
+#: backlog is no answer: the kernel's accept queue overflows and clients hold
+#: connections the bot has not accepted yet.
+ACCEPT_BACKLOG = 128
 #: Fewest connections a replica runs with: a limit that leaves fewer is refused at start.
 MIN_CONNECTIONS = 16
 #: Seconds between two WARNING lines about closed connections of one reason.

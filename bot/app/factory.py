@@ -1,58 +1,53 @@
 """The composition root: the one place that builds everything from :class:`Settings`.
 
 Nothing is created at import time. :func:`create_app` wires the engine, ledger,
-cascade, digest runner, aiogram bot and dispatcher into an :class:`~bot.app.lifecycle.App`
-(whose start-up and shutdown hooks are in :mod:`bot.app.lifecycle`), one part at a time:
-each ``_build_*`` function below builds one piece. What depends on whether processes
-share the database comes from one part, :mod:`bot.app.replicas`, so nothing here asks
-which engine it runs on. The settings → config pieces are in :mod:`bot.app.wiring`;
-:func:`bot.app.polling.run` checks, migrates, starts polling and returns the exit code
-once a SIGTERM/SIGINT has drained the work.
+cascade, digest runner, media path, aiogram bot and dispatcher into an
+:class:`~bot.app.lifecycle.App` (start-up and shutdown: :mod:`bot.app.lifecycle`), one
+part at a time: each ``_build_*`` function below builds one piece. What depends on
+whether processes share the database comes from :mod:`bot.app.replicas`, so nothing
+here asks which engine it runs on. Settings → config pieces: :mod:`bot.app.wiring`;
+shedding, retention, /drill and the routers: :mod:`bot.app.ops_wiring`; the media path:
+:mod:`bot.app.media_wiring`. :func:`bot.app.polling.run` checks, migrates, starts
+polling and returns the exit code once a SIGTERM/SIGINT has drained the work.
 """
 
 from __future__ import annotations
 
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import httpx
 from aiogram import Bot, Dispatcher
-from aiogram.client.session.aiohttp import AiohttpSession
-from aiogram.client.telegram import TelegramAPIServer
 from aiogram.utils.i18n import I18n
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from bot.app.lifecycle import App
+from bot.app.media_wiring import MediaParts, build_media, media_models
 from bot.app.operator import books_desk, build_operator, dashboard_site
+from bot.app.ops_wiring import drill_of, retention_of, route_updates, shedding_of
 from bot.app.replicas import Replicas, replicas_of
+from bot.app.telegram_wiring import build_telegram
 from bot.app.wiring import (
     ProfileStoreAdapter,
     cascade_config,
+    chat_config,
     digest_config,
     ledger_config,
     provider_models,
     provider_specs_of,
+    router_config,
 )
 from bot.chat.deferral import FloodDeferral
+from bot.chat.duplicates import DuplicateGate
+from bot.chat.folding import HistoryFolder, raw_turn_counter
 from bot.chat.outbox import Outbox
 from bot.chat.paste import PasteJoiner
-from bot.chat.service import ChatConfig, ChatService
+from bot.chat.service import ChatService
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.streaming.session import StreamConfig
-from bot.handlers.admin import create_admin_router
 from bot.handlers.admin.base import AdminView
-from bot.handlers.books import create_books_router
-from bot.handlers.chat import create_chat_router, create_non_text_router
-from bot.handlers.common import create_common_router, create_fallback_router
-from bot.handlers.dashboard import create_dashboard_router
-from bot.handlers.digests import create_digest_router
-from bot.handlers.errors import create_error_router
-from bot.handlers.inline_filters import run_sync_filters_inline
-from bot.handlers.me import create_me_router
-from bot.handlers.moves import create_chat_moves_router
-from bot.handlers.stream import create_stream_router
 from bot.middlewares.context import WorkflowData
 from bot.middlewares.intake import (
     ArrivalOrderMiddleware,
@@ -60,27 +55,23 @@ from bot.middlewares.intake import (
     LocaleMiddleware,
     ProfileMiddleware,
 )
-from bot.middlewares.rate import RateExemption, UpdateRateMiddleware
-from bot.middlewares.topics import TopicMiddleware, TopicRequestMiddleware
+from bot.middlewares.rate import UpdateRateMiddleware
+from bot.middlewares.topics import TopicMiddleware
 from bot.ops.admin_notices import AdminNotifier
 from bot.ops.dashboard import OperatorView
 from bot.ops.health import Readiness
 from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_counter
 from bot.ops.schema_watch import SchemaWatch
+from bot.ops.shedding import Shedding
 from bot.session.chat_moves import FollowChatMoves
-from bot.session.flood_waits import FloodWaits
-from bot.session.model_pins import PinResponseModels
-from bot.session.update_json import load_checked
 from bot.session.updates import (
-    ConfirmWhenTakenIn,
     EndOfUpdate,
     IntakeBarrier,
-    PollInSmallBatches,
-    SkipUndecodableUpdates,
 )
 from bot.settings import Settings
 from bot.storage.moves import ChatMoves
 from bot.storage.repos import History, Intake
+from bot.storage.summaries import CostFooters, Summaries
 from bot.text.digests import TelegramDeliverer
 from bot.text.i18n import create_i18n
 from budget.books.stops import StopBook
@@ -114,7 +105,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     registry = CollectorRegistry()
     dropped = dropped_counter(registry)
     i18n = create_i18n()
-    telegram = _build_telegram(settings, clock, dropped)
+    telegram = build_telegram(settings, clock, dropped)
     notifier = AdminNotifier(telegram.bot, i18n, settings.admin_ids, clock)
     ledger = _build_ledger(settings, clock, notifier)
     core = _Core(
@@ -126,6 +117,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         tokens=TokenCounter(safety_factor=settings.token_safety_factor),
         bot=telegram.bot,
         i18n=i18n,
+        shedding=shedding_of(settings, ledger, clock, notifier.broadcast),
     )
     # one TLS context for the HTTPS clients (each new one loads the CA bundle: ~30 ms)
     tls = httpx.create_ssl_context()
@@ -133,16 +125,17 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     repo = ProfileRepository(core.sessions, clock, default_digest_time=settings.digest_default_time)
     chat = _build_chat(core, repo, cascade)
     digests = _build_digests(core, repo, cascade, tls)
+    media = _build_media(core, cascade, chat, digests, tls)
     operator = build_operator(
         settings, clock, core.sessions, ledger, engine, cascade, notifier, repo
     )
     deferral = FloodDeferral(telegram.flood_waits, chat.outbox, clock, settings.flood_defer_seconds)
     workflow = _workflow(
-        core, engine, registry, notifier, cascade, chat, digests, operator.view, deferral
+        core, engine, registry, notifier, cascade, chat, digests, operator.view, deferral, media
     )
     dp = Dispatcher(**workflow)
     rate = _add_middlewares(core, dp, telegram.barrier, chat, dropped)
-    _add_routers(settings, dp, rate)
+    route_updates(dp, settings.admin_ids, rate)
     app = App(
         settings=settings,
         clock=clock,
@@ -167,6 +160,9 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         schema=SchemaWatch(engine, clock),
         is_control=lambda update: rate.is_control(update, telegram.bot),
         dashboard=dashboard_site(settings, clock, ledger, operator.view, dropped),
+        shedding=core.shedding,
+        retention=retention_of(settings, ledger, engine, clock),
+        media=media,
         ops_watch=operator.watch,
     )
     core.replicas.attach(app, telegram.bot, chat.streams)
@@ -177,7 +173,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
 class _Core:
     """What most parts are built from: the settings, the clock, the bot's database
     sessions, the ledger, what the processes share (:mod:`bot.app.replicas`), the token
-    counter, the Bot API client and the translations."""
+    counter, the Bot API client, the translations and SHED_ORDER's switch."""
 
     settings: Settings
     clock: Clock
@@ -187,44 +183,7 @@ class _Core:
     tokens: TokenCounter
     bot: Bot
     i18n: I18n
-
-
-@dataclass(frozen=True, slots=True)
-class _Telegram:
-    """The aiogram ``Bot`` with its session middlewares, and polling's intake barrier
-    (``None`` in webhook mode)."""
-
-    bot: Bot
-    barrier: IntakeBarrier | None
-    flood_waits: FloodWaits
-
-
-def _build_telegram(settings: Settings, clock: Clock, dropped: Counter) -> _Telegram:
-    """The Bot API client and the session middlewares every call goes through (between
-    replicas the fence's is added last, by :meth:`bot.app.replicas.Replicas.attach`)."""
-    bot = Bot(
-        token=settings.bot_token.get_secret_value(),
-        session=AiohttpSession(
-            api=TelegramAPIServer.from_base(settings.telegram_api_base),
-            # no depth or integer of an answer fails later (bot/session/update_json.py)
-            json_loads=load_checked,
-        ),
-    )
-    flood_waits = FloodWaits(clock, on_drop=lambda _method: dropped.labels("flood_wait").inc())
-    bot.session.middleware(flood_waits)
-    # polling: a batch is confirmed once its updates are taken in (bot/session/updates.py)
-    barrier = (
-        None if settings.webhook_mode else IntakeBarrier(clock, settings.poll_intake_wait_seconds)
-    )
-    if barrier is not None:
-        bot.session.middleware(ConfirmWhenTakenIn(barrier))
-    bot.session.middleware(
-        SkipUndecodableUpdates(on_skip=lambda: dropped.labels("undecodable_update").inc())
-    )
-    bot.session.middleware(PinResponseModels())
-    bot.session.middleware(PollInSmallBatches())
-    bot.session.middleware(TopicRequestMiddleware())
-    return _Telegram(bot, barrier, flood_waits)
+    shedding: Shedding
 
 
 def _build_ledger(settings: Settings, clock: Clock, notifier: AdminNotifier) -> Ledger:
@@ -232,7 +191,7 @@ def _build_ledger(settings: Settings, clock: Clock, notifier: AdminNotifier) -> 
     :func:`budget.storage.open_store`: one SQLite file, one process; or a PostgreSQL
     database shared by several processes)."""
     prices = PriceCard(
-        provider_models(settings),
+        [*provider_models(settings), *media_models(settings)],
         overrides=parse_overrides(settings.price_overrides) if settings.price_overrides else None,
         max_call_seconds=settings.provider_timeout_seconds,
     )
@@ -272,6 +231,7 @@ class _Chat:
 
     service: ChatService
     history: History
+    summaries: Summaries
     moves: ChatMoves
     intake: Intake
     outbox: Outbox
@@ -280,32 +240,40 @@ class _Chat:
 
 
 def _build_chat(core: _Core, repo: ProfileRepository, cascade: Cascade) -> _Chat:
-    """The chat service, its history, the intake, the outbox, the streams and the
-    profile store (on a SQLite file the message path's writes ride the ledger's writer)."""
+    """The chat service (folding long histories into summaries), its history, the
+    intake, the outbox, the streams and the profile store (on a SQLite file the message
+    path's writes ride the ledger's writer)."""
     settings, clock, hot = core.settings, core.clock, core.replicas.hot
     # a group upgraded to a supergroup: its calls, rows and answers follow it there
     moves = ChatMoves(core.sessions)
     core.bot.session.middleware(FollowChatMoves(moves))
     history = History(core.sessions, hot, moves)
+    summaries = Summaries(core.sessions, moves)
     service = ChatService(
         ledger=core.ledger,
         backend=cascade,
         history=history,
         count_tokens=core.tokens,
         clock=clock,
-        config=ChatConfig(
-            max_output_tokens=settings.chat_max_output_tokens,
-            max_input_tokens=settings.chat_max_input_tokens,
-            history_max_tokens=settings.chat_history_max_tokens,
-            user_max_inflight=settings.user_max_inflight,
-            user_queue_max=settings.user_queue_max,
-        ),
+        config=chat_config(settings),
         count_messages=True,
         lanes=core.replicas.lanes(clock),
+        short_answers=lambda: core.shedding.is_off("long_answers"),
+        folder=HistoryFolder(
+            summaries=summaries,
+            backend=cascade,
+            raw_turn=raw_turn_counter(core.tokens.raw_messages),
+            scale=core.tokens.scale,
+            clock=clock,
+            history_max_tokens=settings.chat_history_max_tokens,
+            summary_max_tokens=settings.chat_summary_max_tokens,
+            router=router_config(settings),
+        ),
     )
     return _Chat(
         service=service,
         history=history,
+        summaries=summaries,
         moves=moves,
         intake=Intake(core.sessions, hot, shared=core.replicas.intake),
         outbox=Outbox(core.sessions, core.bot, clock, claim_s=core.replicas.outbox_claim_s),
@@ -318,12 +286,14 @@ def _build_chat(core: _Core, repo: ProfileRepository, cascade: Cascade) -> _Chat
 
 @dataclass(frozen=True, slots=True)
 class _Digests:
-    """The digests' pieces: what /sub and friends call, the runner, their HTTP clients."""
+    """The digests' pieces: what /sub and friends call, the runner, their HTTP clients
+    and the feed reader (which also reads a lone link's page: :mod:`bot.media`)."""
 
     service: DigestService
     runner: DigestRunner
     http: httpx.AsyncClient
     feed_http: httpx.AsyncClient
+    feeds: FeedClient
 
 
 def _build_digests(
@@ -349,7 +319,7 @@ def _build_digests(
         TmeClient(
             http, base_url=settings.telegram_web_base, max_bytes=max_bytes, timeout_s=timeout_s
         ),
-        FeedClient(feed_http, guard, max_bytes=max_bytes, timeout_s=timeout_s),
+        feeds := FeedClient(feed_http, guard, max_bytes=max_bytes, timeout_s=timeout_s),
         clock,
     )
     service = DigestService(
@@ -368,11 +338,33 @@ def _build_digests(
         backend=cascade,
         deliverer=TelegramDeliverer(core.bot, core.i18n, clock, tz_of),
         fetcher=fetchers,
-        config=digest_config(settings),
+        config=replace(
+            digest_config(settings), paid_allowed=lambda: not core.shedding.is_off("paid_digests")
+        ),
         count_tokens=core.tokens.text,
         claimant=core.replicas.claimant,
     )
-    return _Digests(service, runner, http, feed_http)
+    return _Digests(service, runner, http, feed_http, feeds)
+
+
+def _build_media(
+    core: _Core, cascade: Cascade, chat: _Chat, digests: _Digests, tls: ssl.SSLContext
+) -> MediaParts:
+    """The media path (:mod:`bot.app.media_wiring`); the chat answers photos with its
+    vision cascade."""
+    media = build_media(
+        core.settings,
+        bot=core.bot,
+        ledger=core.ledger,
+        chat_cascade=cascade,
+        history=chat.history,
+        feeds=digests.feeds,
+        tokens=core.tokens,
+        clock=core.clock,
+        tls=tls,
+    )
+    chat.service.vision = media.vision
+    return media
 
 
 def _workflow(
@@ -385,12 +377,16 @@ def _workflow(
     digests: _Digests,
     operator_view: OperatorView,
     flood_deferral: FloodDeferral,
+    media: MediaParts,
 ) -> WorkflowData:
     """What handlers ask for by name (``Dispatcher(**workflow_data)``)."""
     return WorkflowData(
         clock=core.clock,
         chat_service=chat.service,
         history=chat.history,
+        cost_footers=CostFooters(core.sessions),
+        duplicates=DuplicateGate(core.clock, core.settings.duplicate_window_seconds),
+        summaries=chat.summaries,
         chat_moves=chat.moves,
         profiles=chat.profiles,
         i18n=core.i18n,
@@ -407,23 +403,28 @@ def _workflow(
         outbox=chat.outbox,
         flood_deferral=flood_deferral,
         streams=chat.streams,
-        stream_config=_stream_config(core.settings),
+        stream_config=_stream_config(core.settings, core.shedding),
         stream_metrics=StreamMetrics(registry),
         stop_book=StopBook(core.sessions),
         admin_ids=core.settings.admin_ids,
         stale_after_s=core.settings.stale_message_seconds,
         operator_view=operator_view,
         dashboard_url=core.settings.dashboard_url,
+        drill=drill_of(core.ledger, core.i18n, core.settings),
+        media_desk=media.desk,
+        confirmations=media.confirmations,
     )
 
 
-def _stream_config(settings: Settings) -> StreamConfig:
-    """STREAM_MODE_* and the displays' intervals (ms → s)."""
+def _stream_config(settings: Settings, shedding: Shedding) -> StreamConfig:
+    """STREAM_MODE_* and the displays' intervals (ms → s); off while shedding
+    ``streaming``."""
     return StreamConfig(
         private=settings.stream_mode_private,
         group=settings.stream_mode_group,
         draft_interval_s=settings.stream_draft_interval_ms / 1000,
         edit_interval_s=settings.stream_edit_interval_ms / 1000,
+        shed=lambda: shedding.is_off("streaming"),
     )
 
 
@@ -461,28 +462,3 @@ def _add_middlewares(
         IntakeMiddleware(chat.intake, clock, barrier.taken_in if barrier is not None else None)
     )
     return rate
-
-
-def _add_routers(settings: Settings, dp: Dispatcher, rate: UpdateRateMiddleware) -> None:
-    """The routers, the chat router first (a text that is not a command meets no other
-    router's filters: ``docs/decisions/022-message-path.md``), and what runs around them."""
-    dp.include_router(create_error_router())
-    dp.include_router(create_chat_router())
-    dp.include_router(create_books_router(settings.admin_ids))
-    dp.include_router(create_admin_router(settings.admin_ids))
-    dp.include_router(create_dashboard_router(settings.admin_ids))
-    dp.include_router(create_stream_router())
-    dp.include_router(create_common_router())
-    dp.include_router(create_digest_router())
-    dp.include_router(create_me_router())
-    dp.include_router(create_chat_moves_router())  # service messages: after every text router
-    dp.include_router(create_fallback_router())
-    dp.include_router(create_non_text_router())
-    # controls tagged flags={"rate_limit": False} pass the update rate (bot/middlewares/rate.py)
-    rate.exempt(dp)
-    # magic filters (F.text …) on the loop, not one thread hop each (bot/handlers/inline_filters.py)
-    run_sync_filters_inline(dp)
-    gate = RateExemption()
-    for name, observer in dp.observers.items():
-        if name not in ("update", "error"):
-            observer.middleware(gate)

@@ -35,6 +35,7 @@ from aiogram.utils.i18n import I18n
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bot.app.media_wiring import MediaParts
 from bot.app.start_waits import StartWaits
 from bot.chat.delivery import send_text
 from bot.chat.outbox import Outbox
@@ -45,7 +46,9 @@ from bot.ops.admin_notices import AdminNotifier
 from bot.ops.dashboard.api import DashboardSite
 from bot.ops.health import Readiness
 from bot.ops.metrics import MetricsServer
+from bot.ops.retention import RetentionJob
 from bot.ops.schema_watch import SchemaWatch
+from bot.ops.shedding import Shedding
 from bot.ops.watch import OpsWatch
 from bot.settings import Settings
 from bot.storage.repos import Intake
@@ -72,6 +75,8 @@ USER_COMMANDS = [
     ("help", "Help"),
     ("me", "My spend and limits"),
     ("reset", "Forget the conversation"),
+    ("history", "What is summarised of this conversation"),
+    ("cost", "Show what each answer cost (on/off)"),
     ("stop", "Stop the answer being written"),
     ("sub", "Subscribe to a channel digest"),
     ("subs", "My subscriptions"),
@@ -129,6 +134,12 @@ class App:
     #: the operator dashboard's routes (DASHBOARD_URL set), served by the webhook server
     #: or, in polling mode, the metrics server (:mod:`bot.ops.dashboard`)
     dashboard: DashboardSite | None = None
+    #: RETENTION_DAYS' daily pruning (``None``: everything is kept)
+    retention: RetentionJob | None = None
+    #: SHED_ORDER's features switched off near the global limits
+    shedding: Shedding | None = None
+    #: voice notes, photos, documents, links (``None``: an app built without them)
+    media: MediaParts | None = None
     #: the alerts before the caps and the spend reports (:mod:`bot.ops.watch`)
     ops_watch: OpsWatch | None = None
     _metrics: MetricsServer | None = None
@@ -183,10 +194,16 @@ class App:
         if self.intake.shared:
             self._lost_watch = asyncio.create_task(self._watch_lost(), name="intake-lost")
         await self.outbox.start()
+        if self.media is not None:
+            await self.media.start()
         await self.runner.start()
         if self.ops_watch is not None:
             await self.ops_watch.start()
         self.schema.start()
+        if self.retention is not None:
+            self.retention.start()
+        if self.shedding is not None:
+            self.shedding.start()
         if self.settings.metrics_port is not None:
             self._metrics = MetricsServer(
                 self.registry,
@@ -268,12 +285,18 @@ class App:
     async def close_after_failed_start(self) -> None:
         """Release what :func:`create_app` opened when polling never started."""
         await self.schema.stop()
+        if self.retention is not None:
+            await self.retention.stop()
+        if self.shedding is not None:
+            await self.shedding.stop()
         await self._stop_watch()
         if self.streams.kill_watch is not None:
             await self.streams.kill_watch.stop()
         await self.outbox.stop()
         await self._stop_ops_watch()
         await self.runner.stop()
+        if self.media is not None:
+            await self.media.close()
         await self.cascade.aclose()
         await self.http.aclose()
         await self.feed_http.aclose()
@@ -297,6 +320,10 @@ class App:
         if left := await self.intake.wait_open(OUTCOME_WAIT_S, self.clock):
             log.warning("%d messages closed without their outcome recorded", left)
         await self.schema.stop()
+        if self.retention is not None:
+            await self.retention.stop()
+        if self.shedding is not None:
+            await self.shedding.stop()
         await self._stop_watch()
         if self.streams.kill_watch is not None:
             await self.streams.kill_watch.stop()
@@ -305,6 +332,8 @@ class App:
         await self.runner.stop()
         if self._metrics is not None:
             await self._metrics.stop()
+        if self.media is not None:
+            await self.media.close()
         await self.cascade.aclose()
         await self.http.aclose()
         await self.feed_http.aclose()

@@ -136,7 +136,7 @@ class SharedReplicas(Replicas):
 
         db = self._db()
         streams.kill_watch = SignalWatcher(
-            PgSignals(db, app.clock), KILL_HARD, app.clock, lambda: streams.stop_all("kill")
+            PgSignals(db.control, app.clock), KILL_HARD, app.clock, lambda: streams.stop_all("kill")
         )
         bot.session.middleware(FencedSession(db))
         db.on_fenced.append(app.fence)

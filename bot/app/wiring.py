@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from bot.chat.service import ChatConfig
 from bot.settings import Settings
 from bot.settings.ops import WEEKDAYS
 from bot.storage.sqlite_hot import SqliteHotPath
@@ -22,6 +23,7 @@ from budget.pricing.prices import ProviderModel
 from budget.types import Origin
 from llm.cascade.cascade import CascadeConfig
 from llm.cascade.factory import ProviderSpec, provider_specs
+from llm.router import Route, RouterConfig, Work, route
 from scheduler.profiles import LANGUAGES, ProfileRepository, parse_digest_time
 from scheduler.runner import DigestConfig
 
@@ -32,10 +34,12 @@ __all__ = [
     "ProfileStoreAdapter",
     "admin_language",
     "cascade_config",
+    "chat_config",
     "digest_config",
     "ledger_config",
     "provider_models",
     "provider_specs_of",
+    "router_config",
     "watch_config",
 ]
 
@@ -77,11 +81,34 @@ def ledger_config(settings: Settings) -> LedgerConfig:
         auto_kill_window_s=settings.auto_kill_window_minutes * 60.0,
         process_heartbeat_s=settings.process_heartbeat_seconds,
         process_dead_after_s=settings.process_dead_after_seconds,
+        db_lock_timeout_s=settings.database_lock_timeout_seconds,
+        db_pool_timeout_s=settings.database_pool_timeout_seconds,
         sweep_interval_s=min(30.0, settings.process_heartbeat_seconds)
         if settings.database_url.startswith("postgresql")
         else 30.0,
         auto_kill_fraction=settings.auto_kill_fraction,
         auto_kill_musd_per_window=usd_to_musd(settings.auto_kill_usd_per_window),
+    )
+
+
+def router_config(settings: Settings) -> RouterConfig:
+    """Settings → the cheap-model router's knobs (``llm.router``)."""
+    return RouterConfig(
+        enabled=settings.chat_router == "on",
+        small_max_tokens=settings.router_small_max_tokens,
+        small_max_context_tokens=settings.router_small_max_context_tokens,
+    )
+
+
+def chat_config(settings: Settings) -> ChatConfig:
+    """Settings → the chat service's knobs."""
+    return ChatConfig(
+        max_output_tokens=settings.chat_max_output_tokens,
+        max_input_tokens=settings.chat_max_input_tokens,
+        history_max_tokens=settings.chat_history_max_tokens,
+        user_max_inflight=settings.user_max_inflight,
+        user_queue_max=settings.user_queue_max,
+        router=router_config(settings),
     )
 
 
@@ -216,6 +243,7 @@ def digest_config(settings: Settings) -> DigestConfig:
         summary_max_tokens=settings.digest_summary_max_tokens,
         max_musd=usd_to_musd(settings.digest_max_usd) or 0,
         default_tz=settings.user_tz,
+        small_model=route(Work.DIGEST, router_config(settings)) is Route.SMALL,
     )
 
 

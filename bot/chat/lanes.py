@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from budget.kernel.clock import Clock
+from budget.storage.postgres.lease import LIVENESS_KEY
 from llm.keys.postgres import Transactor
 
 __all__ = ["POLL_S", "LaneStore", "PgLanes"]
@@ -34,6 +35,15 @@ _AHEAD = (
     " AND message_id < $3 AND status = 'received' AND process_id <> $4 AND process_id IN"
     " (SELECT process_id FROM budget_processes WHERE heartbeat_at > $5)"
 )
+#: The same, of the processes that are surely running them: not those whose liveness
+#: lock is free on the server lifetime of their last beat (their connection is gone:
+#: :mod:`budget.storage.postgres.lease`; the statement takes the lock for its own
+#: moment), which the sweep declares dead within two heartbeats.
+_RUNNING = _AHEAD.replace(
+    "heartbeat_at > $5)",
+    "heartbeat_at > $5 AND (locked_on IS DISTINCT FROM pg_postmaster_start_time()"
+    f" OR NOT pg_try_advisory_xact_lock({LIVENESS_KEY.format('process_id')})))",
+)
 
 
 class LaneStore(Protocol):
@@ -42,6 +52,16 @@ class LaneStore(Protocol):
     async def ahead(self, user_id: int, chat_id: int, message_id: int) -> int:
         """How many of ``user_id``'s earlier messages in ``chat_id`` other live processes
         hold unfinished.
+
+        Raises:
+            budget.errors.LedgerUnavailable: the database cannot be read.
+        """
+        ...
+
+    async def running_ahead(self, user_id: int, chat_id: int, message_id: int) -> int:
+        """How many of those are surely being answered: their process is alive, not
+        merely not yet declared dead (a refusal says "your request that is already
+        running will still be answered" only then).
 
         Raises:
             budget.errors.LedgerUnavailable: the database cannot be read.
@@ -72,11 +92,18 @@ class PgLanes:
 
     async def ahead(self, user_id: int, chat_id: int, message_id: int) -> int:
         """See :meth:`LaneStore.ahead`."""
+        return await self._count(_AHEAD, user_id, chat_id, message_id)
+
+    async def running_ahead(self, user_id: int, chat_id: int, message_id: int) -> int:
+        """See :meth:`LaneStore.running_ahead`."""
+        return await self._count(_RUNNING, user_id, chat_id, message_id)
+
+    async def _count(self, sql: str, user_id: int, chat_id: int, message_id: int) -> int:
         now = self._clock.now()
         live_after = now.timestamp() - self.dead_after_s
 
         async def body(conn: Any) -> int:
             args = (user_id, chat_id, message_id, self.process_id, live_after)
-            return int(await conn.fetchval(_AHEAD, *args))
+            return int(await conn.fetchval(sql, *args))
 
         return await self._db.tx(now, body, single=True)

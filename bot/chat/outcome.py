@@ -6,13 +6,29 @@ turns them into the reply. None carries text for the user (templates do).
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from bot.chat.folding import FoldNote
+from bot.media.refusals import MediaRefusal
+from budget.errors import HoldRefused, LedgerUnavailable
 from budget.types import Refusal
 from llm.types import Completion
 
-__all__ = ["ChatAnswer", "ChatFailed", "ChatOutcome", "ChatRefused", "FailureKind"]
+__all__ = [
+    "ChatAnswer",
+    "ChatFailed",
+    "ChatOutcome",
+    "ChatRefused",
+    "FailureKind",
+    "refused_outcome",
+    "run_guarded",
+]
+
+log = logging.getLogger("bot.chat.service")  # the chat service's own lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,18 +43,23 @@ class ChatAnswer:
             passed over after its call started may have been billed too); ``None``
             when the ledger could not answer. Told the user only when the answer
             could not be delivered (``docs/decisions/021-chat-reply.md``).
+        fold: the history fold this message made (summarised or cut), ``None``: none.
     """
 
     completion: Completion
     charged_musd: int | None = 0
+    fold: FoldNote | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ChatRefused:
-    """The ledger refused; ``running`` = another of the user's requests is still in flight."""
+    """The ledger refused; ``running`` = another of the user's requests is still in flight;
+    ``retry`` = the ledger failed closed before any provider call was made for the
+    message (no hold granted): it may be tried again whole (:mod:`bot.chat.ledger_wait`)."""
 
     refusal: Refusal
     running: bool
+    retry: bool = False
 
 
 class FailureKind(StrEnum):
@@ -51,12 +72,15 @@ class FailureKind(StrEnum):
     ERROR = "error"  # an unexpected exception (logged)
     SHUTDOWN = "shutdown"  # the bot is stopping
     EMPTY = "empty"  # the model answered (billed) with no usable text
+    MEDIA = "media"  # a media step refused its input (``ChatFailed.media`` says why)
 
 
 @dataclass(frozen=True, slots=True)
 class ChatFailed:
     """No answer. ``tokens``/``limit`` are set for ``too_long``. ``empty``: the model
     answered with no usable text — billed (``cost_musd`` µUSD booked), not an answer.
+
+    ``media``: for ``media``, the refusal of the media step (a transcript with no words).
 
     ``charged_musd``: what the ledger booked for the operation (µUSD), asked after the
     failure — 0 when nothing was charged (also when no operation was started), ``None``
@@ -69,6 +93,26 @@ class ChatFailed:
     running: bool = False
     cost_musd: int = 0
     charged_musd: int | None = 0
+    media: MediaRefusal | None = None
 
 
 ChatOutcome = ChatAnswer | ChatRefused | ChatFailed
+
+
+async def run_guarded(coro: Awaitable[ChatOutcome]) -> ChatOutcome:
+    """Await ``coro``; any unexpected exception becomes a ``FailureKind.ERROR`` (logged)."""
+    try:
+        return await coro
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # last-resort guard: the user gets a template, not a trace
+        log.exception("chat operation failed unexpectedly")
+        return ChatFailed(FailureKind.ERROR)
+
+
+def refused_outcome(exc: HoldRefused, *, running: bool, called: bool = False) -> ChatRefused:
+    """The refusal ``exc`` as an outcome; one of a ledger that failed closed for a while
+    (not its file lost) before any provider call (``called``: a hold was granted) may be
+    tried again."""
+    passing = isinstance(exc, LedgerUnavailable) and not exc.lasting
+    return ChatRefused(exc.refusal, running=running, retry=passing and not called)

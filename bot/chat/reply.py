@@ -40,11 +40,13 @@ from prometheus_client import Counter
 
 from bot.chat.delivery import send_text
 from bot.chat.failures import UNDELIVERABLE, record_delivery_failure
+from bot.chat.folding import FoldKind
 from bot.chat.outbox import Outbox
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, ChatRefused, FailureKind
 from bot.chat.streaming.session import StreamSession
 from bot.middlewares.context import IntakeStatus
-from bot.text import templates
+from bot.text import conversation, templates
+from bot.text import operator as operator_texts
 from budget.kernel.clock import Clock
 from llm.sanitize import has_visible
 from llm.types import Completion
@@ -105,7 +107,14 @@ def screen(prompt: str, *, age: timedelta, stale_after: timedelta) -> Reply | No
     return None
 
 
-def reply_of(outcome: ChatOutcome, *, tz: str, message_id: int, answer_to: int | None) -> Reply:
+def reply_of(
+    outcome: ChatOutcome,
+    *,
+    tz: str,
+    message_id: int,
+    answer_to: int | None,
+    footer: str | None = None,
+) -> Reply:
     """The reply to an outcome of :meth:`bot.chat.service.ChatService.handle`.
 
     Args:
@@ -114,9 +123,10 @@ def reply_of(outcome: ChatOutcome, *, tz: str, message_id: int, answer_to: int |
         message_id: the message answered (a refusal quotes it: in a burst, the user
             sees which message it refuses).
         answer_to: what an answer quotes (the message in a group, ``None`` in private).
+        footer: the ``/cost`` line put under an answer (``bot.chat.costs``), if any.
     """
     if isinstance(outcome, ChatAnswer):
-        return _answer_reply(outcome, answer_to)
+        return _answer_reply(outcome, answer_to, tz, footer)
     if isinstance(outcome, ChatRefused):
         text = templates.refusal_text(outcome.refusal, tz=tz, running=outcome.running)
         return Reply(
@@ -127,7 +137,7 @@ def reply_of(outcome: ChatOutcome, *, tz: str, message_id: int, answer_to: int |
     return Reply(_failure_text(outcome), status, reply_to=message_id, refusal=outcome.kind.value)
 
 
-def _answer_reply(answer: ChatAnswer, answer_to: int | None) -> Reply:
+def _answer_reply(answer: ChatAnswer, answer_to: int | None, tz: str, footer: str | None) -> Reply:
     completion = answer.completion
     if not has_visible(completion.text):
         if completion.stopped == "shutdown":
@@ -137,8 +147,13 @@ def _answer_reply(answer: ChatAnswer, answer_to: int | None) -> Reply:
             return Reply(text, IntakeStatus.ANSWERED, reply_to=answer_to)
         log.warning("empty answer from %s", completion.provider)
         return Reply(templates.empty_answer_text(), IntakeStatus.FAILED, refusal="empty_answer")
+    text = with_notes(completion)
+    if answer.fold is not None and answer.fold.kind is FoldKind.CUT:
+        text += "\n\n" + conversation.summary_cut_note(answer.fold.refusal, tz=tz)
+    if footer:
+        text += "\n\n" + footer
     return Reply(
-        with_notes(completion),
+        text,
         IntakeStatus.ANSWERED,
         Delivery.ANSWER,
         reply_to=answer_to,
@@ -175,6 +190,8 @@ def with_notes(completion: Completion) -> str:
         text += "\n\n" + templates.stream_cut_note()
     elif completion.cut:
         text += "\n\n" + templates.cut_note()
+    elif completion.finish_reason == "length" and "shed_long_answers" in completion.degraded:
+        text += "\n\n" + operator_texts.shed_short_note()
     elif completion.finish_reason == "length" and "shrunk_max_tokens" in completion.degraded:
         text += "\n\n" + templates.shortened_note()
     return text

@@ -21,36 +21,44 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import replace
 
+from bot.chat.contracts import ChatConfig, CompletionBackend, PromptCounter
+from bot.chat.draining import CANCEL_WAIT_S, STOP_WAIT_S, Draining
+from bot.chat.folding import FoldNote, HistoryFolder, PromptHistory
 from bot.chat.lanes import POLL_S, LaneStore
-from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, ChatRefused, FailureKind
+from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind, refused_outcome
+from bot.chat.turns import MediaTurn
+from bot.chat.user_queue import MessageKey, UserQueue
+from bot.media.refusals import MediaRefused
 from bot.storage.repos import Conversation, History
 from bot.storage.values import Turn
 from budget.errors import BudgetError, HoldRefused
 from budget.kernel.clock import Clock
-from budget.kernel.tasks import ended_within
 from budget.pricing.tokens import TOKENS_REPLY_PRIMING, count_off_loop
 from budget.protocol import LedgerPort, OperationTicket
 from budget.types import Origin
 from llm.cascade.cascade import fingerprint
 from llm.errors import EmptyCompletion, LLMError, ProviderRejected
+from llm.router import Route, Work, route
 from llm.stream import StreamControl
 from llm.types import Completion, LLMRequest, Message, Priority
 
-__all__ = ["ChatConfig", "ChatService", "CompletionBackend", "run_guarded"]
+__all__ = [
+    "CANCEL_WAIT_S",
+    "SHED_LONG",
+    "STOP_WAIT_S",
+    "ChatConfig",
+    "ChatService",
+    "CompletionBackend",
+]
+
+#: The degradation step named on an answer asked with a shed max_tokens (its note).
+SHED_LONG = "shed_long_answers"
 
 log = logging.getLogger(__name__)
-
-#: Seconds a drain gives stopped streams to settle and deliver their text before it
-#: cancels them (a stop closes the provider connection at once; what remains is a
-#: ledger write and one or two Bot API calls).
-STOP_WAIT_S = 5.0
-#: Seconds a drain gives the operations it cancelled to end (each settles its hold).
-CANCEL_WAIT_S = 5.0
 
 SYSTEM_PROMPT = (
     "You are Kopek, a concise and helpful assistant in a Telegram chat. "
@@ -58,53 +66,7 @@ SYSTEM_PROMPT = (
 )
 
 
-class PromptCounter(Protocol):
-    """What the chat needs of ``budget.pricing.tokens.TokenCounter``."""
-
-    def raw_messages(self, messages: Sequence[Message]) -> int: ...
-
-    def scale(self, raw: int) -> int: ...
-
-
-class CompletionBackend(Protocol):
-    """What the chat needs of ``llm.cascade.cascade.Cascade``."""
-
-    async def complete(
-        self, op: OperationTicket, request: LLMRequest, *, stream: StreamControl | None = None
-    ) -> Completion: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ChatConfig:
-    """Chat knobs (tokens; counts)."""
-
-    max_output_tokens: int = 1024
-    max_input_tokens: int = 4000
-    history_max_tokens: int = 3000
-    user_max_inflight: int = 2
-    user_queue_max: int = 3
-
-
-#: A message's place in its user's queue: (chat id, message id).
-MessageKey = tuple[int, int]
-
-
-class _UserQueue:
-    """One user's messages in arrival order: the first USER_MAX_INFLIGHT run, the next
-    USER_QUEUE_MAX wait, anything after that is refused."""
-
-    __slots__ = ("changed", "order")
-
-    def __init__(self) -> None:
-        self.order: list[MessageKey] = []
-        self.changed = asyncio.Event()
-
-    def notify(self) -> None:
-        self.changed.set()
-        self.changed = asyncio.Event()
-
-
-class ChatService:
+class ChatService(Draining):
     """Admits, prompts, calls, records.
 
     Args:
@@ -121,6 +83,13 @@ class ChatService:
             (USER_DAILY_MESSAGES) in its operation's admission (``HoldRefused``, reason
             ``messages``, past it; docs/decisions/132-two-ledger-steps.md).
         lanes: the other replicas' unfinished messages of a user (``None``: one process).
+        short_answers: true while shedding caps answers (``long_answers``,
+            :mod:`bot.ops.shedding`): max_tokens is then a quarter of
+            CHAT_MAX_OUTPUT_TOKENS, and an answer stopped there says so.
+        vision: the cascade of vision keys, which answers a turn with images
+            (``None``: none configured; the handlers refuse photos before this).
+        folder: folds long histories into summaries (:mod:`bot.chat.folding`);
+            ``None``: the newest turns that fit are sent, older ones cut.
     """
 
     def __init__(
@@ -134,8 +103,14 @@ class ChatService:
         config: ChatConfig,
         count_messages: bool = False,
         lanes: LaneStore | None = None,
+        short_answers: Callable[[], bool] | None = None,
+        vision: CompletionBackend | None = None,
+        folder: HistoryFolder | None = None,
     ) -> None:
         self._ledger = ledger
+        self._short = short_answers
+        self.vision = vision
+        self._folder = folder
         self._shared_lanes = lanes
         self._count_messages = count_messages
         self._backend = backend
@@ -144,7 +119,7 @@ class ChatService:
         self._system_raw: int | None = None
         self._clock = clock
         self._config = config
-        self._lanes: dict[int, _UserQueue] = {}
+        self._lanes: dict[int, UserQueue] = {}
         self._tasks: set[asyncio.Task[object]] = set()
         self._anonymous = itertools.count(1)
         self.closing = False
@@ -166,7 +141,7 @@ class ChatService:
         """
         lane = self._lanes.get(user_id)
         if lane is None:
-            lane = self._lanes[user_id] = _UserQueue()
+            lane = self._lanes[user_id] = UserQueue()
         if key not in lane.order:
             lane.order.append(key)
 
@@ -190,6 +165,7 @@ class ChatService:
         key: MessageKey | None = None,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None = None,
         stream: StreamControl | None = None,
+        media: MediaTurn | None = None,
     ) -> ChatOutcome:
         """Answer one message, or say why not. Never raises for expected failures.
 
@@ -207,13 +183,14 @@ class ChatService:
                 operation is admitted, left on every outcome.
             stream: stream the answer through this control (see
                 :meth:`llm.cascade.cascade.Cascade.complete`); ``None`` = one piece.
+            media: what a voice note, photo, document or link adds (``None``: typed text).
         """
         if key is None:
             key = (0, -next(self._anonymous))
         self.arrive(user_id, key)
         try:
             where = Conversation(chat_id, thread_id, user_id)
-            return await self._in_turn(where, key, text, activity, stream)
+            return await self._in_turn(where, key, text, activity, stream, media)
         finally:
             self.depart(user_id, key)
 
@@ -224,6 +201,7 @@ class ChatService:
         text: str,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
         stream: StreamControl | None = None,
+        media: MediaTurn | None = None,
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
@@ -233,34 +211,33 @@ class ChatService:
         try:
             place = await self._place(user_id, lane, key)
         except HoldRefused as exc:  # the shared queue cannot be read: fail closed
-            return ChatRefused(exc.refusal, running=False)
+            return refused_outcome(exc, running=False)
         if place >= slots + self._config.user_queue_max:
             return ChatFailed(FailureKind.QUEUE_FULL, running=True)
-        user_msg = Message("user", text)
+        user_msg = Message("user", text, media.images if media is not None else ())
         user_raw = await self._raw_turn(user_msg)
         tokens = self._count.scale(user_raw + TOKENS_REPLY_PRIMING)
-        if tokens > self._config.max_input_tokens:
-            return ChatFailed(
-                FailureKind.TOO_LONG, tokens=tokens, limit=self._config.max_input_tokens
-            )
+        limit = self._input_limit(media)
+        if tokens > limit:
+            return ChatFailed(FailureKind.TOO_LONG, tokens=tokens, limit=limit)
         try:
             while (place := await self._place(user_id, lane, key)) >= slots:
                 await self._wait_turn(lane)
-        except HoldRefused as exc:
-            return ChatRefused(exc.refusal, running=place > 0)
+        except HoldRefused as exc:  # the shared queue cannot be read: only ours is known
+            return refused_outcome(exc, running=lane.order.index(key) > 0)
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
         try:
-            others = place > 0
+            others = place > 0 and await self._running_ahead(user_id, lane, key)
             return await self._admitted(
-                where, user_msg, (tokens, user_raw), others, activity, stream
+                where, user_msg, (tokens, user_raw), others, activity, stream, media
             )
         finally:
             if task is not None:
                 self._tasks.discard(task)
 
-    async def _place(self, user_id: int, lane: _UserQueue, key: MessageKey) -> int:
+    async def _place(self, user_id: int, lane: UserQueue, key: MessageKey) -> int:
         """``key``'s place in its user's queue (0 = first): this process's messages
         before it, plus (shared) the other live replicas' unfinished earlier ones.
 
@@ -272,7 +249,20 @@ class ChatService:
             place += await self._shared_lanes.ahead(user_id, key[0], key[1])
         return place
 
-    async def _wait_turn(self, lane: _UserQueue) -> None:
+    async def _running_ahead(self, user_id: int, lane: UserQueue, key: MessageKey) -> bool:
+        """Whether an earlier message of the user is surely being answered (what a refusal
+        may say): this process's, or one a replica whose connection is not gone runs
+        (:meth:`bot.chat.lanes.LaneStore.running_ahead`); an unreadable database: no."""
+        if lane.order.index(key) > 0:
+            return True
+        if self._shared_lanes is None or key[1] <= 0:
+            return False
+        try:
+            return await self._shared_lanes.running_ahead(user_id, key[0], key[1]) > 0
+        except HoldRefused:
+            return False
+
+    async def _wait_turn(self, lane: UserQueue) -> None:
         """Until one of this process's messages of the user ends or (shared) for
         :data:`bot.chat.lanes.POLL_S` seconds."""
         if self._shared_lanes is None:
@@ -295,6 +285,7 @@ class ChatService:
         others_running: bool,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
         stream: StreamControl | None = None,
+        media: MediaTurn | None = None,
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
@@ -307,25 +298,39 @@ class ChatService:
                 where.user_id, Origin.CHAT, deferred=True, count_message=self._count_messages
             )
         except HoldRefused as exc:
-            return ChatRefused(exc.refusal, running=others_running)
+            return refused_outcome(exc, running=others_running)
         completion: Completion | None = None
         try:
-            request = await self._request(where, user_msg, user_tokens[1])
+            if media is not None and media.transcribe is not None:
+                heard = await self._transcribed(op, media, media.transcribe)
+                if isinstance(heard, ChatFailed):
+                    return heard
+                user_msg, user_tokens = heard
+            request, fold = await self._request(op, where, user_msg, user_tokens)
+            backend = self.vision if user_msg.images and self.vision else self._backend
             ctx = activity() if activity is not None else nullcontext()
             async with ctx:
                 if stream is None:
-                    completion = await self._backend.complete(op, request)
+                    completion = await backend.complete(op, request)
                 else:
-                    completion = await self._backend.complete(op, request, stream=stream)
+                    completion = await backend.complete(op, request, stream=stream)
+            if request.max_tokens < self._config.max_output_tokens:
+                completion = replace(completion, degraded=(*completion.degraded, SHED_LONG))
+            if media is not None and media.stored is not None:
+                user_msg = Message("user", media.stored)
+                user_tokens = await self._turn_tokens(user_msg)
             await self._remember(where, user_msg, user_tokens, completion)
             # the answering attempt's cost is the whole bill when no other provider was
             # tried first; otherwise one of them may have been billed too: ask the ledger
-            charged = (
-                completion.cost_musd if not completion.fallbacks else await self._booked_musd(op)
-            )
-            return ChatAnswer(completion, charged)
+            # (and a history summary, when this message folded one)
+            alone = not completion.fallbacks and fold is None
+            charged = completion.cost_musd if alone else await self._booked_musd(op)
+            return ChatAnswer(completion, charged, fold)
         except HoldRefused as exc:
-            return ChatRefused(exc.refusal, running=others_running)
+            return refused_outcome(exc, running=others_running, called=self._ledger.held_any(op))
+        except MediaRefused as exc:
+            booked = await self._booked_musd(op)
+            return ChatFailed(FailureKind.MEDIA, media=exc.refusal, charged_musd=booked)
         except ProviderRejected:
             return ChatFailed(FailureKind.REJECTED, charged_musd=await self._booked_musd(op))
         except EmptyCompletion as exc:
@@ -345,31 +350,92 @@ class ChatService:
                 # that exists is still delivered
                 log.exception("could not end operation %s", op.operation_id)
 
-    async def _request(self, where: Conversation, user_msg: Message, user_raw: int) -> LLMRequest:
-        """The request for ``user_msg``: the system prompt, the stored history of ``where``
-        (at most CHAT_HISTORY_MAX_TOKENS) and the message; its input tokens are the sum
-        of the stored raw counts (``user_raw``: the message's), scaled once."""
-        turns = await self._history.load_turns(where, self._config.history_max_tokens)
-        history = [turn.message for turn in turns]
+    async def _request(
+        self,
+        op: OperationTicket,
+        where: Conversation,
+        user_msg: Message,
+        user_tokens: tuple[int, int],
+    ) -> tuple[LLMRequest, FoldNote | None]:
+        """The request for ``user_msg``: the system prompt, the history of ``where`` (at
+        most CHAT_HISTORY_MAX_TOKENS: its summary and recent turns, folded first when
+        needed — :mod:`bot.chat.folding`) and the message, routed to the main or small
+        models (:mod:`llm.router`); its input tokens are the sum of the stored raw
+        counts (``user_tokens``: the message's ceiling and raw counts), scaled once.
+        Also the fold this message made, if any.
+
+        Raises:
+            HoldRefused: the summary's hold was refused for the whole message.
+        """
+        history = await self._history_of(op, where)
         system = Message("system", SYSTEM_PROMPT)
         if self._system_raw is None:
             self._system_raw = await self._raw_turn(system)
-        raw = TOKENS_REPLY_PRIMING + self._system_raw + user_raw
-        for turn in turns:
-            known = turn.raw_tokens
-            raw += known if known is not None else await self._raw_turn(turn.message)
-        messages = (system, *history, user_msg)
-        cheaper = (system, *history[-2:], user_msg) if len(history) > 2 else None
-        return LLMRequest(
+        raw = TOKENS_REPLY_PRIMING + self._system_raw + user_tokens[1] + history.raw_tokens
+        turns = list(history.messages)
+        messages = (system, *turns, user_msg)
+        # a photo's shorter prompt would still carry the image: the vision keys have no
+        # ladder, and no small model either
+        cheaper = (system, *turns[-2:], user_msg) if len(turns) > 2 else None
+        chosen = route(
+            Work.CHAT,
+            self._config.router,
+            text=user_msg.content,
+            message_tokens=user_tokens[0],
+            context_tokens=history.tokens + self._count.scale(self._system_raw),
+        )
+        if user_msg.images:
+            cheaper, chosen = None, Route.MAIN
+        cap = self._config.max_output_tokens
+        if self._short is not None and self._short():
+            cap = max(1, cap // 4)  # docs/decisions/141-shedding-in-a-set-order.md
+        request = LLMRequest(
             messages=messages,
-            max_tokens=self._config.max_output_tokens,
+            max_tokens=cap,
             allow_paid=True,
             priority=Priority.CHAT,
             cheaper_messages=cheaper,
             fingerprint=fingerprint(messages),
             input_tokens=self._count.scale(raw),
-            ends_operation=True,  # one request per message: its settle ends the operation
+            small=chosen is Route.SMALL,
+            ends_operation=True,  # its settle ends the operation (the message's last step)
         )
+        return request, history.fold
+
+    async def _history_of(self, op: OperationTicket, where: Conversation) -> PromptHistory:
+        """``where``'s history for the next prompt: folded (summaries on), else the
+        newest turns that fit CHAT_HISTORY_MAX_TOKENS."""
+        if self._folder is not None:
+            return await self._folder.history(op, where)
+        turns = await self._history.load_turns(where, self._config.history_max_tokens)
+        return await PromptHistory.of(turns, self._raw_turn)
+
+    async def _transcribed(
+        self,
+        op: OperationTicket,
+        media: MediaTurn,
+        transcribe: Callable[[OperationTicket], Awaitable[str]],
+    ) -> tuple[Message, tuple[int, int]] | ChatFailed:
+        """The operation's first step for a voice note: its transcript as the user's
+        turn with its counts, or ``too_long`` (the transcription stays booked)."""
+        user_msg = Message("user", await transcribe(op))
+        tokens = await self._turn_tokens(user_msg)
+        limit = self._input_limit(media)
+        if tokens[0] <= limit:
+            return user_msg, tokens
+        booked = await self._booked_musd(op)
+        return ChatFailed(FailureKind.TOO_LONG, tokens=tokens[0], limit=limit, charged_musd=booked)
+
+    def _input_limit(self, media: MediaTurn | None) -> int:
+        """The input cap of a turn, tokens: its media's, else CHAT_MAX_INPUT_TOKENS."""
+        if media is not None and media.max_input_tokens is not None:
+            return media.max_input_tokens
+        return self._config.max_input_tokens
+
+    async def _turn_tokens(self, message: Message) -> tuple[int, int]:
+        """``message``'s (scaled, raw) counts as one turn."""
+        raw = await self._raw_turn(message)
+        return self._count.scale(raw + TOKENS_REPLY_PRIMING), raw
 
     async def _raw_turn(self, message: Message) -> int:
         """``message``'s raw count as one turn of a prompt (no factor, no priming),
@@ -413,47 +479,3 @@ class ChatService:
         except Exception:  # an unreadable ledger must not hide the failure being reported
             log.warning("could not read what operation %s booked", op.operation_id, exc_info=True)
             return None
-
-    async def drain(
-        self,
-        grace_s: float,
-        *,
-        stop_streams: Callable[[], int] | None = None,
-        stop_wait_s: float = STOP_WAIT_S,
-    ) -> None:
-        """Refuse new work; let in-flight operations finish for ``grace_s`` seconds.
-        Then streams still running are stopped (``stop_streams``, e.g.
-        ``StreamRegistry.stop_all("shutdown")``: each settles on what it received, as a
-        Stop does, and its handler sends the text so far, marked) and given
-        ``stop_wait_s`` seconds to do so; whatever is left is cancelled (the cascade
-        settles interrupted calls by the ledger's rule). Seconds of the injected clock
-        (``docs/decisions/020-clock-rule.md``)."""
-        self.closing = True
-        pending = set(self._tasks)
-        if not pending:
-            return
-        still = await self._ended_within(pending, grace_s)
-        if still and stop_streams is not None and stop_streams():
-            still = await self._ended_within(still, stop_wait_s)
-        for task in still:
-            task.cancel()
-        if still:
-            await self._ended_within(still, CANCEL_WAIT_S)
-
-    async def _ended_within(
-        self, tasks: set[asyncio.Task[object]], seconds: float
-    ) -> set[asyncio.Task[object]]:
-        """Wait until every task of ``tasks`` ended or the clock slept ``seconds``; the
-        tasks still running then (none is cancelled here)."""
-        return await ended_within(tasks, seconds, self._clock)
-
-
-async def run_guarded(coro: Awaitable[ChatOutcome]) -> ChatOutcome:
-    """Await ``coro``; any unexpected exception becomes a ``FailureKind.ERROR`` (logged)."""
-    try:
-        return await coro
-    except asyncio.CancelledError:
-        raise
-    except Exception:  # last-resort guard: the user gets a template, not a trace
-        log.exception("chat operation failed unexpectedly")
-        return ChatFailed(FailureKind.ERROR)

@@ -193,7 +193,7 @@ async def on_export(
         ):
             summary = await write_export(books.engine, books.ledger.prices, period, rows, totals)
         caption = (
-            f"Spend {period.label} ({period.tz}): {summary.rows} attempts, "
+            f"Spend {period.label} ({period.tz}): {summary.attempts_text}, "
             f"{usd_text(summary.cost_musd)} booked, {summary.estimated} estimated"
         )
         await bot.send_document(

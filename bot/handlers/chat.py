@@ -8,34 +8,52 @@ delivery policy — stream finish, outbox or template, undeliverable marking).
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Sequence
 from datetime import timedelta
 from functools import partial
 from typing import Any
 
 from aiogram import Bot, F, Router
+from aiogram.dispatcher.event.handler import CallbackType
 from aiogram.filters import Filter
-from aiogram.types import Message
+from aiogram.types import Message, MessageEntity
 from aiogram.utils.chat_action import ChatActionSender
 from prometheus_client import Counter
 
+from bot.chat.costs import HoldReader, cost_footer
 from bot.chat.deferral import FloodDeferral
 from bot.chat.delivery import send_text
+from bot.chat.duplicates import Claim, DuplicateGate, Regenerate, Verdict, answered_in_full
+from bot.chat.ledger_wait import until_ledger_answers
 from bot.chat.outbox import Outbox
-from bot.chat.outcome import ChatAnswer
+from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind, run_guarded
 from bot.chat.paste import PasteTicket
-from bot.chat.reply import Courier, reply_of, screen
-from bot.chat.service import ChatService, run_guarded
+from bot.chat.reply import Courier, Reply, reply_of, screen
+from bot.chat.service import ChatService
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.streaming.session import StreamConfig, StreamSession, book_stop
+from bot.chat.turns import MediaTurn
+from bot.handlers.regenerate import send_duplicate_notice
 from bot.middlewares.context import IntakeStatus, UserContext
 from bot.middlewares.topics import topic_of
+from bot.storage.summaries import CostFooters
 from bot.text import templates
 from budget.books.stops import StopBook
 from budget.kernel.clock import Clock
 from llm.sanitize import clean_prompt
 
-__all__ = ["AddressedToBot", "create_chat_router", "create_non_text_router", "on_text"]
+__all__ = [
+    "AddressedToBot",
+    "addressed_prompt",
+    "answer_turn",
+    "create_chat_router",
+    "create_non_text_router",
+    "on_text",
+]
+
+log = logging.getLogger(__name__)
 
 #: Telegram shows a chat action for 5 s; renew it every 4 s (Bot API, sendChatAction).
 TYPING_INTERVAL_S = 4.0
@@ -53,22 +71,32 @@ class AddressedToBot(Filter):
     async def __call__(
         self, message: Message, bot: Bot, paste: PasteTicket | None = None
     ) -> bool | dict[str, Any]:
-        if message.chat.type == "private":
-            return {"prompt": message.text or ""}
         text = message.text or ""
         if paste is not None and not paste.is_lead and paste.lead_accepted:
             return {"prompt": text}
-        me = await bot.me()
-        reply = message.reply_to_message
-        if reply is not None and reply.from_user is not None and reply.from_user.id == me.id:
-            return {"prompt": text}
-        mention = f"@{me.username}".lower() if me.username else None
-        for entity in message.entities or []:
-            if entity.type == "mention" and mention:
-                part = entity.extract_from(text)
-                if part.lower() == mention:
-                    return {"prompt": (text.replace(part, "", 1)).strip() or text}
-        return False
+        prompt = await addressed_prompt(message, bot, text, message.entities or [])
+        return False if prompt is None else {"prompt": prompt}
+
+
+async def addressed_prompt(
+    message: Message, bot: Bot, text: str, entities: Sequence[MessageEntity]
+) -> str | None:
+    """``text`` (a message's text or a media caption) as the prompt when the message is
+    for the bot — a private chat; in a group a reply to the bot or a mention of it (the
+    mention taken out) — else ``None``."""
+    if message.chat.type == "private":
+        return text
+    me = await bot.me()
+    reply = message.reply_to_message
+    if reply is not None and reply.from_user is not None and reply.from_user.id == me.id:
+        return text
+    mention = f"@{me.username}".lower() if me.username else None
+    for entity in entities:
+        if entity.type == "mention" and mention:
+            part = entity.extract_from(text)
+            if part.lower() == mention:
+                return (text.replace(part, "", 1)).strip() or text
+    return None
 
 
 async def on_text(
@@ -88,6 +116,9 @@ async def on_text(
     stream_config: StreamConfig | None = None,
     stream_metrics: StreamMetrics | None = None,
     stop_book: StopBook | None = None,
+    ledger: HoldReader | None = None,
+    cost_footers: CostFooters | None = None,
+    duplicates: DuplicateGate | None = None,
 ) -> IntakeStatus:
     """Answer one chat message, or say why not; returns what its intake record says."""
     received_at = clock.monotonic()
@@ -96,6 +127,56 @@ async def on_text(
         if question is None:
             return IntakeStatus.JOINED  # answered with the paste's first part
         prompt = question
+    return await answer_turn(
+        message,
+        bot,
+        prompt,
+        user_ctx,
+        chat_service,
+        clock,
+        refusals,
+        outbox,
+        stale_after_s,
+        delivery_failures,
+        streams,
+        stream_config,
+        stream_metrics,
+        stop_book,
+        received_at=received_at,
+        flood_deferral=flood_deferral,
+        ledger=ledger,
+        cost_footers=cost_footers,
+        duplicates=duplicates,
+    )
+
+
+async def answer_turn(
+    message: Message,
+    bot: Bot,
+    prompt: str,
+    user_ctx: UserContext,
+    chat_service: ChatService,
+    clock: Clock,
+    refusals: Counter,
+    outbox: Outbox,
+    stale_after_s: int,
+    delivery_failures: Counter | None = None,
+    streams: StreamRegistry | None = None,
+    stream_config: StreamConfig | None = None,
+    stream_metrics: StreamMetrics | None = None,
+    stop_book: StopBook | None = None,
+    *,
+    received_at: float | None = None,
+    media: MediaTurn | None = None,
+    flood_deferral: FloodDeferral | None = None,
+    ledger: HoldReader | None = None,
+    cost_footers: CostFooters | None = None,
+    duplicates: DuplicateGate | None = None,
+) -> IntakeStatus:
+    """Answer ``prompt`` for ``message`` (typed text, or a media turn: ``media``, neither
+    screened nor claimed against duplicates: a confirmed one is answered when its sender
+    said so, a recording's text is its transcript) or say why not; returns its status."""
+    received_at = clock.monotonic() if received_at is None else received_at
     chat_id = message.chat.id
     if flood_deferral is not None and await flood_deferral.defer(
         chat_id, templates.flood_deferred_text
@@ -104,47 +185,146 @@ async def on_text(
     answer_to = message.message_id if message.chat.type != "private" else None
     courier = Courier(bot, chat_id, clock=clock, outbox=outbox, failures=delivery_failures)
     prompt = clean_prompt(prompt)  # hidden tag-character instructions never reach a model
-    stale_after = timedelta(seconds=stale_after_s)
-    reply = screen(prompt, age=clock.now() - message.date, stale_after=stale_after)
+    reply = _screened(prompt, message, clock, stale_after_s) if media is None else None
+    gate = duplicates if media is None else None
+    claim = _claim(gate, message, prompt, user_ctx) if reply is None else None
+    if claim is not None and claim.verdict is not Verdict.NEW:
+        return await send_duplicate_notice(bot, chat_id, claim, reply_to=message.message_id)
     if reply is None:
         if streams is not None and stream_config is not None:
-            courier.stream = StreamSession.open(
-                bot=bot,
-                chat_id=chat_id,
-                private=message.chat.type == "private",
-                reply_to=answer_to,
-                owner_id=user_ctx.user_id,
-                config=stream_config,
-                registry=streams,
-                metrics=stream_metrics,
-                clock=clock,
-                received_at=received_at,
-            )
+            courier.stream = _open_stream(
+                bot, message, user_ctx.user_id, clock, received_at,
+                (streams, stream_config, stream_metrics),
+            )  # fmt: skip
+        outcome: ChatOutcome = ChatFailed(FailureKind.ERROR)
         try:
             outcome = await run_guarded(
-                chat_service.handle(
-                    user_ctx.user_id,
-                    prompt,
-                    chat_id=chat_id,
-                    thread_id=topic_of(message),
-                    key=(chat_id, message.message_id),
-                    activity=partial(_typing, bot, message),
-                    stream=courier.stream.control if courier.stream is not None else None,
-                )
-            )
+                _answer(chat_service, user_ctx.user_id, prompt, message, bot, courier, clock,
+                        timedelta(seconds=stale_after_s), media)
+            )  # fmt: skip
         except asyncio.CancelledError:  # the intake middleware records it as failed
             await courier.interrupted(answer_to)
             raise
+        finally:
+            if duplicates is not None and claim is not None:
+                duplicates.finish(claim.key, answered=answered_in_full(outcome))
         if courier.stream is not None:
             await courier.stream.close()
         if isinstance(outcome, ChatAnswer) and outcome.completion.stopped:
             await book_stop(outcome.completion, stop_book, stream_metrics)
         reply = reply_of(
-            outcome, tz=user_ctx.tz, message_id=message.message_id, answer_to=answer_to
+            outcome,
+            tz=user_ctx.tz,
+            message_id=message.message_id,
+            answer_to=answer_to,
+            footer=await _footer(outcome, user_ctx.user_id, ledger, cost_footers),
         )
     if reply.refusal is not None:
         refusals.labels(reply.refusal).inc()
     return await courier.deliver(reply)
+
+
+async def _answer(
+    chat_service: ChatService,
+    user_id: int,
+    prompt: str,
+    message: Message,
+    bot: Bot,
+    courier: Courier,
+    clock: Clock,
+    stale_after: timedelta,
+    media: MediaTurn | None = None,
+) -> ChatOutcome:
+    """The message answered by the chat service; a try that met a ledger failing closed
+    before any provider call is tried again when it answers (bot.chat.ledger_wait): a
+    typed message while it is not stale, a media turn (answered when its sender confirmed
+    it, so its own date may be old) for ``stale_after`` from now."""
+    attempt = partial(
+        chat_service.handle,
+        user_id,
+        prompt,
+        chat_id=message.chat.id,
+        thread_id=topic_of(message),
+        key=(message.chat.id, message.message_id),
+        activity=partial(_typing, bot, message),
+        stream=courier.stream.control if courier.stream is not None else None,
+        media=media,
+    )
+    return await until_ledger_answers(
+        attempt,
+        clock=clock,
+        sent_at=message.date if media is None else clock.now(),
+        stale_after=stale_after,
+        closing=lambda: chat_service.closing,
+    )
+
+
+def _screened(prompt: str, message: Message, clock: Clock, stale_after_s: int) -> Reply | None:
+    """The template for a typed message no model is asked about (empty, too long, stale:
+    :func:`bot.chat.reply.screen`), or ``None`` to ask."""
+    stale_after = timedelta(seconds=stale_after_s)
+    return screen(prompt, age=clock.now() - message.date, stale_after=stale_after)
+
+
+def _open_stream(
+    bot: Bot,
+    message: Message,
+    owner_id: int,
+    clock: Clock,
+    received_at: float,
+    streaming: tuple[StreamRegistry, StreamConfig, StreamMetrics | None],
+) -> StreamSession | None:
+    """The message's stream session (its answer quotes it outside private chats);
+    ``None`` when this chat does not stream."""
+    registry, config, metrics = streaming
+    private = message.chat.type == "private"
+    return StreamSession.open(
+        bot=bot,
+        chat_id=message.chat.id,
+        private=private,
+        reply_to=None if private else message.message_id,
+        owner_id=owner_id,
+        config=config,
+        registry=registry,
+        metrics=metrics,
+        clock=clock,
+        received_at=received_at,
+    )
+
+
+def _claim(
+    duplicates: DuplicateGate | None, message: Message, prompt: str, user_ctx: UserContext
+) -> Claim | None:
+    """The message's place among copies of the same text: the same question twice is
+    paid once (:mod:`bot.chat.duplicates`; ``None``: no gate)."""
+    if duplicates is None:
+        return None
+    ask = Regenerate(
+        user_ctx.user_id,
+        message.chat.id,
+        topic_of(message),
+        prompt,
+        user_ctx.language,
+        user_ctx.tz,
+    )
+    return duplicates.claim(ask)
+
+
+async def _footer(
+    outcome: ChatOutcome,
+    user_id: int,
+    ledger: HoldReader | None,
+    footers: CostFooters | None,
+) -> str | None:
+    """The ``/cost`` footer of an answer, for a user who turned it on."""
+    if not isinstance(outcome, ChatAnswer) or ledger is None or footers is None:
+        return None
+    try:
+        wanted = await footers.wanted(user_id)
+    except Exception:  # an unreadable preference costs the footer, not the answer
+        log.warning("cost footer preference unreadable", exc_info=True)
+        return None
+    return await cost_footer(outcome, ledger) if wanted else None
 
 
 def _typing(bot: Bot, message: Message) -> ChatActionSender:
@@ -164,11 +344,21 @@ async def on_non_text(message: Message, bot: Bot, clock: Clock) -> None:
     await send_text(bot, message.chat.id, templates.non_text_text(), clock=clock)
 
 
-def create_chat_router() -> Router:
+def create_chat_router(link: tuple[CallbackType, Filter] | None = None) -> Router:
     """The chat router: text that is not a command. No other router handles such a
     message, so the bot includes this one first (a chat message walks no command
-    router's filters: docs/decisions/022-message-path.md)."""
+    router's filters: docs/decisions/022-message-path.md).
+
+    Args:
+        link: the handler of a one-link message and its filter (``bot.handlers.media``),
+            tried first: a link is a page to read, not text to ask the model about.
+    """
     router = Router(name="chat")
+    if link is not None:
+        handler, one_link = link
+        router.message.register(
+            handler, F.text, ~F.text.startswith("/"), one_link, AddressedToBot()
+        )
     router.message.register(on_text, F.text, ~F.text.startswith("/"), AddressedToBot())
     return router
 

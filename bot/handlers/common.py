@@ -39,9 +39,31 @@ async def on_start(message: Message, bot: Bot, clock: Clock) -> None:
     await send_text(bot, message.chat.id, templates.start_text(name), clock=clock)
 
 
-async def on_help(message: Message, bot: Bot, clock: Clock) -> None:
-    """/help: the commands."""
-    await send_text(bot, message.chat.id, templates.help_text(), clock=clock)
+#: What /help adds for an admin in a private chat (admin replies are in English, as
+#: every admin command's are; docs/admin.md has each in full).
+ADMIN_HELP = (
+    "Admin commands:\n"
+    "/budget [user ID | team NAME | chart | export [period]] — spend, limits, keys\n"
+    "/limit global|team NAME|user ID hour|day USD|off — set a limit\n"
+    "/team NAME add|remove USER_ID, /team list — teams\n"
+    "/kill [hard] [reason], /unkill — the kill switch\n"
+    "/providers [prices | enable NAME] — keys, circuits, prices\n"
+    "/reconcile [PROVIDER] [period] — as the caption of a provider's usage export\n"
+    "/digest_now [USER_ID] — a digest now\n"
+    "/dashboard — the operator dashboard"
+)
+
+
+async def on_help(
+    message: Message, bot: Bot, clock: Clock, admin_ids: frozenset[int] = frozenset()
+) -> None:
+    """/help: the commands (and, for an admin in a private chat, the admin commands)."""
+    text = templates.help_text()
+    sender = message.from_user.id if message.from_user is not None else None
+    # never from sender_chat: an anonymous admin's message is the group's, not an admin's
+    if message.chat.type == "private" and sender in admin_ids and message.sender_chat is None:
+        text = f"{text}\n\n{ADMIN_HELP}"
+    await send_text(bot, message.chat.id, text, clock=clock)
 
 
 async def on_reset(

@@ -23,6 +23,7 @@ from bot.chat.payer import payer_id
 from bot.chat.streaming.registry import STOP_PREFIX, StopResult, StreamRegistry
 from bot.chat.streaming.session import StreamConfig
 from bot.middlewares.rate import NOT_RATE_LIMITED
+from bot.text import operator as operator_texts
 from bot.text import templates
 from bot.text.i18n import in_locale, pick_language
 from budget.kernel.clock import Clock
@@ -86,7 +87,9 @@ async def on_stop(
         return
     private = message.chat.type == "private"
     config = stream_config or StreamConfig()
-    if (config.private if private else config.group) == "off":
+    if config.shed is not None and config.shed():
+        text = operator_texts.shed_stop_text()  # answers are sent whole while shed
+    elif config.mode(private) == "off":
         # a one-piece answer cannot be stopped: cancelling its call would still be
         # booked at its ceiling (an interrupted call) and lose the answer
         text = templates.stop_not_streamed_text()

@@ -201,6 +201,9 @@ class ExtractionPool:
                 line = await proc.stdout.readline()
         except TimeoutError:
             line = b""
+        except BaseException:  # cancelled while it started (a close): never leave it waiting
+            await asyncio.shield(_kill(proc))
+            raise
         if line != b"ready\n":
             await _kill(proc)
             raise WorkerUnavailable(f"worker not ready (exit {proc.returncode})")

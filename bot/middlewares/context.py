@@ -16,16 +16,21 @@ if TYPE_CHECKING:
     from prometheus_client import Counter
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from bot.chat.confirm import Confirmations
     from bot.chat.deferral import FloodDeferral
+    from bot.chat.duplicates import DuplicateGate
     from bot.chat.outbox import Outbox
     from bot.chat.service import ChatService
     from bot.chat.streaming.metrics import StreamMetrics
     from bot.chat.streaming.registry import StreamRegistry
     from bot.chat.streaming.session import StreamConfig
+    from bot.media.desk import MediaDesk
     from bot.ops.admin_notices import AdminNotifier
     from bot.ops.dashboard.view import OperatorView
+    from bot.ops.drill import Drill
     from bot.storage.moves import ChatMoves
     from bot.storage.repos import History, Intake
+    from bot.storage.summaries import CostFooters, Summaries
     from bot.storage.values import Preferences
     from budget.books.stops import StopBook
     from budget.kernel.clock import Clock
@@ -125,6 +130,17 @@ class WorkflowData(TypedDict):
     operator_view: OperatorView
     #: DASHBOARD_URL (``None``: no dashboard), the /dashboard button's address
     dashboard_url: str | None
+    #: /drill's runner (the canary payer's checks of the ledger's guards)
+    drill: Drill
+    #: voice notes, photos, documents, links: prepared and priced without spending
+    media_desk: MediaDesk
+    #: the open price questions (Go ahead / Cancel)
+    confirmations: Confirmations
+    #: who asked for the /cost footer; the history summaries (/history)
+    cost_footers: CostFooters
+    summaries: Summaries
+    #: the same question twice is paid once (bot/chat/duplicates.py)
+    duplicates: DuplicateGate
 
 
 @dataclass(frozen=True, slots=True)

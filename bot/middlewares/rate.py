@@ -31,7 +31,8 @@ count a payer's updates over all of them: an update this process's own window le
 through is counted once more in the payer's shared row (the same sliding window over
 every replica's updates) and dropped when the shared window is full; the too-fast notice
 goes out once a minute whichever replica drops. If the shared row cannot be written the
-update is judged by this process's window alone (logged).
+update is judged by this process's window alone (logged). A control within this
+process's window is not counted in the shared row: it never waits for the database.
 
 Hand-written, not ``limits``/``aiolimiter``: both read the system clock, and the bot's
 time comes only from the injected clock; this is twenty lines over a deque.
@@ -192,7 +193,7 @@ class UpdateRateMiddleware(BaseMiddleware):
         if not isinstance(user, User):
             return await handler(event, data)
         payer = _payer(event, user)
-        if payer is None or (self.allow(payer) and await self._shared_allow(payer)):
+        if payer is None or (self.allow(payer) and await self._shared_allow(payer, event, data)):
             return await handler(event, data)
         if await self._may_be_exempt(event, data):
             data[OVER_RATE] = True  # RateExemption drops it unless the chosen handler is exempt
@@ -213,9 +214,11 @@ class UpdateRateMiddleware(BaseMiddleware):
                 log.warning("could not send the too-fast notice: %s", exc.message)
         return None
 
-    async def _shared_allow(self, payer: int) -> bool:
-        """The replicas' window (True without one, or when it cannot be written)."""
-        if self._shared is None:
+    async def _shared_allow(self, payer: int, event: TelegramObject, data: dict[str, Any]) -> bool:
+        """The replicas' window (True without one, or when it cannot be written). A
+        control (an exempt handler's update: an admin's ``/kill``) is not counted there:
+        it never waits for the database, whose connections a lock storm may hold."""
+        if self._shared is None or await self._may_be_exempt(event, data):
             return True
         try:
             return await self._shared.allow(payer, self._limit)

@@ -77,6 +77,10 @@ class AdminNotifier:
                 log.warning("could not notify admin %s: %s", admin, exc.message)
         return reached
 
+    async def broadcast(self, text: str) -> None:
+        """Send ``text`` (a finished English notice) to every admin."""
+        await self._broadcast(text)
+
     async def _broadcast(self, text: str) -> None:
         for admin in self._admins:
             try:
@@ -98,9 +102,12 @@ class AdminNotifier:
         """The database failed (once per reason and process): ``deleted``/``replaced``
         (the file was removed under the running bot), ``storage`` (SQLite: read-only,
         full disk, I/O error) or ``server`` (PostgreSQL: the server cannot be reached or
-        does not take the ledger's queries). The ledger fails closed: no provider call
-        is made."""
-        if reason in self._storage_told or (reason in ("storage", "server") and self._storage_told):
+        does not take the ledger's queries) or ``timeout`` (PostgreSQL: a lock held
+        by another session, or no pool connection, past its deadline). The ledger
+        fails closed: no provider call is made."""
+        if reason in self._storage_told or (
+            reason in ("storage", "server", "timeout") and self._storage_told
+        ):
             return  # one alert per incident: a lost file also fails every later write
         self._storage_told.add(reason)
         with in_locale(self._i18n, "en"):
@@ -110,6 +117,16 @@ class AdminNotifier:
                     "fails closed: no paid or free LLM call is made until the bot is "
                     "restarted on a good database."
                 ).format(how=reason)
+            elif reason == "timeout":
+                text = _(
+                    "🗄 The ledger's database queries are timing out: a lock held by "
+                    "another session (a long transaction, a manual query, a migration "
+                    "or backup tool on the ledger's tables) or every connection busy "
+                    "past the deadline (DATABASE_LOCK_TIMEOUT_SECONDS, "
+                    "DATABASE_POOL_TIMEOUT_SECONDS). The ledger fails closed: no LLM call "
+                    "is made while it lasts; /kill still works. Look for the blocking "
+                    "session in pg_stat_activity (pg_blocking_pids)."
+                )
             elif reason == "server":
                 text = _(
                     "🗄 The database server cannot be reached or does not take the "

@@ -10,14 +10,28 @@ Money is integer µUSD. Both functions may raise :class:`budget.errors.LedgerUna
 from __future__ import annotations
 
 import logging
+import unicodedata
 from dataclasses import dataclass
 
 from budget.ledger import Ledger
 from budget.status import KillState
 
-__all__ = ["KillTrip", "reset_kill", "trip_kill"]
+__all__ = ["MAX_REASON_CHARS", "KillTrip", "clean_reason", "reset_kill", "trip_kill"]
 
 log = logging.getLogger(__name__)
+
+#: A kill reason is kept, logged and shown at most this long (characters).
+MAX_REASON_CHARS = 200
+
+
+def clean_reason(raw: object) -> str:
+    """A kill reason as kept: no control or format characters (a newline could forge a
+    log line, U+202E reverse the text shown), whitespace folded, at most
+    :data:`MAX_REASON_CHARS`; ``manual`` when empty or not text."""
+    if not isinstance(raw, str):
+        return "manual"
+    kept = "".join(" " if unicodedata.category(c).startswith("C") else c for c in raw)
+    return " ".join(kept.split())[:MAX_REASON_CHARS] or "manual"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,15 +57,17 @@ async def trip_kill(
 
     Args:
         ledger: the bot's ledger.
-        reason: the admin's reason (``manual`` when they gave none).
+        reason: the admin's reason as typed (kept as :func:`clean_reason` makes it;
+            ``manual`` when they gave none).
         by: the admin's Telegram user id.
         hard: the command's ``hard`` form (streams in flight are cut by the caller).
         via: where it came from, for the log line (``/kill`` or ``the dashboard``).
     """
+    reason = clean_reason(reason)
     before = await ledger.kill_state()
     form = " hard" if hard else ""
     if before.killed:
-        exposure = (await ledger.status()).exposure_musd
+        exposure = await ledger.exposure()
         log.warning("kill switch already on; kill%s via %s by admin %s: %s", form, via, by, reason)
         return KillTrip(before, exposure)
     exposure = await ledger.kill(reason, by=by)

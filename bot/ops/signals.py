@@ -146,6 +146,9 @@ class SignalWatcher:
             try:
                 generation = await self._signals.generation(self.name)
             except BudgetError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise asyncio.CancelledError from None  # stopped mid-read: end here
                 if not self._failing:
                     log.warning("signal %s unreadable; retried every %s s", self.name, self.poll_s)
                 self._failing = True

@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from bot.chat.payer import SERVICE_USER_IDS
-from budget.kernel.db import check_credentials
+from budget.kernel.db import check_credentials, passwords, server_address
 from scheduler.profiles import parse_digest_time
 
 __all__ = [
@@ -248,7 +248,8 @@ def _same_host(value: str, host: str, port: int | None) -> bool:
 
 def check_database_url(value: str) -> str:
     """``value`` when it is a SQLite file URL or a ``postgresql+asyncpg://`` URL with a
-    host and a database.
+    host or a Unix socket folder (``?host=/run/postgresql``), and a database
+    (:func:`budget.kernel.db.server_address`).
 
     Raises:
         ValueError: anything else (the message never holds the URL: it may hold a
@@ -283,12 +284,8 @@ def check_database_url(value: str) -> str:
                 f"PostgreSQL is used through the asyncpg driver only: write "
                 f"postgresql+asyncpg://… (not {url.drivername}://…)"
             )
-        if not url.host or not url.database:
-            raise ValueError(
-                "a PostgreSQL URL names a host and a database: "
-                "postgresql+asyncpg://user:password@host:5432/kopek"
-            )
-        if not _same_host(value, url.host, url.port):
+        server_address(url)  # a host or a socket folder, and a database
+        if not _same_host(value, url.host or "", url.port):
             # e.g. a password with a raw @ or /: the parsers (SQLAlchemy's, asyncpg's)
             # would cut it differently and print a piece of it as a host
             raise ValueError(
@@ -304,14 +301,6 @@ def check_database_url(value: str) -> str:
 
 
 def database_url_passwords(database_url: str) -> list[str]:
-    """The password of a database URL as written (percent-encoded) and decoded (as
-    the driver sends it and a library might print it); none for SQLite, nor for a URL
-    :func:`check_database_url` refuses (its pieces are no password and the settings
-    error never holds the URL)."""
-    try:
-        check_credentials(database_url)
-        written = urlsplit(database_url).password
-        decoded = make_url(database_url).password
-    except (ValueError, ArgumentError):
-        return []
-    return [str(p) for p in dict.fromkeys((written, decoded)) if p]
+    """The passwords of a database URL as written (percent-encoded) and decoded: its
+    user's and a ``password=`` in its query (:func:`budget.kernel.db.passwords`)."""
+    return passwords(database_url)

@@ -35,6 +35,9 @@ from bot.settings.checks import (
     parse_admin_ids,
     url_password,
 )
+from bot.settings.conversation import ConversationSettings
+from bot.settings.media import MediaSettings
+from bot.settings.operations import OperatorSettings
 from bot.settings.ops import OpsNoticeSettings
 from budget.config import DEAD_AFTER_HEARTBEATS
 from budget.pricing.names import CASCADE_ORDER, KEYS, family, family_fields, key_field
@@ -109,7 +112,9 @@ class BotApiSettings(BaseSettings):
         return [self.bot_token.get_secret_value(), *([password] if password else [])]
 
 
-class Settings(BotApiSettings, OpsNoticeSettings):
+class Settings(
+    MediaSettings, BotApiSettings, ConversationSettings, OpsNoticeSettings, OperatorSettings
+):
     """All configuration. See ``.env.example`` for meaning and units of each field."""
 
     model_config = SettingsConfigDict(
@@ -211,8 +216,10 @@ class Settings(BotApiSettings, OpsNoticeSettings):
     price_overrides: str = ""  # JSON: {"provider:model": {"input": "0.27", ...}} USD per 1M tokens
     token_safety_factor: Decimal = Field(Decimal("1.25"), le=10)
     hold_ttl_seconds: float = Field(300.0, gt=0, le=DAY_S)
-    process_heartbeat_seconds: float = Field(10.0, gt=0, le=HOUR_S)
+    process_heartbeat_seconds: float = Field(2.0, gt=0, le=HOUR_S)
     process_dead_after_seconds: float = Field(60.0, gt=0, le=DAY_S)
+    database_lock_timeout_seconds: float = Field(2.0, gt=0, le=HOUR_S)
+    database_pool_timeout_seconds: float = Field(5.0, gt=0, le=HOUR_S)
     operation_max_usd: Decimal = Field(Decimal("0.05"), gt=0, le=MAX_USD)
     operation_max_requests: int = Field(8, ge=1, le=1_000)
     user_max_inflight: int = Field(2, ge=1, le=10_000)
@@ -238,22 +245,6 @@ class Settings(BotApiSettings, OpsNoticeSettings):
     # the metrics server (polling); how old the signed launch data Telegram gives it may be
     dashboard_url: str | None = None
     dashboard_auth_max_age_seconds: int = Field(3600, ge=60, le=DAY_S)
-
-    # --- what users send besides text (docs/media.md) ------------------------------
-    # a Telegram file: the most bytes downloaded (the cloud Bot API serves 20 MiB at
-    # most; more needs a local Bot API server) and the deadline of one download
-    media_download_max_bytes: int = Field(20 * 1024 * 1024, ge=1024, le=2_000_000_000)
-    media_download_timeout_seconds: float = Field(60.0, gt=0, le=HOUR_S)
-    # a document or a linked page: pages (PDF), characters of text, bytes a DOCX may
-    # unpack to; one extraction's deadline and address space (its own worker process);
-    # extractions at once; worker processes kept started and ready
-    document_max_pages: int = Field(200, ge=1, le=100_000)
-    document_max_chars: int = Field(500_000, ge=1_000, le=10_000_000)
-    document_max_unpacked_bytes: int = Field(50_000_000, ge=1_000_000, le=2_000_000_000)
-    document_extract_timeout_seconds: float = Field(20.0, gt=0, le=HOUR_S)
-    document_extract_memory_mb: int = Field(512, ge=256, le=65_536)
-    document_extract_concurrency: int = Field(2, ge=1, le=64)
-    document_extract_prewarm: int = Field(1, ge=0, le=64)
 
     # --- digests --------------------------------------------------------------
     digest_stagger_seconds: float = Field(10.0, ge=0, le=HOUR_S)

@@ -1,6 +1,8 @@
 """Names that are no setting but close to one: a typo the settings would ignore without a
 word (``BUDGET_GLOBAL_DAILY`` meant ``BUDGET_GLOBAL_DAILY_USD``: no limit at all).
-``python -m bot`` logs each at start (:mod:`bot.__main__`).
+``python -m bot`` logs each at start (:mod:`bot.__main__`), and refuses to start (exit 2)
+when the setting a name is close to limits money (:func:`limits_money`): a misspelt limit
+would leave the bot running without it.
 
 ``.env`` is read with python-dotenv's own parser (:func:`dotenv.dotenv_values`), the one
 pydantic-settings reads it with, so the check sees the names the settings saw: quoted
@@ -18,7 +20,14 @@ from dotenv import dotenv_values
 
 from bot.settings.env import Settings
 
-__all__ = ["misspelt_settings"]
+__all__ = ["limits_money", "misspelt_settings"]
+
+
+def limits_money(setting: str) -> bool:
+    """True for a setting that limits spend (``BUDGET_*``, ``OPERATION_*``, an amount in
+    USD): a typo in its name must not start a bot without that limit."""
+    upper = setting.upper()
+    return upper.startswith(("BUDGET_", "OPERATION_")) or upper.endswith("_USD")
 
 
 def _env_file_names(env_file: Path) -> set[str]:

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.storage.moves import ChatMoves
 from bot.storage.sqlite_hot import SqliteHotPath
-from bot.storage.tables import ChatTurn, SeenMessage
+from bot.storage.tables import ChatSummary, ChatTurn, SeenMessage
 from bot.storage.values import Turn
 from budget.errors import LedgerUnavailable
 from budget.kernel.clock import Clock
@@ -444,9 +444,19 @@ class History:
 
     async def clear(self, where: Conversation) -> int:
         """Forget the user's history in that chat and topic only (/reset), their other
-        chats untouched. Returns the number of turns removed."""
+        chats untouched, and the running summary of those turns with them. Returns the
+        number of turns removed."""
         where = self._here(where)
         async with self._sessions() as session:
+            await session.execute(
+                delete(ChatSummary).where(
+                    ChatSummary.user_id == where.user_id,
+                    ChatSummary.chat_id == where.chat_id,
+                    ChatSummary.thread_id.is_(None)
+                    if where.thread_id is None
+                    else ChatSummary.thread_id == where.thread_id,
+                )
+            )
             result = await session.execute(delete(ChatTurn).where(_in(where)))
             await session.commit()
             return int(getattr(result, "rowcount", 0) or 0)

@@ -8,7 +8,16 @@ from datetime import datetime
 from sqlalchemy import BigInteger, DateTime, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "ChatTurn", "OpsNotice", "PendingAnswer", "SeenMessage", "metadata"]
+__all__ = [
+    "Base",
+    "ChatSummary",
+    "ChatTurn",
+    "CostFooter",
+    "OpsNotice",
+    "PendingAnswer",
+    "SeenMessage",
+    "metadata",
+]
 
 
 class Base(DeclarativeBase):
@@ -69,6 +78,43 @@ class ChatTurn(Base):
     #: stored before revision 0010 (counted when loaded)
     raw_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ChatSummary(Base):
+    """The running summary of one conversation's older turns (see
+    ``bot.chat.folding``): at most one per (user, chat, topic); ``/reset`` deletes it.
+
+    ``through_turn_id``: the newest ``chat_turns.id`` folded (later prompts send the
+    turns after it); ``content`` the summary (``""`` when no summary could be made yet:
+    the folded turns were cut); ``tokens``/``raw_tokens`` its counts as a prompt turn
+    (as ``ChatTurn``); ``summarised_turns``/``dropped_turns`` how many turns the
+    summary covers and how many were cut because a summary could not be made.
+    """
+
+    __tablename__ = "chat_summaries"
+    __table_args__ = (Index("ix_chat_summaries_conversation", "user_id", "chat_id", "thread_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    thread_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    through_turn_id: Mapped[int] = mapped_column(Integer)
+    content: Mapped[str] = mapped_column(Text)
+    tokens: Mapped[int] = mapped_column(Integer)
+    raw_tokens: Mapped[int] = mapped_column(Integer)
+    summarised_turns: Mapped[int] = mapped_column(Integer)
+    dropped_turns: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class CostFooter(Base):
+    """A user who asked for the cost footer under each answer (``/cost on``); ``/cost
+    off`` deletes the row."""
+
+    __tablename__ = "chat_cost_footers"
+
+    user_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    changed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class PendingAnswer(Base):

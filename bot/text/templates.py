@@ -55,6 +55,35 @@ def _level_phrase(level: Level | None, window: Window | None, scope: str) -> str
     return _("the bot's global {window} limit").format(window=w)
 
 
+def level_phrase(level: Level | None, window: Window | None, scope: str) -> str:
+    """Which limit, in words ("your daily user limit")."""
+    return _level_phrase(level, window, scope)
+
+
+def _limit_text(refusal: Refusal, reset: str | None) -> str:
+    """A limit's refusal: "reached" only when nothing is left; otherwise the request's
+    worst case beside what is left, which is why it does not fit."""
+    limit = _level_phrase(refusal.level, refusal.window, refusal.scope)
+    if refusal.level in (Level.USER, Level.TEAM):
+        advice = _("Wait for the reset or ask an admin to raise it.")
+    elif refusal.level is Level.PROVIDER:
+        advice = _("The free providers are busy too. Please wait for the reset.")
+    else:
+        advice = _("Nothing to do but wait.")
+    left = refusal.remaining_musd
+    if left is not None and left > 0 and refusal.ceiling_musd > left:
+        head = _(
+            "🚫 Not enough left of {limit}: an answer may cost up to {ceiling}, and {left} is left."
+        ).format(limit=limit, ceiling=usd(refusal.ceiling_musd), left=usd(left))
+    else:
+        head = _("🚫 Limit reached: {limit}.").format(limit=limit)
+    if reset:
+        return _("{head} It resets at {reset}. {advice}").format(
+            head=head, reset=reset, advice=advice
+        )
+    return f"{head} {advice}"
+
+
 def refusal_text(refusal: Refusal, *, tz: str, running: bool = False) -> str:
     """The template for a ledger/cascade refusal.
 
@@ -82,21 +111,7 @@ def refusal_text(refusal: Refusal, *, tz: str, running: bool = False) -> str:
             "⏳ Busy: {limit} is fully held by requests in flight. Please retry in a minute."
         ).format(limit=_level_phrase(refusal.level, refusal.window, refusal.scope))
     elif r is RefusalReason.LIMIT:
-        limit = _level_phrase(refusal.level, refusal.window, refusal.scope)
-        if refusal.level is Level.USER:
-            advice = _("Wait for the reset or ask your team's admin to raise it.")
-        elif refusal.level is Level.TEAM:
-            advice = _("Wait for the reset or ask your team's admin.")
-        elif refusal.level is Level.PROVIDER:
-            advice = _("The free providers are busy too. Please wait for the reset.")
-        else:
-            advice = _("Nothing to do but wait.")
-        if reset:
-            text = _("🚫 Limit reached: {limit}. It resets at {reset}. {advice}").format(
-                limit=limit, reset=reset, advice=advice
-            )
-        else:
-            text = _("🚫 Limit reached: {limit}. {advice}").format(limit=limit, advice=advice)
+        text = _limit_text(refusal, reset)
     elif r is RefusalReason.INFLIGHT:
         text = _("✋ Too many requests at once. Please retry in a minute.")
     elif r is RefusalReason.RATE:
@@ -295,8 +310,11 @@ def error_text(charged_musd: int | None = 0) -> str:
 
 
 def non_text_text() -> str:
-    """A photo, sticker, voice… in chat."""
-    return _("I can only read text messages for now.")
+    """A sticker, a location, a contact… in a private chat."""
+    return _(
+        "I can't read this kind of message. I read text, voice notes, audio files, video "
+        "notes, photos, documents and links."
+    )
 
 
 def stale_text() -> str:

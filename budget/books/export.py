@@ -27,10 +27,12 @@ was booked with: the ledger keeps only that card's version) and
 are the booking's; 0 when they may differ), ``cost_musd`` (what the ledger booked, corrections
 included), ``list_price_musd`` (the list-price equivalent; for free tiers what the
 call would have cost), and the flags ``estimated``, ``late``, ``stopped``,
-``corrected`` (0/1), ``state`` and ``hold_id``.
+``corrected`` (0/1), ``state``, ``hold_id`` and ``input_unit`` (``tokens``, or
+``seconds`` of audio for a speech model, whose ``input_tokens`` are audio seconds).
 
-The totals file (:data:`TOTALS_COLUMNS`) has one row per provider key, per
-``key:model`` and per local day of the chosen zone, then one ``all`` row.
+The totals file (:data:`TOTALS_COLUMNS`, :mod:`budget.books.totals`) has one row per
+provider key, per ``key:model`` and per local day of the chosen zone, then one ``all``
+row; days retention pruned count from the sums it kept (:mod:`budget.books.pruned`).
 
 Both are written by :func:`budget.books.csv_out.csv_writer`: a text cell a spreadsheet
 would run as a formula (a team named ``-A1``) is written with a leading ``'``.
@@ -47,7 +49,6 @@ import errno
 import os
 import secrets
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -58,8 +59,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from budget.books.csv_out import Cell, csv_writer
 from budget.books.periods import Period, price_source, rates_at, zone
+from budget.books.pruned import pruned_sums
+from budget.books.totals import TOTALS_COLUMNS, ExportSummary, ExportTotals
 from budget.pricing.names import family
 from budget.pricing.prices import ModelRates, PriceCard
+from budget.pricing.rates import SPEECH_MODELS_PER_SECOND
 from budget.storage.tables import corrections, holds
 
 __all__ = [
@@ -105,75 +109,8 @@ EXPORT_COLUMNS: tuple[str, ...] = (
     "corrected",
     "state",
     "hold_id",
+    "input_unit",
 )
-
-TOTALS_COLUMNS: tuple[str, ...] = (
-    "group",
-    "key",
-    "attempts",
-    "input_tokens",
-    "cached_input_tokens",
-    "output_tokens",
-    "reasoning_tokens",
-    "cost_musd",
-    "list_price_musd",
-    "estimated",
-)
-
-
-@dataclass(slots=True)
-class _Sum:
-    attempts: int = 0
-    input_tokens: int = 0
-    cached_input_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-    cost_musd: int = 0
-    list_price_musd: int = 0
-    estimated: int = 0
-
-    def add(self, row: Attempt) -> None:
-        self.attempts += 1
-        self.input_tokens += int(row.usage_input or 0)
-        self.cached_input_tokens += int(row.usage_cached_input or 0)
-        self.output_tokens += int(row.usage_output or 0)
-        self.reasoning_tokens += int(row.usage_reasoning or 0)
-        self.cost_musd += int(row.actual_musd or 0)
-        self.list_price_musd += int(row.list_actual_musd or 0)
-        self.estimated += int(row.estimated or 0)
-
-    def cells(self) -> list[int]:
-        return [
-            self.attempts,
-            self.input_tokens,
-            self.cached_input_tokens,
-            self.output_tokens,
-            self.reasoning_tokens,
-            self.cost_musd,
-            self.list_price_musd,
-            self.estimated,
-        ]
-
-
-@dataclass(slots=True)
-class ExportSummary:
-    """What an export wrote.
-
-    Attributes:
-        period: the period exported.
-        rows: attempt rows written.
-        cost_musd: sum of ``cost_musd`` over the rows.
-        list_price_musd: sum of ``list_price_musd`` over the rows.
-        estimated: rows flagged estimated.
-        per_provider: ``cost_musd`` per key name.
-    """
-
-    period: Period
-    rows: int = 0
-    cost_musd: int = 0
-    list_price_musd: int = 0
-    estimated: int = 0
-    per_provider: dict[str, int] = field(default_factory=dict)
 
 
 class Attempt(NamedTuple):
@@ -322,48 +259,15 @@ def _attempt_cells(
         int(bool(row.corr)),
         row.state,
         row.hold_id,
+        _input_unit(row.provider, row.model),
     ]
 
 
-@dataclass(slots=True)
-class _Totals:
-    """The sums of the totals file: per provider key, per ``key:model``, per local day."""
-
-    by_key: dict[str, _Sum] = field(default_factory=dict)
-    by_model: dict[str, _Sum] = field(default_factory=dict)
-    by_day: dict[str, _Sum] = field(default_factory=dict)
-    total: _Sum = field(default_factory=_Sum)
-
-    def add(self, row: Attempt, local_day: str) -> None:
-        for table, key in (
-            (self.by_key, row.provider),
-            (self.by_model, f"{row.provider}:{row.model}"),
-            (self.by_day, local_day),
-        ):
-            table.setdefault(key, _Sum()).add(row)
-        self.total.add(row)
-
-    def summary(self, period: Period) -> ExportSummary:
-        return ExportSummary(
-            period,
-            rows=self.total.attempts,
-            cost_musd=self.total.cost_musd,
-            list_price_musd=self.total.list_price_musd,
-            estimated=self.total.estimated,
-            per_provider={k: s.cost_musd for k, s in self.by_key.items()},
-        )
-
-    def write(self, out: TextIO, period: Period) -> None:
-        writer = csv_writer(out)
-        writer.writerow(TOTALS_COLUMNS)
-        for group, table in (
-            ("provider", self.by_key),
-            ("model", self.by_model),
-            ("day", self.by_day),
-        ):
-            for key in sorted(table):
-                writer.writerow([group, key, *table[key].cells()])
-        writer.writerow(["all", period.label, *self.total.cells()])
+def _input_unit(key_name: str, model: str) -> str:
+    """What ``input_tokens`` counts: ``seconds`` of audio for a speech model (priced per
+    second: docs/decisions/083-a-transcription-is-held-in-audio-seconds.md), else
+    ``tokens`` (a vision call's include its image tokens)."""
+    return "seconds" if f"{family(key_name)}:{model}" in SPEECH_MODELS_PER_SECOND else "tokens"
 
 
 async def write_export(
@@ -402,12 +306,15 @@ async def write_export(
     writer = csv_writer(out)
     writer.writerow(EXPORT_COLUMNS)
     prices = _Prices(card)
-    totals = _Totals()
+    totals = ExportTotals()
     async for row in booked_attempts(engine, period, key_name=key_name):
         at = datetime.fromtimestamp(row.granted_at, UTC)
         local_at = at.astimezone(local)
         writer.writerow(_attempt_cells(row, at, local_at, prices, card.version))
         totals.add(row, local_at.date().isoformat())
+    async for pruned in pruned_sums(engine, period, key_name=key_name):
+        slot_day = datetime.fromtimestamp(pruned.at, UTC).astimezone(local).date()
+        totals.add_pruned(pruned, slot_day.isoformat())
     if totals_out is not None:
         totals.write(totals_out, period)
     return totals.summary(period)

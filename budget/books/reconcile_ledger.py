@@ -4,7 +4,9 @@ period, summed per 15-minute slot and model (exact bookings) and listed one by o
 after a crash, at the ceiling after a timeout).
 
 Read through :func:`budget.books.export.booked_attempts`, the same rows ``/budget export``
-writes; costs in µUSD, tokens as the provider reported them.
+writes, and :func:`budget.books.pruned.pruned_sums`, the exact sums retention kept of
+the attempts it pruned (estimated bookings are never pruned); costs in µUSD, tokens as
+the provider reported them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from budget.books.export import booked_attempts
 from budget.books.periods import Period, rates_at
+from budget.books.pruned import pruned_sums
 from budget.pricing.prices import PriceCard
 from budget.types import Usage
 
@@ -167,5 +170,18 @@ async def load_ledger(
             int(row.usage_output or 0),
             int(row.usage_reasoning or 0),
             int(row.actual_musd or 0),
+        )
+    async for kept in pruned_sums(engine, period, key_name=key_name):
+        side.models.add(kept.model)
+        sums = side.exact.setdefault(kept.slot, {}).setdefault(kept.model, TokenSums())
+        sums.add(
+            TokenSums(
+                kept.input_tokens,
+                kept.cached_input_tokens,
+                kept.output_tokens,
+                kept.reasoning_tokens,
+                kept.cost_musd,
+                kept.attempts,
+            )
         )
     return side

@@ -12,27 +12,41 @@ that fsync of the one sequential WAL also makes durable every frame written befo
 a message's intake record included, which is committed before the message's first
 hold. The ledger's own connection is set up in :mod:`budget.kernel.sqlite_writer`.
 Other backends (PostgreSQL via DATABASE_URL) get the plain engine.
+
+A PostgreSQL URL names its server one of two ways (:func:`server_address`): a TCP host
+(``postgresql+asyncpg://user:password@db.example.org:5432/kopek``) or a Unix socket
+folder in the query, SQLAlchemy's and asyncpg's form for a server on the same machine
+(peer authentication) or a managed database's socket proxy
+(``postgresql+asyncpg://user@/kopek?host=/run/postgresql``, optionally ``&port=5433``:
+the socket file is ``/run/postgresql/.s.PGSQL.5433``). Settings, ``python -m budget``
+and every line that names a database (:func:`location`) read it through that one
+function.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
+    "ServerAddress",
     "check_credentials",
     "create_engine",
     "failure_reason",
     "is_sqlite",
     "location",
     "make_ddl_transactional",
+    "passwords",
+    "server_address",
     "sqlite_path",
 ]
 
@@ -93,13 +107,118 @@ def check_credentials(url: str) -> None:
         raise ValueError(_CREDENTIALS_HINT)
 
 
+@dataclass(frozen=True, slots=True)
+class ServerAddress:
+    """Where a PostgreSQL URL points: a TCP ``host``, or a Unix socket folder.
+
+    Attributes:
+        host: the TCP host name or address (``""`` for a socket).
+        socket_dir: the folder of the server's socket, an absolute path (``""`` for TCP).
+        port: the port (TCP), or the number in the socket file's name; ``None``: the
+            driver's default, 5432.
+        database: the database's name.
+    """
+
+    host: str
+    socket_dir: str
+    port: int | None
+    database: str
+
+    def __str__(self) -> str:
+        """``postgresql://host:port/database`` or
+        ``postgresql:///database?host=/socket/folder&port=N``: no user, no password."""
+        if self.socket_dir:
+            port = f"&port={self.port}" if self.port else ""
+            return f"postgresql:///{self.database}?host={self.socket_dir}{port}"
+        port = f":{self.port}" if self.port else ""
+        return f"postgresql://{self.host}{port}/{self.database}"
+
+
+#: What a socket URL looks like, for the messages below.
+SOCKET_FORM = "postgresql+asyncpg://user@/kopek?host=/run/postgresql"
+
+
+def _one(value: str | tuple[str, ...] | None, name: str) -> str | None:
+    if isinstance(value, tuple):
+        raise ValueError(f"name one {name} (a URL with several servers is not supported)")
+    return value
+
+
+def server_address(url: str | URL) -> ServerAddress:
+    """The server a PostgreSQL URL names (module docstring: a TCP host, or a socket
+    folder in ``?host=``), as SQLAlchemy's asyncpg dialect and asyncpg read it.
+
+    Raises:
+        ValueError: no database; no host and no socket folder; both; a ``?host=`` that
+            is not one absolute path (a TCP host goes before the database); a
+            percent-encoded or ``/``-prefixed host before the database (libpq's
+            socket spelling, which the asyncpg dialect does not read); a ``port`` that
+            is not a number. The message holds no piece of ``url``.
+    """
+    u = make_url(url)
+    in_query = _one(u.query.get("host"), "host")
+    query_port = _one(u.query.get("port"), "port")
+    if query_port is not None and not query_port.isdigit():
+        raise ValueError("port= in the URL's query must be a number")
+    port = u.port or (int(query_port) if query_port else None)
+    if not u.database:
+        raise ValueError(f"a PostgreSQL URL names a database: {_FORMS}")
+    if in_query is not None:
+        if u.host:
+            raise ValueError(f"the URL names its server twice (a host and ?host=): {_FORMS}")
+        if not in_query.startswith("/") or "," in in_query:
+            raise ValueError(
+                "?host= names the folder of the server's Unix socket (an absolute path, "
+                f"as in {SOCKET_FORM}); a TCP host goes before the database"
+            )
+        return ServerAddress("", in_query, port, u.database)
+    if not u.host:
+        raise ValueError(
+            f"a PostgreSQL URL names a host or a socket folder, and a database: {_FORMS}"
+        )
+    if "%" in u.host or u.host.startswith("/"):
+        raise ValueError(f"write a Unix socket folder in the query: {SOCKET_FORM}")
+    return ServerAddress(u.host, "", port, u.database)
+
+
+_FORMS = f"postgresql+asyncpg://user:password@host:5432/kopek or {SOCKET_FORM}"
+
+
+def passwords(url: str) -> list[str]:
+    """The passwords in a database URL — its user's password and a ``password=`` in
+    its query (asyncpg reads both) — each as written (percent-encoded) and decoded (as
+    the driver sends it and a library might print it): the secrets to redact. None for
+    SQLite, nor for a URL :func:`check_credentials` refuses (its pieces are no password,
+    and the messages about it never hold the URL)."""
+    try:
+        check_credentials(url)
+        split = urlsplit(url)
+        parsed = make_url(url)
+    except (ValueError, ArgumentError):
+        return []
+    found: list[object] = [split.password, parsed.password]
+    found += [v for k, v in parse_qsl(split.query, keep_blank_values=False) if k == "password"]
+    raw = [
+        part.partition("=")[2] for part in split.query.split("&") if part.startswith("password=")
+    ]
+    found += raw
+    decoded = parsed.query.get("password")
+    found += list(decoded) if isinstance(decoded, tuple) else [decoded]
+    return [str(p) for p in dict.fromkeys(found) if p]
+
+
 def location(url: str | URL) -> str:
-    """The SQLite file's path, or ``postgresql://host:port/database`` (no user, no
-    password) of ``url``: safe to print."""
+    """The SQLite file's path, or the server and database of a PostgreSQL ``url``
+    (:meth:`ServerAddress.__str__`: no user, no password): safe to print."""
     path = sqlite_path(url)
     if path is not None:
         return str(path)
     u = make_url(url)
+    if u.get_backend_name() == "postgresql":
+        try:
+            return str(server_address(u))
+        except ValueError:
+            pass  # a URL the settings refuse: the plain form below
     port = f":{u.port}" if u.port else ""
     return f"{u.get_backend_name()}://{u.host or ''}{port}/{u.database or ''}"
 

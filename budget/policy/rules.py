@@ -188,6 +188,8 @@ def check_hold(buckets: Sequence[Bucket], ceiling_musd: int) -> Refusal | None:
         resets_at=b.resets_at,
         busy=busy,
         scope=b.scope,
+        ceiling_musd=ceiling_musd,
+        remaining_musd=b.remaining_musd,
     )
 
 

@@ -21,7 +21,13 @@ from typing import Any
 from budget.errors import BudgetConfigError
 from budget.types import Usage
 
-__all__ = ["DEFAULT_OVERRIDES", "ModelRates", "PromptTier", "parse_overrides"]
+__all__ = [
+    "DEFAULT_OVERRIDES",
+    "SPEECH_MODELS_PER_SECOND",
+    "ModelRates",
+    "PromptTier",
+    "parse_overrides",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +109,14 @@ _DEEPSEEK_SRC = (
     "night discount cancelled 2025-09-05"
 )
 
+_GROQ_STT_SRC = (
+    "console.groq.com/docs/speech-to-text: $0.04 per hour of audio, 10 s billed at least; "
+    "per audio second"
+)
+_MISTRAL_STT_SRC = (
+    "mistral.ai/news/voxtral-transcribe-2: $0.003 per minute ($0.18 per hour); per audio second"
+)
+
 #: Shipped overrides, ``"provider:model"`` → rates (USD per 1M tokens), where the
 #: genai-prices snapshot is behind the provider's page. genai-prices 0.2.3 still
 #: carries DeepSeek's V3 prices with the 16:30–00:30 UTC discount; DeepSeek's page
@@ -114,7 +128,19 @@ DEFAULT_OVERRIDES: dict[str, ModelRates] = {
     "deepseek:deepseek-reasoner": ModelRates(
         Decimal("0.28"), Decimal("0.42"), Decimal("0.028"), source=_DEEPSEEK_SRC
     ),
+    # speech models, priced per second of audio: for these a "token" is one second
+    # (docs/decisions/083-a-transcription-is-held-in-audio-seconds.md), so the input
+    # rate is USD per 1M seconds = USD per hour × 1e6 / 3600 and the output rate 0
+    "groq:whisper-large-v3-turbo": ModelRates(
+        Decimal("0.04") * 1_000_000 / 3600, Decimal(0), source=_GROQ_STT_SRC
+    ),
+    "mistral:voxtral-mini-latest": ModelRates(
+        Decimal("0.18") * 1_000_000 / 3600, Decimal(0), source=_MISTRAL_STT_SRC
+    ),
 }
+
+#: The speech models priced per second above (their "tokens" are audio seconds).
+SPEECH_MODELS_PER_SECOND = frozenset({"groq:whisper-large-v3-turbo", "mistral:voxtral-mini-latest"})
 
 
 def _dec(value: object, where: str) -> Decimal:

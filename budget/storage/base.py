@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from budget.config import LedgerConfig
 from budget.policy.windows import window_keys
 from budget.protocol import HoldTicket, OperationTicket
-from budget.status import KillState, LedgerStatus, TeamStatus, UserStatus
-from budget.storage.sql import admin, holds, reports
+from budget.status import HoldEntry, KillState, LedgerStatus, TeamStatus, UserStatus
+from budget.storage.sql import admin, holds, reports, retention
 from budget.storage.sql.corrections import apply_corrections
-from budget.storage.sql.rows import kill_states, teams
+from budget.storage.sql.rows import exposure, kill_states, teams
 from budget.storage.store import (
     CHECKED,
     DURABLE,
@@ -239,6 +239,10 @@ class LedgerStore(abc.ABC):
         """Every switch row (tripped or not)."""
         return await self._read(kill_states)
 
+    async def exposure(self, kind: str = "global", scope: str = "") -> int:
+        """µUSD held by outstanding holds in a kill scope (what a kill cannot stop)."""
+        return await self._read(partial(exposure, kind=kind, scope=scope))
+
     async def set_limit(self, now: datetime, change: LimitChange) -> None:
         """Persist a runtime limit set or cleared (its event recorded)."""
         await self._write(partial(admin.set_limit, cfg=self.config, now=now, change=change))
@@ -275,6 +279,10 @@ class LedgerStore(abc.ABC):
         """The whole ledger now."""
         return await self._read(partial(reports.status, cfg=self.config, now=now))
 
+    async def hold_entry(self, hold_id: str) -> HoldEntry | None:
+        """One hold's booking, ``None`` when there is no such hold."""
+        return await self._read(partial(reports.hold_entry, hold_id=hold_id))
+
     async def user_status(self, now: datetime, user_id: int) -> UserStatus:
         """One user now."""
         body = partial(reports.user_status, cfg=self.config, now=now)
@@ -300,6 +308,30 @@ class LedgerStore(abc.ABC):
         "held_total": int, "buckets": [(level, win, settled, held, late), …]}``
         (empty mismatches = consistent; tests and reconciliation)."""
         return await self._read(reports.audit)
+
+    # -- retention -------------------------------------------------------------------
+    async def prune_batch(self, table: str, before_day: str, batch: int) -> retention.PrunedBatch:
+        """Prune up to ``batch`` rows of ``table`` (``budget_holds``, ``budget_events``,
+        ``budget_operations``, ``budget_requests``, ``budget_messages``) of ledger days
+        before ``before_day``, keeping their sums (:mod:`budget.storage.sql.retention`);
+        one grouped step of its own, so holds queued meanwhile run between batches.
+
+        Raises:
+            KeyError: ``table`` is not one of those.
+        """
+        body: Body[retention.PrunedBatch]
+        if table == "budget_holds":
+            body = partial(retention.prune_holds, before_day=before_day, batch=batch)
+        elif table == "budget_events":
+            body = partial(retention.prune_events, before_day=before_day, batch=batch)
+        else:
+            body = partial(retention.prune_plain, table=table, before_day=before_day, batch=batch)
+        return await self._write(body, GROUPED)
+
+    async def claim_round(self, now: datetime, job: str, day: str) -> bool:
+        """Claim ``job``'s round for ledger day ``day`` (once per day per database)."""
+        body = partial(retention.claim_round, job=job, day=day, process_id=self.process_id)
+        return await self._write(partial(body, now=now.timestamp()), GROUPED)
 
     async def apply_corrections(self, now: datetime, plan: CorrectionPlan) -> ApplyResult:
         """Book reconciliation corrections in one transaction (the rules:

@@ -33,6 +33,7 @@ __all__ = [
     "SettleOutcome",
     "SettleRequest",
     "SharedDatabase",
+    "SharedTx",
     "SweepOutcome",
     "UnknownOperation",
     "UsageOf",
@@ -99,6 +100,9 @@ class HoldRequest:
         provider, model: where the attempt goes.
         input_tokens: the estimate held; max_tokens: the output ceiling (tokens).
         price: :class:`HoldPrice`.
+        origin: what this hold is for when it differs from its operation's origin
+            (``summary``: a history summary inside a chat message's operation);
+            ``None``: the operation's.
     """
 
     operation_id: str
@@ -108,6 +112,7 @@ class HoldRequest:
     input_tokens: int
     max_tokens: int
     price: HoldPrice
+    origin: Origin | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +254,16 @@ class SweepOutcome:
         self.auto_killed = auto_killed
 
 
+class SharedTx(Protocol):
+    """Runs an async body on one connection of the shared database."""
+
+    async def tx(
+        self, now: datetime, body: Callable[[Any], Awaitable[T]], *, single: bool = False
+    ) -> T:
+        """Run ``body`` in ONE transaction (``single``: one statement)."""
+        ...
+
+
 class SharedDatabase(Protocol):
     """The database several processes share (PostgreSQL), as the ledger's store offers
     it to the replicas' shared state (key circuits, call claims, lanes, signals, update
@@ -270,4 +285,10 @@ class SharedDatabase(Protocol):
 
     async def confirm_lease(self) -> bool:
         """False once this process was taken for dead."""
+        ...
+
+    @property
+    def control(self) -> SharedTx:
+        """The kill switch's own connection, never queued behind the money path's
+        pool (:mod:`budget.storage.postgres.control`): for a control's rows."""
         ...

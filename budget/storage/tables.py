@@ -281,6 +281,9 @@ processes = Table(
     Column("process_id", String(32), primary_key=True),
     Column("started_at", TIME, nullable=False),
     Column("heartbeat_at", TIME, nullable=False),
+    # the server's pg_postmaster_start_time() when the process last beat holding its
+    # liveness lock (budget.storage.postgres.lease); NULL: it did not (or an older version)
+    Column("locked_on", TIME, nullable=True),
 )
 
 
@@ -344,6 +347,56 @@ runtime_signals = Table(
     Column("name", String(32), primary_key=True),
     Column("generation", BIG, nullable=False),
     Column("raised_at", Float, nullable=False),
+)
+
+
+attempt_sums = Table(
+    "budget_attempt_sums",
+    metadata,
+    # the booked attempts retention pruned (docs/decisions/140-retention-keeps-sums.md):
+    # one row per 15-minute UTC slot (``slot`` = epoch seconds of the grant // 900), the
+    # ledger's day window, provider key and model; what the export's totals, the
+    # reconciliation's exact sums and the daily charts read for days no longer in
+    # ``budget_holds``. Never pruned. Migration ``0034_retention``
+    Column("slot", BIG, nullable=False),
+    Column("day_key", String(16), nullable=False),
+    Column("provider", String(32), nullable=False),
+    Column("model", String(128), nullable=False),
+    Column("attempts", BIG, nullable=False),
+    Column("input_tokens", BIG, nullable=False),
+    Column("cached_input_tokens", BIG, nullable=False),
+    Column("output_tokens", BIG, nullable=False),
+    Column("reasoning_tokens", BIG, nullable=False),
+    Column("cost_musd", BIG, nullable=False),
+    Column("list_price_musd", BIG, nullable=False),
+    # the list-price equivalent of the attempts booked at $0 (a free tier)
+    Column("free_list_musd", BIG, nullable=False),
+    PrimaryKeyConstraint("slot", "day_key", "provider", "model", name="pk_budget_attempt_sums"),
+    Index("ix_budget_attempt_sums_day", "day_key"),
+)
+
+event_sums = Table(
+    "budget_event_sums",
+    metadata,
+    # the events retention pruned, counted per ledger day, kind and reason ('' for none).
+    # Never pruned. Migration ``0034_retention``
+    Column("day_key", String(16), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("reason", String(32), nullable=False),
+    Column("events", BIG, nullable=False),
+    PrimaryKeyConstraint("day_key", "kind", "reason", name="pk_budget_event_sums"),
+)
+
+retention_rounds = Table(
+    "budget_retention",
+    metadata,
+    # one row per pruning job: the ledger day its last round was claimed for, by which
+    # process, when (epoch seconds): one round per day per database, whatever the
+    # number of replicas. Migration ``0034_retention``
+    Column("job", String(32), primary_key=True),
+    Column("day_key", String(16), nullable=False),
+    Column("process_id", String(32), nullable=False),
+    Column("claimed_at", Float, nullable=False),
 )
 
 

@@ -61,6 +61,7 @@ from llm.keys.admission import KeyAdmission
 from llm.keys.slots import CallSlots
 from llm.model_caps import possible_tokens
 from llm.providers.base import Provider
+from llm.providers.vision_provider import media_tokens_of
 from llm.stream import StreamControl, StreamingProvider
 from llm.types import Completion, LLMRequest
 
@@ -174,8 +175,14 @@ class GovernedAttempt:
             ProviderError: the attempt failed (hold settled or released).
             EmptyCompletion: answered with no usable text (settled as billed).
         """
-        plan = AttemptPlan(request.messages, provider.model, request.max_tokens, 0, [])
+        model = provider.model
+        if request.small:  # the router's choice: the key's small model, held as such
+            model = self._config.cheap_models.get(provider.name) or provider.model
+        plan = AttemptPlan(
+            request.messages, model, request.max_tokens, 0, [], origin=request.origin
+        )
         await self._sizer.size(plan, provider.name, input_tokens)
+        plan.add_media(media_tokens_of(provider, plan.messages))
         async with self._slots.slot(request.priority):
             hold = await self._hold(op, request_id, provider, request, plan, is_anchor)
             await self._open_key(provider, plan, hold, is_anchor)

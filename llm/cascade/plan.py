@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from budget.errors import BudgetError
 from budget.pricing.tokens import count_off_loop, input_bound
 from budget.protocol import HoldTicket, LedgerPort, OperationTicket
-from budget.types import CalibrationSample
+from budget.types import CalibrationSample, Origin
 from llm.cascade.types import TokenCounter
 from llm.providers.base import Provider
 from llm.types import Message
@@ -47,6 +47,7 @@ class AttemptPlan:
         degraded: ladder steps applied to reach this plan.
         input_bound: provable bound on the input, tokens (``budget.pricing.tokens.input_bound``).
         counted: the token counter's own count, tokens (before calibration).
+        origin: the hold's origin when not the operation's (``LLMRequest.origin``).
     """
 
     messages: tuple[Message, ...]
@@ -56,6 +57,17 @@ class AttemptPlan:
     degraded: list[str]
     input_bound: int = 0
     counted: int = 0
+    origin: Origin | None = None
+
+    def add_media(self, tokens: int) -> None:
+        """Add the prompt's images, ``tokens`` at this key's model (its provable
+        per-image bound, :meth:`llm.providers.vision_provider.VisionProvider.media_tokens`),
+        to the count, the bound and the estimate alike: the text's calibration never
+        shrinks them below the formula."""
+        if tokens > 0:
+            self.counted += tokens
+            self.input_bound += tokens
+            self.input_tokens += tokens
 
 
 async def reserve(
@@ -78,6 +90,7 @@ async def reserve(
         input_tokens=plan.input_tokens,
         max_tokens=plan.max_tokens,
         input_bound_tokens=plan.input_bound,
+        origin=plan.origin,
     )
 
 

@@ -123,7 +123,7 @@ class GroqProvider(ProviderBase):
             # what the SDK's parser does: a body that is JSON anyway is read as JSON
             try:
                 json.loads(content)
-            except ValueError:
+            except (ValueError, RecursionError):  # nesting too deep: RecursionError
                 raise ProviderUnavailable(
                     self.name, "200 with a non-JSON body", interrupted=True, status=200
                 ) from None

@@ -35,7 +35,41 @@ import aiohttp
 
 from llm.errors import ProviderUnavailable
 
-__all__ = ["PlainPost", "PlainResponse", "aiohttp_transport_error", "env_proxy"]
+__all__ = [
+    "MAX_RESPONSE_BYTES",
+    "PlainPost",
+    "PlainResponse",
+    "aiohttp_transport_error",
+    "env_proxy",
+    "read_capped",
+]
+
+#: The largest answer body read (bytes): a whole completion of the largest ``max_tokens``
+#: any model here takes (32,768 tokens ≈ 128 KiB of text, JSON-escaped at most 6x) with
+#: room to spare; a provider (or a proxy in between) sending more is failing. Read in
+#: chunks and counted, so a bigger body costs no more memory than this.
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+
+
+async def read_capped(response: aiohttp.ClientResponse, limit: int = MAX_RESPONSE_BYTES) -> bytes:
+    """The whole body of ``response``, at most ``limit`` bytes.
+
+    Raises:
+        aiohttp.ClientPayloadError: the body is longer (the connection is closed).
+    """
+    length = response.content_length
+    if length is not None and length > limit:
+        response.close()
+        raise aiohttp.ClientPayloadError(f"response body of {length} bytes over {limit}")
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            response.close()
+            raise aiohttp.ClientPayloadError(f"response body over {limit} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 class PlainResponse:
@@ -77,16 +111,17 @@ class PlainPost:
         return f"PlainPost(open={self._session is not None and not self._session.closed})"
 
     async def post(self, url: str, payload: Mapping[str, Any]) -> PlainResponse:
-        """POST ``payload`` as JSON to ``url`` and read the whole answer.
+        """POST ``payload`` as JSON to ``url`` and read the whole answer (at most
+        :data:`MAX_RESPONSE_BYTES`).
 
         Raises:
-            aiohttp.ClientError: the exchange failed (translate with
-                :func:`aiohttp_transport_error`).
+            aiohttp.ClientError: the exchange failed, or the answer was longer
+                (translate with :func:`aiohttp_transport_error`).
         """
         async with self._open().post(
             url, json=payload, allow_redirects=False, proxy=self._proxy(url)
         ) as response:
-            content = await response.read()
+            content = await read_capped(response)
             return PlainResponse(response.status, response.headers, content)
 
     async def open_stream(self, url: str, payload: Mapping[str, Any]) -> aiohttp.ClientResponse:
@@ -140,7 +175,7 @@ class PlainPost:
         async with self._open().post(
             url, data=form, allow_redirects=False, proxy=self._proxy(url)
         ) as response:
-            content = await response.read()
+            content = await read_capped(response)
             return PlainResponse(response.status, response.headers, content)
 
     async def aclose(self) -> None:

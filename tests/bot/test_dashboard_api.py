@@ -10,9 +10,10 @@ from typing import Any, cast
 from aiohttp import ClientSession, web
 from pydantic import SecretStr
 
-from bot.ops.dashboard.api import CSP, MAX_REASON_CHARS, DashboardSite, clean_reason
+from bot.ops.dashboard.api import CSP, DashboardSite
 from bot.ops.dashboard.auth import Confirmations, InitDataCheck
 from bot.ops.dashboard.view import OperatorView
+from bot.ops.killswitch import MAX_REASON_CHARS, clean_reason
 from budget.errors import LedgerUnavailable
 from budget.ledger import Ledger
 from tests.support.clocks import ManualClock

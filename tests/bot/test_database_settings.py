@@ -25,6 +25,10 @@ def _settings(url: str) -> Settings:
         "postgresql+asyncpg://kopek@127.0.0.1/kopek?ssl=require",
         "postgresql+asyncpg://kopek:p%40s%2F%23%3Fsecret-pw@DB.Example.org:5432/kopek",
         "postgresql+asyncpg://kopek:secret-pw@[::1]:5432/kopek",
+        # a Unix socket folder (a server on the same machine, a socket proxy)
+        "postgresql+asyncpg://kopek@/kopek?host=/run/postgresql",
+        "postgresql+asyncpg://kopek:secret-pw@/kopek?host=/run/postgresql&port=5433",
+        "postgresql+asyncpg://kopek@/kopek?host=%2Fcloudsql%2Fproject%3Aregion%3Adb",
     ],
 )
 def test_sqlite_files_and_asyncpg_urls_are_accepted(url: str) -> None:
@@ -36,7 +40,13 @@ def test_sqlite_files_and_asyncpg_urls_are_accepted(url: str) -> None:
     [
         ("postgresql://kopek:secret-pw@db/kopek", "asyncpg driver only"),
         ("postgresql+psycopg://kopek:secret-pw@db/kopek", "asyncpg driver only"),
-        ("postgresql+asyncpg://kopek:secret-pw@db", "names a host and a database"),
+        ("postgresql+asyncpg://kopek:secret-pw@db", "names a database"),
+        ("postgresql+asyncpg://kopek:secret-pw@/kopek", "names a host or a socket folder"),
+        ("postgresql+asyncpg://kopek:secret-pw@db/kopek?host=/run/pg", "its server twice"),
+        ("postgresql+asyncpg://kopek:secret-pw@/kopek?host=db", "an absolute path"),
+        ("postgresql+asyncpg://kopek:secret-pw@/kopek?host=/a&host=/b", "name one host"),
+        ("postgresql+asyncpg://kopek:secret-pw@/kopek?host=/a&port=x", "must be a number"),
+        ("postgresql+asyncpg://kopek:secret-pw@%2Frun%2Fpg/kopek", "in the query"),
         ("mysql+aiomysql://kopek:secret-pw@db/kopek", "'mysql' is not supported"),
         ("sqlite+aiosqlite://", "must name a SQLite file"),
         ("notaurl", "not a database URL"),
@@ -73,6 +83,20 @@ def test_the_database_password_is_redacted_as_written_and_decoded() -> None:
     line = "connect postgresql+asyncpg://kopek:p%40ss%2Fword-77@db failed for p@ss/word-77"
     assert "word-77" not in redact(line, secrets)
     assert _settings("sqlite+aiosqlite:///data/kopek.db").secret_values() == ["1:x", "k"]
+
+
+def test_a_socket_url_is_named_by_its_folder_and_its_passwords_are_redacted() -> None:
+    """A socket URL prints as ``postgresql:///db?host=/folder`` (no user, no password);
+    its password — in the user part or as ``password=`` in the query, as asyncpg
+    reads both — is a secret, as written and decoded."""
+    url = "postgresql+asyncpg://kopek:pw%2Fone-77@/kopek?host=/run/postgresql&port=5433"
+    assert location(url) == "postgresql:///kopek?host=/run/postgresql&port=5433"
+    assert {"pw%2Fone-77", "pw/one-77"} <= set(_settings(url).secret_values())
+    query = "postgresql+asyncpg://kopek@/kopek?host=/run/postgresql&password=pw%40two-88"
+    assert {"pw%40two-88", "pw@two-88"} <= set(_settings(query).secret_values())
+    code, line = start_failure(OSError("No such file or directory"), url)
+    assert code == 1 and "postgresql:///kopek?host=/run/postgresql&port=5433" in line
+    assert "one-77" not in line and "kopek:" not in line
 
 
 def test_start_failures_name_the_database_without_credentials() -> None:

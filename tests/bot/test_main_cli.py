@@ -1,16 +1,21 @@
 """``python -m bot`` / ``kopek``: the command line front (bot/__main__.py).
 
 A misspelt subcommand used to start the bot silently (``delete-webhok`` ran polling);
-now argparse refuses it with exit 2 before any setting is read or aiogram imported.
+now argparse refuses it with exit 2 before any setting is read or aiogram imported. A
+misspelt setting that limits money refuses the start too.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from bot.__main__ import COMMANDS, _parse, main
+from bot.settings.typos import limits_money
 
 
 @pytest.mark.parametrize(
@@ -57,3 +62,45 @@ def test_help_lists_every_command(
     assert out.startswith("usage: kopek")
     for command in COMMANDS:
         assert f"  {command} " in out
+
+
+def test_a_misspelt_limit_stops_the_start_in_one_line(tmp_path: Path) -> None:
+    """``BUGDET_GLOBAL_DAILY_USD=5`` (meant ``BUDGET_GLOBAL_DAILY_USD``) would start a bot
+    with no global limit: ``python -m bot`` exits 2 with one line naming both; a typo of
+    a setting that limits no money is only logged."""
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "BOT_TOKEN": "123456:" + "A" * 35,
+        "GROQ_API_KEY": "gsk_test",
+        "DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'k.db'}",
+        "BUGDET_GLOBAL_DAILY_USD": "5",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "bot"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "kopek: configuration error: BUGDET_GLOBAL_DAILY_USD is not a setting: did you mean "
+        "BUDGET_GLOBAL_DAILY_USD? (a misspelt limit would leave the bot without it)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("setting", "limits"),
+    [
+        ("BUDGET_GLOBAL_DAILY_USD", True),
+        ("OPERATION_MAX_USD", True),
+        ("OPERATION_MAX_REQUESTS", True),
+        ("DEEPSEEK_DAILY_CAP_USD", True),
+        ("WEBHOOK_URL", False),
+        ("STREAM_EDIT_INTERVAL_MS", False),
+    ],
+)
+def test_which_settings_limit_money(setting: str, limits: bool) -> None:
+    assert limits_money(setting) is limits

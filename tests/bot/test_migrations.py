@@ -114,6 +114,9 @@ def test_every_revision_up_down_up_and_head_matches_models(database_url: str) ->
         "0022_ledger_timestamptz",
         "0023_digest_restarts",
         "0032_ops_notices",
+        "0036_chat_summaries",
+        "0024_process_liveness_lock",
+        "0034_retention",
     ]
     for rev in revisions:
         command.upgrade(cfg, rev.revision)
@@ -307,8 +310,10 @@ def test_held_margins_join_their_buckets_on_postgres_and_leave_on_downgrade(
 
 def test_the_ledgers_times_are_timestamptz_on_postgres(pg_migrated_url: str) -> None:
     """0022_ledger_timestamptz: every time column of the ledger's tables (the sixteen
-    :class:`budget.storage.tables.EpochSeconds` columns) is ``timestamptz`` at head; the
-    shared-state tables of issue 13 keep epoch seconds (``double precision``)."""
+    :class:`budget.storage.tables.EpochSeconds` columns then, and
+    ``budget_processes.locked_on``, added so by 0024_process_liveness_lock) is
+    ``timestamptz`` at head; the shared-state tables of issue 13 keep epoch seconds
+    (``double precision``)."""
     found = _on(pg_migrated_url, _column_types)
     assert isinstance(found, dict)
     times = [
@@ -317,13 +322,13 @@ def test_the_ledgers_times_are_timestamptz_on_postgres(pg_migrated_url: str) -> 
         for column in table.columns
         if isinstance(column.type, EpochSeconds)
     ]
-    assert len(times) == 16
+    assert len(times) == 17
     assert {found[c] for c in times} == {"timestamp with time zone"}, times
     for column in ("call_leases.expires_at", "provider_keys.open_until", "update_rates.last_at"):
         assert found[column] == "double precision", column
     assert set(times) == {
         f"{table}.{column}" for table, columns in TIMESTAMPTZ.COLUMNS.items() for column in columns
-    }
+    } | {"budget_processes.locked_on"}
 
 
 #: Epoch seconds an older version wrote (instants of its clock, to the microsecond).

@@ -42,11 +42,12 @@ def test_limit_refusal_names_level_window_and_reset_in_user_tz(
 
 
 def test_user_limit_tells_what_to_do_and_running_request_is_mentioned(i18n: I18n) -> None:
-    """User level: wait for the reset or ask the team's admin; a running request will finish."""
+    """User level: wait for the reset or ask an admin (the user may be in no team); a
+    running request will finish."""
     refusal = Refusal(RefusalReason.LIMIT, Level.USER, Window.HOUR, RESET)
     with i18n.use_locale("en"):
         text = templates.refusal_text(refusal, tz="UTC", running=True)
-    assert "hourly" in text and "ask your team's admin" in text
+    assert "hourly" in text and "ask an admin to raise it" in text
     assert "still be answered" in text
 
 
@@ -128,3 +129,25 @@ def test_me_names_the_user_level_as_admins_do(i18n: I18n) -> None:
     assert "• user, this hour: spent $0.000000 (no limit)" in en
     assert "• пользовательский, за этот час:" in ru
     assert "personal" not in en and "личный" not in ru
+
+
+def test_a_limit_with_money_left_says_the_worst_case_does_not_fit(i18n: I18n) -> None:
+    """$0.000020 left of a user's day and an answer that may cost $0.000460: not
+    "limit reached" but both amounts; with nothing left, "Limit reached"."""
+
+    def refusal(left: int) -> Refusal:
+        return Refusal(
+            RefusalReason.LIMIT,
+            Level.USER,
+            Window.DAY,
+            datetime(2026, 3, 2, tzinfo=UTC),
+            ceiling_musd=460,
+            remaining_musd=left,
+        )
+
+    with i18n.use_locale("en"):
+        short = templates.refusal_text(refusal(20), tz="UTC")
+        spent = templates.refusal_text(refusal(0), tz="UTC")
+    assert short.startswith("🚫 Not enough left of your daily user limit")
+    assert "up to $0.000460" in short and "$0.000020 is left" in short and "00:00 UTC" in short
+    assert spent.startswith("🚫 Limit reached: your daily user limit.")

@@ -36,6 +36,11 @@ BASE_CONFIG = LedgerConfig(
     auto_kill_fraction=Decimal(0),
     hold_ttl_s=300.0,
     max_call_s=60.0,
+    # the contract's bursts (1,000 holds at once in one process, on 8 pool connections,
+    # on a loaded machine) measure exact counts, not the bot's deadlines: a queued step
+    # waits (tests/e2e/test_pg_lock_waits.py tests the deadlines at their defaults)
+    db_lock_timeout_s=120.0,
+    db_pool_timeout_s=600.0,
 )
 
 

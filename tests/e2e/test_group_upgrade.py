@@ -55,7 +55,7 @@ async def test_an_answer_for_an_upgraded_group_goes_to_its_supergroup_with_the_h
     mark = fake_telegram.mark()
     _ask_in(fake_telegram, OLD, "group", "My name is Ada.")
     await fake_telegram.wait_sent(OLD, since=mark, timeout=20)
-    assert _turns(db, OLD) == 2
+    await until(lambda: _turns(db, OLD) == 2)  # stored after its delivery
 
     fake_providers.script("groq", {"text": "Noted, and answered.", "gate": "upgrade"})
     mark = fake_telegram.mark()

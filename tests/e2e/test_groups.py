@@ -297,8 +297,10 @@ async def test_long_paste_split_by_telegram_is_one_question_with_one_answer(
 ) -> None:
     """9,392 characters as 4096 + 4096 + 1200, 0.2 s apart → one provider call whose
     last user turn is the three parts joined in order, one answer. Two short messages
-    0.2 s apart are two questions."""
-    bot = app_factory()
+    0.2 s apart are two questions. (Summaries off: the 9,392-character turn fills the
+    history, and the next message would fold it with a summary request of its own —
+    tests/e2e/test_history_summaries.py is about that.)"""
+    bot = app_factory(env={**bot_env, "CHAT_SUMMARY_MAX_TOKENS": "0"})
     await bot.start()
     parts = _paste_parts((4096, 4096, 1200))
     assert sum(map(len, parts)) == 9392

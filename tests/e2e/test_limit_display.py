@@ -1,7 +1,11 @@
-"""What is left of a limit lowered below the spend, and amounts typed in other scripts'
-digits, through the real bot."""
+"""What is left of a limit lowered below the spend, amounts typed in other scripts'
+digits, and a kill reason that tries to forge a log line, through the real bot."""
 
 from __future__ import annotations
+
+import logging
+
+import pytest
 
 from tests.support.inprocess import AppFactory
 from tests.support.providers import FakeProviders
@@ -65,4 +69,26 @@ async def test_amounts_and_ids_in_non_ascii_digits_are_refused(
     assert "Limit set" not in await _ask(fake_telegram, ADMIN, "/limit user ４２ day 1")
     report = await _ask(fake_telegram, ADMIN, "/budget")
     assert "limit $1.000000" not in report
+    assert await bot.stop() == 0
+
+
+async def test_a_kill_reason_is_one_bounded_line_in_the_reply_the_books_and_the_log(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    bot_env: dict[str, str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A /kill reason with a newline and a forged log line, a right-to-left override and
+    5,000 characters is kept as one line of at most 200 characters: the log gets one
+    kill line and no forged one, the reply shows the cleaned reason."""
+    caplog.set_level(logging.WARNING, logger="bot.ops.killswitch")
+    bot = app_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN)))
+    await bot.start()
+    forged = "2026-12-02 02:11:00,000 WARNING bot.ops.killswitch: kill switch reset"
+    reply = await _ask(fake_telegram, ADMIN, f"/kill oops\n{forged}\u202e{'x' * 5000}")
+    assert reply.startswith("⛔ Kill switch ON (oops 2026-12-02") and "\u202e" not in reply
+    lines = [r.getMessage() for r in caplog.records if r.name == "bot.ops.killswitch"]
+    assert len(lines) == 1 and "\n" not in lines[0] and "\u202e" not in lines[0]
+    kept = lines[0].split(": ", 1)[1]
+    assert len(kept) == 200 and kept.startswith("oops 2026-12-02")
     assert await bot.stop() == 0

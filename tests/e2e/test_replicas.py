@@ -16,6 +16,8 @@ DIGEST_LATEST_DELAY_MINUTES=0, since a disabled free key never resets).
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -24,6 +26,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import ClientError, ClientSession
 
+from budget.config import GONE_AFTER_HEARTBEATS
 from budget.kernel.clock import SystemClock
 from tests.support.harness import wait_provider_requests
 from tests.support.providers import FakeProviders
@@ -343,14 +346,15 @@ async def test_two_users_digests_at_the_same_moment_on_three_replicas_once_each(
     assert sorted(h["state"] for h in holds) == ["settled"] * 5
 
 
-async def test_sigkill_of_a_replica_mid_paid_call_is_booked_by_another_within_dead_after(
+async def test_sigkill_of_a_replica_mid_paid_call_is_booked_by_another_within_seconds(
     webhook_replicas: ReplicaSet,
 ) -> None:
     """Replica 3 holds a paid call that the provider has not answered when it is
-    SIGKILLed. Its heartbeat stops; within PROCESS_DEAD_AFTER_SECONDS (+ a heartbeat,
-    the sweepers' pace) another replica books the hold at its bound, flagged estimated
-    (an ``expiry`` event), nothing stays held and the operation is ended; the user is
-    asked once, by a live replica, to send the message again."""
+    SIGKILLed. Its connections end with it, and with them its liveness lock: two
+    heartbeats after its last beat (+ a heartbeat, the sweepers' pace) — not
+    PROCESS_DEAD_AFTER_SECONDS — another replica books the hold at its bound, flagged
+    estimated (an ``expiry`` event), nothing stays held and the operation is ended;
+    the user is asked once, by a live replica, to send the message again."""
     tg = webhook_replicas.telegram
     providers = webhook_replicas.providers
     providers.script("deepseek", {"gate": "never-answered", "text": "too late"})
@@ -369,7 +373,9 @@ async def test_sigkill_of_a_replica_mid_paid_call_is_booked_by_another_within_de
         expired, hold_id, ceiling, expected=[("expired", 1, True)], timeout=60
     )
     booked_after = loop.time() - killed_at
-    assert booked_after <= DEAD_AFTER_S + 2 * HEARTBEAT_S + 5.0, booked_after
+    assert booked_after <= (GONE_AFTER_HEARTBEATS + 1) * HEARTBEAT_S + 5.0 < DEAD_AFTER_S, (
+        booked_after
+    )
     events = await webhook_replicas.fetch(
         "SELECT kind FROM budget_events WHERE hold_id = $1 ORDER BY id", hold_id
     )
@@ -386,6 +392,33 @@ async def test_sigkill_of_a_replica_mid_paid_call_is_booked_by_another_within_de
     assert "send it again" in notice.text, notice.text
     providers.open_gate("never-answered")
     print(f"hold of the SIGKILLed replica booked {booked_after:.2f} s after the kill")
+
+
+async def test_a_stalled_replica_keeps_its_lock_and_is_not_taken_for_dead(
+    webhook_replicas: ReplicaSet,
+) -> None:
+    """Replica 3 is stopped (SIGSTOP: a paused VM, a machine too loaded to run it) for
+    three times the connection-gone bound, less than PROCESS_DEAD_AFTER_SECONDS: its
+    connections stay open, so its lock stays held and the others leave it alone; once
+    it runs again it is still registered, not fenced, and answers."""
+    process = webhook_replicas[2]
+    assert process.pid is not None
+    [(before,)] = await webhook_replicas.fetch("SELECT count(*) FROM budget_processes")
+    os.kill(process.pid, signal.SIGSTOP)
+    try:
+        await asyncio.sleep(3 * GONE_AFTER_HEARTBEATS * HEARTBEAT_S)
+        [(during,)] = await webhook_replicas.fetch("SELECT count(*) FROM budget_processes")
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+    assert during == before == 3
+    tg = webhook_replicas.telegram
+    webhook_replicas.providers.script("deepseek", {"text": "still here"})
+    mark = tg.mark()
+    assert (await tg.deliver(tg.message_update(355, "are you there"), target=2)).taken
+    [reply] = await tg.wait_sent(355, since=mark, timeout=30)
+    assert reply.text == "still here"
+    assert process.running
+    assert "taken for dead" not in process.logs()
 
 
 async def test_sigterm_stops_taking_updates_drains_the_answer_in_flight_and_keeps_the_webhook(

@@ -268,12 +268,13 @@ async def test_a_kept_answer_is_sent_by_one_replica_only(
     replicas: Replicas, pg_migrated_url: str
 ) -> None:
     """A paid answer kept in the outbox (a flood wait) before two replicas start, due
-    8 s later: both workers read it at their start and wake for it at the same moment;
+    15 s later (two replicas start in ~3 s, ~10 s on a loaded machine): both workers
+    read it at their start and wake for it at the same moment;
     one claims it and sends it, the other sends nothing; the row is gone."""
     dsn = pg_migrated_url.replace("postgresql+asyncpg://", "postgresql://")
     conn = await asyncpg.connect(dsn)
     try:
-        due = datetime.now(UTC) + timedelta(seconds=8)
+        due = datetime.now(UTC) + timedelta(seconds=15)
         await conn.execute(
             "INSERT INTO outbox (chat_id, reply_to, thread_id, text, parts_sent, attempts,"
             " not_before, created_at) VALUES (71, NULL, NULL, 'kept answer', 0, 1, $1, $1)",

@@ -78,7 +78,11 @@ async def test_stop_command_ends_the_senders_stream_and_metrics_count_it(
     assert metric(bot, "kopek_stream_stops_total", {"by": "user"}) == 1
     saved = hold["max_tokens"] - hold["usage_output"]
     assert metric(bot, "kopek_stream_tokens_saved_total") == saved > 0
-    assert metric(bot, "kopek_stream_drafts_total") == len(fake_telegram.drafts(42)) >= 1
+    # a draft in flight when /stop closes the display reaches Telegram, but its answer is
+    # never read, so it is not counted: at most one fewer than Telegram saw
+    accepted = len(fake_telegram.drafts(42))
+    assert accepted - 1 <= metric(bot, "kopek_stream_drafts_total") <= accepted
+    assert metric(bot, "kopek_stream_drafts_total") >= 1
     assert metric(bot, "kopek_stream_edits_total") == 0
     assert metric(bot, "kopek_stream_first_token_seconds_count") == 1
     assert metric(bot, "kopek_stream_first_visible_seconds_count") == 1

@@ -31,7 +31,7 @@ SECRET = "webhook-port-secret_0123456789"
 PATH = "/tg-hook"
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 #: the descriptors a bot keeps for itself below its limit (bot/app/connections.py)
-RESERVED = 256
+RESERVED = 512
 
 
 def _env(bot_env: dict[str, str], **extra: str) -> dict[str, str]:
@@ -82,7 +82,7 @@ async def test_1100_idle_connections_at_nofile_1024_leave_room_for_a_real_update
     bot_env: dict[str, str],
 ) -> None:
     """A replica whose descriptor limit is 1,024 (soft and hard) keeps at most 1,024 −
-    256 connections open: 1,100 connections that send nothing (the header timeout is
+    512 connections open: 1,100 connections that send nothing (the header timeout is
     set far away, so only the cap acts) close the oldest idle ones, counted as
     ``kopek_dropped{reason="webhook_connection_cap"}``; the process stays below its
     limit, and a real update delivered after them is taken and answered. Before the
@@ -96,7 +96,13 @@ async def test_1100_idle_connections_at_nofile_1024_leave_room_for_a_real_update
         took = await _answered(fake_telegram, 91, "answered beside 1,100 idle connections")
         assert bot.pid is not None
         descriptors = len(os.listdir(f"/proc/{bot.pid}/fd"))
-        closed = await closed_count(idle.streams)
+        # the cap closes the oldest as new ones arrive; on a loaded machine the last
+        # closes reach the client a little after the answer: count until they have
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 15
+        while (closed := await closed_count(idle.streams)) < len(idle) - cap:
+            if loop.time() > deadline:
+                break
         counts = await dropped(_metrics(env))
         held = len(idle) - closed
         print(

@@ -225,3 +225,15 @@ async def test_digest_prompts_carry_no_tag_characters(
     assert sorted(await world.digest()) == ["https://e.org/1", "https://e.org/2"]
     prompts = sorted(request.messages[-1].content for _, request in world.backend.requests)
     assert prompts == ["About .", "News\n\nAbout News."]
+
+
+async def test_post_summaries_go_to_the_small_models(
+    sessions: Sessions, clock: ManualClock
+) -> None:
+    """Digest post summaries are simple work: the router sends them to each provider's
+    small model (``LLMRequest.small``, DigestConfig's default)."""
+    world = World(sessions, clock)
+    world.fetcher.items = [_item("1", "News", "https://e.org/1", None)]
+    await world.subscribe()
+    await world.digest()
+    assert [request.small for _, request in world.backend.requests] == [True]

@@ -271,6 +271,32 @@ async def test_pacing_allows_paid_past_latest_delay(sessions: Sessions) -> None:
     assert world.runner.stats.paid_calls == 1
 
 
+async def test_a_paid_digest_waits_while_paid_digests_are_shed(sessions: Sessions) -> None:
+    """Past the latest delay the digest would use the anchor, but paid digests are shed
+    (the bot's SHED_ORDER): it waits, pacing_poll_s at a time, without a request, and
+    is made once the step lifts."""
+    clock = ManualClock(datetime(2026, 3, 2, 9, 0, tzinfo=UTC))
+    looks: list[bool] = []
+
+    def paid_allowed() -> bool:
+        looks.append(len(looks) >= 3)  # shed for three looks, then lifted
+        return looks[-1]
+
+    world = World(sessions, clock, latest_delay_minutes=1, paid_allowed=paid_allowed)
+    world.fetcher.add("channel_a", [1], clock.now())
+    await world.user(1, "channel_a", tz="UTC", at="09:00")
+    world.backend.capacities = [
+        Capacity("groq", True, 10, clock.monotonic() + 3600, False),
+        Capacity("deepseek", True, None, None, True),
+    ]
+    await world.tick()
+    ((_, request),) = world.backend.requests
+    assert looks == [False, False, False, True]
+    assert world.runner.stats.pacing_waits == 3
+    assert world.runner.stats.pacing_wait_s == 3 * world.config.pacing_poll_s
+    assert request.allow_paid is True and world.runner.stats.paid_calls == 1
+
+
 async def test_lost_channel_reported_once_not_an_empty_digest(sessions: Sessions) -> None:
     """A channel that loses its preview: one channel_lost notice, no empty digest, once."""
     clock = ManualClock(datetime(2026, 3, 2, 9, 0, tzinfo=UTC))

@@ -121,6 +121,9 @@ def bot_environment(
             # answers in one piece unless a test asks for streaming (tests/e2e/test_stream*.py)
             "STREAM_MODE_PRIVATE": "off",
             "STREAM_MODE_GROUP": "off",
+            # no extraction worker kept ready (~0.7 s of CPU each): a bot of a test that
+            # reads a document starts one for it
+            "DOCUMENT_EXTRACT_PREWARM": "0",
             # the operator's alerts and reports only where a test asks for them
             # (tests/e2e/test_ops_*.py): they come on their own timer, and a daily report
             # is due at start after REPORT_TIME, so they would depend on the time of day

@@ -162,6 +162,9 @@ class FakeLedger:
     async def end_operation(self, op: OperationTicket) -> None:
         self._ops.pop(op.operation_id, None)
 
+    def held_any(self, op: OperationTicket) -> bool:
+        return any(h.op_id == op.operation_id for h in self.holds.values())
+
     async def operation_booked_musd(self, op: OperationTicket) -> int:
         booked = 0
         for h in self.holds.values():
@@ -199,6 +202,7 @@ class FakeLedger:
         input_tokens: int,
         max_tokens: int,
         input_bound_tokens: int | None = None,
+        origin: Origin | None = None,
     ) -> HoldTicket:
         if self.killed:
             raise self._refuse(Refusal(RefusalReason.KILL))

@@ -12,8 +12,10 @@ traverse permission for everyone to *every* folder above the data and binary fol
 to ``/``. Here the binaries are started directly:
 
 * the server listens on ``127.0.0.1`` on a free port (TCP, so other processes — the
-  bot under test, the multi-process ledger tests, benchmarks — reach it by URL), with no
-  Unix socket;
+  bot under test, the multi-process ledger tests, benchmarks — reach it by URL), and
+  (``unix_socket=True``, the test suite's server) on a Unix socket in a short folder of
+  its own under the temp folder (``unix_socket_directories``; :meth:`PgServer.socket_url`:
+  the URL form of a server on the same machine, ``…@/db?host=/folder&port=N``);
 * PostgreSQL refuses to run as root, so as root ``initdb`` and ``postgres`` run as an
   unprivileged existing user (``KOPEK_PG_OS_USER``, default ``nobody``); the data folder
   is made under the system temp folder (not pytest's ``/tmp/pytest-of-root``, which is
@@ -249,6 +251,8 @@ class PgServer:
     process: subprocess.Popen[bytes]
     bin_dir: Path
     owns_base_dir: bool = True
+    #: the folder of the server's Unix socket (``None``: TCP only); removed at stop
+    socket_dir: Path | None = None
     _names: itertools.count[int] = field(default_factory=itertools.count, repr=False)
 
     host = "127.0.0.1"
@@ -267,6 +271,20 @@ class PgServer:
         """The SQLAlchemy URL of ``database`` (``driver`` ``""`` gives a plain libpq URL)."""
         scheme = f"postgresql+{driver}" if driver else "postgresql"
         return f"{scheme}://{SUPERUSER}@{self.host}:{self.port}/{database}"
+
+    def socket_url(self, database: str = "postgres") -> str:
+        """The SQLAlchemy asyncpg URL of ``database`` through the Unix socket
+        (``postgresql+asyncpg://postgres@/<db>?host=<folder>&port=<port>``: the port names
+        the socket file, ``.s.PGSQL.<port>``).
+
+        Raises:
+            PgStartError: the server was started without a socket.
+        """
+        if self.socket_dir is None:
+            raise PgStartError("this server was started without a Unix socket")
+        return (
+            f"postgresql+asyncpg://{SUPERUSER}@/{database}?host={self.socket_dir}&port={self.port}"
+        )
 
     def dsn(self, database: str = "postgres") -> str:
         """The asyncpg/libpq connection string of ``database``."""
@@ -343,6 +361,8 @@ class PgServer:
                 self.process.wait()
         if self.owns_base_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
+        if self.socket_dir is not None:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
 
     def log_tail(self, lines: int = 40) -> str:
         """The last ``lines`` lines of the server log ("" if there is none)."""
@@ -391,12 +411,30 @@ def _initdb(bin_dir: Path, data_dir: Path, user: pwd.struct_passwd | None) -> No
     hba.write_text(f"host all {PASSWORD_ROLE} 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
 
 
+#: Longest path of a Unix socket file (``sun_path`` is 108 bytes on Linux, NUL included).
+_SOCKET_PATH_MAX = 107
+
+
+def _socket_dir(user: pwd.struct_passwd | None) -> Path:
+    """A new folder for the server's socket file (``.s.PGSQL.<port>``), short enough for
+    ``sun_path``, writable by the server's user."""
+    folder = Path(tempfile.mkdtemp(prefix="kpg-"))
+    if len(str(folder)) + len("/.s.PGSQL.65535") > _SOCKET_PATH_MAX:
+        folder.rmdir()
+        folder = Path(tempfile.mkdtemp(prefix="kpg-", dir="/tmp"))
+    if user is not None:
+        os.chmod(folder, 0o755)  # noqa: S103 - the server's user writes its socket here
+        os.chown(folder, user.pw_uid, user.pw_gid)
+    return folder
+
+
 def _start(
     bin_dir: Path,
     base_dir: Path,
     user: pwd.struct_passwd | None,
     port: int,
     settings: tuple[str, ...],
+    socket_dir: Path | None = None,
 ) -> subprocess.Popen[bytes]:
     ids: dict[str, Any] = {} if user is None else {"user": user.pw_uid, "group": user.pw_gid}
     argv = [
@@ -408,7 +446,7 @@ def _start(
         "-p",
         str(port),
         "-k",
-        "",
+        "" if socket_dir is None else str(socket_dir),
     ]
     for setting in settings:
         argv += ["-c", setting]
@@ -435,6 +473,7 @@ def start_server(
     durable: bool = False,
     max_connections: int = 300,
     extra_settings: tuple[str, ...] = (),
+    unix_socket: bool = False,
 ) -> PgServer:
     """Initialise (if needed) and start a PostgreSQL server; return once it accepts
     connections.
@@ -446,6 +485,7 @@ def start_server(
         durable: keep PostgreSQL's durability settings (default off: a test server).
         max_connections: the server's ``max_connections``.
         extra_settings: more ``name=value`` server settings.
+        unix_socket: listen on a Unix socket too (:attr:`PgServer.socket_dir`).
 
     Raises:
         PgStartError: initdb failed, the server exited, or it was not ready within
@@ -474,10 +514,11 @@ def start_server(
     )
     attempts = 1 if port is not None else 3
     last = ""
+    sockets = _socket_dir(user) if unix_socket else None
     for _ in range(attempts):
         chosen = port if port is not None else _free_port()
-        process = _start(bin_dir, base_dir, user, chosen, settings)
-        server = PgServer(chosen, base_dir, process, bin_dir, owns_base_dir=owns)
+        process = _start(bin_dir, base_dir, user, chosen, settings, sockets)
+        server = PgServer(chosen, base_dir, process, bin_dir, owns, sockets)
         deadline = time.monotonic() + START_TIMEOUT_S
         while process.poll() is None and time.monotonic() < deadline:
             if _ready(data_dir):
@@ -490,6 +531,8 @@ def start_server(
             break
     if owns:
         shutil.rmtree(base_dir, ignore_errors=True)
+    if sockets is not None:
+        shutil.rmtree(sockets, ignore_errors=True)
     raise PgStartError(f"PostgreSQL did not start (log below)\n{last}")
 
 

@@ -20,6 +20,7 @@ text grew.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -33,6 +34,7 @@ from aiogram.exceptions import (
 from aiogram.types import (
     InlineKeyboardButton,
     InlineKeyboardMarkup,
+    Message,
     MessageEntity,
     ReplyParameters,
 )
@@ -190,7 +192,7 @@ class EditDisplay(PacedDisplay):
         pacer: the per-chat pacer shared by the chat's displays (the registry's).
     """
 
-    __slots__ = ("_message_id", "_reply_to", "_token")
+    __slots__ = ("_message_id", "_reply_to", "_sending", "_token")
 
     def __init__(
         self,
@@ -219,6 +221,9 @@ class EditDisplay(PacedDisplay):
         self._reply_to = reply_to
         self._token = token
         self._message_id: int | None = None
+        #: the first send, shielded: a close while it is in flight must not lose the
+        #: message Telegram may already show (the answer would then be sent twice)
+        self._sending: asyncio.Future[Message] | None = None
 
     @property
     def message_id(self) -> int | None:
@@ -255,14 +260,17 @@ class EditDisplay(PacedDisplay):
                 if self._reply_to
                 else None
             )
-            sent = await self._bot.send_message(
-                self._chat_id,
-                text,
-                entities=entities or None,
-                parse_mode=None,
-                reply_parameters=reply,
-                reply_markup=self._button(),
+            self._sending = asyncio.ensure_future(
+                self._bot.send_message(
+                    self._chat_id,
+                    text,
+                    entities=entities or None,
+                    parse_mode=None,
+                    reply_parameters=reply,
+                    reply_markup=self._button(),
+                )
             )
+            sent = await asyncio.shield(self._sending)
             self._message_id = sent.message_id
             return
         await self._bot.edit_message_text(
@@ -295,7 +303,7 @@ class EditDisplay(PacedDisplay):
             aiogram.exceptions.TelegramAPIError: any other refusal.
         """
         await self.close()
-        if self._message_id is None:
+        if await self._shown_message() is None:
             return False
         parts = (
             split_markdown(markdown)
@@ -354,6 +362,14 @@ class EditDisplay(PacedDisplay):
                 exc.retry_after,
             )
         return True
+
+    async def _shown_message(self) -> int | None:
+        """The streamed message's id; a first send still in flight when the stream
+        ended is awaited (it is the message Telegram shows); ``None``: nothing shown."""
+        if self._message_id is None and self._sending is not None:
+            with contextlib.suppress(Exception):  # refused or lost: nothing is shown
+                self._message_id = (await self._sending).message_id
+        return self._message_id
 
     async def _final_edit(self, text: str, entities: list[MessageEntity]) -> None:
         assert self._message_id is not None

@@ -11,6 +11,7 @@ mode) or as usual. Times are the injected clock's monotonic seconds
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiogram import Bot
@@ -44,6 +45,14 @@ class StreamConfig:
     group: str = "edit"
     draft_interval_s: float = 0.6
     edit_interval_s: float = 1.5
+    #: true while shedding has switched streaming off (:mod:`bot.ops.shedding`)
+    shed: Callable[[], bool] | None = None
+
+    def mode(self, private: bool) -> str:
+        """The mode now for a private chat or a group: ``off`` while streaming is shed."""
+        if self.shed is not None and self.shed():
+            return "off"
+        return self.private if private else self.group
 
 
 class StreamSession:
@@ -93,7 +102,7 @@ class StreamSession:
             received_at: the clock's monotonic time at which the update arrived (for
                 the metrics).
         """
-        mode = config.private if private else config.group
+        mode = config.mode(private)
         if mode == "off":
             return None
         control = StreamControl(loop_time=clock.monotonic)

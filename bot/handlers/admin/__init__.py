@@ -1,4 +1,4 @@
-"""Admin commands: /budget, /kill, /unkill, /limit, /team, /providers, /digest_now.
+"""Admin commands: /budget, /kill, /unkill, /limit, /team, /providers, /digest_now, /drill.
 
 The router's first filter checks ADMIN_IDS, before any argument is read: for anyone
 else — and for any message sent on behalf of a chat (``sender_chat``) — no handler here
@@ -10,7 +10,8 @@ Admin reports are in English.
 
 One module per command group: :mod:`~bot.handlers.admin.budget`,
 :mod:`~bot.handlers.admin.kill`, :mod:`~bot.handlers.admin.limits` (/limit, /team),
-:mod:`~bot.handlers.admin.providers`, :mod:`~bot.handlers.admin.digest_now`; what they
+:mod:`~bot.handlers.admin.providers`, :mod:`~bot.handlers.admin.digest_now`,
+:mod:`~bot.handlers.admin.drill`; what they
 share (the filter, the settings view, user and team arguments) is in
 :mod:`~bot.handlers.admin.base`.
 """
@@ -23,6 +24,7 @@ from aiogram.filters import Command
 from bot.handlers.admin.base import IsAdmin
 from bot.handlers.admin.budget import on_budget
 from bot.handlers.admin.digest_now import on_digest_now
+from bot.handlers.admin.drill import on_drill
 from bot.handlers.admin.kill import on_kill, on_unkill
 from bot.handlers.admin.limits import on_limit, on_team
 from bot.handlers.admin.providers import on_providers
@@ -44,4 +46,5 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
     router.message.register(on_team, Command("team"))
     router.message.register(on_providers, Command("providers"))
     router.message.register(on_digest_now, Command("digest_now"))
+    router.message.register(on_drill, Command("drill"))
     return router

@@ -190,6 +190,9 @@ def _provider_lines(status: LedgerStatus, cascade: Cascade) -> list[str]:
         sp = spend.get(p.name)
         calls = sp.calls if sp else 0
         estimated = f" ({sp.estimated_calls} estimated)" if sp and sp.estimated_calls else ""
+        models = ""
+        if sp and sp.calls_by_model:
+            models = "; calls by model: " + ", ".join(f"{m} {n}" for m, n in sp.calls_by_model)
         money = (
             f"settled {usd(sp.settled_musd)}, list {usd(sp.list_musd)}"
             if sp
@@ -200,7 +203,7 @@ def _provider_lines(status: LedgerStatus, cascade: Cascade) -> list[str]:
         paid = " paid" if p.paid else ""
         lines.append(
             f"• {p.name}{paid}{flags}: {calls} calls{estimated}, {money}, "
-            f"circuit {p.state}{cooldown}"
+            f"circuit {p.state}{cooldown}{models}"
         )
     return lines
 

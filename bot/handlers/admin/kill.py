@@ -19,7 +19,7 @@ from aiogram.types import Message
 
 from bot.chat.streaming.registry import StreamRegistry
 from bot.handlers.admin.base import AdminView, reply
-from bot.ops.killswitch import reset_kill, trip_kill
+from bot.ops.killswitch import clean_reason, reset_kill, trip_kill
 from bot.ops.signals import POLL_S as SIGNAL_POLL_S
 from budget.errors import LedgerUnavailable
 from budget.kernel.clock import Clock
@@ -58,7 +58,7 @@ async def on_kill(
     words = (command.args or "").strip().split(maxsplit=1)
     hard = bool(words) and words[0].lower() == "hard"
     reason = words[1] if hard and len(words) > 1 else "" if hard else (command.args or "")
-    reason = reason.strip() or "manual"
+    reason = clean_reason(reason)  # one line, bounded: it is logged and kept
     by = message.from_user.id if message.from_user else None
     # the first kill's reason, admin and time stay on the books: a second /kill (e.g. a
     # /kill hard after a /kill) only adds its cuts; the dashboard takes the same path
@@ -76,7 +76,7 @@ async def on_kill(
         )
     else:
         cuts = await _cut_streams(streams)
-        after = (await ledger.status()).exposure_musd
+        after = await ledger.exposure()
         when = "before the cuts" if before is not None else "when killed"
         text = (
             f"{head} New LLM work is refused; {cuts}. Exposure {when}: {usd(exposure)}; "

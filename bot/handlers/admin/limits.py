@@ -83,7 +83,9 @@ async def on_limit(
     message: Message, bot: Bot, clock: Clock, command: CommandObject, ledger: Ledger
 ) -> None:
     """/limit <global|team NAME|user ID> <hour|day> <usd|off>."""
-    change = parse_limit((command.args or "").split())
+    words = (command.args or "").split()
+    # the keywords in any case (GLOBAL, DAY, OFF); a team's name (the second word) as typed
+    change = parse_limit([w if i == 1 else w.lower() for i, w in enumerate(words)])
     if isinstance(change, str):
         await reply(bot, message, change, clock)
         return
@@ -91,7 +93,11 @@ async def on_limit(
     await ledger.set_limit(change.level, change.scope, change.window, change.amount_musd, by=by)
     what = f"{change.level.value}{' ' + change.scope if change.scope else ''} {change.window.value}"
     amount = usd(change.amount_musd) if change.amount_musd is not None else "off"
-    await reply(bot, message, f"Limit set: {what} = {amount}", clock)
+    text = f"Limit set: {what} = {amount}"
+    if change.level is Level.TEAM and change.scope not in await ledger.teams():
+        # a typo in the name would otherwise leave a limit nobody is under, silently
+        text += f"\nTeam {change.scope} has no members yet: /team {change.scope} add USER_ID"
+    await reply(bot, message, text, clock)
 
 
 async def on_team(

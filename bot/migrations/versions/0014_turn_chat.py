@@ -1,7 +1,7 @@
 """chat turns belong to one chat and forum topic: history never crosses chats
 
 Before, a user's turns were one history for every chat, so what they said in their
-private chat was sent as context for their answers in a group (trial 11, F5). Each turn
+private chat was sent as context for their answers in a group. Each turn
 now records ``chat_id`` and ``thread_id`` (the forum topic, NULL outside topics), and
 history is loaded and /reset per (user, chat, topic).
 

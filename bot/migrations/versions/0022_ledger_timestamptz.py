@@ -1,4 +1,4 @@
-"""the ledger's times are timestamptz on PostgreSQL (issue 12)
+"""the ledger's times are timestamptz on PostgreSQL
 
 The sixteen time columns of the ledger's tables (``budget_*``: holds, operations,
 requests, runtime limits, kill switches, team members, events, corrections,

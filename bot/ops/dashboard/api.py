@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import unicodedata
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
@@ -43,7 +42,7 @@ from aiohttp import web
 
 from bot.ops.dashboard.auth import Admin, Confirmations, InitDataCheck
 from bot.ops.dashboard.view import OperatorView, kill_json
-from bot.ops.killswitch import reset_kill, trip_kill
+from bot.ops.killswitch import clean_reason, reset_kill, trip_kill
 from budget.errors import LedgerUnavailable
 from budget.ledger import Ledger
 from budget.policy.money import usd
@@ -53,7 +52,6 @@ __all__ = [
     "CONFIRM_TTL_S",
     "CSP",
     "MAX_BODY_BYTES",
-    "MAX_REASON_CHARS",
     "DashboardSite",
 ]
 
@@ -65,8 +63,6 @@ MAX_BODY_BYTES = 4096
 BODY_TIMEOUT_S = 10.0
 #: Seconds a confirmation stays valid.
 CONFIRM_TTL_S = 60
-#: The longest kill reason kept (characters), as a Telegram message would show it.
-MAX_REASON_CHARS = 200
 #: The page's own files only; Telegram Web shows Mini Apps in a frame of its origin.
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -98,15 +94,6 @@ def _static_files() -> dict[str, tuple[bytes, str]]:
         if entry.is_file() and suffix in _TYPES:
             files[entry.name] = (entry.read_bytes(), _TYPES[suffix])
     return files
-
-
-def clean_reason(raw: object) -> str:
-    """A kill reason as kept: text without control characters, whitespace folded, at
-    most :data:`MAX_REASON_CHARS`; ``manual`` when empty (as ``/kill`` with none)."""
-    if not isinstance(raw, str):
-        return "manual"
-    kept = "".join(" " if unicodedata.category(c).startswith("C") else c for c in raw)
-    return " ".join(kept.split())[:MAX_REASON_CHARS] or "manual"
 
 
 class DashboardSite:

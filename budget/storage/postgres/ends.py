@@ -33,6 +33,7 @@ from budget.config import LedgerConfig
 from budget.errors import UnknownHold
 from budget.policy.rules import BucketKey, HoldState, load_scopes, release_transition
 from budget.policy.steps import Booking, expiry_booking, release_booking
+from budget.storage.postgres.lease import LIVENESS_KEY
 from budget.storage.postgres.rows import (
     BOOK,
     BucketAmounts,
@@ -290,24 +291,34 @@ async def _release_locked(
     return True
 
 
-#: Declare dead (delete the rows of) the processes without a heartbeat after $1
-#: (epoch seconds), except $2 (the caller): locked in id order first, so two
-#: processes declaring at once do not deadlock, and a late heartbeat either lands
-#: before (the process stays) or finds its row gone (it is fenced:
-#: :class:`budget.storage.postgres.store.PgStore`). Absent counts as dead everywhere (holds,
-#: operations, call leases, digest claims, intake).
+#: Declare dead (delete the rows of) the processes other than $2 (the caller) without a
+#: heartbeat after $1 (epoch seconds), or whose connection is gone — their liveness lock
+#: free (this statement takes it: it is theirs no more), on the server lifetime of their
+#: last beat, and no heartbeat after $3 (:mod:`budget.storage.postgres.lease`). Locked in id
+#: order first, so two processes declaring at once do not deadlock, and a late
+#: heartbeat either lands before (the process stays) or finds its row gone (it is
+#: fenced: :class:`budget.storage.postgres.store.PgStore`). Absent counts as dead
+#: everywhere (holds, operations, call leases, digest claims, intake).
 DECLARE_DEAD = (
-    "DELETE FROM budget_processes WHERE process_id IN (SELECT process_id"
-    " FROM budget_processes WHERE heartbeat_at <= $1 AND process_id <> $2"
+    "DELETE FROM budget_processes WHERE process_id IN (SELECT process_id"  # noqa: S608 - fixed fragments
+    " FROM budget_processes WHERE process_id <> $2 AND (heartbeat_at <= $1 OR"
+    " (heartbeat_at <= $3 AND locked_on = pg_postmaster_start_time() AND"
+    f" pg_try_advisory_xact_lock({LIVENESS_KEY.format('process_id')})))"
     " ORDER BY process_id FOR UPDATE)"
 )
 
 
 async def sweep(
-    conn: Any, cfg: LedgerConfig, process_id: str, now: datetime, dead_before: float
+    conn: Any,
+    cfg: LedgerConfig,
+    process_id: str,
+    now: datetime,
+    dead_before: float,
+    gone_before: float,
 ) -> SweepOutcome:
     """Expire the holds past their TTL and every hold and operation of a dead process
-    (no heartbeat after ``dead_before``, epoch seconds): each booked at its provable
+    (no heartbeat after ``dead_before``, epoch seconds; or its connection gone and no
+    heartbeat after ``gone_before``: :data:`DECLARE_DEAD`): each booked at its provable
     bound, estimated (:func:`budget.policy.steps.expiry_booking`), its booked margin taken
     out of its buckets; a held hold whose margin is not in its buckets (granted by an
     older version) gets it added there. Holds are locked in id
@@ -317,7 +328,7 @@ async def sweep(
     finds its row gone and is fenced — and the register does not grow with every
     restart."""
     t = now.timestamp()
-    await conn.execute(DECLARE_DEAD, dead_before, process_id)
+    await conn.execute(DECLARE_DEAD, dead_before, process_id, gone_before)
     dead = (
         "process_id <> $2 AND process_id NOT IN"
         " (SELECT process_id FROM budget_processes WHERE heartbeat_at > $3)"

@@ -1,13 +1,30 @@
-"""A PostgreSQL ledger process's lease: its heartbeat in ``budget_processes``, and its
-fencing once another process declared it dead (:class:`ProcessLease`, a base of
-:class:`budget.storage.postgres.store.PgStore`).
+"""A PostgreSQL ledger process's lease: its heartbeat in ``budget_processes``, its liveness
+lock, and its fencing once another process declared it dead (:class:`ProcessLease`, a
+base of :class:`budget.storage.postgres.store.PgStore`).
 
-Another process declares a process dead — no heartbeat for ``process_dead_after_s``
-seconds — by deleting its row (:data:`budget.storage.postgres.ends.DECLARE_DEAD`), then takes over
-its work. A live process stalled that long is then *fenced* when it wakes: its beat
-finds its row gone and does not register it again, it logs one ERROR, runs its
-``on_fenced`` callbacks once (the bot stops taking work and exits), and its store
-grants nothing more; :meth:`ProcessLease.confirm_lease` tells callers before they act.
+Two ways for another process to know this one is dead, both acted on by its sweep
+(:data:`budget.storage.postgres.ends.DECLARE_DEAD`, which deletes the row: that is the
+declaration), then it takes over the work:
+
+* **its connection is gone**: each process holds a session-level advisory lock on its
+  own id (:data:`LIVENESS_KEY`) on its heartbeat's own connection, taken before it
+  first registers and again whenever that connection is opened anew. PostgreSQL
+  releases it the moment the connection ends — the process was killed, crashed, or
+  its host died. A sweeper that can take it, on the same server lifetime as the
+  owner's last beat (``locked_on``: the lock's absence says nothing after a restart or
+  a failover, when every lock went with every connection), and finds the owner's
+  heartbeat older than :data:`budget.config.GONE_AFTER_HEARTBEATS` heartbeats (a live
+  process whose connection was cut opens a new one and beats at once, and in any case
+  within a heartbeat: it is never taken for dead in between) declares it dead: seconds
+  after a SIGKILL, not a minute;
+* **its heartbeat stopped** for ``process_dead_after_s`` seconds while its connection
+  stays open: a stall (an overloaded machine, a paused VM) or a partition.
+
+A live process stalled that long is then *fenced* when it wakes: its beat finds its
+row gone and does not register it again, it logs one ERROR, runs its ``on_fenced``
+callbacks once (the bot stops taking work and exits), and its store grants nothing
+more; :meth:`ProcessLease.confirm_lease` tells callers before they act. See
+``docs/decisions/100-process-liveness-lock.md``.
 """
 
 from __future__ import annotations
@@ -25,7 +42,27 @@ from budget.kernel.clock import Clock
 from budget.kernel.failure_log import FailureLog
 from budget.storage.postgres.runner import STORAGE
 
-__all__ = ["ProcessLease"]
+__all__ = ["LIVENESS_KEY", "RETRY_BEAT_S", "ProcessLease"]
+
+#: The advisory lock key of a process's liveness (SQL; ``{}`` is its id): the one
+#: bigint key space of the project's other advisory locks, a prefix of its own.
+LIVENESS_KEY = "hashtextextended('kopek-process:' || {}, 0)"
+#: Takes this process's liveness lock ($1: its id) on the connection, if free.
+_TAKE_LOCK = f"SELECT pg_try_advisory_lock({LIVENESS_KEY.format('$1')})"
+#: ``locked_on`` as a beat writes it ($3: whether the beat's connection holds the lock).
+_LOCKED_ON = "CASE WHEN $3 THEN pg_postmaster_start_time() END"
+_REGISTER = (
+    "INSERT INTO budget_processes (process_id, started_at, heartbeat_at, locked_on)"  # noqa: S608 - fixed fragments
+    f" VALUES ($1, $2, $2, {_LOCKED_ON}) ON CONFLICT (process_id) DO UPDATE SET"
+    " heartbeat_at = excluded.heartbeat_at, locked_on = excluded.locked_on"
+)
+_BEAT = (
+    f"UPDATE budget_processes SET heartbeat_at = $2, locked_on = {_LOCKED_ON}"  # noqa: S608 - fixed fragments
+    " WHERE process_id = $1 RETURNING 1"
+)
+#: Seconds before a failed beat is tried again (at most one heartbeat): a process whose
+#: connection was cut is back, lock and heartbeat, soon after the server answers again.
+RETRY_BEAT_S = 1.0
 
 log = logging.getLogger(
     "budget.storage.postgres.store"
@@ -53,6 +90,10 @@ class ProcessLease(abc.ABC):
         self._beat_at: float | None = None
         self._lease_lock = asyncio.Lock()
         self._beat_lock = asyncio.Lock()
+        #: the heartbeat connection that holds this process's liveness lock (or None)
+        self._locked_conn: Any = None
+        #: set when the heartbeat's connection ended: the beat loop beats at once
+        self.connection_lost = asyncio.Event()
 
     @abc.abstractmethod
     async def _beat_connection(self) -> Any:
@@ -90,24 +131,12 @@ class ProcessLease(abc.ABC):
             conn = await self._beat_connection()
             at, t = self.clock.monotonic(), self.clock.now().timestamp()
             try:
+                locked = await self._hold_lock(conn)
                 if self._beat_at is None:
-                    await conn.execute(
-                        "INSERT INTO budget_processes (process_id, started_at, heartbeat_at)"
-                        " VALUES ($1, $2, $2) ON CONFLICT (process_id) DO UPDATE SET"
-                        " heartbeat_at = excluded.heartbeat_at",
-                        self.process_id,
-                        t,
-                    )
+                    await conn.execute(_REGISTER, self.process_id, t, locked)
                     registered = True
                 else:
-                    registered = bool(
-                        await conn.fetchval(
-                            "UPDATE budget_processes SET heartbeat_at = $2"
-                            " WHERE process_id = $1 RETURNING 1",
-                            self.process_id,
-                            t,
-                        )
-                    )
+                    registered = bool(await conn.fetchval(_BEAT, self.process_id, t, locked))
             except STORAGE as exc:
                 await self._drop_beat_connection()
                 raise LedgerUnavailable() from exc
@@ -115,6 +144,15 @@ class ProcessLease(abc.ABC):
                 self._fence(at)
                 raise LedgerUnavailable()
             self._beat_at = at
+
+    async def _hold_lock(self, conn: Any) -> bool:
+        """Whether ``conn`` holds this process's liveness lock, taking it if it is free
+        (a new connection; or the old one's backend, not yet gone, still held it)."""
+        if self._locked_conn is not conn:
+            if not await conn.fetchval(_TAKE_LOCK, self.process_id):
+                return False
+            self._locked_conn = conn
+        return True
 
     def _fence(self, at: float) -> None:
         """Another process deleted this one's row: it was taken for dead, its holds
@@ -158,14 +196,37 @@ class ProcessLease(abc.ABC):
         return not self.fenced
 
     async def _beat_loop(self) -> None:
+        """Beat every heartbeat, at once when the heartbeat's connection ended (a new
+        one takes the lock back), and :data:`RETRY_BEAT_S` after a failed beat."""
         failures = FailureLog(log, "ledger heartbeat", logging.WARNING)  # one line per kind
+        pause, wake = self.config.process_heartbeat_s, True
         while True:
-            await self.clock.sleep(self.config.process_heartbeat_s)
+            await self._pause(pause, wake)
             try:
                 await self.beat()
             except LedgerUnavailable as exc:
                 if self.fenced:
                     return
                 failures.failed(exc)
+                pause, wake = min(RETRY_BEAT_S, self.config.process_heartbeat_s), False
             else:
                 failures.ok()
+                pause, wake = self.config.process_heartbeat_s, True
+
+    async def _pause(self, seconds: float, wake: bool) -> None:
+        """Sleep ``seconds`` on the ledger clock; ``wake``: or until the heartbeat's
+        connection ends (a failed beat drops it itself: then no early wake)."""
+        lost = self.connection_lost
+        if not wake:
+            await self.clock.sleep(seconds)
+            lost.clear()
+            return
+        sleeper = asyncio.ensure_future(self.clock.sleep(seconds))
+        waiter = asyncio.ensure_future(lost.wait())
+        try:
+            await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sleeper, waiter):
+                task.cancel()
+            await asyncio.gather(sleeper, waiter, return_exceptions=True)
+        lost.clear()

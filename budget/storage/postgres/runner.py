@@ -41,7 +41,16 @@ from budget.storage.postgres.rows import PgCursor, lock_corrections, translate
 from budget.storage.sql.statements import EVENT_INSERT, refusal_event_row
 from budget.storage.store import DURABLE, Cursor, RefusedStep, Write
 
-__all__ = ["RETRIES", "RETRYABLE", "STORAGE", "Body", "PgRunner"]
+__all__ = [
+    "RETRIES",
+    "RETRYABLE",
+    "STORAGE",
+    "TIMED_OUT",
+    "Body",
+    "PgRunner",
+    "run_body",
+    "unavailable",
+]
 
 T = TypeVar("T")
 
@@ -49,8 +58,29 @@ T = TypeVar("T")
 RETRIES = 5
 #: Errors that mean "conflicted with another transaction: run the step again".
 RETRYABLE = (asyncpg.exceptions.SerializationError, asyncpg.exceptions.DeadlockDetectedError)
-#: Errors that mean "storage failed": ``LedgerUnavailable``.
-STORAGE = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, asyncio.TimeoutError)
+#: Errors that mean "storage failed": ``LedgerUnavailable``. ``InternalClientError``: a
+#: connection asyncpg found mid-operation (a statement cancelled as it was being sent).
+STORAGE = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+    asyncio.TimeoutError,
+)
+#: Of those, the deadlines: a lock waited for past ``lock_timeout``, a statement cancelled
+#: (``command_timeout``, ``statement_timeout``), no pool connection in time.
+TIMED_OUT = (
+    asyncpg.exceptions.LockNotAvailableError,
+    asyncpg.exceptions.QueryCanceledError,
+    asyncio.TimeoutError,
+)
+
+
+def unavailable(exc: BaseException) -> LedgerUnavailable:
+    """The :class:`~budget.errors.LedgerUnavailable` for a storage error ``exc``
+    (``timed_out`` when it is one of :data:`TIMED_OUT`)."""
+    return LedgerUnavailable(timed_out=isinstance(exc, TIMED_OUT))
+
 
 #: A transaction body on one asyncpg connection.
 Body = Callable[[Any], Awaitable[T]]
@@ -89,7 +119,8 @@ class PgRunner:
         steps that conflicted do not meet again at once; none when it is 0), by stamina.
 
         Raises:
-            LedgerUnavailable: storage failed, or still conflicting after RETRIES.
+            LedgerUnavailable: storage failed (``timed_out``: a deadline ran out), or
+                still conflicting after RETRIES.
         """
         backoff = self._backoff_s
         try:
@@ -105,7 +136,7 @@ class PgRunner:
                 with trying:
                     return await attempt()
         except STORAGE as exc:  # the last conflict too (RETRYABLE are PostgresErrors)
-            raise LedgerUnavailable() from exc
+            raise unavailable(exc) from exc
         raise LedgerUnavailable()  # not reached: the last attempt returned or raised
 
     def _live_pool(self) -> asyncpg.Pool:
@@ -126,7 +157,7 @@ class PgRunner:
         pool = self._live_pool()
 
         async def attempt() -> T:
-            async with pool.acquire() as conn:
+            async with pool.acquire(timeout=self.config.db_pool_timeout_s) as conn:
                 try:
                     if single:
                         return await body(conn)
@@ -163,27 +194,50 @@ class PgRunner:
         pool, executor = self._live_pool(), self._executor
         if executor is None:
             raise LedgerUnavailable()
-        loop = asyncio.get_running_loop()
 
         async def attempt() -> T:
-            refused: RefusedStep | None = None
-            async with pool.acquire() as conn:
-                if how is not None:
-                    txn = conn.transaction()
-                else:
-                    txn = conn.transaction(isolation="repeatable_read", readonly=True)
-                async with txn:
-                    if how is not None:
-                        await _lock(conn, how)
-                    try:
-                        result = await loop.run_in_executor(executor, body, PgCursor(conn, loop))
-                    except RefusedStep as exc:
-                        refused = exc  # leave the block normally: commit the event
-            if refused is not None:
-                raise HoldRefused(refused.refusal) from None
-            return result
+            async with pool.acquire(timeout=self.config.db_pool_timeout_s) as conn:
+                return await run_body(conn, body, how, executor)
 
         return await self._retried(attempt)
+
+
+async def run_body(
+    conn: Any,
+    body: Callable[[Cursor], T],
+    how: Write | None,
+    executor: concurrent.futures.Executor,
+) -> T:
+    """One try of a synchronous ``body`` on ``conn`` (a write after the locks ``how``
+    asks for, or a read-only snapshot when ``None``), run in ``executor`` with its
+    statements awaited on the loop. Cancelled, it waits for the thread's statement
+    (bounded by the connection's statement timeout) before the transaction ends.
+
+    Raises:
+        HoldRefused: ``body`` refused (its refusal event is committed first).
+    """
+    loop = asyncio.get_running_loop()
+    refused: RefusedStep | None = None
+    if how is not None:
+        txn = conn.transaction()
+    else:
+        txn = conn.transaction(isolation="repeatable_read", readonly=True)
+    async with txn:
+        if how is not None:
+            await _lock(conn, how)
+        work = loop.run_in_executor(executor, body, PgCursor(conn, loop))
+        try:
+            result = await asyncio.shield(work)
+        except RefusedStep as exc:
+            refused = exc  # leave the block normally: commit the event
+        except asyncio.CancelledError:
+            # the thread still runs statements on conn: the transaction (and the
+            # connection's return to its pool) waits for it, never shares conn with it
+            await asyncio.wait([work])
+            raise
+    if refused is not None:
+        raise HoldRefused(refused.refusal) from None
+    return result
 
 
 async def _lock(conn: Any, how: Write) -> None:

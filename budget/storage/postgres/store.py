@@ -63,12 +63,14 @@ import asyncpg
 from budget.config import LedgerConfig
 from budget.errors import LedgerUnavailable
 from budget.kernel.clock import Clock
+from budget.kernel.db import location
 from budget.kernel.tasks import cancel_and_wait
 from budget.protocol import HoldTicket, OperationTicket
 from budget.status import KillState
 from budget.storage.base import LedgerStore
 from budget.storage.postgres import ends, holds
 from budget.storage.postgres.burn import BurnCheckTimer
+from budget.storage.postgres.control import ControlLine, server_settings
 from budget.storage.postgres.lease import ProcessLease
 from budget.storage.postgres.rows import PgCursor, asyncpg_dsn, auto_kill, auto_kill_off, burn_rate
 from budget.storage.postgres.runner import RETRIES, STORAGE, PgRunner
@@ -103,7 +105,7 @@ async def keep_session(conn: Any) -> None:
     del conn
 
 
-class PgStore(ProcessLease, PgRunner, LedgerStore):
+class PgStore(ProcessLease, ControlLine, PgRunner, LedgerStore):
     """The ledger on PostgreSQL (module docstring).
 
     Args:
@@ -141,6 +143,7 @@ class PgStore(ProcessLease, PgRunner, LedgerStore):
         self._run_heartbeat = run_heartbeat
         self._durable_settle = durable_settle
         self._backoff_s = retry_backoff_s
+        self._url = url
         self._dsn = asyncpg_dsn(url)
         self.config = config
         self.process_id = process_id
@@ -152,13 +155,14 @@ class PgStore(ProcessLease, PgRunner, LedgerStore):
         #: what this process's holds and settles need not read back
         self._known = holds.Known()
         self._init_lease()
+        self._init_control()
         self._beat_conn: Any = None  # asyncpg.Connection of the heartbeat (pg_lease)
 
     @property
     def location(self) -> str:
-        """Host and database (never the password)."""
-        tail = self._dsn.split("@", 1)[-1]
-        return f"postgresql://{tail}"
+        """Host (or socket folder) and database, never the user or password
+        (:func:`budget.kernel.db.location`)."""
+        return location(self._url)
 
     async def open(self) -> None:
         """Connect, register this process, start its heartbeat (idempotent).
@@ -176,6 +180,7 @@ class PgStore(ProcessLease, PgRunner, LedgerStore):
                 command_timeout=30,
                 reset=keep_session,
                 init=use_epoch_seconds,
+                server_settings=server_settings(self.config),
             )
         except STORAGE as exc:
             raise LedgerUnavailable() from exc
@@ -195,6 +200,7 @@ class PgStore(ProcessLease, PgRunner, LedgerStore):
         with contextlib.suppress(LedgerUnavailable):
             await self._plain("DELETE FROM budget_processes WHERE process_id = $1", self.process_id)
         await self._drop_beat_connection()
+        await self._close_control()
         pool, self._pool = self._pool, None
         await pool.close()
         if self._executor is not None:
@@ -219,14 +225,25 @@ class PgStore(ProcessLease, PgRunner, LedgerStore):
             raise LedgerUnavailable()
         if self._beat_conn is None or self._beat_conn.is_closed():
             try:
-                conn = await asyncpg.connect(self._dsn, command_timeout=30)
+                conn = await asyncpg.connect(
+                    self._dsn, command_timeout=30, server_settings=server_settings(self.config)
+                )
                 await use_epoch_seconds(conn)
             except STORAGE as exc:
                 raise LedgerUnavailable() from exc
+            conn.add_termination_listener(self._beat_connection_ended)
             self._beat_conn = conn
         return self._beat_conn
 
+    def _beat_connection_ended(self, conn: Any) -> None:
+        """The heartbeat's connection ended under it (the server closed it, the network
+        cut it): its liveness lock went with it, so the beat loop beats at once with a
+        new one (:mod:`budget.storage.postgres.lease`). Not for a close of our own."""
+        if conn is self._beat_conn:
+            self.connection_lost.set()
+
     async def _drop_beat_connection(self) -> None:
+        self._locked_conn = None
         conn, self._beat_conn = self._beat_conn, None
         if conn is not None:
             with contextlib.suppress(*STORAGE):
@@ -352,13 +369,18 @@ class PgStore(ProcessLease, PgRunner, LedgerStore):
 
     async def sweep(self, now: datetime, previous_processes: bool = False) -> SweepOutcome:
         """Expire holds past their TTL and every hold and operation of a dead process
-        (no heartbeat for ``process_dead_after_s``), whatever ``previous_processes``
-        says: on a shared database other processes are alive."""
+        (no heartbeat for ``process_dead_after_s``, or its connection gone and no
+        heartbeat for ``process_gone_after_s``: :mod:`budget.storage.postgres.lease`),
+        whatever ``previous_processes`` says: on a shared database other processes are
+        alive."""
         del previous_processes
         await self.beat()
         dead_before = now.timestamp() - self.config.process_dead_after_s
+        gone_before = now.timestamp() - self.config.process_gone_after_s
         step = partial(ends.sweep, cfg=self.config, process_id=self.process_id, now=now)
-        outcome = await self.tx(now, partial(step, dead_before=dead_before))
+        outcome = await self.tx(
+            now, partial(step, dead_before=dead_before, gone_before=gone_before)
+        )
         if outcome.auto_killed is None:  # this process's settles not checked yet
             outcome.auto_killed = await self._burn_check(now, lambda: self._burn.pending > 0)
         return outcome

@@ -16,6 +16,7 @@ from budget.policy.rules import Scope, audit_mismatches, estimate_stats, provide
 from budget.policy.windows import WindowKeys, hour_bounds, window_keys
 from budget.status import (
     BucketStatus,
+    HoldEntry,
     KillState,
     LedgerStatus,
     ProviderSpend,
@@ -72,6 +73,16 @@ def _provider_spend(cur: Cursor, day: str) -> list[ProviderSpend]:
         " ORDER BY provider",
         (day,),
     )
+    rows = cur.fetchall()
+    cur.execute(
+        "SELECT provider, model, COUNT(*) FROM budget_holds"
+        " WHERE day_key = ? AND state IN ('settled', 'expired')"
+        " GROUP BY provider, model ORDER BY provider, model",
+        (day,),
+    )
+    models: dict[str, list[tuple[str, int]]] = {}
+    for provider, model, calls in cur.fetchall():
+        models.setdefault(provider, []).append((model, int(calls)))
     return [
         ProviderSpend(
             r[0],
@@ -80,8 +91,9 @@ def _provider_spend(cur: Cursor, day: str) -> list[ProviderSpend]:
             None if r[3] is None else int(r[3]),
             int(r[4]),
             int(r[5] or 0),
+            tuple(models.get(r[0], ())),
         )
-        for r in cur.fetchall()
+        for r in rows
     ]
 
 
@@ -162,6 +174,27 @@ def status(cur: Cursor, cfg: LedgerConfig, now: datetime) -> LedgerStatus:
         teams=teams(cur),
         expired_unreconciled_today=int(unreconciled),
         expired_booked_musd_today=int(booked_at_ceiling),
+    )
+
+
+def hold_entry(cur: Cursor, hold_id: str) -> HoldEntry | None:
+    """One hold's booking (see :class:`budget.status.HoldEntry`); ``None``: no such hold."""
+    cur.execute(
+        "SELECT hold_id, state, provider, model, actual_musd, list_actual_musd, estimated"
+        " FROM budget_holds WHERE hold_id = ?",
+        (hold_id,),
+    )
+    row = cur.fetchone()
+    if row is None:
+        return None
+    return HoldEntry(
+        str(row[0]),
+        str(row[1]),
+        str(row[2]),
+        str(row[3]),
+        None if row[4] is None else int(row[4]),
+        None if row[5] is None else int(row[5]),
+        bool(row[6]),
     )
 
 

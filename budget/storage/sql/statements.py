@@ -196,7 +196,7 @@ def hold_values(
         hold.request_id,
         owner.user_id,
         owner.team,
-        owner.origin.value,
+        (hold.origin or owner.origin).value,
         hold.provider,
         hold.model,
         hold.input_tokens,

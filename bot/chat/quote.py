@@ -1,0 +1,146 @@
+"""The price before the spend: what answering an input could cost at most, and whether to
+ask first (``docs/decisions/086-the-price-before-the-spend.md``).
+
+:meth:`Quoter.answer_ceiling` is the most the answer's hold can be at any key the cascade
+may try: the prompt as the chat service will build it (system prompt, this
+conversation's stored history, the turn) at its provable bound
+(:func:`budget.pricing.tokens.input_bound`, plus a vision key's image bound), with
+``CHAT_MAX_OUTPUT_TOKENS``, priced by the ledger's own card — the maximum over the keys,
+since the free keys may all be cooling when it runs. A free key's is 0, so a cascade of
+free keys never asks.
+
+:meth:`Quoter.should_ask` asks when that ceiling is above ``CONFIRM_ABOVE_USD``, or above
+half of what the user has left in the tightest window of any level their holds touch
+(user, team, global), read from the ledger (``/me``'s figures).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bot.chat.service import SYSTEM_PROMPT
+from bot.storage.repos import Conversation, History
+from budget.kernel.clock import Clock
+from budget.ledger import Ledger
+from budget.pricing.prices import PriceCard
+from budget.pricing.tokens import input_bound
+from budget.types import Window
+from llm.providers.base import Provider
+from llm.providers.vision_provider import media_tokens_of
+from llm.types import Message
+
+__all__ = ["Quote", "Quoter"]
+
+
+@dataclass(frozen=True, slots=True)
+class Quote:
+    """A price question's figures.
+
+    Attributes:
+        ceiling_musd: the most the step can cost, µUSD.
+        left_musd: what the user has left in the tightest window (``None``: no limit).
+        window: that window (``None``: no limit).
+        level: that window's level (``user``, ``team``, ``global``; ``""``: none).
+        ask: whether to ask before spending.
+    """
+
+    ceiling_musd: int
+    left_musd: int | None
+    window: Window | None
+    level: str
+    ask: bool
+
+
+class Quoter:
+    """Prices inputs before they are held.
+
+    Args:
+        ledger: the ledger (its price card, and each user's remaining amounts).
+        history: the stored conversations (the prompt carries them).
+        clock: the one clock.
+        max_output_tokens: CHAT_MAX_OUTPUT_TOKENS.
+        history_max_tokens: CHAT_HISTORY_MAX_TOKENS.
+        confirm_above_musd: CONFIRM_ABOVE_USD in µUSD.
+        chat_providers: the chat cascade's keys (a document's or page's answer).
+    """
+
+    __slots__ = (
+        "_clock",
+        "_confirm_above",
+        "_history",
+        "_history_max",
+        "_ledger",
+        "_max_output",
+        "chat_providers",
+    )
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        history: History,
+        clock: Clock,
+        *,
+        max_output_tokens: int,
+        history_max_tokens: int,
+        confirm_above_musd: int,
+        chat_providers: Sequence[Provider],
+    ) -> None:
+        self.chat_providers = tuple(chat_providers)
+        self._ledger = ledger
+        self._history = history
+        self._clock = clock
+        self._max_output = max_output_tokens
+        self._history_max = history_max_tokens
+        self._confirm_above = confirm_above_musd
+
+    @property
+    def prices(self) -> PriceCard:
+        """The ledger's price card."""
+        return self._ledger.prices
+
+    def __repr__(self) -> str:
+        return f"Quoter(confirm_above_musd={self._confirm_above})"
+
+    async def answer_ceiling(
+        self, where: Conversation, message: Message, providers: Sequence[Provider]
+    ) -> tuple[int, int]:
+        """(the most the answer to ``message`` can be held for at any of ``providers``,
+        µUSD; the prompt's provable bound at the key that sets it, tokens)."""
+        turns = await self._history.load_turns(where, self._history_max)
+        messages = [Message("system", SYSTEM_PROMPT), *(t.message for t in turns), message]
+        bound = input_bound(messages)
+        now = self._clock.now()
+        best = (0, bound)
+        for provider in providers:
+            tokens = bound + media_tokens_of(provider, messages)
+            ceiling = self._ledger.prices.ceiling_musd(
+                provider.name, provider.model, tokens, self._max_output, now
+            )
+            best = max(best, (ceiling, tokens))
+        return best
+
+    async def quote(self, user_id: int, ceiling_musd: int) -> Quote:
+        """Whether a step of ``ceiling_musd`` needs the user's yes, with their tightest
+        window. A free step (0) never asks and reads nothing.
+
+        Raises:
+            budget.errors.LedgerUnavailable: the ledger could not be read.
+        """
+        if ceiling_musd <= 0:
+            return Quote(0, None, None, "", ask=False)
+        status = await self._ledger.user_status(user_id)
+        tightest = min(
+            (b for b in status.buckets if b.remaining_musd is not None),
+            key=lambda b: b.remaining_musd or 0,
+            default=None,
+        )
+        left = tightest.remaining_musd if tightest is not None else None
+        ask = ceiling_musd > self._confirm_above or (left is not None and 2 * ceiling_musd > left)
+        return Quote(
+            ceiling_musd,
+            left,
+            tightest.window if tightest is not None else None,
+            tightest.level.value if tightest is not None else "",
+            ask,
+        )

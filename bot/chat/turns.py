@@ -1,0 +1,42 @@
+"""What a message other than typed text brings to the chat path: :class:`MediaTurn`.
+
+A document or a page is text by the time it reaches the chat service (read in a worker
+process, refused there if it cannot be): only its input cap differs. A photo adds its
+image to the user's turn and is answered by the vision cascade. A voice note's text is
+only known once it is transcribed, which is a paid step *of the same operation*
+(``OPERATION_MAX_USD`` covers both): :attr:`MediaTurn.transcribe` runs after the
+operation is admitted and before the answer is held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from budget.protocol import OperationTicket
+from llm.types import ImagePart
+
+__all__ = ["MediaTurn"]
+
+
+@dataclass(frozen=True, slots=True)
+class MediaTurn:
+    """The media part of one user turn.
+
+    Attributes:
+        kind: ``document``, ``link``, ``photo`` or ``voice`` (logs and metrics).
+        images: images attached to the turn (a photo): answered by the vision cascade.
+        transcribe: the operation's first step (a voice note): holds, downloads,
+            transcribes, settles, and returns the transcript, which becomes the turn's
+            text. Raises ``HoldRefused``, ``LLMError``, ``MediaRefused`` or a download
+            error.
+        max_input_tokens: the turn's input cap, tokens (``None``: CHAT_MAX_INPUT_TOKENS).
+        stored: the turn as history keeps it (``None``: its text). A photo is kept as
+            its caption and a mark: the image itself is never stored.
+    """
+
+    kind: str
+    images: tuple[ImagePart, ...] = ()
+    transcribe: Callable[[OperationTicket], Awaitable[str]] | None = None
+    max_input_tokens: int | None = None
+    stored: str | None = None

@@ -1,0 +1,219 @@
+"""Documents, links, photos and recordings through the real bot (in-process), the fake
+Bot API's files and the fake providers' media endpoints: each answered under the same
+money guarantee, each refusal a template that costs nothing."""
+
+from __future__ import annotations
+
+import csv
+import io
+import sqlite3
+from pathlib import Path
+
+from tests.support.documents import docx_zip_bomb, flate_bomb_pdf, page_count_bomb_pdf, text_pdf
+from tests.support.inprocess import AppFactory
+from tests.support.provider_media import image_dimensions
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram, SentMessage
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "media"
+VOICE = (FIXTURES / "audio" / "voice_opus_mono.borodin.ogg").read_bytes()
+KITTEN = (FIXTURES / "images" / "photo_kitten.go-telegram-bot-api.jpg").read_bytes()
+SCOUT = "meta-llama/llama-4-scout-17b-16e-instruct"
+
+
+def _user_turn(body: dict[str, object]) -> object:
+    messages = body["messages"]
+    assert isinstance(messages, list)
+    return messages[-1]["content"]
+
+
+async def _reply(fake_telegram: FakeTelegram, chat: int, mark: int) -> SentMessage:
+    [reply] = await fake_telegram.wait_sent(chat, since=mark, timeout=30)
+    return reply
+
+
+async def test_a_pdf_is_read_and_its_text_is_the_users_turn(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """A PDF with a caption: read in a worker, one chat request whose user turn holds the
+    caption and the PDF's text, the answer delivered; its hold is a chat hold."""
+    bot = app_factory()
+    await bot.start()
+    fake_providers.script("groq", {"text": "It is about ducks."})
+    mark = fake_telegram.mark()
+    pdf = text_pdf(2, lines_per_page=3, line=lambda p, n: "Ducks swim in the quiet pond.")
+    fake_telegram.inject_document(
+        51, pdf, file_name="ducks.pdf", mime_type="application/pdf", caption="What is it about?"
+    )
+    reply = await _reply(fake_telegram, 51, mark)
+    assert reply.text == "It is about ducks."
+    [request] = fake_providers.requests
+    turn = _user_turn(request.body)
+    assert isinstance(turn, str)
+    assert turn.startswith("What is it about?") and "Ducks swim in the quiet pond." in turn
+    assert '<document name="ducks.pdf"' in turn
+    await bot.stop()
+
+
+async def test_documents_over_a_cap_get_a_template_and_no_provider_request(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """A 300-page PDF (over DOCUMENT_MAX_PAGES), a PDF bomb, a DOCX zip bomb, a text
+    over MEDIA_MAX_INPUT_TOKENS and a file over the download limit: each a template
+    naming its limit; no provider request; the over-size file is never downloaded."""
+    env = dict(app_factory().env, MEDIA_MAX_INPUT_TOKENS="2000", DOCUMENT_MAX_PAGES="200")
+    env["DOCUMENT_EXTRACT_TIMEOUT_SECONDS"] = "120"  # the caps, not a loaded machine, refuse
+    bot = app_factory(env=env)
+    await bot.start()
+    cases: list[tuple[bytes, str, str, int | None, str]] = [
+        (page_count_bomb_pdf(300), "big.pdf", "application/pdf", None, "300 pages"),
+        (flate_bomb_pdf(2_000_000), "bomb.pdf", "application/pdf", None, "characters"),
+        (docx_zip_bomb(100_000_000), "bomb.docx", "application/msword", None, "unpacks"),
+        (b"word " * 20_000, "long.txt", "text/plain", None, "too long"),
+        (b"x", "huge.pdf", "application/pdf", 25 * 1024 * 1024, "20.0 MB"),
+    ]
+    for data, name, mime, size, expected in cases:
+        mark = fake_telegram.mark()
+        fake_telegram.inject_document(61, data, file_name=name, mime_type=mime, file_size=size)
+        reply = await _reply(fake_telegram, 61, mark)
+        assert expected in reply.text, (name, reply.text)
+    assert fake_providers.requests == []
+    assert not any("huge" in path for path in fake_telegram.files.downloads)
+    assert len(fake_telegram.files.downloads) == 4
+    await bot.stop()
+
+
+async def test_a_link_to_a_loopback_address_is_refused_without_a_fetch(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """SSRF: "summarise http://127.0.0.1:…" is refused by the feeds' guard; no provider
+    request; a URL inside a sentence is ordinary text."""
+    bot = app_factory()
+    await bot.start()
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(71, f"summarise {fake_telegram.base_url}/secret")
+    reply = await _reply(fake_telegram, 71, mark)
+    assert "private or local" in reply.text
+    assert fake_providers.requests == []
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(71, f"is {fake_telegram.base_url} a good site?")
+    await _reply(fake_telegram, 71, mark)
+    assert len(fake_providers.requests) == 1
+    await bot.stop()
+
+
+async def test_a_photo_goes_to_a_vision_model_with_its_caption(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """A photo with a caption: one request to Groq's vision model carrying the image
+    (the largest size) after the caption; the text-only chat model is not asked; the
+    hold was sized with the image's token bound."""
+    bot = app_factory()
+    await bot.start()
+    dimensions = image_dimensions(KITTEN)
+    assert dimensions is not None
+    width, height = dimensions
+    small = KITTEN[: len(KITTEN) // 2]
+    mark = fake_telegram.mark()
+    fake_telegram.inject_photo(
+        81, [(small, width // 4, height // 4), (KITTEN, width, height)], caption="Who is this?"
+    )
+    reply = await _reply(fake_telegram, 81, mark)
+    [request] = fake_providers.requests
+    assert request.provider == "groq" and request.body["model"] == SCOUT
+    parts = _user_turn(request.body)
+    assert isinstance(parts, list)
+    assert parts[0] == {"type": "text", "text": "Who is this?"}
+    assert parts[1]["type"] == "image_url"
+    [image] = fake_providers.images
+    assert image.data == KITTEN
+    assert reply.text
+    await bot.stop()
+
+
+async def test_a_photo_without_a_vision_key_gets_a_template(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """Only Cerebras (no vision model): the photo is refused with a template saying no
+    model that can see images is configured; nothing is downloaded or asked."""
+    env = {k: v for k, v in app_factory().env.items() if not k.startswith(("GROQ", "MISTRAL"))}
+    bot = app_factory(env=env)
+    await bot.start()
+    mark = fake_telegram.mark()
+    fake_telegram.inject_photo(82, [(KITTEN, 320, 240)], caption="What is this?")
+    reply = await _reply(fake_telegram, 82, mark)
+    assert "see images" in reply.text and "configured" in reply.text
+    assert fake_providers.requests == [] and fake_telegram.files.downloads == []
+    await bot.stop()
+
+
+async def test_a_voice_note_is_transcribed_then_answered(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """A 7-second voice note: one transcription request with the file's bytes, what was
+    heard shown, one chat request whose last user turn is the transcript, the answer;
+    both steps in one operation; a Groq 429 on the next goes to the next free key."""
+    bot = app_factory(env=dict(app_factory().env, ADMIN_IDS="9"))
+    await bot.start()
+    fake_providers.script("groq", {"text": "Hello there"})
+    mark = fake_telegram.mark()
+    fake_telegram.inject_voice(91, VOICE, duration=7)
+    heard, answer = await fake_telegram.wait_sent(91, 2, since=mark, timeout=30)
+    [upload] = fake_providers.transcriptions
+    assert upload.data == VOICE and upload.fields["model"] == "whisper-large-v3-turbo"
+    assert heard.text.startswith("🎙") and "Hello there" in heard.text
+    [request] = fake_providers.requests
+    assert _user_turn(request.body) == "Hello there"
+    assert answer.text
+
+    fake_providers.script("gsk_fake_groq_key_1", {"status": 429, "retry_after": "30"})
+    mark = fake_telegram.mark()
+    fake_telegram.inject_voice(91, VOICE + b"2", duration=7)
+    await fake_telegram.wait_sent(91, 2, since=mark, timeout=30)
+    keys = [t.key for t in fake_providers.transcriptions[1:]]
+    assert keys == ["gsk_fake_groq_key_1", "gsk_fake_groq_key_2"]
+
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(9, "/budget export")
+    sent = await fake_telegram.wait_sent(9, 2, since=mark, timeout=30)
+    rows_doc = next(m for m in sent if m.file and m.file["name"].startswith("kopek-spend-"))
+    rows = list(csv.DictReader(io.StringIO(fake_telegram.document_bytes(rows_doc).decode())))
+    speech = [r for r in rows if r["model"] == "whisper-large-v3-turbo"]
+    assert [(r["input_unit"], r["input_tokens"]) for r in speech] == [("seconds", "10")] * 2
+    assert {r["input_unit"] for r in rows if r not in speech} == {"tokens"}
+    await bot.stop()
+    with sqlite3.connect(Path(bot.env["DATABASE_URL"].split("///", 1)[1])) as db:
+        rows = db.execute(
+            "SELECT model, input_tokens, max_tokens, state, operation_id, usage_input"
+            " FROM budget_holds ORDER BY granted_at"
+        ).fetchall()
+    speech = [r for r in rows if r[0] == "whisper-large-v3-turbo"]
+    # held at max(7 + 1, Groq's 10 s minimum) seconds; one released after the 429
+    assert [(r[1], r[2]) for r in speech] == [(10, 1)] * 3
+    assert [r[3] for r in speech] == ["settled", "released", "settled"]
+    assert all(r[3] != "held" for r in rows)
+    first_answer = next(r for r in rows if r[0] != "whisper-large-v3-turbo")
+    assert first_answer[4] == speech[0][4], "transcription and answer: one operation"
+
+
+async def test_an_image_file_is_sized_from_its_header_and_falls_back_to_mistral(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """An image sent as a document (no width or height in the message): its size read
+    from its own header; both Groq keys answer 429 on the vision model, so Mistral's
+    vision model answers it; no text-only model is asked."""
+    bot = app_factory()
+    await bot.start()
+    for key in ("gsk_fake_groq_key_1", "gsk_fake_groq_key_2"):
+        fake_providers.script(key, {"status": 429, "retry_after": "30"})
+    mark = fake_telegram.mark()
+    fake_telegram.inject_document(
+        83, KITTEN, file_name="cat.jpg", mime_type="image/jpeg", caption="Describe it"
+    )
+    reply = await _reply(fake_telegram, 83, mark)
+    assert reply.text
+    models = [(r.provider, r.body["model"]) for r in fake_providers.requests]
+    assert models == [("groq", SCOUT), ("groq", SCOUT), ("mistral", "mistral-small-latest")]
+    images = fake_providers.images
+    assert len(images) == 3 and all(i.data == KITTEN for i in images)
+    await bot.stop()
