@@ -95,6 +95,7 @@ def split_formatted(
     For text built without Markdown (digests): untrusted strings stay text, and a link
     exists only where an entity puts it. Links whose scheme is not http(s) are dropped.
     """
+    text = break_at_words(text, entities, TELEGRAM_TEXT_LIMIT)
     parts = telegramify_markdown.split_entities(text, entities, TELEGRAM_TEXT_LIMIT)
     out: list[tuple[str, list[MessageEntity]]] = []
     for part_text, part_entities in parts:
@@ -103,7 +104,54 @@ def split_formatted(
     return out
 
 
+def break_at_words(
+    text: str, entities: list[telegramify_markdown.MessageEntity], limit: int
+) -> str:
+    """``text`` with, wherever a stretch of ``limit`` UTF-16 units holds no newline, its
+    last space turned into one, so that telegramify's ``split_entities`` (which splits
+    after newlines, else mid-word at the limit) ends each part at a word. A space and a
+    newline are both one UTF-16 unit: no entity offset moves, and the changed character
+    is the last of a message, which Telegram does not show. Spaces inside ``pre`` and
+    ``code`` entities are left alone (a hard cut there, as before).
+
+    Args:
+        text: the converted text; ``entities`` with UTF-16 offsets into it.
+        limit: the part size in UTF-16 code units (:data:`TELEGRAM_TEXT_LIMIT`).
+    """
+    units = [0]
+    for ch in text:
+        units.append(units[-1] + (2 if ord(ch) > 0xFFFF else 1))
+    if units[-1] <= limit:
+        return text
+    code = [(e.offset, e.offset + e.length) for e in entities if e.type in ("pre", "code")]
+    chars = list(text)
+    start = 0  # the first character of the part being packed
+    while units[-1] - units[start] > limit:
+        end = start
+        while end < len(chars) and units[end + 1] - units[start] <= limit:
+            end += 1  # chars[start:end] fits
+        newline = "".join(chars[start:end]).rfind("\n")
+        if newline > 0:
+            start += newline + 1
+            continue
+        cut = next(
+            (
+                i
+                for i in range(end - 1, start, -1)
+                if chars[i] == " " and not any(a <= units[i] < b for a, b in code)
+            ),
+            None,
+        )
+        if cut is None:
+            start = end  # one long word (or code): the library's hard cut
+            continue
+        chars[cut] = "\n"
+        start = cut + 1
+    return "".join(chars)
+
+
 def _plain_parts(text: str) -> list[str]:
+    text = break_at_words(text, [], TELEGRAM_TEXT_LIMIT)
     parts = telegramify_markdown.split_entities(text, [], TELEGRAM_TEXT_LIMIT)
     return [p for p, _ in parts] or [text[:TELEGRAM_TEXT_LIMIT]]
 

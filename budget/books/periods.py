@@ -103,20 +103,21 @@ def parse_period(text: str | None, tz_name: str, now: datetime) -> Period:
     """
     tz = zone(tz_name)
     raw = (text or "").strip()
+    today = now.astimezone(tz).date()
+    if not raw:
+        return Period(today.isoformat(), tz_name, _local_midnight(today, tz), _next_day(today, tz))
+    if not (_DAY.fullmatch(raw) or _MONTH.fullmatch(raw)):
+        raise PeriodError(f"period {raw[:32]!r}: write YYYY-MM-DD (a day) or YYYY-MM (a month)")
     try:
-        if not raw:
-            d = now.astimezone(tz).date()
-            return Period(d.isoformat(), tz_name, _local_midnight(d, tz), _next_day(d, tz))
-        if m := _DAY.fullmatch(raw):
-            d = date(int(m[1]), int(m[2]), int(m[3]))
-            return Period(raw, tz_name, _local_midnight(d, tz), _next_day(d, tz))
-        if m := _MONTH.fullmatch(raw):
-            first = date(int(m[1]), int(m[2]), 1)
-            nxt = date(first.year + (first.month == 12), first.month % 12 + 1, 1)
-            return Period(raw, tz_name, _local_midnight(first, tz), _local_midnight(nxt, tz))
-    except (ValueError, OverflowError):
+        first = date.fromisoformat(raw if len(raw) == 10 else f"{raw}-01")
+    except ValueError:
         raise PeriodError(f"no such date {raw!r}") from None
-    raise PeriodError(f"period {raw[:32]!r}: write YYYY-MM-DD (a day) or YYYY-MM (a month)")
+    if first > today:  # also keeps the end below date.max (9999-12 ends in year 10000)
+        raise PeriodError(f"{raw} has not begun yet: today is {today.isoformat()} ({tz_name})")
+    if len(raw) == 10:
+        return Period(raw, tz_name, _local_midnight(first, tz), _next_day(first, tz))
+    nxt = date(first.year + (first.month == 12), first.month % 12 + 1, 1)
+    return Period(raw, tz_name, _local_midnight(first, tz), _local_midnight(nxt, tz))
 
 
 def _next_day(d: date, tz: ZoneInfo) -> datetime:

@@ -47,7 +47,13 @@ from typing import Any, Literal
 
 from budget.errors import BudgetConfigError
 from budget.pricing.names import family
-from budget.pricing.rates import DEFAULT_OVERRIDES, ModelRates, PromptTier, parse_overrides
+from budget.pricing.rates import (
+    DEFAULT_OVERRIDES,
+    SPEECH_MODELS_PER_SECOND,
+    ModelRates,
+    PromptTier,
+    parse_overrides,
+)
 from budget.types import Usage
 
 __all__ = [
@@ -341,6 +347,10 @@ class PriceCard:
             tier = "free" if self.is_free(provider) else "paid"
             if found is None:
                 lines.append(f"{provider}:{model} {tier}: list price unknown")
+            elif (
+                isinstance(found, ModelRates) and f"{provider}:{model}" in SPEECH_MODELS_PER_SECOND
+            ):
+                lines.append(f"{provider}:{model} {tier}: {found.describe_per_hour_of_audio()}")
             elif isinstance(found, ModelRates):
                 lines.append(f"{provider}:{model} {tier}: {found.describe()}")
             else:

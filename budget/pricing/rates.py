@@ -91,6 +91,12 @@ class ModelRates:
         )
         return int(exact.quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
 
+    def describe_per_hour_of_audio(self) -> str:
+        """A speech model's rate as its provider's page states it, ``"$0.04 per hour of
+        audio (…)"``: its "input tokens" are audio seconds (:data:`SPEECH_MODELS_PER_SECOND`)."""
+        hourly = (self.input * 3600 / 1_000_000).quantize(Decimal("0.000001")).normalize()
+        return f"${hourly:f} per hour of audio" + (f" ({self.source})" if self.source else "")
+
     def describe(self) -> str:
         """``"in $0.28 / cached $0.028 / out $0.42 per 1M tokens"`` (and each tier's,
         ``"; above 200000 input tokens: in $2.5 / …"``)."""

@@ -51,6 +51,28 @@ def test_long_answer_parts_fit_and_surrogates_are_not_split() -> None:
             assert e.offset + e.length <= _utf16(text)
 
 
+def test_a_long_paragraph_is_split_between_words_and_keeps_its_bold() -> None:
+    """Text without newlines past the limit is cut at the last space of each part, not
+    mid-word; a bold run across the cut is in both parts; no word or letter is lost."""
+    words = [f"w{i}ord" for i in range(2400)] + ["слово😀"] * 300
+    md = "**" + " ".join(words[:600]) + "** " + " ".join(words[600:])
+    parts = split_markdown(md)
+    assert len(parts) >= 4
+    for text, entities in parts[:-1]:
+        assert _utf16(text) <= TELEGRAM_TEXT_LIMIT and text.endswith("\n")
+        for e in entities:
+            assert e.offset + e.length <= _utf16(text)
+    assert " ".join(text.strip() for text, _ in parts).split(" ") == words
+    assert parts[0][1][0].type == "bold" and parts[1][1][0].type == "bold"
+    assert parts[1][1][0].offset == 0
+
+
+def test_one_word_longer_than_a_message_is_still_cut_at_the_limit() -> None:
+    """A single 9,000-letter word has no space to cut at: the limit cuts it, nothing lost."""
+    parts = split_markdown("x" * 9000)
+    assert [len(text) for text, _ in parts] == [4096, 4096, 808]
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [

@@ -191,6 +191,10 @@ def test_periods_are_local_days_and_months() -> None:
     for bad, tz in (("2026-13", "UTC"), ("yesterday", "UTC"), ("2026-01-01", "Mars/Base")):
         with pytest.raises(PeriodError):
             parse_period(bad, tz, now)
+    for future in ("9999-12", "9999-12-31", "2026-04", "2026-03-30"):
+        with pytest.raises(PeriodError, match="has not begun yet: today is 2026-03-29"):
+            parse_period(future, "UTC", now)
+    assert parse_period("2026-03", "UTC", now).label == "2026-03"  # this month, under way
 
 
 # -- reconcile (a)–(d) ---------------------------------------------------------------

@@ -137,6 +137,21 @@ def test_describe_lists_every_model_with_source() -> None:
     assert "deepseek:deepseek-chat" in DEFAULT_OVERRIDES
 
 
+def test_a_speech_model_is_described_per_hour_of_audio_as_its_page_says() -> None:
+    """A speech model's "tokens" are audio seconds: the start-up line states its page's
+    figure per hour of audio, not a per-1M-tokens rate of 28 digits."""
+    card = PriceCard(
+        [
+            ProviderModel("groq", "whisper-large-v3-turbo", "free"),
+            ProviderModel("mistral", "voxtral-mini-latest", "free"),
+        ]
+    )
+    groq, mistral = card.describe(NOON)
+    assert groq.startswith("groq:whisper-large-v3-turbo free: $0.04 per hour of audio (")
+    assert mistral.startswith("mistral:voxtral-mini-latest free: $0.18 per hour of audio (")
+    assert "1M tokens" not in groq + mistral
+
+
 def test_mixed_tier_for_one_provider_rejected() -> None:
     """One provider cannot be both free and paid."""
     with pytest.raises(BudgetConfigError):

@@ -119,6 +119,28 @@ async def test_long_markdown_answer_is_split_within_telegram_limits(
     await bot.stop()
 
 
+async def test_a_long_paragraph_arrives_in_messages_that_end_between_words(
+    app_factory: AppFactory,
+    bot_env: dict[str, str],
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+) -> None:
+    """An answer of 9,000 characters with no newline (streamed, as private chats are by
+    default) arrives as messages that each end at a whole word; joined, every word."""
+    bot = app_factory(env={**bot_env, "CHAT_MAX_OUTPUT_TOKENS": "2048"})
+    await bot.start()
+    words = [f"token{i}" for i in range(1100)]
+    fake_providers.script("groq", {"text": " ".join(words), "completion_tokens": 1900})
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(13, "One long paragraph, please")
+    expected = len(split_markdown(" ".join(words)))
+    parts = await fake_telegram.wait_sent(13, expected, since=mark, timeout=20)
+    assert expected >= 3
+    assert " ".join(p.text.strip() for p in parts).split(" ") == words
+    assert len(fake_providers.requests) == 1
+    await bot.stop()
+
+
 async def test_parse_entities_error_resends_plain_text_without_second_llm_call(
     app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:

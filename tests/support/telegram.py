@@ -1968,6 +1968,8 @@ class FakeTelegram:
     def _add_control_routes(self, app: web.Application) -> None:
         app.router.add_post("/_fake/inject_message", self._c_inject_message)
         app.router.add_post("/_fake/inject_update", self._c_inject_update)
+        app.router.add_post("/_fake/inject_document", self._c_inject_document)
+        app.router.add_post("/_fake/inject_voice", self._c_inject_voice)
         app.router.add_post("/_fake/fail_next", self._c_fail_next)
         app.router.add_post("/_fake/block", self._c_block)
         app.router.add_get("/_fake/sent", self._c_sent)
@@ -1981,6 +1983,34 @@ class FakeTelegram:
 
     async def _c_inject_update(self, request: web.Request) -> web.Response:
         return web.json_response({"update_id": self.inject_update(await request.json())})
+
+    async def _c_inject_document(self, request: web.Request) -> web.Response:
+        """The request body is the file's bytes; the query names the sender and the file
+        (``user_id``, ``file_name``, ``mime_type``, optional ``caption``, ``chat_id``,
+        ``chat_type``)."""
+        query = request.query
+        update_id = self.inject_document(
+            int(query["user_id"]),
+            await request.read(),
+            file_name=query.get("file_name", "document.txt"),
+            mime_type=query.get("mime_type", "application/octet-stream"),
+            caption=query.get("caption", ""),
+            **_chat_fields(query),
+        )
+        return web.json_response({"update_id": update_id})
+
+    async def _c_inject_voice(self, request: web.Request) -> web.Response:
+        """The request body is the voice note's bytes (OGG/Opus as clients send);
+        the query gives ``user_id`` and ``duration`` (whole seconds)."""
+        query = request.query
+        update_id = self.inject_voice(
+            int(query["user_id"]),
+            await request.read(),
+            duration=int(query["duration"]),
+            caption=query.get("caption", ""),
+            **_chat_fields(query),
+        )
+        return web.json_response({"update_id": update_id})
 
     async def _c_fail_next(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -2015,6 +2045,16 @@ class FakeTelegram:
         return web.json_response([e.to_json() for e in got])
 
 
+def _chat_fields(query: Mapping[str, str]) -> MessageFields:
+    """The chat a control request's message is in (default: the sender's private chat)."""
+    fields: MessageFields = {}
+    if "chat_id" in query:
+        fields["chat_id"] = int(query["chat_id"])
+    if "chat_type" in query:
+        fields["chat_type"] = query["chat_type"]
+    return fields
+
+
 class FakeTelegramControl:
     """Client of the fake's HTTP control API, for a fake running in another process.
 
@@ -2047,6 +2087,14 @@ class FakeTelegramControl:
     async def inject_update(self, raw: Mapping[str, Any]) -> int:
         """See :meth:`FakeTelegram.inject_update`."""
         return int((await self._call("POST", "inject_update", json=dict(raw)))["update_id"])
+
+    async def inject_file(self, kind: str, user_id: int, data: bytes, **query: str | int) -> int:
+        """Queue a ``document`` or a ``voice`` note with ``data`` as its bytes; ``query``
+        as the control route takes it (see :meth:`FakeTelegram.inject_document` and
+        :meth:`FakeTelegram.inject_voice`)."""
+        params = {"user_id": str(user_id)} | {k: str(v) for k, v in query.items()}
+        body = await self._call("POST", f"inject_{kind}", params=params, data=data)
+        return int(body["update_id"])
 
     async def fail_next(self, method: str, status: int, **kwargs: Any) -> None:
         """See :meth:`FakeTelegram.fail_next`."""
@@ -2087,11 +2135,40 @@ async def _serve(args: argparse.Namespace) -> None:
             await asyncio.Event().wait()
 
 
+def _mention_entities(text: str) -> list[dict[str, Any]]:
+    """The ``mention`` entities a Telegram client gives ``@username`` words (UTF-16
+    offsets), so that a group message typed by hand addresses the bot as a real one does."""
+    found = []
+    for match in re.finditer(r"(?<!\w)@[A-Za-z0-9_]{5,32}", text):
+        offset = len(text[: match.start()].encode("utf-16-le")) // 2
+        length = len(match.group().encode("utf-16-le")) // 2
+        found.append({"type": "mention", "offset": offset, "length": length})
+    return found
+
+
 async def _say(args: argparse.Namespace) -> None:
     control = FakeTelegramControl(f"http://127.0.0.1:{args.port}")
     mark = len(await control.sent_events())  # a position in the log of all chats
-    await control.inject_message(args.user, args.text, language_code=args.lang)
-    for message in await control.wait_sent(args.user, 1, args.timeout, since=mark):
+    chat: dict[str, str | int] = {}
+    if args.chat is not None:
+        chat = {"chat_id": args.chat, "chat_type": args.chat_type}
+    if args.document is not None:
+        path = Path(args.document)
+        data = await asyncio.to_thread(path.read_bytes)
+        named = {"file_name": path.name, "caption": args.text}
+        await control.inject_file("document", args.user, data, **named, **chat)
+    elif args.voice is not None:
+        data = await asyncio.to_thread(Path(args.voice).read_bytes)
+        extra = {"duration": args.duration, "caption": args.text}
+        await control.inject_file("voice", args.user, data, **extra, **chat)
+    else:
+        # a leading /command gets its bot_command entity from the fake itself
+        mentions = [] if args.text.startswith("/") else _mention_entities(args.text)
+        await control.inject_message(
+            args.user, args.text, language_code=args.lang, entities=mentions or None, **chat
+        )
+    where = args.chat if args.chat is not None else args.user
+    for message in await control.wait_sent(where, 1, args.timeout, since=mark):
         print(message.text)
 
 
@@ -2108,6 +2185,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     say.add_argument("--user", type=int, default=42)
     say.add_argument("--lang", default="en")
     say.add_argument("--timeout", type=float, default=30.0)
+    say.add_argument("--chat", type=int, help="a group's chat id (negative) instead of private")
+    say.add_argument("--chat-type", default="supergroup", help="group or supergroup")
+    say.add_argument("--document", help="send this file as a document, TEXT as its caption")
+    say.add_argument("--voice", help="send this OGG/Opus file as a voice note")
+    say.add_argument("--duration", type=int, default=5, help="the voice note's seconds")
     args = parser.parse_args(argv)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(args) if args.command == "serve" else _say(args))

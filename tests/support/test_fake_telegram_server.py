@@ -325,6 +325,31 @@ async def test_injected_document_is_served_by_get_file_and_download(
         await bot.get_file("nope")
 
 
+async def test_documents_and_voice_notes_are_injected_over_http(bot: Bot, tg: FakeTelegram) -> None:
+    """Another process (``python -m tests.support.telegram say --document/--voice``) can
+    send a file, in a private chat or a group, and the bot downloads the same bytes."""
+    control = FakeTelegramControl(tg.base_url)
+    await control.inject_file(
+        "document",
+        8,
+        b"hello, file",
+        file_name="notes.txt",
+        caption="sum up",
+        mime_type="text/plain",
+    )
+    await control.inject_file(
+        "voice", 8, b"OggS" + b"\0" * 40, duration=9, chat_id=-1001, chat_type="supergroup"
+    )
+    document_u, voice_u = [u["message"] for u in tg.pending_updates()[-2:]]
+    assert document_u["document"]["file_name"] == "notes.txt"
+    assert document_u["document"]["mime_type"] == "text/plain"
+    assert document_u["caption"] == "sum up" and document_u["chat"]["id"] == 8
+    buf = await bot.download(document_u["document"]["file_id"])
+    assert buf is not None and buf.read() == b"hello, file"
+    assert voice_u["voice"]["duration"] == 9 and voice_u["from"]["id"] == 8
+    assert voice_u["chat"] == {**voice_u["chat"], "id": -1001, "type": "supergroup"}
+
+
 def _real(name: str) -> dict[str, Any]:
     path = Path(__file__).parents[1] / "fixtures" / "media" / "telegram_updates" / name
     message = json.loads(path.read_text(encoding="utf-8"))["message"]
