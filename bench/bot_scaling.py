@@ -1,4 +1,4 @@
-"""``python bench/bot.py --replicas N --backend postgres`` (issue 13): the burst of
+"""``python bench/bot.py --replicas N --backend postgres``: the burst of
 ``bench/bot.py`` (300 first messages from 300 new users at once, provider fakes answering
 at once) on four deployments, in one run:
 

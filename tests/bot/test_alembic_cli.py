@@ -1,4 +1,4 @@
-"""The alembic command line, as README's downgrade paragraph runs it (trial 12b, F5):
+"""The alembic command line, as README's downgrade paragraph runs it:
 ``alembic downgrade`` / ``upgrade`` printed nothing (exit 0 either way), so an operator
 could not tell whether anything happened."""
 

@@ -1,4 +1,4 @@
-"""The books router's admin gate and argument parsing (issue 14)."""
+"""The books router's admin gate and argument parsing."""
 
 from __future__ import annotations
 

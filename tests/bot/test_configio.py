@@ -1,4 +1,4 @@
-"""``python -m bot export-config`` / ``import-config`` (issue 12): limits, teams, profiles
+"""``python -m bot export-config`` / ``import-config``: limits, teams, profiles
 and subscriptions move from a SQLite file to PostgreSQL unchanged, the books do not, a
 second import changes nothing, and the new database keeps numbering after the copied
 ids."""
@@ -168,7 +168,7 @@ def test_exporting_a_database_that_is_not_there_says_so_and_creates_nothing(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A mistyped SQLite path was created empty and answered "cannot start … at revision
-    no schema … apply the migrations (alembic upgrade head)" (trial 12, F9): nothing
+    no schema … apply the migrations (alembic upgrade head)": nothing
     was started, and migrating a wrong database is the wrong advice. Expected: one
     line, exit 2, no file left behind; the same for an empty PostgreSQL database."""
     missing = tmp_path / "nothere.db"
@@ -193,7 +193,7 @@ def test_failures_exit_2_like_the_books_and_name_what_could_not_be_done(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """An unreachable server exited 1 where ``python -m budget`` exits 2, and a schema a
-    newer version migrated read "cannot start on the database" (trial 12b, F6). Now:
+    newer version migrated read "cannot start on the database". Now:
     exit 2 for both commands, "cannot reach …" / "cannot export from …" / "cannot import
     into …", and an earlier export file is left as it was."""
     earlier = tmp_path / "conf.json"

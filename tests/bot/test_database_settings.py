@@ -1,4 +1,4 @@
-"""DATABASE_URL (issue 12): a SQLite file or PostgreSQL through asyncpg; anything else is
+"""DATABASE_URL: a SQLite file or PostgreSQL through asyncpg; anything else is
 one configuration error that never echoes the URL; the PostgreSQL password is a secret."""
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ def test_sqlite_files_and_asyncpg_urls_are_accepted(url: str) -> None:
         ("mysql+aiomysql://kopek:secret-pw@db/kopek", "'mysql' is not supported"),
         ("sqlite+aiosqlite://", "must name a SQLite file"),
         ("notaurl", "not a database URL"),
-        # trial 12, F6/F7: Python's int() error; no asyncpg hint for postgres://
+        # these were Python's int() error, and no asyncpg hint for postgres://
         ("postgresql+asyncpg://kopek:p@ss:w/rd%secret-pw@db:5432/kopek", "percent-encode @ :"),
         ("postgres://kopek:secret-pw@db/kopek", "write postgresql+asyncpg://… (not postgres"),
-        # trial 13, F7: a raw @ / # ? in the password printed a piece of it as the host
+        # a raw @ / # ? in the password printed a piece of it as the host
         # (exit 1 "cannot reach"), or failed later with a bare ValueError
         ("postgresql+asyncpg://kopek:Pa55@secret-pw@127.0.0.1:5441/kopek", "percent-encode @ : /"),
         ("postgresql+asyncpg://kopek:Pa55/secret-pw@127.0.0.1:5441/kopek", "percent-encode @ : /"),

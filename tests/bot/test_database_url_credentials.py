@@ -1,4 +1,4 @@
-"""Trial 15, finding 2: a PostgreSQL password with a raw ``@`` and later a ``/``
+"""A PostgreSQL password with a raw ``@`` and later a ``/``
 (``kopek:hun@ter/22secret@127.0.0.1:9/kopek``) passed the settings: SQLAlchemy read the
 host ``ter`` and the database ``22secret@127.0.0.1:9/kopek``, so ``kopek`` printed
 ``cannot reach the database postgresql://ter/22secret@…`` (exit 1) and
@@ -25,7 +25,7 @@ from budget.kernel.db import check_credentials
 _PIECES = ("Qw1x", "Er2y", "Ty3z")
 
 _REFUSED = [
-    # the trial's shape: @ then /
+    # the shape first reported: @ then /
     "postgresql+asyncpg://kopek:Qw1x@Er2y/Ty3z@127.0.0.1:9/kopek",
     # / then @
     "postgresql+asyncpg://kopek:Qw1x/Er2y@Ty3z@127.0.0.1:9/kopek",

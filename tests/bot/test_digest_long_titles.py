@@ -1,4 +1,4 @@
-"""Trial of issue 9 §3 / 16 §3 with a new feed shape: entries with enormous titles.
+"""A feed whose entries have enormous titles.
 
 A 2 MB feed of 30 entries with 60,000-character titles made each title a digest link
 label in full: one digest became ~450 Telegram messages. Titles are cut at

@@ -1,4 +1,4 @@
-"""Issue 16 §4 (a): a digest is text + entities; untrusted text never becomes layout."""
+"""A digest is text + entities; untrusted text never becomes layout."""
 
 from __future__ import annotations
 

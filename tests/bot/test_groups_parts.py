@@ -1,4 +1,4 @@
-"""Issue 9 §1 in parts: payers, service ids, topic routing, charge claims, paste joining."""
+"""Groups in parts: payers, service ids, topic routing, charge claims, paste joining."""
 
 from __future__ import annotations
 

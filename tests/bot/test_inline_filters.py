@@ -1,5 +1,5 @@
-"""Synchronous filters run on the loop (bot/handlers/inline_filters.py, issue 10): no thread hop,
-same verdicts."""
+"""Synchronous filters run on the loop (bot/handlers/inline_filters.py,
+docs/decisions/022-message-path.md): no thread hop, same verdicts."""
 
 from __future__ import annotations
 
@@ -91,8 +91,9 @@ def test_the_apps_dispatcher_has_no_filter_left_for_a_thread(tmp_path: Path) -> 
 
 def test_the_apps_chat_text_router_comes_first_and_non_text_last(tmp_path: Path) -> None:
     """A chat message meets the chat handler before any command router's filters
-    (issue 10); a message without text reaches the "text only" template only after
-    every command router (a document captioned /reconcile is the books router's)."""
+    (docs/decisions/022-message-path.md); a message without text reaches the "text only"
+    template only after every command router (a document captioned /reconcile is the
+    books router's)."""
     from bot.app.factory import create_app
     from bot.settings import Settings
 

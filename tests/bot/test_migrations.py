@@ -312,7 +312,7 @@ def test_the_ledgers_times_are_timestamptz_on_postgres(pg_migrated_url: str) -> 
     """0022_ledger_timestamptz: every time column of the ledger's tables (the sixteen
     :class:`budget.storage.tables.EpochSeconds` columns then, and
     ``budget_processes.locked_on``, added so by 0024_process_liveness_lock) is
-    ``timestamptz`` at head; the shared-state tables of issue 13 keep epoch seconds
+    ``timestamptz`` at head; the replicas' shared-state tables keep epoch seconds
     (``double precision``)."""
     found = _on(pg_migrated_url, _column_types)
     assert isinstance(found, dict)

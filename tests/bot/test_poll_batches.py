@@ -1,5 +1,5 @@
-"""getUpdates asks for small batches (bot/session/updates.py, issue 10), and confirms a batch
-only once its updates are taken in (the polling crash gap, trial 10 finding 1); other
+"""getUpdates asks for small batches (bot/session/updates.py), and confirms a batch
+only once its updates are taken in (else a crash between the two loses them); other
 requests pass."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A second process polling the same token (trial 12, F4): aiogram logged Telegram's
+"""A second process polling the same token: aiogram logged Telegram's
 409 Conflict at ERROR, plus a "Sleep for" WARNING, every few seconds, forever."""
 
 from __future__ import annotations

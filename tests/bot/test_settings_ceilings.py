@@ -1,4 +1,4 @@
-"""Trial 15, finding 3: numeric settings had floors but no ceilings.
+"""Numeric settings had floors but no ceilings.
 ``STALE_MESSAGE_SECONDS=99999999999999999999999999`` or the same ``OPERATION_MAX_REQUESTS``
 started the bot, then every chat message failed with OverflowError ("Something went wrong");
 ``PROVIDER_TIMEOUT_SECONDS=1e300`` was a traceback at start, exit 1.

@@ -1,9 +1,9 @@
-"""Trial 15, the smaller settings findings: ``LOG_LEVEL=LOUD`` was a traceback and
-exit 1 (F4); ``delete-webhook`` demanded a provider key (F13); run as ``kopek`` the
-usage said ``python -m bot`` and ``--help`` pointed to ``.env.example``, which the wheel
-does not ship (F14); ``BOT_TOKEN=`` (as in ``.env.example``) "did not look like a token",
+"""Smaller settings errors: ``LOG_LEVEL=LOUD`` was a traceback and exit 1;
+``delete-webhook`` demanded a provider key; run as ``kopek`` the usage said
+``python -m bot`` and ``--help`` pointed to ``.env.example``, which the wheel does not
+ship; ``BOT_TOKEN=`` (as in ``.env.example``) "did not look like a token",
 ``ADMIN_IDS=0`` was "a group or channel id", ids beyond 64 bits and non-ASCII digits were
-accepted (F18); the health check's settings error named no setting (F19)."""
+accepted; the health check's settings error named no setting."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def test_log_levels_are_read_in_any_case(level: str, read: str) -> None:
     assert settings.log_level == read
 
 
-# --- F13: delete-webhook reads BOT_TOKEN and TELEGRAM_API_BASE only ----------------------
+# --- delete-webhook reads BOT_TOKEN and TELEGRAM_API_BASE only ----------------------
 
 
 def test_delete_webhook_needs_no_provider_key(
@@ -116,7 +116,7 @@ def test_bot_api_settings_redact_the_token_and_a_proxy_password() -> None:
     assert isinstance(full, BotApiSettings)
 
 
-# --- F14: the program's own name, and no pointer to a file the wheel lacks -----------------
+# --- the program's own name, and no pointer to a file the wheel lacks -----------------
 
 
 def test_export_config_usage_names_kopek_when_run_as_kopek(
@@ -140,7 +140,7 @@ def test_help_points_to_the_readme_and_shows_file(
     assert "README" in out
 
 
-# --- F18: BOT_TOKEN= and ADMIN_IDS -----------------------------------------------------------
+# --- BOT_TOKEN= and ADMIN_IDS -----------------------------------------------------------
 
 
 @pytest.mark.parametrize("token", ["", "   "])
@@ -195,7 +195,7 @@ def test_the_largest_telegram_user_id_is_accepted() -> None:
     assert settings.admin_ids == frozenset({42, MAX_USER_ID})
 
 
-# --- F19: the health check names the setting ---------------------------------------------------
+# --- the health check names the setting ---------------------------------------------------
 
 
 def test_healthcheck_names_the_unreadable_setting(

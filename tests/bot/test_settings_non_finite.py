@@ -1,4 +1,4 @@
-"""Trial of issue 16 §5 with new inputs: an infinite or NaN number of seconds is a bad
+"""An infinite or NaN number of seconds is a bad
 setting (``HOLD_TTL_SECONDS=inf`` would keep a crashed call's hold held forever), refused
 by ``python -m bot`` with exit 2 and one line naming the setting."""
 

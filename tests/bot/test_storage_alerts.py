@@ -1,5 +1,5 @@
-"""The admins' alert when the ledger's database fails names the failure the bot has
-(trial 12, F5): a PostgreSQL server that went away was announced as "cannot be written
+"""The admins' alert when the ledger's database fails names the failure the bot has:
+a PostgreSQL server that went away was announced as "cannot be written
 (read-only, full disk or I/O error) … /budget shows what can still be read" — both
 false for an unreachable server."""
 

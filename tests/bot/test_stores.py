@@ -1,4 +1,4 @@
-"""The bot's own stores on both engines (issue 12): exactly-once intake, history, the
+"""The bot's own stores on both engines: exactly-once intake, history, the
 stop book — the same calls, the same answers on a SQLite file and on PostgreSQL — and
 PostgreSQL's failures of the database itself recognised as storage failures."""
 
@@ -106,7 +106,7 @@ async def test_intake_is_exactly_once_and_finds_what_a_crash_left(
 async def test_intake_shared_by_processes_takes_each_message_once_and_only_a_dead_ones_lost(
     sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None
 ) -> None:
-    """Replicas (issue 13): the same (chat, message) taken in by two processes at once
+    """Replicas: the same (chat, message) taken in by two processes at once
     is recorded once — one ``True``, one ``False`` — on both engines. A message left
     ``received`` is lost only once its process has had no heartbeat for
     PROCESS_DEAD_AFTER_SECONDS (60 here); a live process's messages, and this process's

@@ -1,4 +1,4 @@
-"""Trial of issue 16 §2 with a new input: a proxy's ``user:password@`` in
+"""A proxy's ``user:password@`` in
 ``TELEGRAM_API_BASE``. The start-up failure line printed the password in clear; it is
 a secret like the token (redacted from that line and from every log record)."""
 

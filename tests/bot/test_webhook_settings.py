@@ -1,4 +1,4 @@
-"""Webhook settings (issue 13): WEBHOOK_URL turns webhook mode on, needs a secret of
+"""Webhook settings: WEBHOOK_URL turns webhook mode on, needs a secret of
 Telegram's alphabet that the logs can redact, an https URL and a path apart from the
 health endpoints; every refusal names the setting and never echoes the secret; the
 secret is one of the values redacted; ``python -m bot`` reports a bad one in one line,
@@ -65,7 +65,7 @@ def test_polling_is_the_default_and_webhook_url_turns_webhook_mode_on() -> None:
             "webhook_url",
             "443, 80, 88 or 8443",
         ),
-        (  # trial finding F2: a fragment never reaches the proxy
+        (  # a fragment never reaches the proxy
             {"webhook_url": f"{HOOK}#frag", "webhook_secret": SECRET},
             "webhook_url",
             "#fragment",
@@ -146,7 +146,7 @@ def test_every_webhook_setting_is_in_env_example() -> None:
 def test_misspelt_setting_names_are_found_in_the_environment_and_env_file(
     tmp_path: Path,
 ) -> None:
-    """Trial finding F15: names the settings would ignore without a word but that are
+    """Names the settings would ignore without a word but that are
     close to a setting — ``WEBHOOKURL`` (polling instead of webhook), ``BUDGET_GLOBAL_DAILY``
     (no limit at all) — are found with the setting meant, in the environment and in
     ``.env``; real settings and unrelated variables (PATH, HOSTNAME, HTTP_PROXY) are not."""

@@ -87,7 +87,7 @@ async def create_pg_schema(url: str) -> None:
 def stamp_head(db: Path, revision: str | None = None) -> None:
     """Record ``revision`` (default: the code's head) in the SQLite file ``db``'s
     ``alembic_version``, as ``alembic stamp`` does: a file made by ``create_schema``
-    then passes the schema check of ``python -m budget`` (trial 12b, F3)."""
+    then passes the schema check of ``python -m budget``."""
     with sqlite3.connect(db) as conn:
         conn.execute(
             "CREATE TABLE IF NOT EXISTS alembic_version "

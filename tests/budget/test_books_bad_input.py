@@ -1,4 +1,4 @@
-"""Issue 14 tried as a new operator would: inputs that broke the books, as regressions.
+"""Inputs that broke the books, tried as a new operator would, kept as regressions.
 
 Each test is one input found by hand (CLI or bot) with the answer it should get.
 Exports are generated from the ledger's own bookings (``tests.support.provider_exports``).
@@ -211,7 +211,7 @@ async def test_cli_unwritable_diff_and_a_password_in_database_url(
     assert await asyncio.to_thread(budget_cli.main, ["export"]) == 2
     captured = capsys.readouterr()
     assert "s3cr3t-pw" not in captured.err + captured.out
-    assert "asyncpg driver only" in captured.err  # the bot's rule (F3 of trial 12)
+    assert "asyncpg driver only" in captured.err  # the bot's rule
     monkeypatch.setenv("DATABASE_URL", "postgresql+asyncpg://kopek:s3cr3t-pw@127.0.0.1:1/kopek")
     assert await asyncio.to_thread(budget_cli.main, ["export"]) == 2
     captured = capsys.readouterr()

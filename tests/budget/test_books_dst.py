@@ -1,4 +1,4 @@
-"""Issue 15 (trial 15, F8): the books cut local days and hours with the one DST helper,
+"""The books cut local days and hours with the one DST helper,
 :func:`budget.policy.windows.local_instant` — export periods (``parse_period``), the buckets of
 a provider's usage export (``parse_export``) and the windows reconcile compares
 (``compare_buckets``). Every expectation is the helper's own answer or a hand-checked instant.

@@ -1,5 +1,4 @@
-"""``python -m budget`` checks the schema revision and never leaves a truncated file
-(trial 12b, F3).
+"""``python -m budget`` checks the schema revision and never leaves a truncated file.
 
 On a database at a revision the code does not know the export reported figures and
 exited 0; when the read then failed (a column a newer migration renamed) it left a

@@ -1,4 +1,4 @@
-"""``python -m budget export`` and ``reconcile`` on a PostgreSQL ledger (trial 12, F3).
+"""``python -m budget export`` and ``reconcile`` on a PostgreSQL ledger.
 
 They refused every PostgreSQL DATABASE_URL with "no ledger database at …", a false
 sentence: the books could not be exported from the command line on PostgreSQL. The

@@ -1,4 +1,4 @@
-"""Issue 14: spend export, reconciliation with a provider export, corrections.
+"""The books: spend export, reconciliation with a provider export, corrections.
 
 Exports are generated from the ledger's own bookings (``tests.support.provider_exports``)
 in the provider's layout and then perturbed; every expectation is computed from the
@@ -126,8 +126,8 @@ async def test_unit_prices_say_they_are_the_current_card_and_whether_it_booked_t
     books: Books,
 ) -> None:
     """The unit-price columns come from the exporting process's card: an export run
-    without the bot's PRICE_OVERRIDES printed $0.28 beside a cost booked at $10 per 1M
-    (trial 12b, F8). The header says ``current_…``, and ``prices_as_booked`` is 1 only
+    without the bot's PRICE_OVERRIDES printed $0.28 beside a cost booked at $10 per 1M.
+    The header says ``current_…``, and ``prices_as_booked`` is 1 only
     when the hold's ``price_version`` is the exporting card's."""
     period = parse_period("2026-01-14", "UTC", books.clock.now())
     for card, as_booked, price in (

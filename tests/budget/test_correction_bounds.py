@@ -3,7 +3,7 @@ while the bill is within the hold's bound: an expired hold is booked at its boun
 (ceiling + admission margin, the margin covering a provider that counts more input
 tokens than we do), so a correction may keep it anywhere up to that bound. Before, the
 spread and the apply check capped every correction at the ceiling, booking less than
-the bill whenever it was above the ceiling (noticed by the trial-12b fixes)."""
+the bill whenever it was above the ceiling."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Trial finding F4 (issue 13): a database outage no longer logs a traceback per round of
+"""A database outage no longer logs a traceback per round of
 each background loop. Through the ledger's real sweeper loop (SQLite store whose sweep
 fails for a while, manual clock)."""
 

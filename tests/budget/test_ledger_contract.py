@@ -1,4 +1,4 @@
-"""Ledger contract: every rule of issue 3, with a manual clock, on each backend.
+"""Ledger contract: every rule of the hold protocol (docs/money.md), manual clock, each backend.
 
 Prices (see conftest): ``test:m`` = 1 µUSD per token in and out, so a hold of
 ``input_tokens=a, max_tokens=b`` has a ceiling of exactly a + b µUSD.

@@ -1,4 +1,4 @@
-"""Deferred admission (issue 10): an operation admitted together with its first request
+"""Deferred admission: an operation admitted together with its first request
 and first hold, in one ledger step — the same grants, refusals and bookings as three
 steps, on every backend (PostgreSQL admits at once; SQLite defers).
 

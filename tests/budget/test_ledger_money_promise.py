@@ -178,7 +178,7 @@ async def test_a_settle_that_failed_is_settled_by_the_next_sweep(
 ) -> None:
     """The database went away while a paid answer was generated: its settle failed, and
     the process, which alone knew the usage, kept nothing — at its TTL the hold was
-    booked at its ceiling, estimated, for good (trial 12, F13, ~20x the call). Now the
+    booked at its ceiling, estimated, for good (~20x the call). Now the
     next sweep after storage is back settles it with the real usage: the same booking
     as a twin settled at once, no hold outstanding, nothing kept."""
     ledger = await make_ledger(global_daily_musd=10**6)
@@ -207,7 +207,7 @@ async def test_the_sweep_log_names_the_bound_it_booked(
     make_ledger: LedgerFactory, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An expired hold is booked at its bound (ceiling plus admission margin); the log
-    said "at their ceilings" beside a figure above the ceiling (trial 12, F12)."""
+    said "at their ceilings" beside a figure above the ceiling."""
     ledger = await make_ledger(global_daily_musd=10**6)
     hold = await _reserve(ledger, 1, 10, 10, 40)
     clock.advance(ledger.config.hold_ttl_s + 1)
@@ -222,7 +222,7 @@ async def test_budget_and_the_docs_name_the_bound_an_expired_hold_is_booked_at(
 ) -> None:
     """/budget listed a swept hold booked at 25,020 µUSD (ceiling 21,590 + margin)
     under "Expired holds booked at their ceiling", and README said "ceiling" in four
-    places (trial 12b, F4). The rule stays — the bound is the least the provider could
+    places. The rule stays — the bound is the least the provider could
     have billed —; every sentence now names it, in the README and in docs/."""
     from bot.handlers.admin.budget import render_budget  # the /budget template
 

@@ -1,5 +1,5 @@
 """What the ledger booked for one operation — the answer a template's charge claim
-depends on (issue 9: "nothing was charged" only when this is 0)."""
+depends on ("nothing was charged" only when this is 0)."""
 
 from __future__ import annotations
 

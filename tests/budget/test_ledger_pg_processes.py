@@ -331,7 +331,7 @@ async def test_a_slow_process_within_dead_after_is_never_fenced(pg_url: str) -> 
 
 
 async def test_a_beat_does_not_wait_behind_a_burst_for_a_pool_connection(pg_url: str) -> None:
-    """Trial 12b finding 1: every connection of the ledger's pool is busy (a burst);
+    """Every connection of the ledger's pool is busy (a burst);
     the heartbeat still lands at once on its own connection, stamped with the time it
     ran — not one taken before it waited for the pool."""
     await create_pg_schema(pg_url)

@@ -1,4 +1,4 @@
-"""The PostgreSQL ledger's times are ``timestamptz`` (issue 12, migration
+"""The PostgreSQL ledger's times are ``timestamptz`` (migration
 ``0022_ledger_timestamptz``): each instant is stored exactly to the microsecond, read
 back as the same epoch seconds by the ledger's pool (:mod:`budget.storage.postgres.timestamps`) and
 by

@@ -1,4 +1,4 @@
-"""Issue 15 (trial 15, F7): the provider key names live in one registry,
+"""The provider key names live in one registry,
 :mod:`budget.pricing.names`; everything that needs them derives from it, and a registry entry
 without its settings fails here rather than falling back in silence."""
 

@@ -1,4 +1,4 @@
-"""The SQLite writer's group commit (issue 10): the steps queued while the writer is busy
+"""The SQLite writer's group commit: the steps queued while the writer is busy
 run in one transaction, a savepoint each, and are committed once; a group is fsync'd
 (the WAL fsync'd after the commit) only when a durable step of it succeeded."""
 
@@ -243,7 +243,8 @@ async def test_closed_writer_fails_closed(writer: SqliteWriter) -> None:
 
 async def test_a_groups_waiters_resume_a_slice_per_loop_iteration(writer: SqliteWriter) -> None:
     """Twelve steps answered by one commit resume WAKE_SLICE per loop iteration, in
-    queue order (issue 10: not all in one iteration, ahead of every timer)."""
+    queue order (not all in one iteration, ahead of every timer:
+    docs/decisions/011-sqlite-single-writer.md)."""
     from budget.kernel.sqlite_writer import WAKE_SLICE
 
     order: list[tuple[int, int]] = []

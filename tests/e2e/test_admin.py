@@ -1,4 +1,4 @@
-"""Issue 5: admin commands, per-user queue, provider auth failures, metrics (crash
+"""Admin commands, per-user queue, provider auth failures, metrics (crash
 recovery is with the process tests, in test_instance_lock.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 16 §3 and §5 in-process (create_app): one user must never stall everyone,
+"""Freezes and wrong sentences in-process (create_app): one user must never stall everyone,
 and every sentence the bot says is the right one."""
 
 from __future__ import annotations

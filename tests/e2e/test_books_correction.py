@@ -1,4 +1,4 @@
-"""Issue 14 tried as a new operator would, in-process (create_app)."""
+"""The books tried as a new operator would, in-process (create_app)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 14 in-process (create_app): /budget export, /reconcile, /providers prices."""
+"""The books in-process (create_app): /budget export, /reconcile, /providers prices."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ async def test_budget_chart_without_matplotlib_says_how_to_enable_it(
     mark = fake_telegram.mark()
     fake_telegram.inject_message(ADMIN, "/budget chart")
     [reply] = await fake_telegram.wait_sent(ADMIN, since=mark, timeout=20)
-    # trial 15 F12: how in a container too (the Dockerfile's EXTRAS build argument), and
+    # how in a container too (the Dockerfile's EXTRAS build argument), and
     # no developer's hint ("make install includes it") shown to an admin
     assert reply.text == CHART_MISSING
     assert "pip install 'kopek[chart]'" in reply.text

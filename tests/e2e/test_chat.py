@@ -1,4 +1,4 @@
-"""Issue 5: governed chat through the real bot process, the fakes and the real ledger."""
+"""Governed chat through the real bot process, the fakes and the real ledger."""
 
 from __future__ import annotations
 
@@ -446,7 +446,7 @@ async def test_courtesy_daily_message_limit(
 async def test_each_lost_message_gets_its_own_notice_as_a_reply_to_it(
     app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
 ) -> None:
-    """Trial finding F8: a user whose three messages a process took in and never answered
+    """A user whose three messages a process took in and never answered
     (two running, one queued, say) gets three notices at the next start, each a reply
     to the message it concerns and none saying "your last message"."""
     bot = app_factory(env=bot_env)

@@ -1,5 +1,5 @@
 """Emergency controls through the real bot (in process) when the sender is over
-USER_MAX_UPDATES_PER_MINUTE (trial 11, F15): an admin's ``/kill hard``, a group
+USER_MAX_UPDATES_PER_MINUTE: an admin's ``/kill hard``, a group
 user's Stop button and ``/stop`` still act; everything else over the rate is still
 dropped, and a flood of controls with nothing to stop gets no replies."""
 
@@ -147,9 +147,9 @@ async def test_kill_hard_counts_only_the_streams_it_cut_and_keeps_the_first_reas
 ) -> None:
     """GLOBAL_MAX_INFLIGHT_CALLS=2 and four users asking: two stream, two wait for a
     call slot. /kill hard says 2 streamed answers were cut and 2 waiting ones cancelled
-    with no call (trial 11, F14; it said 4 cut), and no provider is asked for them. A
+    with no call (it used to say 4 cut), and no provider is asked for them. A
     second /kill hard says the switch was already on, by whom and why, and keeps that
-    reason: /budget still shows the first one (F2)."""
+    reason: /budget still shows the first one."""
     env = env_for(tmp_path, fake_telegram, fake_providers, ("deepseek",))
     bot = app_factory(env={**env, "GLOBAL_MAX_INFLIGHT_CALLS": "2"})
     await bot.start()
@@ -193,7 +193,7 @@ async def test_stop_with_streaming_off_says_it_cannot_stop_a_one_piece_answer(
     tmp_path: Path,
 ) -> None:
     """STREAM_MODE_PRIVATE=off, an answer being written in one piece: /stop says
-    truthfully that it cannot stop it (trial 11, F6: it said nothing was being written),
+    truthfully that it cannot stop it (it used to say nothing was being written),
     and the answer arrives once the model is done."""
     env = env_for(tmp_path, fake_telegram, fake_providers, ("groq",))
     bot = app_factory(env={**env, "STREAM_MODE_PRIVATE": "off"})

@@ -1,9 +1,10 @@
 """SIGKILL in the middle of a burst of paid messages: no money lost, nothing asked twice.
 
-Issue 10's durability rules, on a real bot process (the crash needs one): a hold is on
-disk before its provider call starts; a message's intake record is durable no later than
-its first hold; settle, release, the end of an operation, history and counters ride
-grouped commits that a crash may lose. A burst of 100 first messages from 100 users on
+The message path's durability rules (docs/decisions/011-sqlite-single-writer.md), on a
+real bot process (the crash needs one): a hold is on disk before its provider call
+starts; a message's intake record is durable no later than its first hold; settle,
+release, the end of an operation, history and counters ride grouped commits that a
+crash may lose. A burst of 100 first messages from 100 users on
 the paid provider in two halves; the process is SIGKILLed during each half at a seeded
 point (after the k-th provider request of that half) and restarted, and finally stopped
 once every message taken in got its answer or the resend template. Then the ledger must

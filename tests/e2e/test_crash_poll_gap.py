@@ -1,5 +1,5 @@
 """SIGKILL right after a ``getUpdates`` batch was fetched: no message of it is lost
-silently (trial 10, finding 1: polling's crash gap).
+silently (polling's crash gap).
 
 aiogram confirms a batch (the next ``getUpdates``'s ``offset``) as soon as it started the
 batch's tasks; Telegram then never sends it again. Kopek holds that ``getUpdates`` until

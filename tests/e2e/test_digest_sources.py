@@ -1,4 +1,4 @@
-"""Issue 16 §5: t.me posts with impossible dates or ids, in-process (create_app)."""
+"""T.me posts with impossible dates or ids, in-process (create_app)."""
 
 from __future__ import annotations
 

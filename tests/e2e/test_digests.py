@@ -1,4 +1,4 @@
-"""Issue 6: digests through the real bot process, the fake t.me and the fake providers."""
+"""Digests through the real bot process, the fake t.me and the fake providers."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ async def test_a_signal_sent_at_once_is_never_lost(
 ) -> None:
     """A signal sent the moment the pid is known, as a real ``python`` would take it
     at any point of its start: SIGINT is an uncaught KeyboardInterrupt (traceback, exit
-    by SIGINT: -2), SIGTERM the default action (-15). Trial 15c lost 3 of 5 early SIGINTs
+    by SIGINT: -2), SIGTERM the default action (-15). A server once lost 3 of 5 early SIGINTs
     (CPython forgets signals that land in the child's after-fork window); ten in a row."""
     for run in range(10):
         child, err = await _spawn(bare_server, tmp_path, run)
@@ -89,7 +89,7 @@ def _running(pid: int) -> bool:
 
 async def test_a_server_that_is_gone_is_said_at_once(tmp_path: Path) -> None:
     """A socket bound but not listening (its server was killed) is refused at once,
-    not waited on for the start deadline (trial 15c: every later bot test waited 180 s);
+    not waited on for the start deadline (else every later bot test waits 180 s);
     the shared server's clients move to a server of their own on the same sign."""
     dead = tmp_path / "s"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:

@@ -1,4 +1,4 @@
-"""Issue 2: the real ``python -m bot`` process against the loopback fakes."""
+"""The real ``python -m bot`` process against the loopback fakes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 9 §1, commands for other bots: in groups, commands addressed to another bot and
+"""Commands for other bots: in groups, commands addressed to another bot and
 unknown commands get nothing — through the bot built by create_app against the fake Bot API."""
 
 from __future__ import annotations

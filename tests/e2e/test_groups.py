@@ -1,4 +1,4 @@
-"""Issue 9 §1: groups, anonymous admins, forum topics, refused sends, long pastes —
+"""Groups, anonymous admins, forum topics, refused sends, long pastes —
 in-process (create_app) against the fake Bot API; the exit on service ids in ADMIN_IDS
 through the real process (an exit code), the resend notice in a topic after a crash in
 ``test_admin.py``'s crash test (one process pair for both)."""

@@ -1,10 +1,10 @@
-"""Issue 9 §4 and its trial (issue 16): one process per SQLite file, through real
+"""One process per SQLite file, through real
 ``python -m bot`` processes (a lock held by a process, refused exits, a SIGKILL).
 
 One test, since every process start costs seconds: two refused starts (the same file,
 and the same file through a symlink) run at once beside the holder, and the holder is
 then SIGKILLed with two calls in flight to show that no stale lock is left and that the
-next start asks those users to resend (issue 2: a crash mid-call) without repeating the
+next start asks those users to resend (a crash mid-call) without repeating the
 calls."""
 
 from __future__ import annotations

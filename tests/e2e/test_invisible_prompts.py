@@ -1,4 +1,4 @@
-"""Issue 16 §4 (b): invisible prompts, in-process (create_app)."""
+"""Invisible prompts, in-process (create_app)."""
 
 from __future__ import annotations
 

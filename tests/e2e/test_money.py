@@ -1,4 +1,4 @@
-"""Issue 16 §1/§5 and issue 9 §2 in-process (create_app): no overshoot with a
+"""The money promise in-process (create_app): no overshoot with a
 provider that counts more than we do, errors inside a 200, empty completions, 402,
 a deleted database, budget-shortened and oversized answers."""
 

@@ -1,5 +1,5 @@
 """A paid answer kept across a flood wait goes back to the forum topic it answers; a
-group's anonymous admins count toward the update rate as one payer (found in a trial)."""
+group's anonymous admins count toward the update rate as one payer."""
 
 from __future__ import annotations
 

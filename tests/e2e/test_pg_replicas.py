@@ -1,4 +1,4 @@
-"""Two composition roots on one PostgreSQL database (issue 13), in process: two whole
+"""Two composition roots on one PostgreSQL database, in process: two whole
 bots (``create_app``: their own PostgreSQL ledger with its heartbeat, cascade, digest
 runner and summary cache) whose digest schedulers tick at the same moment.
 
@@ -205,7 +205,7 @@ async def test_a_replica_taken_for_dead_mid_answer_is_fenced_and_never_answers(
     bot_env: dict[str, str],
     pg_migrated_url: str,
 ) -> None:
-    """Finding 5 of trial 15: a live replica stalls longer than
+    """A live replica stalls longer than
     PROCESS_DEAD_AFTER_SECONDS while its provider call for user 81's message is
     pending; another replica's look for lost messages declares it dead (deletes its
     row) and takes the message as lost (its user is asked to resend). When the stalled

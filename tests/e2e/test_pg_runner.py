@@ -1,5 +1,5 @@
-"""``python -m tests.support.pg run`` (``make run-postgres``) stopped by a signal or killed (trial
-12, F1): SIGTERM left the server and the bot running, reparented to init.
+"""``python -m tests.support.pg run`` (``make run-postgres``) stopped by a signal or killed:
+SIGTERM left the server and the bot running, reparented to init.
 
 The command run is a small script in place of the bot (the point is the runner's
 process handling; the bot's own SIGTERM handling is tested in ``test_foundation``).

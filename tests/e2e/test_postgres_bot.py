@@ -1,4 +1,4 @@
-"""The whole bot on PostgreSQL (issue 12), in process: ``create_app`` with
+"""The whole bot on PostgreSQL, in process: ``create_app`` with
 ``DATABASE_URL=postgresql+asyncpg://…`` on the suite's own server, the migrations applied
 at start on an empty database, the ledger on :class:`budget.storage.postgres.store.PgStore` and
 every

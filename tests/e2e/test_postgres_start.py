@@ -1,4 +1,4 @@
-"""Starting on PostgreSQL (issue 12): a refused login, an unreachable server and a schema
+"""Starting on PostgreSQL: a refused login, an unreachable server and a schema
 ahead of the code each end the start with one line, and the URL's password reaches no
 output, also at ``LOG_LEVEL=DEBUG``.
 

@@ -1,4 +1,4 @@
-"""History is per chat and forum topic (trial 11, F5): what a user says in one chat is
+"""History is per chat and forum topic: what a user says in one chat is
 never sent to the model as context in another — through the bot built by create_app,
 the fake Bot API and the provider fakes (the fake model echoes the last user message,
 so a turn appears in a prompt both as the user's words and as the echo)."""
@@ -43,7 +43,7 @@ async def _ask(
 async def test_a_private_secret_never_reaches_a_group_nor_one_chat_another(
     app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:
-    """The trial's scenario: a PIN told in the private chat is not in the prompt of the
+    """A PIN told in the private chat is not in the prompt of the
     same user's question in a group; a group's turns are in that group's next prompt but
     not in another group's nor in the private chat's; a forum topic's turns are not in
     another topic's nor in General's."""

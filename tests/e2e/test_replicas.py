@@ -1,4 +1,4 @@
-"""Three replicas behind a webhook behave like one bot (issue 13), through real
+"""Three replicas behind a webhook behave like one bot, through real
 processes: ``python -m bot`` ×3 in webhook mode on one PostgreSQL database, the fake
 Bot API POSTing updates to them round-robin (or to a chosen one) and recording what
 they send (``tests/support/replicas.py``). The replicas start once for the module; a test

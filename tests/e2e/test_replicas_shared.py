@@ -1,4 +1,4 @@
-"""Several replicas on one PostgreSQL behave like one bot (issue 13, shared state), in
+"""Several replicas on one PostgreSQL behave like one bot (shared state), in
 process: two composition roots (``create_app``) share the suite's real PostgreSQL
 database, each receiving its own updates from its own fake Bot API (as replicas behind
 a webhook each get some of the updates), and one set of provider fakes."""

@@ -1,4 +1,4 @@
-"""A schema that is not this code's (issue 12): refused at start on both engines, also
+"""A schema that is not this code's: refused at start on both engines, also
 when another process migrated it past this code after this one's migrations ran; and
 noticed, once, while the bot runs (``bot.ops.schema_watch``).
 

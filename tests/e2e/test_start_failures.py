@@ -1,4 +1,4 @@
-"""Issue 16 §2 and §5: every start-up failure is one redacted line with its exit code,
+"""Every start-up failure is one redacted line with its exit code,
 before migrations when it is a setting."""
 
 from __future__ import annotations

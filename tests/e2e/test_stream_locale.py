@@ -1,6 +1,6 @@
 """A Russian-speaking member stops their streamed group answer: every sentence of the
 stop (the press's callback answer, the button, the final note) is in their language
-(trial 11, F12: the callback answer "Stopping…" was English)."""
+(the callback answer "Stopping…" used to be English)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Webhook mode in process (issue 13): the real bot built by ``create_app`` serves
+"""Webhook mode in process: the real bot built by ``create_app`` serves
 ``WEBHOOK_PATH`` with aiohttp; the fake Bot API POSTs updates to it as Telegram does.
 The replica tests (several processes on one PostgreSQL) are in
 ``test_replicas.py``."""
@@ -96,7 +96,7 @@ async def test_webhook_mode_sets_the_webhook_refuses_a_wrong_secret_and_takes_ea
     no_header = await fake_telegram.deliver(update, secret=None)
     wrong = await fake_telegram.deliver(update, secret="another-secret-0123456789")
     assert (no_header.status, wrong.status) == (401, 401)
-    # trial finding F9: another well-formed secret (a replica with another WEBHOOK_SECRET
+    # another well-formed secret (a replica with another WEBHOOK_SECRET
     # set the webhook last) is one ERROR line a minute, naming the likely cause
     assert (await fake_telegram.deliver(update, secret="another-secret-0123456789")).status == 401
     assert bot.logs().count("carried another secret token") == 1
@@ -182,7 +182,7 @@ async def test_polling_refuses_to_start_while_a_webhook_is_set_and_delete_webhoo
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Trial finding F1: a polling process on a token whose webhook a replica set (same
+    """A polling process on a token whose webhook a replica set (same
     token, no WEBHOOK_URL) asks getWebhookInfo, ends the run (``bot.app.polling.run``, in
     process) with exit 2 and one ``kopek:`` line naming the webhook's host and both ways
     on, without the token — and calls neither deleteWebhook nor getUpdates, so the
@@ -227,7 +227,7 @@ async def test_polling_refuses_to_start_while_a_webhook_is_set_and_delete_webhoo
 async def test_an_undecodable_webhook_update_is_logged_with_its_id_and_where(
     app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
 ) -> None:
-    """Trial finding F12: an update this aiogram cannot read gets 200 (a retry would fail
+    """An update this aiogram cannot read gets 200 (a retry would fail
     the same way) and is logged with its update id and the field that failed, as polling
     logs it — not a bare "skipped a webhook update"."""
     bot = await _start(app_factory, fake_telegram, _webhook_env(bot_env))
@@ -244,7 +244,7 @@ async def test_an_admins_kill_skips_the_intake_slot_the_answers_it_stops_hold(
     fake_providers: FakeProviders,
     bot_env: dict[str, str],
 ) -> None:
-    """Trial 13, F13: with every INTAKE_MAX_CONCURRENT slot taken by slow answers, a
+    """With every INTAKE_MAX_CONCURRENT slot taken by slow answers, a
     webhook request waited for a slot before its 200 — a user's /stop waited 15.9 s, and
     an admin's /kill would wait for the very answers it is sent to stop. A control (the
     handlers exempt from the update rate) now skips that wait; other messages still

@@ -78,7 +78,7 @@ async def test_wheel_installs_and_kopek_runs_to_its_first_get_updates(
     repository, the ``kopek`` script imports the installed package, migrates a new
     database, calls getUpdates and exits 0 on SIGTERM."""
     wheel = _build_wheel(tmp_path)
-    # the file README's install instructions name (trial 15 F10)
+    # the file README's install instructions name
     assert f"{wheel.name}[chart]" in (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     names = zipfile.ZipFile(wheel).namelist()
     assert "bot/migrations/env.py" in names

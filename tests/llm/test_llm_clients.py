@@ -304,7 +304,7 @@ def test_the_plain_call_takes_the_proxy_the_environment_names(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """HTTPS_PROXY (else ALL_PROXY, as httpx reads it) applies to the plain call's URL
-    unless NO_PROXY exempts its host (trial 10 F3: ALL_PROXY was ignored)."""
+    unless NO_PROXY exempts its host (ALL_PROXY used to be ignored)."""
     from llm.providers.plain_post import env_proxy
 
     for scheme in ("HTTPS", "HTTP", "ALL", "NO"):

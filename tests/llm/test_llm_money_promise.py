@@ -1,4 +1,4 @@
-"""Issue 16 §1 and issue 9 §2 in the cascade: provider lies about usage, errors inside
+"""The money promise in the cascade: provider lies about usage, errors inside
 a 200, empty completions, 402, Retry-After clamping, oversized answers, calibration and
 zero overshoot on the real ledger."""
 

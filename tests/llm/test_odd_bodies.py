@@ -1,4 +1,4 @@
-"""Trial of issue 9 §2 / 16 §1 with new inputs: 200 bodies whose error is a string or a
+"""Provider bodies that lie in new shapes: 200 bodies whose error is a string or a
 ``detail``, usage counts in non-ASCII digits, JSON that Python's decoder refuses with
 something other than ``JSONDecodeError`` (an integer over 4,300 digits, deep nesting)."""
 

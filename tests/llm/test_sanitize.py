@@ -1,4 +1,4 @@
-"""Issue 16 §4 (b): the shared prompt sanitizer (``llm/sanitize.py``) and digest prompts."""
+"""Invisible prompts: the shared prompt sanitizer (``llm/sanitize.py``) and digest prompts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``bench/ledger.py``'s command line (trial 12b, F7): ``--help`` and an unknown argument
+"""``bench/ledger.py``'s command line: ``--help`` and an unknown argument
 ran the whole 40 s SQLite benchmark, and ``--backend=postgres`` benchmarked SQLite."""
 
 from __future__ import annotations

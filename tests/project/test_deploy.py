@@ -1,4 +1,4 @@
-"""The deployment files (issue 13) read as intended without Docker: the image runs
+"""The deployment files read as intended without Docker: the image runs
 ``python -m bot`` as a non-root user with a volume for the SQLite file and a health
 check through ``python -m bot healthcheck``; compose.yaml runs PostgreSQL and two
 webhook replicas that wait for it and get longer than the shutdown grace to stop.
@@ -182,7 +182,7 @@ async def test_healthcheck_asks_the_webhook_port_then_fails_when_nothing_answers
 async def test_healthcheck_bypasses_http_proxy_and_says_why_it_failed(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Trial finding F3: with HTTP_PROXY/http_proxy pointing at a dead proxy (Docker
+    """With HTTP_PROXY/http_proxy pointing at a dead proxy (Docker
     sets them in a container from the client's config) the probe of the bot's own port
     still goes straight to it: 0 while /healthz answers. A failure is one line with the
     reason — ``Connection refused`` when nothing listens, ``HTTP 503`` for an answer
@@ -252,7 +252,7 @@ def test_readiness_starts_unready_and_says_why() -> None:
 async def test_readiness_reads_the_revision_without_logging(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Trial finding F11: a probe reads ``alembic_version`` with plain queries — ready
+    """A probe reads ``alembic_version`` with plain queries — ready
     at head, the revision named when not, ``none`` without the table — and logs nothing
     at INFO (Alembic's MigrationContext wrote two lines per probe)."""
     from sqlalchemy import text

@@ -59,13 +59,13 @@ def test_the_link_reader_sees_links_and_skips_code(tmp_path: Path) -> None:
     is not relative; a heading's anchor is GitHub's."""
     page = tmp_path / "page.md"
     page.write_text(
-        "# The `bench/bot.py` run, issue 10\n\n"
+        "# The `bench/bot.py` run, 300 users\n\n"
         "See [money](money.md#the-guarantee) and [web](https://example.org).\n"
         "`[not](code.md)`\n\n```\n[nor](fenced.md)\n```\n",
         encoding="utf-8",
     )
     assert relative_links(page) == ["money.md#the-guarantee"]
-    assert heading_anchors(page) == {"the-benchbotpy-run-issue-10"}
+    assert heading_anchors(page) == {"the-benchbotpy-run-300-users"}
 
 
 def test_every_decision_is_in_the_index_and_cited_decisions_exist() -> None:

@@ -1,10 +1,10 @@
-"""The operator's install instructions work as typed (trial 15, findings 10 and 12).
+"""The operator's install instructions work as typed.
 They live in ``docs/deploy.md`` ("The wheel"); the README's Deploy section gives the same
 commands in short, and no document tells anyone to install Kopek from the registry.
 
-F10: README said ``pip install 'kopek[chart]'``, which fails on a server (Kopek is not on
-PyPI) and left out the constraints. F12: ``/budget chart`` without matplotlib named only the
-venv's fix and a developer's hint; a container needs the Dockerfile's ``EXTRAS`` build
+README said ``pip install 'kopek[chart]'``, which fails on a server (Kopek is not on PyPI)
+and left out the constraints. ``/budget chart`` without matplotlib named only the venv's
+fix and a developer's hint; a container needs the Dockerfile's ``EXTRAS`` build
 argument."""
 
 from __future__ import annotations

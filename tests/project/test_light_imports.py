@@ -1,5 +1,5 @@
 """Start-up cost: reading settings, running the alembic command line and building a
-provider client import only what they need (issue 15: aiogram costs ~6 s per process,
+provider client import only what they need (aiogram costs ~6 s per process,
 the Groq and Mistral SDKs seconds more)."""
 
 from __future__ import annotations

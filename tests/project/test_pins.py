@@ -1,8 +1,8 @@
-"""What a clean clone installs (trial 15, findings 9 and 20).
+"""What a clean clone installs.
 
-F9: ``filterwarnings = ["error"]`` makes a deprecation warning a failure, so the test
+``filterwarnings = ["error"]`` makes a deprecation warning a failure, so the test
 runner and its plugins are pinned in ``constraints.txt`` like the tools: a new release
-cannot turn a clean clone red. F20: every third-party module the bot's code imports is a
+cannot turn a clean clone red. Every third-party module the bot's code imports is a
 declared dependency, not a package that only happens to arrive through another."""
 
 from __future__ import annotations

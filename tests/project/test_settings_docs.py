@@ -1,4 +1,4 @@
-"""Every setting is documented in both places an operator reads (trial 15, finding 11):
+"""Every setting is documented in both places an operator reads:
 ``.env.example`` names exactly the settings' fields, and ``docs/configuration.md`` (the
 README's Configuration section links to it) describes each by name, one row of its own
 with the default the settings really have (``BREAKER_FAILURE_*``,

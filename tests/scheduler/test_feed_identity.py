@@ -1,4 +1,4 @@
-"""Issue 9 §3: feed entries are identified by id, not date; each is delivered once."""
+"""Feed entries are identified by id, not date; each is delivered once."""
 
 from __future__ import annotations
 

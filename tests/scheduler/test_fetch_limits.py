@@ -1,4 +1,4 @@
-"""Issue 16 §3 and issue 15: compression bombs, big feeds off the loop, DNS rebinding.
+"""Feeds that would stall everyone: compression bombs, big feeds off the loop, DNS rebinding.
 
 The stacked-gzip bomb is ``tests/fixtures/bombs/gzip_gzip_3g.bin`` (3 GiB of zeros,
 gzip-compressed twice, 5 KB; made by ``make_gzip_gzip.py`` next to it).

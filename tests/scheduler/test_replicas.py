@@ -1,4 +1,4 @@
-"""Two digest runners (two "replicas") on one database (issue 13): each due run made and
+"""Two digest runners (two "replicas") on one database: each due run made and
 sent by one of them, each post summarised once across both, a dead claimer's run taken
 over after PROCESS_DEAD_AFTER_SECONDS, and the dead one sends nothing if it wakes up.
 

@@ -1,4 +1,4 @@
-"""Issue 9 §2: an empty completion (all of max_tokens spent reasoning) is no summary —
+"""An empty completion (all of max_tokens spent reasoning) is no summary —
 the post is shown as an excerpt, the result is never cached, and it is counted."""
 
 from __future__ import annotations

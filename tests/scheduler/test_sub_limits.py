@@ -1,4 +1,4 @@
-"""Issue 16 §3: /sub look-ups rate-limited per user; failed look-ups remembered."""
+"""/sub look-ups rate-limited per user; failed look-ups remembered."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 16 §5: a t.me post dated year 1, or with a 23-digit id, is skipped and counted."""
+"""A t.me post dated year 1, or with a 23-digit id, is skipped and counted."""
 
 from __future__ import annotations
 

@@ -69,7 +69,7 @@ def pdf(
     Args:
         page_streams: each page's content stream; a stream starting with ``<<`` is taken
             as ``dictionary + b"stream\\n" + data`` already (a filtered stream).
-        resources: the pages' shared resource dictionary body (default: Helvetica as F1).
+        resources: the pages' shared resource dictionary body (default: Helvetica as ``/F1``).
         extra: further indirect objects' bodies, numbered after the pages' objects.
         shared: one more content stream (same form as ``page_streams``' items) that every
             page draws after its own: one object, referenced by all the pages.

@@ -1,4 +1,4 @@
-"""Replica harness (issue 13): N ``python -m bot`` processes in webhook mode sharing one
+"""Replica harness: N ``python -m bot`` processes in webhook mode sharing one
 real PostgreSQL database, behind the fake Bot API, which plays Telegram *and* the
 operator's reverse proxy: it POSTs each update to the replicas round-robin
 (:meth:`tests.support.telegram.FakeTelegram.route_webhook`), retries on the next one when a
@@ -58,7 +58,7 @@ PATH = "/telegram-hook"
 HEARTBEAT_S = 1.0
 #: PROCESS_DEAD_AFTER_SECONDS: short, yet well above the stalls of a replica on a
 #: loaded 2-core machine (2 s was seen to pass for a live replica's death, and 6 s at
-#: load ~15, trial 15 finding 5): a replica stalled past it is fenced and exits 1, and
+#: load ~15): a replica stalled past it is fenced and exits 1, and
 #: the set misses it for the tests after. Only the SIGKILL test waits for it (+9 s).
 DEAD_AFTER_S = 15.0
 

@@ -100,7 +100,7 @@ def test_the_server_runs_unprivileged_on_loopback_only(pg_server: PgServer) -> N
 
 def test_a_server_already_running_or_a_taken_port_is_one_line(tmp_path: Path) -> None:
     """``make run-postgres`` while a server runs on the data folder, or on a taken port,
-    printed a traceback and 40 lines of server log (trial 12, F2); the cause is one line."""
+    printed a traceback and 40 lines of server log; the cause is one line."""
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "postmaster.pid").write_text("2474\n/x/data\n")
     locked = PgStartError(

@@ -13,8 +13,8 @@ before any bot code ran. Tests of the start itself (what a process imports, the 
 script of an installed wheel) exec a fresh interpreter instead
 (:class:`tests.support.harness.BotProcess` with ``fresh=True``).
 
-What a forked child inherits from the server and a fresh interpreter would not (trial
-15c): the interpreter's start-up settings (``PYTHONWARNINGS``, ``PYTHONHASHSEED``,
+What a forked child inherits from the server and a fresh interpreter would not: the
+interpreter's start-up settings (``PYTHONWARNINGS``, ``PYTHONHASHSEED``,
 ``PYTHONIOENCODING``, ``-X`` options, the locale: the server's, not those in the child's
 environment), the modules in :data:`PRELOAD` (the LLM SDKs and Alembic are imported even
 for a run without provider keys, so an import missing from the start cannot fail here:
