@@ -66,7 +66,6 @@ HISTORY_LEFT: frozenset[str] = frozenset()
 #: merges and empties this set; nothing is ever added to it.
 HISTORY_ELSEWHERE: frozenset[str] = frozenset(
     {
-        "bench/bot.py",
         "bench/retention.py",
         "bench/router.py",
         "tests/e2e/harness.py",
