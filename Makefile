@@ -106,6 +106,7 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
 
-# Recompile the committed .mo catalogues after editing a .po (a test checks they match).
+# Extract the msgids from the code into messages.pot, merge them into every .po (new ones
+# empty: translate them), and compile the committed .mo files (tests check all three).
 locales: $(STAMP)
-	$(PY) -m bot.text.i18n
+	$(PY) -m bot.text.catalogues

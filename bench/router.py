@@ -19,11 +19,17 @@ Printed, each beside routing off:
   often a ``small`` one went main (savings left on the table);
 * the router's own time per message.
 
-Usage: ``python bench/router.py``.
+``bench/data/router_holdout.jsonl`` is a second, smaller set (40 labelled messages, CC0,
+written for it) written after the corpus and before the rule's open-question and sums tests
+(docs/decisions/151-the-cheap-model-router.md), to see how the rule does on messages it
+was not written beside.
+
+Usage: ``python bench/router.py [CORPUS]`` (default: the 200-message corpus).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -49,7 +55,10 @@ FAMILIES = {
 
 
 def main() -> None:
-    rows = [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines()]
+    parser = argparse.ArgumentParser(description="The cheap-model router on a labelled corpus.")
+    parser.add_argument("corpus", nargs="?", type=Path, default=CORPUS)
+    corpus: Path = parser.parse_args().corpus
+    rows = [json.loads(line) for line in corpus.read_text(encoding="utf-8").splitlines()]
     counter = TokenCounter()
     system_raw = counter.raw_messages([Message("system", SYSTEM_PROMPT)])
     config, off = RouterConfig(), RouterConfig(enabled=False)
@@ -77,7 +86,7 @@ def main() -> None:
     assert all(route(Work.CHAT, off, text=r["text"]) is Route.MAIN for r in rows)
 
     small = sum(r is Route.SMALL for r in routes)
-    print(f"corpus: {len(rows)} messages ({CORPUS.name})")
+    print(f"corpus: {len(rows)} messages ({corpus.name})")
     print(f"routed small: {small}/{len(rows)} = {small / len(rows):.1%}   (routing off: 0.0%)")
     print("list-price cost of the corpus, routing on vs off (all main):")
     for family, (main_model, small_model) in FAMILIES.items():
@@ -103,6 +112,9 @@ def main() -> None:
         f"{wrong / len(big):.1%} (goal <= 5%; routing off: 0.0%)"
     )
     print(f"labelled 'small is enough' routed main: {left}/{len(fine)} = {left / len(fine):.1%}")
+    for row, chosen in zip(rows, routes, strict=True):
+        if (row["label"], chosen) in {("big", Route.SMALL), ("small", Route.MAIN)}:
+            print(f"  {row['label']:5} -> {chosen.value:5} {row['text'][:70]!r}")
     print(f"router time per message: {per_message_us:.1f} µs (token count included)")
 
 

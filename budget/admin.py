@@ -13,7 +13,14 @@ from datetime import datetime
 
 from budget.part import LedgerPart
 from budget.policy.rules import check_user_id
-from budget.status import HoldEntry, KillState, LedgerStatus, TeamStatus, UserStatus
+from budget.status import (
+    HoldEntry,
+    KillState,
+    LedgerStatus,
+    PayerStatus,
+    TeamStatus,
+    UserStatus,
+)
 from budget.storage.store import LimitChange
 from budget.types import Level, Window
 
@@ -93,8 +100,9 @@ class LedgerAdmin(LedgerPart):
         by: int | None = None,
     ) -> None:
         """Persist a runtime limit; ``limit_musd=None`` means *no limit* at that
-        level/window. ``scope``: user id as text, team name (``"*"`` = every team
-        without its own), ``""`` for global, provider name for a provider cap.
+        level/window. ``scope``: user id as text, group chat id as text, plan name,
+        team name (``"*"`` = every team, user or chat without its own), ``""`` for
+        global, provider name for a provider cap.
 
         Raises:
             ValueError: a negative limit or a MINUTE window; a user scope that
@@ -147,6 +155,80 @@ class LedgerAdmin(LedgerPart):
     async def teams(self) -> dict[str, list[int]]:
         """Team name → member ids (a team exists while it has members)."""
         return await self._guarded(self.store.teams())
+
+    async def set_guarantee(
+        self, team: str, window: Window, floor_musd: int | None, *, by: int | None = None
+    ) -> None:
+        """Keep ``floor_musd`` of the global ``window`` for ``team`` while the team has not
+        used it (everyone else's holds must leave it free; :mod:`budget.policy.shares`);
+        ``None`` stops keeping it. A guarantee only shares a global limit: without one in
+        that window it reserves nothing.
+
+        Raises:
+            ValueError: an empty or ``"*"`` team, a MINUTE window, a negative amount, ``by``
+                out of range.
+        """
+        if not team or team == "*":
+            raise ValueError("a guarantee is for one named team")
+        _check_limit(window, floor_musd)
+        _check_by(by)
+        await self._guarded(
+            self.store.set_guarantee(self.clock.now(), team, window, floor_musd, by)
+        )
+
+    async def limit_warnings(self) -> list[str]:
+        """One line per global window that the teams' limits, the plans' limits or the
+        teams' guarantees add up to more than (:func:`budget.policy.shares.oversubscribed`);
+        empty when they all fit."""
+        return await self._guarded(self.store.limit_warnings(self.clock.now()))
+
+    # -- plans -----------------------------------------------------------------------
+    async def set_plan(
+        self,
+        user_id: int,
+        plan: str | None,
+        *,
+        until: datetime | None = None,
+        by: int | None = None,
+    ) -> None:
+        """Put ``user_id`` on ``plan`` until ``until`` (aware; ``None``: no end), or
+        back on the default plan (``plan`` ``None``). Operations already admitted keep
+        the plan they were admitted with; when ``until`` passes, the user is on the
+        default plan again.
+
+        Raises:
+            ValueError: a plan that is not defined, an ``until`` not in the future or
+                naive, a user id (or ``by``) outside the signed 64-bit range.
+        """
+        check_user_id(user_id)
+        _check_by(by)
+        now = self.clock.now()
+        if plan is not None and plan not in self.config.plans:
+            raise ValueError(f"no plan named {plan!r}")
+        if until is not None and (until.tzinfo is None or until <= now):
+            raise ValueError("a plan's end must be an aware time in the future")
+        await self._guarded(self.store.set_plan(now, user_id, plan, until, by))
+
+    async def plan_of(self, user_id: int) -> str | None:
+        """The plan ``user_id``'s next operation will be held on (``None``: no plans).
+
+        Raises:
+            ValueError: ``user_id`` outside the signed 64-bit range.
+        """
+        check_user_id(user_id)
+        return await self._guarded(self.store.user_plan(self.clock.now(), user_id))
+
+    async def payer_status(self, level: Level, scope: str) -> PayerStatus:
+        """One group chat (``scope``: its id as text) or plan (its name) now.
+
+        Raises:
+            ValueError: another level, or a chat scope that is not an integer id.
+        """
+        if level is Level.CHAT:
+            check_user_id(scope, "chat id")
+        elif level is not Level.PLAN:
+            raise ValueError("a payer is a group chat or a plan")
+        return await self._guarded(self.store.payer_status(self.clock.now(), level, scope))
 
     async def record_message(self, user_id: int) -> int:
         """Count an incoming message against USER_DAILY_MESSAGES (courtesy cap).
@@ -221,10 +303,14 @@ def _check_by(by: int | None) -> None:
 def _check_limit_scope(level: Level, scope: str) -> None:
     if level is Level.USER and scope != "*":
         check_user_id(scope, "user limit scope (a user id)")
+    if level is Level.CHAT and scope != "*":
+        check_user_id(scope, "chat limit scope (a chat id)")
+    if level is Level.PLAN and not scope:
+        raise ValueError("a plan limit needs the plan's name")
 
 
 def _check_limit(window: Window, limit_musd: int | None) -> None:
     if window is Window.MINUTE:
-        raise ValueError("limits exist per hour and per day only")
+        raise ValueError("limits exist per hour, day and month only")
     if limit_musd is not None and limit_musd < 0:
         raise ValueError("a limit must be >= 0 µUSD")

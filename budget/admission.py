@@ -48,14 +48,21 @@ class DeferredAdmissions:
         max_musd: int,
         max_requests: int,
         count_message: bool = False,
+        chat_id: int | None = None,
     ) -> OperationTicket:
-        """A new operation, admitted later (its ``team`` is ``None`` until then);
-        ``count_message``: its user's message is counted in the admission's step."""
+        """A new operation, admitted later (its ``team`` and ``plan`` are ``None`` until
+        then); ``count_message``: its user's message is counted in the admission's step."""
         op_id = uuid.uuid4().hex
         self._waiting[op_id] = Admission(
-            op_id, user_id, origin, max_musd, max_requests, count_message=count_message
+            op_id,
+            user_id,
+            origin,
+            max_musd,
+            max_requests,
+            count_message=count_message,
+            chat_id=chat_id,
         )
-        return OperationTicket(op_id, user_id, origin, None)
+        return OperationTicket(op_id, user_id, origin, None, chat_id)
 
     def waiting(self, operation_id: str) -> Admission | None:
         """The admission ``operation_id`` waits for, or ``None`` (admitted, or never

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from typing import Literal
 
 from budget.errors import BudgetConfigError
-from budget.policy.windows import zone
+from budget.policy.plans import PlanLimits
+from budget.policy.windows import WindowKeys, window_keys, zone
 from budget.types import HOLD_ONLY_ORIGINS, Level, Origin, Window
 
 #: PROCESS_DEAD_AFTER_SECONDS must be at least this many heartbeats: with 2 s over a 0.5 s
@@ -49,10 +51,17 @@ class LedgerConfig:
 
     Attributes:
         tz: BUDGET_TZ, the IANA zone windows are cut in.
-        global_daily_musd .. team_hourly_musd: default limits per level/window
+        global_daily_musd .. team_monthly_musd: default limits per level/window
             (``None`` = no limit); runtime overrides in the database win.
         provider_daily_caps_musd: provider account caps per day,
-            e.g. ``{"deepseek": 2_000_000}`` (DEEPSEEK_DAILY_CAP_USD).
+            e.g. ``{"deepseek": 2_000_000}`` (DEEPSEEK_DAILY_CAP_USD);
+            provider_monthly_caps_musd the same per month (DEEPSEEK_MONTHLY_CAP_USD).
+        month_start_day: BUDGET_MONTH_START_DAY, the billing-cycle day the month
+            window starts on (1 = calendar months; :func:`budget.policy.windows.month_bounds`).
+        plans: the plans' money limits by name (:class:`budget.policy.plans.PlanLimits`;
+            empty: no plan level, as before plans).
+        default_plan: the plan of a user without one (or whose plan ended or is no
+            longer defined); must be one of ``plans`` when there are plans.
         hold_ttl_s: HOLD_TTL_SECONDS; must exceed ``max_call_s``.
         max_call_s: PROVIDER_TIMEOUT_SECONDS, the longest possible attempt.
         operation_caps: caps per origin (chat: OPERATION_MAX_USD/REQUESTS; digest:
@@ -91,7 +100,14 @@ class LedgerConfig:
     user_hourly_musd: int | None = None
     team_daily_musd: int | None = None
     team_hourly_musd: int | None = None
+    global_monthly_musd: int | None = None
+    user_monthly_musd: int | None = None
+    team_monthly_musd: int | None = None
     provider_daily_caps_musd: Mapping[str, int] = field(default_factory=dict)
+    provider_monthly_caps_musd: Mapping[str, int] = field(default_factory=dict)
+    month_start_day: int = 1
+    plans: Mapping[str, PlanLimits] = field(default_factory=dict)
+    default_plan: str | None = None
     hold_ttl_s: float = 300.0
     max_call_s: float = 60.0
     operation_caps: Mapping[Origin, OperationCaps] = field(default_factory=_default_caps)
@@ -128,7 +144,11 @@ class LedgerConfig:
             self.user_hourly_musd,
             self.team_daily_musd,
             self.team_hourly_musd,
+            self.global_monthly_musd,
+            self.user_monthly_musd,
+            self.team_monthly_musd,
             *self.provider_daily_caps_musd.values(),
+            *self.provider_monthly_caps_musd.values(),
         )
         if any(v is not None and v < 0 for v in limits):
             raise BudgetConfigError("limits must be >= 0")
@@ -139,6 +159,27 @@ class LedgerConfig:
             )
         if self.auto_kill_fraction < 0:
             raise BudgetConfigError("AUTO_KILL_FRACTION must be >= 0")
+        if not 1 <= self.month_start_day <= 31:
+            raise BudgetConfigError("BUDGET_MONTH_START_DAY must be 1..31")
+        if self.plans and self.default_plan not in self.plans:
+            raise BudgetConfigError(f"the default plan {self.default_plan!r} is not defined")
+        for name, plan in self.plans.items():
+            if plan.name != name:
+                raise BudgetConfigError(f"plan {name!r} is filed under another name")
+
+    def keys(self, at: datetime) -> WindowKeys:
+        """The windows of ``at`` in BUDGET_TZ, the month from ``month_start_day``."""
+        return window_keys(at, self.tz, self.month_start_day)
+
+    def plan(self, name: str | None) -> PlanLimits | None:
+        """The plan a user on ``name`` is held on: that plan if defined, else the
+        default plan; ``None`` when there are no plans."""
+        if not self.plans:
+            return None
+        if name is not None and name in self.plans:
+            return self.plans[name]
+        assert self.default_plan is not None  # checked at construction
+        return self.plans[self.default_plan]
 
     @property
     def process_gone_after_s(self) -> float:
@@ -150,13 +191,23 @@ class LedgerConfig:
     def default_limit(self, level: Level, scope: str, window: Window) -> int | None:
         """The configured default limit (µUSD) of a level/window, ``None`` = no limit."""
         if level is Level.PROVIDER:
-            return self.provider_daily_caps_musd.get(scope) if window is Window.DAY else None
+            if window is Window.DAY:
+                return self.provider_daily_caps_musd.get(scope)
+            if window is Window.MONTH:
+                return self.provider_monthly_caps_musd.get(scope)
+            return None
+        if level is Level.PLAN:
+            plan = self.plans.get(scope)
+            return None if plan is None else plan.total_musd.get(window)
         table: dict[tuple[Level, Window], int | None] = {
             (Level.GLOBAL, Window.DAY): self.global_daily_musd,
             (Level.GLOBAL, Window.HOUR): self.global_hourly_musd,
+            (Level.GLOBAL, Window.MONTH): self.global_monthly_musd,
             (Level.USER, Window.DAY): self.user_daily_musd,
             (Level.USER, Window.HOUR): self.user_hourly_musd,
+            (Level.USER, Window.MONTH): self.user_monthly_musd,
             (Level.TEAM, Window.DAY): self.team_daily_musd,
             (Level.TEAM, Window.HOUR): self.team_hourly_musd,
+            (Level.TEAM, Window.MONTH): self.team_monthly_musd,
         }
         return table.get((level, window))

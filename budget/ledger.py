@@ -239,14 +239,18 @@ class Ledger(LedgerSettle, LedgerAdmin):
         max_requests: int | None = None,
         deferred: bool = False,
         count_message: bool = False,
+        chat_id: int | None = None,
     ) -> OperationTicket:
         """Admit an operation and take one of the user's in-flight slots.
 
         Checks, in order: kill switch (global, team, user), USER_MAX_INFLIGHT,
-        USER_MAX_PER_MINUTE. The slot is freed by :meth:`end_operation` or expires
-        with the operation's last hold.
+        USER_MAX_PER_MINUTE (or the user's plan's caps). The slot is freed by
+        :meth:`end_operation` or expires with the operation's last hold. The user's
+        team and plan at admission fix the levels of the operation's holds.
 
         Args:
+            chat_id: the group or supergroup the work is for: its holds are held on the
+                group's level too (``None``: a private chat, a digest).
             max_musd / max_requests: the operation's caps; default: the origin's.
             deferred: where the store :attr:`~budget.storage.base.LedgerStore.defers_admission`
                 (SQLite), admit it together with its first request and first hold, in
@@ -268,14 +272,20 @@ class Ledger(LedgerSettle, LedgerAdmin):
             ValueError: ``user_id`` outside the signed 64-bit range.
         """
         check_user_id(user_id)
+        if chat_id is not None:
+            check_user_id(chat_id, "chat id")
         caps = self.config.operation_caps[origin]
         max_musd = caps.max_musd if max_musd is None else max_musd
         max_requests = caps.max_requests if max_requests is None else max_requests
         if deferred and self.store.defers_admission and not self._deferred.admit_now:
-            return self._deferred.defer(user_id, origin, max_musd, max_requests, count_message)
+            return self._deferred.defer(
+                user_id, origin, max_musd, max_requests, count_message, chat_id
+            )
         if count_message:
             await self.record_message(user_id)
-        admission = Admission(uuid.uuid4().hex, user_id, origin, max_musd, max_requests)
+        admission = Admission(
+            uuid.uuid4().hex, user_id, origin, max_musd, max_requests, chat_id=chat_id
+        )
         op = await self._guarded(self.store.begin_operation(self.clock.now(), admission))
         self._deferred.admit_now = False
         return op

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, TypeVar
 
+from budget.config import LedgerConfig
 from budget.kernel.clock import Clock
 from budget.storage.base import LedgerStore
 
@@ -23,6 +24,7 @@ class LedgerPart:
 
     store: LedgerStore
     clock: Clock
+    config: LedgerConfig
 
     if TYPE_CHECKING:
 

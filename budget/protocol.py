@@ -36,12 +36,22 @@ class OperationTicket:
         user_id: Telegram user id charged for it.
         origin: chat or digest.
         team: the user's team name at admission, or ``None``.
+        chat_id: the group chat that pays along with the user, or ``None``.
+        plan: the user's plan at admission, or ``None`` (no plans, or not yet
+            admitted).
     """
 
     operation_id: str
     user_id: int
     origin: Origin
     team: str | None
+    chat_id: int | None = None
+    plan: str | None = None
+
+    @property
+    def payers(self) -> tuple[int, str | None]:
+        """``(user_id, team)``: the first two levels of its holds."""
+        return self.user_id, self.team
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +114,13 @@ class LedgerPort(Protocol):
         max_requests: int | None = None,
         deferred: bool = False,
         count_message: bool = False,
+        chat_id: int | None = None,
     ) -> OperationTicket:
         """Admit an operation: checks kill switch (global and scoped), the user's
-        in-flight slots (USER_MAX_INFLIGHT) and start rate (USER_MAX_PER_MINUTE).
-        ``max_musd``/``max_requests`` default to the origin's caps from settings.
+        in-flight slots (USER_MAX_INFLIGHT) and start rate (USER_MAX_PER_MINUTE), or
+        their plan's. ``max_musd``/``max_requests`` default to the origin's caps from
+        settings. ``chat_id``: the group chat that pays along with the user (its level
+        is held too); ``None`` for a private chat or a digest.
 
         ``deferred``: the implementation may admit it with its first request and
         first hold, in one step (SQLite: :meth:`budget.ledger.Ledger.begin_operation`);

@@ -14,6 +14,8 @@ __all__ = [
     "HoldEntry",
     "KillState",
     "LedgerStatus",
+    "PayerStatus",
+    "PlanTally",
     "ProviderSpend",
     "TeamStatus",
     "UserStatus",
@@ -125,6 +127,17 @@ class EstimateStats:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanTally:
+    """Today by plan: settled µUSD of the operations of each plan (their plan at
+    admission), and refusals per ``(plan, reason)`` of the users the ledger knew the plan
+    of. Is a paid plan mostly refused for money? Then its price, not the code, is the
+    problem."""
+
+    spend_musd: dict[str, int] = field(default_factory=dict)
+    refusals: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class LedgerStatus:
     """The whole ledger now.
 
@@ -170,12 +183,14 @@ class LedgerStatus:
     teams: dict[str, list[int]] = field(default_factory=dict)
     expired_unreconciled_today: int = 0
     expired_booked_musd_today: int = 0
+    by_plan: PlanTally = field(default_factory=PlanTally)
 
 
 @dataclass(frozen=True, slots=True)
 class UserStatus:
-    """One user now: their user, team and global buckets; operations in flight;
-    messages counted today and the courtesy cap (``None`` = off); a scoped kill."""
+    """One user now: their user, plan, team and global buckets; operations in flight;
+    messages counted today and the courtesy cap (``None`` = off); a scoped kill; their
+    plan (``None``: no plans) and when it ends (``None``: it does not)."""
 
     user_id: int
     team: str | None
@@ -186,6 +201,28 @@ class UserStatus:
     messages_limit: int | None
     killed: KillState | None
     settled_today_musd: int
+    plan: str | None = None
+    plan_until: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PayerStatus:
+    """One group chat or one plan as a payer now.
+
+    Attributes:
+        level: :attr:`Level.CHAT` or :attr:`Level.PLAN`.
+        scope: the chat id as text, or the plan's name.
+        buckets: its buckets (hour, day, month) with their limits.
+        spend_today_musd: settled µUSD today per user whose holds were booked on it.
+        members: a plan's users with a plan of their own (the default plan's other
+            users are not counted); for a chat, the users who spent in it today.
+    """
+
+    level: Level
+    scope: str
+    buckets: list[BucketStatus]
+    spend_today_musd: dict[int, int]
+    members: int
 
 
 @dataclass(frozen=True, slots=True)

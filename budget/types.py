@@ -44,12 +44,15 @@ class RefusalReason(StrEnum):
     LOOP = "loop"  # the same prompt was sent again as a new request in one operation
     UNAVAILABLE = "unavailable"  # the ledger could not write: fail closed
     MESSAGES = "messages"  # the courtesy daily message limit (USER_DAILY_MESSAGES)
+    SHARE = "share"  # past FREE_SHARE_MAX of every free key while others use them too
 
 
 class Level(StrEnum):
     """Budget level a limit belongs to."""
 
     USER = "user"
+    CHAT = "chat"  # a group or supergroup paying as one (scope: the chat id)
+    PLAN = "plan"  # everyone on one plan together (scope: the plan's name)
     TEAM = "team"
     GLOBAL = "global"
     PROVIDER = "provider"
@@ -60,6 +63,7 @@ class Window(StrEnum):
 
     HOUR = "hour"
     DAY = "day"
+    MONTH = "month"  # the calendar month (or billing cycle) in BUDGET_TZ
     MINUTE = "minute"  # only for the per-user rate (USER_MAX_PER_MINUTE)
 
 
@@ -71,11 +75,19 @@ class Origin(StrEnum):
     #: a history summary folded for a chat message (a hold's origin, in that message's
     #: operation: docs/decisions/150-history-summaries-are-charged-steps.md)
     SUMMARY = "summary"
+    #: a voice note's (or audio file's) transcription, a step of its chat message's
+    #: operation; its quantities are audio seconds
+    TRANSCRIPTION = "transcription"
+    #: an answer about a photo, by a vision model, in its chat message's operation; its
+    #: input tokens include the image tokens
+    VISION = "vision"
 
 
 #: Origins a hold may carry but no operation begins with (a summary is a step of the
 #: chat message's operation, capped by that operation's caps).
-HOLD_ONLY_ORIGINS: frozenset[Origin] = frozenset({Origin.SUMMARY})
+HOLD_ONLY_ORIGINS: frozenset[Origin] = frozenset(
+    {Origin.SUMMARY, Origin.TRANSCRIPTION, Origin.VISION}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +105,8 @@ class Refusal:
             blocked it — "retry in a minute" rather than "exhausted".
         scope: the name of the refusing scope (team name, provider name), or ``""``.
         note: operator-facing detail (kill reason); never shown to users raw.
+        plan: the refused user's plan, when the ledger knew it (``""`` otherwise): the
+            refusal metrics' plan label.
         ceiling_musd: a limit's refusal: the hold that did not fit (µUSD, the
             request's worst case); 0 when not a hold's.
         remaining_musd: a limit's refusal: what was left of the refusing bucket (µUSD,
@@ -106,6 +120,7 @@ class Refusal:
     busy: bool = False
     scope: str = ""
     note: str = ""
+    plan: str = ""
     ceiling_musd: int = 0
     remaining_musd: int | None = None
 

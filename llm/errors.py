@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from budget.errors import HoldRefused
 from budget.types import Usage
 from llm.types import RateLimitInfo
 
@@ -48,6 +49,8 @@ __all__ = [
     "ProviderRejected",
     "ProviderUnavailable",
     "QuotaExhausted",
+    "nothing_answered",
+    "provider_wait",
 ]
 
 
@@ -235,3 +238,42 @@ class EmptyCompletion(LLMError):
         self.provider = provider
         self.finish_reason = finish_reason
         self.cost_musd = cost_musd
+
+
+def provider_wait(exc: ProviderRateLimited | QuotaExhausted) -> float | None:
+    """The wait the provider named: Retry-After, else the reset of an exhausted
+    window (``x-ratelimit-reset-*`` with nothing remaining); ``None`` = not said."""
+    if exc.retry_after_s is not None:
+        return exc.retry_after_s
+    rl = exc.rate_limits
+    if rl is None:
+        return None
+    resets = [
+        reset
+        for remaining, reset in (
+            (rl.remaining_requests, rl.reset_requests_s),
+            (rl.remaining_tokens, rl.reset_tokens_s),
+        )
+        if remaining == 0 and reset is not None
+    ]
+    return max(resets) if resets else None
+
+
+def nothing_answered(
+    failures: list[ProviderError],
+    skipped: list[tuple[str, str]],
+    context_error: ContextTooLong | None,
+    budget_refusal: HoldRefused | None,
+    share_refusal: HoldRefused | None,
+) -> Exception:
+    """What a cascade raises when no key answered: the context error when every failure
+    was one, the ledger's refusal when nothing failed, the fair-share refusal when a
+    free key turned the request away for its share (never the paid anchor on others'
+    money: :mod:`llm.keys.shares`), else :class:`AllProvidersFailed`."""
+    if context_error is not None and all(isinstance(e, ContextTooLong) for e in failures):
+        return context_error
+    if budget_refusal is not None and not failures:
+        return budget_refusal
+    if share_refusal is not None:
+        return share_refusal
+    return AllProvidersFailed(failures, skipped)

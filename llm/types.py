@@ -23,6 +23,8 @@ __all__ = [
     "Message",
     "Priority",
     "RateLimitInfo",
+    "ToolCall",
+    "ToolSpec",
     "Transcript",
 ]
 
@@ -47,6 +49,37 @@ class Message:
     images: tuple[ImagePart, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A function the model may call (OpenAI-style function calling).
+
+    Attributes:
+        name: the function's name.
+        description: what it does, for the model.
+        parameters_json: its arguments' JSON Schema, as the JSON text sent (its bytes
+            are part of the hold's input bound).
+    """
+
+    name: str
+    description: str
+    parameters_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One function call the model asked for.
+
+    Attributes:
+        call_id: the provider's id of the call.
+        name: the function.
+        arguments: its arguments as the JSON text the model wrote (not yet parsed).
+    """
+
+    call_id: str
+    name: str
+    arguments: str
+
+
 class Priority(IntEnum):
     """Queue priority for a provider-call slot (GLOBAL_MAX_INFLIGHT_CALLS): lower goes first."""
 
@@ -62,7 +95,9 @@ class LLMRequest:
         messages: the prompt.
         max_tokens: output cap (mandatory; it is what makes the ceiling finite).
         allow_paid: may the paid anchor serve it (chat: True; digests decide per request).
-        priority: chat goes ahead of digests for a provider-call slot.
+        priority: the provider-call slot's queue order, lower first: a
+            :class:`Priority` (chat ahead of digests), a chat request of a plan of
+            priority p at ``Priority.CHAT - p`` (a higher plan ahead).
         cheaper_messages: a cheaper variant of the prompt (chat: last 2 turns only),
             tried first by the degradation ladder when the paid anchor's hold is refused.
         fingerprint: identifies the prompt for loop detection; defaults to a hash of
@@ -76,6 +111,12 @@ class LLMRequest:
         ends_operation: the operation ends with this request's answer (chat: one
             request per message): its settle also ends the operation, in one ledger
             step (``Completion.operation_ended``; docs/decisions/132-two-ledger-steps.md).
+        tools: functions the model may call (keys that take function calling get
+            them, one-piece, never streamed; the others are asked without them); their
+            JSON is part of the input held (``llm.cascade.plan``).
+        model: the one model to answer with (a chat's ``/model`` choice): only provider
+            keys whose default or cheap model it is are tried, each with that model
+            (docs/decisions/161-model-choice-per-chat.md); ``None``: each key's default.
         small: the router's choice (:mod:`llm.router`): ask each provider's small model
             (its ``cheap_model``) instead of its main one; each hold is sized on it.
         origin: what the request's holds are booked as when it is not the
@@ -85,11 +126,13 @@ class LLMRequest:
     messages: tuple[Message, ...]
     max_tokens: int
     allow_paid: bool = True
-    priority: Priority = Priority.CHAT
+    priority: int = Priority.CHAT
     cheaper_messages: tuple[Message, ...] | None = None
     fingerprint: str | None = None
     free_share: float = 1.0
     input_tokens: int | None = None
+    model: str | None = None
+    tools: tuple[ToolSpec, ...] = ()
     ends_operation: bool = False
     small: bool = False
     origin: Origin | None = None
@@ -155,6 +198,8 @@ class Completion:
     hold_id: str = ""
     #: the output cap the answering attempt held (tokens)
     max_tokens: int = 0
+    #: the functions the model asked to call (``text`` may then be empty)
+    tool_calls: tuple[ToolCall, ...] = ()
     #: the answer's settle also ended its operation (``LLMRequest.ends_operation``)
     operation_ended: bool = False
 

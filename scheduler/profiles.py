@@ -31,8 +31,10 @@ __all__ = [
     "parse_digest_time",
 ]
 
-#: Languages the bot has templates (and summaries) for.
-LANGUAGES = frozenset({"en", "ru"})
+#: Languages the bot has templates (and summaries) for: English, Russian, Simplified
+#: Chinese, Brazilian Portuguese, Spanish, German, Ukrainian (``bot.text.i18n`` offers the
+#: same; a test keeps the two equal).
+LANGUAGES = frozenset({"en", "ru", "zh", "pt", "es", "de", "uk"})
 
 _HHMM = re.compile(r"([01]?[0-9]|2[0-3]):([0-5][0-9])")
 
@@ -156,8 +158,9 @@ class ProfileRepository:
         Args:
             user_id: Telegram user id.
             chat_id: the private chat (updated when it changed).
-            language_code: Telegram's ``language_code``; ``ru*`` gives ``ru``, anything
-                else the default. Used only when the profile is created (/lang wins later).
+            language_code: Telegram's ``language_code``; its first two letters when
+                they are one of :data:`LANGUAGES` (``pt-br`` gives ``pt``), else the
+                default. Used only when the profile is created (/lang wins later).
         """
         now = self._clock.now()
         language = self._default_language
@@ -212,7 +215,7 @@ class ProfileRepository:
         return await self._set(user_id, tz=check_timezone(tz) if tz else None)
 
     async def set_language(self, user_id: int, language: str) -> Profile:
-        """Set ``en`` or ``ru``.
+        """Set one of :data:`LANGUAGES`.
 
         Raises:
             ValueError: another language.

@@ -170,8 +170,11 @@ class DigestService:
             log.warning("sub.fetch_failed source=%s: %s", ref.key, exc)
             return SubscribeStatus.UNAVAILABLE, ""
 
-    async def subscribe(self, user_id: int, argument: str) -> SubscribeResult:
-        """/sub: follow a channel or feed.
+    async def subscribe(
+        self, user_id: int, argument: str, *, max_subscriptions: int | None = None
+    ) -> SubscribeResult:
+        """/sub: follow a channel or feed (``max_subscriptions``: this user's cap, e.g.
+        their plan's; ``None``: the service's).
 
         Returns:
             ``ok`` (with the title), ``already``, ``invalid``, ``no_preview``,
@@ -198,8 +201,9 @@ class DigestService:
                     .where(DigestSubscription.user_id == user_id)
                 )
             ).scalar_one()
-        if count >= self._max:
-            return SubscribeResult(SubscribeStatus.TOO_MANY, ref, limit=self._max)
+        cap = self._max if max_subscriptions is None else max_subscriptions
+        if count >= cap:
+            return SubscribeResult(SubscribeStatus.TOO_MANY, ref, limit=cap)
         remembered = self._remembered_failure(ref)
         if remembered is not None:
             return SubscribeResult(remembered, ref)

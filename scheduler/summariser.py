@@ -68,7 +68,15 @@ _DEFER_REASONS = frozenset(
     }
 )
 
-_LANGUAGE_NAMES = {"en": "English", "ru": "Russian"}
+_LANGUAGE_NAMES = {
+    "en": "English",
+    "ru": "Russian",
+    "zh": "Simplified Chinese",
+    "pt": "Brazilian Portuguese",
+    "es": "Spanish",
+    "de": "German",
+    "uk": "Ukrainian",
+}
 
 
 def _default_token_counter() -> Callable[[str], int]:

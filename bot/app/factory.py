@@ -22,6 +22,7 @@ from aiogram.utils.i18n import I18n
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from bot.app.access_wiring import AccessParts, build_access
 from bot.app.lifecycle import App
 from bot.app.media_wiring import MediaParts, build_media, media_models
 from bot.app.operator import books_desk, build_operator, dashboard_site
@@ -37,16 +38,18 @@ from bot.app.wiring import (
     provider_models,
     provider_specs_of,
     router_config,
+    stream_config,
 )
 from bot.chat.deferral import FloodDeferral
 from bot.chat.duplicates import DuplicateGate
 from bot.chat.folding import HistoryFolder, raw_turn_counter
+from bot.chat.model_menu import ModelMenu
 from bot.chat.outbox import Outbox
 from bot.chat.paste import PasteJoiner
 from bot.chat.service import ChatService
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
-from bot.chat.streaming.session import StreamConfig
+from bot.chat.tools import ChatTools
 from bot.handlers.admin.base import AdminView
 from bot.middlewares.context import WorkflowData
 from bot.middlewares.intake import (
@@ -64,11 +67,9 @@ from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_c
 from bot.ops.schema_watch import SchemaWatch
 from bot.ops.shedding import Shedding
 from bot.session.chat_moves import FollowChatMoves
-from bot.session.updates import (
-    EndOfUpdate,
-    IntakeBarrier,
-)
+from bot.session.updates import EndOfUpdate, IntakeBarrier
 from bot.settings import Settings
+from bot.storage.chat_prefs import ChatPrefsStore
 from bot.storage.moves import ChatMoves
 from bot.storage.repos import History, Intake
 from bot.storage.summaries import CostFooters, Summaries
@@ -78,6 +79,7 @@ from budget.books.stops import StopBook
 from budget.kernel.clock import Clock, SystemClock
 from budget.kernel.db import create_engine
 from budget.ledger import Ledger
+from budget.plans import Plans, load_plans
 from budget.pricing.prices import PriceCard, parse_overrides
 from budget.pricing.tokens import TokenCounter
 from llm.cascade.cascade import Cascade
@@ -107,24 +109,18 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     i18n = create_i18n()
     telegram = build_telegram(settings, clock, dropped)
     notifier = AdminNotifier(telegram.bot, i18n, settings.admin_ids, clock)
-    ledger = _build_ledger(settings, clock, notifier)
-    core = _Core(
-        settings=settings,
-        clock=clock,
-        sessions=async_sessionmaker(engine, expire_on_commit=False),
-        ledger=ledger,
-        replicas=replicas_of(ledger, settings.process_dead_after_seconds),
-        tokens=TokenCounter(safety_factor=settings.token_safety_factor),
-        bot=telegram.bot,
-        i18n=i18n,
-        shedding=shedding_of(settings, ledger, clock, notifier.broadcast),
-    )
+    core = _build_core(settings, clock, engine, telegram.bot, i18n, notifier)
+    ledger = core.ledger
     # one TLS context for the HTTPS clients (each new one loads the CA bundle: ~30 ms)
     tls = httpx.create_ssl_context()
     cascade = _build_cascade(core, notifier, registry, tls)
     repo = ProfileRepository(core.sessions, clock, default_digest_time=settings.digest_default_time)
     chat = _build_chat(core, repo, cascade)
     digests = _build_digests(core, repo, cascade, tls)
+    # the chat model's tools reach the network only through these guarded sources
+    chat.service.use_tools(
+        ChatTools(settings.chat_tools, ledger=ledger, sources=digests.fetchers, feeds=digests.feeds)
+    )
     media = _build_media(core, cascade, chat, digests, tls)
     operator = build_operator(
         settings, clock, core.sessions, ledger, engine, cascade, notifier, repo
@@ -171,14 +167,15 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
 
 @dataclass(frozen=True, slots=True)
 class _Core:
-    """What most parts are built from: the settings, the clock, the bot's database
-    sessions, the ledger, what the processes share (:mod:`bot.app.replicas`), the token
-    counter, the Bot API client, the translations and SHED_ORDER's switch."""
+    """What most parts are built from (the access side: :mod:`bot.app.access_wiring`;
+    what the processes share: :mod:`bot.app.replicas`; SHED_ORDER's switch)."""
 
     settings: Settings
     clock: Clock
     sessions: async_sessionmaker[AsyncSession]
     ledger: Ledger
+    plans: Plans
+    access: AccessParts
     replicas: Replicas
     tokens: TokenCounter
     bot: Bot
@@ -186,10 +183,43 @@ class _Core:
     shedding: Shedding
 
 
-def _build_ledger(settings: Settings, clock: Clock, notifier: AdminNotifier) -> Ledger:
+def _build_core(
+    settings: Settings,
+    clock: Clock,
+    engine: AsyncEngine,
+    bot: Bot,
+    i18n: I18n,
+    notifier: AdminNotifier,
+) -> _Core:
+    """The plans (PLANS_FILE, checked before migrating), the ledger, the sessions, what
+    the processes share and who may use the bot on which plan (the gate before all)."""
+    plans = load_plans(settings.plans_file)
+    ledger = _build_ledger(settings, clock, notifier, plans)
+    sessions = async_sessionmaker(engine, expire_on_commit=False)
+    replicas = replicas_of(ledger, settings.process_dead_after_seconds)
+    return _Core(
+        settings=settings,
+        clock=clock,
+        sessions=sessions,
+        ledger=ledger,
+        plans=plans,
+        access=build_access(
+            settings, sessions, clock, ledger, plans, shared=replicas.access_shared
+        ),
+        replicas=replicas,
+        tokens=TokenCounter(safety_factor=settings.token_safety_factor),
+        bot=bot,
+        i18n=i18n,
+        shedding=shedding_of(settings, ledger, clock, notifier.broadcast),
+    )
+
+
+def _build_ledger(
+    settings: Settings, clock: Clock, notifier: AdminNotifier, plans: Plans
+) -> Ledger:
     """The price card and the ledger on DATABASE_URL's store (by its scheme:
     :func:`budget.storage.open_store`: one SQLite file, one process; or a PostgreSQL
-    database shared by several processes)."""
+    database shared by several processes), its levels and caps from ``plans`` too."""
     prices = PriceCard(
         [*provider_models(settings), *media_models(settings)],
         overrides=parse_overrides(settings.price_overrides) if settings.price_overrides else None,
@@ -197,7 +227,7 @@ def _build_ledger(settings: Settings, clock: Clock, notifier: AdminNotifier) -> 
     )
     return Ledger.open(
         settings.database_url,
-        ledger_config(settings),
+        ledger_config(settings, plans),
         prices,
         clock,
         on_auto_kill=notifier.auto_kill,
@@ -248,7 +278,7 @@ def _build_chat(core: _Core, repo: ProfileRepository, cascade: Cascade) -> _Chat
     moves = ChatMoves(core.sessions)
     core.bot.session.middleware(FollowChatMoves(moves))
     history = History(core.sessions, hot, moves)
-    summaries = Summaries(core.sessions, moves)
+    summaries = Summaries(core.sessions, moves, hot)
     service = ChatService(
         ledger=core.ledger,
         backend=cascade,
@@ -286,14 +316,16 @@ def _build_chat(core: _Core, repo: ProfileRepository, cascade: Cascade) -> _Chat
 
 @dataclass(frozen=True, slots=True)
 class _Digests:
-    """The digests' pieces: what /sub and friends call, the runner, their HTTP clients
-    and the feed reader (which also reads a lone link's page: :mod:`bot.media`)."""
+    """The digests' pieces: what /sub and friends call, the runner, their HTTP clients,
+    the feed reader (which also reads a lone link's page: :mod:`bot.media`) and the
+    guarded sources (which the chat's tools read through too)."""
 
     service: DigestService
     runner: DigestRunner
     http: httpx.AsyncClient
     feed_http: httpx.AsyncClient
     feeds: FeedClient
+    fetchers: Fetchers
 
 
 def _build_digests(
@@ -344,7 +376,7 @@ def _build_digests(
         count_tokens=core.tokens.text,
         claimant=core.replicas.claimant,
     )
-    return _Digests(service, runner, http, feed_http, feeds)
+    return _Digests(service, runner, http, feed_http, feeds, fetchers)
 
 
 def _build_media(
@@ -384,7 +416,7 @@ def _workflow(
         clock=core.clock,
         chat_service=chat.service,
         history=chat.history,
-        cost_footers=CostFooters(core.sessions),
+        cost_footers=CostFooters(core.sessions, core.replicas.hot),
         duplicates=DuplicateGate(core.clock, core.settings.duplicate_window_seconds),
         summaries=chat.summaries,
         chat_moves=chat.moves,
@@ -403,28 +435,29 @@ def _workflow(
         outbox=chat.outbox,
         flood_deferral=flood_deferral,
         streams=chat.streams,
-        stream_config=_stream_config(core.settings, core.shedding),
+        stream_config=stream_config(core.settings, shed=lambda: core.shedding.is_off("streaming")),
         stream_metrics=StreamMetrics(registry),
         stop_book=StopBook(core.sessions),
         admin_ids=core.settings.admin_ids,
         stale_after_s=core.settings.stale_message_seconds,
+        access=core.access.book,
+        plans=core.plans,
+        user_plans=core.access.user_plans,
+        invite_ttl_hours=core.settings.invite_ttl_hours,
+        plan_sales=core.access.sales,
         operator_view=operator_view,
         dashboard_url=core.settings.dashboard_url,
+        chat_prefs=ChatPrefsStore(core.sessions),
+        model_menu=ModelMenu(
+            provider_models(core.settings),
+            core.ledger.prices,
+            core.settings.chat_models,
+            core.clock.now,
+        ),
+        persona_max_chars=core.settings.persona_max_chars,
         drill=drill_of(core.ledger, core.i18n, core.settings),
         media_desk=media.desk,
         confirmations=media.confirmations,
-    )
-
-
-def _stream_config(settings: Settings, shedding: Shedding) -> StreamConfig:
-    """STREAM_MODE_* and the displays' intervals (ms → s); off while shedding
-    ``streaming``."""
-    return StreamConfig(
-        private=settings.stream_mode_private,
-        group=settings.stream_mode_group,
-        draft_interval_s=settings.stream_draft_interval_ms / 1000,
-        edit_interval_s=settings.stream_edit_interval_ms / 1000,
-        shed=lambda: shedding.is_off("streaming"),
     )
 
 
@@ -445,6 +478,8 @@ def _add_middlewares(
     )
     if barrier is not None:  # the first update middleware: sees every update end
         dp.update.outer_middleware(EndOfUpdate(barrier))
+    # access before anything else: a stranger costs a lookup (bot/middlewares/access.py)
+    dp.update.outer_middleware(core.access.gate(settings, core.i18n, core.ledger))
     dp.update.outer_middleware(rate)
     dp.message.outer_middleware(
         ArrivalOrderMiddleware(chat.service, PasteJoiner(clock, settings.paste_join_seconds))

@@ -32,6 +32,7 @@ from aiogram import Bot, Dispatcher
 from aiogram.exceptions import TelegramAPIError
 from aiogram.types import BotCommand, Update
 from aiogram.utils.i18n import I18n
+from aiogram.utils.i18n import gettext as _
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -53,7 +54,7 @@ from bot.ops.watch import OpsWatch
 from bot.settings import Settings
 from bot.storage.repos import Intake
 from bot.text import templates
-from bot.text.i18n import in_locale
+from bot.text.i18n import N_, SUPPORTED_LANGUAGES, in_locale
 from budget.kernel.clock import Clock
 from budget.kernel.failure_log import FailureLog
 from budget.kernel.tasks import cancel_and_wait
@@ -70,18 +71,22 @@ log = logging.getLogger("bot.app.factory")  # the name before the split: log lin
 #: and record their outcome (a send and one write) before storage is closed.
 OUTCOME_WAIT_S = 5.0
 
+#: The command menu: (command, description msgid). Set once per language at start
+#: (``setMyCommands`` with ``language_code``; English is the default list).
 USER_COMMANDS = [
-    ("start", "Start"),
-    ("help", "Help"),
-    ("me", "My spend and limits"),
-    ("reset", "Forget the conversation"),
-    ("history", "What is summarised of this conversation"),
-    ("cost", "Show what each answer cost (on/off)"),
-    ("stop", "Stop the answer being written"),
-    ("sub", "Subscribe to a channel digest"),
-    ("subs", "My subscriptions"),
-    ("tz", "My timezone"),
-    ("lang", "Language"),
+    ("start", N_("Start")),
+    ("help", N_("Help")),
+    ("me", N_("My spend and limits")),
+    ("reset", N_("Forget the conversation")),
+    ("history", N_("What is summarised of this conversation")),
+    ("cost", N_("Show what each answer cost (on/off)")),
+    ("stop", N_("Stop the answer being written")),
+    ("persona", N_("This chat's persona")),
+    ("model", N_("This chat's model and prices")),
+    ("sub", N_("Subscribe to a channel digest")),
+    ("subs", N_("My subscriptions")),
+    ("tz", N_("My timezone")),
+    ("lang", N_("Language")),
 ]
 
 
@@ -163,6 +168,18 @@ class App:
         with contextlib.suppress(RuntimeError):  # polling not started (or stopped)
             await self.dispatcher.stop_polling()
 
+    async def _set_commands(self, waits: StartWaits) -> None:
+        """The command menu in English (the default) and in every other language."""
+        for language in SUPPORTED_LANGUAGES:
+            with in_locale(self.i18n, language):
+                commands = [BotCommand(command=c, description=_(d)) for c, d in USER_COMMANDS]
+            code = None if language == "en" else language
+
+            async def put(commands: list[BotCommand] = commands, code: str | None = code) -> bool:
+                return await self.bot.set_my_commands(commands, language_code=code)
+
+            await waits.call("setMyCommands", put)
+
     async def on_startup(self) -> None:
         """The schema first (another process may have migrated it past this code since
         this one's migrations ran: :class:`bot.storage.migrate.SchemaMismatch` is raised, nothing
@@ -179,8 +196,7 @@ class App:
             await waits.call("setWebhook", self._set_webhook)
         else:
             await self._refuse_webhook()
-        commands = [BotCommand(command=c, description=d) for c, d in USER_COMMANDS]
-        await waits.call("setMyCommands", lambda: self.bot.set_my_commands(commands))
+        await self._set_commands(waits)
         swept = await self.ledger.start()
         if swept:
             log.warning("expired %d holds left by a previous process", swept)

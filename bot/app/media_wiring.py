@@ -14,6 +14,7 @@ from aiogram import Bot
 from bot.app.wiring import cascade_config
 from bot.chat.confirm import Confirmations
 from bot.chat.quote import Quoter
+from bot.chat.tools import specs_of
 from bot.media.config import extraction_pool, link_reader, telegram_files
 from bot.media.desk import MediaDesk
 from bot.media.worker import ExtractionPool
@@ -171,6 +172,7 @@ def build_media(
         history_max_tokens=settings.chat_history_max_tokens,
         confirm_above_musd=usd_to_musd(settings.confirm_above_usd) or 0,
         chat_providers=chat_cascade.providers,
+        tools=specs_of(settings.chat_tools),
     )
     desk = MediaDesk(
         files=telegram_files(bot, settings),

@@ -11,6 +11,7 @@ from aiogram import Dispatcher
 from aiogram.utils.i18n import I18n
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bot.handlers.access import create_access_router
 from bot.handlers.admin import create_admin_router
 from bot.handlers.books import create_books_router
 from bot.handlers.chat import create_chat_router, create_non_text_router
@@ -23,7 +24,9 @@ from bot.handlers.inline_filters import run_sync_filters_inline
 from bot.handlers.me import create_me_router
 from bot.handlers.media import create_media_router, link_route
 from bot.handlers.moves import create_chat_moves_router
+from bot.handlers.persona import create_persona_router
 from bot.handlers.regenerate import create_regenerate_router
+from bot.handlers.stars import create_stars_router
 from bot.handlers.stream import create_stream_router
 from bot.middlewares.rate import RateExemption, UpdateRateMiddleware
 from bot.ops.drill import Drill
@@ -101,12 +104,15 @@ def include_routers(dp: Dispatcher, admin_ids: frozenset[int]) -> None:
     takes a text that is not a command (docs/decisions/022-message-path.md)."""
     dp.include_router(create_error_router())
     dp.include_router(create_chat_router(link=link_route()))  # a lone link: a page to read
+    dp.include_router(create_access_router())  # my_chat_member only
+    dp.include_router(create_stars_router())  # payments: before the media and non-text routers
     dp.include_router(create_books_router(admin_ids))
     dp.include_router(create_admin_router(admin_ids))
     dp.include_router(create_dashboard_router(admin_ids))
     dp.include_router(create_stream_router())
     dp.include_router(create_regenerate_router())
     dp.include_router(create_common_router())
+    dp.include_router(create_persona_router())
     dp.include_router(create_digest_router())
     dp.include_router(create_me_router())
     dp.include_router(create_conversation_router())

@@ -12,6 +12,7 @@ from bot.app.wiring import provider_models
 from bot.settings import Settings
 from budget.errors import BudgetConfigError
 from budget.kernel.clock import Clock
+from budget.plans import PlansFileError, load_plans
 from budget.policy.money import usd, usd_to_musd
 from budget.pricing.prices import PriceCard, parse_overrides
 from llm.model_caps import max_output_tokens
@@ -46,7 +47,13 @@ def check_settings(settings: Settings, clock: Clock) -> str | None:
       the user cannot change.
     * ``CHAT_MAX_OUTPUT_TOKENS`` above the documented output limit of every configured
       model (``llm.model_caps``; checked only when every model's limit is known).
+    * ``PLANS_FILE``: unreadable, or a plan or field that cannot work (the line names the
+      file, the plan and the field: :mod:`budget.plans`).
     """
+    try:
+        load_plans(settings.plans_file)
+    except PlansFileError as exc:
+        return f"configuration error: {exc}"
     try:
         prices = PriceCard(
             provider_models(settings),

@@ -6,8 +6,9 @@ the engine, answered once (``docs/decisions/130-replicas-part.md``).
 whose message path rides the ledger's one writer thread and which shares nothing — or
 :class:`SharedReplicas` — processes on one PostgreSQL database, which share each
 provider key's circuit and paced windows, the call slots, every user's queue, the
-update rate, ``/kill hard``'s cut of the streams, the digests' and the outbox's claims,
-the intake's "whose message was lost", and the fence of a process taken for dead.
+update rate, the access lists, ``/kill hard``'s cut of the streams, the digests' and the
+outbox's claims, the intake's "whose message was lost", and the fence of a process taken
+for dead.
 
 :func:`bot.app.factory.create_app` asks the part for each piece and never asks which
 engine it runs on; a piece that one kind does not have is ``None`` there (what the
@@ -51,12 +52,15 @@ class Replicas:
         claimant: the digests' claims on runs and summaries; ``None``: one process.
         outbox_claim_s: seconds an outbox row is claimed before it is sent; ``None``:
             one worker, nothing to claim.
+        access_shared: other processes write the access lists too, so each reloads
+            them every few seconds (:class:`bot.access.store.AccessBook`).
     """
 
     hot: SqliteHotPath | None = None
     intake: SharedIntake | None = None
     claimant: Claimant | None = None
     outbox_claim_s: float | None = None
+    access_shared: bool = False
 
     def key_states(self, clock: Clock) -> KeyStateStore | None:
         """The provider keys' shared circuits and paced windows (``None``: in memory)."""
@@ -160,6 +164,7 @@ def replicas_of(ledger: Ledger, dead_after_s: float) -> Replicas:
         intake=SharedIntake(process_id, dead_after_s),
         claimant=Claimant(process_id, dead_after_s),
         outbox_claim_s=dead_after_s,
+        access_shared=True,
         shared=shared,
         dead_after_s=dead_after_s,
     )

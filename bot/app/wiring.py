@@ -17,6 +17,7 @@ from bot.storage.sqlite_hot import SqliteHotPath
 from bot.storage.values import Preferences, TouchedIntake
 from budget.config import LedgerConfig, OperationCaps
 from budget.kernel.clock import Clock
+from budget.plans import Plans, load_plans
 from budget.policy.money import usd_to_musd
 from budget.pricing.names import CASCADE_ORDER
 from budget.pricing.prices import ProviderModel
@@ -28,6 +29,7 @@ from scheduler.profiles import LANGUAGES, ProfileRepository, parse_digest_time
 from scheduler.runner import DigestConfig
 
 if TYPE_CHECKING:  # bot.ops.watch imports aiogram, which the settings' checks must not
+    from bot.chat.streaming.session import StreamConfig
     from bot.ops.watch import WatchConfig
 
 __all__ = [
@@ -40,12 +42,14 @@ __all__ = [
     "provider_models",
     "provider_specs_of",
     "router_config",
+    "stream_config",
     "watch_config",
 ]
 
 
-def ledger_config(settings: Settings) -> LedgerConfig:
-    """Settings → the ledger's own config (USD → µUSD).
+def ledger_config(settings: Settings, plans: Plans | None = None) -> LedgerConfig:
+    """Settings → the ledger's own config (USD → µUSD); ``plans``: the plans already
+    read (default: read ``PLANS_FILE``, raising :class:`budget.plans.PlansFileError`).
 
     On PostgreSQL the sweeper runs every PROCESS_HEARTBEAT_SECONDS (at most every 30 s,
     the SQLite pace), so a dead process's holds are booked within
@@ -53,7 +57,11 @@ def ledger_config(settings: Settings) -> LedgerConfig:
     caps: dict[str, int] = {}
     if settings.deepseek_daily_cap_usd is not None:
         caps["deepseek"] = usd_to_musd(settings.deepseek_daily_cap_usd) or 0
+    monthly_caps: dict[str, int] = {}
+    if settings.deepseek_monthly_cap_usd is not None:
+        monthly_caps["deepseek"] = usd_to_musd(settings.deepseek_monthly_cap_usd) or 0
     digest_requests = max(8, settings.digest_max_posts + 4)
+    plans = plans if plans is not None else load_plans(settings.plans_file)
     return LedgerConfig(
         tz=settings.budget_tz,
         global_daily_musd=usd_to_musd(settings.budget_global_daily_usd),
@@ -62,7 +70,12 @@ def ledger_config(settings: Settings) -> LedgerConfig:
         user_hourly_musd=usd_to_musd(settings.budget_user_hourly_usd),
         team_daily_musd=usd_to_musd(settings.budget_team_daily_usd),
         team_hourly_musd=usd_to_musd(settings.budget_team_hourly_usd),
+        global_monthly_musd=usd_to_musd(settings.budget_global_monthly_usd),
+        user_monthly_musd=usd_to_musd(settings.budget_user_monthly_usd),
+        team_monthly_musd=usd_to_musd(settings.budget_team_monthly_usd),
+        month_start_day=settings.budget_month_start_day,
         provider_daily_caps_musd=caps,
+        provider_monthly_caps_musd=monthly_caps,
         hold_ttl_s=settings.hold_ttl_seconds,
         max_call_s=settings.provider_timeout_seconds,
         operation_caps={
@@ -88,6 +101,8 @@ def ledger_config(settings: Settings) -> LedgerConfig:
         else 30.0,
         auto_kill_fraction=settings.auto_kill_fraction,
         auto_kill_musd_per_window=usd_to_musd(settings.auto_kill_usd_per_window),
+        plans=plans.limits(),
+        default_plan=plans.default,
     )
 
 
@@ -97,6 +112,21 @@ def router_config(settings: Settings) -> RouterConfig:
         enabled=settings.chat_router == "on",
         small_max_tokens=settings.router_small_max_tokens,
         small_max_context_tokens=settings.router_small_max_context_tokens,
+    )
+
+
+def stream_config(settings: Settings, shed: Callable[[], bool] | None = None) -> StreamConfig:
+    """Settings → how answers stream (STREAM_MODE_*, STREAM_*_INTERVAL_MS in seconds);
+    ``shed`` is true while shedding has switched streaming off (:mod:`bot.ops.shedding`)."""
+    # imported here: the streaming session needs aiogram, the start-up checks must not
+    from bot.chat.streaming.session import StreamConfig
+
+    return StreamConfig(
+        private=settings.stream_mode_private,
+        group=settings.stream_mode_group,
+        draft_interval_s=settings.stream_draft_interval_ms / 1000,
+        edit_interval_s=settings.stream_edit_interval_ms / 1000,
+        shed=shed,
     )
 
 
@@ -219,6 +249,7 @@ def cascade_config(settings: Settings) -> CascadeConfig:
         first_token_timeout_s=settings.provider_first_token_timeout_seconds,
         idle_timeout_s=settings.provider_idle_timeout_seconds,
         token_safety_factor=settings.token_safety_factor,
+        free_share_ppm=int(settings.free_share_max * 1_000_000),
     )
 
 

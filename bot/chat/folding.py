@@ -83,9 +83,9 @@ _MESSAGE_REFUSALS = frozenset(
 class SummaryStore(Protocol):
     """What folding needs of :class:`bot.storage.summaries.Summaries`."""
 
-    async def load(self, where: Conversation) -> StoredSummary | None: ...
-
-    async def turns_after(self, where: Conversation, after_id: int) -> list[NumberedTurn]: ...
+    async def conversation(
+        self, where: Conversation
+    ) -> tuple[StoredSummary | None, list[NumberedTurn]]: ...
 
     async def save(self, where: Conversation, summary: StoredSummary, now: datetime) -> None: ...
 
@@ -205,9 +205,7 @@ class HistoryFolder:
         """
         if self._max <= 0:
             return PromptHistory((), 0, 0)
-        stored = await self._summaries.load(where)
-        after = stored.through_turn_id if stored is not None else 0
-        turns = await self._summaries.turns_after(where, after)
+        stored, turns = await self._summaries.conversation(where)
         summary_tokens = stored.tokens if stored is not None and stored.content else 0
         if summary_tokens + sum(t.turn.tokens for t in turns) <= self._max:
             return await self._assemble(stored, [t.turn for t in turns])

@@ -43,11 +43,18 @@ class ChatAnswer:
             passed over after its call started may have been billed too); ``None``
             when the ledger could not answer. Told the user only when the answer
             could not be delivered (``docs/decisions/021-chat-reply.md``).
+        steps: model calls the answer took (more than 1: tools were called).
+        tools_called: the tools called, in order.
+        tool_stop: the ledger's refusal that ended the tool loop early (the answer is
+            the text so far).
         fold: the history fold this message made (summarised or cut), ``None``: none.
     """
 
     completion: Completion
     charged_musd: int | None = 0
+    steps: int = 1
+    tools_called: tuple[str, ...] = ()
+    tool_stop: Refusal | None = None
     fold: FoldNote | None = None
 
 
@@ -60,6 +67,8 @@ class ChatRefused:
     refusal: Refusal
     running: bool
     retry: bool = False
+    #: what the refused hold was for (:func:`bot.text.templates.refusal_text`'s ``step``)
+    step: str = "answer"
 
 
 class FailureKind(StrEnum):
@@ -110,9 +119,11 @@ async def run_guarded(coro: Awaitable[ChatOutcome]) -> ChatOutcome:
         return ChatFailed(FailureKind.ERROR)
 
 
-def refused_outcome(exc: HoldRefused, *, running: bool, called: bool = False) -> ChatRefused:
+def refused_outcome(
+    exc: HoldRefused, *, running: bool, called: bool = False, step: str = "answer"
+) -> ChatRefused:
     """The refusal ``exc`` as an outcome; one of a ledger that failed closed for a while
     (not its file lost) before any provider call (``called``: a hold was granted) may be
-    tried again."""
+    tried again. ``step``: what the refused hold was for."""
     passing = isinstance(exc, LedgerUnavailable) and not exc.lasting
-    return ChatRefused(exc.refusal, running=running, retry=passing and not called)
+    return ChatRefused(exc.refusal, running=running, retry=passing and not called, step=step)

@@ -2,9 +2,11 @@
 ask first (``docs/decisions/086-the-price-before-the-spend.md``).
 
 :meth:`Quoter.answer_ceiling` is the most the answer's hold can be at any key the cascade
-may try: the prompt as the chat service will build it (system prompt, this
-conversation's stored history, the turn) at its provable bound
-(:func:`budget.pricing.tokens.input_bound`, plus a vision key's image bound), with
+may try: the prompt as the chat service will build it (the chat's system prompt — its
+persona, docs/decisions/160-personas-are-part-of-every-hold.md —, this conversation's
+stored history, the turn) at its provable bound
+(:func:`budget.pricing.tokens.input_bound`, plus a vision key's image bound, plus the
+bound of the chat's tools, CHAT_TOOLS, at a key that takes them), with
 ``CHAT_MAX_OUTPUT_TOKENS``, priced by the ledger's own card — the maximum over the keys,
 since the free keys may all be cooling when it runs. A free key's is 0, so a cascade of
 free keys never asks.
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bot.chat.service import SYSTEM_PROMPT
+from bot.chat.persona import DEFAULT_PROMPT
 from bot.storage.repos import Conversation, History
 from budget.kernel.clock import Clock
 from budget.ledger import Ledger
@@ -27,8 +29,9 @@ from budget.pricing.prices import PriceCard
 from budget.pricing.tokens import input_bound
 from budget.types import Window
 from llm.providers.base import Provider
+from llm.providers.tools import ToolCallingProvider, tools_bound
 from llm.providers.vision_provider import media_tokens_of
-from llm.types import Message
+from llm.types import Message, ToolSpec
 
 __all__ = ["Quote", "Quoter"]
 
@@ -63,6 +66,8 @@ class Quoter:
         history_max_tokens: CHAT_HISTORY_MAX_TOKENS.
         confirm_above_musd: CONFIRM_ABOVE_USD in µUSD.
         chat_providers: the chat cascade's keys (a document's or page's answer).
+        tools: the functions the chat model is offered (CHAT_TOOLS): their bound is in
+            the first step's hold at a key that takes tools, so it is in the price.
     """
 
     __slots__ = (
@@ -72,6 +77,7 @@ class Quoter:
         "_history_max",
         "_ledger",
         "_max_output",
+        "_tools",
         "chat_providers",
     )
 
@@ -85,6 +91,7 @@ class Quoter:
         history_max_tokens: int,
         confirm_above_musd: int,
         chat_providers: Sequence[Provider],
+        tools: Sequence[ToolSpec] = (),
     ) -> None:
         self.chat_providers = tuple(chat_providers)
         self._ledger = ledger
@@ -93,6 +100,7 @@ class Quoter:
         self._max_output = max_output_tokens
         self._history_max = history_max_tokens
         self._confirm_above = confirm_above_musd
+        self._tools = tuple(tools)
 
     @property
     def prices(self) -> PriceCard:
@@ -103,17 +111,26 @@ class Quoter:
         return f"Quoter(confirm_above_musd={self._confirm_above})"
 
     async def answer_ceiling(
-        self, where: Conversation, message: Message, providers: Sequence[Provider]
+        self,
+        where: Conversation,
+        message: Message,
+        providers: Sequence[Provider],
+        system_prompt: str = DEFAULT_PROMPT,
     ) -> tuple[int, int]:
         """(the most the answer to ``message`` can be held for at any of ``providers``,
-        µUSD; the prompt's provable bound at the key that sets it, tokens)."""
+        µUSD; the prompt's provable bound at the key that sets it, tokens), with
+        ``system_prompt`` (the chat's persona) first, as the chat service sends it."""
         turns = await self._history.load_turns(where, self._history_max)
-        messages = [Message("system", SYSTEM_PROMPT), *(t.message for t in turns), message]
+        messages = [Message("system", system_prompt), *(t.message for t in turns), message]
         bound = input_bound(messages)
+        # the vision keys take no tools; a chat key that takes them is asked with them
+        tools = tools_bound(self._tools) if not message.images else 0
         now = self._clock.now()
         best = (0, bound)
         for provider in providers:
             tokens = bound + media_tokens_of(provider, messages)
+            if isinstance(provider, ToolCallingProvider):
+                tokens += tools
             ceiling = self._ledger.prices.ceiling_musd(
                 provider.name, provider.model, tokens, self._max_output, now
             )

@@ -45,7 +45,7 @@ from bot.chat.outbox import Outbox
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, ChatRefused, FailureKind
 from bot.chat.streaming.session import StreamSession
 from bot.middlewares.context import IntakeStatus
-from bot.text import conversation, templates
+from bot.text import conversation, templates, tool_texts
 from bot.text import operator as operator_texts
 from budget.kernel.clock import Clock
 from llm.sanitize import has_visible
@@ -128,7 +128,9 @@ def reply_of(
     if isinstance(outcome, ChatAnswer):
         return _answer_reply(outcome, answer_to, tz, footer)
     if isinstance(outcome, ChatRefused):
-        text = templates.refusal_text(outcome.refusal, tz=tz, running=outcome.running)
+        text = templates.refusal_text(
+            outcome.refusal, tz=tz, running=outcome.running, step=outcome.step
+        )
         return Reply(
             text, IntakeStatus.REFUSED, reply_to=message_id, refusal=outcome.refusal.reason.value
         )
@@ -139,6 +141,8 @@ def reply_of(
 
 def _answer_reply(answer: ChatAnswer, answer_to: int | None, tz: str, footer: str | None) -> Reply:
     completion = answer.completion
+    if answer.steps > 1 or answer.tool_stop is not None:
+        return _tool_reply(answer, answer_to, tz, footer)
     if not has_visible(completion.text):
         if completion.stopped == "shutdown":
             return Reply(templates.shutting_down_text(), IntakeStatus.ANSWERED, reply_to=answer_to)
@@ -154,6 +158,27 @@ def _answer_reply(answer: ChatAnswer, answer_to: int | None, tz: str, footer: st
         text += "\n\n" + footer
     return Reply(
         text,
+        IntakeStatus.ANSWERED,
+        Delivery.ANSWER,
+        reply_to=answer_to,
+        charged_musd=answer.charged_musd,
+    )
+
+
+def _tool_reply(answer: ChatAnswer, answer_to: int | None, tz: str, footer: str | None) -> Reply:
+    """An answer that took tool steps: the text (so far), the stop note when a cap ended
+    the loop, the footer with the model calls and what they cost, then the history cut
+    note and the /cost footer as any answer has them."""
+    parts = [with_notes(answer.completion)] if has_visible(answer.completion.text) else []
+    if answer.tool_stop is not None:
+        parts.append(tool_texts.tool_stop_note(answer.tool_stop, answer.steps))
+    parts.append(tool_texts.tool_footer(answer.steps, answer.tools_called, answer.charged_musd))
+    if answer.fold is not None and answer.fold.kind is FoldKind.CUT:
+        parts.append(conversation.summary_cut_note(answer.fold.refusal, tz=tz))
+    if footer:
+        parts.append(footer)
+    return Reply(
+        "\n\n".join(parts),
         IntakeStatus.ANSWERED,
         Delivery.ANSWER,
         reply_to=answer_to,

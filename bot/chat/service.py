@@ -1,11 +1,8 @@
-"""Governed chat: the one place where a chat message meets the budget.
-
-One private message = one *operation* (see ``budget.types``). :class:`ChatService`
-admits it through the ledger (kill switch, in-flight slots, start rate), builds the
-prompt from stored history, sends one request through the cascade (each attempt
-holds, then settles or releases), and returns an outcome value — with what the
-operation was charged — that :mod:`bot.chat.reply` turns into the reply.
-It never builds user-facing text and never lets an exception's text out.
+"""Governed chat: the one place where a chat message meets the budget. One message = one
+*operation* (``budget.types``): :class:`ChatService` admits it through the ledger, builds
+the prompt (persona, history, message), calls the cascade (each call holds, then settles
+or releases; the tool loop's steps too) and returns an outcome value with what the
+operation was charged, for :mod:`bot.chat.reply`; never user-facing or exception text.
 
 Per-user queue: a user's messages take an in-flight slot in the order Telegram
 delivered them (USER_MAX_INFLIGHT slots); up to USER_QUEUE_MAX more wait for one, and
@@ -28,15 +25,20 @@ from dataclasses import replace
 from bot.chat.contracts import ChatConfig, CompletionBackend, PromptCounter
 from bot.chat.draining import CANCEL_WAIT_S, STOP_WAIT_S, Draining
 from bot.chat.folding import FoldNote, HistoryFolder, PromptHistory
-from bot.chat.lanes import POLL_S, LaneStore
+from bot.chat.lanes import LaneStore
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind, refused_outcome
-from bot.chat.turns import MediaTurn
-from bot.chat.user_queue import MessageKey, UserQueue
+from bot.chat.persona import DEFAULT_PROMPT, ChatPersona, SystemCounts
+from bot.chat.tool_loop import ToolLoop, ToolRun
+from bot.chat.tools import ChatTools
+from bot.chat.turns import MediaTurn, PlanTurn
+from bot.chat.user_lanes import UserLanes
+from bot.chat.user_queue import MessageKey
 from bot.media.refusals import MediaRefused
 from bot.storage.repos import Conversation, History
 from bot.storage.values import Turn
 from budget.errors import BudgetError, HoldRefused
 from budget.kernel.clock import Clock
+from budget.plans import Plan
 from budget.pricing.tokens import TOKENS_REPLY_PRIMING, count_off_loop
 from budget.protocol import LedgerPort, OperationTicket
 from budget.types import Origin
@@ -50,7 +52,9 @@ __all__ = [
     "CANCEL_WAIT_S",
     "SHED_LONG",
     "STOP_WAIT_S",
+    "SYSTEM_PROMPT",
     "ChatConfig",
+    "ChatPersona",
     "ChatService",
     "CompletionBackend",
 ]
@@ -60,10 +64,7 @@ SHED_LONG = "shed_long_answers"
 
 log = logging.getLogger(__name__)
 
-SYSTEM_PROMPT = (
-    "You are Kopek, a concise and helpful assistant in a Telegram chat. "
-    "Answer in the language of the user's message. Use Markdown sparingly."
-)
+SYSTEM_PROMPT = DEFAULT_PROMPT
 
 
 class ChatService(Draining):
@@ -83,6 +84,9 @@ class ChatService(Draining):
             (USER_DAILY_MESSAGES) in its operation's admission (``HoldRefused``, reason
             ``messages``, past it; docs/decisions/132-two-ledger-steps.md).
         lanes: the other replicas' unfinished messages of a user (``None``: one process).
+        tools: the model's tools (CHAT_TOOLS; ``None`` or none enabled: one call per
+            message); each step of the loop is a request of the message's operation
+            (:mod:`bot.chat.tool_loop`).
         short_answers: true while shedding caps answers (``long_answers``,
             :mod:`bot.ops.shedding`): max_tokens is then a quarter of
             CHAT_MAX_OUTPUT_TOKENS, and an answer stopped there says so.
@@ -103,6 +107,7 @@ class ChatService(Draining):
         config: ChatConfig,
         count_messages: bool = False,
         lanes: LaneStore | None = None,
+        tools: ChatTools | None = None,
         short_answers: Callable[[], bool] | None = None,
         vision: CompletionBackend | None = None,
         folder: HistoryFolder | None = None,
@@ -111,21 +116,31 @@ class ChatService(Draining):
         self._short = short_answers
         self.vision = vision
         self._folder = folder
-        self._shared_lanes = lanes
         self._count_messages = count_messages
         self._backend = backend
         self._history = history
         self._count = count_tokens
-        self._system_raw: int | None = None
+        self._system_raw = SystemCounts(self._raw_turn)
+        self._tool_loop: ToolLoop | None = None
+        if tools is not None:
+            self.use_tools(tools)
         self._clock = clock
         self._config = config
-        self._lanes: dict[int, UserQueue] = {}
+        self._lanes = UserLanes(lanes, clock)
         self._tasks: set[asyncio.Task[object]] = set()
         self._anonymous = itertools.count(1)
         self.closing = False
 
     def __repr__(self) -> str:
         return f"ChatService(lanes={len(self._lanes)}, in_flight={len(self._tasks)})"
+
+    def use_tools(self, tools: ChatTools) -> None:
+        """Give the model ``tools`` from now on (none enabled: one call per message)."""
+        self._tool_loop = (
+            ToolLoop(self._backend.complete, tools, self._raw_turn, self._count.scale)
+            if tools.specs
+            else None
+        )
 
     @property
     def in_flight(self) -> int:
@@ -139,21 +154,11 @@ class ChatService(Draining):
         finish in any order; the first (synchronous) middleware calls this so messages
         are served in the order Telegram delivered them. ``key`` is (chat id, message id).
         """
-        lane = self._lanes.get(user_id)
-        if lane is None:
-            lane = self._lanes[user_id] = UserQueue()
-        if key not in lane.order:
-            lane.order.append(key)
+        self._lanes.arrive(user_id, key)
 
     def depart(self, user_id: int, key: MessageKey) -> None:
         """Forget a message (answered, refused, or not a chat message after all)."""
-        lane = self._lanes.get(user_id)
-        if lane is None or key not in lane.order:
-            return
-        lane.order.remove(key)
-        lane.notify()
-        if not lane.order:
-            del self._lanes[user_id]
+        self._lanes.depart(user_id, key)
 
     async def handle(
         self,
@@ -165,7 +170,9 @@ class ChatService(Draining):
         key: MessageKey | None = None,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None = None,
         stream: StreamControl | None = None,
+        persona: ChatPersona | None = None,
         media: MediaTurn | None = None,
+        plan: Plan | None = None,
     ) -> ChatOutcome:
         """Answer one message, or say why not. Never raises for expected failures.
 
@@ -183,14 +190,19 @@ class ChatService(Draining):
                 operation is admitted, left on every outcome.
             stream: stream the answer through this control (see
                 :meth:`llm.cascade.cascade.Cascade.complete`); ``None`` = one piece.
+            persona: the chat's system prompt and model (``/persona``, ``/model``);
+                ``None``: the default prompt, the cascade's own models.
             media: what a voice note, photo, document or link adds (``None``: typed text).
+            plan: the user's plan: its concurrency replaces USER_MAX_INFLIGHT in the
+                queue, and its priority orders the provider-call slot (``None``: neither).
         """
         if key is None:
             key = (0, -next(self._anonymous))
         self.arrive(user_id, key)
+        turn = PlanTurn.of(plan, self._config.user_max_inflight)
         try:
             where = Conversation(chat_id, thread_id, user_id)
-            return await self._in_turn(where, key, text, activity, stream, media)
+            return await self._in_turn(where, key, text, activity, stream, media, turn, persona)
         finally:
             self.depart(user_id, key)
 
@@ -202,14 +214,17 @@ class ChatService(Draining):
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
         stream: StreamControl | None = None,
         media: MediaTurn | None = None,
+        turn: PlanTurn | None = None,
+        persona: ChatPersona | None = None,
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
         user_id = where.user_id
         lane = self._lanes[user_id]
-        slots = self._config.user_max_inflight
+        turn = turn or PlanTurn.of(None, self._config.user_max_inflight)
+        slots = turn.slots
         try:
-            place = await self._place(user_id, lane, key)
+            place = await self._lanes.place(user_id, key)
         except HoldRefused as exc:  # the shared queue cannot be read: fail closed
             return refused_outcome(exc, running=False)
         if place >= slots + self._config.user_queue_max:
@@ -221,61 +236,29 @@ class ChatService(Draining):
         if tokens > limit:
             return ChatFailed(FailureKind.TOO_LONG, tokens=tokens, limit=limit)
         try:
-            while (place := await self._place(user_id, lane, key)) >= slots:
-                await self._wait_turn(lane)
+            while (place := await self._lanes.place(user_id, key)) >= slots:
+                await self._lanes.wait_turn(user_id)
         except HoldRefused as exc:  # the shared queue cannot be read: only ours is known
             return refused_outcome(exc, running=lane.order.index(key) > 0)
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
         try:
-            others = place > 0 and await self._running_ahead(user_id, lane, key)
+            others = place > 0 and await self._lanes.running_ahead(user_id, key)
             return await self._admitted(
-                where, user_msg, (tokens, user_raw), others, activity, stream, media
+                where,
+                user_msg,
+                (tokens, user_raw),
+                others,
+                activity,
+                stream,
+                media,
+                turn.priority,
+                persona,
             )
         finally:
             if task is not None:
                 self._tasks.discard(task)
-
-    async def _place(self, user_id: int, lane: UserQueue, key: MessageKey) -> int:
-        """``key``'s place in its user's queue (0 = first): this process's messages
-        before it, plus (shared) the other live replicas' unfinished earlier ones.
-
-        Raises:
-            budget.errors.LedgerUnavailable: the shared queue cannot be read.
-        """
-        place = lane.order.index(key)
-        if self._shared_lanes is not None and key[1] > 0:
-            place += await self._shared_lanes.ahead(user_id, key[0], key[1])
-        return place
-
-    async def _running_ahead(self, user_id: int, lane: UserQueue, key: MessageKey) -> bool:
-        """Whether an earlier message of the user is surely being answered (what a refusal
-        may say): this process's, or one a replica whose connection is not gone runs
-        (:meth:`bot.chat.lanes.LaneStore.running_ahead`); an unreadable database: no."""
-        if lane.order.index(key) > 0:
-            return True
-        if self._shared_lanes is None or key[1] <= 0:
-            return False
-        try:
-            return await self._shared_lanes.running_ahead(user_id, key[0], key[1]) > 0
-        except HoldRefused:
-            return False
-
-    async def _wait_turn(self, lane: UserQueue) -> None:
-        """Until one of this process's messages of the user ends or (shared) for
-        :data:`bot.chat.lanes.POLL_S` seconds."""
-        if self._shared_lanes is None:
-            await lane.changed.wait()
-            return
-        changed = asyncio.ensure_future(lane.changed.wait())
-        pause = asyncio.ensure_future(self._clock.sleep(POLL_S))
-        try:
-            await asyncio.wait({changed, pause}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in (changed, pause):
-                waiter.cancel()
-            await asyncio.gather(changed, pause, return_exceptions=True)
 
     async def _admitted(
         self,
@@ -286,48 +269,50 @@ class ChatService(Draining):
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
         stream: StreamControl | None = None,
         media: MediaTurn | None = None,
+        priority: int = Priority.CHAT,
+        persona: ChatPersona | None = None,
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
         try:
-            # admitted with its first hold (and the message counted), in that hold's
-            # ledger step (docs/decisions/011-sqlite-single-writer.md, "Deferred
-            # admission"; 132); a refusal of the admission then comes from the
-            # cascade, handled below
+            # admitted with its first hold, the message counted, in that hold's step
+            # (decisions 011 "Deferred admission", 132); its refusal then comes from the
+            # cascade, handled below. A group (negative id) pays too (decision 110)
+            group = where.chat_id if where.chat_id < 0 else None
+            count = self._count_messages
             op = await self._ledger.begin_operation(
-                where.user_id, Origin.CHAT, deferred=True, count_message=self._count_messages
+                where.user_id, Origin.CHAT, deferred=True, count_message=count, chat_id=group
             )
         except HoldRefused as exc:
             return refused_outcome(exc, running=others_running)
         completion: Completion | None = None
+        step = "answer"  # what a refused hold was for (the refusal names it)
         try:
             if media is not None and media.transcribe is not None:
+                step = "transcription"
                 heard = await self._transcribed(op, media, media.transcribe)
                 if isinstance(heard, ChatFailed):
                     return heard
                 user_msg, user_tokens = heard
-            request, fold = await self._request(op, where, user_msg, user_tokens)
-            backend = self.vision if user_msg.images and self.vision else self._backend
-            ctx = activity() if activity is not None else nullcontext()
-            async with ctx:
-                if stream is None:
-                    completion = await backend.complete(op, request)
-                else:
-                    completion = await backend.complete(op, request, stream=stream)
+            step = media.answer_step if media is not None else "answer"
+            request, fold = await self._request(op, where, user_msg, user_tokens, priority, persona)
+            run = await self._run(op, request, where.user_id, activity, stream)
+            completion = run.completion
             if request.max_tokens < self._config.max_output_tokens:
                 completion = replace(completion, degraded=(*completion.degraded, SHED_LONG))
             if media is not None and media.stored is not None:
                 user_msg = Message("user", media.stored)
                 user_tokens = await self._turn_tokens(user_msg)
             await self._remember(where, user_msg, user_tokens, completion)
-            # the answering attempt's cost is the whole bill when no other provider was
-            # tried first; otherwise one of them may have been billed too: ask the ledger
-            # (and a history summary, when this message folded one)
-            alone = not completion.fallbacks and fold is None
+            # the answering attempt's cost is the whole bill when it was the one call and
+            # no other provider was tried first; otherwise one of them may have been billed
+            # too: ask the ledger (and a history summary, when this message folded one)
+            alone = run.steps == 1 and not completion.fallbacks and fold is None
             charged = completion.cost_musd if alone else await self._booked_musd(op)
-            return ChatAnswer(completion, charged, fold)
+            return ChatAnswer(completion, charged, run.steps, run.calls, run.stop, fold)
         except HoldRefused as exc:
-            return refused_outcome(exc, running=others_running, called=self._ledger.held_any(op))
+            called = self._ledger.held_any(op)
+            return refused_outcome(exc, running=others_running, called=called, step=step)
         except MediaRefused as exc:
             booked = await self._booked_musd(op)
             return ChatFailed(FailureKind.MEDIA, media=exc.refusal, charged_musd=booked)
@@ -356,22 +341,26 @@ class ChatService(Draining):
         where: Conversation,
         user_msg: Message,
         user_tokens: tuple[int, int],
+        priority: int = Priority.CHAT,
+        persona: ChatPersona | None = None,
     ) -> tuple[LLMRequest, FoldNote | None]:
         """The request for ``user_msg``: the system prompt, the history of ``where`` (at
         most CHAT_HISTORY_MAX_TOKENS: its summary and recent turns, folded first when
         needed — :mod:`bot.chat.folding`) and the message, routed to the main or small
         models (:mod:`llm.router`); its input tokens are the sum of the stored raw
         counts (``user_tokens``: the message's ceiling and raw counts), scaled once.
-        Also the fold this message made, if any.
+        The system prompt is the chat's persona (``persona``; ``None``: the default),
+        its count part of the input held and of the router's context. A chosen model
+        (``persona.model``) wins over the router's small one. Also the fold this
+        message made, if any.
 
         Raises:
             HoldRefused: the summary's hold was refused for the whole message.
         """
         history = await self._history_of(op, where)
-        system = Message("system", SYSTEM_PROMPT)
-        if self._system_raw is None:
-            self._system_raw = await self._raw_turn(system)
-        raw = TOKENS_REPLY_PRIMING + self._system_raw + user_tokens[1] + history.raw_tokens
+        system = Message("system", persona.prompt if persona is not None else SYSTEM_PROMPT)
+        system_raw = await self._system_raw.raw(system.content)
+        raw = TOKENS_REPLY_PRIMING + system_raw + user_tokens[1] + history.raw_tokens
         turns = list(history.messages)
         messages = (system, *turns, user_msg)
         # a photo's shorter prompt would still carry the image: the vision keys have no
@@ -382,10 +371,11 @@ class ChatService(Draining):
             self._config.router,
             text=user_msg.content,
             message_tokens=user_tokens[0],
-            context_tokens=history.tokens + self._count.scale(self._system_raw),
+            context_tokens=history.tokens + self._count.scale(system_raw),
         )
         if user_msg.images:
             cheaper, chosen = None, Route.MAIN
+        model = persona.model if persona is not None else None
         cap = self._config.max_output_tokens
         if self._short is not None and self._short():
             cap = max(1, cap // 4)  # docs/decisions/141-shedding-in-a-set-order.md
@@ -393,14 +383,35 @@ class ChatService(Draining):
             messages=messages,
             max_tokens=cap,
             allow_paid=True,
-            priority=Priority.CHAT,
+            priority=priority,
             cheaper_messages=cheaper,
             fingerprint=fingerprint(messages),
             input_tokens=self._count.scale(raw),
-            small=chosen is Route.SMALL,
+            model=model,
+            small=chosen is Route.SMALL and model is None,
+            origin=Origin.VISION if user_msg.images else None,
             ends_operation=True,  # its settle ends the operation (the message's last step)
         )
         return request, history.fold
+
+    async def _run(
+        self,
+        op: OperationTicket,
+        request: LLMRequest,
+        user_id: int,
+        activity: Callable[[], AbstractAsyncContextManager[object]] | None,
+        stream: StreamControl | None,
+    ) -> ToolRun:
+        """``request`` answered: by the tool loop (CHAT_TOOLS), else one call; a turn
+        with images by the vision keys (which take no tools)."""
+        images = request.messages[-1].images
+        backend = self.vision if images and self.vision else self._backend
+        async with activity() if activity is not None else nullcontext():
+            if self._tool_loop is not None and backend is self._backend:
+                return await self._tool_loop.run(op, request, user_id, stream)
+            if stream is None:
+                return ToolRun(await backend.complete(op, request), 1, ())
+            return ToolRun(await backend.complete(op, request, stream=stream), 1, ())
 
     async def _history_of(self, op: OperationTicket, where: Conversation) -> PromptHistory:
         """``where``'s history for the next prompt: folded (summaries on), else the
@@ -436,6 +447,11 @@ class ChatService(Draining):
         """``message``'s (scaled, raw) counts as one turn."""
         raw = await self._raw_turn(message)
         return self._count.scale(raw + TOKENS_REPLY_PRIMING), raw
+
+    async def system_tokens(self, prompt: str) -> int:
+        """What ``prompt`` as the system message adds to every request's input, tokens
+        (scaled by TOKEN_SAFETY_FACTOR, as held), for ``/persona``."""
+        return self._count.scale(await self._system_raw.raw(prompt))
 
     async def _raw_turn(self, message: Message) -> int:
         """``message``'s raw count as one turn of a prompt (no factor, no priming),

@@ -8,6 +8,7 @@ delivery policy — stream finish, outbox or template, undeliverable marking).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from datetime import timedelta
@@ -26,22 +27,29 @@ from bot.chat.deferral import FloodDeferral
 from bot.chat.delivery import send_text
 from bot.chat.duplicates import Claim, DuplicateGate, Regenerate, Verdict, answered_in_full
 from bot.chat.ledger_wait import until_ledger_answers
+from bot.chat.model_menu import ModelMenu
 from bot.chat.outbox import Outbox
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind, run_guarded
 from bot.chat.paste import PasteTicket
+from bot.chat.persona import ChatPersona
+from bot.chat.plans import UserPlans
 from bot.chat.reply import Courier, Reply, reply_of, screen
 from bot.chat.service import ChatService
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.streaming.session import StreamConfig, StreamSession, book_stop
 from bot.chat.turns import MediaTurn
+from bot.handlers.persona import persona_of
 from bot.handlers.regenerate import send_duplicate_notice
 from bot.middlewares.context import IntakeStatus, UserContext
 from bot.middlewares.topics import topic_of
+from bot.storage.chat_prefs import ChatPrefsStore
 from bot.storage.summaries import CostFooters
 from bot.text import templates
 from budget.books.stops import StopBook
+from budget.errors import HoldRefused
 from budget.kernel.clock import Clock
+from budget.plans import Plan
 from llm.sanitize import clean_prompt
 
 __all__ = [
@@ -119,8 +127,12 @@ async def on_text(
     ledger: HoldReader | None = None,
     cost_footers: CostFooters | None = None,
     duplicates: DuplicateGate | None = None,
+    user_plans: UserPlans | None = None,
+    chat_prefs: ChatPrefsStore | None = None,
+    model_menu: ModelMenu | None = None,
 ) -> IntakeStatus:
-    """Answer one chat message, or say why not; returns what its intake record says."""
+    """Answer one chat message, or say why not; returns what its intake record says.
+    The user's plan decides whether it streams, its queue's slots and its priority."""
     received_at = clock.monotonic()
     if paste is not None:
         question = await paste.question(prompt)
@@ -147,6 +159,9 @@ async def on_text(
         ledger=ledger,
         cost_footers=cost_footers,
         duplicates=duplicates,
+        user_plans=user_plans,
+        chat_prefs=chat_prefs,
+        model_menu=model_menu,
     )
 
 
@@ -172,10 +187,15 @@ async def answer_turn(
     ledger: HoldReader | None = None,
     cost_footers: CostFooters | None = None,
     duplicates: DuplicateGate | None = None,
+    user_plans: UserPlans | None = None,
+    chat_prefs: ChatPrefsStore | None = None,
+    model_menu: ModelMenu | None = None,
 ) -> IntakeStatus:
     """Answer ``prompt`` for ``message`` (typed text, or a media turn: ``media``, neither
     screened nor claimed against duplicates: a confirmed one is answered when its sender
-    said so, a recording's text is its transcript) or say why not; returns its status."""
+    said so, a recording's text is its transcript) or say why not; returns its status.
+    The user's plan (``user_plans``) decides whether it streams, its queue's slots and
+    its priority."""
     received_at = clock.monotonic() if received_at is None else received_at
     chat_id = message.chat.id
     if flood_deferral is not None and await flood_deferral.defer(
@@ -190,17 +210,19 @@ async def answer_turn(
     claim = _claim(gate, message, prompt, user_ctx) if reply is None else None
     if claim is not None and claim.verdict is not Verdict.NEW:
         return await send_duplicate_notice(bot, chat_id, claim, reply_to=message.message_id)
+    plan = await _plan_of(user_plans, user_ctx.user_id) if reply is None else None
     if reply is None:
-        if streams is not None and stream_config is not None:
+        if streams is not None and stream_config is not None and _streams(plan):
             courier.stream = _open_stream(
                 bot, message, user_ctx.user_id, clock, received_at,
                 (streams, stream_config, stream_metrics),
             )  # fmt: skip
+        persona = await _persona_of(chat_id, chat_prefs, model_menu)
         outcome: ChatOutcome = ChatFailed(FailureKind.ERROR)
         try:
             outcome = await run_guarded(
                 _answer(chat_service, user_ctx.user_id, prompt, message, bot, courier, clock,
-                        timedelta(seconds=stale_after_s), media)
+                        timedelta(seconds=stale_after_s), media, plan, persona)
             )  # fmt: skip
         except asyncio.CancelledError:  # the intake middleware records it as failed
             await courier.interrupted(answer_to)
@@ -224,6 +246,29 @@ async def answer_turn(
     return await courier.deliver(reply)
 
 
+async def _persona_of(
+    chat_id: int, chat_prefs: ChatPrefsStore | None, model_menu: ModelMenu | None
+) -> ChatPersona | None:
+    """The chat's persona and model (``None``: personas not wired, the defaults)."""
+    if chat_prefs is None or model_menu is None:
+        return None
+    return await persona_of(chat_id, chat_prefs, model_menu)
+
+
+async def _plan_of(user_plans: UserPlans | None, user_id: int) -> Plan | None:
+    """The user's plan for the features (``None``: no plans, or the ledger unreadable,
+    which then refuses the message itself)."""
+    if user_plans is not None:
+        with contextlib.suppress(HoldRefused):
+            return await user_plans.of(user_id)
+    return None
+
+
+def _streams(plan: Plan | None) -> bool:
+    """The plan lets answers stream (no plan: they do)."""
+    return plan is None or plan.features.streaming
+
+
 async def _answer(
     chat_service: ChatService,
     user_id: int,
@@ -234,8 +279,11 @@ async def _answer(
     clock: Clock,
     stale_after: timedelta,
     media: MediaTurn | None = None,
+    plan: Plan | None = None,
+    persona: ChatPersona | None = None,
 ) -> ChatOutcome:
-    """The message answered by the chat service; a try that met a ledger failing closed
+    """The message answered by the chat service (``plan``: the user's, which sets its
+    queue's slots and priority); a try that met a ledger failing closed
     before any provider call is tried again when it answers (bot.chat.ledger_wait): a
     typed message while it is not stale, a media turn (answered when its sender confirmed
     it, so its own date may be old) for ``stale_after`` from now."""
@@ -249,6 +297,8 @@ async def _answer(
         activity=partial(_typing, bot, message),
         stream=courier.stream.control if courier.stream is not None else None,
         media=media,
+        plan=plan,
+        persona=persona,
     )
     return await until_ledger_answers(
         attempt,

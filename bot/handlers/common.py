@@ -1,4 +1,5 @@
-"""User commands: /start, /help, /reset, /tz, /lang (and the unknown-command fallback)."""
+"""User commands: /start, /help, /reset, /tz, /lang or /language (and the unknown-command
+fallback)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from bot.middlewares.context import ProfileStore, UserContext
 from bot.middlewares.topics import topic_of
 from bot.storage.repos import Conversation, History
 from bot.text import templates
-from bot.text.i18n import SUPPORTED_LANGUAGES
+from bot.text.i18n import LANGUAGE_NAMES, SUPPORTED_LANGUAGES
 from budget.kernel.clock import Clock
 
 __all__ = ["create_common_router", "create_fallback_router"]
@@ -118,13 +119,18 @@ async def on_lang(
     profiles: ProfileStore,
     i18n: I18n,
 ) -> None:
-    """/lang en|ru: set the sender's language."""
-    arg = (command.args or "").strip().lower()
-    if arg not in SUPPORTED_LANGUAGES:
-        await send_text(bot, message.chat.id, _("Usage: /lang en or /lang ru"), clock=clock)
+    """/lang (or /language) [CODE]: list the languages, or set the sender's."""
+    arg = (command.args or "").strip().lower().replace("_", "-")
+    code = arg.split("-")[0] if arg else ""
+    if code not in SUPPORTED_LANGUAGES:
+        choices = ", ".join(f"{c} ({name})" for c, name in LANGUAGE_NAMES.items())
+        text = _("Your language: {current}. Choose one with /lang CODE: {choices}.").format(
+            current=LANGUAGE_NAMES[user_ctx.language], choices=choices
+        )
+        await send_text(bot, message.chat.id, text, clock=clock)
         return
-    await profiles.set_language(user_ctx.user_id, arg)
-    with i18n.use_locale(arg):
+    await profiles.set_language(user_ctx.user_id, code)
+    with i18n.use_locale(code):
         await send_text(bot, message.chat.id, _("Language set: English."), clock=clock)
 
 
@@ -136,7 +142,7 @@ def create_common_router() -> Router:
     router.message.register(on_reset, Command("reset"))
     # /tz and /lang set a person's profile; a message sent on behalf of a chat has none
     router.message.register(on_tz, Command("tz"), F.sender_chat.is_(None))
-    router.message.register(on_lang, Command("lang"), F.sender_chat.is_(None))
+    router.message.register(on_lang, Command("lang", "language"), F.sender_chat.is_(None))
     return router
 
 

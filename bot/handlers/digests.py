@@ -8,7 +8,9 @@ from aiogram.types import Message
 from aiogram.utils.i18n import gettext as _
 
 from bot.chat.delivery import send_text
+from bot.chat.plans import UserPlans
 from bot.middlewares.context import UserContext
+from bot.text.access import plan_feature_text
 from budget.kernel.clock import Clock
 from scheduler.service import DigestService
 from scheduler.types import SubscribeResult, SubscribeStatus
@@ -53,9 +55,21 @@ async def on_sub(
     command: CommandObject,
     user_ctx: UserContext,
     digests: DigestService,
+    user_plans: UserPlans | None = None,
 ) -> None:
-    """/sub @channel or a feed URL."""
-    result = await digests.subscribe(user_ctx.user_id, (command.args or "").strip())
+    """/sub @channel or a feed URL (within the user's plan: digests at all, and its
+    number of subscriptions)."""
+    limit = None
+    if user_plans is not None:
+        plan = await user_plans.of(user_ctx.user_id)
+        if not plan.features.digests:
+            text = plan_feature_text(_("channel digests"), plan.title)
+            await send_text(bot, message.chat.id, text, clock=clock)
+            return
+        limit = plan.features.max_subscriptions
+    result = await digests.subscribe(
+        user_ctx.user_id, (command.args or "").strip(), max_subscriptions=limit
+    )
     await send_text(bot, message.chat.id, subscribe_text(result), clock=clock)
 
 

@@ -13,6 +13,8 @@ from bot.text.templates import format_reset
 from budget.errors import HoldRefused
 from budget.kernel.clock import Clock
 from budget.ledger import Ledger
+from budget.plans import Plans
+from budget.policy.levels import LEVEL_ORDER
 from budget.policy.money import usd
 from budget.status import BucketStatus, UserStatus
 from budget.types import Level, Window
@@ -23,6 +25,10 @@ __all__ = ["create_me_router", "render_me"]
 def _level_name(level: Level) -> str:
     if level is Level.USER:
         return _("user")
+    if level is Level.PLAN:
+        return _("plan")
+    if level is Level.CHAT:
+        return _("group")
     if level is Level.TEAM:
         return _("team")
     if level is Level.PROVIDER:
@@ -30,8 +36,16 @@ def _level_name(level: Level) -> str:
     return _("global")
 
 
+def _window_name(window: Window) -> str:
+    if window is Window.HOUR:
+        return _("this hour")
+    if window is Window.MONTH:
+        return _("this month")
+    return _("today")
+
+
 def _bucket_line(b: BucketStatus, tz: str) -> str:
-    window = _("this hour") if b.window is Window.HOUR else _("today")
+    window = _window_name(b.window)
     if b.limit_musd is None:
         return _("{level}, {window}: spent {spent} (no limit)").format(
             level=_level_name(b.level), window=window, spent=usd(b.settled_musd)
@@ -48,7 +62,7 @@ def _bucket_line(b: BucketStatus, tz: str) -> str:
             spent=usd(b.settled_musd + b.held_musd),
             limit=usd(b.limit_musd),
             over=usd(-remaining),
-            reset=format_reset(b.resets_at, tz),
+            reset=format_reset(b.resets_at, tz, with_date=b.window is Window.MONTH),
         )
     return _(
         "{level}, {window}: spent {spent} of {limit}, {remaining} left; resets at {reset}"
@@ -58,20 +72,37 @@ def _bucket_line(b: BucketStatus, tz: str) -> str:
         spent=usd(b.settled_musd + b.held_musd),
         limit=usd(b.limit_musd),
         remaining=usd(remaining),
-        reset=format_reset(b.resets_at, tz),
+        reset=format_reset(b.resets_at, tz, with_date=b.window is Window.MONTH),
     )
 
 
-def render_me(status: UserStatus, tz: str) -> str:
-    """The /me text."""
+def render_me(status: UserStatus, tz: str, plan_title: str | None = None) -> str:
+    """The /me text (``plan_title``: what users see of the user's plan; default its
+    name)."""
+    plan_title = plan_title or status.plan or ""
     lines = [_("📊 Your usage (times in {tz})").format(tz=tz)]
     lines.append(_("Spent today: {spent}").format(spent=usd(status.settled_today_musd)))
+    if status.plan and status.plan_until is not None:
+        lines.append(
+            _("Plan: {plan}, until {until}").format(
+                plan=plan_title, until=format_reset(status.plan_until, tz, with_date=True)
+            )
+        )
+    elif status.plan:
+        lines.append(_("Plan: {plan}").format(plan=plan_title))
     if status.team:
         lines.append(_("Team: {team}").format(team=status.team))
-    order = {Level.USER: 0, Level.TEAM: 1, Level.GLOBAL: 2, Level.PROVIDER: 3}
-    for b in sorted(status.buckets, key=lambda x: (order[x.level], x.window != Window.HOUR)):
-        if b.window in (Window.HOUR, Window.DAY) and b.level is not Level.PROVIDER:
-            lines.append("• " + _bucket_line(b, tz))
+    windows = (Window.HOUR, Window.DAY, Window.MONTH)
+    # the user's own windows always; another level's only where it has a limit
+    shown = [
+        b
+        for b in status.buckets
+        if b.window in windows
+        and b.level is not Level.PROVIDER
+        and (b.level is Level.USER or b.limit_musd is not None)
+    ]
+    for b in sorted(shown, key=lambda x: (LEVEL_ORDER.index(x.level), windows.index(x.window))):
+        lines.append("• " + _bucket_line(b, tz))
     if status.messages_limit is not None:
         left = max(0, status.messages_limit - status.messages_today)
         lines.append(
@@ -90,7 +121,12 @@ def render_me(status: UserStatus, tz: str) -> str:
 
 
 async def on_me(
-    message: Message, bot: Bot, clock: Clock, user_ctx: UserContext, ledger: Ledger
+    message: Message,
+    bot: Bot,
+    clock: Clock,
+    user_ctx: UserContext,
+    ledger: Ledger,
+    plans: Plans | None = None,
 ) -> None:
     """/me: the sender's spend and what remains, with reset times."""
     try:
@@ -98,7 +134,8 @@ async def on_me(
     except HoldRefused:
         text = _("⚠️ The budget ledger is unavailable right now. Please retry in a minute.")
     else:
-        text = render_me(status, user_ctx.tz)
+        title = plans.get(status.plan).title if plans is not None and status.plan else None
+        text = render_me(status, user_ctx.tz, title)
     await send_text(bot, message.chat.id, text, clock=clock)
 
 

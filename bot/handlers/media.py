@@ -26,7 +26,10 @@ from prometheus_client import Counter
 
 from bot.chat.confirm import Confirmations, Taken
 from bot.chat.delivery import send_text
+from bot.chat.persona import DEFAULT_PROMPT
+from bot.chat.plans import UserPlans
 from bot.handlers.chat import addressed_prompt, answer_turn
+from bot.handlers.persona import persona_of
 from bot.media.desk import FileRef, MediaDesk, Prepared
 from bot.media.links import find_link
 from bot.media.refusals import MediaRefusal
@@ -35,8 +38,9 @@ from bot.middlewares.topics import topic_of
 from bot.storage.repos import Conversation
 from bot.text import media as texts
 from bot.text import templates
+from bot.text.access import plan_no_media_text
 from bot.text.i18n import in_locale, pick_language
-from budget.errors import BudgetError
+from budget.errors import BudgetError, HoldRefused
 from budget.types import Refusal, RefusalReason
 from llm.providers.vision import PhotoSize
 
@@ -46,6 +50,17 @@ log = logging.getLogger(__name__)
 
 #: ``callback_data`` of the price question's buttons: ``mc:go:<token>``, ``mc:no:<token>``.
 CONFIRM_PREFIX = "mc:"
+
+#: The workflow data a media turn passes on to the chat answer (as a typed one has them;
+#: ``user_plans``: the plan's queue slots, priority and streaming apply as to typed text).
+_TURN_PARTS = (
+    "flood_deferral",
+    "ledger",
+    "cost_footers",
+    "user_plans",
+    "chat_prefs",
+    "model_menu",
+)
 
 
 class MediaAddressed(Filter):
@@ -86,6 +101,8 @@ async def on_document(
     message: Message, prompt: str, media_desk: MediaDesk, **data: Any
 ) -> IntakeStatus:
     """A document: read, then answered (or refused, or asked about first)."""
+    if (refused := await _media_refused(message, data)) is not None:
+        return refused
     document = message.document
     assert document is not None
     if (document.mime_type or "").startswith("image/"):  # an image sent as a file
@@ -99,6 +116,8 @@ async def on_document(
 
 async def on_link(message: Message, url: str, media_desk: MediaDesk, **data: Any) -> IntakeStatus:
     """A one-link message: the page read, then answered."""
+    if (refused := await _media_refused(message, data)) is not None:
+        return refused
     prepared = await media_desk.link(url, texts.default_question("link"))
     return await _proceed(message, prepared, media_desk, data)
 
@@ -107,6 +126,8 @@ async def on_photo(
     message: Message, prompt: str, media_desk: MediaDesk, **data: Any
 ) -> IntakeStatus:
     """A photo: its best size sent to a vision model with the caption."""
+    if (refused := await _media_refused(message, data)) is not None:
+        return refused
     sizes = [(_ref(p), PhotoSize(p.width, p.height, p.file_size)) for p in message.photo or []]
     question = prompt.strip() or texts.default_question("photo")
     prepared = await media_desk.photo(sizes, question)
@@ -118,6 +139,8 @@ async def on_recording(
 ) -> IntakeStatus:
     """A voice note, audio file or video note: transcribed inside the operation, what
     was heard shown, then the transcript answered like typed text."""
+    if (refused := await _media_refused(message, {**data, "bot": bot})) is not None:
+        return refused
     if message.voice is not None:
         file: Any = message.voice
         name = "voice.ogg"
@@ -142,6 +165,23 @@ async def on_recording(
 
     prepared = media_desk.recording(ref, int(file.duration or 0), name, heard)
     return await _proceed(message, prepared, media_desk, {**data, "bot": bot})
+
+
+async def _media_refused(message: Message, data: dict[str, Any]) -> IntakeStatus | None:
+    """The template when the user's plan does not include media (``media = false``),
+    before anything is read, fetched or held; ``None``: it does (or there are no plans;
+    a ledger that cannot be read refuses the hold later)."""
+    user_plans: UserPlans | None = data.get("user_plans")
+    if user_plans is None:
+        return None
+    user_ctx: UserContext = data["user_ctx"]
+    try:
+        plan = await user_plans.of(user_ctx.user_id)
+    except HoldRefused:
+        return None
+    if plan.features.media:
+        return None
+    return await _refuse(message, plan_no_media_text(plan.title), "plan_media", data)
 
 
 async def _refuse(message: Message, text: str, label: str, data: dict[str, Any]) -> IntakeStatus:
@@ -169,7 +209,7 @@ async def _proceed(
         return await _refuse(message, text, "too_long", data)
     where = Conversation(message.chat.id, topic_of(message), user_ctx.user_id)
     try:
-        ceiling, size = await desk.ceiling(where, prepared)
+        ceiling, size = await desk.ceiling(where, prepared, await _system_prompt(message, data))
         quote = await desk.quoter.quote(user_ctx.user_id, ceiling)
     except BudgetError:  # the ledger cannot be read: fail closed, as a hold would
         text = templates.refusal_text(Refusal(RefusalReason.UNAVAILABLE), tz=user_ctx.tz)
@@ -192,7 +232,7 @@ async def _proceed(
             data.get("stream_metrics"),
             data.get("stop_book"),
             media=prepared.turn,
-            **{key: data.get(key) for key in ("flood_deferral", "ledger", "cost_footers")},
+            **{key: data.get(key) for key in _TURN_PARTS},
         )
 
     if not quote.ask:
@@ -213,8 +253,31 @@ async def _proceed(
         level,
         recording=prepared.turn.transcribe is not None,
     )
+    reply_to = message.message_id if message.chat.type != "private" else None
+    bot: Bot = data["bot"]
+    await bot.send_message(
+        message.chat.id,
+        text,
+        reply_markup=_confirm_markup(token),
+        reply_to_message_id=reply_to,
+        message_thread_id=topic_of(message),
+    )
+    return IntakeStatus.ANSWERED
+
+
+async def _system_prompt(message: Message, data: dict[str, Any]) -> str:
+    """The chat's persona, as the answer will be sent it: its tokens are in the answer's
+    hold, so they are in its price (docs/decisions/160-personas-are-part-of-every-hold.md)."""
+    prefs, menu = data.get("chat_prefs"), data.get("model_menu")
+    if prefs is None or menu is None:
+        return DEFAULT_PROMPT
+    return (await persona_of(message.chat.id, prefs, menu)).prompt
+
+
+def _confirm_markup(token: str) -> InlineKeyboardMarkup:
+    """The price question's Go ahead / Cancel buttons."""
     go, cancel = texts.confirm_buttons()
-    markup = InlineKeyboardMarkup(
+    return InlineKeyboardMarkup(
         inline_keyboard=[
             [
                 InlineKeyboardButton(text=go, callback_data=f"{CONFIRM_PREFIX}go:{token}"),
@@ -222,16 +285,6 @@ async def _proceed(
             ]
         ]
     )
-    reply_to = message.message_id if message.chat.type != "private" else None
-    bot: Bot = data["bot"]
-    await bot.send_message(
-        message.chat.id,
-        text,
-        reply_markup=markup,
-        reply_to_message_id=reply_to,
-        message_thread_id=topic_of(message),
-    )
-    return IntakeStatus.ANSWERED
 
 
 def _window_name(level: str, window: str) -> str:

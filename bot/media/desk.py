@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from bot.chat.persona import DEFAULT_PROMPT
 from bot.chat.quote import Quoter
 from bot.chat.turns import MediaTurn
 from bot.media.download import TelegramFiles
@@ -316,10 +317,13 @@ class MediaDesk:
         return counter.scale(raw)
 
     # -- the price -----------------------------------------------------------------------
-    async def ceiling(self, where: Conversation, prepared: Prepared) -> tuple[int, int]:
+    async def ceiling(
+        self, where: Conversation, prepared: Prepared, system_prompt: str = DEFAULT_PROMPT
+    ) -> tuple[int, int]:
         """(the most the step can cost, µUSD; its size: tokens, or seconds for a recording):
         a recording's transcription at the dearest speech key that takes it; else the
-        answer at the dearest key of the cascade that answers it."""
+        answer, with ``system_prompt`` (the chat's persona), at the dearest key of the
+        cascade that answers it."""
         if prepared.turn.transcribe is not None:
             speech = self.speech
             assert speech is not None
@@ -335,7 +339,7 @@ class MediaDesk:
             return dearest, prepared.seconds
         message = Message("user", prepared.text, prepared.turn.images)
         providers = self._vision_keys() if prepared.turn.images else self._quoter.chat_providers
-        return await self._quoter.answer_ceiling(where, message, providers)
+        return await self._quoter.answer_ceiling(where, message, providers, system_prompt)
 
     @property
     def files(self) -> TelegramFiles:

@@ -16,10 +16,14 @@ if TYPE_CHECKING:
     from prometheus_client import Counter
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from bot.access.sales import PlanSales
+    from bot.access.store import AccessBook
     from bot.chat.confirm import Confirmations
     from bot.chat.deferral import FloodDeferral
     from bot.chat.duplicates import DuplicateGate
+    from bot.chat.model_menu import ModelMenu
     from bot.chat.outbox import Outbox
+    from bot.chat.plans import UserPlans
     from bot.chat.service import ChatService
     from bot.chat.streaming.metrics import StreamMetrics
     from bot.chat.streaming.registry import StreamRegistry
@@ -28,6 +32,7 @@ if TYPE_CHECKING:
     from bot.ops.admin_notices import AdminNotifier
     from bot.ops.dashboard.view import OperatorView
     from bot.ops.drill import Drill
+    from bot.storage.chat_prefs import ChatPrefsStore
     from bot.storage.moves import ChatMoves
     from bot.storage.repos import History, Intake
     from bot.storage.summaries import CostFooters, Summaries
@@ -35,6 +40,7 @@ if TYPE_CHECKING:
     from budget.books.stops import StopBook
     from budget.kernel.clock import Clock
     from budget.ledger import Ledger
+    from budget.plans import Plans
     from llm.cascade.cascade import Cascade
     from scheduler.runner import DigestRunner
     from scheduler.service import DigestService
@@ -126,10 +132,26 @@ class WorkflowData(TypedDict):
     admin_ids: frozenset[int]
     #: STALE_MESSAGE_SECONDS: an older message gets the "send it again" template
     stale_after_s: int
+    #: who may use the bot (bot/access/store.py)
+    access: AccessBook
+    #: the plans (PLANS_FILE)
+    plans: Plans
+    #: each user's plan, for the features (bot/chat/plans.py)
+    user_plans: UserPlans
+    #: INVITE_TTL_HOURS: how long an /invite link works unless it says otherwise
+    invite_ttl_hours: int
+    #: Telegram Stars payments and the plans they buy (bot/access/sales.py)
+    plan_sales: PlanSales
     #: the operator dashboard's documents; /budget chart draws its picture
     operator_view: OperatorView
     #: DASHBOARD_URL (``None``: no dashboard), the /dashboard button's address
     dashboard_url: str | None
+    #: each chat's persona and model (/persona, /model)
+    chat_prefs: ChatPrefsStore
+    #: the models /model offers, with their prices
+    model_menu: ModelMenu
+    #: PERSONA_MAX_CHARS
+    persona_max_chars: int
     #: /drill's runner (the canary payer's checks of the ledger's guards)
     drill: Drill
     #: voice notes, photos, documents, links: prepared and priced without spending
@@ -150,7 +172,7 @@ class UserContext:
     Attributes:
         user_id: Telegram user id.
         chat_id: chat the update came from.
-        language: ``en`` or ``ru``.
+        language: a code of ``bot.text.i18n.SUPPORTED_LANGUAGES`` (``en``, ``ru``, ``zh``…).
         tz: the user's IANA timezone (their /tz, else DEFAULT_USER_TZ).
         is_admin: the user id is in ADMIN_IDS.
     """

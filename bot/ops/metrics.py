@@ -158,6 +158,18 @@ class MetricsServer:
         self._worst = Gauge(
             "kopek_budget_estimate_worst_ratio", "Worst actual/ceiling today", registry=registry
         )
+        self._plan_spend = Gauge(
+            "kopek_budget_plan_settled_today_musd",
+            "Settled spend today by the user's plan at admission, µUSD",
+            ["plan"],
+            registry=registry,
+        )
+        self._plan_refusals = Gauge(
+            "kopek_budget_plan_refusals_today",
+            "Ledger refusals today by the refused user's plan and reason",
+            ["plan", "reason"],
+            registry=registry,
+        )
         self._circuit = Gauge(
             "kopek_llm_circuit_state",
             "Circuit breaker per key: 0 closed, 1 half-open, 2 open",
@@ -188,6 +200,10 @@ class MetricsServer:
             self._refusals.labels(reason).set(count)
         if status.estimate.worst_ratio is not None:
             self._worst.set(status.estimate.worst_ratio)
+        for plan, settled in status.by_plan.spend_musd.items():
+            self._plan_spend.labels(plan).set(settled)
+        for (plan, reason), count in status.by_plan.refusals.items():
+            self._plan_refusals.labels(plan, reason).set(count)
         for key in self._cascade.provider_status():
             if key.present:
                 self._circuit.labels(key.name).set(_CIRCUIT_VALUES.get(key.state, 2))

@@ -20,6 +20,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from bot.settings.access import AccessSettings
 from bot.settings.checks import (
     TOKEN_PATTERN,
     check_admin_ids,
@@ -37,8 +38,10 @@ from bot.settings.checks import (
 )
 from bot.settings.conversation import ConversationSettings
 from bot.settings.media import MediaSettings
+from bot.settings.months import MonthSettings
 from bot.settings.operations import OperatorSettings
 from bot.settings.ops import OpsNoticeSettings
+from bot.settings.personas import PersonaSettings
 from budget.config import DEAD_AFTER_HEARTBEATS
 from budget.pricing.names import CASCADE_ORDER, KEYS, family, family_fields, key_field
 
@@ -113,7 +116,14 @@ class BotApiSettings(BaseSettings):
 
 
 class Settings(
-    MediaSettings, BotApiSettings, ConversationSettings, OpsNoticeSettings, OperatorSettings
+    MediaSettings,
+    BotApiSettings,
+    AccessSettings,
+    MonthSettings,
+    ConversationSettings,
+    PersonaSettings,
+    OpsNoticeSettings,
+    OperatorSettings,
 ):
     """All configuration. See ``.env.example`` for meaning and units of each field."""
 

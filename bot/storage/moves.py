@@ -7,10 +7,10 @@ also gets two service messages, ``migrate_to_chat_id`` in the old group and
 ``migrate_from_chat_id`` in the new supergroup. Either tells :class:`ChatMoves`, which
 remembers the move (so an answer still being written for the old id lands in the new
 chat, and its history turn with it) and re-keys the rows that belong to the chat: its
-conversation history (its summaries too) and the answers the outbox still has to
-deliver. The rows that name a message of the old chat (``seen_messages``: message ids
-are per chat) stay as they are. Moving is idempotent: the second service message, or a
-send refused after the move, moves nothing more.
+conversation history (its summaries too), its persona and model, and the answers the
+outbox still has to deliver. The rows that name a message of the old chat
+(``seen_messages``: message ids are per chat) stay as they are. Moving is idempotent:
+the second service message, or a send refused after the move, moves nothing more.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections import OrderedDict
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from bot.storage.tables import ChatSummary, ChatTurn, PendingAnswer
+from bot.storage.tables import ChatPrefsRow, ChatSummary, ChatTurn, PendingAnswer
 
 __all__ = ["MAX_REMEMBERED_MOVES", "ChatMoves"]
 
@@ -78,6 +78,13 @@ class ChatMoves:
             await session.execute(
                 update(ChatSummary).where(ChatSummary.chat_id == old_id).values(chat_id=new_id)
             )
+            # the persona and model go with the chat, unless the new one chose its own
+            if await session.get(ChatPrefsRow, new_id) is None:
+                await session.execute(
+                    update(ChatPrefsRow)
+                    .where(ChatPrefsRow.chat_id == old_id)
+                    .values(chat_id=new_id)
+                )
             await session.commit()
         rows = int(getattr(turns, "rowcount", 0) or 0) + int(getattr(kept, "rowcount", 0) or 0)
         if first:

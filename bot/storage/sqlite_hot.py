@@ -1,6 +1,7 @@
 """The message path's writes to the bot's tables on a SQLite file, through the ledger's
 one writer (``docs/decisions/061-one-writer-per-sqlite-file.md``): intake record and
-outcome, history load and append, the profile's ``last_seen_at``.
+outcome, history load and append, the profile's ``last_seen_at``; and the message path's
+reads of the history summary, the turns after it and the cost footer's preference.
 
 Why not the ORM here: through SQLAlchemy's ORM and aiosqlite each of these is a session
 (unit of work, identity map), several thread hops (BEGIN, statement, COMMIT) and its own
@@ -37,7 +38,7 @@ from sqlalchemy import Column
 from sqlalchemy.dialects import sqlite
 
 from bot.storage.tables import ChatTurn, SeenMessage
-from bot.storage.values import Preferences, TouchedIntake, Turn
+from bot.storage.values import NumberedTurn, Preferences, StoredSummary, TouchedIntake, Turn
 from budget.kernel.sqlite_writer import SqliteWriter
 from llm.types import Message
 from scheduler.tables import UserProfile
@@ -74,6 +75,16 @@ _INSERT_TURN = (
     "INSERT INTO chat_turns (user_id, chat_id, thread_id, role, content, tokens, raw_tokens,"
     " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
+_LOAD_SUMMARY = (
+    "SELECT through_turn_id, content, tokens, raw_tokens, summarised_turns, dropped_turns"
+    " FROM chat_summaries WHERE user_id = ? AND chat_id = ? AND thread_id IS ?"
+    " ORDER BY id DESC LIMIT 1"
+)
+_TURNS_AFTER = (
+    "SELECT id, role, content, tokens, raw_tokens FROM chat_turns"
+    " WHERE user_id = ? AND chat_id = ? AND thread_id IS ? AND id > ? ORDER BY id DESC LIMIT ?"
+)
+_FOOTER_WANTED = "SELECT 1 FROM chat_cost_footers WHERE user_id = ?"
 _GET_PROFILE = "SELECT language, tz, active FROM user_profiles WHERE user_id = ?"
 _SEE_PROFILE = (
     "UPDATE user_profiles SET last_seen_at = ?, chat_id = ?, active = 1 WHERE user_id = ?"
@@ -104,6 +115,35 @@ def _load(cur: sqlite3.Cursor, key: tuple[int, int, int | None], max_tokens: int
         kept.append(Turn(message, tokens, raw))
     kept.reverse()
     return kept
+
+
+def _summary(cur: sqlite3.Cursor, key: tuple[int, int, int | None]) -> StoredSummary | None:
+    row = cur.execute(_LOAD_SUMMARY, key).fetchone()
+    return None if row is None else StoredSummary(*row)
+
+
+def _turns_after(cur: sqlite3.Cursor, values: tuple[Any, ...]) -> list[NumberedTurn]:
+    out = [
+        NumberedTurn(
+            turn_id,
+            Turn(Message("assistant" if role == "assistant" else "user", content), tokens, raw),
+        )
+        for turn_id, role, content, tokens, raw in cur.execute(_TURNS_AFTER, values)
+    ]
+    out.reverse()
+    return out
+
+
+def _conversation(
+    cur: sqlite3.Cursor, key: tuple[int, int, int | None], limit: int
+) -> tuple[StoredSummary | None, list[NumberedTurn]]:
+    stored = _summary(cur, key)
+    after = stored.through_turn_id if stored is not None else 0
+    return stored, _turns_after(cur, (*key, after, limit))
+
+
+def _footer_wanted(cur: sqlite3.Cursor, user_id: int) -> bool:
+    return cur.execute(_FOOTER_WANTED, (user_id,)).fetchone() is not None
 
 
 def _append(cur: sqlite3.Cursor, rows: list[tuple[Any, ...]]) -> None:
@@ -181,6 +221,32 @@ class SqliteHotPath:
         """See :meth:`bot.storage.repos.History.load_turns`."""
         key = (user_id, chat_id, thread_id)
         return await self._writer.read(partial(_load, key=key, max_tokens=max_tokens))
+
+    async def load_summary(
+        self, user_id: int, chat_id: int, thread_id: int | None
+    ) -> StoredSummary | None:
+        """See :meth:`bot.storage.summaries.Summaries.load`."""
+        return await self._writer.read(partial(_summary, key=(user_id, chat_id, thread_id)))
+
+    async def turns_after(
+        self, user_id: int, chat_id: int, thread_id: int | None, after_id: int, limit: int
+    ) -> list[NumberedTurn]:
+        """See :meth:`bot.storage.summaries.Summaries.turns_after` (``limit``: the most
+        turns read, the newest). Queued after every posted append, so it sees them."""
+        values = (user_id, chat_id, thread_id, after_id, limit)
+        return await self._writer.read(partial(_turns_after, values=values))
+
+    async def load_conversation(
+        self, user_id: int, chat_id: int, thread_id: int | None, limit: int
+    ) -> tuple[StoredSummary | None, list[NumberedTurn]]:
+        """See :meth:`bot.storage.summaries.Summaries.conversation`: the summary and the
+        turns after it (the newest ``limit``) in one read, one snapshot."""
+        key = (user_id, chat_id, thread_id)
+        return await self._writer.read(partial(_conversation, key=key, limit=limit))
+
+    async def footer_wanted(self, user_id: int) -> bool:
+        """See :meth:`bot.storage.summaries.CostFooters.wanted`."""
+        return await self._writer.read(partial(_footer_wanted, user_id=user_id))
 
     async def append_turns(
         self,

@@ -1,10 +1,13 @@
 """The running history summaries and the turns after them (``chat_summaries``,
 ``chat_turns``), and who asked for the cost footer (``chat_cost_footers``): portable
-SQLAlchemy, one short session each."""
+SQLAlchemy, one short session each; on a SQLite file the message path's reads (the
+summary, the turns after it, the footer's preference) are plain ``sqlite3`` steps on
+the ledger's writer instead (:mod:`bot.storage.sqlite_hot`): through an ORM session and
+aiosqlite's thread they were measured at about half of a burst message's CPU time
+(docs/benchmarks.md, the message path beside a bare echo bot)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, and_, delete, select
@@ -12,8 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.storage.moves import ChatMoves
 from bot.storage.repos import Conversation
+from bot.storage.sqlite_hot import SqliteHotPath
 from bot.storage.tables import ChatSummary, ChatTurn, CostFooter
-from bot.storage.values import Turn
+from bot.storage.values import NumberedTurn, StoredSummary, Turn
 from llm.types import Message
 
 __all__ = ["CostFooters", "NumberedTurn", "StoredSummary", "Summaries"]
@@ -24,26 +28,6 @@ __all__ = ["CostFooters", "NumberedTurn", "StoredSummary", "Summaries"]
 TURNS_READ_MAX = 400
 
 
-@dataclass(frozen=True, slots=True)
-class StoredSummary:
-    """A conversation's running summary (see :class:`bot.storage.tables.ChatSummary`)."""
-
-    through_turn_id: int
-    content: str
-    tokens: int
-    raw_tokens: int
-    summarised_turns: int
-    dropped_turns: int
-
-
-@dataclass(frozen=True, slots=True)
-class NumberedTurn:
-    """A stored turn with its ``chat_turns.id``."""
-
-    turn_id: int
-    turn: Turn
-
-
 class Summaries:
     """Load and replace the summary of a :class:`Conversation` (``History.clear``
     forgets it with the turns).
@@ -52,13 +36,20 @@ class Summaries:
         sessions: the bot's database.
         moves: groups upgraded to supergroups: a conversation of the old id is read and
             written under the new one (:class:`bot.storage.moves.ChatMoves`).
+        hot: on a SQLite file, the ledger's writer for :meth:`load` and
+            :meth:`turns_after` (:mod:`bot.storage.sqlite_hot`); ``None``: through
+            ``sessions``.
     """
 
     def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], moves: ChatMoves | None = None
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        moves: ChatMoves | None = None,
+        hot: SqliteHotPath | None = None,
     ) -> None:
         self._sessions = sessions
         self._moves = moves
+        self._hot = hot
 
     def _here(self, where: Conversation) -> Conversation:
         if self._moves is None:
@@ -68,6 +59,8 @@ class Summaries:
     async def load(self, where: Conversation) -> StoredSummary | None:
         """``where``'s summary, ``None`` when it has none."""
         where = self._here(where)
+        if self._hot is not None:
+            return await self._hot.load_summary(where.user_id, where.chat_id, where.thread_id)
         async with self._sessions() as session:
             row = (
                 await session.execute(
@@ -89,6 +82,10 @@ class Summaries:
         """``where``'s turns stored after turn ``after_id``, oldest first (the newest
         :data:`TURNS_READ_MAX` of them)."""
         where = self._here(where)
+        if self._hot is not None:
+            return await self._hot.turns_after(
+                where.user_id, where.chat_id, where.thread_id, after_id, TURNS_READ_MAX
+            )
         thread = (
             ChatTurn.thread_id.is_(None)
             if where.thread_id is None
@@ -122,6 +119,21 @@ class Summaries:
         out.reverse()
         return out
 
+    async def conversation(
+        self, where: Conversation
+    ) -> tuple[StoredSummary | None, list[NumberedTurn]]:
+        """``where``'s summary (``None``: none) and the turns after it, as :meth:`load`
+        and :meth:`turns_after` give them; on SQLite one read of one snapshot (a
+        message's history costs one step on the writer, not two)."""
+        if self._hot is not None:
+            here = self._here(where)
+            return await self._hot.load_conversation(
+                here.user_id, here.chat_id, here.thread_id, TURNS_READ_MAX
+            )
+        stored = await self.load(where)
+        after = stored.through_turn_id if stored is not None else 0
+        return stored, await self.turns_after(where, after)
+
     async def save(self, where: Conversation, summary: StoredSummary, now: datetime) -> None:
         """Replace ``where``'s summary by ``summary`` (one transaction)."""
         where = self._here(where)
@@ -145,13 +157,24 @@ class Summaries:
 
 
 class CostFooters:
-    """Who wants the cost footer (``/cost on|off``)."""
+    """Who wants the cost footer (``/cost on|off``).
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    Args:
+        sessions: the bot's database.
+        hot: on a SQLite file, the ledger's writer for :meth:`wanted`, read for every
+            answer (:mod:`bot.storage.sqlite_hot`); ``None``: through ``sessions``.
+    """
+
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None = None
+    ) -> None:
         self._sessions = sessions
+        self._hot = hot
 
     async def wanted(self, user_id: int) -> bool:
         """True when ``user_id`` turned the footer on."""
+        if self._hot is not None:
+            return await self._hot.footer_wanted(user_id)
         async with self._sessions() as session:
             return (await session.get(CostFooter, user_id)) is not None
 

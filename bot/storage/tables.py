@@ -1,5 +1,7 @@
 """The bot's own tables: seen messages (exactly-once intake), chat history, the outbox,
-the operator notices sent once (alerts, spend reports)."""
+the operator notices sent once (alerts, spend reports), each chat's persona and model,
+who may use the bot (runtime allow and ban entries, invites, notices) and the Telegram
+Stars payments."""
 
 from __future__ import annotations
 
@@ -9,13 +11,20 @@ from sqlalchemy import BigInteger, DateTime, Index, Integer, String, Text, Uniqu
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
+    "AccessEntry",
+    "AccessNotice",
     "Base",
+    "ChatPrefsRow",
     "ChatSummary",
     "ChatTurn",
     "CostFooter",
+    "Invite",
+    "InviteUse",
     "OpsNotice",
+    "PendingAllow",
     "PendingAnswer",
     "SeenMessage",
+    "StarPayment",
     "metadata",
 ]
 
@@ -139,6 +148,25 @@ class PendingAnswer(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class ChatPrefsRow(Base):
+    """A chat's persona and model (``/persona``, ``/model``): one row per chat, every
+    topic of it included; no row = the default persona and the cascade's own models.
+
+    ``persona`` is a built-in persona's key or ``custom`` (then ``persona_text`` is the
+    text, at most PERSONA_MAX_CHARS characters); ``""`` = the default. ``model`` is a
+    model id (``None``: automatic). ``changed_by`` is the Telegram user who changed it last.
+    """
+
+    __tablename__ = "chat_prefs"
+
+    chat_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    persona: Mapped[str] = mapped_column(String(32), default="")
+    persona_text: Mapped[str | None] = mapped_column(Text, nullable=True)
+    model: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    changed_by: Mapped[int] = mapped_column(BigInteger)
+    changed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 class OpsNotice(Base):
     """An operator notice that is told once (docs/decisions/074-alerts-before-the-caps.md,
     075-spend-reports.md): a threshold of a limit in one window, or the spend report of
@@ -154,3 +182,113 @@ class OpsNotice(Base):
     key: Mapped[str] = mapped_column(String(200), primary_key=True)
     kind: Mapped[str] = mapped_column(String(16))
     sent_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class AccessEntry(Base):
+    """Who was let in or shut out at runtime (``bot.access``): one row per user id, or per
+    chat id for a group or a channel (negative).
+
+    ``allowed``: 1 when ``/allow``, an invite, or an admin adding the bot to a group let
+    it in (``ALLOWED_USER_IDS``/``ALLOWED_CHAT_IDS`` are not stored); ``banned``: 1 when
+    ``/ban`` shut it out, which wins over everything; ``source`` says how
+    (``allow``, ``invite``, ``admin_added``, ``ban``); ``reason`` the ban's reason.
+    """
+
+    __tablename__ = "access_entries"
+
+    subject_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    allowed: Mapped[int] = mapped_column(Integer, default=0)
+    banned: Mapped[int] = mapped_column(Integer, default=0)
+    source: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_by: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class PendingAllow(Base):
+    """``/allow @username`` for someone who has not written yet: the first user seen with
+    that username (lowercased) is let in by id and the row goes."""
+
+    __tablename__ = "access_pending"
+
+    username: Mapped[str] = mapped_column(String(32), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_by: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class Invite(Base):
+    """An invite code (``/invite``): only its SHA-256 is stored (``bot.access.invites``).
+
+    ``uses_left`` of ``max_uses`` remain until ``expires_at``; a user let in by it goes on
+    ``plan`` (``None``: the default plan).
+    """
+
+    __tablename__ = "access_invites"
+
+    code_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    plan: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    max_uses: Mapped[int] = mapped_column(Integer)
+    uses_left: Mapped[int] = mapped_column(Integer)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_by: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class InviteUse(Base):
+    """One user's use of one invite (a second ``/start`` with the same code takes no
+    second use)."""
+
+    __tablename__ = "access_invite_uses"
+
+    code_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    used_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class AccessNotice(Base):
+    """What a subject that may not use the bot was last told, and its wrong invite codes.
+
+    ``noticed_at``: the last "you may not use this bot" template (at most one a day) or,
+    for a group, the "not enabled here" line (once); ``tries`` wrong codes since
+    ``tries_since`` (the hour they count in).
+    """
+
+    __tablename__ = "access_notices"
+
+    subject_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    noticed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    tries: Mapped[int] = mapped_column(Integer, default=0)
+    tries_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class StarPayment(Base):
+    """One Telegram Stars payment (``successful_payment``), booked once: the primary key
+    is Telegram's ``telegram_payment_charge_id``, so the same update delivered twice, to
+    two replicas or after a restart inserts one row (``bot.access.stars``).
+
+    What it bought is fixed when the row is made: ``plan`` from ``plan_from`` (the end
+    of the plan it extends, else the payment's time) until ``plan_until``; applying it
+    again sets the same values. ``applied_at``: the user was put on the plan (``None``:
+    not yet, retried when the update comes again). ``refunded_at``/``refunded_by``:
+    ``refundStarPayment`` succeeded (by an admin's ``/refund``, or Telegram told of a
+    refund: ``refunded_by`` ``None``); ``plan_before``/``plan_before_until``: the plan a
+    refund puts the user back on.
+    """
+
+    __tablename__ = "star_payments"
+
+    charge_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    user_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    stars: Mapped[int] = mapped_column(Integer)
+    payload: Mapped[str] = mapped_column(String(128))
+    plan: Mapped[str] = mapped_column(String(64))
+    plan_from: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    plan_until: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    plan_before: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    plan_before_until: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
+    paid_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    applied_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    refunded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    refunded_by: Mapped[int | None] = mapped_column(BigInteger, nullable=True)

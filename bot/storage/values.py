@@ -7,6 +7,9 @@ a field is read by name, never by its place in a tuple).
   (:class:`bot.middlewares.context.ProfileStore`).
 * :class:`TouchedIntake`: the touch and the message's intake record in one writer step
   (:class:`bot.middlewares.intake.TouchRecorder`).
+* :class:`StoredSummary`, :class:`NumberedTurn`: a conversation's running summary and
+  the turns after it (:mod:`bot.storage.summaries`, read on SQLite by
+  :mod:`bot.storage.sqlite_hot`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 
 from llm.types import Message
 
-__all__ = ["Preferences", "TouchedIntake", "Turn"]
+__all__ = ["NumberedTurn", "Preferences", "StoredSummary", "TouchedIntake", "Turn"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,3 +60,23 @@ class TouchedIntake:
 
     preferences: Preferences
     first_time: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSummary:
+    """A conversation's running summary (see :class:`bot.storage.tables.ChatSummary`)."""
+
+    through_turn_id: int
+    content: str
+    tokens: int
+    raw_tokens: int
+    summarised_turns: int
+    dropped_turns: int
+
+
+@dataclass(frozen=True, slots=True)
+class NumberedTurn:
+    """A stored turn with its ``chat_turns.id``."""
+
+    turn_id: int
+    turn: Turn

@@ -1,6 +1,8 @@
 """Translations: gettext catalogues (``bot/text/locales/<lang>/LC_MESSAGES/messages.po``).
 
-English is the source language (the msgids); Russian is a Babel ``.po`` catalogue.
+English is the source language (the msgids); Russian, Simplified Chinese (``zh``),
+Brazilian Portuguese (``pt``), Spanish, German and Ukrainian are Babel ``.po``
+catalogues, kept whole by ``make locales`` (:mod:`bot.text.catalogues`) and a test.
 aiogram's :class:`~aiogram.utils.i18n.I18n` loads compiled ``.mo`` files, which are
 committed next to their ``.po`` (``make locales`` recompiles them; a test fails when a
 ``.mo`` is older than its ``.po``), so a fresh clone runs without a build step.
@@ -18,7 +20,9 @@ from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
 
 __all__ = [
+    "LANGUAGE_NAMES",
     "LOCALES_DIR",
+    "N_",
     "SUPPORTED_LANGUAGES",
     "compile_all",
     "compile_catalogue",
@@ -28,15 +32,35 @@ __all__ = [
 ]
 
 LOCALES_DIR = Path(__file__).parent / "locales"
-SUPPORTED_LANGUAGES = ("en", "ru")
+#: Each language by its own name, in the order /lang lists them. ``zh`` is Simplified
+#: Chinese (every ``zh-*`` code of Telegram's gets it), ``pt`` Brazilian Portuguese.
+LANGUAGE_NAMES = {
+    "en": "English",
+    "ru": "Русский",
+    "zh": "简体中文",
+    "pt": "Português (Brasil)",
+    "es": "Español",
+    "de": "Deutsch",
+    "uk": "Українська",
+}
+SUPPORTED_LANGUAGES = tuple(LANGUAGE_NAMES)
+
+
+def N_(text: str) -> str:
+    """Mark ``text`` as a msgid where it is defined (a constant) and translate it where it is
+    used (``gettext(text)``); ``make locales`` extracts ``N_`` like ``_``."""
+    return text
 
 
 def pick_language(stored: str | None, telegram_code: str | None) -> str:
-    """The user's language: their /lang choice, else Telegram's ``language_code`` (ru → ru)."""
+    """The user's language: their /lang choice, else Telegram's ``language_code`` when
+    its first part is a supported language (``pt-br`` → ``pt``), else English."""
     if stored in SUPPORTED_LANGUAGES:
         return stored
-    if telegram_code and telegram_code.split("-")[0].lower() == "ru":
-        return "ru"
+    if telegram_code:
+        code = telegram_code.split("-")[0].lower()
+        if code in SUPPORTED_LANGUAGES:
+            return code
     return "en"
 
 

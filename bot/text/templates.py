@@ -30,9 +30,12 @@ __all__ = [
 ]
 
 
-def format_reset(when: datetime, tz: str) -> str:
-    """``HH:MM Zone/Name`` in ``tz``; prefixed with the date when not today there."""
+def format_reset(when: datetime, tz: str, *, with_date: bool = False) -> str:
+    """``HH:MM Zone/Name`` in ``tz`` (``with_date``: ``YYYY-MM-DD HH:MM Zone/Name``, for a
+    reset that is not within the day, such as a month's)."""
     local = when.astimezone(ZoneInfo(tz))
+    if with_date:
+        return f"{local:%Y-%m-%d %H:%M} {tz}"
     return f"{local:%H:%M} {tz}"
 
 
@@ -41,6 +44,8 @@ def _window_word(window: Window | None) -> str:
         return _("hourly")
     if window is Window.DAY:
         return _("daily")
+    if window is Window.MONTH:
+        return _("monthly")
     return ""
 
 
@@ -48,6 +53,10 @@ def _level_phrase(level: Level | None, window: Window | None, scope: str) -> str
     w = _window_word(window)
     if level is Level.USER:
         return _("your {window} user limit").format(window=w)
+    if level is Level.CHAT:
+        return _("this group's {window} limit").format(window=w)
+    if level is Level.PLAN:
+        return _("the {window} limit of your plan ({plan})").format(window=w, plan=scope)
     if level is Level.TEAM:
         return _("your team's {window} limit ({team})").format(window=w, team=scope)
     if level is Level.PROVIDER:
@@ -60,21 +69,39 @@ def level_phrase(level: Level | None, window: Window | None, scope: str) -> str:
     return _level_phrase(level, window, scope)
 
 
-def _limit_text(refusal: Refusal, reset: str | None) -> str:
-    """A limit's refusal: "reached" only when nothing is left; otherwise the request's
-    worst case beside what is left, which is why it does not fit."""
+def _worst_case(step: str, ceiling: str) -> str:
+    """What the refused hold was for and its worst case (``step``: see
+    :func:`refusal_text`)."""
+    if step == "transcription":
+        return _("transcribing this recording may cost up to {ceiling}").format(ceiling=ceiling)
+    if step == "photo":
+        return _("an answer about this image may cost up to {ceiling}").format(ceiling=ceiling)
+    if step == "document":
+        return _("an answer about this document may cost up to {ceiling}").format(ceiling=ceiling)
+    if step == "link":
+        return _("an answer about this page may cost up to {ceiling}").format(ceiling=ceiling)
+    return _("an answer may cost up to {ceiling}").format(ceiling=ceiling)
+
+
+def _limit_text(refusal: Refusal, reset: str | None, step: str) -> str:
+    """A limit's refusal: "reached" only when nothing is left; otherwise the refused
+    step's worst case beside what is left, which is why it does not fit."""
     limit = _level_phrase(refusal.level, refusal.window, refusal.scope)
     if refusal.level in (Level.USER, Level.TEAM):
         advice = _("Wait for the reset or ask an admin to raise it.")
+    elif refusal.level is Level.CHAT:
+        advice = _("Wait for the reset or ask the bot's admins.")
+    elif refusal.level is Level.PLAN:
+        advice = _("Wait for the reset or ask the bot's admins about another plan.")
     elif refusal.level is Level.PROVIDER:
         advice = _("The free providers are busy too. Please wait for the reset.")
     else:
         advice = _("Nothing to do but wait.")
     left = refusal.remaining_musd
     if left is not None and left > 0 and refusal.ceiling_musd > left:
-        head = _(
-            "🚫 Not enough left of {limit}: an answer may cost up to {ceiling}, and {left} is left."
-        ).format(limit=limit, ceiling=usd(refusal.ceiling_musd), left=usd(left))
+        head = _("🚫 Not enough left of {limit}: {worst_case}, and {left} is left.").format(
+            limit=limit, worst_case=_worst_case(step, usd(refusal.ceiling_musd)), left=usd(left)
+        )
     else:
         head = _("🚫 Limit reached: {limit}.").format(limit=limit)
     if reset:
@@ -84,16 +111,21 @@ def _limit_text(refusal: Refusal, reset: str | None) -> str:
     return f"{head} {advice}"
 
 
-def refusal_text(refusal: Refusal, *, tz: str, running: bool = False) -> str:
+def refusal_text(refusal: Refusal, *, tz: str, running: bool = False, step: str = "answer") -> str:
     """The template for a ledger/cascade refusal.
 
     Args:
         refusal: the refusal value.
         tz: the user's IANA timezone, for the reset time.
         running: the user has an operation in flight that will still be answered.
+        step: what the refused hold was for, so a limit's worst case names it truly:
+            ``answer`` (a text's answer, or a transcript's), ``transcription`` (a
+            recording's speech-to-text), ``photo``, ``document`` or ``link`` (the answer
+            about it, whose prompt holds it).
     """
     r = refusal.reason
-    reset = format_reset(refusal.resets_at, tz) if refusal.resets_at else None
+    monthly = refusal.window is Window.MONTH
+    reset = format_reset(refusal.resets_at, tz, with_date=monthly) if refusal.resets_at else None
     if r is RefusalReason.KILL and refusal.note.startswith("automatic"):
         text = _(
             "⏸ The bot is paused by its spending safety switch, and its administrators "
@@ -111,7 +143,7 @@ def refusal_text(refusal: Refusal, *, tz: str, running: bool = False) -> str:
             "⏳ Busy: {limit} is fully held by requests in flight. Please retry in a minute."
         ).format(limit=_level_phrase(refusal.level, refusal.window, refusal.scope))
     elif r is RefusalReason.LIMIT:
-        text = _limit_text(refusal, reset)
+        text = _limit_text(refusal, reset, step)
     elif r is RefusalReason.INFLIGHT:
         text = _("✋ Too many requests at once. Please retry in a minute.")
     elif r is RefusalReason.RATE:
@@ -129,6 +161,14 @@ def refusal_text(refusal: Refusal, *, tz: str, running: bool = False) -> str:
             )
         else:
             text = _("📭 You have used today's messages.")
+    elif r is RefusalReason.SHARE:
+        # docs/decisions/114-fair-share-of-the-free-keys.md: never the paid model instead
+        text = _(
+            "⚖️ You have used your fair share of the free models for today while others "
+            "are using them too, so I do not switch you to the paid model on their account."
+        )
+        if reset:
+            text += " " + _("Your share resets at {reset}.").format(reset=reset)
     else:
         text = _(
             "⚠️ The budget ledger is unavailable, so no request can be made safely. "
@@ -363,8 +403,11 @@ def help_text() -> str:
         "/me — your spend and limits\n"
         "/reset — forget our conversation\n"
         "/stop — stop the answer being written\n"
+        "/persona — this chat's persona (its tokens count in every message)\n"
+        "/model — this chat's model, with prices per 1k tokens\n"
         "/tz Europe/Berlin — your timezone\n"
-        "/lang en|ru — language\n"
+        "/lang — language (English, Русский, 简体中文, Português, Español, Deutsch, "
+        "Українська)\n"
         "/sub @channel — daily digest of a public channel (or an RSS/Atom feed URL)\n"
         "/unsub @channel, /subs — manage subscriptions\n"
         "/digest_time 09:00, /digest_off, /digest_on — digest schedule"

@@ -27,8 +27,10 @@ was booked with: the ledger keeps only that card's version) and
 are the booking's; 0 when they may differ), ``cost_musd`` (what the ledger booked, corrections
 included), ``list_price_musd`` (the list-price equivalent; for free tiers what the
 call would have cost), and the flags ``estimated``, ``late``, ``stopped``,
-``corrected`` (0/1), ``state``, ``hold_id`` and ``input_unit`` (``tokens``, or
-``seconds`` of audio for a speech model, whose ``input_tokens`` are audio seconds).
+``corrected`` (0/1), ``state``, ``hold_id`` and ``input_unit`` (:data:`INPUT_UNITS`: what
+``input_tokens`` counts — ``tokens``; ``seconds`` of audio for a transcription, origin
+``transcription``, whose ``output_tokens`` are 0; ``text_and_image_tokens`` for a vision
+call, origin ``vision``, whose input tokens include its images').
 
 The totals file (:data:`TOTALS_COLUMNS`, :mod:`budget.books.totals`) has one row per
 provider key, per ``key:model`` and per local day of the chosen zone, then one ``all``
@@ -65,15 +67,18 @@ from budget.pricing.names import family
 from budget.pricing.prices import ModelRates, PriceCard
 from budget.pricing.rates import SPEECH_MODELS_PER_SECOND
 from budget.storage.tables import corrections, holds
+from budget.types import Origin
 
 __all__ = [
     "EXPORT_COLUMNS",
+    "INPUT_UNITS",
     "STREAM_BATCH",
     "TOTALS_COLUMNS",
     "Attempt",
     "ExportSummary",
     "ReplacedOnSuccess",
     "booked_attempts",
+    "input_unit",
     "write_export",
 ]
 
@@ -111,6 +116,8 @@ EXPORT_COLUMNS: tuple[str, ...] = (
     "hold_id",
     "input_unit",
 )
+#: The values of ``input_unit`` (see :func:`input_unit`).
+INPUT_UNITS = ("tokens", "seconds", "text_and_image_tokens")
 
 
 class Attempt(NamedTuple):
@@ -259,15 +266,22 @@ def _attempt_cells(
         int(bool(row.corr)),
         row.state,
         row.hold_id,
-        _input_unit(row.provider, row.model),
+        input_unit(row.origin, row.provider, row.model),
     ]
 
 
-def _input_unit(key_name: str, model: str) -> str:
-    """What ``input_tokens`` counts: ``seconds`` of audio for a speech model (priced per
-    second: docs/decisions/083-a-transcription-is-held-in-audio-seconds.md), else
-    ``tokens`` (a vision call's include its image tokens)."""
-    return "seconds" if f"{family(key_name)}:{model}" in SPEECH_MODELS_PER_SECOND else "tokens"
+def input_unit(origin: str, key_name: str, model: str) -> str:
+    """What a row's ``input_tokens`` count (:data:`INPUT_UNITS`): ``seconds`` of audio for
+    a transcription (priced per second:
+    docs/decisions/083-a-transcription-is-held-in-audio-seconds.md; a hold booked before
+    transcriptions had their own origin is known by its speech model),
+    ``text_and_image_tokens`` for a vision call (the prompt's tokens, its images' among
+    them: the provider bills them as input tokens), else ``tokens``."""
+    if origin == Origin.TRANSCRIPTION or f"{family(key_name)}:{model}" in SPEECH_MODELS_PER_SECOND:
+        return "seconds"
+    if origin == Origin.VISION:
+        return "text_and_image_tokens"
+    return "tokens"
 
 
 async def write_export(

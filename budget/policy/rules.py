@@ -1,5 +1,6 @@
-"""Pure ledger policy shared by every store: which levels a hold touches, the
-effective limit of a bucket, buckets built from stored rows, the margins of
+"""Pure ledger policy shared by every store (which levels a hold touches and the
+effective limit of a bucket are :mod:`budget.policy.levels`, re-exported here): buckets
+built from stored rows, the margins of
 outstanding holds, whether a hold fits (and the refusal when not), the hold state
 machine, the kill and auto-kill rules, the interrupted-call rule and user-id checks.
 
@@ -11,7 +12,6 @@ these functions, and writes the outcome. Money is integer µUSD.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,8 +21,23 @@ from decimal import Decimal
 from enum import StrEnum
 
 from budget.config import LedgerConfig
+from budget.policy.levels import (
+    LEVEL_ORDER,
+    BucketKey,
+    Overrides,
+    Scope,
+    bucket_keys,
+    capped_providers,
+    dump_scopes,
+    limit_of,
+    load_scopes,
+    plan_in,
+    plan_now,
+    scopes_for,
+    windows_for,
+)
 from budget.policy.money import usd_text
-from budget.policy.windows import WindowKeys
+from budget.policy.windows import HoldKeys, WindowKeys
 from budget.status import EstimateStats, KillState
 from budget.types import Level, Refusal, RefusalReason, Usage, Window
 
@@ -40,6 +55,7 @@ __all__ = [
     "auto_kill_threshold_musd",
     "bucket_keys",
     "build_buckets",
+    "capped_providers",
     "check_hold",
     "check_user_id",
     "dump_scopes",
@@ -49,7 +65,8 @@ __all__ = [
     "limit_of",
     "load_scopes",
     "pick_kill",
-    "provider_caps",
+    "plan_in",
+    "plan_now",
     "rate_refusal",
     "release_transition",
     "scopes_for",
@@ -58,16 +75,8 @@ __all__ = [
     "with_margins",
 ]
 
-#: Runtime limit overrides as stored: ``(level, scope, window) → µUSD`` (``None`` = no limit).
-Overrides = Mapping[tuple[str, str, str], int | None]
-#: A stored bucket row's key: ``(level, scope, window, window key)`` (enum values as text).
-BucketKey = tuple[str, str, str, str]
-
-#: (level, scope name): scope is the user id as text, the team name, "" for global,
-#: or the provider name.
-Scope = tuple[Level, str]
-
-_LEVEL_ORDER = (Level.USER, Level.TEAM, Level.GLOBAL, Level.PROVIDER)
+#: The order a refusal names the windows of one level in: the one that resets last first.
+_WINDOW_ORDER = (Window.MONTH, Window.DAY, Window.HOUR)
 
 _INT_TEXT = re.compile(r"-?[0-9]{1,40}")
 
@@ -106,28 +115,6 @@ def check_user_id(user_id: object, what: str = "user id") -> int:
     return value
 
 
-def scopes_for(
-    user_id: int, team: str | None, provider: str, provider_caps: Mapping[str, int]
-) -> list[Scope]:
-    """Every level a hold of ``user_id`` at ``provider`` is booked on.
-
-    The provider level is included only when the provider has an account cap
-    (configured default or runtime override); see ``provider_caps``.
-    """
-    scopes: list[Scope] = [(Level.USER, str(user_id))]
-    if team:
-        scopes.append((Level.TEAM, team))
-    scopes.append((Level.GLOBAL, ""))
-    if provider in provider_caps:
-        scopes.append((Level.PROVIDER, provider))
-    return scopes
-
-
-def windows_for(level: Level) -> tuple[Window, ...]:
-    """The windows a level is tracked in (a provider cap is per day only)."""
-    return (Window.DAY,) if level is Level.PROVIDER else (Window.DAY, Window.HOUR)
-
-
 @dataclass(frozen=True, slots=True)
 class Bucket:
     """One level/window's current state, as read inside the write transaction.
@@ -164,7 +151,9 @@ def check_hold(buckets: Sequence[Bucket], ceiling_musd: int) -> Refusal | None:
     A hold fits a bucket when ``ceiling ≤ remaining``. A 0 µUSD hold (free tier)
     spends nothing and always fits. When several buckets refuse, the refusal names
     an *exhausted* one (settled spend alone blocks it) before a *busy* one
-    (outstanding holds block it), the user level first, day before hour.
+    (outstanding holds block it), the narrowest level first
+    (:data:`budget.policy.levels.LEVEL_ORDER`: user, chat, plan, team, global,
+    provider), month before day before hour (the one that resets last).
     ``busy`` is true when ``ceiling ≤ limit − settled``: waiting for holds to
     settle may free the room.
     """
@@ -177,7 +166,8 @@ def check_hold(buckets: Sequence[Bucket], ceiling_musd: int) -> Refusal | None:
             continue
         assert b.limit_musd is not None
         busy = ceiling_musd <= b.limit_musd - b.settled_musd
-        refusing.append((busy, _LEVEL_ORDER.index(b.level), 0 if b.window is Window.DAY else 1, b))
+        order = (LEVEL_ORDER.index(b.level), _WINDOW_ORDER.index(b.window))
+        refusing.append((busy, order[0], order[1], b))
     if not refusing:
         return None
     busy, _, _, b = min(refusing, key=lambda r: (r[0], r[1], r[2]))
@@ -191,11 +181,6 @@ def check_hold(buckets: Sequence[Bucket], ceiling_musd: int) -> Refusal | None:
         ceiling_musd=ceiling_musd,
         remaining_musd=b.remaining_musd,
     )
-
-
-def bucket_key(keys: WindowKeys, window: Window) -> str:
-    """The key of ``window`` in ``keys`` (hour/day)."""
-    return keys.key(window)
 
 
 def auto_kill_threshold_musd(
@@ -303,49 +288,6 @@ def release_transition(state: HoldState) -> tuple[bool, bool]:
 
 
 # -- bookkeeping shared by the stores ------------------------------------------------
-def dump_scopes(scopes: Sequence[Scope]) -> str:
-    """A hold's scopes as stored (JSON ``[[level, scope], …]``)."""
-    return json.dumps([[lvl.value, sc] for lvl, sc in scopes])
-
-
-def load_scopes(text: str) -> list[Scope]:
-    """The inverse of :func:`dump_scopes`."""
-    return [(Level(lvl), sc) for lvl, sc in json.loads(text)]
-
-
-def limit_of(
-    config: LedgerConfig, overrides: Overrides, level: Level, scope: str, window: Window
-) -> int | None:
-    """The effective limit (µUSD, ``None`` = none) of one bucket: its own runtime
-    override, else the level-wide ``"*"`` override (team and user levels), else
-    the configured default."""
-    key = (level.value, scope, window.value)
-    if key in overrides:
-        return overrides[key]
-    if level in (Level.TEAM, Level.USER) and (level.value, "*", window.value) in overrides:
-        return overrides[(level.value, "*", window.value)]
-    return config.default_limit(level, scope, window)
-
-
-def provider_caps(config: LedgerConfig, overrides: Overrides) -> dict[str, int]:
-    """Provider → daily account cap (µUSD): configured caps with runtime overrides
-    applied (an override of ``None`` removes the cap)."""
-    caps = dict(config.provider_daily_caps_musd)
-    for (level, scope, win), value in overrides.items():
-        if level == Level.PROVIDER.value and win == Window.DAY.value:
-            if value is None:
-                caps.pop(scope, None)
-            else:
-                caps[scope] = value
-    return caps
-
-
-def bucket_keys(scopes: Sequence[Scope], keys: WindowKeys) -> list[BucketKey]:
-    """Every bucket a hold on ``scopes`` at the instant of ``keys`` touches, in the
-    order of ``scopes`` then windows (day before hour)."""
-    return [(lvl.value, sc, w.value, keys.key(w)) for lvl, sc in scopes for w in windows_for(lvl)]
-
-
 def build_buckets(
     config: LedgerConfig,
     overrides: Overrides,
@@ -353,33 +295,35 @@ def build_buckets(
     keys: WindowKeys,
     rows: Mapping[BucketKey, tuple[int, int, int]],
 ) -> list[Bucket]:
-    """:class:`Bucket` of each of :func:`bucket_keys` from stored ``rows``
-    (``key → (settled, held, late)`` µUSD; a missing row is all zero)."""
+    """:class:`Bucket` of each of :func:`budget.policy.levels.bucket_keys` from stored
+    ``rows`` (``key → (settled, held, late)`` µUSD; a missing row is all zero). A
+    user's limits follow the plan among ``scopes``
+    (:func:`budget.policy.levels.limit_of`)."""
     out = []
+    plan = plan_in(scopes)
     for lvl, sc in scopes:
         for w in windows_for(lvl):
             k = keys.key(w)
             settled, held, late = rows.get((lvl.value, sc, w.value, k), (0, 0, 0))
-            limit = limit_of(config, overrides, lvl, sc, w)
+            limit = limit_of(config, overrides, lvl, sc, w, plan)
             out.append(Bucket(lvl, sc, w, k, limit, settled, held, late, keys.resets_at(w)))
     return out
 
 
 def with_margins(
-    buckets: list[Bucket], margins: Iterable[tuple[str, str, str, int]]
+    buckets: list[Bucket], margins: Iterable[tuple[str, str, str, str | None, int]]
 ) -> list[Bucket]:
     """``buckets`` with the margins of outstanding holds counted as held.
 
     Each hold granted at its estimated ceiling keeps its provable bound's excess
     (``margin_musd``) out of every bucket it touches until it ends. ``margins``:
-    ``(scopes JSON, hour key, day key, margin µUSD)`` of each held hold with a margin.
+    ``(scopes JSON, hour key, day key, month key or None, margin µUSD)`` of each held
+    hold with a margin.
     """
     extra: dict[BucketKey, int] = {}
-    for scopes_json, hour_key, day_key, margin in margins:
-        for lvl, sc in load_scopes(scopes_json):
-            for w in windows_for(lvl):
-                key = (lvl.value, sc, w.value, hour_key if w is Window.HOUR else day_key)
-                extra[key] = extra.get(key, 0) + int(margin)
+    for scopes_json, hour_key, day_key, month_key, margin in margins:
+        for key in bucket_keys(load_scopes(scopes_json), HoldKeys(hour_key, day_key, month_key)):
+            extra[key] = extra.get(key, 0) + int(margin)
     if not extra:
         return buckets
     return [
@@ -444,26 +388,24 @@ def estimate_stats(rows: Sequence[tuple[int, int, int, int]]) -> EstimateStats:
 
 
 def audit_mismatches(
-    holds: Iterable[tuple[str, int, int | None, bool, str, str, str]],
+    holds: Iterable[tuple[str, int, int | None, bool, str, str, str, str | None]],
     stored: Mapping[BucketKey, list[int]],
 ) -> list[tuple[BucketKey, list[int], list[int]]]:
     """Buckets whose stored ``[settled, held, late]`` differ from what the holds
-    imply. ``holds``: ``(state, ceiling, actual, late, hour key, day key, scopes JSON)``."""
+    imply. ``holds``: ``(state, ceiling, actual, late, hour key, day key, scopes JSON,
+    month key or None)``."""
     expect: dict[BucketKey, list[int]] = {}
-    for state, ceiling, actual, late, hk, dk, scopes_json in holds:
-        for lvl, sc in load_scopes(scopes_json):
-            for w in windows_for(lvl):
-                e = expect.setdefault(
-                    (lvl.value, sc, w.value, hk if w is Window.HOUR else dk), [0, 0, 0]
-                )
-                if state == "held":
-                    e[1] += ceiling
-                elif state == "expired":  # booked at its bound by the sweep
-                    e[0] += actual or 0
-                elif state == "settled":
-                    e[0] += actual or 0
-                    if late:
-                        e[2] += actual or 0
+    for state, ceiling, actual, late, hk, dk, scopes_json, mk in holds:
+        for key in bucket_keys(load_scopes(scopes_json), HoldKeys(hk, dk, mk)):
+            e = expect.setdefault(key, [0, 0, 0])
+            if state == "held":
+                e[1] += ceiling
+            elif state == "expired":  # booked at its bound by the sweep
+                e[0] += actual or 0
+            elif state == "settled":
+                e[0] += actual or 0
+                if late:
+                    e[2] += actual or 0
     zero = [0, 0, 0]
     return [
         (k, expect.get(k, zero), list(stored.get(k, zero)))

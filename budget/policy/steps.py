@@ -14,22 +14,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from budget.config import LedgerConfig
 from budget.policy.rules import (
     BucketKey,
     HoldState,
     Scope,
+    bucket_keys,
     kill_refusal,
     rate_refusal,
     settle_transition,
-    windows_for,
 )
+from budget.policy.windows import HoldKeys
 from budget.status import KillState
-from budget.types import Refusal, RefusalReason, Usage, Window
+from budget.types import Refusal, RefusalReason, Usage
 
 __all__ = [
     "ActualCost",
     "Booking",
     "SettlePlan",
+    "admission_caps",
     "admission_refusal",
     "booking_rows",
     "expiry_booking",
@@ -107,16 +110,26 @@ def expiry_booking(ceiling_musd: int, margin_musd: int) -> Booking:
 
 
 def booking_rows(
-    scopes: Sequence[Scope], hour_key: str, day_key: str, booking: Booking
+    scopes: Sequence[Scope], keys: HoldKeys, booking: Booking
 ) -> list[tuple[BucketKey, int, int, int]]:
-    """``(bucket key, settled, held, late)`` of every bucket ``booking`` touches,
-    sorted by key: the one lock order of every writer (no lock-order cycle)."""
-    out = []
-    for lvl, sc in scopes:
-        for w in windows_for(lvl):
-            key = (lvl.value, sc, w.value, hour_key if w is Window.HOUR else day_key)
-            out.append((key, booking.settled, booking.held, booking.late))
-    return sorted(out)
+    """``(bucket key, settled, held, late)`` of every bucket ``booking`` touches (the
+    hold's ``scopes`` in the windows of its ``keys``), sorted by key: the one lock
+    order of every writer (no lock-order cycle)."""
+    return sorted(
+        (key, booking.settled, booking.held, booking.late) for key in bucket_keys(scopes, keys)
+    )
+
+
+def admission_caps(config: LedgerConfig, plan: str | None) -> tuple[int, int]:
+    """``(operations in flight, operations started per minute)`` a user on ``plan`` may
+    have: the plan's own caps where it sets them, else USER_MAX_INFLIGHT and
+    USER_MAX_PER_MINUTE."""
+    limits = config.plans.get(plan) if plan is not None else None
+    inflight, per_minute = config.user_max_inflight, config.user_max_per_minute
+    if limits is not None:
+        inflight = inflight if limits.max_inflight is None else limits.max_inflight
+        per_minute = per_minute if limits.per_minute is None else limits.per_minute
+    return inflight, per_minute
 
 
 def admission_refusal(

@@ -1,18 +1,24 @@
-"""Budget windows: pure hour/day arithmetic in BUDGET_TZ (an IANA zone name).
+"""Budget windows: pure hour/day/month arithmetic in BUDGET_TZ (an IANA zone name).
 
 Every hold is stamped, when it is *granted*, with the keys of the hour and the
 day it falls in; its settlement is booked into those windows even if they have
 closed since. Keys are plain strings, stable across restarts and processes:
 
 * day key — the local calendar date, ``"2026-03-29"``;
+* month key — the local calendar month, ``"2026-03"``; with a billing-cycle day
+  ``d`` other than 1 (BUDGET_MONTH_START_DAY), the local date the cycle began,
+  ``"2026-03-15"`` (a cycle runs from local midnight of day ``d`` to local midnight of
+  day ``d`` of the next month; a day past a month's end is that month's last day:
+  ``d`` = 31 starts February's cycle on the 28th or 29th);
 * hour key — the UTC instant at which the local hour began,
   ``"2026-03-29T01:00Z"``. Using the instant (not the local wall time) keeps the
   repeated hour of a 25-hour day (two local ``02:00`` hours) apart, and works for
   zones whose offset is not a whole number of hours (India, +05:30: the local
   hour 10:00–11:00 is 04:30–05:30 UTC).
 
-Reset times are aware UTC datetimes: the start of the next local hour / day.
-A day is 23 or 25 hours long on a DST change; it always ends at local midnight.
+Reset times are aware UTC datetimes: the start of the next local hour / day / month.
+A day is 23 or 25 hours long on a DST change; it always ends at local midnight, and so
+does a month (March in Berlin is 743 hours long, October 745).
 
 Worked timeline (BUDGET_TZ = Europe/Berlin, winter, UTC+1)::
 
@@ -27,22 +33,32 @@ DST (Europe/Berlin, 2026-03-29, clocks jump 02:00 → 03:00 CEST)::
     day "2026-03-29" runs 2026-03-28T23:00Z .. 2026-03-29T22:00Z   (23 hours)
     hour keys that day: …T23:00Z (00:00 CET), 2026-03-29T00:00Z (01:00 CET),
                         2026-03-29T01:00Z (03:00 CEST), …
+
+A month across DST (Europe/Berlin, calendar months)::
+
+    2026-03-31T21:59:59Z (23:59:59 CEST)  month "2026-03"
+    2026-03-31T22:00:00Z (00:00 CEST)     month "2026-04": March's reset
+    March runs 2026-02-28T23:00Z .. 2026-03-31T22:00Z (743 hours)
 """
 
 from __future__ import annotations
 
+import calendar
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
+from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
 from budget.types import Window
 
 __all__ = [
+    "HoldKeys",
     "WindowKeys",
     "day_bounds",
     "hour_bounds",
     "local_instant",
+    "month_bounds",
     "resets_at",
     "window_keys",
     "zone",
@@ -135,6 +151,70 @@ def hour_bounds(at: datetime, tz_name: str) -> tuple[str, datetime, datetime]:
     return start.strftime("%Y-%m-%dT%H:%MZ"), start, end
 
 
+def _cycle_start(year: int, month: int, start_day: int) -> date:
+    """The local date a billing cycle starting on ``start_day`` begins in that month
+    (the month's last day when it has fewer days)."""
+    return date(year, month, min(start_day, calendar.monthrange(year, month)[1]))
+
+
+def _next_month(year: int, month: int) -> tuple[int, int]:
+    return (year + 1, 1) if month == 12 else (year, month + 1)
+
+
+def month_bounds(at: datetime, tz_name: str, start_day: int = 1) -> tuple[str, datetime, datetime]:
+    """The local month (billing cycle) containing ``at``.
+
+    Args:
+        at: an aware instant.
+        tz_name: the IANA zone.
+        start_day: the cycle's first day of the month, 1..31 (1 = calendar months;
+            a day the month lacks is its last day).
+
+    Returns:
+        ``(month_key, start, end)``: ``"YYYY-MM"`` (``start_day`` 1) or the cycle's
+        first local date ``"YYYY-MM-DD"``, and the aware UTC instants of its local
+        midnights (start, and the next cycle's start).
+
+    Raises:
+        ValueError: ``start_day`` outside 1..31, or a naive ``at``.
+    """
+    if not 1 <= start_day <= 31:
+        raise ValueError(f"a month's start day is 1..31, got {start_day}")
+    tz = zone(tz_name)
+    local_day = _utc(at).astimezone(tz).date()
+    first = _cycle_start(local_day.year, local_day.month, start_day)
+    if local_day < first:  # still in the cycle that began last month
+        year, month = local_day.year, local_day.month - 1
+        if month == 0:
+            year, month = year - 1, 12
+        first = _cycle_start(year, month, start_day)
+    following = _cycle_start(*_next_month(first.year, first.month), start_day)
+    key = first.strftime("%Y-%m") if start_day == 1 else first.isoformat()
+    return key, local_instant(first, _MIDNIGHT, tz), local_instant(following, _MIDNIGHT, tz)
+
+
+class HoldKeys(NamedTuple):
+    """The keys of the windows a hold was granted in, as it stores them.
+
+    ``month`` is ``None`` for a hold granted before months were tracked (migration
+    ``0025``): it books no month bucket, at its grant or its end.
+    """
+
+    hour: str
+    day: str
+    month: str | None = None
+
+    def key(self, window: Window) -> str | None:
+        """The key of ``window`` (``None``: the hold has no such bucket)."""
+        if window is Window.HOUR:
+            return self.hour
+        if window is Window.DAY:
+            return self.day
+        if window is Window.MONTH:
+            return self.month
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class WindowKeys:
     """The windows an instant belongs to.
@@ -145,6 +225,8 @@ class WindowKeys:
         day_key: see :func:`day_bounds`.
         hour_resets_at: aware UTC start of the next local hour.
         day_resets_at: aware UTC start of the next local day.
+        month_key: see :func:`month_bounds`.
+        month_resets_at: aware UTC start of the next local month (billing cycle).
     """
 
     tz: str
@@ -152,9 +234,11 @@ class WindowKeys:
     day_key: str
     hour_resets_at: datetime
     day_resets_at: datetime
+    month_key: str
+    month_resets_at: datetime
 
     def key(self, window: Window) -> str:
-        """The key of ``window`` (hour or day).
+        """The key of ``window`` (hour, day or month).
 
         Raises:
             ValueError: for :attr:`Window.MINUTE`, which has no stored bucket.
@@ -163,22 +247,35 @@ class WindowKeys:
             return self.hour_key
         if window is Window.DAY:
             return self.day_key
+        if window is Window.MONTH:
+            return self.month_key
         raise ValueError(f"no bucket key for window {window}")
 
     def resets_at(self, window: Window) -> datetime:
-        """Aware UTC reset time of ``window`` (hour or day)."""
-        return self.hour_resets_at if window is Window.HOUR else self.day_resets_at
+        """Aware UTC reset time of ``window`` (hour, day or month)."""
+        if window is Window.HOUR:
+            return self.hour_resets_at
+        if window is Window.MONTH:
+            return self.month_resets_at
+        return self.day_resets_at
+
+    @property
+    def hold(self) -> HoldKeys:
+        """The keys a hold granted now stores."""
+        return HoldKeys(self.hour_key, self.day_key, self.month_key)
 
 
-def window_keys(at: datetime, tz_name: str) -> WindowKeys:
-    """The hour and day windows of ``at`` (aware) cut in ``tz_name``."""
+def window_keys(at: datetime, tz_name: str, month_start_day: int = 1) -> WindowKeys:
+    """The hour, day and month windows of ``at`` (aware) cut in ``tz_name``
+    (``month_start_day``: the billing-cycle day, :func:`month_bounds`)."""
     hour_key, _, hour_end = hour_bounds(at, tz_name)
     day_key, _, day_end = day_bounds(at, tz_name)
-    return WindowKeys(tz_name, hour_key, day_key, hour_end, day_end)
+    month_key, _, month_end = month_bounds(at, tz_name, month_start_day)
+    return WindowKeys(tz_name, hour_key, day_key, hour_end, day_end, month_key, month_end)
 
 
-def resets_at(window: Window, at: datetime, tz_name: str) -> datetime:
+def resets_at(window: Window, at: datetime, tz_name: str, month_start_day: int = 1) -> datetime:
     """When the ``window`` containing ``at`` resets (aware UTC)."""
     if window is Window.MINUTE:
         return _utc(at) + timedelta(minutes=1)
-    return window_keys(at, tz_name).resets_at(window)
+    return window_keys(at, tz_name, month_start_day).resets_at(window)

@@ -30,10 +30,17 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from budget.config import LedgerConfig
 from budget.policy.windows import window_keys
 from budget.protocol import HoldTicket, OperationTicket
-from budget.status import HoldEntry, KillState, LedgerStatus, TeamStatus, UserStatus
+from budget.status import (
+    HoldEntry,
+    KillState,
+    LedgerStatus,
+    PayerStatus,
+    TeamStatus,
+    UserStatus,
+)
 from budget.storage.sql import admin, holds, reports, retention
 from budget.storage.sql.corrections import apply_corrections
-from budget.storage.sql.rows import exposure, kill_states, teams
+from budget.storage.sql.rows import exposure, kill_states, teams, user_plan
 from budget.storage.store import (
     CHECKED,
     DURABLE,
@@ -49,6 +56,7 @@ from budget.storage.store import (
     SweepOutcome,
     Write,
 )
+from budget.types import Level, Window
 
 if TYPE_CHECKING:
     from budget.books.corrections import ApplyResult, CorrectionPlan
@@ -248,6 +256,18 @@ class LedgerStore(abc.ABC):
         await self._write(partial(admin.set_limit, cfg=self.config, now=now, change=change))
         self._rules_changed(limits=True)
 
+    async def set_guarantee(
+        self, now: datetime, team: str, window: Window, floor_musd: int | None, by: int | None
+    ) -> None:
+        """Keep (``None``: stop keeping) a share of a global window for a team."""
+        body = partial(admin.set_guarantee, cfg=self.config, now=now, team=team, window=window)
+        await self._write(partial(body, floor_musd=floor_musd, by=by))
+        self._rules_changed(limits=True)
+
+    async def limit_warnings(self, now: datetime) -> list[str]:
+        """Lines naming each global window the teams' or plans' limits oversubscribe."""
+        return await self._read(partial(admin.limit_warnings, cfg=self.config, now=now))
+
     async def team_add(self, now: datetime, name: str, user_id: int) -> str | None:
         """Put ``user_id`` in team ``name``; returns the team they left, if any."""
         return await self._write(partial(admin.team_add, now=now, name=name, user_id=user_id))
@@ -260,6 +280,13 @@ class LedgerStore(abc.ABC):
     async def teams(self) -> dict[str, list[int]]:
         """Team name → sorted member ids."""
         return await self._read(teams)
+
+    async def set_plan(
+        self, now: datetime, user_id: int, plan: str | None, until: datetime | None, by: int | None
+    ) -> None:
+        """Put a user on a plan until ``until`` (``plan`` ``None``: the default plan)."""
+        body = partial(admin.set_plan, cfg=self.config, now=now, user_id=user_id)
+        await self._write(partial(body, plan=plan, until=until, by=by))
 
     async def record_message(self, now: datetime, user_id: int) -> int:
         """Count a message against USER_DAILY_MESSAGES; returns today's count (grouped;
@@ -287,6 +314,15 @@ class LedgerStore(abc.ABC):
         """One user now."""
         body = partial(reports.user_status, cfg=self.config, now=now)
         return await self._read(partial(body, user_id=user_id))
+
+    async def user_plan(self, now: datetime, user_id: int) -> str | None:
+        """The plan ``user_id`` is held on now (``None``: no plans)."""
+        return await self._read(partial(user_plan, cfg=self.config, user_id=user_id, now=now))
+
+    async def payer_status(self, now: datetime, level: Level, scope: str) -> PayerStatus:
+        """One group chat or plan now."""
+        body = partial(reports.payer_status, cfg=self.config, now=now)
+        return await self._read(partial(body, level=level, scope=scope))
 
     async def team_status(self, now: datetime, name: str) -> TeamStatus:
         """One team now."""

@@ -7,6 +7,7 @@ integer µUSD; times are the ledger clock's aware datetimes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -153,6 +154,8 @@ class Admission:
         count_message: count the user's message against USER_DAILY_MESSAGES first, in
             the same step (a deferred chat admission: ``docs/decisions/132-two-ledger-steps.md``);
             cleared once it was counted.
+        chat_id: the group or supergroup its message came from, which pays along with
+            the user (``None``: a private chat, a digest).
     """
 
     operation_id: str
@@ -163,6 +166,7 @@ class Admission:
     fingerprint: str | None = None
     request_id: str | None = None
     count_message: bool = False
+    chat_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,11 +224,15 @@ class RefusedStep(StepDeclined):
     ``HoldRefused(refusal)``.
 
     Attributes:
-        refusal: why.
+        refusal: why (with ``plan``, the user's plan, when given).
         user_id: whose request it was (for the event), if known.
     """
 
-    def __init__(self, refusal: Refusal, user_id: int | None = None) -> None:
+    def __init__(
+        self, refusal: Refusal, user_id: int | None = None, plan: str | None = None
+    ) -> None:
+        if plan:
+            refusal = dataclasses.replace(refusal, plan=plan)
         super().__init__(HoldRefused(refusal))
         self.refusal = refusal
         self.user_id = user_id

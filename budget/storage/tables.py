@@ -136,6 +136,9 @@ holds = Table(
     Column("margin_booked", Integer, nullable=False, server_default="0"),
     # 1 = a streamed answer stopped by its user or /kill hard (budget.books.stops)
     Column("stopped", Integer, nullable=False, server_default="0"),
+    # the month (billing cycle) it was granted in; NULL: granted before months were
+    # tracked (migration 0025_ledger_levels), no month bucket
+    Column("month_key", String(16), nullable=True),
     Index("ix_budget_holds_state_expires", "state", "expires_at"),
     Index("ix_budget_holds_ended", "ended_at"),
     Index("ix_budget_holds_day", "day_key"),
@@ -157,6 +160,9 @@ operations = Table(
     Column("committed_musd", BIG, nullable=False, server_default="0"),
     Column("day_key", String(16), nullable=False),
     Column("process_id", String(32), nullable=False),
+    # the group chat of its message (NULL: private chat, digest) and its user's plan
+    Column("chat_id", BIG, nullable=True),
+    Column("plan", String(64), nullable=True),
     Index("ix_budget_operations_user_open", "user_id", "ended_at"),
     Index("ix_budget_operations_user_started", "user_id", "started_at"),
     Index("ix_budget_operations_day", "day_key"),
@@ -209,6 +215,18 @@ teams = Table(
     Index("ix_budget_team_members_team", "team"),
 )
 
+user_plans = Table(
+    "budget_user_plans",
+    metadata,
+    # each user's plan (budget.plans; no row: the default plan), until an optional end
+    Column("user_id", BIG, primary_key=True, autoincrement=False),
+    Column("plan", String(64), nullable=False),
+    Column("until", TIME, nullable=True),
+    Column("set_at", TIME, nullable=False),
+    Column("set_by", BIG, nullable=True),
+    Index("ix_budget_user_plans_plan", "plan"),
+)
+
 events = Table(
     "budget_events",
     metadata,
@@ -223,6 +241,8 @@ events = Table(
     Column("user_id", BIG, nullable=True),
     Column("hold_id", String(32), nullable=True),
     Column("detail", Text, nullable=True),
+    # a refusal's user's plan (migration 0025_ledger_levels): the refusal metrics' label
+    Column("plan", String(64), nullable=True),
     Index("ix_budget_events_day_kind", "day_key", "kind"),
 )
 

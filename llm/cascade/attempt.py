@@ -61,6 +61,7 @@ from llm.keys.admission import KeyAdmission
 from llm.keys.slots import CallSlots
 from llm.model_caps import possible_tokens
 from llm.providers.base import Provider
+from llm.providers.tools import ToolCallingProvider
 from llm.providers.vision_provider import media_tokens_of
 from llm.stream import StreamControl, StreamingProvider
 from llm.types import Completion, LLMRequest
@@ -175,12 +176,14 @@ class GovernedAttempt:
             ProviderError: the attempt failed (hold settled or released).
             EmptyCompletion: answered with no usable text (settled as billed).
         """
-        model = provider.model
-        if request.small:  # the router's choice: the key's small model, held as such
+        model = request.model or provider.model
+        if request.small and request.model is None:  # the router's choice: the key's small model
             model = self._config.cheap_models.get(provider.name) or provider.model
         plan = AttemptPlan(
             request.messages, model, request.max_tokens, 0, [], origin=request.origin
         )
+        if request.tools and isinstance(provider, ToolCallingProvider):
+            plan.tools, stream = request.tools, None  # a step with tools is one piece
         await self._sizer.size(plan, provider.name, input_tokens)
         plan.add_media(media_tokens_of(provider, plan.messages))
         async with self._slots.slot(request.priority):
@@ -190,8 +193,10 @@ class GovernedAttempt:
             completion = await self._call(provider, plan, hold, stream)
             completion, usage, anomaly = _judge(plan, completion, _possible(provider, plan))
             sample = await self._sample(provider, plan, completion, anomaly)
-            # the operation's last answer ends it in the settle's step (decision 132)
-            answered = completion.stopped or _usable(completion.text)
+            # the last answer (not one asking for tools) ends it in its settle (decision 132)
+            answered = not completion.tool_calls and (
+                completion.stopped or _usable(completion.text)
+            )
             ends = op if request.ends_operation and answered else None
             cost, ended = await self._settle_answer(
                 hold, usage, anomaly in _AT_CEILING or completion.estimated, ends, sample
@@ -280,11 +285,12 @@ class GovernedAttempt:
                         count=self._count,
                         progress=progress,
                     )
-                return await provider.complete(
-                    plan.messages,
-                    plan.max_tokens,
-                    None if plan.model == provider.model else plan.model,
-                )
+                model = None if plan.model == provider.model else plan.model
+                if plan.tools and isinstance(provider, ToolCallingProvider):
+                    return await provider.complete(
+                        plan.messages, plan.max_tokens, model, tools=plan.tools
+                    )
+                return await provider.complete(plan.messages, plan.max_tokens, model)
         except ProviderError as exc:
             if exc.billed_usage is not None:
                 await self._settle_billed(hold, exc.billed_usage)
@@ -356,7 +362,7 @@ class GovernedAttempt:
         """
         if anomaly:
             await self._usage_anomaly(provider, plan, completion, anomaly)
-        if not completion.stopped and not _usable(completion.text):
+        if not completion.stopped and not completion.tool_calls and not _usable(completion.text):
             self._telemetry.count_empty(provider.name)
             log.warning(
                 "empty completion from %s (finish_reason=%s), %d µUSD booked",

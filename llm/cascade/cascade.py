@@ -9,7 +9,9 @@ Cerebras), the paid anchor (DeepSeek) last. For one request::
     begin_request(op, fingerprint)                     once (op caps, loop check)
     for each provider key, at most once:
         skip without a request if: disabled (auth), breaker open, paced out,
-            paid and not allow_paid, prompt larger than its context window
+            paid and not allow_paid, not serving the request's chosen model, prompt larger
+            than its context window, past the payer's fair share of a free key (then the
+            paid anchor too: llm.keys.shares)
         one governed attempt (llm.cascade.attempt): slot, hold (the paid anchor's
             refused hold goes down the degradation ladder, llm.cascade.degradation), call
             (streamed by llm.cascade.streamed when asked), settle or release
@@ -56,7 +58,7 @@ from budget.pricing.tokens import count_off_loop
 from budget.protocol import LedgerPort, OperationTicket
 from llm.cascade.attempt import GovernedAttempt, SkipProvider
 from llm.cascade.degradation import DegradationLadder
-from llm.cascade.plan import Sizer
+from llm.cascade.plan import Sizer, models_of
 from llm.cascade.telemetry import Telemetry
 from llm.cascade.types import (
     MAX_CHARS_PER_TOKEN,
@@ -69,7 +71,6 @@ from llm.cascade.types import (
     fingerprint,
 )
 from llm.errors import (
-    AllProvidersFailed,
     AuthFailed,
     BalanceExhausted,
     ContextTooLong,
@@ -78,10 +79,13 @@ from llm.errors import (
     ProviderRejected,
     ProviderUnavailable,
     QuotaExhausted,
+    nothing_answered,
+    provider_wait,
 )
 from llm.keys.admission import KeyAdmission, KeyStateStore
 from llm.keys.breaker import CircuitBreaker, CircuitState
 from llm.keys.pacing import Pacer
+from llm.keys.shares import FreeShares
 from llm.keys.slots import CallClaimStore, CallSlots, DeploymentSlots, PrioritySlots
 from llm.providers.base import Provider
 from llm.stream import StreamControl
@@ -175,6 +179,7 @@ class Cascade:
             cooldown_max_s=config.cooldown_max_s,
         )
         self.pacer = Pacer(clock, default_window_s=config.pacing_window_s)
+        self.shares = FreeShares(clock, config.day_tz, config.free_share_ppm)
         self.slots = PrioritySlots(config.global_max_inflight_calls)
         self.call_slots: CallSlots = (
             self.slots if lease_store is None else DeploymentSlots(self.slots, lease_store, clock)
@@ -256,22 +261,27 @@ class Cascade:
         context_floor = 0
         context_error: ContextTooLong | None = None
         budget_refusal: HoldRefused | None = None
+        who = self.shares.subjects(op)
+        turned_away = False  # a free key was skipped for this request's share
         for provider in self._providers:
             is_anchor = provider is self.anchor
             reason = self._skip_reason(provider, request, input_tokens, context_floor, is_anchor)
+            if reason is None and who:
+                tokens = input_tokens + request.max_tokens
+                reason = self.shares.skip(provider, who, op.user_id, tokens, turned_away)
+                turned_away = turned_away or reason is not None
             if reason is not None:
-                skipped.append((provider.name, reason))
-                passed.append(f"{provider.name}:{reason}")
-                self._telemetry.count_skip(provider.name, reason)
+                self._skipped(provider.name, reason, skipped, passed)
                 continue
             try:
-                return await self._attempt.run(
+                completion = await self._attempt.run(
                     op, request_id, provider, request, input_tokens, is_anchor, passed, stream
                 )
+                if not provider.paid:
+                    self.shares.served(provider.name, who, completion)
+                return completion
             except SkipProvider as skip:
-                skipped.append((provider.name, skip.reason))
-                passed.append(f"{provider.name}:{skip.reason}")
-                self._telemetry.count_skip(provider.name, skip.reason)
+                self._skipped(provider.name, skip.reason, skipped, passed)
                 if skip.refusal is not None:
                     budget_refusal = skip.refusal
                 continue
@@ -285,11 +295,17 @@ class Cascade:
                     context_error = exc
                 passed.append(f"{provider.name}:{why}")
                 continue
-        if context_error is not None and all(isinstance(e, ContextTooLong) for e in failures):
-            raise context_error
-        if budget_refusal is not None and not failures:
-            raise budget_refusal
-        raise AllProvidersFailed(failures, skipped)
+        share = HoldRefused(self.shares.refusal()) if turned_away else None
+        raise nothing_answered(failures, skipped, context_error, budget_refusal, share)
+
+    def _skipped(
+        self, name: str, reason: str, skipped: list[tuple[str, str]], passed: list[str]
+    ) -> None:
+        """Key ``name`` passed over without an answer for ``reason`` (told in the
+        request's ``skipped``/``passed`` lists and the skip counters)."""
+        skipped.append((name, reason))
+        passed.append(f"{name}:{reason}")
+        self._telemetry.count_skip(name, reason)
 
     def enable(self, name: str) -> bool:
         """Re-enable a key disabled after an auth failure, in this process.
@@ -423,6 +439,8 @@ class Cascade:
             return "disabled"
         if provider.paid and not request.allow_paid:
             return "paid_not_allowed"
+        if request.model is not None and request.model not in models_of(provider, self._config):
+            return "model"
         if provider.context_window_tokens <= context_floor:
             return "context"
         if input_tokens >= provider.context_window_tokens:
@@ -446,7 +464,7 @@ class Cascade:
                 await self._telemetry.emit(CascadeEvent("key_disabled_balance", name, exc.detail))
         elif isinstance(exc, ProviderRateLimited | QuotaExhausted):
             reason = "rate_limited" if isinstance(exc, ProviderRateLimited) else "quota"
-            until = await self.keys.rate_limited(name, _provider_wait(exc), reason=reason)
+            until = await self.keys.rate_limited(name, provider_wait(exc), reason=reason)
             if until is not None:
                 await self._telemetry.cooldown_opened(name, reason, until, provider.paid)
         elif isinstance(exc, ProviderUnavailable):
@@ -470,22 +488,3 @@ class Cascade:
             self._telemetry.count_fallback(name, reason)
         log.info("provider %s failed: %s", name, exc)
         return reason
-
-
-def _provider_wait(exc: ProviderRateLimited | QuotaExhausted) -> float | None:
-    """The wait the provider named: Retry-After, else the reset of an exhausted
-    window (``x-ratelimit-reset-*`` with nothing remaining); ``None`` = not said."""
-    if exc.retry_after_s is not None:
-        return exc.retry_after_s
-    rl = exc.rate_limits
-    if rl is None:
-        return None
-    resets = [
-        reset
-        for remaining, reset in (
-            (rl.remaining_requests, rl.reset_requests_s),
-            (rl.remaining_tokens, rl.reset_tokens_s),
-        )
-        if remaining == 0 and reset is not None
-    ]
-    return max(resets) if resets else None

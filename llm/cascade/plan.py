@@ -17,11 +17,12 @@ from budget.errors import BudgetError
 from budget.pricing.tokens import count_off_loop, input_bound
 from budget.protocol import HoldTicket, LedgerPort, OperationTicket
 from budget.types import CalibrationSample, Origin
-from llm.cascade.types import TokenCounter
+from llm.cascade.types import CascadeConfig, TokenCounter
 from llm.providers.base import Provider
-from llm.types import Message
+from llm.providers.tools import tools_bound
+from llm.types import Message, ToolSpec
 
-__all__ = ["CALIBRATION_MIN_SAMPLES", "AttemptPlan", "Sizer", "reserve"]
+__all__ = ["CALIBRATION_MIN_SAMPLES", "AttemptPlan", "Sizer", "models_of", "reserve"]
 
 log = logging.getLogger("kopek.llm.cascade")  # one logger for every part of the cascade
 
@@ -47,6 +48,8 @@ class AttemptPlan:
         degraded: ladder steps applied to reach this plan.
         input_bound: provable bound on the input, tokens (``budget.pricing.tokens.input_bound``).
         counted: the token counter's own count, tokens (before calibration).
+        tools: functions offered to the model; their bound is part of ``input_bound``
+            (:func:`llm.providers.tools.tools_bound`).
         origin: the hold's origin when not the operation's (``LLMRequest.origin``).
     """
 
@@ -57,6 +60,7 @@ class AttemptPlan:
     degraded: list[str]
     input_bound: int = 0
     counted: int = 0
+    tools: tuple[ToolSpec, ...] = ()
     origin: Origin | None = None
 
     def add_media(self, tokens: int) -> None:
@@ -68,6 +72,13 @@ class AttemptPlan:
             self.counted += tokens
             self.input_bound += tokens
             self.input_tokens += tokens
+
+
+def models_of(provider: Provider, config: CascadeConfig) -> tuple[str, ...]:
+    """The models ``provider`` may be asked for: its default, then its cheap model
+    (:attr:`CascadeConfig.cheap_models`) when that is another one."""
+    cheap = config.cheap_models.get(provider.name)
+    return (provider.model,) if not cheap or cheap == provider.model else (provider.model, cheap)
 
 
 async def reserve(
@@ -117,9 +128,9 @@ class Sizer:
     async def size(self, plan: AttemptPlan, provider: str, counted: int | None = None) -> None:
         """Fill ``plan``'s counted tokens, provable bound and calibrated estimate."""
         if counted is None:
-            counted = await count_off_loop(self._count, plan.messages)
+            counted = await count_off_loop(self._count, plan.messages) + tools_bound(plan.tools)
         plan.counted = counted
-        plan.input_bound = input_bound(plan.messages)
+        plan.input_bound = input_bound(plan.messages) + tools_bound(plan.tools)
         plan.input_tokens = min(
             await self._estimate(provider, plan.model, plan.counted), plan.input_bound
         )

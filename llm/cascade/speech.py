@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from budget.errors import BudgetError
 from budget.protocol import HoldTicket, LedgerPort, OperationTicket
-from budget.types import Usage
+from budget.types import Origin, Usage
 from llm.errors import (
     AllProvidersFailed,
     AuthFailed,
@@ -200,6 +200,7 @@ class SpeechCascade:
                 input_tokens=seconds,
                 max_tokens=SPEECH_MAX_TOKENS,
                 input_bound_tokens=seconds,
+                origin=Origin.TRANSCRIPTION,
             )
             if clip is None:
                 try:

@@ -76,6 +76,9 @@ class CascadeConfig:
             count from Kopek's (o200k), either way: a streamed text is certainly past
             ``max_tokens`` once its o200k count ÷ this factor is
             (:mod:`llm.cascade.received`).
+        free_share_ppm: FREE_SHARE_MAX in parts per million: the most of a free key's
+            daily quota one user or group may take while others are active
+            (:mod:`llm.keys.shares`); 1,000,000 keeps no share.
     """
 
     timeout_s: float = 60.0
@@ -92,6 +95,7 @@ class CascadeConfig:
     first_token_timeout_s: float = 20.0
     idle_timeout_s: float = 20.0
     token_safety_factor: Decimal = Decimal("1.25")
+    free_share_ppm: int = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,8 @@ from llm.errors import (
     ProviderUnavailable,
     QuotaExhausted,
 )
+from llm.providers.body_cap import BodyTooLarge
+from llm.providers.tools import tool_calls_of
 from llm.types import Completion, Message, RateLimitInfo
 
 __all__ = [
@@ -377,6 +379,7 @@ def parse_completion_body(
         rate_limits=rate_limits,
         paid=paid,
         usage_issue=issue,
+        tool_calls=tool_calls_of(message),
     )
 
 
@@ -480,8 +483,9 @@ def transport_error(provider: str, exc: BaseException) -> ProviderUnavailable:
 
     A failure before the request could reach the provider (connect error or
     timeout, pool timeout) is *not* interrupted: the hold is released. Anything
-    later (read timeout, the total deadline, a cut body) is *interrupted*: the
-    provider may have generated and billed tokens.
+    later (read timeout, the total deadline, a cut body, a body over its cap —
+    :class:`~llm.providers.body_cap.BodyTooLarge`, named in the detail) is
+    *interrupted*: the provider may have generated and billed tokens.
     """
     cause: BaseException = exc
     if not isinstance(exc, httpx.HTTPError | TimeoutError) and isinstance(
@@ -490,5 +494,7 @@ def transport_error(provider: str, exc: BaseException) -> ProviderUnavailable:
         cause = exc.__cause__
     if isinstance(cause, TimeoutError):
         return ProviderUnavailable(provider, "total deadline exceeded", interrupted=True)
+    if isinstance(cause, BodyTooLarge):
+        return ProviderUnavailable(provider, str(cause), interrupted=True)
     pre_token = isinstance(cause, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
     return ProviderUnavailable(provider, type(cause).__name__, interrupted=not pre_token)

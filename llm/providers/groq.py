@@ -15,8 +15,11 @@ same ``aiohttp`` transport, its server-sent events read as they arrive
 Groq reports usage unasked, on the finish chunk (``x_groq.usage`` and/or ``usage``); an
 ``event: error`` after the 200 is a cut (an interrupted
 :class:`~llm.errors.ProviderUnavailable`). Each event is at most
-:data:`llm.providers.sse.MAX_EVENT_BYTES`. The SDK gives the URL and headers (its key,
-its version headers) and is otherwise not called.
+:data:`llm.providers.sse.MAX_EVENT_BYTES`, the whole stream and any error body capped as
+well (:data:`llm.providers.body_cap.MAX_STREAM_BYTES`, :data:`MAX_RESPONSE_BYTES
+<llm.providers.plain_post.MAX_RESPONSE_BYTES>`). The SDK gives the URL and headers (its
+key, its version headers) and is otherwise not called; its ``httpx`` client keeps
+:mod:`llm.providers.body_cap`'s hook should it ever read a body.
 """
 
 from __future__ import annotations
@@ -39,11 +42,13 @@ from llm.providers.base import (
     messages_payload,
     parse_completion_body,
 )
+from llm.providers.body_cap import CLIENT_HEADERS, cap_body
 from llm.providers.plain_post import PlainPost, PlainResponse, aiohttp_transport_error
 from llm.providers.ratelimits import parse_rate_limits
 from llm.providers.sse import open_plain_stream
+from llm.providers.tools import tools_payload
 from llm.stream import ChunkStream
-from llm.types import Completion, Message
+from llm.types import Completion, Message, ToolSpec
 
 __all__ = ["GroqProvider"]
 
@@ -98,6 +103,8 @@ class GroqProvider(ProviderBase):
             timeout=httpx.Timeout(timeout_s),
             transport=transport,
             verify=True if tls is None else tls,
+            headers=CLIENT_HEADERS,
+            event_hooks={"response": [cap_body]},  # streams and error bodies, capped
         )
         self._client = groq.AsyncGroq(
             api_key=api_key,
@@ -111,12 +118,20 @@ class GroqProvider(ProviderBase):
         self._plain = PlainPost(headers, tls)
         self._url = base_url.rstrip("/") + _COMPLETIONS_PATH
 
+    #: takes ``tools`` (function calling) in :meth:`complete`
+    supports_tools = True
+
     async def complete(
-        self, messages: Sequence[Message], max_tokens: int, model: str | None = None
+        self,
+        messages: Sequence[Message],
+        max_tokens: int,
+        model: str | None = None,
+        tools: Sequence[ToolSpec] = (),
     ) -> Completion:
-        """See :meth:`llm.providers.base.Provider.complete`."""
+        """See :meth:`llm.providers.base.Provider.complete`; ``tools`` are offered to
+        the model (``llm.providers.tools``)."""
         use_model = model or self.model
-        response = await self._post(messages, max_tokens, use_model)
+        response = await self._post(messages, max_tokens, use_model, tools)
         content = response.content
         content_type = response.headers.get("content-type", "*").split(";")[0]
         if not content_type.endswith("json"):
@@ -132,7 +147,11 @@ class GroqProvider(ProviderBase):
         return parse_completion_body(self.name, use_model, body, limits, paid=self.paid)
 
     async def _post(
-        self, messages: Sequence[Message], max_tokens: int, model: str
+        self,
+        messages: Sequence[Message],
+        max_tokens: int,
+        model: str,
+        tools: Sequence[ToolSpec] = (),
     ) -> PlainResponse:
         """One non-streamed ``chat/completions`` POST with the SDK's URL and headers,
         sent through :class:`~llm.providers.plain_post.PlainPost` (``aiohttp``: the SDK's
@@ -145,12 +164,14 @@ class GroqProvider(ProviderBase):
             ProviderError: the status translated (429, 5xx, 401...), a transport
                 failure or the deadline.
         """
-        payload = {
+        payload: dict[str, object] = {
             "messages": messages_payload(messages),
             "model": model,
             "max_tokens": max_tokens,
             "stream": False,
         }
+        if tools:
+            payload["tools"] = tools_payload(tools)
         try:
             async with asyncio.timeout(self._timeout_s):
                 response = await self._plain.post(self._url, payload)

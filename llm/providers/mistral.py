@@ -6,7 +6,8 @@ the SDK appends ``/v1/chat/completions``. The SDK returns only the parsed body, 
 the response (headers and raw JSON, which carries ``num_cached_tokens`` /
 ``prompt_tokens_details``) is captured by an ``httpx`` response hook on the client we
 hand it. Its timeouts and connection errors surface as raw ``httpx`` exceptions, not
-SDK errors; both are translated here.
+SDK errors; both are translated here. Every body it reads (answers, streams, error bodies)
+is capped under the SDK (:mod:`llm.providers.body_cap`).
 
 Streaming (:meth:`MistralProvider.stream`): the SDK's ``chat.stream_async`` sends the
 request; its events (OpenAI-style ``data: {json}`` lines, ``data: [DONE]`` last) are read
@@ -38,6 +39,7 @@ from llm.providers.base import (
     parse_completion_body,
     transport_error,
 )
+from llm.providers.body_cap import CLIENT_HEADERS, cap_body
 from llm.providers.ratelimits import parse_rate_limits
 from llm.providers.sse import sse_chunks
 from llm.stream import ChunkStream
@@ -100,7 +102,8 @@ class MistralProvider(ProviderBase):
             timeout=httpx.Timeout(timeout_s),
             transport=transport,
             follow_redirects=True,
-            event_hooks={"response": [_capture]},
+            headers=CLIENT_HEADERS,
+            event_hooks={"response": [cap_body, _capture]},
             verify=True if tls is None else tls,
         )
         # the SDK makes a synchronous client too unless handed one (never used here:

@@ -12,7 +12,9 @@ Streaming (:meth:`OpenAICompatProvider.stream`): ``stream: true`` with
 ``stream_options: {"include_usage": true}`` so the usage arrives in a final chunk;
 server-sent events are read as they arrive (comment lines such as DeepSeek's
 ``: keep-alive`` are skipped), each at most :data:`llm.providers.sse.MAX_EVENT_BYTES`
-(:func:`llm.providers.sse.aiohttp_chunks`), ``data: [DONE]`` ends the stream.
+(:func:`llm.providers.sse.aiohttp_chunks`), the whole stream and any error body capped
+(:data:`llm.providers.body_cap.MAX_STREAM_BYTES`,
+:data:`llm.providers.plain_post.MAX_RESPONSE_BYTES`); ``data: [DONE]`` ends the stream.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ from llm.providers.base import (
 from llm.providers.plain_post import PlainPost, aiohttp_transport_error
 from llm.providers.ratelimits import parse_rate_limits
 from llm.providers.sse import open_plain_stream
+from llm.providers.tools import tools_payload
 from llm.stream import ChunkStream
-from llm.types import Completion, Message
+from llm.types import Completion, Message, ToolSpec
 
 __all__ = ["OpenAICompatProvider"]
 
@@ -90,17 +93,27 @@ class OpenAICompatProvider(ProviderBase):
         self._plain = PlainPost({"Authorization": f"Bearer {api_key}"}, tls)
         del transport  # no httpx client left: kept in the signature all clients share
 
+    #: takes ``tools`` (function calling) in :meth:`complete`
+    supports_tools = True
+
     async def complete(
-        self, messages: Sequence[Message], max_tokens: int, model: str | None = None
+        self,
+        messages: Sequence[Message],
+        max_tokens: int,
+        model: str | None = None,
+        tools: Sequence[ToolSpec] = (),
     ) -> Completion:
-        """See :meth:`llm.providers.base.Provider.complete`."""
+        """See :meth:`llm.providers.base.Provider.complete`; ``tools`` are offered to
+        the model (``llm.providers.tools``)."""
         use_model = model or self.model
-        payload = {
+        payload: dict[str, object] = {
             "model": use_model,
             "messages": messages_payload(messages),
             "max_tokens": max_tokens,
             "stream": False,
         }
+        if tools:
+            payload["tools"] = tools_payload(tools)
         try:
             async with asyncio.timeout(self._timeout_s):
                 response = await self._plain.post(self._url, payload)

@@ -37,6 +37,7 @@ from llm.errors import ProviderUnavailable
 
 __all__ = [
     "MAX_RESPONSE_BYTES",
+    "BodyOverCap",
     "PlainPost",
     "PlainResponse",
     "aiohttp_transport_error",
@@ -51,23 +52,27 @@ __all__ = [
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 
 
+class BodyOverCap(aiohttp.ClientPayloadError):
+    """A body longer than its cap; the message says the sizes (no secret)."""
+
+
 async def read_capped(response: aiohttp.ClientResponse, limit: int = MAX_RESPONSE_BYTES) -> bytes:
     """The whole body of ``response``, at most ``limit`` bytes.
 
     Raises:
-        aiohttp.ClientPayloadError: the body is longer (the connection is closed).
+        BodyOverCap: the body is longer (the connection is closed).
     """
     length = response.content_length
     if length is not None and length > limit:
         response.close()
-        raise aiohttp.ClientPayloadError(f"response body of {length} bytes over {limit}")
+        raise BodyOverCap(f"response body of {length} bytes over {limit}")
     parts: list[bytes] = []
     size = 0
     async for chunk in response.content.iter_chunked(64 * 1024):
         size += len(chunk)
         if size > limit:
             response.close()
-            raise aiohttp.ClientPayloadError(f"response body over {limit} bytes")
+            raise BodyOverCap(f"response body over {limit} bytes")
         parts.append(chunk)
     return b"".join(parts)
 
@@ -138,7 +143,9 @@ class PlainPost:
             json=payload,
             allow_redirects=False,
             proxy=self._proxy(url),
-            headers={"Accept": "text/event-stream"},
+            # identity only: aiohttp would inflate a whole compressed piece before any
+            # count (llm/providers/body_cap.py)
+            headers={"Accept": "text/event-stream", "Accept-Encoding": "identity"},
         )
 
     def _open(self) -> aiohttp.ClientSession:
@@ -203,5 +210,7 @@ def aiohttp_transport_error(provider: str, exc: BaseException) -> ProviderUnavai
     otherwise."""
     if isinstance(exc, TimeoutError):
         return ProviderUnavailable(provider, "total deadline exceeded", interrupted=True)
+    if isinstance(exc, BodyOverCap):  # the provider may have generated (and billed) it
+        return ProviderUnavailable(provider, str(exc), interrupted=True)
     pre_token = isinstance(exc, aiohttp.ClientConnectorError)
     return ProviderUnavailable(provider, type(exc).__name__, interrupted=not pre_token)

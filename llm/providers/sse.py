@@ -38,8 +38,9 @@ from httpx_sse import EventSource
 
 from budget.kernel.clock import Clock
 from llm.errors import ProviderError, ProviderUnavailable
+from llm.providers import body_cap
 from llm.providers.base import error_for_status
-from llm.providers.plain_post import PlainPost, aiohttp_transport_error
+from llm.providers.plain_post import PlainPost, aiohttp_transport_error, read_capped
 from llm.providers.ratelimits import parse_rate_limits
 from llm.stream import ChunkStream
 
@@ -148,7 +149,10 @@ def _json_event(provider: str, data: bytes) -> object:
 
 
 async def aiohttp_chunks(
-    provider: str, response: aiohttp.ClientResponse, max_event_bytes: int = MAX_EVENT_BYTES
+    provider: str,
+    response: aiohttp.ClientResponse,
+    max_event_bytes: int = MAX_EVENT_BYTES,
+    max_stream_bytes: int | None = None,
 ) -> AsyncIterator[Mapping[str, Any]]:
     """The JSON chunks of a streamed answer read from an ``aiohttp`` response, up to
     ``data: [DONE]`` (or the body's end).
@@ -160,18 +164,20 @@ async def aiohttp_chunks(
     the provider's error object: :class:`llm.stream.ChunkStream` turns it into a cut).
     The bytes of one event are counted as they arrive: past ``max_event_bytes`` the
     stream is cut before anything decodes it; a piece without a line end is kept as is
-    (no quadratic joining of a trickle).
+    (no quadratic joining of a trickle). The whole body is at most ``max_stream_bytes``
+    (``None``: :data:`llm.providers.body_cap.MAX_STREAM_BYTES`, read at each call).
 
     Raises (while iterated):
-        ProviderUnavailable: an event over the bound, or one that is not JSON
-            (``interrupted``).
+        ProviderUnavailable: an event over the bound, the body over its cap, or an
+            event that is not JSON (``interrupted``).
         aiohttp.ClientError: the connection failed (the caller translates it).
     """
     pending: list[bytes] = []  # the open line's pieces, without a line end yet
     data: list[bytes] = []  # the open event's data lines
     open_bytes = 0  # bytes of the open event so far (the pending pieces included)
     held_cr = False  # the last piece ended with CR: maybe the first half of a CRLF
-    async for piece in _pieces(response.content):
+    cap = body_cap.MAX_STREAM_BYTES if max_stream_bytes is None else max_stream_bytes
+    async for piece in _pieces(response.content, provider, cap):
         if held_cr:
             piece = b"\r" + piece
             held_cr = False
@@ -222,9 +228,12 @@ async def aiohttp_chunks(
             raise _over(provider, max_event_bytes)
 
 
-async def _pieces(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
-    """The body's bytes as they arrive (``StreamReader.iter_any``), and — when the
-    connection fails — the bytes that had arrived before it, then the failure.
+async def _pieces(
+    content: aiohttp.StreamReader, provider: str, max_bytes: int
+) -> AsyncIterator[bytes]:
+    """The body's bytes as they arrive (``StreamReader.iter_any``), at most ``max_bytes``
+    in all (past them an interrupted :class:`~llm.errors.ProviderUnavailable`), and —
+    when the connection fails — the bytes that had arrived before it, then the failure.
 
     aiohttp's reader raises a failure before it returns what is still buffered
     (``StreamReader.readany`` checks its exception first), so chunks that arrived in the
@@ -232,6 +241,7 @@ async def _pieces(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
     (and tokens) a cut stream is settled at. It has no public read of that buffer, so
     its private ``_buffer``/``_read_nowait`` are used (aiohttp is pinned in
     ``constraints.txt``; ``tests/llm/test_llm_stream.py`` covers a cut after text)."""
+    received = 0
     while True:
         try:
             piece = await content.readany()
@@ -244,6 +254,11 @@ async def _pieces(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
             raise
         if not piece:
             return
+        received += len(piece)
+        if received > max_bytes:
+            raise ProviderUnavailable(
+                provider, f"response body over {max_bytes} bytes", interrupted=True
+            )
         yield piece
 
 
@@ -277,21 +292,29 @@ async def open_plain_stream(
         clock: for HTTP-date ``Retry-After`` values.
 
     Raises:
-        ProviderError: a status other than 200 translated (429, 5xx, 401...), a
-            transport failure or the deadline.
+        ProviderError: a status other than 200 translated (429, 5xx, 401...; its body
+            over :data:`llm.providers.plain_post.MAX_RESPONSE_BYTES` is an interrupted
+            failure), a transport failure, the deadline, or a content coding not
+            offered.
     """
     try:
         async with asyncio.timeout(timeout_s):
             response = await plain.open_stream(url, payload)
             limits = parse_rate_limits(response.headers, now=clock.now())
             if response.status != 200:
-                try:
-                    text = await response.text(errors="replace")
+                try:  # at most the plain call's cap, as every error body
+                    text = (await read_capped(response)).decode(errors="replace")
                 finally:
                     response.release()
                 raise error_for_status(provider, response.status, text, limits)
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise aiohttp_transport_error(provider, exc) from None
+    coding = response.headers.get("Content-Encoding", "").strip().lower()
+    if coding not in ("", "identity"):  # not offered: aiohttp would inflate it unbounded
+        response.close()
+        raise ProviderUnavailable(
+            provider, f"content coding {coding[:20]!r} not offered", interrupted=True
+        )
 
     async def close() -> None:
         # at its end the connection goes back to the pool; before it (a stop, a cut)

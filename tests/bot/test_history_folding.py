@@ -41,6 +41,12 @@ class Store:
     async def turns_after(self, where: Conversation, after_id: int) -> list[NumberedTurn]:
         return [t for t in self.turns if t.turn_id > after_id]
 
+    async def conversation(
+        self, where: Conversation
+    ) -> tuple[StoredSummary | None, list[NumberedTurn]]:
+        after = self.summary.through_turn_id if self.summary is not None else 0
+        return self.summary, await self.turns_after(where, after)
+
     async def save(self, where: Conversation, summary: StoredSummary, now: datetime) -> None:
         self.summary = summary
 

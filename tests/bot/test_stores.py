@@ -19,8 +19,9 @@ from bot.app.wiring import ProfileStoreAdapter
 from bot.storage.migrate import migrate
 from bot.storage.repos import Conversation, History, Intake, SharedIntake, is_storage_failure
 from bot.storage.sqlite_hot import SqliteHotPath
+from bot.storage.summaries import CostFooters, Summaries
 from bot.storage.tables import SeenMessage
-from bot.storage.values import Preferences, TouchedIntake, Turn
+from bot.storage.values import Preferences, StoredSummary, TouchedIntake, Turn
 from budget.books.stops import StopBook
 from budget.errors import LedgerUnavailable
 from budget.kernel.db import create_engine, sqlite_path
@@ -226,7 +227,8 @@ async def test_profile_touch_creates_refreshes_and_reactivates(
     repo = ProfileRepository(sessions, clock, default_digest_time="08:30")
     profiles = ProfileStoreAdapter(repo, hot=hot, clock=clock, default_digest_time="08:30")
     assert await profiles.touch(7, 7, "ru-RU") == Preferences("ru", None)
-    assert await profiles.touch(8, 8, "de") == Preferences("en", None)
+    assert await profiles.touch(8, 8, "de") == Preferences("de", None)
+    assert await profiles.touch(9, 9, "fr") == Preferences("en", None)  # not offered
     await repo.set_tz(7, "Europe/Berlin")
     await repo.set_language(7, "en")
     async with sessions() as session, session.begin():
@@ -307,6 +309,49 @@ def _hold(hold_id: str, day_key: str, **values: object) -> dict[str, object]:
     }
     row.update(values)
     return row
+
+
+async def test_summary_turns_after_it_and_cost_footer_read_alike_on_every_path(
+    sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None
+) -> None:
+    """The message path's reads (a conversation's summary, the turns after it, both in
+    one read, the footer's preference) give the same answers through the ledger's
+    writer as through SQLAlchemy: the summary replaced, not added; the turns after it
+    numbered, oldest first, a topic's apart from General's, an append posted just
+    before seen; /reset forgets both; /cost on and off for one user only."""
+    history, summaries = History(sessions, hot), Summaries(sessions, hot=hot)
+    general, topic = Conversation(-100, None, 7), Conversation(-100, 3, 7)
+    assert await summaries.load(general) is None
+    await history.append(general, [Turn(Message("user", "q1"), 9, 6)], T0)
+    await history.append(topic, [Turn(Message("user", "in a topic"), 4, 3)], T0)
+    await history.append(general, [Turn(Message("assistant", "a1"), 5)], T0)
+    first = await summaries.turns_after(general, 0)
+    assert [n.turn for n in first] == [
+        Turn(Message("user", "q1"), 9, 6),
+        Turn(Message("assistant", "a1"), 5),
+    ]
+    assert first[0].turn_id < first[1].turn_id
+    folded = StoredSummary(first[0].turn_id, "asked q1", 12, 9, 1, 0)
+    await summaries.save(general, StoredSummary(0, "", 0, 0, 0, 1), T0)
+    await summaries.save(general, folded, T0)
+    assert await summaries.load(general) == folded
+    assert await summaries.load(topic) is None
+    await history.append(general, [Turn(Message("user", "q2"), 3, 2)], T0)
+    after = await summaries.turns_after(general, folded.through_turn_id)
+    assert [n.turn.message.content for n in after] == ["a1", "q2"]
+    assert await summaries.conversation(general) == (folded, after)
+    assert await summaries.conversation(topic) == (None, await summaries.turns_after(topic, 0))
+    assert [n.turn.message.content for n in await summaries.turns_after(topic, 0)] == ["in a topic"]
+    assert await history.clear(general) == 3
+    assert await summaries.load(general) is None
+    assert await summaries.turns_after(general, 0) == []
+    assert await summaries.conversation(general) == (None, [])
+    footers = CostFooters(sessions, hot)
+    assert not await footers.wanted(7)
+    await footers.set(7, True, T0)
+    assert await footers.wanted(7) and not await footers.wanted(8)
+    await footers.set(7, False, T0)
+    assert not await footers.wanted(7)
 
 
 async def test_stop_book_totals_only_todays_settled_stopped_holds(

@@ -107,13 +107,16 @@ def test_every_msgid_is_translated_to_russian() -> None:
     [
         (None, "ru", "ru"),
         (None, "ru-RU", "ru"),
-        (None, "de", "en"),
+        (None, "de", "de"),
+        (None, "pt-br", "pt"),
+        (None, "zh-hans", "zh"),
+        (None, "fr", "en"),
         ("en", "ru", "en"),
         (None, None, "en"),
     ],
 )
 def test_pick_language(stored: str | None, code: str | None, expected: str) -> None:
-    """/lang wins; else Telegram's language_code ru → ru; else English."""
+    """/lang wins; else Telegram's language_code when supported (pt-br → pt); else English."""
     assert pick_language(stored, code) == expected
 
 
@@ -151,3 +154,45 @@ def test_a_limit_with_money_left_says_the_worst_case_does_not_fit(i18n: I18n) ->
     assert short.startswith("🚫 Not enough left of your daily user limit")
     assert "up to $0.000460" in short and "$0.000020 is left" in short and "00:00 UTC" in short
     assert spent.startswith("🚫 Limit reached: your daily user limit.")
+
+
+@pytest.mark.parametrize(
+    ("step", "english", "russian"),
+    [
+        ("answer", "an answer may cost up to $0.000460", "ответ может стоить до $0.000460"),
+        (
+            "transcription",
+            "transcribing this recording may cost up to $0.000460",
+            "расшифровка этой записи может стоить до $0.000460",
+        ),
+        (
+            "photo",
+            "an answer about this image may cost up to $0.000460",
+            "ответ об этом изображении может стоить до $0.000460",
+        ),
+        (
+            "document",
+            "an answer about this document may cost up to $0.000460",
+            "ответ об этом документе может стоить до $0.000460",
+        ),
+        (
+            "link",
+            "an answer about this page may cost up to $0.000460",
+            "ответ об этой странице может стоить до $0.000460",
+        ),
+    ],
+)
+def test_a_limits_worst_case_names_the_step_it_was_for(
+    i18n: I18n, step: str, english: str, russian: str
+) -> None:
+    """A media step's refusal says what its worst case is for: a transcription's is not
+    an answer's."""
+    refusal = Refusal(
+        RefusalReason.LIMIT, Level.USER, Window.DAY, RESET, ceiling_musd=460, remaining_musd=20
+    )
+    with i18n.use_locale("en"):
+        text = templates.refusal_text(refusal, tz="UTC", step=step)
+    assert f"daily user limit: {english}, and $0.000020 is left." in text
+    with i18n.use_locale("ru"):
+        text = templates.refusal_text(refusal, tz="UTC", step=step)
+    assert f"{russian}, а осталось $0.000020." in text

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from budget.policy.windows import day_bounds, hour_bounds, resets_at, window_keys
+from budget.policy.windows import day_bounds, hour_bounds, month_bounds, resets_at, window_keys
 from budget.types import Window
 
 
@@ -69,3 +69,50 @@ def test_naive_datetime_is_rejected() -> None:
         window_keys(datetime(2026, 1, 1), "UTC")  # noqa: DTZ001 - the point of the test
     with pytest.raises(ValueError):
         window_keys(datetime(2026, 1, 1, tzinfo=UTC), "UTC").key(Window.MINUTE)
+
+
+def test_berlin_march_is_743_hours_and_ends_at_local_midnight() -> None:
+    """Calendar months in Berlin: March 2026 (spring DST) runs 28 Feb 23:00Z .. 31 Mar
+    22:00Z, 743 hours; October 745; the second after 23:59:59 CEST is April."""
+    key, start, end = month_bounds(datetime(2026, 3, 15, tzinfo=UTC), "Europe/Berlin")
+    assert (key, start, end) == (
+        "2026-03",
+        datetime(2026, 2, 28, 23, tzinfo=UTC),
+        datetime(2026, 3, 31, 22, tzinfo=UTC),
+    )
+    assert end - start == timedelta(hours=743)
+    _, o_start, o_end = month_bounds(datetime(2026, 10, 15, tzinfo=UTC), "Europe/Berlin")
+    assert o_end - o_start == timedelta(hours=745)
+    last = window_keys(datetime(2026, 3, 31, 21, 59, 59, tzinfo=UTC), "Europe/Berlin")
+    first = window_keys(datetime(2026, 3, 31, 22, tzinfo=UTC), "Europe/Berlin")
+    assert (last.month_key, first.month_key) == ("2026-03", "2026-04")
+    assert last.month_resets_at == datetime(2026, 3, 31, 22, tzinfo=UTC)
+    assert resets_at(Window.MONTH, datetime(2026, 3, 31, 21, tzinfo=UTC), "Europe/Berlin") == (
+        datetime(2026, 3, 31, 22, tzinfo=UTC)
+    )
+
+
+def test_the_year_turns_with_december() -> None:
+    """The local date decides the month: 2026-12-31T14:30Z is 23:30 in Tokyo, month
+    2026-12; 15:00Z is midnight there, month 2027-01."""
+    assert month_bounds(datetime(2026, 12, 31, 14, 30, tzinfo=UTC), "Asia/Tokyo")[0] == "2026-12"
+    key, start, _ = month_bounds(datetime(2026, 12, 31, 15, tzinfo=UTC), "Asia/Tokyo")
+    assert (key, start) == ("2027-01", datetime(2026, 12, 31, 15, tzinfo=UTC))
+
+
+def test_a_billing_cycle_day_and_a_day_the_month_lacks() -> None:
+    """Start day 15: 14 March is in the cycle from 15 February, 15 March opens a new one;
+    start day 31: February's cycle starts on the 28th (29th in a leap year), and a
+    cycle starting 31 January ends on 28 February."""
+    assert month_bounds(datetime(2026, 3, 14, 12, tzinfo=UTC), "UTC", 15)[0] == "2026-02-15"
+    assert month_bounds(datetime(2026, 3, 15, 0, tzinfo=UTC), "UTC", 15)[0] == "2026-03-15"
+    key, start, end = month_bounds(datetime(2026, 2, 10, tzinfo=UTC), "UTC", 31)
+    assert (key, start, end) == (
+        "2026-01-31",
+        datetime(2026, 1, 31, tzinfo=UTC),
+        datetime(2026, 2, 28, tzinfo=UTC),
+    )
+    assert month_bounds(datetime(2028, 2, 29, 1, tzinfo=UTC), "UTC", 31)[0] == "2028-02-29"
+    assert month_bounds(datetime(2026, 1, 5, tzinfo=UTC), "UTC", 10)[0] == "2025-12-10"
+    with pytest.raises(ValueError, match=r"1\.\.31"):
+        month_bounds(datetime(2026, 1, 5, tzinfo=UTC), "UTC", 0)

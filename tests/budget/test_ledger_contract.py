@@ -464,7 +464,9 @@ async def test_remaining_musd_and_status_estimates(make_ledger: LedgerFactory) -
     assert await ledger.remaining_musd(op, "test") == 1_500
     await ledger.settle(h.hold_id, Usage(1, 0, 399))
     st = await ledger.status()
-    assert st.spend_by_origin_musd == {"chat": 0, "digest": 400, "summary": 0}
+    assert st.spend_by_origin_musd == {
+        "chat": 0, "digest": 400, "summary": 0, "transcription": 0, "vision": 0
+    }  # fmt: skip
     assert st.estimate.count == 1 and st.estimate.median_musd_error == -600
     assert st.estimate.median_token_error == -600 and st.estimate.over_ceiling == 0
     h = await hold(ledger, ceiling=100, op=op)

@@ -17,14 +17,22 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import asyncpg
+import pytest
 
 from budget.ledger import Ledger
 from budget.protocol import HoldTicket
 from budget.storage.postgres.rows import asyncpg_dsn
 from budget.storage.postgres.store import PgStore
 from budget.types import Origin
-from tests.budget.ledger_helpers import BASE_CONFIG, card, create_pg_schema
+from tests.budget.ledger_helpers import BASE_CONFIG, card
 from tests.support.clocks import ManualClock
+
+
+@pytest.fixture
+def pg_url(pg_ledger_url: str) -> str:
+    """Every test here starts on the ledger tables (``pg_ledger_url``: a copy of a template)."""
+    return pg_ledger_url
+
 
 CONFIG = replace(BASE_CONFIG, process_heartbeat_s=2.0, process_dead_after_s=60.0, hold_ttl_s=600.0)
 GONE_S = CONFIG.process_gone_after_s  # 4 s
@@ -74,7 +82,6 @@ async def test_a_process_whose_connection_is_gone_is_dead_after_two_heartbeats(
     """A holds a call and loses its heartbeat's connection: B leaves it alone while A's
     last heartbeat is younger than two heartbeats (4 s), then declares it dead and books
     its hold at the ceiling — 56 s before PROCESS_DEAD_AFTER_SECONDS would have."""
-    await create_pg_schema(pg_url)
     clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
     admin = await asyncpg.connect(asyncpg_dsn(pg_url))
     a = await _ledger(pg_url, "proc-a", clock)
@@ -108,7 +115,6 @@ async def test_a_stalled_process_keeps_its_connection_and_is_dead_only_after_dea
 ) -> None:
     """A stalls (no beat at all) but its connection stays open, its lock held: B does not
     take it for dead for PROCESS_DEAD_AFTER_SECONDS, however old its heartbeat."""
-    await create_pg_schema(pg_url)
     clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
     admin = await asyncpg.connect(asyncpg_dsn(pg_url))
     a = await _ledger(pg_url, "proc-a", clock)
@@ -133,7 +139,6 @@ async def test_a_live_process_whose_connection_was_cut_takes_its_lock_back(
     """A's heartbeat connection is cut under it: the store notices at once (its beat
     loop beats then), its next beat opens a new connection and takes its lock back, and
     B never takes it for dead, even two heartbeats later without a beat."""
-    await create_pg_schema(pg_url)
     clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
     admin = await asyncpg.connect(asyncpg_dsn(pg_url))
     a = await _ledger(pg_url, "proc-a", clock)
@@ -159,7 +164,6 @@ async def test_a_lock_taken_on_another_server_lifetime_says_nothing(pg_url: str)
     a process that last beat on an earlier server lifetime (``locked_on`` older than
     this server's start), or an older version that wrote no ``locked_on``, is judged by
     its heartbeat alone."""
-    await create_pg_schema(pg_url)
     clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
     admin = await asyncpg.connect(asyncpg_dsn(pg_url))
     a = await _ledger(pg_url, "proc-a", clock)

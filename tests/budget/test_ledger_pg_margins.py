@@ -16,6 +16,13 @@ from budget.storage.postgres.rows import asyncpg_dsn
 from budget.types import Origin, Usage
 from tests.budget.ledger_helpers import LedgerFactory
 
+
+@pytest.fixture
+def pg_url(pg_ledger_url: str) -> str:
+    """The database ``make_ledger`` built its ledgers on (``pg_ledger_url``: the same one)."""
+    return pg_ledger_url
+
+
 pytestmark = pytest.mark.parametrize("make_ledger", ["postgres"], indirect=True)
 
 
@@ -56,8 +63,10 @@ def _everywhere(user: int, margin: int) -> dict[tuple[str, str, str], int]:
     return {
         ("user", str(user), "day"): margin,
         ("user", str(user), "hour"): margin,
+        ("user", str(user), "month"): margin,
         ("global", "", "day"): margin,
         ("global", "", "hour"): margin,
+        ("global", "", "month"): margin,
     }
 
 

@@ -18,10 +18,17 @@ from budget.ledger import Ledger
 from budget.storage.postgres.rows import asyncpg_dsn
 from budget.storage.postgres.store import POOL_SIZE, PgStore
 from budget.types import Level, Origin, RefusalReason, Usage
-from tests.budget.ledger_helpers import BASE_CONFIG, card, create_pg_schema
+from tests.budget.ledger_helpers import BASE_CONFIG, card
 from tests.budget.pg_worker import team_user
 from tests.support.clocks import ManualClock
 from tests.support.forked import run_module
+
+
+@pytest.fixture
+def pg_url(pg_ledger_url: str) -> str:
+    """Every test here starts on the ledger tables (``pg_ledger_url``: a copy of a template)."""
+    return pg_ledger_url
+
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,7 +65,6 @@ async def test_three_processes_grant_exactly_what_fits(pg_url: str) -> None:
     """3 OS processes on one database: 1,000 concurrent $0.003 holds on a $1.00 global
     limit → exactly 333 granted; 8 simultaneous first requests of one new user
     ($0.010 user limit, $0.004 each) over the 3 processes → exactly 2."""
-    await create_pg_schema(pg_url)
     granted = await _spread(pg_url, "global", [334, 333, 333])
     assert sum(granted) == 333
     granted = await _spread(pg_url, "user", [3, 3, 2])
@@ -72,7 +78,6 @@ async def test_three_processes_team_refusal_holds_nothing_and_kill_reaches_all(
     limit) → exactly 3 granted, the 9 refusals name the team level and hold nothing
     anywhere (every bucket holds exactly the 3 grants); a kill switch tripped by one
     process refuses the next admission of the two others."""
-    await create_pg_schema(pg_url)
     clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
     admin = await _ledger(pg_url, "admin", clock)
     try:
@@ -96,8 +101,9 @@ async def test_three_processes_team_refusal_holds_nothing_and_kill_reaches_all(
         holds = await conn.fetchval("SELECT COUNT(*) FROM budget_holds")
     finally:
         await conn.close()
-    # day + hour windows: each level counts the 3 grants twice, the refusals nowhere
-    assert [tuple(r) for r in counted] == [("global", 18_000), ("team", 18_000), ("user", 18_000)]
+    # day + hour + month windows: each level counts the 3 grants three times, the
+    # refusals nowhere
+    assert [tuple(r) for r in counted] == [("global", 27_000), ("team", 27_000), ("user", 27_000)]
     assert holds == 3
 
     assert await _run(pg_url, "kill", [1, 1, 1], tmp_path) == [
@@ -122,7 +128,6 @@ async def test_only_a_dead_process_holds_are_swept_and_kill_reaches_every_proces
     than PROCESS_DEAD_AFTER_SECONDS (and the hold's TTL has not passed), B books A's
     hold at its ceiling, estimated (A's later settle books what it spent). A kill set
     by B refuses process C's next admission; a team refusal holds nothing anywhere."""
-    await create_pg_schema(pg_url)
     clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
     cfg = {"global_daily_musd": 100_000, "team_daily_musd": 500, "hold_ttl_s": 600.0}
     a = await _ledger(pg_url, "proc-a", clock, **cfg)
@@ -169,7 +174,6 @@ async def _pair_watching_a(
 ) -> tuple[ManualClock, Ledger, Ledger, PgStore, list[str]]:
     """Processes A and B on a new schema (hold TTL 600 s, one manual clock), and the
     list A's fence callback appends ``"fenced"`` to."""
-    await create_pg_schema(pg_url)
     clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
     a = await _ledger(pg_url, "proc-a", clock, hold_ttl_s=600.0)
     b = await _ledger(pg_url, "proc-b", clock, hold_ttl_s=600.0)
@@ -192,7 +196,6 @@ async def test_a_dead_process_leaves_the_register_once_its_holds_are_swept(pg_ur
     holds and ends its operations; a live process's row stays, as does the sweeper's.
     A process taken for dead that beats again is not registered again: it is fenced
     (and its later settle still books what it spent)."""
-    await create_pg_schema(pg_url)
     clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
     a = await _ledger(pg_url, "proc-a", clock, hold_ttl_s=600.0)
     b = await _ledger(pg_url, "proc-b", clock, hold_ttl_s=600.0)
@@ -282,7 +285,6 @@ async def test_a_grant_racing_the_declaration_is_refused_once_the_row_is_gone(
     """The grant checks the holder's row in its own statement: A's operation is still
     open, but its row was deleted (declared dead by another process's look for lost
     messages) — its hold is refused with nothing held, and A is fenced."""
-    await create_pg_schema(pg_url)
     clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
     a = await _ledger(pg_url, "proc-a", clock)
     store = a.store
@@ -334,7 +336,6 @@ async def test_a_beat_does_not_wait_behind_a_burst_for_a_pool_connection(pg_url:
     """Every connection of the ledger's pool is busy (a burst);
     the heartbeat still lands at once on its own connection, stamped with the time it
     ran — not one taken before it waited for the pool."""
-    await create_pg_schema(pg_url)
     clock = ManualClock(datetime(2026, 1, 14, 12, 0, tzinfo=UTC))
     a = await _ledger(pg_url, "proc-a", clock)
     store = a.store

@@ -30,8 +30,15 @@ from budget.storage.postgres.rows import asyncpg_dsn
 from budget.storage.postgres.store import PgStore
 from budget.storage.store import SettleRequest
 from budget.types import Level, Origin, RefusalReason, Usage, Window
-from tests.budget.ledger_helpers import BASE_CONFIG, card, create_pg_schema
+from tests.budget.ledger_helpers import BASE_CONFIG, card
 from tests.support.clocks import ManualClock
+
+
+@pytest.fixture
+def pg_url(pg_ledger_url: str) -> str:
+    """Every test here starts on the ledger tables (``pg_ledger_url``: a copy of a template)."""
+    return pg_ledger_url
+
 
 Step = Callable[[], Awaitable[object]]
 
@@ -105,7 +112,6 @@ async def test_a_settle_racing_another_step_books_once(
     B: A's settle is a no-op; released by B: nothing spent; expired by B's sweep: A's
     settle corrects it as a late settle; margin booked by B's sweep (a hold of an
     older version): A takes it out once."""
-    await create_pg_schema(pg_url)
     cfg = {"global_daily_musd": 100_000, "hold_ttl_s": 90.0}
     a = await _ledger(pg_url, "proc-a", clock, **cfg)
     b = await _ledger(pg_url, "proc-b", clock, **cfg)
@@ -152,7 +158,6 @@ async def test_a_settle_racing_another_step_books_once(
 async def test_a_release_racing_a_settle_is_a_no_op(pg_url: str, clock: ManualClock) -> None:
     """B settles the hold between A's read and A's one-statement release: A's release
     returns False and the settle stands."""
-    await create_pg_schema(pg_url)
     a = await _ledger(pg_url, "proc-a", clock, global_daily_musd=100_000)
     b = await _ledger(pg_url, "proc-b", clock, global_daily_musd=100_000)
     try:
@@ -172,7 +177,6 @@ async def test_a_release_racing_a_settle_is_a_no_op(pg_url: str, clock: ManualCl
 async def _tripping_pair(pg_url: str, clock: ManualClock) -> tuple[Ledger, Ledger, list[KillState]]:
     """Two processes with the burn-rate threshold at $0.005 (AUTO_KILL_FRACTION 0.5 of
     a $0.01 global day), each having settled 100 µUSD (so each has checked once)."""
-    await create_pg_schema(pg_url)
     cfg = {"global_daily_musd": 10_000, "auto_kill_fraction": Decimal("0.5")}
     a = await _ledger(pg_url, "proc-a", clock, **cfg)
     b = await _ledger(pg_url, "proc-b", clock, **cfg)
@@ -218,7 +222,6 @@ async def test_spend_of_yesterdays_holds_trips_at_the_next_check(pg_url: str, th
     the settle; the next check of either process trips the switch: its sweep, or a
     settle AUTO_KILL_CHECK_S later."""
     clock = ManualClock(datetime(2026, 1, 14, 23, 59, 59, 900_000, tzinfo=UTC))
-    await create_pg_schema(pg_url)
     cfg = {"global_daily_musd": 10_000, "auto_kill_fraction": Decimal("0.5")}
     a = await _ledger(pg_url, "proc-a", clock, **cfg)
     b = await _ledger(pg_url, "proc-b", clock, **cfg)
@@ -248,7 +251,6 @@ async def test_settles_far_under_the_threshold_check_once_per_interval(
     """The cheap part: ten paid settles of one process within AUTO_KILL_CHECK_S, far
     under the threshold, read the burn rate once; the first settle after the interval
     reads it again."""
-    await create_pg_schema(pg_url)
     a = await _ledger(
         pg_url, "proc-a", clock, global_daily_musd=10**9, auto_kill_fraction=Decimal("0.5")
     )
@@ -279,7 +281,6 @@ async def test_a_hold_without_a_read_sees_another_process_kill(
     """A's second hold in an operation it admitted is granted without reading the
     operation, kill switches and limits first; a kill switch B tripped meanwhile
     (global, A's user, A's team) still refuses it, with nothing held."""
-    await create_pg_schema(pg_url)
     a = await _ledger(pg_url, "proc-a", clock, global_daily_musd=100_000)
     b = await _ledger(pg_url, "proc-b", clock, global_daily_musd=100_000)
     try:
@@ -304,7 +305,6 @@ async def test_a_hold_without_a_read_sees_another_process_limit(
     """A limit B lowered after A's last read refuses A's next hold (granted without a
     read, it would have been checked against the old limit): the limits' digest
     differs, the locked transaction reads the new limit and refuses."""
-    await create_pg_schema(pg_url)
     a = await _ledger(pg_url, "proc-a", clock, global_daily_musd=100_000)
     b = await _ledger(pg_url, "proc-b", clock, global_daily_musd=100_000)
     try:

@@ -3,7 +3,8 @@
 The machine keeps a model of every hold (held / settled / released / expired and
 its booked µUSD) and checks the ledger against it after every step:
 
-* for every level and window: settled + held ≤ limit (actuals never exceed
+* for every level (user, group chat, plan, team-less global) and window (hour, day,
+  month): settled + held ≤ limit (actuals never exceed
   ceilings here, and an expired hold moves its ceiling from held to settled, so
   the stronger form holds; a fortiori ≤ limit + the late settlements, which the
   ledger reports separately in ``late_musd``);
@@ -14,8 +15,10 @@ its booked µUSD) and checks the ledger against it after every step:
 * buckets equal the sums recomputed from the hold rows (``audit``);
 * Σ held returns to exactly 0 once every hold has ended.
 
-Steps: reserve, settle, settle_interrupted, release, advance the clock and sweep,
-crash and restart (a new process sweeps the old one's holds), kill, unkill.
+Steps: reserve (in a private chat or one of two groups, by users on the plans ``free``
+and ``pro``), settle, settle_interrupted, release, advance the clock (across the Berlin
+DST night and the end of March) and sweep, crash and restart (a new process sweeps the
+old one's holds), kill, unkill.
 
 Run over both backends: a fresh SQLite file per example (a copy of the schema file made
 once, fixture ``ledger_template``), and a real PostgreSQL database (fewer
@@ -50,22 +53,43 @@ from hypothesis.stateful import (
 
 from budget.errors import HoldRefused
 from budget.ledger import Ledger
+from budget.policy.plans import PlanLimits
 from budget.storage.base import LedgerStore
 from budget.storage.postgres.rows import asyncpg_dsn
 from budget.storage.postgres.store import PgStore
 from budget.storage.sqlite.store import SqliteStore
 from budget.storage.tables import metadata
-from budget.types import Origin, Usage
-from tests.budget.ledger_helpers import BACKENDS, BASE_CONFIG, card, create_pg_schema
+from budget.types import Level, Origin, Usage, Window
+from tests.budget.ledger_helpers import BACKENDS, BASE_CONFIG, card
 from tests.support.clocks import ManualClock
 
 T = TypeVar("T")
 LIMITS: dict[str, Any] = {
     "global_daily_musd": 5_000,
     "global_hourly_musd": 2_000,
+    "global_monthly_musd": 9_000,
     "user_daily_musd": 1_500,
+    "plans": {
+        "free": PlanLimits(
+            "free", user_musd={Window.DAY: 800}, total_musd={Window.DAY: 2_500, Window.MONTH: 4_000}
+        ),
+        "pro": PlanLimits("pro", user_musd={Window.DAY: None, Window.MONTH: 3_000}),
+    },
+    "default_plan": "free",
 }
-LIMIT_OF = {("global", "day"): 5_000, ("global", "hour"): 2_000, ("user", "day"): 1_500}
+#: (level, scope, window) → limit µUSD; user 3 is on ``pro``, users 1 and 2 on ``free``;
+#: group -100 has a day limit of its own (``/limit chat``), group -200 none.
+LIMIT_OF = {
+    ("global", "", "day"): 5_000,
+    ("global", "", "hour"): 2_000,
+    ("global", "", "month"): 9_000,
+    ("user", "1", "day"): 800,
+    ("user", "2", "day"): 800,
+    ("user", "3", "month"): 3_000,
+    ("plan", "free", "day"): 2_500,
+    ("plan", "free", "month"): 4_000,
+    ("chat", "-100", "day"): 1_200,
+}
 
 
 @dataclass
@@ -102,6 +126,8 @@ class LedgerMachine(RuleBasedStateMachine):
         self.cfg = replace(BASE_CONFIG, tz="Europe/Berlin", auto_kill_fraction=Decimal(0), **LIMITS)
         self.processes = 0
         self.ledger, _ = self.new_process()
+        self.run(self.ledger.set_plan(3, "pro"))
+        self.run(self.ledger.set_limit(Level.CHAT, "-100", Window.DAY, 1_200))
         self.model: dict[str, ModelHold] = {}
 
     @staticmethod
@@ -131,15 +157,27 @@ class LedgerMachine(RuleBasedStateMachine):
         """Run one ledger call to completion on the machine's loop."""
         return self.loop.run_until_complete(coro)
 
-    @rule(target=holds, user=st.integers(1, 3), ceiling=st.integers(2, 900), deferred=st.booleans())
-    def reserve(self, user: int, ceiling: int, deferred: bool) -> str:
-        """Try a hold (its operation admitted at once, or with the hold: ``deferred``);
-        a refusal holds nothing (checked by the invariants)."""
+    @rule(
+        target=holds,
+        user=st.integers(1, 3),
+        ceiling=st.integers(2, 900),
+        deferred=st.booleans(),
+        chat=st.sampled_from([None, -100, -200]),
+    )
+    def reserve(self, user: int, ceiling: int, deferred: bool, chat: int | None) -> str:
+        """Try a hold (its operation admitted at once, or with the hold: ``deferred``),
+        in a private chat or a group (``chat``); a refusal holds nothing (checked by the
+        invariants)."""
 
         async def go() -> str:
             try:
                 op = await self.ledger.begin_operation(
-                    user, Origin.CHAT, max_musd=10**9, max_requests=10**6, deferred=deferred
+                    user,
+                    Origin.CHAT,
+                    max_musd=10**9,
+                    max_requests=10**6,
+                    deferred=deferred,
+                    chat_id=chat,
                 )
             except HoldRefused:
                 return ""
@@ -200,10 +238,10 @@ class LedgerMachine(RuleBasedStateMachine):
             m.late = m.state == "expired"
             m.state, m.actual = "released", 0
 
-    @rule(seconds=st.sampled_from([1, 59, 299, 600, 3600, 7200]))
+    @rule(seconds=st.sampled_from([1, 59, 299, 600, 3600, 7200, 86_400]))
     def advance_and_sweep(self, seconds: int) -> None:
-        """Move time (across the Berlin DST night) and expire overdue holds: each is
-        booked at its ceiling."""
+        """Move time (across the Berlin DST night and the month's end) and expire
+        overdue holds: each is booked at its ceiling."""
         self.clock.advance(seconds)
         due = [
             m for m in self.model.values() if m.state == "held" and m.expires_at <= self.clock.now()
@@ -240,12 +278,14 @@ class LedgerMachine(RuleBasedStateMachine):
         audit = self.run(self.ledger.store.audit())
         assert audit["mismatches"] == []
         rows = audit["buckets"]
-        for level, win, settled, held, late in rows:
-            limit = LIMIT_OF.get((level, win))
+        for level, scope, win, _, settled, held, late in audit["scoped"]:
+            limit = LIMIT_OF.get((level, scope, win))
             if limit is not None:
-                assert settled + held <= limit
+                assert settled + held <= limit, (level, scope, win)
                 assert settled + held <= limit + late  # the issue's (weaker) form
         glob = [r for r in rows if r[0] == "global" and r[1] == "day"]
+        months = [r for r in rows if r[0] == "global" and r[1] == "month"]
+        assert sum(r[2] for r in months) == sum(r[2] for r in glob)  # each day in one month
         spent = sum(m.actual for m in self.model.values() if m.state in ("settled", "expired"))
         late = sum(m.actual for m in self.model.values() if m.state == "settled" and m.late)
         held = sum(m.ceiling for m in self.model.values() if m.state == "held")
@@ -276,8 +316,7 @@ def test_ledger_machine(backend: str, request: pytest.FixtureRequest) -> None:
 
     url: str | None = None
     if backend == "postgres":
-        url = request.getfixturevalue("pg_url")
-        asyncio.run(create_pg_schema(url))
+        url = request.getfixturevalue("pg_ledger_url")
 
     class Machine(LedgerMachine):
         pg_url = url

@@ -34,7 +34,7 @@ from budget.storage.postgres.store import PgStore
 from budget.storage.sqlite.store import SqliteStore
 from budget.storage.tables import attempt_sums, event_sums, events, holds
 from budget.types import Origin, Usage
-from tests.budget.ledger_helpers import BACKENDS, BASE_CONFIG, card, create_pg_schema
+from tests.budget.ledger_helpers import BACKENDS, BASE_CONFIG, card
 from tests.support.clocks import ManualClock
 
 START = datetime(2025, 10, 1, 7, 10, tzinfo=UTC)
@@ -55,8 +55,7 @@ async def books(request: pytest.FixtureRequest, db_path: Path) -> AsyncIterator[
     cfg = replace(BASE_CONFIG, user_max_per_minute=100_000)
     store: LedgerStore
     if request.param == "postgres":
-        url = request.getfixturevalue("pg_url")
-        await create_pg_schema(url)
+        url = request.getfixturevalue("pg_ledger_url")
         store = PgStore(url, cfg, process_id="p0", clock=clock, run_heartbeat=False)
     else:
         url = f"sqlite+aiosqlite:///{db_path}"

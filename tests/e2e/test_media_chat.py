@@ -17,6 +17,7 @@ from tests.support.telegram import FakeTelegram, SentMessage
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "media"
 VOICE = (FIXTURES / "audio" / "voice_opus_mono.borodin.ogg").read_bytes()
+JFK = (FIXTURES / "audio" / "jfk.whisper-cpp.mp3").read_bytes()
 KITTEN = (FIXTURES / "images" / "photo_kitten.go-telegram-bot-api.jpg").read_bytes()
 SCOUT = "meta-llama/llama-4-scout-17b-16e-instruct"
 
@@ -107,8 +108,9 @@ async def test_a_photo_goes_to_a_vision_model_with_its_caption(
 ) -> None:
     """A photo with a caption: one request to Groq's vision model carrying the image
     (the largest size) after the caption; the text-only chat model is not asked; the
-    hold was sized with the image's token bound."""
-    bot = app_factory()
+    hold was sized with the image's token bound, and its export row says its input
+    tokens are text and image tokens."""
+    bot = app_factory(env=dict(app_factory().env, ADMIN_IDS="9"))
     await bot.start()
     dimensions = image_dimensions(KITTEN)
     assert dimensions is not None
@@ -128,6 +130,14 @@ async def test_a_photo_goes_to_a_vision_model_with_its_caption(
     [image] = fake_providers.images
     assert image.data == KITTEN
     assert reply.text
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(9, "/budget export")
+    sent = await fake_telegram.wait_sent(9, 2, since=mark, timeout=30)
+    rows_doc = next(m for m in sent if m.file and m.file["name"].startswith("kopek-spend-"))
+    [row] = csv.DictReader(io.StringIO(fake_telegram.document_bytes(rows_doc).decode()))
+    assert (row["model"], row["origin"], row["input_unit"]) == (
+        SCOUT, "vision", "text_and_image_tokens"
+    )  # fmt: skip
     await bot.stop()
 
 
@@ -179,8 +189,10 @@ async def test_a_voice_note_is_transcribed_then_answered(
     rows_doc = next(m for m in sent if m.file and m.file["name"].startswith("kopek-spend-"))
     rows = list(csv.DictReader(io.StringIO(fake_telegram.document_bytes(rows_doc).decode())))
     speech = [r for r in rows if r["model"] == "whisper-large-v3-turbo"]
-    assert [(r["input_unit"], r["input_tokens"]) for r in speech] == [("seconds", "10")] * 2
-    assert {r["input_unit"] for r in rows if r not in speech} == {"tokens"}
+    assert [(r["origin"], r["input_unit"], r["input_tokens"]) for r in speech] == [
+        ("transcription", "seconds", "10")
+    ] * 2
+    assert {(r["origin"], r["input_unit"]) for r in rows if r not in speech} == {("chat", "tokens")}
     await bot.stop()
     with sqlite3.connect(Path(bot.env["DATABASE_URL"].split("///", 1)[1])) as db:
         rows = db.execute(
@@ -194,6 +206,35 @@ async def test_a_voice_note_is_transcribed_then_answered(
     assert all(r[3] != "held" for r in rows)
     first_answer = next(r for r in rows if r[0] != "whisper-large-v3-turbo")
     assert first_answer[4] == speech[0][4], "transcription and answer: one operation"
+
+
+async def test_an_audio_file_and_a_video_note_are_transcribed_then_answered(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """An audio file (an MP3 sent as music) and a round video note go the voice note's
+    way: one transcription upload each carrying the file's bytes under its name and
+    type (a video note as ``video_note.mp4``; the fake does not decode it), what was
+    heard shown, then the transcript answered."""
+    bot = app_factory()
+    await bot.start()
+    recordings = [
+        ("audio", JFK, "jfk.mp3", "audio/mpeg", "And so my fellow Americans"),
+        ("video_note", VOICE, "video_note.mp4", "video/mp4", "A round hello"),
+    ]
+    for n, (kind, data, name, content_type, said) in enumerate(recordings):
+        fake_providers.script("groq", {"text": said}, {"text": f"Answer {n}"})
+        mark = fake_telegram.mark()
+        if kind == "audio":
+            fake_telegram.inject_audio(95, data, duration=11, file_name=name)
+        else:
+            fake_telegram.inject_video_note(95, data, duration=4)
+        heard, answer = await fake_telegram.wait_sent(95, 2, since=mark, timeout=30)
+        upload = fake_providers.transcriptions[n]
+        assert (upload.data, upload.file_name, upload.content_type) == (data, name, content_type)
+        assert heard.text.startswith("🎙") and said in heard.text
+        assert _user_turn(fake_providers.requests[n].body) == said
+        assert answer.text == f"Answer {n}"
+    await bot.stop()
 
 
 async def test_an_image_file_is_sized_from_its_header_and_falls_back_to_mistral(

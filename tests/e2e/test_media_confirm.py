@@ -177,6 +177,7 @@ async def test_a_long_voice_note_over_the_users_budget_is_refused_before_downloa
     fake_telegram.inject_callback_query(301, go, message_id=asked.message_id)
     [refused] = await fake_telegram.wait_sent(301, since=mark, timeout=30)
     assert "Not enough left of your daily user limit" in refused.text
+    assert "transcribing this recording may cost up to $0.020012" in refused.text
     assert "$0.010000 is left" in refused.text and "resets at" in refused.text
     assert fake_telegram.files.downloads == []
     assert fake_providers.transcriptions == [] and fake_providers.requests == []
@@ -201,14 +202,16 @@ async def test_voice_notes_at_once_under_a_global_cap_admit_exactly_as_many_as_f
     for user in users:
         fake_telegram.inject_voice(user, VOICE + bytes([user % 256]), duration=7)
 
-    seen: set[int] = set()
+    # message ids are per chat: the questions in 403, 404 and 405 may all be message 2
+    seen: set[tuple[int, int]] = set()
 
     def tried() -> int:
         """Press every question as it comes; how many notes were sent on or refused."""
         for event in fake_telegram.sent_events(since=mark):
-            if event.is_edit or event.message_id in seen or not event.reply_markup:
+            key = (int(event.chat_id), event.message_id)
+            if event.is_edit or key in seen or not event.reply_markup:
                 continue
-            seen.add(event.message_id)
+            seen.add(key)
             go, _ = _buttons(event)
             user = int(event.chat_id)
             fake_telegram.inject_callback_query(user, go, message_id=event.message_id)

@@ -150,14 +150,27 @@ async def test_retry_after_longer_than_cooldown_wins(
 
 async def test_second_shorter_429_does_not_shorten_cooldown(make: Any, fake: FakeProviders) -> None:
     """Two concurrent requests both get a 429; the later, shorter Retry-After keeps
-    the longer cooldown."""
+    the longer cooldown. Both reach Groq before either is answered, the longer first
+    (gates: on a loaded machine the second request used to find the breaker already
+    open and skip Groq)."""
     h = make(("groq", "mistral"), cooldown_s=5.0)
     fake.script(
         key("groq"),
-        {"status": 429, "retry_after": "900"},
-        {"status": 429, "retry_after": "30", "delay_s": 0.3},
+        {"status": 429, "retry_after": "900", "gate": "long"},
+        {"status": 429, "retry_after": "30", "gate": "short"},
     )
-    first, second = await asyncio.gather(h.ask(), h.ask())
+    asks = asyncio.gather(h.ask(), h.ask())
+    for _ in range(1000):  # until both requests reached the fake (bounded)
+        if h.hits("groq") == 2:
+            break
+        await asyncio.sleep(0.01)
+    fake.open_gate("long")
+    for _ in range(1000):  # until the long 429 opened the breaker (bounded)
+        if h.cascade.breaker.cooldown_remaining_s("groq") > 30:
+            break
+        await asyncio.sleep(0.01)
+    fake.open_gate("short")
+    first, second = await asks
     assert {first.provider, second.provider} == {"mistral"}
     assert h.hits("groq") == 2
     assert h.cascade.breaker.cooldown_remaining_s("groq") == pytest.approx(900.0)

@@ -34,8 +34,9 @@ class FakeLedger:
         max_musd: int | None = None,
         max_requests: int | None = None,
         deferred: bool = False,
+        chat_id: int | None = None,
     ) -> OperationTicket:
-        del deferred
+        del deferred, chat_id
         self.begun.append(user_id)
         if self.refusal is not None:
             raise HoldRefused(self.refusal)

@@ -28,7 +28,7 @@ async def test_profile_lifecycle(sessions: Sessions, clock: ManualClock) -> None
     with pytest.raises(ValueError):
         await repo.set_tz(7, "Mars/Olympus")
     with pytest.raises(ValueError):
-        await repo.set_language(7, "de")
+        await repo.set_language(7, "fr")
     with pytest.raises(UnknownUser):
         await repo.set_language(8, "en")
     await repo.mark_inactive(7)

@@ -151,11 +151,12 @@ class FakeLedger:
         max_requests: int | None = None,
         deferred: bool = False,
         count_message: bool = False,
+        chat_id: int | None = None,
     ) -> OperationTicket:
         del deferred, count_message  # admitted at once, as on PostgreSQL; no message cap
         if self.killed:
             raise self._refuse(Refusal(RefusalReason.KILL))
-        ticket = OperationTicket(f"op{next(self._ids)}", user_id, origin, None)
+        ticket = OperationTicket(f"op{next(self._ids)}", user_id, origin, None, chat_id)
         self._ops[ticket.operation_id] = _Op(ticket)
         return ticket
 

@@ -40,6 +40,10 @@ a dict (JSON over the control API)::
     {"raw_body": {...}}                       # 200 with exactly this JSON (recorded bodies)
     {"trickle_s": 5}                          # 200, one newline every 50 ms, then the body
     {"cut": true}                             # 200, Content-Length larger than sent, close
+    {"huge_body": 12_000_000}                 # a body of that many bytes, chunked
+    {"huge_body": …, "interval_s": 0.01}      # the same, 64 KiB every 10 ms
+    {"status": 503, "huge_body": 12_000_000}  # an error body of that many bytes
+    {"gzip": true}                            # 200, the completion gzip-coded
     {"error_in_200": 502}                     # 200 {"error": {"code": 502, ...}}, no choices
     {"error_in_200": 429, "usage": {...}}     # the same, with a usage object
     {"text": "", "finish_reason": "length"}   # an empty completion (all reasoning)
@@ -87,6 +91,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gzip
 import itertools
 import json
 import math
@@ -552,8 +557,19 @@ class FakeProviders:
         if step.get("delay_s"):
             await asyncio.sleep(float(step["delay_s"]))
         status = int(step.get("status", 200))
+        if "huge_body" in step:
+            every = float(step.get("interval_s", 0))
+            return await self._huge(request, status, int(step["huge_body"]), every)
         if status != 200:
             return self._error(provider, status, step)
+        if step.get("gzip"):
+            completion, _ = self._completion(provider, body, step)
+            packed = gzip.compress(json.dumps(completion).encode())
+            return web.Response(
+                body=packed,
+                content_type="application/json",
+                headers={"Content-Encoding": "gzip"},
+            )
         if step.get("garbage"):
             return web.Response(
                 status=200,
@@ -734,6 +750,28 @@ class FakeProviders:
         except asyncio.CancelledError:
             log.closed_at = loop.time()
             raise
+        return response
+
+    async def _huge(
+        self, request: web.Request, status: int, size: int, every_s: float
+    ) -> web.StreamResponse:
+        """A JSON-looking body of ``size`` bytes, chunked (no length declared), 64 KiB
+        each ``every_s`` seconds, written until the client stops reading."""
+        response = web.StreamResponse(status=status)
+        response.content_type = "application/json"
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        block = b" " * 65536
+        try:
+            await response.write(b'{"error": {"message": "')
+            for _ in range(size // len(block) + 1):
+                await response.write(block)
+                if every_s:
+                    await asyncio.sleep(every_s)
+            await response.write(b'"}}')
+            await response.write_eof()
+        except ConnectionError:
+            pass  # the client stopped reading (its cap)
         return response
 
     async def _cut(

@@ -86,6 +86,7 @@ from aiohttp import BodyPartReader, ClientError, ClientSession, ClientTimeout, w
 
 from budget.kernel.clock import Clock, SystemClock
 from tests.support.telegram_files import FileStore, StoredFile
+from tests.support.telegram_payments import FakeMembershipPayments, PaymentsApiError
 
 __all__ = [
     "CAPTION_MAX_UTF16",
@@ -579,7 +580,8 @@ _METHODS = (
     "getMe", "getUpdates", "deleteWebhook", "setWebhook", "getWebhookInfo", "sendMessage",
     "editMessageText", "sendChatAction", "setMyCommands", "getMyCommands",
     "deleteMyCommands", "sendPhoto", "sendDocument", "answerCallbackQuery", "getFile",
-    "sendMessageDraft",
+    "sendMessageDraft", "leaveChat", "sendInvoice", "createInvoiceLink",
+    "answerPreCheckoutQuery", "refundStarPayment", "getChatMember",
 )  # fmt: skip
 _CANONICAL = {m.lower(): m for m in _METHODS}
 _CONFLICT = _DEFAULT_DESCRIPTIONS[409]
@@ -618,7 +620,7 @@ def _as_int(value: Any, name: str, default: int | None = None) -> int | None:
 # --------------------------------------------------------------------------------------
 
 
-class FakeTelegram:
+class FakeTelegram(FakeMembershipPayments):
     """The fake Bot API server; use as ``async with FakeTelegram() as tg: ...``.
 
     Args:
@@ -683,6 +685,8 @@ class FakeTelegram:
         self._blocked: set[int | str] = set()
         self._closed_topics: set[tuple[int | str, int]] = set()
         self._restricted: dict[int | str, str] = {}
+        #: chat id -> {user id: status} answered by getChatMember (else "member")
+        self._members: dict[int, dict[int, str]] = {}
         self._commands: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._callback_ids = itertools.count(1)
         self.webhook_calls: list[dict[str, Any]] = []
@@ -701,6 +705,7 @@ class FakeTelegram:
         self._blobs: dict[str, bytes] = {}  # what the bot uploaded, by sha256
         #: files users sent (served by getFile and /file/bot<token>/<path>)
         self.files = FileStore()
+        self._payments_init()  # leaveChat, my_chat_member, Stars: tests/support/telegram_payments
 
     # lifecycle -------------------------------------------------------------------
     @property
@@ -1399,6 +1404,11 @@ class FakeTelegram:
         """The user unblocked the bot."""
         self._blocked.discard(chat_id)
 
+    def set_member_status(self, chat_id: int, user_id: int, status: str) -> None:
+        """What getChatMember says of ``user_id`` in ``chat_id``: ``creator``,
+        ``administrator``, ``member``… (anyone not set is a ``member``)."""
+        self._members.setdefault(chat_id, {})[user_id] = status
+
     def close_topic(self, chat_id: int, thread_id: int) -> None:
         """An admin closed a forum topic: messages sent into it get 400
         ``Bad Request: TOPIC_CLOSED`` (sends elsewhere in the chat still work)."""
@@ -1443,7 +1453,10 @@ class FakeTelegram:
                 raise error
             self._apply_failures(record)
             handler = getattr(self, f"_m_{method}")
-            result = await handler(params, files, record)
+            try:
+                result = await handler(params, files, record)
+            except PaymentsApiError as exc:
+                raise _ApiError(exc.status, exc.description) from None
             status, body = 200, {"ok": True, "result": result}
         except _ApiError as exc:
             status, body = exc.status, exc.body()
@@ -1861,6 +1874,37 @@ class FakeTelegram:
         if params.get("action") not in _CHAT_ACTIONS:
             raise _ApiError(400, "Bad Request: wrong parameter action in request")
         return True
+
+    async def _m_getChatMember(
+        self, params: dict[str, Any], files: Any, record: RecordedRequest
+    ) -> Any:
+        """The Bot API's ChatMember of the shape its status has (the fields aiogram
+        requires of each: core.telegram.org/bots/api#chatmember)."""
+        chat_id = _as_int(params.get("chat_id"), "chat_id")
+        user_id = _as_int(params.get("user_id"), "user_id")
+        if chat_id is None or user_id is None:
+            raise _ApiError(400, "Bad Request: chat not found")
+        status = self._members.get(chat_id, {}).get(user_id, "member")
+        member: dict[str, Any] = {
+            "status": status,
+            "user": {"id": user_id, "is_bot": False, "first_name": f"user{user_id}"},
+        }
+        if status == "creator":
+            member["is_anonymous"] = False
+        elif status == "administrator":
+            member.update(
+                dict.fromkeys(
+                    (
+                        "can_be_edited", "is_anonymous", "can_manage_chat",
+                        "can_delete_messages", "can_manage_video_chats",
+                        "can_restrict_members", "can_promote_members", "can_change_info",
+                        "can_invite_users", "can_post_stories", "can_edit_stories",
+                        "can_delete_stories", "can_send_welcome_messages",
+                    ),
+                    False,
+                )
+            )  # fmt: skip
+        return member
 
     def _command_key(self, params: dict[str, Any]) -> tuple[str, str]:
         scope = params.get("scope")

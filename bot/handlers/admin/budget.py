@@ -24,7 +24,7 @@ from budget.ledger import Ledger
 from budget.policy.money import remaining_usd, usd
 from budget.policy.windows import day_bounds
 from budget.status import BucketStatus, LedgerStatus, TeamStatus, UserStatus
-from budget.types import Window
+from budget.types import Level, Window
 from llm.cascade.cascade import Cascade
 
 __all__ = ["on_budget", "render_budget", "render_team", "render_user"]
@@ -33,7 +33,10 @@ CHART_CAPTION = (
     "Spend by provider: per hour, last 24 h, and per day, last 30 days (USD). Money is "
     "solid; free calls at list price are hatched (not spent); dashed: the global limit."
 )
-BUDGET_USAGE = "Usage: /budget [user ID | team NAME | chart | export [YYYY-MM-DD | YYYY-MM] [zone]]"
+BUDGET_USAGE = (
+    "Usage: /budget [user ID | team NAME | chat ID | plan NAME | chart"
+    " | export [YYYY-MM-DD | YYYY-MM] [zone]]"
+)
 
 
 async def on_budget(
@@ -97,6 +100,8 @@ async def _report(
         if args[1] not in await ledger.teams():
             return f"No team {args[1]!r}; /team list shows the teams."
         return render_team(await ledger.team_status(args[1]), tz)
+    if len(args) == 2 and args[0] in ("chat", "plan"):
+        return await _payer(args[0], args[1], ledger, tz)
     if args:
         return BUDGET_USAGE
     status = await ledger.status()
@@ -161,10 +166,12 @@ def _kill_lines(status: LedgerStatus) -> list[str]:
 def _bucket_lines(
     status: LedgerStatus, top: list[tuple[int, int, int]], tz: str, teams: list[TeamStatus]
 ) -> list[str]:
-    """The hour and day buckets, the teams' and the top users of the day."""
+    """The hour and day buckets (the month's where it has a limit), the teams' and the
+    top users of the day."""
     lines = [""]
     for b in status.buckets:
-        if b.window in (Window.HOUR, Window.DAY):
+        monthly = b.window is Window.MONTH and b.limit_musd is not None
+        if b.window in (Window.HOUR, Window.DAY) or monthly:
             lines.append("• " + _bucket(b, tz))
     if status.teams:
         lines.append("")
@@ -227,6 +234,14 @@ def _day_lines(
     )
     refusals = ", ".join(f"{r} {n}" for r, n in sorted(status.refusals_today.items()))
     lines.append(f"Refusals today: {refusals or 'none'}")
+    if status.by_plan.spend_musd or status.by_plan.refusals:
+        plans = sorted(set(status.by_plan.spend_musd) | {p for p, _ in status.by_plan.refusals})
+        parts = []
+        for plan in plans:
+            refused = sum(n for (p, _), n in status.by_plan.refusals.items() if p == plan)
+            spent = usd(status.by_plan.spend_musd.get(plan, 0))
+            parts.append(f"{plan} {spent}, {refused} refused")
+        lines.append("By plan: " + "; ".join(parts))
     if stops is not None:
         lines.append(
             f"Stopped answers today: {stops.stopped}; output tokens not generated: "
@@ -262,6 +277,28 @@ def render_user(status: UserStatus, tz: str) -> str:
     if status.killed is not None and status.killed.killed:
         lines.append(f"⛔ killed: {status.killed.reason}")
     lines.extend("• " + _bucket(b, tz) for b in status.buckets if b.window is not Window.MINUTE)
+    return "\n".join(lines)
+
+
+async def _payer(kind: str, name: str, ledger: Ledger, tz: str) -> str:
+    """/budget chat <id> and /budget plan <name>."""
+    if kind == "chat":
+        if not (name.startswith("-") and name[1:].isdigit()):
+            return "The chat id is a group's id, negative (e.g. -1001234567890)."
+        status = await ledger.payer_status(Level.CHAT, name)
+        head = f"👥 Group {name}: {status.members} members spent in it today"
+    else:
+        if name not in ledger.config.plans:
+            return f"No plan {name!r}; /plan list shows the plans."
+        status = await ledger.payer_status(Level.PLAN, name)
+        head = (
+            f"🏷 Plan {name}: {status.members} users put on it by name"
+            " (the default plan's newcomers are not counted)"
+        )
+    lines = [head]
+    lines.extend("• " + _bucket(b, tz) for b in status.buckets)
+    for uid, musd in sorted(status.spend_today_musd.items(), key=lambda x: -x[1])[:20]:
+        lines.append(f"• {uid}: {usd(musd)} today")
     return "\n".join(lines)
 
 

@@ -17,6 +17,7 @@ from bot.handlers.admin.base import (
 )
 from budget.kernel.clock import Clock
 from budget.ledger import Ledger
+from budget.plans import Plans
 from budget.policy.money import parse_usd, usd
 from budget.types import Level, Window
 
@@ -30,8 +31,15 @@ __all__ = [
     "parse_limit",
 ]
 
-LIMIT_USAGE = "Usage: /limit <global|team NAME|user ID> <hour|day> <usd|off>"
-TEAM_USAGE = "Usage: /team <NAME> add|remove <user id>, or /team list"
+LIMIT_USAGE = (
+    "Usage: /limit <global|team NAME|user ID|chat ID|plan NAME> <hour|day|month> <usd|off>"
+)
+TEAM_USAGE = (
+    "Usage: /team <NAME> add|remove <user id>, /team <NAME> guarantee <hour|day|month>"
+    " <usd|off>, or /team list"
+)
+CHAT_ID_RULE = "The chat id is a group's or supergroup's id, negative (e.g. -1001234567890)."
+_WINDOWS = {"hour": Window.HOUR, "day": Window.DAY, "month": Window.MONTH}
 AMOUNT_RULE = "The amount is USD with at most 6 decimals, from 0 to 1000000, e.g. 0.50 (or 'off')."
 
 
@@ -40,9 +48,9 @@ class LimitChange:
     """What ``/limit`` sets.
 
     Attributes:
-        level: global, team or user.
-        scope: the team name or user id (``""`` for global).
-        window: hour or day.
+        level: global, team, user, chat (a group) or plan.
+        scope: the team name, user id, chat id or plan name (``""`` for global).
+        window: hour, day or month.
         amount_musd: the new limit in µUSD, ``None``: no limit (``off``).
     """
 
@@ -52,40 +60,64 @@ class LimitChange:
     amount_musd: int | None
 
 
-def parse_limit(args: list[str]) -> LimitChange | str:
-    """``global hour 0.5`` / ``team NAME day off`` / ``user 42 day 1.00``; a string is
-    the reason the arguments were refused."""
-    if args[:1] == ["global"] and len(args) == 3:
-        level, scope, rest = Level.GLOBAL, "", args[1:]
-    elif args[:1] == ["team"] and len(args) == 4:
-        if not valid_team_name(args[1]):
-            return TEAM_NAME_RULE
-        level, scope, rest = Level.TEAM, args[1], args[2:]
-    elif args[:1] == ["user"] and len(args) == 4:
-        uid = parse_user_id(args[1])
-        if uid is None:
-            return USER_ID_RULE
-        level, scope, rest = Level.USER, str(uid), args[2:]
-    else:
-        return LIMIT_USAGE
-    windows = {"hour": Window.HOUR, "day": Window.DAY}
-    if rest[0] not in windows:
-        return "The window is 'hour' or 'day'.\n" + LIMIT_USAGE
+def parse_limit(args: list[str], plans: frozenset[str] = frozenset()) -> LimitChange | str:
+    """``global hour 0.5`` / ``team NAME day off`` / ``user 42 day 1.00`` /
+    ``chat -100123 month 5`` / ``plan pro day 2``; a string is the reason the arguments
+    were refused (``plans``: the plans' names)."""
+    scoped = _scope(args)
+    if isinstance(scoped, str):
+        return scoped
+    if scoped[0] is Level.PLAN and scoped[1] not in plans:
+        return f"No plan {scoped[1]!r}; the plans are {', '.join(sorted(plans))}."
+    level, scope, rest = scoped
+    if rest[0] not in _WINDOWS:
+        return "The window is 'hour', 'day' or 'month'.\n" + LIMIT_USAGE
     if rest[1] == "off":
-        return LimitChange(level, scope, windows[rest[0]], None)
+        return LimitChange(level, scope, _WINDOWS[rest[0]], None)
     amount = parse_usd(rest[1])
     if amount is None:
         return AMOUNT_RULE
-    return LimitChange(level, scope, windows[rest[0]], amount)
+    return LimitChange(level, scope, _WINDOWS[rest[0]], amount)
+
+
+def _scope(args: list[str]) -> tuple[Level, str, list[str]] | str:
+    """The level and scope ``/limit``'s first words name, and the rest."""
+    if args[:1] == ["global"] and len(args) == 3:
+        return Level.GLOBAL, "", args[1:]
+    if len(args) != 4:
+        return LIMIT_USAGE
+    kind, name, rest = args[0], args[1], args[2:]
+    if kind == "team":
+        return (Level.TEAM, name, rest) if valid_team_name(name) else TEAM_NAME_RULE
+    if kind == "user":
+        uid = parse_user_id(name)
+        return (Level.USER, str(uid), rest) if uid is not None else USER_ID_RULE
+    if kind == "chat":
+        chat = int(name) if name.startswith("-") and name[1:].isdigit() else None
+        if chat is None or chat < -(2**63) or name[1:2] == "0":
+            return CHAT_ID_RULE
+        return Level.CHAT, str(chat), rest
+    if kind == "plan":
+        return Level.PLAN, name, rest
+    return LIMIT_USAGE
 
 
 async def on_limit(
-    message: Message, bot: Bot, clock: Clock, command: CommandObject, ledger: Ledger
+    message: Message,
+    bot: Bot,
+    clock: Clock,
+    command: CommandObject,
+    ledger: Ledger,
+    plans: Plans,
 ) -> None:
-    """/limit <global|team NAME|user ID> <hour|day> <usd|off>."""
+    """/limit <global|team NAME|user ID|chat ID|plan NAME> <hour|day|month> <usd|off>."""
     words = (command.args or "").split()
-    # the keywords in any case (GLOBAL, DAY, OFF); a team's name (the second word) as typed
-    change = parse_limit([w if i == 1 else w.lower() for i, w in enumerate(words)])
+    # the keywords in any case (GLOBAL, DAY, OFF); a team's or plan's name as typed
+    named = bool(words) and words[0].lower() in ("team", "plan")
+    change = parse_limit(
+        [w if i == 1 and named else w.lower() for i, w in enumerate(words)],
+        frozenset(plans.by_name),
+    )
     if isinstance(change, str):
         await reply(bot, message, change, clock)
         return
@@ -93,11 +125,12 @@ async def on_limit(
     await ledger.set_limit(change.level, change.scope, change.window, change.amount_musd, by=by)
     what = f"{change.level.value}{' ' + change.scope if change.scope else ''} {change.window.value}"
     amount = usd(change.amount_musd) if change.amount_musd is not None else "off"
-    text = f"Limit set: {what} = {amount}"
+    lines = [f"Limit set: {what} = {amount}"]
     if change.level is Level.TEAM and change.scope not in await ledger.teams():
         # a typo in the name would otherwise leave a limit nobody is under, silently
-        text += f"\nTeam {change.scope} has no members yet: /team {change.scope} add USER_ID"
-    await reply(bot, message, text, clock)
+        lines.append(f"Team {change.scope} has no members yet: /team {change.scope} add USER_ID")
+    lines += ["⚠️ " + w for w in await ledger.limit_warnings()]
+    await reply(bot, message, "\n".join(lines), clock)
 
 
 async def on_team(
@@ -109,6 +142,9 @@ async def on_team(
         teams = await ledger.teams()
         text = "\n".join(f"{n}: {', '.join(map(str, m))}" for n, m in sorted(teams.items()))
         await reply(bot, message, text or "No teams.", clock)
+        return
+    if len(args) == 4 and args[1] == "guarantee":
+        await _guarantee(message, bot, clock, ledger, args)
         return
     if len(args) != 3 or args[1] not in ("add", "remove"):
         await reply(bot, message, TEAM_USAGE, clock)
@@ -124,8 +160,36 @@ async def on_team(
     if action == "add":
         left = await ledger.team_add(name, uid)
         moved = f" (moved from {left})" if left and left != name else ""
-        await reply(bot, message, f"User {uid} is in team {name}{moved}.", clock)
+        lines = [f"User {uid} is in team {name}{moved}."]
+        lines += ["⚠️ " + w for w in await ledger.limit_warnings()]
+        await reply(bot, message, "\n".join(lines), clock)
     else:
         removed = await ledger.team_remove(name, uid)
         text = f"User {uid} removed from {name}." if removed else f"User {uid} is not in {name}."
         await reply(bot, message, text, clock)
+
+
+async def _guarantee(
+    message: Message, bot: Bot, clock: Clock, ledger: Ledger, args: list[str]
+) -> None:
+    """/team NAME guarantee <hour|day|month> <usd|off>: keep a share of the global window
+    for the team while it has not used it (docs/money.md, "Who pays")."""
+    name, window, amount_text = args[0], _WINDOWS.get(args[2]), args[3]
+    if not valid_team_name(name):
+        await reply(bot, message, TEAM_NAME_RULE, clock)
+        return
+    amount = None if amount_text == "off" else parse_usd(amount_text)
+    if window is None or (amount is None and amount_text != "off"):
+        await reply(bot, message, TEAM_USAGE, clock)
+        return
+    by = message.from_user.id if message.from_user else None
+    await ledger.set_guarantee(name, window, amount, by=by)
+    if amount is None:
+        lines = [f"Team {name}: no guaranteed share of the global {window.value} any more."]
+    else:
+        lines = [
+            f"Team {name}: {usd(amount)} of the global {window.value} limit is kept for it"
+            " while it has not used it."
+        ]
+    lines += ["⚠️ " + w for w in await ledger.limit_warnings()]
+    await reply(bot, message, "\n".join(lines), clock)

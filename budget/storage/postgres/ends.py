@@ -33,6 +33,7 @@ from budget.config import LedgerConfig
 from budget.errors import UnknownHold
 from budget.policy.rules import BucketKey, HoldState, load_scopes, release_transition
 from budget.policy.steps import Booking, expiry_booking, release_booking
+from budget.policy.windows import HoldKeys
 from budget.storage.postgres.lease import LIVENESS_KEY
 from budget.storage.postgres.rows import (
     BOOK,
@@ -51,6 +52,7 @@ from budget.storage.sql.statements import (
     HOLD_EXPIRE,
     HOLD_RELEASE,
     HOLD_ROW,
+    HOLD_ROW_COLUMNS,
     HOLD_SETTLE,
     HoldRow,
     settle_events,
@@ -126,34 +128,36 @@ async def _locked_hold(conn: Any, hold_id: str, durable: bool) -> tuple[Any, ...
     row = await conn.fetchrow(_HOLD_LOCK if durable else _HOLD_LOCK_ASYNC, hold_id)
     if row is None:
         raise UnknownHold(hold_id)
-    return tuple(row)[:14]
+    return tuple(row)[: _MARGIN + 1]
+
+
+#: Where :data:`_HOLD_ROW` has the margin its buckets hold for the hold.
+_MARGIN = HOLD_ROW_COLUMNS
 
 
 def _end_deltas(
-    scopes_json: str, hour_key: str, day_key: str, b: Booking, margin_musd: int
+    scopes_json: str, keys: HoldKeys, b: Booking, margin_musd: int
 ) -> dict[BucketKey, BucketAmounts]:
     """The bucket deltas of a hold's end, ``margin_musd`` (≤ 0) added to its buckets'
     margins; none when nothing moves (no bucket row touched, as on SQLite)."""
     if b.held or b.settled or b.late or margin_musd:
-        return booking_deltas(load_scopes(scopes_json), hour_key, day_key, b, margin_musd)
+        return booking_deltas(load_scopes(scopes_json), keys, b, margin_musd)
     return {}
 
 
 async def _book_end(
     conn: Any,
     write: str,
-    scopes_json: str,
-    hour_key: str,
-    day_key: str,
+    h: HoldRow,
     b: Booking,
     margin_musd: int,
-    op_id: str,
     hold_args: tuple[object, ...],
 ) -> int | None:
-    """Book a hold's end (``write``: :data:`_SETTLE_WRITE` or :data:`_RELEASE_WRITE`),
-    ``margin_musd`` (≤ 0) added to its buckets' margins; the global day bucket's new
-    settled spend (``None`` if not touched)."""
-    deltas = _end_deltas(scopes_json, hour_key, day_key, b, margin_musd)
+    """Book the end of the hold ``h`` (``write``: :data:`_SETTLE_WRITE` or
+    :data:`_RELEASE_WRITE`), ``margin_musd`` (≤ 0) added to its buckets' margins; the
+    global day bucket's new settled spend (``None`` if not touched)."""
+    deltas = _end_deltas(h.scopes, h.keys, b, margin_musd)
+    op_id = h.operation_id
     rows = await conn.fetch(write, *book_arrays(deltas), b.committed, op_id, *hold_args)
     day = [int(r[4]) for r in rows if r[0] == Level.GLOBAL.value and r[2] == Window.DAY.value]
     return day[0] if day else None
@@ -197,13 +201,13 @@ async def settle(
     row = known if known is not None else await conn.fetchrow(_HOLD_ROW, hold_id)
     if row is None:
         raise UnknownHold(hold_id)
-    h = HoldRow._make(tuple(row)[:13])
+    h = HoldRow._make(tuple(row)[:_MARGIN])
     if h.state == HoldState.HELD:
         plan = plan_of(h, request.usage, request.pricer)
         assert plan is not None and not plan.late
         if plan.actual_musd <= h.ceiling_musd:  # else an over_ceiling event: below
-            b, margin = plan.booking, int(row[13])
-            deltas = _end_deltas(h.scopes, h.hour_key, h.day_key, b, -margin)
+            b, margin = plan.booking, int(row[_MARGIN])
+            deltas = _end_deltas(h.scopes, h.keys, b, -margin)
             args = settled_row(now, hold_id, plan, request.estimated)
             arrays = book_arrays(deltas)
             write = _SETTLE_AT_ONCE[durable]
@@ -223,16 +227,14 @@ async def _settle_locked(
     """:func:`settle` as the body of a transaction that locks the hold row first."""
     hold_id = request.hold_id
     locked = await _locked_hold(conn, hold_id, durable)
-    h = HoldRow._make(locked[:13])
+    h = HoldRow._make(locked[:_MARGIN])
     plan = plan_of(h, request.usage, request.pricer)
     if plan is None:
         return Settled(SettleOutcome(int(h.booked_musd or 0), False, None), False, h.day_key, None)
     b = plan.booking
     row = settled_row(now, hold_id, plan, request.estimated)
-    margin = 0 if plan.late else -int(locked[13])  # an expired hold's left at expiry
-    day_settled = await _book_end(
-        conn, _SETTLE_WRITE, h.scopes, h.hour_key, h.day_key, b, margin, h.operation_id, row
-    )
+    margin = 0 if plan.late else -int(locked[_MARGIN])  # an expired hold's left at expiry
+    day_settled = await _book_end(conn, _SETTLE_WRITE, h, b, margin, row)
     for kind, detail in settle_events(plan.late, b, plan.actual_musd, h.ceiling_musd):
         await event(conn, cfg.tz, now, kind, user_id=h.user_id, hold_id=hold_id, detail=detail)
     return Settled(SettleOutcome(plan.actual_musd, True, None), b.grew, h.day_key, day_settled)
@@ -254,16 +256,16 @@ async def release(
     row = known if known is not None else await conn.fetchrow(_HOLD_ROW, hold_id)
     if row is None:
         raise UnknownHold(hold_id)
-    state = HoldState(row[0])
-    if state is HoldState.HELD:
-        op_id, ceiling, hour_key, day_key, scopes_json = row[1], row[7], row[9], row[10], row[11]
-        b, margin = release_booking(False, ceiling, 0), int(row[13])
-        deltas = _end_deltas(scopes_json, hour_key, day_key, b, -margin)
+    h = HoldRow._make(tuple(row)[:_MARGIN])
+    if h.state == HoldState.HELD:
+        b, margin = release_booking(False, h.ceiling_musd, 0), int(row[_MARGIN])
+        deltas = _end_deltas(h.scopes, h.keys, b, -margin)
         args = (now.timestamp(), 0, hold_id, margin)
         write = _RELEASE_AT_ONCE[durable]
-        if (await conn.fetchrow(write, *book_arrays(deltas), b.committed, op_id, *args))[0]:
+        arrays = book_arrays(deltas)
+        if (await conn.fetchrow(write, *arrays, b.committed, h.operation_id, *args))[0]:
             return True
-    elif state is not HoldState.EXPIRED:  # settled or released: final, a no-op
+    elif h.state != HoldState.EXPIRED:  # settled or released: final, a no-op
         return False
     async with conn.transaction():
         return await _release_locked(conn, cfg, now, hold_id, durable)
@@ -274,19 +276,18 @@ async def _release_locked(
 ) -> bool:
     """:func:`release` as the body of a transaction that locks the hold row first."""
     row = await _locked_hold(conn, hold_id, durable)
-    state, op_id, user_id, ceiling = row[0], row[1], row[2], row[7]
-    hour_key, day_key, scopes_json, booked, booked_margin = row[9:14]
-    do_release, late = release_transition(HoldState(state))
+    h = HoldRow._make(row[:_MARGIN])
+    do_release, late = release_transition(HoldState(h.state))
     if not do_release:
         return False
-    b = release_booking(late, ceiling, int(booked or 0))
+    b = release_booking(late, h.ceiling_musd, int(h.booked_musd or 0))
     args = (now.timestamp(), int(late), hold_id)
-    margin = 0 if late else -int(booked_margin)
-    await _book_end(conn, _RELEASE_WRITE, scopes_json, hour_key, day_key, b, margin, op_id, args)
+    margin = 0 if late else -int(row[_MARGIN])
+    await _book_end(conn, _RELEASE_WRITE, h, b, margin, args)
     if late:
         detail = f"returned {b.counted} booked at expiry"
         await event(
-            conn, cfg.tz, now, "late_release", user_id=user_id, hold_id=hold_id, detail=detail
+            conn, cfg.tz, now, "late_release", user_id=h.user_id, hold_id=hold_id, detail=detail
         )
     return True
 
@@ -335,7 +336,8 @@ async def sweep(
     )
     rows = await conn.fetch(
         "SELECT hold_id, user_id, ceiling_musd, list_ceiling_musd, input_tokens, max_tokens,"  # noqa: S608 - fixed fragments
-        f" hour_key, day_key, scopes, margin_musd, margin_booked, expires_at <= $1 OR ({dead})"
+        f" hour_key, day_key, scopes, margin_musd, margin_booked, expires_at <= $1 OR ({dead}),"
+        " month_key"
         f" FROM budget_holds WHERE state = 'held' AND (expires_at <= $1 OR ({dead})"
         " OR (margin_booked = 0 AND margin_musd > 0)) ORDER BY hold_id FOR UPDATE",
         t,
@@ -355,7 +357,8 @@ async def sweep(
         else:  # granted by an older version (migration 0021): its margin joins them
             b, moved = Booking(0, 0, 0, 0, 0), margin
             adopted.append(hold_id)
-        for key, d in booking_deltas(load_scopes(scopes), hk, dk, b, moved).items():
+        keys = HoldKeys(hk, dk, row[12])
+        for key, d in booking_deltas(load_scopes(scopes), keys, b, moved).items():
             deltas[key] = deltas.get(key, BucketAmounts()) + d
     if deltas:
         await book(conn, deltas)

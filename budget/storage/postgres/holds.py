@@ -46,7 +46,7 @@ money integer µUSD.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -58,22 +58,25 @@ from budget.policy.rules import (
     BucketKey,
     Scope,
     build_buckets,
+    capped_providers,
     check_hold,
     dump_scopes,
-    limit_of,
     pick_kill,
-    provider_caps,
+    plan_now,
     scopes_for,
     utc,
 )
+from budget.policy.shares import with_reservations
 from budget.policy.steps import (
     Booking,
+    admission_caps,
     admission_refusal,
     request_refusal,
     reserve_refusal,
 )
-from budget.policy.windows import WindowKeys, window_keys
+from budget.policy.windows import WindowKeys
 from budget.protocol import HoldTicket, OperationTicket
+from budget.storage.postgres.known import KNOWN_MAX, Known, KnownLimits, cap, granted_row, reserved
 from budget.storage.postgres.rows import (
     BOOK,
     KILLS_OF,
@@ -102,7 +105,7 @@ from budget.storage.store import (
     RefusedStep,
     UnknownOperation,
 )
-from budget.types import Level, Origin, Refusal, RefusalReason, Window
+from budget.types import Origin, Refusal, RefusalReason, Window
 
 __all__ = [
     "KNOWN_MAX",
@@ -125,11 +128,12 @@ _ADMISSION_READ = (
     " AND expires_at > $3), (SELECT COUNT(*) FROM budget_operations WHERE user_id = $1"
     " AND started_at > $4), (SELECT MIN(started_at) FROM budget_operations"
     " WHERE user_id = $1 AND started_at > $4),"
-    " EXISTS (SELECT 1 FROM budget_processes WHERE process_id = $5)"
+    " EXISTS (SELECT 1 FROM budget_processes WHERE process_id = $5),"
+    " (SELECT ROW(plan, until) FROM budget_user_plans WHERE user_id = $1)"
 )
 _REQUEST_READ = (
     "SELECT user_id, max_requests, requests, EXISTS (SELECT 1 FROM budget_requests"
-    " WHERE operation_id = $1 AND fingerprint = $2) FROM budget_operations"
+    " WHERE operation_id = $1 AND fingerprint = $2), plan FROM budget_operations"
     " WHERE operation_id = $1 AND ended_at IS NULL FOR UPDATE"
 )
 _REQUEST_WRITE = (
@@ -142,7 +146,7 @@ _LIMITS_DIGEST = (
     " ORDER BY level, scope, win)::text))"
 )
 _RESERVE_READ = (
-    "SELECT o.user_id, o.origin, o.team, o.max_musd, o.committed_musd, "  # noqa: S608 - fixed fragments
+    "SELECT o.user_id, o.origin, o.team, o.max_musd, o.committed_musd, o.chat_id, o.plan, "  # noqa: S608 - fixed fragments
     + KILLS_OF.format(user="o.user_id::text", team="COALESCE(o.team, '')")
     + ", "
     + LIMITS
@@ -157,14 +161,14 @@ _REGISTERED = "SELECT EXISTS (SELECT 1 FROM budget_processes WHERE process_id = 
 
 #: A granted hold whose margin this store books in its buckets (``margin_booked``).
 _HOLD_INSERT = once(
-    once(HOLD_INSERT, "margin_musd)", "margin_musd, margin_booked)"), "?,?)", "?,?,1)"
+    once(HOLD_INSERT, "month_key)", "month_key, margin_booked)"), "?,?,?)", "?,?,?,1)"
 )
 #: A hold's grant in ONE statement: add the ceiling to held and the margin to the
 #: margins of every bucket of the hold ($1..$8, :data:`budget.storage.postgres.rows.BOOK`: created
 #: if missing, locked in key order — first, the lock order), then charge the
 #: operation if its cap allows and its process is registered ($9 ceiling, $10
 #: expiry, $29 the hold's process — else it was declared dead: fenced; after the
-#: buckets: the subquery on ``b`` runs first), insert the hold ($11..$31); returns whether the
+#: buckets: the subquery on ``b`` runs first), insert the hold ($11..$32); returns whether the
 #: operation was charged and the buckets' new values. The transaction's COMMIT
 #: follows it at once (or a ROLLBACK, if the policy refuses).
 _GRANT_WRITES = (
@@ -181,7 +185,7 @@ _GRANT = (
 )
 #: The same grant as a transaction of its own (autocommit: its commit, with the
 #: flush, follows it in the server, no round trip under the bucket locks), committed
-#: only when it fits: $32 is each bucket's limit (key order, NULL = none) and the
+#: only when it fits: $33 is each bucket's limit (key order, NULL = none) and the
 #: statement fails with ``CardinalityViolationError`` (a scalar subquery of 2 rows:
 #: nothing written) when the operation was not charged or a bucket's new
 #: settled + held + margins passes its limit — :func:`budget.policy.rules.check_hold`'s
@@ -190,20 +194,20 @@ _GRANT_AT_ONCE = (
     _GRANT_WRITES  # noqa: S608 - fixed fragments
     + " SELECT (SELECT 1 FROM generate_series(1, CASE WHEN"
     " (SELECT COUNT(*) FROM o) = 1 AND NOT EXISTS (SELECT 1 FROM b JOIN unnest($1::text[],"
-    " $2::text[], $3::text[], $4::text[], $32::bigint[]) AS l(level, scope, win, wkey, lim)"
+    " $2::text[], $3::text[], $4::text[], $33::bigint[]) AS l(level, scope, win, wkey, lim)"
     " USING (level, scope, win, wkey) WHERE b.settled_musd + b.held_musd + b.margin_musd"
     " > l.lim) THEN 1 ELSE 2 END))"
 )
 #: The same grant without the read before it, from what this process knows
 #: (:class:`Known`): it also fails (nothing written) when a kill switch of the user
-#: ($34, as text), their team ($35, or '') or everyone is tripped, or when the runtime
-#: limits' digest is no longer $33 (the limits the caps and scopes came from).
+#: ($35, as text), their team ($36, or '') or everyone is tripped, or when the runtime
+#: limits' digest is no longer $34 (the limits the caps and scopes came from).
 _GRANT_KNOWN = once(
     _GRANT_AT_ONCE,
     " > l.lim) THEN 1",
     " > l.lim) AND NOT EXISTS (SELECT 1 FROM budget_kill WHERE killed = 1 AND (scope_kind"  # noqa: S608 - fixed fragments
-    " = 'global' OR (scope_kind = 'user' AND scope = $34) OR (scope_kind = 'team' AND"
-    f" scope = $35))) AND {_LIMITS_DIGEST} = $33 THEN 1",
+    " = 'global' OR (scope_kind = 'user' AND scope = $35) OR (scope_kind = 'team' AND"
+    f" scope = $36))) AND {_LIMITS_DIGEST} = $34 THEN 1",
 )
 
 
@@ -215,25 +219,25 @@ async def begin_operation(
     are read after it, so two processes never both take the last slot)."""
     t, user_id = now.timestamp(), admission.user_id
     await conn.execute(_ADMISSION_LOCK, str(user_id))
-    team, kills, open_ops, recent, oldest, registered = await conn.fetchrow(
+    team, kills, open_ops, recent, oldest, registered, own = await conn.fetchrow(
         _ADMISSION_READ, user_id, str(user_id), t, t - 60.0, process_id
     )
     if not registered:
         raise ProcessFenced()
+    stored, until = (None, None) if own is None else (own[0], own[1])
+    plan = plan_now(cfg, stored, until, t)
+    inflight, per_minute = admission_caps(cfg, plan)
     refusal = admission_refusal(
-        pick_kill(kill_state(k) for k in kills),
-        open_ops,
-        cfg.user_max_inflight,
-        recent,
-        cfg.user_max_per_minute,
-        utc(oldest),
+        pick_kill(kill_state(k) for k in kills), open_ops, inflight, recent, per_minute, utc(oldest)
     )
     if refusal is not None:
-        raise RefusedStep(refusal, user_id)
+        raise RefusedStep(refusal, user_id, plan)
     await conn.execute(
-        translate(OPERATION_INSERT), *operation_row(cfg, process_id, now, admission, team)
+        translate(OPERATION_INSERT), *operation_row(cfg, process_id, now, admission, team, plan)
     )
-    return OperationTicket(admission.operation_id, user_id, admission.origin, team)
+    return OperationTicket(
+        admission.operation_id, user_id, admission.origin, team, admission.chat_id, plan
+    )
 
 
 async def end_operation(conn: Any, now: datetime, operation_id: str) -> None:
@@ -253,12 +257,12 @@ async def begin_request(
     row = await conn.fetchrow(_REQUEST_READ, operation_id, fingerprint)
     if row is None:
         raise UnknownOperation(operation_id)
-    user_id, max_requests, n, repeated = row
+    user_id, max_requests, n, repeated, plan = row
     refusal = request_refusal(repeated, n, max_requests)
     if refusal is not None:
-        raise RefusedStep(refusal, user_id)
+        raise RefusedStep(refusal, user_id, plan)
     req_id = uuid.uuid4().hex
-    day_key = window_keys(now, cfg.tz).day_key
+    day_key = cfg.keys(now).day_key
     await conn.execute(_REQUEST_WRITE, req_id, operation_id, fingerprint, now.timestamp(), day_key)
     return req_id
 
@@ -294,47 +298,6 @@ class _NotAtOnce(Exception):
     """The one-statement grant did not fit (nothing written): decide under locks."""
 
 
-#: Entries kept in each of :class:`Known`'s maps (the oldest dropped beyond).
-KNOWN_MAX = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class KnownLimits:
-    """The runtime limits as this process last read them: their digest
-    (:data:`_LIMITS_DIGEST`, which :data:`_GRANT_KNOWN` compares) and the overrides."""
-
-    digest: str
-    overrides: dict[tuple[str, str, str], int | None]
-
-
-class Known:
-    """What one process knows so that its holds and settles need not read it back;
-    every statement that uses it checks it still holds (else the locked
-    transaction reads and decides).
-
-    Attributes:
-        ops: operation id → its ticket (user, origin, team: fixed for the operation's
-            life, from its admission or a hold's read).
-        limits: :class:`KnownLimits` last read (``None``: read them again).
-        granted: hold id → its row as :func:`settle` reads it, for the holds granted
-            here.
-    """
-
-    __slots__ = ("granted", "limits", "ops")
-
-    def __init__(self) -> None:
-        self.ops: dict[str, OperationTicket] = {}
-        self.limits: KnownLimits | None = None
-        self.granted: dict[str, tuple[Any, ...]] = {}
-
-    @staticmethod
-    def keep(into: dict[str, Any], key: str, value: Any) -> None:
-        """``into[key] = value``, dropping the oldest entry beyond :data:`KNOWN_MAX`."""
-        into[key] = value
-        if len(into) > KNOWN_MAX:
-            del into[next(iter(into))]
-
-
 async def _reserve(
     conn: Any,
     cfg: LedgerConfig,
@@ -357,12 +320,15 @@ async def _reserve(
         owner, limits = mine, cached.overrides
     else:
         owner, limits = await _read_operation(conn, process_id, hold, known)
-    scopes = scopes_for(owner.user_id, owner.team, hold.provider, provider_caps(cfg, limits))
-    keys = window_keys(now, cfg.tz)
+    capped = capped_providers(cfg, limits)
+    scopes = scopes_for(
+        *owner.payers, hold.provider, capped, chat_id=owner.chat_id, plan=owner.plan
+    )
+    keys = cfg.keys(now)
     deltas: dict[BucketKey, BucketAmounts] = {}
     if price.ceiling_musd + price.margin_musd > 0:
         grant = Booking(price.ceiling_musd, 0, 0, 0, price.ceiling_musd)
-        deltas = booking_deltas(scopes, keys.hour_key, keys.day_key, grant, price.margin_musd)
+        deltas = booking_deltas(scopes, keys.hold, grant, price.margin_musd)
     hold_id = uuid.uuid4().hex
     scopes_json = dump_scopes(scopes)
     values = hold_values(cfg, process_id, now, hold_id, hold, owner, keys, scopes_json)
@@ -371,25 +337,10 @@ async def _reserve(
     ticket = HoldTicket(
         hold_id, hold.provider, hold.model, price.ceiling_musd, price.list_ceiling_musd, now
     )
-    # as _HOLD_ROW selects it: HoldRow's columns, then its margin (booked in its buckets)
-    hold_row = (
-        "held",
-        hold.operation_id,
-        owner.user_id,
-        hold.provider,
-        hold.model,
-        hold.input_tokens,
-        hold.max_tokens,
-        price.ceiling_musd,
-        now.timestamp(),
-        keys.hour_key,
-        keys.day_key,
-        scopes_json,
-        None,
-        price.margin_musd,
-    )
+    hold_row = granted_row(hold, owner, now, keys, scopes_json)
+    held_back = await reserved(conn, limits, keys, owner.team)
     if at_once:
-        caps = [limit_of(cfg, limits, Level(k[0]), k[1], Window(k[2])) for k in sorted(deltas)]
+        caps = [cap(cfg, limits, k, owner.plan, held_back) for k in sorted(deltas)]
         try:
             if cached is None:
                 await conn.fetchval(_GRANT_AT_ONCE, *grant_args, caps)
@@ -401,9 +352,11 @@ async def _reserve(
         return ticket, hold_row
     charged, after = await conn.fetchrow(_GRANT, *grant_args)
     if not charged:  # another step of this operation took the cap, or ended it
-        raise RefusedStep(Refusal(RefusalReason.OPERATION_CAP, note="cost"), owner.user_id)
+        raise RefusedStep(
+            Refusal(RefusalReason.OPERATION_CAP, note="cost"), owner.user_id, owner.plan
+        )
     if price.ceiling_musd + price.margin_musd > 0:
-        _check_after(cfg, limits, scopes, keys, after, price, owner.user_id)
+        _check_after(cfg, limits, scopes, keys, after, price, owner, held_back)
     return ticket, hold_row
 
 
@@ -425,16 +378,18 @@ async def _read_operation(
         if not await conn.fetchval(_REGISTERED, process_id):
             raise ProcessFenced()
         raise UnknownOperation(hold.operation_id)
-    user_id, origin, team, max_musd, committed, kills, limit_rows, digest, alive = row
+    user_id, origin, team, max_musd, committed, chat_id, plan, kills, limit_rows, digest, alive = (
+        row
+    )
     if not alive:
         raise ProcessFenced()
     early = reserve_refusal(
         pick_kill(kill_state(k) for k in kills), committed, hold.price.ceiling_musd, max_musd
     )
     if early is not None:
-        raise RefusedStep(early, user_id)
+        raise RefusedStep(early, user_id, plan)
     limits = _overrides(limit_rows)
-    owner = OperationTicket(hold.operation_id, user_id, Origin(origin), team)
+    owner = OperationTicket(hold.operation_id, user_id, Origin(origin), team, chat_id, plan)
     if known is not None:
         known.limits = KnownLimits(digest, limits)
         known.keep(known.ops, hold.operation_id, owner)
@@ -448,11 +403,12 @@ def _check_after(
     keys: WindowKeys,
     after: Any,
     price: HoldPrice,
-    user_id: int,
+    owner: OperationTicket,
+    reserved: Mapping[Window, int],
 ) -> None:
     """:func:`budget.policy.rules.check_hold` on the buckets as they were before this
     hold (the locked grant returned them after it), the other holds' margins counted
-    as held.
+    as held, the global windows less what other teams' guarantees reserve.
 
     Raises:
         RefusedStep: the hold does not fit.
@@ -462,7 +418,7 @@ def _check_after(
         k: (a.settled, a.held - ceiling + a.margin - margin, a.late)
         for k, a in bucket_values(after).items()
     }
-    found = build_buckets(cfg, limits, scopes, keys, before)
+    found = with_reservations(build_buckets(cfg, limits, scopes, keys, before), reserved)
     refusal = check_hold(found, ceiling + margin)
     if refusal is not None:
-        raise RefusedStep(refusal, user_id)
+        raise RefusedStep(refusal, owner.user_id, owner.plan)

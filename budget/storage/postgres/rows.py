@@ -34,7 +34,7 @@ from budget.policy.rules import (
     load_scopes,
 )
 from budget.policy.steps import Booking, booking_rows
-from budget.policy.windows import window_keys
+from budget.policy.windows import HoldKeys, window_keys
 from budget.status import KillState
 from budget.storage.sql.statements import EVENT_INSERT, KILL_COLS, KILL_UPSERT, event_row
 from budget.types import Level, Window
@@ -155,11 +155,11 @@ def book_arrays(deltas: Mapping[BucketKey, BucketAmounts]) -> list[list[Any]]:
 
 
 def booking_deltas(
-    scopes: Sequence[Scope], hour_key: str, day_key: str, b: Booking, margin_musd: int
+    scopes: Sequence[Scope], keys: HoldKeys, b: Booking, margin_musd: int
 ) -> dict[BucketKey, BucketAmounts]:
     """The deltas of a hold's buckets for booking ``b`` and ``margin_musd`` added to
     (or, negative, taken from) their margins."""
-    rows = booking_rows(scopes, hour_key, day_key, b)
+    rows = booking_rows(scopes, keys, b)
     return {k: BucketAmounts(s, h, lt, margin_musd) for k, s, h, lt in rows}
 
 
@@ -308,15 +308,15 @@ async def lock_corrections(conn: Any, hold_ids: Sequence[str]) -> None:
     holds ``hold_ids`` (by id), the buckets of their windows (by key), their
     operations (by id)."""
     rows = await conn.fetch(
-        "SELECT scopes, hour_key, day_key, operation_id FROM budget_holds"
+        "SELECT scopes, hour_key, day_key, operation_id, month_key FROM budget_holds"
         " WHERE hold_id = ANY($1::text[]) ORDER BY hold_id FOR UPDATE",
         list(hold_ids),
     )
     nothing = Booking(0, 0, 0, 0, 0)
     keys = {
         key: BucketAmounts()
-        for scopes, hk, dk, _ in rows
-        for key, *_ in booking_rows(load_scopes(scopes), hk, dk, nothing)
+        for scopes, hk, dk, _, mk in rows
+        for key, *_ in booking_rows(load_scopes(scopes), HoldKeys(hk, dk, mk), nothing)
     }
     if keys:
         await book(conn, keys)

@@ -6,17 +6,21 @@ from __future__ import annotations
 from datetime import datetime
 
 from budget.config import LedgerConfig
+from budget.policy.shares import GUARANTEE, oversubscribed
 from budget.policy.windows import window_keys
-from budget.storage.sql.rows import event, exposure, refuse, set_kill, team_of
+from budget.storage.sql.rows import event, exposure, overrides, refuse, set_kill, team_of, teams
 from budget.storage.store import Cursor, LimitChange
 from budget.types import Level, Refusal, RefusalReason, Window
 
 __all__ = [
     "calibration",
+    "limit_warnings",
     "record_calibration",
     "record_message",
+    "set_guarantee",
     "set_kill_exposure",
     "set_limit",
+    "set_plan",
     "team_add",
     "team_remove",
 ]
@@ -80,6 +84,68 @@ def set_limit(cur: Cursor, cfg: LedgerConfig, now: datetime, change: LimitChange
         user_id=change.by,
         detail="default" if change.clear else str(change.limit_musd),
     )
+
+
+def set_plan(
+    cur: Cursor,
+    cfg: LedgerConfig,
+    now: datetime,
+    user_id: int,
+    plan: str | None,
+    until: datetime | None,
+    by: int | None,
+) -> None:
+    """Put ``user_id`` on ``plan`` until ``until`` (``None``: no end); ``plan`` ``None``
+    drops their row (the default plan). Records a ``plan`` event."""
+    if plan is None:
+        cur.execute("DELETE FROM budget_user_plans WHERE user_id = ?", (user_id,))
+    else:
+        cur.execute(
+            "INSERT INTO budget_user_plans (user_id, plan, until, set_at, set_by)"
+            " VALUES (?,?,?,?,?) ON CONFLICT (user_id) DO UPDATE SET plan = excluded.plan,"
+            " until = excluded.until, set_at = excluded.set_at, set_by = excluded.set_by",
+            (user_id, plan, None if until is None else until.timestamp(), now.timestamp(), by),
+        )
+    shown = "default" if plan is None else plan
+    detail = shown if until is None else f"{shown} until {until.isoformat()}"
+    event(cur, cfg.tz, now, "plan", scope=str(user_id), user_id=by, detail=detail)
+
+
+def set_guarantee(
+    cur: Cursor,
+    cfg: LedgerConfig,
+    now: datetime,
+    team: str,
+    window: Window,
+    floor_musd: int | None,
+    by: int | None,
+) -> None:
+    """Keep ``floor_musd`` of the global ``window`` for ``team`` while it has not used
+    it (:mod:`budget.policy.shares`); ``None`` drops the guarantee."""
+    where = (GUARANTEE, team, window.value)
+    if floor_musd is None:
+        cur.execute("DELETE FROM budget_limits WHERE level = ? AND scope = ? AND win = ?", where)
+    else:
+        cur.execute(
+            "INSERT INTO budget_limits (level, scope, win, limit_musd, updated_at,"
+            " updated_by) VALUES (?,?,?,?,?,?) ON CONFLICT (level, scope, win)"
+            " DO UPDATE SET limit_musd = excluded.limit_musd,"
+            " updated_at = excluded.updated_at, updated_by = excluded.updated_by",
+            (*where, floor_musd, now.timestamp(), by),
+        )
+    detail = "off" if floor_musd is None else str(floor_musd)
+    event(cur, cfg.tz, now, "guarantee", window=window.value, scope=team, user_id=by, detail=detail)
+
+
+def limit_warnings(cur: Cursor, cfg: LedgerConfig, now: datetime) -> list[str]:
+    """:func:`budget.policy.shares.oversubscribed` of the limits as they are now."""
+    cur.execute(
+        "SELECT plan, COUNT(*) FROM budget_user_plans WHERE until IS NULL OR until > ?"
+        " GROUP BY plan",
+        (now.timestamp(),),
+    )
+    members = {str(r[0]): int(r[1]) for r in cur.fetchall()}
+    return oversubscribed(cfg, overrides(cur), sorted(teams(cur)), members)
 
 
 def team_add(cur: Cursor, now: datetime, name: str, user_id: int) -> str | None:

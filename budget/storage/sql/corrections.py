@@ -7,11 +7,10 @@ from datetime import datetime
 
 from budget.books.corrections import ApplyResult, CorrectionPlan, applies, over_limit_line
 from budget.config import LedgerConfig
-from budget.policy.rules import Overrides, Scope, limit_of, load_scopes, windows_for
-from budget.policy.windows import WindowKeys, window_keys
+from budget.policy.rules import Overrides, Scope, limit_of, load_scopes, plan_in, windows_for
+from budget.policy.windows import HoldKeys, WindowKeys
 from budget.storage.sql.rows import book, event, overrides
 from budget.storage.store import Cursor
-from budget.types import Window
 
 __all__ = ["apply_corrections"]
 
@@ -20,14 +19,15 @@ def apply_corrections(
     cur: Cursor, cfg: LedgerConfig, now: datetime, plan: CorrectionPlan
 ) -> ApplyResult:
     """Book ``plan`` inside the caller's transaction (see :mod:`budget.books.corrections`)."""
-    current = window_keys(now, cfg.tz)
+    current = cfg.keys(now)
     result = ApplyResult()
     limits = overrides(cur)
     by_user, file_name, sha256 = plan.by_user, plan.file_name, plan.sha256
     for item in plan.items:
         cur.execute(
             "SELECT state, estimated, actual_musd, ceiling_musd, list_actual_musd,"
-            " operation_id, user_id, hour_key, day_key, scopes, provider FROM budget_holds"
+            " operation_id, user_id, hour_key, day_key, scopes, provider, month_key"
+            " FROM budget_holds"
             " WHERE hold_id = ?",
             (item.hold_id,),
         )
@@ -35,10 +35,11 @@ def apply_corrections(
         if row is None or not applies(item, row[0], bool(row[1]), int(row[2] or 0), int(row[3])):
             result.skipped.append(item.hold_id)
             continue
-        _, _, old, ceiling, list_old, op_id, user_id, hour_key, day_key, scopes_json, _ = row
+        _, _, old, ceiling, list_old, op_id, user_id, hour_key, day_key, scopes_json = row[:10]
+        keys = HoldKeys(hour_key, day_key, row[11])
         moved = item.new_musd - int(old or 0)
         scopes = load_scopes(scopes_json)
-        book(cur, scopes, hour_key, day_key, settled=moved)
+        book(cur, scopes, keys, settled=moved)
         paid = item.new_musd > 0 or int(ceiling) > 0
         cur.execute(
             "UPDATE budget_holds SET actual_musd = ?, list_actual_musd = ? WHERE hold_id = ?",
@@ -49,7 +50,7 @@ def apply_corrections(
             " WHERE operation_id = ?",
             (moved, op_id),
         )
-        over = _lifted_over(cur, cfg, limits, scopes, (hour_key, day_key), moved, current)
+        over = _lifted_over(cur, cfg, limits, scopes, keys, moved, current)
         cur.execute(
             "INSERT INTO budget_corrections (at, hold_id, provider, model, bucket, old_musd,"
             " new_musd, by_user, source_file, source_sha256, over_limit)"
@@ -88,20 +89,21 @@ def _lifted_over(
     cfg: LedgerConfig,
     limits: Overrides,
     scopes: Sequence[Scope],
-    keys: tuple[str, str],
+    keys: HoldKeys,
     moved: int,
     current: WindowKeys,
 ) -> list[str]:
-    """One line per window of ``scopes`` (at the hold's hour and day ``keys``) that a
+    """One line per window of ``scopes`` (at the hold's window ``keys``) that a
     correction of ``moved`` µUSD lifted over its limit (none when it moved down)."""
     over: list[str] = []
     if moved <= 0:
         return over
-    hour_key, day_key = keys
+    plan = plan_in(scopes)
     for lvl, sc in scopes:
-        for w in windows_for(lvl):
-            key = hour_key if w is Window.HOUR else day_key
-            limit = limit_of(cfg, limits, lvl, sc, w)
+        for w in windows_for(lvl, keys):
+            key = keys.key(w)
+            assert key is not None
+            limit = limit_of(cfg, limits, lvl, sc, w, plan)
             if limit is None:
                 continue
             cur.execute(

@@ -16,17 +16,22 @@ from typing import Any
 from budget.config import LedgerConfig
 from budget.errors import UnknownHold
 from budget.policy.rules import (
+    Bucket,
     HoldState,
+    Overrides,
+    Scope,
+    capped_providers,
     check_hold,
     dump_scopes,
     load_scopes,
-    provider_caps,
     release_transition,
     scopes_for,
     utc,
 )
+from budget.policy.shares import guarantees, reserved_for_others, with_reservations
 from budget.policy.steps import (
     SettlePlan,
+    admission_caps,
     admission_refusal,
     expiry_booking,
     release_booking,
@@ -34,7 +39,7 @@ from budget.policy.steps import (
     reserve_refusal,
     settle_plan,
 )
-from budget.policy.windows import window_keys
+from budget.policy.windows import HoldKeys, WindowKeys
 from budget.protocol import HoldTicket, OperationTicket
 from budget.storage.sql.admin import record_calibration, record_message
 from budget.storage.sql.rows import (
@@ -46,6 +51,8 @@ from budget.storage.sql.rows import (
     overrides,
     refuse,
     team_of,
+    team_usage,
+    user_plan,
 )
 from budget.storage.sql.statements import (
     HOLD_EXPIRE,
@@ -94,15 +101,47 @@ __all__ = [
 
 
 def _open_op(cur: Cursor, operation_id: str) -> tuple[Any, ...]:
+    """``(user_id, origin, team, max_musd, max_requests, requests, committed_musd,
+    expires_at, chat_id, plan)`` of an open operation."""
     cur.execute(
         "SELECT user_id, origin, team, max_musd, max_requests, requests, committed_musd,"
-        " expires_at FROM budget_operations WHERE operation_id = ? AND ended_at IS NULL",
+        " expires_at, chat_id, plan FROM budget_operations"
+        " WHERE operation_id = ? AND ended_at IS NULL",
         (operation_id,),
     )
     row = cur.fetchone()
     if row is None:
         raise UnknownOperation(operation_id)
     return tuple(row)
+
+
+def _scopes(
+    cfg: LedgerConfig, limits: Overrides, op: tuple[Any, ...], provider: str
+) -> list[Scope]:
+    """The levels a hold at ``provider`` in the operation ``op`` (:func:`_open_op`) is
+    booked on."""
+    user_id, team, chat_id, plan = op[0], op[2], op[8], op[9]
+    capped = capped_providers(cfg, limits)
+    return scopes_for(user_id, team, provider, capped, chat_id=chat_id, plan=plan)
+
+
+def _shared_buckets(
+    cur: Cursor,
+    cfg: LedgerConfig,
+    limits: Overrides,
+    scopes: list[Scope],
+    keys: WindowKeys,
+    team: str | None,
+) -> list[Bucket]:
+    """The buckets of ``scopes`` now, outstanding margins counted as held, the global
+    windows' limits less what other teams' guarantees still reserve
+    (:mod:`budget.policy.shares`)."""
+    found = buckets(cur, cfg, scopes, keys, limits, margins=True)
+    granted = guarantees(limits)
+    if not granted:
+        return found
+    reserved = reserved_for_others(granted, team_usage(cur, granted, keys), team)
+    return with_reservations(found, reserved)
 
 
 def begin_operation(
@@ -112,18 +151,20 @@ def begin_operation(
     t = now.timestamp()
     user_id = admission.user_id
     team = team_of(cur, user_id)
+    plan = user_plan(cur, cfg, user_id, now)
     ks = kill_of(cur, user_id, team)
     cur.execute(OPEN_COUNT, (user_id, t))
     open_ops = int(cur.fetchone()[0])
     cur.execute(RATE_COUNT, (user_id, t - 60.0))
     count, oldest = cur.fetchone()
-    refusal = admission_refusal(
-        ks, open_ops, cfg.user_max_inflight, count, cfg.user_max_per_minute, utc(oldest)
-    )
+    inflight, per_minute = admission_caps(cfg, plan)
+    refusal = admission_refusal(ks, open_ops, inflight, count, per_minute, utc(oldest))
     if refusal is not None:
-        raise refuse(cur, cfg.tz, now, refusal, user_id)
-    cur.execute(OPERATION_INSERT, operation_row(cfg, process_id, now, admission, team))
-    return OperationTicket(admission.operation_id, user_id, admission.origin, team)
+        raise refuse(cur, cfg.tz, now, refusal, user_id, plan)
+    cur.execute(OPERATION_INSERT, operation_row(cfg, process_id, now, admission, team, plan))
+    return OperationTicket(
+        admission.operation_id, user_id, admission.origin, team, admission.chat_id, plan
+    )
 
 
 def end_operation(cur: Cursor, now: datetime, operation_id: str) -> None:
@@ -155,16 +196,16 @@ def begin_request(
 ) -> str:
     """Count a request in the operation; refuse a repeat fingerprint or too many
     (``req_id``: its id, chosen by the caller; ``None``: a new one)."""
-    user_id, _, _, _, max_requests, n, _, _ = _open_op(cur, operation_id)
+    user_id, _, _, _, max_requests, n, _, _, _, plan = _open_op(cur, operation_id)
     cur.execute(
         "SELECT 1 FROM budget_requests WHERE operation_id = ? AND fingerprint = ?",
         (operation_id, fingerprint),
     )
     refusal = request_refusal(cur.fetchone() is not None, n, max_requests)
     if refusal is not None:
-        raise refuse(cur, cfg.tz, now, refusal, user_id)
+        raise refuse(cur, cfg.tz, now, refusal, user_id, plan)
     req_id = req_id or uuid.uuid4().hex
-    day_key = window_keys(now, cfg.tz).day_key
+    day_key = cfg.keys(now).day_key
     cur.execute(REQUEST_INSERT, (req_id, operation_id, fingerprint, now.timestamp(), day_key))
     cur.execute(
         "UPDATE budget_operations SET requests = requests + 1 WHERE operation_id = ?",
@@ -179,22 +220,24 @@ def reserve(
     """Grant a hold on every level/window at once, or refuse with nothing held."""
     t = now.timestamp()
     price = hold.price
-    user_id, origin, team, max_musd, _, _, committed, op_exp = _open_op(cur, hold.operation_id)
+    op = _open_op(cur, hold.operation_id)
+    user_id, origin, team, max_musd, _, _, committed, op_exp, chat_id, plan = op
     early = reserve_refusal(kill_of(cur, user_id, team), committed, price.ceiling_musd, max_musd)
     if early is not None:
-        raise refuse(cur, cfg.tz, now, early, user_id)
+        raise refuse(cur, cfg.tz, now, early, user_id, plan)
     limits = overrides(cur)
-    scopes = scopes_for(user_id, team, hold.provider, provider_caps(cfg, limits))
-    keys = window_keys(now, cfg.tz)
+    scopes = _scopes(cfg, limits, op, hold.provider)
+    keys = cfg.keys(now)
     asked = price.ceiling_musd + price.margin_musd
     if asked > 0:
-        refusal_or_none = check_hold(buckets(cur, cfg, scopes, keys, limits, margins=True), asked)
+        found = _shared_buckets(cur, cfg, limits, scopes, keys, team)
+        refusal_or_none = check_hold(found, asked)
         if refusal_or_none is not None:
-            raise refuse(cur, cfg.tz, now, refusal_or_none, user_id)
+            raise refuse(cur, cfg.tz, now, refusal_or_none, user_id, plan)
     hold_id = uuid.uuid4().hex
     expires = t + cfg.hold_ttl_s
-    book(cur, scopes, keys.hour_key, keys.day_key, held=price.ceiling_musd)
-    owner = OperationTicket(hold.operation_id, user_id, Origin(origin), team)
+    book(cur, scopes, keys.hold, held=price.ceiling_musd)
+    owner = OperationTicket(hold.operation_id, user_id, Origin(origin), team, chat_id, plan)
     cur.execute(
         HOLD_INSERT,
         hold_values(cfg, process_id, now, hold_id, hold, owner, keys, dump_scopes(scopes)),
@@ -255,10 +298,11 @@ def remaining_musd(
     cur: Cursor, cfg: LedgerConfig, now: datetime, operation_id: str, provider: str
 ) -> int | None:
     """Smallest remaining amount over the levels a hold at ``provider`` would touch."""
-    user_id, _, team, max_musd, _, _, committed, _ = _open_op(cur, operation_id)
+    op = _open_op(cur, operation_id)
+    max_musd, committed = op[3], op[6]
     limits = overrides(cur)
-    scopes = scopes_for(user_id, team, provider, provider_caps(cfg, limits))
-    found = buckets(cur, cfg, scopes, window_keys(now, cfg.tz), limits, margins=True)
+    scopes = _scopes(cfg, limits, op, provider)
+    found = _shared_buckets(cur, cfg, limits, scopes, cfg.keys(now), op[2])
     remaining = [b.remaining_musd for b in found if b.remaining_musd is not None]
     remaining.append(max_musd - committed)
     return max(0, min(remaining))
@@ -296,7 +340,7 @@ def settle(cur: Cursor, cfg: LedgerConfig, now: datetime, request: SettleRequest
         return SettleOutcome(int(h.booked_musd or 0), False, None)
     b = plan.booking
     scopes = load_scopes(h.scopes)
-    book(cur, scopes, h.hour_key, h.day_key, held=b.held, settled=b.settled, late=b.late)
+    book(cur, scopes, h.keys, held=b.held, settled=b.settled, late=b.late)
     cur.execute(
         HOLD_SETTLE,
         settled_row(now, hold_id, plan, request.estimated),
@@ -330,14 +374,13 @@ def release(cur: Cursor, cfg: LedgerConfig, now: datetime, hold_id: str) -> bool
     settled by the sweep): the booked ceiling is taken back out of settled
     spend, recorded as a ``late_release`` event.
     """
-    row = _hold_row(cur, hold_id)
-    state, op_id, user_id, ceiling = row[0], row[1], row[2], row[7]
-    hour_key, day_key, scopes_json, booked = row[9:13]
+    h = HoldRow._make(_hold_row(cur, hold_id))
+    state, op_id, user_id, ceiling = h.state, h.operation_id, h.user_id, h.ceiling_musd
     do_release, late = release_transition(HoldState(state))
     if not do_release:
         return False
-    b = release_booking(late, ceiling, int(booked or 0))
-    book(cur, load_scopes(scopes_json), hour_key, day_key, held=b.held, settled=b.settled)
+    b = release_booking(late, ceiling, int(h.booked_musd or 0))
+    book(cur, load_scopes(h.scopes), h.keys, held=b.held, settled=b.settled)
     cur.execute(HOLD_RELEASE, (now.timestamp(), int(late), hold_id))
     cur.execute(OPERATION_COMMIT, (b.committed, op_id))
     if late:
@@ -374,7 +417,7 @@ def sweep(
         others_args = (process_id, dead_before)
     cols = (
         "SELECT hold_id, operation_id, user_id, ceiling_musd, list_ceiling_musd,"
-        " input_tokens, max_tokens, hour_key, day_key, scopes, margin_musd"
+        " input_tokens, max_tokens, hour_key, day_key, scopes, margin_musd, month_key"
         " FROM budget_holds"
     )
     if previous_processes:
@@ -397,12 +440,14 @@ def sweep(
         day_key,
         scopes_json,
         margin,
+        month_key,
     ) in rows:
         # booked at its provable bound (ceiling + margin): a late settle can
         # then only correct it downwards, never past what was admitted
         b = expiry_booking(int(ceiling), int(margin))
         booked = b.settled
-        book(cur, load_scopes(scopes_json), hour_key, day_key, held=b.held, settled=booked)
+        keys = HoldKeys(hour_key, day_key, month_key)
+        book(cur, load_scopes(scopes_json), keys, held=b.held, settled=booked)
         # the operation's committed money keeps the ceiling: it now counts as spent
         cur.execute(HOLD_EXPIRE, (t, booked, list_ceiling, in_tok, max_tok, hold_id))
         detail = f"booked {booked} at ceiling, estimated"

@@ -12,22 +12,40 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from budget.config import LedgerConfig
-from budget.policy.rules import Scope, audit_mismatches, estimate_stats, provider_caps
+from budget.policy.rules import Scope, audit_mismatches, capped_providers, estimate_stats, utc
 from budget.policy.windows import WindowKeys, hour_bounds, window_keys
 from budget.status import (
     BucketStatus,
     HoldEntry,
     KillState,
     LedgerStatus,
+    PayerStatus,
+    PlanTally,
     ProviderSpend,
     TeamStatus,
     UserStatus,
 )
-from budget.storage.sql.rows import buckets, kill_of, kill_states, overrides, team_of, teams
+from budget.storage.sql.rows import (
+    buckets,
+    kill_of,
+    kill_states,
+    overrides,
+    team_of,
+    teams,
+    user_plan,
+)
 from budget.storage.store import Cursor
 from budget.types import Level, Origin
 
-__all__ = ["audit", "spend_per_hour", "status", "team_status", "top_users", "user_status"]
+__all__ = [
+    "audit",
+    "payer_status",
+    "spend_per_hour",
+    "status",
+    "team_status",
+    "top_users",
+    "user_status",
+]
 
 
 def bucket_status(
@@ -116,12 +134,11 @@ def _origins_and_refusals(cur: Cursor, day: str) -> tuple[dict[str, int], dict[s
 
 def status(cur: Cursor, cfg: LedgerConfig, now: datetime) -> LedgerStatus:
     """The whole ledger now (see :class:`budget.status.LedgerStatus`)."""
-    keys = window_keys(now, cfg.tz)
+    keys = cfg.keys(now)
     day = keys.day_key
     limits = overrides(cur)
-    caps = provider_caps(cfg, limits)
     scopes: list[Scope] = [(Level.GLOBAL, "")]
-    scopes += [(Level.PROVIDER, p) for p in sorted(caps)]
+    scopes += [(Level.PROVIDER, p) for p in sorted(capped_providers(cfg, limits))]
     bucket_list = bucket_status(cur, cfg, scopes, keys, limits)
     cur.execute(
         "SELECT COUNT(*), COALESCE(SUM(ceiling_musd), 0) FROM budget_holds WHERE state = 'held'"
@@ -174,7 +191,27 @@ def status(cur: Cursor, cfg: LedgerConfig, now: datetime) -> LedgerStatus:
         teams=teams(cur),
         expired_unreconciled_today=int(unreconciled),
         expired_booked_musd_today=int(booked_at_ceiling),
+        by_plan=_by_plan(cur, day),
     )
+
+
+def _by_plan(cur: Cursor, day: str) -> PlanTally:
+    """``day``'s settled µUSD and refusals per plan (:class:`budget.status.PlanTally`)."""
+    cur.execute(
+        "SELECT o.plan, COALESCE(SUM(h.actual_musd), 0) FROM budget_holds h"
+        " JOIN budget_operations o ON o.operation_id = h.operation_id"
+        " WHERE h.day_key = ? AND h.state IN ('settled', 'expired') AND o.plan IS NOT NULL"
+        " GROUP BY o.plan",
+        (day,),
+    )
+    spend = {str(r[0]): int(r[1]) for r in cur.fetchall()}
+    cur.execute(
+        "SELECT plan, reason, COUNT(*) FROM budget_events WHERE day_key = ?"
+        " AND kind = 'refusal' AND plan IS NOT NULL GROUP BY plan, reason",
+        (day,),
+    )
+    refused = {(str(r[0]), str(r[1])): int(r[2]) for r in cur.fetchall()}
+    return PlanTally(spend, refused)
 
 
 def hold_entry(cur: Cursor, hold_id: str) -> HoldEntry | None:
@@ -200,9 +237,12 @@ def hold_entry(cur: Cursor, hold_id: str) -> HoldEntry | None:
 
 def user_status(cur: Cursor, cfg: LedgerConfig, now: datetime, user_id: int) -> UserStatus:
     """One user now (see :class:`budget.status.UserStatus`)."""
-    keys = window_keys(now, cfg.tz)
+    keys = cfg.keys(now)
     team = team_of(cur, user_id)
+    plan = user_plan(cur, cfg, user_id, now)
     scopes: list[Scope] = [(Level.USER, str(user_id))]
+    if plan:
+        scopes.append((Level.PLAN, plan))
     if team:
         scopes.append((Level.TEAM, team))
     scopes.append((Level.GLOBAL, ""))
@@ -228,14 +268,64 @@ def user_status(cur: Cursor, cfg: LedgerConfig, now: datetime, user_id: int) -> 
         " AND day_key = ? AND state IN ('settled', 'expired')",
         (user_id, keys.day_key),
     )
+    cur.execute("SELECT plan, until FROM budget_user_plans WHERE user_id = ?", (user_id,))
+    own = cur.fetchone()
+    until = None
+    if own is not None and own[0] == plan and own[1] is not None:
+        until = utc(float(own[1]))
     return UserStatus(
-        user_id, team, bucket_list, inflight, holds_n, messages, cfg.user_daily_messages, ks, spent
+        user_id,
+        team,
+        bucket_list,
+        inflight,
+        holds_n,
+        messages,
+        cfg.user_daily_messages,
+        ks,
+        spent,
+        plan,
+        until,
     )
+
+
+def payer_status(
+    cur: Cursor, cfg: LedgerConfig, now: datetime, level: Level, scope: str
+) -> PayerStatus:
+    """One group chat or plan now (see :class:`budget.status.PayerStatus`)."""
+    keys = cfg.keys(now)
+    bucket_list = bucket_status(cur, cfg, [(level, scope)], keys, overrides(cur))
+    if level is Level.CHAT:
+        cur.execute(
+            "SELECT h.user_id, COALESCE(SUM(h.actual_musd), 0) FROM budget_holds h"
+            " JOIN budget_operations o ON o.operation_id = h.operation_id"
+            " WHERE o.chat_id = ? AND h.day_key = ? AND h.state IN ('settled', 'expired')"
+            " GROUP BY h.user_id",
+            (int(scope), keys.day_key),
+        )
+    else:
+        cur.execute(
+            "SELECT h.user_id, COALESCE(SUM(h.actual_musd), 0) FROM budget_holds h"
+            " JOIN budget_operations o ON o.operation_id = h.operation_id"
+            " WHERE o.plan = ? AND h.day_key = ? AND h.state IN ('settled', 'expired')"
+            " GROUP BY h.user_id",
+            (scope, keys.day_key),
+        )
+    spend = {int(r[0]): int(r[1]) for r in cur.fetchall()}
+    if level is Level.PLAN:
+        members = _one(
+            cur,
+            "SELECT COUNT(*) FROM budget_user_plans WHERE plan = ?"
+            " AND (until IS NULL OR until > ?)",
+            (scope, now.timestamp()),
+        )
+    else:
+        members = len(spend)
+    return PayerStatus(level, scope, bucket_list, spend, members)
 
 
 def team_status(cur: Cursor, cfg: LedgerConfig, now: datetime, name: str) -> TeamStatus:
     """One team now (see :class:`budget.status.TeamStatus`)."""
-    keys = window_keys(now, cfg.tz)
+    keys = cfg.keys(now)
     members = teams(cur).get(name, [])
     bucket_list = bucket_status(cur, cfg, [(Level.TEAM, name)], keys, overrides(cur))
     spend: dict[int, int] = {}
@@ -294,9 +384,11 @@ def spend_per_hour(
 def audit(cur: Cursor) -> dict[str, Any]:
     """Recompute bucket totals from the holds (tests/reconciliation): returns
     ``{"mismatches": [...], "held_total": int, "buckets": [(level, win, settled,
-    held, late), …]}``; empty mismatches = consistent."""
+    held, late), …], "scoped": [(level, scope, win, wkey, settled, held, late), …]}``;
+    empty mismatches = consistent."""
     cur.execute(
-        "SELECT state, ceiling_musd, actual_musd, late, hour_key, day_key, scopes FROM budget_holds"
+        "SELECT state, ceiling_musd, actual_musd, late, hour_key, day_key, scopes, month_key"
+        " FROM budget_holds"
     )
     holds = cur.fetchall()
     cur.execute(
@@ -305,4 +397,10 @@ def audit(cur: Cursor) -> dict[str, Any]:
     got = {(r[0], r[1], r[2], r[3]): [r[4], r[5], r[6]] for r in cur.fetchall()}
     held_total = _one(cur, "SELECT COALESCE(SUM(held_musd), 0) FROM budget_buckets")
     rows = [(k[0], k[2], v[0], v[1], v[2]) for k, v in got.items()]
-    return {"mismatches": audit_mismatches(holds, got), "held_total": held_total, "buckets": rows}
+    scoped = [(*k, *v) for k, v in sorted(got.items())]
+    return {
+        "mismatches": audit_mismatches(holds, got),
+        "held_total": held_total,
+        "buckets": rows,
+        "scoped": scoped,
+    }

@@ -7,7 +7,7 @@ Each function takes the open cursor of the caller's transaction
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -19,15 +19,16 @@ from budget.policy.rules import (
     auto_kill_reason,
     auto_kill_since,
     auto_kill_threshold_musd,
+    bucket_keys,
     build_buckets,
     limit_of,
     pick_kill,
+    plan_now,
     utc,
-    windows_for,
     with_margins,
 )
 from budget.policy.steps import Booking, booking_rows
-from budget.policy.windows import WindowKeys
+from budget.policy.windows import HoldKeys, WindowKeys
 from budget.status import KillState
 from budget.storage.sql.statements import (
     BOOK_UPSERT,
@@ -52,7 +53,9 @@ __all__ = [
     "refuse",
     "set_kill",
     "team_of",
+    "team_usage",
     "teams",
+    "user_plan",
 ]
 
 
@@ -76,11 +79,18 @@ def event(cur: Cursor, tz: str, now: datetime, kind: str, **fields: Any) -> None
 
 
 def refuse(
-    cur: Cursor, tz: str, now: datetime, refusal: Refusal, user_id: int | None
+    cur: Cursor,
+    tz: str,
+    now: datetime,
+    refusal: Refusal,
+    user_id: int | None,
+    plan: str | None = None,
 ) -> RefusedStep:
-    """Record a refusal event; returns the exception to raise (committing the event)."""
-    cur.execute(EVENT_INSERT, refusal_event_row(tz, now, refusal, user_id))
-    return RefusedStep(refusal, user_id)
+    """Record a refusal event (of a user on ``plan``, if known); returns the exception to
+    raise (committing the event)."""
+    step = RefusedStep(refusal, user_id, plan)
+    cur.execute(EVENT_INSERT, refusal_event_row(tz, now, step.refusal, user_id))
+    return step
 
 
 def kill_of(cur: Cursor, user_id: int | None, team: str | None) -> KillState | None:
@@ -107,10 +117,38 @@ def team_of(cur: Cursor, user_id: int) -> str | None:
     return None if row is None else str(row[0])
 
 
+def user_plan(cur: Cursor, cfg: LedgerConfig, user_id: int, now: datetime) -> str | None:
+    """The plan ``user_id`` is held on now (:meth:`budget.config.LedgerConfig.plan`: their
+    plan while it lasts and is defined, else the default); ``None`` without plans."""
+    if not cfg.plans:
+        return None
+    cur.execute("SELECT plan, until FROM budget_user_plans WHERE user_id = ?", (user_id,))
+    row = cur.fetchone()
+    stored, until = (None, None) if row is None else (str(row[0]), row[1])
+    return plan_now(cfg, stored, until, now.timestamp())
+
+
 def overrides(cur: Cursor) -> dict[tuple[str, str, str], int | None]:
     """Every runtime limit override."""
     cur.execute("SELECT level, scope, win, limit_musd FROM budget_limits")
     return {(r[0], r[1], r[2]): r[3] for r in cur.fetchall()}
+
+
+def team_usage(
+    cur: Cursor, granted: Mapping[tuple[str, Window], int], keys: WindowKeys
+) -> dict[tuple[str, Window], int]:
+    """``(team, window) → settled + held µUSD`` now of each team with a guarantee
+    (:func:`budget.policy.shares.guarantees`)."""
+    used: dict[tuple[str, Window], int] = {}
+    for team, window in granted:
+        cur.execute(
+            "SELECT settled_musd + held_musd FROM budget_buckets"
+            " WHERE level = 'team' AND scope = ? AND win = ? AND wkey = ?",
+            (team, window.value, keys.key(window)),
+        )
+        row = cur.fetchone()
+        used[(team, window)] = 0 if row is None else int(row[0])
+    return used
 
 
 def buckets(
@@ -125,21 +163,19 @@ def buckets(
     """The buckets of ``scopes`` at ``keys`` (with outstanding holds' margins counted
     as held when ``margins``)."""
     rows: dict[tuple[str, str, str, str], tuple[int, int, int]] = {}
-    for lvl, sc in scopes:
-        for w in windows_for(lvl):
-            key = (lvl.value, sc, w.value, keys.key(w))
-            cur.execute(
-                "SELECT settled_musd, held_musd, late_musd FROM budget_buckets"
-                " WHERE level = ? AND scope = ? AND win = ? AND wkey = ?",
-                key,
-            )
-            row = cur.fetchone()
-            if row is not None:
-                rows[key] = (row[0], row[1], row[2])
+    for key in bucket_keys(scopes, keys.hold):
+        cur.execute(
+            "SELECT settled_musd, held_musd, late_musd FROM budget_buckets"
+            " WHERE level = ? AND scope = ? AND win = ? AND wkey = ?",
+            key,
+        )
+        row = cur.fetchone()
+        if row is not None:
+            rows[key] = (row[0], row[1], row[2])
     out = build_buckets(config, limits, scopes, keys, rows)
     if margins:
         cur.execute(
-            "SELECT scopes, hour_key, day_key, margin_musd FROM budget_holds"
+            "SELECT scopes, hour_key, day_key, month_key, margin_musd FROM budget_holds"
             " WHERE state = 'held' AND margin_musd > 0"
         )
         out = with_margins(out, cur.fetchall())
@@ -149,8 +185,7 @@ def buckets(
 def book(
     cur: Cursor,
     scopes: Sequence[Scope],
-    hour_key: str,
-    day_key: str,
+    keys: HoldKeys,
     *,
     held: int = 0,
     settled: int = 0,
@@ -159,7 +194,7 @@ def book(
     """Add the deltas (µUSD) to every bucket of ``scopes`` in the hold's windows."""
     if held == 0 and settled == 0 and late == 0:
         return
-    rows = booking_rows(scopes, hour_key, day_key, Booking(held, settled, late, 0, 0))
+    rows = booking_rows(scopes, keys, Booking(held, settled, late, 0, 0))
     cur.executemany(BOOK_UPSERT, [(*key, s, h, lt) for key, s, h, lt in rows])
 
 

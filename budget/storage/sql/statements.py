@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from budget.config import LedgerConfig
 from budget.policy.steps import Booking, SettlePlan
-from budget.policy.windows import WindowKeys, window_keys
+from budget.policy.windows import HoldKeys, WindowKeys, window_keys
 from budget.protocol import OperationTicket
 from budget.storage.store import Admission, HoldRequest
 from budget.types import Refusal
@@ -28,6 +28,7 @@ __all__ = [
     "HOLD_INSERT",
     "HOLD_RELEASE",
     "HOLD_ROW",
+    "HOLD_ROW_COLUMNS",
     "HOLD_SETTLE",
     "KILL_COLS",
     "KILL_UPSERT",
@@ -73,7 +74,7 @@ BOOK_UPSERT = (
 #: Appends one ``budget_events`` row (values from :func:`event_row`).
 EVENT_INSERT = (
     "INSERT INTO budget_events (at, day_key, kind, reason, level, win, scope, user_id,"
-    " hold_id, detail) VALUES (?,?,?,?,?,?,?,?,?,?)"
+    " hold_id, detail, plan) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 )
 
 
@@ -90,7 +91,7 @@ RATE_COUNT = (
 OPERATION_INSERT = (
     "INSERT INTO budget_operations (operation_id, user_id, origin, team, started_at,"
     " expires_at, ended_at, max_musd, max_requests, requests, committed_musd,"
-    " day_key, process_id) VALUES (?,?,?,?,?,?,NULL,?,?,0,0,?,?)"
+    " day_key, process_id, chat_id, plan) VALUES (?,?,?,?,?,?,NULL,?,?,0,0,?,?,?,?)"
 )
 #: Adds to an operation's committed money (values: delta µUSD, operation_id).
 OPERATION_COMMIT = (
@@ -106,20 +107,21 @@ HOLD_INSERT = (
     "INSERT INTO budget_holds (hold_id, operation_id, request_id, user_id, team,"
     " origin, provider, model, input_tokens, max_tokens, ceiling_musd,"
     " list_ceiling_musd, state, granted_at, expires_at, tz, hour_key, day_key,"
-    " scopes, process_id, estimated, late, price_version, margin_musd)"
-    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,'held',?,?,?,?,?,?,?,0,0,?,?)"
+    " scopes, process_id, estimated, late, price_version, margin_musd, month_key)"
+    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,'held',?,?,?,?,?,?,?,0,0,?,?,?)"
 )
 #: What settle and release read of a hold (value: hold_id).
 HOLD_ROW = (
     "SELECT state, operation_id, user_id, provider, model, input_tokens, max_tokens,"
-    " ceiling_musd, granted_at, hour_key, day_key, scopes, actual_musd FROM budget_holds"
-    " WHERE hold_id = ?"
+    " ceiling_musd, granted_at, hour_key, day_key, scopes, actual_musd, month_key"
+    " FROM budget_holds WHERE hold_id = ?"
 )
 
 
 class HoldRow(NamedTuple):
     """A hold as :data:`HOLD_ROW` selects it (µUSD; ``granted_at`` epoch seconds;
-    ``booked_musd``: the actual so far — what the sweep booked once expired)."""
+    ``booked_musd``: the actual so far — what the sweep booked once expired;
+    ``month_key`` ``None`` for a hold granted before months were tracked)."""
 
     state: str
     operation_id: str
@@ -134,7 +136,16 @@ class HoldRow(NamedTuple):
     day_key: str
     scopes: str
     booked_musd: int | None
+    month_key: str | None
 
+    @property
+    def keys(self) -> HoldKeys:
+        """The windows the hold was granted in."""
+        return HoldKeys(self.hour_key, self.day_key, self.month_key)
+
+
+#: How many columns :data:`HOLD_ROW` selects (PostgreSQL appends more after them).
+HOLD_ROW_COLUMNS = len(HoldRow._fields)
 
 #: A settled hold (values: :func:`settled_row`).
 HOLD_SETTLE = (
@@ -157,11 +168,17 @@ HOLD_EXPIRE = (
 
 
 def operation_row(
-    cfg: LedgerConfig, process_id: str, now: datetime, admission: Admission, team: str | None
+    cfg: LedgerConfig,
+    process_id: str,
+    now: datetime,
+    admission: Admission,
+    team: str | None,
+    plan: str | None = None,
 ) -> tuple[object, ...]:
-    """The values of :data:`OPERATION_INSERT` for ``admission`` (``team``: its user's)."""
+    """The values of :data:`OPERATION_INSERT` for ``admission`` (``team``, ``plan``: its
+    user's at admission)."""
     t = now.timestamp()
-    day_key = window_keys(now, cfg.tz).day_key
+    day_key = cfg.keys(now).day_key
     return (
         admission.operation_id,
         admission.user_id,
@@ -173,6 +190,8 @@ def operation_row(
         admission.max_requests,
         day_key,
         process_id,
+        admission.chat_id,
+        plan,
     )
 
 
@@ -212,6 +231,7 @@ def hold_values(
         process_id,
         price.price_version,
         price.margin_musd,
+        keys.month_key,
     )
 
 
@@ -257,8 +277,10 @@ def event_row(
     user_id: int | None = None,
     hold_id: str | None = None,
     detail: str | None = None,
+    plan: str | None = None,
 ) -> tuple[object, ...]:
-    """The values of :data:`EVENT_INSERT` (the event's day is ``now``'s day in ``tz``)."""
+    """The values of :data:`EVENT_INSERT` (the event's day is ``now``'s day in ``tz``;
+    ``plan``: the user's plan, for the refusal metrics)."""
     return (
         now.timestamp(),
         window_keys(now, tz).day_key,
@@ -270,6 +292,7 @@ def event_row(
         user_id,
         hold_id,
         detail,
+        plan,
     )
 
 
@@ -286,4 +309,5 @@ def refusal_event_row(
         window=None if refusal.window is None else refusal.window.value,
         scope=refusal.scope,
         user_id=user_id,
+        plan=refusal.plan or None,
     )

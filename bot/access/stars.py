@@ -1,0 +1,210 @@
+"""Telegram Stars: a plan bought for a period (``docs/access.md#telegram-stars``).
+
+The Bot API's terms (https://core.telegram.org/bots/api#payments, #telegram-stars): an
+invoice in Stars has currency ``XTR``, one price and no provider token; Telegram sends a
+``pre_checkout_query`` that must be answered within 10 seconds (``ok: false`` with an
+``error_message`` it shows the user), then, once the Stars are taken, a message with
+``successful_payment`` whose ``telegram_payment_charge_id`` names the charge
+(``refundStarPayment`` takes it back; a refund made by Telegram arrives as a message with
+``refunded_payment``).
+
+* :func:`invoice_payload` / :func:`parse_payload`: what the invoice carries,
+  ``plan:<name>:<stars>:<days>`` (at most 128 bytes), so the pre-checkout and the payment
+  are checked against the plans file as it stands then, not as it stood at ``/buy``.
+* :class:`StarPayments`: the ``star_payments`` rows. A payment is booked once by its
+  charge id (the primary key: the same update twice, on two replicas, or after a
+  restart, inserts one row); what it buys is fixed in that row, so applying it again sets
+  the same plan until the same time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from bot.storage.tables import StarPayment
+from budget.kernel.clock import Clock
+from budget.plans import Plan, Plans
+
+__all__ = [
+    "STARS_CURRENCY",
+    "Booked",
+    "PaymentTerms",
+    "StarPayments",
+    "check_terms",
+    "invoice_payload",
+    "parse_payload",
+]
+
+#: The Bot API's currency code of Telegram Stars.
+STARS_CURRENCY = "XTR"
+_PAYLOAD = re.compile(r"plan:([A-Za-z0-9_-]{1,64}):([1-9][0-9]{0,8}):([1-9][0-9]{0,4})")
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentTerms:
+    """What an invoice sells: ``period_days`` of ``plan`` for ``stars`` Stars."""
+
+    plan: str
+    stars: int
+    period_days: int
+
+
+def invoice_payload(plan: Plan) -> str:
+    """The payload of ``plan``'s invoice (``plan.stars`` must be set)."""
+    assert plan.stars is not None
+    return f"plan:{plan.name}:{plan.stars}:{plan.period_days}"
+
+
+def parse_payload(payload: str) -> PaymentTerms | None:
+    """``plan:<name>:<stars>:<days>`` → :class:`PaymentTerms` (``None``: not one of ours)."""
+    match = _PAYLOAD.fullmatch(payload)
+    if match is None:
+        return None
+    return PaymentTerms(match[1], int(match[2]), int(match[3]))
+
+
+def check_terms(plans: Plans, payload: str, currency: str, total: int) -> Plan | None:
+    """The plan a payment buys when the plans file still sells it on the same terms
+    (the currency Stars, the same price and period); ``None`` otherwise."""
+    terms = parse_payload(payload)
+    if currency != STARS_CURRENCY or terms is None or terms.stars != total:
+        return None
+    plan = plans.by_name.get(terms.plan)
+    if plan is None or plan.stars != terms.stars or plan.period_days != terms.period_days:
+        return None
+    return plan
+
+
+@dataclass(frozen=True, slots=True)
+class Booked:
+    """:meth:`StarPayments.book`'s answer: the row (as stored) and whether this call
+    made it (``False``: the charge was booked before)."""
+
+    payment: StarPayment
+    new: bool
+
+
+class StarPayments:
+    """The ``star_payments`` rows (both engines; every write one transaction).
+
+    Args:
+        sessions: the bot's database.
+        clock: the one clock.
+    """
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], clock: Clock) -> None:
+        self._sessions = sessions
+        self._clock = clock
+
+    def __repr__(self) -> str:
+        return "StarPayments()"
+
+    async def book(
+        self,
+        charge_id: str,
+        user_id: int,
+        terms: PaymentTerms,
+        payload: str,
+        *,
+        current: tuple[str | None, datetime | None],
+    ) -> Booked:
+        """Book the payment ``charge_id`` once.
+
+        Args:
+            charge_id: ``telegram_payment_charge_id``.
+            user_id: who paid.
+            terms: what it buys.
+            payload: the invoice payload, as paid.
+            current: the user's plan and its end now (``None``: no end): a payment for
+                the plan the user is on until a later time extends it from that time.
+        """
+        now = self._clock.now()
+        plan_now, until_now = current
+        start = now
+        if plan_now == terms.plan and until_now is not None and until_now > now:
+            start = until_now
+        row = StarPayment(
+            charge_id=charge_id,
+            user_id=user_id,
+            stars=terms.stars,
+            payload=payload[:128],
+            plan=terms.plan,
+            plan_from=start,
+            plan_until=start + timedelta(days=terms.period_days),
+            plan_before=plan_now,
+            plan_before_until=until_now,
+            paid_at=now,
+        )
+        try:
+            async with self._sessions.begin() as s:
+                s.add(row)
+        except IntegrityError:
+            found = await self.get(charge_id)
+            if found is None:  # pragma: no cover - a row is never deleted
+                raise
+            return Booked(found, new=False)
+        return Booked(row, new=True)
+
+    async def get(self, charge_id: str) -> StarPayment | None:
+        """The payment ``charge_id`` (``None``: none)."""
+        async with self._sessions() as s:
+            row = await s.get(StarPayment, charge_id)
+        return _aware(row) if row is not None else None
+
+    async def mark_applied(self, charge_id: str) -> bool:
+        """Record that the payment's plan was set; ``True`` for the one call that
+        recorded it (the one that tells the user)."""
+        async with self._sessions.begin() as s:
+            done = await s.execute(
+                update(StarPayment)
+                .where(StarPayment.charge_id == charge_id, StarPayment.applied_at.is_(None))
+                .values(applied_at=self._clock.now())
+            )
+        return bool(done.rowcount)  # type: ignore[attr-defined]
+
+    async def claim_refund(self, charge_id: str, by: int | None) -> bool:
+        """Mark the payment refunded; ``True`` for the one call that did (a second
+        ``/refund``, or Telegram's ``refunded_payment`` after it, changes nothing)."""
+        async with self._sessions.begin() as s:
+            done = await s.execute(
+                update(StarPayment)
+                .where(StarPayment.charge_id == charge_id, StarPayment.refunded_at.is_(None))
+                .values(refunded_at=self._clock.now(), refunded_by=by)
+            )
+        return bool(done.rowcount)  # type: ignore[attr-defined]
+
+    async def unclaim_refund(self, charge_id: str) -> None:
+        """Telegram refused the refund: the payment stands again."""
+        async with self._sessions.begin() as s:
+            await s.execute(
+                update(StarPayment)
+                .where(StarPayment.charge_id == charge_id)
+                .values(refunded_at=None, refunded_by=None)
+            )
+
+    async def recent(self, limit: int = 10) -> list[StarPayment]:
+        """The latest payments, newest first."""
+        async with self._sessions() as s:
+            rows = await s.execute(
+                select(StarPayment).order_by(StarPayment.paid_at.desc()).limit(limit)
+            )
+            return [_aware(row) for row in rows.scalars().all()]
+
+
+_TIMES = ("plan_from", "plan_until", "plan_before_until", "paid_at", "applied_at", "refunded_at")
+
+
+def _aware(row: StarPayment) -> StarPayment:
+    """``row`` with its times aware UTC (SQLite gives them back naive; the row is
+    detached, so this changes nothing stored)."""
+    for name in _TIMES:
+        when = getattr(row, name)
+        if isinstance(when, datetime) and when.tzinfo is None:
+            setattr(row, name, when.replace(tzinfo=UTC))
+    return row

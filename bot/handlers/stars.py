@@ -1,0 +1,145 @@
+"""Telegram Stars: ``/buy`` sends an invoice, the pre-checkout is answered at once, a
+successful payment puts the payer on the plan, a refund takes it back
+(``docs/access.md#telegram-stars``; :mod:`bot.access.stars`, :mod:`bot.access.sales`).
+
+The pre-checkout handler reads memory only (the plans file, the access lists) and
+answers before anything else: Telegram waits 10 seconds for it. The payment handlers are
+exempt from the update rate (a ``successful_payment`` is money already taken: it is
+never dropped) and the access gate lets them through.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiogram import Bot, F, Router
+from aiogram.exceptions import TelegramAPIError
+from aiogram.filters import Command, CommandObject
+from aiogram.types import LabeledPrice, Message, PreCheckoutQuery
+
+from bot.access.sales import PlanSales
+from bot.access.stars import STARS_CURRENCY, check_terms, invoice_payload, parse_payload
+from bot.access.store import AccessBook
+from bot.chat.delivery import send_text
+from bot.middlewares.context import UserContext
+from bot.middlewares.rate import NOT_RATE_LIMITED
+from bot.text.stars import (
+    buy_line,
+    buy_list_text,
+    buy_none_text,
+    buy_unknown_text,
+    invoice_description,
+    paid_text,
+    payment_auto_refunded_text,
+    payment_refunded_text,
+    pre_checkout_refused_text,
+)
+from bot.text.templates import format_reset
+from budget.kernel.clock import Clock
+
+__all__ = ["create_stars_router"]
+
+log = logging.getLogger(__name__)
+
+#: The Bot API's longest invoice title.
+TITLE_MAX = 32
+
+
+async def on_buy(
+    message: Message, bot: Bot, clock: Clock, command: CommandObject, plan_sales: PlanSales
+) -> None:
+    """/buy lists the plans for sale; /buy NAME sends that plan's invoice in Stars."""
+    plans = plan_sales.plans
+    name = (command.args or "").strip()
+    if not name:
+        lines = [
+            buy_line(p.name, p.title, p.stars, p.period_days)
+            for p in plans.by_name.values()
+            if p.stars is not None
+        ]
+        first = next((p.name for p in plans.by_name.values() if p.stars is not None), "")
+        text = buy_list_text(lines, first) if lines else buy_none_text()
+        await send_text(bot, message.chat.id, text, clock=clock)
+        return
+    plan = plans.by_name.get(name)
+    if plan is None or plan.stars is None:
+        await send_text(bot, message.chat.id, buy_unknown_text(), clock=clock)
+        return
+    await bot.send_invoice(
+        chat_id=message.chat.id,
+        title=plan.title[:TITLE_MAX],
+        description=invoice_description(plan.title, plan.period_days),
+        payload=invoice_payload(plan),
+        currency=STARS_CURRENCY,
+        prices=[LabeledPrice(label=plan.title[:TITLE_MAX], amount=plan.stars)],
+    )
+
+
+async def on_pre_checkout(
+    query: PreCheckoutQuery, bot: Bot, plan_sales: PlanSales, access: AccessBook
+) -> None:
+    """Answer at once: ``ok`` when the plan is still sold on the invoice's terms and the
+    payer may use the bot, else the refusal Telegram shows (nothing is charged)."""
+    plan = check_terms(plan_sales.plans, query.invoice_payload, query.currency, query.total_amount)
+    banned = query.from_user.id in (await access.lists()).banned
+    if plan is None or banned:
+        log.info("pre-checkout %s refused (plan sold: %s)", query.id, plan is not None)
+        await bot.answer_pre_checkout_query(
+            query.id, ok=False, error_message=pre_checkout_refused_text()
+        )
+        return
+    await bot.answer_pre_checkout_query(query.id, ok=True)
+
+
+async def on_paid(
+    message: Message, bot: Bot, clock: Clock, plan_sales: PlanSales, user_ctx: UserContext
+) -> None:
+    """A successful payment: booked once by its charge id, the plan set, the payer told
+    once; a plan no longer sold is refunded at once."""
+    paid = message.successful_payment
+    assert paid is not None and message.from_user is not None
+    user_id = message.from_user.id
+    charge = paid.telegram_payment_charge_id
+    plan = check_terms(plan_sales.plans, paid.invoice_payload, paid.currency, paid.total_amount)
+    terms = parse_payload(paid.invoice_payload)
+    if plan is None or terms is None:
+        log.warning("payment %s for terms no longer sold: refunding", charge[:16])
+        try:
+            await bot.refund_star_payment(user_id, charge)
+        except TelegramAPIError as exc:
+            log.error("could not refund payment %s: %s", charge[:16], exc.message)
+            return
+        text = payment_auto_refunded_text(paid.total_amount)
+        await send_text(bot, message.chat.id, text, clock=clock)
+        return
+    status = await plan_sales.ledger.user_status(user_id)
+    booked = await plan_sales.payments.book(
+        charge, user_id, terms, paid.invoice_payload, current=(status.plan, status.plan_until)
+    )
+    if await plan_sales.apply(booked.payment):
+        until = format_reset(booked.payment.plan_until, user_ctx.tz, with_date=True)
+        await send_text(bot, message.chat.id, paid_text(plan.title, until), clock=clock)
+
+
+async def on_refunded(message: Message, bot: Bot, clock: Clock, plan_sales: PlanSales) -> None:
+    """Telegram says a payment was refunded (``refunded_payment``): take back what it
+    bought, once (an admin's ``/refund`` already did: nothing more)."""
+    refunded = message.refunded_payment
+    assert refunded is not None
+    charge = refunded.telegram_payment_charge_id
+    payment = await plan_sales.payments.get(charge)
+    if payment is None or not await plan_sales.payments.claim_refund(charge, None):
+        return
+    await plan_sales.take_back(payment)
+    text = payment_refunded_text(refunded.total_amount)
+    await send_text(bot, message.chat.id, text, clock=clock)
+
+
+def create_stars_router() -> Router:
+    """/buy, the pre-checkout and the payment messages."""
+    router = Router(name="stars")
+    router.pre_checkout_query.register(on_pre_checkout, flags=NOT_RATE_LIMITED)
+    router.message.register(on_paid, F.successful_payment, flags=NOT_RATE_LIMITED)
+    router.message.register(on_refunded, F.refunded_payment, flags=NOT_RATE_LIMITED)
+    router.message.register(on_buy, Command("buy"), F.chat.type == "private")
+    return router
