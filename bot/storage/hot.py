@@ -1,6 +1,7 @@
 """What the message path asks of the bot's tables in few steps (:class:`HotPath`): on a
 SQLite file the ledger's one writer (:class:`bot.storage.sqlite_hot.SqliteHotPath`), on
-PostgreSQL single statements on the ledger's pool (:class:`bot.storage.pg_hot.PgHotPath`).
+PostgreSQL single statements on the ledger's pool (:class:`bot.storage.pg_hot.PgHotPath`),
+chosen by the composition root's replicas part (:func:`bot.app.replicas.replicas_of`).
 The stores (:mod:`bot.storage.repos`, :mod:`bot.storage.summaries`, the profile adapter)
 take one and use it instead of an ORM session for these reads and writes; everything
 else about those tables stays portable SQLAlchemy.
@@ -15,13 +16,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from bot.storage.pg_hot import PgHotPath
-from bot.storage.sqlite_hot import SqliteHotPath
 from bot.storage.values import NumberedTurn, Preferences, StoredSummary, TouchedIntake, Turn
-from budget.kernel.clock import Clock
-from budget.storage.base import LedgerStore
 
-__all__ = ["HotPath", "hot_path"]
+__all__ = ["HotPath"]
 
 
 class HotPath(Protocol):
@@ -91,14 +88,3 @@ class HotPath(Protocol):
     async def touch_profile(
         self, user_id: int, chat_id: int, language: str, digest_time: str, now: datetime
     ) -> Preferences: ...
-
-
-def hot_path(store: LedgerStore, clock: Clock) -> HotPath | None:
-    """The hot path for the ledger's ``store``: its one writer on a SQLite file, its pool
-    on PostgreSQL (the database the replicas share); ``None`` for neither."""
-    if store.writer is not None:
-        return SqliteHotPath(store.writer)
-    shared = store.shared
-    if shared is not None:
-        return PgHotPath(shared, clock, shared.process_id)
-    return None

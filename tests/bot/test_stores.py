@@ -17,10 +17,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.app.wiring import ProfileStoreAdapter
 from bot.storage.chat_prefs import DEFAULT_PREFS, ChatPrefs, ChatPrefsStore
-from bot.storage.hot import HotPath, hot_path
+from bot.storage.hot import HotPath
 from bot.storage.migrate import migrate
 from bot.storage.pg_hot import PgHotPath
-from bot.storage.repos import Conversation, History, Intake, is_storage_failure
+from bot.storage.repos import Conversation, History, Intake, SharedIntake, is_storage_failure
 from bot.storage.sqlite_hot import SqliteHotPath
 from bot.storage.summaries import CostFooters, Summaries
 from bot.storage.tables import ChatTurn, SeenMessage
@@ -92,7 +92,7 @@ async def hot(
     ``bot.app`` wires it); for ``postgresql-pool`` the one on the ledger's pool; else
     ``None`` (the SQLAlchemy path)."""
     if pg_store is not None:
-        yield hot_path(pg_store, pg_store.clock)
+        yield PgHotPath(pg_store, pg_store.clock, pg_store.process_id)
         return
     if request.node.callspec.params.get("database_url") != "sqlite-writer":
         yield None
@@ -151,8 +151,8 @@ async def test_intake_shared_by_processes_takes_each_message_once_and_only_a_dea
     def on_pool(process_id: str) -> PgHotPath | None:
         return None if pg_store is None else PgHotPath(pg_store, pg_store.clock, process_id)
 
-    a = Intake(sessions, on_pool("proc-a"), shared=("proc-a", 60.0))
-    b = Intake(sessions, on_pool("proc-b"), shared=("proc-b", 60.0))
+    a = Intake(sessions, on_pool("proc-a"), shared=SharedIntake("proc-a", 60.0))
+    b = Intake(sessions, on_pool("proc-b"), shared=SharedIntake("proc-b", 60.0))
     both = await asyncio.gather(
         a.record(chat_id=9, message_id=1, user_id=9, language="en", now=T0),
         b.record(chat_id=9, message_id=1, user_id=9, language="en", now=T0),
