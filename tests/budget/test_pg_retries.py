@@ -9,6 +9,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+import stamina
 
 from budget.config import LedgerConfig
 from budget.errors import LedgerUnavailable
@@ -100,17 +101,15 @@ async def test_a_step_that_passes_at_once_builds_no_retry_context(
 ) -> None:
     """The common case costs one attempt and nothing of stamina's; the first conflict
     enters stamina's context as its first attempt (two attempts in all, as before)."""
-    from budget.storage.postgres import runner
-
     contexts = 0
-    real = runner.stamina.retry_context
+    real = stamina.retry_context
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         nonlocal contexts
         contexts += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runner.stamina, "retry_context", counted)
+    monkeypatch.setattr(stamina, "retry_context", counted)
 
     async def once(conn: Any) -> int:
         return int(await conn.fetchval("SELECT 1"))
