@@ -447,7 +447,7 @@ def _workflow(
         plan_sales=core.access.sales,
         operator_view=operator_view,
         dashboard_url=core.settings.dashboard_url,
-        chat_prefs=ChatPrefsStore(core.sessions),
+        chat_prefs=ChatPrefsStore(core.sessions, core.replicas.hot),
         model_menu=ModelMenu(
             provider_models(core.settings),
             core.ledger.prices,

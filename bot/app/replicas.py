@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from bot.storage.hot import HotPath
+from bot.storage.pg_hot import PgHotPath
 from bot.storage.repos import SharedIntake
 from bot.storage.sqlite_hot import SqliteHotPath
 from scheduler.claims import Claimant
@@ -45,8 +47,10 @@ class Replicas:
     """The pieces that depend on whether processes share the database.
 
     Attributes:
-        hot: the message path's bot-table writes on the ledger's writer thread (SQLite:
-            :mod:`bot.storage.sqlite_hot`); ``None``: through SQLAlchemy sessions.
+        hot: the message path's statements on the bot's tables (:mod:`bot.storage.hot`):
+            on the ledger's writer thread (SQLite: :mod:`bot.storage.sqlite_hot`) or one
+            statement each on the ledger's pool (PostgreSQL: :mod:`bot.storage.pg_hot`);
+            ``None``: through SQLAlchemy sessions.
         intake: who took each message in, for "lost" messages of dead processes
             (:class:`bot.storage.repos.SharedIntake`); ``None``: one process.
         claimant: the digests' claims on runs and summaries; ``None``: one process.
@@ -56,7 +60,7 @@ class Replicas:
             them every few seconds (:class:`bot.access.store.AccessBook`).
     """
 
-    hot: SqliteHotPath | None = None
+    hot: HotPath | None = None
     intake: SharedIntake | None = None
     claimant: Claimant | None = None
     outbox_claim_s: float | None = None
@@ -148,8 +152,8 @@ class SharedReplicas(Replicas):
 
 def replicas_of(ledger: Ledger, dead_after_s: float) -> Replicas:
     """The part for the ledger's store: :class:`SharedReplicas` when the store offers a
-    database other processes share, else :class:`LocalReplicas` (with the SQLite
-    writer's hot path when the store has one).
+    database other processes share (with the hot path on its pool), else
+    :class:`LocalReplicas` (with the SQLite writer's hot path when the store has one).
 
     Args:
         ledger: the ledger, not started (nothing is connected here).
@@ -161,6 +165,7 @@ def replicas_of(ledger: Ledger, dead_after_s: float) -> Replicas:
         return LocalReplicas(hot=SqliteHotPath(writer) if writer is not None else None)
     process_id = shared.process_id
     return SharedReplicas(
+        hot=PgHotPath(shared, ledger.clock, process_id),
         intake=SharedIntake(process_id, dead_after_s),
         claimant=Claimant(process_id, dead_after_s),
         outbox_claim_s=dead_after_s,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from bot.chat.service import ChatConfig
 from bot.settings import Settings
 from bot.settings.ops import WEEKDAYS
-from bot.storage.sqlite_hot import SqliteHotPath
+from bot.storage.hot import HotPath
 from bot.storage.values import Preferences, TouchedIntake
 from budget.config import LedgerConfig, OperationCaps
 from budget.kernel.clock import Clock
@@ -157,8 +157,8 @@ class ProfileStoreAdapter:
 
     Args:
         repo: the profiles.
-        hot: on a SQLite file, :meth:`touch` (every update) runs as one step of the
-            ledger's writer (:mod:`bot.storage.sqlite_hot`) with the same effect as the
+        hot: :meth:`touch` (every update) runs as one step of the message path's
+            statements (:mod:`bot.storage.hot`) with the same effect as the
             repository's ``get_or_create`` + ``mark_active``; then ``clock``,
             ``default_language`` and ``default_digest_time`` (the repository's) are used.
     """
@@ -167,7 +167,7 @@ class ProfileStoreAdapter:
         self,
         repo: ProfileRepository,
         *,
-        hot: SqliteHotPath | None = None,
+        hot: HotPath | None = None,
         clock: Clock | None = None,
         default_language: str = "en",
         default_digest_time: str = "09:00",
@@ -206,7 +206,7 @@ class ProfileStoreAdapter:
         pick: Callable[[str | None], str],
     ) -> TouchedIntake | None:
         """:meth:`touch` and the message's intake record in one writer step
-        (:meth:`bot.storage.sqlite_hot.SqliteHotPath.touch_and_record`); ``None`` when there is
+        (:meth:`bot.storage.hot.HotPath.touch_and_record`); ``None`` when there is
         no hot path (nothing done: touch and record separately)."""
         if self._hot is None or self._clock is None:
             return None

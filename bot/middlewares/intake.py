@@ -129,9 +129,9 @@ class ProfileMiddleware(BaseMiddleware):
     profile row is created for such a payer (it is nobody's personal account): it gets
     the defaults (language from the client, DEFAULT_USER_TZ).
 
-    With ``recorder`` (SQLite: the ledger's writer) a user's message is also taken in
-    here, in the touch's step (one writer round trip and one commit instead of two:
-    ``docs/decisions/061-one-writer-per-sqlite-file.md``), exactly as
+    With ``recorder`` (a hot path: :mod:`bot.storage.hot`) a user's message is also taken
+    in here, in the touch's step (on SQLite one writer round trip and one commit instead
+    of two: ``docs/decisions/061-one-writer-per-sqlite-file.md``), exactly as
     :class:`IntakeMiddleware` would record it — not a message a webhook already took
     in, nor one sent on behalf of a chat.
     """

@@ -1,9 +1,10 @@
 """A chat's persona and model (``/persona``, ``/model``), one row per chat
 (:class:`bot.storage.tables.ChatPrefsRow`).
 
-Read on every chat message (one primary-key lookup), written only by the two commands.
-Writes go through the bot's sessions (not the SQLite hot path: they are rare); two
-changes of one chat at once end as the later of them.
+Read on every chat message (one primary-key lookup: through the hot path when there is
+one, :mod:`bot.storage.hot`), written only by the two commands. Writes go through the
+bot's sessions (not the hot path: they are rare); two changes of one chat at once end
+as the later of them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from bot.storage.hot import HotPath
 from bot.storage.tables import ChatPrefsRow
 
 __all__ = ["DEFAULT_PREFS", "ChatPrefs", "ChatPrefsStore"]
@@ -44,16 +46,24 @@ class ChatPrefsStore:
 
     Args:
         sessions: the bot's database.
+        hot: the message path's statements (:mod:`bot.storage.hot`) for :meth:`get`;
+            ``None``: through ``sessions``.
     """
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], hot: HotPath | None = None
+    ) -> None:
         self._sessions = sessions
+        self._hot = hot
 
     def __repr__(self) -> str:
         return "ChatPrefsStore()"
 
     async def get(self, chat_id: int) -> ChatPrefs:
         """The chat's choices (:data:`DEFAULT_PREFS` when it made none)."""
+        if self._hot is not None:
+            found = await self._hot.chat_prefs(chat_id)
+            return DEFAULT_PREFS if found is None else ChatPrefs(*found)
         async with self._sessions() as session:
             row = await session.get(ChatPrefsRow, chat_id)
             if row is None:

@@ -17,8 +17,8 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from bot.storage.hot import HotPath
 from bot.storage.moves import ChatMoves
-from bot.storage.sqlite_hot import SqliteHotPath
 from bot.storage.tables import ChatSummary, ChatTurn, SeenMessage
 from bot.storage.values import Turn
 from budget.errors import LedgerUnavailable
@@ -123,8 +123,9 @@ class Intake:
 
     Args:
         sessions: the bot's database.
-        hot: on a SQLite file, the ledger's writer for :meth:`record` and :meth:`finish`
-            (:mod:`bot.storage.sqlite_hot`: one grouped step each instead of an ORM session);
+        hot: the message path's statements (:mod:`bot.storage.hot`: the ledger's writer
+            on a SQLite file, one statement on its pool on PostgreSQL) for :meth:`record`
+            and :meth:`finish`, one step each instead of an ORM session;
             ``None``: through ``sessions``.
         shared: on a database several processes share (PostgreSQL), this process's id
             and PROCESS_DEAD_AFTER_SECONDS (:class:`SharedIntake`): :meth:`take_lost`
@@ -136,7 +137,7 @@ class Intake:
     def __init__(
         self,
         sessions: async_sessionmaker[AsyncSession],
-        hot: SqliteHotPath | None = None,
+        hot: HotPath | None = None,
         *,
         shared: SharedIntake | None = None,
     ) -> None:
@@ -359,8 +360,8 @@ class History:
 
     Args:
         sessions: the bot's database.
-        hot: on a SQLite file, the ledger's writer for the load and the append
-            (:mod:`bot.storage.sqlite_hot`); ``None``: through ``sessions``.
+        hot: the message path's statements for the load and the append
+            (:mod:`bot.storage.hot`); ``None``: through ``sessions``.
         moves: groups upgraded to supergroups: a conversation of the old id is read and
             written under the new one (an answer in flight when its group moved keeps
             its turn with the rest of the chat's history).
@@ -369,7 +370,7 @@ class History:
     def __init__(
         self,
         sessions: async_sessionmaker[AsyncSession],
-        hot: SqliteHotPath | None = None,
+        hot: HotPath | None = None,
         moves: ChatMoves | None = None,
     ) -> None:
         self._sessions = sessions

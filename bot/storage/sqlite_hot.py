@@ -1,7 +1,8 @@
 """The message path's writes to the bot's tables on a SQLite file, through the ledger's
 one writer (``docs/decisions/061-one-writer-per-sqlite-file.md``): intake record and
 outcome, history load and append, the profile's ``last_seen_at``; and the message path's
-reads of the history summary, the turns after it and the cost footer's preference.
+reads of the history summary, the turns after it, the cost footer's preference and the
+chat's persona and model.
 
 Why not the ORM here: through SQLAlchemy's ORM and aiosqlite each of these is a session
 (unit of work, identity map), several thread hops (BEGIN, statement, COMMIT) and its own
@@ -85,6 +86,7 @@ _TURNS_AFTER = (
     " WHERE user_id = ? AND chat_id = ? AND thread_id IS ? AND id > ? ORDER BY id DESC LIMIT ?"
 )
 _FOOTER_WANTED = "SELECT 1 FROM chat_cost_footers WHERE user_id = ?"
+_CHAT_PREFS = "SELECT persona, persona_text, model FROM chat_prefs WHERE chat_id = ?"
 _GET_PROFILE = "SELECT language, tz, active FROM user_profiles WHERE user_id = ?"
 _SEE_PROFILE = (
     "UPDATE user_profiles SET last_seen_at = ?, chat_id = ?, active = 1 WHERE user_id = ?"
@@ -144,6 +146,11 @@ def _conversation(
 
 def _footer_wanted(cur: sqlite3.Cursor, user_id: int) -> bool:
     return cur.execute(_FOOTER_WANTED, (user_id,)).fetchone() is not None
+
+
+def _chat_prefs(cur: sqlite3.Cursor, chat_id: int) -> tuple[str, str | None, str | None] | None:
+    row = cur.execute(_CHAT_PREFS, (chat_id,)).fetchone()
+    return None if row is None else (row[0], row[1], row[2])
 
 
 def _append(cur: sqlite3.Cursor, rows: list[tuple[Any, ...]]) -> None:
@@ -247,6 +254,11 @@ class SqliteHotPath:
     async def footer_wanted(self, user_id: int) -> bool:
         """See :meth:`bot.storage.summaries.CostFooters.wanted`."""
         return await self._writer.read(partial(_footer_wanted, user_id=user_id))
+
+    async def chat_prefs(self, chat_id: int) -> tuple[str, str | None, str | None] | None:
+        """See :meth:`bot.storage.chat_prefs.ChatPrefsStore.get`: (persona, persona_text,
+        model), ``None`` when the chat chose nothing."""
+        return await self._writer.read(partial(_chat_prefs, chat_id=chat_id))
 
     async def append_turns(
         self,

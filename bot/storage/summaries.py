@@ -2,7 +2,8 @@
 ``chat_turns``), and who asked for the cost footer (``chat_cost_footers``): portable
 SQLAlchemy, one short session each; on a SQLite file the message path's reads (the
 summary, the turns after it, the footer's preference) are plain ``sqlite3`` steps on
-the ledger's writer instead (:mod:`bot.storage.sqlite_hot`): through an ORM session and
+the ledger's writer instead (:mod:`bot.storage.sqlite_hot`), and on PostgreSQL single
+statements on the ledger's pool (:mod:`bot.storage.pg_hot`): through an ORM session and
 aiosqlite's thread they were measured at about half of a burst message's CPU time
 (docs/benchmarks.md, the message path beside a bare echo bot)."""
 
@@ -13,9 +14,9 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, and_, delete, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from bot.storage.hot import HotPath
 from bot.storage.moves import ChatMoves
 from bot.storage.repos import Conversation
-from bot.storage.sqlite_hot import SqliteHotPath
 from bot.storage.tables import ChatSummary, ChatTurn, CostFooter
 from bot.storage.values import NumberedTurn, StoredSummary, Turn
 from llm.types import Message
@@ -36,8 +37,8 @@ class Summaries:
         sessions: the bot's database.
         moves: groups upgraded to supergroups: a conversation of the old id is read and
             written under the new one (:class:`bot.storage.moves.ChatMoves`).
-        hot: on a SQLite file, the ledger's writer for :meth:`load` and
-            :meth:`turns_after` (:mod:`bot.storage.sqlite_hot`); ``None``: through
+        hot: the message path's statements for :meth:`load`, :meth:`turns_after` and
+            :meth:`conversation` (:mod:`bot.storage.hot`); ``None``: through
             ``sessions``.
     """
 
@@ -45,7 +46,7 @@ class Summaries:
         self,
         sessions: async_sessionmaker[AsyncSession],
         moves: ChatMoves | None = None,
-        hot: SqliteHotPath | None = None,
+        hot: HotPath | None = None,
     ) -> None:
         self._sessions = sessions
         self._moves = moves
@@ -161,12 +162,12 @@ class CostFooters:
 
     Args:
         sessions: the bot's database.
-        hot: on a SQLite file, the ledger's writer for :meth:`wanted`, read for every
-            answer (:mod:`bot.storage.sqlite_hot`); ``None``: through ``sessions``.
+        hot: the message path's statements for :meth:`wanted`, read for every answer
+            (:mod:`bot.storage.hot`); ``None``: through ``sessions``.
     """
 
     def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None = None
+        self, sessions: async_sessionmaker[AsyncSession], hot: HotPath | None = None
     ) -> None:
         self._sessions = sessions
         self._hot = hot

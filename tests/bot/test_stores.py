@@ -11,21 +11,26 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from sqlalchemy import insert, text, update
+from sqlalchemy import insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.app.wiring import ProfileStoreAdapter
+from bot.storage.chat_prefs import DEFAULT_PREFS, ChatPrefs, ChatPrefsStore
+from bot.storage.hot import HotPath
 from bot.storage.migrate import migrate
+from bot.storage.pg_hot import PgHotPath
 from bot.storage.repos import Conversation, History, Intake, SharedIntake, is_storage_failure
 from bot.storage.sqlite_hot import SqliteHotPath
 from bot.storage.summaries import CostFooters, Summaries
-from bot.storage.tables import SeenMessage
+from bot.storage.tables import ChatTurn, SeenMessage
 from bot.storage.values import Preferences, StoredSummary, TouchedIntake, Turn
 from budget.books.stops import StopBook
+from budget.config import LedgerConfig
 from budget.errors import LedgerUnavailable
 from budget.kernel.db import create_engine, sqlite_path
 from budget.kernel.sqlite_writer import SqliteWriter
+from budget.storage.postgres.store import PgStore
 from budget.storage.tables import holds, processes
 from llm.types import Message
 from scheduler.profiles import ProfileRepository
@@ -35,12 +40,13 @@ from tests.support.clocks import ManualClock
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
-@pytest.fixture(params=["sqlite", "sqlite-writer", "postgresql"])
+@pytest.fixture(params=["sqlite", "sqlite-writer", "postgresql", "postgresql-pool"])
 async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A database at the migrations' head: a SQLite file (through SQLAlchemy, or with the
     message path's statements on the ledger's writer: :func:`hot`), or a PostgreSQL
-    database."""
-    if request.param == "postgresql":
+    database (through SQLAlchemy, or with them as single statements on the ledger's
+    pool)."""
+    if request.param.startswith("postgresql"):
         url: str = request.getfixturevalue("pg_migrated_url")
         return url
     url = f"sqlite+aiosqlite:///{tmp_path / 'kopek.db'}"
@@ -57,11 +63,37 @@ async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[AsyncS
 
 
 @pytest.fixture
-async def hot(
+async def pg_store(
     request: pytest.FixtureRequest, database_url: str
-) -> AsyncIterator[SqliteHotPath | None]:
+) -> AsyncIterator[PgStore | None]:
+    """For ``postgresql-pool``: the ledger's store open on that database (no heartbeat
+    task, no retry pause); else ``None``."""
+    if request.node.callspec.params.get("database_url") != "postgresql-pool":
+        yield None
+        return
+    store = PgStore(
+        database_url,
+        LedgerConfig(),
+        "p-stores",
+        ManualClock(T0),
+        run_heartbeat=False,
+        retry_backoff_s=0,
+    )
+    await store.open()
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+async def hot(
+    request: pytest.FixtureRequest, database_url: str, pg_store: PgStore | None
+) -> AsyncIterator[HotPath | None]:
     """For ``sqlite-writer``: the hot path on a ledger writer opened on that file (as
-    ``bot.app`` wires it); else ``None`` (the SQLAlchemy path)."""
+    ``bot.app`` wires it); for ``postgresql-pool`` the one on the ledger's pool; else
+    ``None`` (the SQLAlchemy path)."""
+    if pg_store is not None:
+        yield PgHotPath(pg_store, pg_store.clock, pg_store.process_id)
+        return
     if request.node.callspec.params.get("database_url") != "sqlite-writer":
         yield None
         return
@@ -74,7 +106,7 @@ async def hot(
 
 
 async def test_intake_is_exactly_once_and_finds_what_a_crash_left(
-    sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None
+    sessions: async_sessionmaker[AsyncSession], hot: HotPath | None
 ) -> None:
     """A redelivered (chat, message) is refused (the unique key, on both engines); a
     message left ``received`` is handed back once with its topic and marked lost;
@@ -105,7 +137,7 @@ async def test_intake_is_exactly_once_and_finds_what_a_crash_left(
 
 
 async def test_intake_shared_by_processes_takes_each_message_once_and_only_a_dead_ones_lost(
-    sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None
+    sessions: async_sessionmaker[AsyncSession], hot: HotPath | None, pg_store: PgStore | None
 ) -> None:
     """Replicas: the same (chat, message) taken in by two processes at once
     is recorded once — one ``True``, one ``False`` — on both engines. A message left
@@ -113,10 +145,14 @@ async def test_intake_shared_by_processes_takes_each_message_once_and_only_a_dea
     PROCESS_DEAD_AFTER_SECONDS (60 here); a live process's messages, and this process's
     own, are never taken; one recorded without a process (an older version) is lost
     once it is that old; each lost message is handed to one process only."""
-    if hot is not None:
+    if isinstance(hot, SqliteHotPath):
         pytest.skip("the SQLite writer path serves one process per file (no replicas)")
-    a = Intake(sessions, shared=SharedIntake("proc-a", 60.0))
-    b = Intake(sessions, shared=SharedIntake("proc-b", 60.0))
+
+    def on_pool(process_id: str) -> PgHotPath | None:
+        return None if pg_store is None else PgHotPath(pg_store, pg_store.clock, process_id)
+
+    a = Intake(sessions, on_pool("proc-a"), shared=SharedIntake("proc-a", 60.0))
+    b = Intake(sessions, on_pool("proc-b"), shared=SharedIntake("proc-b", 60.0))
     both = await asyncio.gather(
         a.record(chat_id=9, message_id=1, user_id=9, language="en", now=T0),
         b.record(chat_id=9, message_id=1, user_id=9, language="en", now=T0),
@@ -154,7 +190,7 @@ async def test_intake_shared_by_processes_takes_each_message_once_and_only_a_dea
 
 
 async def test_history_trims_oldest_first_and_reset_counts_what_it_removed(
-    sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None
+    sessions: async_sessionmaker[AsyncSession], hot: HotPath | None
 ) -> None:
     """Turns come back oldest first within the token budget, with their raw counts;
     ``clear`` reports how many turns it removed (the driver's row count)."""
@@ -173,7 +209,7 @@ async def test_history_trims_oldest_first_and_reset_counts_what_it_removed(
 
 
 async def test_history_is_one_context_per_chat_topic_and_user(
-    sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None
+    sessions: async_sessionmaker[AsyncSession], hot: HotPath | None
 ) -> None:
     """A user's turns in their private chat, in a group, in each forum topic and in
     General are separate contexts, and apart from another member's in the same group
@@ -217,7 +253,7 @@ async def test_history_is_one_context_per_chat_topic_and_user(
 
 
 async def test_profile_touch_creates_refreshes_and_reactivates(
-    sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None
+    sessions: async_sessionmaker[AsyncSession], hot: HotPath | None
 ) -> None:
     """The profile touch of every update (on the writer or through the repository): a
     new user gets a profile in their Telegram language with the default digest time;
@@ -248,7 +284,7 @@ async def test_profile_touch_creates_refreshes_and_reactivates(
 
 
 async def test_profile_touch_and_intake_record_in_one_step(
-    sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None
+    sessions: async_sessionmaker[AsyncSession], hot: HotPath | None
 ) -> None:
     """On the writer the profile touch and the message's intake record are one step:
     the message is recorded once (a redelivery answers False), in the language picked
@@ -312,7 +348,7 @@ def _hold(hold_id: str, day_key: str, **values: object) -> dict[str, object]:
 
 
 async def test_summary_turns_after_it_and_cost_footer_read_alike_on_every_path(
-    sessions: async_sessionmaker[AsyncSession], hot: SqliteHotPath | None
+    sessions: async_sessionmaker[AsyncSession], hot: HotPath | None
 ) -> None:
     """The message path's reads (a conversation's summary, the turns after it, both in
     one read, the footer's preference) give the same answers through the ledger's
@@ -340,6 +376,9 @@ async def test_summary_turns_after_it_and_cost_footer_read_alike_on_every_path(
     after = await summaries.turns_after(general, folded.through_turn_id)
     assert [n.turn.message.content for n in after] == ["a1", "q2"]
     assert await summaries.conversation(general) == (folded, after)
+    async with sessions() as session:  # the hot paths' rows read alike through the ORM
+        stamped = await session.scalar(select(ChatTurn.created_at).limit(1))
+        assert stamped is not None and stamped.replace(tzinfo=stamped.tzinfo or UTC) == T0
     assert await summaries.conversation(topic) == (None, await summaries.turns_after(topic, 0))
     assert [n.turn.message.content for n in await summaries.turns_after(topic, 0)] == ["in a topic"]
     assert await history.clear(general) == 3
@@ -438,3 +477,19 @@ async def test_postgres_failures_of_the_database_are_storage_failures(
     finally:
         await engine.dispose()
     assert not is_storage_failure(duplicate.value)
+
+
+async def test_a_chats_persona_and_model_read_alike_on_every_path(
+    sessions: async_sessionmaker[AsyncSession], hot: HotPath | None
+) -> None:
+    """The chat's choices read on every message (through the hot path where there is
+    one) are what /persona and /model wrote: the defaults before, a custom persona's
+    text, a model and back to automatic, one chat's choices not another's."""
+    prefs = ChatPrefsStore(sessions, hot)
+    assert await prefs.get(-100) == DEFAULT_PREFS
+    await prefs.set_persona(-100, "custom", "Answer like a pirate.", by=7, now=T0)
+    await prefs.set_model(-100, "deepseek-chat", by=7, now=T0)
+    assert await prefs.get(-100) == ChatPrefs("custom", "Answer like a pirate.", "deepseek-chat")
+    await prefs.set_model(-100, None, by=7, now=T0)
+    assert await prefs.get(-100) == ChatPrefs("custom", "Answer like a pirate.", None)
+    assert await prefs.get(7) == DEFAULT_PREFS

@@ -6,6 +6,7 @@ Prices (see conftest): ``test:m`` = 1 µUSD per token in and out, so a hold of
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 import pytest
@@ -764,3 +765,48 @@ async def test_user_id_at_int64_bounds_is_accepted(make_ledger: LedgerFactory) -
     await ledger.set_limit(Level.USER, "*", Window.DAY, 5)
     op = await ledger.begin_operation(top, Origin.CHAT)
     assert op.user_id == top
+
+
+async def test_a_zero_message_cap_refuses_the_first_message_and_counts_none(
+    make_ledger: LedgerFactory,
+) -> None:
+    """USER_DAILY_MESSAGES=0: the first message is refused (its refusal event recorded,
+    reason messages), nothing is counted; another user is refused alike."""
+    ledger = await make_ledger(user_daily_messages=0)
+    for user in (5, 5, 6):
+        r = (await refused(ledger.record_message(user))).refusal
+        assert (r.reason, r.level, r.scope) == (RefusalReason.MESSAGES, Level.USER, str(user))
+    assert (await ledger.user_status(5)).messages_today == 0
+    assert (await ledger.status()).refusals_today.get("messages") == 3
+
+
+async def test_the_message_counter_of_two_ledgers_at_once_stops_at_the_cap(
+    make_ledger: LedgerFactory,
+) -> None:
+    """Two processes' ledgers on one database count one user's 12 messages at once
+    against a cap of 5: exactly 5 counted, 7 refused, the counts 1..5 each once."""
+    first = await make_ledger(user_daily_messages=5)
+    second = await make_ledger(user_daily_messages=5)
+
+    async def one(ledger: Ledger) -> int | HoldRefused:
+        try:
+            return await ledger.record_message(9)
+        except HoldRefused as exc:
+            return exc
+
+    results = await asyncio.gather(*(one(first if i % 2 else second) for i in range(12)))
+    counted = sorted(r for r in results if isinstance(r, int))
+    assert counted == [1, 2, 3, 4, 5]
+    assert (await first.user_status(9)).messages_today == 5
+
+
+async def test_a_calibration_sample_is_kept_and_replaced(make_ledger: LedgerFactory) -> None:
+    """One model's calibration is an upsert: the last sample is what a restart reads."""
+    ledger = await make_ledger()
+    await ledger.record_calibration("groq", "m", 1_100_000, 3)
+    await ledger.record_calibration("groq", "m", 1_050_000, 4)
+    await ledger.record_calibration("deepseek", "d", 990_000, 1)
+    assert await ledger.calibration() == {
+        ("groq", "m"): (1_050_000, 4),
+        ("deepseek", "d"): (990_000, 1),
+    }

@@ -246,3 +246,17 @@ async def _as_older_hold(ledger: Ledger, hold_id: str) -> None:
         cur.execute("UPDATE budget_buckets SET held_musd = 0 WHERE win = 'month'")
 
     await ledger.store._write(body)
+
+
+async def test_the_plan_of_a_user_is_theirs_while_it_lasts_then_the_default(
+    make_ledger: LedgerFactory, clock: ManualClock
+) -> None:
+    """The plan a message is held on (read once per message): the stored plan until its
+    end, the default plan without a row and after it; no plans at all: ``None``."""
+    ledger = await make_ledger(plans=PLANS, default_plan="free")
+    await ledger.set_plan(5, "pro", until=clock.now() + timedelta(hours=1))
+    assert (await ledger.plan_of(5), await ledger.plan_of(6)) == ("pro", "free")
+    clock.advance(3_601)
+    assert await ledger.plan_of(5) == "free"
+    plain = await make_ledger()
+    assert await plain.plan_of(5) is None

@@ -9,6 +9,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+import stamina
 
 from budget.config import LedgerConfig
 from budget.errors import LedgerUnavailable
@@ -93,3 +94,36 @@ async def test_a_portable_step_is_retried_the_same_way(store: PgStore) -> None:
 
     assert await store._read(body) == 7
     assert attempts == 2
+
+
+async def test_a_step_that_passes_at_once_builds_no_retry_context(
+    store: PgStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The common case costs one attempt and nothing of stamina's; the first conflict
+    enters stamina's context as its first attempt (two attempts in all, as before)."""
+    contexts = 0
+    real = stamina.retry_context
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal contexts
+        contexts += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stamina, "retry_context", counted)
+
+    async def once(conn: Any) -> int:
+        return int(await conn.fetchval("SELECT 1"))
+
+    assert await store.tx(store.clock.now(), once) == 1
+    assert contexts == 0
+    attempts = 0
+
+    async def conflicts_once(conn: Any) -> int:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            raise asyncpg.exceptions.SerializationError("could not serialize access")
+        return 2
+
+    assert await store.tx(store.clock.now(), conflicts_once) == 2
+    assert (contexts, attempts) == (1, 2)

@@ -68,7 +68,7 @@ from budget.kernel.tasks import cancel_and_wait
 from budget.protocol import HoldTicket, OperationTicket
 from budget.status import KillState
 from budget.storage.base import LedgerStore
-from budget.storage.postgres import ends, holds
+from budget.storage.postgres import ends, holds, single
 from budget.storage.postgres.burn import BurnCheckTimer
 from budget.storage.postgres.control import ControlLine, server_settings
 from budget.storage.postgres.lease import ProcessLease
@@ -254,6 +254,28 @@ class PgStore(ProcessLease, ControlLine, PgRunner, LedgerStore):
         """This store itself: the database the replicas share (their shared state runs
         on :meth:`tx`)."""
         return self
+
+    # -- one statement each, once per chat message (budget.storage.postgres.single) ------
+    async def record_message(self, now: datetime, user_id: int) -> int:
+        """See :meth:`budget.storage.base.LedgerStore.record_message`."""
+        body = single.record_message(self.config, now, user_id)
+        count: int = await self.tx(now, body, single=True)
+        return count
+
+    async def user_plan(self, now: datetime, user_id: int) -> str | None:
+        """See :meth:`budget.storage.base.LedgerStore.user_plan` (no statement without plans)."""
+        if not self.config.plans:
+            return None
+        body = single.user_plan(self.config, now, user_id)
+        plan: str | None = await self.tx(now, body, single=True)
+        return plan
+
+    async def record_calibration(
+        self, now: datetime, provider: str, model: str, ratio_ppm: int, samples: int
+    ) -> None:
+        """See :meth:`budget.storage.base.LedgerStore.record_calibration`."""
+        body = single.record_calibration(now, provider, model, ratio_ppm, samples)
+        await self.tx(now, body, single=True)
 
     # -- operations, requests, holds ---------------------------------------------------
     async def begin_operation(self, now: datetime, admission: Admission) -> OperationTicket:

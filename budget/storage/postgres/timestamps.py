@@ -17,10 +17,12 @@ Everything on that pool that reads a ``timestamptz`` gets epoch seconds: the led
 and the replicas' shared-state rows run on the same pool (``llm.keys.postgres``,
 ``llm.keys.claims``, ``bot.ops.signals``, ``bot.storage.pg_rates``, ``bot.chat.lanes``), which
 compare
-epoch seconds with ``budget_processes.heartbeat_at``. No statement on it reads the
-bot's or the scheduler's ``timestamptz`` columns (those go through SQLAlchemy, with
-datetimes). SQLAlchemy readers of the ledger's columns (reports, export, reconcile,
-``export-config``) convert through :class:`budget.storage.tables.EpochSeconds`.
+epoch seconds with ``budget_processes.heartbeat_at``, and the message path's statements
+on the bot's tables (``bot.storage.pg_hot``), which write their times as epoch seconds
+and read none. No other statement on it touches the bot's or the scheduler's
+``timestamptz`` columns (those go through SQLAlchemy, with datetimes). SQLAlchemy
+readers of the ledger's columns (reports, export, reconcile, ``export-config``) convert
+through :class:`budget.storage.tables.EpochSeconds`.
 
 Precision: ``timestamptz`` keeps microseconds. An instant of the clock (a datetime,
 microseconds) round-trips exactly: ``now.timestamp()`` is the float nearest to its

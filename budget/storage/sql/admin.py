@@ -15,6 +15,7 @@ from budget.types import Level, Refusal, RefusalReason, Window
 __all__ = [
     "calibration",
     "limit_warnings",
+    "messages_refusal",
     "record_calibration",
     "record_message",
     "set_guarantee",
@@ -166,6 +167,17 @@ def team_remove(cur: Cursor, name: str, user_id: int) -> bool:
     return cur.rowcount > 0
 
 
+def messages_refusal(cfg: LedgerConfig, now: datetime, user_id: int) -> Refusal:
+    """The refusal of a message past USER_DAILY_MESSAGES (it resets with the day)."""
+    return Refusal(
+        RefusalReason.MESSAGES,
+        level=Level.USER,
+        window=Window.DAY,
+        resets_at=window_keys(now, cfg.tz).day_resets_at,
+        scope=str(user_id),
+    )
+
+
 def record_message(cur: Cursor, cfg: LedgerConfig, now: datetime, user_id: int) -> int:
     """Count a message against USER_DAILY_MESSAGES; returns today's count.
 
@@ -180,14 +192,7 @@ def record_message(cur: Cursor, cfg: LedgerConfig, now: datetime, user_id: int) 
     row = cur.fetchone()
     n = 0 if row is None else int(row[0])
     if cfg.user_daily_messages is not None and n >= cfg.user_daily_messages:
-        refusal = Refusal(
-            RefusalReason.MESSAGES,
-            level=Level.USER,
-            window=Window.DAY,
-            resets_at=keys.day_resets_at,
-            scope=str(user_id),
-        )
-        raise refuse(cur, cfg.tz, now, refusal, user_id)
+        raise refuse(cur, cfg.tz, now, messages_refusal(cfg, now, user_id), user_id)
     cur.execute(
         "INSERT INTO budget_messages (user_id, day_key, count) VALUES (?,?,1)"
         " ON CONFLICT (user_id, day_key) DO UPDATE SET count = budget_messages.count + 1",
