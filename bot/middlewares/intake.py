@@ -254,6 +254,8 @@ class IntakeMiddleware(BaseMiddleware):
         self._on_taken_in = on_taken_in
 
     async def __call__(self, handler: Handler, event: TelegramObject, data: dict[str, Any]) -> Any:
+        # the same test as bot.session.updates.keeps_intake_record (the polling barrier
+        # takes every other update in as it starts)
         if not isinstance(event, Message) or event.from_user is None:
             return await handler(event, data)
         ctx = data.get("user_ctx")

@@ -31,7 +31,12 @@ nothing of it. This session middleware keeps an :class:`IntakeBarrier`: the upda
 of each batch fetched, each removed once its intake record is committed (the intake
 middleware says so) or once its handling ended without one (:class:`EndOfUpdate`, the
 outermost update middleware: commands refused before intake, updates dropped by the
-rate limit, updates that are not messages, failures). A ``getUpdates`` that would
+rate limit, failures). An update that never gets an intake record (a callback press, an
+edit, a member change: anything but a message with a sender, :func:`keeps_intake_record`)
+is taken in as its handling *starts*: the barrier has nothing to wait for, and a press
+whose answer runs for a minute (a confirmed transcription held at a global cap) must not
+hold every other user's update behind it (docs/decisions/210-callbacks-hold-no-poll.md).
+A ``getUpdates`` that would
 confirm ids still there waits for them, for at most ``wait_s`` seconds
 (POLL_INTAKE_WAIT_SECONDS): a stuck intake (a database locked from outside) must not
 stop polling for good. After that it polls anyway and logs one WARNING naming the update
@@ -79,6 +84,7 @@ __all__ = [
     "IntakeBarrier",
     "PollInSmallBatches",
     "SkipUndecodableUpdates",
+    "keeps_intake_record",
 ]
 
 log = logging.getLogger(__name__)
@@ -318,10 +324,20 @@ class ConfirmWhenTakenIn(BaseRequestMiddleware):
         return result
 
 
+def keeps_intake_record(update: Update) -> bool:
+    """True for an update that :class:`bot.middlewares.intake.IntakeMiddleware` records
+    (a ``message`` with a sender: the same test as that middleware's); every other
+    update (callback query, edited message, channel post, member change …) never gets
+    an intake record."""
+    return update.message is not None and update.message.from_user is not None
+
+
 class EndOfUpdate(BaseMiddleware):
-    """Outer middleware on ``update``, registered first: when an update's handling
-    ends (answered, refused, dropped, failed), it is taken in as far as the
-    :class:`IntakeBarrier` is concerned — a message's intake record was committed
+    """Outer middleware on ``update``, registered first: an update that keeps no intake
+    record (:func:`keeps_intake_record`) is taken in as far as the
+    :class:`IntakeBarrier` is concerned before its handling starts, so however long its
+    handler runs it holds no ``getUpdates`` back; any other update is taken in when its
+    handling ends (answered, refused, dropped, failed) — its intake record was committed
     earlier (:class:`bot.middlewares.intake.IntakeMiddleware` said so) or never will be."""
 
     __slots__ = ("_barrier",)
@@ -338,6 +354,8 @@ class EndOfUpdate(BaseMiddleware):
         event: TelegramObject,
         data: dict[str, Any],
     ) -> Any:
+        if isinstance(event, Update) and not keeps_intake_record(event):
+            self._barrier.taken_in(event.update_id)
         try:
             return await handler(event, data)
         finally:

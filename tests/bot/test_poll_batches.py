@@ -200,3 +200,45 @@ async def test_the_end_of_an_update_takes_it_in_also_when_its_handler_fails() ->
     with pytest.raises(RuntimeError):
         await end(failing, _update(52), {})
     assert barrier.pending == []
+
+
+def _press(update_id: int) -> Update:
+    message = _update(update_id).message
+    assert message is not None
+    return Update.model_validate(
+        {
+            "update_id": update_id,
+            "callback_query": {
+                "id": str(update_id),
+                "from": {"id": 5, "is_bot": False, "first_name": "U"},
+                "chat_instance": "5",
+                "data": "go",
+                "message": message.model_dump(mode="json", by_alias=True, exclude_none=True),
+            },
+        }
+    )
+
+
+async def test_an_update_without_an_intake_record_is_taken_in_as_its_handling_starts() -> None:
+    """A callback press keeps no intake record: its handler may run as long as it likes
+    (a held answer) while the poll confirming it goes out; a message is waited for until
+    its intake says so or its handling ends."""
+    barrier = IntakeBarrier(HeldClock(), wait_s=5.0)
+    barrier.fetched([61, 62])
+    end = EndOfUpdate(barrier)
+    answer = asyncio.Event()
+
+    async def long_answer(_event: TelegramObject, _data: dict[str, Any]) -> str:
+        await answer.wait()
+        return "answered"
+
+    press = asyncio.ensure_future(end(long_answer, _press(61), {}))
+    message = asyncio.ensure_future(end(long_answer, _update(62), {}))
+    await settle()
+    assert barrier.pending == [62]
+    waiting = asyncio.ensure_future(barrier.wait(62))  # confirms the press only
+    await settle()
+    assert waiting.done() and not press.done()
+    answer.set()
+    assert await press == "answered" and await message == "answered"
+    assert barrier.pending == []

@@ -189,10 +189,12 @@ async def test_voice_notes_at_once_under_a_global_cap_admit_exactly_as_many_as_f
     app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:
     """Mistral (paid) transcribes, at 8 s × 50 µUSD = 400 µUSD a 7-second note; the
-    global cap is $0.0012: five users send one each at once, the transcriptions are held
-    at the provider until all have tried (questions pressed), so exactly three holds are
-    granted and two are refused by the ledger's template; spend stays within the cap."""
+    global cap is $0.0012: five users send one each at once, every one asked its price
+    (CONFIRM_ABOVE_USD=0) and pressed as its question comes, the transcriptions held at
+    the provider until all have tried, so exactly three holds are granted and two are
+    refused by the ledger's template; spend stays within the cap."""
     env = dict(app_factory().env, MISTRAL_TIER="paid", GROQ_SPEECH_MODEL="")
+    env["CONFIRM_ABOVE_USD"] = "0"
     env["BUDGET_GLOBAL_DAILY_USD"] = "0.0012"
     bot = app_factory(env=env)
     await bot.start()
@@ -239,3 +241,29 @@ async def test_voice_notes_at_once_under_a_global_cap_admit_exactly_as_many_as_f
     with sqlite3.connect(path) as db:
         (spent,) = db.execute("SELECT COALESCE(SUM(actual_musd), 0) FROM budget_holds").fetchone()
     assert 0 < spent <= 1200
+
+
+async def test_a_press_still_answering_holds_no_other_update_back(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """A Go ahead whose answer is held at the provider keeps running while another
+    user's message, fetched by a later ``getUpdates``, is answered: a callback has no
+    intake record, so the polling waits for nothing of it (POLL_INTAKE_WAIT_SECONDS is
+    60 here: a press still counted as not taken in would hold the message that long)."""
+    env = dict(app_factory().env, CONFIRM_ABOVE_USD="0", POLL_INTAKE_WAIT_SECONDS="60")
+    bot = app_factory(env=env)
+    await bot.start()
+    asked = await _question(fake_telegram, 101)
+    go, _ = _buttons(asked)
+    fake_providers.script("groq", {"gate": "press", "text": "the held answer"})
+    mark = fake_telegram.mark()
+    fake_telegram.inject_callback_query(101, go, message_id=asked.message_id)
+    await _poll(lambda: len(fake_providers.requests), 1)
+    fake_telegram.inject_message(102, "hello")
+    [other] = await fake_telegram.wait_sent(102, since=mark, timeout=20)
+    assert other.text and len(fake_providers.requests) == 2
+    assert not any("the held answer" in e.text for e in fake_telegram.sent_events(since=mark))
+    fake_providers.open_gate("press")
+    [held] = await fake_telegram.wait_sent(101, since=mark, timeout=30)
+    assert "the held answer" in held.text
+    await bot.stop()
