@@ -1,0 +1,157 @@
+"""The prepaid wallet through the real bot, against the fake Bot API's payment updates
+(``docs/access.md#the-wallet``): /topup → an invoice in XTR → the pre-checkout answered
+at once → the successful payment credits the wallet once (the same update twice, and
+its charge in another update; on PostgreSQL, the same charge reaching two replicas at
+once) → a paid answer beyond the plan's allowance is paid by the wallet.
+
+The only provider is the fake DeepSeek (the paid anchor) and the users' own daily limit
+is $0, so every answer is beyond the allowance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from aiogram.types import Update
+
+from bot.app.factory import create_app
+from tests.support.harness import paid_only_environment
+from tests.support.inprocess import AppFactory, settings_from_env
+from tests.support.providers import FakeProviders
+from tests.support.telegram import FakeTelegram
+
+ADMIN = 1
+BUYER = 20
+RATE = "9000"  # µUSD per Star: 100 Stars credit $0.900000
+BILL = {"prompt_tokens": 1200, "completion_tokens": 300}
+
+
+def _env(tg: FakeTelegram, providers: FakeProviders, db: Path, **extra: str) -> dict[str, str]:
+    return paid_only_environment(
+        tg,
+        providers,
+        db,
+        BILL,
+        ADMIN_IDS=str(ADMIN),
+        BUDGET_USER_DAILY_USD="0",
+        WALLET_MUSD_PER_STAR=RATE,
+        WALLET_TOPUP_STARS="100,500",
+        **extra,
+    )
+
+
+async def _send(tg: FakeTelegram, user: int, text: str) -> str:
+    mark = tg.mark()
+    tg.inject_message(user, text)
+    await tg.wait_sent(user, 1, timeout=30, since=mark)
+    return next(e.text for e in tg.sent_events(user, since=mark) if not e.is_edit)
+
+
+async def _invoice_paid(tg: FakeTelegram, user: int, stars: int) -> dict[str, Any]:
+    """/topup <stars> → the invoice → its pre-checkout answered ok within 10 s; returns
+    the payment's update (not yet delivered)."""
+    tg.inject_message(user, f"/topup {stars}")
+    await tg.wait_request("sendInvoice", timeout=30, since=0)
+    invoice = tg.invoices[-1]
+    assert (invoice.currency, invoice.amount, invoice.chat_id) == ("XTR", stars, user)
+    assert invoice.payload == f"wallet:{stars}:{RATE}"
+    started = time.monotonic()
+    query = tg.inject_pre_checkout_query(user, invoice.payload, stars)
+    await tg.wait_request(
+        "answerPreCheckoutQuery",
+        lambda r: str(r.params.get("pre_checkout_query_id")) == query,
+        timeout=30,
+    )
+    assert tg.pre_checkout_answers[query]["ok"] is True
+    assert time.monotonic() - started < 10
+    return tg.successful_payment_update(user, invoice.payload, stars)
+
+
+def _thanks(tg: FakeTelegram, user: int, mark: int) -> list[str]:
+    return [e.text for e in tg.sent_events(user, since=mark) if "added to your wallet" in e.text]
+
+
+async def test_a_topup_credits_the_wallet_once_and_pays_beyond_the_plan(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    tmp_path: Path,
+) -> None:
+    """Before any top-up the answer is refused at the user's limit and no provider is
+    asked; /topup lists the amounts; the payment delivered twice and its charge once
+    more credits $0.90 once (one row, one thank-you); then an answer is paid by the
+    wallet: one DeepSeek request, its hold on the wallet's bucket, not the user's."""
+    db = tmp_path / "wallet.db"
+    bot = app_factory(env=_env(fake_telegram, fake_providers, db))
+    await bot.start()
+    refused = await _send(fake_telegram, BUYER, "what is a kopek?")
+    assert "user limit" in refused and fake_providers.requests == []
+    listing = await _send(fake_telegram, BUYER, "/topup")
+    assert "/topup 100" in listing and "$0.900000" in listing and "$4.500000" in listing
+    assert "not on sale" in await _send(fake_telegram, BUYER, "/topup 7")
+
+    paid = await _invoice_paid(fake_telegram, BUYER, 100)
+    charge = paid["message"]["successful_payment"]["telegram_payment_charge_id"]
+    mark = fake_telegram.mark()
+    fake_telegram.inject_update(paid)
+    fake_telegram.inject_update(dict(paid))  # Telegram repeats the same update
+    again = fake_telegram.successful_payment_update(
+        BUYER, paid["message"]["successful_payment"]["invoice_payload"], 100, charge_id=charge
+    )
+    fake_telegram.inject_update(again)  # the same charge in another update
+    await fake_telegram.wait_sent(BUYER, 1, timeout=30, since=mark)
+    answer = await _send(fake_telegram, BUYER, "what is a kopek?")  # after all three
+    [thanks] = _thanks(fake_telegram, BUYER, mark)
+    assert "$0.900000 was added to your wallet; it has $0.900000 now" in thanks
+    assert answer.startswith("echo: what is a kopek?")
+    assert len(fake_providers.requests_for("deepseek")) == 1
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT charge_id, stars, credit_musd FROM budget_wallet_credits")
+        assert rows.fetchall() == [(charge, 100, 900_000)]
+        scopes = conn.execute("SELECT scopes, actual_musd FROM budget_holds").fetchall()
+    [(scope_json, actual)] = scopes
+    assert '"wallet"' in scope_json and '"user"' not in scope_json and actual > 0
+    assert await bot.stop() == 0
+
+
+async def test_the_same_charge_at_two_replicas_on_postgres_credits_once(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    tmp_path: Path,
+    pg_migrated_url: str,
+) -> None:
+    """Two composition roots on one PostgreSQL database: the payment reaches the first
+    through polling and, in another update with the same charge id, the second at the
+    same moment: one credit, one thank-you."""
+    env = _env(fake_telegram, fake_providers, tmp_path / "unused.db")
+    env["DATABASE_URL"] = pg_migrated_url
+    first = app_factory(env=env)
+    await first.start()
+    second = create_app(settings_from_env(env))
+    await second.on_startup()
+    try:
+        paid = await _invoice_paid(fake_telegram, BUYER, 500)
+        payment = paid["message"]["successful_payment"]
+        again = fake_telegram.successful_payment_update(
+            BUYER, payment["invoice_payload"], 500, charge_id=payment["telegram_payment_charge_id"]
+        )
+        mark = fake_telegram.mark()
+        fake_telegram.inject_update(paid)
+        await asyncio.gather(
+            second.dispatcher.feed_update(second.bot, Update.model_validate(again)),
+            fake_telegram.wait_sent(BUYER, 1, timeout=30, since=mark),
+        )
+        me = await _send(fake_telegram, BUYER, "/me")
+        assert len(_thanks(fake_telegram, BUYER, mark)) == 1
+        wallet = await second.ledger.wallet(BUYER)
+        assert (wallet.credited_musd, wallet.payments) == (4_500_000, 1)
+        assert "Wallet: $4.500000 left" in me
+    finally:
+        await second.on_shutdown()
+        await second.bot.session.close()
+    assert await first.stop() == 0
