@@ -2,7 +2,8 @@
 (``docs/access.md#the-wallet``): /topup → an invoice in XTR → the pre-checkout answered
 at once → the successful payment credits the wallet once (the same update twice, and
 its charge in another update; on PostgreSQL, the same charge reaching two replicas at
-once) → a paid answer beyond the plan's allowance is paid by the wallet.
+once) → a paid answer beyond the plan's allowance is paid by the wallet → /me, the
+export's payments file, and a refund of a partly spent top-up.
 
 The only provider is the fake DeepSeek (the paid anchor) and the users' own daily limit
 is $0, so every answer is beyond the allowance.
@@ -11,6 +12,8 @@ is $0, so every answer is beyond the allowance.
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 import sqlite3
 import time
 from pathlib import Path
@@ -19,6 +22,7 @@ from typing import Any
 from aiogram.types import Update
 
 from bot.app.factory import create_app
+from budget.policy.money import usd, usd_text
 from tests.support.harness import paid_only_environment
 from tests.support.inprocess import AppFactory, settings_from_env
 from tests.support.providers import FakeProviders
@@ -82,9 +86,12 @@ async def test_a_topup_credits_the_wallet_once_and_pays_beyond_the_plan(
     tmp_path: Path,
 ) -> None:
     """Before any top-up the answer is refused at the user's limit and no provider is
-    asked; /topup lists the amounts; the payment delivered twice and its charge once
-    more credits $0.90 once (one row, one thank-you); then an answer is paid by the
-    wallet: one DeepSeek request, its hold on the wallet's bucket, not the user's."""
+    asked; /topup lists the amounts; a pre-checkout at another rate, of an amount not on
+    sale, or of another total is refused with Telegram's error message; the payment
+    delivered twice and its charge once more credits $0.90 once (one row, one
+    thank-you); then an answer is paid by the wallet: one DeepSeek request, its hold on
+    the wallet's bucket, not the user's; Telegram's own refund, reported twice, takes out
+    the unspent credit once."""
     db = tmp_path / "wallet.db"
     bot = app_factory(env=_env(fake_telegram, fake_providers, db))
     await bot.start()
@@ -93,6 +100,15 @@ async def test_a_topup_credits_the_wallet_once_and_pays_beyond_the_plan(
     listing = await _send(fake_telegram, BUYER, "/topup")
     assert "/topup 100" in listing and "$0.900000" in listing and "$4.500000" in listing
     assert "not on sale" in await _send(fake_telegram, BUYER, "/topup 7")
+    for payload, amount in (("wallet:100:8000", 100), ("wallet:7:9000", 7), ("wallet:100:9000", 5)):
+        query = fake_telegram.inject_pre_checkout_query(BUYER, payload, amount)
+        await fake_telegram.wait_request(
+            "answerPreCheckoutQuery",
+            lambda r, q=query: str(r.params.get("pre_checkout_query_id")) == q,  # type: ignore[misc]
+            timeout=30,
+        )
+        answer = fake_telegram.pre_checkout_answers[query]
+        assert answer["ok"] is False and "nothing was charged" in answer["error_message"]
 
     paid = await _invoice_paid(fake_telegram, BUYER, 100)
     charge = paid["message"]["successful_payment"]["telegram_payment_charge_id"]
@@ -115,7 +131,30 @@ async def test_a_topup_credits_the_wallet_once_and_pays_beyond_the_plan(
         scopes = conn.execute("SELECT scopes, actual_musd FROM budget_holds").fetchall()
     [(scope_json, actual)] = scopes
     assert '"wallet"' in scope_json and '"user"' not in scope_json and actual > 0
+
+    # Telegram reports a refund of its own (refunded_payment), twice: taken out once
+    mark = fake_telegram.mark()
+    for _ in range(2):
+        fake_telegram.inject_update(_refunded(paid))
+    await fake_telegram.wait_sent(BUYER, 1, timeout=30, since=mark)
+    await _send(fake_telegram, BUYER, "/me")  # after both
+    told = [e.text for e in fake_telegram.sent_events(BUYER, since=mark) if "refunded" in e.text]
+    assert len(told) == 1 and f"{usd(900_000 - actual)} left your wallet" in told[0]
     assert await bot.stop() == 0
+
+
+def _refunded(paid: dict[str, Any]) -> dict[str, Any]:
+    """The ``refunded_payment`` service message of the payment ``paid`` (Bot API 7.10)."""
+    message = dict(paid["message"])
+    payment = message.pop("successful_payment")
+    message["message_id"] = int(message["message_id"]) + 1000
+    message["refunded_payment"] = {
+        "currency": payment["currency"],
+        "total_amount": payment["total_amount"],
+        "invoice_payload": payment["invoice_payload"],
+        "telegram_payment_charge_id": payment["telegram_payment_charge_id"],
+    }
+    return {"message": message}
 
 
 async def test_the_same_charge_at_two_replicas_on_postgres_credits_once(
@@ -155,3 +194,69 @@ async def test_the_same_charge_at_two_replicas_on_postgres_credits_once(
         await second.on_shutdown()
         await second.bot.session.close()
     assert await first.stop() == 0
+
+
+async def test_the_books_and_a_refund_of_a_partly_spent_topup(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    tmp_path: Path,
+) -> None:
+    """A $0.90 top-up, one answer paid by it: /me shows the wallet; /budget export's
+    third file has the credit (+) and the answer's cost (−) beside the attempt (whose
+    booked total is the answer alone: a credit is no provider spend); /refund gives the
+    Stars back and takes out only the unspent credit, the payer told what left and what
+    had been spent; the next answer is refused naming the wallet; a second /refund
+    changes nothing."""
+    db = tmp_path / "refund.db"
+    bot = app_factory(env=_env(fake_telegram, fake_providers, db))
+    await bot.start()
+    paid = await _invoice_paid(fake_telegram, BUYER, 100)
+    charge = paid["message"]["successful_payment"]["telegram_payment_charge_id"]
+    mark = fake_telegram.mark()
+    fake_telegram.inject_update(paid)
+    await fake_telegram.wait_sent(BUYER, 1, timeout=30, since=mark)
+    assert (await _send(fake_telegram, BUYER, "tell me")).startswith("echo: tell me")
+    with sqlite3.connect(db) as conn:
+        [(hold_id, cost)] = conn.execute("SELECT hold_id, actual_musd FROM budget_holds")
+    assert cost > 0
+    me = await _send(fake_telegram, BUYER, "/me")
+    left = usd(900_000 - cost)
+    assert f"Wallet: {left} left, {usd(cost)} spent from it." in me
+
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(ADMIN, "/budget export")
+    docs = []
+    for _ in range(3):
+        docs.append(
+            await fake_telegram.wait_for(
+                lambda m: m.chat_id == ADMIN and m.method == "sendDocument" and m not in docs,
+                since=mark,
+                timeout=30,
+            )
+        )
+    spend, _totals, payments = docs
+    assert f"{usd_text(cost)} booked" in spend.text
+    assert payments.file is not None and payments.file["name"].startswith("kopek-payments-")
+    rows = list(csv.DictReader(io.StringIO(fake_telegram.document_bytes(payments).decode())))
+    assert [(r["kind"], r["wallet_musd"]) for r in rows] == [
+        ("wallet_credit", "900000"),
+        ("wallet_spend", str(-cost)),
+    ]
+    assert rows[0]["charge_id"] == charge and rows[1]["hold_id"] == hold_id
+
+    assert charge in await _send(fake_telegram, ADMIN, "/refund")
+    mark = fake_telegram.mark()
+    done = await _send(fake_telegram, ADMIN, f"/refund {charge}")
+    assert f"Refunded 100 Stars to user {BUYER}; {left} left the wallet" in done, done
+    assert f"{usd(cost)} of the credit had already been spent" in done
+    await fake_telegram.wait_sent(BUYER, 1, timeout=30, since=mark)
+    told = fake_telegram.sent_events(BUYER, since=mark)[0].text
+    assert f"{left} left your wallet" in told and f"{usd(cost)} of it had already paid" in told
+    assert fake_telegram.refunds == [(BUYER, charge)]
+    refused = await _send(fake_telegram, BUYER, "and now?")
+    assert "your wallet has $0.000000 left" in refused and "/topup" in refused
+    assert "already" in await _send(fake_telegram, ADMIN, f"/refund {charge}")
+    assert fake_telegram.refunds == [(BUYER, charge)]
+    assert len(fake_providers.requests_for("deepseek")) == 1
+    assert await bot.stop() == 0
