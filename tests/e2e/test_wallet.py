@@ -107,8 +107,8 @@ async def test_a_topup_credits_the_wallet_once_and_pays_beyond_the_plan(
             lambda r, q=query: str(r.params.get("pre_checkout_query_id")) == q,  # type: ignore[misc]
             timeout=30,
         )
-        answer = fake_telegram.pre_checkout_answers[query]
-        assert answer["ok"] is False and "nothing was charged" in answer["error_message"]
+        refusal = fake_telegram.pre_checkout_answers[query]
+        assert refusal["ok"] is False and "nothing was charged" in refusal["error_message"]
 
     paid = await _invoice_paid(fake_telegram, BUYER, 100)
     charge = paid["message"]["successful_payment"]["telegram_payment_charge_id"]
