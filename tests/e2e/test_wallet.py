@@ -223,6 +223,8 @@ async def test_the_books_and_a_refund_of_a_partly_spent_topup(
     me = await _send(fake_telegram, BUYER, "/me")
     left = usd(900_000 - cost)
     assert f"Wallet: {left} left, {usd(cost)} spent from it." in me
+    admin_view = await _send(fake_telegram, ADMIN, f"/budget user {BUYER}")
+    assert f"wallet: {left} left of $0.900000 credited by 1 payment(s)" in admin_view
 
     mark = fake_telegram.mark()
     fake_telegram.inject_message(ADMIN, "/budget export")
