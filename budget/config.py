@@ -196,6 +196,8 @@ class LedgerConfig:
             if window is Window.MONTH:
                 return self.provider_monthly_caps_musd.get(scope)
             return None
+        if level is Level.WALLET:
+            return 0  # its credits are booked as negative spend (budget.storage.sql.wallet)
         if level is Level.PLAN:
             plan = self.plans.get(scope)
             return None if plan is None else plan.total_musd.get(window)

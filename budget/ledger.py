@@ -64,6 +64,7 @@ from budget.storage.store import (
     SettleRequest,
 )
 from budget.types import Origin, RefusalReason
+from budget.wallet import LedgerWallet
 
 __all__ = ["Ledger"]
 
@@ -72,7 +73,7 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
-class Ledger(LedgerSettle, LedgerAdmin):
+class Ledger(LedgerSettle, LedgerAdmin, LedgerWallet):
     """The ledger. Use :meth:`open` to build one on a database URL.
 
     Args:

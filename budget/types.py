@@ -56,6 +56,10 @@ class Level(StrEnum):
     TEAM = "team"
     GLOBAL = "global"
     PROVIDER = "provider"
+    #: a user's prepaid wallet (scope: the user id): a balance, not a window; it pays
+    #: for the paid holds the user's own allowance (user and plan levels) does not
+    #: fit (docs/decisions/240-the-wallet-is-a-balance-level.md)
+    WALLET = "wallet"
 
 
 class Window(StrEnum):
@@ -65,6 +69,7 @@ class Window(StrEnum):
     DAY = "day"
     MONTH = "month"  # the calendar month (or billing cycle) in BUDGET_TZ
     MINUTE = "minute"  # only for the per-user rate (USER_MAX_PER_MINUTE)
+    BALANCE = "balance"  # the wallet's one bucket: never resets (key "")
 
 
 class Origin(StrEnum):

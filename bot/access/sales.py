@@ -26,6 +26,7 @@ import logging
 from enum import StrEnum
 
 from bot.access.stars import StarPayments
+from bot.access.wallet import WalletSales
 from bot.chat.plans import UserPlans
 from bot.storage.tables import StarPayment
 from budget.kernel.clock import Clock
@@ -55,13 +56,20 @@ class PlanSales:
         ledger: where users' plans are.
         user_plans: told when a plan changes here.
         clock: the one clock.
+        wallet: the wallet top-ups on sale (none by default).
     """
 
     def __init__(
-        self, payments: StarPayments, ledger: Ledger, user_plans: UserPlans, clock: Clock
+        self,
+        payments: StarPayments,
+        ledger: Ledger,
+        user_plans: UserPlans,
+        clock: Clock,
+        wallet: WalletSales | None = None,
     ) -> None:
         self.payments = payments
         self.ledger = ledger
+        self.wallet = wallet or WalletSales(ledger, (), None)
         self._user_plans = user_plans
         self._clock = clock
 

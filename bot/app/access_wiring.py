@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from bot.access.sales import PlanSales
 from bot.access.stars import StarPayments
 from bot.access.store import AccessBook, AccessStore
+from bot.access.wallet import WalletSales
 from bot.chat.plans import UserPlans
 from bot.middlewares.access import AccessGate
 from bot.settings import Settings
@@ -69,5 +70,6 @@ def build_access(
         shared=shared,
     )
     user_plans = UserPlans(ledger, plans, clock)
-    sales = PlanSales(StarPayments(sessions, clock), ledger, user_plans, clock)
+    wallet = WalletSales(ledger, settings.wallet_topup_stars, settings.wallet_musd_per_star)
+    sales = PlanSales(StarPayments(sessions, clock), ledger, user_plans, clock, wallet)
     return AccessParts(book, user_plans, sales, clock)

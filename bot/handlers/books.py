@@ -45,10 +45,11 @@ from aiogram.types import BufferedInputFile, FSInputFile, Message
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bot.access.payments_export import write_payments
 from bot.chat.delivery import send_text
 from budget.books.corrections import CorrectionPlan
 from budget.books.export import write_export
-from budget.books.periods import BooksError, parse_period, price_source, rates_at
+from budget.books.periods import BooksError, Period, parse_period, price_source, rates_at
 from budget.books.reconcile import ReconcileReport, reconcile
 from budget.books.usage_export import MAX_EXPORT_BYTES, parse_export
 from budget.errors import HoldRefused
@@ -206,6 +207,7 @@ async def on_export(
             FSInputFile(totals_path, filename=f"kopek-spend-{period.label}-totals.csv"),
             caption=f"Totals per provider, model and day ({period.tz})",
         )
+        await _send_payments(bot, message, books, period)
     except SQLAlchemyError:
         log.exception("spend export failed")
         await _reply(bot, message, "⚠️ The ledger could not be read.", clock)
@@ -215,6 +217,24 @@ async def on_export(
         for path in (rows_path, totals_path):
             with contextlib.suppress(OSError):
                 await asyncio.to_thread(path.unlink)
+
+
+async def _send_payments(bot: Bot, message: Message, books: BooksDesk, period: Period) -> None:
+    """The period's Stars payments and wallet bookings, when there are any
+    (:mod:`bot.access.payments_export`; written to a temporary file, as the others)."""
+    path, fd = await asyncio.to_thread(_open_temp, ".csv")
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as out:
+            count = await write_payments(books.engine, period, out)
+        if count:
+            await bot.send_document(
+                message.chat.id,
+                FSInputFile(path, filename=f"kopek-payments-{period.label}.csv"),
+                caption=f"Stars payments and wallet bookings {period.label} ({period.tz}): {count}",
+            )
+    finally:
+        with contextlib.suppress(OSError):
+            await asyncio.to_thread(path.unlink)
 
 
 async def on_reconcile(

@@ -10,12 +10,14 @@ from aiogram.utils.i18n import gettext as _
 from bot.chat.delivery import send_text
 from bot.middlewares.context import UserContext
 from bot.text.templates import format_reset
+from bot.text.wallet import wallet_line
 from budget.errors import HoldRefused
 from budget.kernel.clock import Clock
 from budget.ledger import Ledger
 from budget.plans import Plans
 from budget.policy.levels import LEVEL_ORDER
 from budget.policy.money import usd
+from budget.policy.wallet import WalletState
 from budget.status import BucketStatus, UserStatus
 from budget.types import Level, Window
 
@@ -76,9 +78,14 @@ def _bucket_line(b: BucketStatus, tz: str) -> str:
     )
 
 
-def render_me(status: UserStatus, tz: str, plan_title: str | None = None) -> str:
+def render_me(
+    status: UserStatus,
+    tz: str,
+    plan_title: str | None = None,
+    wallet: WalletState | None = None,
+) -> str:
     """The /me text (``plan_title``: what users see of the user's plan; default its
-    name)."""
+    name; ``wallet``: the user's wallet, shown once a payment credited it)."""
     plan_title = plan_title or status.plan or ""
     lines = [_("📊 Your usage (times in {tz})").format(tz=tz)]
     lines.append(_("Spent today: {spent}").format(spent=usd(status.settled_today_musd)))
@@ -92,6 +99,8 @@ def render_me(status: UserStatus, tz: str, plan_title: str | None = None) -> str
         lines.append(_("Plan: {plan}").format(plan=plan_title))
     if status.team:
         lines.append(_("Team: {team}").format(team=status.team))
+    if wallet is not None and wallet.payments:
+        lines.append(wallet_line(wallet.left_musd, wallet.spent_musd, wallet.held_musd))
     windows = (Window.HOUR, Window.DAY, Window.MONTH)
     # the user's own windows always; another level's only where it has a limit
     shown = [
@@ -131,11 +140,12 @@ async def on_me(
     """/me: the sender's spend and what remains, with reset times."""
     try:
         status = await ledger.user_status(user_ctx.user_id)
+        wallet = await ledger.wallet(user_ctx.user_id)
     except HoldRefused:
         text = _("⚠️ The budget ledger is unavailable right now. Please retry in a minute.")
     else:
         title = plans.get(status.plan).title if plans is not None and status.plan else None
-        text = render_me(status, user_ctx.tz, title)
+        text = render_me(status, user_ctx.tz, title, wallet)
     await send_text(bot, message.chat.id, text, clock=clock)
 
 

@@ -20,7 +20,9 @@ from aiogram.types import LabeledPrice, Message, PreCheckoutQuery
 from bot.access.sales import PlanSales
 from bot.access.stars import STARS_CURRENCY, check_terms, invoice_payload, parse_payload
 from bot.access.store import AccessBook
+from bot.access.wallet import WALLET_PREFIX
 from bot.chat.delivery import send_text
+from bot.handlers.wallet import on_topup, wallet_paid, wallet_pre_checkout, wallet_refunded
 from bot.middlewares.context import UserContext
 from bot.middlewares.rate import NOT_RATE_LIMITED
 from bot.text.stars import (
@@ -79,7 +81,11 @@ async def on_pre_checkout(
     query: PreCheckoutQuery, bot: Bot, plan_sales: PlanSales, access: AccessBook
 ) -> None:
     """Answer at once: ``ok`` when the plan is still sold on the invoice's terms and the
-    payer may use the bot, else the refusal Telegram shows (nothing is charged)."""
+    payer may use the bot, else the refusal Telegram shows (nothing is charged). A
+    wallet top-up's: :func:`bot.handlers.wallet.wallet_pre_checkout`."""
+    if query.invoice_payload.startswith(WALLET_PREFIX):
+        await wallet_pre_checkout(query, bot, plan_sales, access)
+        return
     plan = check_terms(plan_sales.plans, query.invoice_payload, query.currency, query.total_amount)
     banned = query.from_user.id in (await access.lists()).banned
     if plan is None or banned:
@@ -98,6 +104,9 @@ async def on_paid(
     once; a plan no longer sold is refunded at once."""
     paid = message.successful_payment
     assert paid is not None and message.from_user is not None
+    if paid.invoice_payload.startswith(WALLET_PREFIX):
+        await wallet_paid(message, bot, clock, plan_sales)
+        return
     user_id = message.from_user.id
     charge = paid.telegram_payment_charge_id
     plan = check_terms(plan_sales.plans, paid.invoice_payload, paid.currency, paid.total_amount)
@@ -126,6 +135,8 @@ async def on_refunded(message: Message, bot: Bot, clock: Clock, plan_sales: Plan
     bought, once (an admin's ``/refund`` already did: nothing more)."""
     refunded = message.refunded_payment
     assert refunded is not None
+    if await wallet_refunded(message, refunded, bot, clock, plan_sales):
+        return
     charge = refunded.telegram_payment_charge_id
     payment = await plan_sales.payments.get(charge)
     if payment is None or not await plan_sales.payments.claim_refund(charge, None):
@@ -136,10 +147,11 @@ async def on_refunded(message: Message, bot: Bot, clock: Clock, plan_sales: Plan
 
 
 def create_stars_router() -> Router:
-    """/buy, the pre-checkout and the payment messages."""
+    """/buy, /topup, the pre-checkout and the payment messages."""
     router = Router(name="stars")
     router.pre_checkout_query.register(on_pre_checkout, flags=NOT_RATE_LIMITED)
     router.message.register(on_paid, F.successful_payment, flags=NOT_RATE_LIMITED)
     router.message.register(on_refunded, F.refunded_payment, flags=NOT_RATE_LIMITED)
     router.message.register(on_buy, Command("buy"), F.chat.type == "private")
+    router.message.register(on_topup, Command("topup"), F.chat.type == "private")
     return router

@@ -76,6 +76,10 @@ class AccessSettings(BaseSettings):
             token quota one user or group may take while others are active (past it:
             the next free key, else a template — never the paid anchor); 1 keeps no
             share (:mod:`llm.keys.shares`).
+        wallet_topup_stars: WALLET_TOPUP_STARS, the amounts (Stars) ``/topup`` offers.
+        wallet_musd_per_star: WALLET_MUSD_PER_STAR, what one Star credits in a wallet
+            (µUSD); unset: no top-ups are sold (``docs/access.md#the-wallet`` notes
+            where a rate comes from).
     """
 
     access_mode: AccessMode = "open"
@@ -85,6 +89,23 @@ class AccessSettings(BaseSettings):
     invite_tries_per_hour: int = Field(5, ge=1, le=1_000)
     plans_file: str | None = None
     free_share_max: Decimal = Field(Decimal("0.25"), gt=0, le=1, decimal_places=6)
+    wallet_topup_stars: Annotated[tuple[int, ...], NoDecode] = (100, 500, 1000)
+    wallet_musd_per_star: int | None = Field(None, ge=1, le=1_000_000)
+
+    @field_validator("wallet_topup_stars", mode="before")
+    @classmethod
+    def _topups(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        if not all(p.isdigit() and 1 <= int(p) <= 100_000 for p in parts):
+            raise ValueError("WALLET_TOPUP_STARS must be comma-separated amounts of 1 to 100000")
+        return tuple(sorted({int(p) for p in parts}))
+
+    @field_validator("wallet_musd_per_star", mode="before")
+    @classmethod
+    def _no_rate(cls, value: object) -> object:
+        return None if value == "" else value
 
     @field_validator("access_mode", mode="before")
     @classmethod

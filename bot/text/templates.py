@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo
 
 from aiogram.utils.i18n import gettext as _
 
+from bot.text.wallet import wallet_limit_text
 from budget.policy.money import usd
 from budget.types import Level, Refusal, RefusalReason, Window
 
@@ -61,6 +62,8 @@ def _level_phrase(level: Level | None, window: Window | None, scope: str) -> str
         return _("your team's {window} limit ({team})").format(window=w, team=scope)
     if level is Level.PROVIDER:
         return _("the paid provider's {window} cap").format(window=w)
+    if level is Level.WALLET:
+        return _("your wallet")
     return _("the bot's global {window} limit").format(window=w)
 
 
@@ -142,6 +145,11 @@ def refusal_text(refusal: Refusal, *, tz: str, running: bool = False, step: str 
         text = _(
             "⏳ Busy: {limit} is fully held by requests in flight. Please retry in a minute."
         ).format(limit=_level_phrase(refusal.level, refusal.window, refusal.scope))
+    elif r is RefusalReason.LIMIT and refusal.level is Level.WALLET:
+        # the allowance's reset, with its date: a wallet's try follows a refused allowance
+        # (docs/decisions/240-the-wallet-is-a-balance-level.md)
+        at = format_reset(refusal.resets_at, tz, with_date=True) if refusal.resets_at else None
+        text = wallet_limit_text(refusal.ceiling_musd, refusal.remaining_musd, at)
     elif r is RefusalReason.LIMIT:
         text = _limit_text(refusal, reset, step)
     elif r is RefusalReason.INFLIGHT:

@@ -6,7 +6,9 @@ after a crash, at the ceiling after a timeout).
 Read through :func:`budget.books.export.booked_attempts`, the same rows ``/budget export``
 writes, and :func:`budget.books.pruned.pruned_sums`, the exact sums retention kept of
 the attempts it pruned (estimated bookings are never pruned); costs in µUSD, tokens as
-the provider reported them.
+the provider reported them. A prepaid wallet's credits are not attempts and never
+enter this side (money users paid in, not provider spend); an attempt a wallet paid is
+an attempt like any other (``docs/decisions/240-the-wallet-is-a-balance-level.md``).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from budget.policy.windows import HoldKeys
 from budget.types import Level, Window
 
 __all__ = [
+    "ALLOWANCE_LEVELS",
     "LEVEL_ORDER",
     "BucketKey",
     "Overrides",
@@ -48,7 +49,21 @@ BucketKey = tuple[str, str, str, str]
 Scope = tuple[Level, str]
 
 #: The order a refusal names levels in (the narrowest first) and scopes are listed in.
-LEVEL_ORDER = (Level.USER, Level.CHAT, Level.PLAN, Level.TEAM, Level.GLOBAL, Level.PROVIDER)
+#: The wallet comes last: it is named only when it alone stopped a hold (topping it up
+#: would then let the hold through).
+LEVEL_ORDER = (
+    Level.USER,
+    Level.CHAT,
+    Level.PLAN,
+    Level.TEAM,
+    Level.GLOBAL,
+    Level.PROVIDER,
+    Level.WALLET,
+)
+
+#: The levels a user's own allowance is made of: a hold they do not fit may be paid by
+#: the user's wallet instead (:func:`scopes_for` with ``wallet=True``).
+ALLOWANCE_LEVELS = (Level.USER, Level.PLAN)
 
 #: Levels whose ``"*"`` override is the limit of every scope of that level.
 _STAR_LEVELS = (Level.TEAM, Level.USER, Level.CHAT)
@@ -62,6 +77,7 @@ def scopes_for(
     *,
     chat_id: int | None = None,
     plan: str | None = None,
+    wallet: bool = False,
 ) -> list[Scope]:
     """Every level a hold of ``user_id`` at ``provider`` is booked on.
 
@@ -74,11 +90,16 @@ def scopes_for(
         chat_id: the group or supergroup the message came from (``None``: a private
             chat, a digest).
         plan: the user's plan (``None``: no plan level).
+        wallet: the user's wallet pays instead of their allowance: the wallet level
+            replaces the user and plan levels (the others stay).
     """
-    scopes: list[Scope] = [(Level.USER, str(user_id))]
+    if wallet:
+        scopes: list[Scope] = [(Level.WALLET, str(user_id))]
+    else:
+        scopes = [(Level.USER, str(user_id))]
     if chat_id is not None:
         scopes.append((Level.CHAT, str(chat_id)))
-    if plan:
+    if plan and not wallet:
         scopes.append((Level.PLAN, plan))
     if team:
         scopes.append((Level.TEAM, team))
@@ -92,6 +113,8 @@ def windows_for(level: Level, keys: HoldKeys | None = None) -> tuple[Window, ...
     """The windows ``level`` is tracked in: hour, day and month (a provider's account
     cap: day and month). With a hold's ``keys``, only the windows it has a key of (a
     hold granted before months were tracked has no month bucket)."""
+    if level is Level.WALLET:
+        return _BALANCE
     found = (Window.DAY, Window.MONTH) if level is Level.PROVIDER else _ALL
     if keys is not None and keys.month is None:
         return tuple(w for w in found if w is not Window.MONTH)
@@ -99,6 +122,7 @@ def windows_for(level: Level, keys: HoldKeys | None = None) -> tuple[Window, ...
 
 
 _ALL = (Window.DAY, Window.HOUR, Window.MONTH)
+_BALANCE = (Window.BALANCE,)
 
 
 def plan_now(config: LedgerConfig, plan: str | None, until: float | None, now: float) -> str | None:

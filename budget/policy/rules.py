@@ -76,7 +76,7 @@ __all__ = [
 ]
 
 #: The order a refusal names the windows of one level in: the one that resets last first.
-_WINDOW_ORDER = (Window.MONTH, Window.DAY, Window.HOUR)
+_WINDOW_ORDER = (Window.BALANCE, Window.MONTH, Window.DAY, Window.HOUR)
 
 _INT_TEXT = re.compile(r"-?[0-9]{1,40}")
 

@@ -53,6 +53,8 @@ from zoneinfo import ZoneInfo
 from budget.types import Window
 
 __all__ = [
+    "BALANCE_KEY",
+    "NEVER",
     "HoldKeys",
     "WindowKeys",
     "day_bounds",
@@ -63,6 +65,11 @@ __all__ = [
     "window_keys",
     "zone",
 ]
+
+#: The key of the wallet's one bucket (:attr:`Window.BALANCE`): a balance has no window.
+BALANCE_KEY = ""
+#: When a balance "resets": never (the latest aware time there is).
+NEVER = datetime.max.replace(tzinfo=UTC)
 
 _HOUR = timedelta(hours=1)
 _MINUTE = timedelta(minutes=1)
@@ -212,6 +219,8 @@ class HoldKeys(NamedTuple):
             return self.day
         if window is Window.MONTH:
             return self.month
+        if window is Window.BALANCE:
+            return BALANCE_KEY
         return None
 
 
@@ -249,6 +258,8 @@ class WindowKeys:
             return self.day_key
         if window is Window.MONTH:
             return self.month_key
+        if window is Window.BALANCE:
+            return BALANCE_KEY
         raise ValueError(f"no bucket key for window {window}")
 
     def resets_at(self, window: Window) -> datetime:
@@ -257,6 +268,8 @@ class WindowKeys:
             return self.hour_resets_at
         if window is Window.MONTH:
             return self.month_resets_at
+        if window is Window.BALANCE:
+            return NEVER
         return self.day_resets_at
 
     @property

@@ -28,6 +28,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from budget.config import LedgerConfig
+from budget.policy.wallet import WalletCredit, WalletRefund, WalletState
 from budget.policy.windows import window_keys
 from budget.protocol import HoldTicket, OperationTicket
 from budget.status import (
@@ -38,7 +39,7 @@ from budget.status import (
     TeamStatus,
     UserStatus,
 )
-from budget.storage.sql import admin, holds, reports, retention
+from budget.storage.sql import admin, holds, reports, retention, wallet
 from budget.storage.sql.corrections import apply_corrections
 from budget.storage.sql.rows import exposure, kill_states, teams, user_plan
 from budget.storage.store import (
@@ -300,6 +301,36 @@ class LedgerStore(abc.ABC):
             partial(admin.record_message, cfg=self.config, now=now, user_id=user_id),
             Write(durable=False, message_user=user_id, message_day=day),
         )
+
+    # -- the wallet (budget.storage.sql.wallet) ---------------------------------------
+    async def wallet_credit(
+        self, now: datetime, charge_id: str, user_id: int, stars: int, musd_per_star: int
+    ) -> WalletCredit:
+        """Credit a wallet once per charge id (durable: money taken is booked)."""
+        body = partial(wallet.credit, cfg=self.config, now=now, charge_id=charge_id)
+        return await self._write(
+            partial(body, user_id=user_id, stars=stars, musd_per_star=musd_per_star)
+        )
+
+    async def wallet_refund(
+        self, now: datetime, charge_id: str, by: int | None
+    ) -> WalletRefund | None:
+        """Take a refunded payment's unspent credit out of its wallet, once."""
+        body = partial(wallet.refund, cfg=self.config, now=now, charge_id=charge_id, by=by)
+        return await self._write(body)
+
+    async def wallet_unrefund(self, now: datetime, charge_id: str) -> bool:
+        """Credit again what a refund Telegram refused took out."""
+        body = partial(wallet.unrefund, cfg=self.config, now=now, charge_id=charge_id)
+        return await self._write(body)
+
+    async def wallet_state(self, user_id: int) -> WalletState:
+        """One user's wallet now."""
+        return await self._read(partial(wallet.state, user_id=user_id))
+
+    async def wallet_credits(self, user_id: int | None, limit: int) -> list[tuple[object, ...]]:
+        """Credits, newest first (:func:`budget.storage.sql.wallet.user_credits`)."""
+        return await self._read(partial(wallet.user_credits, user_id=user_id, limit=limit))
 
     # -- reports ---------------------------------------------------------------------
     async def status(self, now: datetime) -> LedgerStatus:

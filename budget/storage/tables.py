@@ -420,6 +420,28 @@ retention_rounds = Table(
 )
 
 
+wallet_credits = Table(
+    "budget_wallet_credits",
+    metadata,
+    # one row per Telegram Stars payment that credited a wallet, keyed by its
+    # telegram_payment_charge_id: inserted once, with the credit booked on the wallet's
+    # bucket in the same transaction (docs/decisions/240-the-wallet-is-a-balance-level.md).
+    # Money µUSD; times epoch seconds of the clock. Migration ``0050_wallet``
+    Column("charge_id", String(128), primary_key=True),
+    Column("user_id", BIG, nullable=False),
+    Column("stars", BIG, nullable=False),
+    # µUSD one Star was worth at the payment (WALLET_MUSD_PER_STAR), and the credit
+    Column("musd_per_star", BIG, nullable=False),
+    Column("credit_musd", BIG, nullable=False),
+    Column("credited_at", TIME, nullable=False),
+    Column("refunded_at", TIME, nullable=True),
+    Column("refunded_by", BIG, nullable=True),
+    # what the refund took out of the wallet (≤ credit_musd: never credit already spent)
+    Column("removed_musd", BIG, nullable=False, server_default="0"),
+    Index("ix_budget_wallet_credits_user", "user_id"),
+)
+
+
 def create_schema(path: str | Path) -> None:
     """Create the ledger tables in the SQLite file ``path`` (tests and benchmarks;
     production runs ``alembic upgrade head``). Idempotent."""

@@ -22,6 +22,7 @@ from budget.errors import HoldRefused
 from budget.kernel.clock import Clock
 from budget.ledger import Ledger
 from budget.policy.money import remaining_usd, usd
+from budget.policy.wallet import WalletState
 from budget.policy.windows import day_bounds
 from budget.status import BucketStatus, LedgerStatus, TeamStatus, UserStatus
 from budget.types import Level, Window
@@ -95,7 +96,7 @@ async def _report(
         uid = parse_user_id(args[1])
         if uid is None:
             return USER_ID_RULE
-        return render_user(await ledger.user_status(uid), tz)
+        return render_user(await ledger.user_status(uid), tz, await ledger.wallet(uid))
     if len(args) == 2 and args[0] == "team":
         if args[1] not in await ledger.teams():
             return f"No team {args[1]!r}; /team list shows the teams."
@@ -267,8 +268,8 @@ def _day_lines(
     return lines
 
 
-def render_user(status: UserStatus, tz: str) -> str:
-    """/budget user <id>."""
+def render_user(status: UserStatus, tz: str, wallet: WalletState | None = None) -> str:
+    """/budget user <id> (``wallet``: theirs, shown once a payment credited it)."""
     lines = [f"👤 User {status.user_id}" + (f" (team {status.team})" if status.team else "")]
     lines.append(
         f"Settled today {usd(status.settled_today_musd)}; in flight {status.inflight}; "
@@ -277,6 +278,12 @@ def render_user(status: UserStatus, tz: str) -> str:
     if status.killed is not None and status.killed.killed:
         lines.append(f"⛔ killed: {status.killed.reason}")
     lines.extend("• " + _bucket(b, tz) for b in status.buckets if b.window is not Window.MINUTE)
+    if wallet is not None and wallet.payments:
+        lines.append(
+            f"• wallet: {remaining_usd(wallet.left_musd)} left of {usd(wallet.credited_musd)}"
+            f" credited by {wallet.payments} payment(s); spent {usd(wallet.spent_musd)},"
+            f" held {usd(wallet.held_musd)}"
+        )
     return "\n".join(lines)
 
 

@@ -1,5 +1,6 @@
 """/refund: give a Telegram Stars payment back and take back the plan it bought
-(``docs/access.md#telegram-stars``; what is taken back: :mod:`bot.access.sales`)."""
+(``docs/access.md#telegram-stars``; what is taken back: :mod:`bot.access.sales`), or the
+wallet credit a top-up left unspent (:mod:`bot.handlers.admin.wallet_refunds`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from aiogram.utils.i18n import I18n
 from bot.access.sales import PlanSales, TakenBack
 from bot.chat.delivery import send_text
 from bot.handlers.admin.base import reply
+from bot.handlers.admin.wallet_refunds import recent_topups, refund_topup
 from bot.middlewares.context import ProfileStore
 from bot.text.i18n import in_locale
 from bot.text.stars import payment_refunded_text
@@ -39,8 +41,8 @@ async def on_refund(
     profiles: ProfileStore,
     i18n: I18n,
 ) -> None:
-    """/refund <charge id>: ``refundStarPayment``, then the plan taken back; /refund
-    alone: the latest payments."""
+    """/refund <charge id>: ``refundStarPayment``, then the plan taken back (a top-up:
+    the unspent credit taken out first); /refund alone: the latest payments."""
     charge = (command.args or "").strip()
     payments = plan_sales.payments
     if not charge:
@@ -50,9 +52,14 @@ async def on_refund(
             f"{' (refunded)' if p.refunded_at else ''} — {p.charge_id}"
             for p in rows
         ]
+        lines += await recent_topups(plan_sales.wallet.ledger)
         await reply(bot, message, "\n".join(lines) or "No payments yet.", clock)
         return
     payment = await payments.get(charge)
+    if payment is None and await refund_topup(
+        message, bot, clock, charge, plan_sales.wallet.ledger, profiles, i18n
+    ):
+        return
     if payment is None:
         await reply(bot, message, f"No payment {charge[:64]!r}.\n{REFUND_USAGE}", clock)
         return

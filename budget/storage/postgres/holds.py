@@ -90,6 +90,7 @@ from budget.storage.postgres.rows import (
     translate,
 )
 from budget.storage.postgres.rows import overrides_of as _overrides
+from budget.storage.postgres.wallet import paid_instead
 from budget.storage.sql.rows import kill_state
 from budget.storage.sql.statements import (
     HOLD_INSERT,
@@ -282,13 +283,22 @@ async def reserve(
     this process knows (:class:`Known`): with the operation and the limits known,
     no read before the grant (:data:`_GRANT_KNOWN`); the new hold's row is kept
     there for its settle."""
-    try:
-        ticket, row = await _reserve(conn, cfg, process_id, now, hold, at_once=True, known=known)
-    except _NotAtOnce:
-        async with conn.transaction():
-            ticket, row = await _reserve(
-                conn, cfg, process_id, now, hold, at_once=False, known=known
+
+    async def grant(wallet: bool) -> tuple[HoldTicket, tuple[Any, ...]]:
+        try:
+            return await _reserve(
+                conn, cfg, process_id, now, hold, at_once=True, known=known, wallet=wallet
             )
+        except _NotAtOnce:
+            async with conn.transaction():
+                return await _reserve(
+                    conn, cfg, process_id, now, hold, at_once=False, known=known, wallet=wallet
+                )
+
+    try:
+        ticket, row = await grant(False)
+    except RefusedStep as refused:  # the user's wallet may pay instead
+        ticket, row = await paid_instead(conn, refused, lambda: grant(True))
     if known is not None:
         known.keep(known.granted, ticket.hold_id, row)
     return ticket
@@ -307,6 +317,7 @@ async def _reserve(
     *,
     at_once: bool,
     known: Known | None,
+    wallet: bool = False,
 ) -> tuple[HoldTicket, tuple[Any, ...]]:
     """One try of :func:`reserve`. ``at_once``: the autocommit grant (raises
     :class:`_NotAtOnce` when it does not fit), without a read when ``known`` knows the
@@ -322,7 +333,7 @@ async def _reserve(
         owner, limits = await _read_operation(conn, process_id, hold, known)
     capped = capped_providers(cfg, limits)
     scopes = scopes_for(
-        *owner.payers, hold.provider, capped, chat_id=owner.chat_id, plan=owner.plan
+        *owner.payers, hold.provider, capped, chat_id=owner.chat_id, plan=owner.plan, wallet=wallet
     )
     keys = cfg.keys(now)
     deltas: dict[BucketKey, BucketAmounts] = {}

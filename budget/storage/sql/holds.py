@@ -41,6 +41,7 @@ from budget.policy.steps import (
 )
 from budget.policy.windows import HoldKeys, WindowKeys
 from budget.protocol import HoldTicket, OperationTicket
+from budget.storage.sql import wallet as wallet_sql
 from budget.storage.sql.admin import record_calibration, record_message
 from budget.storage.sql.rows import (
     auto_kill,
@@ -83,7 +84,7 @@ from budget.storage.store import (
     UnknownOperation,
     UsageOf,
 )
-from budget.types import Origin, Usage
+from budget.types import Origin, Refusal, Usage
 
 __all__ = [
     "admit",
@@ -116,13 +117,18 @@ def _open_op(cur: Cursor, operation_id: str) -> tuple[Any, ...]:
 
 
 def _scopes(
-    cfg: LedgerConfig, limits: Overrides, op: tuple[Any, ...], provider: str
+    cfg: LedgerConfig,
+    limits: Overrides,
+    op: tuple[Any, ...],
+    provider: str,
+    *,
+    wallet: bool = False,
 ) -> list[Scope]:
     """The levels a hold at ``provider`` in the operation ``op`` (:func:`_open_op`) is
-    booked on."""
+    booked on (``wallet``: paid by the user's wallet instead of their allowance)."""
     user_id, team, chat_id, plan = op[0], op[2], op[8], op[9]
     capped = capped_providers(cfg, limits)
-    return scopes_for(user_id, team, provider, capped, chat_id=chat_id, plan=plan)
+    return scopes_for(user_id, team, provider, capped, chat_id=chat_id, plan=plan, wallet=wallet)
 
 
 def _shared_buckets(
@@ -233,7 +239,18 @@ def reserve(
         found = _shared_buckets(cur, cfg, limits, scopes, keys, team)
         refusal_or_none = check_hold(found, asked)
         if refusal_or_none is not None:
-            raise refuse(cur, cfg.tz, now, refusal_or_none, user_id, plan)
+            instead = _scopes(cfg, limits, op, hold.provider, wallet=True)
+            paid = wallet_sql.instead(
+                cur,
+                user_id,
+                refusal_or_none,
+                instead,
+                asked,
+                lambda sc: _shared_buckets(cur, cfg, limits, sc, keys, team),
+            )
+            if isinstance(paid, Refusal):
+                raise refuse(cur, cfg.tz, now, paid, user_id, plan)
+            scopes = paid
     hold_id = uuid.uuid4().hex
     expires = t + cfg.hold_ttl_s
     book(cur, scopes, keys.hold, held=price.ceiling_musd)
@@ -304,6 +321,11 @@ def remaining_musd(
     scopes = _scopes(cfg, limits, op, provider)
     found = _shared_buckets(cur, cfg, limits, scopes, cfg.keys(now), op[2])
     remaining = [b.remaining_musd for b in found if b.remaining_musd is not None]
+    if wallet_sql.exists(cur, op[0]):  # a hold fits when the allowance or the wallet pays
+        scopes = _scopes(cfg, limits, op, provider, wallet=True)
+        paid = _shared_buckets(cur, cfg, limits, scopes, cfg.keys(now), op[2])
+        by_wallet = [b.remaining_musd for b in paid if b.remaining_musd is not None]
+        remaining = [max(min(remaining, default=max_musd), min(by_wallet, default=max_musd))]
     remaining.append(max_musd - committed)
     return max(0, min(remaining))
 

@@ -381,6 +381,24 @@ def spend_per_hour(
     }
 
 
+def _spent_of_wallets(
+    cur: Cursor, got: dict[tuple[str, str, str, str], list[int]]
+) -> dict[tuple[str, str, str, str], list[int]]:
+    """``got`` with each wallet bucket's settled back to its spend: a wallet's bucket
+    also books its credits, as negative spend (:mod:`budget.storage.sql.wallet`), which
+    no hold implies."""
+    cur.execute(
+        "SELECT user_id, SUM(credit_musd - removed_musd) FROM budget_wallet_credits"
+        " GROUP BY user_id"
+    )
+    out = dict(got)
+    for user_id, net in cur.fetchall():
+        key = ("wallet", str(user_id), "balance", "")
+        settled, held, late = out.get(key, [0, 0, 0])
+        out[key] = [settled + int(net), held, late]
+    return out
+
+
 def audit(cur: Cursor) -> dict[str, Any]:
     """Recompute bucket totals from the holds (tests/reconciliation): returns
     ``{"mismatches": [...], "held_total": int, "buckets": [(level, win, settled,
@@ -399,7 +417,7 @@ def audit(cur: Cursor) -> dict[str, Any]:
     rows = [(k[0], k[2], v[0], v[1], v[2]) for k, v in got.items()]
     scoped = [(*k, *v) for k, v in sorted(got.items())]
     return {
-        "mismatches": audit_mismatches(holds, got),
+        "mismatches": audit_mismatches(holds, _spent_of_wallets(cur, got)),
         "held_total": held_total,
         "buckets": rows,
         "scoped": scoped,
