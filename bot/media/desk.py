@@ -163,7 +163,9 @@ class MediaDesk:
         """A linked page's turn, or why not."""
         try:
             page = await self._links.read(url)
-        except LinkRefused:
+        except LinkRefused as exc:
+            if exc.host and not exc.address:  # the name resolved to nothing
+                return MediaRefusal(MediaProblem.LINK_NOT_FOUND)
             return MediaRefusal(MediaProblem.LINK_REFUSED)
         except LinkTooLarge as exc:
             return MediaRefusal(MediaProblem.LINK_TOO_LARGE, exc.limit_bytes)

@@ -33,6 +33,7 @@ class MediaProblem(StrEnum):
     NO_VISION = "media_no_vision_provider"  # no vision key configured or all cooling
     PHOTO_TOO_LARGE = "media_photo_too_large"  # no size of the photo fits a vision model
     LINK_REFUSED = "link_refused"  # a non-public address (SSRF guard)
+    LINK_NOT_FOUND = "link_not_found"  # the host (or a redirect's) does not resolve
     LINK_TOO_LARGE = "link_too_large"  # over FETCH_MAX_BYTES: limit = bytes
     LINK_UNSUPPORTED = "link_unsupported"  # not a page or document
     LINK_FAILED = "link_failed"  # fetch failed or not HTTP 200

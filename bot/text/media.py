@@ -139,6 +139,11 @@ def media_refusal_text(refusal: MediaRefusal, *, tz: str) -> str:
         ).format(per=_per_file())
     if p is MediaProblem.LINK_REFUSED:
         return _("🔗 I do not open links to private or local addresses.")
+    if p is MediaProblem.LINK_NOT_FOUND:
+        return _(
+            "🔗 I could not find this link's host: its name does not resolve to any "
+            "address. Please check the link. Nothing was charged."
+        )
     if p is MediaProblem.LINK_TOO_LARGE:
         return _(
             "🔗 This page is larger than {limit} MB, the most I fetch (FETCH_MAX_BYTES). "

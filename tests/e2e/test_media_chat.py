@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import csv
 import io
+import socket
 import sqlite3
 from pathlib import Path
 
+import pytest
+
+from scheduler.sources import feeds as feeds_module
 from tests.support.documents import docx_zip_bomb, flate_bomb_pdf, page_count_bomb_pdf, text_pdf
 from tests.support.inprocess import AppFactory
 from tests.support.provider_media import image_dimensions
@@ -100,6 +104,30 @@ async def test_a_link_to_a_loopback_address_is_refused_without_a_fetch(
     fake_telegram.inject_message(71, f"is {fake_telegram.base_url} a good site?")
     await _reply(fake_telegram, 71, mark)
     assert len(fake_providers.requests) == 1
+    await bot.stop()
+
+
+async def test_a_link_whose_host_does_not_resolve_is_said_to_be_not_found(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A link to a host with no address (the resolver's "Name or service not known") is
+    refused as not found, not as private; nothing is fetched or asked."""
+
+    async def no_such_host(host: str, port: int) -> list[str]:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(feeds_module, "_system_resolve", no_such_host)
+    bot = app_factory()
+    await bot.start()
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(72, "summarise https://no-such-host.invalid/page")
+    reply = await _reply(fake_telegram, 72, mark)
+    assert "could not find this link's host" in reply.text, reply.text
+    assert "private" not in reply.text and "Nothing was charged" in reply.text
+    assert fake_providers.requests == []
     await bot.stop()
 
 
