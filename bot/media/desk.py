@@ -37,7 +37,7 @@ from bot.media.errors import (
     TooBigToDownload,
 )
 from bot.media.images import image_size
-from bot.media.kinds import HEAD_BYTES, document_kind
+from bot.media.kinds import HEAD_BYTES, claimed_kind, document_kind
 from bot.media.links import LinkReader
 from bot.media.refusals import MediaProblem, MediaRefusal, MediaRefused
 from bot.media.types import Extracted, ExtractionFailed, ExtractionResult
@@ -151,6 +151,9 @@ class MediaDesk:
             return MediaRefusal(MediaProblem.DOWNLOAD)
         kind = document_kind(ref.name, ref.mime, data[:HEAD_BYTES])
         if kind is None:
+            claimed = claimed_kind(ref.name, ref.mime)
+            if claimed is not None:  # e.g. report.pdf that is no PDF: not read, said so
+                return MediaRefusal(MediaProblem.NOT_WHAT_NAMED, named=claimed.value.upper())
             return MediaRefusal(MediaProblem.UNSUPPORTED)
         try:
             result = await self._pool.extract(kind, data)

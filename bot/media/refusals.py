@@ -25,6 +25,7 @@ class MediaProblem(StrEnum):
     TOO_BIG = "media_too_big"  # over the download limit: limit, found = bytes
     DOWNLOAD = "media_download"  # Telegram would not give the file
     UNSUPPORTED = "media_unsupported"  # not a kind Kopek reads
+    NOT_WHAT_NAMED = "media_not_what_named"  # named PDF/DOCX, bytes not one: ``named``
     EXTRACTION = "media_extraction"  # the reader refused it: ``extraction`` says why
     WORKERS = "media_workers"  # no extraction worker could be started
     AUDIO_TOO_LONG = "media_audio_too_long"  # over MEDIA_MAX_AUDIO_SECONDS: limit, found = s
@@ -50,6 +51,8 @@ class MediaRefusal:
         extraction: the reader's refusal, for :attr:`MediaProblem.EXTRACTION`.
         resets_at: when the limit resets, aware UTC (``None``: it does not reset on
             its own).
+        named: the kind the file's name or type claims, for
+            :attr:`MediaProblem.NOT_WHAT_NAMED` (``"PDF"``, ``"DOCX"``).
     """
 
     problem: MediaProblem
@@ -57,6 +60,7 @@ class MediaRefusal:
     found: int | None = None
     extraction: Refusal | None = None
     resets_at: datetime | None = None
+    named: str = ""
 
 
 class MediaRefused(Exception):

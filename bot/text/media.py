@@ -117,6 +117,11 @@ def media_refusal_text(refusal: MediaRefusal, *, tz: str) -> str:
         return _("⚠️ Telegram would not give me this file. Please send it again.")
     if p is MediaProblem.UNSUPPORTED:
         return _unsupported()
+    if p is MediaProblem.NOT_WHAT_NAMED:
+        return _(
+            "📄 This file is named as a {kind}, but it is not a readable {kind}: its content "
+            "is not that format. Nothing was charged."
+        ).format(kind=refusal.named)
     if p is MediaProblem.EXTRACTION:
         return _extraction_text(refusal)
     if p is MediaProblem.WORKERS:

@@ -60,6 +60,25 @@ async def test_a_pdf_is_read_and_its_text_is_the_users_turn(
     await bot.stop()
 
 
+async def test_a_file_named_pdf_that_is_no_pdf_is_refused_as_one(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """notes.pdf holding plain words, and a .docx that is no zip: each told it is not a
+    readable file of the kind its name says (not "I read PDF, …"), nothing charged, no
+    provider request."""
+    bot = app_factory()
+    await bot.start()
+    cases = [("notes.pdf", "application/pdf", "PDF"), ("memo.docx", "", "DOCX")]
+    for name, mime, kind in cases:
+        mark = fake_telegram.mark()
+        fake_telegram.inject_document(61, b"just some words\n" * 20, file_name=name, mime_type=mime)
+        reply = await _reply(fake_telegram, 61, mark)
+        assert f"not a readable {kind}" in reply.text, reply.text
+        assert "I read PDF" not in reply.text and "Nothing was charged" in reply.text
+    assert fake_providers.requests == []
+    await bot.stop()
+
+
 async def test_documents_over_a_cap_get_a_template_and_no_provider_request(
     app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:
