@@ -31,6 +31,8 @@ class MediaProblem(StrEnum):
     AUDIO_TOO_LONG = "media_audio_too_long"  # over MEDIA_MAX_AUDIO_SECONDS: limit, found = s
     NO_SPEECH = "media_no_speech_provider"  # no speech key configured or all cooling
     NOTHING_HEARD = "media_nothing_heard"  # a transcript with no words
+    EMPTY_RECORDING = "media_empty_recording"  # a recording of 0 bytes
+    LONGER_THAN_DECLARED = "media_longer_than_declared"  # limit = declared s, found = s
     NO_VISION = "media_no_vision_provider"  # no vision key configured or all cooling
     PHOTO_TOO_LARGE = "media_photo_too_large"  # no size of the photo fits a vision model
     LINK_REFUSED = "link_refused"  # a non-public address (SSRF guard)

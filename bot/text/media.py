@@ -133,6 +133,17 @@ def media_refusal_text(refusal: MediaRefusal, *, tz: str) -> str:
         ).format(found=refusal.found, limit=refusal.limit, per=_per_file())
     if p is MediaProblem.NO_SPEECH:
         return _provider_text(refusal, _("transcribe speech"), tz)
+    if p is MediaProblem.EMPTY_RECORDING:
+        return _(
+            "🎙 This recording is empty (0 bytes): there is nothing to transcribe. "
+            "Nothing was charged."
+        )
+    if p is MediaProblem.LONGER_THAN_DECLARED:
+        return _(
+            "🎙 This recording plays for {found} s, but its message says {declared} s, and "
+            "that is what the price was held for, so I do not transcribe it. Nothing was "
+            "charged."
+        ).format(found=refusal.found, declared=refusal.limit)
     if p is MediaProblem.NOTHING_HEARD:
         return _("🎙 I heard no words in this recording.")
     if p is MediaProblem.NO_VISION:

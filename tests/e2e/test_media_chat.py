@@ -255,6 +255,35 @@ async def test_a_voice_note_is_transcribed_then_answered(
     assert first_answer[4] == speech[0][4], "transcription and answer: one operation"
 
 
+async def test_a_voice_note_longer_than_declared_or_empty_never_reaches_a_provider(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """A real 2.42-second Ogg Opus note declared 0 s long: held on the declared length,
+    downloaded, its packets play 3 s, more than Mistral's 1-second hold, so it is
+    refused with both lengths and the hold released; a 0-byte note is refused before any
+    download, and one whose message claims 100 bytes but downloads none after it; no
+    transcription request, nothing settled."""
+    bot = app_factory()
+    await bot.start()
+    mark = fake_telegram.mark()
+    fake_telegram.inject_voice(93, VOICE, duration=0)
+    reply = await _reply(fake_telegram, 93, mark)
+    assert "plays for 3 s" in reply.text and "says 0 s" in reply.text, reply.text
+    assert "Nothing was charged" in reply.text
+    assert len(fake_telegram.files.downloads) == 1
+    for file_size in (None, 100):
+        mark = fake_telegram.mark()
+        fake_telegram.inject_voice(93, b"", duration=3, file_size=file_size)
+        reply = await _reply(fake_telegram, 93, mark)
+        assert "empty (0 bytes)" in reply.text and "Nothing was charged" in reply.text
+    assert len(fake_telegram.files.downloads) == 2, "the 0-byte one is never downloaded"
+    assert fake_providers.transcriptions == [] and fake_providers.requests == []
+    await bot.stop()
+    with sqlite3.connect(Path(bot.env["DATABASE_URL"].split("///", 1)[1])) as db:
+        states = {r[0] for r in db.execute("SELECT state FROM budget_holds")}
+    assert states == {"released"}
+
+
 async def test_an_audio_file_and_a_video_note_are_transcribed_then_answered(
     app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:
