@@ -84,7 +84,8 @@ async def test_documents_over_a_cap_get_a_template_and_no_provider_request(
 ) -> None:
     """A 300-page PDF (over DOCUMENT_MAX_PAGES), a PDF bomb, a DOCX zip bomb, a text
     over MEDIA_MAX_INPUT_TOKENS and a file over the download limit: each a template
-    naming its limit; no provider request; the over-size file is never downloaded."""
+    naming its limit and saying nothing was charged; no provider request; the over-size
+    file is never downloaded."""
     env = dict(app_factory().env, MEDIA_MAX_INPUT_TOKENS="2000", DOCUMENT_MAX_PAGES="200")
     env["DOCUMENT_EXTRACT_TIMEOUT_SECONDS"] = "120"  # the caps, not a loaded machine, refuse
     bot = app_factory(env=env)
@@ -101,6 +102,7 @@ async def test_documents_over_a_cap_get_a_template_and_no_provider_request(
         fake_telegram.inject_document(61, data, file_name=name, mime_type=mime, file_size=size)
         reply = await _reply(fake_telegram, 61, mark)
         assert expected in reply.text, (name, reply.text)
+        assert reply.text.endswith("Nothing was charged."), (name, reply.text)
     assert fake_providers.requests == []
     assert not any("huge" in path for path in fake_telegram.files.downloads)
     assert len(fake_telegram.files.downloads) == 4
