@@ -14,7 +14,11 @@ at most twice):
 
 * modules — distinct product modules entered;
 * ledger entries — calls into the ledger object (``budget.ledger.Ledger`` and its
-  ``budget.admin.LedgerAdmin`` base) from outside those two modules;
+  ``budget.admin.LedgerAdmin`` and ``budget.settle.LedgerSettle`` bases) from outside
+  those modules;
+* ledger steps — the store steps those entries ran (calls from the ledger into its
+  store, ``budget.storage.base.LedgerStore``): each is one trip to the database (on
+  SQLite, to the writer thread) — ``docs/decisions/132-two-ledger-steps.md``;
 * cross-package calls — calls whose caller is in another top-level package than the
   callee (a coroutine resumed is not a new call).
 
@@ -41,7 +45,10 @@ from tests.support.providers import FakeProviders
 from tests.support.telegram import FakeTelegram
 
 PACKAGES = frozenset({"bot", "budget", "llm", "scheduler"})
-LEDGER_MODULES = frozenset({"budget.ledger", "budget.admin"})
+LEDGER_MODULES = frozenset({"budget.ledger", "budget.admin", "budget.settle"})
+STORE_MODULES = frozenset(
+    {"budget.storage.base", "budget.storage.sqlite.store", "budget.storage.postgres.store"}
+)
 TARGET_MODULES = 25
 TARGET_LEDGER_ENTRIES = 2
 
@@ -53,6 +60,7 @@ class Walk:
         self.active = False
         self.first: dict[str, str] = {}  # module → first function entered, in order
         self.ledger_entries: list[str] = []
+        self.ledger_steps: list[str] = []
         self.crossings = 0
         self._seen: set[int] = set()
         self._frames: list[FrameType] = []  # kept alive, so no id is reused
@@ -83,6 +91,12 @@ class Walk:
                 and not frame.f_code.co_name.startswith("_")
             ):
                 self.ledger_entries.append(f"{frame.f_code.co_name} (from {origin})")
+            if (
+                module in STORE_MODULES
+                and origin in LEDGER_MODULES
+                and not frame.f_code.co_name.startswith("_")
+            ):
+                self.ledger_steps.append(frame.f_code.co_name)
 
 
 async def main() -> None:
@@ -120,6 +134,10 @@ async def main() -> None:
     print(f"ledger entries: {len(walk.ledger_entries)} (target <= {TARGET_LEDGER_ENTRIES})")
     for entry in walk.ledger_entries:
         print(f"  {entry}")
+    steps = len(walk.ledger_steps)
+    print(
+        f"ledger steps: {steps} (target <= {TARGET_LEDGER_ENTRIES}): {', '.join(walk.ledger_steps)}"
+    )
     print(f"cross-package calls: {walk.crossings}")
 
 

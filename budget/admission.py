@@ -47,13 +47,20 @@ class DeferredAdmissions:
         origin: Origin,
         max_musd: int,
         max_requests: int,
+        count_message: bool = False,
         chat_id: int | None = None,
     ) -> OperationTicket:
         """A new operation, admitted later (its ``team`` and ``plan`` are ``None`` until
-        then)."""
+        then); ``count_message``: its user's message is counted in the admission's step."""
         op_id = uuid.uuid4().hex
         self._waiting[op_id] = Admission(
-            op_id, user_id, origin, max_musd, max_requests, chat_id=chat_id
+            op_id,
+            user_id,
+            origin,
+            max_musd,
+            max_requests,
+            count_message=count_message,
+            chat_id=chat_id,
         )
         return OperationTicket(op_id, user_id, origin, None, chat_id)
 
@@ -76,6 +83,7 @@ class DeferredAdmissions:
         """The operation exists from here on (or was ended before it needed to)."""
         self._waiting.pop(operation_id, None)
 
-    def forget(self, operation_id: str) -> bool:
-        """End a waiting operation: ``True`` if it was waiting (nothing to write)."""
-        return self._waiting.pop(operation_id, None) is not None
+    def forget(self, operation_id: str) -> Admission | None:
+        """End a waiting operation: its admission if it was waiting (no row to end),
+        else ``None``."""
+        return self._waiting.pop(operation_id, None)

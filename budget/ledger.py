@@ -35,6 +35,7 @@ later takes the bound back out (the provider was never reached). Worked timeline
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable
@@ -62,7 +63,7 @@ from budget.storage.store import (
     RefusedStep,
     SettleRequest,
 )
-from budget.types import Origin
+from budget.types import Origin, RefusalReason
 
 __all__ = ["Ledger"]
 
@@ -237,6 +238,7 @@ class Ledger(LedgerSettle, LedgerAdmin):
         max_musd: int | None = None,
         max_requests: int | None = None,
         deferred: bool = False,
+        count_message: bool = False,
         chat_id: int | None = None,
     ) -> OperationTicket:
         """Admit an operation and take one of the user's in-flight slots.
@@ -258,10 +260,15 @@ class Ledger(LedgerSettle, LedgerAdmin):
                 instead, which then creates nothing. Any other call on it admits it
                 first. Ignored on other stores, and after a deferred admission was
                 refused until an admission passes again.
+            count_message: first count the user's message against
+                USER_DAILY_MESSAGES (:meth:`record_message`); deferred, in the same
+                step as the admission (its ``messages`` refusal then comes from the
+                first :meth:`reserve`), or when it ends if no hold was ever asked
+                (``docs/decisions/132-two-ledger-steps.md``).
 
         Raises:
-            HoldRefused: reason ``kill``, ``inflight`` or ``rate`` (``resets_at`` =
-                when the oldest start leaves the rolling minute).
+            HoldRefused: reason ``messages``, ``kill``, ``inflight`` or ``rate``
+                (``resets_at`` = when the oldest start leaves the rolling minute).
             ValueError: ``user_id`` outside the signed 64-bit range.
         """
         check_user_id(user_id)
@@ -271,7 +278,11 @@ class Ledger(LedgerSettle, LedgerAdmin):
         max_musd = caps.max_musd if max_musd is None else max_musd
         max_requests = caps.max_requests if max_requests is None else max_requests
         if deferred and self.store.defers_admission and not self._deferred.admit_now:
-            return self._deferred.defer(user_id, origin, max_musd, max_requests, chat_id)
+            return self._deferred.defer(
+                user_id, origin, max_musd, max_requests, count_message, chat_id
+            )
+        if count_message:
+            await self.record_message(user_id)
         admission = Admission(
             uuid.uuid4().hex, user_id, origin, max_musd, max_requests, chat_id=chat_id
         )
@@ -300,9 +311,11 @@ class Ledger(LedgerSettle, LedgerAdmin):
         now = self.clock.now() if now is None else now
         try:
             outcome = await self._guarded(self.store.admit(now, admission, hold))
-        except HoldRefused:
+        except HoldRefused as refused:
             if hold is not None:  # admit at once until an admission passes again
                 self._deferred.admit_now = True
+            if refused.refusal.reason is not RefusalReason.MESSAGES:
+                admission.count_message = False  # counted in the refused step
             raise
         self._deferred.admitted(admission.operation_id)  # it exists from here on
         if isinstance(outcome, RefusedStep):
@@ -311,9 +324,14 @@ class Ledger(LedgerSettle, LedgerAdmin):
 
     async def end_operation(self, op: OperationTicket) -> None:
         """Free the operation's in-flight slot. Idempotent. A deferred operation never
-        admitted (no hold was asked) is only forgotten."""
+        admitted (no hold was asked) is only forgotten, its message counted
+        (``count_message``; a cap reached then refuses nothing: the work is over)."""
         self._holding.discard(op.operation_id)
-        if self._deferred.forget(op.operation_id):
+        waiting = self._deferred.forget(op.operation_id)
+        if waiting is not None:
+            if waiting.count_message:
+                with contextlib.suppress(HoldRefused):
+                    await self.record_message(waiting.user_id)
             return
         await self._guarded(self.store.end_operation(self.clock.now(), op.operation_id))
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from budget.types import Origin, Usage
+from budget.types import CalibrationSample, Origin, Usage
 
 __all__ = ["HoldTicket", "LedgerPort", "OperationTicket", "PriceCardPort"]
 
@@ -113,6 +113,7 @@ class LedgerPort(Protocol):
         max_musd: int | None = None,
         max_requests: int | None = None,
         deferred: bool = False,
+        count_message: bool = False,
         chat_id: int | None = None,
     ) -> OperationTicket:
         """Admit an operation: checks kill switch (global and scoped), the user's
@@ -126,6 +127,9 @@ class LedgerPort(Protocol):
         the admission's refusals are then raised by the first :meth:`reserve`, and
         an operation ended before any hold leaves nothing. Callers must treat a
         ``HoldRefused`` from ``reserve`` like one from here.
+
+        ``count_message``: count the user's message against USER_DAILY_MESSAGES first
+        (deferred: in the admission's step; refusal ``messages``).
 
         Raises:
             HoldRefused: reason kill, inflight, rate (or messages).
@@ -196,11 +200,21 @@ class LedgerPort(Protocol):
         hold would touch for ``op`` (incl. the operation cap); ``None`` = no limit."""
         ...
 
-    async def settle(self, hold_id: str, usage: Usage, *, estimated: bool = False) -> int:
+    async def settle(
+        self,
+        hold_id: str,
+        usage: Usage,
+        *,
+        estimated: bool = False,
+        ends: OperationTicket | None = None,
+        calibration: CalibrationSample | None = None,
+    ) -> int:
         """Replace the hold by its actual cost (returned, µUSD), booked in the hold's
         windows. Idempotent; an expired hold (already booked at its bound,
         ceiling plus admission margin, estimated) is corrected to the actual, once.
-        ``estimated`` flags an interrupted call settled by the interrupted-call rule."""
+        ``estimated`` flags an interrupted call settled by the interrupted-call rule.
+        ``ends``: the operation ends with this settle (as :meth:`end_operation`);
+        ``calibration``: persisted with it (as :meth:`record_calibration`)."""
         ...
 
     async def release(self, hold_id: str) -> None:

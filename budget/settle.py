@@ -17,8 +17,9 @@ from budget.notices import LedgerNotices
 from budget.part import LedgerPart
 from budget.policy.rules import interrupted_usage
 from budget.pricing.prices import PriceCard
+from budget.protocol import OperationTicket
 from budget.storage.store import ActualCost, SettleOutcome, SettleRequest, UsageOf
-from budget.types import Usage
+from budget.types import CalibrationSample, Usage
 
 __all__ = ["MAX_UNSETTLED", "LedgerSettle"]
 
@@ -39,6 +40,7 @@ class LedgerSettle(LedgerPart):
     __slots__ = ()
 
     _card: PriceCard
+    _holding: set[str]
     _notices: LedgerNotices
     _unsettled: dict[str, SettleRequest]
 
@@ -52,11 +54,19 @@ class LedgerSettle(LedgerPart):
         self._notices.tripped(outcome.auto_killed)
         return outcome.actual_musd
 
-    async def _settle(self, hold_id: str, usage: Usage | UsageOf, estimated: bool) -> SettleOutcome:
+    async def _settle(
+        self,
+        hold_id: str,
+        usage: Usage | UsageOf,
+        estimated: bool,
+        ends: OperationTicket | None = None,
+        calibration: CalibrationSample | None = None,
+    ) -> SettleOutcome:
         """Settle, or keep the usage to settle at the next sweep when storage fails (the
         usage is known only to this process: without it the hold would be booked at
         its ceiling, estimated, for good)."""
-        request = SettleRequest(hold_id, usage, estimated, self._pricer)
+        end = None if ends is None else ends.operation_id
+        request = SettleRequest(hold_id, usage, estimated, self._pricer, end, calibration)
         try:
             return await self._guarded(self.store.settle(self.clock.now(), request))
         except LedgerUnavailable:
@@ -79,8 +89,19 @@ class LedgerSettle(LedgerPart):
                 log.info("settled hold %s after the storage failure", hold_id)
                 self._after_settle(outcome)
 
-    async def settle(self, hold_id: str, usage: Usage, *, estimated: bool = False) -> int:
-        """Replace the hold by its actual cost, booked in the hold's own windows.
+    async def settle(
+        self,
+        hold_id: str,
+        usage: Usage,
+        *,
+        estimated: bool = False,
+        ends: OperationTicket | None = None,
+        calibration: CalibrationSample | None = None,
+    ) -> int:
+        """Replace the hold by its actual cost, booked in the hold's own windows; in the
+        same step, end the operation ``ends`` (its last answer: as :meth:`end_operation`)
+        and persist ``calibration`` (as :meth:`record_calibration`) —
+        ``docs/decisions/132-two-ledger-steps.md``.
 
         Idempotent: a second settle (or a settle after release) books nothing and
         returns the first actual (0 after a release). A hold that already expired
@@ -98,7 +119,9 @@ class LedgerSettle(LedgerPart):
         Raises:
             UnknownHold: ``hold_id`` was never granted.
         """
-        outcome = await self._settle(hold_id, usage, estimated)
+        outcome = await self._settle(hold_id, usage, estimated, ends, calibration)
+        if ends is not None:  # ended in that step: as end_operation
+            self._holding.discard(ends.operation_id)
         return self._after_settle(outcome)
 
     async def settle_interrupted(

@@ -22,6 +22,7 @@ from enum import StrEnum
 
 __all__ = [
     "HOLD_ONLY_ORIGINS",
+    "CalibrationSample",
     "Level",
     "Origin",
     "Refusal",
@@ -143,3 +144,19 @@ class Usage:
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationSample:
+    """One model's estimate calibration, to persist with the settle it was learnt from.
+
+    Attributes:
+        provider, model: the key name and the model id.
+        ratio_ppm: the reported ÷ counted input tokens, parts per million (smoothed).
+        samples: how many reported counts the ratio folds.
+    """
+
+    provider: str
+    model: str
+    ratio_ppm: int
+    samples: int

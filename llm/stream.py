@@ -236,6 +236,10 @@ class StreamControl:
         first_token_at: loop time of the first chunk of the attempt that answered.
         attempts: provider calls started for this answer (0 while it waits for a call
             slot or a hold: a stop then cuts no connection, it cancels the wait).
+        reading: True while a provider stream is being read (:func:`pump`); a display
+            whose turn comes when it is False shows nothing: the whole answer already
+            arrived and goes out in one piece at once (or the next attempt's text will
+            come), so a draft then would be one more Bot API call for nothing.
     """
 
     __slots__ = (
@@ -244,6 +248,7 @@ class StreamControl:
         "chunks",
         "first_token_at",
         "on_text",
+        "reading",
         "reason",
         "shown",
         "stopped",
@@ -264,6 +269,7 @@ class StreamControl:
         self.chunks = 0
         self.first_token_at: float | None = None
         self.attempts = 0
+        self.reading = False
         self._loop_time = loop_time
 
     def __repr__(self) -> str:
@@ -326,27 +332,69 @@ async def _read(
     limit: OutputLimit | None,
 ) -> None:
     """Read deltas into ``parts`` until the end; raise a cut, or :class:`_Overrun` once
-    ``limit`` says the text is past it."""
+    ``limit`` says the text is past it.
+
+    The first-token, idle and total bounds are one watchdog timer that re-arms itself
+    only when it fires (at most once per ``idle_s``), not a timeout entered per chunk:
+    a chunk costs a clock read (a streamed answer is hundreds of chunks)."""
     loop = asyncio.get_running_loop()
+    last = [loop.time()]  # loop time of the last chunk (of the start, before the first)
+
+    def due() -> float:
+        return min(deadline, last[0] + (first_token_s if counter[0] == 0 else idle_s))
+
+    try:
+        async with asyncio.timeout(None) as timer:
+
+            def watch() -> None:
+                at = due()
+                if loop.time() >= at:
+                    timer.reschedule(loop.time())  # expires now: the read is cut
+                else:
+                    watchdog[0] = loop.call_at(at, watch)
+
+            def rearm() -> None:  # the first chunk: from the first-token bound to idle's
+                watchdog[0].cancel()
+                watchdog[0] = loop.call_at(due(), watch)
+
+            watchdog = [loop.call_at(due(), watch)]
+            try:
+                await _read_chunks(stream, control, parts, counter, (last, loop, rearm), limit)
+            finally:
+                watchdog[0].cancel()
+    except TimeoutError:
+        if due() >= deadline:
+            what = "total deadline exceeded while streaming"
+        elif counter[0] == 0:
+            what = f"no first token within {first_token_s:g} s"
+        else:
+            what = f"no chunk for {idle_s:g} s"
+        raise ProviderUnavailable(stream.provider, what, interrupted=True) from None
+
+
+async def _read_chunks(
+    stream: ChunkStream,
+    control: StreamControl,
+    parts: list[str],
+    counter: list[int],
+    watch: tuple[list[float], asyncio.AbstractEventLoop, Callable[[], None]],
+    limit: OutputLimit | None,
+) -> None:
+    """The chunks of :func:`_read`, each noted in ``last`` (its loop time; the first
+    re-arms the watchdog)."""
+    last, loop, rearm = watch
     while True:
-        wait_s = first_token_s if counter[0] == 0 else idle_s
-        at = min(deadline, loop.time() + wait_s)
         try:
-            async with asyncio.timeout_at(at):
-                delta = await stream.__anext__()
+            delta = await stream.__anext__()
         except StopAsyncIteration:
             return
-        except TimeoutError:
-            if at >= deadline:
-                what = "total deadline exceeded while streaming"
-            elif counter[0] == 0:
-                what = f"no first token within {first_token_s:g} s"
-            else:
-                what = f"no chunk for {idle_s:g} s"
-            raise ProviderUnavailable(stream.provider, what, interrupted=True) from None
+        last[0] = loop.time()
         if counter[0] == 0:
             control.first_token_at = control.now()
-        counter[0] += 1
+            counter[0] = 1
+            rearm()
+        else:
+            counter[0] += 1
         control.chunks = counter[0]
         if delta:
             parts.append(delta)
@@ -389,6 +437,7 @@ async def pump(
     """
     control.text = ""
     control.chunks = 0
+    control.reading = True
     parts: list[str] = []
     counter = [0]
     error: ProviderUnavailable | None = None
@@ -422,6 +471,7 @@ async def pump(
         else:
             ended = "stopped"
     finally:
+        control.reading = False
         stopper.cancel()
         if not reader.done():
             reader.cancel()

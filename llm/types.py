@@ -108,6 +108,9 @@ class LLMRequest:
         input_tokens: the token counter's count of ``messages`` when the caller has it
             already (chat sums the counts stored with each turn); ``None``: the cascade
             counts.
+        ends_operation: the operation ends with this request's answer (chat: one
+            request per message): its settle also ends the operation, in one ledger
+            step (``Completion.operation_ended``; docs/decisions/132-two-ledger-steps.md).
         tools: functions the model may call (keys that take function calling get
             them, one-piece, never streamed; the others are asked without them); their
             JSON is part of the input held (``llm.cascade.plan``).
@@ -130,6 +133,7 @@ class LLMRequest:
     input_tokens: int | None = None
     model: str | None = None
     tools: tuple[ToolSpec, ...] = ()
+    ends_operation: bool = False
     small: bool = False
     origin: Origin | None = None
 
@@ -196,6 +200,8 @@ class Completion:
     max_tokens: int = 0
     #: the functions the model asked to call (``text`` may then be empty)
     tool_calls: tuple[ToolCall, ...] = ()
+    #: the answer's settle also ended its operation (``LLMRequest.ends_operation``)
+    operation_ended: bool = False
 
 
 @dataclass(frozen=True, slots=True)

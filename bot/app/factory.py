@@ -1,31 +1,36 @@
 """The composition root: the one place that builds everything from :class:`Settings`.
 
 Nothing is created at import time. :func:`create_app` wires the engine, ledger,
-cascade, digest runner, aiogram bot and dispatcher into an :class:`~bot.app.lifecycle.App`
-(whose start-up and shutdown hooks are in :mod:`bot.app.lifecycle`); the settings → config
-pieces are in :mod:`bot.app.wiring` (shedding, retention, /drill and the routers in
-:mod:`bot.app.ops_wiring`); :func:`bot.app.polling.run` checks, migrates, starts
+cascade, digest runner, media path, aiogram bot and dispatcher into an
+:class:`~bot.app.lifecycle.App` (start-up and shutdown: :mod:`bot.app.lifecycle`), one
+part at a time: each ``_build_*`` function below builds one piece. What depends on
+whether processes share the database comes from :mod:`bot.app.replicas`, so nothing
+here asks which engine it runs on. Settings → config pieces: :mod:`bot.app.wiring`;
+shedding, retention, /drill and the routers: :mod:`bot.app.ops_wiring`; the media path:
+:mod:`bot.app.media_wiring`. :func:`bot.app.polling.run` checks, migrates, starts
 polling and returns the exit code once a SIGTERM/SIGINT has drained the work.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import ssl
+from dataclasses import dataclass, replace
 
 import httpx
 from aiogram import Bot, Dispatcher
-from aiogram.client.session.aiohttp import AiohttpSession
-from aiogram.client.telegram import TelegramAPIServer
-from prometheus_client import CollectorRegistry
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from aiogram.utils.i18n import I18n
+from prometheus_client import CollectorRegistry, Counter
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from bot.app.access_wiring import build_access
+from bot.app.access_wiring import AccessParts, build_access
 from bot.app.lifecycle import App
-from bot.app.media_wiring import build_media, media_models
-from bot.app.ops_wiring import drill_of, include_routers, retention_of, shedding_of
+from bot.app.media_wiring import MediaParts, build_media, media_models
+from bot.app.operator import books_desk, build_operator, dashboard_site
+from bot.app.ops_wiring import drill_of, retention_of, route_updates, shedding_of
+from bot.app.replicas import Replicas, replicas_of
+from bot.app.telegram_wiring import build_telegram
 from bot.app.wiring import (
     ProfileStoreAdapter,
-    admin_language,
     cascade_config,
     chat_config,
     digest_config,
@@ -34,7 +39,6 @@ from bot.app.wiring import (
     provider_specs_of,
     router_config,
     stream_config,
-    watch_config,
 )
 from bot.chat.deferral import FloodDeferral
 from bot.chat.duplicates import DuplicateGate
@@ -47,8 +51,6 @@ from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.tools import ChatTools
 from bot.handlers.admin.base import AdminView
-from bot.handlers.books import BooksDesk
-from bot.handlers.inline_filters import run_sync_filters_inline
 from bot.middlewares.context import WorkflowData
 from bot.middlewares.intake import (
     ArrivalOrderMiddleware,
@@ -56,46 +58,32 @@ from bot.middlewares.intake import (
     LocaleMiddleware,
     ProfileMiddleware,
 )
-from bot.middlewares.rate import RateExemption, UpdateRateMiddleware
-from bot.middlewares.topics import TopicMiddleware, TopicRequestMiddleware
+from bot.middlewares.rate import UpdateRateMiddleware
+from bot.middlewares.topics import TopicMiddleware
 from bot.ops.admin_notices import AdminNotifier
-from bot.ops.dashboard import build_operator_view, build_site
+from bot.ops.dashboard import OperatorView
 from bot.ops.health import Readiness
-from bot.ops.kpis import KpiReader
 from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_counter
-from bot.ops.once import NoticeBook
 from bot.ops.schema_watch import SchemaWatch
-from bot.ops.watch import OpsWatch
+from bot.ops.shedding import Shedding
 from bot.session.chat_moves import FollowChatMoves
-from bot.session.flood_waits import FloodWaits
-from bot.session.model_pins import PinResponseModels
-from bot.session.update_json import load_checked
-from bot.session.updates import (
-    ConfirmWhenTakenIn,
-    EndOfUpdate,
-    IntakeBarrier,
-    PollInSmallBatches,
-    SkipUndecodableUpdates,
-)
+from bot.session.updates import EndOfUpdate, IntakeBarrier
 from bot.settings import Settings
 from bot.storage.chat_prefs import ChatPrefsStore
 from bot.storage.moves import ChatMoves
 from bot.storage.repos import History, Intake
-from bot.storage.sqlite_hot import SqliteHotPath
 from bot.storage.summaries import CostFooters, Summaries
 from bot.text.digests import TelegramDeliverer
 from bot.text.i18n import create_i18n
 from budget.books.stops import StopBook
-from budget.errors import BudgetConfigError
 from budget.kernel.clock import Clock, SystemClock
-from budget.kernel.db import create_engine, sqlite_path
+from budget.kernel.db import create_engine
 from budget.ledger import Ledger
-from budget.plans import load_plans
-from budget.policy.money import usd_to_musd
+from budget.plans import Plans, load_plans
 from budget.pricing.prices import PriceCard, parse_overrides
 from budget.pricing.tokens import TokenCounter
+from llm.cascade.cascade import Cascade
 from llm.cascade.factory import build_cascade
-from scheduler.claims import Claimant
 from scheduler.profiles import ProfileRepository
 from scheduler.runner import DigestRunner
 from scheduler.service import DigestService
@@ -110,54 +98,134 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     """Build the whole bot from ``settings``. Nothing is started here.
 
     Raises:
-        budget.errors.BudgetConfigError: a paid model without a price, a bad limit.
+        budget.errors.BudgetConfigError: a paid model without a price, a bad limit, a
+            DATABASE_URL that is neither a SQLite file nor ``postgresql+asyncpg://``.
         ValueError: provider configuration that cannot work.
     """
     clock = clock or SystemClock()
     engine = create_engine(settings.database_url)
-    sessions = async_sessionmaker(engine, expire_on_commit=False)
-    path = sqlite_path(settings.database_url)
-    on_postgres = settings.database_url.startswith("postgresql+asyncpg://")
-    if path is None and not on_postgres:
-        raise BudgetConfigError(
-            "the ledger needs a SQLite file or a postgresql+asyncpg:// DATABASE_URL"
-        )
-
-    i18n = create_i18n()
-    bot = Bot(
-        token=settings.bot_token.get_secret_value(),
-        session=AiohttpSession(
-            api=TelegramAPIServer.from_base(settings.telegram_api_base),
-            # no depth or integer of an answer fails later (bot/session/update_json.py)
-            json_loads=load_checked,
-        ),
-    )
     registry = CollectorRegistry()
     dropped = dropped_counter(registry)
-    flood_waits = FloodWaits(clock, on_drop=lambda _method: dropped.labels("flood_wait").inc())
-    bot.session.middleware(flood_waits)
-    # polling: a batch is confirmed once its updates are taken in (bot/session/updates.py)
-    barrier = (
-        None if settings.webhook_mode else IntakeBarrier(clock, settings.poll_intake_wait_seconds)
+    i18n = create_i18n()
+    telegram = build_telegram(settings, clock, dropped)
+    notifier = AdminNotifier(telegram.bot, i18n, settings.admin_ids, clock)
+    core = _build_core(settings, clock, engine, telegram.bot, i18n, notifier)
+    ledger = core.ledger
+    # one TLS context for the HTTPS clients (each new one loads the CA bundle: ~30 ms)
+    tls = httpx.create_ssl_context()
+    cascade = _build_cascade(core, notifier, registry, tls)
+    repo = ProfileRepository(core.sessions, clock, default_digest_time=settings.digest_default_time)
+    chat = _build_chat(core, repo, cascade)
+    digests = _build_digests(core, repo, cascade, tls)
+    # the chat model's tools reach the network only through these guarded sources
+    chat.service.use_tools(
+        ChatTools(settings.chat_tools, ledger=ledger, sources=digests.fetchers, feeds=digests.feeds)
     )
-    if barrier is not None:
-        bot.session.middleware(ConfirmWhenTakenIn(barrier))
-    bot.session.middleware(
-        SkipUndecodableUpdates(on_skip=lambda: dropped.labels("undecodable_update").inc())
+    media = _build_media(core, cascade, chat, digests, tls)
+    operator = build_operator(
+        settings, clock, core.sessions, ledger, engine, cascade, notifier, repo
     )
-    bot.session.middleware(PinResponseModels())
-    bot.session.middleware(PollInSmallBatches())
-    notifier = AdminNotifier(bot, i18n, settings.admin_ids, clock)
+    deferral = FloodDeferral(telegram.flood_waits, chat.outbox, clock, settings.flood_defer_seconds)
+    workflow = _workflow(
+        core, engine, registry, notifier, cascade, chat, digests, operator.view, deferral, media
+    )
+    dp = Dispatcher(**workflow)
+    rate = _add_middlewares(core, dp, telegram.barrier, chat, dropped)
+    route_updates(dp, settings.admin_ids, rate)
+    app = App(
+        settings=settings,
+        clock=clock,
+        engine=engine,
+        bot=telegram.bot,
+        dispatcher=dp,
+        i18n=i18n,
+        chat=chat.service,
+        ledger=ledger,
+        prices=ledger.prices,
+        cascade=cascade,
+        runner=digests.runner,
+        intake=chat.intake,
+        http=digests.http,
+        feed_http=digests.feed_http,
+        registry=registry,
+        notifier=notifier,
+        outbox=chat.outbox,
+        streams=chat.streams,
+        readiness=Readiness(engine),
+        dropped=dropped,
+        schema=SchemaWatch(engine, clock),
+        is_control=lambda update: rate.is_control(update, telegram.bot),
+        dashboard=dashboard_site(settings, clock, ledger, operator.view, dropped),
+        shedding=core.shedding,
+        retention=retention_of(settings, ledger, engine, clock),
+        media=media,
+        ops_watch=operator.watch,
+    )
+    core.replicas.attach(app, telegram.bot, chat.streams)
+    return app
 
-    plans = load_plans(settings.plans_file)  # checked before migrating (preflight)
+
+@dataclass(frozen=True, slots=True)
+class _Core:
+    """What most parts are built from (the access side: :mod:`bot.app.access_wiring`;
+    what the processes share: :mod:`bot.app.replicas`; SHED_ORDER's switch)."""
+
+    settings: Settings
+    clock: Clock
+    sessions: async_sessionmaker[AsyncSession]
+    ledger: Ledger
+    plans: Plans
+    access: AccessParts
+    replicas: Replicas
+    tokens: TokenCounter
+    bot: Bot
+    i18n: I18n
+    shedding: Shedding
+
+
+def _build_core(
+    settings: Settings,
+    clock: Clock,
+    engine: AsyncEngine,
+    bot: Bot,
+    i18n: I18n,
+    notifier: AdminNotifier,
+) -> _Core:
+    """The plans (PLANS_FILE, checked before migrating), the ledger, the sessions, what
+    the processes share and who may use the bot on which plan (the gate before all)."""
+    plans = load_plans(settings.plans_file)
+    ledger = _build_ledger(settings, clock, notifier, plans)
+    sessions = async_sessionmaker(engine, expire_on_commit=False)
+    replicas = replicas_of(ledger, settings.process_dead_after_seconds)
+    return _Core(
+        settings=settings,
+        clock=clock,
+        sessions=sessions,
+        ledger=ledger,
+        plans=plans,
+        access=build_access(
+            settings, sessions, clock, ledger, plans, shared=replicas.access_shared
+        ),
+        replicas=replicas,
+        tokens=TokenCounter(safety_factor=settings.token_safety_factor),
+        bot=bot,
+        i18n=i18n,
+        shedding=shedding_of(settings, ledger, clock, notifier.broadcast),
+    )
+
+
+def _build_ledger(
+    settings: Settings, clock: Clock, notifier: AdminNotifier, plans: Plans
+) -> Ledger:
+    """The price card and the ledger on DATABASE_URL's store (by its scheme:
+    :func:`budget.storage.open_store`: one SQLite file, one process; or a PostgreSQL
+    database shared by several processes), its levels and caps from ``plans`` too."""
     prices = PriceCard(
         [*provider_models(settings), *media_models(settings)],
         overrides=parse_overrides(settings.price_overrides) if settings.price_overrides else None,
         max_call_seconds=settings.provider_timeout_seconds,
     )
-    # the ledger's store by DATABASE_URL's scheme (budget.storage.open_store): one SQLite
-    # file (one process), or a PostgreSQL database shared by several processes
-    ledger = Ledger.open(
+    return Ledger.open(
         settings.database_url,
         ledger_config(settings, plans),
         prices,
@@ -165,100 +233,107 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         on_auto_kill=notifier.auto_kill,
         on_unavailable=notifier.storage_failed,
     )
-    shared = ledger.store.shared  # the database the replicas share (None: one SQLite file)
-    shedding = shedding_of(settings, ledger, clock, notifier.broadcast)
-    tokens = TokenCounter(safety_factor=settings.token_safety_factor)
-    # on PostgreSQL the replicas share each provider key's circuit and paced windows
-    # and GLOBAL_MAX_INFLIGHT_CALLS (leases tied to the processes' heartbeats)
-    key_store = lease_store = None
-    if shared is not None:
-        from llm.keys.claims import CallClaims
-        from llm.keys.postgres import PgKeyStates
 
-        key_store = PgKeyStates(shared, clock)
-        lease_store = CallClaims(
-            shared,
-            shared.process_id,
-            clock,
-            ttl_s=settings.hold_ttl_seconds,
-            dead_after_s=settings.process_dead_after_seconds,
-        )
-    # one TLS context for the HTTPS clients (each new one loads the CA bundle: ~30 ms)
-    tls = httpx.create_ssl_context()
-    cascade = build_cascade(
+
+def _build_cascade(
+    core: _Core, notifier: AdminNotifier, registry: CollectorRegistry, tls: ssl.SSLContext
+) -> Cascade:
+    """The provider cascade; between replicas each key's circuit and paced windows and
+    GLOBAL_MAX_INFLIGHT_CALLS are shared (leases tied to the processes' heartbeats)."""
+    settings, clock = core.settings, core.clock
+    return build_cascade(
         provider_specs_of(settings),
-        ledger=ledger,
+        ledger=core.ledger,
         clock=clock,
         config=cascade_config(settings),
-        token_counter=tokens.messages,
+        token_counter=core.tokens.messages,
         on_event=notifier.cascade_event,
         registry=registry,
-        key_store=key_store,
-        lease_store=lease_store,
+        key_store=core.replicas.key_states(clock),
+        lease_store=core.replicas.call_claims(clock, settings.hold_ttl_seconds),
         tls=tls,
     )
-    # on a SQLite file the message path's bot-table writes ride the ledger's one writer
-    hot = SqliteHotPath(ledger.store.writer) if ledger.store.writer is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Chat:
+    """The chat's pieces: the service and the stores and workers around it."""
+
+    service: ChatService
+    history: History
+    summaries: Summaries
+    moves: ChatMoves
+    intake: Intake
+    outbox: Outbox
+    streams: StreamRegistry
+    profiles: ProfileStoreAdapter
+
+
+def _build_chat(core: _Core, repo: ProfileRepository, cascade: Cascade) -> _Chat:
+    """The chat service (folding long histories into summaries), its history, the
+    intake, the outbox, the streams and the profile store (on a SQLite file the message
+    path's writes ride the ledger's writer)."""
+    settings, clock, hot = core.settings, core.clock, core.replicas.hot
     # a group upgraded to a supergroup: its calls, rows and answers follow it there
-    moves = ChatMoves(sessions)
-    bot.session.middleware(FollowChatMoves(moves))
-    history = History(sessions, hot, moves)
-    # several processes share a PostgreSQL database: each message remembers who took it
-    # in, and only a dead process's are "lost" (bot.storage.repos.Intake.take_lost)
-    intake = Intake(
-        sessions,
-        hot,
-        shared=None
-        if hot is not None or path is not None
-        else (ledger.store.process_id, settings.process_dead_after_seconds),
-    )
-    # replicas: each kept answer is claimed by one worker before it is sent
-    outbox = Outbox(
-        sessions,
-        bot,
-        clock,
-        claim_s=settings.process_dead_after_seconds if on_postgres else None,
-    )
-    streams = StreamRegistry(clock)
-    if shared is not None:  # /kill hard cuts every replica's streams (bot/ops/signals.py)
-        from bot.ops.signals import KILL_HARD, PgSignals, SignalWatcher
-
-        streams.kill_watch = SignalWatcher(
-            PgSignals(shared.control, clock), KILL_HARD, clock, lambda: streams.stop_all("kill")
-        )
-    # replicas: a user's queue counts the other live replicas' unfinished messages too
-    lanes = None
-    if shared is not None:
-        from bot.chat.lanes import PgLanes
-
-        lanes = PgLanes(shared, shared.process_id, clock, settings.process_dead_after_seconds)
-    summaries = Summaries(sessions, moves, hot)
-    folder = HistoryFolder(
-        summaries=summaries,
-        backend=cascade,
-        raw_turn=raw_turn_counter(tokens.raw_messages),
-        scale=tokens.scale,
-        clock=clock,
-        history_max_tokens=settings.chat_history_max_tokens,
-        summary_max_tokens=settings.chat_summary_max_tokens,
-        router=router_config(settings),
-    )
-    chat = ChatService(
-        ledger=ledger,
+    moves = ChatMoves(core.sessions)
+    core.bot.session.middleware(FollowChatMoves(moves))
+    history = History(core.sessions, hot, moves)
+    summaries = Summaries(core.sessions, moves, hot)
+    service = ChatService(
+        ledger=core.ledger,
         backend=cascade,
         history=history,
-        count_tokens=tokens,
+        count_tokens=core.tokens,
         clock=clock,
         config=chat_config(settings),
-        record_message=ledger.record_message,
-        lanes=lanes,
-        short_answers=lambda: shedding.is_off("long_answers"),
-        folder=folder,
+        count_messages=True,
+        lanes=core.replicas.lanes(clock),
+        short_answers=lambda: core.shedding.is_off("long_answers"),
+        folder=HistoryFolder(
+            summaries=summaries,
+            backend=cascade,
+            raw_turn=raw_turn_counter(core.tokens.raw_messages),
+            scale=core.tokens.scale,
+            clock=clock,
+            history_max_tokens=settings.chat_history_max_tokens,
+            summary_max_tokens=settings.chat_summary_max_tokens,
+            router=router_config(settings),
+        ),
     )
-    repo = ProfileRepository(sessions, clock, default_digest_time=settings.digest_default_time)
-    profiles = ProfileStoreAdapter(
-        repo, hot=hot, clock=clock, default_digest_time=settings.digest_default_time
+    return _Chat(
+        service=service,
+        history=history,
+        summaries=summaries,
+        moves=moves,
+        intake=Intake(core.sessions, hot, shared=core.replicas.intake),
+        outbox=Outbox(core.sessions, core.bot, clock, claim_s=core.replicas.outbox_claim_s),
+        streams=StreamRegistry(clock),
+        profiles=ProfileStoreAdapter(
+            repo, hot=hot, clock=clock, default_digest_time=settings.digest_default_time
+        ),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Digests:
+    """The digests' pieces: what /sub and friends call, the runner, their HTTP clients,
+    the feed reader (which also reads a lone link's page: :mod:`bot.media`) and the
+    guarded sources (which the chat's tools read through too)."""
+
+    service: DigestService
+    runner: DigestRunner
+    http: httpx.AsyncClient
+    feed_http: httpx.AsyncClient
+    feeds: FeedClient
+    fetchers: Fetchers
+
+
+def _build_digests(
+    core: _Core, repo: ProfileRepository, cascade: Cascade, tls: ssl.SSLContext
+) -> _Digests:
+    """The channel fetchers (t.me previews; feeds behind the address guard), the digest
+    service and runner (between replicas each run and summary claimed by one process)."""
+    settings, clock = core.settings, core.clock
 
     async def tz_of(user_id: int) -> str:
         profile = await repo.get(user_id)
@@ -271,38 +346,16 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         transport=GuardedTransport(guard),  # certifi's bundle; no SSL_CERT_FILE for feeds
         trust_env=False,
     )
-    feeds = FeedClient(
-        feed_http,
-        guard,
-        max_bytes=settings.fetch_max_bytes,
-        timeout_s=settings.fetch_timeout_seconds,
-    )
+    max_bytes, timeout_s = settings.fetch_max_bytes, settings.fetch_timeout_seconds
     fetchers = Fetchers(
         TmeClient(
-            http,
-            base_url=settings.telegram_web_base,
-            max_bytes=settings.fetch_max_bytes,
-            timeout_s=settings.fetch_timeout_seconds,
+            http, base_url=settings.telegram_web_base, max_bytes=max_bytes, timeout_s=timeout_s
         ),
-        feeds,
+        feeds := FeedClient(feed_http, guard, max_bytes=max_bytes, timeout_s=timeout_s),
         clock,
     )
-    media = build_media(
-        settings,
-        bot=bot,
-        ledger=ledger,
-        chat_cascade=cascade,
-        history=history,
-        feeds=feeds,
-        tokens=tokens,
-        clock=clock,
-        tls=tls,
-    )
-    chat.vision = media.vision
-    # the chat model's tools reach the network only through these guarded sources
-    chat.use_tools(ChatTools(settings.chat_tools, ledger=ledger, sources=fetchers, feeds=feeds))
-    digests = DigestService(
-        sessions,
+    service = DigestService(
+        core.sessions,
         clock,
         fetchers,
         repo,
@@ -312,180 +365,135 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     )
     runner = DigestRunner(
         clock=clock,
-        session_factory=sessions,
-        ledger=ledger,
+        session_factory=core.sessions,
+        ledger=core.ledger,
         backend=cascade,
-        deliverer=TelegramDeliverer(bot, i18n, clock, tz_of),
+        deliverer=TelegramDeliverer(core.bot, core.i18n, clock, tz_of),
         fetcher=fetchers,
         config=replace(
-            digest_config(settings), paid_allowed=lambda: not shedding.is_off("paid_digests")
+            digest_config(settings), paid_allowed=lambda: not core.shedding.is_off("paid_digests")
         ),
-        count_tokens=tokens.text,
-        # replicas on one PostgreSQL: each run and summary claimed by one process;
-        # SQLite has one process per file (the instance lock): nothing to claim
-        claimant=(
-            Claimant(ledger.store.process_id, settings.process_dead_after_seconds)
-            if on_postgres
-            else None
-        ),
+        count_tokens=core.tokens.text,
+        claimant=core.replicas.claimant,
     )
+    return _Digests(service, runner, http, feed_http, feeds, fetchers)
 
-    # who may use the bot, on which plan: the lists in memory, the gate before everything
-    who = build_access(settings, sessions, clock, ledger, plans, shared=on_postgres)
-    # the operator's figures: the dashboard's documents (also /budget chart's picture),
-    # the alerts before the caps and the spend reports (bot/ops/watch.py)
-    kpis = KpiReader(sessions, clock, clock.monotonic())
-    notifier.language_of = admin_language(repo)
-    ops_watch = OpsWatch(
-        ledger=ledger,
-        engine=engine,
-        cascade=cascade,
-        notices=NoticeBook(sessions, clock),
-        notifier=notifier,
-        kpis=kpis,
-        clock=clock,
-        config=watch_config(settings),
+
+def _build_media(
+    core: _Core, cascade: Cascade, chat: _Chat, digests: _Digests, tls: ssl.SSLContext
+) -> MediaParts:
+    """The media path (:mod:`bot.app.media_wiring`); the chat answers photos with its
+    vision cascade."""
+    media = build_media(
+        core.settings,
+        bot=core.bot,
+        ledger=core.ledger,
+        chat_cascade=cascade,
+        history=chat.history,
+        feeds=digests.feeds,
+        tokens=core.tokens,
+        clock=core.clock,
+        tls=tls,
     )
-    operator_view = build_operator_view(ledger, cascade, engine, clock, settings.budget_tz, kpis)
-    dashboard = None
-    if settings.dashboard_path is not None:
-        dashboard = build_site(
-            operator_view,
-            ledger,
-            token=settings.bot_token,
-            admin_ids=settings.admin_ids,
-            clock=clock,
-            path=settings.dashboard_path,
-            max_age_s=settings.dashboard_auth_max_age_seconds,
-            on_refused=lambda: dropped.labels("dashboard_auth").inc(),
-        )
-    workflow = WorkflowData(
-        clock=clock,
-        chat_service=chat,
-        history=history,
-        cost_footers=CostFooters(sessions, hot),
-        duplicates=DuplicateGate(clock, settings.duplicate_window_seconds),
-        summaries=summaries,
-        chat_moves=moves,
-        profiles=profiles,
-        i18n=i18n,
-        ledger=ledger,
+    chat.service.vision = media.vision
+    return media
+
+
+def _workflow(
+    core: _Core,
+    engine: AsyncEngine,
+    registry: CollectorRegistry,
+    notifier: AdminNotifier,
+    cascade: Cascade,
+    chat: _Chat,
+    digests: _Digests,
+    operator_view: OperatorView,
+    flood_deferral: FloodDeferral,
+    media: MediaParts,
+) -> WorkflowData:
+    """What handlers ask for by name (``Dispatcher(**workflow_data)``)."""
+    return WorkflowData(
+        clock=core.clock,
+        chat_service=chat.service,
+        history=chat.history,
+        cost_footers=CostFooters(core.sessions, core.replicas.hot),
+        duplicates=DuplicateGate(core.clock, core.settings.duplicate_window_seconds),
+        summaries=chat.summaries,
+        chat_moves=chat.moves,
+        profiles=chat.profiles,
+        i18n=core.i18n,
+        ledger=core.ledger,
         cascade=cascade,
-        digests=digests,
-        intake=intake,
-        runner=runner,
-        settings_view=AdminView(settings),
-        books=BooksDesk(
-            engine=engine,
-            ledger=ledger,
-            budget_tz=settings.budget_tz,
-            billing_tz=settings.billing_tz,
-            tolerance_musd=usd_to_musd(settings.reconcile_tolerance_usd) or 0,
-            keys={name: not prices.is_free(name) for name in settings.provider_keys()},
-        ),
+        digests=digests.service,
+        intake=chat.intake,
+        runner=digests.runner,
+        settings_view=AdminView(core.settings),
+        books=books_desk(core.settings, engine, core.ledger),
         refusals=refusal_counter(registry),
         notifier=notifier,
         delivery_failures=delivery_failure_counter(registry),
-        outbox=outbox,
-        flood_deferral=FloodDeferral(flood_waits, outbox, clock, settings.flood_defer_seconds),
-        streams=streams,
-        stream_config=stream_config(settings, shed=lambda: shedding.is_off("streaming")),
+        outbox=chat.outbox,
+        flood_deferral=flood_deferral,
+        streams=chat.streams,
+        stream_config=stream_config(core.settings, shed=lambda: core.shedding.is_off("streaming")),
         stream_metrics=StreamMetrics(registry),
-        stop_book=StopBook(sessions),
-        admin_ids=settings.admin_ids,
-        stale_after_s=settings.stale_message_seconds,
-        access=who.book,
-        plans=plans,
-        user_plans=who.user_plans,
-        invite_ttl_hours=settings.invite_ttl_hours,
-        plan_sales=who.sales,
+        stop_book=StopBook(core.sessions),
+        admin_ids=core.settings.admin_ids,
+        stale_after_s=core.settings.stale_message_seconds,
+        access=core.access.book,
+        plans=core.plans,
+        user_plans=core.access.user_plans,
+        invite_ttl_hours=core.settings.invite_ttl_hours,
+        plan_sales=core.access.sales,
         operator_view=operator_view,
-        dashboard_url=settings.dashboard_url,
-        chat_prefs=ChatPrefsStore(sessions),
-        model_menu=ModelMenu(provider_models(settings), prices, settings.chat_models, clock.now),
-        persona_max_chars=settings.persona_max_chars,
-        drill=drill_of(ledger, i18n, settings),
+        dashboard_url=core.settings.dashboard_url,
+        chat_prefs=ChatPrefsStore(core.sessions),
+        model_menu=ModelMenu(
+            provider_models(core.settings),
+            core.ledger.prices,
+            core.settings.chat_models,
+            core.clock.now,
+        ),
+        persona_max_chars=core.settings.persona_max_chars,
+        drill=drill_of(core.ledger, core.i18n, core.settings),
         media_desk=media.desk,
         confirmations=media.confirmations,
     )
-    dp = Dispatcher(**workflow)
-    bot.session.middleware(TopicRequestMiddleware())
-    dp.message.outer_middleware(TopicMiddleware())
-    # replicas count a payer's updates over all of them (bot/storage/pg_rates.py)
-    shared_rates = None
-    if shared is not None:
-        from bot.storage.pg_rates import PgUpdateRates
 
-        shared_rates = PgUpdateRates(shared, clock)
+
+def _add_middlewares(
+    core: _Core, dp: Dispatcher, barrier: IntakeBarrier | None, chat: _Chat, dropped: Counter
+) -> UpdateRateMiddleware:
+    """The dispatcher's middlewares, in the order an update meets them
+    (``docs/architecture.md``); returns the update-rate middleware (the app asks it
+    which updates are controls)."""
+    settings, clock = core.settings, core.clock
+    dp.message.outer_middleware(TopicMiddleware())
     rate = UpdateRateMiddleware(
         settings.user_max_updates_per_minute,
         clock,
-        i18n,
+        core.i18n,
         on_drop=lambda: dropped.labels("update_rate").inc(),
-        shared=shared_rates,
+        shared=core.replicas.update_rates(clock),  # replicas count a payer's updates over all
     )
     if barrier is not None:  # the first update middleware: sees every update end
         dp.update.outer_middleware(EndOfUpdate(barrier))
     # access before anything else: a stranger costs a lookup (bot/middlewares/access.py)
-    dp.update.outer_middleware(who.gate(settings, i18n, ledger))
+    dp.update.outer_middleware(core.access.gate(settings, core.i18n, core.ledger))
     dp.update.outer_middleware(rate)
     dp.message.outer_middleware(
-        ArrivalOrderMiddleware(chat, PasteJoiner(clock, settings.paste_join_seconds))
+        ArrivalOrderMiddleware(chat.service, PasteJoiner(clock, settings.paste_join_seconds))
     )
     dp.message.outer_middleware(
         ProfileMiddleware(
-            profiles,
+            chat.profiles,
             settings.admin_ids,
             settings.user_tz,
-            recorder=profiles if hot is not None else None,
+            recorder=chat.profiles if core.replicas.hot is not None else None,
         )
     )
-    LocaleMiddleware(i18n).setup(dp)
+    LocaleMiddleware(core.i18n).setup(dp)
     dp.message.outer_middleware(
-        IntakeMiddleware(intake, clock, barrier.taken_in if barrier is not None else None)
+        IntakeMiddleware(chat.intake, clock, barrier.taken_in if barrier is not None else None)
     )
-    include_routers(dp, settings.admin_ids)
-    # controls tagged flags={"rate_limit": False} pass the update rate (bot/middlewares/rate.py)
-    rate.exempt(dp)
-    # magic filters (F.text …) on the loop, not one thread hop each (bot/handlers/inline_filters.py)
-    run_sync_filters_inline(dp)
-    gate = RateExemption()
-    for name, observer in dp.observers.items():
-        if name not in ("update", "error"):
-            observer.middleware(gate)
-
-    app = App(
-        settings=settings,
-        clock=clock,
-        engine=engine,
-        bot=bot,
-        dispatcher=dp,
-        i18n=i18n,
-        chat=chat,
-        ledger=ledger,
-        prices=prices,
-        cascade=cascade,
-        runner=runner,
-        intake=intake,
-        http=http,
-        feed_http=feed_http,
-        registry=registry,
-        notifier=notifier,
-        outbox=outbox,
-        streams=streams,
-        readiness=Readiness(engine),
-        dropped=dropped,
-        schema=SchemaWatch(engine, clock),
-        is_control=lambda update: rate.is_control(update, bot),
-        dashboard=dashboard,
-        shedding=shedding,
-        retention=retention_of(settings, ledger, engine, clock),
-        media=media,
-        ops_watch=ops_watch,
-    )
-    if shared is not None:  # a process taken for dead stops acting (bot/session/fence.py)
-        from bot.session.fence import FencedSession
-
-        bot.session.middleware(FencedSession(shared))
-        shared.on_fenced.append(app.fence)
-    return app
+    return rate

@@ -316,7 +316,7 @@ class App:
         )
         # answers sent after the chat's part (a send, an outbox row) record their
         # outcomes before storage closes (the ledger's writer takes those writes)
-        if left := await self.intake.wait_open(OUTCOME_WAIT_S):
+        if left := await self.intake.wait_open(OUTCOME_WAIT_S, self.clock):
             log.warning("%d messages closed without their outcome recorded", left)
         await self.schema.stop()
         if self.retention is not None:

@@ -20,6 +20,7 @@ from bot.handlers.conversation import create_conversation_router
 from bot.handlers.dashboard import create_dashboard_router
 from bot.handlers.digests import create_digest_router
 from bot.handlers.errors import create_error_router
+from bot.handlers.inline_filters import run_sync_filters_inline
 from bot.handlers.me import create_me_router
 from bot.handlers.media import create_media_router, link_route
 from bot.handlers.moves import create_chat_moves_router
@@ -27,6 +28,7 @@ from bot.handlers.persona import create_persona_router
 from bot.handlers.regenerate import create_regenerate_router
 from bot.handlers.stars import create_stars_router
 from bot.handlers.stream import create_stream_router
+from bot.middlewares.rate import RateExemption, UpdateRateMiddleware
 from bot.ops.drill import Drill
 from bot.ops.retention import RetentionJob
 from bot.ops.shedding import Shedding, admin_announcer
@@ -35,7 +37,7 @@ from budget.kernel.clock import Clock
 from budget.ledger import Ledger
 from budget.pricing.names import CASCADE_ORDER
 
-__all__ = ["drill_of", "include_routers", "retention_of", "shedding_of"]
+__all__ = ["drill_of", "include_routers", "retention_of", "route_updates", "shedding_of"]
 
 
 def shedding_of(
@@ -81,6 +83,20 @@ def drill_of(ledger: Ledger, i18n: I18n, settings: Settings) -> Drill:
     name = (paid or keys)[0]
     key = (name, settings.provider(name).model)
     return Drill(ledger, i18n, settings.budget_tz, key, paid=bool(paid))
+
+
+def route_updates(dp: Dispatcher, admin_ids: frozenset[int], rate: UpdateRateMiddleware) -> None:
+    """The routers (:func:`include_routers`) and what runs around them: the controls'
+    pass of the update rate, the magic filters on the loop, the rate exemption."""
+    include_routers(dp, admin_ids)
+    # controls tagged flags={"rate_limit": False} pass the update rate (bot/middlewares/rate.py)
+    rate.exempt(dp)
+    # magic filters (F.text …) on the loop, not one thread hop each (bot/handlers/inline_filters.py)
+    run_sync_filters_inline(dp)
+    gate = RateExemption()
+    for name, observer in dp.observers.items():
+        if name not in ("update", "error"):
+            observer.middleware(gate)
 
 
 def include_routers(dp: Dispatcher, admin_ids: frozenset[int]) -> None:

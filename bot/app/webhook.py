@@ -83,6 +83,7 @@ from bot.session.update_json import UndecodableJson, load_checked
 from bot.storage.repos import is_storage_failure
 from bot.text.i18n import pick_language
 from budget.errors import ProcessFenced
+from budget.kernel.tasks import ended_within
 
 __all__ = ["SECRET_HEADER", "WebhookServer", "serve_webhook"]
 
@@ -379,13 +380,12 @@ class WebhookServer:
             0.0 if app.fenced.is_set() else app.settings.shutdown_grace_seconds,
             stop_streams=lambda: app.streams.stop_all("shutdown"),
         )
-        pending = set(self._tasks)
-        if pending:
-            _done, still = await asyncio.wait(pending, timeout=TASK_WAIT_S)
-            for task in still:
-                task.cancel()
-            if still:
-                await asyncio.wait(still, timeout=TASK_WAIT_S)
+        # a grace is policy: on the injected clock (docs/decisions/020-clock-rule.md)
+        still = await ended_within(self._tasks, TASK_WAIT_S, app.clock)
+        for task in still:
+            task.cancel()
+        if still:
+            await ended_within(still, TASK_WAIT_S, app.clock)
         await app.on_shutdown()
         await self.close()
         await app.bot.session.close()

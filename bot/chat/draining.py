@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Callable
 
 from budget.kernel.clock import Clock
+from budget.kernel.tasks import ended_within
 
 __all__ = ["CANCEL_WAIT_S", "STOP_WAIT_S", "Draining"]
 
@@ -57,12 +58,4 @@ class Draining:
     ) -> set[asyncio.Task[object]]:
         """Wait until every task of ``tasks`` ended or the clock slept ``seconds``; the
         tasks still running then (none is cancelled here)."""
-        ended = asyncio.ensure_future(asyncio.wait(tasks))
-        pause = asyncio.ensure_future(self._clock.sleep(seconds))
-        try:
-            await asyncio.wait({ended, pause}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in (ended, pause):
-                waiter.cancel()
-            await asyncio.gather(ended, pause, return_exceptions=True)
-        return {task for task in tasks if not task.done()}
+        return await ended_within(tasks, seconds, self._clock)

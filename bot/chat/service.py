@@ -80,8 +80,9 @@ class ChatService(Draining):
             the whole prompt would give), handed to the cascade.
         clock: the one clock.
         config: chat knobs.
-        record_message: counts a message against the courtesy daily cap
-            (USER_DAILY_MESSAGES); raises ``HoldRefused`` (reason ``messages``) past it.
+        count_messages: count each message against the courtesy daily cap
+            (USER_DAILY_MESSAGES) in its operation's admission (``HoldRefused``, reason
+            ``messages``, past it; docs/decisions/132-two-ledger-steps.md).
         lanes: the other replicas' unfinished messages of a user (``None``: one process).
         tools: the model's tools (CHAT_TOOLS; ``None`` or none enabled: one call per
             message); each step of the loop is a request of the message's operation
@@ -104,7 +105,7 @@ class ChatService(Draining):
         count_tokens: PromptCounter,
         clock: Clock,
         config: ChatConfig,
-        record_message: Callable[[int], Awaitable[int]] | None = None,
+        count_messages: bool = False,
         lanes: LaneStore | None = None,
         tools: ChatTools | None = None,
         short_answers: Callable[[], bool] | None = None,
@@ -115,7 +116,7 @@ class ChatService(Draining):
         self._short = short_answers
         self.vision = vision
         self._folder = folder
-        self._record_message = record_message
+        self._count_messages = count_messages
         self._backend = backend
         self._history = history
         self._count = count_tokens
@@ -234,11 +235,6 @@ class ChatService(Draining):
         limit = self._input_limit(media)
         if tokens > limit:
             return ChatFailed(FailureKind.TOO_LONG, tokens=tokens, limit=limit)
-        if self._record_message is not None:
-            try:
-                await self._record_message(user_id)
-            except HoldRefused as exc:
-                return refused_outcome(exc, running=lane.order.index(key) > 0)
         try:
             while (place := await self._lanes.place(user_id, key)) >= slots:
                 await self._lanes.wait_turn(user_id)
@@ -279,18 +275,17 @@ class ChatService(Draining):
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
         try:
-            # admitted with its first hold, in that hold's ledger step
-            # (docs/decisions/011-sqlite-single-writer.md, "Deferred admission"); a
-            # refusal of the admission then comes from the cascade, handled below
-            # a message in a group is held on the group's level too
-            # (docs/decisions/110-ledger-levels-and-months.md); a private chat's id is
-            # its user's, a group's is negative
+            # admitted with its first hold, the message counted, in that hold's step
+            # (decisions 011 "Deferred admission", 132); its refusal then comes from the
+            # cascade, handled below. A group (negative id) pays too (decision 110)
             group = where.chat_id if where.chat_id < 0 else None
+            count = self._count_messages
             op = await self._ledger.begin_operation(
-                where.user_id, Origin.CHAT, deferred=True, chat_id=group
+                where.user_id, Origin.CHAT, deferred=True, count_message=count, chat_id=group
             )
         except HoldRefused as exc:
             return refused_outcome(exc, running=others_running)
+        completion: Completion | None = None
         step = "answer"  # what a refused hold was for (the refusal names it)
         try:
             if media is not None and media.transcribe is not None:
@@ -333,7 +328,8 @@ class ChatService(Draining):
             return ChatFailed(FailureKind.ERROR, charged_musd=await self._booked_musd(op))
         finally:
             try:
-                await self._ledger.end_operation(op)
+                if completion is None or not completion.operation_ended:
+                    await self._ledger.end_operation(op)
             except BudgetError:
                 # storage failed: the slot expires with the operation's TTL; an answer
                 # that exists is still delivered
@@ -394,6 +390,7 @@ class ChatService(Draining):
             model=model,
             small=chosen is Route.SMALL and model is None,
             origin=Origin.VISION if user_msg.images else None,
+            ends_operation=True,  # its settle ends the operation (the message's last step)
         )
         return request, history.fold
 

@@ -22,10 +22,19 @@ from bot.storage.sqlite_hot import SqliteHotPath
 from bot.storage.tables import ChatSummary, ChatTurn, SeenMessage
 from bot.storage.values import Turn
 from budget.errors import LedgerUnavailable
+from budget.kernel.clock import Clock
+from budget.kernel.tasks import ended_within
 from budget.storage.tables import processes
 from llm.types import Message
 
-__all__ = ["Conversation", "History", "Intake", "LostMessage", "is_storage_failure"]
+__all__ = [
+    "Conversation",
+    "History",
+    "Intake",
+    "LostMessage",
+    "SharedIntake",
+    "is_storage_failure",
+]
 
 
 #: SQLSTATE classes of PostgreSQL that mean the database, not the statement, failed:
@@ -81,6 +90,20 @@ def is_storage_failure(exc: BaseException) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class SharedIntake:
+    """The intake of a process that shares its database with others (PostgreSQL).
+
+    Attributes:
+        process_id: this process's id in ``budget_processes``, recorded with each message.
+        dead_after_s: PROCESS_DEAD_AFTER_SECONDS: :meth:`Intake.take_lost` takes only the
+            messages of processes silent that long.
+    """
+
+    process_id: str
+    dead_after_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class LostMessage:
     """A message taken in by a previous process and never answered."""
 
@@ -103,11 +126,11 @@ class Intake:
         hot: on a SQLite file, the ledger's writer for :meth:`record` and :meth:`finish`
             (:mod:`bot.storage.sqlite_hot`: one grouped step each instead of an ORM session);
             ``None``: through ``sessions``.
-        shared: on a database several processes share (PostgreSQL), ``(process_id,
-            dead_after_s)``: this process's id in ``budget_processes``, recorded with
-            each message, and PROCESS_DEAD_AFTER_SECONDS — :meth:`take_lost` then takes
-            only the messages of processes silent that long. ``None``: one process per
-            database (SQLite), every message left ``received`` is a previous process's.
+        shared: on a database several processes share (PostgreSQL), this process's id
+            and PROCESS_DEAD_AFTER_SECONDS (:class:`SharedIntake`): :meth:`take_lost`
+            then takes only the messages of processes silent that long. ``None``: one
+            process per database (SQLite), every message left ``received`` is a
+            previous process's.
     """
 
     def __init__(
@@ -115,7 +138,7 @@ class Intake:
         sessions: async_sessionmaker[AsyncSession],
         hot: SqliteHotPath | None = None,
         *,
-        shared: tuple[str, float] | None = None,
+        shared: SharedIntake | None = None,
     ) -> None:
         self._sessions = sessions
         self._hot = hot
@@ -138,18 +161,16 @@ class Intake:
         finally:
             self._open.discard(task)
 
-    async def wait_open(self, timeout_s: float) -> int:
-        """Wait up to ``timeout_s`` seconds for the messages being handled (see
+    async def wait_open(self, timeout_s: float, clock: Clock) -> int:
+        """Wait up to ``timeout_s`` seconds of ``clock`` (a grace: the injected clock,
+        ``docs/decisions/020-clock-rule.md``) for the messages being handled (see
         :meth:`open_message`) to write their outcomes; returns how many were still open
         then. Called at shutdown after the chat drained and before storage closes: an
         answer delivered after the chat's part ended (its send, a flood wait's outbox
         row) still records its outcome, instead of being taken for lost at the next
         start."""
-        pending = {t for t in self._open if t is not asyncio.current_task() and not t.done()}
-        if not pending:
-            return 0
-        _done, still = await asyncio.wait(pending, timeout=timeout_s)
-        return len(still)
+        pending = {t for t in self._open if t is not asyncio.current_task()}
+        return len(await ended_within(pending, timeout_s, clock))
 
     @property
     def shared(self) -> bool:
@@ -194,7 +215,7 @@ class Intake:
             "language": language,
             "thread_id": thread_id,
             "received_at": now,
-            "process_id": None if self._shared is None else self._shared[0],
+            "process_id": None if self._shared is None else self._shared.process_id,
         }
         async with self._sessions() as session:
             dialect = session.get_bind().dialect.name
@@ -249,7 +270,7 @@ class Intake:
         """
         lost = SeenMessage.status == "received"
         if self._shared is not None:
-            process_id, dead_after_s = self._shared
+            process_id, dead_after_s = self._shared.process_id, self._shared.dead_after_s
             dead_before = now.timestamp() - dead_after_s
             live = select(processes.c.process_id).where(processes.c.heartbeat_at > dead_before)
             lost = and_(

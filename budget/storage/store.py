@@ -17,7 +17,7 @@ from budget.errors import BudgetError, HoldRefused
 from budget.kernel.sqlite_writer import StepDeclined
 from budget.policy.steps import ActualCost
 from budget.status import KillState
-from budget.types import Level, Origin, Refusal, Usage, Window
+from budget.types import CalibrationSample, Level, Origin, Refusal, Usage, Window
 
 __all__ = [
     "CHECKED",
@@ -125,12 +125,17 @@ class SettleRequest:
         usage: the usage, or its rule from the hold's (input_tokens, max_tokens).
         estimated: flag the booking estimated (an interrupted call, a ceiling).
         pricer: prices the usage at the hold's grant time.
+        end_operation: also end this operation (its id) in the same step: the answer
+            it settles is the operation's last (``docs/decisions/132-two-ledger-steps.md``).
+        calibration: also persist this estimate calibration in the same step.
     """
 
     hold_id: str
     usage: Usage | UsageOf
     estimated: bool
     pricer: Pricer
+    end_operation: str | None = None
+    calibration: CalibrationSample | None = None
 
 
 @dataclass(slots=True)
@@ -146,6 +151,9 @@ class Admission:
         max_musd, max_requests: the operation's caps (µUSD; requests).
         fingerprint, request_id: its first request, once ``begin_request`` was asked
             (``None`` before).
+        count_message: count the user's message against USER_DAILY_MESSAGES first, in
+            the same step (a deferred chat admission: ``docs/decisions/132-two-ledger-steps.md``);
+            cleared once it was counted.
         chat_id: the group or supergroup its message came from, which pays along with
             the user (``None``: a private chat, a digest).
     """
@@ -157,6 +165,7 @@ class Admission:
     max_requests: int
     fingerprint: str | None = None
     request_id: str | None = None
+    count_message: bool = False
     chat_id: int | None = None
 
 

@@ -45,7 +45,7 @@ from dataclasses import replace
 
 from budget.errors import BudgetError, HoldRefused
 from budget.protocol import HoldTicket, LedgerPort, OperationTicket
-from budget.types import Usage
+from budget.types import CalibrationSample, Usage
 from llm.cascade.degradation import LADDER_REASONS, DegradationLadder
 from llm.cascade.plan import AttemptPlan, Sizer, reserve
 from llm.cascade.streamed import StreamProgress, cancelled_usage, streamed_call
@@ -192,8 +192,14 @@ class GovernedAttempt:
             self._telemetry.record_call(provider.name, is_anchor)
             completion = await self._call(provider, plan, hold, stream)
             completion, usage, anomaly = _judge(plan, completion, _possible(provider, plan))
-            cost = await self._settle_answer(
-                hold, usage, anomaly in _AT_CEILING or completion.estimated
+            sample = await self._sample(provider, plan, completion, anomaly)
+            # the last answer (not one asking for tools) ends it in its settle (decision 132)
+            answered = not completion.tool_calls and (
+                completion.stopped or _usable(completion.text)
+            )
+            ends = op if request.ends_operation and answered else None
+            cost, ended = await self._settle_answer(
+                hold, usage, anomaly in _AT_CEILING or completion.estimated, ends, sample
             )
         await self._keys.succeeded(provider.name, completion.rate_limits, cut=completion.stream_cut)
         await self._learn(provider, plan, completion, anomaly, cost)
@@ -205,6 +211,7 @@ class GovernedAttempt:
             fallbacks=tuple(passed),
             hold_id=hold.hold_id,
             max_tokens=plan.max_tokens,
+            operation_ended=ended,
         )
 
     async def _hold(
@@ -312,30 +319,49 @@ class GovernedAttempt:
             await self._settle_interrupted(hold, plan, received)
             raise
 
-    async def _settle_answer(self, hold: HoldTicket, usage: Usage, estimated: bool) -> int:
-        """Settle an answer; the µUSD booked (its ceiling when the settle failed: the
-        answer exists and was paid for, and the hold stays booked at its ceiling until
-        the sweeper expires it, so that upper bound is reported)."""
+    async def _settle_answer(
+        self,
+        hold: HoldTicket,
+        usage: Usage,
+        estimated: bool,
+        ends: OperationTicket | None,
+        sample: CalibrationSample | None,
+    ) -> tuple[int, bool]:
+        """Settle an answer (ending ``ends`` and persisting ``sample`` in the same
+        ledger step); the µUSD booked and whether ``ends`` was ended (its ceiling and
+        ``False`` when the settle failed: the answer exists and was paid for, and the
+        hold stays booked at its ceiling until the sweeper expires it, so that upper
+        bound is reported)."""
         try:
-            return await self._ledger.settle(hold.hold_id, usage, estimated=estimated)
+            cost = await self._ledger.settle(
+                hold.hold_id, usage, estimated=estimated, ends=ends, calibration=sample
+            )
         except BudgetError:
             log.exception("settle of hold %s failed", hold.hold_id)
-            return hold.ceiling_musd
+            return hold.ceiling_musd, False
+        return cost, ends is not None
+
+    async def _sample(
+        self, provider: Provider, plan: AttemptPlan, completion: Completion, anomaly: str
+    ) -> CalibrationSample | None:
+        """The estimate calibration learnt from the provider's own report of the input
+        (above the bound too: that raises the estimate); ``None`` for a usage settled
+        at the ceiling or estimated."""
+        if completion.estimated or anomaly in _AT_CEILING:
+            return None
+        self._telemetry.count_estimate_error(completion.usage.input_tokens - plan.input_tokens)
+        return await self._sizer.calibrate(provider.name, plan, completion.usage.input_tokens)
 
     async def _learn(
         self, provider: Provider, plan: AttemptPlan, completion: Completion, anomaly: str, cost: int
     ) -> None:
-        """Tell the usage anomaly, or calibrate the estimate on the reported input.
+        """Tell the usage anomaly (the calibration was settled with the answer).
 
         Raises:
             EmptyCompletion: the answer has no usable text (it is billed: ``cost``).
         """
         if anomaly:
             await self._usage_anomaly(provider, plan, completion, anomaly)
-        if not completion.estimated and anomaly not in _AT_CEILING:
-            # the provider's own report (above the bound too: that raises the estimate)
-            self._telemetry.count_estimate_error(completion.usage.input_tokens - plan.input_tokens)
-            await self._sizer.calibrate(provider.name, plan, completion.usage.input_tokens)
         if not completion.stopped and not completion.tool_calls and not _usable(completion.text):
             self._telemetry.count_empty(provider.name)
             log.warning(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from budget.errors import BudgetError
 from budget.pricing.tokens import count_off_loop, input_bound
 from budget.protocol import HoldTicket, LedgerPort, OperationTicket
-from budget.types import Origin
+from budget.types import CalibrationSample, Origin
 from llm.cascade.types import CascadeConfig, TokenCounter
 from llm.providers.base import Provider
 from llm.providers.tools import tools_bound
@@ -135,19 +135,20 @@ class Sizer:
             await self._estimate(provider, plan.model, plan.counted), plan.input_bound
         )
 
-    async def calibrate(self, provider: str, plan: AttemptPlan, reported: int) -> None:
-        """Fold one reported input count into the model's ratio (persisted)."""
+    async def calibrate(
+        self, provider: str, plan: AttemptPlan, reported: int
+    ) -> CalibrationSample | None:
+        """Fold one reported input count into the model's ratio; returns what to
+        persist (with the answer's settle: ``Ledger.settle(calibration=...)``), ``None``
+        when there is nothing to learn from."""
         if plan.counted <= 0 or reported <= 0:
-            return
+            return None
         table = await self._calibrations()
         sample = min(reported * 1_000_000 // plan.counted, _CAL_MAX_PPM)
         ratio, samples = table.get((provider, plan.model), (0, 0))
         ratio = sample if samples == 0 else (ratio * (_CAL_WEIGHT - 1) + sample) // _CAL_WEIGHT
         table[(provider, plan.model)] = (ratio, samples + 1)
-        try:
-            await self._ledger.record_calibration(provider, plan.model, ratio, samples + 1)
-        except BudgetError:
-            log.warning("estimate calibration of %s/%s not persisted", provider, plan.model)
+        return CalibrationSample(provider, plan.model, ratio, samples + 1)
 
     async def _calibrations(self) -> dict[tuple[str, str], tuple[int, int]]:
         if self._calibration is None:

@@ -9,13 +9,17 @@ Headers are read through ``with_raw_response``; usage is read from the raw JSON
 (``usage``, or ``x_groq.usage``). The SDK returns a bare ``str`` for a 200 whose
 content type is not JSON (an HTML error page): that is a provider failure.
 
-Streaming (:meth:`GroqProvider.stream`): the SDK's ``stream=True``; Groq reports usage
-unasked, on the finish chunk (``x_groq.usage`` and/or ``usage``); an ``event: error``
-after the 200 is raised by the SDK as ``APIError`` and translated to an interrupted
-:class:`~llm.errors.ProviderUnavailable`. Each event is at most
-:data:`llm.providers.sse.MAX_EVENT_BYTES` (:func:`llm.providers.sse.bound_events`, under
-the SDK's decoder), the whole stream and any error body capped as well
-(:mod:`llm.providers.body_cap`).
+Streaming (:meth:`GroqProvider.stream`): the same POST with ``"stream": true`` over the
+same ``aiohttp`` transport, its server-sent events read as they arrive
+(:func:`llm.providers.sse.open_plain_stream`; ``docs/decisions/131-streams-over-aiohttp.md``);
+Groq reports usage unasked, on the finish chunk (``x_groq.usage`` and/or ``usage``); an
+``event: error`` after the 200 is a cut (an interrupted
+:class:`~llm.errors.ProviderUnavailable`). Each event is at most
+:data:`llm.providers.sse.MAX_EVENT_BYTES`, the whole stream and any error body capped as
+well (:data:`llm.providers.body_cap.MAX_STREAM_BYTES`, :data:`MAX_RESPONSE_BYTES
+<llm.providers.plain_post.MAX_RESPONSE_BYTES>`). The SDK gives the URL and headers (its
+key, its version headers) and is otherwise not called; its ``httpx`` client keeps
+:mod:`llm.providers.body_cap`'s hook should it ever read a body.
 """
 
 from __future__ import annotations
@@ -23,30 +27,28 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Sequence
 
 import aiohttp
 import groq
 import httpx
 
 from budget.kernel.clock import Clock
-from llm.errors import ProviderError, ProviderUnavailable
+from llm.errors import ProviderUnavailable
 from llm.providers.base import (
     ProviderBase,
     decode_json,
     error_for_status,
     messages_payload,
     parse_completion_body,
-    transport_error,
 )
 from llm.providers.body_cap import CLIENT_HEADERS, cap_body
 from llm.providers.plain_post import PlainPost, PlainResponse, aiohttp_transport_error
 from llm.providers.ratelimits import parse_rate_limits
-from llm.providers.sse import bound_events
+from llm.providers.sse import open_plain_stream
 from llm.providers.tools import tools_payload
 from llm.stream import ChunkStream
-from llm.types import Completion, Message, RateLimitInfo, ToolSpec
+from llm.types import Completion, Message, ToolSpec
 
 __all__ = ["GroqProvider"]
 
@@ -66,9 +68,8 @@ class GroqProvider(ProviderBase):
         context_window_tokens: the default model's context window, tokens.
         timeout_s: total deadline of one call, seconds.
         clock: for HTTP-date ``Retry-After`` values.
-        transport: an ``httpx`` transport for the SDK's client (the streamed call), for
-            tests (``None`` = network); the plain call goes over ``aiohttp``
-            (:mod:`llm.providers.plain_post`).
+        transport: an ``httpx`` transport for the SDK's client, which only gives the URL
+            and headers (both calls go over ``aiohttp``, :mod:`llm.providers.plain_post`).
         tls: the TLS context for HTTPS (one per process, see
         :func:`llm.cascade.factory.build_cascade`;
             ``None``: a new default one, which loads the CA bundle again, ~30 ms).
@@ -184,73 +185,27 @@ class GroqProvider(ProviderBase):
     async def stream(
         self, messages: Sequence[Message], max_tokens: int, model: str | None = None
     ) -> ChunkStream:
-        """See :meth:`llm.stream.StreamingProvider.stream`."""
+        """See :meth:`llm.stream.StreamingProvider.stream`: the same POST as the plain
+        call with ``"stream": true``, its events read as they arrive
+        (:func:`llm.providers.sse.open_plain_stream`)."""
         use_model = model or self.model
-        sdk_stream: Any
-        sdk_stream, _content, limits = await self._create(
-            messages, max_tokens, use_model, stream=True
-        )
-        bound_events(self.name, sdk_stream.response)  # before the SDK reads a byte
-        return ChunkStream(
+        payload = {
+            "messages": messages_payload(messages),
+            "model": use_model,
+            "max_tokens": max_tokens,
+            "stream": True,
+        }
+        return await open_plain_stream(
             self.name,
-            use_model,
-            _chunks(sdk_stream),
-            sdk_stream.close,
-            lambda exc: _stream_error(self.name, exc),
-            limits,
+            self._plain,
+            self._url,
+            payload,
+            model=use_model,
+            timeout_s=self._timeout_s,
+            clock=self._clock,
         )
-
-    async def _create(
-        self, messages: Sequence[Message], max_tokens: int, model: str, *, stream: bool
-    ) -> tuple[object, bytes, RateLimitInfo]:
-        """One ``chat.completions.create`` through the raw-response API, within the
-        call's deadline, with the SDK's errors translated.
-
-        Returns:
-            (what the SDK parsed — a ``ChatCompletion``, a bare ``str`` for a non-JSON
-            200, or the SDK's ``AsyncStream`` when ``stream``; the body's bytes, ``b""``
-            for a stream, which is read later; the 200's rate-limit headers).
-
-        Raises:
-            ProviderError: the status translated (429, 5xx, 401...), a transport
-                failure or the deadline, or an unreadable 200 (interrupted).
-        """
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                raw = await self._client.chat.completions.with_raw_response.create(
-                    model=model,
-                    messages=cast(Any, messages_payload(messages)),
-                    max_tokens=max_tokens,
-                    stream=stream,
-                )
-                parsed: object = await raw.parse()
-                content = b"" if stream else raw.http_response.content
-        except groq.APIStatusError as exc:
-            limits = parse_rate_limits(exc.response.headers, now=self._clock.now())
-            raise error_for_status(self.name, exc.status_code, exc.response.text, limits) from None
-        except (groq.APIConnectionError, httpx.HTTPError, TimeoutError) as exc:
-            raise transport_error(self.name, exc) from None
-        except (groq.APIResponseValidationError, ValueError) as exc:
-            raise ProviderUnavailable(
-                self.name, f"unreadable 200 ({type(exc).__name__})", interrupted=True, status=200
-            ) from None
-        return parsed, content, parse_rate_limits(raw.headers, now=self._clock.now())
 
     async def aclose(self) -> None:
         """Close the SDK's and the plain call's connection pools."""
         await self._plain.aclose()
         await self._client.close()
-
-
-async def _chunks(sdk_stream: Any) -> AsyncIterator[Mapping[str, Any]]:
-    """The SDK's chunk objects as plain JSON mappings (usage is read strictly later)."""
-    async for chunk in sdk_stream:
-        yield chunk.to_dict()
-
-
-def _stream_error(provider: str, exc: Exception) -> ProviderError:
-    """A failure after the 200 (the SDK's ``APIError`` for an error event, a dropped
-    connection): the provider may have billed what it generated."""
-    if isinstance(exc, groq.APIConnectionError | httpx.HTTPError | TimeoutError):
-        return transport_error(provider, exc)
-    return ProviderUnavailable(provider, f"stream failed ({type(exc).__name__})", interrupted=True)

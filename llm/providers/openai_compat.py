@@ -2,7 +2,7 @@
 (``https://api.cerebras.ai/v1``, inference-docs.cerebras.ai) and DeepSeek
 (``https://api.deepseek.com``, api-docs.deepseek.com). The plain call is one POST over
 ``aiohttp`` (:mod:`llm.providers.plain_post`; ``docs/decisions/030-plain-post-over-aiohttp.md``),
-the stream goes over ``httpx``.
+and so is the stream (``docs/decisions/131-streams-over-aiohttp.md``).
 
 The base URL is used as given and ``/chat/completions`` appended. DeepSeek may send
 empty lines before the JSON body while a request waits for inference (its docs on
@@ -10,10 +10,11 @@ rate limits); the JSON decoder skips that whitespace, and the total deadline bou
 
 Streaming (:meth:`OpenAICompatProvider.stream`): ``stream: true`` with
 ``stream_options: {"include_usage": true}`` so the usage arrives in a final chunk;
-server-sent events are read with ``httpx-sse`` (comment lines such as DeepSeek's
+server-sent events are read as they arrive (comment lines such as DeepSeek's
 ``: keep-alive`` are skipped), each at most :data:`llm.providers.sse.MAX_EVENT_BYTES`
-(:func:`llm.providers.sse.sse_chunks`), the whole stream and any error body capped
-(:mod:`llm.providers.body_cap`); ``data: [DONE]`` ends the stream.
+(:func:`llm.providers.sse.aiohttp_chunks`), the whole stream and any error body capped
+(:data:`llm.providers.body_cap.MAX_STREAM_BYTES`,
+:data:`llm.providers.plain_post.MAX_RESPONSE_BYTES`); ``data: [DONE]`` ends the stream.
 """
 
 from __future__ import annotations
@@ -26,19 +27,16 @@ import aiohttp
 import httpx
 
 from budget.kernel.clock import Clock
-from llm.errors import ProviderError, ProviderUnavailable
 from llm.providers.base import (
     ProviderBase,
     decode_json,
     error_for_status,
     messages_payload,
     parse_completion_body,
-    transport_error,
 )
-from llm.providers.body_cap import CLIENT_HEADERS, cap_body
 from llm.providers.plain_post import PlainPost, aiohttp_transport_error
 from llm.providers.ratelimits import parse_rate_limits
-from llm.providers.sse import sse_chunks
+from llm.providers.sse import open_plain_stream
 from llm.providers.tools import tools_payload
 from llm.stream import ChunkStream
 from llm.types import Completion, Message, ToolSpec
@@ -59,14 +57,14 @@ class OpenAICompatProvider(ProviderBase):
         timeout_s: total deadline of one call, seconds (``asyncio.timeout`` around
             the whole exchange, so a slow trickle is cut too).
         clock: for HTTP-date ``Retry-After`` values.
-        transport: an ``httpx`` transport for the streamed call, for tests (``None`` =
-            network); the plain call goes over ``aiohttp`` (:mod:`llm.providers.plain_post`).
+        transport: unused (both calls go over ``aiohttp``, :mod:`llm.providers.plain_post`);
+            the factory passes every client the same arguments.
         tls: the TLS context for HTTPS (one per process, see
         :func:`llm.cascade.factory.build_cascade`;
             ``None``: a new default one, which loads the CA bundle again, ~30 ms).
     """
 
-    __slots__ = ("_client", "_plain", "_url")
+    __slots__ = ("_plain", "_url")
 
     def __init__(
         self,
@@ -91,15 +89,9 @@ class OpenAICompatProvider(ProviderBase):
             clock=clock,
         )
         self._url = base_url.rstrip("/") + "/chat/completions"
-        # the plain call over aiohttp (llm/providers/plain_post.py), the stream over httpx
+        # the plain call and the stream over aiohttp (llm/providers/plain_post.py)
         self._plain = PlainPost({"Authorization": f"Bearer {api_key}"}, tls)
-        self._client = httpx.AsyncClient(
-            headers={"Authorization": f"Bearer {api_key}", **CLIENT_HEADERS},
-            event_hooks={"response": [cap_body]},  # streams and error bodies, capped
-            timeout=httpx.Timeout(timeout_s),
-            transport=transport,
-            verify=True if tls is None else tls,
-        )
+        del transport  # no httpx client left: kept in the signature all clients share
 
     #: takes ``tools`` (function calling) in :meth:`complete`
     supports_tools = True
@@ -145,38 +137,16 @@ class OpenAICompatProvider(ProviderBase):
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        request = self._client.build_request(
-            "POST", self._url, json=payload, headers={"Accept": "text/event-stream"}
-        )
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                response = await self._client.send(request, stream=True)
-                limits = parse_rate_limits(response.headers, now=self._clock.now())
-                if response.status_code != 200:
-                    try:
-                        await response.aread()
-                    finally:
-                        await response.aclose()
-                    raise error_for_status(self.name, response.status_code, response.text, limits)
-        except (httpx.HTTPError, TimeoutError) as exc:
-            raise transport_error(self.name, exc) from None
-        return ChunkStream(
+        return await open_plain_stream(
             self.name,
-            use_model,
-            sse_chunks(self.name, response),
-            response.aclose,
-            lambda exc: _stream_error(self.name, exc),
-            limits,
+            self._plain,
+            self._url,
+            payload,
+            model=use_model,
+            timeout_s=self._timeout_s,
+            clock=self._clock,
         )
 
     async def aclose(self) -> None:
-        """Close the connection pools (the plain call's and the stream's)."""
+        """Close the connection pool."""
         await self._plain.aclose()
-        await self._client.aclose()
-
-
-def _stream_error(provider: str, exc: Exception) -> ProviderError:
-    """A failure after the 200: the provider may have billed what it generated."""
-    if isinstance(exc, httpx.HTTPError | TimeoutError):
-        return transport_error(provider, exc)
-    return ProviderUnavailable(provider, f"stream failed ({type(exc).__name__})", interrupted=True)

@@ -1,12 +1,16 @@
-"""One non-streamed JSON ``POST`` over ``aiohttp``: the transport of the plain
-chat-completion call (why: ``docs/decisions/030-plain-post-over-aiohttp.md``).
+"""JSON ``POST`` over ``aiohttp``: the transport of the plain chat-completion call and
+of the streamed one (why: ``docs/decisions/030-plain-post-over-aiohttp.md``,
+``docs/decisions/131-streams-over-aiohttp.md``).
 
 Why not the SDK's or ``httpx``'s client: against a loopback server answering at once, a
 Groq SDK raw POST (``groq`` → ``httpx`` → ``httpcore``, which checks every pooled
 connection through ``anyio`` on each request) cost ~1.8 ms of CPU and ~5 ms of wall
 time per request; the same request through ``aiohttp`` (already loaded: aiogram's
 client) ~0.3 ms and ~0.8 ms (``python`` microbenchmark, client and server in one
-process). The streamed call keeps each SDK's client.
+process). A streamed call (:meth:`PlainPost.open_stream`) is the same POST whose body
+is read as it arrives (:func:`llm.providers.sse.aiohttp_chunks`): in a burst of streamed
+answers the Groq SDK's streaming path (``httpx``, its transforms and models) was ~40 %
+of the bot's samples under py-spy.
 
 Behaviour kept from the ``httpx`` clients: the proxy named by the environment
 (``HTTPS_PROXY``/``HTTP_PROXY``, else ``ALL_PROXY``; ``NO_PROXY``; read once per URL with
@@ -33,6 +37,7 @@ from llm.errors import ProviderUnavailable
 
 __all__ = [
     "MAX_RESPONSE_BYTES",
+    "BodyOverCap",
     "PlainPost",
     "PlainResponse",
     "aiohttp_transport_error",
@@ -47,23 +52,27 @@ __all__ = [
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 
 
+class BodyOverCap(aiohttp.ClientPayloadError):
+    """A body longer than its cap; the message says the sizes (no secret)."""
+
+
 async def read_capped(response: aiohttp.ClientResponse, limit: int = MAX_RESPONSE_BYTES) -> bytes:
     """The whole body of ``response``, at most ``limit`` bytes.
 
     Raises:
-        aiohttp.ClientPayloadError: the body is longer (the connection is closed).
+        BodyOverCap: the body is longer (the connection is closed).
     """
     length = response.content_length
     if length is not None and length > limit:
         response.close()
-        raise aiohttp.ClientPayloadError(f"response body of {length} bytes over {limit}")
+        raise BodyOverCap(f"response body of {length} bytes over {limit}")
     parts: list[bytes] = []
     size = 0
     async for chunk in response.content.iter_chunked(64 * 1024):
         size += len(chunk)
         if size > limit:
             response.close()
-            raise aiohttp.ClientPayloadError(f"response body over {limit} bytes")
+            raise BodyOverCap(f"response body over {limit} bytes")
         parts.append(chunk)
     return b"".join(parts)
 
@@ -106,18 +115,6 @@ class PlainPost:
     def __repr__(self) -> str:
         return f"PlainPost(open={self._session is not None and not self._session.closed})"
 
-    def _open(self, url: str) -> aiohttp.ClientSession:
-        session = self._session
-        if session is None or session.closed:
-            session = self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=self._tls if self._tls is not None else True),
-                headers=self._headers,
-                timeout=aiohttp.ClientTimeout(total=None),
-            )
-        if url not in self._proxies:
-            self._proxies[url] = env_proxy(url)
-        return session
-
     async def post(self, url: str, payload: Mapping[str, Any]) -> PlainResponse:
         """POST ``payload`` as JSON to ``url`` and read the whole answer (at most
         :data:`MAX_RESPONSE_BYTES`).
@@ -126,12 +123,47 @@ class PlainPost:
             aiohttp.ClientError: the exchange failed, or the answer was longer
                 (translate with :func:`aiohttp_transport_error`).
         """
-        session = self._open(url)
-        async with session.post(
-            url, json=payload, allow_redirects=False, proxy=self._proxies[url]
+        async with self._open().post(
+            url, json=payload, allow_redirects=False, proxy=self._proxy(url)
         ) as response:
             content = await read_capped(response)
             return PlainResponse(response.status, response.headers, content)
+
+    async def open_stream(self, url: str, payload: Mapping[str, Any]) -> aiohttp.ClientResponse:
+        """POST ``payload`` as JSON to ``url`` and return once the answer's head arrived;
+        its body (server-sent events) is read by the caller, who must ``release()`` or
+        ``close()`` the response (closing it tells the provider to stop generating).
+
+        Raises:
+            aiohttp.ClientError: the exchange failed before the head arrived (translate
+                with :func:`aiohttp_transport_error`).
+        """
+        return await self._open().post(
+            url,
+            json=payload,
+            allow_redirects=False,
+            proxy=self._proxy(url),
+            # identity only: aiohttp would inflate a whole compressed piece before any
+            # count (llm/providers/body_cap.py)
+            headers={"Accept": "text/event-stream", "Accept-Encoding": "identity"},
+        )
+
+    def _open(self) -> aiohttp.ClientSession:
+        """The session, opened on first use (inside the running loop)."""
+        session = self._session
+        if session is None or session.closed:
+            session = self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=self._tls if self._tls is not None else True),
+                headers=self._headers,
+                timeout=aiohttp.ClientTimeout(total=None),
+            )
+        return session
+
+    def _proxy(self, url: str) -> str | None:
+        """The environment's proxy for ``url``, read once per URL."""
+        if url not in self._proxies:
+            self._proxies[url] = env_proxy(url)
+        return self._proxies[url]
 
     async def post_form(
         self, url: str, fields: Mapping[str, str], file: tuple[str, str, str, bytes]
@@ -142,14 +174,13 @@ class PlainPost:
         Raises:
             aiohttp.ClientError: as :meth:`post`.
         """
-        session = self._open(url)
         form = aiohttp.FormData()
         for name, value in fields.items():
             form.add_field(name, value)
         field_name, file_name, content_type, data = file
         form.add_field(field_name, data, filename=file_name, content_type=content_type)
-        async with session.post(
-            url, data=form, allow_redirects=False, proxy=self._proxies[url]
+        async with self._open().post(
+            url, data=form, allow_redirects=False, proxy=self._proxy(url)
         ) as response:
             content = await read_capped(response)
             return PlainResponse(response.status, response.headers, content)
@@ -179,5 +210,7 @@ def aiohttp_transport_error(provider: str, exc: BaseException) -> ProviderUnavai
     otherwise."""
     if isinstance(exc, TimeoutError):
         return ProviderUnavailable(provider, "total deadline exceeded", interrupted=True)
+    if isinstance(exc, BodyOverCap):  # the provider may have generated (and billed) it
+        return ProviderUnavailable(provider, str(exc), interrupted=True)
     pre_token = isinstance(exc, aiohttp.ClientConnectorError)
     return ProviderUnavailable(provider, type(exc).__name__, interrupted=not pre_token)

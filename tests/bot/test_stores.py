@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.app.wiring import ProfileStoreAdapter
 from bot.storage.migrate import migrate
-from bot.storage.repos import Conversation, History, Intake, is_storage_failure
+from bot.storage.repos import Conversation, History, Intake, SharedIntake, is_storage_failure
 from bot.storage.sqlite_hot import SqliteHotPath
 from bot.storage.summaries import CostFooters, Summaries
 from bot.storage.tables import SeenMessage
@@ -115,8 +115,8 @@ async def test_intake_shared_by_processes_takes_each_message_once_and_only_a_dea
     once it is that old; each lost message is handed to one process only."""
     if hot is not None:
         pytest.skip("the SQLite writer path serves one process per file (no replicas)")
-    a = Intake(sessions, shared=("proc-a", 60.0))
-    b = Intake(sessions, shared=("proc-b", 60.0))
+    a = Intake(sessions, shared=SharedIntake("proc-a", 60.0))
+    b = Intake(sessions, shared=SharedIntake("proc-b", 60.0))
     both = await asyncio.gather(
         a.record(chat_id=9, message_id=1, user_id=9, language="en", now=T0),
         b.record(chat_id=9, message_id=1, user_id=9, language="en", now=T0),

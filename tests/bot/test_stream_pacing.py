@@ -107,6 +107,7 @@ async def test_a_display_closed_during_its_call_still_spaces_the_chats_next_call
 
     no_bot = cast(Bot, cast(Any, None))
     control = StreamControl(lambda _t: None)
+    control.reading = True  # the provider's stream is still being read
     first = Slow(no_bot, CHAT, interval, control, clock, on_shown=None, metrics=None, pacer=gate)
     first.on_text("partial answer")
     await asyncio.wait_for(at_telegram.wait(), 1)
@@ -143,3 +144,32 @@ async def test_a_stopped_stream_leaving_ends_the_wait_before_the_timeout() -> No
     registry.remove(leaving)
     assert await asyncio.wait_for(waiting, 1) == 0
     assert clock.monotonic() == 1000.0
+
+
+async def test_a_stream_read_to_its_end_before_the_turn_shows_no_draft() -> None:
+    """A provider that answers at once: the whole stream has been read by the time the
+    display's turn comes, so nothing is shown (the final answer goes out at once; no Bot
+    API call for a draft); while the stream is read, the turn shows the text."""
+    clock = ManualClock()
+    shown: list[str] = []
+
+    class Recording(PacedDisplay):
+        __slots__ = ()
+
+        async def _show(self, text: str) -> bool:
+            shown.append(text)
+            return True
+
+    no_bot = cast(Bot, cast(Any, None))
+    control = StreamControl(lambda _t: None)
+    display = Recording(no_bot, CHAT, 1.0, control, clock, on_shown=None, metrics=None, pacer=None)
+    display.on_text("the whole answer")  # read to its end already: reading is False
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert shown == []
+    control.reading = True  # a stream being read (e.g. the next attempt's)
+    display.on_text("a part")
+    for _ in range(5):
+        await asyncio.sleep(0)
+    await display.close()
+    assert shown == ["a part"]

@@ -17,7 +17,7 @@ import asyncpg
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from bot.app.factory import create_app
-from bot.storage.repos import Intake
+from bot.storage.repos import Intake, SharedIntake
 from budget.storage.postgres.store import PgStore
 from tests.support.inprocess import AppFactory, settings_from_env
 from tests.support.providers import FakeProviders
@@ -241,7 +241,7 @@ async def test_a_replica_taken_for_dead_mid_answer_is_fenced_and_never_answers(
         assert store._beat_at is not None
         store._beat_at -= 400
         # another replica looks for messages of dead processes
-        other = Intake(async_sessionmaker(bot.app.engine), shared=("replica-2", 300.0))
+        other = Intake(async_sessionmaker(bot.app.engine), shared=SharedIntake("replica-2", 300.0))
         lost = await other.take_lost(datetime.now(UTC))
         assert [m.chat_id for m in lost] == [81]
         assert (

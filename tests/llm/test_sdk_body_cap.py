@@ -1,7 +1,8 @@
 """The providers' ``httpx`` paths (the Mistral SDK's one-piece answer, every stream, every
 error body the SDKs read) read at most their cap (``llm/providers/body_cap.py``): a
 longer body, or one in a content coding not offered, fails the call as an interrupted
-transport failure that names the cap, and the client still works afterwards."""
+transport failure that names the cap, and the client still works afterwards; the streams
+over aiohttp (Groq, Cerebras, DeepSeek) keep the same caps and refuse a coded body too."""
 
 from __future__ import annotations
 
@@ -79,3 +80,19 @@ async def test_a_content_coded_body_is_refused(fake: FakeProviders, make_client:
     assert caught.value.interrupted
     assert caught.value.detail == "content coding 'gzip' not offered"
     assert (await client.complete(PROMPT, 50)).text == "fine"
+
+
+@pytest.mark.parametrize("name", ["groq", "cerebras"])
+async def test_a_content_coded_stream_is_refused(
+    fake: FakeProviders, make_client: Any, name: str
+) -> None:
+    """The streams over aiohttp ask for identity too: aiohttp would inflate a whole
+    compressed piece before the stream's count."""
+    client = make_client(name)
+    fake.script(name, {"gzip": True}, {"text": "fine"})
+    with pytest.raises(ProviderUnavailable) as caught:
+        await client.stream(PROMPT, 50)
+    assert caught.value.interrupted
+    assert caught.value.detail == "content coding 'gzip' not offered"
+    assert await _drain(await client.stream(PROMPT, 50)) == "fine"
+    assert fake.requests[0].body.get("stream") is True

@@ -19,7 +19,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from budget.errors import BudgetConfigError, HoldRefused, UnknownHold
 from budget.kernel.clock import Clock
 from budget.protocol import HoldTicket, OperationTicket, PriceCardPort
-from budget.types import Level, Origin, Refusal, RefusalReason, Usage, Window
+from budget.types import CalibrationSample, Level, Origin, Refusal, RefusalReason, Usage, Window
 from tests.support.clocks import ManualClock
 
 __all__ = ["FakeHold", "FakeLedger", "FakePrices", "Rates"]
@@ -150,9 +150,10 @@ class FakeLedger:
         max_musd: int | None = None,
         max_requests: int | None = None,
         deferred: bool = False,
+        count_message: bool = False,
         chat_id: int | None = None,
     ) -> OperationTicket:
-        del deferred  # admitted at once: the refusals come here, as on PostgreSQL
+        del deferred, count_message  # admitted at once, as on PostgreSQL; no message cap
         if self.killed:
             raise self._refuse(Refusal(RefusalReason.KILL))
         ticket = OperationTicket(f"op{next(self._ids)}", user_id, origin, None, chat_id)
@@ -241,10 +242,24 @@ class FakeLedger:
             return None
         return max(0, self.global_limit_musd - self._spent() - self._held())
 
-    async def settle(self, hold_id: str, usage: Usage, *, estimated: bool = False) -> int:
+    async def settle(
+        self,
+        hold_id: str,
+        usage: Usage,
+        *,
+        estimated: bool = False,
+        ends: OperationTicket | None = None,
+        calibration: CalibrationSample | None = None,
+    ) -> int:
         hold = self.holds.get(hold_id)
         if hold is None:
             raise UnknownHold(hold_id)
+        if ends is not None:
+            await self.end_operation(ends)
+        if calibration is not None:
+            await self.record_calibration(
+                calibration.provider, calibration.model, calibration.ratio_ppm, calibration.samples
+            )
         if hold.state != "held":
             return hold.actual_musd
         t = hold.ticket

@@ -123,6 +123,9 @@ class PacedDisplay(abc.ABC):
     changed; the Bot API call runs in its own task so the provider stream is never held
     up.
 
+    A turn that comes once the provider's stream has been read to its end shows
+    nothing (``StreamControl.reading``): the final answer follows at once.
+
     A flood wait pauses the display until the wait ends, then it shows the text as it is
     then; a refusal meaning the chat takes no message from the bot
     (:func:`bot.chat.failures.refuses_chat`) stops the stream — the answer could never be
@@ -213,7 +216,9 @@ class PacedDisplay(abc.ABC):
             await pacer.turn(chat, self)
             self._changed.clear()
             text = self._latest
-            if not text.strip() or text == self._shown_text:
+            if not text.strip() or text == self._shown_text or not self.control.reading:
+                # nothing new, or the stream already ended: its answer is about to go
+                # out whole (a provider that answers at once costs no draft)
                 pacer.leave(chat, self)
                 continue
             try:

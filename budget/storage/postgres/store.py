@@ -289,7 +289,20 @@ class PgStore(ProcessLease, ControlLine, PgRunner, LedgerStore):
     async def settle(self, now: datetime, request: SettleRequest) -> SettleOutcome:
         """See :meth:`budget.storage.base.LedgerStore.settle` (its transactions are its
         own: :func:`budget.storage.postgres.ends.settle`). The burn-rate trigger runs after
-        the settle committed, when :class:`BurnCheckTimer` says it is due."""
+        the settle committed, when :class:`BurnCheckTimer` says it is due. The request's
+        ``end_operation`` and ``calibration`` are written after it, each as on its own
+        (a replica's settle is one self-committing statement: ``ends.settle``)."""
+        outcome = await self._settle(now, request)
+        if request.end_operation is not None:
+            await self.end_operation(now, request.end_operation)
+        sample = request.calibration
+        if sample is not None:
+            await self.record_calibration(
+                now, sample.provider, sample.model, sample.ratio_ppm, sample.samples
+            )
+        return outcome
+
+    async def _settle(self, now: datetime, request: SettleRequest) -> SettleOutcome:
         known = self._known.granted.pop(request.hold_id, None)
         body = partial(ends.settle, cfg=self.config, now=now, request=request)
         done = await self.tx(

@@ -41,6 +41,7 @@ from budget.policy.steps import (
 )
 from budget.policy.windows import HoldKeys, WindowKeys
 from budget.protocol import HoldTicket, OperationTicket
+from budget.storage.sql.admin import record_calibration, record_message
 from budget.storage.sql.rows import (
     auto_kill,
     book,
@@ -269,9 +270,12 @@ def admit(
         request exist from then on, so the caller must know the step went that far.
 
     Raises:
-        RefusedStep: the admission itself was refused (kill, in-flight, rate): no
-            operation was created.
+        RefusedStep: the admission itself was refused (messages, kill, in-flight,
+            rate): no operation was created (a message counted before a kill, in-flight
+            or rate refusal stays counted, as when it was counted on its own).
     """
+    if admission.count_message:
+        record_message(cur, cfg, now, admission.user_id)
     begin_operation(cur, cfg, process_id, now, admission)
     try:
         if admission.request_id is not None and admission.fingerprint is not None:
@@ -319,9 +323,18 @@ def settle(cur: Cursor, cfg: LedgerConfig, now: datetime, request: SettleRequest
     ceiling already booked as settled by the sweep): settled is corrected by
     actual − booked, and the actual is added to ``late_musd`` (a late settle).
     A settled or released hold: nothing; returns the first actual (0 if released).
+    Either way the request's ``end_operation`` and ``calibration`` are written in the
+    same step (``docs/decisions/132-two-ledger-steps.md``).
     """
     hold_id = request.hold_id
     h = HoldRow._make(_hold_row(cur, hold_id))
+    if request.end_operation is not None:
+        end_operation(cur, now, request.end_operation)
+    sample = request.calibration
+    if sample is not None:
+        record_calibration(
+            cur, now, sample.provider, sample.model, sample.ratio_ppm, sample.samples
+        )
     plan = plan_of(h, request.usage, request.pricer)
     if plan is None:
         return SettleOutcome(int(h.booked_musd or 0), False, None)
