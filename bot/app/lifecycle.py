@@ -32,7 +32,6 @@ from aiogram import Bot, Dispatcher
 from aiogram.exceptions import TelegramAPIError
 from aiogram.types import BotCommand, Update
 from aiogram.utils.i18n import I18n
-from aiogram.utils.i18n import gettext as _
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -54,7 +53,8 @@ from bot.ops.watch import OpsWatch
 from bot.settings import Settings
 from bot.storage.repos import Intake
 from bot.text import templates
-from bot.text.i18n import N_, SUPPORTED_LANGUAGES, in_locale
+from bot.text.commands import menu_commands
+from bot.text.i18n import SUPPORTED_LANGUAGES, in_locale
 from budget.kernel.clock import Clock
 from budget.kernel.failure_log import FailureLog
 from budget.kernel.tasks import cancel_and_wait
@@ -63,31 +63,13 @@ from budget.pricing.prices import PriceCard
 from llm.cascade.cascade import Cascade
 from scheduler.runner import DigestRunner
 
-__all__ = ["USER_COMMANDS", "App", "WebhookIsSet"]
+__all__ = ["App", "WebhookIsSet"]
 
 log = logging.getLogger("bot.app.factory")  # the name before the split: log lines unchanged
 
 #: Seconds the shutdown gives messages whose chat part has ended to send their answer
 #: and record their outcome (a send and one write) before storage is closed.
 OUTCOME_WAIT_S = 5.0
-
-#: The command menu: (command, description msgid). Set once per language at start
-#: (``setMyCommands`` with ``language_code``; English is the default list).
-USER_COMMANDS = [
-    ("start", N_("Start")),
-    ("help", N_("Help")),
-    ("me", N_("My spend and limits")),
-    ("reset", N_("Forget the conversation")),
-    ("history", N_("What is summarised of this conversation")),
-    ("cost", N_("Show what each answer cost (on/off)")),
-    ("stop", N_("Stop the answer being written")),
-    ("persona", N_("This chat's persona")),
-    ("model", N_("This chat's model and prices")),
-    ("sub", N_("Subscribe to a channel digest")),
-    ("subs", N_("My subscriptions")),
-    ("tz", N_("My timezone")),
-    ("lang", N_("Language")),
-]
 
 
 class WebhookIsSet(Exception):
@@ -169,10 +151,11 @@ class App:
             await self.dispatcher.stop_polling()
 
     async def _set_commands(self, waits: StartWaits) -> None:
-        """The command menu in English (the default) and in every other language."""
+        """The command menu (:data:`bot.text.commands.COMMANDS`, the one list ``/help``
+        is made from too) in English (the default) and in every other language."""
         for language in SUPPORTED_LANGUAGES:
             with in_locale(self.i18n, language):
-                commands = [BotCommand(command=c, description=_(d)) for c, d in USER_COMMANDS]
+                commands = [BotCommand(command=c, description=d) for c, d in menu_commands()]
             code = None if language == "en" else language
 
             async def put(commands: list[BotCommand] = commands, code: str | None = code) -> bool:

@@ -46,6 +46,7 @@ from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, ChatRefused, F
 from bot.chat.streaming.session import StreamSession
 from bot.middlewares.context import IntakeStatus
 from bot.text import conversation, templates, tool_texts
+from bot.text import media as media_texts
 from bot.text import operator as operator_texts
 from budget.kernel.clock import Clock
 from llm.sanitize import has_visible
@@ -134,6 +135,12 @@ def reply_of(
         return Reply(
             text, IntakeStatus.REFUSED, reply_to=message_id, refusal=outcome.refusal.reason.value
         )
+    if outcome.kind is FailureKind.MEDIA and outcome.media is not None:
+        # a media step refused its input inside the operation (nothing heard, an empty
+        # clip, one longer than held, a failed download): its own template, as before one
+        text = media_texts.media_refusal_text(outcome.media, tz=tz)
+        label = outcome.media.problem.value
+        return Reply(text, IntakeStatus.REFUSED, reply_to=message_id, refusal=label)
     refused = outcome.kind in (FailureKind.TOO_LONG, FailureKind.QUEUE_FULL)
     status = IntakeStatus.REFUSED if refused else IntakeStatus.FAILED
     return Reply(_failure_text(outcome), status, reply_to=message_id, refusal=outcome.kind.value)

@@ -12,11 +12,12 @@ from aiogram.types import Message
 from aiogram.utils.i18n import I18n
 from aiogram.utils.i18n import gettext as _
 
+from bot.access.sales import PlanSales
 from bot.chat.delivery import send_text
 from bot.middlewares.context import ProfileStore, UserContext
 from bot.middlewares.topics import topic_of
 from bot.storage.repos import Conversation, History
-from bot.text import templates
+from bot.text import commands, templates
 from bot.text.i18n import LANGUAGE_NAMES, SUPPORTED_LANGUAGES
 from budget.kernel.clock import Clock
 
@@ -40,30 +41,22 @@ async def on_start(message: Message, bot: Bot, clock: Clock) -> None:
     await send_text(bot, message.chat.id, templates.start_text(name), clock=clock)
 
 
-#: What /help adds for an admin in a private chat (admin replies are in English, as
-#: every admin command's are; docs/admin.md has each in full).
-ADMIN_HELP = (
-    "Admin commands:\n"
-    "/budget [user ID | team NAME | chart | export [period]] — spend, limits, keys\n"
-    "/limit global|team NAME|user ID hour|day USD|off — set a limit\n"
-    "/team NAME add|remove USER_ID, /team list — teams\n"
-    "/kill [hard] [reason], /unkill — the kill switch\n"
-    "/providers [prices | enable NAME] — keys, circuits, prices\n"
-    "/reconcile [PROVIDER] [period] — as the caption of a provider's usage export\n"
-    "/digest_now [USER_ID] — a digest now\n"
-    "/dashboard — the operator dashboard"
-)
-
-
 async def on_help(
-    message: Message, bot: Bot, clock: Clock, admin_ids: frozenset[int] = frozenset()
+    message: Message,
+    bot: Bot,
+    clock: Clock,
+    admin_ids: frozenset[int] = frozenset(),
+    plan_sales: PlanSales | None = None,
 ) -> None:
-    """/help: the commands (and, for an admin in a private chat, the admin commands)."""
-    text = templates.help_text()
+    """/help: the commands this sender may use here (:mod:`bot.text.commands`; for an
+    admin in a private chat, the admin commands too)."""
     sender = message.from_user.id if message.from_user is not None else None
     # never from sender_chat: an anonymous admin's message is the group's, not an admin's
-    if message.chat.type == "private" and sender in admin_ids and message.sender_chat is None:
-        text = f"{text}\n\n{ADMIN_HELP}"
+    admin = sender in admin_ids and message.sender_chat is None
+    selling = plan_sales is not None and any(
+        p.stars is not None for p in plan_sales.plans.by_name.values()
+    )
+    text = commands.help_text(admin=admin, private=message.chat.type == "private", selling=selling)
     await send_text(bot, message.chat.id, text, clock=clock)
 
 

@@ -205,7 +205,7 @@ async def _proceed(
         return await _refuse(message, text, prepared.problem.value, data)
     tokens = await desk.turn_tokens(prepared)
     if tokens is not None and tokens > desk.max_input_tokens:
-        text = templates.too_long_text(tokens, desk.max_input_tokens)
+        text = texts.media_too_long_text(tokens, desk.max_input_tokens)
         return await _refuse(message, text, "too_long", data)
     where = Conversation(message.chat.id, topic_of(message), user_ctx.user_id)
     try:

@@ -27,7 +27,7 @@ from bot.middlewares.context import UserContext
 from bot.storage.chat_prefs import ChatPrefs, ChatPrefsStore
 from bot.text import model_texts, personas
 from budget.kernel.clock import Clock
-from llm.sanitize import clean_prompt
+from llm.sanitize import clean_prompt, unsafe_characters
 
 __all__ = ["create_persona_router", "persona_of"]
 
@@ -88,8 +88,9 @@ async def on_persona(
         prefs = await chat_prefs.get(message.chat.id)
         prompt = personas.persona_prompt(prefs.persona, prefs.persona_text)
         tokens = await chat_service.system_tokens(prompt)
+        anchor = model_menu.paid_input_musd(tokens)
         text = personas.persona_menu_text(
-            prefs.persona, tokens, model_menu.paid_input_musd(tokens), persona_max_chars
+            prefs.persona, tokens, anchor, persona_max_chars, prefs.persona_text
         )
         await _reply(message, bot, clock, text)
         return
@@ -99,6 +100,9 @@ async def on_persona(
         custom = clean_prompt(rest).strip()
         if not custom:
             await _reply(message, bot, clock, personas.persona_empty_text())
+            return
+        if unsafe := unsafe_characters(custom):
+            await _reply(message, bot, clock, personas.persona_unsafe_text(unsafe))
             return
         if len(custom) > persona_max_chars:
             text = personas.persona_too_long_text(len(custom), persona_max_chars)

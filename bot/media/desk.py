@@ -8,9 +8,13 @@
   downloaded; the image rides on the turn, the caption (or a default question) is its
   text;
 * a **voice note, audio file or video note** — refused above
-  ``MEDIA_MAX_AUDIO_SECONDS`` and when no speech key is configured; otherwise nothing is
-  downloaded yet: the turn's :attr:`~bot.chat.turns.MediaTurn.transcribe` holds the
-  transcription's ceiling first, then downloads (:class:`llm.cascade.speech.SpeechCascade`).
+  ``MEDIA_MAX_AUDIO_SECONDS``, at 0 bytes, and when no speech key is configured;
+  otherwise nothing is downloaded yet: the turn's
+  :attr:`~bot.chat.turns.MediaTurn.transcribe` holds the transcription's ceiling first,
+  then downloads (:class:`llm.cascade.speech.SpeechCascade`); an Ogg Opus clip that
+  plays longer than the least any key holds for it (its packets say how long:
+  :mod:`bot.media.opus_length`), or an empty one, is refused then, the hold released and
+  nothing sent (``docs/decisions/230-a-recording-is-as-long-as-its-packets.md``).
 
 Each ends in a :class:`Prepared` turn or a :class:`~bot.media.refusals.MediaRefusal`.
 :meth:`MediaDesk.ceiling` is the price asked before the spend
@@ -20,6 +24,7 @@ Each ends in a :class:`Prepared` turn or a :class:`~bot.media.refusals.MediaRefu
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -37,8 +42,9 @@ from bot.media.errors import (
     TooBigToDownload,
 )
 from bot.media.images import image_size
-from bot.media.kinds import HEAD_BYTES, document_kind
+from bot.media.kinds import HEAD_BYTES, claimed_kind, document_kind
 from bot.media.links import LinkReader
+from bot.media.opus_length import ogg_opus_seconds
 from bot.media.refusals import MediaProblem, MediaRefusal, MediaRefused
 from bot.media.types import Extracted, ExtractionFailed, ExtractionResult
 from bot.media.worker import ExtractionPool, WorkerUnavailable
@@ -151,6 +157,9 @@ class MediaDesk:
             return MediaRefusal(MediaProblem.DOWNLOAD)
         kind = document_kind(ref.name, ref.mime, data[:HEAD_BYTES])
         if kind is None:
+            claimed = claimed_kind(ref.name, ref.mime)
+            if claimed is not None:  # e.g. report.pdf that is no PDF: not read, said so
+                return MediaRefusal(MediaProblem.NOT_WHAT_NAMED, named=claimed.value.upper())
             return MediaRefusal(MediaProblem.UNSUPPORTED)
         try:
             result = await self._pool.extract(kind, data)
@@ -163,7 +172,9 @@ class MediaDesk:
         """A linked page's turn, or why not."""
         try:
             page = await self._links.read(url)
-        except LinkRefused:
+        except LinkRefused as exc:
+            if exc.host and not exc.address:  # the name resolved to nothing
+                return MediaRefusal(MediaProblem.LINK_NOT_FOUND)
             return MediaRefusal(MediaProblem.LINK_REFUSED)
         except LinkTooLarge as exc:
             return MediaRefusal(MediaProblem.LINK_TOO_LARGE, exc.limit_bytes)
@@ -269,9 +280,13 @@ class MediaDesk:
         downloaded here: the download waits for the transcription's hold."""
         if seconds > self._max_audio_s:
             return MediaRefusal(MediaProblem.AUDIO_TOO_LONG, self._max_audio_s, seconds)
+        if ref.size == 0:
+            return MediaRefusal(MediaProblem.EMPTY_RECORDING)
         speech = self.speech
-        if speech is None or not speech.plans(seconds):
+        plans = speech.plans(seconds) if speech is not None else []
+        if speech is None or not plans:
             return MediaRefusal(MediaProblem.NO_SPEECH)
+        least_held_s = min(p.seconds for p in plans)  # every key's hold covers this much
         keys = [c.name for c in speech.clients]
         if not any(speech.breaker.available(k) for k in keys):
             waits = [speech.breaker.cooldown_remaining_s(k) for k in keys]
@@ -287,6 +302,7 @@ class MediaDesk:
                 raise MediaRefused(refusal) from None
             except DownloadError:
                 raise MediaRefused(MediaRefusal(MediaProblem.DOWNLOAD)) from None
+            _check_length(data, seconds, least_held_s)
             return AudioClip(data, clip_name, mime, seconds)
 
         async def transcribe(op: OperationTicket) -> str:
@@ -354,6 +370,20 @@ class MediaDesk:
     def default_question(self, kind: str) -> str:
         """The question asked of an input sent without a caption."""
         return texts.default_question(kind)
+
+
+def _check_length(data: bytes, declared_s: int, least_held_s: int) -> None:
+    """Raise :class:`MediaRefused` (under the hold, which the speech cascade then
+    releases: nothing is sent) for an empty clip, or one whose Ogg Opus packets play
+    longer than ``least_held_s``, the fewest seconds any key holds for it."""
+    if not data:
+        raise MediaRefused(MediaRefusal(MediaProblem.EMPTY_RECORDING))
+    played = ogg_opus_seconds(data)
+    if played is not None and math.ceil(played) > least_held_s:
+        real = math.ceil(played)
+        log.info("recording declared %s s plays %s s: refused", declared_s, real)
+        refusal = MediaRefusal(MediaProblem.LONGER_THAN_DECLARED, declared_s, real)
+        raise MediaRefused(refusal)
 
 
 def _strictest(models: Sequence[VisionModel]) -> VisionModel:

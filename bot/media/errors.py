@@ -95,7 +95,8 @@ class LinkError(MediaError):
 
 
 class LinkRefused(LinkError):
-    """The link's host is not public (server-side request forgery guard).
+    """The link's host is not public (server-side request forgery guard), or does not
+    resolve at all (``address`` ``""``: the guard fails closed).
 
     Attributes:
         host: the host name or literal address.

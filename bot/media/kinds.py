@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 
 from bot.media.types import DocumentKind
 
-__all__ = ["DOCX_MIME", "HEAD_BYTES", "TEXT_EXTENSIONS", "document_kind"]
+__all__ = ["DOCX_MIME", "HEAD_BYTES", "TEXT_EXTENSIONS", "claimed_kind", "document_kind"]
 
 #: How many leading bytes :func:`document_kind` looks at.
 HEAD_BYTES = 4096
@@ -127,6 +127,20 @@ def _extension(file_name: str) -> str:
 def _looks_html(head: bytes) -> bool:
     start = head.lstrip(b"\xef\xbb\xbf \t\r\n").lower()
     return start.startswith((b"<!doctype html", b"<html"))
+
+
+def claimed_kind(file_name: str, mime_type: str) -> DocumentKind | None:
+    """The binary kind a document's name or declared MIME type claims (``PDF`` for
+    ``*.pdf`` or ``application/pdf``, ``DOCX`` for ``*.docx`` or :data:`DOCX_MIME`);
+    ``None``: it claims neither. Used only to say truthfully why a file whose bytes
+    are not that kind is refused (the bytes decide what is read)."""
+    mime = mime_type.split(";", 1)[0].strip().lower()
+    ext = _extension(file_name)
+    if ext == "pdf" or mime == "application/pdf":
+        return DocumentKind.PDF
+    if ext == "docx" or mime == DOCX_MIME:
+        return DocumentKind.DOCX
+    return None
 
 
 def document_kind(file_name: str, mime_type: str, head: bytes) -> DocumentKind | None:

@@ -25,14 +25,18 @@ class MediaProblem(StrEnum):
     TOO_BIG = "media_too_big"  # over the download limit: limit, found = bytes
     DOWNLOAD = "media_download"  # Telegram would not give the file
     UNSUPPORTED = "media_unsupported"  # not a kind Kopek reads
+    NOT_WHAT_NAMED = "media_not_what_named"  # named PDF/DOCX, bytes not one: ``named``
     EXTRACTION = "media_extraction"  # the reader refused it: ``extraction`` says why
     WORKERS = "media_workers"  # no extraction worker could be started
     AUDIO_TOO_LONG = "media_audio_too_long"  # over MEDIA_MAX_AUDIO_SECONDS: limit, found = s
     NO_SPEECH = "media_no_speech_provider"  # no speech key configured or all cooling
     NOTHING_HEARD = "media_nothing_heard"  # a transcript with no words
+    EMPTY_RECORDING = "media_empty_recording"  # a recording of 0 bytes
+    LONGER_THAN_DECLARED = "media_longer_than_declared"  # limit = declared s, found = s
     NO_VISION = "media_no_vision_provider"  # no vision key configured or all cooling
     PHOTO_TOO_LARGE = "media_photo_too_large"  # no size of the photo fits a vision model
     LINK_REFUSED = "link_refused"  # a non-public address (SSRF guard)
+    LINK_NOT_FOUND = "link_not_found"  # the host (or a redirect's) does not resolve
     LINK_TOO_LARGE = "link_too_large"  # over FETCH_MAX_BYTES: limit = bytes
     LINK_UNSUPPORTED = "link_unsupported"  # not a page or document
     LINK_FAILED = "link_failed"  # fetch failed or not HTTP 200
@@ -49,6 +53,8 @@ class MediaRefusal:
         extraction: the reader's refusal, for :attr:`MediaProblem.EXTRACTION`.
         resets_at: when the limit resets, aware UTC (``None``: it does not reset on
             its own).
+        named: the kind the file's name or type claims, for
+            :attr:`MediaProblem.NOT_WHAT_NAMED` (``"PDF"``, ``"DOCX"``).
     """
 
     problem: MediaProblem
@@ -56,6 +62,7 @@ class MediaRefusal:
     found: int | None = None
     extraction: Refusal | None = None
     resets_at: datetime | None = None
+    named: str = ""
 
 
 class MediaRefused(Exception):

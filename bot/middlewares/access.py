@@ -8,11 +8,12 @@ one line, once, and ``leaveChat``; nothing else — no profile, no intake record
 history, no ledger step, no provider call. A banned sender costs the lookup only.
 
 Also here, before any other code sees them: ``/start <code>`` (an invite: redeemed or
-refused with a template; wrong codes are limited per user per hour, past the limit not
-even looked up) and a pending ``/allow @username`` (claimed by the first user seen with
-that name). Payments are never stopped here (``successful_payment`` is money already
-taken; a ``pre_checkout_query`` is answered by its handler, which checks the payer
-again), nor a ``my_chat_member`` change (its handler decides whether to stay).
+refused with a template; wrong codes, and payloads that cannot be a code, are limited
+per user per hour, past the limit not even looked up) and a pending ``/allow @username``
+(claimed by the first user seen with that name). Payments are never stopped here
+(``successful_payment`` is money already taken; a ``pre_checkout_query`` is answered by
+its handler, which checks the payer again), nor a ``my_chat_member`` change (its
+handler decides whether to stay).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from bot.text.access import (
     group_not_enabled_text,
     invite_again_text,
     invite_invalid_text,
+    invite_not_a_code_text,
     invite_tries_text,
     invite_welcome_text,
     not_allowed_text,
@@ -53,15 +55,16 @@ Handler = Callable[[TelegramObject, dict[str, Any]], Awaitable[Any]]
 
 
 def invite_code(message: Message) -> str | None:
-    """The code of ``/start <code>`` in a private chat (``None``: not an invite)."""
+    """The payload of ``/start <payload>`` in a private chat: an invite try, whether or
+    not it can be a code (``None``: no payload, or not ``/start``). The only deep links
+    the bot makes are invites, so every payload is one (``docs/access.md#invites``)."""
     text = message.text or ""
     if message.chat.type != "private" or not text.startswith("/start"):
         return None
     parts = text.split(maxsplit=1)
     if parts[0].split("@", 1)[0] != "/start" or len(parts) < 2:
         return None
-    payload = parts[1].strip()
-    return payload if looks_like_code(payload) else None
+    return parts[1].strip() or None
 
 
 class AccessGate(BaseMiddleware):
@@ -228,14 +231,12 @@ class AccessGate(BaseMiddleware):
         store = self._book.store
         if not await store.may_try(sender, self._tries):
             return  # past the limit: not looked up, nothing said (said at the limit)
+        if not looks_like_code(code):  # cannot be a code: a wrong try, never looked up
+            await self._wrong_try(message, sender, bot, invite_not_a_code_text)
+            return
         found = await store.redeem(code_hash(code), sender)
         if found.outcome is Redeemed.INVALID:
-            tries, until = await store.wrong_try(sender)
-            if tries < self._tries:
-                await self._say(bot, message, invite_invalid_text)
-            elif tries == self._tries:
-                reset = format_reset(until, self._tz)
-                await self._say(bot, message, lambda: invite_tries_text(reset))
+            await self._wrong_try(message, sender, bot, invite_invalid_text)
             return
         if found.outcome is Redeemed.AGAIN:
             await self._say(bot, message, invite_again_text)
@@ -249,3 +250,15 @@ class AccessGate(BaseMiddleware):
             status = await self._ledger.user_status(sender)
             title = self._plans.get(status.plan).title
         await self._say(bot, message, lambda: invite_welcome_text(title))
+
+    async def _wrong_try(
+        self, message: Message, sender: int, bot: Bot, text: Callable[[], str]
+    ) -> None:
+        """One wrong try counted: ``text`` under the limit, the limit's notice once at
+        it (and nothing after: :meth:`_redeem` stops at :meth:`may_try`)."""
+        tries, until = await self._book.store.wrong_try(sender)
+        if tries < self._tries:
+            await self._say(bot, message, text)
+        elif tries == self._tries:
+            reset = format_reset(until, self._tz)
+            await self._say(bot, message, lambda: invite_tries_text(reset))

@@ -17,10 +17,11 @@ import re
 from decimal import Decimal
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode
 
 from bot.chat.payer import SERVICE_USER_IDS
+from bot.settings.checks import comma_ids
 
 __all__ = ["AccessMode", "AccessSettings", "parse_chat_ids", "parse_user_ids"]
 
@@ -37,10 +38,8 @@ def _ids(value: object, name: str, *, negative: bool) -> object:
         value = str(value)
     if not isinstance(value, str):
         return value
-    parts = [p.strip() for p in value.split(",") if p.strip()]
-    if not all(_ID.fullmatch(p) for p in parts):
-        raise ValueError(f"{name} must be comma-separated Telegram ids (digits, '-' for groups)")
-    ids = frozenset(int(p) for p in parts)
+    error = f"{name} must be comma-separated Telegram ids (digits, '-' for groups)"
+    ids = comma_ids(value, _ID, error, longest=20)
     for i in sorted(ids):
         if i == 0 or abs(i) > 2**63 - 1 or (i < 0 and not negative):
             raise ValueError(f"{name} contains {str(i)[:24]}, which is no Telegram user id")
@@ -58,6 +57,10 @@ def parse_chat_ids(value: object) -> object:
     """``ALLOWED_CHAT_IDS`` (``"-1001234567890, -42"``) → a frozenset of chat ids (groups
     and supergroups are negative)."""
     return _ids(value, "ALLOWED_CHAT_IDS", negative=True)
+
+
+#: Each id-list setting's parser, by field name.
+_ID_LISTS = {"allowed_user_ids": parse_user_ids, "allowed_chat_ids": parse_chat_ids}
 
 
 class AccessSettings(BaseSettings):
@@ -112,15 +115,10 @@ class AccessSettings(BaseSettings):
     def _mode_any_case(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value
 
-    @field_validator("allowed_user_ids", mode="before")
+    @field_validator("allowed_user_ids", "allowed_chat_ids", mode="before")
     @classmethod
-    def _user_ids(cls, value: object) -> object:
-        return parse_user_ids(value)
-
-    @field_validator("allowed_chat_ids", mode="before")
-    @classmethod
-    def _chat_ids(cls, value: object) -> object:
-        return parse_chat_ids(value)
+    def _id_lists(cls, value: object, info: ValidationInfo) -> object:
+        return _ID_LISTS[str(info.field_name)](value)
 
     @field_validator("plans_file", mode="before")
     @classmethod

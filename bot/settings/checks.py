@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from pydantic import SecretStr
@@ -36,6 +36,7 @@ __all__ = [
     "check_webhook_path",
     "check_webhook_secret",
     "check_webhook_url",
+    "comma_ids",
     "database_url_passwords",
     "parse_admin_ids",
     "url_password",
@@ -105,14 +106,24 @@ def url_password(url: str) -> str | None:
         return None
 
 
+def comma_ids(text: str, pattern: re.Pattern[str], error: str, *, longest: int) -> frozenset[int]:
+    """The ids of a comma-separated list as written (``"42, 7"``; empty items skipped).
+
+    Raises:
+        ValueError: ``error``, when an item is not ``pattern`` or longer than ``longest``.
+    """
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not all(pattern.fullmatch(p) and len(p) <= longest for p in parts):
+        raise ValueError(error)
+    return frozenset(int(p) for p in parts)
+
+
 def parse_admin_ids(value: object) -> object:
     """``ADMIN_IDS`` as written (``"42, 7"``, or one number) → a frozenset of ints; any
     other value is passed on for pydantic to check."""
     if isinstance(value, str):
-        parts = [p.strip() for p in value.split(",") if p.strip()]
-        if not all(_ADMIN_ID.fullmatch(p) and len(p) <= 32 for p in parts):
-            raise ValueError("ADMIN_IDS must be comma-separated Telegram user ids (digits 0-9)")
-        return frozenset(int(p) for p in parts)
+        error = "ADMIN_IDS must be comma-separated Telegram user ids (digits 0-9)"
+        return comma_ids(value, _ADMIN_ID, error, longest=32)
     if isinstance(value, int):
         return frozenset({value})
     return value
@@ -143,6 +154,28 @@ def check_admin_ids(value: frozenset[int]) -> frozenset[int]:
     return value
 
 
+def _public_https(value: str, not_https: str, has_query: str) -> SplitResult:
+    """``value`` split, when it is an https URL with a host, no spaces, no credentials,
+    no query and no fragment.
+
+    Raises:
+        ValueError: ``not_https`` (no https scheme or host, or a space), ``has_query``
+            (a ``?query`` or ``#fragment``), or the shared reasons.
+    """
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port out of 0-65535
+    except ValueError:
+        raise ValueError("must be an https URL (unreadable host or port)") from None
+    if parts.scheme != "https" or not parts.hostname or any(c.isspace() for c in value):
+        raise ValueError(not_https)
+    if parts.password or parts.username:
+        raise ValueError("must not carry a user or password")
+    if "#" in value or "?" in value:  # a client never sends a fragment: a typo
+        raise ValueError(has_query)
+    return parts
+
+
 def check_webhook_url(value: object) -> object:
     """``WEBHOOK_URL``: ``None`` when unset or empty (polling); else the public https
     URL Telegram can call (no credentials, query or fragment; one of its ports)."""
@@ -150,20 +183,12 @@ def check_webhook_url(value: object) -> object:
         return None
     if not isinstance(value, str):
         return value
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - raises ValueError for a port out of 0-65535
-    except ValueError:
-        raise ValueError("must be an https URL (unreadable host or port)") from None
-    if parts.scheme != "https" or not parts.hostname or any(c.isspace() for c in value):
-        raise ValueError(
-            "must be the public https:// URL Telegram posts updates to "
-            "(Telegram calls webhooks over HTTPS only)"
-        )
-    if parts.password or parts.username:
-        raise ValueError("must not carry a user or password")
-    if "#" in value or "?" in value:  # a client never sends a fragment: a typo
-        raise ValueError("must not carry a ?query or #fragment (Telegram calls the URL as it is)")
+    parts = _public_https(
+        value,
+        "must be the public https:// URL Telegram posts updates to "
+        "(Telegram calls webhooks over HTTPS only)",
+        "must not carry a ?query or #fragment (Telegram calls the URL as it is)",
+    )
     if parts.port not in (None, *_WEBHOOK_PORTS):
         raise ValueError(
             f"port {parts.port}: Telegram calls webhooks on ports 443, 80, 88 or 8443 only"
@@ -203,20 +228,12 @@ def check_dashboard_url(value: object) -> object:
         return None
     if not isinstance(value, str):
         return value
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - raises ValueError for a port out of 0-65535
-    except ValueError:
-        raise ValueError("must be an https URL (unreadable host or port)") from None
-    if parts.scheme != "https" or not parts.hostname or any(c.isspace() for c in value):
-        raise ValueError(
-            "must be the public https:// URL of the dashboard (Telegram opens Mini Apps "
-            "over HTTPS only)"
-        )
-    if parts.password or parts.username:
-        raise ValueError("must not carry a user or password")
-    if "#" in value or "?" in value:
-        raise ValueError("must not carry a ?query or #fragment (Telegram adds its own)")
+    parts = _public_https(
+        value,
+        "must be the public https:// URL of the dashboard (Telegram opens Mini Apps "
+        "over HTTPS only)",
+        "must not carry a ?query or #fragment (Telegram adds its own)",
+    )
     path = parts.path or "/"
     if path == "/":
         raise ValueError("needs a path of its own, e.g. https://bot.example.org/dashboard/")

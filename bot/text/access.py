@@ -13,6 +13,7 @@ __all__ = [
     "group_not_enabled_text",
     "invite_again_text",
     "invite_invalid_text",
+    "invite_not_a_code_text",
     "invite_tries_text",
     "invite_welcome_text",
     "not_allowed_text",
@@ -46,6 +47,15 @@ def invite_again_text() -> str:
 def invite_invalid_text() -> str:
     """No such invite, expired or used up (one text for all: a guess learns nothing)."""
     return _("This invite link does not work: it may have expired or been used up.")
+
+
+def invite_not_a_code_text() -> str:
+    """``/start <payload>`` whose payload cannot be an invite code (wrong length or
+    characters): counted as a wrong try, never looked up."""
+    return _(
+        "This is not an invite link: its code is not one this bot makes. Ask whoever runs "
+        "the bot for an invite link."
+    )
 
 
 def invite_tries_text(reset: str) -> str:

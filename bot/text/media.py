@@ -9,6 +9,7 @@ from aiogram.utils.i18n import gettext as _
 
 from bot.media.refusals import MediaProblem, MediaRefusal
 from bot.media.types import Refusal
+from bot.text import templates
 from bot.text.templates import format_reset
 from budget.policy.money import usd
 
@@ -23,6 +24,7 @@ __all__ = [
     "going_ahead_text",
     "heard_text",
     "media_refusal_text",
+    "media_too_long_text",
     "what_document",
     "what_photo",
     "what_recording",
@@ -46,50 +48,67 @@ def _per_file() -> str:
     return _("This limit is per file; it does not reset.")
 
 
+def _free(text: str) -> str:
+    """``text`` and the sentence every refusal that cost nothing ends with."""
+    return text + " " + _("Nothing was charged.")
+
+
 def _extraction_text(refusal: MediaRefusal) -> str:
     reason = refusal.extraction
     if reason is Refusal.TOO_MANY_PAGES:
-        return _(
-            "📄 This PDF has {found} pages; I read at most {limit} (DOCUMENT_MAX_PAGES). {per}"
-        ).format(found=refusal.found, limit=refusal.limit, per=_per_file())
+        return _free(
+            _(
+                "📄 This PDF has {found} pages; I read at most {limit} (DOCUMENT_MAX_PAGES). {per}"
+            ).format(found=refusal.found, limit=refusal.limit, per=_per_file())
+        )
     if reason is Refusal.TOO_LONG:
-        return _(
-            "📄 This document has more than {limit} characters of text, more than I read "
-            "(DOCUMENT_MAX_CHARS). {per}"
-        ).format(limit=refusal.limit, per=_per_file())
+        return _free(
+            _(
+                "📄 This document has more than {limit} characters of text, more than I read "
+                "(DOCUMENT_MAX_CHARS). {per}"
+            ).format(limit=refusal.limit, per=_per_file())
+        )
     if reason is Refusal.TOO_LARGE_UNPACKED:
-        return _(
-            "📄 This document unpacks to more than {limit} MB, more than I open "
-            "(DOCUMENT_MAX_UNPACKED_BYTES). {per}"
-        ).format(limit=_mb(refusal.limit), per=_per_file())
+        return _free(
+            _(
+                "📄 This document unpacks to more than {limit} MB, more than I open "
+                "(DOCUMENT_MAX_UNPACKED_BYTES). {per}"
+            ).format(limit=_mb(refusal.limit), per=_per_file())
+        )
     if reason is Refusal.TIMEOUT:
-        return _(
-            "📄 Reading this document took longer than {limit} s, the most I give one "
-            "(DOCUMENT_EXTRACT_TIMEOUT_SECONDS). {per}"
-        ).format(limit=refusal.limit, per=_per_file())
+        return _free(
+            _(
+                "📄 Reading this document took longer than {limit} s, the most I give one "
+                "(DOCUMENT_EXTRACT_TIMEOUT_SECONDS). {per}"
+            ).format(limit=refusal.limit, per=_per_file())
+        )
     if reason is Refusal.MEMORY:
-        return _(
-            "📄 Reading this document needed more than {limit} MB of memory, the most I give "
-            "one (DOCUMENT_EXTRACT_MEMORY_MB). {per}"
-        ).format(limit=refusal.limit, per=_per_file())
+        return _free(
+            _(
+                "📄 Reading this document needed more than {limit} MB of memory, the most I "
+                "give one (DOCUMENT_EXTRACT_MEMORY_MB). {per}"
+            ).format(limit=refusal.limit, per=_per_file())
+        )
     if reason is Refusal.NO_TEXT_LAYER:
         return _(
             "📄 This PDF is a scan: its pages are images with no text layer, and I read only "
             "text. Nothing was charged."
         )
     if reason is Refusal.ENCRYPTED:
-        return _("🔒 This document is protected by a password, so I cannot read it.")
+        return _free(_("🔒 This document is protected by a password, so I cannot read it."))
     if reason is Refusal.EMPTY:
-        return _("📄 This document has no text in it.")
+        return _free(_("📄 This document has no text in it."))
     if reason is Refusal.UNSUPPORTED:
         return _unsupported()
-    return _("📄 I could not read this file: it is damaged or not what its name says.")
+    return _free(_("📄 I could not read this file: it is damaged or not what its name says."))
 
 
 def _unsupported() -> str:
-    return _(
-        "📎 I read PDF, DOCX, HTML, text, Markdown, CSV and source files, voice notes, "
-        "audio, video notes, photos and links; not this kind of file."
+    return _free(
+        _(
+            "📎 I read PDF, DOCX, HTML, text, Markdown, CSV and source files, voice notes, "
+            "audio, video notes, photos and links; not this kind of file."
+        )
     )
 
 
@@ -106,7 +125,8 @@ def _provider_text(refusal: MediaRefusal, what: str, tz: str) -> str:
 
 
 def media_refusal_text(refusal: MediaRefusal, *, tz: str) -> str:
-    """The template for ``refusal`` (``tz``: the user's zone, for a reset time)."""
+    """The template for ``refusal`` (``tz``: the user's zone, for a reset time). Every
+    one ends "Nothing was charged." but "nothing heard", whose transcription was paid."""
     p = refusal.problem
     if p is MediaProblem.TOO_BIG:
         return _(
@@ -114,13 +134,18 @@ def media_refusal_text(refusal: MediaRefusal, *, tz: str) -> str:
             "(Telegram's limit, MEDIA_DOWNLOAD_MAX_BYTES). {per} Nothing was charged."
         ).format(found=_mb(refusal.found), limit=_mb(refusal.limit), per=_per_file())
     if p is MediaProblem.DOWNLOAD:
-        return _("⚠️ Telegram would not give me this file. Please send it again.")
+        return _free(_("⚠️ Telegram would not give me this file. Please send it again."))
     if p is MediaProblem.UNSUPPORTED:
         return _unsupported()
+    if p is MediaProblem.NOT_WHAT_NAMED:
+        return _(
+            "📄 This file is named as a {kind}, but it is not a readable {kind}: its content "
+            "is not that format. Nothing was charged."
+        ).format(kind=refusal.named)
     if p is MediaProblem.EXTRACTION:
         return _extraction_text(refusal)
     if p is MediaProblem.WORKERS:
-        return _("⏳ I cannot read documents right now. Please try again in a minute.")
+        return _free(_("⏳ I cannot read documents right now. Please try again in a minute."))
     if p is MediaProblem.AUDIO_TOO_LONG:
         return _(
             "🎙 This recording is {found} s long; I transcribe at most {limit} s "
@@ -128,6 +153,17 @@ def media_refusal_text(refusal: MediaRefusal, *, tz: str) -> str:
         ).format(found=refusal.found, limit=refusal.limit, per=_per_file())
     if p is MediaProblem.NO_SPEECH:
         return _provider_text(refusal, _("transcribe speech"), tz)
+    if p is MediaProblem.EMPTY_RECORDING:
+        return _(
+            "🎙 This recording is empty (0 bytes): there is nothing to transcribe. "
+            "Nothing was charged."
+        )
+    if p is MediaProblem.LONGER_THAN_DECLARED:
+        return _(
+            "🎙 This recording plays for {found} s, but its message says {declared} s, and "
+            "that is what the price was held for, so I do not transcribe it. Nothing was "
+            "charged."
+        ).format(found=refusal.found, declared=refusal.limit)
     if p is MediaProblem.NOTHING_HEARD:
         return _("🎙 I heard no words in this recording.")
     if p is MediaProblem.NO_VISION:
@@ -138,15 +174,28 @@ def media_refusal_text(refusal: MediaRefusal, *, tz: str) -> str:
             "pixels per image). {per} Nothing was charged."
         ).format(per=_per_file())
     if p is MediaProblem.LINK_REFUSED:
-        return _("🔗 I do not open links to private or local addresses.")
-    if p is MediaProblem.LINK_TOO_LARGE:
+        return _free(_("🔗 I do not open links to private or local addresses."))
+    if p is MediaProblem.LINK_NOT_FOUND:
         return _(
-            "🔗 This page is larger than {limit} MB, the most I fetch (FETCH_MAX_BYTES). "
-            "This limit is per page; it does not reset."
-        ).format(limit=_mb(refusal.limit))
+            "🔗 I could not find this link's host: its name does not resolve to any "
+            "address. Please check the link. Nothing was charged."
+        )
+    if p is MediaProblem.LINK_TOO_LARGE:
+        return _free(
+            _(
+                "🔗 This page is larger than {limit} MB, the most I fetch (FETCH_MAX_BYTES). "
+                "This limit is per page; it does not reset."
+            ).format(limit=_mb(refusal.limit))
+        )
     if p is MediaProblem.LINK_UNSUPPORTED:
-        return _("🔗 This link leads to something I do not read (not a page or a document).")
-    return _("🔗 I could not fetch this page. Please check the link.")
+        return _free(_("🔗 This link leads to something I do not read (not a page or a document)."))
+    return _free(_("🔗 I could not fetch this page. Please check the link."))
+
+
+def media_too_long_text(tokens: int, limit: int) -> str:
+    """A document's, page's or photo caption's turn over MEDIA_MAX_INPUT_TOKENS, refused
+    before any price or hold (the chat template, and that it cost nothing)."""
+    return _free(templates.too_long_text(tokens, limit))
 
 
 def confirm_text(

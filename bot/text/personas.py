@@ -11,6 +11,7 @@ at most PERSONA_MAX_CHARS characters. Its tokens are part of every hold
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ from aiogram.utils.i18n import gettext as _
 
 from bot.chat.persona import DEFAULT_PROMPT
 from budget.policy.money import usd
+from llm.sanitize import shown_safely
 
 __all__ = [
     "BUILT_IN",
@@ -132,15 +134,19 @@ def cost_line(tokens: int, anchor: tuple[str, int] | None) -> str:
 
 
 def persona_menu_text(
-    current: str, current_tokens: int, anchor: tuple[str, int] | None, max_chars: int
+    current: str,
+    current_tokens: int,
+    anchor: tuple[str, int] | None,
+    max_chars: int,
+    custom_text: str | None = None,
 ) -> str:
-    """``/persona`` without arguments: the current persona, its cost, the choices."""
-    lines = [
-        _("Persona in this chat: {title}.").format(title=persona_title(current)),
-        cost_line(current_tokens, anchor),
-        "",
-        _("Built-in personas:"),
-    ]
+    """``/persona`` without arguments: the current persona (a custom one's own text,
+    control and bidi-reordering characters written ``<U+XXXX>``), its cost, the
+    choices."""
+    lines = [_("Persona in this chat: {title}.").format(title=persona_title(current))]
+    if current == CUSTOM and custom_text:
+        lines.append(_("Its text: {text}").format(text=shown_safely(custom_text)))
+    lines += [cost_line(current_tokens, anchor), "", _("Built-in personas:")]
     lines.extend(f"• /persona {p.key} — {p.title()}" for p in BUILT_IN)
     lines.append("")
     lines.append(
@@ -164,6 +170,16 @@ def persona_set_text(persona: str, tokens: int, anchor: tuple[str, int] | None) 
 def persona_unknown_text() -> str:
     """``/persona NAME`` with a name that is no persona."""
     return _("There is no persona with that name. /persona lists them.")
+
+
+def persona_unsafe_text(characters: list[str]) -> str:
+    """A custom persona with control or bidi-reordering characters: refused, each
+    named (``U+202E RIGHT-TO-LEFT OVERRIDE``; a control character has no name)."""
+    named = ", ".join(f"U+{ord(ch):04X} {unicodedata.name(ch, '')}".rstrip() for ch in characters)
+    return _(
+        "That persona has characters I do not keep (control or text-direction "
+        "characters): {characters}. Nothing was changed; send it again without them."
+    ).format(characters=named)
 
 
 def persona_too_long_text(length: int, max_chars: int) -> str:

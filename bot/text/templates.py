@@ -24,7 +24,6 @@ from budget.types import Level, Refusal, RefusalReason, Window
 
 __all__ = [
     "format_reset",
-    "help_text",
     "refusal_text",
     "start_text",
     "unknown_command_text",
@@ -402,24 +401,6 @@ def start_text(name: str) -> str:
         "Hello, {name}! I am Kopek: ask me anything, and subscribe to public channels "
         "to get a daily digest. See /help."
     ).format(name=name)
-
-
-def help_text() -> str:
-    """/help."""
-    return _(
-        "Just write to chat with the model.\n\n"
-        "/me — your spend and limits\n"
-        "/reset — forget our conversation\n"
-        "/stop — stop the answer being written\n"
-        "/persona — this chat's persona (its tokens count in every message)\n"
-        "/model — this chat's model, with prices per 1k tokens\n"
-        "/tz Europe/Berlin — your timezone\n"
-        "/lang — language (English, Русский, 简体中文, Português, Español, Deutsch, "
-        "Українська)\n"
-        "/sub @channel — daily digest of a public channel (or an RSS/Atom feed URL)\n"
-        "/unsub @channel, /subs — manage subscriptions\n"
-        "/digest_time 09:00, /digest_off, /digest_on — digest schedule"
-    )
 
 
 def dashboard_text() -> str:

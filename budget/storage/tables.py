@@ -38,7 +38,7 @@ from sqlalchemy.types import TypeEngine
 
 from budget.storage.postgres.timestamps import instant
 
-__all__ = ["BIG", "EpochSeconds", "create_schema", "metadata"]
+__all__ = ["ATTEMPT_SUMS", "BIG", "EpochSeconds", "create_schema", "metadata"]
 
 #: µUSD amounts and Telegram ids: 64-bit on both engines (PostgreSQL's INTEGER is 32-bit;
 #: SQLite's INTEGER is 64-bit already, and existing files keep their DDL).
@@ -370,6 +370,28 @@ runtime_signals = Table(
 )
 
 
+#: What ``budget_attempt_sums`` adds up per slot, day, key and model, in column order
+#: (migration ``0034_retention`` creates them in the same order): attempts, tokens, cost
+#: and list price in µUSD, and the list-price equivalent of the attempts booked at $0 (a
+#: free tier).
+ATTEMPT_SUMS: tuple[str, ...] = (
+    "attempts",
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cost_musd",
+    "list_price_musd",
+    "free_list_musd",
+)
+
+
+def _summed(*names: str) -> tuple[Column[int], ...]:
+    """The columns a retention round adds to: ``names``, each a non-null :data:`BIG`
+    (counts, tokens, µUSD)."""
+    return tuple(Column(name, BIG, nullable=False) for name in names)
+
+
 attempt_sums = Table(
     "budget_attempt_sums",
     metadata,
@@ -382,15 +404,7 @@ attempt_sums = Table(
     Column("day_key", String(16), nullable=False),
     Column("provider", String(32), nullable=False),
     Column("model", String(128), nullable=False),
-    Column("attempts", BIG, nullable=False),
-    Column("input_tokens", BIG, nullable=False),
-    Column("cached_input_tokens", BIG, nullable=False),
-    Column("output_tokens", BIG, nullable=False),
-    Column("reasoning_tokens", BIG, nullable=False),
-    Column("cost_musd", BIG, nullable=False),
-    Column("list_price_musd", BIG, nullable=False),
-    # the list-price equivalent of the attempts booked at $0 (a free tier)
-    Column("free_list_musd", BIG, nullable=False),
+    *_summed(*ATTEMPT_SUMS),
     PrimaryKeyConstraint("slot", "day_key", "provider", "model", name="pk_budget_attempt_sums"),
     Index("ix_budget_attempt_sums_day", "day_key"),
 )
@@ -403,7 +417,7 @@ event_sums = Table(
     Column("day_key", String(16), nullable=False),
     Column("kind", String(16), nullable=False),
     Column("reason", String(32), nullable=False),
-    Column("events", BIG, nullable=False),
+    *_summed("events"),
     PrimaryKeyConstraint("day_key", "kind", "reason", name="pk_budget_event_sums"),
 )
 

@@ -9,6 +9,9 @@ import pytest
 from aiogram.utils.i18n import I18n
 
 from bot.handlers.me import render_me
+from bot.media.refusals import MediaProblem, MediaRefusal
+from bot.media.types import Refusal as ExtractionRefusal
+from bot.text import media as media_texts
 from bot.text import templates
 from bot.text.i18n import LOCALES_DIR, compile_catalogue, create_i18n, pick_language
 from budget.status import BucketStatus, UserStatus
@@ -196,3 +199,34 @@ def test_a_limits_worst_case_names_the_step_it_was_for(
     with i18n.use_locale("ru"):
         text = templates.refusal_text(refusal, tz="UTC", step=step)
     assert f"{russian}, а осталось $0.000020." in text
+
+
+def _every_media_refusal() -> list[MediaRefusal]:
+    """One refusal of each problem, each extraction reason, and a cooling provider."""
+    reset = {MediaProblem.NO_SPEECH: RESET, MediaProblem.NO_VISION: RESET}
+    refusals = [
+        MediaRefusal(p, 10, 20, named="PDF", resets_at=reset.get(p))
+        for p in MediaProblem
+        if p is not MediaProblem.EXTRACTION
+    ]
+    refusals += [MediaRefusal(p) for p in (MediaProblem.NO_SPEECH, MediaProblem.NO_VISION)]
+    return refusals + [
+        MediaRefusal(MediaProblem.EXTRACTION, 10, 20, extraction=r) for r in ExtractionRefusal
+    ]
+
+
+@pytest.mark.parametrize("language", ["en", "ru", "de", "es", "pt", "uk", "zh"])
+def test_every_media_refusal_says_nothing_was_charged_but_nothing_heard(
+    i18n: I18n, language: str
+) -> None:
+    """Every media refusal costs nothing and ends saying so, in every language; "nothing
+    heard" follows a paid transcription and says nothing about money."""
+    with i18n.use_locale(language):
+        nothing = i18n.gettext("Nothing was charged.")
+        assert nothing in media_texts.cancelled_text()  # the same words as elsewhere
+        for refusal in _every_media_refusal():
+            text = media_texts.media_refusal_text(refusal, tz="UTC")
+            if refusal.problem is MediaProblem.NOTHING_HEARD:
+                assert nothing not in text
+            else:
+                assert text.endswith(nothing), (refusal, text)

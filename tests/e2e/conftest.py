@@ -5,6 +5,11 @@
 * ``fake_providers`` — ``tests.support.providers.FakeProviders`` (all four LLM APIs).
 * ``bot_env`` — the environment dict for the bot (edit it before starting the bot,
   e.g. ``bot_env["ADMIN_IDS"] = "1"``).
+* ``env_with`` — ``env_with("deepseek", ADMIN_IDS="1") -> dict``: ``bot_env`` as it
+  would be with only those provider families configured (one fake key each, Groq two),
+  and the variables given.
+* ``help_reply_s`` — ``await help_reply_s(user_id) -> float``: seconds from a user's
+  ``/help`` reaching the fake Bot API to its reply (the "other users are not held" tests).
 * ``bot_factory`` — ``bot_factory(argv=None, env=None) -> BotProcess`` (not started);
   every process it made is killed at teardown.
 * ``bot`` — ``python -m bot`` started and polling.
@@ -25,8 +30,10 @@ Every test in this directory gets the ``e2e`` marker (``pytest -m "not e2e"`` sk
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -85,6 +92,42 @@ def bot_env(
         web_base=fake_tme.base_url,
         provider_base_urls=fake_providers.base_urls,
     )
+
+
+EnvWith = Callable[..., dict[str, str]]
+
+
+@pytest.fixture
+def env_with(
+    tmp_path: Path, fake_telegram: FakeTelegram, fake_tme: FakeTme, fake_providers: FakeProviders
+) -> EnvWith:
+    """``bot_env`` with only the given provider families (module docstring)."""
+
+    def make(*families: str, **extra: str) -> dict[str, str]:
+        return bot_environment(
+            telegram=fake_telegram,
+            database_path=tmp_path / "kopek.db",
+            web_base=fake_tme.base_url,
+            provider_base_urls={f: fake_providers.base_urls[f] for f in families},
+            extra=extra,
+        )
+
+    return make
+
+
+@pytest.fixture
+def help_reply_s(fake_telegram: FakeTelegram) -> Callable[[int], Coroutine[Any, Any, float]]:
+    """Seconds from a user's /help reaching the fake Bot API to its reply."""
+
+    async def measure(user_id: int) -> float:
+        loop = asyncio.get_running_loop()
+        mark = fake_telegram.mark()
+        start = loop.time()
+        fake_telegram.inject_message(user_id, "/help")
+        await fake_telegram.wait_for(lambda m: m.chat_id == user_id, since=mark, timeout=30)
+        return loop.time() - start
+
+    return measure
 
 
 @pytest.fixture

@@ -167,6 +167,29 @@ async def test_fifty_wrong_codes_cost_nothing_and_are_limited(
     assert _count(bot_env, "SELECT uses_left FROM access_invites") == 1
 
 
+async def test_payloads_that_cannot_be_codes_are_wrong_tries_too(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """20 /start payloads of the wrong length or alphabet, mixed with one good-looking
+    wrong code: each under INVITE_TRIES_PER_HOUR=5 gets a template (the "not an invite
+    link" one or the "does not work" one), the fifth the "too many" notice, the rest
+    nothing; none costs a profile or a provider request."""
+    await _start(app_factory, bot_env, USER_MAX_UPDATES_PER_MINUTE="1000")
+    payloads = ["x", "abc", "A" * 65, "wrongcode000000000001", "has spaces in it"]
+    payloads += [f"short{i}" for i in range(15)]
+    texts: list[str] = []
+    for i, payload in enumerate(payloads):
+        texts += await _send(fake_telegram, STRANGER, f"/start {payload}", int(i < 5))
+    assert len(texts) == 5, texts
+    assert all("not an invite link" in t for t in texts[:3]), texts
+    assert "does not work" in texts[3] and "Too many" in texts[4]
+    assert fake_providers.requests == []
+    assert _count(bot_env, "SELECT COUNT(*) FROM user_profiles WHERE user_id = ?", STRANGER) == 0
+
+
 async def test_a_group_that_is_not_enabled_is_left(
     app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
 ) -> None:

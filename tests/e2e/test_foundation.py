@@ -103,7 +103,7 @@ async def test_sigterm_grace_restart_state_and_start_help_in_english_and_russian
     [en] = await fake_telegram.wait_sent(42, since=mark)
     [ru] = await fake_telegram.wait_sent(43, since=mark)
     assert "/me" in en.text and "/sub" in en.text
-    assert "/me" in ru.text and "ваши расходы" in ru.text
+    assert "/me" in ru.text and "Мои расходы" in ru.text
     assert len(fake_providers.requests) == calls
 
     mark = fake_telegram.mark()

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import csv
 import io
+import socket
 import sqlite3
 from pathlib import Path
 
+import pytest
+
+from scheduler.sources import feeds as feeds_module
 from tests.support.documents import docx_zip_bomb, flate_bomb_pdf, page_count_bomb_pdf, text_pdf
 from tests.support.inprocess import AppFactory
 from tests.support.provider_media import image_dimensions
@@ -56,12 +60,32 @@ async def test_a_pdf_is_read_and_its_text_is_the_users_turn(
     await bot.stop()
 
 
+async def test_a_file_named_pdf_that_is_no_pdf_is_refused_as_one(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """notes.pdf holding plain words, and a .docx that is no zip: each told it is not a
+    readable file of the kind its name says (not "I read PDF, …"), nothing charged, no
+    provider request."""
+    bot = app_factory()
+    await bot.start()
+    cases = [("notes.pdf", "application/pdf", "PDF"), ("memo.docx", "", "DOCX")]
+    for name, mime, kind in cases:
+        mark = fake_telegram.mark()
+        fake_telegram.inject_document(61, b"just some words\n" * 20, file_name=name, mime_type=mime)
+        reply = await _reply(fake_telegram, 61, mark)
+        assert f"not a readable {kind}" in reply.text, reply.text
+        assert "I read PDF" not in reply.text and "Nothing was charged" in reply.text
+    assert fake_providers.requests == []
+    await bot.stop()
+
+
 async def test_documents_over_a_cap_get_a_template_and_no_provider_request(
     app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:
     """A 300-page PDF (over DOCUMENT_MAX_PAGES), a PDF bomb, a DOCX zip bomb, a text
     over MEDIA_MAX_INPUT_TOKENS and a file over the download limit: each a template
-    naming its limit; no provider request; the over-size file is never downloaded."""
+    naming its limit and saying nothing was charged; no provider request; the over-size
+    file is never downloaded."""
     env = dict(app_factory().env, MEDIA_MAX_INPUT_TOKENS="2000", DOCUMENT_MAX_PAGES="200")
     env["DOCUMENT_EXTRACT_TIMEOUT_SECONDS"] = "120"  # the caps, not a loaded machine, refuse
     bot = app_factory(env=env)
@@ -78,6 +102,7 @@ async def test_documents_over_a_cap_get_a_template_and_no_provider_request(
         fake_telegram.inject_document(61, data, file_name=name, mime_type=mime, file_size=size)
         reply = await _reply(fake_telegram, 61, mark)
         assert expected in reply.text, (name, reply.text)
+        assert reply.text.endswith("Nothing was charged."), (name, reply.text)
     assert fake_providers.requests == []
     assert not any("huge" in path for path in fake_telegram.files.downloads)
     assert len(fake_telegram.files.downloads) == 4
@@ -100,6 +125,30 @@ async def test_a_link_to_a_loopback_address_is_refused_without_a_fetch(
     fake_telegram.inject_message(71, f"is {fake_telegram.base_url} a good site?")
     await _reply(fake_telegram, 71, mark)
     assert len(fake_providers.requests) == 1
+    await bot.stop()
+
+
+async def test_a_link_whose_host_does_not_resolve_is_said_to_be_not_found(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A link to a host with no address (the resolver's "Name or service not known") is
+    refused as not found, not as private; nothing is fetched or asked."""
+
+    async def no_such_host(host: str, port: int) -> list[str]:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(feeds_module, "_system_resolve", no_such_host)
+    bot = app_factory()
+    await bot.start()
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(72, "summarise https://no-such-host.invalid/page")
+    reply = await _reply(fake_telegram, 72, mark)
+    assert "could not find this link's host" in reply.text, reply.text
+    assert "private" not in reply.text and "Nothing was charged" in reply.text
+    assert fake_providers.requests == []
     await bot.stop()
 
 
@@ -206,6 +255,35 @@ async def test_a_voice_note_is_transcribed_then_answered(
     assert all(r[3] != "held" for r in rows)
     first_answer = next(r for r in rows if r[0] != "whisper-large-v3-turbo")
     assert first_answer[4] == speech[0][4], "transcription and answer: one operation"
+
+
+async def test_a_voice_note_longer_than_declared_or_empty_never_reaches_a_provider(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """A real 2.42-second Ogg Opus note declared 0 s long: held on the declared length,
+    downloaded, its packets play 3 s, more than Mistral's 1-second hold, so it is
+    refused with both lengths and the hold released; a 0-byte note is refused before any
+    download, and one whose message claims 100 bytes but downloads none after it; no
+    transcription request, nothing settled."""
+    bot = app_factory()
+    await bot.start()
+    mark = fake_telegram.mark()
+    fake_telegram.inject_voice(93, VOICE, duration=0)
+    reply = await _reply(fake_telegram, 93, mark)
+    assert "plays for 3 s" in reply.text and "says 0 s" in reply.text, reply.text
+    assert "Nothing was charged" in reply.text
+    assert len(fake_telegram.files.downloads) == 1
+    for file_size in (None, 100):
+        mark = fake_telegram.mark()
+        fake_telegram.inject_voice(93, b"", duration=3, file_size=file_size)
+        reply = await _reply(fake_telegram, 93, mark)
+        assert "empty (0 bytes)" in reply.text and "Nothing was charged" in reply.text
+    assert len(fake_telegram.files.downloads) == 2, "the 0-byte one is never downloaded"
+    assert fake_providers.transcriptions == [] and fake_providers.requests == []
+    await bot.stop()
+    with sqlite3.connect(Path(bot.env["DATABASE_URL"].split("///", 1)[1])) as db:
+        states = {r[0] for r in db.execute("SELECT state FROM budget_holds")}
+    assert states == {"released"}
 
 
 async def test_an_audio_file_and_a_video_note_are_transcribed_then_answered(

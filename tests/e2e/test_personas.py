@@ -71,6 +71,28 @@ async def test_a_long_custom_persona_is_held_to_the_token_and_sent_as_the_system
     assert await bot.stop() == 0
 
 
+async def test_a_custom_persona_is_shown_back_and_direction_tricks_are_refused(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """A custom persona with a RIGHT-TO-LEFT OVERRIDE or a BEL character is refused with
+    the characters named and nothing stored; a clean one is set and /persona shows its
+    text back."""
+    bot = await started(app_factory, only(bot_env, fake_providers, "groq"))
+    refused = await ask(fake_telegram, "/persona custom You are \u202enice\u202c today")
+    assert "U+202E RIGHT-TO-LEFT OVERRIDE" in refused and "U+202C" in refused, refused
+    assert "Nothing was changed" in refused
+    bell = await ask(fake_telegram, "/persona custom Ring \x07 the bell")
+    assert "U+0007" in bell and "Nothing was changed" in bell
+    assert "Persona in this chat: Kopek" in await ask(fake_telegram, "/persona")
+    assert "Persona set" in await ask(fake_telegram, "/persona custom Answer like a pirate.")
+    menu = await ask(fake_telegram, "/persona")
+    assert "Its text: Answer like a pirate." in menu, menu
+    assert await bot.stop() == 0
+
+
 async def _document_answered(telegram: FakeTelegram) -> int:
     """A PDF sent, its price question answered Go ahead; the price asked, µUSD (as shown:
     rounded up to $0.0001)."""

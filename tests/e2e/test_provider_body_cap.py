@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from llm.providers.body_cap import MAX_RESPONSE_BYTES
-from tests.support.harness import bot_environment
 from tests.support.inprocess import AppFactory
 from tests.support.providers import FakeProviders
 from tests.support.telegram import FakeTelegram
@@ -23,34 +24,20 @@ HELPERS = range(701, 711)
 EVERY_S = 0.01
 
 
-async def _help_reply_s(telegram: FakeTelegram, user_id: int) -> float:
-    """Seconds from a user's /help reaching the fake Bot API to its reply."""
-    loop = asyncio.get_running_loop()
-    mark = telegram.mark()
-    start = loop.time()
-    telegram.inject_message(user_id, "/help")
-    await telegram.wait_for(lambda m: m.chat_id == user_id, since=mark, timeout=30)
-    return loop.time() - start
-
-
 async def test_a_body_over_the_cap_fails_closed_without_holding_other_users(
     app_factory: AppFactory,
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
-    tmp_path: Path,
+    env_with: Callable[..., dict[str, str]],
+    help_reply_s: Callable[[int], Coroutine[Any, Any, float]],
 ) -> None:
     """User 700's answer is a 40 MB body, sent at 6.5 MB/s; while it arrives, ten users
     send /help 0.1 s apart, each answered within 1 s. The read stops at 8 MiB: the
     call is an interrupted failure (booked at the ceiling, estimated), user 700 gets
     the providers-unavailable template, and nothing of the error reaches a reply.
     Before, the SDK read the whole body into memory, however long."""
-    database = tmp_path / "kopek.db"
-    env = bot_environment(
-        telegram=fake_telegram,
-        database_path=database,
-        provider_base_urls={"mistral": fake_providers.base_urls["mistral"]},
-        extra={"STREAM_MODE_PRIVATE": "off"},
-    )
+    env = env_with("mistral", STREAM_MODE_PRIVATE="off")
+    database = Path(env["DATABASE_URL"].split("///", 1)[1])
     bot = app_factory(env=env)
     await bot.start()
     fake_providers.script("mistral", {"huge_body": 40_000_000, "interval_s": EVERY_S})
@@ -61,7 +48,7 @@ async def test_a_body_over_the_cap_fails_closed_without_holding_other_users(
             await asyncio.sleep(0.01)
     waits = []
     for user_id in HELPERS:
-        waits.append(asyncio.create_task(_help_reply_s(fake_telegram, user_id)))
+        waits.append(asyncio.create_task(help_reply_s(user_id)))
         await asyncio.sleep(0.1)
     replies = await asyncio.gather(*waits)
     assert max(replies) < 1.0, [round(r, 2) for r in replies]

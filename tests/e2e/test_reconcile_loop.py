@@ -8,7 +8,9 @@ takes would cost the suite half a minute more of CPU)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
 from datetime import date, timedelta
+from typing import Any
 
 from tests.support.inprocess import AppFactory
 from tests.support.telegram import FakeTelegram
@@ -29,18 +31,11 @@ def _big_export() -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-async def _help_reply_s(telegram: FakeTelegram, user_id: int) -> float:
-    """Seconds from a user's /help reaching the fake Bot API to its reply."""
-    loop = asyncio.get_running_loop()
-    mark = telegram.mark()
-    start = loop.time()
-    telegram.inject_message(user_id, "/help")
-    await telegram.wait_for(lambda m: m.chat_id == user_id, since=mark, timeout=30)
-    return loop.time() - start
-
-
 async def test_a_reconcile_upload_does_not_hold_another_users_reply(
-    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    bot_env: dict[str, str],
+    help_reply_s: Callable[[int], Coroutine[Any, Any, float]],
 ) -> None:
     """While the admin's 5 MB export is parsed and compared, ten users send
     /help 0.2 s apart: each is answered within 1 s; the admin then gets the file's
@@ -60,7 +55,7 @@ async def test_a_reconcile_upload_does_not_hold_another_users_reply(
             await asyncio.sleep(0.01)
     waits = []
     for user_id in HELPERS:
-        waits.append(asyncio.create_task(_help_reply_s(fake_telegram, user_id)))
+        waits.append(asyncio.create_task(help_reply_s(user_id)))
         await asyncio.sleep(0.2)
     assert fake_telegram.sent_events(since=mark)[0].chat_id != ADMIN  # still reconciling
     replies = await asyncio.gather(*waits)

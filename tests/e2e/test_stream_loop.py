@@ -5,9 +5,9 @@ the only provider; see ``llm/providers/sse.py``)."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+from collections.abc import Callable, Coroutine
+from typing import Any
 
-from tests.support.harness import bot_environment
 from tests.support.inprocess import AppFactory
 from tests.support.providers import FakeProviders
 from tests.support.telegram import FakeTelegram
@@ -17,33 +17,19 @@ HELPERS = range(601, 616)
 EVERY_S = 0.1
 
 
-async def _help_reply_s(telegram: FakeTelegram, user_id: int) -> float:
-    """Seconds from a user's /help reaching the fake Bot API to its reply."""
-    loop = asyncio.get_running_loop()
-    mark = telegram.mark()
-    start = loop.time()
-    telegram.inject_message(user_id, "/help")
-    await telegram.wait_for(lambda m: m.chat_id == user_id, since=mark, timeout=30)
-    return loop.time() - start
-
-
 async def test_a_6_mb_stream_chunk_does_not_hold_another_users_reply(
     app_factory: AppFactory,
     fake_telegram: FakeTelegram,
     fake_providers: FakeProviders,
-    tmp_path: Path,
+    env_with: Callable[..., dict[str, str]],
+    help_reply_s: Callable[[int], Coroutine[Any, Any, float]],
 ) -> None:
     """User 600's streamed answer carries one 6 MB chunk, 0.3 s after its first; from
     the first chunk on, 15 other users send /help 0.1 s apart. Each is answered within
     1 s, and the huge chunk ends that stream as a cut (the bound on one event). Before,
     the Mistral SDK's decoder scanned its buffer byte by byte on the loop: a 3 MB chunk
     held it 1.1 s, this one over 2 s, and the /help sent then waited as long."""
-    env = bot_environment(
-        telegram=fake_telegram,
-        database_path=tmp_path / "kopek.db",
-        provider_base_urls={"mistral": fake_providers.base_urls["mistral"]},
-        extra={"STREAM_MODE_PRIVATE": "draft", "STREAM_DRAFT_INTERVAL_MS": "200"},
-    )
+    env = env_with("mistral", STREAM_MODE_PRIVATE="draft", STREAM_DRAFT_INTERVAL_MS="200")
     bot = app_factory(env=env)
     await bot.start()
     fake_providers.script("mistral", {"chunks": ["Hello ", "x" * 6_000_000], "interval_s": 0.3})
@@ -54,7 +40,7 @@ async def test_a_6_mb_stream_chunk_does_not_hold_another_users_reply(
             await asyncio.sleep(0.01)
     waits = []
     for user_id in HELPERS:
-        waits.append(asyncio.create_task(_help_reply_s(fake_telegram, user_id)))
+        waits.append(asyncio.create_task(help_reply_s(user_id)))
         await asyncio.sleep(EVERY_S)
     replies = await asyncio.gather(*waits)
     print(f"\n/help replies while the 6 MB chunk arrived: max {max(replies):.2f} s")

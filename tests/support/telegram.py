@@ -2190,7 +2190,31 @@ def _mention_entities(text: str) -> list[dict[str, Any]]:
     return found
 
 
-async def _say(args: argparse.Namespace) -> None:
+async def _say(args: argparse.Namespace) -> int:
+    """``say``: print the bot's reply; its exit status (1: no reply within the timeout,
+    2: no fake Bot API on the port), each failure one line on stderr, no traceback."""
+    try:
+        await _say_once(args)
+    except TimeoutError:
+        where = f"chat {args.chat}" if args.chat is not None else f"user {args.user}"
+        print(
+            f"say: the bot sent nothing to {where} within {args.timeout:g} s (is it running,"
+            f" with TELEGRAM_API_BASE=http://127.0.0.1:{args.port}? in a group it answers"
+            " only a mention or a reply)",
+            file=sys.stderr,
+        )
+        return 1
+    except ClientError:
+        print(
+            f"say: no fake Bot API on 127.0.0.1:{args.port} (start one: python -m"
+            f" tests.support.telegram serve --port {args.port})",
+            file=sys.stderr,
+        )
+        return 2
+    return 0
+
+
+async def _say_once(args: argparse.Namespace) -> None:
     control = FakeTelegramControl(f"http://127.0.0.1:{args.port}")
     mark = len(await control.sent_events())  # a position in the log of all chats
     chat: dict[str, str | int] = {}
@@ -2216,27 +2240,47 @@ async def _say(args: argparse.Namespace) -> None:
         print(message.text)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Command line: ``serve`` runs a fake; ``say`` sends a user message and prints the reply."""
+def command_line() -> argparse.ArgumentParser:
+    """The command line of :func:`main`."""
     parser = argparse.ArgumentParser(prog="python -m tests.support.telegram")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run a fake Bot API on 127.0.0.1")
-    serve.add_argument("--port", type=int, default=8081)
+    serve.add_argument("--port", type=int, default=8081, help="its port (default 8081)")
     serve.add_argument("--token", default="123456789:TEST-fake-token-AAAAAAAAAAAAAAAAAAAA")
-    say = sub.add_parser("say", help="inject a user message and print the bot's reply")
-    say.add_argument("text")
-    say.add_argument("--port", type=int, default=8081)
-    say.add_argument("--user", type=int, default=42)
-    say.add_argument("--lang", default="en")
-    say.add_argument("--timeout", type=float, default=30.0)
+    say = sub.add_parser(
+        "say",
+        help="inject a user message and print the bot's reply",
+        description="Inject a message into a running fake Bot API (serve) and print the"
+        " bot's first reply; exit 1 with one line when none comes within --timeout.",
+    )
+    say.add_argument("text", help="the message (a /command, or text)")
+    say.add_argument(
+        "--port", type=int, default=8081, help="the fake Bot API's port (serve's; default 8081)"
+    )
+    say.add_argument("--user", type=int, default=42, help="the sender's user id (default 42)")
+    say.add_argument("--lang", default="en", help="the sender's client language (default en)")
+    say.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        help="seconds to wait for the bot's reply (default 30)",
+    )
     say.add_argument("--chat", type=int, help="a group's chat id (negative) instead of private")
     say.add_argument("--chat-type", default="supergroup", help="group or supergroup")
     say.add_argument("--document", help="send this file as a document, TEXT as its caption")
     say.add_argument("--voice", help="send this OGG/Opus file as a voice note")
     say.add_argument("--duration", type=int, default=5, help="the voice note's seconds")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Command line: ``serve`` runs a fake; ``say`` sends a user message and prints the reply."""
+    args = command_line().parse_args(argv)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(args) if args.command == "serve" else _say(args))
+        if args.command == "serve":
+            asyncio.run(_serve(args))
+        else:
+            sys.exit(asyncio.run(_say(args)))
 
 
 if __name__ == "__main__":

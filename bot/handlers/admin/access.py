@@ -78,14 +78,24 @@ async def on_allow(
     await reply(bot, message, f"{what} is allowed{'' if new else ' already'}.{note}", clock)
 
 
+async def _one_id(
+    message: Message, bot: Bot, clock: Clock, command: CommandObject, usage: str
+) -> int | None:
+    """The one id of ``/command <id>`` (nothing else after it); ``None``: ``usage`` was
+    replied."""
+    args = (command.args or "").split()
+    subject = parse_subject(args[0]) if len(args) == 1 else None
+    if subject is None:
+        await reply(bot, message, usage, clock)
+    return subject
+
+
 async def on_deny(
     message: Message, bot: Bot, clock: Clock, command: CommandObject, access: AccessBook
 ) -> None:
     """/deny <user id | group id>: takes back a runtime allow (not the settings' lists)."""
-    args = (command.args or "").split()
-    subject = parse_subject(args[0]) if len(args) == 1 else None
+    subject = await _one_id(message, bot, clock, command, ALLOW_USAGE)
     if subject is None:
-        await reply(bot, message, ALLOW_USAGE, clock)
         return
     taken = await access.store.deny(subject, by=_by(message))
     access.changed()
@@ -124,10 +134,8 @@ async def on_unban(
     message: Message, bot: Bot, clock: Clock, command: CommandObject, access: AccessBook
 ) -> None:
     """/unban <id>."""
-    args = (command.args or "").split()
-    subject = parse_subject(args[0]) if len(args) == 1 else None
+    subject = await _one_id(message, bot, clock, command, BAN_USAGE)
     if subject is None:
-        await reply(bot, message, BAN_USAGE, clock)
         return
     lifted = await access.store.unban(subject, by=_by(message))
     access.changed()
