@@ -1,8 +1,8 @@
 """How long an MPEG audio (MP3) file really plays, from its own frames
 (``docs/decisions/320-every-clip-is-measured-or-refused.md``).
 
-Every MPEG audio frame begins with a four-byte header (ISO/IEC 11172-3 §2.4.2.3, 13818-3
-§2.4.2.3): an 11-bit sync, the version (MPEG-1, 2 or 2.5), the layer, the bitrate index,
+Every MPEG audio frame begins with a four-byte header (ISO/IEC 11172-3 clause 2.4.2.3, 13818-3
+clause 2.4.2.3): an 11-bit sync, the version (MPEG-1, 2 or 2.5), the layer, the bitrate index,
 the sample-rate index and a padding bit. The version and layer fix the samples a decoder
 outputs for the frame (384 for layer I, 1152 for layer II, 1152 for MPEG-1 layer III and
 576 for MPEG-2/2.5 layer III), the bitrate, rate and padding its length in bytes. The

@@ -4,9 +4,9 @@
 An ISO BMFF file (ISO/IEC 14496-12) is a tree of boxes: a 32-bit size (1: a 64-bit
 ``largesize`` follows the type; 0: to the end of the parent) and a four-letter type. Each
 track (``trak``) times its samples in the time-to-sample table (``stts``: runs of
-``sample_count`` samples of ``sample_delta`` ticks each, §8.6.1.2) at its media's
+``sample_count`` samples of ``sample_delta`` ticks each, clause 8.6.1.2) at its media's
 timescale (``mdhd``); a fragmented file adds runs of samples in movie fragments
-(``moof``/``traf``/``trun``, §8.8.8), each sample's duration given there or defaulted by
+(``moof``/``traf``/``trun``, clause 8.8.8), each sample's duration given there or defaulted by
 the fragment (``tfhd``) or the movie (``trex``). That is what a demuxer times the samples
 by, so a track plays ``sum(ticks) / timescale`` seconds, and the file the longest of its
 tracks. The ``mvhd``/``mdhd``/``tkhd`` duration fields (figures the sender writes) are
