@@ -36,12 +36,13 @@ from budget.status import (
     KillState,
     LedgerStatus,
     PayerStatus,
+    PlansHeld,
     TeamStatus,
     UserStatus,
 )
 from budget.storage.sql import admin, holds, reports, retention, wallet
 from budget.storage.sql.corrections import apply_corrections
-from budget.storage.sql.rows import exposure, kill_states, teams, user_plan
+from budget.storage.sql.rows import exposure, kill_states, plans_held, teams, user_plan
 from budget.storage.store import (
     CHECKED,
     DURABLE,
@@ -349,6 +350,10 @@ class LedgerStore(abc.ABC):
     async def user_plan(self, now: datetime, user_id: int) -> str | None:
         """The plan ``user_id`` is held on now (``None``: no plans)."""
         return await self._read(partial(user_plan, cfg=self.config, user_id=user_id, now=now))
+
+    async def plans_held(self, now: datetime) -> PlansHeld:
+        """The plan every user is held on now, in one read."""
+        return await self._read(partial(plans_held, cfg=self.config, now=now))
 
     async def payer_status(self, now: datetime, level: Level, scope: str) -> PayerStatus:
         """One group chat or plan now."""
