@@ -20,7 +20,7 @@ from budget.part import LedgerPart
 from budget.policy.rules import check_user_id
 from budget.pricing.prices import PriceCard
 from budget.protocol import HoldTicket, OperationTicket
-from budget.storage.store import Admission, HoldPrice, HoldRequest, RefusedStep
+from budget.storage.store import Admission, HoldPrice, PricedHold, RefusedStep
 from budget.types import Origin, RefusalReason
 
 __all__ = ["LedgerHolds"]
@@ -106,7 +106,7 @@ class LedgerHolds(LedgerPart):
     async def _admit(
         self,
         admission: Admission | None,
-        hold: HoldRequest | None = None,
+        hold: PricedHold | None = None,
         now: datetime | None = None,
     ) -> HoldTicket | None:
         """Admit a deferred operation (``None``: not one) with its pending first request
@@ -225,7 +225,7 @@ class LedgerHolds(LedgerPart):
             raise ValueError("input_tokens must be >= 0")
         now = self.clock.now()
         price = self._price(now, provider, model, input_tokens, max_tokens, input_bound_tokens)
-        hold = HoldRequest(
+        hold = PricedHold(
             op.operation_id, request_id, provider, model, input_tokens, max_tokens, price, origin
         )
         admission = self._deferred.waiting(op.operation_id)

@@ -49,8 +49,8 @@ from budget.storage.store import (
     GROUPED,
     Admission,
     Cursor,
-    HoldRequest,
     LimitChange,
+    PricedHold,
     RefusedStep,
     SettleOutcome,
     SettleRequest,
@@ -149,7 +149,7 @@ class LedgerStore(abc.ABC):
         return await self._write(partial(body, now=now, admission=admission), GROUPED)
 
     async def admit(
-        self, now: datetime, admission: Admission, hold: HoldRequest | None
+        self, now: datetime, admission: Admission, hold: PricedHold | None
     ) -> HoldTicket | RefusedStep | None:
         """A deferred admission, its first request and (``hold``) its first hold in ONE
         step (:func:`budget.storage.sql.holds.admit`; only where
@@ -188,7 +188,7 @@ class LedgerStore(abc.ABC):
             partial(body, operation_id=operation_id, fingerprint=fingerprint), GROUPED
         )
 
-    async def reserve(self, now: datetime, hold: HoldRequest) -> HoldTicket:
+    async def reserve(self, now: datetime, hold: PricedHold) -> HoldTicket:
         """Hold ``hold.price.ceiling_musd`` on every level/window at once, or refuse with
         nothing held. Fits when ceiling + margin fits every bucket after the margins of
         the other outstanding holds (:func:`budget.policy.rules.with_margins`). Durable;
