@@ -1,5 +1,5 @@
 """Retention benchmark: ``.venv/bin/python bench/retention.py [--rows N] [--batch N]
-[--concurrency N] [--seconds S]``.
+[--concurrency N] [--seconds S] [--finish-batch N]``.
 
 A SQLite ledger file with ``--rows`` (default 1,000,000) settled attempts 100 to 200
 days old (written straight into ``budget_holds``, with their operations, requests and
@@ -9,7 +9,9 @@ the writer, as :class:`budget.retention.LedgerRetention` runs them), while
 ``--concurrency`` tasks hold and settle through the real :class:`budget.ledger.Ledger`
 on the same file. Beside it, in the same run, the baseline: the load runs ``--seconds``
 (default 60) in 1-second windows, pruning on and off in turn (held after its step),
-so both see the same machine, file and load; then the round finishes at full speed.
+so both see the same machine, file and load; then the round finishes at full speed,
+nobody holding, ``--finish-batch`` rows a step (default 1,000: the batch only matters
+while holds wait behind it; the finish is there for the size after).
 
 Prints: hold+settle p50/p99 without and with pruning (goal: p99 no more than 10 % worse),
 the prune's total time and rows/s, each pruning step's time on the writer thread
@@ -62,6 +64,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds of load")
     parser.add_argument(
         "--pause-ms", type=float, default=PAUSE_S * 1000, help="pause between steps, ms"
+    )
+    parser.add_argument(
+        "--finish-batch", type=int, default=1000, help="rows a step once the load is over"
     )
     return parser.parse_args(argv)
 
@@ -225,6 +230,7 @@ async def run(args: argparse.Namespace) -> None:
         on, off = await measure(ledger, gate, args.concurrency, args.seconds)
         measured = list(steps)
         job.pause_s = 0.0  # the rest at full speed, nobody holding
+        job.batch = max(job.batch, args.finish_batch)
         gate.set()
         rows = (await pruning).rows
         prune_s = time.perf_counter() - t0
@@ -262,7 +268,8 @@ def report(
         f" (mean {statistics.fmean(steps) * 1000:.2f} ms)"
     )
     print(
-        f"pruned {total:,} rows in {prune_s:.1f} s (the load's windows, then at full speed):"
+        f"pruned {total:,} rows in {prune_s:.1f} s (the load's windows, then at full speed,"
+        f" {max(args.batch, args.finish_batch):,} rows a step):"
         f" {', '.join(f'{t} {n:,}' for t, n in rows.items())}"
     )
     print(

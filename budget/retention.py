@@ -41,7 +41,7 @@ TABLES = (
     "budget_messages",
 )
 #: Rows one step prunes at most (``RETENTION_BATCH_ROWS``' default).
-DEFAULT_BATCH = 50
+DEFAULT_BATCH = 10
 #: Seconds between two steps (the clock's sleep): the writer's time goes to the holds
 #: queued meanwhile first, a step never shares their group commit (bench/retention.py).
 PAUSE_S = 0.02
@@ -125,12 +125,13 @@ class LedgerRetention:
         for table in TABLES:
             report.rows[table] = 0
             while True:
-                step = await self._store.prune_batch(table, before, self.batch)
+                asked = self.batch  # the batch may change between steps (the bench's finish)
+                step = await self._store.prune_batch(table, before, asked)
                 report.batches += 1
                 report.rows[table] += step.rows
                 report.booked_musd += step.booked_musd
                 await self.pause()
-                if step.rows < self.batch:
+                if step.rows < asked:
                     break
         self._log(report)
         return report

@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from bot.app.access_wiring import AccessParts, build_access
 from bot.app.lifecycle import App
 from bot.app.media_wiring import MediaParts, build_media, media_models
-from bot.app.operator import books_desk, build_operator, dashboard_site
+from bot.app.operator import Operator, books_desk, build_operator, dashboard_site
 from bot.app.ops_wiring import drill_of, retention_of, route_updates, shedding_of
 from bot.app.replicas import Replicas, replicas_of
 from bot.app.telegram_wiring import build_telegram
@@ -61,7 +61,6 @@ from bot.middlewares.intake import (
 from bot.middlewares.rate import UpdateRateMiddleware
 from bot.middlewares.topics import TopicMiddleware
 from bot.ops.admin_notices import AdminNotifier
-from bot.ops.dashboard import OperatorView
 from bot.ops.health import Readiness
 from bot.ops.metrics import delivery_failure_counter, dropped_counter, refusal_counter
 from bot.ops.schema_watch import SchemaWatch
@@ -127,7 +126,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
     )
     deferral = FloodDeferral(telegram.flood_waits, chat.outbox, clock, settings.flood_defer_seconds)
     workflow = _workflow(
-        core, engine, registry, notifier, cascade, chat, digests, operator.view, deferral, media
+        core, engine, registry, notifier, cascade, chat, digests, operator, deferral, media
     )
     dp = Dispatcher(**workflow)
     rate = _add_middlewares(core, dp, telegram.barrier, chat, dropped)
@@ -407,7 +406,7 @@ def _workflow(
     cascade: Cascade,
     chat: _Chat,
     digests: _Digests,
-    operator_view: OperatorView,
+    operator: Operator,
     flood_deferral: FloodDeferral,
     media: MediaParts,
 ) -> WorkflowData:
@@ -428,7 +427,7 @@ def _workflow(
         intake=chat.intake,
         runner=digests.runner,
         settings_view=AdminView(core.settings),
-        books=books_desk(core.settings, engine, core.ledger),
+        books=books_desk(core.settings, engine, core.ledger, operator.reconciliations),
         refusals=refusal_counter(registry),
         notifier=notifier,
         delivery_failures=delivery_failure_counter(registry),
@@ -445,7 +444,7 @@ def _workflow(
         user_plans=core.access.user_plans,
         invite_ttl_hours=core.settings.invite_ttl_hours,
         plan_sales=core.access.sales,
-        operator_view=operator_view,
+        operator_view=operator.view,
         dashboard_url=core.settings.dashboard_url,
         chat_prefs=ChatPrefsStore(core.sessions, core.replicas.hot),
         model_menu=ModelMenu(
@@ -456,6 +455,7 @@ def _workflow(
         ),
         persona_max_chars=core.settings.persona_max_chars,
         drill=drill_of(core.ledger, core.i18n, core.settings),
+        alert_mutes=operator.mutes,
         media_desk=media.desk,
         confirmations=media.confirmations,
     )

@@ -30,11 +30,14 @@ from scheduler.runner import DigestConfig
 
 if TYPE_CHECKING:  # bot.ops.watch imports aiogram, which the settings' checks must not
     from bot.chat.streaming.session import StreamConfig
+    from bot.ops.anomaly_watch import AnomalyConfig
     from bot.ops.watch import WatchConfig
 
 __all__ = [
     "ProfileStoreAdapter",
     "admin_language",
+    "alerts_off_by_setting",
+    "anomaly_config",
     "cascade_config",
     "chat_config",
     "digest_config",
@@ -288,6 +291,40 @@ def watch_config(settings: Settings) -> WatchConfig:
         report_time=parse_digest_time(settings.report_time) if settings.report_time else None,
         report_weekly=WEEKDAYS.index(settings.report_weekly) if settings.report_weekly else None,
     )
+
+
+def anomaly_config(settings: Settings) -> AnomalyConfig:
+    """The anomaly alerts' settings → their config (bot/ops/anomaly_watch.py)."""
+    from datetime import timedelta
+
+    from bot.ops.anomaly_watch import AnomalyConfig
+
+    return AnomalyConfig(
+        tz=settings.budget_tz,
+        loop_calls=settings.loop_alert_calls,
+        loop_span=timedelta(minutes=settings.loop_alert_minutes),
+        quota_lead=timedelta(minutes=settings.quota_alert_minutes),
+        cost_ratio=settings.cost_alert_ratio,
+        cost_min_answers=settings.cost_alert_min_answers,
+        month_alert_musd=usd_to_musd(settings.month_alert_usd) or 0,
+        day_forecast=bool(settings.alert_at),
+    )
+
+
+def alerts_off_by_setting(settings: Settings) -> dict[str, str]:
+    """The alert types a setting turns off, with that setting (what /alerts shows)."""
+    off = {
+        "limits": "ALERT_AT empty" if not settings.alert_at else "",
+        "loop": "LOOP_ALERT_CALLS=0" if not settings.loop_alert_calls else "",
+        "quota": "QUOTA_ALERT_MINUTES=0" if not settings.quota_alert_minutes else "",
+        "cost": "COST_ALERT_RATIO=0" if not settings.cost_alert_ratio else "",
+        "forecast": (
+            "ALERT_AT empty and MONTH_ALERT_USD=0"
+            if not settings.alert_at and not settings.month_alert_usd
+            else ""
+        ),
+    }
+    return {kind: why for kind, why in off.items() if why}
 
 
 def admin_language(repo: ProfileRepository) -> Callable[[int], Awaitable[str]]:

@@ -47,6 +47,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.access.payments_export import write_payments
 from bot.chat.delivery import send_text
+from bot.ops.reconciliations import ReconcileLog
 from budget.books.corrections import CorrectionPlan
 from budget.books.export import write_export
 from budget.books.periods import BooksError, Period, parse_period, price_source, rates_at
@@ -94,9 +95,20 @@ class BooksDesk:
         billing_tz: provider key → ``<PROVIDER>_BILLING_TZ``.
         tolerance_musd: RECONCILE_TOLERANCE_USD in µUSD.
         keys: configured provider keys (cascade order) and whether each is paid.
+        reconciliations: where each comparison is kept for the spend reports (``None``: not).
     """
 
-    __slots__ = ("_last", "_stale", "billing_tz", "budget_tz", "engine", "keys", "ledger", "tol")
+    __slots__ = (
+        "_last",
+        "_stale",
+        "billing_tz",
+        "budget_tz",
+        "engine",
+        "keys",
+        "ledger",
+        "reconciliations",
+        "tol",
+    )
 
     def __init__(
         self,
@@ -107,8 +119,10 @@ class BooksDesk:
         billing_tz: Callable[[str], str],
         tolerance_musd: int,
         keys: dict[str, bool],
+        reconciliations: ReconcileLog | None = None,
     ) -> None:
         self.engine = engine
+        self.reconciliations = reconciliations
         self.ledger = ledger
         self.budget_tz = budget_tz
         self.billing_tz = billing_tz
@@ -281,6 +295,11 @@ async def on_reconcile(
         await _reply(bot, message, "⚠️ The ledger could not be read.", clock)
         return
     books.remember(admin, report, clock.now())
+    if books.reconciliations is not None:
+        try:
+            await books.reconciliations.record(report, admin)
+        except SQLAlchemyError as exc:  # the reply matters more than the report's line
+            log.warning("reconcile: not kept for the reports (%s)", type(exc).__name__)
     await _reply(bot, message, report.text(), clock)
     diff = report.diff_csv()
     if diff is not None:

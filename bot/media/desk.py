@@ -11,10 +11,12 @@
   ``MEDIA_MAX_AUDIO_SECONDS``, at 0 bytes, and when no speech key is configured;
   otherwise nothing is downloaded yet: the turn's
   :attr:`~bot.chat.turns.MediaTurn.transcribe` holds the transcription's ceiling first,
-  then downloads (:class:`llm.cascade.speech.SpeechCascade`); an Ogg Opus clip that
-  plays longer than the least any key holds for it (its packets say how long:
-  :mod:`bot.media.opus_length`), or an empty one, is refused then, the hold released and
-  nothing sent (``docs/decisions/230-a-recording-is-as-long-as-its-packets.md``).
+  then downloads (:class:`llm.cascade.speech.SpeechCascade`); a clip that plays longer
+  than the least any key holds for it (its own frames, packets or sample tables say how
+  long: :mod:`bot.media.clip_length`), one whose length cannot be proven (a container
+  not measured, or a malformed one), or an empty one, is refused then, the hold
+  released and nothing sent (``docs/decisions/230-a-recording-is-as-long-as-its-packets.md``,
+  ``docs/decisions/320-every-clip-is-measured-or-refused.md``).
 
 Each ends in a :class:`Prepared` turn or a :class:`~bot.media.refusals.MediaRefusal`.
 :meth:`MediaDesk.ceiling` is the price asked before the spend
@@ -23,6 +25,7 @@ Each ends in a :class:`Prepared` turn or a :class:`~bot.media.refusals.MediaRefu
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
@@ -32,6 +35,7 @@ from datetime import datetime, timedelta
 from bot.chat.persona import DEFAULT_PROMPT
 from bot.chat.quote import Quoter
 from bot.chat.turns import MediaTurn
+from bot.media.clip_length import clip_seconds
 from bot.media.download import TelegramFiles
 from bot.media.errors import (
     DownloadError,
@@ -44,7 +48,6 @@ from bot.media.errors import (
 from bot.media.images import image_size
 from bot.media.kinds import HEAD_BYTES, claimed_kind, document_kind
 from bot.media.links import LinkReader
-from bot.media.opus_length import ogg_opus_seconds
 from bot.media.refusals import MediaProblem, MediaRefusal, MediaRefused
 from bot.media.types import Extracted, ExtractionFailed, ExtractionResult
 from bot.media.worker import ExtractionPool, WorkerUnavailable
@@ -291,7 +294,7 @@ class MediaDesk:
         if not any(speech.breaker.available(k) for k in keys):
             waits = [speech.breaker.cooldown_remaining_s(k) for k in keys]
             return MediaRefusal(MediaProblem.NO_SPEECH, resets_at=self._unavailable(waits))
-        files = self._files
+        files, max_audio_s = self._files, self._max_audio_s
         mime = ref.mime or "audio/ogg"
 
         async def fetch() -> AudioClip:
@@ -302,7 +305,7 @@ class MediaDesk:
                 raise MediaRefused(refusal) from None
             except DownloadError:
                 raise MediaRefused(MediaRefusal(MediaProblem.DOWNLOAD)) from None
-            _check_length(data, seconds, least_held_s)
+            await _check_length(data, seconds, least_held_s, max_audio_s)
             return AudioClip(data, clip_name, mime, seconds)
 
         async def transcribe(op: OperationTicket) -> str:
@@ -372,18 +375,34 @@ class MediaDesk:
         return texts.default_question(kind)
 
 
-def _check_length(data: bytes, declared_s: int, least_held_s: int) -> None:
+#: Bytes of a clip measured on the event loop; a longer one is measured in a thread
+#: (an MP3 walk costs ~1 µs a frame: 64 KiB is at most a few thousand frames).
+INLINE_MEASURE_BYTES = 64 * 1024
+
+
+async def _check_length(data: bytes, declared_s: int, least_held_s: int, max_s: int) -> None:
     """Raise :class:`MediaRefused` (under the hold, which the speech cascade then
-    releases: nothing is sent) for an empty clip, or one whose Ogg Opus packets play
-    longer than ``least_held_s``, the fewest seconds any key holds for it."""
+    releases: nothing is sent) for an empty clip, one whose length cannot be proven, or
+    one that plays longer than ``least_held_s``, the fewest seconds any key holds. A
+    walk may stop once past ``max_s`` (MEDIA_MAX_AUDIO_SECONDS: a length shown up to
+    there is the clip's own)."""
     if not data:
         raise MediaRefused(MediaRefusal(MediaProblem.EMPTY_RECORDING))
-    played = ogg_opus_seconds(data)
-    if played is not None and math.ceil(played) > least_held_s:
-        real = math.ceil(played)
+    limit_s = max(max_s, least_held_s)
+    if len(data) <= INLINE_MEASURE_BYTES:
+        played = clip_seconds(data, limit_s)
+    else:
+        played = await asyncio.to_thread(clip_seconds, data, limit_s)
+    if played is None:
+        log.info("recording declared %s s: its length cannot be proven, refused", declared_s)
+        raise MediaRefused(MediaRefusal(MediaProblem.UNMEASURED_RECORDING))
+    if not played.whole:  # it plays past limit_s, at least least_held_s
+        log.info("recording declared %s s plays over %s s: refused", declared_s, limit_s)
+        raise MediaRefused(MediaRefusal(MediaProblem.LONGER_THAN_HELD, declared_s, limit_s))
+    real = math.ceil(played.seconds)
+    if real > least_held_s:
         log.info("recording declared %s s plays %s s: refused", declared_s, real)
-        refusal = MediaRefusal(MediaProblem.LONGER_THAN_DECLARED, declared_s, real)
-        raise MediaRefused(refusal)
+        raise MediaRefused(MediaRefusal(MediaProblem.LONGER_THAN_DECLARED, declared_s, real))
 
 
 def _strictest(models: Sequence[VisionModel]) -> VisionModel:

@@ -33,6 +33,8 @@ class MediaProblem(StrEnum):
     NOTHING_HEARD = "media_nothing_heard"  # a transcript with no words
     EMPTY_RECORDING = "media_empty_recording"  # a recording of 0 bytes
     LONGER_THAN_DECLARED = "media_longer_than_declared"  # limit = declared s, found = s
+    LONGER_THAN_HELD = "media_longer_than_held"  # plays past found s (walk stopped there)
+    UNMEASURED_RECORDING = "media_unmeasured_recording"  # its length cannot be proven
     NO_VISION = "media_no_vision_provider"  # no vision key configured or all cooling
     PHOTO_TOO_LARGE = "media_photo_too_large"  # no size of the photo fits a vision model
     LINK_REFUSED = "link_refused"  # a non-public address (SSRF guard)

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from bot.ops.admin_notices import AdminNotifier
     from bot.ops.dashboard.view import OperatorView
     from bot.ops.drill import Drill
+    from bot.ops.mutes import AlertMutes
     from bot.storage.chat_prefs import ChatPrefsStore
     from bot.storage.moves import ChatMoves
     from bot.storage.repos import History, Intake
@@ -154,6 +155,8 @@ class WorkflowData(TypedDict):
     persona_max_chars: int
     #: /drill's runner (the canary payer's checks of the ledger's guards)
     drill: Drill
+    #: the alert types muted with /alerts
+    alert_mutes: AlertMutes
     #: voice notes, photos, documents, links: prepared and priced without spending
     media_desk: MediaDesk
     #: the open price questions (Go ahead / Cancel)

@@ -16,7 +16,9 @@ any correction since:
 * refusals by reason;
 * estimated bookings: attempts booked at an estimate (flag ``estimated``), and of them
   those still uncorrected (an expired hold booked at its bound, no settle since);
-* the counts of :mod:`bot.ops.kpis`.
+* the counts of :mod:`bot.ops.kpis`;
+* each configured key's last reconciliation with its provider's bill and its result, or
+  that it was never reconciled (:mod:`bot.ops.reconciliations`; read at send time).
 
 When: at REPORT_TIME local in BUDGET_TZ, each day (the previous local day's report) and
 on REPORT_WEEKLY's weekday (the seven local days before it). A report is due from that
@@ -36,6 +38,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.ops.kpis import Kpis
+from bot.ops.reconciliations import LastReconciliation
 from budget.books.export import Attempt, booked_attempts
 from budget.books.periods import Period
 from budget.policy.windows import local_instant, zone
@@ -146,6 +149,7 @@ class SpendReport:
     uncorrected_calls: int
     uncorrected_musd: int
     kpis: Kpis | None = None
+    reconciliations: list[LastReconciliation] | None = None
 
     @property
     def spent_musd(self) -> int:

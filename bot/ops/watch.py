@@ -30,8 +30,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from bot.ops.admin_notices import AdminNotifier
 from bot.ops.alerts import LimitAlert, alert_key, burn, crossed, read_buckets, top_spenders
 from bot.ops.alerts import window_start as start_of
+from bot.ops.anomaly_watch import AnomalyWatch
 from bot.ops.kpis import KpiReader
+from bot.ops.mutes import AlertMutes
 from bot.ops.once import NoticeBook
+from bot.ops.reconciliations import ReconcileLog
 from bot.ops.reports import SpendReport, due_periods, read_report
 from bot.text.ops_texts import alert_text, report_text
 from budget.errors import HoldRefused
@@ -79,6 +82,9 @@ class OpsWatch:
         kpis: the counts a report ends with.
         clock: the one clock.
         config: see :class:`WatchConfig`.
+        anomalies: the anomaly alerts (:mod:`bot.ops.anomaly_watch`; ``None``: none).
+        mutes: the alert types muted with ``/alerts`` (``None``: none can be).
+        reconciliations: each key's last ``/reconcile``, for the reports (``None``: not said).
     """
 
     def __init__(
@@ -92,6 +98,9 @@ class OpsWatch:
         kpis: KpiReader,
         clock: Clock,
         config: WatchConfig,
+        anomalies: AnomalyWatch | None = None,
+        mutes: AlertMutes | None = None,
+        reconciliations: ReconcileLog | None = None,
     ) -> None:
         self._ledger = ledger
         self._engine = engine
@@ -101,6 +110,11 @@ class OpsWatch:
         self._kpis = kpis
         self._clock = clock
         self.config = config
+        self.anomalies = anomalies
+        self.mutes = mutes
+        self._reconciliations = reconciliations
+        if anomalies is not None and mutes is not None:
+            anomalies.is_muted = mutes.is_muted
         self._known: set[str] = set()
         self._lock = asyncio.Lock()
         self._scheduler: Any = None
@@ -141,7 +155,12 @@ class OpsWatch:
             return 0
         async with self._lock:
             try:
-                sent = len(await self.check_alerts())
+                if self.mutes is not None:
+                    await self.mutes.refresh()
+                buckets = await read_buckets(self._ledger)
+                sent = len(await self.check_alerts(buckets))
+                if self.anomalies is not None:
+                    sent += await self.anomalies.check(self._claim, self._notifier.tell, buckets)
                 sent += len(await self.send_reports())
             except (HoldRefused, SQLAlchemyError, OSError) as exc:
                 self._failures.failed(exc)
@@ -158,13 +177,13 @@ class OpsWatch:
         self._known.add(key)
         return won
 
-    async def check_alerts(self) -> list[LimitAlert]:
-        """Claim every threshold crossed now and tell the highest newly crossed one of
-        each limit; returns the alerts sent."""
-        if not self.config.thresholds:
+    async def check_alerts(self, buckets: list[BucketStatus] | None = None) -> list[LimitAlert]:
+        """Claim every threshold crossed now of ``buckets`` (``None``: read them) and
+        tell the highest newly crossed one of each limit; returns the alerts sent."""
+        if not self.config.thresholds or (self.mutes and self.mutes.is_muted("limits")):
             return []
         sent = []
-        for bucket in await read_buckets(self._ledger):
+        for bucket in await read_buckets(self._ledger) if buckets is None else buckets:
             reached = crossed(bucket, self.config.thresholds)
             if all(alert_key(bucket, t) in self._known for t in reached):
                 continue  # nothing crossed, or all told already
@@ -215,6 +234,8 @@ class OpsWatch:
             )
             span = period.period()
             report.kpis = await self._kpis.read(span.start, span.end)
+            if self._reconciliations is not None:
+                report.reconciliations = await self._reconciliations.read([p.name for p in keys])
             if not await self._claim(period.key, "report"):  # read first: a failed read
                 continue  # leaves the report to the next tick
             await self._notifier.tell(partial(report_text, report))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 from typing import Annotated
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode
 
 from bot.settings.checks import check_digest_time
@@ -23,6 +23,8 @@ WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _WEEKDAY_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 #: The most thresholds ALERT_AT may list.
 MAX_THRESHOLDS = 10
+#: The ceiling of MONTH_ALERT_USD (as every ``*_USD`` setting's).
+MAX_USD = Decimal(1_000_000)
 
 
 def parse_alert_at(value: object) -> object:
@@ -53,7 +55,8 @@ def parse_alert_at(value: object) -> object:
 
 
 class OpsNoticeSettings(BaseSettings):
-    """ALERT_AT, REPORT_TIME, REPORT_WEEKLY (see ``.env.example``)."""
+    """ALERT_AT, REPORT_TIME, REPORT_WEEKLY and the anomaly alerts' figures
+    (docs/decisions/180-anomaly-alerts.md; see ``.env.example``)."""
 
     # fractions of every global, team and provider-account limit told to the admins once
     # per window when the spend counted against the limit (settled + held) reaches them
@@ -66,6 +69,20 @@ class OpsNoticeSettings(BaseSettings):
     report_time: str = "09:00"
     # the weekday of the weekly report (mon … sun; empty: none), at REPORT_TIME
     report_weekly: str = ""
+    # a loop is suspected at this many calls of digests and retries in LOOP_ALERT_MINUTES
+    # with no message taken in (0: no loop alerts)
+    loop_alert_calls: int = Field(30, ge=0, le=100_000)
+    loop_alert_minutes: int = Field(10, ge=1, le=1440)
+    # a free key's daily requests told when they run out within this many minutes at
+    # the current rate (0: no quota forecast)
+    quota_alert_minutes: int = Field(120, ge=0, le=1440)
+    # a model's cost per answered message today at this many times its 7-day baseline
+    # is told (0: no cost alerts), once both sides answered COST_ALERT_MIN_ANSWERS
+    cost_alert_ratio: Decimal = Field(Decimal("1.5"), ge=0, le=1000)
+    cost_alert_min_answers: int = Field(10, ge=1, le=1_000_000)
+    # the month's spend forecast is told when it passes this (an alert figure, not a
+    # cap; 0: no month forecast)
+    month_alert_usd: Decimal = Field(Decimal(0), ge=0, le=MAX_USD)
 
     @field_validator("alert_at", mode="before")
     @classmethod

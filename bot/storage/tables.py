@@ -7,7 +7,16 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, DateTime, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
@@ -20,7 +29,9 @@ __all__ = [
     "CostFooter",
     "Invite",
     "InviteUse",
+    "OpsAlertMute",
     "OpsNotice",
+    "OpsReconciliation",
     "PendingAllow",
     "PendingAnswer",
     "SeenMessage",
@@ -182,6 +193,36 @@ class OpsNotice(Base):
     key: Mapped[str] = mapped_column(String(200), primary_key=True)
     kind: Mapped[str] = mapped_column(String(16))
     sent_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class OpsAlertMute(Base):
+    """An alert type the admins muted with ``/alerts`` (docs/decisions/181-alerts-can-be-muted.md):
+    ``alert_type`` one of :data:`bot.ops.mutes.ALERT_TYPES`; no row: the type is told."""
+
+    __tablename__ = "ops_alert_mutes"
+
+    alert_type: Mapped[str] = mapped_column(String(16), primary_key=True)
+    muted_by: Mapped[int] = mapped_column(BigInteger)
+    muted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class OpsReconciliation(Base):
+    """The last ``/reconcile`` of one provider key, which the spend reports name
+    (docs/decisions/182-reports-say-when-each-key-was-reconciled.md): when and by whom,
+    the period compared (aware UTC), the export's file name, whether every step matched,
+    and the period's totals in µUSD (ledger, export)."""
+
+    __tablename__ = "ops_reconciliations"
+
+    key_name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    by_user: Mapped[int] = mapped_column(BigInteger)
+    period_start: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    period_end: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    file_name: Mapped[str] = mapped_column(String(128))
+    matched: Mapped[bool] = mapped_column(Boolean)
+    ledger_musd: Mapped[int] = mapped_column(BigInteger)
+    export_musd: Mapped[int] = mapped_column(BigInteger)
 
 
 class AccessEntry(Base):

@@ -94,6 +94,7 @@ COMMANDS: tuple[Listed, ...] = (
     _admin("providers", "[prices | enable NAME]", "keys, circuits, prices"),
     _admin("reconcile", "[PROVIDER] [period]", "as the caption of a provider's usage export"),
     _admin("digest_now", "[USER_ID]", "a digest now"),
+    _admin("alerts", "[mute | unmute TYPE]", "the alert types, told or muted"),
     _admin("drill", "", "check the ledger's guards on the live bot, at no cost"),
     _admin("dashboard", "", "the operator dashboard"),
 )

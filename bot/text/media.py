@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from aiogram.utils.i18n import gettext as _
 
+from bot.media.clip_length import MEASURED_FORMATS
 from bot.media.refusals import MediaProblem, MediaRefusal
 from bot.media.types import Refusal
 from bot.text import templates
@@ -164,6 +165,18 @@ def media_refusal_text(refusal: MediaRefusal, *, tz: str) -> str:
             "that is what the price was held for, so I do not transcribe it. Nothing was "
             "charged."
         ).format(found=refusal.found, declared=refusal.limit)
+    if p is MediaProblem.LONGER_THAN_HELD:
+        return _(
+            "🎙 This recording plays for more than {found} s, but its message says {declared} "
+            "s, and that is what the price was held for, so I do not transcribe it. Nothing "
+            "was charged."
+        ).format(found=refusal.found, declared=refusal.limit)
+    if p is MediaProblem.UNMEASURED_RECORDING:
+        return _(
+            "🎙 I cannot tell how long this recording plays, so I do not transcribe it: I "
+            "take whole files in {formats}, and this one is in none of them or is damaged. "
+            "Nothing was charged."
+        ).format(formats=MEASURED_FORMATS)
     if p is MediaProblem.NOTHING_HEARD:
         return _("🎙 I heard no words in this recording.")
     if p is MediaProblem.NO_VISION:

@@ -8,15 +8,18 @@ times are local in BUDGET_TZ with the zone's name (:func:`bot.text.templates.for
 
 from __future__ import annotations
 
+from datetime import UTC
 from decimal import Decimal
 
 from aiogram.utils.i18n import gettext as _
 
 from bot.ops.alerts import LimitAlert
 from bot.ops.kpis import Kpis, uptime_text
+from bot.ops.reconciliations import LastReconciliation
 from bot.ops.reports import SpendReport
 from bot.text.templates import format_reset
 from budget.policy.money import usd
+from budget.policy.windows import zone
 from budget.types import Level, Window
 
 __all__ = ["alert_text", "report_text"]
@@ -162,6 +165,33 @@ def report_text(report: SpendReport) -> str:
             open_money=usd(report.uncorrected_musd),
         )
     )
+    if report.reconciliations is not None:
+        lines += _reconciliation_lines(report.reconciliations, report.period.tz)
     if report.kpis is not None:
         lines += ["", _kpi_line(report.kpis)]
     return "\n".join(lines)
+
+
+def _reconciliation_lines(last: list[LastReconciliation], tz: str) -> list[str]:
+    lines = [_("Reconciliation with the providers' bills (the last /reconcile of each key):")]
+    for rec in last:
+        if rec.at is None or rec.start is None or rec.end is None:
+            lines.append(_("• {key}: never reconciled").format(key=rec.key))
+            continue
+        result = _("every step matched") if rec.matched else _("differences found (see /reconcile)")
+        lines.append(
+            _(
+                "• {key}: {at}, the period {start} – {end} UTC from {file}: {result}; "
+                "ledger {ledger}, export {export}"
+            ).format(
+                key=rec.key,
+                at=f"{rec.at.astimezone(zone(tz)):%Y-%m-%d %H:%M} {tz}",
+                start=f"{rec.start.astimezone(UTC):%Y-%m-%d %H:%M}",
+                end=f"{rec.end.astimezone(UTC):%Y-%m-%d %H:%M}",
+                file=rec.file_name,
+                result=result,
+                ledger=usd(rec.ledger_musd),
+                export=usd(rec.export_musd),
+            )
+        )
+    return lines

@@ -298,6 +298,7 @@ def test_every_text_of_the_alerts_and_reports_is_translated_to_russian() -> None
 
     from bot.ops.alerts import LimitAlert
     from bot.ops.kpis import Kpis
+    from bot.ops.reconciliations import LastReconciliation
     from bot.text import ops_texts
     from bot.text.i18n import LOCALES_DIR
 
@@ -317,6 +318,11 @@ def test_every_text_of_the_alerts_and_reports_is_translated_to_russian() -> None
         {"limit": 1},
     )
     report.kpis = Kpis(3, 2, 5, 1, 4, 90)
+    report.reconciliations = [
+        LastReconciliation("groq"),
+        LastReconciliation("deepseek", NOW, NOW, NOW, "usage.csv", True, 500, 500),
+        LastReconciliation("deepseek2", NOW, NOW, NOW, "usage.csv", False, 500, 700),
+    ]
     i18n = create_i18n()
     renders: list[Callable[[], str]] = [
         lambda: ops_texts.alert_text(alert, "UTC"),

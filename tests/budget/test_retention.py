@@ -208,3 +208,20 @@ async def test_pruning_leaves_every_figure_of_the_books_as_it_was(books: Books) 
     assert kept == report.booked_musd
     again = await LedgerRetention(books.ledger.store, "UTC", books.clock, days=KEEP).run_round()
     assert not again.ran  # one round per day per database
+
+
+def test_the_holds_step_walks_the_day_index_oldest_first(tmp_path: Path) -> None:
+    """A step reads the old ended holds through ``ix_budget_holds_day`` (a range of the
+    pruned days), not through the state index, which also walks every settled hold of
+    the kept days, and sorts nothing (bench/retention.py, docs/benchmarks.md)."""
+    import sqlite3
+
+    from budget.storage.sql.retention import _HOLDS
+    from budget.storage.tables import create_schema
+
+    path = tmp_path / "plan.db"
+    create_schema(path)
+    with sqlite3.connect(path) as conn:
+        plan = [row[-1] for row in conn.execute(f"EXPLAIN QUERY PLAN {_HOLDS}", ("2026-01-01", 9))]
+    conn.close()
+    assert plan == ["SEARCH budget_holds USING INDEX ix_budget_holds_day (day_key<?)"]

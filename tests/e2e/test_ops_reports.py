@@ -84,6 +84,7 @@ async def test_the_daily_and_weekly_reports_give_budgets_figures_once(
     [empty] = _reports(fake_telegram, mark)
     assert empty.startswith("📊 Daily spend report for 2026-03-02 (Europe/Berlin)")
     assert "• groq (free): 0 calls, settled $0.000000, list —" in empty
+    assert "• deepseek: never reconciled" in empty.splitlines()
 
     assert "in team core" in await _ask(fake_telegram, clock, ADMIN, "/team core add 50")
     await _ask(fake_telegram, clock, MEMBER, "hello, free tier")
@@ -95,6 +96,18 @@ async def test_the_daily_and_weekly_reports_give_budgets_figures_once(
     await _ask(fake_telegram, clock, OTHER, "refused while killed")
     await _ask(fake_telegram, clock, ADMIN, "/unkill")
     budget = await _ask(fake_telegram, clock, ADMIN, "/budget")
+    # the provider's bill for the day says $0.5: a reconciliation that differs
+    mark = fake_telegram.mark()
+    fake_telegram.inject_document(
+        ADMIN,
+        b"date,model,input_tokens,cached_input_tokens,output_tokens,cost_usd\n"
+        b"2026-03-03,deepseek-chat,10,0,10,0.5\n",
+        file_name="deepseek-bill.csv",
+        caption="/reconcile deepseek 2026-03-03",
+    )
+    [reconciled] = await fake_telegram.wait_sent(ADMIN, since=mark, timeout=20.0)
+    assert "Reconcile deepseek with deepseek-bill.csv" in reconciled.text
+    assert "⚠️ differs" in reconciled.text
     assert bot.app is not None
     kpis = (await bot.app.dispatcher["operator_view"].state())["kpis"]
     assert kpis["users"] == 3 and kpis["channels"] == 0 and kpis["digests_sent"] == 0
@@ -125,6 +138,13 @@ async def test_the_daily_and_weekly_reports_give_budgets_figures_once(
         assert (
             "Users: 3 (3 active); digests sent: 0 (0 on these days); channels followed: 0" in report
         )
+        assert "• groq: never reconciled" in report.splitlines()
+        [line] = [x for x in report.splitlines() if x.startswith("• deepseek: 2026-03-03 21:")]
+        assert line.endswith(
+            "Europe/Berlin, the period 2026-03-03 00:00 – 2026-03-04 00:00 UTC from "
+            "deepseek-bill.csv: differences found (see /reconcile); ledger "
+            f"{expected['deepseek'][1]}, export $0.500000"
+        ), line
     assert await _tick(bot.app) == 0  # sent: never again
 
     # a restart the same morning: the start's tick finds both reports sent

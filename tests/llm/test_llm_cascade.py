@@ -52,7 +52,9 @@ class Harness:
         self.clock = clock
         self.events: list[CascadeEvent] = []
         self.registry = CollectorRegistry()
-        cfg = CascadeConfig(**{"cooldown_s": COOLDOWN, "timeout_s": 5.0, **config})
+        # a real deadline only where a test sets one: on a loaded machine (the suite on
+        # two workers) a fake answer can take over 5 s, and a 400 would become a timeout
+        cfg = CascadeConfig(**{"cooldown_s": COOLDOWN, "timeout_s": 60.0, **config})
         self.cascade: Cascade = build_cascade(
             [spec(n, fake) for n in names],
             ledger=ledger,

@@ -129,6 +129,9 @@ def bot_environment(
             # is due at start after REPORT_TIME, so they would depend on the time of day
             "ALERT_AT": "",
             "REPORT_TIME": "",
+            "LOOP_ALERT_CALLS": "0",
+            "QUOTA_ALERT_MINUTES": "0",
+            "COST_ALERT_RATIO": "0",
         }
     )
     if web_base is not None:

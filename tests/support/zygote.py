@@ -202,10 +202,21 @@ def _child(request: dict[str, object], fds: list[int]) -> int:
     return 0
 
 
+def _take_sigint() -> None:
+    """SIGINT raises KeyboardInterrupt here and in every child, as in a ``python`` started
+    from a terminal, however the suite was started: a shell runs a background job
+    (``make test &``, ``nohup``) with SIGINT ignored, Python then leaves it ignored, the
+    children inherit that, and a test's SIGINT to a child was lost (the sleeper of
+    ``tests/e2e/test_fork_server.py`` ran out its 30 s)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def serve(path: str, *, preload: bool = True) -> int:
     """Preload (unless not ``preload``: a server for scripts that need nothing), listen on
     ``path``, fork a child per request. Returns 0 in the server when its stdin closes; in
     a child, the child's exit code."""
+    _take_sigint()
     for name in PRELOAD if preload else ():
         importlib.import_module(name)
     gc.collect()

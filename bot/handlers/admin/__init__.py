@@ -1,6 +1,6 @@
 """Admin commands: /budget, /kill, /unkill, /limit, /team, /plan, /providers,
-/digest_now, /drill, who may use the bot (/allow, /deny, /ban, /unban, /access, /invite)
-and /refund (a Telegram Stars payment).
+/digest_now, /drill, /alerts, who may use the bot (/allow, /deny, /ban, /unban, /access,
+/invite) and /refund (a Telegram Stars payment).
 
 The router's first filter checks ADMIN_IDS, before any argument is read: for anyone
 else — and for any message sent on behalf of a chat (``sender_chat``) — no handler here
@@ -14,7 +14,7 @@ One module per command group: :mod:`~bot.handlers.admin.budget`,
 :mod:`~bot.handlers.admin.kill`, :mod:`~bot.handlers.admin.limits` (/limit, /team),
 :mod:`~bot.handlers.admin.plans` (/plan), :mod:`~bot.handlers.admin.access`,
 :mod:`~bot.handlers.admin.providers`, :mod:`~bot.handlers.admin.digest_now`,
-:mod:`~bot.handlers.admin.drill`; what they
+:mod:`~bot.handlers.admin.drill`, :mod:`~bot.handlers.admin.alerts`; what they
 share (the filter, the settings view, user and team arguments) is in
 :mod:`~bot.handlers.admin.base`.
 """
@@ -32,6 +32,7 @@ from bot.handlers.admin.access import (
     on_invite,
     on_unban,
 )
+from bot.handlers.admin.alerts import on_alerts
 from bot.handlers.admin.base import IsAdmin
 from bot.handlers.admin.budget import on_budget
 from bot.handlers.admin.digest_now import on_digest_now
@@ -68,4 +69,5 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
     router.message.register(on_providers, Command("providers"))
     router.message.register(on_digest_now, Command("digest_now"))
     router.message.register(on_drill, Command("drill"))
+    router.message.register(on_alerts, Command("alerts"))
     return router

@@ -41,11 +41,16 @@ __all__ = [
 #: multiple of 15 minutes, so any zone's day is a whole number of slots).
 SLOT_S = 900
 
+#: The ended holds (``state <> 'held'``: settled, expired, released) oldest day first.
+#: Written so that the planner takes ``ix_budget_holds_day``: with ``state IN (…)`` SQLite
+#: (no statistics) chose ``ix_budget_holds_state_expires`` and walked every settled hold
+#: of the kept days too — the whole table at a round's last step — and an ``ORDER BY``
+#: beside that ``IN`` sorted them all in a temporary B-tree.
 _HOLDS = (
     "SELECT hold_id, state, granted_at, day_key, provider, model, usage_input,"
     " usage_cached_input, usage_output, usage_reasoning, actual_musd, list_actual_musd"
-    " FROM budget_holds WHERE day_key < ? AND estimated = 0"
-    " AND state IN ('settled', 'expired', 'released') LIMIT ?"
+    " FROM budget_holds WHERE day_key < ? AND estimated = 0 AND state <> 'held'"
+    " ORDER BY day_key LIMIT ?"
 )
 _ADD_SUMS = (
     "INSERT INTO budget_attempt_sums AS s (slot, day_key, provider, model, attempts,"
