@@ -582,6 +582,7 @@ _METHODS = (
     "deleteMyCommands", "sendPhoto", "sendDocument", "answerCallbackQuery", "getFile",
     "sendMessageDraft", "leaveChat", "sendInvoice", "createInvoiceLink",
     "answerPreCheckoutQuery", "refundStarPayment", "getChatMember",
+    "editUserStarSubscription",
 )  # fmt: skip
 _CANONICAL = {m.lower(): m for m in _METHODS}
 _CONFLICT = _DEFAULT_DESCRIPTIONS[409]
