@@ -124,6 +124,7 @@ def refusal_text(refusal: Refusal, *, tz: str, running: bool = False, step: str 
     elif r is RefusalReason.BUSY:
         text = "⏳ " + " ".join(
             (
+                _("Busy."),
                 limit_short(refusal.level, refusal.window, refusal.scope),
                 _("Requests in flight hold the rest until they finish. Please retry in a minute."),
             )
