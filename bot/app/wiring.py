@@ -232,6 +232,12 @@ class ProfileStoreAdapter:
             return telegram_language.lower()[:2]
         return self._default_language
 
+    async def stored_language(self, user_id: int) -> str | None:
+        """The user's stored language (their /lang choice, else what Telegram said when
+        they first wrote); ``None`` for a user without a profile. Only reads."""
+        profile = await self._repo.get(user_id)
+        return profile.language if profile is not None else None
+
     async def set_tz(self, user_id: int, tz: str) -> None:
         await self._repo.set_tz(user_id, tz)
 

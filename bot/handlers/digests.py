@@ -6,6 +6,7 @@ from aiogram import Bot, F, Router
 from aiogram.filters import Command, CommandObject
 from aiogram.types import Message
 from aiogram.utils.i18n import gettext as _
+from aiogram.utils.i18n import ngettext
 
 from bot.chat.delivery import send_text
 from bot.chat.plans import UserPlans
@@ -36,7 +37,11 @@ def subscribe_text(result: SubscribeResult, *, unsubscribing: bool = False) -> s
     if s is SubscribeStatus.REFUSED_ADDRESS:
         return _("This address is not allowed: feeds must be on public internet hosts.")
     if s is SubscribeStatus.TOO_MANY:
-        return _("You have reached the limit of {limit} subscriptions.").format(limit=result.limit)
+        return ngettext(
+            "You have reached the limit of {limit} subscription.",
+            "You have reached the limit of {limit} subscriptions.",
+            result.limit,
+        ).format(limit=result.limit)
     if s is SubscribeStatus.UNAVAILABLE:
         return _("I could not reach this source right now. Please try again later.")
     if s is SubscribeStatus.RATE_LIMITED:

@@ -5,8 +5,10 @@ notices, the cost footer and ``/cost`` (gettext msgids in English, translated in
 from __future__ import annotations
 
 from aiogram.utils.i18n import gettext as _
+from aiogram.utils.i18n import ngettext
 
-from bot.text.templates import format_reset, level_phrase
+from bot.text.limits import limit_short
+from bot.text.templates import format_reset, reset_sentence
 from budget.policy.money import usd
 from budget.types import Refusal, RefusalReason
 
@@ -34,16 +36,16 @@ def summary_cut_note(refusal: Refusal | None, *, tz: str) -> str:
             "no provider could make the summary."
         )
     if refusal.reason in (RefusalReason.LIMIT, RefusalReason.BUSY):
-        limit = level_phrase(refusal.level, refusal.window, refusal.scope)
-        if refusal.resets_at is not None:
-            return _(
+        parts = [
+            _(
                 "ℹ️ Older turns of this conversation were dropped, not summarised: "
-                "{limit} had no room for the summary (it resets at {reset})."
-            ).format(limit=limit, reset=format_reset(refusal.resets_at, tz))
-        return _(
-            "ℹ️ Older turns of this conversation were dropped, not summarised: "
-            "{limit} had no room for the summary."
-        ).format(limit=limit)
+                "there was no room for the summary."
+            ),
+            limit_short(refusal.level, refusal.window, refusal.scope),
+        ]
+        if refusal.resets_at is not None:
+            parts.append(reset_sentence(format_reset(refusal.resets_at, tz)))
+        return " ".join(parts)
     return _(
         "ℹ️ Older turns of this conversation were dropped, not summarised: "
         "this message's cost cap had no room for the summary."
@@ -57,9 +59,12 @@ def history_summarised_line(summarised: int, dropped: int) -> str:
             "🗂 Older turns here: {summarised} summarised, {dropped} dropped "
             "(no summary could be made then). /reset clears both."
         ).format(summarised=summarised, dropped=dropped)
-    return _(
+    return ngettext(
+        "🗂 {summarised} older turn here is summarised; the summary is sent with your "
+        "messages instead of it. /reset clears it.",
         "🗂 {summarised} older turns here are summarised; the summary is sent with your "
-        "messages instead of them. /reset clears it."
+        "messages instead of them. /reset clears it.",
+        summarised,
     ).format(summarised=summarised)
 
 

@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo
 import telegramify_markdown
 from aiogram import Bot
 from aiogram.exceptions import TelegramForbiddenError, TelegramRetryAfter
-from aiogram.utils.i18n import I18n
+from aiogram.utils.i18n import I18n, ngettext
 from aiogram.utils.i18n import gettext as _
 
 from bot.chat.delivery import send_formatted, send_markdown, split_formatted
@@ -149,9 +149,11 @@ def notice_text(notice: Notice, tz: str) -> str:
     if notice.kind is NoticeKind.LATE:
         day = notice.local_date.isoformat() if notice.local_date is not None else ""
         return _("🕰 This digest for {date} is late — sorry for the wait.").format(date=day)
-    return _("⚠️ {count} posts could not be summarised right now and are shown as excerpts.").format(
-        count=notice.count
-    )
+    return ngettext(
+        "⚠️ {count} post could not be summarised right now and is shown as an excerpt.",
+        "⚠️ {count} posts could not be summarised right now and are shown as excerpts.",
+        notice.count,
+    ).format(count=notice.count)
 
 
 class TelegramDeliverer:

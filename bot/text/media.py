@@ -6,6 +6,7 @@ spend, what was heard. English msgids; ``locales/ru`` translates them.
 from __future__ import annotations
 
 from aiogram.utils.i18n import gettext as _
+from aiogram.utils.i18n import ngettext
 
 from bot.media.clip_length import MEASURED_FORMATS
 from bot.media.refusals import MediaProblem, MediaRefusal
@@ -58,15 +59,20 @@ def _extraction_text(refusal: MediaRefusal) -> str:
     reason = refusal.extraction
     if reason is Refusal.TOO_MANY_PAGES:
         return _free(
-            _(
-                "📄 This PDF has {found} pages; I read at most {limit} (DOCUMENT_MAX_PAGES). {per}"
+            ngettext(
+                "📄 This PDF has {found} page; I read at most {limit} (DOCUMENT_MAX_PAGES). {per}",
+                "📄 This PDF has {found} pages; I read at most {limit} (DOCUMENT_MAX_PAGES). {per}",
+                refusal.found or 0,
             ).format(found=refusal.found, limit=refusal.limit, per=_per_file())
         )
     if reason is Refusal.TOO_LONG:
         return _free(
-            _(
+            ngettext(
+                "📄 This document has more than {limit} character of text, more than I read "
+                "(DOCUMENT_MAX_CHARS). {per}",
                 "📄 This document has more than {limit} characters of text, more than I read "
-                "(DOCUMENT_MAX_CHARS). {per}"
+                "(DOCUMENT_MAX_CHARS). {per}",
+                refusal.limit,
             ).format(limit=refusal.limit, per=_per_file())
         )
     if reason is Refusal.TOO_LARGE_UNPACKED:
@@ -272,12 +278,16 @@ def heard_text(transcript: str) -> str:
 
 def what_document(tokens: int) -> str:
     """The subject of a price question about a document or page."""
-    return _("This document is about {tokens} tokens").format(tokens=f"{tokens:,}")
+    return ngettext(
+        "This document is about {tokens} token", "This document is about {tokens} tokens", tokens
+    ).format(tokens=f"{tokens:,}")
 
 
 def what_photo(tokens: int) -> str:
     """The subject of a price question about a photo."""
-    return _("This photo is up to {tokens} tokens").format(tokens=f"{tokens:,}")
+    return ngettext(
+        "This photo is up to {tokens} token", "This photo is up to {tokens} tokens", tokens
+    ).format(tokens=f"{tokens:,}")
 
 
 def what_recording(seconds: int) -> str:

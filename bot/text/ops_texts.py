@@ -12,6 +12,7 @@ from datetime import UTC
 from decimal import Decimal
 
 from aiogram.utils.i18n import gettext as _
+from aiogram.utils.i18n import ngettext
 
 from bot.ops.alerts import LimitAlert
 from bot.ops.kpis import Kpis, uptime_text
@@ -122,8 +123,10 @@ def report_text(report: SpendReport) -> str:
         head = _("📊 Daily spend report for {day} ({tz})").format(day=p.first.isoformat(), tz=p.tz)
     lines = [head, ""]
     lines.append(
-        _(
-            "Money spent: {spent}. Free tiers: {calls} calls, {saved} at list price (not spent)."
+        ngettext(
+            "Money spent: {spent}. Free tiers: {calls} call, {saved} at list price (not spent).",
+            "Money spent: {spent}. Free tiers: {calls} calls, {saved} at list price (not spent).",
+            report.free_calls,
         ).format(
             spent=usd(report.spent_musd), calls=report.free_calls, saved=usd(report.saved_musd)
         )
@@ -132,7 +135,11 @@ def report_text(report: SpendReport) -> str:
     for k in report.keys:
         tier = _("paid") if k.paid else _("free")
         lines.append(
-            _("• {name} ({tier}): {calls} calls, settled {settled}, list {list}").format(
+            ngettext(
+                "• {name} ({tier}): {calls} call, settled {settled}, list {list}",
+                "• {name} ({tier}): {calls} calls, settled {settled}, list {list}",
+                k.calls,
+            ).format(
                 name=k.name,
                 tier=tier,
                 calls=k.calls,

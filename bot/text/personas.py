@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiogram.utils.i18n import gettext as _
+from aiogram.utils.i18n import ngettext
 
 from bot.chat.persona import DEFAULT_PROMPT
 from budget.policy.money import usd
@@ -121,9 +122,12 @@ def cost_line(tokens: int, anchor: tuple[str, int] | None) -> str:
     """How much a persona adds to every message: its tokens, and (with a paid model) what
     they cost there as input. ``anchor``: (model, µUSD those tokens cost at its input
     rate, rounded up)."""
-    line = _(
+    line = ngettext(
+        "It adds {tokens} token to every message in this chat: it is held and "
+        "charged with each question, like your own words.",
         "It adds {tokens} tokens to every message in this chat: they are held and "
-        "charged with each question, like your own words."
+        "charged with each question, like your own words.",
+        tokens,
     ).format(tokens=tokens)
     if anchor is not None:
         model, musd = anchor
@@ -150,9 +154,12 @@ def persona_menu_text(
     lines.extend(f"• /persona {p.key} — {p.title()}" for p in BUILT_IN)
     lines.append("")
     lines.append(
-        _(
+        ngettext(
+            "Your own: /persona custom TEXT (at most {max} character). "
+            "Back to the default: /persona reset.",
             "Your own: /persona custom TEXT (at most {max} characters). "
-            "Back to the default: /persona reset."
+            "Back to the default: /persona reset.",
+            max_chars,
         ).format(max=max_chars)
     )
     return "\n".join(lines)
@@ -184,8 +191,10 @@ def persona_unsafe_text(characters: list[str]) -> str:
 
 def persona_too_long_text(length: int, max_chars: int) -> str:
     """A custom persona over PERSONA_MAX_CHARS."""
-    return _(
-        "That persona is {length} characters long; the limit is {max}. Nothing was changed."
+    return ngettext(
+        "That persona is {length} character long; the limit is {max}. Nothing was changed.",
+        "That persona is {length} characters long; the limit is {max}. Nothing was changed.",
+        length,
     ).format(length=length, max=max_chars)
 
 

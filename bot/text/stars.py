@@ -6,6 +6,7 @@ the Stars only after the pre-checkout is answered ``ok``)."""
 from __future__ import annotations
 
 from aiogram.utils.i18n import gettext as _
+from aiogram.utils.i18n import ngettext
 
 __all__ = [
     "buy_line",
@@ -45,9 +46,11 @@ def buy_list_text(lines: list[str], example: str) -> str:
 
 def buy_line(name: str, title: str, stars: int, days: int) -> str:
     """One plan of the /buy list."""
-    return _("• {name} ({title}): {stars} ⭐ for {days} days").format(
-        name=name, title=title, stars=stars, days=days
-    )
+    return ngettext(
+        "• {name} ({title}): {stars} ⭐ for {days} day",
+        "• {name} ({title}): {stars} ⭐ for {days} days",
+        days,
+    ).format(name=name, title=title, stars=stars, days=days)
 
 
 def buy_unknown_text() -> str:
@@ -57,9 +60,11 @@ def buy_unknown_text() -> str:
 
 def invoice_description(title: str, days: int) -> str:
     """The invoice's description (at most 255 characters)."""
-    return _("The {plan} plan for {days} days: its limits and features. /me shows them.").format(
-        plan=title, days=days
-    )
+    return ngettext(
+        "The {plan} plan for {days} day: its limits and features. /me shows them.",
+        "The {plan} plan for {days} days: its limits and features. /me shows them.",
+        days,
+    ).format(plan=title, days=days)
 
 
 def pre_checkout_refused_text() -> str:
@@ -80,8 +85,10 @@ def paid_text(plan: str, until: str) -> str:
 def payment_auto_refunded_text(stars: int) -> str:
     """A payment for a plan that stopped being sold between the pre-checkout and the
     payment: refunded at once."""
-    return _(
-        "This plan is no longer sold, so your {stars} ⭐ were refunded and nothing changed."
+    return ngettext(
+        "This plan is no longer sold, so your {stars} ⭐ was refunded and nothing changed.",
+        "This plan is no longer sold, so your {stars} ⭐ were refunded and nothing changed.",
+        stars,
     ).format(stars=stars)
 
 

@@ -17,7 +17,9 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from aiogram.utils.i18n import gettext as _
+from aiogram.utils.i18n import ngettext
 
+from bot.text.limits import limit_reached, limit_short
 from bot.text.wallet import wallet_limit_text
 from budget.policy.money import usd
 from budget.types import Level, Refusal, RefusalReason, Window
@@ -25,6 +27,7 @@ from budget.types import Level, Refusal, RefusalReason, Window
 __all__ = [
     "format_reset",
     "refusal_text",
+    "reset_sentence",
     "start_text",
     "unknown_command_text",
 ]
@@ -39,78 +42,56 @@ def format_reset(when: datetime, tz: str, *, with_date: bool = False) -> str:
     return f"{local:%H:%M} {tz}"
 
 
-def _window_word(window: Window | None) -> str:
-    if window is Window.HOUR:
-        return _("hourly")
-    if window is Window.DAY:
-        return _("daily")
-    if window is Window.MONTH:
-        return _("monthly")
-    return ""
+def reset_sentence(reset: str) -> str:
+    """ "It resets at 14:00 Europe/Berlin." after a sentence that named the limit."""
+    return _("It resets at {reset}.").format(reset=reset)
 
 
-def _level_phrase(level: Level | None, window: Window | None, scope: str) -> str:
-    w = _window_word(window)
-    if level is Level.USER:
-        return _("your {window} user limit").format(window=w)
-    if level is Level.CHAT:
-        return _("this group's {window} limit").format(window=w)
-    if level is Level.PLAN:
-        return _("the {window} limit of your plan ({plan})").format(window=w, plan=scope)
-    if level is Level.TEAM:
-        return _("your team's {window} limit ({team})").format(window=w, team=scope)
-    if level is Level.PROVIDER:
-        return _("the paid provider's {window} cap").format(window=w)
-    if level is Level.WALLET:
-        return _("your wallet")
-    return _("the bot's global {window} limit").format(window=w)
-
-
-def level_phrase(level: Level | None, window: Window | None, scope: str) -> str:
-    """Which limit, in words ("your daily user limit")."""
-    return _level_phrase(level, window, scope)
-
-
-def _worst_case(step: str, ceiling: str) -> str:
-    """What the refused hold was for and its worst case (``step``: see
-    :func:`refusal_text`)."""
+def _worst_case(step: str, ceiling: str, left: str) -> str:
+    """What the refused hold was for, its worst case and what is left, in one sentence
+    (``step``: see :func:`refusal_text`)."""
     if step == "transcription":
-        return _("transcribing this recording may cost up to {ceiling}").format(ceiling=ceiling)
-    if step == "photo":
-        return _("an answer about this image may cost up to {ceiling}").format(ceiling=ceiling)
-    if step == "document":
-        return _("an answer about this document may cost up to {ceiling}").format(ceiling=ceiling)
-    if step == "link":
-        return _("an answer about this page may cost up to {ceiling}").format(ceiling=ceiling)
-    return _("an answer may cost up to {ceiling}").format(ceiling=ceiling)
+        text = _("Transcribing this recording may cost up to {ceiling}, and {left} is left.")
+    elif step == "photo":
+        text = _("An answer about this image may cost up to {ceiling}, and {left} is left.")
+    elif step == "document":
+        text = _("An answer about this document may cost up to {ceiling}, and {left} is left.")
+    elif step == "link":
+        text = _("An answer about this page may cost up to {ceiling}, and {left} is left.")
+    else:
+        text = _("An answer may cost up to {ceiling}, and {left} is left.")
+    return text.format(ceiling=ceiling, left=left)
+
+
+def _advice(level: Level | None) -> str:
+    if level in (Level.USER, Level.TEAM):
+        return _("Wait for the reset or ask an admin to raise it.")
+    if level is Level.CHAT:
+        return _("Wait for the reset or ask the bot's admins.")
+    if level is Level.PLAN:
+        return _("Wait for the reset or ask the bot's admins about another plan.")
+    if level is Level.PROVIDER:
+        return _("The free providers are busy too. Please wait for the reset.")
+    return _("Nothing to do but wait.")
 
 
 def _limit_text(refusal: Refusal, reset: str | None, step: str) -> str:
     """A limit's refusal: "reached" only when nothing is left; otherwise the refused
-    step's worst case beside what is left, which is why it does not fit."""
-    limit = _level_phrase(refusal.level, refusal.window, refusal.scope)
-    if refusal.level in (Level.USER, Level.TEAM):
-        advice = _("Wait for the reset or ask an admin to raise it.")
-    elif refusal.level is Level.CHAT:
-        advice = _("Wait for the reset or ask the bot's admins.")
-    elif refusal.level is Level.PLAN:
-        advice = _("Wait for the reset or ask the bot's admins about another plan.")
-    elif refusal.level is Level.PROVIDER:
-        advice = _("The free providers are busy too. Please wait for the reset.")
-    else:
-        advice = _("Nothing to do but wait.")
+    step's worst case beside what is left, which is why it does not fit. Whole sentences,
+    one after another (:mod:`bot.text.limits`)."""
+    where = (refusal.level, refusal.window, refusal.scope)
     left = refusal.remaining_musd
     if left is not None and left > 0 and refusal.ceiling_musd > left:
-        head = _("🚫 Not enough left of {limit}: {worst_case}, and {left} is left.").format(
-            limit=limit, worst_case=_worst_case(step, usd(refusal.ceiling_musd)), left=usd(left)
-        )
+        parts = [
+            "🚫 " + limit_short(*where),
+            _worst_case(step, usd(refusal.ceiling_musd), usd(left)),
+        ]
     else:
-        head = _("🚫 Limit reached: {limit}.").format(limit=limit)
+        parts = ["🚫 " + limit_reached(*where)]
     if reset:
-        return _("{head} It resets at {reset}. {advice}").format(
-            head=head, reset=reset, advice=advice
-        )
-    return f"{head} {advice}"
+        parts.append(reset_sentence(reset))
+    parts.append(_advice(refusal.level))
+    return " ".join(parts)
 
 
 def refusal_text(refusal: Refusal, *, tz: str, running: bool = False, step: str = "answer") -> str:
@@ -141,9 +122,13 @@ def refusal_text(refusal: Refusal, *, tz: str, running: bool = False, step: str 
             "please try again later."
         )
     elif r is RefusalReason.BUSY:
-        text = _(
-            "⏳ Busy: {limit} is fully held by requests in flight. Please retry in a minute."
-        ).format(limit=_level_phrase(refusal.level, refusal.window, refusal.scope))
+        text = "⏳ " + " ".join(
+            (
+                _("Busy."),
+                limit_short(refusal.level, refusal.window, refusal.scope),
+                _("Requests in flight hold the rest until they finish. Please retry in a minute."),
+            )
+        )
     elif r is RefusalReason.LIMIT and refusal.level is Level.WALLET:
         # the allowance's reset, with its date: a wallet's try follows a refused allowance
         # (docs/decisions/240-the-wallet-is-a-balance-level.md)
@@ -201,8 +186,10 @@ def too_many_queued_text() -> str:
 
 def too_long_text(tokens: int, limit: int) -> str:
     """A message over CHAT_MAX_INPUT_TOKENS."""
-    return _(
-        "✂️ Your message is too long (~{tokens} tokens, the limit is {limit}). Please shorten it."
+    return ngettext(
+        "✂️ Your message is too long (~{tokens} token, the limit is {limit}). Please shorten it.",
+        "✂️ Your message is too long (~{tokens} tokens, the limit is {limit}). Please shorten it.",
+        tokens,
     ).format(tokens=tokens, limit=limit)
 
 

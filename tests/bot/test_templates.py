@@ -154,34 +154,34 @@ def test_a_limit_with_money_left_says_the_worst_case_does_not_fit(i18n: I18n) ->
     with i18n.use_locale("en"):
         short = templates.refusal_text(refusal(20), tz="UTC")
         spent = templates.refusal_text(refusal(0), tz="UTC")
-    assert short.startswith("🚫 Not enough left of your daily user limit")
+    assert short.startswith("🚫 Not enough is left of your daily user limit. An answer may")
     assert "up to $0.000460" in short and "$0.000020 is left" in short and "00:00 UTC" in short
-    assert spent.startswith("🚫 Limit reached: your daily user limit.")
+    assert spent.startswith("🚫 Your daily user limit is reached. It resets at 00:00 UTC.")
 
 
 @pytest.mark.parametrize(
     ("step", "english", "russian"),
     [
-        ("answer", "an answer may cost up to $0.000460", "ответ может стоить до $0.000460"),
+        ("answer", "An answer may cost up to $0.000460", "Ответ может стоить до $0.000460"),
         (
             "transcription",
-            "transcribing this recording may cost up to $0.000460",
-            "расшифровка этой записи может стоить до $0.000460",
+            "Transcribing this recording may cost up to $0.000460",
+            "Расшифровка этой записи может стоить до $0.000460",
         ),
         (
             "photo",
-            "an answer about this image may cost up to $0.000460",
-            "ответ об этом изображении может стоить до $0.000460",
+            "An answer about this image may cost up to $0.000460",
+            "Ответ об этом изображении может стоить до $0.000460",
         ),
         (
             "document",
-            "an answer about this document may cost up to $0.000460",
-            "ответ об этом документе может стоить до $0.000460",
+            "An answer about this document may cost up to $0.000460",
+            "Ответ об этом документе может стоить до $0.000460",
         ),
         (
             "link",
-            "an answer about this page may cost up to $0.000460",
-            "ответ об этой странице может стоить до $0.000460",
+            "An answer about this page may cost up to $0.000460",
+            "Ответ об этой странице может стоить до $0.000460",
         ),
     ],
 )
@@ -195,10 +195,10 @@ def test_a_limits_worst_case_names_the_step_it_was_for(
     )
     with i18n.use_locale("en"):
         text = templates.refusal_text(refusal, tz="UTC", step=step)
-    assert f"daily user limit: {english}, and $0.000020 is left." in text
+    assert f"daily user limit. {english}, and $0.000020 is left." in text
     with i18n.use_locale("ru"):
         text = templates.refusal_text(refusal, tz="UTC", step=step)
-    assert f"{russian}, а осталось $0.000020." in text
+    assert f"лимита. {russian}, а осталось $0.000020." in text
 
 
 def _every_media_refusal() -> list[MediaRefusal]:

@@ -20,6 +20,8 @@ from tests.support.inprocess import AppFactory
 from tests.support.providers import FakeProviders
 from tests.support.telegram import FakeTelegram, SentMessage
 
+#: The sentence of a refusal by a limit held in full by requests in flight.
+BUSY = "Requests in flight hold the rest until they finish."
 VOICE = (
     Path(__file__).resolve().parents[1]
     / "fixtures"
@@ -176,9 +178,12 @@ async def test_a_long_voice_note_over_the_users_budget_is_refused_before_downloa
     mark = fake_telegram.mark()
     fake_telegram.inject_callback_query(301, go, message_id=asked.message_id)
     [refused] = await fake_telegram.wait_sent(301, since=mark, timeout=30)
-    assert "Not enough left of your daily user limit" in refused.text
-    assert "transcribing this recording may cost up to $0.020012" in refused.text
-    assert "$0.010000 is left" in refused.text and "resets at" in refused.text
+    assert "Not enough is left of your daily user limit." in refused.text
+    assert (
+        "Transcribing this recording may cost up to $0.020012, and $0.010000 is left."
+        in refused.text
+    )
+    assert "It resets at" in refused.text
     assert fake_telegram.files.downloads == []
     assert fake_providers.transcriptions == [] and fake_providers.requests == []
     assert _holds(env) == []
@@ -217,12 +222,12 @@ async def test_voice_notes_at_once_under_a_global_cap_admit_exactly_as_many_as_f
             go, _ = _buttons(event)
             user = int(event.chat_id)
             fake_telegram.inject_callback_query(user, go, message_id=event.message_id)
-        refused = [e for e in fake_telegram.sent_events(since=mark) if "Busy" in e.text]
+        refused = [e for e in fake_telegram.sent_events(since=mark) if BUSY in e.text]
         return len(fake_providers.transcriptions) + len(refused)
 
     await _poll(tried, 5)
     assert len(fake_providers.transcriptions) == 3
-    busy = [e for e in fake_telegram.sent_events(since=mark) if "Busy" in e.text]
+    busy = [e for e in fake_telegram.sent_events(since=mark) if BUSY in e.text]
     assert len(busy) == 2 and all("global" in e.text for e in busy)
     assert len(fake_telegram.files.downloads) == 3, "a refused note is never downloaded"
     fake_providers.open_gate("stt")
