@@ -13,6 +13,7 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from aiogram.utils.i18n import gettext as _
+from aiogram.utils.i18n import ngettext
 
 from bot.ops.anomalies import CostRegression, LoopSuspicion, SpendForecast
 from bot.ops.quota import QuotaForecast
@@ -30,9 +31,11 @@ def loop_text(found: LoopSuspicion, tz: str) -> str:
     """Calls nobody typed while no message arrived (see :class:`LoopSuspicion`)."""
     minutes = int((found.until - found.since).total_seconds() // 60)
     lines = [
-        _(
-            "🔁 Loop suspected: {calls} calls in the last {minutes} minutes and no message "
-            "from anyone."
+        ngettext(
+            "🔁 Loop suspected: {calls} call in the last {minutes} min and no message from anyone.",
+            "🔁 Loop suspected: {calls} calls in the last {minutes} min and no message "
+            "from anyone.",
+            found.calls,
         ).format(calls=found.calls, minutes=minutes),
         _(
             "Digest calls: {digests}; retries and follow-up calls of chat answers: {retries}."
@@ -54,8 +57,8 @@ def loop_text(found: LoopSuspicion, tz: str) -> str:
 def quota_text(found: QuotaForecast, tz: str) -> str:
     """A free key's daily requests running out (see :class:`QuotaForecast`)."""
     head = _(
-        "⏳ {key} free requests run out at about {at} at the current rate "
-        "({rate} an hour, {left} left)."
+        "⏳ The free requests of {key} run out at about {at} at the current rate "
+        "({rate} per hour, {left} left)."
     ).format(
         key=found.key,
         at=format_reset(found.runs_out_at, tz),

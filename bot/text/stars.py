@@ -146,8 +146,8 @@ def subscribed_text(plan: str, until: str) -> str:
 def renewal_cancelled_text(plan: str, until: str) -> str:
     """/cancel_renewal: Telegram took the cancellation."""
     return _(
-        "Your {plan} subscription will not renew: no more Stars are taken, and the plan "
-        "stays until {until}."
+        "Your subscription to the {plan} plan will not renew: no more Stars are taken, and "
+        "the plan stays until {until}."
     ).format(plan=plan, until=until)
 
 

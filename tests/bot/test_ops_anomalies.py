@@ -235,7 +235,7 @@ async def test_the_watch_tells_each_anomaly_once_per_window_in_the_admins_langua
 
     assert await watch.check(claim, tell, []) == 1
     assert await watch.check(claim, tell, []) == 0  # once per hour
-    assert told["en"][0].startswith("🔁 Loop suspected: 6 calls in the last 10 minutes")
+    assert told["en"][0].startswith("🔁 Loop suspected: 6 calls in the last 10 min")
     assert "No message has been taken in before either." in told["en"][0]
     assert told["ru"][0].startswith("🔁 Похоже на зацикливание: 6 вызовов")
     watch.is_muted = lambda kind: kind == "loop"
@@ -286,8 +286,8 @@ async def test_two_replicas_on_postgresql_tell_the_quota_forecast_once(
             keys.left = left
             await asyncio.gather(*(w.check(c, tell, []) for w, c in watches))
         assert told == [
-            "⏳ groq free requests run out at about 15:40 UTC at the current rate "
-            "(600 an hour, 900 left).\nAfter that chat goes to deepseek (paid)."
+            "⏳ The free requests of groq run out at about 15:40 UTC at the current rate "
+            "(600 per hour, 900 left).\nAfter that chat goes to deepseek (paid)."
         ]
     finally:
         for engine in engines:

@@ -77,21 +77,21 @@ async def test_the_quota_forecast_and_the_loop_suspicion_are_told_once_each(
     assert told[:3] == [[], [], []]
     # 410 in 40 minutes: 590 left at 14:40 run out in 57.6 minutes. The clock is real
     # time between its jumps, so the 40 minutes are 40 plus the real moments between
-    # the samples: 615 an hour, give or take one on a loaded machine
+    # the samples: 615 per hour, give or take one on a loaded machine
     [[forecast]] = told[3:]
-    parts = re.fullmatch(r"(.*rate \()(\d+)( an hour, .*)", forecast, re.S)
+    parts = re.fullmatch(r"(.*rate \()(\d+)( per hour, .*)", forecast, re.S)
     assert parts is not None, forecast
     head, rate, tail = parts.groups()
-    assert head == "⏳ groq free requests run out at about 15:37 UTC at the current rate ("
+    assert head == "⏳ The free requests of groq run out at about 15:37 UTC at the current rate ("
     assert 613 <= int(rate) <= 616, forecast
-    assert tail == " an hour, 590 left).\nAfter that chat goes to groq2 (free)."
+    assert tail == " per hour, 590 left).\nAfter that chat goes to groq2 (free)."
     assert not [t for t in await _tick(app, fake_telegram) if t.startswith("⏳")]
 
     # an hour later nobody writes, and digests make call after call
     clock.set(START + timedelta(minutes=100))
     await _digest_burst(app, 6)
     [loop] = [t for t in await _tick(app, fake_telegram) if t.startswith("🔁")]
-    assert loop.startswith("🔁 Loop suspected: 6 calls in the last 10 minutes and no message")
+    assert loop.startswith("🔁 Loop suspected: 6 calls in the last 10 min and no message")
     assert "Digest calls: 6; retries and follow-up calls of chat answers: 0." in loop
     assert "The last message was taken in at 2026-03-02 14:40 UTC." in loop
     assert not [t for t in await _tick(app, fake_telegram) if t.startswith("🔁")]
@@ -154,5 +154,5 @@ async def test_an_admin_mutes_an_alert_type_for_good_and_unmutes_it(
     clock.jump(11 * 60)
     await _digest_burst(app, 4)
     [loop] = [t for t in await _tick(app, fake_telegram) if t.startswith("🔁")]
-    assert loop.startswith("🔁 Loop suspected: 4 calls in the last 10 minutes")
+    assert loop.startswith("🔁 Loop suspected: 4 calls in the last 10 min")
     await bot.stop()

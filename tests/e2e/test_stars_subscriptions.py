@@ -112,7 +112,9 @@ async def test_a_subscription_is_sold_by_link_renewed_once_per_charge_and_cancel
     assert "Plan: Pro, until" in await _send(fake_telegram, BUYER, "/me")
 
     cancelled = await _send(fake_telegram, BUYER, "/cancel_renewal")
-    assert cancelled.startswith("Your Pro subscription will not renew: no more Stars are taken")
+    assert cancelled.startswith(
+        "Your subscription to the Pro plan will not renew: no more Stars are taken"
+    )
     assert fake_telegram.subscription_edits == [(BUYER, rows[-1][0], True)]
     assert "Plan: Pro, until" in await _send(fake_telegram, BUYER, "/me")
     assert fake_telegram.refunds == [] and fake_providers.requests == []
