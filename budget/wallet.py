@@ -37,6 +37,9 @@ class CreditEntry:
     refunded_at: datetime | None
     credited_at: datetime
     refunded_by: int | None
+    #: ``pending`` while a /refund waits for Telegram, ``done`` after, ``None``: no
+    #: /refund (Telegram's own refund, or none)
+    refund_state: str | None = None
 
 
 def _check_charge(charge_id: str) -> None:
@@ -148,7 +151,7 @@ class LedgerWallet(LedgerPart):
         """Wallet credits, newest first (one user's, or everyone's), at most ``limit``."""
         rows = await self._guarded(self.store.wallet_credits(user_id, limit))
         out = []
-        for charge, uid, stars, rate, amount, removed, refunded, credited, by in rows:
+        for charge, uid, stars, rate, amount, removed, refunded, credited, by, state in rows:
             at = utc(float(str(credited)))
             assert at is not None
             out.append(
@@ -162,6 +165,7 @@ class LedgerWallet(LedgerPart):
                     None if refunded is None else utc(float(str(refunded))),
                     at,
                     None if by is None else int(str(by)),
+                    None if state is None else str(state),
                 )
             )
         return out

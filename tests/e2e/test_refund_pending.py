@@ -166,6 +166,10 @@ async def test_telegrams_answers_each_leave_the_books_as_they_say(
     assert "$0.900000 is out of user 20's wallet, which has $0.000000 now" in said, said
     rows, settled, _, _ = _books(db)
     assert [(r[1], r[4]) for r in rows] == [("pending", None)] and settled == 0
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(ADMIN, "/refund")
+    listing = await _admin_says(fake_telegram, charge, mark)
+    assert "(refund pending: its credit is out of the wallet)" in listing, listing
 
     fake_telegram.fail_next("refundStarPayment", 400, "Bad Request: CHARGE_ALREADY_REFUNDED")
     said = await refund()

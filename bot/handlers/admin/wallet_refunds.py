@@ -12,6 +12,7 @@ from bot.handlers.admin.base import reply
 from budget.kernel.clock import Clock
 from budget.ledger import Ledger
 from budget.policy.money import usd
+from budget.wallet import CreditEntry
 
 __all__ = ["recent_topups", "refund_topup"]
 
@@ -20,9 +21,15 @@ async def recent_topups(ledger: Ledger, limit: int = 10) -> list[str]:
     """The latest top-ups, one line each, for ``/refund`` alone."""
     return [
         f"{c.credited_at:%Y-%m-%d %H:%M} UTC user {c.user_id}: {c.stars} Stars, wallet"
-        f" {usd(c.credit_musd)}{' (refunded)' if c.refunded_at else ''} — {c.charge_id}"
+        f" {usd(c.credit_musd)}{_refund_mark(c)} — {c.charge_id}"
         for c in await ledger.wallet_credits(limit=limit)
     ]
+
+
+def _refund_mark(credit: CreditEntry) -> str:
+    if credit.refund_state == "pending":  # booked; Telegram has not said yes yet
+        return " (refund pending: its credit is out of the wallet)"
+    return " (refunded)" if credit.refunded_at else ""
 
 
 async def refund_topup(
