@@ -55,6 +55,11 @@ RETRY_EVERY_S = 60.0
 ALREADY_REFUNDED = "CHARGE_ALREADY_REFUNDED"
 #: The admin's reply to a refund that was done before.
 ALREADY_DONE = "That payment was refunded already; nothing changed."
+#: The admin's reply to a refund another request or round is completing.
+_UNDER_WAY = (
+    "A refund of that payment is under way already; nothing more was done. Who asked first"
+    " is told when Telegram answers."
+)
 #: Telegram errors that say nothing about whether the refund was made: it stays pending.
 _NO_ANSWER = (TelegramServerError, TelegramRetryAfter, TelegramNetworkError)
 
@@ -113,14 +118,17 @@ class WalletRefunds:
             return None
         if isinstance(began, WalletRefund) or began.state == "done":
             return ALREADY_DONE
-        if not began.new and (
-            charge_id in self._inflight or not await self._ledger.claim_refund(charge_id)
-        ):
-            return (
-                "A refund of that payment is under way already; nothing more was done. Who"
-                " asked first is told when Telegram answers."
-            )
-        return await self._run(began)
+        # begun now: held here already; begun before: claimed first (free, or its holder
+        # dead). Marked in flight before any await, so a round never runs it beside this
+        if charge_id in self._inflight:
+            return _UNDER_WAY
+        self._inflight.add(charge_id)
+        try:
+            if not began.new and not await self._ledger.claim_refund(charge_id):
+                return _UNDER_WAY
+            return (await self._complete(began))[0]
+        finally:
+            self._inflight.discard(charge_id)
 
     async def run_round(self) -> int:
         """Complete every pending refund this process can claim, telling the admin who
@@ -166,13 +174,6 @@ class WalletRefunds:
             else:
                 failures.ok()
             await self._clock.sleep(self._every_s)
-
-    async def _run(self, row: RefundRow) -> str:
-        self._inflight.add(row.charge_id)
-        try:
-            return (await self._complete(row))[0]
-        finally:
-            self._inflight.discard(row.charge_id)
 
     async def _complete(self, row: RefundRow) -> tuple[str, bool]:
         """Steps 2 and 3 of a refund this process holds: the admin's text, and whether
@@ -231,7 +232,7 @@ class WalletRefunds:
         if row.requested_by is None:
             log.warning("pending refund %s ended: %s", row.charge_id[:16], text)
             return
-        head = f"The refund of {row.charge_id[:64]} left pending (a restart, or no answer) ended: "
+        head = f"Pending refund {row.charge_id[:64]}: "
         try:
             await send_text(self._bot, row.requested_by, head + text, clock=self._clock)
         except TelegramAPIError as exc:

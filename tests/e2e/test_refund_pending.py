@@ -247,7 +247,7 @@ async def test_a_pending_refund_is_completed_by_one_of_two_replicas_on_postgres(
         assert first.app.refunds is not None
         ended = await asyncio.gather(first.app.refunds.run_round(), second.refunds.run_round())
         assert sorted(ended) == [0, 1]
-        said = await _admin_says(fake_telegram, "left pending", mark)
+        said = await _admin_says(fake_telegram, "Pending refund", mark)
         assert f"Refunded 100 Stars to user {BUYER}; $0.900000 left the wallet" in said
         wallet = await second.ledger.wallet(BUYER)
         assert (wallet.left_musd, wallet.credited_musd) == (0, 0)
@@ -259,5 +259,5 @@ async def test_a_pending_refund_is_completed_by_one_of_two_replicas_on_postgres(
     assert await first.stop() == 0
     assert fake_telegram.refunds == [(BUYER, charge)]
     assert len(fake_telegram.requests("refundStarPayment")) == 2
-    admin = [m for m in fake_telegram.sent_events(ADMIN) if "left pending" in m.text]
+    admin = [m for m in fake_telegram.sent_events(ADMIN) if "Pending refund" in m.text]
     assert len(admin) == 1
