@@ -14,7 +14,8 @@ at most twice):
 
 * modules — distinct product modules entered;
 * ledger entries — calls into the ledger object (``budget.ledger.Ledger`` and its
-  ``budget.admin.LedgerAdmin`` and ``budget.settle.LedgerSettle`` bases) from outside
+  ``budget.holding.LedgerHolds``, ``budget.admin.LedgerAdmin`` and ``budget.settle.LedgerSettle``
+  bases) from outside
   those modules;
 * ledger steps — the store steps those entries ran (calls from the ledger into its
   store, ``budget.storage.base.LedgerStore``): each is one trip to the database (on
@@ -45,7 +46,7 @@ from tests.support.providers import FakeProviders
 from tests.support.telegram import FakeTelegram
 
 PACKAGES = frozenset({"bot", "budget", "llm", "scheduler"})
-LEDGER_MODULES = frozenset({"budget.ledger", "budget.admin", "budget.settle"})
+LEDGER_MODULES = frozenset({"budget.ledger", "budget.holding", "budget.admin", "budget.settle"})
 STORE_MODULES = frozenset(
     {"budget.storage.base", "budget.storage.sqlite.store", "budget.storage.postgres.store"}
 )

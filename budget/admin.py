@@ -18,6 +18,7 @@ from budget.status import (
     KillState,
     LedgerStatus,
     PayerStatus,
+    PlansHeld,
     TeamStatus,
     UserStatus,
 )
@@ -217,6 +218,11 @@ class LedgerAdmin(LedgerPart):
         """
         check_user_id(user_id)
         return await self._guarded(self.store.user_plan(self.clock.now(), user_id))
+
+    async def plans_held(self) -> PlansHeld:
+        """The plan every user's next operation will be held on, in one read (the
+        features' view of plans, :mod:`bot.chat.plans`)."""
+        return await self._guarded(self.store.plans_held(self.clock.now()))
 
     async def payer_status(self, level: Level, scope: str) -> PayerStatus:
         """One group chat (``scope``: its id as text) or plan (its name) now.

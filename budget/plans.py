@@ -26,6 +26,8 @@ The file::
     max_subscriptions = 3     #   channels a member may follow (default DIGEST limits)
     stars = 250               # price of one period in Telegram Stars (unset: not sold)
     period_days = 30          # what one payment buys
+    renews = false            # sold as a Stars subscription: charged again every 30 days
+                              #   until the user cancels (period_days must be 30)
 
 Money is exact: the file's numbers are read as decimals (``parse_float=Decimal``) and
 become integer µUSD (:func:`budget.policy.money.usd_to_musd`); more than six decimals is
@@ -51,6 +53,8 @@ from budget.types import Window
 __all__ = [
     "DEFAULT_PLANS",
     "MAX_PRIORITY",
+    "SUBSCRIPTION_DAYS",
+    "SUBSCRIPTION_MAX_STARS",
     "Plan",
     "PlanFeatures",
     "Plans",
@@ -78,7 +82,12 @@ _COUNTS = {
     "period_days": (1, 366),
 }
 _FLAGS = {"media", "streaming", "digests"}
-_FIELDS = _MONEY | set(_COUNTS) | _FLAGS | {"title"}
+_FIELDS = _MONEY | set(_COUNTS) | _FLAGS | {"title", "renews"}
+#: The Bot API's one subscription period (``createInvoiceLink``'s ``subscription_period``
+#: "must always be 2592000 (30 days)") and its highest price, 10,000 Stars
+#: (https://core.telegram.org/bots/api#createinvoicelink).
+SUBSCRIPTION_DAYS = 30
+SUBSCRIPTION_MAX_STARS = 10_000
 
 
 class PlansFileError(BudgetConfigError):
@@ -115,6 +124,8 @@ class Plan:
         features: :class:`PlanFeatures`.
         stars: the price of one period in Telegram Stars (``None``: not for sale).
         period_days: what one payment buys (days).
+        renews: sold as a Telegram Stars subscription (charged every
+            :data:`SUBSCRIPTION_DAYS` days until cancelled), not a one-off period.
     """
 
     name: str
@@ -124,6 +135,7 @@ class Plan:
     features: PlanFeatures = field(default_factory=PlanFeatures)
     stars: int | None = None
     period_days: int = 30
+    renews: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +234,7 @@ def _plan(name: str, table: Mapping[str, Any], source: str) -> Plan:
     title = table.get("title", name)
     if not isinstance(title, str) or not 1 <= len(title.strip()) <= 64:
         raise fail("title", "must be a text of 1-64 characters")
+    renews = _renews(table, counts, fail)
     limits = PlanLimits(
         name,
         user_musd=user,
@@ -243,7 +256,24 @@ def _plan(name: str, table: Mapping[str, Any], source: str) -> Plan:
         features=features,
         stars=counts.get("stars"),
         period_days=counts.get("period_days", 30),
+        renews=renews,
     )
+
+
+def _renews(table: Mapping[str, Any], counts: Mapping[str, int], fail: Any) -> bool:
+    """``renews``: a subscription has a price within Telegram's and its 30 days."""
+    renews = table.get("renews", False)
+    if not isinstance(renews, bool):
+        raise fail("renews", f"must be true or false, got {renews!r}")
+    if not renews:
+        return False
+    if "stars" not in counts:
+        raise fail("renews", "a plan that renews needs its price in stars")
+    if counts["stars"] > SUBSCRIPTION_MAX_STARS:
+        raise fail("stars", f"a subscription costs at most {SUBSCRIPTION_MAX_STARS} Stars")
+    if counts.get("period_days", SUBSCRIPTION_DAYS) != SUBSCRIPTION_DAYS:
+        raise fail("period_days", f"a plan that renews lasts {SUBSCRIPTION_DAYS} days")
+    return True
 
 
 def _money(value: object, key: str, fail: Any) -> int | None:

@@ -16,6 +16,7 @@ __all__ = [
     "LedgerStatus",
     "PayerStatus",
     "PlanTally",
+    "PlansHeld",
     "ProviderSpend",
     "TeamStatus",
     "UserStatus",
@@ -36,6 +37,23 @@ class BucketStatus:
     late_musd: int
     remaining_musd: int | None
     resets_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PlansHeld:
+    """The plan every user is held on at one moment, read in one query.
+
+    Attributes:
+        by_user: the users held on another plan than ``default``.
+        default: every other user's plan (``None``: the ledger has no plans).
+    """
+
+    by_user: dict[int, str | None]
+    default: str | None
+
+    def of(self, user_id: int) -> str | None:
+        """The plan ``user_id`` was held on."""
+        return self.by_user.get(user_id, self.default)
 
 
 @dataclass(frozen=True, slots=True)

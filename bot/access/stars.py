@@ -10,7 +10,11 @@ invoice in Stars has currency ``XTR``, one price and no provider token; Telegram
 
 * :func:`invoice_payload` / :func:`parse_payload`: what the invoice carries,
   ``plan:<name>:<stars>:<days>`` (at most 128 bytes), so the pre-checkout and the payment
-  are checked against the plans file as it stands then, not as it stood at ``/buy``.
+  are checked against the plans file as it stands then, not as it stood at ``/buy``; a
+  plan that renews (a Stars subscription, ``createInvoiceLink`` with
+  ``subscription_period``) carries ``sub:<name>:<stars>:30``, and every renewal's
+  ``successful_payment`` carries that payload again (``is_recurring``, with
+  ``subscription_expiration_date``).
 * :class:`StarPayments`: the ``star_payments`` rows. A payment is booked once by its
   charge id (the primary key: the same update twice, on two replicas, or after a
   restart, inserts one row); what it buys is fixed in that row, so applying it again sets
@@ -43,42 +47,47 @@ __all__ = [
 
 #: The Bot API's currency code of Telegram Stars.
 STARS_CURRENCY = "XTR"
-_PAYLOAD = re.compile(r"plan:([A-Za-z0-9_-]{1,64}):([1-9][0-9]{0,8}):([1-9][0-9]{0,4})")
+_PAYLOAD = re.compile(r"(plan|sub):([A-Za-z0-9_-]{1,64}):([1-9][0-9]{0,8}):([1-9][0-9]{0,4})")
 
 
 @dataclass(frozen=True, slots=True)
 class PaymentTerms:
-    """What an invoice sells: ``period_days`` of ``plan`` for ``stars`` Stars."""
+    """What an invoice sells: ``period_days`` of ``plan`` for ``stars`` Stars, once or
+    (``renews``) again every period until the subscription is cancelled."""
 
     plan: str
     stars: int
     period_days: int
+    renews: bool = False
 
 
 def invoice_payload(plan: Plan) -> str:
     """The payload of ``plan``'s invoice (``plan.stars`` must be set)."""
     assert plan.stars is not None
-    return f"plan:{plan.name}:{plan.stars}:{plan.period_days}"
+    kind = "sub" if plan.renews else "plan"
+    return f"{kind}:{plan.name}:{plan.stars}:{plan.period_days}"
 
 
 def parse_payload(payload: str) -> PaymentTerms | None:
-    """``plan:<name>:<stars>:<days>`` → :class:`PaymentTerms` (``None``: not one of ours)."""
+    """``plan:<name>:<stars>:<days>`` or ``sub:…`` → :class:`PaymentTerms` (``None``:
+    not one of ours)."""
     match = _PAYLOAD.fullmatch(payload)
     if match is None:
         return None
-    return PaymentTerms(match[1], int(match[2]), int(match[3]))
+    return PaymentTerms(match[2], int(match[3]), int(match[4]), renews=match[1] == "sub")
 
 
 def check_terms(plans: Plans, payload: str, currency: str, total: int) -> Plan | None:
     """The plan a payment buys when the plans file still sells it on the same terms
-    (the currency Stars, the same price and period); ``None`` otherwise."""
+    (the currency Stars, the same price and period, once or renewed); ``None``
+    otherwise."""
     terms = parse_payload(payload)
     if currency != STARS_CURRENCY or terms is None or terms.stars != total:
         return None
     plan = plans.by_name.get(terms.plan)
     if plan is None or plan.stars != terms.stars or plan.period_days != terms.period_days:
         return None
-    return plan
+    return plan if plan.renews == terms.renews else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +122,7 @@ class StarPayments:
         payload: str,
         *,
         current: tuple[str | None, datetime | None],
+        until_at_least: datetime | None = None,
     ) -> Booked:
         """Book the payment ``charge_id`` once.
 
@@ -123,12 +133,17 @@ class StarPayments:
             payload: the invoice payload, as paid.
             current: the user's plan and its end now (``None``: no end): a payment for
                 the plan the user is on until a later time extends it from that time.
+            until_at_least: a subscription's ``subscription_expiration_date``: the plan
+                lasts at least until Telegram charges again.
         """
         now = self._clock.now()
         plan_now, until_now = current
         start = now
         if plan_now == terms.plan and until_now is not None and until_now > now:
             start = until_now
+        until = start + timedelta(days=terms.period_days)
+        if until_at_least is not None:
+            until = max(until, until_at_least)
         row = StarPayment(
             charge_id=charge_id,
             user_id=user_id,
@@ -136,7 +151,7 @@ class StarPayments:
             payload=payload[:128],
             plan=terms.plan,
             plan_from=start,
-            plan_until=start + timedelta(days=terms.period_days),
+            plan_until=until,
             plan_before=plan_now,
             plan_before_until=until_now,
             paid_at=now,
@@ -187,6 +202,22 @@ class StarPayments:
                 .where(StarPayment.charge_id == charge_id)
                 .values(refunded_at=None, refunded_by=None)
             )
+
+    async def latest_subscription(self, user_id: int) -> StarPayment | None:
+        """The user's latest payment of a subscription (``sub:`` payload) that was not
+        refunded (``None``: none): the charge that names it to Telegram."""
+        async with self._sessions() as s:
+            row = await s.scalar(
+                select(StarPayment)
+                .where(
+                    StarPayment.user_id == user_id,
+                    StarPayment.payload.startswith("sub:"),
+                    StarPayment.refunded_at.is_(None),
+                )
+                .order_by(StarPayment.paid_at.desc())
+                .limit(1)
+            )
+        return _aware(row) if row is not None else None
 
     async def recent(self, limit: int = 10) -> list[StarPayment]:
         """The latest payments, newest first."""

@@ -2,25 +2,24 @@
 concurrency, the priority of a provider-call slot), from the ledger, kept a short while.
 
 The ledger holds every operation on the plan it reads at admission, exactly; the
-features here may use a plan up to :data:`TTL_S` seconds old (a ``/plan`` or a payment
-made in this process is seen at once: :meth:`UserPlans.forget`). When every plan allows
-a feature and has the same priority and concurrency, nothing is read at all.
+features here use one view of every user's plan (:meth:`budget.admin.LedgerAdmin.plans_held`,
+one query for all users) read again at most every :data:`TTL_S` seconds, so a user's
+first message costs no ledger read of its own (a ``/plan`` or a payment made in this
+process is seen at once: :meth:`UserPlans.forget`). When every plan allows a feature and
+has the same priority and concurrency, nothing is read at all.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 from budget.kernel.clock import Clock
 from budget.ledger import Ledger
 from budget.plans import Plan, Plans
+from budget.status import PlansHeld
 
 __all__ = ["TTL_S", "UserPlans"]
 
-#: Seconds a user's plan is kept in memory.
+#: Seconds the view of every user's plan is kept in memory.
 TTL_S = 30.0
-#: Users kept (the least recently asked dropped beyond).
-_KEPT = 10_000
 
 
 class UserPlans:
@@ -29,16 +28,17 @@ class UserPlans:
     Args:
         ledger: where the plans of users are.
         plans: the plans.
-        clock: the one clock (monotonic, for the cache).
+        clock: the one clock (monotonic, for the view's age).
     """
 
-    __slots__ = ("_clock", "_kept", "_ledger", "_uniform", "plans")
+    __slots__ = ("_clock", "_ledger", "_read_at", "_uniform", "_view", "plans")
 
     def __init__(self, ledger: Ledger, plans: Plans, clock: Clock) -> None:
         self._ledger = ledger
         self.plans = plans
         self._clock = clock
-        self._kept: OrderedDict[int, tuple[float, Plan]] = OrderedDict()
+        self._view: PlansHeld | None = None
+        self._read_at = 0.0
         every = list(plans.by_name.values())
         self._uniform = all(
             (p.features, p.priority, p.limits.max_inflight)
@@ -47,7 +47,8 @@ class UserPlans:
         )
 
     def __repr__(self) -> str:
-        return f"UserPlans(plans={list(self.plans.by_name)}, kept={len(self._kept)})"
+        held = None if self._view is None else len(self._view.by_user)
+        return f"UserPlans(plans={list(self.plans.by_name)}, held={held})"
 
     async def of(self, user_id: int) -> Plan:
         """The user's plan (the default one when every plan is alike here).
@@ -58,17 +59,12 @@ class UserPlans:
         if self._uniform:
             return self.plans.get(None)
         now = self._clock.monotonic()
-        kept = self._kept.get(user_id)
-        if kept is not None and now - kept[0] < TTL_S:
-            self._kept.move_to_end(user_id)
-            return kept[1]
-        plan = self.plans.get(await self._ledger.plan_of(user_id))
-        self._kept[user_id] = (now, plan)
-        self._kept.move_to_end(user_id)
-        while len(self._kept) > _KEPT:
-            self._kept.popitem(last=False)
-        return plan
+        view = self._view
+        if view is None or now - self._read_at >= TTL_S:
+            view = await self._ledger.plans_held()
+            self._view, self._read_at = view, now
+        return self.plans.get(view.of(user_id))
 
     def forget(self, user_id: int) -> None:
-        """The user's plan changed here: read it again next time."""
-        self._kept.pop(user_id, None)
+        """The user's plan changed here: read the view again next time."""
+        self._view = None

@@ -22,6 +22,7 @@ from bot.access.stars import STARS_CURRENCY, check_terms, invoice_payload, parse
 from bot.access.store import AccessBook
 from bot.access.wallet import WALLET_PREFIX
 from bot.chat.delivery import send_text
+from bot.handlers.subscriptions import on_cancel_renewal, send_subscription_link, subscription_paid
 from bot.handlers.wallet import on_topup, wallet_paid, wallet_pre_checkout, wallet_refunded
 from bot.middlewares.context import UserContext
 from bot.middlewares.rate import NOT_RATE_LIMITED
@@ -29,6 +30,7 @@ from bot.text.stars import (
     buy_line,
     buy_list_text,
     buy_none_text,
+    buy_renews_line,
     buy_unknown_text,
     invoice_description,
     paid_text,
@@ -55,7 +57,9 @@ async def on_buy(
     name = (command.args or "").strip()
     if not name:
         lines = [
-            buy_line(p.name, p.title, p.stars, p.period_days)
+            buy_renews_line(p.name, p.title, p.stars)
+            if p.renews
+            else buy_line(p.name, p.title, p.stars, p.period_days)
             for p in plans.by_name.values()
             if p.stars is not None
         ]
@@ -66,6 +70,9 @@ async def on_buy(
     plan = plans.by_name.get(name)
     if plan is None or plan.stars is None:
         await send_text(bot, message.chat.id, buy_unknown_text(), clock=clock)
+        return
+    if plan.renews:
+        await send_subscription_link(message, bot, clock, plan)
         return
     await bot.send_invoice(
         chat_id=message.chat.id,
@@ -107,10 +114,13 @@ async def on_paid(
     if paid.invoice_payload.startswith(WALLET_PREFIX):
         await wallet_paid(message, bot, clock, plan_sales)
         return
+    terms = parse_payload(paid.invoice_payload)
+    if terms is not None and terms.renews:
+        await subscription_paid(message, bot, clock, plan_sales, user_ctx, terms)
+        return
     user_id = message.from_user.id
     charge = paid.telegram_payment_charge_id
     plan = check_terms(plan_sales.plans, paid.invoice_payload, paid.currency, paid.total_amount)
-    terms = parse_payload(paid.invoice_payload)
     if plan is None or terms is None:
         log.warning("payment %s for terms no longer sold: refunding", charge[:16])
         try:
@@ -147,11 +157,12 @@ async def on_refunded(message: Message, bot: Bot, clock: Clock, plan_sales: Plan
 
 
 def create_stars_router() -> Router:
-    """/buy, /topup, the pre-checkout and the payment messages."""
+    """/buy, /topup, /cancel_renewal, the pre-checkout and the payment messages."""
     router = Router(name="stars")
     router.pre_checkout_query.register(on_pre_checkout, flags=NOT_RATE_LIMITED)
     router.message.register(on_paid, F.successful_payment, flags=NOT_RATE_LIMITED)
     router.message.register(on_refunded, F.refunded_payment, flags=NOT_RATE_LIMITED)
     router.message.register(on_buy, Command("buy"), F.chat.type == "private")
     router.message.register(on_topup, Command("topup"), F.chat.type == "private")
+    router.message.register(on_cancel_renewal, Command("cancel_renewal"), F.chat.type == "private")
     return router

@@ -11,12 +11,22 @@ __all__ = [
     "buy_line",
     "buy_list_text",
     "buy_none_text",
+    "buy_renews_line",
     "buy_unknown_text",
+    "cancel_failed_text",
     "invoice_description",
+    "no_subscription_text",
     "paid_text",
     "payment_auto_refunded_text",
     "payment_refunded_text",
     "pre_checkout_refused_text",
+    "renewal_cancelled_text",
+    "renewal_refunded_text",
+    "subscribe_button",
+    "subscribe_failed_text",
+    "subscribe_text",
+    "subscribed_text",
+    "subscription_description",
 ]
 
 
@@ -80,3 +90,77 @@ def payment_refunded_text(stars: int) -> str:
     return _("↩️ Your payment of {stars} ⭐ was refunded. /me shows your plan now.").format(
         stars=stars
     )
+
+
+def buy_renews_line(name: str, title: str, stars: int) -> str:
+    """One plan of the /buy list that is sold as a subscription."""
+    return _("• {name} ({title}): {stars} ⭐ every 30 days, until you cancel").format(
+        name=name, title=title, stars=stars
+    )
+
+
+def subscribe_text(title: str, stars: int) -> str:
+    """/buy NAME for a plan that renews: what the link sells."""
+    return _(
+        "The {plan} plan is a subscription: {stars} ⭐ now and again every 30 days until "
+        "you cancel it with /cancel_renewal. Open the link below to subscribe."
+    ).format(plan=title, stars=stars)
+
+
+def subscribe_button(stars: int) -> str:
+    """The subscription link's button."""
+    return _("Subscribe for {stars} ⭐").format(stars=stars)
+
+
+def subscribe_failed_text() -> str:
+    """/buy NAME for a plan that renews: Telegram gave no link."""
+    return _(
+        "Telegram could not make the subscription link just now, so nothing was charged. "
+        "Send /buy again later."
+    )
+
+
+def subscription_description(title: str) -> str:
+    """A subscription invoice's description (at most 255 characters)."""
+    return _(
+        "The {plan} plan, renewed every 30 days until you cancel: its limits and features. "
+        "/me shows them."
+    ).format(plan=title)
+
+
+def subscribed_text(plan: str, until: str) -> str:
+    """A subscription's payment (the first or a renewal) booked and its plan set."""
+    return _(
+        "✅ Thank you! You are on the {plan} plan until {until}; then Telegram renews it, "
+        "until you send /cancel_renewal."
+    ).format(plan=plan, until=until)
+
+
+def renewal_cancelled_text(plan: str, until: str) -> str:
+    """/cancel_renewal: Telegram took the cancellation."""
+    return _(
+        "Your {plan} subscription will not renew: no more Stars are taken, and the plan "
+        "stays until {until}."
+    ).format(plan=plan, until=until)
+
+
+def no_subscription_text() -> str:
+    """/cancel_renewal without a subscription."""
+    return _("You have no Stars subscription here to cancel.")
+
+
+def cancel_failed_text() -> str:
+    """/cancel_renewal: Telegram refused or could not be reached."""
+    return _(
+        "Telegram did not take the cancellation, so nothing changed. Try again later, or "
+        "cancel the subscription in Telegram under My Stars."
+    )
+
+
+def renewal_refunded_text(stars: int) -> str:
+    """A renewal of a subscription whose plan is no longer sold as one: refunded, and
+    the subscription cancelled."""
+    return _(
+        "The plan you subscribed to is no longer sold as a subscription, so this renewal's "
+        "{stars} ⭐ were refunded and the subscription was cancelled."
+    ).format(stars=stars)

@@ -36,20 +36,21 @@ from budget.status import (
     KillState,
     LedgerStatus,
     PayerStatus,
+    PlansHeld,
     TeamStatus,
     UserStatus,
 )
 from budget.storage.sql import admin, holds, refunds, reports, retention, wallet
 from budget.storage.sql.corrections import apply_corrections
-from budget.storage.sql.rows import exposure, kill_states, teams, user_plan
+from budget.storage.sql.rows import exposure, kill_states, plans_held, teams, user_plan
 from budget.storage.store import (
     CHECKED,
     DURABLE,
     GROUPED,
     Admission,
     Cursor,
-    HoldRequest,
     LimitChange,
+    PricedHold,
     RefusedStep,
     SettleOutcome,
     SettleRequest,
@@ -148,7 +149,7 @@ class LedgerStore(abc.ABC):
         return await self._write(partial(body, now=now, admission=admission), GROUPED)
 
     async def admit(
-        self, now: datetime, admission: Admission, hold: HoldRequest | None
+        self, now: datetime, admission: Admission, hold: PricedHold | None
     ) -> HoldTicket | RefusedStep | None:
         """A deferred admission, its first request and (``hold``) its first hold in ONE
         step (:func:`budget.storage.sql.holds.admit`; only where
@@ -187,7 +188,7 @@ class LedgerStore(abc.ABC):
             partial(body, operation_id=operation_id, fingerprint=fingerprint), GROUPED
         )
 
-    async def reserve(self, now: datetime, hold: HoldRequest) -> HoldTicket:
+    async def reserve(self, now: datetime, hold: PricedHold) -> HoldTicket:
         """Hold ``hold.price.ceiling_musd`` on every level/window at once, or refuse with
         nothing held. Fits when ceiling + margin fits every bucket after the margins of
         the other outstanding holds (:func:`budget.policy.rules.with_margins`). Durable;
@@ -384,6 +385,10 @@ class LedgerStore(abc.ABC):
     async def user_plan(self, now: datetime, user_id: int) -> str | None:
         """The plan ``user_id`` is held on now (``None``: no plans)."""
         return await self._read(partial(user_plan, cfg=self.config, user_id=user_id, now=now))
+
+    async def plans_held(self, now: datetime) -> PlansHeld:
+        """The plan every user is held on now, in one read."""
+        return await self._read(partial(plans_held, cfg=self.config, now=now))
 
     async def payer_status(self, now: datetime, level: Level, scope: str) -> PayerStatus:
         """One group chat or plan now."""

@@ -27,8 +27,8 @@ __all__ = [
     "Admission",
     "Cursor",
     "HoldPrice",
-    "HoldRequest",
     "LimitChange",
+    "PricedHold",
     "Pricer",
     "RefusedStep",
     "SettleOutcome",
@@ -92,9 +92,9 @@ class HoldPrice:
 
 
 @dataclass(frozen=True, slots=True)
-class HoldRequest:
-    """What one hold asks for: the attempt (tokens) in its operation and request, and
-    its price.
+class PricedHold:
+    """What one hold asks the store for: a caller's :class:`budget.protocol.HoldRequest`
+    in its operation's and request's ids, with its price.
 
     Attributes:
         operation_id, request_id: where it belongs.

@@ -260,3 +260,21 @@ async def test_the_plan_of_a_user_is_theirs_while_it_lasts_then_the_default(
     assert await ledger.plan_of(5) == "free"
     plain = await make_ledger()
     assert await plain.plan_of(5) is None
+
+
+async def test_the_view_of_every_users_plan_agrees_with_each_users_plan(
+    make_ledger: LedgerFactory, clock: ManualClock
+) -> None:
+    """One read for every user (the features' view) says what ``plan_of`` says of each:
+    a stored plan while it lasts, the default for everyone else and after the end."""
+    ledger = await make_ledger(plans=PLANS, default_plan="free")
+    await ledger.set_plan(5, "pro", until=clock.now() + timedelta(hours=1))
+    await ledger.set_plan(7, "pro", until=clock.now() + timedelta(hours=3))
+    held = await ledger.plans_held()
+    assert (held.of(5), held.of(6), held.of(7)) == ("pro", "free", "pro")
+    assert [held.of(u) for u in (5, 6, 7)] == [await ledger.plan_of(u) for u in (5, 6, 7)]
+    clock.advance(3_601)
+    later = await ledger.plans_held()
+    assert (later.of(5), later.of(7)) == ("free", "pro")
+    plain = await (await make_ledger()).plans_held()
+    assert plain.of(5) is None

@@ -576,12 +576,15 @@ _CHAT_ACTIONS = frozenset(
     }
 )  # fmt: skip
 _UPDATE_TYPES_DEFAULT_OFF = frozenset({"chat_member", "message_reaction", "message_reaction_count"})
+#: How often :meth:`FakeTelegram.wait_until` looks again when nothing reached the fake.
+PROBE_EVERY_S = 0.05
 _METHODS = (
     "getMe", "getUpdates", "deleteWebhook", "setWebhook", "getWebhookInfo", "sendMessage",
     "editMessageText", "sendChatAction", "setMyCommands", "getMyCommands",
     "deleteMyCommands", "sendPhoto", "sendDocument", "answerCallbackQuery", "getFile",
     "sendMessageDraft", "leaveChat", "sendInvoice", "createInvoiceLink",
     "answerPreCheckoutQuery", "refundStarPayment", "getChatMember",
+    "editUserStarSubscription",
 )  # fmt: skip
 _CANONICAL = {m.lower(): m for m in _METHODS}
 _CONFLICT = _DEFAULT_DESCRIPTIONS[409]
@@ -772,7 +775,10 @@ class FakeTelegram(FakeMembershipPayments):
     ) -> T:
         """Wait until ``probe()`` returns something other than ``None`` / ``False``.
 
-        ``probe`` is re-evaluated after every request and injected update.
+        ``probe`` is re-evaluated after every request and injected update, and at least
+        every :data:`PROBE_EVERY_S` seconds: a probe may read state this fake never
+        sees change (a provider fake's requests, the database), and the bot's next
+        request here may be a long poll's return, seconds later.
 
         Raises:
             TimeoutError: after ``timeout`` seconds, with the last requests in the message.
@@ -784,7 +790,9 @@ class FakeTelegram(FakeMembershipPayments):
                     result = probe()
                     if result is not None and result is not False:
                         return result
-                    await event.wait()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(PROBE_EVERY_S):
+                            await event.wait()
         except TimeoutError:
             tail = [(r.method, r.chat_id, r.status) for r in self._requests[-8:]]
             raise TimeoutError(

@@ -13,6 +13,11 @@
   an unknown charge: 400 ``CHARGE_NOT_FOUND``. :meth:`FakeMembershipPayments.hold_refunds`
   keeps its answers back (a test kills the bot meanwhile), the refund made at once or
   not at all.
+* ``createInvoiceLink`` with ``subscription_period``: only 2,592,000 s, only in ``XTR``,
+  at most 10,000 Stars; ``editUserStarSubscription`` records each
+  ``(user_id, charge_id, is_canceled)`` for a charge of that user (else 400
+  ``CHARGE_NOT_FOUND``, the refund's wording; Telegram's own is not documented), or
+  fails with 400 while :attr:`FakeMembershipPayments.subscription_edits_fail` is set.
 
 :class:`FakeMembershipPayments` is a base of :class:`tests.support.telegram.FakeTelegram`;
 it uses the fake's update queue, chats and users.
@@ -79,6 +84,8 @@ class FakeMembershipPayments:
         self.invoices: list[FakeInvoice] = []
         self.pre_checkout_answers: dict[str, dict[str, Any]] = {}
         self.refunds: list[tuple[int, str]] = []
+        self.subscription_edits: list[tuple[int, str, bool]] = []
+        self.subscription_edits_fail = False
         self._charges: dict[str, int] = {}  # charge id → user id, while not refunded
         self._pre_checkout_ids = itertools.count(1)
         self._charge_ids = itertools.count(1)
@@ -169,6 +176,8 @@ class FakeMembershipPayments:
         period = params.get("subscription_period")
         if period is not None and int(period) != 2_592_000:
             raise PaymentsApiError(400, "Bad Request: SUBSCRIPTION_PERIOD_INVALID")
+        if period is not None and (currency != "XTR" or int(prices[0]["amount"]) > 10_000):
+            raise PaymentsApiError(400, "Bad Request: SUBSCRIPTION_PRICE_INVALID")
         invoice = FakeInvoice(
             chat_id,
             title,
@@ -255,6 +264,20 @@ class FakeMembershipPayments:
         self.refunds.append((user_id, charge))
         return True
 
+    async def _m_editUserStarSubscription(
+        self, params: dict[str, Any], files: Any, record: Any
+    ) -> Any:
+        charge = str(params.get("telegram_payment_charge_id") or "")
+        user_id = int(params.get("user_id") or 0)
+        canceled = params.get("is_canceled")
+        canceled = canceled if isinstance(canceled, bool) else str(canceled).lower() == "true"
+        if self.subscription_edits_fail:
+            raise PaymentsApiError(400, "Bad Request: SUBSCRIPTION_EDIT_FAILED")
+        if self._charges.get(charge) != user_id:
+            raise PaymentsApiError(400, "Bad Request: CHARGE_NOT_FOUND")
+        self.subscription_edits.append((user_id, charge, canceled))
+        return True
+
     def inject_pre_checkout_query(
         self, user_id: int, payload: str, amount: int, currency: str = "XTR"
     ) -> str:
@@ -282,6 +305,7 @@ class FakeMembershipPayments:
         charge_id: str | None = None,
         currency: str = "XTR",
         subscription_expiration_date: int | None = None,
+        first_of_subscription: bool = False,
     ) -> dict[str, Any]:
         """The ``successful_payment`` service message Telegram sends after a payment (not
         queued: :meth:`inject_update` it, once or more)."""
@@ -297,6 +321,8 @@ class FakeMembershipPayments:
         if subscription_expiration_date is not None:
             payment["subscription_expiration_date"] = subscription_expiration_date
             payment["is_recurring"] = True
+            if first_of_subscription:
+                payment["is_first_recurring"] = True
         user = self._user(user_id)
         chat = {"id": user_id, "type": "private", "first_name": user["first_name"]}
         self._chats[user_id] = chat

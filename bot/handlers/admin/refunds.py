@@ -75,10 +75,12 @@ async def on_refund(
         await reply(bot, message, text, clock)
         return
     outcome = await plan_sales.take_back(payment)
+    renewals = await _stop_renewals(bot, payment.user_id, charge, payment.payload)
     await reply(
         bot,
         message,
-        f"Refunded {payment.stars} Stars to user {payment.user_id}; {_OUTCOMES[outcome]}.",
+        f"Refunded {payment.stars} Stars to user {payment.user_id}; {_OUTCOMES[outcome]}"
+        f".{renewals}",
         clock,
     )
     # the payer is told in their own language (a payer has a profile: they wrote /buy)
@@ -86,3 +88,18 @@ async def on_refund(
     with in_locale(i18n, language or "en"):
         text = payment_refunded_text(payment.stars)
     await send_text(bot, payment.user_id, text, clock=clock)
+
+
+async def _stop_renewals(bot: Bot, user_id: int, charge: str, payload: str) -> str:
+    """A refunded subscription charge stops its renewals too (decision 330); what the
+    admin's reply adds ("" for a one-off payment)."""
+    if not payload.startswith("sub:"):
+        return ""
+    try:
+        await bot.edit_user_star_subscription(user_id, charge, is_canceled=True)
+    except TelegramAPIError as exc:
+        return (
+            f" Telegram did not cancel the subscription's renewals ({exc.message[:200]}):"
+            " the user can /cancel_renewal."
+        )
+    return " The subscription's renewals are cancelled."

@@ -102,7 +102,7 @@ from budget.storage.sql.statements import (
 from budget.storage.store import (
     Admission,
     HoldPrice,
-    HoldRequest,
+    PricedHold,
     RefusedStep,
     UnknownOperation,
 )
@@ -273,7 +273,7 @@ async def reserve(
     cfg: LedgerConfig,
     process_id: str,
     now: datetime,
-    hold: HoldRequest,
+    hold: PricedHold,
     known: Known | None = None,
 ) -> HoldTicket:
     """Grant a hold on every level/window at once, or refuse with nothing held
@@ -313,7 +313,7 @@ async def _reserve(
     cfg: LedgerConfig,
     process_id: str,
     now: datetime,
-    hold: HoldRequest,
+    hold: PricedHold,
     *,
     at_once: bool,
     known: Known | None,
@@ -372,7 +372,7 @@ async def _reserve(
 
 
 async def _read_operation(
-    conn: Any, process_id: str, hold: HoldRequest, known: Known | None
+    conn: Any, process_id: str, hold: PricedHold, known: Known | None
 ) -> tuple[OperationTicket, dict[tuple[str, str, str], int | None]]:
     """Read the hold's operation (its owner), its kill switches and the
     runtime limits (:data:`_RESERVE_READ`, no lock); refuse early (a kill, the cost

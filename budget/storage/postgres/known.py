@@ -16,7 +16,7 @@ from budget.policy.rules import BucketKey, limit_of
 from budget.policy.shares import guarantees, reserved_for_others
 from budget.policy.windows import WindowKeys
 from budget.protocol import OperationTicket
-from budget.storage.store import HoldRequest
+from budget.storage.store import PricedHold
 from budget.types import Level, Window
 
 __all__ = ["KNOWN_MAX", "Known", "KnownLimits", "cap", "granted_row", "reserved"]
@@ -63,7 +63,7 @@ class Known:
 
 
 def granted_row(
-    hold: HoldRequest, owner: OperationTicket, now: datetime, keys: WindowKeys, scopes_json: str
+    hold: PricedHold, owner: OperationTicket, now: datetime, keys: WindowKeys, scopes_json: str
 ) -> tuple[Any, ...]:
     """A hold just granted as :data:`budget.storage.postgres.ends._HOLD_ROW` selects it:
     :class:`~budget.storage.sql.statements.HoldRow`'s columns, then its margin (booked in

@@ -77,7 +77,7 @@ from budget.storage.postgres.runner import RETRIES, STORAGE, PgRunner
 from budget.storage.postgres.timestamps import use_epoch_seconds
 from budget.storage.store import (
     Admission,
-    HoldRequest,
+    PricedHold,
     SettleOutcome,
     SettleRequest,
     SharedDatabase,
@@ -299,7 +299,7 @@ class PgStore(ProcessLease, ControlLine, PgRunner, LedgerStore):
         step = partial(holds.begin_request, cfg=self.config, now=now)
         return await self.tx(now, partial(step, operation_id=operation_id, fingerprint=fingerprint))
 
-    async def reserve(self, now: datetime, hold: HoldRequest) -> HoldTicket:
+    async def reserve(self, now: datetime, hold: PricedHold) -> HoldTicket:
         """See :meth:`budget.storage.base.LedgerStore.reserve` (its transactions are its
         own: :func:`budget.storage.postgres.holds.reserve`; none for a fenced process: the
         grant checks its row in the same statement)."""

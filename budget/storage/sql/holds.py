@@ -75,7 +75,7 @@ from budget.storage.sql.statements import (
 from budget.storage.store import (
     Admission,
     Cursor,
-    HoldRequest,
+    PricedHold,
     Pricer,
     RefusedStep,
     SettleOutcome,
@@ -221,7 +221,7 @@ def begin_request(
 
 
 def reserve(
-    cur: Cursor, cfg: LedgerConfig, process_id: str, now: datetime, hold: HoldRequest
+    cur: Cursor, cfg: LedgerConfig, process_id: str, now: datetime, hold: PricedHold
 ) -> HoldTicket:
     """Grant a hold on every level/window at once, or refuse with nothing held."""
     t = now.timestamp()
@@ -275,7 +275,7 @@ def admit(
     process_id: str,
     now: datetime,
     admission: Admission,
-    hold: HoldRequest | None,
+    hold: PricedHold | None,
 ) -> HoldTicket | RefusedStep | None:
     """A deferred admission in one step (``docs/decisions/011-sqlite-single-writer.md``):
     :func:`begin_operation` with the caller's operation id, then its pending

@@ -29,7 +29,7 @@ from budget.policy.rules import (
 )
 from budget.policy.steps import Booking, booking_rows
 from budget.policy.windows import HoldKeys, WindowKeys
-from budget.status import KillState
+from budget.status import KillState, PlansHeld
 from budget.storage.sql.statements import (
     BOOK_UPSERT,
     EVENT_INSERT,
@@ -50,6 +50,7 @@ __all__ = [
     "kill_of",
     "kill_state",
     "overrides",
+    "plans_held",
     "refuse",
     "set_kill",
     "team_of",
@@ -126,6 +127,18 @@ def user_plan(cur: Cursor, cfg: LedgerConfig, user_id: int, now: datetime) -> st
     row = cur.fetchone()
     stored, until = (None, None) if row is None else (str(row[0]), row[1])
     return plan_now(cfg, stored, until, now.timestamp())
+
+
+def plans_held(cur: Cursor, cfg: LedgerConfig, now: datetime) -> PlansHeld:
+    """The plan every user is held on now, in one read: the users with a plan row, and
+    the plan of every other user (:func:`user_plan` of each, at once)."""
+    default = plan_now(cfg, None, None, now.timestamp())
+    if not cfg.plans:
+        return PlansHeld({}, default)
+    cur.execute("SELECT user_id, plan, until FROM budget_user_plans")
+    at = now.timestamp()
+    rows = {int(r[0]): plan_now(cfg, str(r[1]), r[2], at) for r in cur.fetchall()}
+    return PlansHeld({uid: plan for uid, plan in rows.items() if plan != default}, default)
 
 
 def overrides(cur: Cursor) -> dict[tuple[str, str, str], int | None]:

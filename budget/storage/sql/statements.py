@@ -18,7 +18,7 @@ from budget.config import LedgerConfig
 from budget.policy.steps import Booking, SettlePlan
 from budget.policy.windows import HoldKeys, WindowKeys, window_keys
 from budget.protocol import OperationTicket
-from budget.storage.store import Admission, HoldRequest
+from budget.storage.store import Admission, PricedHold
 from budget.types import Refusal
 
 __all__ = [
@@ -200,7 +200,7 @@ def hold_values(
     process_id: str,
     now: datetime,
     hold_id: str,
-    hold: HoldRequest,
+    hold: PricedHold,
     owner: OperationTicket,
     keys: WindowKeys,
     scopes_json: str,
