@@ -16,8 +16,9 @@ from datetime import datetime
 from budget.part import LedgerPart
 from budget.policy.rules import check_user_id, utc
 from budget.policy.wallet import WalletCredit, WalletRefund, WalletState, credit_of
+from budget.storage.sql.refunds import RefundRow
 
-__all__ = ["CreditEntry", "LedgerWallet"]
+__all__ = ["CreditEntry", "LedgerWallet", "RefundRow"]
 
 #: The longest charge id stored (Telegram's are far shorter).
 CHARGE_ID_MAX = 128
@@ -36,6 +37,9 @@ class CreditEntry:
     refunded_at: datetime | None
     credited_at: datetime
     refunded_by: int | None
+    #: ``pending`` while a /refund waits for Telegram, ``done`` after, ``None``: no
+    #: /refund (Telegram's own refund, or none)
+    refund_state: str | None = None
 
 
 def _check_charge(charge_id: str) -> None:
@@ -89,6 +93,53 @@ class LedgerWallet(LedgerPart):
         _check_charge(charge_id)
         return await self._guarded(self.store.wallet_unrefund(self.clock.now(), charge_id))
 
+    async def begin_refund(
+        self, charge_id: str, *, by: int | None = None
+    ) -> RefundRow | WalletRefund | None:
+        """Record the refund of the top-up ``charge_id`` as *pending* and take its
+        unspent credit out of the wallet, in one transaction, once; the row is claimed
+        by this process (``docs/decisions/300-a-refund-is-pending-until-telegram-answers.md``).
+
+        Returns:
+            the row (``new=True``: begun now; ``new=False``: begun before, pending or
+            done, nothing changed); a :class:`WalletRefund` with ``new=False`` when the
+            credit was refunded without one (Telegram's own refund); ``None``: no top-up
+            has that charge id.
+        """
+        _check_charge(charge_id)
+        return await self._guarded(self.store.refund_begin(self.clock.now(), charge_id, by))
+
+    async def claim_refund(self, charge_id: str) -> bool:
+        """Hold the pending refund ``charge_id`` for this process: ``True`` when it was
+        free, this process's already (the caller knows which of its own are in flight)
+        or its holder is dead (no heartbeat for PROCESS_DEAD_AFTER_SECONDS; on SQLite
+        any earlier process)."""
+        dead_before = self.clock.now().timestamp() - self.store.config.process_dead_after_s
+        return await self._guarded(self.store.refund_claim(charge_id, dead_before))
+
+    async def finish_refund(self, charge_id: str, telegram: str) -> bool:
+        """Telegram gave the Stars back (``telegram``: its answer): mark this process's
+        pending refund done. ``False``: it was not held here (nothing changed)."""
+        now = self.clock.now()
+        return await self._guarded(self.store.refund_finish(now, charge_id, telegram))
+
+    async def abandon_refund(self, charge_id: str) -> bool:
+        """Telegram refused: credit again what the booking took out, forget the pending
+        refund (the admin may try again). ``False``: not held here (nothing changed)."""
+        return await self._guarded(self.store.refund_abandon(self.clock.now(), charge_id))
+
+    async def release_refund(self, charge_id: str) -> bool:
+        """Telegram did not answer: drop this process's claim (the next round retries)."""
+        return await self._guarded(self.store.refund_release(charge_id))
+
+    async def refund_state(self, charge_id: str) -> RefundRow | None:
+        """The refund of ``charge_id`` as it stands (``None``: none begun)."""
+        return await self._guarded(self.store.refund_row(charge_id))
+
+    async def pending_refunds(self) -> list[str]:
+        """The charge ids of pending refunds, oldest first."""
+        return await self._guarded(self.store.refunds_pending())
+
     async def wallet(self, user_id: int) -> WalletState:
         """``user_id``'s wallet now (all zero without one)."""
         check_user_id(user_id)
@@ -100,7 +151,7 @@ class LedgerWallet(LedgerPart):
         """Wallet credits, newest first (one user's, or everyone's), at most ``limit``."""
         rows = await self._guarded(self.store.wallet_credits(user_id, limit))
         out = []
-        for charge, uid, stars, rate, amount, removed, refunded, credited, by in rows:
+        for charge, uid, stars, rate, amount, removed, refunded, credited, by, state in rows:
             at = utc(float(str(credited)))
             assert at is not None
             out.append(
@@ -114,6 +165,7 @@ class LedgerWallet(LedgerPart):
                     None if refunded is None else utc(float(str(refunded))),
                     at,
                     None if by is None else int(str(by)),
+                    None if state is None else str(state),
                 )
             )
         return out

@@ -159,6 +159,7 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         retention=retention_of(settings, ledger, engine, clock),
         media=media,
         ops_watch=operator.watch,
+        refunds=core.access.refunds,
     )
     core.replicas.attach(app, telegram.bot, chat.streams)
     return app
@@ -203,7 +204,7 @@ def _build_core(
         ledger=ledger,
         plans=plans,
         access=build_access(
-            settings, sessions, clock, ledger, plans, shared=replicas.access_shared
+            settings, sessions, clock, ledger, plans, bot, i18n, shared=replicas.access_shared
         ),
         replicas=replicas,
         tokens=TokenCounter(safety_factor=settings.token_safety_factor),
@@ -381,8 +382,7 @@ def _build_digests(
 def _build_media(
     core: _Core, cascade: Cascade, chat: _Chat, digests: _Digests, tls: ssl.SSLContext
 ) -> MediaParts:
-    """The media path (:mod:`bot.app.media_wiring`); the chat answers photos with its
-    vision cascade."""
+    """The media path (:mod:`bot.app.media_wiring`); its vision cascade answers photos."""
     media = build_media(
         core.settings,
         bot=core.bot,
@@ -444,6 +444,7 @@ def _workflow(
         user_plans=core.access.user_plans,
         invite_ttl_hours=core.settings.invite_ttl_hours,
         plan_sales=core.access.sales,
+        wallet_refunds=core.access.refunds,
         operator_view=operator.view,
         dashboard_url=core.settings.dashboard_url,
         chat_prefs=ChatPrefsStore(core.sessions, core.replicas.hot),

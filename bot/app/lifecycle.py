@@ -35,6 +35,7 @@ from aiogram.utils.i18n import I18n
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bot.access.refunds import WalletRefunds
 from bot.app.media_wiring import MediaParts
 from bot.app.start_waits import StartWaits
 from bot.chat.delivery import send_text
@@ -129,6 +130,8 @@ class App:
     media: MediaParts | None = None
     #: the alerts before the caps and the spend reports (:mod:`bot.ops.watch`)
     ops_watch: OpsWatch | None = None
+    #: completes the wallet refunds left pending (:mod:`bot.access.refunds`)
+    refunds: WalletRefunds | None = None
     _metrics: MetricsServer | None = None
     _lost_watch: asyncio.Task[None] | None = None
     #: set once this process was taken for dead by another (:mod:`bot.session.fence`)
@@ -193,6 +196,8 @@ class App:
         if self.intake.shared:
             self._lost_watch = asyncio.create_task(self._watch_lost(), name="intake-lost")
         await self.outbox.start()
+        if self.refunds is not None:  # after the ledger's start: its sweep finds the dead
+            self.refunds.start()
         if self.media is not None:
             await self.media.start()
         await self.runner.start()
@@ -273,6 +278,10 @@ class App:
             except TelegramAPIError as exc:
                 log.warning("could not tell chat %s to resend: %s", lost.chat_id, exc.message)
 
+    async def _stop_refunds(self) -> None:
+        if self.refunds is not None:
+            await self.refunds.stop()
+
     async def _stop_ops_watch(self) -> None:
         if self.ops_watch is not None:
             await self.ops_watch.stop()
@@ -292,6 +301,7 @@ class App:
         if self.streams.kill_watch is not None:
             await self.streams.kill_watch.stop()
         await self.outbox.stop()
+        await self._stop_refunds()
         await self._stop_ops_watch()
         await self.runner.stop()
         if self.media is not None:
@@ -327,6 +337,7 @@ class App:
         if self.streams.kill_watch is not None:
             await self.streams.kill_watch.stop()
         await self.outbox.stop()
+        await self._stop_refunds()
         await self._stop_ops_watch()
         await self.runner.stop()
         if self._metrics is not None:

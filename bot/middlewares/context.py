@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from prometheus_client import Counter
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from bot.access.refunds import WalletRefunds
     from bot.access.sales import PlanSales
     from bot.access.store import AccessBook
     from bot.chat.confirm import Confirmations
@@ -143,6 +144,7 @@ class WorkflowData(TypedDict):
     invite_ttl_hours: int
     #: Telegram Stars payments and the plans they buy (bot/access/sales.py)
     plan_sales: PlanSales
+    wallet_refunds: WalletRefunds
     #: the operator dashboard's documents; /budget chart draws its picture
     operator_view: OperatorView
     #: DASHBOARD_URL (``None``: no dashboard), the /dashboard button's address

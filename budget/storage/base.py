@@ -40,7 +40,7 @@ from budget.status import (
     TeamStatus,
     UserStatus,
 )
-from budget.storage.sql import admin, holds, reports, retention, wallet
+from budget.storage.sql import admin, holds, refunds, reports, retention, wallet
 from budget.storage.sql.corrections import apply_corrections
 from budget.storage.sql.rows import exposure, kill_states, plans_held, teams, user_plan
 from budget.storage.store import (
@@ -324,6 +324,41 @@ class LedgerStore(abc.ABC):
         """Credit again what a refund Telegram refused took out."""
         body = partial(wallet.unrefund, cfg=self.config, now=now, charge_id=charge_id)
         return await self._write(body)
+
+    async def refund_begin(
+        self, now: datetime, charge_id: str, by: int | None
+    ) -> refunds.RefundRow | WalletRefund | None:
+        """Record a top-up's refund as pending and book it, once (:func:`refunds.begin`)."""
+        body = partial(refunds.begin, cfg=self.config, now=now, charge_id=charge_id, by=by)
+        return await self._write(partial(body, process_id=self.process_id))
+
+    async def refund_claim(self, charge_id: str, dead_before: float) -> bool:
+        """Hold a pending refund for this process (:func:`refunds.claim`)."""
+        body = partial(refunds.claim, charge_id=charge_id, process_id=self.process_id)
+        return await self._write(partial(body, dead_before=dead_before))
+
+    async def refund_finish(self, now: datetime, charge_id: str, telegram: str) -> bool:
+        """Mark this process's pending refund done (:func:`refunds.finish`)."""
+        body = partial(refunds.finish, now=now, charge_id=charge_id, telegram=telegram)
+        return await self._write(partial(body, process_id=self.process_id))
+
+    async def refund_abandon(self, now: datetime, charge_id: str) -> bool:
+        """Undo this process's pending refund Telegram refused (:func:`refunds.abandon`)."""
+        body = partial(refunds.abandon, cfg=self.config, now=now, charge_id=charge_id)
+        return await self._write(partial(body, process_id=self.process_id))
+
+    async def refund_release(self, charge_id: str) -> bool:
+        """Drop this process's claim on a pending refund (:func:`refunds.release`)."""
+        body = partial(refunds.release, charge_id=charge_id, process_id=self.process_id)
+        return await self._write(body)
+
+    async def refund_row(self, charge_id: str) -> refunds.RefundRow | None:
+        """A refund as it stands (:func:`refunds.row`)."""
+        return await self._read(partial(refunds.row, charge_id=charge_id))
+
+    async def refunds_pending(self) -> list[str]:
+        """Pending refunds' charge ids, oldest first (:func:`refunds.pending`)."""
+        return await self._read(refunds.pending)
 
     async def wallet_state(self, user_id: int) -> WalletState:
         """One user's wallet now."""

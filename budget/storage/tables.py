@@ -456,6 +456,31 @@ wallet_credits = Table(
 )
 
 
+wallet_refunds = Table(
+    "budget_wallet_refunds",
+    metadata,
+    # one row per refund of a wallet top-up, keyed by its telegram_payment_charge_id:
+    # inserted pending with the booking that takes the unspent credit out, held by one
+    # process (claimed_by) while it asks Telegram, then done
+    # (docs/decisions/300-a-refund-is-pending-until-telegram-answers.md). Migration
+    # ``0051_pending_refunds``
+    Column("charge_id", String(128), primary_key=True),
+    Column("user_id", BIG, nullable=False),
+    Column("requested_by", BIG, nullable=True),
+    Column("requested_at", TIME, nullable=False),
+    # 'pending' (booked; Telegram has not said yes) or 'done'
+    Column("state", String(16), nullable=False),
+    # what the booking took out of the wallet (µUSD)
+    Column("removed_musd", BIG, nullable=False),
+    # the process holding it (budget_processes.process_id), NULL: free
+    Column("claimed_by", String(32), nullable=True),
+    # Telegram's answer once done ('refunded' or its error text, e.g. CHARGE_ALREADY_REFUNDED)
+    Column("telegram", String(200), nullable=True),
+    Column("finished_at", TIME, nullable=True),
+    Index("ix_budget_wallet_refunds_state", "state"),
+)
+
+
 def create_schema(path: str | Path) -> None:
     """Create the ledger tables in the SQLite file ``path`` (tests and benchmarks;
     production runs ``alembic upgrade head``). Idempotent."""

@@ -124,6 +124,7 @@ def test_every_revision_up_down_up_and_head_matches_models(database_url: str) ->
         "0050_wallet",
         "0043_alert_mutes",
         "0044_reconciliations",
+        "0051_pending_refunds",
     ]
     for rev in revisions:
         command.upgrade(cfg, rev.revision)
@@ -319,8 +320,9 @@ def test_the_ledgers_times_are_timestamptz_on_postgres(pg_migrated_url: str) -> 
     """0022_ledger_timestamptz: every time column of the ledger's tables (the sixteen
     :class:`budget.storage.tables.EpochSeconds` columns then, the two of
     ``budget_user_plans`` from ``0025_ledger_levels``, ``budget_processes.locked_on``,
-    added so by 0024_process_liveness_lock, and the two of ``budget_wallet_credits``
-    from ``0050_wallet``) is ``timestamptz`` at head; the replicas'
+    added so by 0024_process_liveness_lock, the two of ``budget_wallet_credits``
+    from ``0050_wallet`` and the two of ``budget_wallet_refunds`` from
+    ``0051_pending_refunds``) is ``timestamptz`` at head; the replicas'
     shared-state tables keep epoch seconds (``double precision``)."""
     found = _on(pg_migrated_url, _column_types)
     assert isinstance(found, dict)
@@ -330,12 +332,13 @@ def test_the_ledgers_times_are_timestamptz_on_postgres(pg_migrated_url: str) -> 
         for column in table.columns
         if isinstance(column.type, EpochSeconds)
     ]
-    assert len(times) == 21
+    assert len(times) == 23
     assert {found[c] for c in times} == {"timestamp with time zone"}, times
     for column in ("call_leases.expires_at", "provider_keys.open_until", "update_rates.last_at"):
         assert found[column] == "double precision", column
     later = {"budget_user_plans.until", "budget_user_plans.set_at"}
     later |= {"budget_wallet_credits.credited_at", "budget_wallet_credits.refunded_at"}
+    later |= {"budget_wallet_refunds.requested_at", "budget_wallet_refunds.finished_at"}
     assert set(times) == later | {
         f"{table}.{column}" for table, columns in TIMESTAMPTZ.COLUMNS.items() for column in columns
     } | {"budget_processes.locked_on"}

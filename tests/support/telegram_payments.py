@@ -10,7 +10,9 @@
   ``error_message`` (Telegram shows it to the user);
 * ``refundStarPayment`` refunds a successful payment by its
   ``telegram_payment_charge_id`` once (a second call: 400 ``CHARGE_ALREADY_REFUNDED``);
-  an unknown charge: 400 ``CHARGE_NOT_FOUND``.
+  an unknown charge: 400 ``CHARGE_NOT_FOUND``. :meth:`FakeMembershipPayments.hold_refunds`
+  keeps its answers back (a test kills the bot meanwhile), the refund made at once or
+  not at all.
 * ``createInvoiceLink`` with ``subscription_period``: only 2,592,000 s, only in ``XTR``,
   at most 10,000 Stars; ``editUserStarSubscription`` records each
   ``(user_id, charge_id, is_canceled)`` for a charge of that user (else 400
@@ -23,6 +25,7 @@ it uses the fake's update queue, chats and users.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from dataclasses import dataclass, field
@@ -61,6 +64,14 @@ class FakeInvoice:
     answers: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass
+class _RefundHold:
+    """``refundStarPayment`` answers held until ``released``; ``made``: done at arrival."""
+
+    released: asyncio.Event
+    made: bool
+
+
 class FakeMembershipPayments:
     """Membership and payments of the fake Bot API (module docstring)."""
 
@@ -78,6 +89,7 @@ class FakeMembershipPayments:
         self._charges: dict[str, int] = {}  # charge id → user id, while not refunded
         self._pre_checkout_ids = itertools.count(1)
         self._charge_ids = itertools.count(1)
+        self._refund_hold: _RefundHold | None = None
 
     # implemented by FakeTelegram -----------------------------------------------------
     def inject_update(self, raw: Any) -> int:  # pragma: no cover - FakeTelegram's
@@ -218,9 +230,33 @@ class FakeMembershipPayments:
         }
         return True
 
+    def hold_refunds(self, *, made: bool) -> None:
+        """From now on ``refundStarPayment`` calls get no answer until
+        :meth:`release_refunds`: ``made`` — the refund is made when the call arrives
+        (Telegram did it; the answer is what is lost), else not at all (as if the call
+        never reached Telegram; its late answer is a 500)."""
+        self._refund_hold = _RefundHold(asyncio.Event(), made)
+
+    def release_refunds(self) -> None:
+        """Answer the held calls (a bot killed meanwhile never reads them); later calls
+        are answered at once."""
+        if self._refund_hold is not None:
+            self._refund_hold.released.set()
+        self._refund_hold = None
+
     async def _m_refundStarPayment(self, params: dict[str, Any], files: Any, record: Any) -> Any:
         charge = str(params.get("telegram_payment_charge_id") or "")
         user_id = int(params.get("user_id") or 0)
+        hold = self._refund_hold
+        if hold is not None:
+            made = self._refund(charge, user_id) if hold.made else None
+            await hold.released.wait()
+            if made is None:
+                raise PaymentsApiError(500, "Internal Server Error")
+            return made
+        return self._refund(charge, user_id)
+
+    def _refund(self, charge: str, user_id: int) -> bool:
         if any(c == charge for _, c in self.refunds):
             raise PaymentsApiError(400, "Bad Request: CHARGE_ALREADY_REFUNDED")
         if self._charges.get(charge) != user_id:

@@ -10,6 +10,7 @@ from aiogram.filters import CommandObject
 from aiogram.types import Message
 from aiogram.utils.i18n import I18n
 
+from bot.access.refunds import WalletRefunds
 from bot.access.sales import PlanSales, TakenBack
 from bot.chat.delivery import send_text
 from bot.handlers.admin.base import reply
@@ -40,6 +41,7 @@ async def on_refund(
     plan_sales: PlanSales,
     profiles: ProfileStore,
     i18n: I18n,
+    wallet_refunds: WalletRefunds,
 ) -> None:
     """/refund <charge id>: ``refundStarPayment``, then the plan taken back (a top-up:
     the unspent credit taken out first); /refund alone: the latest payments."""
@@ -56,9 +58,7 @@ async def on_refund(
         await reply(bot, message, "\n".join(lines) or "No payments yet.", clock)
         return
     payment = await payments.get(charge)
-    if payment is None and await refund_topup(
-        message, bot, clock, charge, plan_sales.wallet.ledger, profiles, i18n
-    ):
+    if payment is None and await refund_topup(message, bot, clock, charge, wallet_refunds):
         return
     if payment is None:
         await reply(bot, message, f"No payment {charge[:64]!r}.\n{REFUND_USAGE}", clock)

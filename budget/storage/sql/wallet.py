@@ -203,11 +203,15 @@ def user_credits(
     cur: Cursor, user_id: int | None = None, limit: int = 1000
 ) -> list[tuple[object, ...]]:
     """Credits, newest first (one user's, or everyone's): ``(charge_id, user_id, stars,
-    musd_per_star, credit_musd, removed_musd, refunded_at, credited_at, refunded_by)``."""
-    where, args = ("WHERE user_id = ?", (user_id, limit)) if user_id is not None else ("", (limit,))
+    musd_per_star, credit_musd, removed_musd, refunded_at, credited_at, refunded_by,
+    refund state)`` (the state of its ``budget_wallet_refunds`` row: ``pending``,
+    ``done``, or ``None`` without one)."""
+    where, args = ("", (limit,)) if user_id is None else ("WHERE c.user_id = ?", (user_id, limit))
+    cols = ", ".join(f"c.{c.strip()}" for c in _COLS.split(","))
     cur.execute(
-        f"SELECT {_COLS}, credited_at, refunded_by FROM budget_wallet_credits {where}"  # noqa: S608 - fixed
-        " ORDER BY credited_at DESC, charge_id LIMIT ?",
+        f"SELECT {cols}, c.credited_at, c.refunded_by, r.state FROM budget_wallet_credits c"  # noqa: S608 - fixed
+        f" LEFT JOIN budget_wallet_refunds r ON r.charge_id = c.charge_id {where}"
+        " ORDER BY c.credited_at DESC, c.charge_id LIMIT ?",
         args,
     )
     return [tuple(r) for r in cur.fetchall()]
