@@ -4,7 +4,8 @@ inline Stop button of an edited message, and ``/stop``.
 Only the message's own sender or an admin may stop an answer. A draft is shown only
 to its private chat's user, so its Stop is the sender's; a button pressed by anyone
 else changes nothing: the presser alone is told (a callback answer) who can stop it.
-A press on an answer no longer being written says so.
+A press on an answer no longer being written says so; with replicas, a press on an
+answer another replica is writing is relayed to it (:mod:`bot.ops.stop_relay`).
 """
 
 from __future__ import annotations
@@ -50,7 +51,11 @@ async def on_stop_button(
     the presser alone is told what the press did."""
     token = (query.data or "").removeprefix(STOP_PREFIX)
     user_id = query.from_user.id
-    result = streams.stop_token(token, user_id, is_admin=user_id in admin_ids)
+    is_admin = user_id in admin_ids
+    result = streams.stop_token(token, user_id, is_admin=is_admin)
+    if result is StopResult.GONE and streams.stop_relay is not None:
+        # behind a webhook the press may reach a replica that is not writing the answer
+        result = await streams.stop_relay.relay(token, user_id, is_admin=is_admin)
     # a press carries no stored profile: the presser's Telegram language it is
     with in_locale(i18n, pick_language(None, query.from_user.language_code)):
         text = {

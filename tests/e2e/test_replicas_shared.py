@@ -289,3 +289,37 @@ async def test_a_kept_answer_is_sent_by_one_replica_only(
         assert await conn.fetchval("SELECT count(*) FROM outbox") == 0
     finally:
         await conn.close()
+
+
+async def test_a_stop_press_that_reaches_the_other_replica_stops_the_answer(
+    replicas: Replicas, fake_providers: FakeProviders, bot_env: dict[str, str]
+) -> None:
+    """An answer streams on replica 2, edited in place with a Stop button; its sender's
+    press reaches replica 1 (a webhook hands any update to any replica), which writes no
+    stream: the presser is told "Stopping…" — not that the answer is no longer being
+    written — and replica 2 closes the provider's connection and sends the text so far,
+    marked stopped. Another user's press on replica 1 is refused and stops nothing."""
+    bot_env.update(STREAMING, STREAM_MODE_PRIVATE="edit")
+    fake_providers.default("groq", {"text": LONG, "interval_s": 0.1, "no_usage": True})
+    (_one, tg1), (_two, tg2) = await replicas(2)
+    mark2 = tg2.mark()
+    tg2.inject_message(52, "Tell me a long story")
+    [first] = await tg2.wait_sent(52, since=mark2, timeout=30)
+    data = first.reply_markup["inline_keyboard"][0][0]["callback_data"]
+
+    tg1.inject_callback_query(53, data, message_id=first.message_id, chat_id=52)
+    denied = await tg1.wait_request("answerCallbackQuery", timeout=20)
+    assert denied.params.get("text", "").startswith("Only the person who asked"), denied.params
+    assert not fake_providers.streams[0].closed_at
+
+    tg1.inject_callback_query(52, data, message_id=first.message_id)
+    pressed = await tg1.wait_request("answerCallbackQuery", timeout=20, since=denied.seq + 1)
+    assert pressed.params.get("text") == "Stopping…", pressed.params
+    stopped = await tg2.wait_for(
+        lambda m: m.chat_id == 52 and "⏹ Stopped; this is the answer so far." in m.text,
+        since=mark2,
+        timeout=20,
+    )
+    assert stopped.text
+    [stream] = fake_providers.streams
+    assert stream.closed_at is not None and not stream.finished
