@@ -38,6 +38,8 @@ async def on_draft_stopped(event: MessageGenerationStopped, streams: StreamRegis
     """The draft's Stop: only the private chat's user sees the draft, so it is theirs."""
     result = streams.stop_draft(event.chat.id, event.draft_id)
     log.info("draft %s in chat %s: stop %s", event.draft_id, event.chat.id, result.value)
+    if result is StopResult.GONE and streams.stop_relay is not None:
+        await streams.stop_relay.relay_draft(event.chat.id, event.draft_id)
 
 
 async def on_stop_button(
@@ -87,7 +89,10 @@ async def on_stop(
     user_id = payer_id(message)
     if user_id is None:
         return
-    stopped = streams.stop_user(message.chat.id, user_id, is_admin=user_id in admin_ids)
+    is_admin = user_id in admin_ids
+    stopped = streams.stop_user(message.chat.id, user_id, is_admin=is_admin)
+    if not stopped and streams.stop_relay is not None:  # writing on another replica?
+        stopped = await streams.stop_relay.relay_user(message.chat.id, user_id, is_admin=is_admin)
     if stopped or over_rate:  # over the rate, "nothing to stop" is not said
         return
     private = message.chat.type == "private"

@@ -323,3 +323,32 @@ async def test_a_stop_press_that_reaches_the_other_replica_stops_the_answer(
     assert stopped.text
     [stream] = fake_providers.streams
     assert stream.closed_at is not None and not stream.finished
+
+
+async def test_stop_and_a_drafts_stop_that_reach_the_other_replica_stop_the_answer(
+    replicas: Replicas, fake_providers: FakeProviders, bot_env: dict[str, str]
+) -> None:
+    """Answers stream as drafts on replica 2. The draft's Stop of the first reaches
+    replica 1, which writes no draft: replica 2 stops it. ``/stop`` for the second
+    reaches replica 1: it does not say that nothing of the sender's is being written,
+    and replica 2 stops that answer too."""
+    bot_env.update(STREAMING)
+    fake_providers.default("groq", {"text": LONG, "interval_s": 0.1, "no_usage": True})
+    (_one, tg1), (_two, tg2) = await replicas(2)
+    stopped_text = "⏹ Stopped; this is the answer so far."
+
+    mark2 = tg2.mark()
+    tg2.inject_message(54, "Tell me a long story")
+    await _until(lambda: bool(tg2.drafts(54)))
+    tg1.inject_stopped_generation(54, tg2.drafts(54)[0].draft_id)
+    await tg2.wait_for(lambda m: m.chat_id == 54 and stopped_text in m.text, since=mark2)
+
+    mark2, mark1 = tg2.mark(), tg1.mark()
+    tg2.inject_message(55, "Tell me another long story")
+    await _until(lambda: len(fake_providers.streams) == 2)
+    stop = tg1.message_update(55, "/stop")
+    stop["message"]["message_id"] = 10_000  # each fake numbers a chat's messages itself
+    tg1.inject_update(stop)
+    await tg2.wait_for(lambda m: m.chat_id == 55 and stopped_text in m.text, since=mark2)
+    assert tg1.sent_events(55, since=mark1) == []
+    assert all(s.closed_at is not None and not s.finished for s in fake_providers.streams)

@@ -53,6 +53,12 @@ class StopRelayPort(Protocol):
     async def relay(self, token: str, user_id: int, *, is_admin: bool) -> StopResult:
         """What the replica writing the answer of button ``token`` did for ``user_id``."""
 
+    async def relay_user(self, chat_id: int, user_id: int, *, is_admin: bool) -> int:
+        """How many answers ``/stop`` stopped on the other replicas."""
+
+    async def relay_draft(self, chat_id: int, draft_id: int) -> None:
+        """Pass a draft's Stop to the replica writing that draft."""
+
     async def start(self) -> None:
         """Start acting on the presses other replicas relay."""
 
