@@ -411,6 +411,7 @@ def _workflow(
     media: MediaParts,
 ) -> WorkflowData:
     """What handlers ask for by name (``Dispatcher(**workflow_data)``)."""
+    now = core.clock.now
     return WorkflowData(
         clock=core.clock,
         chat_service=chat.service,
@@ -449,10 +450,7 @@ def _workflow(
         dashboard_url=core.settings.dashboard_url,
         chat_prefs=ChatPrefsStore(core.sessions, core.replicas.hot),
         model_menu=ModelMenu(
-            provider_models(core.settings),
-            core.ledger.prices,
-            core.settings.chat_models,
-            core.clock.now,
+            provider_models(core.settings), core.ledger.prices, core.settings.chat_models, now
         ),
         persona_max_chars=core.settings.persona_max_chars,
         drill=drill_of(core.ledger, core.i18n, core.settings),

@@ -193,6 +193,8 @@ class App:
         await self._notify_lost()
         if self.streams.kill_watch is not None:  # /kill hard on another replica
             await self.streams.kill_watch.start()
+        if self.streams.stop_relay is not None:  # Stop pressed on another replica
+            await self.streams.stop_relay.start()
         if self.intake.shared:
             self._lost_watch = asyncio.create_task(self._watch_lost(), name="intake-lost")
         await self.outbox.start()
@@ -300,6 +302,8 @@ class App:
         await self._stop_watch()
         if self.streams.kill_watch is not None:
             await self.streams.kill_watch.stop()
+        if self.streams.stop_relay is not None:
+            await self.streams.stop_relay.stop()
         await self.outbox.stop()
         await self._stop_refunds()
         await self._stop_ops_watch()
@@ -336,6 +340,8 @@ class App:
         await self._stop_watch()
         if self.streams.kill_watch is not None:
             await self.streams.kill_watch.stop()
+        if self.streams.stop_relay is not None:
+            await self.streams.stop_relay.stop()
         await self.outbox.stop()
         await self._stop_refunds()
         await self._stop_ops_watch()

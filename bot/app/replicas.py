@@ -136,16 +136,19 @@ class SharedReplicas(Replicas):
         return PgUpdateRates(self._db(), clock)
 
     def attach(self, app: App, bot: Bot, streams: StreamRegistry) -> None:
-        """``/kill hard`` cuts every process's streams (:mod:`bot.ops.signals`); a process
+        """``/kill hard`` cuts every process's streams (:mod:`bot.ops.signals`), a Stop press
+        reaches the process writing that answer (:mod:`bot.ops.stop_relay`); a process
         taken for dead stops acting (:mod:`bot.session.fence`: the last session
         middleware, and the store's fenced callback)."""
         from bot.ops.signals import KILL_HARD, PgSignals, SignalWatcher
+        from bot.ops.stop_relay import StopRelay
         from bot.session.fence import FencedSession
 
         db = self._db()
         streams.kill_watch = SignalWatcher(
             PgSignals(db.control, app.clock), KILL_HARD, app.clock, lambda: streams.stop_all("kill")
         )
+        streams.stop_relay = StopRelay(db.control, app.clock, streams)
         bot.session.middleware(FencedSession(db))
         db.on_fenced.append(app.fence)
 

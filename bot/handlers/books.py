@@ -17,12 +17,13 @@ matches and the update falls through to the "unknown command" reply.
   over 20 MB are refused before download.
 * ``/reconcile apply`` — books the corrections of the sender's last report
   (:mod:`budget.books.corrections`), each recorded with the sender's id, the file's name
-  and hash.
+  and hash; sent as a reply to the sender's export, that export is downloaded and
+  compared again, then applied — on whichever process (replica) takes the reply.
 * ``/providers prices`` — every model's price lines and their source, and the lines
   a reconcile found stale.
 
 The last report per admin and the stale lines live in this process's memory: a
-restart forgets them (send the export again).
+restart forgets them, another replica never had them (reply to the export instead).
 """
 
 from __future__ import annotations
@@ -74,6 +75,14 @@ RECONCILE_USAGE = (
     "Send the provider's usage export (CSV, JSON or ZIP, at most 20 MB) as a document with "
     "the caption /reconcile [PROVIDER] [YYYY-MM-DD | YYYY-MM] [apikey=NAME]; after the "
     "report, /reconcile apply corrects the estimated bookings."
+)
+#: A bare ``/reconcile apply`` on a process without the admin's report: reports live in
+#: the memory of the process that made them (gone after a restart, absent on the other
+#: webhook replicas), a reply to the export carries the export itself.
+NO_REPORT_HERE = (
+    "No reconcile report to apply in this process (a report is kept only by the process "
+    "that made it: a restart or another replica has none). To apply an export anyway, "
+    "reply /reconcile apply to the export: it is compared again and applied. "
 )
 _PERIOD = re.compile(r"[0-9]{4}-[0-9]{2}(-[0-9]{2})?")
 
@@ -255,44 +264,31 @@ async def on_reconcile(
     message: Message, bot: Bot, clock: Clock, command: CommandObject, books: BooksDesk
 ) -> None:
     """A document captioned ``/reconcile [PROVIDER] [YYYY-MM-DD | YYYY-MM]``, or
-    ``/reconcile apply``."""
+    ``/reconcile apply`` (alone: the sender's last report in this process; as a reply to
+    the sender's export: that export compared again, on whichever process takes it)."""
     args = (command.args or "").split()
     assert message.from_user is not None  # IsBooksAdmin
     admin = message.from_user.id
     if args == ["apply"] and message.document is None:
-        await _apply(message, bot, clock, books, admin)
+        replied = message.reply_to_message
+        if replied is None or replied.document is None:
+            await _apply(message, bot, clock, books, admin, books.take(admin))
+            return
+        if replied.from_user is None or replied.from_user.id != admin:
+            await _reply(bot, message, "⚠️ Reply /reconcile apply to an export you sent.", clock)
+            return
+        again = await _report(replied, _caption_args(replied.caption), bot, clock, books)
+        if isinstance(again, str):
+            await _reply(bot, message, again, clock)
+            return
+        await _apply(message, bot, clock, books, admin, again)
         return
-    doc = message.document
-    if doc is None:
+    if message.document is None:
         await _reply(bot, message, RECONCILE_USAGE, clock)
         return
-    name = doc.file_name or "export.csv"
-    if doc.file_size is not None and doc.file_size > MAX_EXPORT_BYTES:
-        size = doc.file_size / 1024 / 1024
-        text = f"⚠️ {name}: {size:.1f} MB is over the 20 MB limit. Nothing was changed."
-        await _reply(bot, message, text, clock)
-        return
-    chosen = _reconcile_args(args, books)
-    if isinstance(chosen, str):
-        await _reply(bot, message, chosen, clock)
-        return
-    try:
-        buf = await bot.download(doc.file_id)
-        assert buf is not None  # no destination given: a BytesIO
-        data = buf.read(MAX_EXPORT_BYTES + 1)
-    except TelegramAPIError as exc:
-        log.warning("reconcile: could not download the export: %s", exc)
-        await _reply(bot, message, "⚠️ Telegram did not give me the file; send it again.", clock)
-        return
-    try:
-        report = await _reconciled(books, data, name, chosen, clock)
-    except BooksError as exc:
-        text = str(exc) if "changed" in str(exc) else f"{exc}. Nothing was changed"
-        await _reply(bot, message, f"⚠️ {text}.", clock)
-        return
-    except SQLAlchemyError:
-        log.exception("reconcile failed")
-        await _reply(bot, message, "⚠️ The ledger could not be read.", clock)
+    report = await _report(message, args, bot, clock, books)
+    if isinstance(report, str):
+        await _reply(bot, message, report, clock)
         return
     books.remember(admin, report, clock.now())
     if books.reconciliations is not None:
@@ -308,6 +304,43 @@ async def on_reconcile(
             BufferedInputFile(diff, filename=f"reconcile-{report.key_name}-differences.csv"),
             caption="Rows that differ (ledger vs export)",
         )
+
+
+def _caption_args(caption: str | None) -> list[str]:
+    """The arguments of a ``/reconcile …`` caption (none for another caption)."""
+    words = (caption or "").split()
+    return words[1:] if words and words[0].split("@")[0] == "/reconcile" else []
+
+
+async def _report(
+    message: Message, args: list[str], bot: Bot, clock: Clock, books: BooksDesk
+) -> ReconcileReport | str:
+    """The report of ``message``'s document (an export) with the caption's ``args``
+    against the ledger now, or the reply refusing it (nothing changed)."""
+    doc = message.document
+    assert doc is not None  # the callers checked
+    name = doc.file_name or "export.csv"
+    if doc.file_size is not None and doc.file_size > MAX_EXPORT_BYTES:
+        size = doc.file_size / 1024 / 1024
+        return f"⚠️ {name}: {size:.1f} MB is over the 20 MB limit. Nothing was changed."
+    chosen = _reconcile_args(args, books)
+    if isinstance(chosen, str):
+        return chosen
+    try:
+        buf = await bot.download(doc.file_id)
+        assert buf is not None  # no destination given: a BytesIO
+        data = buf.read(MAX_EXPORT_BYTES + 1)
+    except TelegramAPIError as exc:
+        log.warning("reconcile: could not download the export: %s", exc)
+        return "⚠️ Telegram did not give me the file; send it again."
+    try:
+        return await _reconciled(books, data, name, chosen, clock)
+    except BooksError as exc:
+        text = str(exc) if "changed" in str(exc) else f"{exc}. Nothing was changed"
+        return f"⚠️ {text}."
+    except SQLAlchemyError:
+        log.exception("reconcile failed")
+        return "⚠️ The ledger could not be read."
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,11 +396,18 @@ async def _reconciled(
     )
 
 
-async def _apply(message: Message, bot: Bot, clock: Clock, books: BooksDesk, admin: int) -> None:
-    """``/reconcile apply``: book the corrections of the admin's last report."""
-    report = books.take(admin)
+async def _apply(
+    message: Message,
+    bot: Bot,
+    clock: Clock,
+    books: BooksDesk,
+    admin: int,
+    report: ReconcileReport | None,
+) -> None:
+    """``/reconcile apply``: book the corrections of ``report`` (``None``: this process
+    holds no report of the admin's)."""
     if report is None:
-        await _reply(bot, message, "No reconcile report to apply. " + RECONCILE_USAGE, clock)
+        await _reply(bot, message, NO_REPORT_HERE + RECONCILE_USAGE, clock)
         return
     if not report.plan:
         text = "Nothing to correct: the report planned no change to an estimated booking."

@@ -26,6 +26,7 @@ from bot.chat.service import ChatService
 from bot.middlewares.context import UserContext
 from bot.storage.chat_prefs import ChatPrefs, ChatPrefsStore
 from bot.text import model_texts, personas
+from budget.errors import LedgerUnavailable
 from budget.kernel.clock import Clock
 from llm.sanitize import clean_prompt, unsafe_characters
 
@@ -42,7 +43,9 @@ async def persona_of(chat_id: int, prefs_store: ChatPrefsStore, menu: ModelMenu)
     cannot be read gives the defaults (logged): never a dearer model than chosen."""
     try:
         prefs = await prefs_store.get(chat_id)
-    except (SQLAlchemyError, OSError):  # a storage failure must not stop the answer
+    except (SQLAlchemyError, OSError, LedgerUnavailable):
+        # a storage failure must not stop the answer (the message path's statements,
+        # bot.storage.hot, raise LedgerUnavailable; the ORM SQLAlchemyError or OSError)
         log.warning("chat prefs of %s unreadable; default persona and model", chat_id)
         prefs = ChatPrefs()
     offer = menu.find(prefs.model)

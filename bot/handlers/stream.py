@@ -4,7 +4,8 @@ inline Stop button of an edited message, and ``/stop``.
 Only the message's own sender or an admin may stop an answer. A draft is shown only
 to its private chat's user, so its Stop is the sender's; a button pressed by anyone
 else changes nothing: the presser alone is told (a callback answer) who can stop it.
-A press on an answer no longer being written says so.
+A press on an answer no longer being written says so; with replicas, a press on an
+answer another replica is writing is relayed to it (:mod:`bot.ops.stop_relay`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ async def on_draft_stopped(event: MessageGenerationStopped, streams: StreamRegis
     """The draft's Stop: only the private chat's user sees the draft, so it is theirs."""
     result = streams.stop_draft(event.chat.id, event.draft_id)
     log.info("draft %s in chat %s: stop %s", event.draft_id, event.chat.id, result.value)
+    if result is StopResult.GONE and streams.stop_relay is not None:
+        await streams.stop_relay.relay_draft(event.chat.id, event.draft_id)
 
 
 async def on_stop_button(
@@ -50,7 +53,11 @@ async def on_stop_button(
     the presser alone is told what the press did."""
     token = (query.data or "").removeprefix(STOP_PREFIX)
     user_id = query.from_user.id
-    result = streams.stop_token(token, user_id, is_admin=user_id in admin_ids)
+    is_admin = user_id in admin_ids
+    result = streams.stop_token(token, user_id, is_admin=is_admin)
+    if result is StopResult.GONE and streams.stop_relay is not None:
+        # behind a webhook the press may reach a replica that is not writing the answer
+        result = await streams.stop_relay.relay(token, user_id, is_admin=is_admin)
     # a press carries no stored profile: the presser's Telegram language it is
     with in_locale(i18n, pick_language(None, query.from_user.language_code)):
         text = {
@@ -82,7 +89,10 @@ async def on_stop(
     user_id = payer_id(message)
     if user_id is None:
         return
-    stopped = streams.stop_user(message.chat.id, user_id, is_admin=user_id in admin_ids)
+    is_admin = user_id in admin_ids
+    stopped = streams.stop_user(message.chat.id, user_id, is_admin=is_admin)
+    if not stopped and streams.stop_relay is not None:  # writing on another replica?
+        stopped = await streams.stop_relay.relay_user(message.chat.id, user_id, is_admin=is_admin)
     if stopped or over_rate:  # over the rate, "nothing to stop" is not said
         return
     private = message.chat.type == "private"

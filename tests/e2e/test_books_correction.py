@@ -92,3 +92,70 @@ async def test_a_timed_out_paid_call_is_corrected_from_a_one_row_daily_export(
     assert (await _ask(fake_telegram, ADMIN, "/reconcile apply")).startswith("No reconcile report")
     assert await bot.stop() == 0
     assert "Traceback" not in bot.logs()
+
+
+async def test_a_reply_to_the_export_applies_it_on_a_process_that_never_saw_the_report(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """The report lives in the memory of the process that made it: after a restart (or
+    on another webhook replica) a bare /reconcile apply finds none and says where to
+    look. /reconcile apply sent as a reply to the export compares that export again and
+    books its corrections on any process; a second such reply moves no money."""
+    env = {k: v for k, v in bot_env.items() if not k.startswith(("GROQ", "MISTRAL", "CEREBRAS"))}
+    env |= {"ADMIN_IDS": str(ADMIN), "PROVIDER_TIMEOUT_SECONDS": "2"}
+    fake_providers.script(
+        "deepseek",
+        {"text": "answer", "prompt_tokens": 1200, "cached_tokens": 400, "completion_tokens": 300},
+        {"delay_s": 4, "text": "too late"},
+    )
+    bot = app_factory(env=env)
+    await bot.start()
+    assert await _ask(fake_telegram, USER, "question 0") == "answer"
+    await _ask(fake_telegram, USER, "question 1")  # times out: booked at the ceiling
+    db = Path(env["DATABASE_URL"].removeprefix("sqlite+aiosqlite:///"))
+    with sqlite3.connect(db) as conn:
+        [(hold_id,)] = conn.execute("SELECT hold_id FROM budget_holds WHERE estimated = 1")
+    card = PriceCard([ProviderModel("deepseek", "deepseek-chat", "paid")])
+    real = {hold_id: Usage(70, 0, 200)}
+    data = export_from_ledger(db, card, "deepseek", granularity="day", real_usage=real)
+    upload = fake_telegram.document_update(
+        ADMIN, data, file_name="deepseek.csv", caption="/reconcile deepseek"
+    )
+    mark = fake_telegram.mark()
+    fake_telegram.inject_update(upload)
+    [report] = await fake_telegram.wait_sent(ADMIN, since=mark, timeout=20)
+    assert "1 estimated bookings can be corrected" in report.text, report.text
+    assert await bot.stop() == 0
+
+    bot = app_factory(env=env)  # the same database, a process without the report
+    await bot.start()
+    bare = await _ask(fake_telegram, ADMIN, "/reconcile apply")
+    assert bare.startswith("No reconcile report to apply in this process"), bare
+    assert "reply /reconcile apply to the export" in bare
+
+    def reply_apply() -> dict[str, object]:
+        update = fake_telegram.message_update(ADMIN, "/reconcile apply")
+        update["message"]["reply_to_message"] = upload["message"]
+        return update
+
+    mark = fake_telegram.mark()
+    fake_telegram.inject_update(reply_apply())
+    [applied] = await fake_telegram.wait_sent(ADMIN, since=mark, timeout=20)
+    assert applied.text.startswith("✅ 1 estimated bookings corrected"), applied.text
+    lines = parse_export(data, "deepseek.csv", "UTC").lines
+    export_musd = sum((line.cost_musd or Decimal(0) for line in lines), Decimal(0))
+    with sqlite3.connect(db) as conn:
+        [(booked,)] = conn.execute("SELECT SUM(actual_musd) FROM budget_holds")
+    assert booked == export_musd.to_integral_value()
+
+    mark = fake_telegram.mark()
+    fake_telegram.inject_update(reply_apply())
+    [again] = await fake_telegram.wait_sent(ADMIN, since=mark, timeout=20)
+    with sqlite3.connect(db) as conn:
+        [(rebooked,)] = conn.execute("SELECT SUM(actual_musd) FROM budget_holds")
+    assert rebooked == booked and again.text.startswith("Nothing to correct"), again.text
+    assert await bot.stop() == 0
+    assert "Traceback" not in bot.logs()

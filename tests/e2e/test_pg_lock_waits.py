@@ -153,3 +153,34 @@ async def test_a_message_that_met_a_failing_ledger_is_answered_when_it_returns(
     finally:
         await locker.close()
     assert await bot.stop() == 0
+
+
+async def test_a_chat_whose_persona_cannot_be_read_is_answered_with_the_default_persona(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+    pg_migrated_url: str,
+) -> None:
+    """The chat's persona and model cannot be read (another session holds ``chat_prefs``
+    locked past the lock timeout, as a failing server does) while the ledger works: the
+    message is answered with the default persona and model, as on any store that cannot
+    be read — not bounced with the ledger-unavailable template, which would say that no
+    request can be made."""
+    fake_providers.script("deepseek", {"text": "answered with the default persona"})
+    bot = app_factory(env=_paid_only(bot_env, pg_migrated_url))
+    await bot.start()
+    locker = await asyncpg.connect(pg_migrated_url.replace("postgresql+asyncpg", "postgresql"))
+    try:
+        locked = locker.transaction()
+        await locked.start()
+        await locker.execute("LOCK TABLE chat_prefs IN ACCESS EXCLUSIVE MODE")
+        mark = fake_telegram.mark()
+        fake_telegram.inject_message(601, "asked while the persona is locked")
+        [reply] = await fake_telegram.wait_sent(601, since=mark, timeout=30)
+        await locked.rollback()
+    finally:
+        await locker.close()
+    assert reply.text == "answered with the default persona", reply.text
+    assert len(fake_providers.requests) == 1
+    assert await bot.stop() == 0

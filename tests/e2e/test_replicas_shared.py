@@ -289,3 +289,66 @@ async def test_a_kept_answer_is_sent_by_one_replica_only(
         assert await conn.fetchval("SELECT count(*) FROM outbox") == 0
     finally:
         await conn.close()
+
+
+async def test_a_stop_press_that_reaches_the_other_replica_stops_the_answer(
+    replicas: Replicas, fake_providers: FakeProviders, bot_env: dict[str, str]
+) -> None:
+    """An answer streams on replica 2, edited in place with a Stop button; its sender's
+    press reaches replica 1 (a webhook hands any update to any replica), which writes no
+    stream: the presser is told "Stopping…" — not that the answer is no longer being
+    written — and replica 2 closes the provider's connection and sends the text so far,
+    marked stopped. Another user's press on replica 1 is refused and stops nothing."""
+    bot_env.update(STREAMING, STREAM_MODE_PRIVATE="edit")
+    fake_providers.default("groq", {"text": LONG, "interval_s": 0.1, "no_usage": True})
+    (_one, tg1), (_two, tg2) = await replicas(2)
+    mark2 = tg2.mark()
+    tg2.inject_message(52, "Tell me a long story")
+    [first] = await tg2.wait_sent(52, since=mark2, timeout=30)
+    data = first.reply_markup["inline_keyboard"][0][0]["callback_data"]
+
+    tg1.inject_callback_query(53, data, message_id=first.message_id, chat_id=52)
+    denied = await tg1.wait_request("answerCallbackQuery", timeout=20)
+    assert denied.params.get("text", "").startswith("Only the person who asked"), denied.params
+    assert not fake_providers.streams[0].closed_at
+
+    tg1.inject_callback_query(52, data, message_id=first.message_id)
+    pressed = await tg1.wait_request("answerCallbackQuery", timeout=20, since=denied.seq + 1)
+    assert pressed.params.get("text") == "Stopping…", pressed.params
+    stopped = await tg2.wait_for(
+        lambda m: m.chat_id == 52 and "⏹ Stopped; this is the answer so far." in m.text,
+        since=mark2,
+        timeout=20,
+    )
+    assert stopped.text
+    [stream] = fake_providers.streams
+    assert stream.closed_at is not None and not stream.finished
+
+
+async def test_stop_and_a_drafts_stop_that_reach_the_other_replica_stop_the_answer(
+    replicas: Replicas, fake_providers: FakeProviders, bot_env: dict[str, str]
+) -> None:
+    """Answers stream as drafts on replica 2. The draft's Stop of the first reaches
+    replica 1, which writes no draft: replica 2 stops it. ``/stop`` for the second
+    reaches replica 1: it does not say that nothing of the sender's is being written,
+    and replica 2 stops that answer too."""
+    bot_env.update(STREAMING)
+    fake_providers.default("groq", {"text": LONG, "interval_s": 0.1, "no_usage": True})
+    (_one, tg1), (_two, tg2) = await replicas(2)
+    stopped_text = "⏹ Stopped; this is the answer so far."
+
+    mark2 = tg2.mark()
+    tg2.inject_message(54, "Tell me a long story")
+    await _until(lambda: bool(tg2.drafts(54)))
+    tg1.inject_stopped_generation(54, tg2.drafts(54)[0].draft_id)
+    await tg2.wait_for(lambda m: m.chat_id == 54 and stopped_text in m.text, since=mark2)
+
+    mark2, mark1 = tg2.mark(), tg1.mark()
+    tg2.inject_message(55, "Tell me another long story")
+    await _until(lambda: len(fake_providers.streams) == 2)
+    stop = tg1.message_update(55, "/stop")
+    stop["message"]["message_id"] = 10_000  # each fake numbers a chat's messages itself
+    tg1.inject_update(stop)
+    await tg2.wait_for(lambda m: m.chat_id == 55 and stopped_text in m.text, since=mark2)
+    assert tg1.sent_events(55, since=mark1) == []
+    assert all(s.closed_at is not None and not s.finished for s in fake_providers.streams)

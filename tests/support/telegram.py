@@ -1000,6 +1000,32 @@ class FakeTelegram(FakeMembershipPayments):
         ``/file/bot<token>/<path>`` (Telegram's download URL). ``file_size`` overrides
         the size Telegram reports (e.g. a file over the bots' 20 MB download limit
         without allocating it)."""
+        return self.inject_update(
+            self.document_update(
+                user_id,
+                data,
+                file_name=file_name,
+                caption=caption,
+                mime_type=mime_type,
+                file_size=file_size,
+                **fields,
+            )
+        )
+
+    def document_update(
+        self,
+        user_id: int,
+        data: bytes,
+        *,
+        file_name: str = "export.csv",
+        caption: str = "",
+        mime_type: str = "text/csv",
+        file_size: int | None = None,
+        **fields: Unpack[MessageFields],
+    ) -> dict[str, Any]:
+        """The update :meth:`inject_document` queues, not queued (its bytes are served
+        already): to deliver it yourself, or to put its ``message`` in another one's
+        ``reply_to_message``, as Telegram does for a reply to a user's own message."""
         ext = "." + file_name.rsplit(".", 1)[1].lower() if "." in file_name else ""
         stored = self.files.add(data, "document", extension=ext, file_size=file_size)
         document = {
@@ -1009,9 +1035,7 @@ class FakeTelegram(FakeMembershipPayments):
             "mime_type": mime_type,
             "file_size": stored.declared_size,
         }
-        return self.inject_update(
-            self._media_update(user_id, "document", document, caption, fields)
-        )
+        return self._media_update(user_id, "document", document, caption, fields)
 
     def inject_voice(
         self,

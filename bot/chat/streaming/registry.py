@@ -15,6 +15,7 @@ import itertools
 import secrets
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 from bot.chat.streaming.pacing import EditPacer
 from bot.ops.signals import SignalWatcher
@@ -24,6 +25,7 @@ from llm.stream import StreamControl
 __all__ = [
     "STOP_PREFIX",
     "LiveStream",
+    "StopRelayPort",
     "StopResult",
     "StreamRegistry",
     "new_draft_id",
@@ -43,6 +45,25 @@ class StopResult(StrEnum):
     STOPPED = "stopped"
     DENIED = "denied"  # someone other than the sender or an admin
     GONE = "gone"  # nothing streaming under that id (finished already)
+
+
+class StopRelayPort(Protocol):
+    """Stops relayed between replicas (:class:`bot.ops.stop_relay.StopRelay`)."""
+
+    async def relay(self, token: str, user_id: int, *, is_admin: bool) -> StopResult:
+        """What the replica writing the answer of button ``token`` did for ``user_id``."""
+
+    async def relay_user(self, chat_id: int, user_id: int, *, is_admin: bool) -> int:
+        """How many answers ``/stop`` stopped on the other replicas."""
+
+    async def relay_draft(self, chat_id: int, draft_id: int) -> None:
+        """Pass a draft's Stop to the replica writing that draft."""
+
+    async def start(self) -> None:
+        """Start acting on the presses other replicas relay."""
+
+    async def stop(self) -> None:
+        """Stop acting on them."""
 
 
 @dataclass(slots=True)
@@ -78,9 +99,12 @@ class StreamRegistry:
         kill_watch: replicas on one PostgreSQL: tells the others of a ``/kill hard`` and
             cuts this one's streams when another raised it (:mod:`bot.ops.signals`);
             ``None``: one process.
+        stop_relay: replicas on one PostgreSQL: a Stop press for a stream another
+            replica writes is relayed to it (:mod:`bot.ops.stop_relay`); ``None``: one
+            process.
     """
 
-    __slots__ = ("_clock", "_left", "_live", "kill_watch", "pacer")
+    __slots__ = ("_clock", "_left", "_live", "kill_watch", "pacer", "stop_relay")
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
@@ -89,6 +113,7 @@ class StreamRegistry:
         #: set (and dropped) when a stream leaves; created by whoever waits for that
         self._left: asyncio.Event | None = None
         self.kill_watch: SignalWatcher | None = None
+        self.stop_relay: StopRelayPort | None = None
 
     def __repr__(self) -> str:
         return f"StreamRegistry(in_flight={len(self._live)})"
