@@ -49,7 +49,9 @@ async def test_an_export_of_a_range_or_malformed_period_names_the_forms_not_a_zo
         assert "IANA timezone" not in reply and "\n" not in reply, reply
         assert "YYYY-MM-DD (a day) or YYYY-MM (a month)" in reply, reply
         assert "at most one month" in reply and len(reply) < 300, reply
-    assert not [m for m in fake_telegram.sent_events(ADMIN, since=mark) if m.method == "sendDocument"]
+    assert not [
+        m for m in fake_telegram.sent_events(ADMIN, since=mark) if m.method == "sendDocument"
+    ]
     reply = await _ask(fake_telegram, ADMIN, "/budget export Mars/Base")
     assert reply.startswith("unknown IANA timezone 'Mars/Base'"), reply
     mark = fake_telegram.mark()
