@@ -314,9 +314,9 @@ class RateExemption(BaseMiddleware):
             and get_flag(data, SPENDS_FLAG, default=False) is True
             and isinstance(user, User)
             and isinstance(event, Message)
-        ):
             # an admin's own message (never sender_chat): he is its payer
-            if not await self._rate.counted(user.id, data["event_update"], data):
-                await self._rate.drop(user.id, user, data)
-                return None
+            and not await self._rate.counted(user.id, data["event_update"], data)
+        ):
+            await self._rate.drop(user.id, user, data)
+            return None
         return await handler(event, data)
