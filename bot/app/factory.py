@@ -475,6 +475,7 @@ def _add_middlewares(
         on_drop=lambda: dropped.labels("update_rate").inc(),
         shared=core.replicas.update_rates(clock),  # replicas count a payer's updates over all
         language_of=chat.profiles.stored_language,  # the notice speaks the /lang choice
+        admin_ids=settings.admin_ids,  # their free commands are not counted
     )
     if barrier is not None:  # the first update middleware: sees every update end
         dp.update.outer_middleware(EndOfUpdate(barrier))

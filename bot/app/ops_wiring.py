@@ -93,7 +93,7 @@ def route_updates(dp: Dispatcher, admin_ids: frozenset[int], rate: UpdateRateMid
     rate.exempt(dp)
     # magic filters (F.text …) on the loop, not one thread hop each (bot/handlers/inline_filters.py)
     run_sync_filters_inline(dp)
-    gate = RateExemption()
+    gate = RateExemption(rate)
     for name, observer in dp.observers.items():
         if name not in ("update", "error"):
             observer.middleware(gate)

@@ -87,6 +87,19 @@ NO_REPORT_HERE = (
 _PERIOD = re.compile(r"[0-9]{4}-[0-9]{2}(-[0-9]{2})?")
 
 
+def _period_refusal(arg: str, usage: str) -> str:
+    """The one line refusing ``arg``, which looks like a period (it begins with a digit or
+    holds a range's ``..``; no IANA zone name does) but is none the export takes."""
+    return (
+        f"Period {arg[:32]!r} cannot be read: write YYYY-MM-DD (a day) or YYYY-MM (a month); "
+        f"one period covers at most one month, no ranges. {usage}"
+    )
+
+
+def _looks_like_period(arg: str) -> bool:
+    return arg[:1].isdigit() or ".." in arg
+
+
 @dataclass(slots=True)
 class _Stale:
     line: str
@@ -173,16 +186,20 @@ class IsBooksAdmin(Filter):
         )
 
 
-def _split_export_args(args: list[str], default_tz: str) -> tuple[str | None, str] | None:
+def _split_export_args(args: list[str], default_tz: str) -> tuple[str | None, str] | str:
+    """``(period or None, zone)`` of ``/budget export``'s arguments, or the reply refusing
+    them: a period-looking word that is no day or month is never read as a zone."""
     period: str | None = None
     tz: str | None = None
     for arg in args:
         if _PERIOD.fullmatch(arg) and period is None:
             period = arg
+        elif _looks_like_period(arg) and not _PERIOD.fullmatch(arg):
+            return _period_refusal(arg, EXPORT_USAGE)
         elif tz is None and not _PERIOD.fullmatch(arg):
             tz = arg
         else:
-            return None
+            return EXPORT_USAGE
     return period, tz or default_tz
 
 
@@ -200,8 +217,8 @@ async def on_export(
 ) -> None:
     """``/budget export [YYYY-MM-DD | YYYY-MM] [IANA zone]``: the two CSV documents."""
     parsed = _split_export_args((command.args or "").split()[1:], books.budget_tz)
-    if parsed is None:
-        await _reply(bot, message, EXPORT_USAGE, clock)
+    if isinstance(parsed, str):
+        await _reply(bot, message, parsed, clock)
         return
     try:
         period = parse_period(parsed[0], parsed[1], clock.now())
@@ -365,6 +382,8 @@ def _reconcile_args(args: list[str], books: BooksDesk) -> _ReconcileArgs | str:
             period_arg = arg
         elif arg.lower() in books.keys and key is None:
             key = arg.lower()
+        elif _looks_like_period(arg) and not _PERIOD.fullmatch(arg):
+            return _period_refusal(arg, RECONCILE_USAGE)
         else:
             if _PERIOD.fullmatch(arg) or arg.lower() in books.keys:
                 return RECONCILE_USAGE  # a second period or provider

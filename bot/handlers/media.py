@@ -34,6 +34,7 @@ from bot.media.desk import FileRef, MediaDesk, Prepared
 from bot.media.links import find_link
 from bot.media.refusals import MediaRefusal
 from bot.middlewares.context import IntakeStatus, UserContext
+from bot.middlewares.rate import SPENDS
 from bot.middlewares.topics import topic_of
 from bot.storage.repos import Conversation
 from bot.text import media as texts
@@ -347,8 +348,9 @@ def create_media_router() -> Router:
     buttons."""
     router = Router(name="media")
     addressed = MediaAddressed()
-    router.message.register(on_document, F.document, addressed)
-    router.message.register(on_photo, F.photo, addressed)
-    router.message.register(on_recording, F.voice | F.audio | F.video_note, addressed)
+    # SPENDS: an admin's captioned "/…" file is counted against the update rate
+    router.message.register(on_document, F.document, addressed, flags=SPENDS)
+    router.message.register(on_photo, F.photo, addressed, flags=SPENDS)
+    router.message.register(on_recording, F.voice | F.audio | F.video_note, addressed, flags=SPENDS)
     router.callback_query.register(on_confirm, F.data.startswith(CONFIRM_PREFIX))
     return router

@@ -45,7 +45,7 @@ from bot.media.errors import (
     LinkUnsupported,
     TooBigToDownload,
 )
-from bot.media.images import image_size
+from bot.media.images import image_mime, image_size
 from bot.media.kinds import HEAD_BYTES, claimed_kind, document_kind
 from bot.media.links import LinkReader
 from bot.media.refusals import MediaProblem, MediaRefusal, MediaRefused
@@ -269,7 +269,11 @@ class MediaDesk:
             return MediaRefusal(MediaProblem.TOO_BIG, exc.limit_bytes, exc.size_bytes)
         except DownloadError:
             return MediaRefusal(MediaProblem.DOWNLOAD)
-        return self._photo_turn(ImagePart(data, "image/jpeg", size.width, size.height), question)
+        mime = image_mime(data)
+        if mime is None:  # a PDF or GIF that arrived as a photo: never held nor sent
+            log.info("photo refused: its bytes are no JPEG, PNG or WebP")
+            return MediaRefusal(MediaProblem.NOT_WHAT_NAMED, named="JPEG")
+        return self._photo_turn(ImagePart(data, mime, size.width, size.height), question)
 
     # -- recordings --------------------------------------------------------------------
     def recording(

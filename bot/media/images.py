@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["MAX_SCAN_BYTES", "image_size"]
+__all__ = ["MAX_SCAN_BYTES", "image_mime", "image_size"]
 
 #: The most bytes walked looking for a JPEG's frame header (EXIF and ICC segments come
 #: first; a real camera JPEG has its SOF within the first 100 KB).
@@ -18,6 +18,20 @@ MAX_SCAN_BYTES = 1_000_000
 
 _PNG = b"\x89PNG\r\n\x1a\n"
 _SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+
+
+def image_mime(data: bytes) -> str | None:
+    """The type a photo's bytes say they are by their magic header — JPEG (``FF D8 FF``,
+    T.81 §B.1.1.3 SOI then a marker), PNG (its 8-byte signature) or WebP (``RIFF`` size
+    ``WEBP``, RFC 9649 §2.5) — or ``None``: any other bytes (a PDF, a GIF) are no photo
+    a vision model is sent."""
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith(_PNG):
+        return "image/png"
+    if len(data) >= 12 and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
 
 
 def image_size(data: bytes) -> tuple[str, int, int] | None:

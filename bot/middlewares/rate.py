@@ -26,6 +26,15 @@ over the rate is not counted and gets no too-fast notice; it makes no provider c
 (controls only stop work), and its handler is told ``over_rate=True`` so that it stays
 silent when it had nothing to stop.
 
+An admin's commands (a message from a user id in ``ADMIN_IDS``, never one sent on behalf
+of a chat, whose text or caption begins with ``/``) are not counted at all: ``/budget``,
+``/limit``, ``/access`` and the rest cost no money, and an operator at work sends more than
+``limit`` a minute. The exception is a handler tagged ``flags=SPENDS`` (``/digest_now``,
+which asks the summariser; a photo, document or recording whose caption begins with
+``/``, which goes to a provider): :class:`RateExemption` counts such an update when aiogram
+has chosen that handler, and drops it over the rate like any other. An admin's messages to
+the LLM (text without ``/``) are counted as everyone's.
+
 Replicas sharing a PostgreSQL database (``shared``: :class:`bot.storage.pg_rates.PgUpdateRates`)
 count a payer's updates over all of them: an update this process's own window lets
 through is counted once more in the payer's shared row (the same sliding window over
@@ -61,9 +70,12 @@ from budget.errors import BudgetError
 from budget.kernel.clock import Clock
 
 __all__ = [
+    "ADMIN_UNCOUNTED",
     "NOT_RATE_LIMITED",
     "OVER_RATE",
     "RATE_LIMIT_FLAG",
+    "SPENDS",
+    "SPENDS_FLAG",
     "RateExemption",
     "UpdateRateMiddleware",
 ]
@@ -81,6 +93,13 @@ RATE_LIMIT_FLAG = "rate_limit"
 OVER_RATE = "over_rate"
 #: The flags of a control handler: ``@router.message(..., flags=NOT_RATE_LIMITED)``.
 NOT_RATE_LIMITED: dict[str, Any] = {RATE_LIMIT_FLAG: False}
+#: The handler flag of a message handler that may ask a provider (money): an admin's
+#: command to it is counted when it is chosen (:class:`RateExemption`).
+SPENDS_FLAG = "spends"
+#: ``@router.message(..., flags=SPENDS)``.
+SPENDS: dict[str, Any] = {SPENDS_FLAG: True}
+#: The ``data`` key set True for an admin's command the outer middleware did not count.
+ADMIN_UNCOUNTED = "admin_uncounted"
 
 Handler = Callable[[TelegramObject, dict[str, Any]], Awaitable[Any]]
 
@@ -110,6 +129,7 @@ class UpdateRateMiddleware(BaseMiddleware):
             when a notice is sent (at most once a minute per user); the notice is in the
             language every other reply uses (:func:`~bot.text.i18n.pick_language`), and
             in Telegram's when the profile cannot be read.
+        admin_ids: ADMIN_IDS, whose commands are not counted (the module docstring).
     """
 
     def __init__(
@@ -120,9 +140,11 @@ class UpdateRateMiddleware(BaseMiddleware):
         on_drop: Callable[[], None] | None = None,
         shared: SharedRates | None = None,
         language_of: Callable[[int], Awaitable[str | None]] | None = None,
+        admin_ids: frozenset[int] = frozenset(),
     ) -> None:
         self._limit = limit
         self._language_of = language_of
+        self._admin_ids = admin_ids
         self._shared = shared
         self._clock = clock
         self._i18n = i18n
@@ -199,12 +221,33 @@ class UpdateRateMiddleware(BaseMiddleware):
         user = data.get("event_from_user")
         if not isinstance(user, User):
             return await handler(event, data)
+        if self._admin_command(event, user):
+            data[ADMIN_UNCOUNTED] = True  # RateExemption counts it if its handler spends
+            return await handler(event, data)
         payer = _payer(event, user)
-        if payer is None or (self.allow(payer) and await self._shared_allow(payer, event, data)):
+        if payer is None or await self.counted(payer, event, data):
             return await handler(event, data)
         if await self._may_be_exempt(event, data):
             data[OVER_RATE] = True  # RateExemption drops it unless the chosen handler is exempt
             return await handler(event, data)
+        await self.drop(payer, user, data)
+        return None
+
+    def _admin_command(self, event: TelegramObject, user: User) -> bool:
+        """True for a command an admin sent as himself (by user id, never ``sender_chat``)."""
+        message = event.message if isinstance(event, Update) else None
+        if message is None or message.sender_chat is not None or user.is_bot:
+            return False
+        if message.from_user is None or message.from_user.id not in self._admin_ids:
+            return False
+        return (message.text or message.caption or "").startswith("/")
+
+    async def counted(self, payer: int, event: TelegramObject, data: dict[str, Any]) -> bool:
+        """Count one update of ``payer`` here and over the replicas; False: over the rate."""
+        return self.allow(payer) and await self._shared_allow(payer, event, data)
+
+    async def drop(self, payer: int, user: User, data: dict[str, Any]) -> None:
+        """An update over the rate: counted as dropped; the too-fast notice if one is due."""
         if self._on_drop is not None:
             self._on_drop()
         chat = data.get("event_chat")
@@ -220,7 +263,6 @@ class UpdateRateMiddleware(BaseMiddleware):
                 await send_text(bot, chat.id, text, clock=self._clock)
             except TelegramAPIError as exc:
                 log.warning("could not send the too-fast notice: %s", exc.message)
-        return None
 
     async def _stored_language(self, user: User) -> str | None:
         """The user's /lang choice, ``None`` without one or when it cannot be read (the
@@ -272,9 +314,30 @@ class RateExemption(BaseMiddleware):
     """The inner half of the limit (register on every event observer but ``update`` and
     ``error``): an update :class:`UpdateRateMiddleware` let on over the rate reaches its
     handler only if that handler is tagged ``flags={"rate_limit": False}``; any other is
-    dropped in silence, as the outer middleware drops everything else over the rate."""
+    dropped in silence, as the outer middleware drops everything else over the rate. An
+    admin's command it did not count is counted here if its handler is tagged
+    ``flags=SPENDS``, and dropped (with the notice) over the rate.
+
+    Args:
+        rate: the outer middleware whose windows count (``None``: nothing is counted here).
+    """
+
+    def __init__(self, rate: UpdateRateMiddleware | None = None) -> None:
+        self._rate = rate
 
     async def __call__(self, handler: Handler, event: TelegramObject, data: dict[str, Any]) -> Any:
         if data.get(OVER_RATE) and get_flag(data, RATE_LIMIT_FLAG, default=True) is not False:
+            return None
+        user = data.get("event_from_user")
+        if (
+            self._rate is not None
+            and data.get(ADMIN_UNCOUNTED)
+            and get_flag(data, SPENDS_FLAG, default=False) is True
+            and isinstance(user, User)
+            and isinstance(event, Message)
+            # an admin's own message (never sender_chat): he is its payer
+            and not await self._rate.counted(user.id, data["event_update"], data)
+        ):
+            await self._rate.drop(user.id, user, data)
             return None
         return await handler(event, data)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from datetime import time
+from datetime import datetime, time
 from decimal import Decimal
 from functools import partial
 from typing import Any
@@ -116,6 +116,7 @@ class OpsWatch:
         if anomalies is not None and mutes is not None:
             anomalies.is_muted = mutes.is_muted
         self._known: set[str] = set()
+        self._first_start: datetime | None = None
         self._lock = asyncio.Lock()
         self._scheduler: Any = None
         self._failures = FailureLog(log, "the operator's watch (alerts, reports)", logging.WARNING)
@@ -139,7 +140,17 @@ class OpsWatch:
         )
         scheduler.start()
         self._scheduler = scheduler
+        try:  # recorded at the first start, before any tick (a failure: the tick's turn)
+            await self._started()
+        except SQLAlchemyError as exc:
+            self._failures.failed(exc)
         await self.tick()
+
+    async def _started(self) -> datetime:
+        """The bot's first start on this database (read once, then remembered)."""
+        if self._first_start is None:
+            self._first_start = await self._notices.first_start()
+        return self._first_start
 
     async def stop(self) -> None:
         """Stop the job (a tick under way finishes on its own)."""
@@ -221,13 +232,17 @@ class OpsWatch:
         )
 
     async def send_reports(self) -> list[SpendReport]:
-        """Send each report due now that no process has sent; returns those sent."""
+        """Send each report due now that no process has sent, but one of a period that
+        ended before the bot's first start (a fresh install's "yesterday"); returns
+        those sent."""
         cfg = self.config
         now = self._clock.now()
         sent = []
         for period in due_periods(now, cfg.tz, cfg.report_time, cfg.report_weekly):
             if period.key in self._known:
                 continue
+            if period.period().end <= await self._started():
+                continue  # it ended before the bot first started: nothing to report
             keys = [p for p in self._cascade.provider_status() if p.present]
             report = await read_report(
                 self._engine, period, [p.name for p in keys], {p.name: p.paid for p in keys}

@@ -13,7 +13,7 @@ timezone, with the zone name).
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from aiogram.utils.i18n import gettext as _
@@ -22,10 +22,12 @@ from aiogram.utils.i18n import ngettext
 from bot.text.limits import limit_reached, limit_short
 from bot.text.wallet import wallet_limit_text
 from budget.policy.money import usd
+from budget.policy.windows import NEVER
 from budget.types import Level, Refusal, RefusalReason, Window
 
 __all__ = [
     "format_reset",
+    "never_resets",
     "refusal_text",
     "reset_sentence",
     "start_text",
@@ -33,9 +35,18 @@ __all__ = [
 ]
 
 
+def never_resets(when: datetime) -> bool:
+    """True for the wallet's "never" (:data:`budget.policy.windows.NEVER`, the latest
+    aware instant): a day from it, no zone east of UTC can show it as a local time."""
+    return when >= NEVER - timedelta(days=1)
+
+
 def format_reset(when: datetime, tz: str, *, with_date: bool = False) -> str:
     """``HH:MM Zone/Name`` in ``tz`` (``with_date``: ``YYYY-MM-DD HH:MM Zone/Name``, for a
-    reset that is not within the day, such as a month's)."""
+    reset that is not within the day, such as a month's); for the wallet's "never"
+    (:func:`never_resets`), the words saying the wallet does not reset."""
+    if never_resets(when):
+        return _("never (the wallet does not reset)")
     local = when.astimezone(ZoneInfo(tz))
     if with_date:
         return f"{local:%Y-%m-%d %H:%M} {tz}"
@@ -132,7 +143,9 @@ def refusal_text(refusal: Refusal, *, tz: str, running: bool = False, step: str 
     elif r is RefusalReason.LIMIT and refusal.level is Level.WALLET:
         # the allowance's reset, with its date: a wallet's try follows a refused allowance
         # (docs/decisions/240-the-wallet-is-a-balance-level.md)
-        at = format_reset(refusal.resets_at, tz, with_date=True) if refusal.resets_at else None
+        at = None
+        if refusal.resets_at is not None and not never_resets(refusal.resets_at):
+            at = format_reset(refusal.resets_at, tz, with_date=True)
         text = wallet_limit_text(refusal.ceiling_musd, refusal.remaining_musd, at)
     elif r is RefusalReason.LIMIT:
         text = _limit_text(refusal, reset, step)

@@ -30,3 +30,33 @@ async def test_an_export_of_a_period_not_begun_says_so_and_sends_nothing(
     assert not [m for m in sent if m.method == "sendDocument"]
     assert fake_providers.requests == []
     assert await bot.stop() == 0
+
+
+async def test_an_export_of_a_range_or_malformed_period_names_the_forms_not_a_zone(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """A range, a short month, a slash date and a very long digit run are each refused in
+    one line naming YYYY-MM-DD, YYYY-MM and the one-month maximum — never "unknown IANA
+    timezone"; a valid month with a zone after it still exports."""
+    bot = app_factory(env={**bot_env, "ADMIN_IDS": str(ADMIN)})
+    await bot.start()
+    mark = fake_telegram.mark()
+    for period in ("1999-01..2099-12", "2026-1", "2026/01/05", "2" * 500, "2026-01 ..2026-03"):
+        reply = await _ask(fake_telegram, ADMIN, f"/budget export {period}")
+        assert "IANA timezone" not in reply and "\n" not in reply, reply
+        assert "YYYY-MM-DD (a day) or YYYY-MM (a month)" in reply, reply
+        assert "at most one month" in reply and len(reply) < 300, reply
+    assert not [
+        m for m in fake_telegram.sent_events(ADMIN, since=mark) if m.method == "sendDocument"
+    ]
+    reply = await _ask(fake_telegram, ADMIN, "/budget export Mars/Base")
+    assert reply.startswith("unknown IANA timezone 'Mars/Base'"), reply
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(ADMIN, "/budget export 2026-01 Europe/Berlin")
+    docs = await fake_telegram.wait_sent(ADMIN, 2, since=mark, timeout=30)
+    assert docs[0].file and docs[0].file["name"] == "kopek-spend-2026-01.csv"
+    assert fake_providers.requests == []
+    assert await bot.stop() == 0

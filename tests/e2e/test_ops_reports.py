@@ -2,7 +2,8 @@
 local in BUDGET_TZ the admin gets the previous day's report (and on REPORT_WEEKLY's
 weekday the week's), whose figures are those ``/budget`` gave at the end of that day for
 the same books; a restart sends neither again; a report due while the bot was down goes
-out when it starts."""
+out when it starts; a day that ended before the bot's first start (kept across restarts)
+gets none."""
 
 from __future__ import annotations
 
@@ -80,11 +81,11 @@ async def test_the_daily_and_weekly_reports_give_budgets_figures_once(
     mark = fake_telegram.mark()
     bot = app_factory(env=env, clock=clock)
     await bot.start()
-    # started at 21:30, after 09:00: yesterday's report (an empty day) goes out at start
-    [empty] = _reports(fake_telegram, mark)
-    assert empty.startswith("📊 Daily spend report for 2026-03-02 (Europe/Berlin)")
-    assert "• groq (free): 0 calls, settled $0.000000, list —" in empty
-    assert "• deepseek: never reconciled" in empty.splitlines()
+    # first started at 21:30, after 09:00: yesterday ended before the bot existed, so
+    # its report (an empty day, "uptime 0m") is not sent
+    assert _reports(fake_telegram, mark) == []
+    assert bot.app is not None
+    assert await _tick(bot.app) == 0
 
     assert "in team core" in await _ask(fake_telegram, clock, ADMIN, "/team core add 50")
     await _ask(fake_telegram, clock, MEMBER, "hello, free tier")
@@ -155,3 +156,29 @@ async def test_the_daily_and_weekly_reports_give_budgets_figures_once(
     assert await _tick(bot.app) == 0
     assert _reports(fake_telegram, mark) == []
     await bot.stop()
+
+
+async def test_a_day_before_the_first_start_gets_no_report_and_a_restart_keeps_it(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, tmp_path: Path
+) -> None:
+    """A fresh install started on Tuesday evening sends no report for Monday; restarted
+    on Wednesday at 09:00:30 (its first start not moved by the restart) it sends
+    Tuesday's, once; restarted again, nothing more."""
+    clock = JumpClock(EVENING)
+    env = bot_environment(
+        telegram=fake_telegram,
+        database_path=tmp_path / "kopek.db",
+        extra={"ADMIN_IDS": str(ADMIN), "BUDGET_TZ": "Europe/Berlin", "REPORT_TIME": "09:00"},
+    )
+    mark = fake_telegram.mark()
+    bot = app_factory(env=env, clock=clock)
+    await bot.start()
+    assert _reports(fake_telegram, mark) == []
+    await bot.stop()
+    clock.set(NEXT_MORNING)
+    await bot.start()
+    [daily] = _reports(fake_telegram, mark)
+    assert daily.startswith("📊 Daily spend report for 2026-03-03 (Europe/Berlin)"), daily
+    await bot.restart()
+    assert len(_reports(fake_telegram, mark)) == 1
+    assert await bot.stop() == 0

@@ -42,7 +42,7 @@ from bot.handlers.admin.limits import on_limit, on_team
 from bot.handlers.admin.plans import on_plan
 from bot.handlers.admin.providers import on_providers
 from bot.handlers.admin.refunds import on_refund
-from bot.middlewares.rate import NOT_RATE_LIMITED
+from bot.middlewares.rate import NOT_RATE_LIMITED, SPENDS
 
 __all__ = ["create_admin_router"]
 
@@ -67,7 +67,7 @@ def create_admin_router(admin_ids: frozenset[int]) -> Router:
     router.message.register(on_invite, Command("invite"))
     router.message.register(on_refund, Command("refund"))
     router.message.register(on_providers, Command("providers"))
-    router.message.register(on_digest_now, Command("digest_now"))
+    router.message.register(on_digest_now, Command("digest_now"), flags=SPENDS)
     router.message.register(on_drill, Command("drill"))
     router.message.register(on_alerts, Command("alerts"))
     return router
