@@ -32,7 +32,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,6 +47,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.access.payments_export import write_payments
 from bot.chat.delivery import send_text
+from bot.handlers.books_args import (
+    EXPORT_USAGE,
+    NO_REPORT_HERE,
+    PERIOD,
+    RECONCILE_USAGE,
+    looks_like_period,
+    period_refusal,
+    split_export_args,
+)
 from bot.ops.reconciliations import ReconcileLog
 from budget.books.corrections import CorrectionPlan
 from budget.books.export import write_export
@@ -69,35 +77,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-EXPORT_USAGE = "Usage: /budget export [YYYY-MM-DD | YYYY-MM] [IANA zone]"
-RECONCILE_USAGE = (
-    "Send the provider's usage export (CSV, JSON or ZIP, at most 20 MB) as a document with "
-    "the caption /reconcile [PROVIDER] [YYYY-MM-DD | YYYY-MM] [apikey=NAME]; after the "
-    "report, /reconcile apply corrects the estimated bookings."
-)
-#: A bare ``/reconcile apply`` on a process without the admin's report: reports live in
-#: the memory of the process that made them (gone after a restart, absent on the other
-#: webhook replicas), a reply to the export carries the export itself.
-NO_REPORT_HERE = (
-    "No reconcile report to apply in this process (a report is kept only by the process "
-    "that made it: a restart or another replica has none). To apply an export anyway, "
-    "reply /reconcile apply to the export: it is compared again and applied. "
-)
-_PERIOD = re.compile(r"[0-9]{4}-[0-9]{2}(-[0-9]{2})?")
-
-
-def _period_refusal(arg: str, usage: str) -> str:
-    """The one line refusing ``arg``, which looks like a period (it begins with a digit or
-    holds a range's ``..``; no IANA zone name does) but is none the export takes."""
-    return (
-        f"Period {arg[:32]!r} cannot be read: write YYYY-MM-DD (a day) or YYYY-MM (a month); "
-        f"one period covers at most one month, no ranges. {usage}"
-    )
-
-
-def _looks_like_period(arg: str) -> bool:
-    return arg[:1].isdigit() or ".." in arg
 
 
 @dataclass(slots=True)
@@ -186,23 +165,6 @@ class IsBooksAdmin(Filter):
         )
 
 
-def _split_export_args(args: list[str], default_tz: str) -> tuple[str | None, str] | str:
-    """``(period or None, zone)`` of ``/budget export``'s arguments, or the reply refusing
-    them: a period-looking word that is no day or month is never read as a zone."""
-    period: str | None = None
-    tz: str | None = None
-    for arg in args:
-        if _PERIOD.fullmatch(arg) and period is None:
-            period = arg
-        elif _looks_like_period(arg) and not _PERIOD.fullmatch(arg):
-            return _period_refusal(arg, EXPORT_USAGE)
-        elif tz is None and not _PERIOD.fullmatch(arg):
-            tz = arg
-        else:
-            return EXPORT_USAGE
-    return period, tz or default_tz
-
-
 def _open_temp(suffix: str) -> tuple[Path, int]:
     fd, name = tempfile.mkstemp(prefix="kopek-", suffix=suffix)
     return Path(name), fd
@@ -216,7 +178,7 @@ async def on_export(
     message: Message, bot: Bot, clock: Clock, command: CommandObject, books: BooksDesk
 ) -> None:
     """``/budget export [YYYY-MM-DD | YYYY-MM] [IANA zone]``: the two CSV documents."""
-    parsed = _split_export_args((command.args or "").split()[1:], books.budget_tz)
+    parsed = split_export_args((command.args or "").split()[1:], books.budget_tz)
     if isinstance(parsed, str):
         await _reply(bot, message, parsed, clock)
         return
@@ -378,14 +340,14 @@ def _reconcile_args(args: list[str], books: BooksDesk) -> _ReconcileArgs | str:
     for arg in args:
         if arg.lower().startswith("apikey=") and api_key is None and len(arg) > 7:
             api_key = arg[7:]
-        elif _PERIOD.fullmatch(arg) and period_arg is None:
+        elif PERIOD.fullmatch(arg) and period_arg is None:
             period_arg = arg
         elif arg.lower() in books.keys and key is None:
             key = arg.lower()
-        elif _looks_like_period(arg) and not _PERIOD.fullmatch(arg):
-            return _period_refusal(arg, RECONCILE_USAGE)
+        elif looks_like_period(arg) and not PERIOD.fullmatch(arg):
+            return period_refusal(arg, RECONCILE_USAGE)
         else:
-            if _PERIOD.fullmatch(arg) or arg.lower() in books.keys:
+            if PERIOD.fullmatch(arg) or arg.lower() in books.keys:
                 return RECONCILE_USAGE  # a second period or provider
             return f"Unknown provider {arg!r}; keys: {', '.join(books.keys)}."
     return _ReconcileArgs(key, period_arg, api_key)

@@ -6,7 +6,8 @@ from typing import Any
 
 from aiogram.types import Message
 
-from bot.handlers.books import EXPORT_USAGE, IsBooksAdmin, _split_export_args
+from bot.handlers.books import IsBooksAdmin
+from bot.handlers.books_args import EXPORT_USAGE, split_export_args
 
 ADMIN = 1
 
@@ -36,10 +37,10 @@ async def test_admin_gate_refuses_sender_chat_and_strangers() -> None:
 def test_export_arguments() -> None:
     """Period and zone in either order, both optional; two periods or two zones: usage;
     a period-looking word that is no day or month: the line naming the forms."""
-    assert _split_export_args([], "UTC") == (None, "UTC")
-    assert _split_export_args(["2026-01"], "UTC") == ("2026-01", "UTC")
-    assert _split_export_args(["Asia/Tokyo", "2026-01-14"], "UTC") == ("2026-01-14", "Asia/Tokyo")
-    assert _split_export_args(["2026-01", "2026-02"], "UTC") == EXPORT_USAGE
-    assert _split_export_args(["Asia/Tokyo", "Europe/Berlin"], "UTC") == EXPORT_USAGE
-    refused = _split_export_args(["2026-01..2026-03"], "UTC")
+    assert split_export_args([], "UTC") == (None, "UTC")
+    assert split_export_args(["2026-01"], "UTC") == ("2026-01", "UTC")
+    assert split_export_args(["Asia/Tokyo", "2026-01-14"], "UTC") == ("2026-01-14", "Asia/Tokyo")
+    assert split_export_args(["2026-01", "2026-02"], "UTC") == EXPORT_USAGE
+    assert split_export_args(["Asia/Tokyo", "Europe/Berlin"], "UTC") == EXPORT_USAGE
+    refused = split_export_args(["2026-01..2026-03"], "UTC")
     assert isinstance(refused, str) and refused.startswith("Period '2026-01..2026-03'")
