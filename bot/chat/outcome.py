@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from bot.chat.folding import FoldNote
-from bot.media.refusals import MediaRefusal
+from bot.media.refusals import MediaProblem, MediaRefusal
 from budget.errors import HoldRefused, LedgerUnavailable
 from budget.types import Refusal
+from llm.errors import AllProvidersFailed, LLMError, MediaTooLarge
 from llm.types import Completion
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "FailureKind",
     "refused_outcome",
     "run_guarded",
+    "unavailable_outcome",
 ]
 
 log = logging.getLogger("bot.chat.service")  # the chat service's own lines
@@ -127,3 +129,19 @@ def refused_outcome(
     tried again. ``step``: what the refused hold was for."""
     passing = isinstance(exc, LedgerUnavailable) and not exc.lasting
     return ChatRefused(exc.refusal, running=running, retry=passing and not called, step=step)
+
+
+def unavailable_outcome(exc: LLMError, booked_musd: int | None) -> ChatFailed:
+    """No provider answered (``exc``; ``booked_musd``: what the operation booked). When
+    every provider tried refused the upload as too large (HTTP 413 or over its documented
+    cap) and nothing was booked, the file is the problem, not the providers' state: the
+    media refusal saying so, not "retry in a few minutes"."""
+    too_large = (
+        isinstance(exc, AllProvidersFailed)
+        and bool(exc.attempts)
+        and all(isinstance(a, MediaTooLarge) for a in exc.attempts)
+    )
+    if too_large and booked_musd == 0:
+        refusal = MediaRefusal(MediaProblem.TOO_LARGE_FOR_MODELS)
+        return ChatFailed(FailureKind.MEDIA, media=refusal, charged_musd=0)
+    return ChatFailed(FailureKind.UNAVAILABLE, charged_musd=booked_musd)

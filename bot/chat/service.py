@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import replace
 
+from bot.chat import outcome
 from bot.chat.contracts import ChatConfig, CompletionBackend, PromptCounter
 from bot.chat.draining import CANCEL_WAIT_S, STOP_WAIT_S, Draining
 from bot.chat.folding import FoldNote, HistoryFolder, PromptHistory
@@ -321,8 +322,8 @@ class ChatService(Draining):
         except EmptyCompletion as exc:
             # billed, and its template claims nothing about money: cost_musd says what
             return ChatFailed(FailureKind.EMPTY, cost_musd=exc.cost_musd)
-        except LLMError:
-            return ChatFailed(FailureKind.UNAVAILABLE, charged_musd=await self._booked_musd(op))
+        except LLMError as exc:
+            return outcome.unavailable_outcome(exc, await self._booked_musd(op))
         except Exception:  # last-resort guard inside the operation: what did it cost?
             log.exception("chat operation failed unexpectedly")
             return ChatFailed(FailureKind.ERROR, charged_musd=await self._booked_musd(op))

@@ -37,6 +37,7 @@ class MediaProblem(StrEnum):
     UNMEASURED_RECORDING = "media_unmeasured_recording"  # its length cannot be proven
     NO_VISION = "media_no_vision_provider"  # no vision key configured or all cooling
     PHOTO_TOO_LARGE = "media_photo_too_large"  # no size of the photo fits a vision model
+    TOO_LARGE_FOR_MODELS = "media_too_large_for_models"  # every model said 413 / over its cap
     LINK_REFUSED = "link_refused"  # a non-public address (SSRF guard)
     LINK_NOT_FOUND = "link_not_found"  # the host (or a redirect's) does not resolve
     LINK_TOO_LARGE = "link_too_large"  # over FETCH_MAX_BYTES: limit = bytes

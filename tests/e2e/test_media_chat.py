@@ -286,6 +286,30 @@ async def test_a_voice_note_longer_than_declared_or_empty_never_reaches_a_provid
     assert states == {"released"}
 
 
+async def test_a_recording_every_speech_model_refuses_as_too_large_says_so(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """Every speech key answers 413: the user is told the file is too large for every
+    model here (a retry cannot help), not that the providers are unavailable; each hold
+    released, no chat request, nothing charged."""
+    bot = app_factory()
+    await bot.start()
+    for provider in ("groq", "mistral"):
+        fake_providers.default(provider, {"status": 413})
+    mark = fake_telegram.mark()
+    fake_telegram.inject_voice(94, VOICE, duration=7)
+    reply = await _reply(fake_telegram, 94, mark)
+    assert reply.text == (
+        "📎 This file is larger than every model here accepts, so trying again will not "
+        "help: a smaller or shorter one will. Nothing was charged."
+    ), reply.text
+    assert len(fake_providers.transcriptions) >= 2 and fake_providers.requests == []
+    await bot.stop()
+    with sqlite3.connect(Path(bot.env["DATABASE_URL"].split("///", 1)[1])) as db:
+        states = {r[0] for r in db.execute("SELECT state FROM budget_holds")}
+    assert states == {"released"}
+
+
 async def test_an_audio_file_and_a_video_note_are_transcribed_then_answered(
     app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
 ) -> None:

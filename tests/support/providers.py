@@ -423,7 +423,9 @@ class FakeProviders:
     # ------------------------------------------------------------ HTTP
 
     def _build_app(self) -> web.Application:
-        app = web.Application()
+        # the providers take uploads of 25 MB (Groq's documented audio limit) and more:
+        # aiohttp's default 1 MiB cap answered 413 for any real recording
+        app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/openai/v1/chat/completions", self._handler("groq"))
         app.router.add_post("/v1/chat/completions", self._handler("mistral"))
         app.router.add_post("/cerebras/v1/chat/completions", self._handler("cerebras"))
