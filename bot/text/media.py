@@ -193,10 +193,18 @@ def media_refusal_text(refusal: MediaRefusal, *, tz: str) -> str:
             "pixels per image). {per} Nothing was charged."
         ).format(per=_per_file())
     if p is MediaProblem.TOO_LARGE_FOR_MODELS:
-        return _(
-            "📎 This file is larger than every model here accepts, so trying again will not "
-            "help: a smaller or shorter one will. Nothing was charged."
+        return _free(
+            _(
+                "📎 This file is larger than every model here accepts, so trying again will "
+                "not help: a smaller or shorter one will."
+            )
         )
+    return _link_text(refusal)
+
+
+def _link_text(refusal: MediaRefusal) -> str:
+    """A link's refusal (the ``link_*`` problems)."""
+    p = refusal.problem
     if p is MediaProblem.LINK_REFUSED:
         return _free(_("🔗 I do not open links to private or local addresses."))
     if p is MediaProblem.LINK_NOT_FOUND:
