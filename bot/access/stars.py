@@ -41,6 +41,7 @@ __all__ = [
     "PaymentTerms",
     "StarPayments",
     "check_terms",
+    "cuts_short",
     "invoice_payload",
     "parse_payload",
 ]
@@ -88,6 +89,18 @@ def check_terms(plans: Plans, payload: str, currency: str, total: int) -> Plan |
     if plan is None or plan.stars != terms.stars or plan.period_days != terms.period_days:
         return None
     return plan if plan.renews == terms.renews else None
+
+
+def cuts_short(
+    plans: Plans, target: str, current: tuple[str | None, datetime | None], now: datetime
+) -> bool:
+    """Whether buying ``target`` would end early another plan the user has time left on
+    (``current``: their plan and its end, ``None``: no end). The same plan extends
+    itself and the default plan has nothing to lose, so neither does."""
+    plan_now, until_now = current
+    if plan_now is None or plan_now in (target, plans.default):
+        return False
+    return until_now is None or until_now > now
 
 
 @dataclass(frozen=True, slots=True)

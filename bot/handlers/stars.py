@@ -10,6 +10,7 @@ never dropped) and the access gate lets them through.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from aiogram import Bot, F, Router
@@ -18,7 +19,13 @@ from aiogram.filters import Command, CommandObject
 from aiogram.types import LabeledPrice, Message, PreCheckoutQuery
 
 from bot.access.sales import PlanSales
-from bot.access.stars import STARS_CURRENCY, check_terms, invoice_payload, parse_payload
+from bot.access.stars import (
+    STARS_CURRENCY,
+    check_terms,
+    cuts_short,
+    invoice_payload,
+    parse_payload,
+)
 from bot.access.store import AccessBook
 from bot.access.wallet import WALLET_PREFIX
 from bot.chat.delivery import send_text
@@ -36,9 +43,12 @@ from bot.text.stars import (
     paid_text,
     payment_auto_refunded_text,
     payment_refunded_text,
+    plan_check_failed_text,
+    plan_held_text,
     pre_checkout_refused_text,
 )
 from bot.text.templates import format_reset
+from budget.errors import BudgetError
 from budget.kernel.clock import Clock
 
 __all__ = ["create_stars_router"]
@@ -47,10 +57,37 @@ log = logging.getLogger(__name__)
 
 #: The Bot API's longest invoice title.
 TITLE_MAX = 32
+#: Seconds the pre-checkout waits for the payer's plan (Telegram waits 10 s in all).
+PLAN_CHECK_S = 3.0
+
+
+async def _plan_held(
+    plan_sales: PlanSales, user_id: int, target: str, clock: Clock, tz: str
+) -> str | None:
+    """The refusal when buying ``target`` would cut the user's other plan short
+    (:func:`bot.access.stars.cuts_short`), else ``None``.
+
+    Raises:
+        budget.errors.LedgerUnavailable: the plan could not be read.
+    """
+    status = await plan_sales.ledger.user_status(user_id)
+    current = (status.plan, status.plan_until)
+    if not cuts_short(plan_sales.plans, target, current, clock.now()):
+        return None
+    assert status.plan is not None
+    held = plan_sales.plans.by_name.get(status.plan)
+    title = held.title if held is not None else status.plan
+    until = status.plan_until
+    return plan_held_text(title, None if until is None else format_reset(until, tz, with_date=True))
 
 
 async def on_buy(
-    message: Message, bot: Bot, clock: Clock, command: CommandObject, plan_sales: PlanSales
+    message: Message,
+    bot: Bot,
+    clock: Clock,
+    command: CommandObject,
+    plan_sales: PlanSales,
+    user_ctx: UserContext,
 ) -> None:
     """/buy lists the plans for sale; /buy NAME sends that plan's invoice in Stars."""
     plans = plan_sales.plans
@@ -71,6 +108,10 @@ async def on_buy(
     if plan is None or plan.stars is None:
         await send_text(bot, message.chat.id, buy_unknown_text(), clock=clock)
         return
+    held = await _plan_held(plan_sales, user_ctx.user_id, plan.name, clock, user_ctx.tz)
+    if held is not None:  # another plan with days left: never sold over it
+        await send_text(bot, message.chat.id, held, clock=clock)
+        return
     if plan.renews:
         await send_subscription_link(message, bot, clock, plan)
         return
@@ -85,7 +126,7 @@ async def on_buy(
 
 
 async def on_pre_checkout(
-    query: PreCheckoutQuery, bot: Bot, plan_sales: PlanSales, access: AccessBook
+    query: PreCheckoutQuery, bot: Bot, clock: Clock, plan_sales: PlanSales, access: AccessBook
 ) -> None:
     """Answer at once: ``ok`` when the plan is still sold on the invoice's terms and the
     payer may use the bot, else the refusal Telegram shows (nothing is charged). A
@@ -95,6 +136,16 @@ async def on_pre_checkout(
         return
     plan = check_terms(plan_sales.plans, query.invoice_payload, query.currency, query.total_amount)
     banned = query.from_user.id in (await access.lists()).banned
+    if plan is not None and not banned:
+        try:  # one ledger read, bounded: Telegram waits 10 s for the answer
+            async with asyncio.timeout(PLAN_CHECK_S):
+                held = await _plan_held(plan_sales, query.from_user.id, plan.name, clock, "UTC")
+        except (TimeoutError, BudgetError):
+            held = plan_check_failed_text()
+        if held is not None:
+            log.info("pre-checkout %s refused: the payer's plan would be cut short", query.id)
+            await bot.answer_pre_checkout_query(query.id, ok=False, error_message=held)
+            return
     if plan is None or banned:
         log.info("pre-checkout %s refused (plan sold: %s)", query.id, plan is not None)
         await bot.answer_pre_checkout_query(

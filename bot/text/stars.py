@@ -20,6 +20,8 @@ __all__ = [
     "paid_text",
     "payment_auto_refunded_text",
     "payment_refunded_text",
+    "plan_check_failed_text",
+    "plan_held_text",
     "pre_checkout_refused_text",
     "renewal_cancelled_text",
     "renewal_refunded_text",
@@ -171,3 +173,23 @@ def renewal_refunded_text(stars: int) -> str:
         "The plan you subscribed to is no longer sold as a subscription, so this renewal's "
         "{stars} ⭐ were refunded and the subscription was cancelled."
     ).format(stars=stars)
+
+
+def plan_held_text(current: str, until: str | None) -> str:
+    """/buy or the pre-checkout of another plan while the user's plan ``current`` runs
+    until ``until`` (``None``: it has no end): refused, nothing charged."""
+    if until is None:
+        return _(
+            "You are on the {plan} plan with no end date: another plan bought now would "
+            "replace it, so nothing is sold or charged. An admin can change your plan."
+        ).format(plan=current)
+    return _(
+        "You are on the {plan} plan until {until}: another plan bought now would replace "
+        "it and lose the days left, so nothing is sold or charged. Buy it after that date, "
+        "or buy {plan} again to extend it."
+    ).format(plan=current, until=until)
+
+
+def plan_check_failed_text() -> str:
+    """The pre-checkout could not read the payer's plan in time: refused."""
+    return _("Your plan could not be checked just now, so nothing was charged. Please try again.")

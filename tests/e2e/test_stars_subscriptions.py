@@ -184,3 +184,34 @@ async def test_a_subscription_telegram_would_refuse_exits_2_in_one_line(
     code, output = await run_bot_to_exit(env, tmp_path)
     lines = [line for line in output.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and "field 'period_days'" in lines[0], output
+
+
+async def test_another_plan_is_not_sold_over_one_with_days_left(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str], tmp_path: Path
+) -> None:
+    """On Pro for 30 paid days, /buy monthly and a pre-checkout of its subscription are
+    refused (the days left would be lost), nothing charged; /buy pro again still sells
+    the extension."""
+    plans = PLANS.replace("renews = true", "period_days = 30") + (
+        '\n[monthly]\ntitle = "Monthly"\nday_usd = 0.50\nstars = 100\nrenews = true\n'
+    )
+    env = _env(bot_env, tmp_path, plans)
+    bot = app_factory(env=env)
+    await bot.start()
+    paid = fake_telegram.successful_payment_update(BUYER, "plan:pro:300:30", 300)
+    mark = fake_telegram.mark()
+    fake_telegram.inject_update(paid)
+    await fake_telegram.wait_sent(BUYER, 1, timeout=20, since=mark)
+    refused = await _send(fake_telegram, BUYER, "/buy monthly")
+    assert refused.startswith("You are on the Pro plan until") and "nothing is sold" in refused
+    assert fake_telegram.invoices == []
+    query = fake_telegram.inject_pre_checkout_query(BUYER, "sub:monthly:100:30", 100)
+    await fake_telegram.wait_request("answerPreCheckoutQuery", timeout=20)
+    answer = fake_telegram.pre_checkout_answers[query]
+    assert answer["ok"] is False and "Pro plan until" in answer["error_message"]
+    mark = len(fake_telegram.requests("sendInvoice"))
+    fake_telegram.inject_message(BUYER, "/buy pro")
+    await fake_telegram.wait_request("sendInvoice", timeout=20, since=0)
+    assert len(fake_telegram.requests("sendInvoice")) == mark + 1
+    assert "Plan: Pro, until" in await _send(fake_telegram, BUYER, "/me")
+    await bot.stop()
