@@ -14,7 +14,6 @@ import asyncio
 import logging
 
 from aiogram import Bot, F, Router
-from aiogram.exceptions import TelegramAPIError
 from aiogram.filters import Command, CommandObject
 from aiogram.types import LabeledPrice, Message, PreCheckoutQuery
 
@@ -30,9 +29,11 @@ from bot.access.store import AccessBook
 from bot.access.wallet import WALLET_PREFIX
 from bot.chat.delivery import send_text
 from bot.handlers.subscriptions import on_cancel_renewal, send_subscription_link, subscription_paid
+from bot.handlers.unsold import refund_unsold
 from bot.handlers.wallet import on_topup, wallet_paid, wallet_pre_checkout, wallet_refunded
 from bot.middlewares.context import UserContext
 from bot.middlewares.rate import NOT_RATE_LIMITED
+from bot.ops.admin_notices import AdminNotifier
 from bot.text.stars import (
     buy_line,
     buy_list_text,
@@ -41,7 +42,6 @@ from bot.text.stars import (
     buy_unknown_text,
     invoice_description,
     paid_text,
-    payment_auto_refunded_text,
     payment_refunded_text,
     plan_check_failed_text,
     plan_held_text,
@@ -156,31 +156,29 @@ async def on_pre_checkout(
 
 
 async def on_paid(
-    message: Message, bot: Bot, clock: Clock, plan_sales: PlanSales, user_ctx: UserContext
+    message: Message,
+    bot: Bot,
+    clock: Clock,
+    plan_sales: PlanSales,
+    user_ctx: UserContext,
+    notifier: AdminNotifier | None = None,
 ) -> None:
     """A successful payment: booked once by its charge id, the plan set, the payer told
     once; a plan no longer sold is refunded at once."""
     paid = message.successful_payment
     assert paid is not None and message.from_user is not None
     if paid.invoice_payload.startswith(WALLET_PREFIX):
-        await wallet_paid(message, bot, clock, plan_sales)
+        await wallet_paid(message, bot, clock, plan_sales, notifier)
         return
     terms = parse_payload(paid.invoice_payload)
     if terms is not None and terms.renews:
-        await subscription_paid(message, bot, clock, plan_sales, user_ctx, terms)
+        await subscription_paid(message, bot, clock, plan_sales, user_ctx, terms, notifier)
         return
     user_id = message.from_user.id
     charge = paid.telegram_payment_charge_id
     plan = check_terms(plan_sales.plans, paid.invoice_payload, paid.currency, paid.total_amount)
     if plan is None or terms is None:
-        log.warning("payment %s for terms no longer sold: refunding", charge[:16])
-        try:
-            await bot.refund_star_payment(user_id, charge)
-        except TelegramAPIError as exc:
-            log.error("could not refund payment %s: %s", charge[:16], exc.message)
-            return
-        text = payment_auto_refunded_text(paid.total_amount)
-        await send_text(bot, message.chat.id, text, clock=clock)
+        await refund_unsold(message, bot, clock, notifier)
         return
     status = await plan_sales.ledger.user_status(user_id)
     booked = await plan_sales.payments.book(

@@ -27,12 +27,13 @@ from aiogram.types import InlineKeyboardButton, InlineKeyboardMarkup, LabeledPri
 from bot.access.sales import PlanSales
 from bot.access.stars import STARS_CURRENCY, PaymentTerms, invoice_payload
 from bot.chat.delivery import send_text
+from bot.handlers.unsold import refund_unsold
 from bot.middlewares.context import UserContext
+from bot.ops.admin_notices import AdminNotifier
 from bot.text.stars import (
     cancel_failed_text,
     no_subscription_text,
     renewal_cancelled_text,
-    renewal_refunded_text,
     subscribe_button,
     subscribe_failed_text,
     subscribe_text,
@@ -90,6 +91,7 @@ async def subscription_paid(
     plan_sales: PlanSales,
     user_ctx: UserContext,
     terms: PaymentTerms,
+    notifier: AdminNotifier | None = None,
 ) -> None:
     """A subscription's charge (module docstring): booked once, the plan set until at
     least Telegram's next charge, the payer told once; a renewal of a plan that no
@@ -101,7 +103,7 @@ async def subscription_paid(
     plan = plan_sales.plans.by_name.get(terms.plan)
     sold = plan is not None and plan.renews and paid.currency == STARS_CURRENCY
     if plan is None or not sold or paid.total_amount != terms.stars:
-        await _refund_and_cancel(message, bot, clock, charge, paid.total_amount)
+        await refund_unsold(message, bot, clock, notifier, subscription=True)
         return
     expires = paid.subscription_expiration_date
     status = await plan_sales.ledger.user_status(user_id)
@@ -116,22 +118,6 @@ async def subscription_paid(
     if await plan_sales.apply(booked.payment):
         until = format_reset(booked.payment.plan_until, user_ctx.tz, with_date=True)
         await send_text(bot, message.chat.id, subscribed_text(plan.title, until), clock=clock)
-
-
-async def _refund_and_cancel(
-    message: Message, bot: Bot, clock: Clock, charge: str, stars: int
-) -> None:
-    """A charge for a subscription no longer sold: the Stars back, no more renewals."""
-    assert message.from_user is not None
-    user_id = message.from_user.id
-    log.warning("subscription charge %s for terms no longer sold: refunding", charge[:16])
-    try:
-        await bot.refund_star_payment(user_id, charge)
-        await bot.edit_user_star_subscription(user_id, charge, is_canceled=True)
-    except (TelegramAPIError, TelegramNetworkError) as exc:
-        log.error("could not refund or cancel subscription %s: %s", charge[:16], exc)
-        return
-    await send_text(bot, message.chat.id, renewal_refunded_text(stars), clock=clock)
 
 
 async def on_cancel_renewal(

@@ -13,14 +13,14 @@ from __future__ import annotations
 import logging
 
 from aiogram import Bot
-from aiogram.exceptions import TelegramAPIError
 from aiogram.filters import CommandObject
 from aiogram.types import LabeledPrice, Message, PreCheckoutQuery, RefundedPayment
 
 from bot.access.sales import PlanSales
 from bot.access.store import AccessBook
 from bot.chat.delivery import send_text
-from bot.text.stars import payment_auto_refunded_text
+from bot.handlers.unsold import refund_unsold
+from bot.ops.admin_notices import AdminNotifier
 from bot.text.wallet import (
     topup_invoice_description,
     topup_invoice_title,
@@ -85,7 +85,13 @@ async def wallet_pre_checkout(
     await bot.answer_pre_checkout_query(query.id, ok=True)
 
 
-async def wallet_paid(message: Message, bot: Bot, clock: Clock, plan_sales: PlanSales) -> None:
+async def wallet_paid(
+    message: Message,
+    bot: Bot,
+    clock: Clock,
+    plan_sales: PlanSales,
+    notifier: AdminNotifier | None = None,
+) -> None:
     """A top-up paid: credited once by its charge id, the payer thanked once; terms no
     longer sold are refunded at once.
 
@@ -99,14 +105,7 @@ async def wallet_paid(message: Message, bot: Bot, clock: Clock, plan_sales: Plan
     sales = plan_sales.wallet
     terms = sales.check(paid.invoice_payload, paid.currency, paid.total_amount)
     if terms is None:
-        log.warning("top-up %s for terms no longer sold: refunding", charge[:16])
-        try:
-            await bot.refund_star_payment(user_id, charge)
-        except TelegramAPIError as exc:
-            log.error("could not refund payment %s: %s", charge[:16], exc.message)
-            return
-        text = payment_auto_refunded_text(paid.total_amount)
-        await send_text(bot, message.chat.id, text, clock=clock)
+        await refund_unsold(message, bot, clock, notifier)
         return
     booked = await sales.ledger.credit_wallet(charge, user_id, terms.stars, terms.musd_per_star)
     if booked.new:

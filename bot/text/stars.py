@@ -23,6 +23,7 @@ __all__ = [
     "plan_check_failed_text",
     "plan_held_text",
     "pre_checkout_refused_text",
+    "refund_failed_text",
     "renewal_cancelled_text",
     "renewal_refunded_text",
     "subscribe_button",
@@ -193,3 +194,12 @@ def plan_held_text(current: str, until: str | None) -> str:
 def plan_check_failed_text() -> str:
     """The pre-checkout could not read the payer's plan in time: refused."""
     return _("Your plan could not be checked just now, so nothing was charged. Please try again.")
+
+
+def refund_failed_text(stars: int) -> str:
+    """A payment for terms no longer sold whose automatic refund Telegram did not take."""
+    return _(
+        "This plan is no longer sold on the terms you paid for, and the automatic refund "
+        "of your {stars} ⭐ did not go through. Nothing was bought with them; the admins "
+        "were told."
+    ).format(stars=stars)

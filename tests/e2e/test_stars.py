@@ -140,3 +140,38 @@ async def test_a_pre_checkout_for_a_plan_no_longer_sold_is_refused(
         assert "no longer sold" in answer["error_message"] and "nothing" in answer["error_message"]
     with sqlite3.connect(_db(bot_env)) as conn:
         assert conn.execute("SELECT count(*) FROM star_payments").fetchone() == (0,)
+
+
+async def test_a_payment_for_terms_no_longer_sold_is_refunded_or_its_failure_told(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+) -> None:
+    """A payment whose price is not the plan's (paid between a change of the plans file
+    and the pre-checkout's answer): refunded at once, the payer told. When Telegram does
+    not take the refund (a 500), the payer is told it did not go through and every admin
+    gets the charge id: the Stars were taken and nothing was booked for them."""
+    bot = app_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN)))
+    await bot.start()
+    paid = fake_telegram.successful_payment_update(BUYER, "plan:pro:1:30", 1)
+    mark = fake_telegram.mark()
+    fake_telegram.inject_update(paid)
+    [told] = await fake_telegram.wait_sent(BUYER, 1, timeout=20, since=mark)
+    assert "⭐ was refunded and nothing changed" in told.text
+    assert len(fake_telegram.refunds) == 1
+
+    fake_telegram.hold_refunds(made=False)
+    paid = fake_telegram.successful_payment_update(BUYER, "plan:pro:2:30", 2)
+    charge = paid["message"]["successful_payment"]["telegram_payment_charge_id"]
+    mark = fake_telegram.mark()
+    fake_telegram.inject_update(paid)
+    await fake_telegram.wait_request(
+        "refundStarPayment", lambda r: r.params.get("telegram_payment_charge_id") == charge, 20
+    )
+    fake_telegram.release_refunds()
+    [told] = await fake_telegram.wait_sent(BUYER, 1, timeout=20, since=mark)
+    assert "automatic refund of your 2 ⭐ did not go through" in told.text
+    [notice] = await fake_telegram.wait_sent(ADMIN, 1, timeout=20, since=mark)
+    assert "automatic refund failed" in notice.text and charge in notice.text
+    assert len(fake_telegram.refunds) == 1
+    with sqlite3.connect(_db(bot_env)) as conn:
+        assert conn.execute("SELECT count(*) FROM star_payments").fetchone() == (0,)
+    await bot.stop()
