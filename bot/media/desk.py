@@ -403,6 +403,9 @@ async def _check_length(data: bytes, declared_s: int, least_held_s: int, max_s: 
     if not played.whole:  # it plays past limit_s, at least least_held_s
         log.info("recording declared %s s plays over %s s: refused", declared_s, limit_s)
         raise MediaRefused(MediaRefusal(MediaProblem.LONGER_THAN_HELD, declared_s, limit_s))
+    if played.seconds == 0:  # headers and no sound: a provider would bill its minimum
+        log.info("recording declared %s s plays 0 s: refused", declared_s)
+        raise MediaRefused(MediaRefusal(MediaProblem.NO_SOUND))
     real = math.ceil(played.seconds)
     if real > least_held_s:
         log.info("recording declared %s s plays %s s: refused", declared_s, real)

@@ -32,6 +32,7 @@ class MediaProblem(StrEnum):
     NO_SPEECH = "media_no_speech_provider"  # no speech key configured or all cooling
     NOTHING_HEARD = "media_nothing_heard"  # a transcript with no words
     EMPTY_RECORDING = "media_empty_recording"  # a recording of 0 bytes
+    NO_SOUND = "media_no_sound"  # a whole container whose frames play 0 s (cut short)
     LONGER_THAN_DECLARED = "media_longer_than_declared"  # limit = declared s, found = s
     LONGER_THAN_HELD = "media_longer_than_held"  # plays past found s (walk stopped there)
     UNMEASURED_RECORDING = "media_unmeasured_recording"  # its length cannot be proven

@@ -165,6 +165,13 @@ def media_refusal_text(refusal: MediaRefusal, *, tz: str) -> str:
             "🎙 This recording is empty (0 bytes): there is nothing to transcribe. "
             "Nothing was charged."
         )
+    if p is MediaProblem.NO_SOUND:
+        return _free(
+            _(
+                "🎙 This recording plays for 0 s: it holds no sound to transcribe (it may "
+                "have been cut short)."
+            )
+        )
     if p is MediaProblem.LONGER_THAN_DECLARED:
         return _(
             "🎙 This recording plays for {found} s, but its message says {declared} s, and "

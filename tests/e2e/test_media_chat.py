@@ -263,8 +263,9 @@ async def test_a_voice_note_longer_than_declared_or_empty_never_reaches_a_provid
     """A real 2.42-second Ogg Opus note declared 0 s long: held on the declared length,
     downloaded, its packets play 3 s, more than Mistral's 1-second hold, so it is
     refused with both lengths and the hold released; a 0-byte note is refused before any
-    download, and one whose message claims 100 bytes but downloads none after it; no
-    transcription request, nothing settled."""
+    download, and one whose message claims 100 bytes but downloads none after it; a note
+    cut after its headers plays 0 s and is refused too; no transcription request,
+    nothing settled."""
     bot = app_factory()
     await bot.start()
     mark = fake_telegram.mark()
@@ -279,6 +280,10 @@ async def test_a_voice_note_longer_than_declared_or_empty_never_reaches_a_provid
         reply = await _reply(fake_telegram, 93, mark)
         assert "empty (0 bytes)" in reply.text and "Nothing was charged" in reply.text
     assert len(fake_telegram.files.downloads) == 2, "the 0-byte one is never downloaded"
+    mark = fake_telegram.mark()
+    fake_telegram.inject_voice(93, VOICE[:500], duration=3)  # its headers, no sound
+    reply = await _reply(fake_telegram, 93, mark)
+    assert "plays for 0 s" in reply.text and "Nothing was charged" in reply.text
     assert fake_providers.transcriptions == [] and fake_providers.requests == []
     await bot.stop()
     with sqlite3.connect(Path(bot.env["DATABASE_URL"].split("///", 1)[1])) as db:
