@@ -133,7 +133,8 @@ class ReconcileReport:
         rows = len(ex.lines) or len(ex.costs)
         out = [
             f"🧾 Reconcile {self.key_name} with {ex.file_name} ({ex.layout}, "
-            f"{'hourly' if ex.granularity == 'hour' else 'daily'}, {rows} rows, "
+            f"{'hourly' if ex.granularity == 'hour' else 'daily'}, {rows} "
+            f"row{'' if rows == 1 else 's'}, "
             f"billing zone {ex.tz})",
             f"Period {self.start:%Y-%m-%d %H:%M} – {self.end:%Y-%m-%d %H:%M} UTC: ledger "
             f"{usd_text(self.ledger_musd)}, export {usd_text(self.export_musd)}",
@@ -256,7 +257,11 @@ def _period(cmp: Comparison, export: ProviderExport) -> tuple[Step, int | None]:
     step = Step("period", found.ok, found.lines)
     left_out = len(export.lines) - sum(len(v) for v in cmp.lines.values())
     if left_out:
-        step.lines.insert(0, f"{left_out} rows of the export outside the period left out")
+        step.lines.insert(
+            0,
+            f"{left_out} row{'' if left_out == 1 else 's'} of the export outside the period"
+            " left out",
+        )
     return step, found.shift_h
 
 

@@ -210,7 +210,8 @@ def _provider_lines(status: LedgerStatus, cascade: Cascade) -> list[str]:
         flags = "" if p.enabled else " DISABLED"
         paid = " paid" if p.paid else ""
         lines.append(
-            f"• {p.name}{paid}{flags}: {calls} calls{estimated}, {money}, "
+            f"• {p.name}{paid}{flags}: {calls} call{'' if calls == 1 else 's'}{estimated}, "
+            f"{money}, "
             f"circuit {p.state}{cooldown}{models}"
         )
     return lines
