@@ -102,7 +102,7 @@ async def test_a_deepseek_download_corrects_a_timed_out_call_and_bad_files_chang
     # booking at the tokens its hold was sized on): a difference, not a match
     assert "1. period: ⚠️ differs" in summed and "ledger 2,593 tokens, export 3,540" in summed
     report = await _send(fake_telegram, served, "usage.zip", "/reconcile deepseek apikey=kopek")
-    assert "(DeepSeek amount sheet + DeepSeek cost sheet, daily, 1 rows" in report
+    assert "(DeepSeek amount sheet + DeepSeek cost sheet, daily, 1 row," in report
     assert "1. period: ✅ match" in report and "1 estimated bookings can be corrected" in report
     applied = await _ask(fake_telegram, ADMIN, "/reconcile apply")
     assert applied.startswith("✅ 1 estimated bookings corrected")

@@ -167,7 +167,8 @@ async def test_the_panels_show_what_budget_reports_for_the_same_books(
         p = providers[name]
         assert p["paid"] is paid
         settled = f"settled {p['text']['settled']}, list {p['text']['list']}"
-        assert f"{name}{' paid' if paid else ''}: {p['calls_today']} calls, {settled}" in report
+        noun = "call" if p["calls_today"] == 1 else "calls"
+        assert f"{name}{' paid' if paid else ''}: {p['calls_today']} {noun}, {settled}" in report
     assert providers["groq"]["quota"]["remaining_requests"] is not None  # Groq's headers
     [top] = state["top_users"]
     assert f"{top['user_id']}: settled {top['text']['settled']}" in report

@@ -134,7 +134,8 @@ async def test_the_page_shows_what_budget_reports_and_drives_the_kill_switch(
     }
     for name, label in (("groq", "groq"), ("deepseek", "deepseek paid")):
         _key, tier, circuit, _cooldown, calls, settled, listed, _quota = rows[name]
-        line = f"{label}: {calls} calls, settled {settled}, list {listed}, circuit {circuit}"
+        noun = "call" if str(calls) == "1" else "calls"
+        line = f"{label}: {calls} {noun}, settled {settled}, list {listed}, circuit {circuit}"
         assert line in report
         assert tier == ("paid" if name == "deepseek" else "free")
     top = await page.locator("#top-users tbody tr td").all_text_contents()

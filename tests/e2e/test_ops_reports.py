@@ -27,7 +27,7 @@ EVENING = datetime(2026, 3, 3, 20, 30, tzinfo=UTC)
 NEXT_MORNING = datetime(2026, 3, 4, 8, 0, 30, tzinfo=UTC)
 
 _BUDGET_KEY = re.compile(
-    r"^• (\w+)(?: paid)?: (\d+) calls, settled (\$[\d.]+), list (\S+), circuit"
+    r"^• (\w+)(?: paid)?: (\d+) calls?, settled (\$[\d.]+), list (\S+), circuit"
 )
 _REPORT_KEY = re.compile(
     r"^• (\w+) \((?:free|paid)\): (\d+) calls?, settled (\$[\d.]+), list (\S+)$"
