@@ -421,6 +421,7 @@ def _workflow(
         summaries=chat.summaries,
         chat_moves=chat.moves,
         profiles=chat.profiles,
+        languages=chat.profiles.reply_languages(),
         i18n=core.i18n,
         ledger=core.ledger,
         cascade=cascade,
@@ -474,7 +475,6 @@ def _add_middlewares(
         core.i18n,
         on_drop=lambda: dropped.labels("update_rate").inc(),
         shared=core.replicas.update_rates(clock),  # replicas count a payer's updates over all
-        language_of=chat.profiles.stored_language,  # the notice speaks the /lang choice
         admin_ids=settings.admin_ids,  # their free commands are not counted
     )
     if barrier is not None:  # the first update middleware: sees every update end

@@ -30,6 +30,7 @@ from scheduler.runner import DigestConfig
 
 if TYPE_CHECKING:  # bot.ops.watch imports aiogram, which the settings' checks must not
     from bot.chat.streaming.session import StreamConfig
+    from bot.middlewares.languages import ReplyLanguages
     from bot.ops.anomaly_watch import AnomalyConfig
     from bot.ops.watch import WatchConfig
 
@@ -237,6 +238,12 @@ class ProfileStoreAdapter:
         they first wrote); ``None`` for a user without a profile. Only reads."""
         profile = await self._repo.get(user_id)
         return profile.language if profile is not None else None
+
+    def reply_languages(self) -> ReplyLanguages:
+        """The languages of replies outside the profile middleware, read from here."""
+        from bot.middlewares.languages import ReplyLanguages  # aiogram: not at import time
+
+        return ReplyLanguages(self.stored_language)
 
     async def set_tz(self, user_id: int, tz: str) -> None:
         await self._repo.set_tz(user_id, tz)

@@ -16,8 +16,9 @@ from aiogram.utils.i18n import I18n
 
 from bot.access.store import AccessBook
 from bot.chat.delivery import send_text
+from bot.middlewares.languages import TELEGRAM_ONLY, ReplyLanguages
 from bot.text.access import group_not_enabled_text
-from bot.text.i18n import in_locale, pick_language
+from bot.text.i18n import in_locale
 from budget.kernel.clock import Clock
 
 __all__ = ["create_access_router", "on_my_chat_member"]
@@ -34,6 +35,7 @@ async def on_my_chat_member(
     access: AccessBook,
     i18n: I18n,
     admin_ids: frozenset[int],
+    languages: ReplyLanguages = TELEGRAM_ONLY,
 ) -> None:
     """The bot was added to (or removed from) a chat."""
     chat = event.chat
@@ -56,7 +58,8 @@ async def on_my_chat_member(
     if not access.allowlist or chat.id in lists.chats:
         return
     if await access.store.notice_due(chat.id, every=None):
-        with in_locale(i18n, pick_language(None, adder.language_code)):
+        language = await languages.of(adder)
+        with in_locale(i18n, language):
             text = group_not_enabled_text()
         await send_text(bot, chat.id, text, clock=clock)
     log.info("leaving chat %s: added by %s, not enabled there", chat.id, adder.id)

@@ -1,6 +1,7 @@
 """Last line of defence: an exception no handler expected becomes a template reply.
 
-The user (or admin) gets the "something went wrong" template in their language (in the
+The user (or admin) gets the "something went wrong" template in their language (their
+/lang choice, read by :mod:`bot.middlewares.languages`; in the
 message's forum topic) — never the exception text — and the full traceback goes to the
 log. It says "nothing was charged" only for a command (commands start no LLM call); for
 a chat message this handler cannot ask the ledger about an operation, so it says nothing
@@ -22,11 +23,12 @@ from prometheus_client import Counter
 
 from bot.chat.delivery import send_text
 from bot.chat.failures import UNDELIVERABLE, record_delivery_failure
+from bot.middlewares.languages import TELEGRAM_ONLY, ReplyLanguages
 from bot.middlewares.topics import in_topic_of
 from bot.ops.admin_notices import AdminNotifier
 from bot.storage.repos import is_storage_failure
 from bot.text import templates
-from bot.text.i18n import in_locale, pick_language
+from bot.text.i18n import in_locale
 from budget.kernel.clock import Clock
 from budget.types import Refusal, RefusalReason
 
@@ -42,6 +44,7 @@ async def on_error(
     i18n: I18n,
     notifier: AdminNotifier,
     delivery_failures: Counter | None = None,
+    languages: ReplyLanguages = TELEGRAM_ONLY,
 ) -> None:
     """An exception no handler expected: the template reply (module docstring)."""
     message = event.update.message
@@ -61,9 +64,10 @@ async def on_error(
         log.error("unhandled error in a handler", exc_info=event.exception)
     if message is None:
         return
-    code = message.from_user.language_code if message.from_user else None
+    # the sender's /lang choice, else (it cannot be read: the database failed) Telegram's
+    language = await languages.of(message.from_user)
     is_command = (message.text or "").startswith("/")
-    with in_locale(i18n, pick_language(None, code)):
+    with in_locale(i18n, language):
         if storage:
             text = templates.refusal_text(Refusal(RefusalReason.UNAVAILABLE), tz="UTC")
         else:

@@ -34,13 +34,14 @@ from bot.media.desk import FileRef, MediaDesk, Prepared
 from bot.media.links import find_link
 from bot.media.refusals import MediaRefusal
 from bot.middlewares.context import IntakeStatus, UserContext
+from bot.middlewares.languages import TELEGRAM_ONLY, ReplyLanguages
 from bot.middlewares.rate import SPENDS
 from bot.middlewares.topics import topic_of
 from bot.storage.repos import Conversation
 from bot.text import media as texts
 from bot.text import templates
 from bot.text.access import plan_no_media_text
-from bot.text.i18n import in_locale, pick_language
+from bot.text.i18n import in_locale
 from budget.errors import BudgetError, HoldRefused
 from budget.types import Refusal, RefusalReason
 from llm.providers.vision import PhotoSize
@@ -217,24 +218,26 @@ async def _proceed(
         return await _refuse(message, text, "unavailable", data)
 
     async def run() -> IntakeStatus:
-        return await answer_turn(
-            message,
-            data["bot"],
-            prepared.text,
-            user_ctx,
-            data["chat_service"],
-            data["clock"],
-            data["refusals"],
-            data["outbox"],
-            data["stale_after_s"],
-            data.get("delivery_failures"),
-            data.get("streams"),
-            data.get("stream_config"),
-            data.get("stream_metrics"),
-            data.get("stop_book"),
-            media=prepared.turn,
-            **{key: data.get(key) for key in _TURN_PARTS},
-        )
+        # also run from a Go ahead press, whose update has no user_ctx: its language
+        with in_locale(data["i18n"], user_ctx.language):
+            return await answer_turn(
+                message,
+                data["bot"],
+                prepared.text,
+                user_ctx,
+                data["chat_service"],
+                data["clock"],
+                data["refusals"],
+                data["outbox"],
+                data["stale_after_s"],
+                data.get("delivery_failures"),
+                data.get("streams"),
+                data.get("stream_config"),
+                data.get("stream_metrics"),
+                data.get("stop_book"),
+                media=prepared.turn,
+                **{key: data.get(key) for key in _TURN_PARTS},
+            )
 
     if not quote.ask:
         return await run()
@@ -294,17 +297,22 @@ def _window_name(level: str, window: str) -> str:
 
 
 async def on_confirm(
-    query: CallbackQuery, bot: Bot, confirmations: Confirmations, i18n: I18n
+    query: CallbackQuery,
+    bot: Bot,
+    confirmations: Confirmations,
+    i18n: I18n,
+    languages: ReplyLanguages = TELEGRAM_ONLY,
 ) -> None:
     """Go ahead / Cancel on a price question: only its sender's press counts, once,
-    within CONFIRM_TTL_SECONDS."""
+    within CONFIRM_TTL_SECONDS. The presser is told in his language; the answer that
+    Go ahead starts speaks its message's (the work's own ``in_locale``)."""
     _, action, token = (query.data or "::").split(":", 2)
     message = query.message
     if message is None:
         return
     chat_id = message.chat.id
     user_id = query.from_user.id
-    with in_locale(i18n, pick_language(None, query.from_user.language_code)):
+    with in_locale(i18n, await languages.of(query.from_user)):
         if action == "no":
             result = confirmations.cancel(token, user_id, chat_id)
             pending = None

@@ -26,10 +26,11 @@ from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind, r
 from bot.chat.reply import Courier, reply_of
 from bot.chat.service import ChatService
 from bot.middlewares.context import IntakeStatus
+from bot.middlewares.languages import TELEGRAM_ONLY, ReplyLanguages
 from bot.middlewares.topics import in_topic
 from bot.storage.summaries import CostFooters
 from bot.text import conversation
-from bot.text.i18n import in_locale, pick_language
+from bot.text.i18n import in_locale
 from budget.kernel.clock import Clock
 
 __all__ = ["create_regenerate_router", "send_duplicate_notice"]
@@ -69,13 +70,15 @@ async def on_regenerate(
     ledger: HoldReader,
     cost_footers: CostFooters,
     delivery_failures: Counter | None = None,
+    languages: ReplyLanguages = TELEGRAM_ONLY,
 ) -> None:
     """The regenerate button: its own user's question, answered again (a new, paid
     request) in the chat and topic it was asked in; anyone else's press, an expired
     button or a copy being answered now changes nothing."""
     token = (query.data or "").removeprefix(REGENERATE_PREFIX)
     ask = duplicates.button(token, query.from_user.id)
-    language = ask.language if ask else pick_language(None, query.from_user.language_code)
+    # the asker's language as asked; for a press on no live question, the presser's
+    language = ask.language if ask else await languages.of(query.from_user)
     with in_locale(i18n, language):
         key = duplicates.start_regenerate(ask) if ask is not None else None
         with contextlib.suppress(TelegramAPIError):

@@ -2,8 +2,10 @@
 successful payment puts the payer on the plan, a refund takes it back
 (``docs/access.md#telegram-stars``; :mod:`bot.access.stars`, :mod:`bot.access.sales`).
 
-The pre-checkout handler reads memory only (the plans file, the access lists) and
-answers before anything else: Telegram waits 10 seconds for it. The payment handlers are
+The pre-checkout handler reads memory (the plans file, the access lists), the payer's
+plan (bounded) and, for a refusal only, the payer's language (bounded:
+:mod:`bot.middlewares.languages`), and answers before anything else: Telegram waits 10
+seconds for it. The payment handlers are
 exempt from the update rate (a ``successful_payment`` is money already taken: it is
 never dropped) and the access gate lets them through.
 """
@@ -12,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from aiogram import Bot, F, Router
 from aiogram.filters import Command, CommandObject
 from aiogram.types import LabeledPrice, Message, PreCheckoutQuery
+from aiogram.utils.i18n import I18n
 
 from bot.access.sales import PlanSales
 from bot.access.stars import (
@@ -32,8 +36,10 @@ from bot.handlers.subscriptions import on_cancel_renewal, send_subscription_link
 from bot.handlers.unsold import refund_unsold
 from bot.handlers.wallet import on_topup, wallet_paid, wallet_pre_checkout, wallet_refunded
 from bot.middlewares.context import UserContext
+from bot.middlewares.languages import TELEGRAM_ONLY, ReplyLanguages
 from bot.middlewares.rate import NOT_RATE_LIMITED
 from bot.ops.admin_notices import AdminNotifier
+from bot.text.i18n import in_locale
 from bot.text.stars import (
     buy_line,
     buy_list_text,
@@ -63,9 +69,10 @@ PLAN_CHECK_S = 3.0
 
 async def _plan_held(
     plan_sales: PlanSales, user_id: int, target: str, clock: Clock, tz: str
-) -> str | None:
-    """The refusal when buying ``target`` would cut the user's other plan short
-    (:func:`bot.access.stars.cuts_short`), else ``None``.
+) -> Callable[[], str] | None:
+    """The refusal (its text, to be written in the reader's language) when buying
+    ``target`` would cut the user's other plan short (:func:`bot.access.stars.cuts_short`),
+    else ``None``.
 
     Raises:
         budget.errors.LedgerUnavailable: the plan could not be read.
@@ -78,7 +85,9 @@ async def _plan_held(
     held = plan_sales.plans.by_name.get(status.plan)
     title = held.title if held is not None else status.plan
     until = status.plan_until
-    return plan_held_text(title, None if until is None else format_reset(until, tz, with_date=True))
+    return lambda: plan_held_text(
+        title, None if until is None else format_reset(until, tz, with_date=True)
+    )
 
 
 async def on_buy(
@@ -110,7 +119,7 @@ async def on_buy(
         return
     held = await _plan_held(plan_sales, user_ctx.user_id, plan.name, clock, user_ctx.tz)
     if held is not None:  # another plan with days left: never sold over it
-        await send_text(bot, message.chat.id, held, clock=clock)
+        await send_text(bot, message.chat.id, held(), clock=clock)
         return
     if plan.renews:
         await send_subscription_link(message, bot, clock, plan)
@@ -126,33 +135,46 @@ async def on_buy(
 
 
 async def on_pre_checkout(
-    query: PreCheckoutQuery, bot: Bot, clock: Clock, plan_sales: PlanSales, access: AccessBook
+    query: PreCheckoutQuery,
+    bot: Bot,
+    clock: Clock,
+    plan_sales: PlanSales,
+    access: AccessBook,
+    i18n: I18n,
+    languages: ReplyLanguages = TELEGRAM_ONLY,
 ) -> None:
     """Answer at once: ``ok`` when the plan is still sold on the invoice's terms and the
-    payer may use the bot, else the refusal Telegram shows (nothing is charged). A
-    wallet top-up's: :func:`bot.handlers.wallet.wallet_pre_checkout`."""
-    if query.invoice_payload.startswith(WALLET_PREFIX):
-        await wallet_pre_checkout(query, bot, plan_sales, access)
+    payer may use the bot, else the refusal Telegram shows (nothing is charged), in the
+    payer's language — read for a refusal only: an ``ok`` waits for nothing more."""
+    refusal = await _pre_checkout_refusal(query, clock, plan_sales, access)
+    if refusal is None:
+        await bot.answer_pre_checkout_query(query.id, ok=True)
         return
+    with in_locale(i18n, await languages.of(query.from_user)):
+        text = refusal()
+    await bot.answer_pre_checkout_query(query.id, ok=False, error_message=text)
+
+
+async def _pre_checkout_refusal(
+    query: PreCheckoutQuery, clock: Clock, plan_sales: PlanSales, access: AccessBook
+) -> Callable[[], str] | None:
+    """Why the pre-checkout is refused (its text), ``None`` when it is not. A wallet
+    top-up's: :func:`bot.handlers.wallet.wallet_pre_checkout`."""
+    if query.invoice_payload.startswith(WALLET_PREFIX):
+        return await wallet_pre_checkout(query, plan_sales, access)
     plan = check_terms(plan_sales.plans, query.invoice_payload, query.currency, query.total_amount)
     banned = query.from_user.id in (await access.lists()).banned
-    if plan is not None and not banned:
-        try:  # one ledger read, bounded: Telegram waits 10 s for the answer
-            async with asyncio.timeout(PLAN_CHECK_S):
-                held = await _plan_held(plan_sales, query.from_user.id, plan.name, clock, "UTC")
-        except (TimeoutError, BudgetError):
-            held = plan_check_failed_text()
-        if held is not None:
-            log.info("pre-checkout %s refused: the payer's plan would be cut short", query.id)
-            await bot.answer_pre_checkout_query(query.id, ok=False, error_message=held)
-            return
     if plan is None or banned:
         log.info("pre-checkout %s refused (plan sold: %s)", query.id, plan is not None)
-        await bot.answer_pre_checkout_query(
-            query.id, ok=False, error_message=pre_checkout_refused_text()
-        )
-        return
-    await bot.answer_pre_checkout_query(query.id, ok=True)
+        return pre_checkout_refused_text
+    try:  # one ledger read, bounded: Telegram waits 10 s for the answer
+        async with asyncio.timeout(PLAN_CHECK_S):
+            held = await _plan_held(plan_sales, query.from_user.id, plan.name, clock, "UTC")
+    except (TimeoutError, BudgetError):
+        return plan_check_failed_text
+    if held is not None:
+        log.info("pre-checkout %s refused: the payer's plan would be cut short", query.id)
+    return held
 
 
 async def on_paid(

@@ -23,10 +23,11 @@ from bot.chat.delivery import send_text
 from bot.chat.payer import payer_id
 from bot.chat.streaming.registry import STOP_PREFIX, StopResult, StreamRegistry
 from bot.chat.streaming.session import StreamConfig
+from bot.middlewares.languages import TELEGRAM_ONLY, ReplyLanguages
 from bot.middlewares.rate import NOT_RATE_LIMITED
 from bot.text import operator as operator_texts
 from bot.text import templates
-from bot.text.i18n import in_locale, pick_language
+from bot.text.i18n import in_locale
 from budget.kernel.clock import Clock
 
 __all__ = ["create_stream_router"]
@@ -48,6 +49,7 @@ async def on_stop_button(
     i18n: I18n,
     admin_ids: frozenset[int],
     over_rate: bool = False,
+    languages: ReplyLanguages = TELEGRAM_ONLY,
 ) -> None:
     """The inline Stop button of an edited message: the sender or an admin stops it;
     the presser alone is told what the press did."""
@@ -58,13 +60,6 @@ async def on_stop_button(
     if result is StopResult.GONE and streams.stop_relay is not None:
         # behind a webhook the press may reach a replica that is not writing the answer
         result = await streams.stop_relay.relay(token, user_id, is_admin=is_admin)
-    # a press carries no stored profile: the presser's Telegram language it is
-    with in_locale(i18n, pick_language(None, query.from_user.language_code)):
-        text = {
-            StopResult.STOPPED: templates.stopping_text,
-            StopResult.DENIED: templates.stop_denied_text,
-            StopResult.GONE: templates.stop_gone_text,
-        }[result]()
     log.info(
         "stop button in chat %s: %s",
         query.message.chat.id if query.message else "?",
@@ -72,6 +67,14 @@ async def on_stop_button(
     )
     if over_rate and result is not StopResult.STOPPED:
         return  # a flood of presses gets no answer each (the spinner clears by itself)
+    # the presser's language, read once the press did its work: a stop never waits for it
+    language = await languages.of(query.from_user)
+    with in_locale(i18n, language):
+        text = {
+            StopResult.STOPPED: templates.stopping_text,
+            StopResult.DENIED: templates.stop_denied_text,
+            StopResult.GONE: templates.stop_gone_text,
+        }[result]()
     with contextlib.suppress(TelegramAPIError):  # the spinner clears by itself anyway
         await query.answer(text)
 

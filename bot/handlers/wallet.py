@@ -11,6 +11,7 @@ before the pre-checkout's answer, no rate limit on money already taken).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from aiogram import Bot
 from aiogram.filters import CommandObject
@@ -70,19 +71,17 @@ async def on_topup(
 
 
 async def wallet_pre_checkout(
-    query: PreCheckoutQuery, bot: Bot, plan_sales: PlanSales, access: AccessBook
-) -> None:
-    """Answer a top-up's pre-checkout at once: ``ok`` when it is still sold on the
+    query: PreCheckoutQuery, plan_sales: PlanSales, access: AccessBook
+) -> Callable[[], str] | None:
+    """Why a top-up's pre-checkout is refused (its text, written in the payer's language
+    by :func:`bot.handlers.stars.on_pre_checkout`); ``None``: it is still sold on the
     invoice's terms and the payer may use the bot."""
     terms = plan_sales.wallet.check(query.invoice_payload, query.currency, query.total_amount)
     banned = query.from_user.id in (await access.lists()).banned
     if terms is None or banned:
         log.info("top-up pre-checkout %s refused (sold: %s)", query.id, terms is not None)
-        await bot.answer_pre_checkout_query(
-            query.id, ok=False, error_message=wallet_pre_checkout_refused_text()
-        )
-        return
-    await bot.answer_pre_checkout_query(query.id, ok=True)
+        return wallet_pre_checkout_refused_text
+    return None
 
 
 async def wallet_paid(

@@ -4,8 +4,10 @@ before the update rate, the profile, the intake record or any handler
 
 What a sender who may not use the bot costs: one lookup in memory; in a private chat at
 most one short template a day (its claim is one row of ``access_notices``); in a group
-one line, once, and ``leaveChat``; nothing else — no profile, no intake record, no
-history, no ledger step, no provider call. A banned sender costs the lookup only.
+one line, once, and ``leaveChat``; a template also reads the sender's stored language
+(:mod:`bot.middlewares.languages`: a user once let in keeps his /lang choice); nothing
+else — no profile written, no intake record, no history, no ledger step, no provider
+call. A banned sender costs the lookup only.
 
 Also here, before any other code sees them: ``/start <code>`` (an invite: redeemed or
 refused with a template; wrong codes, and payloads that cannot be a code, are limited
@@ -22,7 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiogram import BaseMiddleware, Bot
+from aiogram import BaseMiddleware
 from aiogram.types import Message, TelegramObject, Update, User
 from aiogram.utils.i18n import I18n
 from sqlalchemy.exc import SQLAlchemyError
@@ -33,6 +35,7 @@ from bot.access.store import AccessBook, Redeemed
 from bot.chat.delivery import send_text
 from bot.chat.payer import is_on_behalf_of_chat, payer_id
 from bot.chat.plans import UserPlans
+from bot.middlewares.languages import languages_in
 from bot.text.access import (
     group_not_enabled_text,
     invite_again_text,
@@ -42,7 +45,7 @@ from bot.text.access import (
     invite_welcome_text,
     not_allowed_text,
 )
-from bot.text.i18n import in_locale, pick_language
+from bot.text.i18n import in_locale
 from bot.text.templates import format_reset
 from budget.kernel.clock import Clock
 from budget.ledger import Ledger
@@ -73,7 +76,7 @@ class AccessGate(BaseMiddleware):
 
     Args:
         book: the lists.
-        i18n: for the templates (in the sender's client language: no profile is read).
+        i18n: for the templates (in the sender's language: :mod:`bot.middlewares.languages`).
         clock: the one clock.
         ledger: puts a user let in by an invite on its plan.
         user_plans: the plans (their titles), and what the features know of users'.
@@ -154,14 +157,14 @@ class AccessGate(BaseMiddleware):
             verdict = Verdict.ALLOW
         code = invite_code(message) if verdict is not Verdict.IGNORE else None
         if code is not None and not is_on_behalf_of_chat(message):
-            await self._redeem(message, sender, code, data["bot"])
+            await self._redeem(message, sender, code, data)
             return None
         if verdict is Verdict.ALLOW:
             return await handler(event, data)
         if verdict is Verdict.REFUSE:
-            await self._refuse(message, sender, data["bot"])
+            await self._refuse(message, sender, data)
         elif verdict is Verdict.LEAVE:
-            await self._leave(message, data["bot"])
+            await self._leave(message, data)
         return None
 
     async def _follow_move(self, message: Message) -> None:
@@ -196,25 +199,24 @@ class AccessGate(BaseMiddleware):
         self._book.changed()
         return claimed
 
-    def _language(self, message: Message) -> str:
-        user = message.from_user
-        return pick_language(None, user.language_code if user is not None else None)
-
-    async def _say(self, bot: Bot, message: Message, text: Callable[[], str]) -> None:
-        with in_locale(self._i18n, self._language(message)):
+    async def _say(self, data: dict[str, Any], message: Message, text: Callable[[], str]) -> None:
+        """``text`` in the sender's language (their /lang choice if they have a profile:
+        :mod:`bot.middlewares.languages`), sent to the message's chat."""
+        language = await languages_in(data).of(message.from_user)
+        with in_locale(self._i18n, language):
             body = text()
-        await send_text(bot, message.chat.id, body, clock=self._clock)
+        await send_text(data["bot"], message.chat.id, body, clock=self._clock)
 
-    async def _refuse(self, message: Message, sender: int, bot: Bot) -> None:
+    async def _refuse(self, message: Message, sender: int, data: dict[str, Any]) -> None:
         """The private "may not use this bot" template, at most once a day."""
         try:
             due = await self._book.store.notice_due(sender)
         except (SQLAlchemyError, OSError):
             return  # cannot record the notice: say nothing rather than every time
         if due:
-            await self._say(bot, message, not_allowed_text)
+            await self._say(data, message, not_allowed_text)
 
-    async def _leave(self, message: Message, bot: Bot) -> None:
+    async def _leave(self, message: Message, data: dict[str, Any]) -> None:
         """A group the bot is not enabled in: one line (once), then ``leaveChat``."""
         chat_id = message.chat.id
         try:
@@ -222,24 +224,24 @@ class AccessGate(BaseMiddleware):
         except (SQLAlchemyError, OSError):
             due = False
         if due:
-            await self._say(bot, message, group_not_enabled_text)
+            await self._say(data, message, group_not_enabled_text)
         log.info("leaving chat %s: not enabled there (ACCESS_MODE=allowlist)", chat_id)
-        await bot.leave_chat(chat_id)
+        await data["bot"].leave_chat(chat_id)
 
-    async def _redeem(self, message: Message, sender: int, code: str, bot: Bot) -> None:
+    async def _redeem(self, message: Message, sender: int, code: str, data: dict[str, Any]) -> None:
         """``/start <code>``: let the sender in (on the invite's plan) or say why not."""
         store = self._book.store
         if not await store.may_try(sender, self._tries):
             return  # past the limit: not looked up, nothing said (said at the limit)
         if not looks_like_code(code):  # cannot be a code: a wrong try, never looked up
-            await self._wrong_try(message, sender, bot, invite_not_a_code_text)
+            await self._wrong_try(message, sender, data, invite_not_a_code_text)
             return
         found = await store.redeem(code_hash(code), sender)
         if found.outcome is Redeemed.INVALID:
-            await self._wrong_try(message, sender, bot, invite_invalid_text)
+            await self._wrong_try(message, sender, data, invite_invalid_text)
             return
         if found.outcome is Redeemed.AGAIN:
-            await self._say(bot, message, invite_again_text)
+            await self._say(data, message, invite_again_text)
             return
         self._book.changed()
         if found.plan is not None and found.plan in self._plans.by_name:
@@ -249,16 +251,16 @@ class AccessGate(BaseMiddleware):
         if not title:
             status = await self._ledger.user_status(sender)
             title = self._plans.get(status.plan).title
-        await self._say(bot, message, lambda: invite_welcome_text(title))
+        await self._say(data, message, lambda: invite_welcome_text(title))
 
     async def _wrong_try(
-        self, message: Message, sender: int, bot: Bot, text: Callable[[], str]
+        self, message: Message, sender: int, data: dict[str, Any], text: Callable[[], str]
     ) -> None:
         """One wrong try counted: ``text`` under the limit, the limit's notice once at
         it (and nothing after: :meth:`_redeem` stops at :meth:`may_try`)."""
         tries, until = await self._book.store.wrong_try(sender)
         if tries < self._tries:
-            await self._say(bot, message, text)
+            await self._say(data, message, text)
         elif tries == self._tries:
             reset = format_reset(until, self._tz)
-            await self._say(bot, message, lambda: invite_tries_text(reset))
+            await self._say(data, message, lambda: invite_tries_text(reset))

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from bot.chat.streaming.registry import StreamRegistry
     from bot.chat.streaming.session import StreamConfig
     from bot.media.desk import MediaDesk
+    from bot.middlewares.languages import ReplyLanguages
     from bot.ops.admin_notices import AdminNotifier
     from bot.ops.dashboard.view import OperatorView
     from bot.ops.drill import Drill
@@ -112,6 +113,8 @@ class WorkflowData(TypedDict):
     #: groups upgraded to supergroups (the service messages' handler tells it)
     chat_moves: ChatMoves
     profiles: ProfileStore
+    #: the language of a reply outside the profile middleware (buttons, errors…)
+    languages: ReplyLanguages
     i18n: I18n
     ledger: Ledger
     cascade: Cascade

@@ -63,9 +63,9 @@ from aiogram.utils.i18n import I18n
 
 from bot.chat.delivery import send_text
 from bot.chat.payer import payer_id
-from bot.storage.repos import is_storage_failure
+from bot.middlewares.languages import languages_in
 from bot.text import templates
-from bot.text.i18n import in_locale, pick_language
+from bot.text.i18n import in_locale
 from budget.errors import BudgetError
 from budget.kernel.clock import Clock
 
@@ -125,10 +125,6 @@ class UpdateRateMiddleware(BaseMiddleware):
         i18n: for the notice's language.
         on_drop: called once per dropped update (a metric), if given.
         shared: the replicas' common window (``None``: this process only).
-        language_of: the sender's stored /lang choice (``None``: none stored), read only
-            when a notice is sent (at most once a minute per user); the notice is in the
-            language every other reply uses (:func:`~bot.text.i18n.pick_language`), and
-            in Telegram's when the profile cannot be read.
         admin_ids: ADMIN_IDS, whose commands are not counted (the module docstring).
     """
 
@@ -139,11 +135,9 @@ class UpdateRateMiddleware(BaseMiddleware):
         i18n: I18n,
         on_drop: Callable[[], None] | None = None,
         shared: SharedRates | None = None,
-        language_of: Callable[[int], Awaitable[str | None]] | None = None,
         admin_ids: frozenset[int] = frozenset(),
     ) -> None:
         self._limit = limit
-        self._language_of = language_of
         self._admin_ids = admin_ids
         self._shared = shared
         self._clock = clock
@@ -256,26 +250,15 @@ class UpdateRateMiddleware(BaseMiddleware):
         if private and isinstance(bot, Bot) and await self._notice_due(payer):
             assert isinstance(chat, Chat)
             log.info("payer %s over %d updates/min: dropping", payer, self._limit)
-            language = pick_language(await self._stored_language(user), user.language_code)
+            # the language every other reply uses, read only when a notice is sent (at
+            # most once a minute per user): bot/middlewares/languages.py
+            language = await languages_in(data).of(user)
             with in_locale(self._i18n, language):
                 text = templates.too_fast_text()
             try:
                 await send_text(bot, chat.id, text, clock=self._clock)
             except TelegramAPIError as exc:
                 log.warning("could not send the too-fast notice: %s", exc.message)
-
-    async def _stored_language(self, user: User) -> str | None:
-        """The user's /lang choice, ``None`` without one or when it cannot be read (the
-        notice is still sent, in Telegram's language)."""
-        if self._language_of is None:
-            return None
-        try:
-            return await self._language_of(user.id)
-        except Exception as exc:  # a storage failure must not stop the notice
-            if not is_storage_failure(exc):
-                raise
-            log.warning("stored language not readable; the too-fast notice uses Telegram's")
-            return None
 
     async def _shared_allow(self, payer: int, event: TelegramObject, data: dict[str, Any]) -> bool:
         """The replicas' window (True without one, or when it cannot be written). A
