@@ -221,7 +221,7 @@ def sum_attempts(
 
 async def read_refusals(engine: AsyncEngine, day_keys: Sequence[str]) -> dict[str, int]:
     """Refusal events of the ledger's ``day_keys``, per reason (what ``/budget``'s
-    "Refusals today" counts for one day).
+    "Ledger refusals today" counts for one day).
 
     Raises:
         sqlalchemy.exc.SQLAlchemyError: the books cannot be read.

@@ -333,6 +333,18 @@ class Intake:
             )
             return int(count or 0)
 
+    async def count_refused_today(self, since: datetime) -> int:
+        """Messages taken in since ``since`` and answered with a refusal template (status
+        ``refused``): the ledger's, and those said before any hold (a file or recording
+        that cannot be read, an input too long) — /budget's "Messages refused today"."""
+        async with self._sessions() as session:
+            count = await session.scalar(
+                select(func.count(SeenMessage.id)).where(
+                    SeenMessage.received_at >= since, SeenMessage.status == "refused"
+                )
+            )
+            return int(count or 0)
+
 
 @dataclass(frozen=True, slots=True)
 class Conversation:

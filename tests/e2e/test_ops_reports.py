@@ -127,7 +127,8 @@ async def test_the_daily_and_weekly_reports_give_budgets_figures_once(
         assert found == expected
         assert (
             _line(report, "Refusals: ")
-            == "Refusals: " + _line(budget, "Refusals today: ")[len("Refusals today: ") :]
+            == "Refusals: "
+            + _line(budget, "Ledger refusals today: ")[len("Ledger refusals today: ") :]
         )
         top = re.findall(r"^• (\d+): settled (\$[\d.]+), held \$0\.000000$", budget, re.M)
         assert _line(report, "Top users: ") == "Top users: " + ", ".join(f"{u} {m}" for u, m in top)

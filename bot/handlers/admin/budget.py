@@ -109,9 +109,12 @@ async def _report(
     top = await ledger.top_users(10)
     day_key, day_start, _end = day_bounds(clock.now(), tz)
     messages_today = await intake.count_today(day_start)
+    refused = await intake.count_refused_today(day_start)
     teams = [await ledger.team_status(name) for name in sorted(status.teams)]
     stops = await stop_book.totals(day_key) if stop_book is not None else None
-    return render_budget(status, top, cascade, tz, messages_today, teams, stops)
+    return render_budget(
+        status, top, cascade, tz, messages_today, teams, stops, messages_refused=refused
+    )
 
 
 def _bucket(b: BucketStatus, tz: str) -> str:
@@ -132,14 +135,17 @@ def render_budget(
     messages_today: int,
     teams: list[TeamStatus] | None = None,
     stops: StopTotals | None = None,
+    *,
+    messages_refused: int = 0,
 ) -> str:
     """The /budget report (``teams``: each team's status, for its buckets; ``stops``:
-    today's stopped streamed answers, from the ledger's holds)."""
+    today's stopped streamed answers, from the ledger's holds; ``messages_refused``:
+    today's messages answered with any refusal template)."""
     lines = [f"📒 Budget at {status.at:%Y-%m-%d %H:%M} UTC (windows cut in {tz})"]
     lines += _kill_lines(status)
     lines += _bucket_lines(status, top, tz, teams or [])
     lines += _provider_lines(status, cascade)
-    lines += _day_lines(status, cascade, messages_today, stops)
+    lines += _day_lines(status, cascade, (messages_today, messages_refused), stops)
     return "\n".join(lines)
 
 
@@ -218,10 +224,12 @@ def _provider_lines(status: LedgerStatus, cascade: Cascade) -> list[str]:
 
 
 def _day_lines(
-    status: LedgerStatus, cascade: Cascade, messages_today: int, stops: StopTotals | None
+    status: LedgerStatus, cascade: Cascade, messages: tuple[int, int], stops: StopTotals | None
 ) -> list[str]:
     """Today's figures: paid-anchor calls, spend by origin, requests per message,
-    refusals, stops, the estimate's accuracy and the expired holds."""
+    refusals, stops, the estimate's accuracy and the expired holds (``messages``: today's
+    messages taken in, and those of them refused)."""
+    messages_today, refused = messages
     lines: list[str] = []
     paid_names = {p.name for p in cascade.provider_status() if p.paid}
     paid_today = sum(p.calls for p in status.providers if p.provider in paid_names)
@@ -235,7 +243,10 @@ def _day_lines(
         f"({per_msg} per message)"
     )
     refusals = ", ".join(f"{r} {n}" for r, n in sorted(status.refusals_today.items()))
-    lines.append(f"Refusals today: {refusals or 'none'}")
+    # the ledger's refusal events (holds refused, digests' too); a message refused before
+    # any hold (a file, a recording, a length) is in the messages' count only
+    lines.append(f"Ledger refusals today: {refusals or 'none'}")
+    lines.append(f"Messages refused today: {refused} (any refusal template, the ledger's too)")
     if status.by_plan.spend_musd or status.by_plan.refusals:
         plans = sorted(set(status.by_plan.spend_musd) | {p for p, _ in status.by_plan.refusals})
         parts = []
