@@ -30,7 +30,7 @@ from bot.access.stars import (
     parse_payload,
 )
 from bot.access.store import AccessBook
-from bot.access.wallet import WALLET_PREFIX
+from bot.access.wallet import WALLET_PREFIX, parse_wallet_payload
 from bot.chat.delivery import send_text
 from bot.handlers.subscriptions import on_cancel_renewal, send_subscription_link, subscription_paid
 from bot.handlers.unsold import refund_unsold
@@ -52,6 +52,7 @@ from bot.text.stars import (
     plan_check_failed_text,
     plan_held_text,
     pre_checkout_refused_text,
+    pre_checkout_unknown_text,
 )
 from bot.text.templates import format_reset
 from budget.errors import BudgetError
@@ -160,7 +161,11 @@ async def _pre_checkout_refusal(
 ) -> Callable[[], str] | None:
     """Why the pre-checkout is refused (its text), ``None`` when it is not. A wallet
     top-up's: :func:`bot.handlers.wallet.wallet_pre_checkout`."""
-    if query.invoice_payload.startswith(WALLET_PREFIX):
+    payload = query.invoice_payload
+    if parse_payload(payload) is None and parse_wallet_payload(payload) is None:
+        log.info("pre-checkout %s refused: not an invoice of this bot", query.id)
+        return pre_checkout_unknown_text
+    if payload.startswith(WALLET_PREFIX):
         return await wallet_pre_checkout(query, plan_sales, access)
     plan = check_terms(plan_sales.plans, query.invoice_payload, query.currency, query.total_amount)
     banned = query.from_user.id in (await access.lists()).banned

@@ -23,6 +23,7 @@ __all__ = [
     "plan_check_failed_text",
     "plan_held_text",
     "pre_checkout_refused_text",
+    "pre_checkout_unknown_text",
     "refund_failed_text",
     "renewal_cancelled_text",
     "renewal_refunded_text",
@@ -75,6 +76,15 @@ def pre_checkout_refused_text() -> str:
     return _(
         "This plan is no longer sold on these terms, so nothing was charged. "
         "Send /buy to see the plans now."
+    )
+
+
+def pre_checkout_unknown_text() -> str:
+    """The pre-checkout's ``error_message`` for an invoice the bot never issued (its
+    payload is none of a plan's or a top-up's): nothing was ever sold on it."""
+    return _(
+        "This invoice is not one this bot recognises, so nothing was charged. "
+        "Send /buy to see the plans you can buy."
     )
 
 

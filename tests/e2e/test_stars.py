@@ -142,6 +142,25 @@ async def test_a_pre_checkout_for_a_plan_no_longer_sold_is_refused(
         assert conn.execute("SELECT count(*) FROM star_payments").fetchone() == (0,)
 
 
+async def test_a_pre_checkout_for_an_invoice_the_bot_never_issued_says_so(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+) -> None:
+    """A payload that is no plan's or top-up's (garbage, a cut plan payload, a malformed
+    top-up) was never sold: answered ok=false with an error_message saying the invoice is
+    not recognised, not that it is "no longer sold"; nothing is booked."""
+    bot = app_factory(env=bot_env)
+    await bot.start()
+    for payload in ("garbage", "plan:pro", "wallet:many:stars", "plan:pro:250:30:x"):
+        query = fake_telegram.inject_pre_checkout_query(BUYER, payload, 250)
+        answer = await _answer(fake_telegram, query)
+        assert answer["ok"] is False
+        text = answer["error_message"]
+        assert "not one this bot recognises" in text and "nothing was charged" in text, text
+        assert "no longer sold" not in text
+    with sqlite3.connect(_db(bot_env)) as conn:
+        assert conn.execute("SELECT count(*) FROM star_payments").fetchone() == (0,)
+
+
 async def test_a_payment_for_terms_no_longer_sold_is_refunded_or_its_failure_told(
     app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
 ) -> None:

@@ -18,6 +18,7 @@ from budget.policy.money import usd_to_exact_musd
 from budget.policy.windows import local_instant
 
 __all__ = [
+    "MAX_USD",
     "Repeats",
     "check_usd",
     "count",
@@ -25,6 +26,7 @@ __all__ = [
     "label_of",
     "local_bucket",
     "price_musd",
+    "shown_value",
     "unix_bucket",
     "usd_musd",
     "utc_day",
@@ -35,6 +37,8 @@ __all__ = [
 _MAX_DIGITS = 18
 _WHOLE = re.compile(r"[0-9]{1,18}")
 _WHOLE_FLOAT = re.compile(r"([0-9]{1,18})(?:\.0*)?")
+#: The largest USD amount one row may bill (a larger one is a broken file, not a bill).
+MAX_USD = 10**9
 _WIDTHS: dict[int, Granularity] = {3600: "hour", 86400: "day"}
 
 
@@ -48,10 +52,25 @@ def count(value: str | None, column: str, where: str, *, floats: bool = False) -
     text = (value or "").strip()
     found = (_WHOLE_FLOAT if floats else _WHOLE).fullmatch(text) if text.isascii() else None
     if found is None:
+        whole = text.split(".", 1)[0] if floats else text
+        if whole.isascii() and whole.isdigit() and len(whole) > _MAX_DIGITS:
+            raise ExportFileError(
+                f"{where}: {column} has {len(whole)} digits, over the {_MAX_DIGITS} a token "
+                "count may have"
+            )
         raise ExportFileError(
-            f"{where}: {column} {text[:20]!r} is not a whole number of tokens ≥ 0"
+            f"{where}: {column} {shown_value(text)} is not a whole number of tokens ≥ 0"
         )
     return int(found.group(1) if floats else text)
+
+
+def shown_value(text: str, limit: int = 20) -> str:
+    """``text`` quoted for a refusal (``repr``: control and bidi characters escaped), cut
+    to ``limit`` characters with ``…`` and the full length said, so a cut value is never
+    read as the value itself: ``'12345678901234567890…' (29 characters)``."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}… ({len(text)} characters)"
 
 
 def _decimal(text: str) -> Decimal | None:
@@ -65,16 +84,24 @@ def _decimal(text: str) -> Decimal | None:
 def usd_musd(value: str | Decimal | None, column: str, where: str) -> Decimal:
     """A USD amount ≥ 0 (``$`` allowed) → exact µUSD.
 
+    ``column`` is the field as the file writes it (a CSV header's case, a JSON path).
+
     Raises:
-        ExportFileError: not a number, negative, or over a billion dollars.
+        ExportFileError: not a number, negative, or over :data:`MAX_USD` (one line naming
+            ``column`` and the limit; the value is never cut silently).
     """
     text = value if isinstance(value, Decimal) else (value or "").strip().lstrip("$")
     usd = text if isinstance(text, Decimal) else _decimal(text)
-    shown = str(text)[:20]
     if usd is None:
-        raise ExportFileError(f"{where}: {column} {shown!r} is not a USD amount")
-    if usd < 0 or usd > Decimal(10) ** 9:
-        raise ExportFileError(f"{where}: {column} {shown!r} is not a USD amount ≥ 0")
+        raise ExportFileError(f"{where}: {column} {shown_value(str(text))} is not a USD amount")
+    if usd < 0:
+        raise ExportFileError(
+            f"{where}: {column} {shown_value(str(text))} is negative; an amount is $0 or more"
+        )
+    if usd > MAX_USD:
+        raise ExportFileError(
+            f"{where}: {column} is over ${MAX_USD:,}, the largest amount one row may bill"
+        )
     return usd_to_exact_musd(usd)
 
 
@@ -89,7 +116,7 @@ def price_musd(value: str | None, column: str, where: str) -> Decimal:
     usd = _decimal(text) if text else Decimal(0)
     if usd is None or usd < 0 or usd >= 1:
         raise ExportFileError(
-            f"{where}: {column} {text[:20]!r} is not a price in USD per token (0 ≤ price < 1)"
+            f"{where}: {column} {shown_value(text)} is not a price in USD per token (0 ≤ price < 1)"
         )
     return usd_to_exact_musd(usd)
 

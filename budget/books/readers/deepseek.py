@@ -108,7 +108,7 @@ def read_amount(table: Table, api_key: str | None) -> ReadFile:
             raise ExportFileError(f"{where}: no model")
         if kind not in TYPES:
             raise ExportFileError(f"{where}: type {kind[:40]!r} is not one of {', '.join(TYPES)}")
-        price = price_musd(table.cell(row, "price"), "price", where)
+        price = price_musd(table.cell(row, "price"), table.named("price"), where)
         key = (start, model, name, table.cell(row, "api_key") or "", kind, price)
         if (repeat := seen.seen(key, where)) is not None:
             raise ExportFileError(
@@ -180,7 +180,7 @@ def read_cost(table: Table) -> ReadFile:
             raise ExportFileError(
                 f"{repeat} (the same day, model and wallet): nothing was compared or changed"
             )
-        wallets[wallet] += usd_musd(table.cell(row, "cost"), "cost", where)
+        wallets[wallet] += usd_musd(table.cell(row, "cost"), table.named("cost"), where)
     total = sum(wallets.values(), Decimal(0))
     parts = ", ".join(f"{w} {usd_text(round_musd(v))}" for w, v in sorted(wallets.items()))
     return ReadFile(

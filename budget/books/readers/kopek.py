@@ -78,7 +78,7 @@ def read(table: Table, billing_tz: str) -> ReadFile:
                 cached_input_tokens=cached,
                 output_tokens=count(table.cell(row, "output_tokens"), "output_tokens", where),
                 reasoning_tokens=count(reasoning, "reasoning_tokens", where) if reasoning else None,
-                cost_musd=usd_musd(cost, "cost_usd", where) if cost else None,
+                cost_musd=usd_musd(cost, table.named("cost_usd"), where) if cost else None,
                 line_no=n,
             )
         )

@@ -105,7 +105,7 @@ def _usage_cost(table: Table, row: list[str], where: str) -> Decimal | None:
         return None
     if table.has("amount_currency"):
         check_usd(table.cell(row, "amount_currency"), "amount_currency", where)
-    return usd_musd(raw, column, where)
+    return usd_musd(raw, table.named(column), where)
 
 
 def _usage_row(table: Table, row: list[str], n: int, tz_name: str) -> UsageLine:
@@ -239,7 +239,7 @@ def read_costs(table: Table, billing_tz: str) -> ReadFile:
                 "twice; nothing was compared or changed"
             )
         widths.add(granularity)
-        cost = usd_musd(amount, "amount_value", where) if amount else Decimal(0)
+        cost = usd_musd(amount, table.named("amount_value"), where) if amount else Decimal(0)
         found.append((start, end, cost, line_item, n))  # an empty amount: a day without cost
     granularity = _granularity(widths)
     tz_name, note = zone_of([f[0] for f in found], granularity, billing_tz)

@@ -30,6 +30,8 @@ class Table:
         delimiter: ``,``, tab or ``;`` (chosen from the header line).
         text: the whole text (rows are parsed from it on demand).
         cols: column name → index.
+        written: the column names as the file writes them (stripped, case kept), for
+            messages that name a column the way the admin sees it.
     """
 
     file_name: str
@@ -37,10 +39,17 @@ class Table:
     delimiter: str
     text: str
     cols: dict[str, int] = field(default_factory=dict)
+    written: tuple[str, ...] = ()
 
     def has(self, *names: str) -> bool:
         """True when every one of ``names`` is a column."""
         return all(n in self.cols for n in names)
+
+    def named(self, name: str) -> str:
+        """Column ``name`` as the file's header writes it (``Cost_USD`` for
+        ``cost_usd``); ``name`` itself when the file has no such column."""
+        i = self.cols.get(name)
+        return self.written[i] if i is not None and i < len(self.written) else name
 
     def cell(self, cells: list[str], name: str) -> str | None:
         """The stripped cell of column ``name`` (``None``: no such column)."""
@@ -116,9 +125,10 @@ def read_table(data: bytes, file_name: str) -> Table:
         header_cells = next(csv.reader(io.StringIO(first, newline=""), delimiter=delimiter))
     except (csv.Error, StopIteration):
         raise ExportFileError(f"{file_name} has no readable header line") from None
-    header = tuple(h.strip().lower() for h in header_cells)
+    written = tuple(h.strip() for h in header_cells)
+    header = tuple(h.lower() for h in written)
     cols = {name: i for i, name in enumerate(header) if name}
-    return Table(file_name, header, delimiter, text.lstrip("\r\n"), cols)
+    return Table(file_name, header, delimiter, text.lstrip("\r\n"), cols, written)
 
 
 def looks_like(table: Table, near: str | None) -> str:
