@@ -57,6 +57,7 @@ from bot.handlers.books_args import (
     split_export_args,
 )
 from bot.ops.reconciliations import ReconcileLog
+from bot.text.echo import echoed, scrubbed
 from budget.books.corrections import CorrectionPlan
 from budget.books.export import write_export
 from budget.books.periods import BooksError, Period, parse_period, price_source, rates_at
@@ -77,6 +78,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+#: The most characters of a /reconcile refusal (one line; the file's names in it are
+#: the sender's text, escaped by :func:`~bot.text.echo.scrubbed`).
+REFUSAL_CHARS = 800
 
 
 @dataclass(slots=True)
@@ -258,7 +262,7 @@ async def on_reconcile(
             return
         again = await _report(replied, _caption_args(replied.caption), bot, clock, books)
         if isinstance(again, str):
-            await _reply(bot, message, again, clock)
+            await _reply(bot, message, scrubbed(again, REFUSAL_CHARS), clock)
             return
         await _apply(message, bot, clock, books, admin, again)
         return
@@ -267,7 +271,7 @@ async def on_reconcile(
         return
     report = await _report(message, args, bot, clock, books)
     if isinstance(report, str):
-        await _reply(bot, message, report, clock)
+        await _reply(bot, message, scrubbed(report, REFUSAL_CHARS), clock)
         return
     books.remember(admin, report, clock.now())
     if books.reconciliations is not None:
@@ -275,7 +279,7 @@ async def on_reconcile(
             await books.reconciliations.record(report, admin)
         except SQLAlchemyError as exc:  # the reply matters more than the report's line
             log.warning("reconcile: not kept for the reports (%s)", type(exc).__name__)
-    await _reply(bot, message, report.text(), clock)
+    await _reply(bot, message, scrubbed(report.text()), clock)  # it names the file's models
     diff = report.diff_csv()
     if diff is not None:
         await bot.send_document(
@@ -301,7 +305,7 @@ async def _report(
     name = doc.file_name or "export.csv"
     if doc.file_size is not None and doc.file_size > MAX_EXPORT_BYTES:
         size = doc.file_size / 1024 / 1024
-        return f"⚠️ {name}: {size:.1f} MB is over the 20 MB limit. Nothing was changed."
+        return f"⚠️ {echoed(name)}: {size:.1f} MB is over the 20 MB limit. Nothing was changed."
     chosen = _reconcile_args(args, books)
     if isinstance(chosen, str):
         return chosen
@@ -349,7 +353,7 @@ def _reconcile_args(args: list[str], books: BooksDesk) -> _ReconcileArgs | str:
         else:
             if PERIOD.fullmatch(arg) or arg.lower() in books.keys:
                 return RECONCILE_USAGE  # a second period or provider
-            return f"Unknown provider {arg!r}; keys: {', '.join(books.keys)}."
+            return f"Unknown provider '{echoed(arg)}'; keys: {', '.join(books.keys)}."
     return _ReconcileArgs(key, period_arg, api_key)
 
 

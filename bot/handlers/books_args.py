@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from bot.text.echo import echoed
+
 __all__ = [
     "EXPORT_USAGE",
     "NO_REPORT_HERE",
@@ -39,8 +41,8 @@ def period_refusal(arg: str, usage: str) -> str:
     """The one line refusing ``arg``, which looks like a period (it begins with a digit or
     holds a range's ``..``; no IANA zone name does) but is none the export takes."""
     return (
-        f"Period {arg[:32]!r} cannot be read: write YYYY-MM-DD (a day) or YYYY-MM (a month); "
-        f"one period covers at most one month, no ranges. {usage}"
+        f"Period '{echoed(arg, 32)}' cannot be read: write YYYY-MM-DD (a day) or YYYY-MM "
+        f"(a month); one period covers at most one month, no ranges. {usage}"
     )
 
 

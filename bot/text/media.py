@@ -23,6 +23,7 @@ __all__ = [
     "confirm_not_yours_text",
     "confirm_text",
     "default_question",
+    "duration_text",
     "going_ahead_text",
     "heard_text",
     "media_refusal_text",
@@ -85,9 +86,9 @@ def _extraction_text(refusal: MediaRefusal) -> str:
     if reason is Refusal.TIMEOUT:
         return _free(
             _(
-                "📄 Reading this document took longer than {limit} s, the most I give one "
+                "📄 Reading this document took longer than {limit}, the most I give one "
                 "(DOCUMENT_EXTRACT_TIMEOUT_SECONDS). {per}"
-            ).format(limit=refusal.limit, per=_per_file())
+            ).format(limit=_length(refusal.limit), per=_per_file())
         )
     if reason is Refusal.MEMORY:
         return _free(
@@ -131,6 +132,25 @@ def _provider_text(refusal: MediaRefusal, what: str, tz: str) -> str:
     ).format(what=what)
 
 
+def duration_text(seconds: int) -> str:
+    """``seconds`` (whole, ≥ 0) the way a person reads a length: ``45 s``, ``2 min 5 s``,
+    ``1 h``, ``1 h 0 min 1 s`` (a zero unit is said only between two that are not)."""
+    hours, rest = divmod(max(seconds, 0), 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = []
+    if hours:
+        parts.append(_("{hours} h").format(hours=hours))
+    if minutes or (hours and secs):
+        parts.append(_("{minutes} min").format(minutes=minutes))
+    if secs or not parts:
+        parts.append(_("{seconds} s").format(seconds=secs))
+    return " ".join(parts)
+
+
+def _length(seconds: int | None) -> str:
+    return duration_text(seconds or 0)
+
+
 def media_refusal_text(refusal: MediaRefusal, *, tz: str) -> str:
     """The template for ``refusal`` (``tz``: the user's zone, for a reset time). Every
     one ends "Nothing was charged." but "nothing heard", whose transcription was paid."""
@@ -155,9 +175,9 @@ def media_refusal_text(refusal: MediaRefusal, *, tz: str) -> str:
         return _free(_("⏳ I cannot read documents right now. Please try again in a minute."))
     if p is MediaProblem.AUDIO_TOO_LONG:
         return _(
-            "🎙 This recording is {found} s long; I transcribe at most {limit} s "
+            "🎙 This recording is {found} long; I transcribe at most {limit} "
             "(MEDIA_MAX_AUDIO_SECONDS). {per} Nothing was charged."
-        ).format(found=refusal.found, limit=refusal.limit, per=_per_file())
+        ).format(found=_length(refusal.found), limit=_length(refusal.limit), per=_per_file())
     if p is MediaProblem.NO_SPEECH:
         return _provider_text(refusal, _("transcribe speech"), tz)
     if p is MediaProblem.EMPTY_RECORDING:
@@ -174,16 +194,16 @@ def media_refusal_text(refusal: MediaRefusal, *, tz: str) -> str:
         )
     if p is MediaProblem.LONGER_THAN_DECLARED:
         return _(
-            "🎙 This recording plays for {found} s, but its message says {declared} s, and "
+            "🎙 This recording plays for {found}, but its message says {declared}, and "
             "that is what the price was held for, so I do not transcribe it. Nothing was "
             "charged."
-        ).format(found=refusal.found, declared=refusal.limit)
+        ).format(found=_length(refusal.found), declared=_length(refusal.limit))
     if p is MediaProblem.LONGER_THAN_HELD:
         return _(
-            "🎙 This recording plays for more than {found} s, but its message says {declared} "
-            "s, and that is what the price was held for, so I do not transcribe it. Nothing "
+            "🎙 This recording plays for more than {found}, but its message says {declared}, "
+            "and that is what the price was held for, so I do not transcribe it. Nothing "
             "was charged."
-        ).format(found=refusal.found, declared=refusal.limit)
+        ).format(found=_length(refusal.found), declared=_length(refusal.limit))
     if p is MediaProblem.UNMEASURED_RECORDING:
         return _(
             "🎙 I cannot tell how long this recording plays, so I do not transcribe it: I "
@@ -312,7 +332,7 @@ def what_photo(tokens: int) -> str:
 
 def what_recording(seconds: int) -> str:
     """The subject of a price question about a recording."""
-    return _("This recording is {seconds} s long").format(seconds=seconds)
+    return _("This recording is {length} long").format(length=duration_text(seconds))
 
 
 def default_question(kind: str) -> str:

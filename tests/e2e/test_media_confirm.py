@@ -173,7 +173,7 @@ async def test_a_long_voice_note_over_the_users_budget_is_refused_before_downloa
     mark = fake_telegram.mark()
     fake_telegram.inject_voice(301, VOICE, duration=1800)
     [asked] = await fake_telegram.wait_sent(301, since=mark, timeout=30)
-    assert "1800 s" in asked.text and "$0.0201" in asked.text and "$0.0100 left" in asked.text
+    assert "30 min long" in asked.text and "$0.0201" in asked.text and "$0.0100 left" in asked.text
     go, _ = _buttons(asked)
     mark = fake_telegram.mark()
     fake_telegram.inject_callback_query(301, go, message_id=asked.message_id)

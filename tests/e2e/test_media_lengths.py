@@ -112,3 +112,44 @@ async def test_a_clip_whose_length_cannot_be_proven_is_refused_before_any_upload
     assert fake_providers.transcriptions == [] and fake_providers.requests == []
     await bot.stop()
     assert set(_hold_states(bot.env["DATABASE_URL"])) == {"released"}
+
+
+async def test_a_recording_over_the_limit_is_told_its_length_in_hours_minutes_and_seconds(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """A voice note declared 3601 s with MEDIA_MAX_AUDIO_SECONDS at its 3600: the refusal
+    says "1 h 0 min 1 s" and "at most 1 h" (in English and in Russian's units), never
+    "3601 s"; nothing is downloaded or sent."""
+    bot = app_factory()
+    await bot.start()
+    replies = []
+    for chat, lang in ((98, "en"), (99, "ru")):
+        mark = fake_telegram.mark()
+        fake_telegram.inject_voice(chat, b"OggS" * 8, duration=3601, language_code=lang)
+        [reply] = await fake_telegram.wait_sent(chat, since=mark, timeout=30)
+        replies.append(reply.text)
+    en, ru = replies
+    assert "is 1 h 0 min 1 s long; I transcribe at most 1 h (MEDIA_MAX_AUDIO_SECONDS)" in en, en
+    assert "1 ч 0 мин 1 с" in ru and "не больше 1 ч (MEDIA_MAX_AUDIO_SECONDS)" in ru, ru
+    assert "3601" not in en + ru and "3600" not in en + ru
+    assert fake_telegram.files.downloads == [] and fake_providers.transcriptions == []
+    await bot.stop()
+
+
+async def test_a_clip_playing_past_the_limit_names_the_limit_in_settings(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """MEDIA_MAX_AUDIO_SECONDS=5 and the 11-second clip declared 1 s: the walk stops past
+    the 5 s setting, and the refusal says it plays for more than 5 s (the setting, not a
+    second more) and that its message says 1 s."""
+    bot = app_factory(env={**bot_env, "MEDIA_MAX_AUDIO_SECONDS": "5"})
+    await bot.start()
+    mark = fake_telegram.mark()
+    _send(fake_telegram, 96, "mp3", MP3, duration=1)
+    [reply] = await fake_telegram.wait_sent(96, since=mark, timeout=30)
+    assert "plays for more than 5 s, but its message says 1 s," in reply.text, reply.text
+    assert fake_providers.transcriptions == []
+    await bot.stop()

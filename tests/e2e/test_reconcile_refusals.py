@@ -71,3 +71,57 @@ async def test_a_money_value_beyond_the_range_is_refused_naming_its_field_and_th
         assert BIG[:20] not in text and "≥ 0" not in text, text
     assert (await _ask(fake_telegram, "/reconcile apply")).startswith(NO_REPORT)
     assert await bot.stop() == 0
+
+
+#: Characters that must never reach the chat as they are from an echoed input: a bidi
+#: override and isolate, a NUL, a control, a zero-width joiner, a line separator.
+UNSAFE = "\u202e\u2066\x00\x01\x1f\u200d\u2028"
+
+
+def _clean(text: str) -> bool:
+    return not any(c in text for c in UNSAFE)
+
+
+async def test_echoed_input_reaches_the_chat_escaped_and_cut(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+) -> None:
+    """A /reconcile caption naming a provider with a bidi override, NUL and control
+    characters (and 200 more), a 21 MB export whose file name holds U+202E, a CSV whose
+    model (repeated, so refused) holds them, /plan and /providers arguments with them:
+    every reply shows them escaped (``\\u202e``, ``\\x00``), none as it is, and the
+    caption's echo is cut with ``…``."""
+    env = {k: v for k, v in bot_env.items() if not k.startswith(("GROQ", "MISTRAL", "CEREBRAS"))}
+    env["ADMIN_IDS"] = str(ADMIN)
+    bot = app_factory(env=env)
+    await bot.start()
+    evil = "ev\u202eil\x00\x01\u2066\u200d" + "x" * 200  # no \x1f: split() splits on it
+    tg = fake_telegram
+    replies: list[str] = []
+
+    mark = tg.mark()
+    tg.inject_document(ADMIN, b"date\n", file_name="u.csv", caption=f"/reconcile {evil}")
+    [reply] = await tg.wait_sent(ADMIN, since=mark, timeout=20.0)
+    assert reply.text.startswith("Unknown provider 'ev\\u202eil\\x00\\x01\\u2066"), reply.text
+    assert "x" * 60 not in reply.text and "…'" in reply.text
+    replies.append(reply.text)
+
+    mark = tg.mark()
+    name = "invoice\u202evsc.exe"
+    tg.inject_document(
+        ADMIN, b"x", file_name=name, caption="/reconcile deepseek", file_size=21 * 1024 * 1024
+    )
+    [reply] = await tg.wait_sent(ADMIN, since=mark, timeout=20.0)
+    assert "invoice\\u202evsc.exe: 21.0 MB is over the 20 MB limit" in reply.text, reply.text
+    replies.append(reply.text)
+
+    row = '2026-12-01,"m\u202e\x1f\u2028x",1,0,1,0.1\n'
+    usage = "date,model,input_tokens,cached_input_tokens,output_tokens,cost_usd\n" + row * 2
+    replies.append(await _reconcile(tg, usage.encode(), "usage.csv"))
+    assert "line 3 repeats line 2" in replies[-1] and "m\\u202e\\x1f\\u2028x" in replies[-1]
+
+    replies.append(await _ask(tg, f"/plan 5 {evil}"))
+    assert replies[-1].startswith("No plan 'ev\\u202eil"), replies[-1]
+    replies.append(await _ask(tg, f"/providers enable {evil}"))
+    assert replies[-1].startswith("Unknown provider 'ev\\u202eil"), replies[-1]
+    assert [_clean(text) for text in replies] == [True] * len(replies), replies
+    assert await bot.stop() == 0

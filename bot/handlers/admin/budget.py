@@ -16,6 +16,7 @@ from bot.handlers.admin.base import USER_ID_RULE, AdminView, parse_user_id, repl
 from bot.ops.chart import CHART_MISSING, chart_available, spend_chart_png
 from bot.ops.dashboard.view import OperatorView
 from bot.storage.repos import Intake
+from bot.text.echo import echoed
 from bot.text.templates import format_reset
 from budget.books.stops import StopBook, StopTotals
 from budget.errors import HoldRefused
@@ -99,7 +100,7 @@ async def _report(
         return render_user(await ledger.user_status(uid), tz, await ledger.wallet(uid))
     if len(args) == 2 and args[0] == "team":
         if args[1] not in await ledger.teams():
-            return f"No team {args[1]!r}; /team list shows the teams."
+            return f"No team '{echoed(args[1])}'; /team list shows the teams."
         return render_team(await ledger.team_status(args[1]), tz)
     if len(args) == 2 and args[0] in ("chat", "plan"):
         return await _payer(args[0], args[1], ledger, tz)
@@ -308,7 +309,7 @@ async def _payer(kind: str, name: str, ledger: Ledger, tz: str) -> str:
         head = f"👥 Group {name}: {status.members} members spent in it today"
     else:
         if name not in ledger.config.plans:
-            return f"No plan {name!r}; /plan list shows the plans."
+            return f"No plan '{echoed(name)}'; /plan list shows the plans."
         status = await ledger.payer_status(Level.PLAN, name)
         head = (
             f"🏷 Plan {name}: {status.members} users put on it by name"

@@ -15,6 +15,7 @@ from bot.handlers.admin.base import (
     reply,
     valid_team_name,
 )
+from bot.text.echo import echoed
 from budget.kernel.clock import Clock
 from budget.ledger import Ledger
 from budget.plans import Plans
@@ -68,7 +69,7 @@ def parse_limit(args: list[str], plans: frozenset[str] = frozenset()) -> LimitCh
     if isinstance(scoped, str):
         return scoped
     if scoped[0] is Level.PLAN and scoped[1] not in plans:
-        return f"No plan {scoped[1]!r}; the plans are {', '.join(sorted(plans))}."
+        return f"No plan '{echoed(scoped[1])}'; the plans are {', '.join(sorted(plans))}."
     level, scope, rest = scoped
     if rest[0] not in _WINDOWS:
         return "The window is 'hour', 'day' or 'month'.\n" + LIMIT_USAGE

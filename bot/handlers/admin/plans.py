@@ -13,6 +13,7 @@ from aiogram.types import Message
 from bot.access.invites import parse_ttl
 from bot.chat.plans import UserPlans
 from bot.handlers.admin.base import USER_ID_RULE, AdminView, parse_user_id, reply
+from bot.text.echo import echoed
 from budget.kernel.clock import Clock
 from budget.ledger import Ledger
 from budget.plans import Plan, Plans
@@ -94,7 +95,7 @@ async def on_plan(
     name = None if args[1] == "default" else args[1]
     if name is not None and name not in plans.by_name:
         known = ", ".join(plans.by_name)
-        await reply(bot, message, f"No plan {name!r}; the plans are {known}.", clock)
+        await reply(bot, message, f"No plan '{echoed(name)}'; the plans are {known}.", clock)
         return
     until = None
     if len(args) == 3:

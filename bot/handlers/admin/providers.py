@@ -11,6 +11,7 @@ from aiogram.filters import CommandObject
 from aiogram.types import Message
 
 from bot.handlers.admin.base import reply
+from bot.text.echo import echoed
 from budget.errors import LedgerUnavailable
 from budget.kernel.clock import Clock
 from budget.ledger import Ledger
@@ -43,7 +44,7 @@ async def on_providers(
 async def _enable(cascade: Cascade, name: str) -> str:
     known = {p.name for p in cascade.provider_status() if p.present}
     if name not in known:
-        return f"Unknown provider {name!r}; keys: {', '.join(sorted(known))}."
+        return f"Unknown provider '{echoed(name)}'; keys: {', '.join(sorted(known))}."
     if await cascade.enable_key(name):
         return f"{name} enabled."
     return f"{name} is already enabled."
