@@ -7,14 +7,15 @@ part at a time: each ``_build_*`` function below builds one piece. What depends 
 whether processes share the database comes from :mod:`bot.app.replicas`, so nothing
 here asks which engine it runs on. Settings → config pieces: :mod:`bot.app.wiring`;
 shedding, retention, /drill and the routers: :mod:`bot.app.ops_wiring`; the media path:
-:mod:`bot.app.media_wiring`. :func:`bot.app.polling.run` checks, migrates, starts
-polling and returns the exit code once a SIGTERM/SIGINT has drained the work.
+:mod:`bot.app.media_wiring`; the digests: :mod:`bot.app.digest_wiring`.
+:func:`bot.app.polling.run` checks, migrates, starts polling and returns the exit code
+once a SIGTERM/SIGINT has drained the work.
 """
 
 from __future__ import annotations
 
 import ssl
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import httpx
 from aiogram import Bot, Dispatcher
@@ -23,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from bot.app.access_wiring import AccessParts, build_access
+from bot.app.digest_wiring import DigestParts, build_digests
 from bot.app.lifecycle import App
 from bot.app.media_wiring import MediaParts, build_media, media_models
 from bot.app.operator import Operator, books_desk, build_operator, dashboard_site
@@ -33,7 +35,6 @@ from bot.app.wiring import (
     ProfileStoreAdapter,
     cascade_config,
     chat_config,
-    digest_config,
     ledger_config,
     provider_models,
     provider_specs_of,
@@ -72,7 +73,6 @@ from bot.storage.chat_prefs import ChatPrefsStore
 from bot.storage.moves import ChatMoves
 from bot.storage.repos import History, Intake
 from bot.storage.summaries import CostFooters, Summaries
-from bot.text.digests import TelegramDeliverer
 from bot.text.i18n import create_i18n
 from budget.books.stops import StopBook
 from budget.kernel.clock import Clock, SystemClock
@@ -84,11 +84,6 @@ from budget.pricing.tokens import TokenCounter
 from llm.cascade.cascade import Cascade
 from llm.cascade.factory import build_cascade
 from scheduler.profiles import ProfileRepository
-from scheduler.runner import DigestRunner
-from scheduler.service import DigestService
-from scheduler.sources.feeds import AddressGuard, FeedClient, GuardedTransport
-from scheduler.sources.fetch import Fetchers
-from scheduler.sources.tme import TmeClient
 
 __all__ = ["App", "create_app"]
 
@@ -314,73 +309,28 @@ def _build_chat(core: _Core, repo: ProfileRepository, cascade: Cascade) -> _Chat
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Digests:
-    """The digests' pieces: what /sub and friends call, the runner, their HTTP clients,
-    the feed reader (which also reads a lone link's page: :mod:`bot.media`) and the
-    guarded sources (which the chat's tools read through too)."""
-
-    service: DigestService
-    runner: DigestRunner
-    http: httpx.AsyncClient
-    feed_http: httpx.AsyncClient
-    feeds: FeedClient
-    fetchers: Fetchers
-
-
 def _build_digests(
     core: _Core, repo: ProfileRepository, cascade: Cascade, tls: ssl.SSLContext
-) -> _Digests:
-    """The channel fetchers (t.me previews; feeds behind the address guard), the digest
-    service and runner (between replicas each run and summary claimed by one process)."""
-    settings, clock = core.settings, core.clock
-
-    async def tz_of(user_id: int) -> str:
-        profile = await repo.get(user_id)
-        return (profile.tz if profile and profile.tz else None) or settings.user_tz
-
-    http = httpx.AsyncClient(headers={"User-Agent": "KopekBot/0.1 (+digests)"}, verify=tls)
-    guard = AddressGuard()
-    feed_http = httpx.AsyncClient(
-        headers={"User-Agent": "KopekBot/0.1 (+digests)"},
-        transport=GuardedTransport(guard),  # certifi's bundle; no SSL_CERT_FILE for feeds
-        trust_env=False,
-    )
-    max_bytes, timeout_s = settings.fetch_max_bytes, settings.fetch_timeout_seconds
-    fetchers = Fetchers(
-        TmeClient(
-            http, base_url=settings.telegram_web_base, max_bytes=max_bytes, timeout_s=timeout_s
-        ),
-        feeds := FeedClient(feed_http, guard, max_bytes=max_bytes, timeout_s=timeout_s),
-        clock,
-    )
-    service = DigestService(
-        core.sessions,
-        clock,
-        fetchers,
-        repo,
-        lookups_per_window=settings.sub_lookups_per_minute,
-        lookup_window_s=60.0,
-        negative_ttl_s=settings.sub_negative_cache_seconds,
-    )
-    runner = DigestRunner(
-        clock=clock,
-        session_factory=core.sessions,
+) -> DigestParts:
+    """The digests' parts (:mod:`bot.app.digest_wiring`)."""
+    return build_digests(
+        core.settings,
+        clock=core.clock,
+        sessions=core.sessions,
         ledger=core.ledger,
-        backend=cascade,
-        deliverer=TelegramDeliverer(core.bot, core.i18n, clock, tz_of),
-        fetcher=fetchers,
-        config=replace(
-            digest_config(settings), paid_allowed=lambda: not core.shedding.is_off("paid_digests")
-        ),
+        bot=core.bot,
+        i18n=core.i18n,
+        repo=repo,
+        cascade=cascade,
         count_tokens=core.tokens.text,
         claimant=core.replicas.claimant,
+        paid_allowed=lambda: not core.shedding.is_off("paid_digests"),
+        tls=tls,
     )
-    return _Digests(service, runner, http, feed_http, feeds, fetchers)
 
 
 def _build_media(
-    core: _Core, cascade: Cascade, chat: _Chat, digests: _Digests, tls: ssl.SSLContext
+    core: _Core, cascade: Cascade, chat: _Chat, digests: DigestParts, tls: ssl.SSLContext
 ) -> MediaParts:
     """The media path (:mod:`bot.app.media_wiring`); its vision cascade answers photos."""
     media = build_media(
@@ -405,7 +355,7 @@ def _workflow(
     notifier: AdminNotifier,
     cascade: Cascade,
     chat: _Chat,
-    digests: _Digests,
+    digests: DigestParts,
     operator: Operator,
     flood_deferral: FloodDeferral,
     media: MediaParts,

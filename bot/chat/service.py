@@ -3,6 +3,9 @@
 the prompt (persona, history, message), calls the cascade (each call holds, then settles
 or releases; the tool loop's steps too) and returns an outcome value with what the
 operation was charged, for :mod:`bot.chat.reply`; never user-facing or exception text.
+The prompt and the stored turn (building the request, counting turns, recording the
+answer) are :mod:`bot.chat.prompting`'s; this module is the queue, the operation, the
+call and its outcome.
 
 Per-user queue: a user's messages take an in-flight slot in the order Telegram
 delivered them (USER_MAX_INFLIGHT slots); up to USER_QUEUE_MAX more wait for one, and
@@ -25,10 +28,11 @@ from dataclasses import replace
 from bot.chat import outcome
 from bot.chat.contracts import ChatConfig, CompletionBackend, PromptCounter
 from bot.chat.draining import CANCEL_WAIT_S, STOP_WAIT_S, Draining
-from bot.chat.folding import FoldNote, HistoryFolder, PromptHistory
+from bot.chat.folding import HistoryFolder
 from bot.chat.lanes import LaneStore
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind, refused_outcome
-from bot.chat.persona import DEFAULT_PROMPT, ChatPersona, SystemCounts
+from bot.chat.persona import ChatPersona
+from bot.chat.prompting import SYSTEM_PROMPT, ChatPrompts
 from bot.chat.tool_loop import ToolLoop, ToolRun
 from bot.chat.tools import ChatTools
 from bot.chat.turns import MediaTurn, PlanTurn
@@ -36,16 +40,13 @@ from bot.chat.user_lanes import UserLanes
 from bot.chat.user_queue import MessageKey
 from bot.media.refusals import MediaRefused
 from bot.storage.repos import Conversation, History
-from bot.storage.values import Turn
 from budget.errors import BudgetError, HoldRefused
 from budget.kernel.clock import Clock
 from budget.plans import Plan
-from budget.pricing.tokens import TOKENS_REPLY_PRIMING, count_off_loop
+from budget.pricing.tokens import TOKENS_REPLY_PRIMING
 from budget.protocol import LedgerPort, OperationTicket
 from budget.types import Origin
-from llm.cascade.cascade import fingerprint
 from llm.errors import EmptyCompletion, LLMError, ProviderRejected
-from llm.router import Route, Work, route
 from llm.stream import StreamControl
 from llm.types import Completion, LLMRequest, Message, Priority
 
@@ -65,8 +66,6 @@ SHED_LONG = "shed_long_answers"
 
 log = logging.getLogger(__name__)
 
-SYSTEM_PROMPT = DEFAULT_PROMPT
-
 
 class ChatService(Draining):
     """Admits, prompts, calls, records.
@@ -74,11 +73,10 @@ class ChatService(Draining):
     Args:
         ledger: the reservation ledger.
         backend: the provider cascade.
-        history: stored conversation turns (each with its raw token count).
-        count_tokens: the token counter (``budget.pricing.tokens.TokenCounter``). Each text is
-            counted once: the message when it arrives, the answer when it is stored;
-            the prompt's count is the sum of the stored counts (exactly what counting
-            the whole prompt would give), handed to the cascade.
+        history, count_tokens, short_answers, folder: the prompt's parts, as
+            :class:`bot.chat.prompting.ChatPrompts` takes them (the prompt's count, the
+            sum of the stored counts, is handed to the cascade; an answer stopped at a
+            shed max_tokens says so).
         clock: the one clock.
         config: chat knobs.
         count_messages: count each message against the courtesy daily cap
@@ -88,13 +86,8 @@ class ChatService(Draining):
         tools: the model's tools (CHAT_TOOLS; ``None`` or none enabled: one call per
             message); each step of the loop is a request of the message's operation
             (:mod:`bot.chat.tool_loop`).
-        short_answers: true while shedding caps answers (``long_answers``,
-            :mod:`bot.ops.shedding`): max_tokens is then a quarter of
-            CHAT_MAX_OUTPUT_TOKENS, and an answer stopped there says so.
         vision: the cascade of vision keys, which answers a turn with images
             (``None``: none configured; the handlers refuse photos before this).
-        folder: folds long histories into summaries (:mod:`bot.chat.folding`);
-            ``None``: the newest turns that fit are sent, older ones cut.
     """
 
     def __init__(
@@ -114,19 +107,23 @@ class ChatService(Draining):
         folder: HistoryFolder | None = None,
     ) -> None:
         self._ledger = ledger
-        self._short = short_answers
         self.vision = vision
-        self._folder = folder
         self._count_messages = count_messages
         self._backend = backend
-        self._history = history
         self._count = count_tokens
-        self._system_raw = SystemCounts(self._raw_turn)
+        self._prompts = ChatPrompts(
+            history=history,
+            count_tokens=count_tokens,
+            clock=clock,
+            config=config,
+            short_answers=short_answers,
+            folder=folder,
+        )
         self._tool_loop: ToolLoop | None = None
         if tools is not None:
             self.use_tools(tools)
-        self._clock = clock
         self._config = config
+        self._clock = clock  # the drain's grace runs on it (bot.chat.draining)
         self._lanes = UserLanes(lanes, clock)
         self._tasks: set[asyncio.Task[object]] = set()
         self._anonymous = itertools.count(1)
@@ -138,7 +135,7 @@ class ChatService(Draining):
     def use_tools(self, tools: ChatTools) -> None:
         """Give the model ``tools`` from now on (none enabled: one call per message)."""
         self._tool_loop = (
-            ToolLoop(self._backend.complete, tools, self._raw_turn, self._count.scale)
+            ToolLoop(self._backend.complete, tools, self._prompts.raw_turn, self._count.scale)
             if tools.specs
             else None
         )
@@ -231,9 +228,9 @@ class ChatService(Draining):
         if place >= slots + self._config.user_queue_max:
             return ChatFailed(FailureKind.QUEUE_FULL, running=True)
         user_msg = Message("user", text, media.images if media is not None else ())
-        user_raw = await self._raw_turn(user_msg)
+        user_raw = await self._prompts.raw_turn(user_msg)
         tokens = self._count.scale(user_raw + TOKENS_REPLY_PRIMING)
-        limit = self._input_limit(media)
+        limit = self._prompts.input_limit(media)
         if tokens > limit:
             return ChatFailed(FailureKind.TOO_LONG, tokens=tokens, limit=limit)
         try:
@@ -296,15 +293,17 @@ class ChatService(Draining):
                     return heard
                 user_msg, user_tokens = heard
             step = media.answer_step if media is not None else "answer"
-            request, fold = await self._request(op, where, user_msg, user_tokens, priority, persona)
+            request, fold = await self._prompts.request(
+                op, where, user_msg, user_tokens, priority, persona
+            )
             run = await self._run(op, request, where.user_id, activity, stream)
             completion = run.completion
             if request.max_tokens < self._config.max_output_tokens:
                 completion = replace(completion, degraded=(*completion.degraded, SHED_LONG))
             if media is not None and media.stored is not None:
                 user_msg = Message("user", media.stored)
-                user_tokens = await self._turn_tokens(user_msg)
-            await self._remember(where, user_msg, user_tokens, completion)
+                user_tokens = await self._prompts.turn_tokens(user_msg)
+            await self._prompts.remember(where, user_msg, user_tokens, completion)
             # the answering attempt's cost is the whole bill when it was the one call and
             # no other provider was tried first; otherwise one of them may have been billed
             # too: ask the ledger (and a history summary, when this message folded one)
@@ -336,65 +335,6 @@ class ChatService(Draining):
                 # that exists is still delivered
                 log.exception("could not end operation %s", op.operation_id)
 
-    async def _request(
-        self,
-        op: OperationTicket,
-        where: Conversation,
-        user_msg: Message,
-        user_tokens: tuple[int, int],
-        priority: int = Priority.CHAT,
-        persona: ChatPersona | None = None,
-    ) -> tuple[LLMRequest, FoldNote | None]:
-        """The request for ``user_msg``: the system prompt, the history of ``where`` (at
-        most CHAT_HISTORY_MAX_TOKENS: its summary and recent turns, folded first when
-        needed — :mod:`bot.chat.folding`) and the message, routed to the main or small
-        models (:mod:`llm.router`); its input tokens are the sum of the stored raw
-        counts (``user_tokens``: the message's ceiling and raw counts), scaled once.
-        The system prompt is the chat's persona (``persona``; ``None``: the default),
-        its count part of the input held and of the router's context. A chosen model
-        (``persona.model``) wins over the router's small one. Also the fold this
-        message made, if any.
-
-        Raises:
-            HoldRefused: the summary's hold was refused for the whole message.
-        """
-        history = await self._history_of(op, where)
-        system = Message("system", persona.prompt if persona is not None else SYSTEM_PROMPT)
-        system_raw = await self._system_raw.raw(system.content)
-        raw = TOKENS_REPLY_PRIMING + system_raw + user_tokens[1] + history.raw_tokens
-        turns = list(history.messages)
-        messages = (system, *turns, user_msg)
-        # a photo's shorter prompt would still carry the image: the vision keys have no
-        # ladder, and no small model either
-        cheaper = (system, *turns[-2:], user_msg) if len(turns) > 2 else None
-        chosen = route(
-            Work.CHAT,
-            self._config.router,
-            text=user_msg.content,
-            message_tokens=user_tokens[0],
-            context_tokens=history.tokens + self._count.scale(system_raw),
-        )
-        if user_msg.images:
-            cheaper, chosen = None, Route.MAIN
-        model = persona.model if persona is not None else None
-        cap = self._config.max_output_tokens
-        if self._short is not None and self._short():
-            cap = max(1, cap // 4)  # docs/decisions/141-shedding-in-a-set-order.md
-        request = LLMRequest(
-            messages=messages,
-            max_tokens=cap,
-            allow_paid=True,
-            priority=priority,
-            cheaper_messages=cheaper,
-            fingerprint=fingerprint(messages),
-            input_tokens=self._count.scale(raw),
-            model=model,
-            small=chosen is Route.SMALL and model is None,
-            origin=Origin.VISION if user_msg.images else None,
-            ends_operation=True,  # its settle ends the operation (the message's last step)
-        )
-        return request, history.fold
-
     async def _run(
         self,
         op: OperationTicket,
@@ -414,14 +354,6 @@ class ChatService(Draining):
                 return ToolRun(await backend.complete(op, request), 1, ())
             return ToolRun(await backend.complete(op, request, stream=stream), 1, ())
 
-    async def _history_of(self, op: OperationTicket, where: Conversation) -> PromptHistory:
-        """``where``'s history for the next prompt: folded (summaries on), else the
-        newest turns that fit CHAT_HISTORY_MAX_TOKENS."""
-        if self._folder is not None:
-            return await self._folder.history(op, where)
-        turns = await self._history.load_turns(where, self._config.history_max_tokens)
-        return await PromptHistory.of(turns, self._raw_turn)
-
     async def _transcribed(
         self,
         op: OperationTicket,
@@ -431,60 +363,17 @@ class ChatService(Draining):
         """The operation's first step for a voice note: its transcript as the user's
         turn with its counts, or ``too_long`` (the transcription stays booked)."""
         user_msg = Message("user", await transcribe(op))
-        tokens = await self._turn_tokens(user_msg)
-        limit = self._input_limit(media)
+        tokens = await self._prompts.turn_tokens(user_msg)
+        limit = self._prompts.input_limit(media)
         if tokens[0] <= limit:
             return user_msg, tokens
         booked = await self._booked_musd(op)
         return ChatFailed(FailureKind.TOO_LONG, tokens=tokens[0], limit=limit, charged_musd=booked)
 
-    def _input_limit(self, media: MediaTurn | None) -> int:
-        """The input cap of a turn, tokens: its media's, else CHAT_MAX_INPUT_TOKENS."""
-        if media is not None and media.max_input_tokens is not None:
-            return media.max_input_tokens
-        return self._config.max_input_tokens
-
-    async def _turn_tokens(self, message: Message) -> tuple[int, int]:
-        """``message``'s (scaled, raw) counts as one turn."""
-        raw = await self._raw_turn(message)
-        return self._count.scale(raw + TOKENS_REPLY_PRIMING), raw
-
     async def system_tokens(self, prompt: str) -> int:
         """What ``prompt`` as the system message adds to every request's input, tokens
         (scaled by TOKEN_SAFETY_FACTOR, as held), for ``/persona``."""
-        return self._count.scale(await self._system_raw.raw(prompt))
-
-    async def _raw_turn(self, message: Message) -> int:
-        """``message``'s raw count as one turn of a prompt (no factor, no priming),
-        counted in the counting thread (a short one on the loop: see
-        :data:`budget.pricing.tokens.INLINE_COUNT_CHARS`)."""
-        raw = await count_off_loop(self._count.raw_messages, [message], chars=len(message.content))
-        return raw - TOKENS_REPLY_PRIMING
-
-    async def _remember(
-        self,
-        where: Conversation,
-        user_msg: Message,
-        user_tokens: tuple[int, int],
-        completion: Completion,
-    ) -> None:
-        """Store the turn; the answer's tokens are the ones Kopek counts for the
-        stored (possibly cut) text, never the provider's claim. A storage failure
-        loses the turn, not the answer."""
-        try:
-            answer = Message("assistant", completion.text)
-            answer_raw = await self._raw_turn(answer)
-            answer_tokens = self._count.scale(answer_raw + TOKENS_REPLY_PRIMING)
-            await self._history.append(
-                where,
-                [
-                    Turn(user_msg, user_tokens[0], user_tokens[1]),
-                    Turn(answer, answer_tokens, answer_raw),
-                ],
-                self._clock.now(),
-            )
-        except Exception:
-            log.exception("chat history not stored (storage failure); the answer is delivered")
+        return await self._prompts.system_tokens(prompt)
 
     async def _booked_musd(self, op: OperationTicket | None) -> int | None:
         """What the ledger booked for ``op`` (µUSD; 0 for no operation), ``None`` when

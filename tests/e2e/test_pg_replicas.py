@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from bot.app.factory import create_app
 from bot.storage.repos import Intake, SharedIntake
 from budget.storage.postgres.store import PgStore
-from tests.support.inprocess import AppFactory, settings_from_env
+from tests.support.inprocess import AppFactory, second_replica, settings_from_env
 from tests.support.providers import FakeProviders
 from tests.support.telegram import FakeTelegram, SentMessage
 from tests.support.tme import FakeTme, TmePost
@@ -74,9 +74,7 @@ async def test_two_replicas_ticking_at_once_send_each_digest_once_and_summarise_
         for channel in ("shared_news", own):
             assert "Subscribed" in (await _ask(fake_telegram, uid, f"/sub @{channel}")).text
         await _ask(fake_telegram, uid, "/digest_time 00:00")  # due since midnight (UTC)
-    second = create_app(settings_from_env(env))
-    await second.on_startup()
-    try:
+    async with second_replica(env) as second:
         dsn = pg_migrated_url.replace("postgresql+asyncpg://", "postgresql://")
         conn = await asyncpg.connect(dsn)
         try:
@@ -109,9 +107,6 @@ async def test_two_replicas_ticking_at_once_send_each_digest_once_and_summarise_
             assert [h["state"] for h in holds] == ["settled"] * 5
         finally:
             await conn.close()
-    finally:
-        await second.on_shutdown()
-        await second.bot.session.close()
     assert await first.stop() == 0
 
 

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.app.factory import create_app
 from tests.support.harness import BotFactory, paid_only_environment
-from tests.support.inprocess import AppFactory, settings_from_env
+from tests.support.inprocess import AppFactory, second_replica
 from tests.support.providers import FakeProviders
 from tests.support.telegram import FakeTelegram
 
@@ -235,9 +234,7 @@ async def test_a_pending_refund_is_completed_by_one_of_two_replicas_on_postgres(
     env["DATABASE_URL"] = pg_migrated_url
     first = app_factory(env=env)
     await first.start()
-    second = create_app(settings_from_env(env))
-    await second.on_startup()
-    try:
+    async with second_replica(env) as second:
         charge = await _topped_up(fake_telegram)
         fake_telegram.fail_next("refundStarPayment", 502, "Bad Gateway")
         mark = fake_telegram.mark()
@@ -253,9 +250,6 @@ async def test_a_pending_refund_is_completed_by_one_of_two_replicas_on_postgres(
         assert (wallet.left_musd, wallet.credited_musd) == (0, 0)
         row = await second.ledger.refund_state(charge)
         assert row is not None and (row.state, row.telegram) == ("done", "refunded")
-    finally:
-        await second.on_shutdown()
-        await second.bot.session.close()
     assert await first.stop() == 0
     assert fake_telegram.refunds == [(BUYER, charge)]
     assert len(fake_telegram.requests("refundStarPayment")) == 2

@@ -21,10 +21,9 @@ from typing import Any
 
 from aiogram.types import Update
 
-from bot.app.factory import create_app
 from budget.policy.money import usd, usd_text
 from tests.support.harness import paid_only_environment
-from tests.support.inprocess import AppFactory, settings_from_env
+from tests.support.inprocess import AppFactory, second_replica
 from tests.support.providers import FakeProviders
 from tests.support.telegram import FakeTelegram
 
@@ -171,9 +170,7 @@ async def test_the_same_charge_at_two_replicas_on_postgres_credits_once(
     env["DATABASE_URL"] = pg_migrated_url
     first = app_factory(env=env)
     await first.start()
-    second = create_app(settings_from_env(env))
-    await second.on_startup()
-    try:
+    async with second_replica(env) as second:
         paid = await _invoice_paid(fake_telegram, BUYER, 500)
         payment = paid["message"]["successful_payment"]
         again = fake_telegram.successful_payment_update(
@@ -190,9 +187,6 @@ async def test_the_same_charge_at_two_replicas_on_postgres_credits_once(
         wallet = await second.ledger.wallet(BUYER)
         assert (wallet.credited_musd, wallet.payments) == (4_500_000, 1)
         assert "Wallet: $4.500000 left" in me
-    finally:
-        await second.on_shutdown()
-        await second.bot.session.close()
     assert await first.stop() == 0
 
 

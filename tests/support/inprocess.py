@@ -42,7 +42,8 @@ import signal
 import sqlite3
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,7 @@ from budget.kernel.db import sqlite_path
 from tests.support.harness import BotExited, wait_ready_url
 from tests.support.telegram import FakeTelegram
 
-__all__ = ["AppFactory", "InProcessBot", "settings_from_env"]
+__all__ = ["AppFactory", "InProcessBot", "second_replica", "settings_from_env"]
 
 
 class _EnvSettings(Settings):
@@ -93,6 +94,20 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
 
 _template: Path | None = None
 _template_lock = threading.Lock()
+
+
+@asynccontextmanager
+async def second_replica(env: Mapping[str, str]) -> AsyncIterator[App]:
+    """Another composition root on ``env``'s (PostgreSQL) database beside the polling
+    one, started (``on_startup``) but not polling: updates are fed to its dispatcher.
+    Shut down and its bot session closed on the way out."""
+    app = create_app(settings_from_env(env))
+    await app.on_startup()
+    try:
+        yield app
+    finally:
+        await app.on_shutdown()
+        await app.bot.session.close()
 
 
 def _migrated_template() -> Path:

@@ -14,16 +14,12 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from bot.migrations.columns import BIG
+
 revision: str = "0001_ledger"
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-
-def _big() -> sa.types.TypeEngine[int]:
-    """µUSD amounts and Telegram ids: BIGINT on PostgreSQL (its INTEGER is 32-bit);
-    INTEGER on SQLite (already 64-bit; existing SQLite files keep the same DDL)."""
-    return sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
 def upgrade() -> None:
@@ -33,9 +29,9 @@ def upgrade() -> None:
         sa.Column("scope", sa.String(128), nullable=False),
         sa.Column("win", sa.String(8), nullable=False),
         sa.Column("wkey", sa.String(32), nullable=False),
-        sa.Column("settled_musd", _big(), nullable=False, server_default="0"),
-        sa.Column("held_musd", _big(), nullable=False, server_default="0"),
-        sa.Column("late_musd", _big(), nullable=False, server_default="0"),
+        sa.Column("settled_musd", BIG, nullable=False, server_default="0"),
+        sa.Column("held_musd", BIG, nullable=False, server_default="0"),
+        sa.Column("late_musd", BIG, nullable=False, server_default="0"),
         sa.PrimaryKeyConstraint("level", "scope", "win", "wkey", name="pk_budget_buckets"),
     )
     op.create_table(
@@ -43,15 +39,15 @@ def upgrade() -> None:
         sa.Column("hold_id", sa.String(32), primary_key=True),
         sa.Column("operation_id", sa.String(32), nullable=False),
         sa.Column("request_id", sa.String(32), nullable=False),
-        sa.Column("user_id", _big(), nullable=False),
+        sa.Column("user_id", BIG, nullable=False),
         sa.Column("team", sa.String(128), nullable=True),
         sa.Column("origin", sa.String(16), nullable=False),
         sa.Column("provider", sa.String(32), nullable=False),
         sa.Column("model", sa.String(128), nullable=False),
         sa.Column("input_tokens", sa.Integer(), nullable=False),
         sa.Column("max_tokens", sa.Integer(), nullable=False),
-        sa.Column("ceiling_musd", _big(), nullable=False),
-        sa.Column("list_ceiling_musd", _big(), nullable=True),
+        sa.Column("ceiling_musd", BIG, nullable=False),
+        sa.Column("list_ceiling_musd", BIG, nullable=True),
         sa.Column("state", sa.String(16), nullable=False),
         sa.Column("granted_at", sa.Float(), nullable=False),
         sa.Column("expires_at", sa.Float(), nullable=False),
@@ -61,8 +57,8 @@ def upgrade() -> None:
         sa.Column("scopes", sa.Text(), nullable=False),
         sa.Column("process_id", sa.String(32), nullable=False),
         sa.Column("ended_at", sa.Float(), nullable=True),
-        sa.Column("actual_musd", _big(), nullable=True),
-        sa.Column("list_actual_musd", _big(), nullable=True),
+        sa.Column("actual_musd", BIG, nullable=True),
+        sa.Column("list_actual_musd", BIG, nullable=True),
         sa.Column("usage_input", sa.Integer(), nullable=True),
         sa.Column("usage_cached_input", sa.Integer(), nullable=True),
         sa.Column("usage_output", sa.Integer(), nullable=True),
@@ -77,16 +73,16 @@ def upgrade() -> None:
     op.create_table(
         "budget_operations",
         sa.Column("operation_id", sa.String(32), primary_key=True),
-        sa.Column("user_id", _big(), nullable=False),
+        sa.Column("user_id", BIG, nullable=False),
         sa.Column("origin", sa.String(16), nullable=False),
         sa.Column("team", sa.String(128), nullable=True),
         sa.Column("started_at", sa.Float(), nullable=False),
         sa.Column("expires_at", sa.Float(), nullable=False),
         sa.Column("ended_at", sa.Float(), nullable=True),
-        sa.Column("max_musd", _big(), nullable=False),
+        sa.Column("max_musd", BIG, nullable=False),
         sa.Column("max_requests", sa.Integer(), nullable=False),
         sa.Column("requests", sa.Integer(), nullable=False, server_default="0"),
-        sa.Column("committed_musd", _big(), nullable=False, server_default="0"),
+        sa.Column("committed_musd", BIG, nullable=False, server_default="0"),
         sa.Column("day_key", sa.String(16), nullable=False),
         sa.Column("process_id", sa.String(32), nullable=False),
     )
@@ -110,9 +106,9 @@ def upgrade() -> None:
         sa.Column("level", sa.String(16), nullable=False),
         sa.Column("scope", sa.String(128), nullable=False),
         sa.Column("win", sa.String(8), nullable=False),
-        sa.Column("limit_musd", _big(), nullable=True),
+        sa.Column("limit_musd", BIG, nullable=True),
         sa.Column("updated_at", sa.Float(), nullable=False),
-        sa.Column("updated_by", _big(), nullable=True),
+        sa.Column("updated_by", BIG, nullable=True),
         sa.PrimaryKeyConstraint("level", "scope", "win", name="pk_budget_limits"),
     )
     op.create_table(
@@ -122,14 +118,14 @@ def upgrade() -> None:
         sa.Column("killed", sa.Integer(), nullable=False),
         sa.Column("reason", sa.Text(), nullable=False, server_default=""),
         sa.Column("automatic", sa.Integer(), nullable=False, server_default="0"),
-        sa.Column("by_user", _big(), nullable=True),
+        sa.Column("by_user", BIG, nullable=True),
         sa.Column("changed_at", sa.Float(), nullable=False),
         sa.Column("unkilled_at", sa.Float(), nullable=True),
         sa.PrimaryKeyConstraint("scope_kind", "scope", name="pk_budget_kill"),
     )
     op.create_table(
         "budget_team_members",
-        sa.Column("user_id", _big(), primary_key=True, autoincrement=False),
+        sa.Column("user_id", BIG, primary_key=True, autoincrement=False),
         sa.Column("team", sa.String(128), nullable=False),
         sa.Column("added_at", sa.Float(), nullable=False),
     )
@@ -144,14 +140,14 @@ def upgrade() -> None:
         sa.Column("level", sa.String(16), nullable=True),
         sa.Column("win", sa.String(8), nullable=True),
         sa.Column("scope", sa.String(128), nullable=True),
-        sa.Column("user_id", _big(), nullable=True),
+        sa.Column("user_id", BIG, nullable=True),
         sa.Column("hold_id", sa.String(32), nullable=True),
         sa.Column("detail", sa.Text(), nullable=True),
     )
     op.create_index("ix_budget_events_day_kind", "budget_events", ["day_key", "kind"])
     op.create_table(
         "budget_messages",
-        sa.Column("user_id", _big(), nullable=False),
+        sa.Column("user_id", BIG, nullable=False),
         sa.Column("day_key", sa.String(16), nullable=False),
         sa.Column("count", sa.Integer(), nullable=False, server_default="0"),
         sa.PrimaryKeyConstraint("user_id", "day_key", name="pk_budget_messages"),

@@ -14,15 +14,12 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from bot.migrations.columns import UTC
+
 revision: str = "0002_digests"
 down_revision: str | None = "0001_ledger"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-
-def _utc() -> sa.DateTime:
-    """UTC datetimes: ``timestamptz`` on PostgreSQL; SQLite keeps naive UTC as before."""
-    return sa.DateTime().with_variant(sa.DateTime(timezone=True), "postgresql")
 
 
 def upgrade() -> None:
@@ -35,8 +32,8 @@ def upgrade() -> None:
         sa.Column("digest_time", sa.String(5), nullable=False),
         sa.Column("digest_enabled", sa.Boolean(), nullable=False),
         sa.Column("active", sa.Boolean(), nullable=False),
-        sa.Column("created_at", _utc(), nullable=False),
-        sa.Column("last_seen_at", _utc(), nullable=False),
+        sa.Column("created_at", UTC, nullable=False),
+        sa.Column("last_seen_at", UTC, nullable=False),
         sa.PrimaryKeyConstraint("user_id", name="pk_user_profiles"),
     )
     op.create_table(
@@ -47,7 +44,7 @@ def upgrade() -> None:
         sa.Column("title", sa.String(256), nullable=False),
         sa.Column("last_seen_post_id", sa.BigInteger(), nullable=True),
         sa.Column("preview_lost", sa.Boolean(), nullable=False),
-        sa.Column("checked_at", _utc(), nullable=True),
+        sa.Column("checked_at", UTC, nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_digest_sources"),
         sa.UniqueConstraint("kind", "key", name="uq_digest_sources_kind"),
     )
@@ -56,9 +53,9 @@ def upgrade() -> None:
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("user_id", sa.BigInteger(), nullable=False),
         sa.Column("source_id", sa.Integer(), nullable=False),
-        sa.Column("created_at", _utc(), nullable=False),
+        sa.Column("created_at", UTC, nullable=False),
         sa.Column("last_post_id", sa.BigInteger(), nullable=True),
-        sa.Column("last_digest_at", _utc(), nullable=True),
+        sa.Column("last_digest_at", UTC, nullable=True),
         sa.Column("lost_notified", sa.Boolean(), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_digest_subscriptions"),
         sa.ForeignKeyConstraint(
@@ -87,18 +84,18 @@ def upgrade() -> None:
         sa.Column("user_id", sa.BigInteger(), nullable=False),
         sa.Column("local_date", sa.Date(), nullable=False),
         sa.Column("status", sa.String(16), nullable=False),
-        sa.Column("due_at", _utc(), nullable=False),
+        sa.Column("due_at", UTC, nullable=False),
         sa.Column("late", sa.Boolean(), nullable=False),
-        sa.Column("retry_not_before", _utc(), nullable=True),
+        sa.Column("retry_not_before", UTC, nullable=True),
         sa.Column("refusal_reason", sa.String(32), nullable=True),
         sa.Column("deferred_notified", sa.Boolean(), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("delivery_attempts", sa.Integer(), nullable=False),
         sa.Column("post_count", sa.Integer(), nullable=False),
         sa.Column("payload", sa.Text(), nullable=True),
-        sa.Column("created_at", _utc(), nullable=False),
-        sa.Column("updated_at", _utc(), nullable=False),
-        sa.Column("sent_at", _utc(), nullable=True),
+        sa.Column("created_at", UTC, nullable=False),
+        sa.Column("updated_at", UTC, nullable=False),
+        sa.Column("sent_at", UTC, nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_digest_runs"),
         sa.UniqueConstraint("user_id", "local_date", name="uq_digest_runs_user_id"),
     )
@@ -114,7 +111,7 @@ def upgrade() -> None:
         sa.Column("summary", sa.Text(), nullable=False),
         sa.Column("provider", sa.String(32), nullable=False),
         sa.Column("model", sa.String(128), nullable=False),
-        sa.Column("created_at", _utc(), nullable=False),
+        sa.Column("created_at", UTC, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_summary_cache"),
         sa.UniqueConstraint(
             "source_key",

@@ -9,16 +9,12 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from bot.migrations.columns import BIG
+
 revision: str = "0004_corrections"
 down_revision: str | None = "0003_bot"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-
-def _big() -> sa.types.TypeEngine[int]:
-    """µUSD amounts and Telegram ids: BIGINT on PostgreSQL (its INTEGER is 32-bit);
-    INTEGER on SQLite (already 64-bit; existing SQLite files keep the same DDL)."""
-    return sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
 def upgrade() -> None:
@@ -30,9 +26,9 @@ def upgrade() -> None:
         sa.Column("provider", sa.String(32), nullable=False),
         sa.Column("model", sa.String(128), nullable=False),
         sa.Column("bucket", sa.String(32), nullable=False),
-        sa.Column("old_musd", _big(), nullable=False),
-        sa.Column("new_musd", _big(), nullable=False),
-        sa.Column("by_user", _big(), nullable=True),
+        sa.Column("old_musd", BIG, nullable=False),
+        sa.Column("new_musd", BIG, nullable=False),
+        sa.Column("by_user", BIG, nullable=True),
         sa.Column("source_file", sa.String(255), nullable=False),
         sa.Column("source_sha256", sa.String(64), nullable=False),
         sa.Column("over_limit", sa.Text(), nullable=True),

@@ -14,22 +14,18 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from bot.migrations.columns import BIG
+
 revision: str = "0005_money"
 down_revision: str | None = "0004_corrections"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
-def _big() -> sa.types.TypeEngine[int]:
-    """µUSD amounts and Telegram ids: BIGINT on PostgreSQL (its INTEGER is 32-bit);
-    INTEGER on SQLite (already 64-bit; existing SQLite files keep the same DDL)."""
-    return sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-
-
 def upgrade() -> None:
     with op.batch_alter_table("budget_holds") as batch:
         batch.add_column(
-            sa.Column("margin_musd", _big(), nullable=False, server_default="0")
+            sa.Column("margin_musd", BIG, nullable=False, server_default="0")
         )
     op.create_table(
         "budget_calibration",

@@ -9,15 +9,12 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from bot.migrations.columns import UTC
+
 revision: str = "0006_feed_delivered"
 down_revision: str | None = "0005_money"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-
-def _utc() -> sa.DateTime:
-    """UTC datetimes: ``timestamptz`` on PostgreSQL; SQLite keeps naive UTC as before."""
-    return sa.DateTime().with_variant(sa.DateTime(timezone=True), "postgresql")
 
 
 def upgrade() -> None:
@@ -26,7 +23,7 @@ def upgrade() -> None:
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("subscription_id", sa.Integer(), nullable=False),
         sa.Column("post_id", sa.BigInteger(), nullable=False),
-        sa.Column("seen_at", _utc(), nullable=False),
+        sa.Column("seen_at", UTC, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_digest_delivered"),
         sa.ForeignKeyConstraint(
             ["subscription_id"],

@@ -14,27 +14,24 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from bot.migrations.columns import UTC
+
 revision: str = "0015_digest_claims"
 down_revision: str | None = "0014_turn_chat"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
-def _utc() -> sa.DateTime:
-    """UTC datetimes: ``timestamptz`` on PostgreSQL; SQLite keeps naive UTC."""
-    return sa.DateTime().with_variant(sa.DateTime(timezone=True), "postgresql")
-
-
 def upgrade() -> None:
     with op.batch_alter_table("digest_runs") as batch:
         batch.add_column(sa.Column("claimed_by", sa.String(32), nullable=True))
-        batch.add_column(sa.Column("claimed_at", _utc(), nullable=True))
+        batch.add_column(sa.Column("claimed_at", UTC, nullable=True))
     op.create_table(
         "summary_pending",
         sa.Column("key_hash", sa.String(64), nullable=False),
         sa.Column("owner", sa.String(32), nullable=False),
-        sa.Column("expires_at", _utc(), nullable=False),
-        sa.Column("created_at", _utc(), nullable=False),
+        sa.Column("expires_at", UTC, nullable=False),
+        sa.Column("created_at", UTC, nullable=False),
         sa.PrimaryKeyConstraint("key_hash", name="pk_summary_pending"),
     )
 

@@ -14,12 +14,12 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from bot.migrations.columns import BIG
+
 revision: str = "0019_update_rates"
 down_revision: str | None = "0018_call_leases"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-BIG = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
 def upgrade() -> None:

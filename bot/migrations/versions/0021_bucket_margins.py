@@ -25,12 +25,12 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from bot.migrations.columns import BIG
+
 revision: str = "0021_bucket_margins"
 down_revision: str | None = "0020_runtime_signals"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-BIG = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
 def _booked_margins() -> None:

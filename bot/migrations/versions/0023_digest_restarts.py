@@ -16,15 +16,12 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from bot.migrations.columns import UTC
+
 revision: str = "0023_digest_restarts"
 down_revision: str | None = "0022_ledger_timestamptz"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-
-def _utc() -> sa.DateTime:
-    """UTC datetimes: ``timestamptz`` on PostgreSQL; SQLite keeps naive UTC."""
-    return sa.DateTime().with_variant(sa.DateTime(timezone=True), "postgresql")
 
 
 def upgrade() -> None:
@@ -36,7 +33,7 @@ def upgrade() -> None:
     op.create_table(
         "digest_ticks",
         sa.Column("id", sa.Integer(), autoincrement=False, nullable=False),
-        sa.Column("ticked_at", _utc(), nullable=False),
+        sa.Column("ticked_at", UTC, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_digest_ticks"),
     )
 

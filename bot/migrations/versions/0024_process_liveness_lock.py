@@ -3,7 +3,7 @@
 Each process holds a session-level advisory lock on its own id on its heartbeat's
 connection (:mod:`budget.storage.postgres.lease`); PostgreSQL releases it the moment that
 connection ends, so a sweeper that can take it knows the owner's connection is gone.
-``locked_on`` is the server's ``pg_postmaster_start_time()`` when the process last beat
+``locked_on`` is the server's ``pg_postmaster_startTIME`` when the process last beat
 holding its lock (``NULL``: it did not hold it, or an older version beat): the lock's
 absence says something only on that same server lifetime — after a restart or a failover
 every lock is gone with every connection, and a process is judged by its heartbeat alone
@@ -19,20 +19,17 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from bot.migrations.columns import TIME
+
 revision: str = "0024_process_liveness_lock"
 down_revision: str | None = "0036_chat_summaries"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
-def _time() -> sa.types.TypeEngine[object]:
-    """The ledger's times: ``timestamptz`` on PostgreSQL, REAL epoch seconds on SQLite."""
-    return sa.Float().with_variant(sa.DateTime(timezone=True), "postgresql")  # type: ignore[return-value]
-
-
 def upgrade() -> None:
     with op.batch_alter_table("budget_processes") as batch:
-        batch.add_column(sa.Column("locked_on", _time(), nullable=True))
+        batch.add_column(sa.Column("locked_on", TIME, nullable=True))
 
 
 def downgrade() -> None:

@@ -24,13 +24,12 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from bot.migrations.columns import BIG, TIME
+
 revision: str = "0025_ledger_levels"
 down_revision: str | None = "0034_retention"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-BIG = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-TIME = sa.Float().with_variant(sa.DateTime(timezone=True), "postgresql")
 
 
 def upgrade() -> None:
