@@ -4,7 +4,8 @@ first hold, in ONE store step, on a store whose steps run one at a time
 ``docs/decisions/011-sqlite-single-writer.md``).
 
 :class:`DeferredAdmissions` is the ledger's book of the operations waiting so
-(:meth:`budget.ledger.Ledger.begin_operation` with ``deferred=True``); the store step is
+(:meth:`budget.ledger.Ledger.begin_operation` with ``deferred=True``, or an operation
+opened as a value, :meth:`budget.protocol.OperationTicket.open`); the store step is
 :meth:`budget.storage.base.LedgerStore.admit`.
 """
 
@@ -52,17 +53,23 @@ class DeferredAdmissions:
     ) -> OperationTicket:
         """A new operation, admitted later (its ``team`` and ``plan`` are ``None`` until
         then); ``count_message``: its user's message is counted in the admission's step."""
-        op_id = uuid.uuid4().hex
-        self._waiting[op_id] = Admission(
-            op_id,
-            user_id,
-            origin,
+        op = OperationTicket(uuid.uuid4().hex, user_id, origin, None, chat_id)
+        self.adopt(op, max_musd, max_requests, count_message)
+        return op
+
+    def adopt(
+        self, op: OperationTicket, max_musd: int, max_requests: int, count_message: bool
+    ) -> None:
+        """Wait with ``op`` (its id chosen already: one opened as a value) as :meth:`defer`."""
+        self._waiting[op.operation_id] = Admission(
+            op.operation_id,
+            op.user_id,
+            op.origin,
             max_musd,
             max_requests,
             count_message=count_message,
-            chat_id=chat_id,
+            chat_id=op.chat_id,
         )
-        return OperationTicket(op_id, user_id, origin, None, chat_id)
 
     def waiting(self, operation_id: str) -> Admission | None:
         """The admission ``operation_id`` waits for, or ``None`` (admitted, or never

@@ -19,7 +19,7 @@ from budget.errors import HoldRefused
 from budget.part import LedgerPart
 from budget.policy.rules import check_user_id
 from budget.pricing.prices import PriceCard
-from budget.protocol import HoldTicket, OperationTicket
+from budget.protocol import HoldTicket, OperationTicket, RequestTicket
 from budget.storage.store import Admission, HoldPrice, PricedHold, RefusedStep
 from budget.types import Origin, RefusalReason
 
@@ -103,6 +103,43 @@ class LedgerHolds(LedgerPart):
         self._deferred.admit_now = False
         return op
 
+    async def _take(self, op: OperationTicket) -> None:
+        """Take over ``op`` at the ledger's first call on it when it was opened as a
+        value (:meth:`~budget.protocol.OperationTicket.open`; else nothing): as
+        :meth:`begin_operation` with ``deferred=True`` would have, with its id.
+
+        Raises:
+            HoldRefused: admitted at once (a store that does not defer admission, or
+                after a refused deferred admission) and refused; it stays untaken.
+            ValueError: a user or chat id outside the signed 64-bit range.
+        """
+        opening = op.opening
+        if opening is None or opening.taken:
+            return
+        check_user_id(op.user_id)
+        if op.chat_id is not None:
+            check_user_id(op.chat_id, "chat id")
+        caps = self.config.operation_caps[op.origin]
+        if self.store.defers_admission and not self._deferred.admit_now:
+            self._deferred.adopt(op, caps.max_musd, caps.max_requests, opening.count_message)
+            opening.count_message = False  # the admission's step counts it (or its end)
+            opening.taken = True
+            return
+        if opening.count_message:
+            await self.record_message(op.user_id)
+            opening.count_message = False
+        admission = Admission(
+            op.operation_id,
+            op.user_id,
+            op.origin,
+            caps.max_musd,
+            caps.max_requests,
+            chat_id=op.chat_id,
+        )
+        await self._guarded(self.store.begin_operation(self.clock.now(), admission))
+        opening.taken = True
+        self._deferred.admit_now = False
+
     async def _admit(
         self,
         admission: Admission | None,
@@ -140,6 +177,13 @@ class LedgerHolds(LedgerPart):
         admitted (no hold was asked) is only forgotten, its message counted
         (``count_message``; a cap reached then refuses nothing: the work is over)."""
         self._holding.discard(op.operation_id)
+        opening = op.opening
+        if opening is not None and not opening.taken:  # opened, never used: nothing to end
+            opening.taken = True
+            if opening.count_message:
+                with contextlib.suppress(HoldRefused):
+                    await self.record_message(op.user_id)
+            return
         waiting = self._deferred.forget(op.operation_id)
         if waiting is not None:
             if waiting.count_message:
@@ -162,6 +206,9 @@ class LedgerHolds(LedgerPart):
             LedgerUnavailable: the ledger could not be read.
             UnknownOperation: no such operation.
         """
+        opening = op.opening
+        if opening is not None and not opening.taken:
+            return 0  # opened, never used: nothing was ever held
         if self._deferred.waiting(op.operation_id) is not None:
             return 0  # not admitted: nothing was ever held
         return await self.store.operation_booked_musd(op.operation_id)
@@ -174,6 +221,7 @@ class LedgerHolds(LedgerPart):
                 ``operation_cap`` (max requests reached); both are recorded.
             UnknownOperation: ``op`` ended or expired.
         """
+        await self._take(op)
         first = self._deferred.first_request(op.operation_id, fingerprint)
         if first is not None:
             return first  # recorded with the admission, in the first hold's step
@@ -185,7 +233,7 @@ class LedgerHolds(LedgerPart):
     async def reserve(
         self,
         op: OperationTicket,
-        request_id: str,
+        request_id: str | RequestTicket,
         *,
         provider: str,
         model: str,
@@ -199,6 +247,12 @@ class LedgerHolds(LedgerPart):
         ceiling = input_tokens × input rate + max_tokens × output rate (rounded up;
         0 µUSD for a free-tier provider, whose hold still counts for the kill
         switch and the operation). ``input_tokens`` is the (calibrated) estimate.
+
+        ``request_id``: a request counted by :meth:`begin_request`, or a
+        :class:`~budget.protocol.RequestTicket`, counted first when it was not yet (as
+        :meth:`begin_request`: its refusals ``loop`` and ``operation_cap``); an operation
+        opened as a value is taken over first (:meth:`_take`). So one message's walk
+        enters the ledger twice: this, and the settle that ends it.
 
         ``origin``: the hold's own origin when it is not its operation's (``summary``:
         a history summary folded inside a chat message's operation); ``None``: the
@@ -215,7 +269,9 @@ class LedgerHolds(LedgerPart):
         Raises:
             ValueError: ``max_tokens`` < 1 (no ceiling without it) or negative input.
             HoldRefused: ``kill``; ``operation_cap`` (the operation's max cost);
-                ``limit``/``busy`` with level, window, scope and ``resets_at``.
+                ``limit``/``busy`` with level, window, scope and ``resets_at``; a
+                request counted here: ``loop``, ``operation_cap``; an operation taken
+                over here: ``inflight``, ``rate``, ``messages``.
             UnknownOperation: ``op`` ended or expired.
             BudgetConfigError: a paid model without a price.
         """
@@ -223,6 +279,11 @@ class LedgerHolds(LedgerPart):
             raise ValueError("max_tokens is mandatory (>= 1): without it there is no ceiling")
         if input_tokens < 0:
             raise ValueError("input_tokens must be >= 0")
+        await self._take(op)
+        if isinstance(request_id, RequestTicket):
+            if request_id.request_id is None:
+                request_id.request_id = await self.begin_request(op, request_id.fingerprint)
+            request_id = request_id.request_id
         now = self.clock.now()
         price = self._price(now, provider, model, input_tokens, max_tokens, input_bound_tokens)
         hold = PricedHold(
@@ -261,6 +322,7 @@ class LedgerHolds(LedgerPart):
         """Smallest remaining µUSD over the levels a hold at ``provider`` would touch,
         the operation's remaining cap included (never ``None`` since an operation
         always has a cap; typed ``None``-able per the port)."""
+        await self._take(op)
         await self._admit(self._deferred.waiting(op.operation_id))
         return await self._guarded(
             self.store.remaining_musd(self.clock.now(), op.operation_id, provider)

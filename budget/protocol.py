@@ -5,31 +5,77 @@ implements it and tests may substitute an in-memory fake. Money is integer µUSD
 
 Flow for one chat message::
 
-    op = await ledger.begin_operation(user_id, Origin.CHAT)           # kill/inflight/rate
+    op = OperationTicket.open(user_id, Origin.CHAT)                   # a value: no step
     try:
-        req = await ledger.begin_request(op, fingerprint)             # op caps, loop check
+        req = RequestTicket(fingerprint)                              # a value: no step
         hold = await ledger.reserve(op, req, provider="groq", model=m,
-                                    input_tokens=n, max_tokens=1024)  # atomic on all levels
-        ... call the provider ...
-        await ledger.settle(hold.hold_id, usage)                      # or release(hold_id)
+                                    input_tokens=n, max_tokens=1024)  # admits op, counts req,
+        ... call the provider ...                                     # holds on all levels
+        await ledger.settle(hold.hold_id, usage, ends=op)             # or release(hold_id)
     finally:
-        await ledger.end_operation(op)
+        await ledger.end_operation(op)                                # when settle did not end it
+
+The walk of one chat message so enters the ledger twice (``docs/architecture.md``):
+the operation and its request are values until the first ``reserve``, which admits the
+operation (kill switch, in-flight, rate: its refusals come from there), counts the
+request (loop, request cap) and holds, in one store step where the store defers
+admission (SQLite), in its own steps first otherwise. ``begin_operation`` and
+``begin_request`` remain for callers that want the checks at once.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
 from budget.types import CalibrationSample, Origin, Usage
 
-__all__ = ["HoldTicket", "LedgerPort", "OperationTicket", "PriceCardPort"]
+__all__ = [
+    "HoldTicket",
+    "LedgerPort",
+    "Opening",
+    "OperationTicket",
+    "PriceCardPort",
+    "RequestTicket",
+]
+
+
+@dataclass(slots=True, eq=False)
+class Opening:
+    """How an operation opened as a value (:meth:`OperationTicket.open`) is admitted by
+    the ledger's first call on it (module docstring).
+
+    Attributes:
+        count_message: count the user's message against USER_DAILY_MESSAGES in its
+            admission (cleared by the ledger once counted).
+        taken: the ledger has taken it over (admitted it, or deferred its admission to
+            its first hold); set by the ledger only.
+    """
+
+    count_message: bool = False
+    taken: bool = False
+
+
+@dataclass(slots=True, eq=False)
+class RequestTicket:
+    """A request of an operation, counted by the first :meth:`LedgerPort.reserve` it is
+    passed to (loop check, request cap) instead of by a ``begin_request`` of its own.
+
+    Attributes:
+        fingerprint: identifies the prompt (the same one twice in an operation is a loop).
+        request_id: the ledger's id, once counted (``None`` before; set by the ledger).
+    """
+
+    fingerprint: str
+    request_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class OperationTicket:
-    """An operation admitted by :meth:`LedgerPort.begin_operation`.
+    """An operation admitted by :meth:`LedgerPort.begin_operation`, or opened as a value
+    by :meth:`open` (admitted by the ledger's first call on it).
 
     Attributes:
         operation_id: unique id (also the in-flight slot id).
@@ -39,6 +85,8 @@ class OperationTicket:
         chat_id: the group chat that pays along with the user, or ``None``.
         plan: the user's plan at admission, or ``None`` (no plans, or not yet
             admitted).
+        opening: how an operation opened by :meth:`open` is admitted (``None``: one
+            admitted by ``begin_operation``).
     """
 
     operation_id: str
@@ -47,6 +95,24 @@ class OperationTicket:
     team: str | None
     chat_id: int | None = None
     plan: str | None = None
+    opening: Opening | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def open(
+        cls,
+        user_id: int,
+        origin: Origin,
+        *,
+        count_message: bool = False,
+        chat_id: int | None = None,
+    ) -> OperationTicket:
+        """A new operation with the origin's caps, not admitted yet: no ledger call, no
+        row. The ledger's first call on it admits it (where the store defers admission,
+        with its first request and first hold in one step) and raises the admission's
+        refusals (``kill``, ``inflight``, ``rate``, ``messages``); :meth:`LedgerPort.end_operation`
+        of one never used only counts its message (``count_message``)."""
+        opening = Opening(count_message=count_message)
+        return cls(uuid.uuid4().hex, user_id, origin, None, chat_id, opening=opening)
 
     @property
     def payers(self) -> tuple[int, str | None]:
@@ -170,7 +236,7 @@ class LedgerPort(Protocol):
     async def reserve(
         self,
         op: OperationTicket,
-        request_id: str,
+        request_id: str | RequestTicket,
         *,
         provider: str,
         model: str,
@@ -182,6 +248,11 @@ class LedgerPort(Protocol):
         """Hold the ceiling for one attempt, atomically on every level and window
         (user, team, global, provider account cap) and against the operation's max cost.
         All or nothing: on refusal nothing is held anywhere.
+
+        ``request_id``: a request counted by :meth:`begin_request`, or a
+        :class:`RequestTicket`, counted here first when it was not yet (refusals
+        ``loop``, ``operation_cap``); an operation opened by :meth:`OperationTicket.open`
+        is admitted here first (refusals ``kill``, ``inflight``, ``rate``, ``messages``).
 
         ``origin``: the hold's own origin (its export row's), ``None``: the operation's.
         ``input_tokens`` is the estimate held; ``input_bound_tokens`` a provable upper

@@ -272,17 +272,14 @@ class ChatService(Draining):
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
-        try:
-            # admitted with its first hold, the message counted, in that hold's step
-            # (decisions 011 "Deferred admission", 132); its refusal then comes from the
-            # cascade, handled below. A group (negative id) pays too (decision 110)
-            group = where.chat_id if where.chat_id < 0 else None
-            count = self._count_messages
-            op = await self._ledger.begin_operation(
-                where.user_id, Origin.CHAT, deferred=True, count_message=count, chat_id=group
-            )
-        except HoldRefused as exc:
-            return refused_outcome(exc, running=others_running)
+        # a value until the ledger's first call on it, which admits it (with its first
+        # hold, the message counted, in that hold's step where the store defers
+        # admission: decisions 011 "Deferred admission", 132); its refusal then comes
+        # from the cascade, handled below. A group (negative id) pays too (decision 110)
+        group = where.chat_id if where.chat_id < 0 else None
+        op = OperationTicket.open(
+            where.user_id, Origin.CHAT, count_message=self._count_messages, chat_id=group
+        )
         completion: Completion | None = None
         step = "answer"  # what a refused hold was for (the refusal names it)
         try:

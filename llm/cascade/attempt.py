@@ -44,7 +44,7 @@ import logging
 from dataclasses import replace
 
 from budget.errors import BudgetError, HoldRefused
-from budget.protocol import HoldTicket, LedgerPort, OperationTicket
+from budget.protocol import HoldTicket, LedgerPort, OperationTicket, RequestTicket
 from budget.types import CalibrationSample, Usage
 from llm.cascade.degradation import LADDER_REASONS, DegradationLadder
 from llm.cascade.plan import AttemptPlan, Sizer, reserve
@@ -150,7 +150,7 @@ class GovernedAttempt:
     async def run(
         self,
         op: OperationTicket,
-        request_id: str,
+        request_id: str | RequestTicket,
         provider: Provider,
         request: LLMRequest,
         input_tokens: int,
@@ -162,7 +162,8 @@ class GovernedAttempt:
 
         Args:
             op: the operation charged.
-            request_id: the ledger's id of this request (``begin_request``).
+            request_id: this request: counted by the first hold it is passed to
+                (a :class:`~budget.protocol.RequestTicket`), or by ``begin_request``.
             provider: the key tried.
             request: the request.
             input_tokens: the token counter's count of ``request.messages``.
@@ -217,7 +218,7 @@ class GovernedAttempt:
     async def _hold(
         self,
         op: OperationTicket,
-        request_id: str,
+        request_id: str | RequestTicket,
         provider: Provider,
         request: LLMRequest,
         plan: AttemptPlan,

@@ -6,7 +6,8 @@ it is called like one provider (``complete``), falls back only on the errors nam
 Order is the constructor's: free tiers first (Groq key 1, Groq key 2, Mistral,
 Cerebras), the paid anchor (DeepSeek) last. For one request::
 
-    begin_request(op, fingerprint)                     once (op caps, loop check)
+    RequestTicket(fingerprint)        counted by its first hold (op caps, loop check), in
+                                      that hold's step; by begin_request when none was asked
     for each provider key, at most once:
         skip without a request if: disabled (auth), breaker open, paced out,
             paid and not allow_paid, not serving the request's chosen model, prompt larger
@@ -55,7 +56,7 @@ from prometheus_client import CollectorRegistry
 from budget.errors import HoldRefused
 from budget.kernel.clock import Clock
 from budget.pricing.tokens import count_off_loop
-from budget.protocol import LedgerPort, OperationTicket
+from budget.protocol import LedgerPort, OperationTicket, RequestTicket
 from llm.cascade.attempt import GovernedAttempt, SkipProvider
 from llm.cascade.degradation import DegradationLadder
 from llm.cascade.plan import Sizer, models_of
@@ -248,9 +249,8 @@ class Cascade:
         """
         if request.max_tokens <= 0:
             raise ValueError("max_tokens must be positive: it is what bounds the ceiling")
-        request_id = await self._ledger.begin_request(
-            op, request.fingerprint or fingerprint(request.messages)
-        )
+        # counted (loop check, request cap) by its first hold, in that hold's step
+        request_id = RequestTicket(request.fingerprint or fingerprint(request.messages))
         await self.refresh()
         input_tokens = request.input_tokens
         if input_tokens is None:
@@ -296,6 +296,8 @@ class Cascade:
                 passed.append(f"{provider.name}:{why}")
                 continue
         share = HoldRefused(self.shares.refusal()) if turned_away else None
+        if request_id.request_id is None:  # no hold was asked: counted still (a loop or
+            await self._ledger.begin_request(op, request_id.fingerprint)  # cap refuses)
         raise nothing_answered(failures, skipped, context_error, budget_refusal, share)
 
     def _skipped(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from budget.errors import HoldRefused
 from budget.kernel.clock import Clock
-from budget.protocol import HoldTicket, LedgerPort, OperationTicket
+from budget.protocol import HoldTicket, LedgerPort, OperationTicket, RequestTicket
 from budget.types import RefusalReason
 from llm.cascade.plan import AttemptPlan, Sizer, reserve
 from llm.cascade.telemetry import Telemetry
@@ -64,7 +64,7 @@ class DegradationLadder:
     async def degrade(
         self,
         op: OperationTicket,
-        request_id: str,
+        request_id: str | RequestTicket,
         provider: Provider,
         request: LLMRequest,
         plan: AttemptPlan,

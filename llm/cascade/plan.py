@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from budget.errors import BudgetError
 from budget.pricing.tokens import count_off_loop, input_bound
-from budget.protocol import HoldTicket, LedgerPort, OperationTicket
+from budget.protocol import HoldTicket, LedgerPort, OperationTicket, RequestTicket
 from budget.types import CalibrationSample, Origin
 from llm.cascade.types import CascadeConfig, TokenCounter
 from llm.providers.base import Provider
@@ -84,7 +84,7 @@ def models_of(provider: Provider, config: CascadeConfig) -> tuple[str, ...]:
 async def reserve(
     ledger: LedgerPort,
     op: OperationTicket,
-    request_id: str,
+    request_id: str | RequestTicket,
     provider: Provider,
     plan: AttemptPlan,
 ) -> HoldTicket:

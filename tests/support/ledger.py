@@ -18,7 +18,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 
 from budget.errors import BudgetConfigError, HoldRefused, UnknownHold
 from budget.kernel.clock import Clock
-from budget.protocol import HoldTicket, OperationTicket, PriceCardPort
+from budget.protocol import HoldTicket, OperationTicket, PriceCardPort, RequestTicket
 from budget.types import CalibrationSample, Level, Origin, Refusal, RefusalReason, Usage, Window
 from tests.support.clocks import ManualClock
 
@@ -160,7 +160,18 @@ class FakeLedger:
         self._ops[ticket.operation_id] = _Op(ticket)
         return ticket
 
+    def _take(self, op: OperationTicket) -> None:
+        """Admit an operation opened as a value at its first call, as the ledger does."""
+        if op.opening is None or op.opening.taken:
+            return
+        if self.killed:
+            raise self._refuse(Refusal(RefusalReason.KILL))
+        op.opening.taken = True
+        self._ops[op.operation_id] = _Op(op)
+
     async def end_operation(self, op: OperationTicket) -> None:
+        if op.opening is not None:
+            op.opening.taken = True
         self._ops.pop(op.operation_id, None)
 
     def held_any(self, op: OperationTicket) -> bool:
@@ -175,6 +186,7 @@ class FakeLedger:
         return booked
 
     async def begin_request(self, op: OperationTicket, fingerprint: str) -> str:
+        self._take(op)
         state = self._ops[op.operation_id]
         if fingerprint in state.fingerprints:
             raise self._refuse(Refusal(RefusalReason.LOOP))
@@ -196,7 +208,7 @@ class FakeLedger:
     async def reserve(
         self,
         op: OperationTicket,
-        request_id: str,
+        request_id: str | RequestTicket,
         *,
         provider: str,
         model: str,
@@ -205,6 +217,11 @@ class FakeLedger:
         input_bound_tokens: int | None = None,
         origin: Origin | None = None,
     ) -> HoldTicket:
+        self._take(op)
+        if isinstance(request_id, RequestTicket):
+            if request_id.request_id is None:
+                request_id.request_id = await self.begin_request(op, request_id.fingerprint)
+            request_id = request_id.request_id
         if self.killed:
             raise self._refuse(Refusal(RefusalReason.KILL))
         at = self.clock.now()
@@ -238,6 +255,7 @@ class FakeLedger:
         return ticket
 
     async def remaining_musd(self, op: OperationTicket, provider: str) -> int | None:
+        self._take(op)
         if self.global_limit_musd is None:
             return None
         return max(0, self.global_limit_musd - self._spent() - self._held())
