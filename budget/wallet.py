@@ -109,6 +109,24 @@ class LedgerWallet(LedgerPart):
         _check_charge(charge_id)
         return await self._guarded(self.store.refund_begin(self.clock.now(), charge_id, by))
 
+    async def begin_plan_refund(
+        self, charge_id: str, user_id: int, stars: int, *, by: int | None = None
+    ) -> RefundRow:
+        """Record the refund of the plan payment ``charge_id`` (``stars`` paid by
+        ``user_id``) as *pending*, claimed by this process, once; no µUSD moves (the
+        plan is taken back by the caller once Telegram gave the Stars back).
+
+        Returns:
+            the row (``new=True``: begun now; ``new=False``: begun before, as it stands).
+
+        Raises:
+            ValueError: an empty or over-long charge id, a user id out of range.
+        """
+        _check_charge(charge_id)
+        check_user_id(user_id)
+        now = self.clock.now()
+        return await self._guarded(self.store.refund_begin_plan(now, charge_id, user_id, stars, by))
+
     async def claim_refund(self, charge_id: str) -> bool:
         """Hold the pending refund ``charge_id`` for this process: ``True`` when it was
         free, this process's already (the caller knows which of its own are in flight)

@@ -1,5 +1,6 @@
-"""The refund of a wallet top-up, in an order a crash cannot split
-(``docs/decisions/300-a-refund-is-pending-until-telegram-answers.md``):
+"""The refund of a wallet top-up — or of a plan payment, the same way with the plan steps
+of :mod:`bot.access.plan_refunds` — in an order a crash cannot split
+(``docs/decisions/300-a-refund-is-pending-until-telegram-answers.md``, 280):
 
 1. the ledger records the refund *pending* and takes the credit not yet spent out of
    the wallet, in one transaction, once per ``telegram_payment_charge_id``; the row is
@@ -34,8 +35,10 @@ from aiogram.exceptions import (
 )
 from aiogram.utils.i18n import I18n
 
+from bot.access.plan_refunds import PlanRefunds
 from bot.chat.delivery import send_text
 from bot.text.i18n import in_locale
+from bot.text.stars import payment_refunded_text
 from bot.text.wallet import wallet_refunded_text
 from budget.kernel.clock import Clock
 from budget.kernel.failure_log import FailureLog
@@ -43,6 +46,7 @@ from budget.kernel.tasks import cancel_and_wait
 from budget.ledger import Ledger
 from budget.policy.money import remaining_usd, usd
 from budget.policy.wallet import WalletRefund
+from budget.storage.sql.refunds import PLAN
 from budget.wallet import RefundRow
 
 __all__ = ["ALREADY_DONE", "RETRY_EVERY_S", "WalletRefunds"]
@@ -75,6 +79,8 @@ class WalletRefunds:
         language_of: a user's language (``None``: not known; English then).
         i18n: the catalogues.
         every_s: seconds between two rounds (the first runs at :meth:`start`).
+        plans: the plan side of a plan payment's refund (:mod:`bot.access.plan_refunds`;
+            ``None``: plan refunds are not pending rows, as in tests of top-ups alone).
     """
 
     __slots__ = (
@@ -85,6 +91,7 @@ class WalletRefunds:
         "_inflight",
         "_language_of",
         "_ledger",
+        "_plans",
         "_task",
     )
 
@@ -97,8 +104,9 @@ class WalletRefunds:
         i18n: I18n,
         *,
         every_s: float = RETRY_EVERY_S,
+        plans: PlanRefunds | None = None,
     ) -> None:
-        self._ledger, self._bot, self._clock = ledger, bot, clock
+        self._ledger, self._bot, self._clock, self._plans = ledger, bot, clock, plans
         self._language_of, self._i18n, self._every_s = language_of, i18n, every_s
         self._inflight: set[str] = set()  # charge ids this process is refunding now
         self._task: asyncio.Task[None] | None = None
@@ -116,6 +124,28 @@ class WalletRefunds:
         began = await self._ledger.begin_refund(charge_id, by=by)
         if began is None:
             return None
+        return await self._go_on(began, charge_id)
+
+    async def request_plan(self, charge_id: str, by: int | None) -> str:
+        """``/refund <charge_id>`` of a plan payment (the caller found its row): the
+        admin's reply once it is done, left pending or refused.
+
+        Raises:
+            LedgerUnavailable: storage failed (a refund begun stays pending).
+        """
+        assert self._plans is not None
+        payment = await self._plans.payment(charge_id)
+        assert payment is not None
+        before = await self._ledger.refund_state(charge_id)
+        if before is None and payment.refunded_at is not None:
+            return ALREADY_DONE  # refunded by Telegram's own refund (or before rows)
+        began = await self._ledger.begin_plan_refund(
+            charge_id, payment.user_id, payment.stars, by=by
+        )
+        return await self._go_on(began, charge_id)
+
+    async def _go_on(self, began: RefundRow | WalletRefund, charge_id: str) -> str:
+        """A refund begun now or before: completed here unless done or under way."""
         if isinstance(began, WalletRefund) or began.state == "done":
             return ALREADY_DONE
         # begun now: held here already; begun before: claimed first (free, or its holder
@@ -178,11 +208,21 @@ class WalletRefunds:
     async def _complete(self, row: RefundRow) -> tuple[str, bool]:
         """Steps 2 and 3 of a refund this process holds: the admin's text, and whether
         the refund ended (done or undone; ``False``: still pending)."""
+        plan = row.kind == PLAN and self._plans is not None
+        if plan:
+            assert self._plans is not None
+            await self._plans.before_telegram(row)
         try:
             await self._bot.refund_star_payment(row.user_id, row.charge_id)
             answer = "refunded"
         except _NO_ANSWER as exc:
             await self._ledger.release_refund(row.charge_id)
+            if plan:
+                return (
+                    f"Telegram did not answer the refund ({exc.message[:200]}); it stays"
+                    f" pending: the payment counts as refunded, and Telegram is asked again"
+                    f" within {self._every_s:g} s before the plan is taken back."
+                ), False
             left = await self._left(row.user_id)
             return (
                 f"Telegram did not answer the refund ({exc.message[:200]}); it stays pending:"
@@ -192,6 +232,13 @@ class WalletRefunds:
         except TelegramAPIError as exc:
             if ALREADY_REFUNDED not in exc.message:
                 await self._ledger.abandon_refund(row.charge_id)
+                if plan:
+                    assert self._plans is not None
+                    await self._plans.refused(row)
+                    return (
+                        f"Telegram refused the refund ({exc.message[:200]}); nothing changed.",
+                        True,
+                    )
                 left = await self._left(row.user_id)
                 return (
                     f"Telegram refused the refund ({exc.message[:200]}); nothing changed:"
@@ -201,6 +248,8 @@ class WalletRefunds:
         except Exception:
             await self._ledger.release_refund(row.charge_id)
             raise
+        if plan:
+            return await self._plan_done(row, answer), True
         if not await self._ledger.finish_refund(row.charge_id, answer):
             log.error("refund %s was completed by another process", row.charge_id[:16])
         left_musd = (await self._ledger.wallet(row.user_id)).left_musd
@@ -216,6 +265,35 @@ class WalletRefunds:
             f" credit had already been spent; the wallet has {remaining_usd(left_musd)} now."
         ), True
 
+    async def _plan_done(self, row: RefundRow, answer: str) -> str:
+        """Step 3 of a plan payment's refund: the plan taken back, the row done, the
+        payer told; the admin's text."""
+        assert self._plans is not None
+        try:
+            taken = await self._plans.after_telegram(row)
+        except Exception:
+            await self._ledger.release_refund(row.charge_id)
+            raise
+        if not await self._ledger.finish_refund(row.charge_id, answer):
+            log.error("refund %s was completed by another process", row.charge_id[:16])
+        language = await self._language_of(row.user_id)
+        with in_locale(self._i18n, language or "en"):
+            told = payment_refunded_text(row.stars)
+        await self._send(row.user_id, told)
+        head = (
+            f"Refunded {row.stars} Stars to user {row.user_id}"
+            if answer == "refunded"
+            else f"Telegram had refunded the {row.stars} Stars to user {row.user_id} already"
+            f" ({ALREADY_REFUNDED}): the plan is taken back once"
+        )
+        return f"{head}; {taken}"
+
+    async def _send(self, user_id: int, text: str) -> None:
+        try:
+            await send_text(self._bot, user_id, text, clock=self._clock)
+        except TelegramAPIError as exc:
+            log.warning("could not tell user %s of their refund: %s", user_id, exc.message)
+
     async def _left(self, user_id: int) -> str:
         return remaining_usd((await self._ledger.wallet(user_id)).left_musd)
 
@@ -223,10 +301,7 @@ class WalletRefunds:
         language = await self._language_of(row.user_id)
         with in_locale(self._i18n, language or "en"):
             text = wallet_refunded_text(row.stars, row.removed_musd, row.kept_musd, left_musd)
-        try:
-            await send_text(self._bot, row.user_id, text, clock=self._clock)
-        except TelegramAPIError as exc:
-            log.warning("could not tell user %s of their refund: %s", row.user_id, exc.message)
+        await self._send(row.user_id, text)
 
     async def _tell_admin(self, row: RefundRow, text: str) -> None:
         if row.requested_by is None:

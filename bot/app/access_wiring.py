@@ -12,6 +12,7 @@ from aiogram import Bot
 from aiogram.utils.i18n import I18n
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from bot.access.plan_refunds import PlanRefunds
 from bot.access.refunds import WalletRefunds
 from bot.access.sales import PlanSales
 from bot.access.stars import StarPayments
@@ -86,5 +87,6 @@ def build_access(
         profile = await profiles.get(user_id)
         return None if profile is None else profile.language
 
-    refunds = WalletRefunds(ledger, bot, clock, language_of, i18n)
+    plan_refunds = PlanRefunds(sales, bot)
+    refunds = WalletRefunds(ledger, bot, clock, language_of, i18n, plans=plan_refunds)
     return AccessParts(book, user_plans, sales, clock, refunds)

@@ -13,7 +13,11 @@ free keys never asks.
 
 :meth:`Quoter.should_ask` asks when that ceiling is above ``CONFIRM_ABOVE_USD``, or above
 half of what the user has left in the tightest window of any level their holds touch
-(user, team, global), read from the ledger (``/me``'s figures).
+(user, team, global), read from the ledger (``/me``'s figures). When the ceiling is more
+than the user's allowance (their user and plan levels) has left and their prepaid wallet
+has room for it, the hold would be paid by the wallet
+(``docs/decisions/240-the-wallet-is-a-balance-level.md``): the quote names the
+allowance's window and what the wallet has left, so the question says so.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from bot.chat.persona import DEFAULT_PROMPT
 from bot.storage.repos import Conversation, History
 from budget.kernel.clock import Clock
 from budget.ledger import Ledger
+from budget.policy.levels import ALLOWANCE_LEVELS
 from budget.pricing.prices import PriceCard
 from budget.pricing.tokens import input_bound
 from budget.types import Window
@@ -46,6 +51,9 @@ class Quote:
         window: that window (``None``: no limit).
         level: that window's level (``user``, ``team``, ``global``; ``""``: none).
         ask: whether to ask before spending.
+        wallet_musd: what the user's wallet has left when it would pay this step (the
+            allowance has less than the ceiling left; ``left_musd``, ``window`` and
+            ``level`` are then the allowance's); ``None``: the wallet would not pay.
     """
 
     ceiling_musd: int
@@ -53,6 +61,7 @@ class Quote:
     window: Window | None
     level: str
     ask: bool
+    wallet_musd: int | None = None
 
 
 class Quoter:
@@ -152,6 +161,20 @@ class Quoter:
             key=lambda b: b.remaining_musd or 0,
             default=None,
         )
+        allowance = min(
+            (
+                b
+                for b in status.buckets
+                if b.remaining_musd is not None and b.level in ALLOWANCE_LEVELS
+            ),
+            key=lambda b: b.remaining_musd or 0,
+            default=None,
+        )
+        wallet: int | None = None
+        if allowance is not None and (allowance.remaining_musd or 0) < ceiling_musd:
+            state = await self._ledger.wallet(user_id)
+            if state.payments and state.left_musd >= ceiling_musd:
+                tightest, wallet = allowance, state.left_musd
         left = tightest.remaining_musd if tightest is not None else None
         ask = ceiling_musd > self._confirm_above or (left is not None and 2 * ceiling_musd > left)
         return Quote(
@@ -160,4 +183,5 @@ class Quoter:
             tightest.window if tightest is not None else None,
             tightest.level.value if tightest is not None else "",
             ask,
+            wallet,
         )

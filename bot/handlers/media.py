@@ -256,6 +256,7 @@ async def _proceed(
         quote.left_musd,
         level,
         recording=prepared.turn.transcribe is not None,
+        wallet_musd=quote.wallet_musd,
     )
     reply_to = message.message_id if message.chat.type != "private" else None
     bot: Bot = data["bot"]

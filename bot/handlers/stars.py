@@ -32,7 +32,12 @@ from bot.access.stars import (
 from bot.access.store import AccessBook
 from bot.access.wallet import WALLET_PREFIX, parse_wallet_payload
 from bot.chat.delivery import send_text
-from bot.handlers.subscriptions import on_cancel_renewal, send_subscription_link, subscription_paid
+from bot.handlers.subscriptions import (
+    on_cancel_renewal,
+    on_renew,
+    send_subscription_link,
+    subscription_paid,
+)
 from bot.handlers.unsold import refund_unsold
 from bot.handlers.wallet import on_topup, wallet_paid, wallet_pre_checkout, wallet_refunded
 from bot.middlewares.context import UserContext
@@ -233,7 +238,7 @@ async def on_refunded(message: Message, bot: Bot, clock: Clock, plan_sales: Plan
 
 
 def create_stars_router() -> Router:
-    """/buy, /topup, /cancel_renewal, the pre-checkout and the payment messages."""
+    """/buy, /topup, /cancel_renewal, /renew, the pre-checkout and the payment messages."""
     router = Router(name="stars")
     router.pre_checkout_query.register(on_pre_checkout, flags=NOT_RATE_LIMITED)
     router.message.register(on_paid, F.successful_payment, flags=NOT_RATE_LIMITED)
@@ -241,4 +246,5 @@ def create_stars_router() -> Router:
     router.message.register(on_buy, Command("buy"), F.chat.type == "private")
     router.message.register(on_topup, Command("topup"), F.chat.type == "private")
     router.message.register(on_cancel_renewal, Command("cancel_renewal"), F.chat.type == "private")
+    router.message.register(on_renew, Command("renew"), F.chat.type == "private")
     return router

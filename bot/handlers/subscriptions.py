@@ -13,6 +13,8 @@ subscription (``docs/access.md#subscriptions``; decision 330).
   renewal of a plan that no longer renews is refunded and the subscription cancelled.
 * ``/cancel_renewal`` asks Telegram to stop renewing (``editUserStarSubscription`` with
   ``is_canceled``, the latest charge naming it); the plan stays until its end.
+* ``/renew`` undoes that (``is_canceled`` false): the Bot API re-enables a renewal the
+  bot cancelled; one the user cancelled in Telegram is turned back on there.
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ from bot.ops.admin_notices import AdminNotifier
 from bot.text.stars import (
     cancel_failed_text,
     no_subscription_text,
+    no_subscription_to_renew_text,
+    renew_failed_text,
     renewal_cancelled_text,
+    renewal_resumed_text,
     subscribe_button,
     subscribe_failed_text,
     subscribe_text,
@@ -47,6 +52,7 @@ from budget.plans import SUBSCRIPTION_DAYS, Plan
 __all__ = [
     "SUBSCRIPTION_PERIOD_S",
     "on_cancel_renewal",
+    "on_renew",
     "send_subscription_link",
     "subscription_paid",
 ]
@@ -125,20 +131,46 @@ async def on_cancel_renewal(
 ) -> None:
     """/cancel_renewal: Telegram stops renewing the user's subscription; the plan stays
     until the end of the period paid for."""
+    await _edit_renewal(message, bot, clock, plan_sales, user_ctx, canceled=True)
+
+
+async def on_renew(
+    message: Message, bot: Bot, clock: Clock, plan_sales: PlanSales, user_ctx: UserContext
+) -> None:
+    """/renew: Telegram renews the user's subscription again (a renewal /cancel_renewal
+    stopped); nothing is charged now, the next charge comes at the period's end."""
+    await _edit_renewal(message, bot, clock, plan_sales, user_ctx, canceled=False)
+
+
+async def _edit_renewal(
+    message: Message,
+    bot: Bot,
+    clock: Clock,
+    plan_sales: PlanSales,
+    user_ctx: UserContext,
+    *,
+    canceled: bool,
+) -> None:
+    """``editUserStarSubscription`` with ``is_canceled=canceled`` for the user's latest
+    unrefunded subscription charge still running; the reply says what Telegram took."""
     assert message.from_user is not None
     user_id = message.from_user.id
     payment = await plan_sales.payments.latest_subscription(user_id)
     if payment is None or payment.plan_until <= clock.now():
-        await send_text(bot, message.chat.id, no_subscription_text(), clock=clock)
+        none = no_subscription_text() if canceled else no_subscription_to_renew_text()
+        await send_text(bot, message.chat.id, none, clock=clock)
         return
     try:
-        await bot.edit_user_star_subscription(user_id, payment.charge_id, is_canceled=True)
+        await bot.edit_user_star_subscription(user_id, payment.charge_id, is_canceled=canceled)
     except (TelegramAPIError, TelegramNetworkError) as exc:
         log.warning("editUserStarSubscription failed: %s", type(exc).__name__)
-        await send_text(bot, message.chat.id, cancel_failed_text(), clock=clock)
+        failed = cancel_failed_text() if canceled else renew_failed_text()
+        await send_text(bot, message.chat.id, failed, clock=clock)
         return
-    log.info("user %s cancelled the renewal of plan %s", user_id, payment.plan)
+    done = "cancelled" if canceled else "re-enabled"
+    log.info("user %s %s the renewal of plan %s", user_id, done, payment.plan)
     plan = plan_sales.plans.by_name.get(payment.plan)
     title = plan.title if plan is not None else payment.plan
     until = format_reset(payment.plan_until, user_ctx.tz, with_date=True)
-    await send_text(bot, message.chat.id, renewal_cancelled_text(title, until), clock=clock)
+    text = renewal_cancelled_text if canceled else renewal_resumed_text
+    await send_text(bot, message.chat.id, text(title, until), clock=clock)

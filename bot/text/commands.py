@@ -79,6 +79,7 @@ COMMANDS: tuple[Listed, ...] = (
     Listed("buy", N_("Buy a plan with Telegram Stars"), "[PLAN]", private=True, sales=True),
     Listed("topup", N_("Top up my wallet with Telegram Stars"), "[STARS]", private=True),
     Listed("cancel_renewal", N_("Stop my Stars subscription renewing"), private=True, sales=True),
+    Listed("renew", N_("Renew my Stars subscription again"), private=True, sales=True),
     _admin("budget", "[user ID | team NAME | chat ID | plan NAME | chart]", "spend, limits, keys"),
     _admin("limit", "global|team NAME|user ID|chat ID|plan NAME hour|day|month USD|off", "a limit"),
     _admin("team", "NAME add|remove USER_ID | NAME guarantee WINDOW USD | list", "teams"),

@@ -258,18 +258,36 @@ def media_too_long_text(tokens: int, limit: int) -> str:
 
 
 def confirm_text(
-    what: str, ceiling_musd: int, left_musd: int | None, level: str, *, recording: bool = False
+    what: str,
+    ceiling_musd: int,
+    left_musd: int | None,
+    level: str,
+    *,
+    recording: bool = False,
+    wallet_musd: int | None = None,
 ) -> str:
     """The price asked before a spend: ``what`` ("This PDF is about 48,000 tokens"), the
     ceiling, what the user has left in the tightest window (``None``: no limit) and
     that window's name. ``recording``: the price is the transcription's (the answer to
-    the transcript is then held like any message)."""
+    the transcript is then held like any message). ``wallet_musd``: the prepaid wallet
+    would pay it (what it has left; ``left_musd`` and ``level`` are then the allowance's,
+    which has less than the ceiling left)."""
     cost = usd(_rounded(ceiling_musd, up=True), 4)
     if recording:
         doing = _("transcribing it could cost up to {cost}").format(cost=cost)
     else:
         doing = _("answering could cost up to {cost}").format(cost=cost)
-    if left_musd is not None:
+    if wallet_musd is not None and left_musd is not None:
+        doing = _(
+            "{doing}, more than the {left} left of {level}, so your prepaid wallet would pay "
+            "for it ({wallet} left in it)"
+        ).format(
+            doing=doing,
+            left=usd(_rounded(left_musd, up=False), 4),
+            level=level,
+            wallet=usd(_rounded(wallet_musd, up=False), 4),
+        )
+    elif left_musd is not None:
         doing = _("{doing} of your {left} left ({level})").format(
             doing=doing, left=usd(_rounded(left_musd, up=False), 4), level=level
         )

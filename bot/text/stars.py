@@ -17,6 +17,7 @@ __all__ = [
     "cancel_failed_text",
     "invoice_description",
     "no_subscription_text",
+    "no_subscription_to_renew_text",
     "paid_text",
     "payment_auto_refunded_text",
     "payment_refunded_text",
@@ -25,8 +26,10 @@ __all__ = [
     "pre_checkout_refused_text",
     "pre_checkout_unknown_text",
     "refund_failed_text",
+    "renew_failed_text",
     "renewal_cancelled_text",
     "renewal_refunded_text",
+    "renewal_resumed_text",
     "subscribe_button",
     "subscribe_failed_text",
     "subscribe_text",
@@ -174,6 +177,29 @@ def cancel_failed_text() -> str:
     return _(
         "Telegram did not take the cancellation, so nothing changed. Try again later, or "
         "cancel the subscription in Telegram under My Stars."
+    )
+
+
+def renewal_resumed_text(plan: str, until: str) -> str:
+    """/renew: Telegram took the re-enabled renewal (nothing is charged now)."""
+    return _(
+        "Your subscription to the {plan} plan renews again: no Stars are taken now; "
+        "Telegram takes the next ones when the plan would end, {until}, and every 30 days "
+        "after, until you send /cancel_renewal."
+    ).format(plan=plan, until=until)
+
+
+def no_subscription_to_renew_text() -> str:
+    """/renew without a subscription still running."""
+    return _("You have no Stars subscription here to renew. /buy shows the plans.")
+
+
+def renew_failed_text() -> str:
+    """/renew: Telegram refused or could not be reached."""
+    return _(
+        "Telegram did not take the renewal, so nothing changed: the subscription still "
+        "will not renew. If you cancelled it in Telegram, turn it back on there under My "
+        "Stars; otherwise try /renew again later."
     )
 
 

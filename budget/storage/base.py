@@ -332,6 +332,13 @@ class LedgerStore(abc.ABC):
         body = partial(refunds.begin, cfg=self.config, now=now, charge_id=charge_id, by=by)
         return await self._write(partial(body, process_id=self.process_id))
 
+    async def refund_begin_plan(
+        self, now: datetime, charge_id: str, user_id: int, stars: int, by: int | None
+    ) -> refunds.RefundRow:
+        """Record a plan payment's refund as pending, once (:func:`refunds.begin_plan`)."""
+        body = partial(refunds.begin_plan, now=now, charge_id=charge_id, user_id=user_id)
+        return await self._write(partial(body, stars=stars, by=by, process_id=self.process_id))
+
     async def refund_claim(self, charge_id: str, dead_before: float) -> bool:
         """Hold a pending refund for this process (:func:`refunds.claim`)."""
         body = partial(refunds.claim, charge_id=charge_id, process_id=self.process_id)

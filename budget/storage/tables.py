@@ -477,6 +477,10 @@ wallet_refunds = Table(
     # Telegram's answer once done ('refunded' or its error text, e.g. CHARGE_ALREADY_REFUNDED)
     Column("telegram", String(200), nullable=True),
     Column("finished_at", TIME, nullable=True),
+    # 'topup' (the credit taken out) or 'plan' (a plan payment's: no credit; its Stars
+    # here). Migration ``0052_plan_refunds``
+    Column("kind", String(8), nullable=False, server_default="topup"),
+    Column("stars", BIG, nullable=True),
     Index("ix_budget_wallet_refunds_state", "state"),
 )
 

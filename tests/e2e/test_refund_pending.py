@@ -255,3 +255,78 @@ async def test_a_pending_refund_is_completed_by_one_of_two_replicas_on_postgres(
     assert len(fake_telegram.requests("refundStarPayment")) == 2
     admin = [m for m in fake_telegram.sent_events(ADMIN) if "Pending refund" in m.text]
     assert len(admin) == 1
+
+
+#: the payer's refund notice of a plan payment (bot/text/stars.py), in English
+PLAN_TOLD = "Your payment of 250 ⭐ was refunded"
+
+
+def _plan_books(db: Path) -> tuple[list[tuple[object, ...]], object, object]:
+    """The refund rows (charge, state, kind, stars, telegram, claim), the payment's
+    refunded_at, and the buyer's plan in the ledger."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute(
+            "SELECT charge_id, state, kind, stars, telegram, claimed_by FROM budget_wallet_refunds"
+        ).fetchall()
+        (refunded,) = conn.execute("SELECT refunded_at FROM star_payments").fetchone()
+        plan = conn.execute(
+            "SELECT plan FROM budget_user_plans WHERE user_id = ?", (BUYER,)
+        ).fetchone()
+    return rows, refunded, None if plan is None else plan[0]
+
+
+@pytest.mark.parametrize("made", [False, True], ids=["call-lost", "answer-lost"])
+async def test_sigkill_during_a_plan_refund_completes_it_once_at_the_next_start(
+    bot_factory: BotFactory,
+    fake_telegram: FakeTelegram,
+    bot_env: dict[str, str],
+    made: bool,
+) -> None:
+    """A plan payment's /refund is recorded pending (the payment marked refunded, the
+    plan still the buyer's) before refundStarPayment; the bot is SIGKILLed before
+    Telegram's answer. The next start completes it: the Stars given back once (or
+    CHARGE_ALREADY_REFUNDED), the plan taken back once, the admin told once, the payer
+    once."""
+    db = Path(bot_env["DATABASE_URL"].split("///", 1)[1])
+    bot = bot_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN)))
+    await bot.start()
+    paid = fake_telegram.successful_payment_update(BUYER, "plan:pro:250:30", 250)
+    charge = str(paid["message"]["successful_payment"]["telegram_payment_charge_id"])
+    mark = fake_telegram.mark()
+    fake_telegram.inject_update(paid)
+    await fake_telegram.wait_for(
+        lambda m: m.chat_id == BUYER and "Thank" in m.text, since=mark, timeout=60
+    )
+    fake_telegram.hold_refunds(made=made)
+    fake_telegram.inject_message(ADMIN, f"/refund {charge}")
+    await fake_telegram.wait_request("refundStarPayment", timeout=60)
+    rows, refunded, plan = _plan_books(db)
+    assert [r[:4] for r in rows] == [(charge, "pending", "plan", 250)]
+    assert refunded is not None and plan == "pro", "recorded; the plan goes once Telegram says"
+    await bot.kill()
+    fake_telegram.release_refunds()
+    assert fake_telegram.refunds == ([(BUYER, charge)] if made else [])
+
+    mark = fake_telegram.mark()
+    await bot.start()
+    said = await _admin_says(fake_telegram, "default plan", mark)
+    await fake_telegram.wait_for(
+        lambda m: m.chat_id == BUYER and PLAN_TOLD in m.text, since=mark, timeout=60
+    )
+    assert await bot.stop() == 0
+
+    assert said.startswith(f"Pending refund {charge}: "), said
+    if made:
+        assert "already (CHARGE_ALREADY_REFUNDED): the plan is taken back once" in said, said
+    else:
+        assert f"Refunded 250 Stars to user {BUYER}; the user is back on the default" in said
+    assert fake_telegram.refunds == [(BUYER, charge)]
+    assert len(fake_telegram.requests("refundStarPayment")) == 2
+    rows, refunded, plan = _plan_books(db)
+    answer = "CHARGE_ALREADY_REFUNDED" if made else "refunded"
+    assert rows == [(charge, "done", "plan", 250, answer, None)]
+    assert refunded is not None and plan is None
+    admin = [m for m in fake_telegram.sent_events(ADMIN) if "default plan" in m.text]
+    assert len(admin) == 1, [m.text for m in admin]
+    told = [m for m in fake_telegram.sent_events(BUYER, since=mark) if PLAN_TOLD in m.text]
+    assert len(told) == 1

@@ -2,9 +2,9 @@
 /buy gives a createInvoiceLink link with the Bot API's one subscription period; the
 first charge and each renewal are booked once by their charge ids and keep the plan at
 least until Telegram's ``subscription_expiration_date``; /cancel_renewal asks Telegram
-to stop renewing and says until when the plan stays; a renewal of a plan no longer sold
-as a subscription is refunded and the subscription cancelled; a plans file with a
-subscription Telegram would refuse exits 2 in one line."""
+to stop renewing and says until when the plan stays, /renew asks it to renew again; a
+renewal of a plan no longer sold as a subscription is refunded and the subscription
+cancelled; a plans file with a subscription Telegram would refuse exits 2 in one line."""
 
 from __future__ import annotations
 
@@ -117,6 +117,19 @@ async def test_a_subscription_is_sold_by_link_renewed_once_per_charge_and_cancel
     )
     assert fake_telegram.subscription_edits == [(BUYER, rows[-1][0], True)]
     assert "Plan: Pro, until" in await _send(fake_telegram, BUYER, "/me")
+
+    renewed = await _send(fake_telegram, BUYER, "/renew")
+    assert renewed.startswith(
+        "Your subscription to the Pro plan renews again: no Stars are taken now; Telegram "
+        "takes the next ones when the plan would end,"
+    ), renewed
+    assert renewed.endswith("and every 30 days after, until you send /cancel_renewal.")
+    [*_, edit] = fake_telegram.requests("editUserStarSubscription")
+    assert edit.params["user_id"] in (BUYER, str(BUYER))
+    assert edit.params["telegram_payment_charge_id"] == rows[-1][0]
+    assert str(edit.params["is_canceled"]).lower() == "false", edit.params
+    assert fake_telegram.subscription_edits[-1] == (BUYER, rows[-1][0], False)
+    assert "Plan: Pro, until" in await _send(fake_telegram, BUYER, "/me")
     assert fake_telegram.refunds == [] and fake_providers.requests == []
     await bot.stop()
 
@@ -153,6 +166,10 @@ async def test_a_refused_cancel_changes_nothing_and_a_refund_stops_the_renewals(
     assert (await _send(fake_telegram, BUYER, "/cancel_renewal")).startswith(
         "Telegram did not take the cancellation, so nothing changed."
     )
+    assert (await _send(fake_telegram, BUYER, "/renew")).startswith(
+        "Telegram did not take the renewal, so nothing changed: the subscription still will "
+        "not renew. If you cancelled it in Telegram, turn it back on there under My Stars"
+    )
     assert fake_telegram.subscription_edits == []
     fake_telegram.subscription_edits_fail = False
     with sqlite3.connect(_db(env)) as db:
@@ -164,6 +181,11 @@ async def test_a_refused_cancel_changes_nothing_and_a_refund_stops_the_renewals(
     assert fake_telegram.refunds == [(BUYER, charge)]
     assert fake_telegram.subscription_edits == [(BUYER, charge, True)]
     assert "no Stars subscription" in await _send(fake_telegram, BUYER, "/cancel_renewal")
+    # a refunded subscription is not renewed again: its renewals stay cancelled
+    assert (await _send(fake_telegram, BUYER, "/renew")).startswith(
+        "You have no Stars subscription here to renew."
+    )
+    assert fake_telegram.subscription_edits == [(BUYER, charge, True)]
     await bot.stop()
 
 

@@ -1,10 +1,13 @@
-"""A wallet top-up's refund as a durable, resumable state (both engines, each function
-inside one transaction): ``budget_wallet_refunds`` keyed by the charge id. Why and in
-which order: ``docs/decisions/300-a-refund-is-pending-until-telegram-answers.md``.
+"""A Stars payment's refund — a wallet top-up's or a plan's — as a durable, resumable
+state (both engines, each function inside one transaction): ``budget_wallet_refunds``
+keyed by the charge id. Why and in which order:
+``docs/decisions/300-a-refund-is-pending-until-telegram-answers.md`` (plans: 280).
 
 * :func:`begin` inserts the ``pending`` row (once: the charge id is its key) *and* takes
   the credit not yet spent out of the wallet (:func:`budget.storage.sql.wallet.refund`)
   in the same transaction, the row claimed by the process that began it;
+  :func:`begin_plan` inserts a plan payment's (``kind`` ``plan``: no credit moves; the
+  bot takes the plan back once Telegram gave the Stars back);
 * :func:`claim` lets one process hold a pending refund: free (``claimed_by`` NULL),
   held by this process already (which keeps in memory which of its refunds are in
   flight), or held by a process with no heartbeat in ``budget_processes`` since
@@ -30,12 +33,27 @@ from budget.policy.wallet import WalletRefund
 from budget.storage.sql import wallet
 from budget.storage.store import Cursor
 
-__all__ = ["RefundRow", "abandon", "begin", "claim", "finish", "pending", "release", "row"]
+__all__ = [
+    "PLAN",
+    "TOPUP",
+    "RefundRow",
+    "abandon",
+    "begin",
+    "begin_plan",
+    "claim",
+    "finish",
+    "pending",
+    "release",
+    "row",
+]
 
 _COLS = (
     "r.charge_id, r.user_id, r.requested_by, r.state, r.removed_musd, r.telegram,"
-    " c.stars, c.credit_musd"
+    " COALESCE(c.stars, r.stars, 0), COALESCE(c.credit_musd, 0), r.kind"
 )
+#: A refund's kinds: a wallet top-up's (its credit taken out) or a plan's (the plan
+#: taken back by the bot once Telegram gave the Stars back).
+TOPUP, PLAN = "topup", "plan"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +65,8 @@ class RefundRow:
         requested_by: the admin who asked (``None``: not known).
         telegram: what Telegram answered once done (``refunded`` or its error text).
         new: :func:`begin` inserted it now (``False``: it was there before).
+        kind: :data:`TOPUP` or :data:`PLAN` (no credit: ``removed_musd`` and
+            ``credit_musd`` 0, ``stars`` the payment's).
     """
 
     charge_id: str
@@ -58,6 +78,7 @@ class RefundRow:
     stars: int
     credit_musd: int
     new: bool = False
+    kind: str = TOPUP
 
     @property
     def kept_musd(self) -> int:
@@ -68,14 +89,14 @@ class RefundRow:
 def row(cur: Cursor, charge_id: str) -> RefundRow | None:
     """The refund of ``charge_id`` as it stands (``None``: none was begun)."""
     cur.execute(
-        f"SELECT {_COLS} FROM budget_wallet_refunds r JOIN budget_wallet_credits c"  # noqa: S608 - fixed
+        f"SELECT {_COLS} FROM budget_wallet_refunds r LEFT JOIN budget_wallet_credits c"  # noqa: S608 - fixed
         " ON c.charge_id = r.charge_id WHERE r.charge_id = ?",
         (charge_id,),
     )
     found = cur.fetchone()
     if found is None:
         return None
-    charge, uid, by, state, removed, telegram, stars, amount = found
+    charge, uid, by, state, removed, telegram, stars, amount, kind = found
     return RefundRow(
         str(charge),
         int(str(uid)),
@@ -85,6 +106,7 @@ def row(cur: Cursor, charge_id: str) -> RefundRow | None:
         None if telegram is None else str(telegram),
         int(str(stars)),
         int(str(amount)),
+        kind=str(kind),
     )
 
 
@@ -114,6 +136,32 @@ def begin(
         "INSERT INTO budget_wallet_refunds (charge_id, user_id, requested_by, requested_at,"
         " state, removed_musd, claimed_by) VALUES (?,?,?,?,'pending',?,?)",
         (charge_id, booked.user_id, by, now.timestamp(), booked.removed_musd, process_id),
+    )
+    began = row(cur, charge_id)
+    assert began is not None
+    return dataclasses.replace(began, new=True)
+
+
+def begin_plan(
+    cur: Cursor,
+    now: datetime,
+    charge_id: str,
+    user_id: int,
+    stars: int,
+    by: int | None,
+    process_id: str,
+) -> RefundRow:
+    """Begin the refund of the plan payment ``charge_id`` (``stars`` paid by
+    ``user_id``): the pending row, claimed by ``process_id``; no µUSD moves (a plan is a
+    set of limits). The row begun before, if any, is returned as it stands
+    (``new=False``: nothing changed)."""
+    before = row(cur, charge_id)
+    if before is not None:
+        return before
+    cur.execute(
+        "INSERT INTO budget_wallet_refunds (charge_id, user_id, requested_by, requested_at,"
+        " state, removed_musd, claimed_by, kind, stars) VALUES (?,?,?,?,'pending',0,?,?,?)",
+        (charge_id, user_id, by, now.timestamp(), process_id, PLAN, stars),
     )
     began = row(cur, charge_id)
     assert began is not None
@@ -155,7 +203,9 @@ def finish(cur: Cursor, now: datetime, charge_id: str, process_id: str, telegram
 
 def abandon(cur: Cursor, cfg: LedgerConfig, now: datetime, charge_id: str, process_id: str) -> bool:
     """Telegram refused the refund ``charge_id`` held by ``process_id``: credit again
-    what its booking took out and delete its row. ``False``: not held (nothing changed)."""
+    what its booking took out (a top-up's) and delete its row. ``False``: not held
+    (nothing changed)."""
+    held = row(cur, charge_id)
     cur.execute(
         "DELETE FROM budget_wallet_refunds WHERE charge_id = ? AND state = 'pending'"
         " AND claimed_by = ?",
@@ -163,7 +213,8 @@ def abandon(cur: Cursor, cfg: LedgerConfig, now: datetime, charge_id: str, proce
     )
     if cur.rowcount != 1:
         return False
-    wallet.unrefund(cur, cfg, now, charge_id)
+    if held is not None and held.kind == TOPUP:
+        wallet.unrefund(cur, cfg, now, charge_id)
     return True
 
 
