@@ -132,11 +132,14 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @staticmethod
     async def empty_pg(url: str) -> None:
-        """Delete every ledger row (the schema stays)."""
+        """Delete every ledger row (the schema stays). ``DELETE``, children first, not
+        ``TRUNCATE``: an example leaves a few dozen rows, and a ``TRUNCATE`` of every
+        table (new files for each) took about 0.14 s on the loopback server, these
+        ``DELETE`` statements (one round trip) about 0.025 s."""
         conn = await asyncpg.connect(asyncpg_dsn(url))
         try:
-            names = ", ".join(t.name for t in metadata.sorted_tables)
-            await conn.execute(f"TRUNCATE {names}")
+            tables = reversed(metadata.sorted_tables)
+            await conn.execute("; ".join(f"DELETE FROM {t.name}" for t in tables))  # noqa: S608 - the schema's names
         finally:
             await conn.close()
 
