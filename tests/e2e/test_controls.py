@@ -133,7 +133,7 @@ async def test_group_stop_button_and_stop_pass_the_update_rate(
         fake_telegram.inject_message(70, f"/stop@{BOT}", **group)  # type: ignore[arg-type]
         fake_telegram.inject_message(70, ask, entities=mention(ask), **group)  # type: ignore[arg-type]
     await drain(fake_telegram, -100681)
-    await asyncio.sleep(0.5)
+    await bot.idle()  # every control of the flood handled
     assert fake_telegram.sent_events(GROUP, since=flood) == []
     assert len(fake_telegram.requests("answerCallbackQuery")) == answers
     assert len(fake_providers.requests) == 2
