@@ -132,11 +132,14 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @staticmethod
     async def empty_pg(url: str) -> None:
-        """Delete every ledger row (the schema stays)."""
+        """Delete every ledger row (the schema stays). ``DELETE``, children first, not
+        ``TRUNCATE``: an example leaves a few dozen rows, and a ``TRUNCATE`` of every
+        table (new files for each) took about 0.14 s on the loopback server, these
+        ``DELETE`` statements (one round trip) about 0.025 s."""
         conn = await asyncpg.connect(asyncpg_dsn(url))
         try:
-            names = ", ".join(t.name for t in metadata.sorted_tables)
-            await conn.execute(f"TRUNCATE {names}")
+            tables = reversed(metadata.sorted_tables)
+            await conn.execute("; ".join(f"DELETE FROM {t.name}" for t in tables))  # noqa: S608 - the schema's names
         finally:
             await conn.close()
 
@@ -307,6 +310,12 @@ class LedgerMachine(RuleBasedStateMachine):
 
 
 #: Examples per backend: PostgreSQL steps cost network round trips (suite time).
+#: Kept as they are (checked for suite time): the failures this machine is for need a
+#: long chain in one example — holds, a clock move past their TTL or a crash, then a
+#: late settle or release, across the DST night or the month's end — so 30 steps is
+#: not more than a chain needs, and 60 SQLite examples are the search for the rare
+#: orders (PostgreSQL runs the same rules at 15, the store's queries being the point
+#: there). Setup, not search, was the waste: see ``empty_pg``.
 EXAMPLES = {"sqlite": 60, "postgres": 15}
 
 

@@ -227,7 +227,7 @@ async def test_cheap_replies_are_bounded_per_user(
     fake_telegram.inject_message(532, "/help")
     await fake_telegram.wait_sent(532, since=mark, timeout=30)
     await fake_telegram.wait_sent(531, count=21, since=mark, timeout=30)
-    await asyncio.sleep(1.0)  # nothing more arrives
+    await bot.idle()  # every update handled: nothing more arrives
     replies = [e.text for e in fake_telegram.sent_events(531, since=mark)]
     notices = [t for t in replies if "sending too fast" in t]
     assert len(notices) == 1

@@ -133,7 +133,7 @@ async def test_group_stop_button_and_stop_pass_the_update_rate(
         fake_telegram.inject_message(70, f"/stop@{BOT}", **group)  # type: ignore[arg-type]
         fake_telegram.inject_message(70, ask, entities=mention(ask), **group)  # type: ignore[arg-type]
     await drain(fake_telegram, -100681)
-    await asyncio.sleep(0.5)
+    await bot.idle()  # every control of the flood handled
     assert fake_telegram.sent_events(GROUP, since=flood) == []
     assert len(fake_telegram.requests("answerCallbackQuery")) == answers
     assert len(fake_providers.requests) == 2
@@ -164,7 +164,9 @@ async def test_kill_hard_counts_only_the_streams_it_cut_and_keeps_the_first_reas
         )
     )
     await _taken(fake_telegram)
-    await asyncio.sleep(0.3)  # the other two are waiting for a call slot
+    app = bot.app
+    assert app is not None
+    await until(lambda: app.cascade.slots.waiting == 2)  # the other two wait for a call slot
     mark = fake_telegram.mark()
     fake_telegram.inject_message(1, "/kill hard runaway costs")
     [report] = await fake_telegram.wait_sent(1, since=mark, timeout=20)

@@ -168,7 +168,7 @@ async def test_402_disables_deepseek_and_tells_admins_once(
     assert len(fake_providers.requests_for(key=DEEPSEEK_KEY)) == 1
     [notice] = await fake_telegram.wait_sent(ADMIN, since=admin_mark, timeout=10)
     assert "deepseek" in notice.text and "/providers enable deepseek" in notice.text
-    await asyncio.sleep(0.5)
+    await bot.idle()  # both messages handled: a second notice would have been sent
     notices = [e for e in fake_telegram.sent_events(ADMIN, since=admin_mark) if not e.is_edit]
     assert len(notices) == 1
     assert await bot.stop() == 0
@@ -240,7 +240,7 @@ async def test_oversized_answer_is_cut_and_stored_cut(
     mark = fake_telegram.mark()
     fake_telegram.inject_message(47, "Write a lot")
     parts = await fake_telegram.wait_sent(47, 3, since=mark, timeout=30)
-    await asyncio.sleep(0.5)
+    await bot.idle()  # the answer's handler returned: every part it sends was sent
     sent = [e for e in fake_telegram.sent_events(47, since=mark) if not e.is_edit]
     assert len(sent) == len(parts) == 3
     assert "cut here" in sent[-1].text

@@ -236,6 +236,23 @@ class InProcessBot:
         """0 after a clean stop, 1 when polling ended with an error; ``None`` while running."""
         return None if self.running else self._returncode
 
+    async def idle(self, timeout: float = 20.0) -> None:  # noqa: ASYNC109 - test deadline
+        """Wait until every injected update was confirmed by an ``offset`` (so polling
+        has made a handler task of each) and no update handler is running: a barrier
+        after which whatever those updates were going to send was sent (polling mode;
+        an answer kept for a flood wait is in the outbox, not covered). Polls every
+        10 ms.
+
+        Raises:
+            TimeoutError: not idle within ``timeout`` seconds.
+        """
+        if self.app is None:
+            raise RuntimeError("the bot was never started")
+        tasks = self.app.dispatcher._handle_update_tasks  # aiogram's only handle on them
+        async with asyncio.timeout(timeout):
+            while self.telegram.pending_updates() or tasks:  # noqa: ASYNC110 - aiogram sets no event
+                await asyncio.sleep(0.01)
+
     async def start(self) -> None:
         """Migrate, build the app and poll until the fake sees ``getUpdates``.
 

@@ -1428,6 +1428,11 @@ class FakeTelegram(FakeMembershipPayments):
             )
         )
 
+    def end_flood_waits(self) -> None:
+        """Let every flood wait the fake enforces end now: the bot was down for longer
+        than Telegram asked it to wait (``enforce_retry_after``)."""
+        self._flood_until.clear()
+
     def block(self, chat_id: int) -> None:
         """The user blocked the bot: every send to ``chat_id`` gets 403 until :meth:`unblock`."""
         self._blocked.add(chat_id)
