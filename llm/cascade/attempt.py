@@ -33,8 +33,7 @@ it — at most its context window plus the ``max_tokens`` sent
   ceiling, flagged estimated, counted (``implausible`` also told and, paid, cooled);
 * a streamed usage block that is not final (``not_final``): the text received counted.
 
-An answer longer than ``max_tokens`` × :data:`~llm.cascade.types.MAX_CHARS_PER_TOKEN`
-characters is cut.
+An answer over ``max_tokens`` × :data:`~llm.cascade.types.MAX_CHARS_PER_TOKEN` chars is cut.
 """
 
 from __future__ import annotations
