@@ -101,6 +101,7 @@ async def test_ban_wins_over_every_rule(
     lets them back."""
     bot = await _start(app_factory, bot_env, ALLOWED_USER_IDS="55", ALLOWED_CHAT_IDS=str(GROUP))
     assert "banned" in (await _send(fake_telegram, ADMIN, "/ban 55 spam"))[0]
+    assert "banned" in (await _send(fake_telegram, ADMIN, "/ban 56 x\u202etxet\x01"))[0]
     assert "cannot be banned" in (await _send(fake_telegram, ADMIN, f"/ban {ADMIN}"))[0]
     assert await _send(fake_telegram, 55, "hello", 0) == []
     group: dict[str, Any] = {"chat_id": GROUP, "chat_type": "supergroup", **MENTION}
@@ -112,6 +113,8 @@ async def test_ban_wins_over_every_rule(
     assert await _send(fake_telegram, 55, "and now?", 0) == []
     listing = (await _send(fake_telegram, ADMIN, "/access"))[0]
     assert "ACCESS_MODE=open" in listing and "55: spam" in listing
+    # a reason is echoed with its text-direction and control characters escaped
+    assert "56: x\\u202etxet\\x01" in listing and "\u202e" not in listing
     assert "unbanned" in (await _send(fake_telegram, ADMIN, "/unban 55"))[0]
     fake_providers.script("groq", {"text": "Back."})
     assert await _send(fake_telegram, 55, "and now?") == ["Back."]

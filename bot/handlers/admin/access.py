@@ -13,6 +13,7 @@ from aiogram.types import Message
 from bot.access.invites import code_hash, invite_link, new_code, parse_invite_args
 from bot.access.store import AccessBook
 from bot.handlers.admin.base import reply
+from bot.text.echo import echoed
 from budget.kernel.clock import Clock
 from budget.plans import Plans
 
@@ -159,7 +160,7 @@ async def on_access(message: Message, bot: Bot, clock: Clock, access: AccessBook
     if counts.pending:
         lines.append("Pending @usernames: " + ", ".join("@" + u for u in counts.pending[:50]))
     lines.append(f"Banned: {len(counts.banned)}")
-    lines.extend(f"• {i}{': ' + r if r else ''}" for i, r in counts.banned[:50])
+    lines.extend(f"• {i}{': ' + echoed(r, 200) if r else ''}" for i, r in counts.banned[:50])
     lines.append(f"Invites still usable: {counts.open_invites}")
     await reply(bot, message, "\n".join(lines), clock)
 
