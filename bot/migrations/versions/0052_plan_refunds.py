@@ -17,12 +17,12 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from bot.migrations.columns import BIG
+
 revision: str = "0052_plan_refunds"
 down_revision: str | None = "0051_pending_refunds"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-BIG = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
 def upgrade() -> None:
