@@ -17,7 +17,9 @@ half of what the user has left in the tightest window of any level their holds t
 than the user's allowance (their user and plan levels) has left and their prepaid wallet
 has room for it, the hold would be paid by the wallet
 (``docs/decisions/240-the-wallet-is-a-balance-level.md``): the quote names the
-allowance's window and what the wallet has left, so the question says so.
+allowance's window and what the wallet has left, so the question says so. When the
+wallet has less than the ceiling too, the quote carries what it has left, so the question
+says that neither would cover the dearest key's answer.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ class Quote:
         wallet_musd: what the user's wallet has left when it would pay this step (the
             allowance has less than the ceiling left; ``left_musd``, ``window`` and
             ``level`` are then the allowance's); ``None``: the wallet would not pay.
+        wallet_short_musd: what the user's wallet has left (never below 0) when the
+            allowance has less than the ceiling left and the wallet has less too, so it
+            would not pay this step either; ``None``: no wallet, or not asked.
     """
 
     ceiling_musd: int
@@ -62,6 +67,7 @@ class Quote:
     level: str
     ask: bool
     wallet_musd: int | None = None
+    wallet_short_musd: int | None = None
 
 
 class Quoter:
@@ -171,10 +177,13 @@ class Quoter:
             default=None,
         )
         wallet: int | None = None
+        short: int | None = None
         if allowance is not None and (allowance.remaining_musd or 0) < ceiling_musd:
             state = await self._ledger.wallet(user_id)
             if state.payments and state.left_musd >= ceiling_musd:
                 tightest, wallet = allowance, state.left_musd
+            elif state.payments:
+                short = max(0, state.left_musd)
         left = tightest.remaining_musd if tightest is not None else None
         ask = ceiling_musd > self._confirm_above or (left is not None and 2 * ceiling_musd > left)
         return Quote(
@@ -184,4 +193,5 @@ class Quoter:
             tightest.level.value if tightest is not None else "",
             ask,
             wallet,
+            short,
         )

@@ -257,6 +257,7 @@ async def _proceed(
         level,
         recording=prepared.turn.transcribe is not None,
         wallet_musd=quote.wallet_musd,
+        wallet_short_musd=quote.wallet_short_musd,
     )
     reply_to = message.message_id if message.chat.type != "private" else None
     bot: Bot = data["bot"]

@@ -265,13 +265,15 @@ def confirm_text(
     *,
     recording: bool = False,
     wallet_musd: int | None = None,
+    wallet_short_musd: int | None = None,
 ) -> str:
     """The price asked before a spend: ``what`` ("This PDF is about 48,000 tokens"), the
     ceiling, what the user has left in the tightest window (``None``: no limit) and
     that window's name. ``recording``: the price is the transcription's (the answer to
     the transcript is then held like any message). ``wallet_musd``: the prepaid wallet
     would pay it (what it has left; ``left_musd`` and ``level`` are then the allowance's,
-    which has less than the ceiling left)."""
+    which has less than the ceiling left). ``wallet_short_musd``: the user has a wallet,
+    but it has less than the ceiling left too (what it has left)."""
     cost = usd(_rounded(ceiling_musd, up=True), 4)
     if recording:
         doing = _("transcribing it could cost up to {cost}").format(cost=cost)
@@ -286,6 +288,20 @@ def confirm_text(
             left=usd(_rounded(left_musd, up=False), 4),
             level=level,
             wallet=usd(_rounded(wallet_musd, up=False), 4),
+        )
+    elif left_musd is not None and ceiling_musd > left_musd and wallet_short_musd is not None:
+        doing = _(
+            "{doing}, more than the {left} left of {level} and more than the {wallet} left "
+            "in your prepaid wallet"
+        ).format(
+            doing=doing,
+            left=usd(_rounded(left_musd, up=False), 4),
+            level=level,
+            wallet=usd(_rounded(wallet_short_musd, up=False), 4),
+        )
+    elif left_musd is not None and ceiling_musd > left_musd:
+        doing = _("{doing}, more than the {left} left of {level}").format(
+            doing=doing, left=usd(_rounded(left_musd, up=False), 4), level=level
         )
     elif left_musd is not None:
         doing = _("{doing} of your {left} left ({level})").format(
@@ -364,9 +380,11 @@ def default_question(kind: str) -> str:
 
 def window_words(level: str, window: str) -> str:
     """The tightest window of a price question: ``user``/``day`` → "your limit today"."""
-    when = {"hour": _("this hour"), "day": _("today")}.get(window, "")
+    when = {"hour": _("this hour"), "day": _("today"), "month": _("this month")}.get(window, "")
     if level == "team":
         return _("your team's limit {when}").format(when=when).strip()
+    if level == "plan":
+        return _("your plan's limit {when}").format(when=when).strip()
     if level == "global":
         return _("the bot's limit {when}").format(when=when).strip()
     return _("your limit {when}").format(when=when).strip()

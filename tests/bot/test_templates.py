@@ -230,3 +230,25 @@ def test_every_media_refusal_says_nothing_was_charged_but_nothing_heard(
                 assert nothing not in text
             else:
                 assert text.endswith(nothing), (refusal, text)
+
+
+@pytest.mark.parametrize(
+    ("level", "window", "words"),
+    [
+        ("user", "day", "your limit today"),
+        ("user", "month", "your limit this month"),
+        ("plan", "month", "your plan's limit this month"),
+        ("plan", "hour", "your plan's limit this hour"),
+        ("team", "day", "your team's limit today"),
+        ("global", "month", "the bot's limit this month"),
+    ],
+)
+def test_a_price_question_names_the_window_that_is_tightest(
+    i18n: I18n, level: str, window: str, words: str
+) -> None:
+    """The price question names the level and window it compares with, the monthly and
+    plan windows included (not a bare "your limit")."""
+    with i18n.use_locale("en"):
+        assert media_texts.window_words(level, window) == words
+        text = media_texts.confirm_text("This PDF is about 900 tokens", 2_000, 1_000, words)
+    assert f", more than the $0.0010 left of {words}. Go ahead?" in text, text
