@@ -37,15 +37,20 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 # The bot applies the Alembic migrations itself on start (idempotent).
-run: $(STAMP)
-	@test -f .env || { echo "No .env found: cp .env.example .env, then set BOT_TOKEN (from @BotFather in Telegram: /newbot) and a provider key."; exit 2; }
+# The .env check comes before the venv is built: a newcomer without one learns it at once,
+# not after the install.
+NO_ENV := echo "No .env found: cp .env.example .env, then set BOT_TOKEN (from @BotFather in Telegram: /newbot) and a provider key."; exit 2
+run:
+	@test -f .env || { $(NO_ENV); }
+	@$(MAKE) --no-print-directory $(STAMP)
 	$(PY) -m bot
 
 # The bot on a local PostgreSQL: the test suite's embedded server (tests/support/pg.py, data kept in
 # .pgdata, port PG_PORT), DATABASE_URL pointed at it; Ctrl-C or SIGTERM stops the bot, then
 # the server (tests/support/pg.py forwards the signal; both die with the runner if it is killed).
-run-postgres: $(STAMP)
-	@test -f .env || { echo "No .env found: cp .env.example .env, then set BOT_TOKEN (from @BotFather in Telegram: /newbot) and a provider key."; exit 2; }
+run-postgres:
+	@test -f .env || { $(NO_ENV); }
+	@$(MAKE) --no-print-directory $(STAMP)
 	$(PY) -m tests.support.pg run --data .pgdata --port $(PG_PORT) -- $(PY) -m bot
 
 lint: $(STAMP)
