@@ -11,10 +11,11 @@
   selectors, tag characters or blank-looking fillers (U+3164, U+2800, ...) has not.
   Such a chat message gets the "looks empty" template and no provider call.
 * :func:`unsafe_characters` finds what a stored text (a custom persona) must not keep:
-  control characters other than tab and line breaks, and the bidirectional embeddings,
-  overrides and isolates (U+202A–U+202E, U+2066–U+2069) that make text display in an
-  order other than the one it is read in; :func:`shown_safely` writes them as
-  ``<U+XXXX>`` so a text is never shown back with them in effect.
+  what :func:`budget.kernel.shown.unsafe_in_prose` says may not be shown as prose
+  (control characters other than tab and line breaks, the bidirectional embeddings,
+  overrides and isolates that make text display in an order other than the one it is
+  read in, lone surrogates); :func:`budget.kernel.shown.shown_safely` writes them
+  ``<U+XXXX>`` so a text stored before is never shown back with them in effect.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["TAG_CHARACTERS", "clean_prompt", "has_visible", "shown_safely", "unsafe_characters"]
+from budget.kernel.shown import unsafe_in_prose
+
+__all__ = ["TAG_CHARACTERS", "clean_prompt", "has_visible", "unsafe_characters"]
 
 #: Unicode's "Tags" block (language tags, deprecated; used for invisible smuggling).
 TAG_CHARACTERS = re.compile("[\U000e0000-\U000e007f]")
@@ -40,27 +43,11 @@ def clean_prompt(text: str) -> str:
     return TAG_CHARACTERS.sub("", text)
 
 
-#: Bidirectional embeddings, overrides and isolates (Unicode's Bidi_Control, less the
-#: marks LRM, RLM and ALM, which reorder nothing beyond their neighbours).
-_BIDI_REORDERING = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-_KEPT_CONTROLS = frozenset("\t\n\r")
-
-
-def _unsafe(ch: str) -> bool:
-    if ch in _BIDI_REORDERING:
-        return True
-    return unicodedata.category(ch) == "Cc" and ch not in _KEPT_CONTROLS
-
-
 def unsafe_characters(text: str) -> list[str]:
-    """The distinct control and bidi-reordering characters of ``text``, in order of
-    first appearance (``[]``: none)."""
-    return list(dict.fromkeys(ch for ch in text if _unsafe(ch)))
-
-
-def shown_safely(text: str) -> str:
-    """``text`` with each character :func:`unsafe_characters` finds written ``<U+XXXX>``."""
-    return "".join(f"<U+{ord(ch):04X}>" if _unsafe(ch) else ch for ch in text)
+    """The distinct characters of ``text`` not safe to show as prose (control,
+    bidi-reordering, lone surrogate: :func:`budget.kernel.shown.unsafe_in_prose`), in
+    order of first appearance (``[]``: none)."""
+    return list(dict.fromkeys(ch for ch in text if unsafe_in_prose(ch)))
 
 
 def has_visible(text: str) -> bool:

@@ -57,7 +57,6 @@ from bot.handlers.books_args import (
     split_export_args,
 )
 from bot.ops.reconciliations import ReconcileLog
-from bot.text.echo import echoed, scrubbed
 from budget.books.corrections import CorrectionPlan
 from budget.books.export import write_export
 from budget.books.periods import BooksError, Period, parse_period, price_source, rates_at
@@ -65,6 +64,7 @@ from budget.books.reconcile import ReconcileReport, reconcile
 from budget.books.usage_export import MAX_EXPORT_BYTES, parse_export
 from budget.errors import HoldRefused
 from budget.kernel.clock import Clock
+from budget.kernel.shown import echoed, scrubbed
 from budget.ledger import Ledger
 from budget.policy.money import usd_text
 
@@ -79,7 +79,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 #: The most characters of a /reconcile refusal (one line; the file's names in it are
-#: the sender's text, escaped by :func:`~bot.text.echo.scrubbed`).
+#: the sender's text, escaped by :func:`~budget.kernel.shown.scrubbed`).
 REFUSAL_CHARS = 800
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from bot.text.echo import echoed
+from budget.kernel.shown import echoed
 
 __all__ = [
     "EXPORT_USAGE",

@@ -19,8 +19,8 @@ from aiogram.utils.i18n import gettext as _
 from aiogram.utils.i18n import ngettext
 
 from bot.chat.persona import DEFAULT_PROMPT
+from budget.kernel.shown import shown_safely
 from budget.policy.money import usd
-from llm.sanitize import shown_safely
 
 __all__ = [
     "BUILT_IN",

@@ -114,7 +114,7 @@ async def test_ban_wins_over_every_rule(
     listing = (await _send(fake_telegram, ADMIN, "/access"))[0]
     assert "ACCESS_MODE=open" in listing and "55: spam" in listing
     # a reason is echoed with its text-direction and control characters escaped
-    assert "56: x\\u202etxet\\x01" in listing and "\u202e" not in listing
+    assert "56: x<U+202E>txet<U+0001>" in listing and "\u202e" not in listing
     assert "unbanned" in (await _send(fake_telegram, ADMIN, "/unban 55"))[0]
     fake_providers.script("groq", {"text": "Back."})
     assert await _send(fake_telegram, 55, "and now?") == ["Back."]

@@ -88,7 +88,7 @@ async def test_echoed_input_reaches_the_chat_escaped_and_cut(
     """A /reconcile caption naming a provider with a bidi override, NUL and control
     characters (and 200 more), a 21 MB export whose file name holds U+202E, a CSV whose
     model (repeated, so refused) holds them, /plan and /providers arguments with them:
-    every reply shows them escaped (``\\u202e``, ``\\x00``), none as it is, and the
+    every reply shows them escaped (``<U+202E>``, ``<U+0000>``), none as it is, and the
     caption's echo is cut with ``…``."""
     env = {k: v for k, v in bot_env.items() if not k.startswith(("GROQ", "MISTRAL", "CEREBRAS"))}
     env["ADMIN_IDS"] = str(ADMIN)
@@ -101,7 +101,9 @@ async def test_echoed_input_reaches_the_chat_escaped_and_cut(
     mark = tg.mark()
     tg.inject_document(ADMIN, b"date\n", file_name="u.csv", caption=f"/reconcile {evil}")
     [reply] = await tg.wait_sent(ADMIN, since=mark, timeout=20.0)
-    assert reply.text.startswith("Unknown provider 'ev\\u202eil\\x00\\x01\\u2066"), reply.text
+    assert reply.text.startswith("Unknown provider 'ev<U+202E>il<U+0000><U+0001><U+2066>"), (
+        reply.text
+    )
     assert "x" * 60 not in reply.text and "…'" in reply.text
     replies.append(reply.text)
 
@@ -111,17 +113,17 @@ async def test_echoed_input_reaches_the_chat_escaped_and_cut(
         ADMIN, b"x", file_name=name, caption="/reconcile deepseek", file_size=21 * 1024 * 1024
     )
     [reply] = await tg.wait_sent(ADMIN, since=mark, timeout=20.0)
-    assert "invoice\\u202evsc.exe: 21.0 MB is over the 20 MB limit" in reply.text, reply.text
+    assert "invoice<U+202E>vsc.exe: 21.0 MB is over the 20 MB limit" in reply.text, reply.text
     replies.append(reply.text)
 
     row = '2026-12-01,"m\u202e\x1f\u2028x",1,0,1,0.1\n'
     usage = "date,model,input_tokens,cached_input_tokens,output_tokens,cost_usd\n" + row * 2
     replies.append(await _reconcile(tg, usage.encode(), "usage.csv"))
-    assert "line 3 repeats line 2" in replies[-1] and "m\\u202e\\x1f\\u2028x" in replies[-1]
+    assert "line 3 repeats line 2" in replies[-1] and "m<U+202E><U+001F><U+2028>x" in replies[-1]
 
     replies.append(await _ask(tg, f"/plan 5 {evil}"))
-    assert replies[-1].startswith("No plan 'ev\\u202eil"), replies[-1]
+    assert replies[-1].startswith("No plan 'ev<U+202E>il"), replies[-1]
     replies.append(await _ask(tg, f"/providers enable {evil}"))
-    assert replies[-1].startswith("Unknown provider 'ev\\u202eil"), replies[-1]
+    assert replies[-1].startswith("Unknown provider 'ev<U+202E>il"), replies[-1]
     assert [_clean(text) for text in replies] == [True] * len(replies), replies
     assert await bot.stop() == 0

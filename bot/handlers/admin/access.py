@@ -13,8 +13,8 @@ from aiogram.types import Message
 from bot.access.invites import code_hash, invite_link, new_code, parse_invite_args
 from bot.access.store import AccessBook
 from bot.handlers.admin.base import reply
-from bot.text.echo import echoed
 from budget.kernel.clock import Clock
+from budget.kernel.shown import echoed
 from budget.plans import Plans
 
 __all__ = [

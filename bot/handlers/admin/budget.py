@@ -16,11 +16,11 @@ from bot.handlers.admin.base import USER_ID_RULE, AdminView, parse_user_id, repl
 from bot.ops.chart import CHART_MISSING, chart_available, spend_chart_png
 from bot.ops.dashboard.view import OperatorView
 from bot.storage.repos import Intake
-from bot.text.echo import echoed
 from bot.text.templates import format_reset
 from budget.books.stops import StopBook, StopTotals
 from budget.errors import HoldRefused
 from budget.kernel.clock import Clock
+from budget.kernel.shown import echoed
 from budget.ledger import Ledger
 from budget.policy.money import remaining_usd, usd
 from budget.policy.wallet import WalletState

@@ -15,8 +15,8 @@ from bot.handlers.admin.base import (
     reply,
     valid_team_name,
 )
-from bot.text.echo import echoed
 from budget.kernel.clock import Clock
+from budget.kernel.shown import echoed
 from budget.ledger import Ledger
 from budget.plans import Plans
 from budget.policy.money import parse_usd, usd

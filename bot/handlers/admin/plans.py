@@ -13,8 +13,8 @@ from aiogram.types import Message
 from bot.access.invites import parse_ttl
 from bot.chat.plans import UserPlans
 from bot.handlers.admin.base import USER_ID_RULE, AdminView, parse_user_id, reply
-from bot.text.echo import echoed
 from budget.kernel.clock import Clock
+from budget.kernel.shown import echoed
 from budget.ledger import Ledger
 from budget.plans import Plan, Plans
 from budget.policy.money import usd

@@ -11,9 +11,9 @@ from aiogram.filters import CommandObject
 from aiogram.types import Message
 
 from bot.handlers.admin.base import reply
-from bot.text.echo import echoed
 from budget.errors import LedgerUnavailable
 from budget.kernel.clock import Clock
+from budget.kernel.shown import echoed
 from budget.ledger import Ledger
 from llm.cascade.cascade import Cascade
 

@@ -13,6 +13,7 @@ from bot.access.sales import PlanSales
 from bot.handlers.admin.base import reply
 from bot.handlers.admin.wallet_refunds import recent_topups, refund_topup
 from budget.kernel.clock import Clock
+from budget.kernel.shown import echoed
 
 __all__ = ["REFUND_USAGE", "on_refund"]
 
@@ -46,7 +47,7 @@ async def on_refund(
     if payment is None and await refund_topup(message, bot, clock, charge, wallet_refunds):
         return
     if payment is None:
-        await reply(bot, message, f"No payment {charge[:64]!r}.\n{REFUND_USAGE}", clock)
+        await reply(bot, message, f"No payment '{echoed(charge)}'.\n{REFUND_USAGE}", clock)
         return
     by = message.from_user.id if message.from_user else None
     await reply(bot, message, await wallet_refunds.request_plan(charge, by), clock)
