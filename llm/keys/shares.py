@@ -19,9 +19,12 @@ answered is refused with a template that says so
 (:data:`budget.types.RefusalReason.SHARE`). Nobody else is touched: each subject's
 count is its own.
 
-Counts are per process and per day in BUDGET_TZ (a day key; the counts of the day
-before are dropped when it changes): with several replicas each keeps its own counts
-(docs/decisions/114-fair-share-of-the-free-keys.md). A plan is not a subject: the
+Counts are per day in BUDGET_TZ (a day key; the counts of the day before are dropped
+when it changes). One process keeps them in memory; processes sharing a PostgreSQL
+database keep them, and who is active, in its rows (:mod:`llm.keys.share_counts`), so a
+subject's share is counted once across the replicas — checked before a call, added
+after it, so requests in flight at once on several replicas may pass the share by
+those few (docs/decisions/114-fair-share-of-the-free-keys.md, 281). A plan is not a subject: the
 default plan holds nearly every user, and a cap on it would idle most of the free
 quota while one other plan's user is active.
 """
@@ -37,6 +40,7 @@ from budget.kernel.clock import Clock
 from budget.policy.windows import day_bounds, zone
 from budget.protocol import OperationTicket
 from budget.types import Origin, Refusal, RefusalReason, Window
+from llm.keys.share_counts import ShareStore
 from llm.types import Completion, RateLimitInfo
 
 __all__ = [
@@ -112,9 +116,14 @@ class FreeShares:
         clock: the one clock (wall time for the day, monotonic for activity).
         tz: BUDGET_TZ, the zone the day is cut in.
         share_ppm: FREE_SHARE_MAX in parts per million (1,000,000: no share kept).
+        store: the counts and who is active shared with the other processes
+            (``None``: this process's, in memory). The async methods (:meth:`asking`,
+            :meth:`check`, :meth:`record`) use it; the sync ones are the memory's.
     """
 
-    def __init__(self, clock: Clock, tz: str, share_ppm: int) -> None:
+    def __init__(
+        self, clock: Clock, tz: str, share_ppm: int, store: ShareStore | None = None
+    ) -> None:
         if not 0 < share_ppm <= 1_000_000:
             raise ValueError("share_ppm must be in (0, 1_000_000]")
         zone(tz)  # an unknown zone fails here, not at the first request
@@ -125,6 +134,7 @@ class FreeShares:
         self._day = ""
         self._use: dict[tuple[str, Subject], _Use] = {}
         self._active: dict[int, tuple[float, int | None]] = {}
+        self._store = store
 
     def __repr__(self) -> str:
         return f"FreeShares(share_ppm={self._share_ppm}, keys={sorted(self._quotas)})"
@@ -165,13 +175,15 @@ class FreeShares:
 
     def _others_active(self, subject: Subject, user_id: int) -> bool:
         now = self._clock.monotonic()
-        for other, (at, chat) in self._active.items():
-            if other == user_id or now - at >= ACTIVE_S:
-                continue
-            if subject[0] == "chat" and chat == subject[1]:
-                continue  # a member of the same group is not someone else for its share
+        active = [(u, chat) for u, (at, chat) in self._active.items() if now - at < ACTIVE_S]
+        return _someone_else(active, subject, user_id)
+
+    def _past(self, quota: DailyQuota, use: _Use, tokens: int) -> bool:
+        """One more request of up to ``tokens`` puts ``use`` past the share."""
+        ppm = self._share_ppm
+        if quota.requests is not None and (use.requests + 1) * 1_000_000 > quota.requests * ppm:
             return True
-        return False
+        return quota.tokens is not None and (use.tokens + tokens) * 1_000_000 > quota.tokens * ppm
 
     def over(self, key: str, who: Sequence[Subject], user_id: int, tokens: int) -> Subject | None:
         """The first of ``who`` that one more request of up to ``tokens`` at ``key`` would
@@ -183,14 +195,7 @@ class FreeShares:
         self._today()
         for subject in who:
             use = self._use.get((key, subject), _Use())
-            past = quota.requests is not None and (use.requests + 1) * 1_000_000 > (
-                quota.requests * self._share_ppm
-            )
-            past = past or (
-                quota.tokens is not None
-                and (use.tokens + tokens) * 1_000_000 > quota.tokens * self._share_ppm
-            )
-            if past and self._others_active(subject, user_id):
+            if self._past(quota, use, tokens) and self._others_active(subject, user_id):
                 return subject
         return None
 
@@ -230,3 +235,70 @@ class FreeShares:
         if key.paid:
             return "share" if turned_away else None
         return "share" if self.over(key.name, who, user_id, tokens) else None
+
+    async def asking(self, op: OperationTicket) -> tuple[Subject, ...]:
+        """:meth:`subjects`, the asker marked active in the store too.
+
+        Raises:
+            budget.errors.LedgerUnavailable: the shared store failed.
+        """
+        who = self.subjects(op)
+        if who and self._store is not None:
+            await self._store.seen(op.user_id, op.chat_id)
+        return who
+
+    async def check(
+        self,
+        key: KeyLike,
+        who: Sequence[Subject],
+        user_id: int,
+        tokens: int,
+        turned_away: bool,
+    ) -> str | None:
+        """:meth:`skip` over the counts shared by every process (the memory's without a
+        store).
+
+        Raises:
+            budget.errors.LedgerUnavailable: the shared store failed.
+        """
+        store = self._store
+        quota = self._quotas.get(key.name)
+        if store is None or key.paid or quota is None or not self.enabled:
+            return self.skip(key, who, user_id, tokens, turned_away)
+        day = self._today()
+        counts = await store.use(day, key.name, who)
+        active: list[tuple[int, int | None]] | None = None
+        for subject in who:
+            use = _Use(*counts.get(subject, (0, 0)))
+            if not self._past(quota, use, tokens):
+                continue
+            if active is None:
+                active = await store.active(ACTIVE_S)
+            if _someone_else(active, subject, user_id):
+                return "share"
+        return None
+
+    async def record(self, key: str, who: Sequence[Subject], completion: Completion) -> None:
+        """:meth:`served`, booked in the store (shared) when there is one.
+
+        Raises:
+            budget.errors.LedgerUnavailable: the shared store failed.
+        """
+        if self._store is None:
+            self.served(key, who, completion)
+            return
+        self.learn(key, completion.rate_limits)
+        if who:
+            await self._store.add(self._today(), key, who, completion.usage.total_tokens)
+
+
+def _someone_else(active: Sequence[tuple[int, int | None]], subject: Subject, user_id: int) -> bool:
+    """Whether one of ``active`` (user, group asked in) is someone else for
+    ``subject``'s share: another user; for a group's, another user outside it."""
+    for other, chat in active:
+        if other == user_id:
+            continue
+        if subject[0] == "chat" and chat == subject[1]:
+            continue  # a member of the same group is not someone else for its share
+        return True
+    return False
