@@ -16,12 +16,12 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from bot.migrations.columns import BIG
+
 revision: str = "0053_free_shares"
 down_revision: str | None = "0052_plan_refunds"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-BIG = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
 def upgrade() -> None:
