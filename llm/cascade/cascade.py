@@ -265,14 +265,14 @@ class Cascade:
         context_floor = 0
         context_error: ContextTooLong | None = None
         budget_refusal: HoldRefused | None = None
-        who = await self.shares.asking(op)
+        shares = await self.shares.asking(op)
         turned_away = False  # a free key was skipped for this request's share
         for provider in self._providers:
             is_anchor = provider is self.anchor
             reason = self._skip_reason(provider, request, input_tokens, context_floor, is_anchor)
-            if reason is None and who:
+            if reason is None and shares.who:
                 tokens = input_tokens + request.max_tokens
-                reason = await self.shares.check(provider, who, op.user_id, tokens, turned_away)
+                reason = self.shares.check(provider, shares, tokens, turned_away)
                 turned_away = turned_away or reason is not None
             if reason is not None:
                 self._skipped(provider.name, reason, skipped, passed)
@@ -282,7 +282,7 @@ class Cascade:
                     op, request_id, provider, request, input_tokens, is_anchor, passed, stream
                 )
                 if not provider.paid:
-                    await self.shares.record(provider.name, who, completion)
+                    self.shares.record(provider.name, shares, completion)
                 return completion
             except SkipProvider as skip:
                 self._skipped(provider.name, skip.reason, skipped, passed)

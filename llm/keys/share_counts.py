@@ -3,71 +3,98 @@
 store; one process on SQLite keeps them in memory, as before).
 
 * ``free_share_use``: one row per (BUDGET_TZ day, free key, subject kind, subject id)
-  with the requests and tokens served; a request served adds to it in one upsert
-  (``ON CONFLICT … DO UPDATE SET requests = requests + 1``), so two replicas serving the
-  same subject add up, never overwrite. Rows of days before are deleted by the first
-  booking of a new day.
+  with the requests and tokens served; what a process served is added in an upsert
+  (``ON CONFLICT … DO UPDATE SET requests = requests + excluded.requests``), so two
+  replicas serving the same subject add up, never overwrite. Rows of days before are
+  deleted by a process's first statement of a new day.
 * ``free_share_active``: one row per user with when they last asked (epoch seconds of
   the injected clock's wall time) and the group they asked in (``NULL``: privately), so
   "someone else is active" is true on every replica.
 
-Each write commits without waiting for the disk (``synchronous_commit = off`` for its
-transaction: others see it at once); a server crash may lose the last counts — a share
-then allows a few requests more, no money. Storage errors are the store's
+A chat request costs ONE statement, its own transaction (:meth:`PgShareCounts.ask`,
+decision 282): the asker marked active, what this process served since its last
+statement added, the day's old rows pruned (once a day), and — read in the same
+statement, from the snapshot before those writes — the subjects' use of the free keys
+and whether someone else is active. Nothing is written after the answer: it waits in
+the process for its next chat request's statement.
+
+The statement commits without waiting for the disk (``synchronous_commit = off`` for
+its transaction: others see it at once); a server crash may lose the last counts — a
+share then allows a few requests more, no money. Storage errors are the store's
 (:class:`budget.errors.LedgerUnavailable`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from budget.kernel.clock import Clock
 from llm.keys.postgres import Transactor
 
-__all__ = ["PgShareCounts", "ShareStore"]
+__all__ = ["Asked", "PgShareCounts", "ShareStore"]
 
 #: ``("user", id)`` or ``("chat", id)`` (:data:`llm.keys.shares.Subject`).
 _Subject = tuple[str, int]
+#: ``(key, subject)``: one row of a day's counts.
+_Row = tuple[str, _Subject]
 
-_QUICK = "SELECT set_config('synchronous_commit', 'off', true)"
-_READ = (
-    "SELECT kind, subject, requests, tokens FROM free_share_use WHERE day = $1 AND key = $2"
-    " AND (kind, subject) IN (SELECT * FROM unnest($3::text[], $4::bigint[]))"
+# $1 user, $2 chat (NULL: privately), $3 seen_at, $4 day, $5..$9 the counts to add
+# (key, kind, subject, requests, tokens), $10 prune the days before $4, $11 active
+# since, $12..$14 the rows to read (key, kind, subject).
+_ASK = (
+    "WITH seen AS (INSERT INTO free_share_active (user_id, chat_id, seen_at)"
+    " VALUES ($1, $2, $3) ON CONFLICT (user_id) DO UPDATE SET chat_id = $2, seen_at = $3),"
+    " added AS (INSERT INTO free_share_use (day, key, kind, subject, requests, tokens)"
+    " SELECT $4, a.k, a.kd, a.s, a.r, a.t FROM unnest($5::text[], $6::text[], $7::bigint[],"
+    " $8::bigint[], $9::bigint[]) AS a(k, kd, s, r, t) ON CONFLICT (day, key, kind, subject)"
+    " DO UPDATE SET requests = free_share_use.requests + excluded.requests,"
+    " tokens = free_share_use.tokens + excluded.tokens),"
+    " pruned AS (DELETE FROM free_share_use WHERE $10::boolean AND day < $4)"
+    " SELECT set_config('synchronous_commit', 'off', true) AS quick,"
+    " EXISTS (SELECT 1 FROM free_share_active WHERE seen_at > $11 AND user_id <> $1) AS others,"
+    " EXISTS (SELECT 1 FROM free_share_active WHERE seen_at > $11 AND user_id <> $1"
+    " AND chat_id IS DISTINCT FROM $2) AS outsiders,"
+    " array_agg(key) AS keys, array_agg(kind) AS kinds, array_agg(subject) AS subjects,"
+    " array_agg(requests) AS requests, array_agg(tokens) AS tokens"
+    " FROM free_share_use WHERE day = $4 AND (key, kind, subject) IN"
+    " (SELECT * FROM unnest($12::text[], $13::text[], $14::bigint[]))"
 )
-_ADD = (
-    "INSERT INTO free_share_use (day, key, kind, subject, requests, tokens) VALUES"
-    " ($1, $2, $3, $4, 1, $5) ON CONFLICT (day, key, kind, subject) DO UPDATE SET"
-    " requests = free_share_use.requests + 1, tokens = free_share_use.tokens + $5"
-)
-_PRUNE = "DELETE FROM free_share_use WHERE day <> $1"
-_SEEN = (
-    "INSERT INTO free_share_active (user_id, chat_id, seen_at) VALUES ($1, $2, $3)"
-    " ON CONFLICT (user_id) DO UPDATE SET chat_id = $2, seen_at = $3"
-)
-_ACTIVE = "SELECT user_id, chat_id FROM free_share_active WHERE seen_at > $1"
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """What one chat request's statement read (before its own writes).
+
+    Attributes:
+        use: (requests, tokens) of each (key, subject) row asked for that has any.
+        others: another user asked within the window (someone else for a user's share).
+        outsiders: another user asked within the window, last outside the asker's
+            group (someone else for the group's share; privately: as ``others``).
+    """
+
+    use: Mapping[_Row, tuple[int, int]]
+    others: bool
+    outsiders: bool
 
 
 class ShareStore(Protocol):
     """Where the share's counts and who is active live when processes share them."""
 
-    async def use(
-        self, day: str, key: str, who: Sequence[_Subject]
-    ) -> dict[_Subject, tuple[int, int]]:
-        """Each of ``who``'s (requests, tokens) at ``key`` on ``day`` (absent: none)."""
-        ...
-
-    async def add(self, day: str, key: str, who: Sequence[_Subject], tokens: int) -> None:
-        """One request of ``tokens`` served by ``key`` on ``day``, for each of ``who``."""
-        ...
-
-    async def seen(self, user_id: int, chat_id: int | None) -> None:
-        """``user_id`` asked now (in group ``chat_id``, or privately)."""
-        ...
-
-    async def active(self, within_s: float) -> list[tuple[int, int | None]]:
-        """Users (with the group they last asked in) who asked in the last ``within_s``
-        seconds."""
+    async def ask(
+        self,
+        day: str,
+        user_id: int,
+        chat_id: int | None,
+        within_s: float,
+        add: Mapping[_Row, tuple[int, int]],
+        read: Sequence[_Row],
+    ) -> Asked:
+        """One statement: ``user_id`` asked now (in group ``chat_id``, or privately);
+        ``add``'s (requests, tokens) are added to ``day``'s rows; ``read``'s rows of
+        ``day`` and who else asked in the last ``within_s`` seconds are returned as
+        they were before those writes."""
         ...
 
 
@@ -88,52 +115,45 @@ class PgShareCounts:
     def __repr__(self) -> str:
         return "PgShareCounts(free_share_use, free_share_active)"
 
-    async def use(
-        self, day: str, key: str, who: Sequence[_Subject]
-    ) -> dict[_Subject, tuple[int, int]]:
-        """See :meth:`ShareStore.use`."""
-        kinds, ids = [s[0] for s in who], [s[1] for s in who]
+    async def ask(
+        self,
+        day: str,
+        user_id: int,
+        chat_id: int | None,
+        within_s: float,
+        add: Mapping[_Row, tuple[int, int]],
+        read: Sequence[_Row],
+    ) -> Asked:
+        """See :meth:`ShareStore.ask` (rows added in a sorted order: two processes'
+        statements lock shared rows alike)."""
+        now = self._clock.now()
+        seen_at = now.timestamp()
+        rows = sorted(add.items())
+        args = (
+            [k for (k, _), _ in rows],
+            [s[0] for (_, s), _ in rows],
+            [s[1] for (_, s), _ in rows],
+            [n[0] for _, n in rows],
+            [max(0, n[1]) for _, n in rows],
+            day != self._day,
+            seen_at - within_s,
+            [k for k, _ in read],
+            [s[0] for _, s in read],
+            [s[1] for _, s in read],
+        )
 
-        async def body(conn: Any) -> list[Any]:
-            return list(await conn.fetch(_READ, day, key, kinds, ids))
+        async def body(conn: Any) -> Any:
+            return await conn.fetchrow(_ASK, user_id, chat_id, seen_at, day, *args)
 
-        rows = await self._db.tx(self._clock.now(), body, single=True)
-        return {
-            (r["kind"], int(r["subject"])): (int(r["requests"]), int(r["tokens"])) for r in rows
-        }
-
-    async def add(self, day: str, key: str, who: Sequence[_Subject], tokens: int) -> None:
-        """See :meth:`ShareStore.add`."""
-        prune = day != self._day
-
-        async def body(conn: Any) -> None:
-            await conn.execute(_QUICK)
-            if prune:
-                await conn.execute(_PRUNE, day)
-            for kind, subject in who:
-                await conn.execute(_ADD, day, key, kind, subject, max(0, tokens))
-
-        await self._db.tx(self._clock.now(), body)
+        row = await self._db.tx(now, body, single=True)
         self._day = day
-
-    async def seen(self, user_id: int, chat_id: int | None) -> None:
-        """See :meth:`ShareStore.seen`."""
-        now = self._clock.now()
-
-        async def body(conn: Any) -> None:
-            await conn.execute(_QUICK)
-            await conn.execute(_SEEN, user_id, chat_id, now.timestamp())
-
-        await self._db.tx(now, body)
-
-    async def active(self, within_s: float) -> list[tuple[int, int | None]]:
-        """See :meth:`ShareStore.active`."""
-        now = self._clock.now()
-
-        async def body(conn: Any) -> list[Any]:
-            return list(await conn.fetch(_ACTIVE, now.timestamp() - within_s))
-
-        rows = await self._db.tx(now, body, single=True)
-        return [
-            (int(r["user_id"]), None if r["chat_id"] is None else int(r["chat_id"])) for r in rows
-        ]
+        found = zip(
+            row["keys"] or (),
+            row["kinds"] or (),
+            row["subjects"] or (),
+            row["requests"] or (),
+            row["tokens"] or (),
+            strict=True,
+        )
+        use = {(k, (kd, int(s))): (int(r), int(t)) for k, kd, s, r, t in found}
+        return Asked(use, bool(row["others"]), bool(row["outsiders"]))

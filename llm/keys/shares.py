@@ -22,17 +22,21 @@ count is its own.
 Counts are per day in BUDGET_TZ (a day key; the counts of the day before are dropped
 when it changes). One process keeps them in memory; processes sharing a PostgreSQL
 database keep them, and who is active, in its rows (:mod:`llm.keys.share_counts`), so a
-subject's share is counted once across the replicas — checked before a call, added
-after it, so requests in flight at once on several replicas may pass the share by
-those few (docs/decisions/114-fair-share-of-the-free-keys.md, 281). A plan is not a subject: the
+subject's share is counted once across the replicas. Each chat request costs one
+statement, before its walk (:meth:`FreeShares.asking`): it reads the counts and adds
+what this process served since its previous statement (an answer is not written when
+it comes). A process may therefore be behind the others by what it served since its
+last chat request — one message when messages come one at a time — besides requests in
+flight at once (docs/decisions/114-fair-share-of-the-free-keys.md, 281, 282: the
+bound). A plan is not a subject: the
 default plan holds nearly every user, and a cap on it would idle most of the free
 quota while one other plan's user is active.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
@@ -48,6 +52,7 @@ __all__ = [
     "DailyQuota",
     "FreeShares",
     "KeyLike",
+    "ShareView",
     "Subject",
     "daily_quota",
     "subjects_of",
@@ -109,6 +114,28 @@ class _Use:
     tokens: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class ShareView:
+    """One request's shares, from :meth:`FreeShares.asking`.
+
+    Attributes:
+        who: the subjects it counts against (empty: no share kept for it).
+        user_id: who asks.
+        use: with a store, (requests, tokens) of each (key, subject) as the statement
+            read them plus what it added.
+        others: with a store, another user is active.
+        outsiders: with a store, another user is active outside the asker's group.
+        shared: the counts are the store's (``False``: this process's memory).
+    """
+
+    who: tuple[Subject, ...]
+    user_id: int
+    use: Mapping[tuple[str, Subject], tuple[int, int]] = field(default_factory=dict)
+    others: bool = False
+    outsiders: bool = False
+    shared: bool = False
+
+
 class FreeShares:
     """The free keys' daily use per subject, and the share rule (module docstring).
 
@@ -117,8 +144,8 @@ class FreeShares:
         tz: BUDGET_TZ, the zone the day is cut in.
         share_ppm: FREE_SHARE_MAX in parts per million (1,000,000: no share kept).
         store: the counts and who is active shared with the other processes
-            (``None``: this process's, in memory). The async methods (:meth:`asking`,
-            :meth:`check`, :meth:`record`) use it; the sync ones are the memory's.
+            (``None``: this process's, in memory). :meth:`asking`, :meth:`check` and
+            :meth:`record` use it; the other methods are the memory's.
     """
 
     def __init__(
@@ -135,6 +162,7 @@ class FreeShares:
         self._use: dict[tuple[str, Subject], _Use] = {}
         self._active: dict[int, tuple[float, int | None]] = {}
         self._store = store
+        self._pending: dict[tuple[str, Subject], _Use] = {}  # served, not yet in the store
 
     def __repr__(self) -> str:
         return f"FreeShares(share_ppm={self._share_ppm}, keys={sorted(self._quotas)})"
@@ -147,7 +175,7 @@ class FreeShares:
     def _today(self) -> str:
         day, _, _ = day_bounds(self._clock.now(), self._tz)
         if day != self._day:
-            self._day, self._use = day, {}
+            self._day, self._use, self._pending = day, {}, {}
         return day
 
     def resets_at(self) -> datetime:
@@ -236,60 +264,71 @@ class FreeShares:
             return "share" if turned_away else None
         return "share" if self.over(key.name, who, user_id, tokens) else None
 
-    async def asking(self, op: OperationTicket) -> tuple[Subject, ...]:
-        """:meth:`subjects`, the asker marked active in the store too.
+    async def asking(self, op: OperationTicket) -> ShareView:
+        """:meth:`subjects`, and with a store its one statement (:meth:`ShareStore.ask
+        <llm.keys.share_counts.ShareStore.ask>`): the asker marked active, what this
+        process served since its last statement added, the subjects' use of the keys
+        with a known daily quota and who else is active read.
 
         Raises:
-            budget.errors.LedgerUnavailable: the shared store failed.
+            budget.errors.LedgerUnavailable: the shared store failed (what was to be
+                added stays for the next statement).
         """
         who = self.subjects(op)
-        if who and self._store is not None:
-            await self._store.seen(op.user_id, op.chat_id)
-        return who
-
-    async def check(
-        self,
-        key: KeyLike,
-        who: Sequence[Subject],
-        user_id: int,
-        tokens: int,
-        turned_away: bool,
-    ) -> str | None:
-        """:meth:`skip` over the counts shared by every process (the memory's without a
-        store).
-
-        Raises:
-            budget.errors.LedgerUnavailable: the shared store failed.
-        """
         store = self._store
-        quota = self._quotas.get(key.name)
-        if store is None or key.paid or quota is None or not self.enabled:
-            return self.skip(key, who, user_id, tokens, turned_away)
+        if not who or store is None:
+            return ShareView(who, op.user_id)
         day = self._today()
-        counts = await store.use(day, key.name, who)
-        active: list[tuple[int, int | None]] | None = None
-        for subject in who:
-            use = _Use(*counts.get(subject, (0, 0)))
-            if not self._past(quota, use, tokens):
-                continue
-            if active is None:
-                active = await store.active(ACTIVE_S)
-            if _someone_else(active, subject, user_id):
+        add, self._pending = self._pending, {}
+        read = [(key, subject) for key in sorted(self._quotas) for subject in who]
+        counts = {row: (use.requests, use.tokens) for row, use in add.items()}
+        try:
+            asked = await store.ask(day, op.user_id, op.chat_id, ACTIVE_S, counts, read)
+        except BaseException:
+            for row, use in add.items():
+                self._pend(row, use.requests, use.tokens)
+            raise
+        seen = dict(asked.use)  # read before the statement's own additions: add them
+        for row, (requests, tokens) in counts.items():
+            had = seen.get(row, (0, 0))
+            seen[row] = (had[0] + requests, had[1] + tokens)
+        return ShareView(who, op.user_id, seen, asked.others, asked.outsiders, shared=True)
+
+    def _pend(self, row: tuple[str, Subject], requests: int, tokens: int) -> None:
+        """Served here, to be added by this process's next statement."""
+        use = self._pending.setdefault(row, _Use())
+        use.requests += requests
+        use.tokens += max(0, tokens)
+
+    def check(self, key: KeyLike, view: ShareView, tokens: int, turned_away: bool) -> str | None:
+        """:meth:`skip` for one request of up to ``tokens``, over the counts
+        :meth:`asking` read (plus what this process served since), or the memory's
+        without a store."""
+        if not view.shared or key.paid:
+            return self.skip(key, view.who, view.user_id, tokens, turned_away)
+        quota = self._quotas.get(key.name)
+        if quota is None or not self.enabled:
+            return None
+        self._today()
+        for subject in view.who:
+            requests, used = view.use.get((key.name, subject), (0, 0))
+            mine = self._pending.get((key.name, subject), _Use())
+            use = _Use(requests + mine.requests, used + mine.tokens)
+            others = view.others if subject[0] == "user" else view.outsiders
+            if others and self._past(quota, use, tokens):
                 return "share"
         return None
 
-    async def record(self, key: str, who: Sequence[Subject], completion: Completion) -> None:
-        """:meth:`served`, booked in the store (shared) when there is one.
-
-        Raises:
-            budget.errors.LedgerUnavailable: the shared store failed.
-        """
-        if self._store is None:
-            self.served(key, who, completion)
+    def record(self, key: str, view: ShareView, completion: Completion) -> None:
+        """:meth:`served`; with a store the request waits in this process for its next
+        statement (:meth:`asking`), nothing is written now."""
+        if not view.shared:
+            self.served(key, view.who, completion)
             return
         self.learn(key, completion.rate_limits)
-        if who:
-            await self._store.add(self._today(), key, who, completion.usage.total_tokens)
+        self._today()
+        for subject in view.who:
+            self._pend((key, subject), 1, completion.usage.total_tokens)
 
 
 def _someone_else(active: Sequence[tuple[int, int | None]], subject: Subject, user_id: int) -> bool:
