@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -182,3 +183,31 @@ async def test_what_a_failed_statement_was_to_add_is_added_by_the_next() -> None
         await shares.asking(_op(OTHER, 1))
     await shares.asking(_op(OTHER, 2))
     assert store.added == {(FREE.name, ("user", FLOODER)): (1, 15)}
+
+
+async def test_a_new_day_starts_every_share_again_and_prunes_the_days_before(
+    pg_migrated_url: str,
+) -> None:
+    """The flooder past its share on Monday is served again on Tuesday (Berlin's
+    midnight); Tuesday's first statement deletes Monday's rows, and what was served on
+    Monday but not yet added is not added to Tuesday."""
+    clock = ManualClock(datetime(2026, 3, 2, 12, tzinfo=UTC))
+    store = PgStore(pg_migrated_url, LedgerConfig(), "p0", clock, run_heartbeat=False)
+    await store.open()
+    try:
+        shares = FreeShares(clock, "Europe/Berlin", 250_000, PgShareCounts(store, clock))
+        shares.learn(FREE.name, parse_rate_limits(GROQ))
+        assert await _ask(shares, OTHER, 0)
+        assert [await _ask(shares, FLOODER, n) for n in range(3)] == [True, True, False]
+        assert await _ask(shares, OTHER, 1)  # Monday's last: not yet added
+        clock.advance(12 * 3600)  # 00:00 on Tuesday in Berlin
+        assert await _ask(shares, FLOODER, 4)
+        assert await _use(shares, FLOODER) == 1
+        assert await _use(shares, OTHER) == 0
+
+        async def days(conn: Any) -> list[str]:
+            return [r["day"] for r in await conn.fetch("SELECT DISTINCT day FROM free_share_use")]
+
+        assert await store.tx(clock.now(), days, single=True) == ["2026-03-03"]
+    finally:
+        await store.close()
