@@ -233,8 +233,7 @@ def _build_ledger(
 def _build_cascade(
     core: _Core, notifier: AdminNotifier, registry: CollectorRegistry, tls: ssl.SSLContext
 ) -> Cascade:
-    """The provider cascade; between replicas each key's circuit and paced windows and
-    GLOBAL_MAX_INFLIGHT_CALLS are shared (leases tied to the processes' heartbeats)."""
+    """The provider cascade; key states, call leases and free shares shared by replicas."""
     settings, clock = core.settings, core.clock
     return build_cascade(
         provider_specs_of(settings),
@@ -246,6 +245,7 @@ def _build_cascade(
         registry=registry,
         key_store=core.replicas.key_states(clock),
         lease_store=core.replicas.call_claims(clock, settings.hold_ttl_seconds),
+        share_store=core.replicas.free_shares(clock),
         tls=tls,
     )
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from budget.ledger import Ledger
     from budget.storage.store import SharedDatabase
     from llm.keys.admission import KeyStateStore
+    from llm.keys.share_counts import ShareStore
     from llm.keys.slots import CallClaimStore
 
 __all__ = ["LocalReplicas", "Replicas", "SharedReplicas", "replicas_of"]
@@ -74,6 +75,11 @@ class Replicas:
     def call_claims(self, clock: Clock, ttl_s: float) -> CallClaimStore | None:
         """GLOBAL_MAX_INFLIGHT_CALLS over every process (``None``: this one's)."""
         del clock, ttl_s
+        return None
+
+    def free_shares(self, clock: Clock) -> ShareStore | None:
+        """FREE_SHARE_MAX's counts over every process (``None``: this one's)."""
+        del clock
         return None
 
     def lanes(self, clock: Clock) -> LaneStore | None:
@@ -123,6 +129,11 @@ class SharedReplicas(Replicas):
 
         db = self._db()
         return CallClaims(db, db.process_id, clock, ttl_s=ttl_s, dead_after_s=self.dead_after_s)
+
+    def free_shares(self, clock: Clock) -> ShareStore | None:
+        from llm.keys.share_counts import PgShareCounts
+
+        return PgShareCounts(self._db(), clock)
 
     def lanes(self, clock: Clock) -> LaneStore | None:
         from bot.chat.lanes import PgLanes

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from budget.errors import BudgetConfigError
 from budget.kernel.db import sqlite_path
+from budget.storage import share_tables  # noqa: F401 - FREE_SHARE_MAX's rows on the metadata
 
 if TYPE_CHECKING:
     from budget.config import LedgerConfig

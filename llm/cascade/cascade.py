@@ -86,6 +86,7 @@ from llm.errors import (
 from llm.keys.admission import KeyAdmission, KeyStateStore
 from llm.keys.breaker import CircuitBreaker, CircuitState
 from llm.keys.pacing import Pacer
+from llm.keys.share_counts import ShareStore
 from llm.keys.shares import FreeShares
 from llm.keys.slots import CallClaimStore, CallSlots, DeploymentSlots, PrioritySlots
 from llm.providers.base import Provider
@@ -140,6 +141,8 @@ class Cascade:
         lease_store: leases that make ``global_max_inflight_calls`` the limit of the
             whole deployment (:class:`llm.keys.slots.DeploymentSlots`); ``None`` = this
             process's limit.
+        share_store: FREE_SHARE_MAX's counts shared with the other processes
+            (:mod:`llm.keys.share_counts`); ``None`` = this process's.
 
     Raises:
         ValueError: no providers, or two with the same name.
@@ -159,6 +162,7 @@ class Cascade:
         fallback_on: tuple[type[ProviderError], ...] = FALLBACK_ON,
         key_store: KeyStateStore | None = None,
         lease_store: CallClaimStore | None = None,
+        share_store: ShareStore | None = None,
     ) -> None:
         if not providers:
             raise ValueError("a cascade needs at least one provider")
@@ -180,7 +184,7 @@ class Cascade:
             cooldown_max_s=config.cooldown_max_s,
         )
         self.pacer = Pacer(clock, default_window_s=config.pacing_window_s)
-        self.shares = FreeShares(clock, config.day_tz, config.free_share_ppm)
+        self.shares = FreeShares(clock, config.day_tz, config.free_share_ppm, share_store)
         self.slots = PrioritySlots(config.global_max_inflight_calls)
         self.call_slots: CallSlots = (
             self.slots if lease_store is None else DeploymentSlots(self.slots, lease_store, clock)
@@ -261,14 +265,14 @@ class Cascade:
         context_floor = 0
         context_error: ContextTooLong | None = None
         budget_refusal: HoldRefused | None = None
-        who = self.shares.subjects(op)
+        shares = await self.shares.asking(op)
         turned_away = False  # a free key was skipped for this request's share
         for provider in self._providers:
             is_anchor = provider is self.anchor
             reason = self._skip_reason(provider, request, input_tokens, context_floor, is_anchor)
-            if reason is None and who:
+            if reason is None and shares.who:
                 tokens = input_tokens + request.max_tokens
-                reason = self.shares.skip(provider, who, op.user_id, tokens, turned_away)
+                reason = self.shares.check(provider, shares, tokens, turned_away)
                 turned_away = turned_away or reason is not None
             if reason is not None:
                 self._skipped(provider.name, reason, skipped, passed)
@@ -278,7 +282,7 @@ class Cascade:
                     op, request_id, provider, request, input_tokens, is_anchor, passed, stream
                 )
                 if not provider.paid:
-                    self.shares.served(provider.name, who, completion)
+                    self.shares.record(provider.name, shares, completion)
                 return completion
             except SkipProvider as skip:
                 self._skipped(provider.name, skip.reason, skipped, passed)

@@ -29,6 +29,7 @@ from budget.pricing.names import CASCADE_ORDER, KINDS, family
 from budget.protocol import LedgerPort
 from llm.cascade.cascade import Cascade, CascadeConfig, EventSink, TokenCounter
 from llm.keys.admission import KeyStateStore
+from llm.keys.share_counts import ShareStore
 from llm.keys.slots import CallClaimStore
 from llm.providers.base import Provider
 
@@ -197,13 +198,15 @@ def build_cascade(
     registry: CollectorRegistry | None = None,
     key_store: KeyStateStore | None = None,
     lease_store: CallClaimStore | None = None,
+    share_store: ShareStore | None = None,
     tls: ssl.SSLContext | None = None,
 ) -> Cascade:
     """The cascade over ``specs`` (in the given order), with cheap models taken from
     the specs unless ``config.cheap_models`` names them, and absent keys listed for
     ``/providers``; ``key_store`` shares the keys' circuits and paced windows with the
     deployment's other processes (:mod:`llm.keys.admission`), ``lease_store`` its
-    ``global_max_inflight_calls`` (:class:`llm.keys.slots.DeploymentSlots`).
+    ``global_max_inflight_calls`` (:class:`llm.keys.slots.DeploymentSlots`),
+    ``share_store`` FREE_SHARE_MAX's counts (:mod:`llm.keys.share_counts`).
 
     ``tls`` is the TLS context every provider's HTTPS client uses: one per process
     (``httpx.create_ssl_context()``), since each new default context loads the CA bundle
@@ -228,4 +231,5 @@ def build_cascade(
         absent=[n for n in CASCADE_ORDER if n not in present],
         key_store=key_store,
         lease_store=lease_store,
+        share_store=share_store,
     )

@@ -19,17 +19,24 @@ answered is refused with a template that says so
 (:data:`budget.types.RefusalReason.SHARE`). Nobody else is touched: each subject's
 count is its own.
 
-Counts are per process and per day in BUDGET_TZ (a day key; the counts of the day
-before are dropped when it changes): with several replicas each keeps its own counts
-(docs/decisions/114-fair-share-of-the-free-keys.md). A plan is not a subject: the
+Counts are per day in BUDGET_TZ (a day key; the counts of the day before are dropped
+when it changes). One process keeps them in memory; processes sharing a PostgreSQL
+database keep them, and who is active, in its rows (:mod:`llm.keys.share_counts`), so a
+subject's share is counted once across the replicas. Each chat request costs one
+statement, before its walk (:meth:`FreeShares.asking`): it reads the counts and adds
+what this process served since its previous statement (an answer is not written when
+it comes). A process may therefore be behind the others by what it served since its
+last chat request — one message when messages come one at a time — besides requests in
+flight at once (docs/decisions/114-fair-share-of-the-free-keys.md, 281, 282: the
+bound). A plan is not a subject: the
 default plan holds nearly every user, and a cap on it would idle most of the free
 quota while one other plan's user is active.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
@@ -37,6 +44,7 @@ from budget.kernel.clock import Clock
 from budget.policy.windows import day_bounds, zone
 from budget.protocol import OperationTicket
 from budget.types import Origin, Refusal, RefusalReason, Window
+from llm.keys.share_counts import ShareStore
 from llm.types import Completion, RateLimitInfo
 
 __all__ = [
@@ -44,6 +52,7 @@ __all__ = [
     "DailyQuota",
     "FreeShares",
     "KeyLike",
+    "ShareView",
     "Subject",
     "daily_quota",
     "subjects_of",
@@ -105,6 +114,28 @@ class _Use:
     tokens: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class ShareView:
+    """One request's shares, from :meth:`FreeShares.asking`.
+
+    Attributes:
+        who: the subjects it counts against (empty: no share kept for it).
+        user_id: who asks.
+        use: with a store, (requests, tokens) of each (key, subject) as the statement
+            read them plus what it added.
+        others: with a store, another user is active.
+        outsiders: with a store, another user is active outside the asker's group.
+        shared: the counts are the store's (``False``: this process's memory).
+    """
+
+    who: tuple[Subject, ...]
+    user_id: int
+    use: Mapping[tuple[str, Subject], tuple[int, int]] = field(default_factory=dict)
+    others: bool = False
+    outsiders: bool = False
+    shared: bool = False
+
+
 class FreeShares:
     """The free keys' daily use per subject, and the share rule (module docstring).
 
@@ -112,9 +143,14 @@ class FreeShares:
         clock: the one clock (wall time for the day, monotonic for activity).
         tz: BUDGET_TZ, the zone the day is cut in.
         share_ppm: FREE_SHARE_MAX in parts per million (1,000,000: no share kept).
+        store: the counts and who is active shared with the other processes
+            (``None``: this process's, in memory). :meth:`asking`, :meth:`check` and
+            :meth:`record` use it; the other methods are the memory's.
     """
 
-    def __init__(self, clock: Clock, tz: str, share_ppm: int) -> None:
+    def __init__(
+        self, clock: Clock, tz: str, share_ppm: int, store: ShareStore | None = None
+    ) -> None:
         if not 0 < share_ppm <= 1_000_000:
             raise ValueError("share_ppm must be in (0, 1_000_000]")
         zone(tz)  # an unknown zone fails here, not at the first request
@@ -125,6 +161,8 @@ class FreeShares:
         self._day = ""
         self._use: dict[tuple[str, Subject], _Use] = {}
         self._active: dict[int, tuple[float, int | None]] = {}
+        self._store = store
+        self._pending: dict[tuple[str, Subject], _Use] = {}  # served, not yet in the store
 
     def __repr__(self) -> str:
         return f"FreeShares(share_ppm={self._share_ppm}, keys={sorted(self._quotas)})"
@@ -137,7 +175,7 @@ class FreeShares:
     def _today(self) -> str:
         day, _, _ = day_bounds(self._clock.now(), self._tz)
         if day != self._day:
-            self._day, self._use = day, {}
+            self._day, self._use, self._pending = day, {}, {}
         return day
 
     def resets_at(self) -> datetime:
@@ -165,13 +203,15 @@ class FreeShares:
 
     def _others_active(self, subject: Subject, user_id: int) -> bool:
         now = self._clock.monotonic()
-        for other, (at, chat) in self._active.items():
-            if other == user_id or now - at >= ACTIVE_S:
-                continue
-            if subject[0] == "chat" and chat == subject[1]:
-                continue  # a member of the same group is not someone else for its share
+        active = [(u, chat) for u, (at, chat) in self._active.items() if now - at < ACTIVE_S]
+        return _someone_else(active, subject, user_id)
+
+    def _past(self, quota: DailyQuota, use: _Use, tokens: int) -> bool:
+        """One more request of up to ``tokens`` puts ``use`` past the share."""
+        ppm = self._share_ppm
+        if quota.requests is not None and (use.requests + 1) * 1_000_000 > quota.requests * ppm:
             return True
-        return False
+        return quota.tokens is not None and (use.tokens + tokens) * 1_000_000 > quota.tokens * ppm
 
     def over(self, key: str, who: Sequence[Subject], user_id: int, tokens: int) -> Subject | None:
         """The first of ``who`` that one more request of up to ``tokens`` at ``key`` would
@@ -183,14 +223,7 @@ class FreeShares:
         self._today()
         for subject in who:
             use = self._use.get((key, subject), _Use())
-            past = quota.requests is not None and (use.requests + 1) * 1_000_000 > (
-                quota.requests * self._share_ppm
-            )
-            past = past or (
-                quota.tokens is not None
-                and (use.tokens + tokens) * 1_000_000 > quota.tokens * self._share_ppm
-            )
-            if past and self._others_active(subject, user_id):
+            if self._past(quota, use, tokens) and self._others_active(subject, user_id):
                 return subject
         return None
 
@@ -230,3 +263,81 @@ class FreeShares:
         if key.paid:
             return "share" if turned_away else None
         return "share" if self.over(key.name, who, user_id, tokens) else None
+
+    async def asking(self, op: OperationTicket) -> ShareView:
+        """:meth:`subjects`, and with a store its one statement (:meth:`ShareStore.ask
+        <llm.keys.share_counts.ShareStore.ask>`): the asker marked active, what this
+        process served since its last statement added, the subjects' use of the keys
+        with a known daily quota and who else is active read.
+
+        Raises:
+            budget.errors.LedgerUnavailable: the shared store failed (what was to be
+                added stays for the next statement).
+        """
+        who = self.subjects(op)
+        store = self._store
+        if not who or store is None:
+            return ShareView(who, op.user_id)
+        day = self._today()
+        add, self._pending = self._pending, {}
+        read = [(key, subject) for key in sorted(self._quotas) for subject in who]
+        counts = {row: (use.requests, use.tokens) for row, use in add.items()}
+        try:
+            asked = await store.ask(day, op.user_id, op.chat_id, ACTIVE_S, counts, read)
+        except BaseException:
+            for row, use in add.items():
+                self._pend(row, use.requests, use.tokens)
+            raise
+        seen = dict(asked.use)  # read before the statement's own additions: add them
+        for row, (requests, tokens) in counts.items():
+            had = seen.get(row, (0, 0))
+            seen[row] = (had[0] + requests, had[1] + tokens)
+        return ShareView(who, op.user_id, seen, asked.others, asked.outsiders, shared=True)
+
+    def _pend(self, row: tuple[str, Subject], requests: int, tokens: int) -> None:
+        """Served here, to be added by this process's next statement."""
+        use = self._pending.setdefault(row, _Use())
+        use.requests += requests
+        use.tokens += max(0, tokens)
+
+    def check(self, key: KeyLike, view: ShareView, tokens: int, turned_away: bool) -> str | None:
+        """:meth:`skip` for one request of up to ``tokens``, over the counts
+        :meth:`asking` read (plus what this process served since), or the memory's
+        without a store."""
+        if not view.shared or key.paid:
+            return self.skip(key, view.who, view.user_id, tokens, turned_away)
+        quota = self._quotas.get(key.name)
+        if quota is None or not self.enabled:
+            return None
+        self._today()
+        for subject in view.who:
+            requests, used = view.use.get((key.name, subject), (0, 0))
+            mine = self._pending.get((key.name, subject), _Use())
+            use = _Use(requests + mine.requests, used + mine.tokens)
+            others = view.others if subject[0] == "user" else view.outsiders
+            if others and self._past(quota, use, tokens):
+                return "share"
+        return None
+
+    def record(self, key: str, view: ShareView, completion: Completion) -> None:
+        """:meth:`served`; with a store the request waits in this process for its next
+        statement (:meth:`asking`), nothing is written now."""
+        if not view.shared:
+            self.served(key, view.who, completion)
+            return
+        self.learn(key, completion.rate_limits)
+        self._today()
+        for subject in view.who:
+            self._pend((key, subject), 1, completion.usage.total_tokens)
+
+
+def _someone_else(active: Sequence[tuple[int, int | None]], subject: Subject, user_id: int) -> bool:
+    """Whether one of ``active`` (user, group asked in) is someone else for
+    ``subject``'s share: another user; for a group's, another user outside it."""
+    for other, chat in active:
+        if other == user_id:
+            continue
+        if subject[0] == "chat" and chat == subject[1]:
+            continue  # a member of the same group is not someone else for its share
+        return True
+    return False

@@ -126,6 +126,7 @@ def test_every_revision_up_down_up_and_head_matches_models(database_url: str) ->
         "0044_reconciliations",
         "0051_pending_refunds",
         "0052_plan_refunds",
+        "0053_free_shares",
     ]
     for rev in revisions:
         command.upgrade(cfg, rev.revision)

@@ -103,7 +103,8 @@ async def test_a_chat_message_on_postgres_is_a_few_round_trips_and_no_orm_sessio
     them an ORM session's statement; the bot's own tables cost 7 statements — the
     profile touch, the intake record, the chat's persona, the conversation (summary and
     turns after it in one), the history append, the footer's preference, the outcome —
-    each its own transaction (no ``BEGIN``/``COMMIT`` around it)."""
+    each its own transaction (no ``BEGIN``/``COMMIT`` around it); the fair share of the
+    free keys costs one statement (decision 282)."""
     url = make_url(pg_migrated_url)
     assert url.host is not None and url.port is not None
     async with WireCounter(url.host, url.port) as wire:
@@ -133,3 +134,5 @@ async def test_a_chat_message_on_postgres_is_a_few_round_trips_and_no_orm_sessio
     ]
     assert len(ours) == 7, listing
     assert all(len(t.statements) == 1 for t in ours), listing
+    shares = [t for t in trips if any("free_share_" in s for s in t.statements)]
+    assert len(shares) == 1 and len(shares[0].statements) == 1, listing
