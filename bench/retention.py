@@ -1,12 +1,13 @@
 """Retention benchmark: ``.venv/bin/python bench/retention.py [--rows N] [--batch N]
-[--concurrency N] [--seconds S] [--idle-ms MS] [--floor-ms MS] [--no-checkpoint]
+[--concurrency N] [--seconds S] [--idle-ms MS] [--floor-ms MS] [--checkpoint]
 [--finish-batch N]``.
 
 A SQLite ledger file with ``--rows`` (default 1,000,000) settled attempts 100 to 200
 days old (written straight into ``budget_holds``, with their operations, requests and
 one event in ten) is pruned at ``RETENTION_DAYS=90`` by the real round
 (:class:`budget.retention.LedgerRetention`: each step waits for an idle writer or the
-floor, runs alone in its transaction, then a passive checkpoint when still idle), while
+floor, runs alone in its transaction; ``--checkpoint``: then a passive checkpoint
+when still idle), while
 ``--concurrency`` tasks hold and settle through the real :class:`budget.ledger.Ledger`
 on the same file. Beside it, in the same run, the baseline: the load runs ``--seconds``
 (default 60) in 1-second windows, pruning on and off in turn (held after its step),
@@ -74,7 +75,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--checkpoint",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=False,
         help="a passive WAL checkpoint after a step when the writer is idle",
     )
     parser.add_argument(

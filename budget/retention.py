@@ -9,8 +9,8 @@ rows than asked. On SQLite a batch waits for the writer to be idle (nothing queu
 running for :data:`IDLE_S`, looked at on the injected clock), or for :data:`FLOOR_S`
 since the batch before (so a constant load still sees one batch a second: 10 rows a
 second at the default batch, 864,000 rows a day), and runs alone in its transaction:
-its commit and fsync are shared with no hot-path step; after it, when the writer is
-still idle, a passive WAL checkpoint (``docs/decisions/286-pruning-waits-for-an-idle-writer.md``).
+its commit and fsync are shared with no hot-path step
+(``docs/decisions/286-pruning-waits-for-an-idle-writer.md``).
 On PostgreSQL every batch is its own short transaction, :data:`PAUSE_S` apart. The
 rules of what is pruned and what is kept are :mod:`budget.storage.sql.retention`'s.
 """
@@ -100,7 +100,8 @@ class LedgerRetention:
         batch: RETENTION_BATCH_ROWS: rows per step at most.
         pause_s: seconds slept (``clock.sleep``) after each step (PostgreSQL).
         idle_s, floor_s: SQLite: :data:`IDLE_S`, :data:`FLOOR_S` (``idle_s`` 0: no wait).
-        checkpoint: SQLite: a passive WAL checkpoint after a step, when idle.
+        checkpoint: SQLite: a passive WAL checkpoint after a step, when idle (off:
+            the bench showed no gain, ``docs/benchmarks.md``).
 
     Raises:
         ValueError: ``days`` below :data:`MIN_DAYS` or ``batch`` below 1.
@@ -119,7 +120,7 @@ class LedgerRetention:
         pause_s: float = PAUSE_S,
         idle_s: float = IDLE_S,
         floor_s: float = FLOOR_S,
-        checkpoint: bool = True,
+        checkpoint: bool = False,
     ) -> None:
         if days < MIN_DAYS or batch < 1:
             raise ValueError(f"retention needs days >= {MIN_DAYS} and batch >= 1")
