@@ -1,22 +1,26 @@
 """Retention benchmark: ``.venv/bin/python bench/retention.py [--rows N] [--batch N]
-[--concurrency N] [--seconds S] [--finish-batch N]``.
+[--concurrency N] [--seconds S] [--idle-ms MS] [--floor-ms MS] [--checkpoint]
+[--finish-batch N]``.
 
 A SQLite ledger file with ``--rows`` (default 1,000,000) settled attempts 100 to 200
 days old (written straight into ``budget_holds``, with their operations, requests and
-one event in ten) is pruned at ``RETENTION_DAYS=90`` by the ledger's own steps
-(:func:`budget.storage.sql.retention.prune_holds` and friends, each one grouped step of
-the writer, as :class:`budget.retention.LedgerRetention` runs them), while
+one event in ten) is pruned at ``RETENTION_DAYS=90`` by the real round
+(:class:`budget.retention.LedgerRetention`: each step waits for an idle writer or the
+floor, runs alone in its transaction; ``--checkpoint``: then a passive checkpoint
+when still idle), while
 ``--concurrency`` tasks hold and settle through the real :class:`budget.ledger.Ledger`
 on the same file. Beside it, in the same run, the baseline: the load runs ``--seconds``
 (default 60) in 1-second windows, pruning on and off in turn (held after its step),
-so both see the same machine, file and load; then the round finishes at full speed,
+so both see the same machine, file and load (time held off does not count toward
+the floor); then the round finishes at full speed,
 nobody holding, ``--finish-batch`` rows a step (default 1,000: the batch only matters
 while holds wait behind it; the finish is there for the size after).
 
 Prints: hold+settle p50/p99 without and with pruning (goal: p99 no more than 10 % worse),
 the prune's total time and rows/s, each pruning step's time on the writer thread
-(p50/p99/max: how long a hold queued behind it can wait), and the database's size
-before and after (pages in use; SQLite keeps freed pages for reuse until a VACUUM).
+(p50/p99/max: how long a hold queued behind it can wait), the rows pruned during the
+load, the database's size before and after (pages in use; SQLite keeps freed pages for
+reuse until a VACUUM), and the goal's line, ``MET`` or ``SHORT``.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from bench.ledger import pct, prices
 from budget.config import LedgerConfig
 from budget.kernel.clock import SystemClock
 from budget.ledger import Ledger
-from budget.retention import DEFAULT_BATCH, PAUSE_S, LedgerRetention
+from budget.retention import DEFAULT_BATCH, FLOOR_S, IDLE_S, LedgerRetention
 from budget.storage.sql import retention
 from budget.storage.sqlite.store import SqliteStore
 from budget.storage.tables import create_schema
@@ -63,7 +67,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=4, help="hold+settle tasks")
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds of load")
     parser.add_argument(
-        "--pause-ms", type=float, default=PAUSE_S * 1000, help="pause between steps, ms"
+        "--idle-ms", type=float, default=IDLE_S * 1000, help="writer idle before a step, ms"
+    )
+    parser.add_argument(
+        "--floor-ms", type=float, default=FLOOR_S * 1000, help="a step at least this often, ms"
+    )
+    parser.add_argument(
+        "--checkpoint",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="a passive WAL checkpoint after a step when the writer is idle",
     )
     parser.add_argument(
         "--finish-batch", type=int, default=1000, help="rows a step once the load is over"
@@ -149,21 +162,31 @@ async def hold_settle(ledger: Ledger, user: int) -> float:
 
 class GatedRetention(LedgerRetention):
     """The real round, held after a step while ``gate`` is closed (the baseline's
-    windows)."""
+    windows; the time held does not count toward the floor)."""
 
-    def __init__(self, ledger: Ledger, batch: int, gate: asyncio.Event, pause_s: float) -> None:
+    def __init__(self, ledger: Ledger, args: argparse.Namespace, gate: asyncio.Event) -> None:
         super().__init__(
-            ledger.store, "UTC", SystemClock(), days=DAYS, batch=batch, pause_s=pause_s
+            ledger.store,
+            "UTC",
+            SystemClock(),
+            days=DAYS,
+            batch=args.batch,
+            idle_s=args.idle_ms / 1000,
+            floor_s=args.floor_ms / 1000,
+            checkpoint=args.checkpoint,
         )
         self.gate = gate
 
     async def pause(self) -> None:
         await super().pause()
-        await self.gate.wait()
+        if not self.gate.is_set():
+            await self.gate.wait()
+            self._last = time.monotonic()
 
 
-def timing_steps(ledger: Ledger, steps: list[float]) -> None:
-    """Time each pruning step's body on the writer thread into ``steps`` (seconds)."""
+def timing_steps(ledger: Ledger, steps: list[float], rows: list[int]) -> None:
+    """Time each pruning step's body on the writer thread into ``steps`` (seconds), its
+    rows into ``rows``."""
     writer = ledger.store.writer
     assert writer is not None
     txn = writer.txn
@@ -171,9 +194,11 @@ def timing_steps(ledger: Ledger, steps: list[float]) -> None:
     def timed(body: Any, cur: sqlite3.Cursor) -> Any:
         t0 = time.perf_counter()
         try:
-            return body(cur)
+            result = body(cur)
         finally:
             steps.append(time.perf_counter() - t0)
+        rows.append(result.rows)
+        return result
 
     async def timed_txn(body: Any, **how: Any) -> Any:
         if getattr(body, "func", None) in PRUNE_STEPS:
@@ -222,21 +247,23 @@ async def run(args: argparse.Namespace) -> None:
         for _ in range(500):  # warm-up
             await hold_settle(ledger, 1)
         steps: list[float] = []
-        timing_steps(ledger, steps)
+        step_rows: list[int] = []
+        timing_steps(ledger, steps, step_rows)
         gate = asyncio.Event()
-        job = GatedRetention(ledger, args.batch, gate, args.pause_ms / 1000)
+        job = GatedRetention(ledger, args, gate)
         t0 = time.perf_counter()
         pruning = asyncio.create_task(job.run_round(claim=False))
         on, off = await measure(ledger, gate, args.concurrency, args.seconds)
         measured = list(steps)
-        job.pause_s = 0.0  # the rest at full speed, nobody holding
+        under_load = sum(step_rows)
+        job.idle_s = 0.0  # the rest at full speed, nobody holding
         job.batch = max(job.batch, args.finish_batch)
         gate.set()
         rows = (await pruning).rows
         prune_s = time.perf_counter() - t0
         await ledger.close()
         size_after = pages_in_use(path)
-    report(args, on, off, measured, rows, prune_s, (size_before, size_after))
+    report(args, on, off, measured, under_load, rows, prune_s, (size_before, size_after))
 
 
 def report(
@@ -244,6 +271,7 @@ def report(
     on: list[float],
     off: list[float],
     steps: list[float],
+    under_load: int,
     rows: dict[str, int],
     prune_s: float,
     sizes: tuple[int, int],
@@ -252,7 +280,8 @@ def report(
     total = sum(rows.values())
     worse = (pct(on, 0.99) / pct(off, 0.99) - 1) * 100
     print(
-        f"concurrency {args.concurrency}, batch {args.batch} rows, pause {args.pause_ms:.0f} ms,"
+        f"concurrency {args.concurrency}, batch {args.batch} rows, idle {args.idle_ms:g} ms,"
+        f" floor {args.floor_ms:g} ms, checkpoint when idle {'on' if args.checkpoint else 'off'},"
         f" RETENTION_DAYS={DAYS}, {args.seconds:.0f} s of load in {WINDOW_S:.0f} s windows"
     )
     print(
@@ -267,6 +296,12 @@ def report(
         f" p99 {ms(steps, 0.99)}, max {max(steps) * 1000:.2f} ms"
         f" (mean {statistics.fmean(steps) * 1000:.2f} ms)"
     )
+    floor = args.batch * 86_400_000 / args.floor_ms
+    print(
+        f"pruned during the load: {under_load:,} rows in {len(steps):,} steps"
+        f" ({under_load / max(args.seconds / 2, 1):,.0f} rows/s of pruning windows;"
+        f" the floor alone: {floor:,.0f} rows/day)"
+    )
     print(
         f"pruned {total:,} rows in {prune_s:.1f} s (the load's windows, then at full speed,"
         f" {max(args.batch, args.finish_batch):,} rows a step):"
@@ -275,6 +310,11 @@ def report(
     print(
         f"database pages in use: {sizes[0] / 2**20:,.1f} MiB before,"
         f" {sizes[1] / 2**20:,.1f} MiB after (freed pages are reused; VACUUM returns them)"
+    )
+    verdict = "MET" if worse <= 10 else "SHORT"
+    print(
+        f"goal: hold+settle p99 while pruning <= +10 % over the baseline"
+        f"   {verdict}   {worse:+.1f} %"
     )
 
 

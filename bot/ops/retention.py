@@ -7,9 +7,10 @@ skip), first :data:`FIRST_ROUND_DELAY_S` after start, then looked for every
 :data:`ROUND_EVERY_S`. The ledger's part is :class:`budget.retention.LedgerRetention`
 (its sums kept); then ``seen_messages`` (by ``received_at``) and ``chat_turns`` (by
 ``created_at``) older than the first kept day's start in BUDGET_TZ, nothing kept of
-them. Each batch is one step: on SQLite one grouped step of the ledger's writer (the
-file's one writer, ``docs/decisions/061-one-writer-per-sqlite-file.md``), on PostgreSQL
-one short transaction.
+them. Each batch is one step: on SQLite one step of the ledger's writer (the file's one
+writer, ``docs/decisions/061-one-writer-per-sqlite-file.md``) alone in its transaction,
+once the writer is idle (``docs/decisions/286-pruning-waits-for-an-idle-writer.md``),
+on PostgreSQL one short transaction.
 """
 
 from __future__ import annotations
@@ -156,19 +157,21 @@ class RetentionJob:
         batch = self._ledger.batch
         writer = self._store.writer
         while True:
+            await self._ledger.turn()  # SQLite: an idle writer, or the floor
             if writer is not None:
                 bound = column.type.dialect_impl(_DIALECT).bind_processor(_DIALECT)
                 value = bound(before) if bound is not None else before
                 body = partial(
                     _sqlite_batch, table=table.name, column=column.name, before=value, batch=batch
                 )
-                rows = await writer.txn(body, durable=False)
+                rows = await writer.txn(body, alone=True)
             else:
                 ids = sa.select(table.c.id).where(column < before).limit(batch)
                 async with self._engine.begin() as conn:
                     result = await conn.execute(sa.delete(table).where(table.c.id.in_(ids)))
                 rows = int(result.rowcount or 0)
             total += rows
+            await self._ledger.stepped()
             await self._ledger.pause()
             if rows < batch:
                 return total

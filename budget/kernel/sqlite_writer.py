@@ -13,7 +13,7 @@ commit under ``synchronous=NORMAL``; after a group in which a *durable* step suc
 as ``synchronous=FULL`` would (``os.fdatasync`` where it exists). Any ``sqlite3.Error``
 or ``OSError`` becomes the owner's ``unavailable`` exception (the ledger's
 :class:`~budget.errors.LedgerUnavailable`); a failed COMMIT fails every step of its
-group that wrote. This module imports nothing of the project.
+group that wrote. This module imports nothing of the project but its savepoint helpers.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
+
+from budget.kernel.sqlite_savepoints import release, rollback, undo
 
 __all__ = ["BUSY_TIMEOUT_S", "MAX_GROUP", "SqliteWriter", "StepDeclined"]
 
@@ -73,6 +75,7 @@ class _Step:
     check_file: bool
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
+    alone: bool = False  # run in a transaction (a commit) of its own
 
 
 #: one step's answer: (step, ok, result or exception; a raised :class:`StepDeclined`
@@ -127,6 +130,7 @@ class SqliteWriter:
     Attributes:
         commits: COMMITs done; ``synced_commits``: those followed by an fsync of the
             WAL (for the benchmark and tests).
+        queued: steps queued since open (any kind); ``answered``: those done with.
     """
 
     def __init__(
@@ -149,6 +153,8 @@ class SqliteWriter:
         self._identity: tuple[int, int] | None = None
         self.commits = 0
         self.synced_commits = 0
+        self.queued = 0
+        self.answered = 0
         #: ``deleted``/``replaced`` once the path no longer names the open file
         self.lost: str = ""
 
@@ -241,13 +247,20 @@ class SqliteWriter:
         *,
         durable: bool = True,
         check_file: bool = False,
+        alone: bool = False,
     ) -> T:
         if self._thread is None:
             raise self._failed()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._queue.put(_Step(kind, fn, args, durable, check_file, loop, future))
+        self.queued += 1
+        self._queue.put(_Step(kind, fn, args, durable, check_file, loop, future, alone))
         return await future
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued or running now (every step queued was answered)."""
+        return self.answered == self.queued
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` on the writer thread, outside any transaction (what the
@@ -265,6 +278,7 @@ class SqliteWriter:
         *,
         check_file: bool = False,
         durable: bool = True,
+        alone: bool = False,
     ) -> T:
         """Run ``body`` as one step of a group transaction on the writer thread (after
         :meth:`check_file` when asked): all of it or none of it, answered once the
@@ -273,13 +287,15 @@ class SqliteWriter:
         Args:
             durable: when this step succeeds, the WAL is fsync'd before it is answered;
                 ``False``: a *grouped* step, fsync'd by the next durable group.
+            alone: in a group (a transaction, a commit, an fsync) of its own: nothing
+                queued before or after it shares its commit (retention's steps).
 
         Raises:
             BaseException: ``body`` raised :class:`StepDeclined`: its ``error``, once
                 what the step wrote (the record of the refusal) is committed.
             unavailable: storage failed (nothing of this step was committed).
         """
-        return await self._submit(_TXN, body, durable=durable, check_file=check_file)
+        return await self._submit(_TXN, body, durable=durable, check_file=check_file, alone=alone)
 
     def post(self, body: Callable[[sqlite3.Cursor], object], what: str) -> None:
         """Queue ``body`` as a *grouped* step and return at once, without waiting for its
@@ -297,6 +313,7 @@ class SqliteWriter:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[object] = loop.create_future()
         future.add_done_callback(partial(_log_posted, what))
+        self.queued += 1
         self._queue.put(_Step(_TXN, body, (), False, False, loop, future))
 
     async def read(self, body: Callable[[sqlite3.Cursor], T]) -> T:
@@ -328,10 +345,13 @@ class SqliteWriter:
                 assert isinstance(item, _Step)
                 if stopping:
                     self._deliver([(item, False, self._failed())])
-                elif item.kind == _CALL:
+                elif item.kind == _CALL or item.alone:
                     self._run_segment(segment)
                     segment = []
-                    self._deliver([self._call(item, *item.args)])
+                    if item.alone:
+                        self._run_segment([item])
+                    else:
+                        self._deliver([self._call(item, *item.args)])
                 else:
                     segment.append(item)
             self._run_segment(segment)
@@ -374,7 +394,7 @@ class SqliteWriter:
             self._set_level("NORMAL")
             conn.execute("BEGIN IMMEDIATE" if writes else "BEGIN")
         except sqlite3.Error as exc:
-            self._rollback(conn)
+            rollback(conn)
             self._deliver([(s, False, self._failed(exc)) for s in steps])
             return
         for step in steps:
@@ -394,7 +414,7 @@ class SqliteWriter:
             try:
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
-                self._rollback(conn)
+                rollback(conn)
                 failed.extend((s, False, self._failed(exc)) for s, _ok, _v in done)
                 done.clear()
             else:
@@ -448,50 +468,22 @@ class SqliteWriter:
             result = step.fn(conn.cursor())
         except StepDeclined as declined:
             # keep what the step wrote (the record of the refusal); it commits with the group
-            if not self._release(conn):
+            if not release(conn):
                 return step, False, self._failed()
             return step, False, declined
         except (sqlite3.Error, OSError) as exc:
-            self._undo(conn)
+            undo(conn)
             return step, False, self._failed(exc)
         except Exception as exc:  # noqa: BLE001 - re-raised in the caller (UnknownOperation …)
-            self._undo(conn)
+            undo(conn)
             return step, False, exc
-        if not self._release(conn):
+        if not release(conn):
             return step, False, self._failed()
         return step, True, result
 
-    @staticmethod
-    def _release(conn: sqlite3.Connection) -> bool:
-        try:
-            conn.execute("RELEASE step")
-        except sqlite3.Error:
-            SqliteWriter._rollback(conn)
-            return False
-        return True
-
-    @staticmethod
-    def _undo(conn: sqlite3.Connection) -> None:
-        """Roll back one step's savepoint (or the whole transaction if that fails)."""
-        if not conn.in_transaction:
-            return
-        try:
-            conn.execute("ROLLBACK TO step")
-            conn.execute("RELEASE step")
-        except sqlite3.Error:
-            SqliteWriter._rollback(conn)
-
-    @staticmethod
-    def _rollback(conn: sqlite3.Connection) -> None:
-        """Roll back if a transaction is still open (SQLite may have rolled it back
-        itself, e.g. on SQLITE_FULL: that error must not replace the real failure)."""
-        if conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-
-    @staticmethod
-    def _deliver(results: list[_Result]) -> None:
+    def _deliver(self, results: list[_Result]) -> None:
         """Hand results to their event loops: one wake-up per loop per group."""
+        self.answered += len(results)
         by_loop: dict[asyncio.AbstractEventLoop, list[_Result]] = {}
         for result in results:
             by_loop.setdefault(result[0].loop, []).append(result)

@@ -69,6 +69,8 @@ __all__ = ["LedgerStore"]
 T = TypeVar("T")
 #: A step's body: the portable SQL on the transaction's cursor.
 Body = Callable[[Cursor], T]
+#: A retention step: durable, alone in its group (its commit and fsync are its own).
+PRUNE = Write(alone=True)
 
 
 class LedgerStore(abc.ABC):
@@ -428,7 +430,8 @@ class LedgerStore(abc.ABC):
         """Prune up to ``batch`` rows of ``table`` (``budget_holds``, ``budget_events``,
         ``budget_operations``, ``budget_requests``, ``budget_messages``) of ledger days
         before ``before_day``, keeping their sums (:mod:`budget.storage.sql.retention`);
-        one grouped step of its own, so holds queued meanwhile run between batches.
+        one durable step alone in its transaction (SQLite: its commit and fsync shared
+        with no hot-path step; ``docs/decisions/286-pruning-waits-for-an-idle-writer.md``).
 
         Raises:
             KeyError: ``table`` is not one of those.
@@ -440,7 +443,7 @@ class LedgerStore(abc.ABC):
             body = partial(retention.prune_events, before_day=before_day, batch=batch)
         else:
             body = partial(retention.prune_plain, table=table, before_day=before_day, batch=batch)
-        return await self._write(body, GROUPED)
+        return await self._write(body, PRUNE)
 
     async def claim_round(self, now: datetime, job: str, day: str) -> bool:
         """Claim ``job``'s round for ledger day ``day`` (once per day per database)."""

@@ -183,6 +183,8 @@ class Write:
             lock covers the file).
         hold_ids: lock first these holds, their buckets and operations (``/reconcile
             apply``), in the one lock order.
+        alone: SQLite: in a group transaction (a commit, an fsync) of its own, shared
+            with no other step (retention's; PostgreSQL: every step is its own).
     """
 
     durable: bool = True
@@ -190,6 +192,7 @@ class Write:
     message_user: int | None = None
     message_day: str = ""
     hold_ids: tuple[str, ...] = ()
+    alone: bool = False
 
 
 #: A durable write; a grouped one; a durable one that checks the storage first.

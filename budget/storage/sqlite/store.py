@@ -80,7 +80,9 @@ class SqliteStore(LedgerStore):
     async def _write(self, body: Body[T], how: Write = DURABLE) -> T:
         """One step of a group transaction on the writer thread (the file's write lock
         covers every row: no row lock is taken)."""
-        return await self.writer.txn(body, check_file=how.check_file, durable=how.durable)
+        return await self.writer.txn(
+            body, check_file=how.check_file, durable=how.durable, alone=how.alone
+        )
 
     async def _read(self, body: Body[T]) -> T:
         return await self.writer.read(body)
