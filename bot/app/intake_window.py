@@ -13,15 +13,18 @@ probe (:class:`LagProbe`, one :data:`PROBE_S` sleep at a time) are judged —
   bot's own work causes, which fewer updates in flight reduce; a loop late while idle
   (the process descheduled on a loaded machine) is not cut, as fewer updates would not
   help it;
-* **grow by one** (not above the ceiling, INTAKE_MAX_CONCURRENT) when the p99 is within
-  the target and the window was full at some point of the period (it limited something);
+* **grow** (not above the ceiling, INTAKE_MAX_CONCURRENT) when the p99 is within the
+  target and the window was full at some point of the period (it limited something):
+  doubled until the first halving (a burst right after the start finds its size in a
+  few periods), by one after it;
 * otherwise keep it; after a halving one period is skipped (the updates admitted under
   the larger window are still leaving).
 
 The window starts at the floor (:data:`FLOOR`, or the ceiling when that is lower): a burst
-right after the start meets a small window that grows as the lag allows; providers that
-answer in seconds leave the loop idle, so the window grows to the ceiling within
-``(ceiling - floor) × PERIOD_S`` of a full window.
+right after the start meets a small window that doubles as the lag allows; providers that
+answer in seconds leave the loop idle, so a full window grows to the ceiling within a few
+periods (and by one a period once it was halved). A window that is not full does not grow:
+after a burst it keeps the size the lag allowed for the next one.
 
 Updates beyond the window wait in FIFO order (:meth:`IntakeWindow.acquire`): none is
 dropped and none overtakes another. A free slot goes to the oldest waiter, and a newcomer
@@ -67,8 +70,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: The smallest window (updates in flight), unless INTAKE_MAX_CONCURRENT is lower.
-FLOOR = 4
+#: The smallest window (updates in flight), unless INTAKE_MAX_CONCURRENT is lower: below
+#: it the ledger's writer has too few steps to group into one commit (a burst's commits
+#: per message went from 1.2 to 3.3 with 4-8 updates in flight, and its rate fell with them).
+FLOOR = 8
 #: Seconds of lag samples judged together.
 PERIOD_S = 0.05
 #: Seconds the probe sleeps between two samples (its lateness is the lag).
@@ -111,6 +116,7 @@ class LagWindow:
         self._lags: list[float] = []
         self._full = False
         self._skip = False
+        self._doubling = True
 
     def __repr__(self) -> str:
         return f"LagWindow(limit={self.limit}, floor={self.floor}, ceiling={self.ceiling})"
@@ -137,11 +143,13 @@ class LagWindow:
         if self._skip:
             self._skip = False
         elif lag > self.target_s and busy >= BUSY:
+            self._doubling = False
             if self.limit > self.floor:
                 self.limit = max(self.floor, self.limit // 2)
                 self._skip = True
         elif lag <= self.target_s and self._full:
-            self.limit = min(self.ceiling, self.limit + 1)
+            grown = self.limit * 2 if self._doubling else self.limit + 1
+            self.limit = min(self.ceiling, grown)
 
 
 class IntakeWindow:
@@ -156,6 +164,8 @@ class IntakeWindow:
         self._policy = policy
         self.limit = policy.limit if policy is not None else ceiling
         self.active = 0
+        #: updates that waited for a slot, since the start
+        self.waited = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._full = False
 
@@ -178,6 +188,7 @@ class IntakeWindow:
             self._full = self._full or self.active >= self.limit
             return
         self._full = True
+        self.waited += 1
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
@@ -209,12 +220,13 @@ class IntakeWindow:
         wakes waiters at once, a smaller one lets the holders above it finish."""
         if self._policy is None:
             return
-        full, self._full = self._full, self.active >= self.limit
+        full = self._full or self.active >= self.limit
         limit = self._policy.observe(now, lag_s, cpu_s=cpu_s, full=full)
         if limit != self.limit:
             log.debug("intake window %d -> %d", self.limit, limit)
             self.limit = limit
             self._wake()
+        self._full = self.active >= self.limit
 
     def _wake(self) -> None:
         for waiter in self._waiters:
