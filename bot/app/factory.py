@@ -440,9 +440,9 @@ def _add_middlewares(
     )
     if barrier is not None:  # the first update middleware: sees every update end
         dp.update.outer_middleware(EndOfUpdate(barrier))
-        # polling: updates in flight follow the loop's lag (the webhook takes the same
-        # window's slots before its intake, bot/app/webhook.py)
-        dp.update.outer_middleware(IntakeWindowMiddleware(window))
+        if window.sized:  # INTAKE_LAG_TARGET_MS: updates in flight follow the loop's lag
+            # (the webhook takes the same window's slots before its intake)
+            dp.update.outer_middleware(IntakeWindowMiddleware(window))
     # access before anything else: a stranger costs a lookup (bot/middlewares/access.py)
     dp.update.outer_middleware(core.access.gate(settings, core.i18n, core.ledger))
     dp.update.outer_middleware(rate)

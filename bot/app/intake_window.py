@@ -173,6 +173,11 @@ class IntakeWindow:
         return f"IntakeWindow(limit={self.limit}, active={self.active}, waiting={self.waiting})"
 
     @property
+    def sized(self) -> bool:
+        """True when a policy sizes the window (False: a fixed ``ceiling``)."""
+        return self._policy is not None
+
+    @property
     def waiting(self) -> int:
         """Updates waiting for a slot (woken ones not yet resumed included)."""
         return len(self._waiters)
