@@ -35,14 +35,6 @@ __all__ = ["run"]
 
 log = logging.getLogger("bot.app.factory")  # the name before the split: log lines unchanged
 
-#: Seconds a thread waiting for the GIL waits before it asks the holder to drop it
-#: (:func:`sys.setswitchinterval`; CPython's default 0.005). The ledger's SQLite writer
-#: runs Python in its own thread (``budget/kernel/sqlite_writer.py``): with 5 ms the event
-#: loop, woken by a socket or a timer while the writer holds the GIL, waits up to 5 ms
-#: before it runs a callback, and the writer, back from SQLite, waits as long for the loop
-#: (``docs/decisions/299-the-loop-waits-1-ms-for-the-gil.md``).
-GIL_SWITCH_S = 0.001
-
 
 def _fail(message: str, settings: Settings) -> None:
     """One line on stderr, with every secret removed (line breaks of a library's
@@ -69,8 +61,7 @@ async def _migrate_shielded(database_url: str) -> bool:
 
 
 async def run(settings: Settings) -> int:
-    """Migrate, build, poll until SIGTERM/SIGINT; returns the exit code. The process's
-    GIL switch interval is set to :data:`GIL_SWITCH_S` first.
+    """Migrate, build, poll until SIGTERM/SIGINT; returns the exit code.
 
     On SQLite the database's instance lock (:mod:`budget.kernel.instance_lock`) is taken first,
     before migrations and before the ledger sweeps holds: a second process on the same
@@ -94,7 +85,6 @@ async def run(settings: Settings) -> int:
     if problem is not None:
         _fail(problem, settings)
         return 2
-    sys.setswitchinterval(GIL_SWITCH_S)
     path = sqlite_path(settings.database_url)
     if path is None:  # PostgreSQL (settings accept nothing else): no instance lock
         return await _run_locked(settings)
