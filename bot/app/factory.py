@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from bot.app.access_wiring import AccessParts, build_access
 from bot.app.digest_wiring import DigestParts, build_digests
+from bot.app.intake_window import IntakeWindow, IntakeWindowMiddleware, intake_window_of
 from bot.app.lifecycle import App
 from bot.app.media_wiring import MediaParts, build_media, media_models
 from bot.app.operator import Operator, books_desk, build_operator, dashboard_site
@@ -124,7 +125,10 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         core, engine, registry, notifier, cascade, chat, digests, operator, deferral, media
     )
     dp = Dispatcher(**workflow)
-    rate = _add_middlewares(core, dp, telegram.barrier, chat, dropped)
+    window, probe = intake_window_of(
+        settings.intake_max_concurrent, settings.intake_lag_target_ms, clock
+    )
+    rate = _add_middlewares(core, dp, telegram.barrier, chat, dropped, window)
     route_updates(dp, settings.admin_ids, rate)
     app = App(
         settings=settings,
@@ -155,6 +159,8 @@ def create_app(settings: Settings, clock: Clock | None = None) -> App:
         media=media,
         ops_watch=operator.watch,
         refunds=core.access.refunds,
+        intake_window=window,
+        lag_probe=probe,
     )
     core.replicas.attach(app, telegram.bot, chat.streams)
     return app
@@ -412,7 +418,12 @@ def _workflow(
 
 
 def _add_middlewares(
-    core: _Core, dp: Dispatcher, barrier: IntakeBarrier | None, chat: _Chat, dropped: Counter
+    core: _Core,
+    dp: Dispatcher,
+    barrier: IntakeBarrier | None,
+    chat: _Chat,
+    dropped: Counter,
+    window: IntakeWindow,
 ) -> UpdateRateMiddleware:
     """The dispatcher's middlewares, in the order an update meets them
     (``docs/architecture.md``); returns the update-rate middleware (the app asks it
@@ -429,6 +440,9 @@ def _add_middlewares(
     )
     if barrier is not None:  # the first update middleware: sees every update end
         dp.update.outer_middleware(EndOfUpdate(barrier))
+        if window.sized:  # INTAKE_LAG_TARGET_MS: updates in flight follow the loop's lag
+            # (the webhook takes the same window's slots before its intake)
+            dp.update.outer_middleware(IntakeWindowMiddleware(window))
     # access before anything else: a stranger costs a lookup (bot/middlewares/access.py)
     dp.update.outer_middleware(core.access.gate(settings, core.i18n, core.ledger))
     dp.update.outer_middleware(rate)

@@ -36,6 +36,7 @@ from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.access.refunds import WalletRefunds
+from bot.app.intake_window import IntakeWindow, LagProbe
 from bot.app.media_wiring import MediaParts
 from bot.app.start_waits import StartWaits
 from bot.chat.delivery import send_text
@@ -132,6 +133,10 @@ class App:
     ops_watch: OpsWatch | None = None
     #: completes the wallet refunds left pending (:mod:`bot.access.refunds`)
     refunds: WalletRefunds | None = None
+    #: how many updates are handled at once (INTAKE_LAG_TARGET_MS, :mod:`bot.app.intake_window`):
+    #: polling's first update middleware and the webhook's slots; its probe (``None``: fixed)
+    intake_window: IntakeWindow = field(default_factory=lambda: IntakeWindow(50))
+    lag_probe: LagProbe | None = None
     _metrics: MetricsServer | None = None
     _lost_watch: asyncio.Task[None] | None = None
     #: set once this process was taken for dead by another (:mod:`bot.session.fence`)
@@ -183,6 +188,8 @@ class App:
         else:
             await self._refuse_webhook()
         await self._set_commands(waits)
+        if self.lag_probe is not None:
+            self.lag_probe.start()
         swept = await self.ledger.start()
         if swept:
             log.warning("expired %d holds left by a previous process", swept)
@@ -308,6 +315,8 @@ class App:
         await self._stop_refunds()
         await self._stop_ops_watch()
         await self.runner.stop()
+        if self.lag_probe is not None:
+            await self.lag_probe.stop()
         if self.media is not None:
             await self.media.close()
         await self.cascade.aclose()
@@ -346,6 +355,8 @@ class App:
         await self._stop_refunds()
         await self._stop_ops_watch()
         await self.runner.stop()
+        if self.lag_probe is not None:
+            await self.lag_probe.stop()
         if self._metrics is not None:
             await self._metrics.stop()
         if self.media is not None:

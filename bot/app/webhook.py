@@ -32,7 +32,9 @@ background task, an empty JSON 200), with what Kopek needs on top:
   the database cannot be written the answer is 503 (Telegram delivers it again later),
   except for a read-only command (``/budget``), which runs as in polling mode.
 * **Back-pressure.** At most ``INTAKE_MAX_CONCURRENT`` updates are handled at once, as in
-  polling; a request waits for a slot before its intake, so a saturated replica answers
+  polling, fewer while the event loop lags (the intake window,
+  :mod:`bot.app.intake_window`; waiting requests take their slots in arrival order); a
+  request waits for a slot before its intake, so a saturated replica answers
   slowly instead of taking in more than it can handle. A control that only stops work
   (an admin's ``/kill``, ``/stop``, the Stop button: the handlers exempt from the update
   rate) skips that wait, so it is not queued behind the answers it stops.
@@ -121,7 +123,7 @@ class WebhookServer:
         self._app = app
         # the validated secret is ASCII: compared as bytes with what the header holds
         self._secret = settings.webhook_secret.get_secret_value().encode()
-        self._slots = asyncio.Semaphore(settings.intake_max_concurrent)
+        self._slots = app.intake_window  # INTAKE_LAG_TARGET_MS, bot/app/intake_window.py
         self._tasks: set[asyncio.Task[None]] = set()
         self._runner: web.AppRunner | None = None
         self._site: GuardedSite | None = None

@@ -245,6 +245,7 @@ class Settings(
     chat_max_input_tokens: int = Field(4000, ge=1, le=MAX_TOKENS)
     chat_history_max_tokens: int = Field(3000, ge=0, le=MAX_TOKENS)
     intake_max_concurrent: int = Field(50, ge=1, le=10_000)
+    intake_lag_target_ms: int = Field(0, ge=0, le=1000)
     poll_intake_wait_seconds: float = Field(5.0, gt=0, le=HOUR_S)
     user_queue_max: int = Field(3, ge=0, le=10_000)
     paste_join_seconds: float = Field(1.5, ge=0, le=10)
