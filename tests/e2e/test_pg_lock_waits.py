@@ -50,6 +50,26 @@ def _paid_only(env: dict[str, str], database_url: str) -> dict[str, str]:
     return env
 
 
+async def _until_a_hold_waits_on_the_lock(reader: asyncpg.Connection) -> None:
+    """Returns once a session of the bot waits on the locked rows (``pg_stat_activity``),
+    so the ``/kill`` that follows meets holds already queued on the lock rather than
+    racing them to the database (if the kill were committed first, every user would be
+    refused by it without touching the rows, and no lock wait would be seen).
+
+    Raises:
+        AssertionError: no session waited on a lock within 10 s.
+    """
+    for _ in range(1000):
+        waiting = await reader.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND datname = current_database()"
+        )
+        if waiting:
+            return
+        await asyncio.sleep(0.01)  # polling the server's state, not waiting out a time
+    raise AssertionError("no hold waited on the locked bucket rows within 10 s")
+
+
 async def _replied_after(tg: FakeTelegram, chat: int, since: int, start: float) -> float:
     await tg.wait_sent(chat, since=since, timeout=60)
     return asyncio.get_running_loop().time() - start
@@ -85,6 +105,7 @@ async def test_locked_bucket_rows_every_message_answered_in_time_and_kill_within
         for user in USERS:
             fake_telegram.inject_message(user, f"question of {user}")
         waits = [_replied_after(fake_telegram, u, mark, start) for u in USERS]
+        await _until_a_hold_waits_on_the_lock(reader)
         fake_telegram.inject_message(ADMIN, "/kill lock storm")
         kill_sent = loop.time()
         [kill_reply] = await fake_telegram.wait_sent(ADMIN, since=mark, timeout=30)
