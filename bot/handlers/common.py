@@ -155,7 +155,12 @@ def create_fallback_router() -> Router:
     do not know (``/frobnicate``) or one addressed to another bot (``/help@other_bot``,
     which aiogram's ``Command`` filter does not match: it compares the mention with our
     username from getMe) is another bot's business.
+
+    A file whose caption is a command no router took (``/budget`` from a non-admin on a
+    document) is the same: the caption is that command's (the command routers read
+    captions as aiogram's ``Command`` does), so it is never sent to a model as the
+    file's prompt.
     """
     router = Router(name="fallback")
-    router.message.register(on_unknown, F.text.startswith("/"))
+    router.message.register(on_unknown, F.text.startswith("/") | F.caption.startswith("/"))
     return router
