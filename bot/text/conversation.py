@@ -10,7 +10,7 @@ from aiogram.utils.i18n import ngettext
 from bot.text.limits import limit_short
 from bot.text.templates import format_reset, reset_sentence
 from budget.policy.money import usd
-from budget.types import Refusal, RefusalReason
+from budget.types import Refusal, RefusalReason, Window
 
 __all__ = [
     "cost_footer",
@@ -44,7 +44,8 @@ def summary_cut_note(refusal: Refusal | None, *, tz: str) -> str:
             limit_short(refusal.level, refusal.window, refusal.scope),
         ]
         if refusal.resets_at is not None:
-            parts.append(reset_sentence(format_reset(refusal.resets_at, tz)))
+            monthly = refusal.window is Window.MONTH
+            parts.append(reset_sentence(format_reset(refusal.resets_at, tz, with_date=monthly)))
         return " ".join(parts)
     return _(
         "ℹ️ Older turns of this conversation were dropped, not summarised: "

@@ -55,10 +55,11 @@ def alert_text(alert: LimitAlert, tz: str) -> str:
             held=usd(alert.held_musd),
         ),
         _("Burn rate: {rate} per hour (average since {start}).").format(
-            rate=usd(alert.burn_musd_per_hour), start=format_reset(alert.window_start, tz)
+            rate=usd(alert.burn_musd_per_hour),
+            start=format_reset(alert.window_start, tz, with_date=alert.window is Window.MONTH),
         ),
     ]
-    resets = format_reset(alert.resets_at, tz)
+    resets = format_reset(alert.resets_at, tz, with_date=alert.window is Window.MONTH)
     if alert.reached:
         if alert.held_musd:
             lines.append(

@@ -4,6 +4,7 @@ digits, and a kill reason that tries to forge a log line, through the real bot."
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 
@@ -91,4 +92,34 @@ async def test_a_kill_reason_is_one_bounded_line_in_the_reply_the_books_and_the_
     assert len(lines) == 1 and "\n" not in lines[0] and "\u202e" not in lines[0]
     kept = lines[0].split(": ", 1)[1]
     assert len(kept) == 200 and kept.startswith("oops 2026-12-02")
+    assert await bot.stop() == 0
+
+
+async def test_budget_gives_a_monthly_window_its_reset_date(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """/budget's month rows say the date they reset on (the first of next month), not only
+    a time that reads as tonight; its day rows keep the time alone, as /me does."""
+    env = {k: v for k, v in bot_env.items() if not k.startswith(("GROQ_", "MISTRAL_", "CEREBRAS_"))}
+    env.update(
+        DEEPSEEK_API_KEY=DEEPSEEK_KEY,
+        DEEPSEEK_BASE_URL=fake_providers.base_urls["deepseek"],
+        ADMIN_IDS=str(ADMIN),
+        BUDGET_GLOBAL_MONTHLY_USD="10",
+        BUDGET_GLOBAL_DAILY_USD="1",
+    )
+    bot = app_factory(env=env)
+    await bot.start()
+    fake_providers.script(
+        DEEPSEEK_KEY, {"text": "Paid.", "prompt_tokens": 90, "completion_tokens": 40}
+    )
+    assert await _ask(fake_telegram, USER, "Tell me something") == "Paid."
+    report = await _ask(fake_telegram, ADMIN, "/budget")
+    [month] = [line for line in report.splitlines() if line.startswith("• global month")]
+    assert re.search(r"resets \d{4}-\d{2}-\d{2} \d{2}:\d{2} \S+$", month), month
+    [day] = [line for line in report.splitlines() if line.startswith("• global day")]
+    assert re.search(r"resets \d{2}:\d{2} \S+$", day), day
     assert await bot.stop() == 0

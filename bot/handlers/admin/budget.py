@@ -124,7 +124,7 @@ def _bucket(b: BucketStatus, tz: str) -> str:
         f"{b.level.value}{scope} {b.window.value}: settled {usd(b.settled_musd)}, "
         f"held {usd(b.held_musd)}, limit {usd(b.limit_musd)}, "
         f"remaining {remaining_usd(b.remaining_musd)}, "
-        f"resets {format_reset(b.resets_at, tz)}"
+        f"resets {format_reset(b.resets_at, tz, with_date=b.window is Window.MONTH)}"
     )
 
 
