@@ -60,7 +60,7 @@ def bucket_json(b: BucketStatus, tz: str) -> dict[str, Any]:
         "held": usd(b.held_musd),
         "limit": usd(b.limit_musd),
         "remaining": remaining_usd(b.remaining_musd),
-        "resets": format_reset(b.resets_at, tz),
+        "resets": format_reset(b.resets_at, tz, with_date=b.window is Window.MONTH),
     }
     # the line /budget writes for the bucket, word for word
     text["line"] = (
