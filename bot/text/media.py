@@ -279,33 +279,29 @@ def confirm_text(
         doing = _("transcribing it could cost up to {cost}").format(cost=cost)
     else:
         doing = _("answering could cost up to {cost}").format(cost=cost)
-    if wallet_musd is not None and left_musd is not None:
-        doing = _(
-            "{doing}, more than the {left} left of {level}, so your prepaid wallet would pay "
-            "for it ({wallet} left in it)"
-        ).format(
+    if left_musd is not None:
+        wallet = 0
+        if wallet_musd is not None:
+            template = _(
+                "{doing}, more than the {left} left of {level}, so your prepaid wallet would "
+                "pay for it ({wallet} left in it)"
+            )
+            wallet = wallet_musd
+        elif ceiling_musd > left_musd and wallet_short_musd is not None:
+            template = _(
+                "{doing}, more than the {left} left of {level} and more than the {wallet} "
+                "left in your prepaid wallet"
+            )
+            wallet = wallet_short_musd
+        elif ceiling_musd > left_musd:
+            template = _("{doing}, more than the {left} left of {level}")
+        else:
+            template = _("{doing} of your {left} left ({level})")
+        doing = template.format(  # a template without {wallet} ignores it
             doing=doing,
             left=usd(_rounded(left_musd, up=False), 4),
             level=level,
-            wallet=usd(_rounded(wallet_musd, up=False), 4),
-        )
-    elif left_musd is not None and ceiling_musd > left_musd and wallet_short_musd is not None:
-        doing = _(
-            "{doing}, more than the {left} left of {level} and more than the {wallet} left "
-            "in your prepaid wallet"
-        ).format(
-            doing=doing,
-            left=usd(_rounded(left_musd, up=False), 4),
-            level=level,
-            wallet=usd(_rounded(wallet_short_musd, up=False), 4),
-        )
-    elif left_musd is not None and ceiling_musd > left_musd:
-        doing = _("{doing}, more than the {left} left of {level}").format(
-            doing=doing, left=usd(_rounded(left_musd, up=False), 4), level=level
-        )
-    elif left_musd is not None:
-        doing = _("{doing} of your {left} left ({level})").format(
-            doing=doing, left=usd(_rounded(left_musd, up=False), 4), level=level
+            wallet=usd(_rounded(wallet, up=False), 4),
         )
     return _("{what}; {doing}. Go ahead? Nothing is held until you press Go ahead.").format(
         what=what, doing=doing
