@@ -15,7 +15,7 @@
   (control characters other than tab and line breaks, the bidirectional embeddings,
   overrides and isolates that make text display in an order other than the one it is
   read in, lone surrogates); :func:`budget.kernel.shown.shown_safely` writes them
-  ``<U+XXXX>`` so a text stored before is never shown back with them in effect.
+  ``<U+hex>`` so a text stored before is never shown back with them in effect.
 """
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ def persona_menu_text(
     custom_text: str | None = None,
 ) -> str:
     """``/persona`` without arguments: the current persona (a custom one's own text,
-    control and bidi-reordering characters written ``<U+XXXX>``), its cost, the
+    control and bidi-reordering characters written ``<U+hex>``), its cost, the
     choices."""
     lines = [_("Persona in this chat: {title}.").format(title=persona_title(current))]
     if current == CUSTOM and custom_text:

@@ -1,7 +1,7 @@
 """What is safe to show: the one policy for a text sent back to a chat that holds
 someone else's characters (``docs/decisions/294-one-policy-for-text-shown-back.md``).
 
-A character that is not safe is written ``<U+XXXX>`` — Unicode's own notation, upper-case
+A character that is not safe is written ``<U+hex>`` — Unicode's own notation, upper-case
 hex, four digits or more (``<U+202E>``, ``<U+0000>``, ``<U+E0001>``): the notation the
 bot's refusals use when they name a character, unambiguous with a backslash the sender
 typed, and the same width below U+0100 as above. Two strictnesses, by what is shown:
@@ -52,7 +52,7 @@ _VALUE_UNSAFE = frozenset({"Cc", "Cf", "Zl", "Zp", "Co", "Cs"})
 
 
 def escape(char: str) -> str:
-    """``char`` (one character) written ``<U+XXXX>``."""
+    """``char`` (one character) written ``<U+hex>``."""
     return f"<U+{ord(char):04X}>"
 
 
@@ -71,7 +71,7 @@ def unsafe_in_value(char: str) -> bool:
 
 def shown_safely(text: str) -> str:
     """``text`` as prose: each character :func:`unsafe_in_prose` finds written
-    ``<U+XXXX>``, the rest (tab and line breaks included) unchanged."""
+    ``<U+hex>``, the rest (tab and line breaks included) unchanged."""
     return "".join(escape(c) if unsafe_in_prose(c) else c for c in text)
 
 
@@ -85,7 +85,7 @@ def _cut(text: str, limit: int) -> str:
 
 def echoed(value: str, limit: int = ECHO_LIMIT) -> str:
     """``value`` safe to quote in a reply: every character :func:`unsafe_in_value` finds
-    written ``<U+XXXX>`` (``<U+202E>``, ``<U+0000>``, a line break as ``<U+000A>``), then
+    written ``<U+hex>`` (``<U+202E>``, ``<U+0000>``, a line break as ``<U+000A>``), then
     cut to ``limit`` characters (≥ 1) with ``…`` when longer. For a value inside a
     quoted phrase: ``'{echoed}'``."""
     return _cut(_value(value), limit)
