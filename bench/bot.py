@@ -52,6 +52,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.lag import longest_gc, ms, pct, split
 from tests.support.harness import REPO_ROOT, BotProcess, bot_environment, wait_provider_requests
 from tests.support.providers import FakeProviders
 from tests.support.telegram import FakeTelegram
@@ -67,19 +68,6 @@ COMMITS = "  commits (fsync'd) per message"
 VISIBLE = ("sendMessageDraft", "sendMessage")
 
 
-def pct(values: Sequence[float], q: float) -> float:
-    """The q-quantile (0..1) of ``values`` (nearest rank; 0.0 for none)."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def ms(seconds: float) -> str:
-    """Seconds as milliseconds, one decimal."""
-    return f"{seconds * 1000:.1f}"
-
-
 @dataclass
 class Phase:
     """What one phase measured."""
@@ -92,6 +80,10 @@ class Phase:
     synced: int = 0
     cpu_s: float = 0.0
     lags: list[float] = field(default_factory=list)
+    #: the ticker's samples in the phase (``bench/lag.py``), the idle loop's lags before it
+    ticks: list[list[float]] = field(default_factory=list)
+    idle: list[float] = field(default_factory=list)
+    gc: str = "-"  # the collector's longest pass on the loop thread (``bench/lag.py``)
     #: update → the chat's first draft or message (streamed answers), seconds
     first_visible: list[float] = field(default_factory=list)
     drafts: int = 0
@@ -121,8 +113,9 @@ class Driver:
         self.outs = [out] if isinstance(out, Path) else list(out)
         self._dumps = 0
         self._cursor = 0
+        self.gcs: list[list[float]] = []
 
-    async def dump(self) -> tuple[tuple[int, int, float], list[tuple[float, float]]]:
+    async def dump(self) -> tuple[tuple[int, int, float], list[list[float]]]:
         """Ask every process's probe for its counters: ((commits, fsync'd commits, CPU s)
         so far, summed, lag samples of all of them since the last dump)."""
         self._dumps += 1
@@ -130,21 +123,22 @@ class Driver:
             assert proc.pid is not None
             os.kill(proc.pid, signal.SIGUSR1)
         totals = [0, 0, 0.0]
-        lags: list[tuple[float, float]] = []
+        lags: list[list[float]] = []
         for out in self.outs:
             counts, more = await self._read(out)
             totals = [totals[0] + counts[0], totals[1] + counts[1], totals[2] + counts[2]]
             lags += more
         return (int(totals[0]), int(totals[1]), float(totals[2])), lags
 
-    async def _read(self, out: Path) -> tuple[tuple[int, int, float], list[tuple[float, float]]]:
+    async def _read(self, out: Path) -> tuple[tuple[int, int, float], list[list[float]]]:
         deadline = time.monotonic() + 10
         while True:
             try:
                 body = json.loads(out.read_text())  # noqa: ASYNC240 - a small local file
                 if body["seq"] >= self._dumps:
                     counts = int(body["commits"]), int(body["synced"]), float(body["cpu_s"])
-                    return counts, [(t, v) for t, v in body["lags"]]
+                    self.gcs += body.get("gcs", [])
+                    return counts, body["lags"]
             except (OSError, ValueError):
                 pass
             if time.monotonic() > deadline:
@@ -192,7 +186,9 @@ class Driver:
         """``BURST`` new users at once."""
         users = list(range(first_user, first_user + BURST))
         chats = set(users)
-        commits0, _ = await self.dump()
+        await self.dump()
+        await asyncio.sleep(0.5)  # the idle loop's lag, in the same run
+        commits0, idle = await self.dump()
         since = len(self.tg.requests())
         t0 = time.monotonic()
         for u in users:
@@ -215,7 +211,9 @@ class Driver:
         phase.commits = commits1[0] - commits0[0]
         phase.synced = commits1[1] - commits0[1]
         phase.cpu_s = commits1[2] - commits0[2]
-        phase.lags = [v for t, v in lags if t0 <= t <= end]
+        phase.ticks = [tick for tick in lags if t0 <= tick[0] <= end]
+        phase.lags, phase.idle = [t[1] for t in phase.ticks], [t[1] for t in idle]
+        phase.gc = longest_gc(self.gcs, t0, end)
         phase.first_visible, phase.drafts = self._visible(since, dict.fromkeys(users, t0))
         return phase
 
@@ -379,6 +377,11 @@ def report(echo: dict[str, Phase], kopek: dict[str, Phase], off: dict[str, Phase
             ms(pct(kb.lags, 0.99)),
             ms(pct(ob.lags, 0.99)),
             "(<= 5 ms)",
+        ),
+        row("  lag p99 = own CPU / no core / GIL, ms", *(split(p.ticks) for p in (eb, kb, ob))),
+        row(
+            "  idle lag p99; longest GC pass, CPU ms",
+            *(f"{ms(pct(p.idle, 0.99))}; {p.gc}" for p in (eb, kb, ob)),
         ),
         row(COMMITS, per(eb, BURST), per(kb, BURST), per(ob, BURST)),
         row(

@@ -31,10 +31,9 @@ from bench.bot import (
     Driver,
     Phase,
     cpu,
-    ms,
-    pct,
     start,
 )
+from bench.lag import ms, pct
 from tests.support.harness import BotProcess, bot_environment, free_port
 from tests.support.providers import FakeProviders
 from tests.support.telegram import FakeTelegram

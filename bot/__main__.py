@@ -107,8 +107,10 @@ def main() -> int:
         logging.getLogger("bot.app.factory").warning(
             "%s is not a setting and is ignored: did you mean %s?", name, meant
         )
+    from bot.app import heap
     from bot.app.polling import run
 
+    heap.enable()  # this process is the bot's own: it may freeze the start's objects
     return asyncio.run(run(settings))
 
 

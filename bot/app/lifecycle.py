@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.access.refunds import WalletRefunds
+from bot.app import heap
 from bot.app.intake_window import IntakeWindow, LagProbe
 from bot.app.media_wiring import MediaParts
 from bot.app.start_waits import StartWaits
@@ -229,6 +231,8 @@ class App:
             )
             await self._metrics.start()
         self.readiness.mark_started()
+        if heap.settle():  # python -m bot only: the start's objects leave the collector's walks
+            log.info("garbage collector settled: %d objects frozen", gc.get_freeze_count())
         log.info("kopek started")
 
     async def _refuse_webhook(self) -> None:

@@ -1,0 +1,42 @@
+"""The garbage collector's settling after the start (:mod:`bot.app.heap`)."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from bot.app import heap
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What :func:`heap.settle` asked of the collector (nothing is frozen for real)."""
+    made: list[str] = []
+
+    def collect(*_args: object) -> int:
+        made.append("collect")
+        return 0
+
+    monkeypatch.setattr(gc, "collect", collect)
+    monkeypatch.setattr(gc, "freeze", lambda: made.append("freeze"))
+    monkeypatch.setattr(gc, "set_threshold", lambda *t: made.append(f"threshold {t}"))
+    monkeypatch.setattr(heap, "_state", {"on": False, "settled": False})
+    return made
+
+
+def test_settle_does_nothing_in_a_process_that_did_not_enable_it(calls: list[str]) -> None:
+    """A test process running bots in itself keeps its collector as it is."""
+    assert heap.settle() is False
+    assert calls == []
+    assert not heap.enabled()
+
+
+def test_settle_collects_freezes_and_sets_the_thresholds_once(calls: list[str]) -> None:
+    """Enabled: collect first (the start's garbage is not frozen), freeze, the thresholds;
+    a second start-up hook (a restart of polling in the same process) does nothing."""
+    heap.enable()
+    assert heap.settle() is True
+    assert calls == ["collect", "freeze", f"threshold {heap.THRESHOLDS}"]
+    assert heap.settle() is False
+    assert len(calls) == 3
