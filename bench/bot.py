@@ -378,7 +378,7 @@ def report(echo: dict[str, Phase], kopek: dict[str, Phase], off: dict[str, Phase
             ms(pct(ob.lags, 0.99)),
             "(<= 5 ms)",
         ),
-        row("  lag p99 = own CPU / no core / GIL, ms", *(split(p.ticks) for p in (eb, kb, ob))),
+        row("  lag p99 = own CPU/no core/GIL, ms", *(split(p.ticks) for p in (eb, kb, ob))),
         row(
             "  idle lag p99; longest GC pass, CPU ms",
             *(f"{ms(pct(p.idle, 0.99))}; {p.gc}" for p in (eb, kb, ob)),

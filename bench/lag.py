@@ -50,7 +50,7 @@ def split(ticks: Sequence[Tick]) -> str:
     own = sum(min(t[1], max(0.0, t[2] - TICK_S)) for t in top) / n
     queued = sum(min(t[1], t[4]) for t in top) / n
     late = sum(t[1] for t in top) / n
-    return f"{own * 1e3:.1f} / {queued * 1e3:.1f} / {max(0.0, late - own - queued) * 1e3:.1f}"
+    return f"{own * 1e3:.1f}/{queued * 1e3:.1f}/{max(0.0, late - own - queued) * 1e3:.1f}"
 
 
 def longest_gc(passes: Sequence[Sequence[float]], since: float, until: float) -> str:

@@ -4,13 +4,13 @@ A collection runs on whichever thread allocates when it is due, holding the GIL:
 runs, no callback of the event loop runs. Measured in a burst of 300 new users
 (``bench/probe.py``'s collector timer, CPU on the loop thread): with CPython's defaults
 (thresholds 700, 10, 10) one full collection traversed the whole heap the start built
-(modules, aiogram's routers, pydantic's schemas, the price card) for ~50 ms, and each
-middle-generation pass (ten young batches at once) took 5–11 ms: each a loop iteration
-past the 5 ms lag target. :func:`settle`, once the bot has started, collects, moves every
-object still alive into the permanent generation (:func:`gc.freeze`: the start's objects
-live as long as the process, and a full pass no longer walks them) and lets the middle
-generation run after 4 young passes instead of 10 (each then walks at most four batches:
-2–4 ms measured).
+(modules, aiogram's routers, pydantic's schemas, the price card) for ~50 ms of CPU, and
+each middle-generation pass (ten young batches at once) took ~5 ms (up to 14): each a
+loop iteration past the 5 ms lag target. :func:`settle`, once the bot has started,
+collects, moves every object still alive into the permanent generation
+(:func:`gc.freeze`: the start's objects live as long as the process, and a full pass no
+longer walks them) and lets the middle generation run after 4 young passes instead of 10
+(each then walks at most four batches: 2.3–3.2 ms measured, up to 5.4).
 
 Only the process's entry point turns it on (:func:`enable`, ``python -m bot``): a test
 that runs bots in its own process must not freeze its objects for the rest of the run.
