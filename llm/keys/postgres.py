@@ -4,12 +4,20 @@ One row per provider key name; times are epoch seconds of the injected clock (``
 precision``), token and request counts ``BIGINT``, the last rate-limit headers a JSON
 object. Every change is one transaction on the ledger's pool
 (:meth:`budget.storage.postgres.store.PgStore.tx`: retried on conflicts, storage errors become
-:class:`budget.errors.LedgerUnavailable`): an upsert that locks the row (creating it),
-the pure transition in Python, an ``UPDATE`` when something changed. Reads take no
-lock. A change commits without waiting for the disk (``synchronous_commit = off`` for
-its transaction: other processes see it at once, as any commit; a server crash may lose
-the last ones — a cooldown or a window forgotten costs at most a refused request, no
-money).
+:class:`budget.errors.LedgerUnavailable`), optimistic first: the row read by one
+statement, the pure transition in Python, and — only when something changed — one
+``UPDATE`` that writes it only if the row is still what was read (compare and set). That
+is what the locked path below would have done at the moment of the ``UPDATE`` (a
+transition that changes nothing needs no write; it saw the row as committed when read,
+as a lock taken then would have). When the row is missing or another replica wrote it
+in between, the locked path: an upsert that locks the row (creating it), the transition
+again, an ``UPDATE`` when something changed — a transition may run twice, as a retried
+transaction runs its body again. One or two round trips for a call's change instead of
+four (``BEGIN``, lock, write, ``COMMIT``: ``docs/decisions/311-key-rows-compare-and-set.md``).
+Reads take no lock. A change commits without waiting for the disk
+(``synchronous_commit = off`` for its transaction: other processes see it at once, as any
+commit; a server crash may lose the last ones — a cooldown or a window forgotten costs
+at most a refused request, no money).
 """
 
 from __future__ import annotations
@@ -42,11 +50,42 @@ _LOCK = (
     " tokens_reset_at, limit_tokens, remaining_requests, requests_reset_at, headers, disabled,"
     " set_config('synchronous_commit', 'off', true)"
 )
+#: The row as stored, one statement (no lock: the compare and set below checks it).
+_PEEK = (
+    "SELECT name, open_until, open_reason, trial_until, remaining_tokens, tokens_reset_at,"
+    " limit_tokens, remaining_requests, requests_reset_at, headers, disabled"
+    " FROM provider_keys WHERE name = $1"
+)
+#: The columns a compare and set checks, in :data:`_PEEK`'s order after ``name``.
+_COLUMNS = (
+    "open_until",
+    "open_reason",
+    "trial_until",
+    "remaining_tokens",
+    "tokens_reset_at",
+    "limit_tokens",
+    "remaining_requests",
+    "requests_reset_at",
+    "headers",
+    "disabled",
+)
 _WRITE = (
     "UPDATE provider_keys SET open_until = $2, open_reason = $3, trial_until = $4,"
     " remaining_tokens = $5, tokens_reset_at = $6, limit_tokens = $7,"
     " remaining_requests = $8, requests_reset_at = $9, headers = $10, disabled = $11,"
     " updated_at = $12 WHERE name = $1"
+)
+#: :data:`_WRITE` only while the row is as read (``$13``…: the values read, in
+#: :data:`_COLUMNS` order); it commits by itself, without waiting for the disk.
+_WRITE_IF_UNCHANGED = (
+    "WITH quick AS (SELECT set_config('synchronous_commit', 'off', true) AS v)"
+    " UPDATE provider_keys SET open_until = $2, open_reason = $3, trial_until = $4,"
+    " remaining_tokens = $5, tokens_reset_at = $6, limit_tokens = $7,"
+    " remaining_requests = $8, requests_reset_at = $9, headers = $10, disabled = $11,"
+    " updated_at = $12 WHERE name = $1 AND EXISTS (SELECT v FROM quick)"
+    " AND (open_until, open_reason, trial_until, remaining_tokens, tokens_reset_at,"
+    " limit_tokens, remaining_requests, requests_reset_at, headers, disabled)"
+    " IS NOT DISTINCT FROM ($13, $14, $15, $16, $17, $18, $19, $20, $21, $22)"
 )
 
 
@@ -122,8 +161,33 @@ class PgKeyStates:
         return {r["name"]: _row(r) for r in rows}
 
     async def change(self, name: str, fn: Callable[[SharedKey], T]) -> Changed[T]:
-        """See :meth:`llm.keys.admission.KeyStateStore.change`."""
+        """See :meth:`llm.keys.admission.KeyStateStore.change` (module docstring: compare
+        and set first, the locked transaction when the row is missing or was written
+        meanwhile)."""
         now = self._clock.now()
+
+        async def optimistic(conn: Any) -> Changed[T] | None:
+            record = await conn.fetchrow(_PEEK, name)
+            if record is None:
+                return None
+            row = _row(record)
+            before = _values(row)
+            result = fn(row)
+            after = _values(row)
+            if after != before:
+                read = tuple(record[c] for c in _COLUMNS)
+                done = await conn.execute(_WRITE_IF_UNCHANGED, name, *after, now.timestamp(), *read)
+                if done != "UPDATE 1":
+                    return None
+            return Changed(result, copy.deepcopy(row))
+
+        seen = await self._db.tx(now, optimistic, single=True)
+        if seen is not None:
+            return seen
+        return await self._locked(name, fn, now)
+
+    async def _locked(self, name: str, fn: Callable[[SharedKey], T], now: datetime) -> Changed[T]:
+        """The change in one transaction holding the row's lock (created when missing)."""
 
         async def body(conn: Any) -> Changed[T]:
             row = _row(await conn.fetchrow(_LOCK, name, now.timestamp()))
