@@ -165,11 +165,11 @@ class _WriteBetween:
             def __getattr__(self, name: str) -> Any:
                 return getattr(self._conn, name)
 
-            async def execute(self, sql: str, *args: Any) -> Any:
+            async def fetchrow(self, sql: str, *args: Any) -> Any:
                 if outer._between is not None and "IS NOT DISTINCT FROM" in sql:
                     between, outer._between = outer._between, None
                     await between()
-                return await self._conn.execute(sql, *args)
+                return await self._conn.fetchrow(sql, *args)
 
         async def wrapped(conn: Any) -> T:
             return await body(Conn(conn))
@@ -181,8 +181,8 @@ async def test_a_change_written_by_another_replica_between_read_and_write_is_kep
     pg_migrated_url: str, replica: Replica, clock: ManualClock
 ) -> None:
     """Replica 1 reads the key's row to record a success with its headers; replica 2's 429
-    lands before replica 1 writes: replica 1's write finds the row changed, takes the
-    locked path and applies its success to the new row — the cooldown stays open for
+    lands before replica 1 writes: replica 1's write finds the row changed, and applies
+    its success to the row as it is now — the cooldown stays open for
     both (a success does not close it) and the headers are recorded."""
     one, two = await replica(), await replica()
     assert await one.begin("groq", 100) == ""  # the row exists
