@@ -244,11 +244,15 @@ class Driver:
 
 
 async def start(
-    tg: FakeTelegram, providers: FakeProviders, tmp: Path, name: str
+    tg: FakeTelegram,
+    providers: FakeProviders,
+    tmp: Path,
+    name: str,
+    more_env: dict[str, str] | None = None,
 ) -> tuple[BotProcess, Path]:
     """Start one bot inside the probe (``kopek``: as installed, streaming in private
-    chats; ``kopek-off``: streaming off; ``echo``); returns it and the probe's output
-    file."""
+    chats; ``kopek-off``: streaming off; ``echo``), with ``more_env`` in its environment;
+    returns it and the probe's output file."""
     out = tmp / f"{name}.probe.json"
     env = bot_environment(
         telegram=tg,
@@ -262,6 +266,7 @@ async def start(
             # one user sends 30 messages in a few seconds: the per-user rates are not measured
             "USER_MAX_PER_MINUTE": "100000",
             "USER_MAX_UPDATES_PER_MINUTE": "100000",
+            **(more_env or {}),
         },
     )
     if name == "kopek":  # as installed: the streaming modes of .env.example (the defaults)

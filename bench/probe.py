@@ -6,6 +6,9 @@ runs the target as ``__main__`` with two probes installed first:
 * **event-loop lag**: the first event loop created gets a task that sleeps 1 ms in a
   loop and records how late it wakes (the same ticker as ``bench/ledger.py``), with
   ``time.monotonic()`` timestamps (one clock for every process on Linux);
+  ``KOPEK_PROBE_TICK_S`` sets another pause (``bench/bot_scaling.py``: 10 ms — a 1 ms
+  ticker costs each process tens of ms of CPU per second, which a burst that lasts
+  longer, or runs in three processes, counts against every message);
 * **commits**: every ``sqlite3`` connection the process opens (the ledger's writer,
   aiosqlite's workers) gets a trace callback that counts ``COMMIT`` statements, and
   the *synced* ones: those made while the connection's ``synchronous`` level was
@@ -106,6 +109,8 @@ def _connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
     conn.set_trace_callback(_tracer())
     return conn
 
+
+_TICK_S = float(os.environ.get("KOPEK_PROBE_TICK_S", "0.001"))
 
 _DETAIL = os.environ.get("PROBE_DETAIL") == "1"
 #: an iteration's callbacks taking at least this long (wall, s) are recorded
@@ -208,11 +213,11 @@ async def _ticker() -> None:
     waited = _waited()
     while True:
         t0, c0, p0, q0 = time.perf_counter(), time.thread_time(), time.process_time(), waited()
-        await asyncio.sleep(0.001)
+        await asyncio.sleep(_TICK_S)
         main = time.thread_time() - c0
         others = time.process_time() - p0 - main
         queued = waited() - q0
-        _lags.append((time.monotonic(), time.perf_counter() - t0 - 0.001, main, others, queued))
+        _lags.append((time.monotonic(), time.perf_counter() - t0 - _TICK_S, main, others, queued))
 
 
 class _Policy(asyncio.DefaultEventLoopPolicy):

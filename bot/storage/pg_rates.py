@@ -4,9 +4,12 @@
 One row per payer: the epoch times of the updates let through in the last 60 s (a JSON
 list, at most the limit long), when the payer was last told "too fast", and the last
 update's time. Each update that this process's own window lets through asks here once:
-one transaction on the ledger's pool that locks the payer's row (creating it), drops
-the times older than the window and appends now only below the limit — the same
-sliding window as in one process, over every replica's updates. A flood is cut by each
+one statement on the ledger's pool (its own transaction) that creates the payer's row
+or locks it, drops the times older than the window and appends now only below the
+limit — the same sliding window as in one process, over every replica's updates
+(:data:`_COUNT`; the locked transaction of three statements when it finds the row
+created by another replica after its snapshot:
+``docs/decisions/312-an-update-is-counted-in-one-statement.md``). A flood is cut by each
 replica's own window first, so the database sees at most the limit per replica per
 minute for one payer. Rows idle for a window are deleted, at most once a window per
 process. Writes do not wait for the disk (``synchronous_commit = off`` for their
@@ -28,6 +31,26 @@ _LOCK = (
     "INSERT INTO update_rates (payer_id, times, noticed_at, last_at) VALUES ($1, '[]', NULL, $2)"
     " ON CONFLICT (payer_id) DO UPDATE SET payer_id = excluded.payer_id"
     " RETURNING times, noticed_at, set_config('synchronous_commit', 'off', true)"
+)
+#: One update counted in one statement: a new payer's row inserted with now in it (below a
+#: limit ``$4`` above 0), else the row locked (``FOR UPDATE`` reads its newest version),
+#: its times after the horizon ``$3`` kept and now (``$5``: ``[now]`` as JSON text, the
+#: digits Python writes) appended below the limit; one row, whether it was let through.
+#: No row: the payer's row was created by another replica after this statement's
+#: snapshot (both inserted at once) — :meth:`PgUpdateRates.allow` asks again.
+_COUNT = (
+    "WITH quick AS (SELECT set_config('synchronous_commit', 'off', true) AS v),"
+    " ins AS (INSERT INTO update_rates (payer_id, times, noticed_at, last_at)"
+    " SELECT $1, CASE WHEN $4 > 0 THEN $5 ELSE '[]' END, NULL, $2 FROM quick"
+    " ON CONFLICT (payer_id) DO NOTHING RETURNING $4 > 0 AS allowed),"
+    " cur AS (SELECT times FROM update_rates WHERE payer_id = $1"
+    " AND NOT EXISTS (SELECT FROM ins) AND EXISTS (SELECT v FROM quick) FOR UPDATE),"
+    " upd AS (UPDATE update_rates AS u SET last_at = $2, times = (CASE WHEN k.n < $4"
+    " THEN k.kept || $5::jsonb ELSE k.kept END)::text FROM cur,"
+    " LATERAL (SELECT COALESCE(jsonb_agg(x.e ORDER BY x.i), '[]'::jsonb) AS kept,"
+    " count(*) AS n FROM jsonb_array_elements(cur.times::jsonb) WITH ORDINALITY AS x(e, i)"
+    " WHERE x.e::float8 > $3) AS k WHERE u.payer_id = $1 RETURNING k.n < $4 AS allowed)"
+    " SELECT allowed FROM ins UNION ALL SELECT allowed FROM upd"
 )
 _WRITE_TIMES = "UPDATE update_rates SET times = $2, last_at = $3 WHERE payer_id = $1"
 _WRITE_NOTICE = "UPDATE update_rates SET noticed_at = $2 WHERE payer_id = $1"
@@ -65,7 +88,13 @@ class PgUpdateRates:
         t = now.timestamp()
         horizon = t - self.window_s
 
-        async def body(conn: Any) -> bool:
+        async def counted(conn: Any) -> bool | None:
+            done: bool | None = await conn.fetchval(
+                _COUNT, payer_id, t, horizon, limit, json.dumps([t])
+            )
+            return done
+
+        async def locked(conn: Any) -> bool:
             row = await conn.fetchrow(_LOCK, payer_id, t)
             times = [x for x in json.loads(row["times"]) if x > horizon]
             allowed = len(times) < limit
@@ -74,7 +103,9 @@ class PgUpdateRates:
             await conn.execute(_WRITE_TIMES, payer_id, json.dumps(times), t)
             return allowed
 
-        allowed = await self._db.tx(now, body)
+        allowed = await self._db.tx(now, counted, single=True)
+        if allowed is None:  # created by another replica meanwhile: it is there now
+            allowed = await self._db.tx(now, locked)
         if self._prune_due():
 
             async def prune(conn: Any) -> None:

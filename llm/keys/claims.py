@@ -7,7 +7,8 @@ transaction on the ledger's pool, serialised by a transaction-scoped advisory lo
 (so the count and the insert cannot interleave with another process's: the limit is
 exact): leases that lapsed or whose process is dead — its heartbeat in
 ``budget_processes`` older than ``dead_after_s``, or no row at all (it stopped) — are
-deleted, the rest counted, and a new row inserted only below the limit. Giving one
+deleted, the rest counted, and a new row inserted only below the limit (after the lock,
+one statement: ``BEGIN``, the lock, it, ``COMMIT``). Giving one
 back deletes its row. Neither waits for the disk (``synchronous_commit = off`` for
 that transaction; others see it at once): a server crash loses every connection, and
 with them every call a lease stood for; a lost give-back lapses at the TTL.
@@ -26,14 +27,17 @@ _LOCK = (
     "SELECT pg_advisory_xact_lock(hashtextextended('kopek-call-leases', 0)),"
     " set_config('synchronous_commit', 'off', true)"
 )
-_PRUNE = (
-    "DELETE FROM call_leases WHERE expires_at <= $1 OR process_id NOT IN"
-    " (SELECT process_id FROM budget_processes WHERE heartbeat_at >= $2)"
-)
-_COUNT = "SELECT count(*) FROM call_leases"
+#: After the lock (a statement of its own: its snapshot sees every lease committed
+#: before the lock was granted): the lapsed and the dead processes' leases deleted, the
+#: live ones counted, the new one inserted below the limit ``$6`` — one statement (its
+#: count excludes the rows its own ``DELETE`` removes: the same condition, negated).
 _TAKE = (
-    "INSERT INTO call_leases (lease_id, process_id, priority, taken_at, expires_at)"
-    " VALUES ($1, $2, $3, $4, $5)"
+    "WITH gone AS (DELETE FROM call_leases WHERE expires_at <= $4 OR process_id NOT IN"
+    " (SELECT process_id FROM budget_processes WHERE heartbeat_at >= $7))"
+    " INSERT INTO call_leases (lease_id, process_id, priority, taken_at, expires_at)"
+    " SELECT $1, $2, $3, $4, $5 WHERE (SELECT count(*) FROM call_leases WHERE"
+    " expires_at > $4 AND process_id IN"
+    " (SELECT process_id FROM budget_processes WHERE heartbeat_at >= $7)) < $6"
 )
 _GIVE_BACK = (
     "WITH quick AS (SELECT set_config('synchronous_commit', 'off', true) AS v)"
@@ -75,11 +79,9 @@ class CallClaims:
 
         async def body(conn: Any) -> bool:
             await conn.execute(_LOCK)
-            await conn.execute(_PRUNE, t, t - self.dead_after_s)
-            if await conn.fetchval(_COUNT) >= limit:
-                return False
-            await conn.execute(_TAKE, lease_id, self.process_id, priority, t, t + self.ttl_s)
-            return True
+            live_after = t - self.dead_after_s
+            args = (lease_id, self.process_id, priority, t, t + self.ttl_s, limit, live_after)
+            return bool(await conn.execute(_TAKE, *args) == "INSERT 0 1")
 
         return await self._db.tx(now, body)
 

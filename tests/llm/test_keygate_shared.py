@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 import pytest
 
@@ -21,6 +22,7 @@ from llm.types import RateLimitInfo
 from tests.support.clocks import ManualClock
 
 Replica = Callable[[], Awaitable[KeyAdmission]]
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -141,3 +143,60 @@ async def test_a_disabled_key_is_disabled_everywhere_until_enabled(replica: Repl
     assert await two.enable("deepseek") is False
     await one.refresh(["deepseek"])
     assert one.shared_disabled() == {}
+
+
+class _WriteBetween:
+    """The ledger's store with ``between`` run once right before the first compare and set
+    (another replica's change landing between the read and the write)."""
+
+    def __init__(self, store: PgStore, between: Callable[[], Awaitable[object]]) -> None:
+        self._store = store
+        self._between: Callable[[], Awaitable[object]] | None = between
+
+    async def tx(
+        self, now: datetime, body: Callable[[Any], Awaitable[T]], *, single: bool = False
+    ) -> T:
+        outer = self
+
+        class Conn:
+            def __init__(self, conn: Any) -> None:
+                self._conn = conn
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self._conn, name)
+
+            async def fetchrow(self, sql: str, *args: Any) -> Any:
+                if outer._between is not None and "IS NOT DISTINCT FROM" in sql:
+                    between, outer._between = outer._between, None
+                    await between()
+                return await self._conn.fetchrow(sql, *args)
+
+        async def wrapped(conn: Any) -> T:
+            return await body(Conn(conn))
+
+        return await self._store.tx(now, wrapped, single=single)
+
+
+async def test_a_change_written_by_another_replica_between_read_and_write_is_kept(
+    pg_migrated_url: str, replica: Replica, clock: ManualClock
+) -> None:
+    """Replica 1 reads the key's row to record a success with its headers; replica 2's 429
+    lands before replica 1 writes: replica 1's write finds the row changed, and applies
+    its success to the row as it is now — the cooldown stays open for
+    both (a success does not close it) and the headers are recorded."""
+    one, two = await replica(), await replica()
+    assert await one.begin("groq", 100) == ""  # the row exists
+    store = PgStore(pg_migrated_url, LedgerConfig(), "r9", clock, run_heartbeat=False)
+    await store.open()
+    try:
+        breaker = CircuitBreaker(clock, cooldown_s=600.0, cooldown_max_s=3600.0)
+        between = _WriteBetween(store, lambda: two.rate_limited("groq", 30.0))
+        late = KeyAdmission(breaker, Pacer(clock), clock, PgKeyStates(between, clock))
+        headers = RateLimitInfo(remaining_tokens=3000, raw={"x-ratelimit-remaining-tokens": "3000"})
+        await late.succeeded("groq", headers)
+        assert between._between is None  # it ran
+        assert await one.begin("groq", 100) == "open"
+        await one.refresh(["groq"])
+        assert one._pacer.last_headers("groq") == {"x-ratelimit-remaining-tokens": "3000"}
+    finally:
+        await store.close()
