@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -30,6 +31,7 @@ import time
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -78,11 +80,11 @@ async def ledger_worker(
         await ledger.end_operation(op)
 
     await asyncio.sleep(max(0.0, start - time.time()))
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     await asyncio.gather(*(task(w) for w in range(conc)))
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     await ledger.close()
-    return {"n": len(holds), "s": elapsed, "lat": holds}
+    return {"n": len(holds), "s": elapsed, "cpu": cpu, "lat": holds}
 
 
 async def baseline_worker(url: str, conc: int, start: float) -> dict[str, object]:
@@ -101,16 +103,60 @@ async def baseline_worker(url: str, conc: int, start: float) -> dict[str, object
             lat.append((time.perf_counter() - t0) * 1000)
 
     await asyncio.sleep(max(0.0, start - time.time()))
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     await asyncio.gather(*(task() for _ in range(conc)))
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     await pool.close()
-    return {"n": len(lat), "s": elapsed, "lat": lat}
+    return {"n": len(lat), "s": elapsed, "cpu": cpu, "lat": lat}
 
 
-def spread(url: str, kind: str, conc: int, processes: int) -> tuple[float, float, float]:
-    """Run ``processes`` workers at once; (per second over all, p50 ms, p99 ms)."""
+class Run(NamedTuple):
+    """One measurement over all its processes: per second, latency p50/p99 (ms), and
+    per pair (or baseline transaction): the bench processes' CPU over the timed part,
+    the server's CPU and its commits (``pg_stat_database``) over the whole run (ms, ms,
+    count)."""
+
+    rate: float
+    p50: float
+    p99: float
+    client_ms: float
+    server_ms: float
+    commits: float
+
+
+def server_cpu_s(pid: int) -> float:
+    """CPU seconds of the server (``/proc``): the postmaster, its live children and
+    the ended ones it reaped (each connection's backend ends with it)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if entry.name == str(pid):
+            total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+        elif fields[1] == str(pid):
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+async def commits(url: str) -> int:
+    """Transactions committed in the database so far."""
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        sql = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        return int(await conn.fetchval(sql))
+    finally:
+        await conn.close()
+
+
+def spread(url: str, kind: str, conc: int, processes: int, server_pid: int) -> Run:
+    """Run ``processes`` workers at once (:class:`Run`)."""
     start = time.time() + 3.0
+    commits0, server0 = asyncio.run(commits(url)), server_cpu_s(server_pid)
     procs = [
         subprocess.Popen(
             [sys.executable, __file__, "worker", url, kind, str(conc), str(start)],
@@ -126,10 +172,20 @@ def spread(url: str, kind: str, conc: int, processes: int) -> tuple[float, float
         if proc.returncode != 0:
             raise SystemExit(f"worker failed ({proc.returncode})")
         results.append(json.loads(out))
+    server_s = server_cpu_s(server_pid) - server0
+    committed = asyncio.run(commits(url)) - commits0 - 1  # less commits()'s own
     n = sum(int(r["n"]) for r in results)
     seconds = max(float(r["s"]) for r in results)
     lat = [float(x) for r in results for x in r["lat"]]
-    return n / seconds, statistics.median(lat), pct(lat, 0.99)
+    client_s = sum(float(r["cpu"]) for r in results)
+    return Run(
+        n / seconds,
+        statistics.median(lat),
+        pct(lat, 0.99),
+        client_s * 1000 / n,
+        server_s * 1000 / n,
+        committed / n,
+    )
 
 
 async def prepare(url: str) -> None:
@@ -156,17 +212,26 @@ def main() -> None:
             "PostgreSQL ledger (durable local server, fsync on; asyncpg, pool 8 per process;"
             " ledger figures with the default burn-rate trigger, AUTO_KILL_FRACTION 0.5)"
         )
+        pid = server.process.pid
         for processes in (1, 3):
             for conc in (1, 100):
-                b_rate, b50, b99 = spread(url, "baseline", conc, processes)
-                l_rate, l50, l99 = spread(url, "ledger", conc, processes)
-                o_rate, o50, _ = spread(url, "ledger-no-auto-kill", conc, processes)
+                b = spread(url, "baseline", conc, processes, pid)
+                led = spread(url, "ledger", conc, processes, pid)
+                off = spread(url, "ledger-no-auto-kill", conc, processes, pid)
                 print(
-                    f"{processes} process(es) x concurrency {conc}: ledger {l_rate:,.0f} "
-                    f"hold+settle pairs/s, hold p50 {l50:.3f} ms p99 {l99:.3f} ms | baseline "
-                    f"{b_rate:,.0f} single-UPDATE tx/s, p50 {b50:.3f} ms p99 {b99:.3f} ms | "
-                    f"pairs/s = {l_rate / b_rate:.0%} of baseline tx/s | auto-kill off: "
-                    f"{o_rate:,.0f} pairs/s ({o_rate / b_rate:.0%}), hold p50 {o50:.3f} ms"
+                    f"{processes} process(es) x concurrency {conc}: ledger {led.rate:,.0f} "
+                    f"hold+settle pairs/s, hold p50 {led.p50:.3f} ms p99 {led.p99:.3f} ms | "
+                    f"baseline {b.rate:,.0f} single-UPDATE tx/s, p50 {b.p50:.3f} ms p99 "
+                    f"{b.p99:.3f} ms | pairs/s = {led.rate / b.rate:.0%} of baseline tx/s | "
+                    f"auto-kill off: {off.rate:,.0f} pairs/s ({off.rate / b.rate:.0%}), hold "
+                    f"p50 {off.p50:.3f} ms"
+                )
+                ratio = (led.client_ms + led.server_ms) / (b.client_ms + b.server_ms)
+                print(
+                    f"    CPU per pair: bench {led.client_ms:.3f} ms + server "
+                    f"{led.server_ms:.3f} ms, {led.commits:.2f} commits | per baseline tx: "
+                    f"{b.client_ms:.3f} + {b.server_ms:.3f} ms, {b.commits:.2f} commits | "
+                    f"pair / tx CPU {ratio:.2f}x"
                 )
     finally:
         server.stop()

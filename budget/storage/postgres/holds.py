@@ -18,8 +18,13 @@ deadlock each other:
   operation (only if its cost cap still allows), inserts the hold, and fails —
   nothing written — unless every bucket's new settled + held + margins is within its
   limit (:func:`budget.policy.rules.check_hold`'s rule). So the hot global rows stay
-  locked for that statement and its commit's flush only, with no round trip to the
-  client in between; two round trips in all (one without the read). When it does
+  locked for that statement and its commit only, with no round trip to the client in
+  between. A *quick* grant (the store's default where the server allows it:
+  :data:`QUICK_HOLDS_OK`) commits without waiting for the WAL flush — the bucket rows
+  are free before the disk is reached, so the flushes of many holds group instead of
+  queueing one by one on the global rows — and then waits for it (:data:`FLUSH`):
+  ``reserve`` returns, and the provider call starts, only once the hold is on disk.
+  Two or three round trips in all (one less without the read). When it does
   not fit, the locked transaction decides: BEGIN, the same read, the same writes
   returning the buckets' values, :func:`budget.policy.rules.check_hold` in Python (which
   builds the refusal), and COMMIT or — a refusal — ROLLBACK (nothing held anywhere;
@@ -95,7 +100,6 @@ from budget.storage.sql.rows import kill_state
 from budget.storage.sql.statements import (
     HOLD_INSERT,
     OPERATION_INSERT,
-    REQUEST_INSERT,
     hold_values,
     operation_row,
 )
@@ -109,7 +113,9 @@ from budget.storage.store import (
 from budget.types import Origin, Refusal, RefusalReason, Window
 
 __all__ = [
+    "FLUSH",
     "KNOWN_MAX",
+    "QUICK_HOLDS_OK",
     "Known",
     "KnownLimits",
     "begin_operation",
@@ -132,14 +138,21 @@ _ADMISSION_READ = (
     " EXISTS (SELECT 1 FROM budget_processes WHERE process_id = $5),"
     " (SELECT ROW(plan, until) FROM budget_user_plans WHERE user_id = $1)"
 )
-_REQUEST_READ = (
-    "SELECT user_id, max_requests, requests, EXISTS (SELECT 1 FROM budget_requests"
-    " WHERE operation_id = $1 AND fingerprint = $2), plan FROM budget_operations"
-    " WHERE operation_id = $1 AND ended_at IS NULL FOR UPDATE"
-)
-_REQUEST_WRITE = (
-    "WITH r AS (" + translate(REQUEST_INSERT) + ") UPDATE budget_operations"  # noqa: S608 - fixed fragments
-    " SET requests = requests + 1 WHERE operation_id = $2"
+#: A request counted in ONE statement committing by itself: lock the open operation ($2)
+#: and read what :func:`budget.policy.steps.request_refusal` decides on (the repeat of
+#: fingerprint $3, the count, the cap), insert the request ($1 id, $4 time, $5 day key)
+#: and count it only when that rule lets it through (else nothing is written); returns
+#: the values read (no row: the operation is not open).
+_REQUEST_AT_ONCE = (
+    "WITH o AS (SELECT user_id, max_requests, requests, EXISTS (SELECT 1 FROM budget_requests"
+    " WHERE operation_id = $2 AND fingerprint = $3) AS repeated, plan FROM budget_operations"
+    " WHERE operation_id = $2 AND ended_at IS NULL FOR UPDATE),"
+    " r AS (INSERT INTO budget_requests (request_id, operation_id, fingerprint, created_at,"
+    " day_key) SELECT $1::text, $2::text, $3::text, $4::timestamptz, $5::text FROM o"
+    " WHERE NOT o.repeated AND o.requests < o.max_requests RETURNING 1),"
+    " u AS (UPDATE budget_operations SET requests = requests + 1 WHERE operation_id = $2"
+    " AND EXISTS (SELECT 1 FROM r))"
+    " SELECT user_id, max_requests, requests, repeated, plan FROM o"
 )
 #: A digest of every runtime limit override (it changes whenever one is set or cleared).
 _LIMITS_DIGEST = (
@@ -191,7 +204,7 @@ _GRANT = (
 #: nothing written) when the operation was not charged or a bucket's new
 #: settled + held + margins passes its limit — :func:`budget.policy.rules.check_hold`'s
 #: rule (ceiling + margin ≤ limit − settled − held − other margins) on the values after.
-_GRANT_AT_ONCE = (
+_GRANT_AT_ONCE_SQL = (
     _GRANT_WRITES  # noqa: S608 - fixed fragments
     + " SELECT (SELECT 1 FROM generate_series(1, CASE WHEN"
     " (SELECT COUNT(*) FROM o) = 1 AND NOT EXISTS (SELECT 1 FROM b JOIN unnest($1::text[],"
@@ -203,12 +216,29 @@ _GRANT_AT_ONCE = (
 #: (:class:`Known`): it also fails (nothing written) when a kill switch of the user
 #: ($35, as text), their team ($36, or '') or everyone is tripped, or when the runtime
 #: limits' digest is no longer $34 (the limits the caps and scopes came from).
-_GRANT_KNOWN = once(
-    _GRANT_AT_ONCE,
+_GRANT_KNOWN_SQL = once(
+    _GRANT_AT_ONCE_SQL,
     " > l.lim) THEN 1",
     " > l.lim) AND NOT EXISTS (SELECT 1 FROM budget_kill WHERE killed = 1 AND (scope_kind"  # noqa: S608 - fixed fragments
     " = 'global' OR (scope_kind = 'user' AND scope = $35) OR (scope_kind = 'team' AND"
     f" scope = $36))) AND {_LIMITS_DIGEST} = $34 THEN 1",
+)
+#: A quick grant's commit does not wait for the WAL flush: its statement ends with this
+#: (``synchronous_commit = off`` for its transaction only), and :data:`FLUSH` follows.
+_QUICK = ", set_config('synchronous_commit', 'off', true)"
+#: :data:`_GRANT_AT_ONCE_SQL` / :data:`_GRANT_KNOWN_SQL`, by ``quick`` (:func:`reserve`).
+_GRANT_AT_ONCE = {False: _GRANT_AT_ONCE_SQL, True: _GRANT_AT_ONCE_SQL + _QUICK}
+_GRANT_KNOWN = {False: _GRANT_KNOWN_SQL, True: _GRANT_KNOWN_SQL + _QUICK}
+#: Wait until every WAL record written so far — a quick grant's commit among them — is
+#: on disk (PostgreSQL 17+: a non-transactional logical message, flushed; no
+#: transaction, no row, no lock). The commits after a quick grant's, of any session,
+#: are later in the WAL, so none of them is durable before it.
+FLUSH = "SELECT pg_logical_emit_message(false, 'kopek-hold', '', true)"
+#: Whether the server allows quick grants: :data:`FLUSH` exists (17+), and no
+#: synchronous standby is configured (a commit would wait for it; the flush does not).
+QUICK_HOLDS_OK = (
+    "SELECT current_setting('server_version_num')::int >= 170000"
+    " AND current_setting('synchronous_standby_names') = ''"
 )
 
 
@@ -254,17 +284,19 @@ async def begin_request(
     conn: Any, cfg: LedgerConfig, now: datetime, operation_id: str, fingerprint: str
 ) -> str:
     """Count a request in the operation (its row locked); refuse a repeat fingerprint
-    or too many."""
-    row = await conn.fetchrow(_REQUEST_READ, operation_id, fingerprint)
+    or too many. ``conn`` is outside any transaction: one statement committing by
+    itself (:data:`_REQUEST_AT_ONCE`), which writes nothing when it refuses."""
+    req_id = uuid.uuid4().hex
+    day_key = cfg.keys(now).day_key
+    row = await conn.fetchrow(
+        _REQUEST_AT_ONCE, req_id, operation_id, fingerprint, now.timestamp(), day_key
+    )
     if row is None:
         raise UnknownOperation(operation_id)
     user_id, max_requests, n, repeated, plan = row
     refusal = request_refusal(repeated, n, max_requests)
     if refusal is not None:
         raise RefusedStep(refusal, user_id, plan)
-    req_id = uuid.uuid4().hex
-    day_key = cfg.keys(now).day_key
-    await conn.execute(_REQUEST_WRITE, req_id, operation_id, fingerprint, now.timestamp(), day_key)
     return req_id
 
 
@@ -275,6 +307,7 @@ async def reserve(
     now: datetime,
     hold: PricedHold,
     known: Known | None = None,
+    quick: bool = False,
 ) -> HoldTicket:
     """Grant a hold on every level/window at once, or refuse with nothing held
     (module docstring). ``conn`` is outside any transaction: the grant is tried as
@@ -282,12 +315,22 @@ async def reserve(
     fit, the locked transaction decides (and builds the refusal). ``known``: what
     this process knows (:class:`Known`): with the operation and the limits known,
     no read before the grant (:data:`_GRANT_KNOWN`); the new hold's row is kept
-    there for its settle."""
+    there for its settle. ``quick``: the one-statement grant commits without waiting
+    for the disk, then :data:`FLUSH` waits for it (module docstring); the locked
+    transaction's COMMIT waits for it as before."""
 
     async def grant(wallet: bool) -> tuple[HoldTicket, tuple[Any, ...]]:
         try:
             return await _reserve(
-                conn, cfg, process_id, now, hold, at_once=True, known=known, wallet=wallet
+                conn,
+                cfg,
+                process_id,
+                now,
+                hold,
+                at_once=True,
+                known=known,
+                wallet=wallet,
+                quick=quick,
             )
         except _NotAtOnce:
             async with conn.transaction():
@@ -318,6 +361,7 @@ async def _reserve(
     at_once: bool,
     known: Known | None,
     wallet: bool = False,
+    quick: bool = False,
 ) -> tuple[HoldTicket, tuple[Any, ...]]:
     """One try of :func:`reserve`. ``at_once``: the autocommit grant (raises
     :class:`_NotAtOnce` when it does not fit), without a read when ``known`` knows the
@@ -354,12 +398,15 @@ async def _reserve(
         caps = [cap(cfg, limits, k, owner.plan, held_back) for k in sorted(deltas)]
         try:
             if cached is None:
-                await conn.fetchval(_GRANT_AT_ONCE, *grant_args, caps)
+                await conn.fetchval(_GRANT_AT_ONCE[quick], *grant_args, caps)
             else:
                 user, team = str(owner.user_id), owner.team or ""
-                await conn.fetchval(_GRANT_KNOWN, *grant_args, caps, cached.digest, user, team)
+                sql = _GRANT_KNOWN[quick]
+                await conn.fetchval(sql, *grant_args, caps, cached.digest, user, team)
         except asyncpg.exceptions.CardinalityViolationError:
             raise _NotAtOnce() from None
+        if quick:  # on disk before the provider call: the flush, the bucket rows free
+            await conn.execute(FLUSH)
         return ticket, hold_row
     charged, after = await conn.fetchrow(_GRANT, *grant_args)
     if not charged:  # another step of this operation took the cap, or ended it

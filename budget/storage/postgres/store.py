@@ -125,6 +125,14 @@ class PgStore(ProcessLease, ControlLine, PgRunner, LedgerStore):
             at most 3 × ``wal_writer_delay``), and a lost settle or release leaves
             its hold held — booked at its ceiling, estimated, when it expires: never
             less than was spent. Holds and admissions always wait for the disk.
+        quick_holds: a hold granted by its one statement commits without waiting for
+            the WAL flush, then waits for the flush (:data:`budget.storage.postgres.holds.FLUSH`)
+            before :meth:`reserve` returns, so the bucket rows are not locked across
+            it; used only where the server allows it (PostgreSQL 17+, no synchronous
+            standby: :data:`~budget.storage.postgres.holds.QUICK_HOLDS_OK`, read at
+            :meth:`open`). ``False``: the hold's commit waits for the flush itself.
+            Either way the hold is on disk before ``reserve`` returns
+            (``docs/decisions/315-a-hold-flushes-after-its-locks.md``).
     """
 
     name: ClassVar[str] = "postgresql"
@@ -139,8 +147,12 @@ class PgStore(ProcessLease, ControlLine, PgRunner, LedgerStore):
         run_heartbeat: bool = True,
         retry_backoff_s: float = RETRY_BACKOFF_S,
         durable_settle: bool = False,
+        quick_holds: bool = True,
     ) -> None:
         self._run_heartbeat = run_heartbeat
+        self._want_quick = quick_holds
+        #: quick holds asked for and allowed by the server (read at :meth:`open`)
+        self.quick_holds = False
         self._durable_settle = durable_settle
         self._backoff_s = retry_backoff_s
         self._url = url
@@ -184,6 +196,13 @@ class PgStore(ProcessLease, ControlLine, PgRunner, LedgerStore):
             )
         except STORAGE as exc:
             raise LedgerUnavailable() from exc
+        if self._want_quick:
+            try:
+                self.quick_holds = bool(await self._pool.fetchval(holds.QUICK_HOLDS_OK))
+            except STORAGE as exc:
+                pool, self._pool = self._pool, None
+                pool.terminate()
+                raise LedgerUnavailable() from exc
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=POOL_SIZE, thread_name_prefix="ledger-pg"
         )
@@ -297,7 +316,8 @@ class PgStore(ProcessLease, ControlLine, PgRunner, LedgerStore):
     async def begin_request(self, now: datetime, operation_id: str, fingerprint: str) -> str:
         """See :meth:`budget.storage.base.LedgerStore.begin_request`."""
         step = partial(holds.begin_request, cfg=self.config, now=now)
-        return await self.tx(now, partial(step, operation_id=operation_id, fingerprint=fingerprint))
+        body = partial(step, operation_id=operation_id, fingerprint=fingerprint)
+        return await self.tx(now, body, single=True)
 
     async def reserve(self, now: datetime, hold: PricedHold) -> HoldTicket:
         """See :meth:`budget.storage.base.LedgerStore.reserve` (its transactions are its
@@ -306,7 +326,8 @@ class PgStore(ProcessLease, ControlLine, PgRunner, LedgerStore):
         if self.fenced:
             raise LedgerUnavailable()
         body = partial(holds.reserve, cfg=self.config, process_id=self.process_id, now=now)
-        return await self.tx(now, partial(body, hold=hold, known=self._known), single=True)
+        body = partial(body, hold=hold, known=self._known, quick=self.quick_holds)
+        return await self.tx(now, body, single=True)
 
     async def settle(self, now: datetime, request: SettleRequest) -> SettleOutcome:
         """See :meth:`budget.storage.base.LedgerStore.settle` (its transactions are its
