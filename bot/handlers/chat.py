@@ -217,6 +217,7 @@ async def answer_turn(
                 bot, message, user_ctx.user_id, clock, received_at,
                 (streams, stream_config, stream_metrics),
             )  # fmt: skip
+        wanted = _footer_wanted(user_ctx.user_id, ledger, cost_footers)  # read beside the persona
         persona = await _persona_of(chat_id, chat_prefs, model_menu)
         outcome: ChatOutcome = ChatFailed(FailureKind.ERROR)
         try:
@@ -225,6 +226,8 @@ async def answer_turn(
                         timedelta(seconds=stale_after_s), media, plan, persona)
             )  # fmt: skip
         except asyncio.CancelledError:  # the intake middleware records it as failed
+            if wanted is not None:
+                wanted.cancel()
             await courier.interrupted(answer_to)
             raise
         finally:
@@ -239,7 +242,7 @@ async def answer_turn(
             tz=user_ctx.tz,
             message_id=message.message_id,
             answer_to=answer_to,
-            footer=await _footer(outcome, user_ctx.user_id, ledger, cost_footers),
+            footer=await _footer(outcome, wanted, ledger),
         )
     if reply.refusal is not None:
         refusals.labels(reply.refusal).inc()
@@ -360,21 +363,38 @@ def _claim(
     return duplicates.claim(ask)
 
 
-async def _footer(
-    outcome: ChatOutcome,
-    user_id: int,
-    ledger: HoldReader | None,
-    footers: CostFooters | None,
-) -> str | None:
-    """The ``/cost`` footer of an answer, for a user who turned it on."""
-    if not isinstance(outcome, ChatAnswer) or ledger is None or footers is None:
+def _footer_wanted(
+    user_id: int, ledger: HoldReader | None, footers: CostFooters | None
+) -> asyncio.Task[bool] | None:
+    """Whether ``user_id`` wants the ``/cost`` footer, read from now on, beside the
+    persona's read (the same writer group: no round trip of its own between the answer
+    and its reply; docs/decisions/301-footer-preference-read-early.md); ``None``: no
+    footers wired. The task never raises: an unreadable preference is no footer."""
+    if ledger is None or footers is None:
         return None
+    return asyncio.create_task(_wants_footer(user_id, footers))
+
+
+async def _wants_footer(user_id: int, footers: CostFooters) -> bool:
+    """``footers.wanted(user_id)``; ``False`` (logged) when unreadable."""
     try:
-        wanted = await footers.wanted(user_id)
+        return await footers.wanted(user_id)
     except Exception:  # an unreadable preference costs the footer, not the answer
         log.warning("cost footer preference unreadable", exc_info=True)
+        return False
+
+
+async def _footer(
+    outcome: ChatOutcome, wanted: asyncio.Task[bool] | None, ledger: HoldReader | None
+) -> str | None:
+    """The ``/cost`` footer of an answer, for a user who turned it on (``wanted``: that
+    preference's read, :func:`_footer_wanted`)."""
+    if wanted is None or ledger is None:
         return None
-    return await cost_footer(outcome, ledger) if wanted else None
+    if not isinstance(outcome, ChatAnswer):
+        wanted.cancel()  # no footer to write: its read, if not done yet, is not needed
+        return None
+    return await cost_footer(outcome, ledger) if await wanted else None
 
 
 def _typing(bot: Bot, message: Message) -> ChatActionSender:
