@@ -194,8 +194,7 @@ async def answer_turn(
     """Answer ``prompt`` for ``message`` (typed text, or a media turn: ``media``, neither
     screened nor claimed against duplicates: a confirmed one is answered when its sender
     said so, a recording's text is its transcript) or say why not; returns its status.
-    The user's plan (``user_plans``) decides whether it streams, its queue's slots and
-    its priority."""
+    The user's plan (``user_plans``) sets its streaming, queue slots and priority."""
     received_at = clock.monotonic() if received_at is None else received_at
     chat_id = message.chat.id
     if flood_deferral is not None and await flood_deferral.defer(
@@ -217,8 +216,8 @@ async def answer_turn(
                 bot, message, user_ctx.user_id, clock, received_at,
                 (streams, stream_config, stream_metrics),
             )  # fmt: skip
-        wanted = _footer_wanted(user_ctx.user_id, ledger, cost_footers)  # read beside the persona
-        persona = await _persona_of(chat_id, chat_prefs, model_menu)
+        persona = _persona_soon(chat_id, chat_prefs, model_menu)  # read meanwhile (302)
+        wanted = _footer_wanted(user_ctx.user_id, ledger, cost_footers)  # and this (301)
         outcome: ChatOutcome = ChatFailed(FailureKind.ERROR)
         try:
             outcome = await run_guarded(
@@ -226,8 +225,7 @@ async def answer_turn(
                         timedelta(seconds=stale_after_s), media, plan, persona)
             )  # fmt: skip
         except asyncio.CancelledError:  # the intake middleware records it as failed
-            if wanted is not None:
-                wanted.cancel()
+            _cancel(persona, wanted)
             await courier.interrupted(answer_to)
             raise
         finally:
@@ -249,13 +247,16 @@ async def answer_turn(
     return await courier.deliver(reply)
 
 
-async def _persona_of(
+def _persona_soon(
     chat_id: int, chat_prefs: ChatPrefsStore | None, model_menu: ModelMenu | None
-) -> ChatPersona | None:
-    """The chat's persona and model (``None``: personas not wired, the defaults)."""
+) -> asyncio.Task[ChatPersona] | None:
+    """The task reading the chat's persona and model, started now: its read overlaps
+    the message's queueing and counting and the history's read, instead of coming
+    before them (docs/decisions/302-persona-read-beside-the-history.md); the prompt
+    awaits it. ``None``: personas not wired, the defaults."""
     if chat_prefs is None or model_menu is None:
         return None
-    return await persona_of(chat_id, chat_prefs, model_menu)
+    return asyncio.create_task(persona_of(chat_id, chat_prefs, model_menu))
 
 
 async def _plan_of(user_plans: UserPlans | None, user_id: int) -> Plan | None:
@@ -283,7 +284,7 @@ async def _answer(
     stale_after: timedelta,
     media: MediaTurn | None = None,
     plan: Plan | None = None,
-    persona: ChatPersona | None = None,
+    persona: ChatPersona | asyncio.Task[ChatPersona] | None = None,
 ) -> ChatOutcome:
     """The message answered by the chat service (``plan``: the user's, which sets its
     queue's slots and priority); a try that met a ledger failing closed
@@ -361,6 +362,13 @@ def _claim(
         user_ctx.tz,
     )
     return duplicates.claim(ask)
+
+
+def _cancel(*tasks: asyncio.Task[Any] | None) -> None:
+    """Cancel the reads a message started and no longer needs."""
+    for task in tasks:
+        if task is not None:
+            task.cancel()
 
 
 def _footer_wanted(
