@@ -9,6 +9,7 @@ here touches the ledger but through the history folder's summary holds.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
@@ -75,14 +76,15 @@ class ChatPrompts:
         user_msg: Message,
         user_tokens: tuple[int, int],
         priority: int = Priority.CHAT,
-        persona: ChatPersona | None = None,
+        persona: ChatPersona | asyncio.Task[ChatPersona] | None = None,
     ) -> tuple[LLMRequest, FoldNote | None]:
         """The request for ``user_msg``: the system prompt, the history of ``where`` (at
         most CHAT_HISTORY_MAX_TOKENS: its summary and recent turns, folded first when
         needed — :mod:`bot.chat.folding`) and the message, routed to the main or small
         models (:mod:`llm.router`); its input tokens are the sum of the stored raw
         counts (``user_tokens``: the message's ceiling and raw counts), scaled once.
-        The system prompt is the chat's persona (``persona``; ``None``: the default),
+        The system prompt is the chat's persona (``persona``, or the task reading it,
+        awaited after the history's read; ``None``: the default),
         its count part of the input held and of the router's context. A chosen model
         (``persona.model``) wins over the router's small one. Also the fold this
         message made, if any.
@@ -91,6 +93,8 @@ class ChatPrompts:
             HoldRefused: the summary's hold was refused for the whole message.
         """
         history = await self._history_of(op, where)
+        if isinstance(persona, asyncio.Task):  # read while the history was (decision 302)
+            persona = await persona
         system = Message("system", persona.prompt if persona is not None else SYSTEM_PROMPT)
         system_raw = await self._system_raw.raw(system.content)
         raw = TOKENS_REPLY_PRIMING + system_raw + user_tokens[1] + history.raw_tokens

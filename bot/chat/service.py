@@ -168,7 +168,7 @@ class ChatService(Draining):
         key: MessageKey | None = None,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None = None,
         stream: StreamControl | None = None,
-        persona: ChatPersona | None = None,
+        persona: ChatPersona | asyncio.Task[ChatPersona] | None = None,
         media: MediaTurn | None = None,
         plan: Plan | None = None,
     ) -> ChatOutcome:
@@ -188,7 +188,8 @@ class ChatService(Draining):
                 operation is admitted, left on every outcome.
             stream: stream the answer through this control (see
                 :meth:`llm.cascade.cascade.Cascade.complete`); ``None`` = one piece.
-            persona: the chat's system prompt and model (``/persona``, ``/model``);
+            persona: the chat's system prompt and model (``/persona``, ``/model``), or
+                the task reading them (awaited once the history is read);
                 ``None``: the default prompt, the cascade's own models.
             media: what a voice note, photo, document or link adds (``None``: typed text).
             plan: the user's plan: its concurrency replaces USER_MAX_INFLIGHT in the
@@ -213,7 +214,7 @@ class ChatService(Draining):
         stream: StreamControl | None = None,
         media: MediaTurn | None = None,
         turn: PlanTurn | None = None,
-        persona: ChatPersona | None = None,
+        persona: ChatPersona | asyncio.Task[ChatPersona] | None = None,
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
@@ -268,7 +269,7 @@ class ChatService(Draining):
         stream: StreamControl | None = None,
         media: MediaTurn | None = None,
         priority: int = Priority.CHAT,
-        persona: ChatPersona | None = None,
+        persona: ChatPersona | asyncio.Task[ChatPersona] | None = None,
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)

@@ -194,8 +194,7 @@ async def answer_turn(
     """Answer ``prompt`` for ``message`` (typed text, or a media turn: ``media``, neither
     screened nor claimed against duplicates: a confirmed one is answered when its sender
     said so, a recording's text is its transcript) or say why not; returns its status.
-    The user's plan (``user_plans``) decides whether it streams, its queue's slots and
-    its priority."""
+    The user's plan (``user_plans``) sets its streaming, queue slots and priority."""
     received_at = clock.monotonic() if received_at is None else received_at
     chat_id = message.chat.id
     if flood_deferral is not None and await flood_deferral.defer(
@@ -217,7 +216,8 @@ async def answer_turn(
                 bot, message, user_ctx.user_id, clock, received_at,
                 (streams, stream_config, stream_metrics),
             )  # fmt: skip
-        persona = await _persona_of(chat_id, chat_prefs, model_menu)
+        persona = _persona_soon(chat_id, chat_prefs, model_menu)  # read meanwhile (302)
+        wanted = _footer_wanted(user_ctx.user_id, ledger, cost_footers)  # and this (301)
         outcome: ChatOutcome = ChatFailed(FailureKind.ERROR)
         try:
             outcome = await run_guarded(
@@ -225,6 +225,7 @@ async def answer_turn(
                         timedelta(seconds=stale_after_s), media, plan, persona)
             )  # fmt: skip
         except asyncio.CancelledError:  # the intake middleware records it as failed
+            _cancel(persona, wanted)
             await courier.interrupted(answer_to)
             raise
         finally:
@@ -239,20 +240,23 @@ async def answer_turn(
             tz=user_ctx.tz,
             message_id=message.message_id,
             answer_to=answer_to,
-            footer=await _footer(outcome, user_ctx.user_id, ledger, cost_footers),
+            footer=await _footer(outcome, wanted, ledger),
         )
     if reply.refusal is not None:
         refusals.labels(reply.refusal).inc()
     return await courier.deliver(reply)
 
 
-async def _persona_of(
+def _persona_soon(
     chat_id: int, chat_prefs: ChatPrefsStore | None, model_menu: ModelMenu | None
-) -> ChatPersona | None:
-    """The chat's persona and model (``None``: personas not wired, the defaults)."""
+) -> asyncio.Task[ChatPersona] | None:
+    """The task reading the chat's persona and model, started now: its read overlaps
+    the message's queueing and counting and the history's read, instead of coming
+    before them (docs/decisions/302-persona-read-beside-the-history.md); the prompt
+    awaits it. ``None``: personas not wired, the defaults."""
     if chat_prefs is None or model_menu is None:
         return None
-    return await persona_of(chat_id, chat_prefs, model_menu)
+    return asyncio.create_task(persona_of(chat_id, chat_prefs, model_menu))
 
 
 async def _plan_of(user_plans: UserPlans | None, user_id: int) -> Plan | None:
@@ -280,7 +284,7 @@ async def _answer(
     stale_after: timedelta,
     media: MediaTurn | None = None,
     plan: Plan | None = None,
-    persona: ChatPersona | None = None,
+    persona: ChatPersona | asyncio.Task[ChatPersona] | None = None,
 ) -> ChatOutcome:
     """The message answered by the chat service (``plan``: the user's, which sets its
     queue's slots and priority); a try that met a ledger failing closed
@@ -360,21 +364,45 @@ def _claim(
     return duplicates.claim(ask)
 
 
-async def _footer(
-    outcome: ChatOutcome,
-    user_id: int,
-    ledger: HoldReader | None,
-    footers: CostFooters | None,
-) -> str | None:
-    """The ``/cost`` footer of an answer, for a user who turned it on."""
-    if not isinstance(outcome, ChatAnswer) or ledger is None or footers is None:
+def _cancel(*tasks: asyncio.Task[Any] | None) -> None:
+    """Cancel the reads a message started and no longer needs."""
+    for task in tasks:
+        if task is not None:
+            task.cancel()
+
+
+def _footer_wanted(
+    user_id: int, ledger: HoldReader | None, footers: CostFooters | None
+) -> asyncio.Task[bool] | None:
+    """Whether ``user_id`` wants the ``/cost`` footer, read from now on, beside the
+    persona's read (the same writer group: no round trip of its own between the answer
+    and its reply; docs/decisions/301-footer-preference-read-early.md); ``None``: no
+    footers wired. The task never raises: an unreadable preference is no footer."""
+    if ledger is None or footers is None:
         return None
+    return asyncio.create_task(_wants_footer(user_id, footers))
+
+
+async def _wants_footer(user_id: int, footers: CostFooters) -> bool:
+    """``footers.wanted(user_id)``; ``False`` (logged) when unreadable."""
     try:
-        wanted = await footers.wanted(user_id)
+        return await footers.wanted(user_id)
     except Exception:  # an unreadable preference costs the footer, not the answer
         log.warning("cost footer preference unreadable", exc_info=True)
+        return False
+
+
+async def _footer(
+    outcome: ChatOutcome, wanted: asyncio.Task[bool] | None, ledger: HoldReader | None
+) -> str | None:
+    """The ``/cost`` footer of an answer, for a user who turned it on (``wanted``: that
+    preference's read, :func:`_footer_wanted`)."""
+    if wanted is None or ledger is None:
         return None
-    return await cost_footer(outcome, ledger) if wanted else None
+    if not isinstance(outcome, ChatAnswer):
+        wanted.cancel()  # no footer to write: its read, if not done yet, is not needed
+        return None
+    return await cost_footer(outcome, ledger) if await wanted else None
 
 
 def _typing(bot: Bot, message: Message) -> ChatActionSender:

@@ -40,14 +40,10 @@ EventSink = Callable[["CascadeEvent"], Awaitable[None] | None]
 
 
 def fingerprint(messages: Sequence[Message]) -> str:
-    """sha256 hex of the prompt (role and content of every message)."""
-    digest = hashlib.sha256()
-    for message in messages:
-        digest.update(message.role.encode())
-        digest.update(b"\x00")
-        digest.update(message.content.encode())
-        digest.update(b"\x01")
-    return digest.hexdigest()
+    """sha256 hex of the prompt: every message's role, NUL, content, U+0001, in UTF-8
+    (one hash call over the joined text: a long history made four per message)."""
+    text = "".join(f"{message.role}\x00{message.content}\x01" for message in messages)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
