@@ -16,7 +16,11 @@
 from __future__ import annotations
 
 import concurrent.futures
+import os
+import shlex
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import make_url
@@ -83,10 +87,20 @@ def pg_password_url(pg_server: PgServer) -> Iterator[str]:
     pg_server.drop_database(name)
 
 
+#: Set (to anything) to start pytest-xdist's workers as fresh interpreters.
+FRESH_WORKERS_ENV = "KOPEK_TEST_FRESH_WORKERS"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """An xdist controller (``-n N``) starts one bot fork server for all its workers
-    (``tests/support/forked.py``): its imports cost ~5 s of CPU once instead of once a worker."""
+    (``tests/support/forked.py``): its imports cost ~5 s of CPU once instead of once a
+    worker. The workers themselves are forked from it too
+    (``tests/support/worker_launcher.py``): each skips ~5 s of CPU importing aiogram."""
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         from tests.support.forked import start_shared_server
 
         config.add_cleanup(start_shared_server().close)
+        if not os.environ.get(FRESH_WORKERS_ENV):
+            launcher = Path(__file__).parent / "support" / "worker_launcher.py"
+            forked = f"popen//python={shlex.join([sys.executable, '-I', '-S', str(launcher)])}"
+            config.option.tx = [forked if tx == "popen" else tx for tx in config.option.tx]
