@@ -119,7 +119,8 @@ async def test_no_interpreter_means_worker_unavailable_not_a_refusal() -> None:
 
 
 async def test_a_worker_runs_at_the_lowest_priority() -> None:
-    """A prewarmed worker's niceness is 19 above the bot's: the loop gets the CPU first."""
+    """A prewarmed worker's niceness is 19 above the bot's (the kernel caps it at 19, so a
+    bot already running niced gets a worker at 19): the loop gets the CPU first."""
     pool = ExtractionPool(LIMITS, prewarm=1)
     try:
         await pool.start()
@@ -127,7 +128,7 @@ async def test_a_worker_runs_at_the_lowest_priority() -> None:
         assert pool.idle == 1
         worker = pool._idle[0]
         nice = os.getpriority(os.PRIO_PROCESS, worker.pid)
-        assert nice - os.getpriority(os.PRIO_PROCESS, 0) == 19
+        assert nice == min(os.getpriority(os.PRIO_PROCESS, 0) + 19, 19)
     finally:
         await pool.close()
     with pytest.raises(ValueError, match="nice"):
