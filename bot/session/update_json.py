@@ -87,8 +87,11 @@ def load_checked(text: str | bytes) -> Any:
     except ValueError:  # JSONDecodeError, UnicodeDecodeError
         raise UndecodableJson("not JSON", _leading_id(text)) from None
     check_shape(value)
-    escape = _SURROGATE_ESCAPE_BYTES if isinstance(text, bytes) else _SURROGATE_ESCAPE
-    if escape.search(text):
+    if (
+        _SURROGATE_ESCAPE_BYTES.search(text)
+        if isinstance(text, bytes)
+        else _SURROGATE_ESCAPE.search(text)
+    ):
         value = _mend_surrogates(value)
     return value
 
@@ -104,9 +107,9 @@ def _mend_surrogates(value: Any) -> Any:
     UTF-16) by the code that reads the text later."""
     if type(value) is str:
         return _mend(value)
-    stack = [value] if type(value) is dict or type(value) is list else []
+    stack: list[Any] = [value] if type(value) is dict or type(value) is list else []
     while stack:
-        container = stack.pop()
+        container: Any = stack.pop()
         if type(container) is list:
             for i, child in enumerate(container):
                 if type(child) is str:
