@@ -30,10 +30,12 @@ Kopek as installed and printed MET or SHORT at the end (``docs/benchmarks.md``):
 burst message ≤ 2× the echo bot's and the burst ≥ 50 % of the echo bot's rate with every
 message answered; sequential overhead (Kopek − echo) p50 ≤ 3 ms (p99 ≤ 10 ms); loop lag
 p99 ≤ 5 ms during the burst; refusal p50 ≤ echo + 5 ms with 0 provider requests. Takes
-about two minutes.
+25–60 s on this 2-core machine (longer under load).
 
 ``python bench/bot.py --replicas 3 --backend postgres``: the burst on SQLite, on one
 PostgreSQL replica and on several, in one run (``bench/bot_scaling.py``).
+``python bench/bot.py --media``: one user's text messages while 5 documents and 5 voice
+notes of other users are in flight, beside the same user alone (``bench/bot_media.py``).
 """
 
 from __future__ import annotations
@@ -471,7 +473,13 @@ async def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--replicas", type=int, default=None, help="webhook replicas on PostgreSQL")
     parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--media", action="store_true", help="text beside media in flight")
     args = parser.parse_args(argv)
+    if args.media:
+        from bench.bot_media import media_scenario
+
+        await media_scenario()
+        return
     if args.replicas is not None or args.backend == "postgres":
         if args.backend != "postgres" or (args.replicas or 0) < 1:
             parser.error("--replicas N (N >= 1) goes with --backend postgres")

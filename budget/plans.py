@@ -12,7 +12,7 @@ The file::
     default = "free"          # the plan of a newcomer (required, one of the plans)
 
     [free]                    # one table per plan: its name, [a-z0-9_-]{1,32}
-    title = "Free"            # what users see (default: the name)
+    title = "Free"            # what users see (default: the name; no control or bidi character)
     day_usd = 0.05            # each member's own limits (USD, exact decimals, or "off");
     hour_usd = "off"          #   a window left out falls back to BUDGET_USER_*
     month_usd = 1.00
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -46,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from budget.errors import BudgetConfigError
+from budget.kernel.shown import escape, unsafe_in_prose
 from budget.policy.money import usd_to_musd
 from budget.policy.plans import PlanLimits
 from budget.types import Window
@@ -231,9 +233,7 @@ def _plan(name: str, table: Mapping[str, Any], source: str) -> Plan:
     for key, value in flags.items():
         if not isinstance(value, bool):
             raise fail(key, f"must be true or false, got {value!r}")
-    title = table.get("title", name)
-    if not isinstance(title, str) or not 1 <= len(title.strip()) <= 64:
-        raise fail("title", "must be a text of 1-64 characters")
+    title = _title(table.get("title", name), fail)
     renews = _renews(table, counts, fail)
     limits = PlanLimits(
         name,
@@ -258,6 +258,19 @@ def _plan(name: str, table: Mapping[str, Any], source: str) -> Plan:
         period_days=counts.get("period_days", 30),
         renews=renews,
     )
+
+
+def _title(title: object, fail: Any) -> str:
+    """``title``: 1-64 characters that show as they read — no control character (tab and
+    line breaks included), bidirectional override or isolate, lone surrogate
+    (:func:`budget.kernel.shown.unsafe_in_prose`), line or paragraph separator: /me and
+    /plan list show it as it is."""
+    if not isinstance(title, str) or not 1 <= len(title.strip()) <= 64:
+        raise fail("title", "must be a text of 1-64 characters")
+    for char in title:
+        if unsafe_in_prose(char) or unicodedata.category(char) in ("Cc", "Zl", "Zp"):
+            raise fail("title", f"holds {escape(char)}, a control or reordering character")
+    return title
 
 
 def _renews(table: Mapping[str, Any], counts: Mapping[str, int], fail: Any) -> bool:

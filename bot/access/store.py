@@ -53,8 +53,8 @@ class Redemption:
 
 @dataclass(frozen=True, slots=True)
 class AccessCounts:
-    """``/access``: users and chats let in at runtime, banned ids, pending @usernames,
-    invites still usable."""
+    """``/access``: users and chats allowed at runtime (a banned one among them stays
+    refused: the ban wins), banned ids, pending @usernames, invites still usable."""
 
     allowed_users: list[int]
     allowed_chats: list[int]
@@ -261,7 +261,9 @@ class AccessStore:
                     .where(Invite.uses_left > 0, Invite.expires_at > now)
                 )
             ).scalar_one()
-        allowed = sorted(r.subject_id for r in rows if r.allowed and not r.banned)
+        allowed = sorted(
+            r.subject_id for r in rows if r.allowed
+        )  # banned ones too: /access marks them
         return AccessCounts(
             allowed_users=[i for i in allowed if i > 0],
             allowed_chats=[i for i in allowed if i < 0],

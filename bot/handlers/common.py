@@ -20,6 +20,7 @@ from bot.storage.repos import Conversation, History
 from bot.text import commands, templates
 from bot.text.i18n import LANGUAGE_NAMES, SUPPORTED_LANGUAGES
 from budget.kernel.clock import Clock
+from budget.kernel.shown import echoed
 
 __all__ = ["create_common_router", "create_fallback_router"]
 
@@ -120,6 +121,10 @@ async def on_lang(
         text = _("Your language: {current}. Choose one with /lang CODE: {choices}.").format(
             current=LANGUAGE_NAMES[user_ctx.language], choices=choices
         )
+        if arg:  # a code was given: say it is not one of them
+            text = _("Unknown language code: {code}. Known: {choices}.").format(
+                code=echoed(arg, 40), choices=choices
+            )
         await send_text(bot, message.chat.id, text, clock=clock)
         return
     await profiles.set_language(user_ctx.user_id, code)

@@ -38,6 +38,12 @@ MAX_DEPTH = 64
 _INT64 = 2**63
 #: ``update_id`` at the start of an update's text (Telegram and the fakes put it first).
 _LEADING_ID = re.compile(r'\s*\{\s*"update_id"\s*:\s*(-?[0-9]{1,19})\s*[,}]')
+#: A ``\\uD800``–``\\uDFFF`` escape (raw text, before decoding): the only way JSON can
+#: carry a UTF-16 surrogate, so the decoded value is mended only when the text has one.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+#: A UTF-16 surrogate code point in a decoded string (a pair was joined by the decoder).
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 #: A JSON string, or one of the characters that open, close or separate values.
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*+"|[\[\]{},]')
 
@@ -67,7 +73,8 @@ def _leading_id(text: str | bytes) -> int | None:
 
 
 def load_checked(text: str | bytes) -> Any:
-    """``json.loads(text)``, then :func:`check_shape`.
+    """``json.loads(text)``, then :func:`check_shape`; a lone UTF-16 surrogate in a
+    string (an unpaired ``\\ud800`` escape) is replaced by U+FFFD.
 
     Raises:
         UndecodableJson: not JSON, nested deeper than the decoder or :data:`MAX_DEPTH`,
@@ -80,6 +87,46 @@ def load_checked(text: str | bytes) -> Any:
     except ValueError:  # JSONDecodeError, UnicodeDecodeError
         raise UndecodableJson("not JSON", _leading_id(text)) from None
     check_shape(value)
+    if (
+        _SURROGATE_ESCAPE_BYTES.search(text)
+        if isinstance(text, bytes)
+        else _SURROGATE_ESCAPE.search(text)
+    ):
+        value = _mend_surrogates(value)
+    return value
+
+
+def _mend(text: str) -> str:
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+def _mend_surrogates(value: Any) -> Any:
+    """``value`` with every lone UTF-16 surrogate in its strings (keys too) replaced by
+    U+FFFD; containers are mended in place. A pair written as two escapes was joined by
+    the decoder into one code point, so what is left unpaired cannot be encoded (UTF-8,
+    UTF-16) by the code that reads the text later."""
+    if type(value) is str:
+        return _mend(value)
+    stack: list[Any] = [value] if type(value) is dict or type(value) is list else []
+    while stack:
+        container: Any = stack.pop()
+        if type(container) is list:
+            for i, child in enumerate(container):
+                if type(child) is str:
+                    container[i] = _mend(child)
+                elif type(child) is dict or type(child) is list:
+                    stack.append(child)
+            continue
+        for key in list(container):
+            child = container[key]
+            if type(key) is str and _LONE_SURROGATE.search(key):
+                del container[key]
+                key = _mend(key)
+            if type(child) is str:
+                child = _mend(child)
+            elif type(child) is dict or type(child) is list:
+                stack.append(child)
+            container[key] = child
     return value
 
 

@@ -88,3 +88,16 @@ def test_the_items_of_a_result_are_found_without_decoding_them() -> None:
     assert result_items('{"ok": true, "result": []}') == []
     assert result_items('{"ok": false, "error_code": 502}') is None
     assert result_items('{"ok": true, "result": [{"update_id": 1}') is None  # cut short
+
+
+def test_a_lone_surrogate_is_replaced_and_a_pair_kept() -> None:
+    """An unpaired ``\\ud800`` escape (in a value, in a key, in text or bytes) becomes
+    U+FFFD; a pair written as two escapes is the one code point it spells."""
+    raw = '{"a": ["\\ud83d\\ude00 \\ud800"], "\\udfff": "ok", "b": {"c": "\\uDC00x"}}'
+    for text in (raw, raw.encode()):
+        assert load_checked(text) == {
+            "a": ["\U0001f600 \ufffd"],
+            "\ufffd": "ok",
+            "b": {"c": "\ufffdx"},
+        }
+    assert load_checked('"\\ud800"') == "\ufffd"

@@ -266,3 +266,23 @@ async def test_an_allowed_group_upgraded_to_a_supergroup_stays_enabled(
     upgraded: dict[str, Any] = {"chat_id": new, "chat_type": "supergroup", **MENTION}
     assert await _send(fake_telegram, 88, "@kopek_test_bot hi", **upgraded) == ["Still here."]
     assert fake_telegram.left_chats == []
+
+
+async def test_access_says_a_runtime_allow_of_a_banned_user_does_not_let_them_in(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """/ban 57 then /allow 57: /access counts 57 among the runtime allows and says there
+    that the ban wins (57 stays refused), instead of a silent count."""
+    await _start(app_factory, bot_env)
+    assert "banned" in (await _send(fake_telegram, ADMIN, "/ban 57 spam"))[0]
+    said = (await _send(fake_telegram, ADMIN, "/allow 57"))[0]
+    assert "is allowed" in said and "banned: still refused until /unban 57" in said, said
+    assert "allowed" in (await _send(fake_telegram, ADMIN, "/allow 58"))[0]
+    assert await _send(fake_telegram, 57, "hello", 0) == []
+    listing = (await _send(fake_telegram, ADMIN, "/access"))[0]
+    assert "(2 at runtime, 1 of them banned" in listing, listing
+    assert "• users: 57 (banned: still refused), 58" in listing, listing
+    assert fake_providers.requests == []

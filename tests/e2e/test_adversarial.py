@@ -273,3 +273,19 @@ async def test_an_update_the_client_cannot_decode_is_skipped_and_polling_goes_on
     assert f"skipped update {alone}: the client cannot decode it" in logs
     assert f"skipped update {mixed}: the client cannot decode it" in logs
     assert "Failed to fetch updates" not in logs
+
+
+async def test_a_lone_surrogate_in_a_text_is_replaced_and_the_message_answered(
+    app: InProcessBot, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """A message text holding a lone UTF-16 surrogate (valid JSON, ``"\\ud800"``; no
+    client sends one, a crafted update can) is answered: the surrogate reaches the model
+    as U+FFFD, not "Something went wrong", and no traceback is logged."""
+    mark = fake_telegram.mark()
+    fake_telegram.inject_message(72, "hello \ud800 there")
+    [reply] = await fake_telegram.wait_sent(72, since=mark)
+    assert "went wrong" not in reply.text, reply.text
+    [request] = fake_providers.requests
+    turn = request.body["messages"][-1]["content"]
+    assert "hello \ufffd there" in turn, turn
+    assert "Traceback" not in app.logs() and "unhandled error" not in app.logs()

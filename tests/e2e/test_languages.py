@@ -66,3 +66,19 @@ async def test_each_language_sets_and_answers_in_itself(
     local = {c["command"]: c["description"] for c in fake_telegram.commands(language_code=language)}
     assert local.keys() == english.keys() and "persona" in local
     assert all(local[c] != english[c] for c in ("help", "reset", "persona"))
+
+
+async def test_an_unknown_language_code_is_named_and_the_known_ones_listed(
+    app_factory: AppFactory, bot_env: dict[str, str], fake_telegram: FakeTelegram
+) -> None:
+    """/lang xx says that xx is not a language the bot speaks and lists the seven codes
+    (it answered the bare /lang listing, as if no code were given); the language stays."""
+    bot = app_factory(env=bot_env)
+    await bot.start()
+    said = await reply_to(fake_telegram, "/lang xx")
+    assert said.startswith("Unknown language code: xx."), said
+    assert all(f"{code} ({name})" in said for code, name in LANGUAGE_NAMES.items())
+    said = await reply_to(fake_telegram, "/lang x\u202ey")
+    assert "x<U+202E>y" in said and "\u202e" not in said, said
+    assert (await reply_to(fake_telegram, "/help")).startswith("Just write")
+    assert await bot.stop() == 0

@@ -214,6 +214,24 @@ async def test_a_bad_plans_file_exits_2_in_one_line(
     assert "PLANS_FILE" in lines[0] and "'gold'" in lines[0] and "'day_usd'" in lines[0]
 
 
+async def test_a_plan_title_with_a_bidi_override_exits_2_in_one_line(
+    bot_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A title holding U+202E (it would show /me's and /plan list's line reversed) or a
+    line break: exit 2 in one line naming the plan, the field and the character, as
+    every other bad value of the file."""
+    for title, shown in (('"Gold\u202e"', "<U+202E>"), ('"Gold\\nline"', "<U+000A>")):
+        plans = tmp_path / "plans.toml"
+        plans.write_text(f'default = "free"\n[free]\n[gold]\ntitle = {title}\n', encoding="utf-8")
+        env = dict(bot_env, PLANS_FILE=str(plans), LOG_LEVEL="INFO")
+        code, output = await run_bot_to_exit(env, tmp_path)
+        assert code == 2, output
+        lines = [line for line in output.splitlines() if line.strip()]
+        assert len(lines) == 1, output
+        assert "'gold'" in lines[0] and "'title'" in lines[0] and shown in lines[0], lines[0]
+        assert "\u202e" not in output
+
+
 async def test_a_plan_without_media_is_told_so_before_a_link_is_fetched(
     app_factory: AppFactory,
     fake_telegram: FakeTelegram,

@@ -16,7 +16,9 @@ and the speech-to-text endpoints ``/openai/v1/audio/transcriptions`` (Groq) and
 :attr:`FakeProviders.transcriptions`, answered in each provider's shape
 (:mod:`tests.support.provider_media`), scripted with the same queues (``{"status": 429,
 "retry_after": "5"}``, ``{"text": "heard", "duration": 7.2}``, ``{"raw_body": ...}``,
-``{"delay_s": …}``, ``{"gate": …}``). Chat requests may carry ``image_url`` content
+``{"delay_s": …}``, ``{"gate": …}``); the target ``"groq:audio"`` (``"mistral:audio"``)
+is looked at first, so a transcription can be scripted apart from chat requests
+(``default("groq:audio", {"delay_s": 2})``). Chat requests may carry ``image_url`` content
 parts: they are decoded and recorded (:attr:`FakeProviders.images`), billed as each
 provider's documented image-token formula on their dimensions (``"image_tokens"``
 overrides), and refused with a 400 by a model that is not a vision model, as real
@@ -510,7 +512,7 @@ class FakeProviders:
                 provider, key, fields, file_name, content_type, data, self._clock.monotonic()
             )
         )
-        step = self._next_step(provider, key)
+        step = self._next_step(provider, key, f"{provider}:audio")
         if step.get("gate"):
             await self._gate(str(step["gate"])).wait()
         if step.get("delay_s"):
@@ -524,12 +526,15 @@ class FakeProviders:
             return web.Response(text=body, headers=headers, content_type=content_type.split(";")[0])
         return web.json_response(body, headers=headers)
 
-    def _next_step(self, provider: str, key: str) -> dict[str, Any]:
-        for target in (key, provider):
+    def _next_step(self, provider: str, key: str, first: str = "") -> dict[str, Any]:
+        """The next scripted step: ``first`` (e.g. ``"groq:audio"``, the transcription
+        endpoint's own target), then the key's, then the provider's; then their defaults."""
+        targets = (first, key, provider) if first else (key, provider)
+        for target in targets:
             queue = self._state.scripts.get(target)
             if queue:
                 return queue.popleft()
-        for target in (key, provider):
+        for target in targets:
             if target in self._state.defaults:
                 return dict(self._state.defaults[target])
         return {}

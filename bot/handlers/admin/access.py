@@ -76,6 +76,8 @@ async def on_allow(
     access.changed()
     what = f"group {subject}" if subject < 0 else f"user {subject}"
     note = "" if access.allowlist else " (ACCESS_MODE is open: everyone not banned may write)"
+    if subject in (await access.lists()).banned:
+        note += f" It is banned: still refused until /unban {subject}."
     await reply(bot, message, f"{what} is allowed{'' if new else ' already'}.{note}", clock)
 
 
@@ -149,12 +151,22 @@ async def on_access(message: Message, bot: Bot, clock: Clock, access: AccessBook
     lists = await access.lists()
     mode = "allowlist" if access.allowlist else "open"
     lines = [f"🔐 ACCESS_MODE={mode}"]
+    banned = {user for user, _ in counts.banned}
+    # a ban wins over every allow: a runtime allow of a banned user lets nobody in
+    refused = sum(user in banned for user in counts.allowed_users)
+    note = f", {refused} of them banned: still refused" if refused else ""
     lines.append(
-        f"Allowed users: {len(lists.users)} ({len(counts.allowed_users)} at runtime); "
+        f"Allowed users: {len(lists.users)} ({len(counts.allowed_users)} at runtime{note}); "
         f"allowed groups: {len(lists.chats)} ({len(counts.allowed_chats)} at runtime)"
     )
     if counts.allowed_users:
-        lines.append("• users: " + ", ".join(map(str, counts.allowed_users[:50])))
+        lines.append(
+            "• users: "
+            + ", ".join(
+                f"{user} (banned: still refused)" if user in banned else str(user)
+                for user in counts.allowed_users[:50]
+            )
+        )
     if counts.allowed_chats:
         lines.append("• groups: " + ", ".join(map(str, counts.allowed_chats[:50])))
     if counts.pending:
