@@ -35,7 +35,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.bot import ADMIN, PROBE, SEQUENTIAL, Driver, Phase, ms, pct, start
+from bench.bot import ADMIN, PROBE, SEQUENTIAL, Driver, Phase, start
+from bench.lag import ms, pct
 from bench.media import VOICE, one_megabyte_docx
 from tests.support.documents import text_pdf
 from tests.support.harness import BotProcess, bot_environment
