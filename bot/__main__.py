@@ -94,7 +94,15 @@ def main() -> int:
     import os
 
     from bot.settings import misspelt_settings
-    from bot.settings.typos import limits_money
+    from bot.settings.typos import limits_money, unknown_money_names
+
+    for name in unknown_money_names(os.environ):  # a limit under a name no setting has
+        print(
+            f"kopek: configuration error: {name} is not a setting (a limit under a wrong"
+            " name would leave the bot without it; the limits are in docs/configuration.md)",
+            file=sys.stderr,
+        )
+        return 2
 
     for name, meant in misspelt_settings(os.environ):  # ignored by the settings: say so
         if limits_money(meant):  # without it the bot would spend with no such limit

@@ -20,7 +20,7 @@ from dotenv import dotenv_values
 
 from bot.settings.env import Settings
 
-__all__ = ["limits_money", "misspelt_settings"]
+__all__ = ["limits_money", "misspelt_settings", "unknown_money_names"]
 
 
 def limits_money(setting: str) -> bool:
@@ -61,3 +61,24 @@ def misspelt_settings(
         if close:
             found.append((name, close[0]))
     return sorted(found)
+
+
+def unknown_money_names(
+    environ: Mapping[str, str], env_file: Path | None = Path(".env")
+) -> list[str]:
+    """Names in ``environ`` or ``env_file`` shaped like a money limit (:func:`limits_money`:
+    ``BUDGET_*``, ``OPERATION_*``, ``*_USD``) that are no setting and close to none
+    (``USER_DAILY_LIMIT_USD`` for ``BUDGET_USER_DAILY_USD``): the operator meant a limit
+    the settings would not see. Returns them sorted; the close ones are
+    :func:`misspelt_settings`'s."""
+    fields = [name.upper() for name in Settings.model_fields]
+    names = set(environ)
+    if env_file is not None:
+        names |= _env_file_names(env_file)
+    return sorted(
+        name
+        for name in names
+        if limits_money(name)
+        and name.upper() not in fields
+        and not difflib.get_close_matches(name.upper(), fields, n=1, cutoff=0.8)
+    )

@@ -91,6 +91,32 @@ def test_a_misspelt_limit_stops_the_start_in_one_line(tmp_path: Path) -> None:
     ]
 
 
+def test_a_limit_under_a_name_no_setting_has_stops_the_start(tmp_path: Path) -> None:
+    """``USER_DAILY_LIMIT_USD=1`` in ``.env`` (meant ``BUDGET_USER_DAILY_USD``, and too far
+    from it for a "did you mean") would start a bot with no user limit: exit 2, one line."""
+    (tmp_path / ".env").write_text("USER_DAILY_LIMIT_USD=1\n", encoding="utf-8")
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "BOT_TOKEN": "123456:" + "A" * 35,
+        "GROQ_API_KEY": "gsk_test",
+        "DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'k.db'}",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "bot"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "kopek: configuration error: USER_DAILY_LIMIT_USD is not a setting (a limit under a"
+        " wrong name would leave the bot without it; the limits are in docs/configuration.md)"
+    ]
+
+
 @pytest.mark.parametrize(
     ("setting", "limits"),
     [
