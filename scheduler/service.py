@@ -3,7 +3,9 @@
 Every method returns a value the bot renders with its templates; nothing here builds
 user-facing text. A channel is checked at /sub time (its preview page is fetched once):
 a channel without a public preview is refused with ``no_preview`` instead of producing
-empty digests later; a feed URL passes the address guard (``refused_address``).
+empty digests later; a feed URL passes the address guard (``refused_address``;
+``unresolved`` when its host resolves to no address: the guard fails closed, and the
+reply says why).
 
 Look-ups are bounded: each user may make ``lookups_per_window`` source look-ups (fetches
 at /sub time) per ``lookup_window_s`` seconds (``rate_limited`` beyond, with the seconds
@@ -163,6 +165,8 @@ class DigestService:
             return SubscribeStatus.OK, feed.title
         except RefusedAddress as exc:
             log.info("sub.refused_address source=%s: %s", ref.key, exc)
+            if exc.host and not exc.address:  # the name resolved to nothing (DNS)
+                return SubscribeStatus.UNRESOLVED, ""
             return SubscribeStatus.REFUSED_ADDRESS, ""
         except NoPublicPreview:
             return SubscribeStatus.NO_PREVIEW, ""
@@ -178,7 +182,8 @@ class DigestService:
 
         Returns:
             ``ok`` (with the title), ``already``, ``invalid``, ``no_preview``,
-            ``refused_address``, ``too_many`` (with ``limit``), ``unavailable`` or
+            ``refused_address``, ``unresolved`` (the feed's host resolved to no
+            address), ``too_many`` (with ``limit``), ``unavailable`` or
             ``rate_limited`` (with ``retry_after_s``). A failure may come from the
             negative cache (no fetch).
 

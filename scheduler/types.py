@@ -305,6 +305,7 @@ class SubscribeStatus(StrEnum):
     INVALID = "invalid"  # not a channel name or http(s) feed URL
     NO_PREVIEW = "no_preview"  # channel without public preview / not a readable feed
     REFUSED_ADDRESS = "refused_address"  # feed URL to a non-public address (SSRF guard)
+    UNRESOLVED = "unresolved"  # the feed's host name resolved to no address (guard fails closed)
     TOO_MANY = "too_many"  # the user has reached the subscription limit
     UNAVAILABLE = "unavailable"  # the source could not be fetched right now; try later
     NOT_SUBSCRIBED = "not_subscribed"  # /unsub of something the user does not follow

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from aiogram import Bot, F, Router
 from aiogram.filters import Command, CommandObject
 from aiogram.types import Message
@@ -13,6 +15,7 @@ from bot.chat.plans import UserPlans
 from bot.middlewares.context import UserContext
 from bot.text.access import plan_feature_text
 from budget.kernel.clock import Clock
+from budget.kernel.shown import echoed
 from scheduler.service import DigestService
 from scheduler.types import SubscribeResult, SubscribeStatus
 
@@ -36,6 +39,12 @@ def subscribe_text(result: SubscribeResult, *, unsubscribing: bool = False) -> s
         )
     if s is SubscribeStatus.REFUSED_ADDRESS:
         return _("This address is not allowed: feeds must be on public internet hosts.")
+    if s is SubscribeStatus.UNRESOLVED:
+        host = urlsplit(result.source.key).hostname if result.source else None
+        return _(
+            "I could not resolve the host {host}, so nothing was subscribed. "
+            "Please try again later or check the address."
+        ).format(host=echoed(host or name))
     if s is SubscribeStatus.TOO_MANY:
         return ngettext(
             "You have reached the limit of {limit} subscription.",

@@ -218,3 +218,19 @@ async def test_sub_refuses_private_addresses_and_channels_without_preview(
     assert "@opennews" in subs and "closedclub" not in subs
     assert "Unsubscribed" in await _ask(fake_telegram, 57, "/unsub @opennews")
     await bot.stop()
+
+
+async def test_sub_of_a_host_that_does_not_resolve_says_so_not_that_it_is_forbidden(
+    app_factory: AppFactory, fake_telegram: FakeTelegram
+) -> None:
+    """A feed whose host name resolves to nothing (``.invalid`` never does, RFC 6761) is
+    refused, fail closed, with a sentence that says so: not the private-address one, which
+    would tell a user in a DNS outage that a valid feed is forbidden. Nothing is stored."""
+    bot = app_factory()
+    await bot.start()
+    await _ask(fake_telegram, 58, "/digest_off")
+    reply = await _ask(fake_telegram, 58, "/sub https://feeds.nosuchhost.invalid/rss.xml")
+    assert "could not resolve" in reply and "feeds.nosuchhost.invalid" in reply
+    assert "nothing was subscribed" in reply.lower() and "not allowed" not in reply
+    assert "feeds.nosuchhost.invalid" not in await _ask(fake_telegram, 58, "/subs")
+    await bot.stop()
