@@ -32,8 +32,10 @@ _ID = re.compile(r"-?[0-9]{1,19}")
 _MAX_ID = 2**52
 
 
-def _ids(value: object, name: str, *, negative: bool) -> object:
-    """A comma-separated list of ids as written → a frozenset of ints."""
+def _ids(value: object, name: str, *, chats: bool) -> object:
+    """A comma-separated list of ids as written → a frozenset of ints: of users
+    (positive) or, ``chats``, of groups, supergroups and channels (negative: Telegram
+    gives a chat other than a private one a negative id; a positive one is a person's)."""
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str):
@@ -41,7 +43,12 @@ def _ids(value: object, name: str, *, negative: bool) -> object:
     error = f"{name} must be comma-separated Telegram ids (digits, '-' for groups)"
     ids = comma_ids(value, _ID, error, longest=20)
     for i in sorted(ids):
-        if i == 0 or abs(i) > 2**63 - 1 or (i < 0 and not negative):
+        if chats and i > 0:
+            raise ValueError(
+                f"{name} contains {str(i)[:24]}, which is a user's id: group and channel ids"
+                " are negative (a person goes in ALLOWED_USER_IDS)"
+            )
+        if i == 0 or abs(i) > 2**63 - 1 or (i < 0 and not chats):
             raise ValueError(f"{name} contains {str(i)[:24]}, which is no Telegram user id")
         if i in SERVICE_USER_IDS:
             raise ValueError(f"{name} contains {i} ({SERVICE_USER_IDS[i]}): it is not one person")
@@ -50,13 +57,17 @@ def _ids(value: object, name: str, *, negative: bool) -> object:
 
 def parse_user_ids(value: object) -> object:
     """``ALLOWED_USER_IDS`` (``"42, 7"``) → a frozenset of positive user ids."""
-    return _ids(value, "ALLOWED_USER_IDS", negative=False)
+    return _ids(value, "ALLOWED_USER_IDS", chats=False)
 
 
 def parse_chat_ids(value: object) -> object:
     """``ALLOWED_CHAT_IDS`` (``"-1001234567890, -42"``) → a frozenset of chat ids (groups
-    and supergroups are negative)."""
-    return _ids(value, "ALLOWED_CHAT_IDS", negative=True)
+    and supergroups are negative; a positive id is refused).
+
+    Raises:
+        ValueError: not a list of ids, or an id that is 0, positive or out of range.
+    """
+    return _ids(value, "ALLOWED_CHAT_IDS", chats=True)
 
 
 #: Each id-list setting's parser, by field name.

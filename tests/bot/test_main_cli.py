@@ -7,8 +7,6 @@ misspelt setting that limits money refuses the start too.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import pytest
 
 from bot.__main__ import COMMANDS, _parse, main
 from bot.settings.typos import limits_money
+from tests.support.bot_cli import start_bot_with_env
 
 
 @pytest.mark.parametrize(
@@ -68,24 +67,9 @@ def test_a_misspelt_limit_stops_the_start_in_one_line(tmp_path: Path) -> None:
     """``BUGDET_GLOBAL_DAILY_USD=5`` (meant ``BUDGET_GLOBAL_DAILY_USD``) would start a bot
     with no global limit: ``python -m bot`` exits 2 with one line naming both; a typo of
     a setting that limits no money is only logged."""
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "BOT_TOKEN": "123456:" + "A" * 35,
-        "GROQ_API_KEY": "gsk_test",
-        "DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'k.db'}",
-        "BUGDET_GLOBAL_DAILY_USD": "5",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "bot"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = start_bot_with_env(tmp_path, {"BUGDET_GLOBAL_DAILY_USD": "5"})
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [
+    assert done.stderr_lines == [
         "kopek: configuration error: BUGDET_GLOBAL_DAILY_USD is not a setting: did you mean "
         "BUDGET_GLOBAL_DAILY_USD? (a misspelt limit would leave the bot without it)"
     ]
@@ -95,26 +79,33 @@ def test_a_limit_under_a_name_no_setting_has_stops_the_start(tmp_path: Path) -> 
     """``USER_DAILY_LIMIT_USD=1`` in ``.env`` (meant ``BUDGET_USER_DAILY_USD``, and too far
     from it for a "did you mean") would start a bot with no user limit: exit 2, one line."""
     (tmp_path / ".env").write_text("USER_DAILY_LIMIT_USD=1\n", encoding="utf-8")
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "BOT_TOKEN": "123456:" + "A" * 35,
-        "GROQ_API_KEY": "gsk_test",
-        "DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'k.db'}",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "bot"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = start_bot_with_env(tmp_path, {})
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [
+    assert done.stderr_lines == [
         "kopek: configuration error: USER_DAILY_LIMIT_USD is not a setting (a limit under a"
         " wrong name would leave the bot without it; the limits are in docs/configuration.md)"
     ]
+
+
+@pytest.mark.parametrize(("value", "named"), [("42", "42"), ("-1001234567890, 77", "77")])
+def test_a_user_id_among_the_chat_ids_stops_the_start_in_one_line(
+    tmp_path: Path, value: str, named: str
+) -> None:
+    """A group, supergroup or channel id is negative (docs/configuration.md): a positive
+    id in ``ALLOWED_CHAT_IDS`` is a person's, and would let that person in privately in
+    allowlist mode. Refused like ``ALLOWED_USER_IDS=-5``: exit 2, one line."""
+    done = start_bot_with_env(tmp_path, {"ACCESS_MODE": "allowlist", "ALLOWED_CHAT_IDS": value})
+    assert done.returncode == 2, done.output
+    [line] = done.stderr_lines
+    assert "ALLOWED_CHAT_IDS" in line and f" {named}," in line and "ALLOWED_USER_IDS" in line
+    assert not done.database.exists()
+
+
+def test_a_chat_id_among_the_user_ids_stops_the_start_in_one_line(tmp_path: Path) -> None:
+    done = start_bot_with_env(tmp_path, {"ALLOWED_USER_IDS": "-5"})
+    assert done.returncode == 2
+    [line] = done.stderr_lines
+    assert "ALLOWED_USER_IDS" in line and "-5" in line
 
 
 @pytest.mark.parametrize(

@@ -4,15 +4,13 @@ by ``python -m bot`` with exit 2 and one line naming the setting."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from bot.settings import Settings
+from tests.support.bot_cli import TOKEN, start_bot_with_env
 
 _ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,28 +33,12 @@ def test_infinite_seconds_are_refused(field: str, value: str) -> None:
 
 
 def test_python_m_bot_exits_2_naming_hold_ttl_seconds(tmp_path: Path) -> None:
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "BOT_TOKEN": "123456:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
-        "GROQ_API_KEY": "gsk_trial",
-        "HOLD_TTL_SECONDS": "inf",
-        "DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'kopek.db'}",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "bot"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = start_bot_with_env(tmp_path, {"HOLD_TTL_SECONDS": "inf"})
     assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1
-    assert "HOLD_TTL_SECONDS" in lines[0]
-    assert "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA" not in done.stderr + done.stdout
-    assert not (tmp_path / "kopek.db").exists()
+    [line] = done.stderr_lines
+    assert "HOLD_TTL_SECONDS" in line
+    assert TOKEN.split(":")[1] not in done.output
+    assert not done.database.exists()
 
 
 @pytest.mark.parametrize("ids", ["42, -1001234567890", "-5"])

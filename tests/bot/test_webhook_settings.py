@@ -6,9 +6,6 @@ exit 2."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +14,7 @@ from pydantic import ValidationError
 
 from bot.ops.logs import redact
 from bot.settings import Settings, misspelt_settings
+from tests.support.bot_cli import start_bot_with_env
 
 _ROOT = Path(__file__).resolve().parents[2]
 SECRET = "s3cret-token_for-the-webhook-0123"
@@ -105,28 +103,12 @@ def test_python_m_bot_exits_2_on_a_bad_webhook_secret_in_one_line(tmp_path: Path
     """A secret outside Telegram's alphabet is one line naming WEBHOOK_SECRET, exit 2,
     before anything is created, and the value is not printed."""
     bad = "not allowed: spaces and ! 1234567"
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "BOT_TOKEN": "123456:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
-        "GROQ_API_KEY": "gsk_trial",
-        "WEBHOOK_URL": "https://bot.example.org/tg",
-        "WEBHOOK_SECRET": bad,
-        "DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'kopek.db'}",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "bot"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = start_bot_with_env(tmp_path, {"WEBHOOK_URL": HOOK, "WEBHOOK_SECRET": bad})
     assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "WEBHOOK_SECRET" in lines[0], done.stderr
-    assert bad not in done.stderr + done.stdout
-    assert not (tmp_path / "kopek.db").exists()
+    [line] = done.stderr_lines
+    assert "WEBHOOK_SECRET" in line, done.output
+    assert bad not in done.output
+    assert not done.database.exists()
 
 
 def test_every_webhook_setting_is_in_env_example() -> None:
