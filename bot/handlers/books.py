@@ -435,7 +435,7 @@ async def on_prices(message: Message, bot: Bot, clock: Clock, books: BooksDesk) 
         found = books.stale(key, model)
         if found is not None and tier == "paid":
             lines.append(
-                f"  ⚠️ stale: {found.line} (reconcile of {found.file_name}, "
+                f"  ⚠️ stale: {found.line} (reconcile of {echoed(found.file_name, 128)}, "
                 f"{found.found_at:%Y-%m-%d %H:%M} UTC)"
             )
     await _reply(bot, message, "\n".join(lines), clock)

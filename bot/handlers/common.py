@@ -38,7 +38,7 @@ def canonical_zone(name: str) -> str | None:
 
 async def on_start(message: Message, bot: Bot, clock: Clock) -> None:
     """/start: the greeting."""
-    name = message.from_user.first_name if message.from_user else ""
+    name = echoed(message.from_user.first_name) if message.from_user else ""
     await send_text(bot, message.chat.id, templates.start_text(name), clock=clock)
 
 

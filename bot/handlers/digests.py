@@ -21,10 +21,15 @@ from scheduler.types import SubscribeResult, SubscribeStatus
 
 __all__ = ["create_digest_router", "subscribe_text"]
 
+#: The most characters of a source's title or address quoted in a reply.
+_SHOWN = 256
+
 
 def subscribe_text(result: SubscribeResult, *, unsubscribing: bool = False) -> str:
     """The reply to /sub or /unsub."""
-    name = result.title or (result.source.display if result.source else "")
+    # a channel's or feed's title is its owner's choice: quoted as a value (no bidi
+    # override or control character reaches the chat as it is)
+    name = echoed(result.title or (result.source.display if result.source else ""), _SHOWN)
     s = result.status
     if s is SubscribeStatus.OK:
         if unsubscribing:
@@ -44,7 +49,7 @@ def subscribe_text(result: SubscribeResult, *, unsubscribing: bool = False) -> s
         return _(
             "I could not resolve the host {host}, so nothing was subscribed. "
             "Please try again later or check the address."
-        ).format(host=echoed(host or name))
+        ).format(host=echoed(host) if host else name)
     if s is SubscribeStatus.TOO_MANY:
         return ngettext(
             "You have reached the limit of {limit} subscription.",
@@ -121,7 +126,7 @@ async def on_subs(
         lines = [_("Your subscriptions:")]
         for sub in subs:
             lost = _(" (no public preview now)") if sub.preview_lost else ""
-            title = f" — {sub.title}" if sub.title else ""
+            title = f" — {echoed(sub.title, _SHOWN)}" if sub.title else ""
             lines.append(f"• {sub.source.display}{title}{lost}")
         text = "\n".join(lines)
     await send_text(bot, message.chat.id, text, clock=clock)

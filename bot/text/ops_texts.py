@@ -19,6 +19,7 @@ from bot.ops.kpis import Kpis, uptime_text
 from bot.ops.reconciliations import LastReconciliation
 from bot.ops.reports import SpendReport
 from bot.text.templates import format_reset
+from budget.kernel.shown import echoed
 from budget.policy.money import usd
 from budget.policy.windows import zone
 from budget.types import Level, Window
@@ -196,7 +197,7 @@ def _reconciliation_lines(last: list[LastReconciliation], tz: str) -> list[str]:
                 at=f"{rec.at.astimezone(zone(tz)):%Y-%m-%d %H:%M} {tz}",
                 start=f"{rec.start.astimezone(UTC):%Y-%m-%d %H:%M}",
                 end=f"{rec.end.astimezone(UTC):%Y-%m-%d %H:%M}",
-                file=rec.file_name,
+                file=echoed(rec.file_name, 128),  # the uploader's name for it
                 result=result,
                 ledger=usd(rec.ledger_musd),
                 export=usd(rec.export_musd),
