@@ -15,6 +15,8 @@ import re
 import secrets
 from dataclasses import dataclass
 
+from budget.kernel.shown import echoed
+
 __all__ = [
     "CODE_LENGTH",
     "InviteTerms",
@@ -24,6 +26,7 @@ __all__ = [
     "new_code",
     "parse_invite_args",
     "parse_ttl",
+    "ttl_problem",
 ]
 
 #: Characters of a code made here.
@@ -67,6 +70,47 @@ def parse_ttl(text: str) -> int | None:
     return hours if hours <= MAX_TTL_HOURS else None
 
 
+_SIGNED_TTL = re.compile(r"[-+]?[0-9]+[hdw]")
+_SIGNED_COUNT = re.compile(r"-[0-9]+")
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+
+
+def ttl_problem(text: str) -> str | None:
+    """Why ``text``, shaped like a duration (``-5h``, ``0d``, ``9999w``), is none
+    :func:`parse_ttl` takes; ``None``: it is not shaped like one (or it is fine)."""
+    if not text.isascii() or not _SIGNED_TTL.fullmatch(text) or parse_ttl(text) is not None:
+        return None
+    if text.startswith("-") or int(text.lstrip("+-")[:-1]) == 0:
+        return f"'{text}': a duration is positive, like 12h, 7d or 2w."
+    return f"'{text}' is longer than a year, the most a duration may be."
+
+
+def _invite_problem(arg: str, plans: frozenset[str], seen: set[str]) -> str:
+    """Why one ``/invite`` argument was refused (a sentence naming it); ``seen``: the
+    kinds of argument (``uses``, ``plan``, ``ttl``) already read."""
+    known = ", ".join(sorted(plans))
+    shown = echoed(arg, 40)
+    counted = arg.isascii() and arg.isdigit()
+    again = (
+        (counted and "uses" in seen)
+        or (arg in plans and "plan" in seen)
+        or (parse_ttl(arg) is not None and "ttl" in seen)
+    )
+    if again:
+        return f"'{shown}': /invite takes one count of uses, one plan and one duration."
+    if counted or (arg.isascii() and _SIGNED_COUNT.fullmatch(arg)):
+        return f"An invite has at least 1 and at most {MAX_USES} uses, not {shown}."
+    problem = ttl_problem(arg)
+    if problem is not None:
+        return problem
+    if _NAME.fullmatch(arg):
+        return f"No plan '{shown}'; the plans are {known}."
+    return (
+        f"Usage: /invite [uses] [plan] [ttl], e.g. /invite 5 pro 7d"
+        f" (plans: {known}; ttl like 12h, 7d or 2w, at most a year)."
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class InviteTerms:
     """What ``/invite`` asked for: uses, plan (``None``: the default) and hours."""
@@ -87,9 +131,9 @@ def parse_invite_args(
         hours = parse_ttl(arg)
         if arg.isascii() and arg.isdigit() and "uses" not in seen:
             uses = int(arg)
-            seen.add("uses")
             if not 1 <= uses <= MAX_USES:
-                return f"An invite has 1 to {MAX_USES} uses."
+                return _invite_problem(arg, plans, seen)
+            seen.add("uses")
         elif arg in plans and "plan" not in seen:
             plan = arg
             seen.add("plan")
@@ -97,9 +141,5 @@ def parse_invite_args(
             ttl = hours
             seen.add("ttl")
         else:
-            known = ", ".join(sorted(plans))
-            return (
-                f"Usage: /invite [uses] [plan] [ttl], e.g. /invite 5 pro 7d"
-                f" (plans: {known}; ttl like 12h, 7d or 2w, at most a year)."
-            )
+            return _invite_problem(arg, plans, seen)
     return InviteTerms(uses, plan, ttl)

@@ -10,7 +10,7 @@ from aiogram import Bot
 from aiogram.filters import CommandObject
 from aiogram.types import Message
 
-from bot.access.invites import parse_ttl
+from bot.access.invites import parse_ttl, ttl_problem
 from bot.chat.plans import UserPlans
 from bot.handlers.admin.base import USER_ID_RULE, AdminView, parse_user_id, reply
 from budget.kernel.clock import Clock
@@ -43,6 +43,24 @@ def parse_until(text: str, now: datetime, tz: str) -> datetime | None:
             return None
         until = now + timedelta(hours=hours)
     return until if until > now else None
+
+
+def until_problem(text: str, now: datetime, tz: str) -> str:
+    """Why :func:`parse_until` took no end from ``text``: a sentence naming it."""
+    shown = echoed(text, 40)
+    if _DATE.fullmatch(text):
+        try:
+            day = date.fromisoformat(text)
+        except ValueError:
+            return f"'{shown}' is no calendar date (YYYY-MM-DD)."
+        start = local_instant(day, time(0, 0), ZoneInfo(tz))
+        return (
+            f"{day:%Y-%m-%d} is in the past: a plan ends at that day's midnight ({tz}),"
+            f" and it is {now.astimezone(ZoneInfo(tz)):%Y-%m-%d %H:%M} there now."
+            if start <= now
+            else PLAN_USAGE
+        )
+    return ttl_problem(text) or PLAN_USAGE
 
 
 def _limits(plan: Plan) -> str:
@@ -101,7 +119,7 @@ async def on_plan(
     if len(args) == 3:
         until = parse_until(args[2], clock.now(), settings_view.tz)
         if until is None:
-            await reply(bot, message, PLAN_USAGE, clock)
+            await reply(bot, message, until_problem(args[2], clock.now(), settings_view.tz), clock)
             return
     by = message.from_user.id if message.from_user else None
     await ledger.set_plan(uid, name, until=until, by=by)

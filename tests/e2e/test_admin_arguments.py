@@ -1,0 +1,53 @@
+"""An admin command with a wrong argument says what is wrong with it, through the real
+bot: not only the usage line, and nothing is created or stored."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from tests.support.inprocess import AppFactory, InProcessBot
+from tests.support.telegram import FakeTelegram
+
+ADMIN = 1
+
+
+async def _ask(tg: FakeTelegram, text: str) -> str:
+    mark = tg.mark()
+    tg.inject_message(ADMIN, text)
+    [reply] = await tg.wait_sent(ADMIN, since=mark, timeout=20)
+    return reply.text
+
+
+def _count(bot_env: dict[str, str], sql: str) -> int:
+    path = Path(bot_env["DATABASE_URL"].split("///", 1)[1])
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute(sql).fetchone()[0])
+
+
+async def _start(app_factory: AppFactory, bot_env: dict[str, str]) -> InProcessBot:
+    bot = app_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN), ACCESS_MODE="allowlist"))
+    await bot.start()
+    return bot
+
+
+async def test_invite_and_plan_say_which_argument_is_wrong(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+) -> None:
+    await _start(app_factory, bot_env)
+    unknown = await _ask(fake_telegram, "/invite 2 nosuchplan")
+    assert "No plan 'nosuchplan'" in unknown and "pro" in unknown, unknown
+    negative = await _ask(fake_telegram, "/invite 3 pro -5h")
+    assert "-5h" in negative and "positive" in negative, negative
+    below = await _ask(fake_telegram, "/invite -1")
+    assert "-1" in below and "at least 1" in below, below
+    zero = await _ask(fake_telegram, "/invite 0")
+    assert "at least 1" in zero, zero
+    assert _count(bot_env, "SELECT COUNT(*) FROM access_invites") == 0
+    past = await _ask(fake_telegram, "/plan 42 pro 2020-01-01")
+    assert "2020-01-01" in past and "in the past" in past, past
+    minus = await _ask(fake_telegram, "/plan 42 pro -30d")
+    assert "-30d" in minus and "positive" in minus, minus
+    assert "No plan 'gold'" in await _ask(fake_telegram, "/plan 42 gold")
+    me = await _ask(fake_telegram, "/plan list")
+    assert "pro" in me
