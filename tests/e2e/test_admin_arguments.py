@@ -51,3 +51,19 @@ async def test_invite_and_plan_say_which_argument_is_wrong(
     assert "No plan 'gold'" in await _ask(fake_telegram, "/plan 42 gold")
     me = await _ask(fake_telegram, "/plan list")
     assert "pro" in me
+
+
+async def test_a_limit_for_a_team_that_does_not_exist_is_refused_and_nothing_stored(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+) -> None:
+    """A limit nobody is under, that no command shows, would be a typo kept silently."""
+    await _start(app_factory, bot_env)
+    before = _count(bot_env, "SELECT COUNT(*) FROM budget_limits")
+    refused = await _ask(fake_telegram, "/limit team nope day 1")
+    assert "No team named nope" in refused and "/team nope add" in refused, refused
+    assert _count(bot_env, "SELECT COUNT(*) FROM budget_limits") == before
+    assert "is in team ops" in await _ask(fake_telegram, "/team ops add 42")
+    with_one = await _ask(fake_telegram, "/limit team nope day 1")
+    assert "the teams are ops" in with_one, with_one
+    assert "Limit set: team ops day = $1.00" in await _ask(fake_telegram, "/limit team ops day 1")
+    assert _count(bot_env, "SELECT COUNT(*) FROM budget_limits") == before + 1

@@ -122,16 +122,28 @@ async def on_limit(
     if isinstance(change, str):
         await reply(bot, message, change, clock)
         return
+    if change.level is Level.TEAM and change.amount_musd is not None:
+        teams = await ledger.teams()
+        if change.scope not in teams:
+            # a typo in the name would store a limit nobody is under, that nothing shows
+            await reply(bot, message, _no_team(change.scope, sorted(teams)), clock)
+            return
     by = message.from_user.id if message.from_user else None
     await ledger.set_limit(change.level, change.scope, change.window, change.amount_musd, by=by)
     what = f"{change.level.value}{' ' + change.scope if change.scope else ''} {change.window.value}"
     amount = usd(change.amount_musd) if change.amount_musd is not None else "off"
     lines = [f"Limit set: {what} = {amount}"]
-    if change.level is Level.TEAM and change.scope not in await ledger.teams():
-        # a typo in the name would otherwise leave a limit nobody is under, silently
-        lines.append(f"Team {change.scope} has no members yet: /team {change.scope} add USER_ID")
     lines += ["⚠️ " + w for w in await ledger.limit_warnings()]
     await reply(bot, message, "\n".join(lines), clock)
+
+
+def _no_team(name: str, teams: list[str]) -> str:
+    """The refusal of a limit for team ``name``, which has no members (valid name)."""
+    known = f"the teams are {', '.join(teams)}" if teams else "there are no teams yet"
+    return (
+        f"No team named {name} ({known}); nothing was stored. A team is made by adding"
+        f" its first member: /team {name} add USER_ID, then set its limit."
+    )
 
 
 async def on_team(
