@@ -67,3 +67,17 @@ async def test_a_limit_for_a_team_that_does_not_exist_is_refused_and_nothing_sto
     assert "the teams are ops" in with_one, with_one
     assert "Limit set: team ops day = $1.00" in await _ask(fake_telegram, "/limit team ops day 1")
     assert _count(bot_env, "SELECT COUNT(*) FROM budget_limits") == before + 1
+
+
+async def test_allow_and_plan_of_a_banned_user_name_the_user_and_say_it_is_still_refused(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+) -> None:
+    await _start(app_factory, bot_env)
+    assert "banned" in await _ask(fake_telegram, "/ban 77 spam")
+    allowed = await _ask(fake_telegram, "/allow 77")
+    assert "User 77 is banned: still refused until /unban 77." in allowed, allowed
+    assert " It " not in allowed
+    planned = await _ask(fake_telegram, "/plan 77 pro")
+    assert "User 77 is on pro" in planned
+    assert "User 77 is banned: still refused until /unban 77." in planned, planned
+    assert "banned" not in await _ask(fake_telegram, "/plan 78 pro")

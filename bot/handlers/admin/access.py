@@ -20,6 +20,7 @@ from budget.plans import Plans
 __all__ = [
     "ALLOW_USAGE",
     "BAN_USAGE",
+    "banned_note",
     "on_access",
     "on_allow",
     "on_ban",
@@ -76,9 +77,17 @@ async def on_allow(
     access.changed()
     what = f"group {subject}" if subject < 0 else f"user {subject}"
     note = "" if access.allowlist else " (ACCESS_MODE is open: everyone not banned may write)"
-    if subject in (await access.lists()).banned:
-        note += f" It is banned: still refused until /unban {subject}."
+    note += await banned_note(access, subject)
     await reply(bot, message, f"{what} is allowed{'' if new else ' already'}.{note}", clock)
+
+
+async def banned_note(access: AccessBook, subject: int) -> str:
+    """`` User 77 is banned: still refused until /unban 77.`` (a leading space) when
+    ``subject`` (a user id, or a group's when negative) is banned, else ``""``."""
+    if subject not in (await access.lists()).banned:
+        return ""
+    what = f"Group {subject}" if subject < 0 else f"User {subject}"
+    return f" {what} is banned: still refused until /unban {subject}."
 
 
 async def _one_id(

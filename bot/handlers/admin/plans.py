@@ -11,7 +11,9 @@ from aiogram.filters import CommandObject
 from aiogram.types import Message
 
 from bot.access.invites import parse_ttl, ttl_problem
+from bot.access.store import AccessBook
 from bot.chat.plans import UserPlans
+from bot.handlers.admin.access import banned_note
 from bot.handlers.admin.base import USER_ID_RULE, AdminView, parse_user_id, reply
 from budget.kernel.clock import Clock
 from budget.kernel.shown import echoed
@@ -97,8 +99,10 @@ async def on_plan(
     plans: Plans,
     settings_view: AdminView,
     user_plans: UserPlans | None = None,
+    access: AccessBook | None = None,
 ) -> None:
-    """/plan <user id> <plan | default> [until], /plan list."""
+    """/plan <user id> <plan | default> [until], /plan list (``access``: to say that a
+    banned user stays refused on any plan)."""
     args = (command.args or "").split()
     if args == ["list"]:
         await reply(bot, message, render_plans(plans), clock)
@@ -127,6 +131,9 @@ async def on_plan(
         user_plans.forget(uid)
     shown = name or f"the default plan ({plans.default})"
     end = "" if until is None else f" until {until:%Y-%m-%d %H:%M} UTC"
+    banned = "" if access is None else await banned_note(access, uid)
     lines = [f"User {uid} is on {shown}{end}; messages from now on are held on its limits."]
+    if banned:
+        lines.append(banned.strip())
     lines += ["⚠️ " + w for w in await ledger.limit_warnings()]
     await reply(bot, message, "\n".join(lines), clock)
