@@ -36,6 +36,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 
 from aiogram import Bot, F, Router
@@ -67,6 +68,7 @@ from budget.kernel.clock import Clock
 from budget.kernel.shown import echoed, scrubbed
 from budget.ledger import Ledger
 from budget.policy.money import usd_text
+from budget.pricing.rates import SPEECH_MODELS_PER_SECOND, ModelRates
 
 __all__ = [
     "BooksDesk",
@@ -417,6 +419,20 @@ async def _apply(
     await _reply(bot, message, result.text(), clock)
 
 
+#: The models whose "tokens" are audio seconds, whatever key serves them (a second
+#: Groq key's whisper too).
+_SPEECH_MODELS = frozenset(m.split(":", 1)[1] for m in SPEECH_MODELS_PER_SECOND)
+
+
+def _per_audio_time(rates: ModelRates) -> str:
+    """``$0.04 per hour of audio ($0.000667 per minute)``: a speech model's rate (USD per
+    1M audio seconds) as its provider states it, rounded to the µUSD."""
+    hourly = rates.input * 3600 / 1_000_000
+    minute = (hourly / 60).quantize(Decimal("0.000001")).normalize()
+    hour = hourly.quantize(Decimal("0.000001")).normalize()
+    return f"${hour:f} per hour of audio (${minute:f} per minute)"
+
+
 async def on_prices(message: Message, bot: Bot, clock: Clock, books: BooksDesk) -> None:
     """``/providers prices``: each model's price lines, their source, and the stale ones."""
     card = books.ledger.prices
@@ -429,7 +445,9 @@ async def on_prices(message: Message, bot: Bot, clock: Clock, books: BooksDesk) 
             lines.append(f"• {key}:{model} ({tier}): no list price")
             continue
         lines.append(
-            f"• {key}:{model} ({tier}): input ${rates.input}, cached input "
+            f"• {key}:{model} ({tier}): {_per_audio_time(rates)} — {price_source(rates)}"
+            if model in _SPEECH_MODELS
+            else f"• {key}:{model} ({tier}): input ${rates.input}, cached input "
             f"${rates.cached}, output ${rates.output} — {price_source(rates)}"
         )
         found = books.stale(key, model)

@@ -81,3 +81,17 @@ async def test_allow_and_plan_of_a_banned_user_name_the_user_and_say_it_is_still
     assert "User 77 is on pro" in planned
     assert "User 77 is banned: still refused until /unban 77." in planned, planned
     assert "banned" not in await _ask(fake_telegram, "/plan 78 pro")
+
+
+async def test_prices_of_a_speech_model_are_per_audio_time_and_rounded(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+) -> None:
+    """A speech model's "tokens" are audio seconds: its price is per hour and per minute
+    of audio, not $11.1111… per 1M tokens."""
+    await _start(app_factory, bot_env)
+    prices = await _ask(fake_telegram, "/providers prices")
+    whispers = [line for line in prices.splitlines() if "whisper" in line]
+    assert whispers, prices
+    for line in whispers:  # the second Groq key's whisper too
+        assert "$0.04 per hour of audio ($0.000667 per minute)" in line, line
+    assert "11.11" not in prices
