@@ -111,10 +111,12 @@ def duplicate_joined_text() -> str:
 
 
 def duplicate_recent_text() -> str:
-    """The same text again just after its answer: not answered (nor paid) again."""
+    """The same text again just after its answer: not answered (nor paid) again. Whether
+    a new answer would cost anything is not known here (the cascade picks a free or a
+    paid key when it is asked), so the sentence says only what is true of both."""
     return _(
-        "↩️ You asked this just now: the answer is above. Press the button to get a new "
-        "(paid) answer."
+        "↩️ You asked this just now: the answer is above. Press the button for a new "
+        "answer: it is a new request, charged as any question is."
     )
 
 

@@ -37,6 +37,8 @@ async def test_three_copies_at_once_one_request_one_answer_then_regenerate(
     fake_telegram.inject_message(USER, QUESTION)
     [recent] = await fake_telegram.wait_sent(USER, since=mark, timeout=20)
     assert recent.text.startswith("↩️ You asked this just now")
+    # groq here is a free key: a regenerated answer would cost nothing, so "paid" is untrue
+    assert "paid" not in recent.text and "charged as any question is" in recent.text
     [[button]] = recent.reply_markup["inline_keyboard"]
     assert len(fake_providers.requests) == 1, "not paid twice silently"
 
