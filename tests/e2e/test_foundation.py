@@ -55,9 +55,9 @@ async def test_sigterm_grace_restart_state_and_start_help_in_english_and_russian
     """Two runs on one database (each process start costs seconds, so one test):
 
     1. With a 0.5 s grace, SIGTERM during a 30 s call: the call is cancelled, the user
-       is told to resend, exit 0. This run is a fresh interpreter (``python -m bot``
-       exec'd, not forked from the suite's fork server): one whole start as an
-       operator's is.
+       is told to resend, exit 0. (A whole start in a fresh interpreter, as an
+       operator's is, with SIGTERM and exit 0, is ``tests/e2e/test_wheel.py``'s: the
+       installed ``kopek``; this one is forked from the fork server.)
     2. A second start on the same database applies no migration again; the ledger shows
        no outstanding hold; /start and /help are templates in en and ru, with no LLM
        call. With SHUTDOWN_GRACE_SECONDS=15, SIGTERM while a 2 s call runs: the answer
@@ -68,7 +68,7 @@ async def test_sigterm_grace_restart_state_and_start_help_in_english_and_russian
     fake_providers.script(
         "groq", {"text": "never", "delay_s": 30.0}, {"text": "finished in time", "delay_s": 2.0}
     )
-    bot = bot_factory(env=dict(bot_env, SHUTDOWN_GRACE_SECONDS="0.5"), fresh=True)
+    bot = bot_factory(env=dict(bot_env, SHUTDOWN_GRACE_SECONDS="0.5"))
     await bot.start()
     mark = fake_telegram.mark()
     fake_telegram.inject_message(62, "very slow one")

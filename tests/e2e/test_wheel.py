@@ -1,10 +1,15 @@
 """The built wheel is the whole bot: installed into a fresh venv outside the repository,
 ``kopek`` migrates from the packaged scripts and polls the fake Bot API.
 
-Offline and quick: the wheel is built without build isolation (setuptools from the
-project's venv), installed with ``--no-index --no-deps``, and the new venv sees the
-project venv's dependencies through a ``.pth`` line (not its editable install of Kopek:
-``.pth`` files inside that folder are not processed, so ``bot`` comes from the wheel).
+Offline and quick: the wheel is built by the project's build backend (setuptools from the
+project's venv, called through its PEP 517 hook as ``pip wheel --no-build-isolation``
+would call it, without pip's own start), installed offline without dependencies by the
+installer ``make install`` uses (uv, from the project's venv; pip where there is no uv),
+and the new venv sees the project venv's dependencies through a ``.pth`` line (not its
+editable install of Kopek: ``.pth`` files inside that folder are not processed, so
+``bot`` comes from the wheel). Measured on the 2-core machine: ``pip wheel`` 2.8 s of
+CPU against 1.2 s for the hook, ``pip install`` 2.3 s against 0.2 s for ``uv pip
+install``.
 """
 
 from __future__ import annotations
@@ -45,11 +50,8 @@ def _build_wheel(tmp_path: Path) -> Path:
             REPO_ROOT / package, src / package, ignore=shutil.ignore_patterns("__pycache__")
         )
     dist = tmp_path / "dist"
-    _run(
-        sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-index",
-        "--no-build-isolation", "--wheel-dir", dist, src,
-        cwd=tmp_path,
-    )  # fmt: skip
+    hook = f"import setuptools.build_meta as backend; backend.build_wheel({str(dist)!r})"
+    _run(sys.executable, "-c", hook, cwd=src)
     [wheel] = dist.glob("kopek-*.whl")
     return wheel
 
@@ -63,11 +65,12 @@ def _venv_with(wheel: Path, tmp_path: Path) -> Path:
     ).strip()
     deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     (Path(purelib) / "kopek_test_deps.pth").write_text("\n".join(sorted(deps)) + "\n")
-    _run(
-        sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-deps",
-        "--no-index", wheel,
-        cwd=tmp_path,
-    )  # fmt: skip
+    uv = Path(sys.executable).with_name("uv")
+    if uv.exists():
+        install: tuple[str | Path, ...] = (uv, "pip", "install", "--offline", "--python", python)
+    else:
+        install = (sys.executable, "-m", "pip", "--python", python, "install", "--no-index")
+    _run(*install, "--quiet", "--no-deps", wheel, cwd=tmp_path)
     return venv
 
 
