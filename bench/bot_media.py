@@ -2,7 +2,8 @@
 in flight, beside the same user with no media, in one run.
 
 Kopek runs as installed (``.env.example``'s defaults: private chats stream, one
-extraction worker kept ready, two extractions at once) inside ``bench/probe.py``, on the
+extraction worker kept ready, one extraction fewer at once than the cores, at least one)
+inside ``bench/probe.py``, on the
 fake Bot API, its providers the loopback fakes (Groq × 2 keys → DeepSeek): chat answers
 at once; a **transcription answers after a fixed 2.0 s** (``"groq:audio"``, Groq's
 whisper-large-v3-turbo takes about that for a short note), so the voice notes are being
@@ -147,7 +148,7 @@ async def with_media(d: Driver, pdf: bytes, docx: bytes, tag: int) -> MediaPhase
     text.latencies = [lat for s, lat in zip(starts, latencies, strict=True) if s < end]
     text.sent = text.answered = len(text.latencies)
     text.cpu_s = commits1[2] - commits0[2]
-    text.lags = [v for t, v in lags if t0 <= t <= end]
+    text.lags = [tick[1] for tick in lags if t0 <= tick[0] <= end]
     result.media_s = end - t0
     result.done = len(finished)
     return result
@@ -167,7 +168,7 @@ async def alone(d: Driver, n: int = SEQUENTIAL) -> Phase:
     phase.answered = n
     phase.elapsed_s = end - t0
     phase.cpu_s = commits1[2] - commits0[2]
-    phase.lags = [v for t, v in lags if t0 <= t <= end]
+    phase.lags = [tick[1] for tick in lags if t0 <= tick[0] <= end]
     return phase
 
 

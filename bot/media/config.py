@@ -7,6 +7,7 @@ composition root calls in its start-up hook (and ``close`` at shutdown).
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from bot.media.types import ExtractionLimits
@@ -20,7 +21,30 @@ if TYPE_CHECKING:
     from bot.settings import Settings
     from scheduler.sources.feeds import FeedClient
 
-__all__ = ["extraction_limits", "extraction_pool", "link_reader", "telegram_files"]
+__all__ = [
+    "extraction_concurrency",
+    "extraction_limits",
+    "extraction_pool",
+    "link_reader",
+    "telegram_files",
+    "usable_cores",
+]
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def extraction_concurrency(settings: Settings, cores: int | None = None) -> int:
+    """``DOCUMENT_EXTRACT_CONCURRENCY``, its 0 being one fewer than ``cores`` (default
+    :func:`usable_cores`), at least 1: the extractions never take every core from the
+    event loop (``bench/bot.py --media``, ``docs/benchmarks.md``)."""
+    if settings.document_extract_concurrency:
+        return settings.document_extract_concurrency
+    return max(1, (usable_cores() if cores is None else cores) - 1)
 
 
 def extraction_limits(settings: Settings) -> ExtractionLimits:
@@ -38,7 +62,7 @@ def extraction_pool(settings: Settings) -> ExtractionPool:
     """The extraction pool (not started)."""
     return ExtractionPool(
         extraction_limits(settings),
-        concurrency=settings.document_extract_concurrency,
+        concurrency=extraction_concurrency(settings),
         prewarm=settings.document_extract_prewarm,
     )
 

@@ -9,9 +9,9 @@ started ahead and wait, limited and ready, for a job; taking one starts its
 replacement. ``concurrency`` bounds the extractions running at once (and so the
 memory: at most ``(concurrency + prewarm) × memory_mb`` of address space).
 
-Nothing here blocks the loop: the processes are :mod:`asyncio` subprocesses, the
-document goes over a pipe, the result comes back as one JSON line read with a bounded
-buffer. Why processes and not threads:
+Nothing here blocks the loop: the processes are started in the loop's executor and their
+pipes attached to it (:mod:`bot.media.spawn`), the document goes over a pipe, the result
+comes back as one JSON line read with a bounded buffer. Why processes and not threads:
 ``docs/decisions/080-documents-are-read-in-a-worker-process.md``.
 
 The children get a scrubbed environment (``PATH``, locale and the import path of this
@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.media.child import NICE
+from bot.media.spawn import Worker, spawn
 from bot.media.types import (
     DocumentKind,
     ExtractionFailed,
@@ -90,6 +91,7 @@ class ExtractionPool:
 
     __slots__ = (
         "_closed",
+        "_concurrency",
         "_env",
         "_filling",
         "_idle",
@@ -116,12 +118,13 @@ class ExtractionPool:
         if concurrency < 1 or prewarm < 0 or not 0 <= nice <= 19:
             raise ValueError("concurrency must be >= 1, prewarm >= 0, nice in 0..19")
         self._nice = nice
+        self._concurrency = concurrency
         self._limits = limits
         self._prewarm = prewarm
         self._python = python
         self._start_timeout_s = start_timeout_s
         self._slots = asyncio.Semaphore(concurrency)
-        self._idle: deque[asyncio.subprocess.Process] = deque()
+        self._idle: deque[Worker] = deque()
         self._filling: set[asyncio.Task[None]] = set()
         self._env = _child_env()
         self._workdir = tempfile.mkdtemp(prefix="kopek-extract-")
@@ -134,6 +137,11 @@ class ExtractionPool:
             f"ExtractionPool(idle={len(self._idle)}, starting={len(self._filling)}, "
             f"memory_mb={self._limits.memory_mb}, timeout_s={self._limits.timeout_s})"
         )
+
+    @property
+    def concurrency(self) -> int:
+        """Extractions at once."""
+        return self._concurrency
 
     @property
     def limits(self) -> ExtractionLimits:
@@ -171,27 +179,17 @@ class ExtractionPool:
         else:
             self._idle.append(worker)
 
-    async def _spawn(self) -> asyncio.subprocess.Process:
+    async def _spawn(self) -> Worker:
         """One started, limited worker that said ``ready``.
 
         Raises:
             WorkerUnavailable: it could not start, or died or hung before ``ready``.
         """
+        argv = [self._python, "-m", "bot.media.child", "--memory-mb", str(self._limits.memory_mb)]
+        argv += ["--nice", str(self._nice)]
         try:
-            proc = await asyncio.create_subprocess_exec(
-                self._python,
-                "-m",
-                "bot.media.child",
-                "--memory-mb",
-                str(self._limits.memory_mb),
-                "--nice",
-                str(self._nice),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.DEVNULL,
-                env=self._env,
-                cwd=self._workdir,
-                limit=self._line_limit(),
+            proc = await spawn(
+                argv, env=self._env, cwd=self._workdir, line_limit=self._line_limit()
             )
         except OSError as exc:
             raise WorkerUnavailable(f"cannot start a worker: {exc}") from None
@@ -217,7 +215,7 @@ class ExtractionPool:
         """The most text bytes accepted: every character as 4 bytes of UTF-8."""
         return self._limits.max_chars * 4
 
-    async def _take(self) -> asyncio.subprocess.Process:
+    async def _take(self) -> Worker:
         """An idle worker; else the one being prewarmed (started earlier, so ready
         sooner than a new one); else a new one."""
         while True:
@@ -252,9 +250,7 @@ class ExtractionPool:
                     await _kill(worker)
                 self._fill()  # after, not during: a start would take this one's CPU
 
-    async def _run(
-        self, worker: asyncio.subprocess.Process, kind: DocumentKind, data: bytes
-    ) -> ExtractionResult:
+    async def _run(self, worker: Worker, kind: DocumentKind, data: bytes) -> ExtractionResult:
         assert worker.stdin is not None
         job = {"kind": kind.value, "size": len(data), "limits": asdict(self._limits)}
         timeout = self._limits.timeout_s
@@ -285,7 +281,7 @@ class ExtractionPool:
         except ValueError as exc:
             return ExtractionFailed(Refusal.UNREADABLE, kind, detail=f"bad result: {exc}"[:200])
 
-    async def _read_answer(self, worker: asyncio.subprocess.Process) -> dict[str, Any] | None:
+    async def _read_answer(self, worker: Worker) -> dict[str, Any] | None:
         """The header line as a dict with the text put back in (``None``: the worker
         ended without a line).
 
@@ -309,9 +305,7 @@ class ExtractionPool:
             answer["text"] = text.decode("utf-8", errors="replace")
         return answer
 
-    async def _died(
-        self, worker: asyncio.subprocess.Process, kind: DocumentKind
-    ) -> ExtractionResult:
+    async def _died(self, worker: Worker, kind: DocumentKind) -> ExtractionResult:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(5):
                 await worker.wait()
@@ -348,7 +342,7 @@ def _peak_kb(pid: int) -> int:
     return 0
 
 
-async def _kill(proc: asyncio.subprocess.Process) -> None:
+async def _kill(proc: Worker) -> None:
     """Kill ``proc`` (if still running) and reap it."""
     if proc.returncode is None:
         with contextlib.suppress(ProcessLookupError):

@@ -42,13 +42,14 @@ class MediaSettings(BaseSettings):
     media_download_timeout_seconds: float = Field(60.0, gt=0, le=HOUR_S)
     # a document or a linked page: pages (PDF), characters of text, bytes a DOCX may
     # unpack to; one extraction's deadline and address space (its own worker process);
-    # extractions at once; worker processes kept started and ready
+    # extractions at once (0: one fewer than the cores this process may run on, at
+    # least one); worker processes kept started and ready
     document_max_pages: int = Field(200, ge=1, le=100_000)
     document_max_chars: int = Field(500_000, ge=1_000, le=10_000_000)
     document_max_unpacked_bytes: int = Field(50_000_000, ge=1_000_000, le=2_000_000_000)
     document_extract_timeout_seconds: float = Field(20.0, gt=0, le=HOUR_S)
     document_extract_memory_mb: int = Field(512, ge=256, le=65_536)
-    document_extract_concurrency: int = Field(2, ge=1, le=64)
+    document_extract_concurrency: int = Field(0, ge=0, le=64)
     document_extract_prewarm: int = Field(1, ge=0, le=64)
     # a media turn (a document's or page's text, a transcript, a photo's caption): its
     # input cap, tokens; a recording's longest declared length, seconds
