@@ -16,9 +16,9 @@ The protocol, over the process's standard streams (binary):
    parsing it out of JSON: ~1 ms for 2 MB) — and exits.
 
 The child runs at a lower scheduling priority (``nice`` +``--nice``, :data:`NICE` by
-default) and, on Linux, under ``SCHED_IDLE`` (it runs only on a core nothing else of
-normal priority wants; elsewhere, or refused, the niceness alone): on a busy machine the
-bot's event loop gets the CPU before an extraction does. Measured in ``bench/bot.py
+default): on a busy machine the bot's event loop gets most of the CPU before an extraction
+does, and the extraction still moves (not ``SCHED_IDLE``, under which a machine kept busy
+by other work starved it into its deadline: docs/decisions/288-*.md). Measured in ``bench/bot.py
 --media`` (``docs/benchmarks.md``).
 
 An allocation past the address-space limit raises ``MemoryError`` in the extractor,
@@ -34,7 +34,6 @@ which bounds the worker with a deadline on its pipes).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -93,13 +92,9 @@ def extract(kind: DocumentKind, data: bytes, limits: ExtractionLimits) -> Extrac
 
 
 def lower_priority(nice: int) -> None:
-    """Lower this process's scheduling priority: ``nice`` steps, then ``SCHED_IDLE``
-    where the platform has it (Linux); quietly only the first elsewhere."""
+    """Lower this process's scheduling priority by ``nice`` steps (the kernel caps the
+    result at 19)."""
     os.nice(nice)
-    policy = getattr(os, "SCHED_IDLE", None)
-    if policy is not None:
-        with contextlib.suppress(OSError):
-            os.sched_setscheduler(0, policy, os.sched_param(0))
 
 
 def _limit_memory(memory_mb: int) -> None:

@@ -31,17 +31,20 @@ class Worker:
         popen: the process (``stdin`` and ``stdout`` pipes).
         stdin: its standard input, attached to the loop.
         stdout: its standard output, attached to the loop.
+        reading: the transport that feeds ``stdout`` (closed by :meth:`wait`).
     """
 
-    __slots__ = ("_exited", "_popen", "stdin", "stdout")
+    __slots__ = ("_exited", "_popen", "_reading", "stdin", "stdout")
 
     def __init__(
         self,
         popen: subprocess.Popen[bytes],
         stdin: asyncio.StreamWriter,
         stdout: asyncio.StreamReader,
+        reading: asyncio.BaseTransport,
     ) -> None:
         self._popen = popen
+        self._reading = reading
         self.stdin = stdin
         self.stdout = stdout
         self._exited: asyncio.Future[int] | None = None
@@ -68,6 +71,7 @@ class Worker:
             self._exited = _exit_future(self._popen)
         code = await asyncio.shield(self._exited)
         self.stdin.close()
+        self._reading.close()
         return code
 
 
@@ -105,7 +109,7 @@ async def spawn(argv: Sequence[str], *, env: dict[str, str], cwd: str, line_limi
 
     Raises:
         OSError: it could not be started. Cancelled while it starts, the process
-            started is killed and reaped in the background.
+            started is killed and reaped.
     """
     loop = asyncio.get_running_loop()
     started = loop.run_in_executor(None, _popen, list(argv), env, cwd)
@@ -116,11 +120,21 @@ async def spawn(argv: Sequence[str], *, env: dict[str, str], cwd: str, line_limi
         raise
     assert popen.stdin is not None and popen.stdout is not None
     reader = asyncio.StreamReader(limit=line_limit)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), popen.stdout)
-    transport, protocol = await loop.connect_write_pipe(
-        lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), popen.stdin
-    )
-    return Worker(popen, asyncio.StreamWriter(transport, protocol, None, loop), reader)
+    reading: asyncio.BaseTransport | None = None
+    try:
+        reading, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), popen.stdout
+        )
+        transport, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), popen.stdin
+        )
+    except BaseException:  # cancelled (a close) or refused between the start and the pipes
+        if reading is not None:
+            reading.close()
+        _discard(popen)
+        raise
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    return Worker(popen, writer, reader, reading)
 
 
 def _popen(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen[bytes]:
@@ -138,10 +152,17 @@ def _kill_started(started: asyncio.Future[subprocess.Popen[bytes]]) -> None:
     """A start whose caller was cancelled: kill and reap the process it made."""
     if started.cancelled() or started.exception() is not None:
         return
-    popen = started.result()
+    _discard(started.result())
+
+
+def _discard(popen: subprocess.Popen[bytes]) -> None:
+    """Kill ``popen``, close its pipes and reap it (on the calling thread: a killed
+    process is reaped within milliseconds, and an executor may already be shutting down
+    when a cancelled start ends, which would leave it unreaped)."""
     with contextlib.suppress(ProcessLookupError):
         popen.kill()
     for pipe in (popen.stdin, popen.stdout):
         if pipe is not None:
             pipe.close()
-    asyncio.get_running_loop().run_in_executor(None, popen.wait)  # reaped, off the loop
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        popen.wait(timeout=1)

@@ -223,6 +223,7 @@ class ExtractionPool:
                 worker = self._idle.popleft()
                 if worker.returncode is None:
                     return worker
+                await _kill(worker)  # it died idle: reaped, its pipes closed
             if not self._filling:
                 return await self._spawn()
             await asyncio.wait(set(self._filling), return_when=asyncio.FIRST_COMPLETED)
