@@ -199,6 +199,10 @@ class ChunkStream:
             await self._close()
         except Exception:  # closing a broken connection must not hide the real outcome
             log.debug("closing the %s stream failed", self.provider, exc_info=True)
+        close = getattr(self._chunks, "aclose", None)  # a generator left before its end
+        if close is not None:
+            with contextlib.suppress(Exception):
+                await close()
 
 
 @runtime_checkable
@@ -244,6 +248,7 @@ class StreamControl:
 
     __slots__ = (
         "_loop_time",
+        "_scope",
         "attempts",
         "chunks",
         "first_token_at",
@@ -271,6 +276,7 @@ class StreamControl:
         self.attempts = 0
         self.reading = False
         self._loop_time = loop_time
+        self._scope: asyncio.Timeout | None = None  # the block a stop cancels (StopScope)
 
     def __repr__(self) -> str:
         return f"StreamControl(reason={self.reason!r}, chars={len(self.text)}, shown={self.shown})"
@@ -288,7 +294,55 @@ class StreamControl:
             return False
         self.reason = reason
         self.stopped.set()
+        scope = self._scope
+        if scope is not None:  # the block waiting on the provider ends at once
+            self._scope = None
+            scope.reschedule(asyncio.get_running_loop().time())
         return True
+
+    def until_stopped(self) -> StopScope:
+        """``async with control.until_stopped() as scope:`` runs the block in the caller's
+        task until it ends or :meth:`stop` is called, which cancels it there (no task of
+        its own, no waiter on :attr:`stopped`); ``scope.stopped`` says which."""
+        return StopScope(self)
+
+
+class StopScope:
+    """A block a :meth:`StreamControl.stop` cancels, as :func:`asyncio.timeout` does with
+    its deadline (it is one, set to "now" by the stop): the block's cancellation is
+    swallowed at its end and :attr:`stopped` set; any other exception of the block
+    propagates (:attr:`stopped` set too when a stop was what ended it).
+
+    Attributes:
+        stopped: the block was ended by a stop (read it after the block).
+    """
+
+    __slots__ = ("_control", "_timeout", "stopped")
+
+    def __init__(self, control: StreamControl) -> None:
+        self._control = control
+        self._timeout = asyncio.timeout(None)
+        self.stopped = False
+
+    async def __aenter__(self) -> StopScope:
+        await self._timeout.__aenter__()
+        self._control._scope = self._timeout
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: Any
+    ) -> bool:
+        if self._control._scope is self._timeout:
+            self._control._scope = None
+        try:
+            await self._timeout.__aexit__(et, e, tb)
+        except TimeoutError:
+            if not self._timeout.expired():
+                raise
+            self.stopped = True
+            return True  # the stop's cancellation, swallowed
+        self.stopped = self._timeout.expired()
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,41 +496,34 @@ async def pump(
     counter = [0]
     error: ProviderUnavailable | None = None
     ended: Ended = "complete"
-    reader = asyncio.ensure_future(
-        _read(
-            stream,
-            control,
-            parts,
-            counter,
-            first_token_s=first_token_s,
-            idle_s=idle_s,
-            deadline=deadline,
-            limit=limit,
-        )
-    )
-    stopper = asyncio.ensure_future(control.stopped.wait())
+    scope = control.until_stopped()  # read in this task; a stop cancels the read
     try:
-        await asyncio.wait({reader, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if reader.done():
-            exc = reader.exception()
-            if isinstance(exc, _Overrun):
-                ended = "overrun"
-            elif isinstance(exc, ProviderUnavailable):
-                error, ended = exc, "cut"
-            elif isinstance(exc, ProviderError):
-                error = ProviderUnavailable(stream.provider, exc.detail, interrupted=True)
-                ended = "cut"
-            elif exc is not None:
-                raise exc
-        else:
+        if control.stopped.is_set():  # before the read began
             ended = "stopped"
+        else:
+            async with scope:
+                try:
+                    await _read(
+                        stream,
+                        control,
+                        parts,
+                        counter,
+                        first_token_s=first_token_s,
+                        idle_s=idle_s,
+                        deadline=deadline,
+                        limit=limit,
+                    )
+                except _Overrun:
+                    ended = "overrun"
+                except ProviderUnavailable as exc:
+                    error, ended = exc, "cut"
+                except ProviderError as exc:
+                    error = ProviderUnavailable(stream.provider, exc.detail, interrupted=True)
+                    ended = "cut"
+            if scope.stopped:
+                error, ended = None, "stopped"
     finally:
         control.reading = False
-        stopper.cancel()
-        if not reader.done():
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reader
         await stream.aclose()
     return StreamResult(
         text="".join(parts),
