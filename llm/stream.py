@@ -39,11 +39,13 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from budget.types import Usage
 from llm.errors import ProviderError, ProviderUnavailable
 from llm.providers.base import read_usage
+from llm.stop_scope import StopScope
 from llm.types import Message, RateLimitInfo
 
 __all__ = [
@@ -276,7 +278,7 @@ class StreamControl:
         self.attempts = 0
         self.reading = False
         self._loop_time = loop_time
-        self._scope: asyncio.Timeout | None = None  # the block a stop cancels (StopScope)
+        self._scope: asyncio.Timeout | None = None  # the block a stop cancels
 
     def __repr__(self) -> str:
         return f"StreamControl(reason={self.reason!r}, chars={len(self.text)}, shown={self.shown})"
@@ -294,9 +296,8 @@ class StreamControl:
             return False
         self.reason = reason
         self.stopped.set()
-        scope = self._scope
+        scope, self._scope = self._scope, None
         if scope is not None:  # the block waiting on the provider ends at once
-            self._scope = None
             scope.reschedule(asyncio.get_running_loop().time())
         return True
 
@@ -304,45 +305,7 @@ class StreamControl:
         """``async with control.until_stopped() as scope:`` runs the block in the caller's
         task until it ends or :meth:`stop` is called, which cancels it there (no task of
         its own, no waiter on :attr:`stopped`); ``scope.stopped`` says which."""
-        return StopScope(self)
-
-
-class StopScope:
-    """A block a :meth:`StreamControl.stop` cancels, as :func:`asyncio.timeout` does with
-    its deadline (it is one, set to "now" by the stop): the block's cancellation is
-    swallowed at its end and :attr:`stopped` set; any other exception of the block
-    propagates (:attr:`stopped` set too when a stop was what ended it).
-
-    Attributes:
-        stopped: the block was ended by a stop (read it after the block).
-    """
-
-    __slots__ = ("_control", "_timeout", "stopped")
-
-    def __init__(self, control: StreamControl) -> None:
-        self._control = control
-        self._timeout = asyncio.timeout(None)
-        self.stopped = False
-
-    async def __aenter__(self) -> StopScope:
-        await self._timeout.__aenter__()
-        self._control._scope = self._timeout
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: Any
-    ) -> bool:
-        if self._control._scope is self._timeout:
-            self._control._scope = None
-        try:
-            await self._timeout.__aexit__(et, e, tb)
-        except TimeoutError:
-            if not self._timeout.expired():
-                raise
-            self.stopped = True
-            return True  # the stop's cancellation, swallowed
-        self.stopped = self._timeout.expired()
-        return False
+        return StopScope(lambda: self._scope, partial(setattr, self, "_scope"))
 
 
 @dataclass(frozen=True, slots=True)

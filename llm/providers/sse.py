@@ -178,8 +178,7 @@ async def aiohttp_chunks(
     open_bytes = 0  # bytes of the open event so far (the pending pieces included)
     held_cr = False  # the last piece ended with CR: maybe the first half of a CRLF
     cap = body_cap.MAX_STREAM_BYTES if max_stream_bytes is None else max_stream_bytes
-    # closed when this generator ends (at [DONE]) or is closed: an abandoned one would
-    # be finalized by the loop in a task of its own, one per stream
+    # closed with this generator (an abandoned one is finalised in a task of its own)
     async with contextlib.aclosing(_pieces(response.content, provider, cap)) as pieces:
         async for piece in pieces:
             if held_cr:
