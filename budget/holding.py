@@ -125,6 +125,9 @@ class LedgerHolds(LedgerPart):
             opening.count_message = False  # the admission's step counts it (or its end)
             opening.taken = True
             return
+        if self.store.defers_admission:  # after a refusal: the message counted in its step
+            await self._admit_alone(op, caps.max_musd, caps.max_requests)
+            return
         if opening.count_message:
             await self.record_message(op.user_id)
             opening.count_message = False
@@ -137,6 +140,37 @@ class LedgerHolds(LedgerPart):
             chat_id=op.chat_id,
         )
         await self._guarded(self.store.begin_operation(self.clock.now(), admission))
+        opening.taken = True
+        self._deferred.admit_now = False
+
+    async def _admit_alone(self, op: OperationTicket, max_musd: int, max_requests: int) -> None:
+        """Admit ``op`` at once where admissions are deferred but the last one was
+        refused (a kill switch, a user over the rate: refusals come in runs), its message
+        counted in the same store step (:func:`budget.storage.sql.holds.admit` without a
+        hold): one step, not a count and an admission after it.
+
+        Raises:
+            HoldRefused: refused; ``op`` stays untaken (its message counted unless the
+                daily message cap refused it).
+        """
+        opening = op.opening
+        assert opening is not None
+        admission = Admission(
+            op.operation_id,
+            op.user_id,
+            op.origin,
+            max_musd,
+            max_requests,
+            count_message=opening.count_message,
+            chat_id=op.chat_id,
+        )
+        try:
+            await self._guarded(self.store.admit(self.clock.now(), admission, None))
+        except HoldRefused as refused:
+            if refused.refusal.reason is not RefusalReason.MESSAGES:
+                opening.count_message = False  # counted in the refused step
+            raise
+        opening.count_message = False
         opening.taken = True
         self._deferred.admit_now = False
 

@@ -39,11 +39,13 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from budget.types import Usage
 from llm.errors import ProviderError, ProviderUnavailable
 from llm.providers.base import read_usage
+from llm.stop_scope import StopScope
 from llm.types import Message, RateLimitInfo
 
 __all__ = [
@@ -199,6 +201,10 @@ class ChunkStream:
             await self._close()
         except Exception:  # closing a broken connection must not hide the real outcome
             log.debug("closing the %s stream failed", self.provider, exc_info=True)
+        close = getattr(self._chunks, "aclose", None)  # a generator left before its end
+        if close is not None:
+            with contextlib.suppress(Exception):
+                await close()
 
 
 @runtime_checkable
@@ -244,6 +250,7 @@ class StreamControl:
 
     __slots__ = (
         "_loop_time",
+        "_scope",
         "attempts",
         "chunks",
         "first_token_at",
@@ -271,6 +278,7 @@ class StreamControl:
         self.attempts = 0
         self.reading = False
         self._loop_time = loop_time
+        self._scope: asyncio.Timeout | None = None  # the block a stop cancels
 
     def __repr__(self) -> str:
         return f"StreamControl(reason={self.reason!r}, chars={len(self.text)}, shown={self.shown})"
@@ -288,7 +296,16 @@ class StreamControl:
             return False
         self.reason = reason
         self.stopped.set()
+        scope, self._scope = self._scope, None
+        if scope is not None:  # the block waiting on the provider ends at once
+            scope.reschedule(asyncio.get_running_loop().time())
         return True
+
+    def until_stopped(self) -> StopScope:
+        """``async with control.until_stopped() as scope:`` runs the block in the caller's
+        task until it ends or :meth:`stop` is called, which cancels it there (no task of
+        its own, no waiter on :attr:`stopped`); ``scope.stopped`` says which."""
+        return StopScope(lambda: self._scope, partial(setattr, self, "_scope"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,41 +459,34 @@ async def pump(
     counter = [0]
     error: ProviderUnavailable | None = None
     ended: Ended = "complete"
-    reader = asyncio.ensure_future(
-        _read(
-            stream,
-            control,
-            parts,
-            counter,
-            first_token_s=first_token_s,
-            idle_s=idle_s,
-            deadline=deadline,
-            limit=limit,
-        )
-    )
-    stopper = asyncio.ensure_future(control.stopped.wait())
+    scope = control.until_stopped()  # read in this task; a stop cancels the read
     try:
-        await asyncio.wait({reader, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if reader.done():
-            exc = reader.exception()
-            if isinstance(exc, _Overrun):
-                ended = "overrun"
-            elif isinstance(exc, ProviderUnavailable):
-                error, ended = exc, "cut"
-            elif isinstance(exc, ProviderError):
-                error = ProviderUnavailable(stream.provider, exc.detail, interrupted=True)
-                ended = "cut"
-            elif exc is not None:
-                raise exc
-        else:
+        if control.stopped.is_set():  # before the read began
             ended = "stopped"
+        else:
+            async with scope:
+                try:
+                    await _read(
+                        stream,
+                        control,
+                        parts,
+                        counter,
+                        first_token_s=first_token_s,
+                        idle_s=idle_s,
+                        deadline=deadline,
+                        limit=limit,
+                    )
+                except _Overrun:
+                    ended = "overrun"
+                except ProviderUnavailable as exc:
+                    error, ended = exc, "cut"
+                except ProviderError as exc:
+                    error = ProviderUnavailable(stream.provider, exc.detail, interrupted=True)
+                    ended = "cut"
+            if scope.stopped:
+                error, ended = None, "stopped"
     finally:
         control.reading = False
-        stopper.cancel()
-        if not reader.done():
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reader
         await stream.aclose()
     return StreamResult(
         text="".join(parts),

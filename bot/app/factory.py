@@ -198,6 +198,8 @@ def _build_core(
     ledger = _build_ledger(settings, clock, notifier, plans)
     sessions = async_sessionmaker(engine, expire_on_commit=False)
     replicas = replicas_of(ledger, settings.process_dead_after_seconds)
+    tokens = TokenCounter(safety_factor=settings.token_safety_factor)
+    tokens.preload()  # in the counting thread, before the first message needs it
     return _Core(
         settings=settings,
         clock=clock,
@@ -208,7 +210,7 @@ def _build_core(
             settings, sessions, clock, ledger, plans, bot, i18n, shared=replicas.access_shared
         ),
         replicas=replicas,
-        tokens=TokenCounter(safety_factor=settings.token_safety_factor),
+        tokens=tokens,
         bot=bot,
         i18n=i18n,
         shedding=shedding_of(settings, ledger, clock, notifier.broadcast),

@@ -235,7 +235,9 @@ class ChatService(Draining):
         if tokens > limit:
             return ChatFailed(FailureKind.TOO_LONG, tokens=tokens, limit=limit)
         try:
-            while (place := await self._lanes.place(user_id, key)) >= slots:
+            # a place within the slots stays so (only earlier messages leave): read
+            # again only while waiting, not a second identical read per message
+            while place >= slots and (place := await self._lanes.place(user_id, key)) >= slots:
                 await self._lanes.wait_turn(user_id)
         except HoldRefused as exc:  # the shared queue cannot be read: only ours is known
             return refused_outcome(exc, running=lane.order.index(key) > 0)

@@ -19,7 +19,6 @@ from aiogram import Bot, F, Router
 from aiogram.dispatcher.event.handler import CallbackType
 from aiogram.filters import Filter
 from aiogram.types import Message, MessageEntity
-from aiogram.utils.chat_action import ChatActionSender
 from prometheus_client import Counter
 
 from bot.chat.costs import HoldReader, cost_footer
@@ -39,6 +38,7 @@ from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
 from bot.chat.streaming.session import StreamConfig, StreamSession, book_stop
 from bot.chat.turns import MediaTurn
+from bot.chat.typing import Typing
 from bot.handlers.persona import persona_of
 from bot.handlers.regenerate import send_duplicate_notice
 from bot.middlewares.context import IntakeStatus, UserContext
@@ -405,15 +405,16 @@ async def _footer(
     return await cost_footer(outcome, ledger) if await wanted else None
 
 
-def _typing(bot: Bot, message: Message) -> ChatActionSender:
+def _typing(bot: Bot, message: Message) -> Typing:
     """The "typing…" indicator shown while the model works (renewed every
-    :data:`TYPING_INTERVAL_S`, first sent after :data:`TYPING_DELAY_S`)."""
-    return ChatActionSender.typing(
-        bot=bot,
-        chat_id=message.chat.id,
-        interval=TYPING_INTERVAL_S,
-        initial_sleep=TYPING_DELAY_S,
-        message_thread_id=topic_of(message),
+    :data:`TYPING_INTERVAL_S`, first sent after :data:`TYPING_DELAY_S`; a timer, no
+    task, until then: :mod:`bot.chat.typing`)."""
+    return Typing(
+        bot,
+        message.chat.id,
+        topic_of(message),
+        delay_s=TYPING_DELAY_S,
+        interval_s=TYPING_INTERVAL_S,
     )
 
 

@@ -52,15 +52,17 @@ INLINE_COUNT_CHARS = 512
 async def count_off_loop(count: Callable[[_T], int], arg: _T, *, chars: int | None = None) -> int:
     """``count(arg)`` in the process's one counting thread, never on the event loop —
     unless the caller says the text is short (``chars`` ≤ :data:`INLINE_COUNT_CHARS`
-    characters), which is counted at once, on the loop.
+    characters) and an encoding is loaded already, which is counted at once, on the
+    loop (the first count loads its encoding, ~0.3 s: in the thread, see
+    :meth:`TokenCounter.preload`).
 
     A long prompt takes milliseconds even in tiktoken (17,000 characters: ~1-5 ms); on
     the loop that would stall every user. One thread, not a pool: counts queue behind
     each other instead of multiplying the threads that compete for the GIL. Cancelling
     the caller does not stop a count that has started (its result is dropped).
     """
-    if chars is not None and chars <= INLINE_COUNT_CHARS:
-        return count(arg)
+    if chars is not None and chars <= INLINE_COUNT_CHARS and _encodings:
+        return count(arg)  # short, and no encoding left to load (~0.3 s) on the loop
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(_counting_pool(), count, arg)
 
@@ -179,7 +181,8 @@ class TokenCounter:
     Raises:
         ValueError: unknown encoding or a factor below 1.
 
-    The encoding is loaded on first use (about 0.5 s), not at construction.
+    The encoding is loaded on first use (about 0.5 s) or by :meth:`preload`, not at
+    construction.
     """
 
     __slots__ = ("_enc", "encoding", "safety_factor")
@@ -197,6 +200,11 @@ class TokenCounter:
         if self._enc is None:
             self._enc = load_encoding(self.encoding)
         return self._enc
+
+    def preload(self) -> None:
+        """Load the encoding now in the counting thread (returns at once): the first
+        count of a running bot then neither waits ~0.3 s nor stalls the event loop."""
+        _counting_pool().submit(self._encoder)
 
     def raw_text(self, text: str) -> int:
         """Exact token count of ``text`` in the encoding (no factor)."""

@@ -9,7 +9,6 @@ turns the stream into a :class:`~llm.types.Completion` or a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass, replace
 from decimal import Decimal
@@ -192,20 +191,16 @@ async def _open(
     Raises:
         ProviderError: the request failed before the stream began.
     """
-    opening = asyncio.ensure_future(provider.stream(plan.messages, plan.max_tokens, model))
-    stopper = asyncio.ensure_future(control.stopped.wait())
+    scope = control.until_stopped()  # opened in this task; a stop cancels the request
     try:
-        await asyncio.wait({opening, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopper.cancel()
-        if not opening.done():
-            opening.cancel()  # the request's connection is closed
-            with contextlib.suppress(asyncio.CancelledError, ProviderError):
-                await opening
-    if opening.cancelled():
-        usage = Usage(input_tokens=plan.input_tokens)  # it may have read the prompt
-        return replace(_stopped_unsent(provider, plan, control), usage=usage, estimated=True)
-    return opening.result()
+        async with scope:
+            return await provider.stream(plan.messages, plan.max_tokens, model)
+    except ProviderError:
+        if not scope.stopped:
+            raise
+    # stopped before the 200 came: the request's connection is closed
+    usage = Usage(input_tokens=plan.input_tokens)  # it may have read the prompt
+    return replace(_stopped_unsent(provider, plan, control), usage=usage, estimated=True)
 
 
 async def _ended_early(

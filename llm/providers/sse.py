@@ -28,8 +28,9 @@ Decoding one bounded event (``json.loads`` of 1 MiB, ~5 ms) stays on the loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -177,60 +178,62 @@ async def aiohttp_chunks(
     open_bytes = 0  # bytes of the open event so far (the pending pieces included)
     held_cr = False  # the last piece ended with CR: maybe the first half of a CRLF
     cap = body_cap.MAX_STREAM_BYTES if max_stream_bytes is None else max_stream_bytes
-    async for piece in _pieces(response.content, provider, cap):
-        if held_cr:
-            piece = b"\r" + piece
-            held_cr = False
-        if b"\r" in piece:
-            if piece.endswith(b"\r"):
-                piece, held_cr = piece[:-1], True
-            piece = piece.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        if b"\n" not in piece:
-            pending.append(piece)
-            open_bytes += len(piece)
+    # closed with this generator (an abandoned one is finalised in a task of its own)
+    async with contextlib.aclosing(_pieces(response.content, provider, cap)) as pieces:
+        async for piece in pieces:
+            if held_cr:
+                piece = b"\r" + piece
+                held_cr = False
+            if b"\r" in piece:
+                if piece.endswith(b"\r"):
+                    piece, held_cr = piece[:-1], True
+                piece = piece.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            if b"\n" not in piece:
+                pending.append(piece)
+                open_bytes += len(piece)
+                if open_bytes > max_event_bytes:
+                    raise _over(provider, max_event_bytes)
+                continue
+            start = sum(map(len, pending)) - open_bytes  # where the open event began (<= 0)
+            if pending:
+                pending.append(piece)
+                piece = b"".join(pending)
+                pending.clear()
+            lines = piece.split(b"\n")
+            tail = lines.pop()
+            at = 0  # bytes of this piece up to the end of the current line
+            for line in lines:
+                at += len(line) + 1
+                if line:
+                    if line.startswith(b"data:"):
+                        value = line[5:]
+                        data.append(value[1:] if value.startswith(b" ") else value)
+                    continue
+                if at - start > max_event_bytes:  # an event ended: its size, line ends counted
+                    raise _over(provider, max_event_bytes)
+                start = at
+                if not data:
+                    continue
+                body = data[0] if len(data) == 1 else b"\n".join(data)
+                data.clear()
+                if body.strip() == b"[DONE]":
+                    return
+                chunk = _json_event(provider, body)
+                if not isinstance(chunk, Mapping):
+                    raise ProviderUnavailable(
+                        provider, "stream chunk is not an object", interrupted=True
+                    )
+                yield chunk
+            if tail:
+                pending.append(tail)
+            open_bytes = len(piece) - start
             if open_bytes > max_event_bytes:
                 raise _over(provider, max_event_bytes)
-            continue
-        start = sum(map(len, pending)) - open_bytes  # where the open event began (<= 0)
-        if pending:
-            pending.append(piece)
-            piece = b"".join(pending)
-            pending.clear()
-        lines = piece.split(b"\n")
-        tail = lines.pop()
-        at = 0  # bytes of this piece up to the end of the current line
-        for line in lines:
-            at += len(line) + 1
-            if line:
-                if line.startswith(b"data:"):
-                    value = line[5:]
-                    data.append(value[1:] if value.startswith(b" ") else value)
-                continue
-            if at - start > max_event_bytes:  # an event ended: its size, line ends counted
-                raise _over(provider, max_event_bytes)
-            start = at
-            if not data:
-                continue
-            body = data[0] if len(data) == 1 else b"\n".join(data)
-            data.clear()
-            if body.strip() == b"[DONE]":
-                return
-            chunk = _json_event(provider, body)
-            if not isinstance(chunk, Mapping):
-                raise ProviderUnavailable(
-                    provider, "stream chunk is not an object", interrupted=True
-                )
-            yield chunk
-        if tail:
-            pending.append(tail)
-        open_bytes = len(piece) - start
-        if open_bytes > max_event_bytes:
-            raise _over(provider, max_event_bytes)
 
 
 async def _pieces(
     content: aiohttp.StreamReader, provider: str, max_bytes: int
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """The body's bytes as they arrive (``StreamReader.iter_any``), at most ``max_bytes``
     in all (past them an interrupted :class:`~llm.errors.ProviderUnavailable`), and —
     when the connection fails — the bytes that had arrived before it, then the failure.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from dataclasses import dataclass
@@ -94,3 +95,30 @@ async def test_short_texts_are_counted_on_the_loop_long_ones_in_the_counting_thr
     assert where[0] == here
     assert where[1] != here and where[1].startswith("kopek-tokens")
     assert where[2] != here
+
+
+async def test_a_short_text_before_any_encoding_is_loaded_is_counted_off_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first count loads its encoding (~0.3 s): even a short text goes to the
+    counting thread then, and ``preload`` loads it there before anyone counts."""
+    monkeypatch.setattr(tokens, "_encodings", {})
+    counter = TokenCounter(safety_factor=Decimal(1))
+    where: list[str] = []
+
+    def count(messages: list[Msg]) -> int:
+        where.append(threading.current_thread().name)
+        return counter.raw_messages(messages)
+
+    short = [Msg("user", "hello")]
+    assert await tokens.count_off_loop(count, short, chars=5) == counter.raw_messages(short)
+    assert where[0].startswith("kopek-tokens")
+    fresh = TokenCounter()
+    monkeypatch.setattr(tokens, "_encodings", {})
+    fresh.preload()
+    loaded = await asyncio.get_running_loop().run_in_executor(
+        tokens._counting_pool(), dict, tokens._encodings
+    )
+    assert "o200k_base" in loaded  # the pool's one thread loaded it before this ran
+    assert await tokens.count_off_loop(count, short, chars=5) == counter.raw_messages(short)
+    assert where[1] == threading.current_thread().name

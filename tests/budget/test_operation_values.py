@@ -116,3 +116,40 @@ async def test_an_admission_refused_at_the_first_hold_holds_nothing_and_counts_o
     await ledger.end_operation(late)
     assert await _counts(ledger, 9) == (1, 0, 0)
     assert (await ledger.store.audit())["mismatches"] == []
+
+
+async def test_after_a_refused_admission_the_next_ones_are_one_step_each(
+    make_ledger: LedgerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refusals come in runs: after one, each next operation is admitted at its first
+    ledger call — where admissions are deferred, in one store step that counts its
+    message too (no count of its own before it). The counts are those of one step per
+    call: each message under the kill switch counted once; one past the daily cap
+    refused ``messages`` and not counted, nor at its end."""
+    ledger = await make_ledger(user_daily_messages=3)
+    own_counts: list[int] = []
+    if ledger.store.defers_admission:
+        real = ledger.store.record_message
+
+        async def counted(now: object, user_id: int) -> int:
+            own_counts.append(user_id)
+            return await real(now, user_id)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(ledger.store, "record_message", counted)
+    await ledger.kill("test", by=1)
+    for n in range(3):
+        op = OperationTicket.open(11, Origin.CHAT, count_message=True)
+        with pytest.raises(HoldRefused) as refused:
+            await _hold(ledger, op, RequestTicket(f"killed {n}"))
+        assert refused.value.refusal.reason is RefusalReason.KILL
+        await ledger.end_operation(op)
+        assert await _counts(ledger, 11) == (n + 1, 0, 0)
+    assert own_counts == []  # each counted in its admission's step
+    await ledger.unkill(by=1)
+    late = OperationTicket.open(11, Origin.CHAT, count_message=True)
+    with pytest.raises(HoldRefused) as refused:
+        await _hold(ledger, late, RequestTicket("over the cap"))
+    assert refused.value.refusal.reason is RefusalReason.MESSAGES
+    await ledger.end_operation(late)
+    assert await _counts(ledger, 11) == (3, 0, 0)
+    assert (await ledger.store.audit())["mismatches"] == []

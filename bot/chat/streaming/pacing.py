@@ -149,6 +149,7 @@ class PacedDisplay(abc.ABC):
         "_changed",
         "_chat_id",
         "_clock",
+        "_closed",
         "_in_flight",
         "_interval_s",
         "_latest",
@@ -156,6 +157,7 @@ class PacedDisplay(abc.ABC):
         "_on_shown",
         "_pacer",
         "_shown_text",
+        "_starting",
         "_task",
         "control",
     )
@@ -184,13 +186,23 @@ class PacedDisplay(abc.ABC):
         self._shown_text = ""
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._starting = False  # the sender's start is scheduled (next loop iteration)
+        self._closed = False
         self._in_flight = False  # a Bot API call of this display is at Telegram
 
     def on_text(self, text: str) -> None:
-        """The stream's callback: remember the text, wake the sender."""
+        """The stream's callback: remember the text, wake the sender — started on the
+        loop's next iteration, and only if the stream is still being read then: a
+        provider that answers at once costs no sender task (its answer goes out whole)."""
         self._latest = text
         self._changed.set()
-        if self._task is None:
+        if self._task is None and not self._starting:
+            self._starting = True
+            asyncio.get_running_loop().call_soon(self._start)
+
+    def _start(self) -> None:
+        self._starting = False
+        if self._task is None and not self._closed and self.control.reading:
             self._task = asyncio.ensure_future(self._run())
 
     def _next_at(self, after_s: float) -> float:
@@ -267,6 +279,7 @@ class PacedDisplay(abc.ABC):
 
     async def close(self) -> None:
         """Stop showing (the final answer follows)."""
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
