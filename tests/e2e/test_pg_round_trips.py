@@ -14,8 +14,14 @@ from tests.support.pg_wire import RoundTrip, WireCounter
 from tests.support.telegram import FakeTelegram
 
 #: Statements of the process's own timers (heartbeat, the sweeps, the lost-message
-#: check, the kill signal's poll): a transaction holding one is not the message's.
-_BACKGROUND = ("runtime_signals", "UPDATE budget_processes", "DELETE FROM budget_processes")
+#: check, the kill signal's poll, the access lists' reload): a transaction holding one
+#: is not the message's.
+_BACKGROUND = (
+    "runtime_signals",
+    "UPDATE budget_processes",
+    "DELETE FROM budget_processes",
+    "FROM access_entries",
+)
 #: asyncpg's catalog introspection of a type new to a connection (a ``ROW`` array, say),
 #: like a prepare: once per connection, not per message.
 _DRIVER = ("typeinfo_tree", "current_setting('jit')", "set_config('jit'")
