@@ -3,15 +3,20 @@
 
 A lease is a row (its id, the process holding it, the call's priority, when it was
 taken and when it lapses, epoch seconds of the injected clock). Taking one is ONE
-transaction on the ledger's pool, serialised by a transaction-scoped advisory lock
-(so the count and the insert cannot interleave with another process's: the limit is
-exact): leases that lapsed or whose process is dead — its heartbeat in
-``budget_processes`` older than ``dead_after_s``, or no row at all (it stopped) — are
-deleted, the rest counted, and a new row inserted only below the limit (after the lock,
-one statement: ``BEGIN``, the lock, it, ``COMMIT``). Giving one
-back deletes its row. Neither waits for the disk (``synchronous_commit = off`` for
-that transaction; others see it at once): a server crash loses every connection, and
-with them every call a lease stood for; a lost give-back lapses at the TTL.
+statement, its own transaction: the function ``kopek_take_call_lease`` (migration
+``0054_call_lease_function``) takes a transaction-scoped advisory lock (so the count and
+the insert cannot interleave with another process's: the limit is exact), then, in a
+statement of its own that sees every lease committed before the lock was granted,
+deletes the leases that lapsed or whose process is dead — its heartbeat in
+``budget_processes`` older than ``dead_after_s``, or no row at all (it stopped) —
+counts the rest and inserts the new row only below the limit. The lock is held for the
+server's work alone, not across round trips: with three replicas asking at once the
+four round trips of the old transaction (``BEGIN``, the lock, the take, ``COMMIT``) kept
+~9 pool connections waiting for the lock on average
+(``docs/decisions/293-a-call-lease-is-one-round-trip.md``). Giving one back deletes
+its row. Neither waits for the disk (``synchronous_commit = off`` for that
+transaction; others see it at once): a server crash loses every connection, and with
+them every call a lease stood for; a lost give-back lapses at the TTL.
 """
 
 from __future__ import annotations
@@ -23,22 +28,8 @@ from llm.keys.postgres import Transactor
 
 __all__ = ["CallClaims"]
 
-_LOCK = (
-    "SELECT pg_advisory_xact_lock(hashtextextended('kopek-call-leases', 0)),"
-    " set_config('synchronous_commit', 'off', true)"
-)
-#: After the lock (a statement of its own: its snapshot sees every lease committed
-#: before the lock was granted): the lapsed and the dead processes' leases deleted, the
-#: live ones counted, the new one inserted below the limit ``$6`` — one statement (its
-#: count excludes the rows its own ``DELETE`` removes: the same condition, negated).
-_TAKE = (
-    "WITH gone AS (DELETE FROM call_leases WHERE expires_at <= $4 OR process_id NOT IN"
-    " (SELECT process_id FROM budget_processes WHERE heartbeat_at >= $7))"
-    " INSERT INTO call_leases (lease_id, process_id, priority, taken_at, expires_at)"
-    " SELECT $1, $2, $3, $4, $5 WHERE (SELECT count(*) FROM call_leases WHERE"
-    " expires_at > $4 AND process_id IN"
-    " (SELECT process_id FROM budget_processes WHERE heartbeat_at >= $7)) < $6"
-)
+#: Takes lease ``$1`` below the limit ``$6`` (module docstring): one round trip.
+_TAKE = "SELECT kopek_take_call_lease($1, $2, $3, $4, $5, $6, $7)"
 _GIVE_BACK = (
     "WITH quick AS (SELECT set_config('synchronous_commit', 'off', true) AS v)"
     " DELETE FROM call_leases WHERE lease_id = $1 AND EXISTS (SELECT v FROM quick)"
@@ -78,12 +69,11 @@ class CallClaims:
         t = now.timestamp()
 
         async def body(conn: Any) -> bool:
-            await conn.execute(_LOCK)
             live_after = t - self.dead_after_s
             args = (lease_id, self.process_id, priority, t, t + self.ttl_s, limit, live_after)
-            return bool(await conn.execute(_TAKE, *args) == "INSERT 0 1")
+            return bool(await conn.fetchval(_TAKE, *args))
 
-        return await self._db.tx(now, body)
+        return await self._db.tx(now, body, single=True)
 
     async def give_back(self, lease_id: str) -> None:
         """See :meth:`llm.keys.slots.CallClaimStore.give_back`."""

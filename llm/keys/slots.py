@@ -12,7 +12,9 @@ digest), first come first served within a priority. A request waits for a slot
 priority order), then a lease, granted only while fewer than the limit are held in the
 whole deployment (a waiter asks again after a short pause: chat every 20–250 ms,
 digests every 200–1,000 ms, so chat goes first across processes too, though not
-strictly). A lease is given back when the call's slot is; a lease left by a process
+strictly). In a process one waiter per priority asks at a time, the others queue
+behind it first come first served: a process's asks stay one per pause however many
+of its calls wait. A lease is given back when the call's slot is; a lease left by a process
 that died stops counting once that process's heartbeat is older than
 PROCESS_DEAD_AFTER_SECONDS, and any lease once its TTL (HOLD_TTL_SECONDS) has passed.
 """
@@ -162,12 +164,17 @@ class DeploymentSlots:
         clock: the one clock (its ``sleep`` between asks).
     """
 
-    __slots__ = ("_clock", "_store", "local")
+    __slots__ = ("_askers", "_clock", "_store", "local")
 
     def __init__(self, local: PrioritySlots, store: CallClaimStore, clock: Clock) -> None:
         self.local = local
         self._store = store
         self._clock = clock
+        #: One caller per priority asks the store at a time in this process; the others
+        #: wait their turn here (FIFO), not each polling the shared table: with three
+        #: replicas two thirds of a burst's callers waited, and every one of them asked
+        #: again and again (decision 295).
+        self._askers: dict[int, asyncio.Lock] = {}
 
     def __repr__(self) -> str:
         return f"DeploymentSlots(local={self.local!r})"
@@ -180,12 +187,16 @@ class DeploymentSlots:
             budget.errors.LedgerUnavailable: the leases cannot be written (no call).
         """
         first, longest = _LEASE_POLL_S[min(max(priority, 0), len(_LEASE_POLL_S) - 1)]
+        asker = self._askers.get(priority)
+        if asker is None:
+            asker = self._askers[priority] = asyncio.Lock()
         async with self.local.slot(priority):
             lease_id = uuid.uuid4().hex
             pause = first
-            while not await self._store.try_take(lease_id, priority, self.local.limit):
-                await self._clock.sleep(pause)
-                pause = min(pause * 2, longest)
+            async with asker:
+                while not await self._store.try_take(lease_id, priority, self.local.limit):
+                    await self._clock.sleep(pause)
+                    pause = min(pause * 2, longest)
             try:
                 yield
             finally:

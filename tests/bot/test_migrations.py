@@ -137,6 +137,7 @@ def test_every_revision_up_down_up_and_head_matches_models(database_url: str, pa
         "0051_pending_refunds",
         "0052_plan_refunds",
         "0053_free_shares",
+        "0054_call_lease_function",
     ]
     size = -(-len(revisions) // UP_DOWN_UP_PARTS)
     first = part * size
