@@ -78,4 +78,4 @@ def preload() -> None:
     for name in PRELOADS:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-    TokenCounter().raw_text("")
+    TokenCounter().preload().result()  # the counting thread's load, waited for, not a second

@@ -25,7 +25,7 @@ import hashlib
 import math
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from decimal import Decimal
 from importlib import resources
 from typing import Any, Protocol, TypeVar
@@ -201,10 +201,12 @@ class TokenCounter:
             self._enc = load_encoding(self.encoding)
         return self._enc
 
-    def preload(self) -> None:
-        """Load the encoding now in the counting thread (returns at once): the first
-        count of a running bot then neither waits ~0.3 s nor stalls the event loop."""
-        _counting_pool().submit(self._encoder)
+    def preload(self) -> Future[object]:
+        """Load the encoding now in the counting thread (returns at once; the future is
+        done once it is loaded): the first count of a running bot then neither waits
+        ~0.3 s nor stalls the event loop. Loads queue in that one thread, so a second
+        preload finds the encoding loaded."""
+        return _counting_pool().submit(self._encoder)
 
     def raw_text(self, text: str) -> int:
         """Exact token count of ``text`` in the encoding (no factor)."""
