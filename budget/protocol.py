@@ -219,6 +219,7 @@ class LedgerPort(Protocol):
 
         Raises:
             LedgerUnavailable: the ledger could not be read.
+            UnknownOperation: ``op`` was admitted by no store (an id from elsewhere).
         """
         ...
 

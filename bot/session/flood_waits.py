@@ -21,8 +21,8 @@ locally, ``sendChatAction`` returns ``True`` unsent; other chats are not affecte
 calls go out again.
 
 A chat action that Telegram refuses (400/403: the bot was blocked, has no rights) is
-answered as done too, and logged: it is cosmetic, and aiogram's ``ChatActionSender``
-would otherwise die with an exception nobody retrieves.
+answered as done too, and logged: it is cosmetic, and the "typing…" timer
+(``bot/chat/typing.py``) would otherwise end with an exception nobody retrieves.
 """
 
 from __future__ import annotations
@@ -131,6 +131,6 @@ class FloodWaits(BaseRequestMiddleware):
             if not isinstance(method, SendChatAction):
                 raise
             # "typing…" is cosmetic: a chat that refuses it (blocked, no rights) must not
-            # crash aiogram's ChatActionSender task; what matters is reported by the sends
+            # crash the "typing…" timer's send; what matters is reported by the sends
             log.info("chat action for chat %s refused: %s", chat_id, exc.message)
             return cast(Response[TelegramType], True)
