@@ -55,11 +55,10 @@ class TakenBack(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Applied:
     """:meth:`PlanSales.apply`'s answer to the call that applied a payment: the end of
-    the user's plan now (``None``: no end) and whether the plan was ``kept`` as it was
-    (it already lasted as long or longer than the payment would make it)."""
+    the user's plan now (``None``: no end — the plan was kept as it was), the payment's
+    own end or a later one the plan already had."""
 
     until: datetime | None
-    kept: bool
 
 
 class PlanSales:
@@ -119,7 +118,7 @@ class PlanSales:
             self._user_plans.forget(payment.user_id)
         if not await self.payments.mark_applied(payment.charge_id):
             return None
-        return Applied(until, kept and status.plan_until != payment.plan_until)
+        return Applied(until)
 
     async def take_back(self, payment: StarPayment) -> TakenBack:
         """Undo what ``payment`` bought (module docstring), after its refund.

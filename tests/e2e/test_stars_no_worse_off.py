@@ -7,6 +7,7 @@ reply says what is stored and what Telegram answered."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 from pathlib import Path
@@ -53,6 +54,22 @@ def _payments(env: dict[str, str]) -> list[tuple[Any, ...]]:
             "SELECT charge_id, plan, stars, applied_at IS NOT NULL FROM star_payments"
             " ORDER BY paid_at"
         ).fetchall()
+
+
+async def _handled(env: dict[str, str], message_id: int) -> None:
+    """Wait until the bot finished handling the buyer's message ``message_id`` (its
+    intake row has an outcome: a payment seen again answers nothing to wait for)."""
+    path = Path(env["DATABASE_URL"].split("///", 1)[1])
+    for _ in range(400):
+        with sqlite3.connect(path) as db:
+            row = db.execute(
+                "SELECT finished_at FROM seen_messages WHERE chat_id = ? AND message_id = ?",
+                (BUYER, message_id),
+            ).fetchone()
+        if row is not None and row[0] is not None:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"message {message_id} was not handled in 20 s")
 
 
 async def _send(tg: FakeTelegram, user: int, text: str) -> str:
@@ -235,4 +252,33 @@ async def test_cancel_says_how_many_telegram_stopped_and_renew_says_what_it_answ
         "Your subscription to the Max plan already will not renew"
     )
     assert len(fake_telegram.subscription_edits) == 2
+    await bot.stop()
+
+
+async def test_a_payment_seen_again_after_a_later_one_does_not_set_its_end_back(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Two payments for Pro buy two periods back to back; the first one's update
+    delivered again afterwards (a retry, another replica) changes nothing and says
+    nothing: the plan keeps the second period's end."""
+    env = _env(bot_env, tmp_path)
+    bot = app_factory(env=env)
+    await bot.start()
+    first = fake_telegram.successful_payment_update(BUYER, "plan:pro:250:30", 250)
+    mark = fake_telegram.mark()
+    fake_telegram.inject_update(first)
+    await fake_telegram.wait_sent(BUYER, 1, timeout=20, since=mark)
+    second = await _pay(fake_telegram, "plan:pro:250:30", 250)
+    assert second.startswith("✅ Thank you! You are on the Pro plan until")
+    until = second.removeprefix("✅ Thank you! You are on the Pro plan until ").rstrip(".")
+    assert f"Plan: Pro, until {until}" in await _send(fake_telegram, BUYER, "/me")
+
+    mark = fake_telegram.mark()
+    again = dict(first["message"], message_id=first["message"]["message_id"] + 1000)
+    fake_telegram.inject_update(dict(first, update_id=first["update_id"] + 1000, message=again))
+    await _handled(env, again["message_id"])
+    me = await _send(fake_telegram, BUYER, "/me")
+    assert f"Plan: Pro, until {until}" in me, me
+    assert [e.text for e in fake_telegram.sent_events(BUYER, since=mark)] == [me]
+    assert [row[1:] for row in _payments(env)] == [("pro", 250, 1), ("pro", 250, 1)]
     await bot.stop()
