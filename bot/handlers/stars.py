@@ -3,7 +3,8 @@ successful payment puts the payer on the plan, a refund takes it back
 (``docs/access.md#telegram-stars``; :mod:`bot.access.stars`, :mod:`bot.access.sales`).
 
 The pre-checkout handler reads memory (the plans file, the access lists), the payer's
-plan (bounded) and, for a refusal only, the payer's language (bounded:
+plan and, for a subscription, their subscriptions (bounded together; decision 278) and,
+for a refusal only, the payer's language (bounded:
 :mod:`bot.middlewares.languages`), and answers before anything else: Telegram waits 10
 seconds for it. The payment handlers are
 exempt from the update rate (a ``successful_payment`` is money already taken: it is
@@ -20,6 +21,7 @@ from aiogram import Bot, F, Router
 from aiogram.filters import Command, CommandObject
 from aiogram.types import LabeledPrice, Message, PreCheckoutQuery
 from aiogram.utils.i18n import I18n
+from sqlalchemy.exc import SQLAlchemyError
 
 from bot.access.sales import PlanSales
 from bot.access.stars import (
@@ -189,10 +191,10 @@ async def _pre_checkout_refusal(
     if plan is None or banned:
         log.info("pre-checkout %s refused (plan sold: %s)", query.id, plan is not None)
         return pre_checkout_refused_text
-    try:  # one ledger read, bounded: Telegram waits 10 s for the answer
+    try:  # the plan and the subscriptions, bounded: Telegram waits 10 s for the answer
         async with asyncio.timeout(PLAN_CHECK_S):
             held = await _plan_held(plan_sales, query.from_user.id, plan, clock, "UTC")
-    except (TimeoutError, BudgetError):
+    except (TimeoutError, BudgetError, SQLAlchemyError):
         return plan_check_failed_text
     if held is not None:
         log.info("pre-checkout %s refused: the payer would be worse off", query.id)
