@@ -5,7 +5,9 @@ A payment puts its user on its plan until the end fixed in its row — from the 
 same plan when the user was on it until later, else from the payment (so two payments
 buy two periods back to back). Setting it is idempotent: the same row sets the same
 plan and end, so a payment seen again (a repeated update, another replica, a restart
-between the row and the plan) is applied at most once in effect, and told once.
+between the row and the plan) is applied at most once in effect, and told once. It
+never shortens: when the user is already on the payment's plan with no end, or until
+later than the payment's end, the plan is kept as it is (decision 278).
 
 A refund takes back what the payment bought, when it is still what the user has:
 
@@ -23,6 +25,8 @@ back); no µUSD of the ledger moves: a plan is a set of limits, not credit.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 from bot.access.stars import StarPayments
@@ -33,7 +37,7 @@ from budget.kernel.clock import Clock
 from budget.ledger import Ledger
 from budget.plans import Plans
 
-__all__ = ["PlanSales", "TakenBack"]
+__all__ = ["Applied", "PlanSales", "TakenBack"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,15 @@ class TakenBack(StrEnum):
     DEFAULT = "default"  # back on the default plan
     ENDED = "ended"  # the period had ended already: nothing to take back
     CHANGED = "changed"  # the plan was changed since: left as it is
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """:meth:`PlanSales.apply`'s answer to the call that applied a payment: the end of
+    the user's plan now (``None``: no end — the plan was kept as it was), the payment's
+    own end or a later one the plan already had."""
+
+    until: datetime | None
 
 
 class PlanSales:
@@ -81,20 +94,31 @@ class PlanSales:
     def __repr__(self) -> str:
         return f"PlanSales(plans={list(self.plans.by_name)})"
 
-    async def apply(self, payment: StarPayment) -> bool:
-        """Put the payer on the payment's plan until its end (idempotent); ``True`` for
-        the one call that recorded it applied (the one that tells the user).
+    async def apply(self, payment: StarPayment) -> Applied | None:
+        """Put the payer on the payment's plan until its end, unless that would shorten
+        the plan they have (module docstring; idempotent). The answer goes to the one
+        call that recorded the payment applied (the one that tells the user); ``None``
+        to every other.
 
         Raises:
-            budget.errors.LedgerUnavailable: the plan could not be set (the row stays
-                unapplied: the update is retried).
+            budget.errors.LedgerUnavailable: the plan could not be read or set (the row
+                stays unapplied: the update is retried).
         """
         if payment.refunded_at is not None or payment.plan not in self.plans.by_name:
-            return False
-        if payment.plan_until > self._clock.now():
+            return None
+        status = await self.ledger.user_status(payment.user_id)
+        until: datetime | None = payment.plan_until
+        kept = status.plan == payment.plan and (
+            status.plan_until is None or status.plan_until >= payment.plan_until
+        )
+        if kept:
+            until = status.plan_until
+        elif payment.plan_until > self._clock.now():
             await self.ledger.set_plan(payment.user_id, payment.plan, until=payment.plan_until)
             self._user_plans.forget(payment.user_id)
-        return await self.payments.mark_applied(payment.charge_id)
+        if not await self.payments.mark_applied(payment.charge_id):
+            return None
+        return Applied(until)
 
     async def take_back(self, payment: StarPayment) -> TakenBack:
         """Undo what ``payment`` bought (module docstring), after its refund.

@@ -18,7 +18,9 @@ invoice in Stars has currency ``XTR``, one price and no provider token; Telegram
 * :class:`StarPayments`: the ``star_payments`` rows. A payment is booked once by its
   charge id (the primary key: the same update twice, on two replicas, or after a
   restart, inserts one row); what it buys is fixed in that row, so applying it again sets
-  the same plan until the same time.
+  the same plan until the same time. A subscription charge keeps ``renews_at`` (when
+  Telegram charges again) and whether ``/cancel_renewal`` stopped its renewals
+  (:meth:`StarPayments.live_subscriptions`; decision 278).
 """
 
 from __future__ import annotations
@@ -27,15 +29,16 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.storage.tables import StarPayment
 from budget.kernel.clock import Clock
-from budget.plans import Plan, Plans
+from budget.plans import SUBSCRIPTION_DAYS, Plan, Plans
 
 __all__ = [
+    "RENEWAL_SLACK",
     "STARS_CURRENCY",
     "Booked",
     "PaymentTerms",
@@ -43,11 +46,15 @@ __all__ = [
     "check_terms",
     "cuts_short",
     "invoice_payload",
+    "owns_without_end",
     "parse_payload",
 ]
 
 #: The Bot API's currency code of Telegram Stars.
 STARS_CURRENCY = "XTR"
+#: How far a renewal's ``subscription_expiration_date`` may be from one period after
+#: the charge it renews and still be taken for that charge's renewal.
+RENEWAL_SLACK = timedelta(days=2)
 _PAYLOAD = re.compile(r"(plan|sub):([A-Za-z0-9_-]{1,64}):([1-9][0-9]{0,8}):([1-9][0-9]{0,4})")
 
 
@@ -103,6 +110,13 @@ def cuts_short(
     return until_now is None or until_now > now
 
 
+def owns_without_end(target: str, current: tuple[str | None, datetime | None]) -> bool:
+    """Whether the user already has ``target`` with no end (granted by an invite or an
+    admin's ``/plan``): a purchase would buy nothing, so it is not sold (decision 278)."""
+    plan_now, until_now = current
+    return plan_now == target and until_now is None
+
+
 @dataclass(frozen=True, slots=True)
 class Booked:
     """:meth:`StarPayments.book`'s answer: the row (as stored) and whether this call
@@ -147,7 +161,7 @@ class StarPayments:
             current: the user's plan and its end now (``None``: no end): a payment for
                 the plan the user is on until a later time extends it from that time.
             until_at_least: a subscription's ``subscription_expiration_date``: the plan
-                lasts at least until Telegram charges again.
+                lasts at least until Telegram charges again (kept as ``renews_at``).
         """
         now = self._clock.now()
         plan_now, until_now = current
@@ -168,6 +182,7 @@ class StarPayments:
             plan_before=plan_now,
             plan_before_until=until_now,
             paid_at=now,
+            renews_at=until_at_least,
         )
         try:
             async with self._sessions.begin() as s:
@@ -216,21 +231,43 @@ class StarPayments:
                 .values(refunded_at=None, refunded_by=None)
             )
 
-    async def latest_subscription(self, user_id: int) -> StarPayment | None:
-        """The user's latest payment of a subscription (``sub:`` payload) that was not
-        refunded (``None``: none): the charge that names it to Telegram."""
+    async def live_subscriptions(self, user_id: int) -> list[StarPayment]:
+        """The user's subscription charges (``sub:`` payload) not refunded whose period
+        has not ended (``renews_at``, else ``plan_until``, after now), newest first: each
+        is the latest charge of a subscription Telegram still holds, the charge that
+        names it to ``editUserStarSubscription``; ``renewal_cancelled_at`` says whether
+        the bot stopped its renewals. A charge another one renewed is left out: Telegram
+        repeats the payload, and a renewal's ``renews_at`` is one period after the
+        charge it renews (within :data:`RENEWAL_SLACK`), so one whose period has not
+        quite ended yet is not counted as a second subscription."""
+        now = self._clock.now()
+        ends_later = or_(
+            StarPayment.renews_at > now,
+            and_(StarPayment.renews_at.is_(None), StarPayment.plan_until > now),
+        )
         async with self._sessions() as s:
-            row = await s.scalar(
+            rows = await s.execute(
                 select(StarPayment)
                 .where(
                     StarPayment.user_id == user_id,
                     StarPayment.payload.startswith("sub:"),
                     StarPayment.refunded_at.is_(None),
+                    ends_later,
                 )
                 .order_by(StarPayment.paid_at.desc())
-                .limit(1)
             )
-        return _aware(row) if row is not None else None
+            live = [_aware(row) for row in rows.scalars().all()]
+        return [p for p in live if not any(_renews(later, p) for later in live)]
+
+    async def mark_renewal(self, charge_id: str, *, cancelled: bool) -> None:
+        """Record what Telegram took for the charge's subscription: its renewals stopped
+        (``cancelled``) or turned back on."""
+        async with self._sessions.begin() as s:
+            await s.execute(
+                update(StarPayment)
+                .where(StarPayment.charge_id == charge_id)
+                .values(renewal_cancelled_at=self._clock.now() if cancelled else None)
+            )
 
     async def recent(self, limit: int = 10) -> list[StarPayment]:
         """The latest payments, newest first."""
@@ -241,7 +278,26 @@ class StarPayments:
             return [_aware(row) for row in rows.scalars().all()]
 
 
-_TIMES = ("plan_from", "plan_until", "plan_before_until", "paid_at", "applied_at", "refunded_at")
+def _renews(later: StarPayment, earlier: StarPayment) -> bool:
+    """Whether ``later`` is the renewal of ``earlier`` (the same subscription's next
+    charge): the same payload, and ``renews_at`` one period later, within
+    :data:`RENEWAL_SLACK`."""
+    if later.renews_at is None or earlier.renews_at is None or later.payload != earlier.payload:
+        return False
+    period = timedelta(days=SUBSCRIPTION_DAYS)
+    return abs(later.renews_at - earlier.renews_at - period) <= RENEWAL_SLACK
+
+
+_TIMES = (
+    "plan_from",
+    "plan_until",
+    "plan_before_until",
+    "paid_at",
+    "applied_at",
+    "refunded_at",
+    "renews_at",
+    "renewal_cancelled_at",
+)
 
 
 def _aware(row: StarPayment) -> StarPayment:

@@ -3,7 +3,8 @@ successful payment puts the payer on the plan, a refund takes it back
 (``docs/access.md#telegram-stars``; :mod:`bot.access.stars`, :mod:`bot.access.sales`).
 
 The pre-checkout handler reads memory (the plans file, the access lists), the payer's
-plan (bounded) and, for a refusal only, the payer's language (bounded:
+plan and, for a subscription, their subscriptions (bounded together; decision 278) and,
+for a refusal only, the payer's language (bounded:
 :mod:`bot.middlewares.languages`), and answers before anything else: Telegram waits 10
 seconds for it. The payment handlers are
 exempt from the update rate (a ``successful_payment`` is money already taken: it is
@@ -20,6 +21,7 @@ from aiogram import Bot, F, Router
 from aiogram.filters import Command, CommandObject
 from aiogram.types import LabeledPrice, Message, PreCheckoutQuery
 from aiogram.utils.i18n import I18n
+from sqlalchemy.exc import SQLAlchemyError
 
 from bot.access.sales import PlanSales
 from bot.access.stars import (
@@ -27,6 +29,7 @@ from bot.access.stars import (
     check_terms,
     cuts_short,
     invoice_payload,
+    owns_without_end,
     parse_payload,
 )
 from bot.access.store import AccessBook
@@ -35,6 +38,7 @@ from bot.chat.delivery import send_text
 from bot.handlers.subscriptions import (
     on_cancel_renewal,
     on_renew,
+    renewing_refusal,
     send_subscription_link,
     subscription_paid,
 )
@@ -52,16 +56,19 @@ from bot.text.stars import (
     buy_renews_line,
     buy_unknown_text,
     invoice_description,
+    paid_kept_text,
     paid_text,
     payment_refunded_text,
     plan_check_failed_text,
     plan_held_text,
+    plan_owned_text,
     pre_checkout_refused_text,
     pre_checkout_unknown_text,
 )
 from bot.text.templates import format_reset
 from budget.errors import BudgetError
 from budget.kernel.clock import Clock
+from budget.plans import Plan
 
 __all__ = ["create_stars_router"]
 
@@ -74,26 +81,33 @@ PLAN_CHECK_S = 3.0
 
 
 async def _plan_held(
-    plan_sales: PlanSales, user_id: int, target: str, clock: Clock, tz: str
+    plan_sales: PlanSales, user_id: int, target: Plan, clock: Clock, tz: str
 ) -> Callable[[], str] | None:
     """The refusal (its text, to be written in the reader's language) when buying
-    ``target`` would cut the user's other plan short (:func:`bot.access.stars.cuts_short`),
-    else ``None``.
+    ``target`` would leave the user worse off or charge them twice, else ``None``
+    (decision 278): they have ``target`` with no end already
+    (:func:`bot.access.stars.owns_without_end`), it would cut their other plan short
+    (:func:`bot.access.stars.cuts_short`), or it is a subscription and one of theirs
+    still renews.
 
     Raises:
         budget.errors.LedgerUnavailable: the plan could not be read.
     """
     status = await plan_sales.ledger.user_status(user_id)
     current = (status.plan, status.plan_until)
-    if not cuts_short(plan_sales.plans, target, current, clock.now()):
-        return None
-    assert status.plan is not None
-    held = plan_sales.plans.by_name.get(status.plan)
-    title = held.title if held is not None else status.plan
-    until = status.plan_until
-    return lambda: plan_held_text(
-        title, None if until is None else format_reset(until, tz, with_date=True)
-    )
+    if owns_without_end(target.name, current):
+        return lambda: plan_owned_text(target.title)
+    if cuts_short(plan_sales.plans, target.name, current, clock.now()):
+        assert status.plan is not None
+        held = plan_sales.plans.by_name.get(status.plan)
+        title = held.title if held is not None else status.plan
+        until = status.plan_until
+        return lambda: plan_held_text(
+            title, None if until is None else format_reset(until, tz, with_date=True)
+        )
+    if target.renews:
+        return await renewing_refusal(plan_sales, user_id, tz)
+    return None
 
 
 async def on_buy(
@@ -123,8 +137,8 @@ async def on_buy(
     if plan is None or plan.stars is None:
         await send_text(bot, message.chat.id, buy_unknown_text(), clock=clock)
         return
-    held = await _plan_held(plan_sales, user_ctx.user_id, plan.name, clock, user_ctx.tz)
-    if held is not None:  # another plan with days left: never sold over it
+    held = await _plan_held(plan_sales, user_ctx.user_id, plan, clock, user_ctx.tz)
+    if held is not None:  # a purchase that would leave the user worse off: not sold
         await send_text(bot, message.chat.id, held(), clock=clock)
         return
     if plan.renews:
@@ -177,13 +191,13 @@ async def _pre_checkout_refusal(
     if plan is None or banned:
         log.info("pre-checkout %s refused (plan sold: %s)", query.id, plan is not None)
         return pre_checkout_refused_text
-    try:  # one ledger read, bounded: Telegram waits 10 s for the answer
+    try:  # the plan and the subscriptions, bounded: Telegram waits 10 s for the answer
         async with asyncio.timeout(PLAN_CHECK_S):
-            held = await _plan_held(plan_sales, query.from_user.id, plan.name, clock, "UTC")
-    except (TimeoutError, BudgetError):
+            held = await _plan_held(plan_sales, query.from_user.id, plan, clock, "UTC")
+    except (TimeoutError, BudgetError, SQLAlchemyError):
         return plan_check_failed_text
     if held is not None:
-        log.info("pre-checkout %s refused: the payer's plan would be cut short", query.id)
+        log.info("pre-checkout %s refused: the payer would be worse off", query.id)
     return held
 
 
@@ -216,9 +230,14 @@ async def on_paid(
     booked = await plan_sales.payments.book(
         charge, user_id, terms, paid.invoice_payload, current=(status.plan, status.plan_until)
     )
-    if await plan_sales.apply(booked.payment):
-        until = format_reset(booked.payment.plan_until, user_ctx.tz, with_date=True)
-        await send_text(bot, message.chat.id, paid_text(plan.title, until), clock=clock)
+    applied = await plan_sales.apply(booked.payment)
+    if applied is None:
+        return
+    if applied.until is None:  # already the plan with no end: kept (decision 278)
+        text = paid_kept_text(plan.title)
+    else:
+        text = paid_text(plan.title, format_reset(applied.until, user_ctx.tz, with_date=True))
+    await send_text(bot, message.chat.id, text, clock=clock)
 
 
 async def on_refunded(message: Message, bot: Bot, clock: Clock, plan_sales: PlanSales) -> None:

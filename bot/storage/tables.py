@@ -313,7 +313,11 @@ class StarPayment(Base):
     not yet, retried when the update comes again). ``refunded_at``/``refunded_by``:
     ``refundStarPayment`` succeeded (by an admin's ``/refund``, or Telegram told of a
     refund: ``refunded_by`` ``None``); ``plan_before``/``plan_before_until``: the plan a
-    refund puts the user back on.
+    refund puts the user back on. ``renews_at``: a subscription charge's
+    ``subscription_expiration_date`` (Telegram charges again then; ``None``: a one-off
+    payment, or a row from before it was kept); ``renewal_cancelled_at``:
+    ``/cancel_renewal`` stopped its renewals (``None``: the bot did not, or ``/renew``
+    turned them back on).
     """
 
     __tablename__ = "star_payments"
@@ -333,3 +337,7 @@ class StarPayment(Base):
     applied_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     refunded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     refunded_by: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    renews_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    renewal_cancelled_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )

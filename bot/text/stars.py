@@ -15,26 +15,34 @@ __all__ = [
     "buy_renews_line",
     "buy_unknown_text",
     "cancel_failed_text",
+    "cancel_partly_text",
     "invoice_description",
     "no_subscription_text",
     "no_subscription_to_renew_text",
+    "paid_kept_text",
     "paid_text",
     "payment_auto_refunded_text",
     "payment_refunded_text",
     "plan_check_failed_text",
     "plan_held_text",
+    "plan_owned_text",
     "pre_checkout_refused_text",
     "pre_checkout_unknown_text",
     "refund_failed_text",
     "renew_failed_text",
+    "renew_not_cancelled_text",
+    "renewal_already_cancelled_text",
     "renewal_cancelled_text",
     "renewal_refunded_text",
     "renewal_resumed_text",
+    "renewals_cancelled_text",
     "subscribe_button",
     "subscribe_failed_text",
     "subscribe_text",
     "subscribed_text",
     "subscription_description",
+    "subscription_kept_text",
+    "subscription_renewing_text",
 ]
 
 
@@ -239,3 +247,80 @@ def refund_failed_text(stars: int) -> str:
         "of your {stars} ⭐ did not go through. Nothing was bought with them; the admins "
         "were told."
     ).format(stars=stars)
+
+
+def plan_owned_text(plan: str) -> str:
+    """/buy or the pre-checkout of the plan the user already has with no end: a
+    purchase would add nothing, so it is refused, nothing charged (decision 278)."""
+    return _(
+        "You already have the {plan} plan with no end date: buying it would add nothing, "
+        "so nothing is sold or charged."
+    ).format(plan=plan)
+
+
+def subscription_renewing_text(plan: str, until: str) -> str:
+    """/buy or the pre-checkout of a subscription while one of the user's renews:
+    refused, nothing charged (decision 278)."""
+    return _(
+        "Your subscription to the {plan} plan already renews: Telegram takes the next "
+        "Stars at {until}. A second subscription would charge you twice, so nothing is "
+        "sold or charged. /cancel_renewal stops the renewals."
+    ).format(plan=plan, until=until)
+
+
+def paid_kept_text(plan: str) -> str:
+    """A payment that arrived although the user has its plan with no end: booked, and
+    the plan kept with no end (a payment never shortens a plan)."""
+    return _(
+        "✅ Thank you! Your payment is booked. You already have the {plan} plan with no "
+        "end date, and you keep it with no end date."
+    ).format(plan=plan)
+
+
+def subscription_kept_text() -> str:
+    """After :func:`paid_kept_text`, for a subscription's charge."""
+    return _("Telegram takes Stars again every 30 days until you send /cancel_renewal.")
+
+
+def renewals_cancelled_text(count: int, until: str) -> str:
+    """/cancel_renewal: Telegram took the cancellation of each of ``count`` (2 or more)
+    subscriptions."""
+    return ngettext(
+        "Your {count} subscription will not renew: no more Stars are taken, and your plan "
+        "stays until {until}.",
+        "Your {count} subscriptions will not renew: no more Stars are taken, and your plan "
+        "stays until {until}.",
+        count,
+    ).format(count=count, until=until)
+
+
+def cancel_partly_text(stopped: int, total: int) -> str:
+    """/cancel_renewal: Telegram stopped ``stopped`` of the user's ``total``
+    subscriptions and refused the others, which still renew."""
+    return ngettext(
+        "Telegram stopped the renewals of {stopped} of your {total} subscription but did "
+        "not take the cancellation of the others, which still renew. Send /cancel_renewal "
+        "again later, or cancel them in Telegram under My Stars.",
+        "Telegram stopped the renewals of {stopped} of your {total} subscriptions but did "
+        "not take the cancellation of the others, which still renew. Send /cancel_renewal "
+        "again later, or cancel them in Telegram under My Stars.",
+        total,
+    ).format(stopped=stopped, total=total)
+
+
+def renewal_already_cancelled_text(plan: str, until: str) -> str:
+    """/cancel_renewal when the bot already stopped the renewals: nothing to do."""
+    return _(
+        "Your subscription to the {plan} plan already will not renew (/cancel_renewal "
+        "stopped it): no more Stars are taken, and the plan stays until {until}. /renew "
+        "turns the renewals back on."
+    ).format(plan=plan, until=until)
+
+
+def renew_not_cancelled_text(plan: str, until: str) -> str:
+    """/renew when the bot never stopped the renewals: nothing to turn back on here."""
+    return _(
+        "Your subscription to the {plan} plan was not cancelled with /cancel_renewal, so "
+        "there is nothing to turn back on here: Telegram takes the next Stars at {until}, "
+        "unless you cancelled it in Telegram; then turn it back on there under My Stars."
+    ).format(plan=plan, until=until)

@@ -71,3 +71,44 @@ async def test_two_replicas_book_one_charge_once(pg_migrated_url: str) -> None:
     finally:
         for engine in engines:
             await engine.dispose()
+
+
+async def test_live_subscriptions_are_one_charge_per_subscription(pg_migrated_url: str) -> None:
+    """Each subscription Telegram still holds counts once, by its latest charge: a
+    renewal (``renews_at`` one period after a charge's, within the slack) hides the
+    charge it renews, a second subscription does not; a refunded charge and one whose
+    period ended are not live; what /cancel_renewal stopped is kept per charge."""
+    clock = ManualClock(datetime(2026, 3, 1, 12, tzinfo=UTC))
+    engine = create_engine(pg_migrated_url)
+    try:
+        rows = StarPayments(async_sessionmaker(engine, expire_on_commit=False), clock)
+        terms = PaymentTerms("max", 300, 30, renews=True)
+        now = clock.now()
+
+        async def charge(charge_id: str, renews_in: timedelta) -> None:
+            await rows.book(
+                charge_id,
+                10,
+                terms,
+                "sub:max:300:30",
+                current=("free", None),
+                until_at_least=now + renews_in,
+            )
+            clock.advance(1)
+
+        await charge("stxENDED", timedelta(days=-1))
+        await charge("stxFIRST", timedelta(days=30))
+        await charge("stxRENEWAL", timedelta(days=60, hours=5))
+        await charge("stxSECOND", timedelta(days=20))
+        await charge("stxREFUNDED", timedelta(days=25))
+        assert await rows.claim_refund("stxREFUNDED", 1)
+        live = await rows.live_subscriptions(10)
+        assert [p.charge_id for p in live] == ["stxSECOND", "stxRENEWAL"]
+        assert await rows.live_subscriptions(11) == []
+        await rows.mark_renewal("stxSECOND", cancelled=True)
+        stopped = {p.charge_id: p.renewal_cancelled_at for p in await rows.live_subscriptions(10)}
+        assert stopped == {"stxSECOND": clock.now(), "stxRENEWAL": None}
+        await rows.mark_renewal("stxSECOND", cancelled=False)
+        assert all(p.renewal_cancelled_at is None for p in await rows.live_subscriptions(10))
+    finally:
+        await engine.dispose()

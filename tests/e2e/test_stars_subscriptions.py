@@ -156,8 +156,10 @@ async def test_a_renewal_of_a_plan_no_longer_sold_as_a_subscription_is_refunded(
 async def test_a_refused_cancel_changes_nothing_and_a_refund_stops_the_renewals(
     app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """Telegram refuses the cancellation: the user is told nothing changed. An admin's
-    /refund of the charge gives the Stars back and cancels the renewals too."""
+    """Telegram refuses the cancellation: the user is told nothing changed, and /renew
+    then says the subscription was never cancelled here (it still renews) without
+    asking Telegram. An admin's /refund of the charge gives the Stars back and cancels
+    the renewals too."""
     env = dict(_env(bot_env, tmp_path), ADMIN_IDS=str(ADMIN))
     bot = app_factory(env=env)
     await bot.start()
@@ -167,10 +169,11 @@ async def test_a_refused_cancel_changes_nothing_and_a_refund_stops_the_renewals(
         "Telegram did not take the cancellation, so nothing changed."
     )
     assert (await _send(fake_telegram, BUYER, "/renew")).startswith(
-        "Telegram did not take the renewal, so nothing changed: the subscription still will "
-        "not renew. If you cancelled it in Telegram, turn it back on there under My Stars"
+        "Your subscription to the Pro plan was not cancelled with /cancel_renewal, so there "
+        "is nothing to turn back on here: Telegram takes the next Stars at"
     )
     assert fake_telegram.subscription_edits == []
+    assert len(fake_telegram.requests("editUserStarSubscription")) == 1  # the cancel only
     fake_telegram.subscription_edits_fail = False
     with sqlite3.connect(_db(env)) as db:
         [(charge,)] = db.execute("SELECT charge_id FROM star_payments").fetchall()

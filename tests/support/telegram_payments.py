@@ -17,7 +17,8 @@
   at most 10,000 Stars; ``editUserStarSubscription`` records each
   ``(user_id, charge_id, is_canceled)`` for a charge of that user (else 400
   ``CHARGE_NOT_FOUND``, the refund's wording; Telegram's own is not documented), or
-  fails with 400 while :attr:`FakeMembershipPayments.subscription_edits_fail` is set.
+  fails with 400 while :attr:`FakeMembershipPayments.subscription_edits_fail` is set
+  (for every charge) or the charge is in ``subscription_edits_fail_for``.
 
 :class:`FakeMembershipPayments` is a base of :class:`tests.support.telegram.FakeTelegram`;
 it uses the fake's update queue, chats and users.
@@ -86,6 +87,7 @@ class FakeMembershipPayments:
         self.refunds: list[tuple[int, str]] = []
         self.subscription_edits: list[tuple[int, str, bool]] = []
         self.subscription_edits_fail = False
+        self.subscription_edits_fail_for: set[str] = set()
         self._charges: dict[str, int] = {}  # charge id → user id, while not refunded
         self._pre_checkout_ids = itertools.count(1)
         self._charge_ids = itertools.count(1)
@@ -271,7 +273,7 @@ class FakeMembershipPayments:
         user_id = int(params.get("user_id") or 0)
         canceled = params.get("is_canceled")
         canceled = canceled if isinstance(canceled, bool) else str(canceled).lower() == "true"
-        if self.subscription_edits_fail:
+        if self.subscription_edits_fail or charge in self.subscription_edits_fail_for:
             raise PaymentsApiError(400, "Bad Request: SUBSCRIPTION_EDIT_FAILED")
         if self._charges.get(charge) != user_id:
             raise PaymentsApiError(400, "Bad Request: CHARGE_NOT_FOUND")
