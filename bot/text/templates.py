@@ -53,6 +53,13 @@ def format_reset(when: datetime, tz: str, *, with_date: bool = False) -> str:
     return f"{local:%H:%M} {tz}"
 
 
+def _minute_after(when: datetime, tz: str) -> str:
+    """``HH:MM Zone/Name`` of the first whole minute at or after ``when`` (a reset inside
+    the minute shown as the minute it falls in would read as too early)."""
+    floor = when.replace(second=0, microsecond=0)
+    return format_reset(floor if floor == when else floor + timedelta(minutes=1), tz)
+
+
 def reset_sentence(reset: str) -> str:
     """ "It resets at 14:00 Europe/Berlin." after a sentence that named the limit."""
     return _("It resets at {reset}.").format(reset=reset)
@@ -151,6 +158,12 @@ def refusal_text(refusal: Refusal, *, tz: str, running: bool = False, step: str 
         text = _limit_text(refusal, reset, step)
     elif r is RefusalReason.INFLIGHT:
         text = _("✋ Too many requests at once. Please retry in a minute.")
+    elif r is RefusalReason.RATE and refusal.resets_at is not None:
+        # told once per window (bot/chat/notices.py): the next refusals are silent
+        text = _(
+            "✋ Too many messages per minute. Please retry after {reset}; "
+            "messages refused until then get no further notice."
+        ).format(reset=_minute_after(refusal.resets_at, tz))
     elif r is RefusalReason.RATE:
         text = _("✋ Too many messages per minute. Please retry in a minute.")
     elif r is RefusalReason.OPERATION_CAP:
