@@ -240,13 +240,9 @@ async def answer_turn(
             await courier.stream.close()
         if isinstance(outcome, ChatAnswer) and outcome.completion.stopped:
             await book_stop(outcome.completion, stop_book, stream_metrics)
-        reply = reply_of(
-            outcome,
-            tz=user_ctx.tz,
-            message_id=message.message_id,
-            answer_to=answer_to,
-            footer=await _footer(outcome, wanted, ledger),
-        )
+        footer = await _footer(outcome, wanted, ledger)
+        reply = reply_of(outcome, tz=user_ctx.tz, message_id=message.message_id,
+                         answer_to=answer_to, footer=footer)  # fmt: skip
         reply = hushed(reply, outcome, user_ctx.user_id, rate_notices)  # one per window
     if reply.refusal is not None:
         refusals.labels(reply.refusal).inc()
