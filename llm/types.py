@@ -232,8 +232,9 @@ class AudioClip:
         file_name: the name sent in the multipart upload (providers read the format
             from its extension: ``voice.ogg``, ``audio.mp3``).
         mime_type: its MIME type (``audio/ogg``).
-        duration_s: its length as the message declared it, whole seconds. Telegram
-            gives it "as defined by the sender": a sizing figure, not a measurement.
+        duration_s: its length as measured from its own frames or sample tables,
+            whole seconds rounded up (``bot.media.desk``; never the message's declared
+            ``duration``, which Telegram gives "as defined by the sender").
     """
 
     data: bytes

@@ -34,6 +34,7 @@ from scheduler.errors import (
     UnknownUser,
 )
 from scheduler.profiles import Profile, ProfileRepository
+from scheduler.sources.feeds import AddressGuard
 from scheduler.sources.fetch import SourceFetcher
 from scheduler.sources.parse import parse_source
 from scheduler.tables import DigestSource, DigestSubscription, UserProfile
@@ -72,12 +73,16 @@ class DigestService:
         lookup_window_s: the window, in seconds.
         negative_ttl_s: seconds a failed look-up is remembered (SUB_NEGATIVE_CACHE_SECONDS;
             0 = not remembered).
+        guard: the feeds' address guard: a feed it refuses before any look-up (a
+            literal private or loopback address) is ``refused_address`` without
+            spending one of the user's look-ups (``None``: every feed spends one).
     """
 
     __slots__ = (
         "_clock",
         "_failed",
         "_fetcher",
+        "_guard",
         "_lookups",
         "_max",
         "_negative_ttl_s",
@@ -101,8 +106,10 @@ class DigestService:
         lookups_per_window: int = 5,
         lookup_window_s: float = 60.0,
         negative_ttl_s: float = 300.0,
+        guard: AddressGuard | None = None,
     ) -> None:
         self._sessions = session_factory
+        self._guard = guard
         self._clock = clock
         self._fetcher = fetcher
         self._profiles = profiles
@@ -155,6 +162,9 @@ class DigestService:
             return max(1, math.ceil(times[0] + self._window_s - now))
         times.append(now)
         return 0
+
+    def _refused_without_lookup(self, url: str) -> bool:
+        return self._guard is not None and self._guard.refused_without_lookup(url)
 
     async def _validate(self, ref: SourceRef) -> tuple[SubscribeStatus, str]:
         try:
@@ -212,6 +222,9 @@ class DigestService:
         remembered = self._remembered_failure(ref)
         if remembered is not None:
             return SubscribeResult(remembered, ref)
+        if ref.kind is SourceKind.FEED and self._refused_without_lookup(ref.key):
+            log.info("sub.refused_address source=%s: no look-up made", ref.key)
+            return SubscribeResult(SubscribeStatus.REFUSED_ADDRESS, ref)
         wait_s = self._take_lookup(user_id)
         if wait_s:
             return SubscribeResult(SubscribeStatus.RATE_LIMITED, ref, retry_after_s=wait_s)

@@ -96,6 +96,7 @@ def build_digests(
         lookups_per_window=settings.sub_lookups_per_minute,
         lookup_window_s=60.0,
         negative_ttl_s=settings.sub_negative_cache_seconds,
+        guard=guard,
     )
     runner = DigestRunner(
         clock=clock,

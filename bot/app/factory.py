@@ -46,6 +46,7 @@ from bot.chat.deferral import FloodDeferral
 from bot.chat.duplicates import DuplicateGate
 from bot.chat.folding import HistoryFolder, raw_turn_counter
 from bot.chat.model_menu import ModelMenu
+from bot.chat.notices import RateNotices
 from bot.chat.outbox import Outbox
 from bot.chat.paste import PasteJoiner
 from bot.chat.service import ChatService
@@ -376,6 +377,7 @@ def _workflow(
         history=chat.history,
         cost_footers=CostFooters(core.sessions, core.replicas.hot),
         duplicates=DuplicateGate(core.clock, core.settings.duplicate_window_seconds),
+        rate_notices=RateNotices(core.clock),
         summaries=chat.summaries,
         chat_moves=chat.moves,
         profiles=chat.profiles,

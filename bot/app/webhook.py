@@ -80,6 +80,7 @@ from bot.middlewares.context import IntakeStatus
 from bot.middlewares.intake import TakenIn, reads_only
 from bot.middlewares.topics import topic_of
 from bot.ops.health import add_health_routes
+from bot.ops.http_log import server_log
 from bot.session.fence import FENCED_EXIT
 from bot.session.update_json import UndecodableJson, load_checked
 from bot.storage.repos import is_storage_failure
@@ -177,6 +178,7 @@ class WebhookServer:
         self._runner = web.AppRunner(
             web_app,
             access_log=None,
+            logger=server_log(),  # a stranger's unparsable request: one WARNING line
             shutdown_timeout=TASK_WAIT_S,
             keepalive_timeout=settings.webhook_idle_timeout_seconds,
         )

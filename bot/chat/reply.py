@@ -19,6 +19,8 @@ Delivering is the policy:
 * A **template** (free) replaces the streamed message's text and Stop button when there
   is one (a failure there is logged and the template is sent as a message), else it is
   sent. A template the chat refuses makes the message ``undeliverable`` too.
+* A **silent** refusal (one its user was already told in its window,
+  :mod:`bot.chat.notices`) is not sent.
 * A message **interrupted** by a shutdown keeps what its user already saw, marked
   interrupted; else it gets the "send it again" template.
 
@@ -29,6 +31,7 @@ send of the handler into it, :mod:`bot.middlewares.topics`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -41,6 +44,7 @@ from prometheus_client import Counter
 from bot.chat.delivery import send_text
 from bot.chat.failures import UNDELIVERABLE, record_delivery_failure
 from bot.chat.folding import FoldKind
+from bot.chat.notices import RateNotices
 from bot.chat.outbox import Outbox
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, ChatRefused, FailureKind
 from bot.chat.streaming.session import StreamSession
@@ -49,10 +53,11 @@ from bot.text import conversation, templates, tool_texts
 from bot.text import media as media_texts
 from bot.text import operator as operator_texts
 from budget.kernel.clock import Clock
+from budget.types import RefusalReason
 from llm.sanitize import has_visible
 from llm.types import Completion
 
-__all__ = ["Courier", "Delivery", "Reply", "reply_of", "screen"]
+__all__ = ["Courier", "Delivery", "Reply", "hushed", "reply_of", "screen"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +72,10 @@ class Delivery(StrEnum):
     #: a template (costs nothing): into the streamed message when there is one, else
     #: sent as a message
     TEMPLATE = "template"
+    #: a refusal its user was already told in its window (bot.chat.notices): nothing is
+    #: sent, unless a streamed message is already shown (it gets the template, so that
+    #: it is not left open)
+    SILENT = "silent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +153,18 @@ def reply_of(
     refused = outcome.kind in (FailureKind.TOO_LONG, FailureKind.QUEUE_FULL)
     status = IntakeStatus.REFUSED if refused else IntakeStatus.FAILED
     return Reply(_failure_text(outcome), status, reply_to=message_id, refusal=outcome.kind.value)
+
+
+def hushed(reply: Reply, outcome: ChatOutcome, user_id: int, notices: RateNotices | None) -> Reply:
+    """``reply``, made silent when ``outcome`` is a USER_MAX_PER_MINUTE refusal its user
+    was already told in its window (``notices``; ``None``: every refusal is told)."""
+    if notices is None or not isinstance(outcome, ChatRefused):
+        return reply
+    if outcome.refusal.reason is not RefusalReason.RATE:
+        return reply
+    if notices.first(user_id, outcome.refusal.resets_at):
+        return reply
+    return dataclasses.replace(reply, delivery=Delivery.SILENT)
 
 
 def _answer_reply(answer: ChatAnswer, answer_to: int | None, tz: str, footer: str | None) -> Reply:
@@ -276,6 +297,11 @@ class Courier:
         """
         if reply.delivery is Delivery.ANSWER:
             return await self._answer(reply)
+        if reply.delivery is Delivery.SILENT:
+            shown = self.stream is not None and self.stream.control.shown
+            if shown:
+                await self._into_stream(reply.text)
+            return IntakeStatus.UNDELIVERABLE if self.refused else reply.status
         if not await self._into_stream(reply.text):
             await self._template(reply.text, reply_to=reply.reply_to)
         return IntakeStatus.UNDELIVERABLE if self.refused else reply.status

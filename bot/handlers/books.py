@@ -14,7 +14,7 @@ matches and the update falls through to the "unknown command" reply.
   JSON, or the ZIP DeepSeek serves), read in a worker thread; ``apikey=NAME`` compares
   only that API key's rows (DeepSeek's ``api_key_name``, OpenAI's ``api_key_id``). The
   provider defaults to the export's ``provider`` column, else the only paid key. Files
-  over 20 MB are refused before download.
+  over 20 MiB are refused before download.
 * ``/reconcile apply`` — books the corrections of the sender's last report
   (:mod:`budget.books.corrections`), each recorded with the sender's id, the file's name
   and hash; sent as a reply to the sender's export, that export is downloaded and
@@ -307,7 +307,7 @@ async def _report(
     name = doc.file_name or "export.csv"
     if doc.file_size is not None and doc.file_size > MAX_EXPORT_BYTES:
         size = doc.file_size / 1024 / 1024
-        return f"⚠️ {echoed(name)}: {size:.1f} MB is over the 20 MB limit. Nothing was changed."
+        return f"⚠️ {echoed(name)}: {size:.1f} MiB is over the 20 MiB limit. Nothing was changed."
     chosen = _reconcile_args(args, books)
     if isinstance(chosen, str):
         return chosen

@@ -22,7 +22,7 @@ __all__ = [
 
 EXPORT_USAGE = "Usage: /budget export [YYYY-MM-DD | YYYY-MM] [IANA zone]"
 RECONCILE_USAGE = (
-    "Send the provider's usage export (CSV, JSON or ZIP, at most 20 MB) as a document with "
+    "Send the provider's usage export (CSV, JSON or ZIP, at most 20 MiB) as a document with "
     "the caption /reconcile [PROVIDER] [YYYY-MM-DD | YYYY-MM] [apikey=NAME]; after the "
     "report, /reconcile apply corrects the estimated bookings."
 )

@@ -27,12 +27,13 @@ from bot.chat.delivery import send_text
 from bot.chat.duplicates import Claim, DuplicateGate, Regenerate, Verdict, answered_in_full
 from bot.chat.ledger_wait import until_ledger_answers
 from bot.chat.model_menu import ModelMenu
+from bot.chat.notices import RateNotices
 from bot.chat.outbox import Outbox
 from bot.chat.outcome import ChatAnswer, ChatFailed, ChatOutcome, FailureKind, run_guarded
 from bot.chat.paste import PasteTicket
 from bot.chat.persona import ChatPersona
 from bot.chat.plans import UserPlans
-from bot.chat.reply import Courier, Reply, reply_of, screen
+from bot.chat.reply import Courier, Reply, hushed, reply_of, screen
 from bot.chat.service import ChatService
 from bot.chat.streaming.metrics import StreamMetrics
 from bot.chat.streaming.registry import StreamRegistry
@@ -130,6 +131,7 @@ async def on_text(
     user_plans: UserPlans | None = None,
     chat_prefs: ChatPrefsStore | None = None,
     model_menu: ModelMenu | None = None,
+    rate_notices: RateNotices | None = None,
 ) -> IntakeStatus:
     """Answer one chat message, or say why not; returns what its intake record says.
     The user's plan decides whether it streams, its queue's slots and its priority."""
@@ -162,6 +164,7 @@ async def on_text(
         user_plans=user_plans,
         chat_prefs=chat_prefs,
         model_menu=model_menu,
+        rate_notices=rate_notices,
     )
 
 
@@ -190,11 +193,13 @@ async def answer_turn(
     user_plans: UserPlans | None = None,
     chat_prefs: ChatPrefsStore | None = None,
     model_menu: ModelMenu | None = None,
+    rate_notices: RateNotices | None = None,
 ) -> IntakeStatus:
     """Answer ``prompt`` for ``message`` (typed text, or a media turn: ``media``, neither
     screened nor claimed against duplicates: a confirmed one is answered when its sender
     said so, a recording's text is its transcript) or say why not; returns its status.
-    The user's plan (``user_plans``) sets its streaming, queue slots and priority."""
+    The user's plan (``user_plans``) sets its streaming, queue slots and priority; a
+    rate refusal already told in its window is not sent again (``rate_notices``)."""
     received_at = clock.monotonic() if received_at is None else received_at
     chat_id = message.chat.id
     if flood_deferral is not None and await flood_deferral.defer(
@@ -235,13 +240,10 @@ async def answer_turn(
             await courier.stream.close()
         if isinstance(outcome, ChatAnswer) and outcome.completion.stopped:
             await book_stop(outcome.completion, stop_book, stream_metrics)
-        reply = reply_of(
-            outcome,
-            tz=user_ctx.tz,
-            message_id=message.message_id,
-            answer_to=answer_to,
-            footer=await _footer(outcome, wanted, ledger),
-        )
+        footer = await _footer(outcome, wanted, ledger)
+        reply = reply_of(outcome, tz=user_ctx.tz, message_id=message.message_id,
+                         answer_to=answer_to, footer=footer)  # fmt: skip
+        reply = hushed(reply, outcome, user_ctx.user_id, rate_notices)  # one per window
     if reply.refusal is not None:
         refusals.labels(reply.refusal).inc()
     return await courier.deliver(reply)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from urllib.parse import urlsplit
 
 from aiogram import Bot, F, Router
@@ -64,7 +65,22 @@ def subscribe_text(result: SubscribeResult, *, unsubscribing: bool = False) -> s
         )
     if s is SubscribeStatus.NOT_SUBSCRIBED:
         return _("You are not subscribed to {name}.").format(name=name)
+    if unsubscribing:
+        return _unsub_usage()
     return _("Usage: /sub @channel, /sub https://t.me/channel or /sub https://site/feed.xml")
+
+
+def _unsub_usage() -> str:
+    return _("Usage: /unsub @channel or /unsub <feed URL>; /subs lists them.")
+
+
+def _source_argument(command: CommandObject) -> str:
+    """The /sub or /unsub argument: without invisible format characters (category
+    ``Cf``: zero-width spaces and joiners, direction marks and embeddings, a byte order
+    mark — none is part of a channel name or a URL, and a client may paste one in) and
+    without surrounding white space; ``""``: none."""
+    text = command.args or ""
+    return "".join(ch for ch in text if unicodedata.category(ch) != "Cf").strip()
 
 
 async def on_sub(
@@ -87,7 +103,7 @@ async def on_sub(
             return
         limit = plan.features.max_subscriptions
     result = await digests.subscribe(
-        user_ctx.user_id, (command.args or "").strip(), max_subscriptions=limit
+        user_ctx.user_id, _source_argument(command), max_subscriptions=limit
     )
     await send_text(bot, message.chat.id, subscribe_text(result), clock=clock)
 
@@ -101,14 +117,9 @@ async def on_unsub(
     digests: DigestService,
 ) -> None:
     """/unsub @channel or a feed URL."""
-    arg = (command.args or "").strip()
+    arg = _source_argument(command)
     if not arg:
-        await send_text(
-            bot,
-            message.chat.id,
-            _("Usage: /unsub @channel or /unsub <feed URL>; /subs lists them."),
-            clock=clock,
-        )
+        await send_text(bot, message.chat.id, _unsub_usage(), clock=clock)
         return
     result = await digests.unsubscribe(user_ctx.user_id, arg)
     text = subscribe_text(result, unsubscribing=True)

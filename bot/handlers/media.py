@@ -62,6 +62,7 @@ _TURN_PARTS = (
     "user_plans",
     "chat_prefs",
     "model_menu",
+    "rate_notices",
 )
 
 

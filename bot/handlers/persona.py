@@ -28,7 +28,7 @@ from bot.storage.chat_prefs import ChatPrefs, ChatPrefsStore
 from bot.text import model_texts, personas
 from budget.errors import LedgerUnavailable
 from budget.kernel.clock import Clock
-from llm.sanitize import clean_prompt, unsafe_characters
+from llm.sanitize import clean_prompt, has_visible, unsafe_characters
 
 __all__ = ["create_persona_router", "persona_of"]
 
@@ -101,7 +101,7 @@ async def on_persona(
     key, custom = name.lower(), None
     if key == personas.CUSTOM:
         custom = clean_prompt(rest).strip()
-        if not custom:
+        if not has_visible(custom):  # also only zero-width or other invisible characters
             await _reply(message, bot, clock, personas.persona_empty_text())
             return
         if unsafe := unsafe_characters(custom):

@@ -309,8 +309,8 @@ class MediaDesk:
                 raise MediaRefused(refusal) from None
             except DownloadError:
                 raise MediaRefused(MediaRefusal(MediaProblem.DOWNLOAD)) from None
-            await _check_length(data, seconds, least_held_s, max_audio_s)
-            return AudioClip(data, clip_name, mime, seconds)
+            measured_s = await _check_length(data, seconds, least_held_s, max_audio_s)
+            return AudioClip(data, clip_name, mime, measured_s)  # the measured length
 
         async def transcribe(op: OperationTicket) -> str:
             transcript = await speech.transcribe(op, seconds, fetch, request_key=ref.unique_id)
@@ -384,12 +384,15 @@ class MediaDesk:
 INLINE_MEASURE_BYTES = 64 * 1024
 
 
-async def _check_length(data: bytes, declared_s: int, least_held_s: int, max_s: int) -> None:
-    """Raise :class:`MediaRefused` (under the hold, which the speech cascade then
-    releases: nothing is sent) for an empty clip, one whose length cannot be proven, or
-    one that plays longer than ``least_held_s``, the fewest seconds any key holds. A
-    walk may stop once past ``max_s`` (MEDIA_MAX_AUDIO_SECONDS: a length shown up to
-    there is the clip's own)."""
+async def _check_length(data: bytes, declared_s: int, least_held_s: int, max_s: int) -> int:
+    """The clip's measured length, whole seconds rounded up: what decides from here on
+    (the provider's length cap, a fallback key's hold, an estimated settle), never
+    ``declared_s``. Raise :class:`MediaRefused` (under the hold, which the speech cascade
+    then releases: nothing is sent) for an empty clip, one whose length cannot be
+    proven, one that plays longer than ``max_s`` (MEDIA_MAX_AUDIO_SECONDS, measured: the
+    declared length was checked against it before the hold) or longer than
+    ``least_held_s``, the fewest seconds any key holds. A walk may stop once past
+    ``max(max_s, least_held_s)`` (a length shown up to there is the clip's own)."""
     if not data:
         raise MediaRefused(MediaRefusal(MediaProblem.EMPTY_RECORDING))
     limit_s = max(max_s, least_held_s)
@@ -407,9 +410,13 @@ async def _check_length(data: bytes, declared_s: int, least_held_s: int, max_s: 
         log.info("recording declared %s s plays 0 s: refused", declared_s)
         raise MediaRefused(MediaRefusal(MediaProblem.NO_SOUND))
     real = math.ceil(played.seconds)
+    if played.seconds > max_s:  # declared within the cap, it plays past it
+        log.info("recording declared %s s plays %s s, over %s s: refused", declared_s, real, max_s)
+        raise MediaRefused(MediaRefusal(MediaProblem.AUDIO_TOO_LONG, max_s, real))
     if real > least_held_s:
         log.info("recording declared %s s plays %s s: refused", declared_s, real)
         raise MediaRefused(MediaRefusal(MediaProblem.LONGER_THAN_DECLARED, declared_s, real))
+    return real
 
 
 def _strictest(models: Sequence[VisionModel]) -> VisionModel:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from bot.chat.deferral import FloodDeferral
     from bot.chat.duplicates import DuplicateGate
     from bot.chat.model_menu import ModelMenu
+    from bot.chat.notices import RateNotices
     from bot.chat.outbox import Outbox
     from bot.chat.plans import UserPlans
     from bot.chat.service import ChatService
@@ -171,6 +172,8 @@ class WorkflowData(TypedDict):
     summaries: Summaries
     #: the same question twice is paid once (bot/chat/duplicates.py)
     duplicates: DuplicateGate
+    #: who was told his USER_MAX_PER_MINUTE refusal for its window (bot/chat/notices.py)
+    rate_notices: RateNotices
 
 
 @dataclass(frozen=True, slots=True)

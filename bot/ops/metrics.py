@@ -36,6 +36,7 @@ from prometheus_client import (
 
 from bot.ops.dashboard.api import DashboardSite
 from bot.ops.health import Readiness, add_health_routes
+from bot.ops.http_log import server_log
 from budget.ledger import Ledger
 from llm.cascade.cascade import Cascade
 
@@ -222,7 +223,9 @@ class MetricsServer:
             add_health_routes(app, lambda: self._readiness)
         if self._dashboard is not None:  # polling mode's dashboard (bot/ops/dashboard)
             self._dashboard.mount(app)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        self._runner = web.AppRunner(
+            app, access_log=None, logger=server_log(), shutdown_timeout=1.0
+        )
         await self._runner.setup()
         await web.TCPSite(self._runner, self._host, self._port).start()
 

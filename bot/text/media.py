@@ -38,6 +38,7 @@ _MIB = 1024 * 1024
 
 
 def _mb(size: int | None) -> str:
+    """``size`` bytes in MiB (1024² bytes, labelled MiB wherever shown), one decimal."""
     return "?" if size is None else f"{size / _MIB:.1f}"
 
 
@@ -79,7 +80,7 @@ def _extraction_text(refusal: MediaRefusal) -> str:
     if reason is Refusal.TOO_LARGE_UNPACKED:
         return _free(
             _(
-                "📄 This document unpacks to more than {limit} MB, more than I open "
+                "📄 This document unpacks to more than {limit} MiB, more than I open "
                 "(DOCUMENT_MAX_UNPACKED_BYTES). {per}"
             ).format(limit=_mb(refusal.limit), per=_per_file())
         )
@@ -93,7 +94,7 @@ def _extraction_text(refusal: MediaRefusal) -> str:
     if reason is Refusal.MEMORY:
         return _free(
             _(
-                "📄 Reading this document needed more than {limit} MB of memory, the most I "
+                "📄 Reading this document needed more than {limit} MiB of memory, the most I "
                 "give one (DOCUMENT_EXTRACT_MEMORY_MB). {per}"
             ).format(limit=refusal.limit, per=_per_file())
         )
@@ -157,7 +158,7 @@ def media_refusal_text(refusal: MediaRefusal, *, tz: str) -> str:
     p = refusal.problem
     if p is MediaProblem.TOO_BIG:
         return _(
-            "📦 This file is {found} MB; bots can download at most {limit} MB per file "
+            "📦 This file is {found} MiB; bots can download at most {limit} MiB per file "
             "(Telegram's limit, MEDIA_DOWNLOAD_MAX_BYTES). {per} Nothing was charged."
         ).format(found=_mb(refusal.found), limit=_mb(refusal.limit), per=_per_file())
     if p is MediaProblem.DOWNLOAD:
@@ -242,7 +243,7 @@ def _link_text(refusal: MediaRefusal) -> str:
     if p is MediaProblem.LINK_TOO_LARGE:
         return _free(
             _(
-                "🔗 This page is larger than {limit} MB, the most I fetch (FETCH_MAX_BYTES). "
+                "🔗 This page is larger than {limit} MiB, the most I fetch (FETCH_MAX_BYTES). "
                 "This limit is per page; it does not reset."
             ).format(limit=_mb(refusal.limit))
         )

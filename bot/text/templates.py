@@ -53,6 +53,24 @@ def format_reset(when: datetime, tz: str, *, with_date: bool = False) -> str:
     return f"{local:%H:%M} {tz}"
 
 
+def _rate_text(resets_at: datetime | None, tz: str) -> str:
+    """USER_MAX_PER_MINUTE's refusal, told once per window (bot/chat/notices.py: the
+    next refusals until ``resets_at`` are silent, and it says so)."""
+    if resets_at is None:
+        return _("✋ Too many messages per minute. Please retry in a minute.")
+    return _(
+        "✋ Too many messages per minute. Please retry after {reset}; "
+        "messages refused until then get no further notice."
+    ).format(reset=_minute_after(resets_at, tz))
+
+
+def _minute_after(when: datetime, tz: str) -> str:
+    """``HH:MM Zone/Name`` of the first whole minute at or after ``when`` (a reset inside
+    the minute shown as the minute it falls in would read as too early)."""
+    floor = when.replace(second=0, microsecond=0)
+    return format_reset(floor if floor == when else floor + timedelta(minutes=1), tz)
+
+
 def reset_sentence(reset: str) -> str:
     """ "It resets at 14:00 Europe/Berlin." after a sentence that named the limit."""
     return _("It resets at {reset}.").format(reset=reset)
@@ -152,7 +170,7 @@ def refusal_text(refusal: Refusal, *, tz: str, running: bool = False, step: str 
     elif r is RefusalReason.INFLIGHT:
         text = _("✋ Too many requests at once. Please retry in a minute.")
     elif r is RefusalReason.RATE:
-        text = _("✋ Too many messages per minute. Please retry in a minute.")
+        text = _rate_text(refusal.resets_at, tz)
     elif r is RefusalReason.OPERATION_CAP:
         text = _(
             "🛑 This request hit its cost or size cap and was stopped. Try a shorter question."

@@ -223,7 +223,7 @@ def parse_export(
     zone(billing_tz)
     if len(data) > MAX_EXPORT_BYTES:
         raise ExportFileError(
-            f"{file_name}: {len(data) / 1024 / 1024:.1f} MB is over the 20 MB limit; "
+            f"{file_name}: {len(data) / 1024 / 1024:.1f} MiB is over the 20 MiB limit; "
             "export a shorter period"
         )
     if not data.strip():

@@ -348,7 +348,8 @@ class PriceCard:
             if found is None:
                 lines.append(f"{provider}:{model} {tier}: list price unknown")
             elif (
-                isinstance(found, ModelRates) and f"{provider}:{model}" in SPEECH_MODELS_PER_SECOND
+                isinstance(found, ModelRates)
+                and f"{family(provider)}:{model}" in SPEECH_MODELS_PER_SECOND  # groq2 as groq
             ):
                 lines.append(f"{provider}:{model} {tier}: {found.describe_per_hour_of_audio()}")
             elif isinstance(found, ModelRates):

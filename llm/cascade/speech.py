@@ -18,17 +18,21 @@ For one voice note::
             413 / over the documented size  → release; next
             429 / quota                     → release; breaker open; next
             5xx, timeout                    → release (interrupted: settle at the
-                                              ceiling, estimated); next
+                                              estimate, estimated); next
             auth                            → release; next
             other rejection                 → release; raise
-            cancelled                       → settle at the ceiling, estimated; re-raise
-        settle at the billed seconds (no length reported: the ceiling, estimated)
+            cancelled                       → settle at the estimate, estimated; re-raise
+        settle at the billed seconds (no length reported: the estimate, estimated)
     nothing answered → AllProvidersFailed
 
-Held seconds: ``max(declared + 1, minimum billed)``
+Held seconds: ``max(declared + 1, minimum billed)`` before the download
 (:func:`llm.media_prices.transcription_ceiling_musd`'s rule: Telegram's durations are
-whole seconds "as defined by the sender"). A provider reporting more than was held is
-booked as reported: what a provider reports is what it bills
+whole seconds "as defined by the sender"); once downloaded the clip is measured
+(``bot.media.desk``: one playing longer than the least held is refused) and its
+measured length decides: a fallback key's length cap and hold use it, and the estimate
+is ``max(measured, minimum billed)`` within the hold
+(``docs/decisions/320-every-clip-is-measured-or-refused.md``). A provider reporting
+more than was held is booked as reported: what a provider reports is what it bills
 (``docs/decisions/090-what-a-provider-reports.md``).
 """
 
@@ -71,6 +75,12 @@ def held_seconds(declared_s: int, minimum_billed_s: int) -> int:
     ``max(declared_s + 1, minimum_billed_s)`` (``held_seconds(7, 10) == 10``,
     ``held_seconds(1800, 10) == 1801``)."""
     return max(max(0, declared_s) + DURATION_MARGIN_S, minimum_billed_s)
+
+
+def _estimate(client: TranscriptionClient, clip: AudioClip, held_s: int) -> int:
+    """Seconds an attempt is paced at and settled on when the provider reports no
+    length: the clip's measured length at the model's minimum, never over ``held_s``."""
+    return min(held_s, max(clip.duration_s, client.model.minimum_billed_s))
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,11 +197,14 @@ class SpeechCascade:
         failures: list[ProviderError] = []
         skipped: list[tuple[str, str]] = []
         for client in self._clients:
-            reason = self._skip_reason(client, declared_s, allow_paid)
+            # once downloaded, the clip's measured length decides (a fallback key's
+            # length cap and hold), not the declared one
+            length_s = declared_s if clip is None else clip.duration_s
+            reason = self._skip_reason(client, length_s, allow_paid)
             if reason:
                 skipped.append((client.name, reason))
                 continue
-            seconds = held_seconds(declared_s, client.model.minimum_billed_s)
+            seconds = held_seconds(length_s, client.model.minimum_billed_s)
             hold = await self._ledger.reserve(
                 op,
                 request_id,
@@ -209,7 +222,7 @@ class SpeechCascade:
                     await self._release(hold)
                     raise
             try:
-                return await self._attempt(client, hold, clip, seconds)
+                return await self._attempt(client, hold, clip, _estimate(client, clip, seconds))
             except ProviderError as exc:
                 failures.append(exc)
                 if not isinstance(exc, _FALLBACK_ON):

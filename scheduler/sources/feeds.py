@@ -111,6 +111,22 @@ class AddressGuard:
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
         await self.public_addresses(host, port, source=url)
 
+    def refused_without_lookup(self, url: str) -> bool:
+        """True when ``url`` is refused before any name is resolved: no host, or a
+        literal IP address that is not public (the check :meth:`check` would make
+        first). A name is never judged here: it needs a look-up."""
+        try:
+            host = httpx.URL(url).host
+        except (httpx.InvalidURL, ValueError):
+            return False  # the fetch refuses it in its own way
+        if not host:
+            return True
+        try:
+            literal = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        return not _public(literal, self._allow_loopback)
+
     async def public_addresses(self, host: str, port: int, *, source: str) -> list[str]:
         """Resolve ``host`` once and return its addresses, all checked public.
 

@@ -395,7 +395,7 @@ def test_a_zip_is_opened_within_its_caps() -> None:
     nine files are too many, a workbook is named as one, junk is "cannot be read"."""
     bomb = pf.zip_files({"amount.csv": b"\0" * (21 * 1024 * 1024)})
     assert len(bomb) < 100_000
-    with pytest.raises(ExportFileError, match="unpacks to over 20 MB"):
+    with pytest.raises(ExportFileError, match="unpacks to over 20 MiB"):
         parse_export(bomb, "bomb.zip", "UTC")
     many = pf.zip_files({f"f{i}.csv": b"a,b\n" for i in range(9)})
     with pytest.raises(ExportFileError, match="holds 9 files"):

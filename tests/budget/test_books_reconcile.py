@@ -451,7 +451,7 @@ def test_f_malformed_files_are_refused_clearly(data: bytes, needle: str) -> None
 
 def test_f_a_file_over_20_mb_is_refused() -> None:
     """(f) Over 20 MB: refused before it is read."""
-    with pytest.raises(ExportFileError, match="over the 20 MB limit"):
+    with pytest.raises(ExportFileError, match="over the 20 MiB limit"):
         parse_export(b"x" * (MAX_EXPORT_BYTES + 1), "huge.csv", "UTC")
 
 

@@ -95,3 +95,23 @@ async def test_prices_of_a_speech_model_are_per_audio_time_and_rounded(
     for line in whispers:  # the second Groq key's whisper too
         assert "$0.04 per hour of audio ($0.000667 per minute)" in line, line
     assert "11.11" not in prices
+
+
+async def test_the_start_up_price_lines_give_every_keys_speech_model_per_audio_time(
+    app_factory: AppFactory, bot_env: dict[str, str]
+) -> None:
+    """The start-up log's price card: the whisper model of both Groq keys (``groq`` and
+    the second key ``groq2``) is stated per hour of audio, never per 1M tokens
+    ($11.11… per 1M of its audio seconds); the chat models keep their per-1M-tokens
+    unit."""
+    bot = await _start(app_factory, bot_env)
+    lines = [line for line in bot.logs().splitlines() if "price card: " in line]
+    whispers = [line for line in lines if "whisper" in line]
+    assert {line.split("price card: ", 1)[1].split(":", 1)[0] for line in whispers} >= {
+        "groq",
+        "groq2",
+    }, whispers
+    for line in whispers:
+        assert "$0.04 per hour of audio" in line and "1M tokens" not in line, line
+    assert not any("11.11" in line for line in lines), lines
+    assert any("per 1M tokens" in line for line in lines if "whisper" not in line), lines

@@ -116,7 +116,7 @@ async def test_budget_export_reconcile_and_prices_through_the_bot(
         ADMIN, b"x", file_name="huge.csv", caption="/reconcile", file_size=21 * 1024 * 1024
     )
     [huge] = await fake_telegram.wait_sent(ADMIN, since=mark, timeout=20.0)
-    assert "over the 20 MB limit" in huge.text and "Nothing was changed" in huge.text
+    assert "over the 20 MiB limit" in huge.text and "Nothing was changed" in huge.text
 
     prices = await _ask(fake_telegram, ADMIN, "/providers prices")
     rates = DEFAULT_OVERRIDES["deepseek:deepseek-chat"]

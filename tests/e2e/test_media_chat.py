@@ -95,7 +95,7 @@ async def test_documents_over_a_cap_get_a_template_and_no_provider_request(
         (flate_bomb_pdf(2_000_000), "bomb.pdf", "application/pdf", None, "characters"),
         (docx_zip_bomb(100_000_000), "bomb.docx", "application/msword", None, "unpacks"),
         (b"word " * 20_000, "long.txt", "text/plain", None, "too long"),
-        (b"x", "huge.pdf", "application/pdf", 25 * 1024 * 1024, "20.0 MB"),
+        (b"x", "huge.pdf", "application/pdf", 25 * 1024 * 1024, "20.0 MiB"),
     ]
     for data, name, mime, size, expected in cases:
         mark = fake_telegram.mark()

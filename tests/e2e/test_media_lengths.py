@@ -153,3 +153,51 @@ async def test_a_clip_playing_past_the_limit_names_the_limit_in_settings(
     assert "plays for more than 5 s, but its message says 1 s," in reply.text, reply.text
     assert fake_providers.transcriptions == []
     await bot.stop()
+
+
+def _speech_usage(db_url: str) -> list[tuple[str, int | None]]:
+    """(state, settled input seconds) of every transcription hold, in order."""
+    with sqlite3.connect(Path(db_url.split("///", 1)[1])) as db:
+        rows = db.execute(
+            "SELECT state, usage_input FROM budget_holds WHERE origin = 'transcription'"
+            " ORDER BY granted_at"
+        )
+        return [(r[0], r[1]) for r in rows]
+
+
+async def test_a_clip_declared_within_the_limit_that_plays_past_it_is_refused(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """MEDIA_MAX_AUDIO_SECONDS=11 and the JFK clip (11.1 s of frames) declared 11 s:
+    held on 12 s, so within every hold, but its measured length is past the setting:
+    refused naming the limit, nothing uploaded, the hold released."""
+    bot = app_factory(env={**bot_env, "MEDIA_MAX_AUDIO_SECONDS": "11"})
+    await bot.start()
+    mark = fake_telegram.mark()
+    _send(fake_telegram, 96, "mp3", MP3, duration=11)
+    [reply] = await fake_telegram.wait_sent(96, since=mark, timeout=30)
+    assert "is 12 s long; I transcribe at most 11 s (MEDIA_MAX_AUDIO_SECONDS)" in reply.text
+    assert "Nothing was charged" in reply.text
+    assert fake_providers.transcriptions == []
+    await bot.stop()
+    assert set(_hold_states(bot.env["DATABASE_URL"])) == {"released"}
+
+
+async def test_an_estimated_transcription_is_settled_on_the_measured_length(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, fake_providers: FakeProviders
+) -> None:
+    """The 11-second clip declared 300 s, and Groq answers without the audio length:
+    the hold was 301 s (the declared length), the estimated settle is the measured
+    12 s, not the 301 s the message claimed."""
+    bot = app_factory()
+    await bot.start()
+    fake_providers.script("groq", {"raw_body": {"text": "And so my fellow"}}, {"text": "Answer"})
+    mark = fake_telegram.mark()
+    _send(fake_telegram, 97, "mp3", MP3, duration=300)
+    await fake_telegram.wait_sent(97, 2, since=mark, timeout=30)
+    assert len(fake_providers.transcriptions) == 1
+    await bot.stop()
+    assert _speech_usage(bot.env["DATABASE_URL"]) == [("settled", 12)]

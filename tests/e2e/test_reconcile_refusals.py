@@ -113,7 +113,7 @@ async def test_echoed_input_reaches_the_chat_escaped_and_cut(
         ADMIN, b"x", file_name=name, caption="/reconcile deepseek", file_size=21 * 1024 * 1024
     )
     [reply] = await tg.wait_sent(ADMIN, since=mark, timeout=20.0)
-    assert "invoice<U+202E>vsc.exe: 21.0 MB is over the 20 MB limit" in reply.text, reply.text
+    assert "invoice<U+202E>vsc.exe: 21.0 MiB is over the 20 MiB limit" in reply.text, reply.text
     replies.append(reply.text)
 
     row = '2026-12-01,"m\u202e\x1f\u2028x",1,0,1,0.1\n'

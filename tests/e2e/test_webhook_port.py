@@ -203,6 +203,36 @@ async def test_a_secret_header_with_non_ascii_bytes_is_401_and_counted_without_a
     assert await bot.stop() == 0
 
 
+async def test_a_header_over_8_kb_is_a_4xx_and_one_warning_line_without_a_traceback(
+    bot_factory: BotFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """A 9 KB header (over aiohttp's 8,190-byte line limit) on the webhook path, on the
+    dashboard's port and on the metrics port: each gets a 4xx; the log has one WARNING
+    line each naming the parser's error, no ERROR, no traceback and nothing of the
+    header's value. Before, aiohttp logged each at ERROR with its parser's traceback."""
+    env = _env(bot_env)
+    bot = await _replica(bot_factory, fake_telegram, env)
+    port, metrics = int(env["WEBHOOK_LISTEN_PORT"]), int(env["METRICS_PORT"])
+    big = [(b"X-Stranger", b"v" * 9000), (SECRET_HEADER.encode(), SECRET.encode())]
+    statuses = [
+        await raw_request(port, PATH, big, b"{}"),
+        await raw_request(port, "/dashboard", big, b""),
+        await raw_request(metrics, "/metrics", big, b""),
+    ]
+    assert all(s is not None and 400 <= s < 500 for s in statuses), statuses
+    await asyncio.sleep(0.5)  # the child's log lines are flushed
+    logs = bot.logs()
+    assert logs.count("bad HTTP request from 127.0.0.1 refused with") == 3, logs[-3000:]
+    assert "LineTooLong" in logs
+    assert "Traceback" not in logs and "vvvvvvvv" not in logs
+    assert "Error handling request" not in logs
+    assert not fake_telegram.sent_events() and not fake_providers.requests
+    assert await bot.stop() == 0
+
+
 def _nested(depth: int) -> str:
     return '{"message": ' + "[" * depth + "]" * depth + "}"
 

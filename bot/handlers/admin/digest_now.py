@@ -13,6 +13,7 @@ from aiogram.types import Message
 from bot.handlers.admin.base import parse_user_id, reply
 from budget.errors import HoldRefused
 from budget.kernel.clock import Clock
+from budget.types import RefusalReason
 from scheduler.runner import DigestRunner
 from scheduler.tables import RunStatus
 from scheduler.types import ProgressStep, Step
@@ -49,8 +50,14 @@ _STATUSES: dict[RunStatus, str] = {
 }
 
 
+#: A run the kill switch postponed: a kill has no reset, an admin lifts it.
+_KILLED = "postponed: the kill switch is on; it will go out once an admin lifts it (/unkill)"
+
+
 def describe_step(progress: ProgressStep) -> tuple[str, bool]:
     """A runner progress step → (readable text, is it final)."""
+    if progress.step is Step.DEFERRED and progress.reason is RefusalReason.KILL:
+        return _KILLED, progress.step.final
     reason = progress.reason.value if progress.reason is not None else ""
     text = _STEPS[progress.step].format(
         count=progress.count,
@@ -61,8 +68,11 @@ def describe_step(progress: ProgressStep) -> tuple[str, bool]:
     return text, progress.step.final
 
 
-def describe_status(status: RunStatus) -> str:
-    """A digest run's status after /digest_now, as text."""
+def describe_status(status: RunStatus, reason: RefusalReason | None = None) -> str:
+    """A digest run's status after /digest_now, as text (``reason``: the refusal that
+    postponed it, if one did)."""
+    if status is RunStatus.DEFERRED and reason is RefusalReason.KILL:
+        return _KILLED
     return _STATUSES[status]
 
 
@@ -78,6 +88,7 @@ class ProgressMessage:
 
     Attributes:
         last_step: the runner's latest step (``started`` until one comes).
+        last_reason: the refusal of the latest step that had one (``None``: none).
     """
 
     __slots__ = (
@@ -88,6 +99,7 @@ class ProgressMessage:
         "_message_id",
         "_shown",
         "_target",
+        "last_reason",
         "last_step",
     )
 
@@ -100,6 +112,7 @@ class ProgressMessage:
         self._last_edit = clock.monotonic() - PROGRESS_EDIT_INTERVAL_S
         self._shown = ""
         self.last_step = Step.STARTED
+        self.last_reason: RefusalReason | None = None
 
     async def show(self, text: str, *, force: bool) -> None:
         """Edit ``text`` in, unless it is already shown or (``force`` aside) the last edit
@@ -120,6 +133,8 @@ class ProgressMessage:
     async def step(self, step: ProgressStep) -> None:
         """The runner's progress callback."""
         self.last_step = step.step
+        if step.reason is not None:
+            self.last_reason = step.reason
         text, final = describe_step(step)
         await self.show(text, force=final)
 
@@ -145,12 +160,13 @@ async def on_digest_now(
         return
     if progress.last_step is Step.ALREADY_SENT:
         # nothing ran now: say how today's run ended earlier, not "— 0 posts"
-        await progress.show(f"already done today ({describe_status(outcome.status)})", force=True)
+        done = describe_status(outcome.status, progress.last_reason)
+        await progress.show(f"already done today ({done})", force=True)
         return
     if progress.last_step in (Step.ELSEWHERE, Step.NO_PROFILE):
         return  # this process made nothing: the step's line is the whole answer
     await progress.show(
-        f"{describe_status(outcome.status)} — {outcome.posts} posts, "
+        f"{describe_status(outcome.status, progress.last_reason)} — {outcome.posts} posts, "
         f"{outcome.llm_calls} LLM calls, {outcome.cache_hits} from the cache, "
         f"{outcome.paid_calls} paid",
         force=True,

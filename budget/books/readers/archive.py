@@ -37,7 +37,7 @@ def unzip(data: bytes, file_name: str) -> list[tuple[str, bytes]]:
 
     Raises:
         ExportFileError: not a readable ZIP, a workbook, encrypted, too many files,
-            more than 20 MB unpacked, no file.
+            more than 20 MiB unpacked, no file.
     """
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
@@ -60,7 +60,7 @@ def unzip(data: bytes, file_name: str) -> list[tuple[str, bytes]]:
         if any(i.flag_bits & 0x1 for i in infos):
             raise ExportFileError(f"{file_name} is encrypted: send it without a password")
         if sum(i.file_size for i in infos) > MAX_EXPORT_BYTES:
-            raise ExportFileError(f"{file_name} unpacks to over 20 MB; export a shorter period")
+            raise ExportFileError(f"{file_name} unpacks to over 20 MiB; export a shorter period")
         return _read(archive, infos, file_name)
 
 
@@ -76,7 +76,7 @@ def _read(
         except (zipfile.BadZipFile, NotImplementedError, ValueError, OSError, EOFError):
             raise ExportFileError(f"{file_name}: {info.filename} cannot be unpacked") from None
         if len(body) > left:
-            raise ExportFileError(f"{file_name} unpacks to over 20 MB; export a shorter period")
+            raise ExportFileError(f"{file_name} unpacks to over 20 MiB; export a shorter period")
         left -= len(body)
         found.append((info.filename.rsplit("/", 1)[-1], body))
     return found
