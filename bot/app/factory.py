@@ -279,7 +279,7 @@ def _build_chat(core: _Core, repo: ProfileRepository, cascade: Cascade) -> _Chat
     path's writes ride the ledger's writer)."""
     settings, clock, hot = core.settings, core.clock, core.replicas.hot
     # a group upgraded to a supergroup: its calls, rows and answers follow it there
-    moves = ChatMoves(core.sessions)
+    moves = ChatMoves(core.sessions, hot)
     core.bot.session.middleware(FollowChatMoves(moves))
     history = History(core.sessions, hot, moves)
     summaries = Summaries(core.sessions, moves, hot)

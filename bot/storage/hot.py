@@ -88,3 +88,8 @@ class HotPath(Protocol):
     async def touch_profile(
         self, user_id: int, chat_id: int, language: str, digest_time: str, now: datetime
     ) -> Preferences: ...
+
+    async def written(self) -> None:
+        """Returns once every write queued before it is committed (a write another
+        connection must see: a chat's rows re-keyed by :class:`bot.storage.moves.ChatMoves`)."""
+        ...

@@ -11,6 +11,13 @@ conversation history (its summaries too), its persona and model, and the answers
 outbox still has to deliver. The rows that name a message of the old chat
 (``seen_messages``: message ids are per chat) stay as they are. Moving is idempotent:
 the second service message, or a send refused after the move, moves nothing more.
+
+The re-keying waits for the message path's queued writes first
+(:meth:`bot.storage.hot.HotPath.written`): on a SQLite file a history turn is posted to
+the ledger's writer and committed after the answer is sent, so an answer whose send met
+the move had its turn still queued under the old id; the ``UPDATE`` on another
+connection did not see it, and the turn was committed under the old id after the move —
+the chat's next question in the supergroup was asked without it.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from collections import OrderedDict
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from bot.storage.hot import HotPath
 from bot.storage.tables import ChatPrefsRow, ChatSummary, ChatTurn, PendingAnswer
 
 __all__ = ["MAX_REMEMBERED_MOVES", "ChatMoves"]
@@ -37,12 +45,17 @@ class ChatMoves:
 
     Args:
         sessions: the bot's database.
+        hot: the message path's statements (:mod:`bot.storage.hot`), whose queued
+            writes are committed before the rows are re-keyed; ``None``: none.
     """
 
-    __slots__ = ("_moved", "_sessions")
+    __slots__ = ("_hot", "_moved", "_sessions")
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], hot: HotPath | None = None
+    ) -> None:
         self._sessions = sessions
+        self._hot = hot
         self._moved: OrderedDict[int, int] = OrderedDict()
 
     def __repr__(self) -> str:
@@ -59,6 +72,8 @@ class ChatMoves:
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the database refused the update (the move
                 stays remembered: answers in flight still reach the new chat).
+            budget.errors.LedgerUnavailable: the queued writes could not be committed
+                (the move stays remembered as well).
         """
         if old_id == new_id:
             return 0
@@ -67,6 +82,8 @@ class ChatMoves:
         self._moved.move_to_end(old_id)
         while len(self._moved) > MAX_REMEMBERED_MOVES:
             self._moved.popitem(last=False)
+        if self._hot is not None:  # turns written under the old id before the move
+            await self._hot.written()
         async with self._sessions() as session:
             turns = await session.execute(
                 update(ChatTurn).where(ChatTurn.chat_id == old_id).values(chat_id=new_id)

@@ -268,6 +268,10 @@ class PgHotPath:
         row = await self._one(self._clock.now(), run)
         return None if row is None else (row[0], row[1], row[2])
 
+    async def written(self) -> None:
+        """See :meth:`bot.storage.hot.HotPath.written`: nothing to wait for (every write
+        here is committed before it returns)."""
+
     async def append_turns(
         self,
         user_id: int,

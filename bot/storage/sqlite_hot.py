@@ -49,6 +49,10 @@ __all__ = ["SqliteHotPath"]
 _DIALECT = sqlite.dialect()
 
 
+def _nothing() -> None:
+    """A writer call that does nothing: what was queued before it is committed first."""
+
+
 def _binder(column: Any) -> Callable[[Any], Any]:
     """The value SQLAlchemy would bind for ``column`` on SQLite (its type's processor)."""
     col: Column[Any] = column.property.columns[0]
@@ -278,6 +282,15 @@ class SqliteHotPath:
             (*where, t.message.role, t.message.content, t.tokens, t.raw_tokens, at) for t in turns
         ]
         self._writer.post(partial(_append, rows=rows), "history turns")
+
+    async def written(self) -> None:
+        """See :meth:`bot.storage.hot.HotPath.written`: a writer call, queued after every
+        posted step, which commits their group before it runs.
+
+        Raises:
+            budget.errors.LedgerUnavailable: the writer is closed or storage failed.
+        """
+        await self._writer.call(_nothing)
 
     async def touch_and_record(
         self,

@@ -76,12 +76,14 @@ async def _tick_every_minute(world: World, until: datetime) -> None:
 async def test_spring_forward_gap_sends_once_at_first_valid_minute(
     sessions: Sessions,
 ) -> None:
-    """02:30 Europe/Berlin does not exist on 2026-03-29: one digest, at 03:00 CEST (01:00 UTC)."""
-    clock = ManualClock(datetime(2026, 3, 28, 23, 0, tzinfo=UTC))
+    """02:30 Europe/Berlin does not exist on 2026-03-29: one digest, at 03:00 CEST (01:00 UTC).
+    Ticked minute by minute from 01:00 CET to 04:30 CEST (each tick is a database round:
+    the hour before and the 90 minutes after the gap are what can go wrong)."""
+    clock = ManualClock(datetime(2026, 3, 29, 0, 0, tzinfo=UTC))
     world = World(sessions, clock)
     world.fetcher.add("channel_a", [1, 2], clock.now())
     await world.user(1, "channel_a", tz="Europe/Berlin", at="02:30")
-    await _tick_every_minute(world, datetime(2026, 3, 29, 4, 0, tzinfo=UTC))
+    await _tick_every_minute(world, datetime(2026, 3, 29, 2, 30, tzinfo=UTC))
     assert len(world.deliverer.sent) == 1
     assert world.deliverer.sent[0].at < datetime(2026, 3, 29, 1, 1, tzinfo=UTC)
     assert world.deliverer.sent[0].at >= datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
@@ -92,12 +94,13 @@ async def test_spring_forward_gap_sends_once_at_first_valid_minute(
 
 
 async def test_fall_back_fold_sends_once(sessions: Sessions) -> None:
-    """02:30 Europe/Berlin happens twice on 2026-10-25: exactly one digest, at the first."""
-    clock = ManualClock(datetime(2026, 10, 24, 23, 0, tzinfo=UTC))
+    """02:30 Europe/Berlin happens twice on 2026-10-25: exactly one digest, at the first.
+    Ticked minute by minute from 02:00 CEST to 03:00 CET, past the second 02:30."""
+    clock = ManualClock(datetime(2026, 10, 25, 0, 0, tzinfo=UTC))
     world = World(sessions, clock)
     world.fetcher.add("channel_a", [1, 2], clock.now())
     await world.user(1, "channel_a", tz="Europe/Berlin", at="02:30")
-    await _tick_every_minute(world, datetime(2026, 10, 25, 3, 0, tzinfo=UTC))
+    await _tick_every_minute(world, datetime(2026, 10, 25, 2, 0, tzinfo=UTC))
     assert len(world.deliverer.sent) == 1
     first = world.deliverer.sent[0].at
     assert (
