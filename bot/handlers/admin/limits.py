@@ -200,8 +200,14 @@ async def _guarantee(
     if amount is None:
         lines = [f"Team {name}: no guaranteed share of the global {window.value} any more."]
     else:
+        # never more than the team may spend: decision 285
+        own = next(
+            (b.limit_musd for b in (await ledger.team_status(name)).buckets if b.window is window),
+            None,
+        )
+        kept = amount if own is None else min(amount, own)
         lines = [
-            f"Team {name}: {usd(amount)} of the global {window.value} limit is kept for it"
+            f"Team {name}: {usd(kept)} of the global {window.value} limit is kept for it"
             " while it has not used it."
         ]
     lines += ["⚠️ " + w for w in await ledger.limit_warnings()]
