@@ -86,3 +86,38 @@ async def test_a_guarantee_over_the_team_limit_warns_and_keeps_only_what_the_tea
     assert "Limit set" in await _ask(fake_telegram, ADMIN, set_global)
     assert await _ask(fake_telegram, OUTSIDER, QUESTION) == f"echo: {QUESTION}"
     assert await bot.stop() == 0
+
+
+async def test_a_runtime_global_limit_is_named_at_every_start_and_default_goes_back(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+) -> None:
+    """``BUDGET_GLOBAL_DAILY_USD=5``, then ``/limit global day off`` (kept in the
+    database): after a restart the start logs one WARNING naming it, /budget says the
+    runtime value is used instead of the setting, and ``/limit global day default``
+    goes back to $5 — /budget then shows the setting's limit and no override line."""
+    bot = app_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN), BUDGET_GLOBAL_DAILY_USD="5"))
+    await bot.start()
+    assert "runtime limits override" not in bot.logs()
+    assert "Limit set: global day = off" in await _ask(
+        fake_telegram, ADMIN, "/limit global day off"
+    )
+    assert await bot.restart() == 0
+    warned = [line for line in bot.logs().splitlines() if "runtime limits override" in line]
+    assert len(warned) == 1 and " WARNING " in warned[0], warned
+    said = (
+        "global day: the runtime limit off (/limit) is used, not BUDGET_GLOBAL_DAILY_USD"
+        " $5.000000; /limit global day default goes back to it"
+    )
+    assert said in warned[0], warned
+    report = await _ask(fake_telegram, ADMIN, "/budget")
+    assert "⚙️ " + said in report, report
+    assert "global day: settled $0.000000, held $0.000000, limit —" in report, report
+
+    back = await _ask(fake_telegram, ADMIN, "/limit global day default")
+    assert back == (
+        "Runtime limit removed: global day follows BUDGET_GLOBAL_DAILY_USD again ($5.000000)."
+    ), back
+    report = await _ask(fake_telegram, ADMIN, "/budget")
+    assert "global day: settled $0.000000, held $0.000000, limit $5.000000" in report, report
+    assert "⚙️" not in report
+    assert await bot.stop() == 0
