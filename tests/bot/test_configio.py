@@ -206,7 +206,8 @@ def test_configuration_moves_from_sqlite_to_a_fresh_database_once(
 
     async def buckets(engine: AsyncEngine) -> int:
         async with engine.connect() as conn:
-            return int(await conn.scalar(select(func.count()).select_from(bucket_table)))
+            counted = await conn.scalar(select(func.count()).select_from(bucket_table))
+            return int(counted or 0)
 
     assert _on(new_url, buckets) == 1, "the user's day bucket is the books: not carried"
     assert after["user_profiles"][1]["user_id"] == 9_000_000_001
