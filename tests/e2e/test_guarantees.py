@@ -112,6 +112,7 @@ async def test_a_runtime_global_limit_is_named_at_every_start_and_default_goes_b
     report = await _ask(fake_telegram, ADMIN, "/budget")
     assert "⚙️ " + said in report, report
     assert "global day: settled $0.000000, held $0.000000, limit —" in report, report
+    assert "LLM requests today, digests' included: 0 (" in report, report
 
     back = await _ask(fake_telegram, ADMIN, "/limit global day default")
     assert back == (

@@ -253,8 +253,9 @@ def _day_lines(
     lines.append(f"Spend by origin: {origin or '—'}")
     per_msg = f"{status.requests_today / messages_today:.2f}" if messages_today else "—"
     lines.append(
-        f"Messages today: {messages_today}; LLM requests: {status.requests_today} "
-        f"({per_msg} per message)"
+        # every origin's requests (budget_requests): a digest's count too, so say so
+        f"Messages today: {messages_today}; LLM requests today, digests' included:"
+        f" {status.requests_today} ({per_msg} per message)"
     )
     refusals = ", ".join(f"{r} {n}" for r, n in sorted(status.refusals_today.items()))
     # the ledger's refusal events (holds refused, digests' too); a message refused before
