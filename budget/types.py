@@ -116,6 +116,8 @@ class Refusal:
             request's worst case); 0 when not a hold's.
         remaining_musd: a limit's refusal: what was left of the refusing bucket (µUSD,
             limit − settled − held, may be ≤ 0); ``None`` when not known.
+        kept_musd: a global limit's refusal that the limit itself would have let
+            through: what other teams' guarantees kept of it (µUSD; 0 otherwise).
     """
 
     reason: RefusalReason
@@ -128,6 +130,7 @@ class Refusal:
     plan: str = ""
     ceiling_musd: int = 0
     remaining_musd: int | None = None
+    kept_musd: int = 0
 
 
 @dataclass(frozen=True, slots=True)

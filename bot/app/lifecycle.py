@@ -49,6 +49,7 @@ from bot.middlewares.topics import in_topic
 from bot.ops.admin_notices import AdminNotifier
 from bot.ops.dashboard.api import DashboardSite
 from bot.ops.health import Readiness
+from bot.ops.limit_overrides import runtime_overrides
 from bot.ops.metrics import MetricsServer
 from bot.ops.retention import RetentionJob
 from bot.ops.schema_watch import SchemaWatch
@@ -199,6 +200,9 @@ class App:
             log.info("price card: %s", line)
         if not self.cascade.anchor:
             log.warning("no DEEPSEEK_API_KEY: running free-only (no paid anchor)")
+        overrides = runtime_overrides(await self.ledger.status(), self.ledger.config)
+        if overrides:  # kept in the database: they outlive every restart (docs/admin.md)
+            log.warning("runtime limits override the settings: %s", "; ".join(overrides))
         await self._notify_lost()
         if self.streams.kill_watch is not None:  # /kill hard on another replica
             await self.streams.kill_watch.start()

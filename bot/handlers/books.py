@@ -56,6 +56,7 @@ from bot.handlers.books_args import (
     looks_like_period,
     period_refusal,
     split_export_args,
+    zone_refusal,
 )
 from bot.ops.reconciliations import ReconcileLog
 from budget.books.corrections import CorrectionPlan
@@ -185,8 +186,9 @@ async def on_export(
 ) -> None:
     """``/budget export [YYYY-MM-DD | YYYY-MM] [IANA zone]``: the two CSV documents."""
     parsed = split_export_args((command.args or "").split()[1:], books.budget_tz)
-    if isinstance(parsed, str):
-        await _reply(bot, message, parsed, clock)
+    refused = parsed if isinstance(parsed, str) else zone_refusal(parsed[1])
+    if isinstance(parsed, str) or refused is not None:
+        await _reply(bot, message, refused or EXPORT_USAGE, clock)
         return
     try:
         period = parse_period(parsed[0], parsed[1], clock.now())

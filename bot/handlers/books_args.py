@@ -7,6 +7,8 @@ line, never read as a zone).
 from __future__ import annotations
 
 import re
+from functools import cache
+from zoneinfo import available_timezones
 
 from budget.kernel.shown import echoed
 
@@ -18,6 +20,7 @@ __all__ = [
     "looks_like_period",
     "period_refusal",
     "split_export_args",
+    "zone_refusal",
 ]
 
 EXPORT_USAGE = "Usage: /budget export [YYYY-MM-DD | YYYY-MM] [IANA zone]"
@@ -66,3 +69,20 @@ def split_export_args(args: list[str], default_tz: str) -> tuple[str | None, str
         else:
             return EXPORT_USAGE
     return period, tz or default_tz
+
+
+@cache
+def _zones() -> frozenset[str]:
+    return frozenset(available_timezones())
+
+
+def zone_refusal(word: str) -> str | None:
+    """The usage reply to a word that is neither a period nor shaped like a zone (no
+    ``/`` and no zone of that name, as ``garbage``); ``None``: it may be a zone (an
+    unknown ``Area/City`` is then refused by the period's parser, naming the zone)."""
+    if "/" in word or word in _zones():
+        return None
+    return (
+        f"'{echoed(word, 32)}' is neither a period (YYYY-MM-DD or YYYY-MM) nor an IANA"
+        f" zone such as Europe/Berlin. {EXPORT_USAGE}"
+    )

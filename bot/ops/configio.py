@@ -1,13 +1,24 @@
 """``python -m bot export-config FILE`` / ``import-config FILE``: carry configuration from
 one database to another (SQLite → PostgreSQL, or the reverse), not the books.
 
-What is configuration here (:data:`CONFIG_TABLES`, in foreign-key order): runtime limits
-(``/limit``), teams, kill switches, the token calibration, user profiles (language,
-timezone, digest time), digest sources, subscriptions with their cursors and the feed
-entries each has delivered (so nothing is sent twice after the move). Not carried: the
-ledger's money (holds, windows, events, corrections — the new database starts its books
-empty; export the old books with ``python -m budget export`` first), chat history,
-intake, the outbox, digest runs and the summary cache.
+What moves (:data:`CONFIG_TABLES`, in foreign-key order) is every row of operator or
+user state that the new database could not rebuild: runtime limits (``/limit``), teams
+and their guarantees, kill switches, the token calibration, user plans (``/plan``, a
+bought plan's term), who may use the bot (allowed and banned ids, pending @usernames,
+invites and who used them), muted alert types, each chat's persona and model and each
+user's cost-footer choice, user profiles (language, timezone, digest time), digest
+sources, subscriptions with their cursors and the feed entries each has delivered (so
+nothing is sent twice after the move), and the money the bot owes its users: Telegram
+Stars payments, wallet credits and refunds, and each wallet's balance — its
+``budget_buckets`` row (level ``wallet``) with the settled spend only: holds do not
+move, so what was held is not (:data:`_ROWS_OF`, :data:`_RESET`). Not carried: the
+ledger's books (holds, spend windows, events, corrections, the attempts' sums — the new
+database starts its books empty; export the old books with ``python -m budget export``
+first), the record of past ``/reconcile`` runs (they describe the old books), chat
+history and summaries, intake, the outbox, digest runs, the summary cache, and what a
+process rebuilds by itself: the provider keys' states (circuits, cooldowns, a key
+disabled after an authentication failure: its next call finds it again), rate counters,
+free-share counters, once-only notices and the processes' leases.
 
 Why a command and not an SQL recipe: the two engines store booleans, datetimes and ids
 differently (SQLite 0/1 and naive UTC text; PostgreSQL ``boolean``, ``timestamptz`` and
@@ -34,12 +45,12 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import Date, DateTime, Table, func, insert, select, text
+from sqlalchemy import Date, DateTime, Select, Table, func, insert, select, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -51,6 +62,7 @@ from budget.kernel.schema import SchemaMismatch, check_schema, head_revision
 __all__ = [
     "CONFIG_TABLES",
     "FORMAT",
+    "NOT_CARRIED",
     "ConfigFileError",
     "export_config",
     "failure_line",
@@ -64,11 +76,40 @@ CONFIG_TABLES = (
     "budget_team_members",
     "budget_kill",
     "budget_calibration",
+    "budget_user_plans",
+    "budget_wallet_credits",
+    "budget_wallet_refunds",
+    "budget_buckets",
+    "star_payments",
+    "access_entries",
+    "access_pending",
+    "access_invites",
+    "access_invite_uses",
+    "ops_alert_mutes",
+    "chat_prefs",
+    "chat_cost_footers",
     "user_profiles",
     "digest_sources",
     "digest_subscriptions",
     "digest_delivered",
 )
+
+#: Tables left behind (module docstring): the books, history, and what a process rebuilds.
+NOT_CARRIED = frozenset({
+    "budget_attempt_sums", "budget_corrections", "budget_event_sums", "budget_events",
+    "budget_holds", "budget_messages", "budget_operations", "budget_processes",
+    "budget_requests", "budget_retention", "call_leases", "free_share_active",
+    "free_share_use", "provider_keys", "runtime_signals", "update_rates",
+    "digest_runs", "digest_ticks", "summary_cache", "summary_pending",
+    "access_notices", "chat_summaries", "chat_turns", "ops_notices",
+    "ops_reconciliations", "outbox", "seen_messages",
+})  # fmt: skip
+
+#: Tables of which only some rows are state (the rest are the books): a wallet's balance
+#: is its bucket (``docs/decisions/240-the-wallet-is-a-balance-level.md``).
+_ROWS_OF: dict[str, tuple[str, str]] = {"budget_buckets": ("level", "wallet")}
+#: Columns written as 0: money held by holds, which do not move.
+_RESET: dict[str, tuple[str, ...]] = {"budget_buckets": ("held_musd", "margin_musd")}
 
 #: The ``format`` field of the file.
 FORMAT = "kopek-config"
@@ -96,6 +137,9 @@ def _is_type(table: Table, column: str, kind: type[Any]) -> bool:
 
 
 def _dump(value: Any) -> Any:
+    if isinstance(value, datetime) and value.tzinfo is None:
+        # SQLite keeps no offset; every datetime the bot writes is UTC
+        value = value.replace(tzinfo=UTC)
     if isinstance(value, datetime | date):
         return value.isoformat()
     return value
@@ -114,10 +158,19 @@ def _load(table: Table, row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _carried(table: Table, query: Select[Any]) -> Select[Any]:
+    """``query`` narrowed to the rows of ``table`` that move (:data:`_ROWS_OF`)."""
+    if table.name in _ROWS_OF:
+        column, value = _ROWS_OF[table.name]
+        query = query.where(table.c[column] == value)
+    return query
+
+
 async def _read(conn: AsyncConnection, table: Table) -> list[dict[str, Any]]:
-    query = select(table).order_by(*table.primary_key.columns)
+    query = _carried(table, select(table).order_by(*table.primary_key.columns))
     rows = (await conn.execute(query)).mappings().all()
-    return [{k: _dump(v) for k, v in row.items()} for row in rows]
+    reset = _RESET.get(table.name, ())
+    return [{k: 0 if k in reset else _dump(v) for k, v in row.items()} for row in rows]
 
 
 async def export_config(database_url: str, path: Path) -> dict[str, int]:
@@ -211,7 +264,7 @@ async def import_config(database_url: str, path: Path) -> dict[str, int]:
     try:
         async with engine.begin() as conn:
             for name, table in tables.items():
-                if await conn.scalar(select(func.count()).select_from(table)):
+                if await conn.scalar(_carried(table, select(func.count()).select_from(table))):
                     raise ConfigFileError(
                         f"the target database already has rows in {name}: import into a "
                         "database that has none (a fresh deployment)"

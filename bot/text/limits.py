@@ -16,7 +16,7 @@ from aiogram.utils.i18n import gettext as _
 from bot.text.i18n import N_
 from budget.types import Level, Window
 
-__all__ = ["limit_reached", "limit_short"]
+__all__ = ["limit_kept", "limit_reached", "limit_short"]
 
 _H, _D, _M = Window.HOUR, Window.DAY, Window.MONTH
 
@@ -67,6 +67,32 @@ _SHORT: dict[tuple[Level, Window | None], str] = {
     (Level.WALLET, Window.BALANCE): N_("Not enough is left in your wallet."),
     (Level.WALLET, None): N_("Not enough is left in your wallet."),
 }
+
+
+#: A global limit the hold would fit, but for what other teams' guarantees keep of it
+#: (``docs/decisions/285-a-guarantee-keeps-no-more-than-the-team-may-spend.md``).
+_KEPT: dict[Window | None, str] = {
+    _H: N_(
+        "Not enough of the bot's global hourly limit is free: the rest is kept for"
+        " a team's guaranteed share."
+    ),
+    _D: N_(
+        "Not enough of the bot's global daily limit is free: the rest is kept for"
+        " a team's guaranteed share."
+    ),
+    _M: N_(
+        "Not enough of the bot's global monthly limit is free: the rest is kept for"
+        " a team's guaranteed share."
+    ),
+}
+
+
+def limit_kept(window: Window | None) -> str:
+    """ "Not enough of the bot's global daily limit is free: the rest is kept for a
+    team's guaranteed share." (a window the table does not name: the short sentence of
+    a budget limit, still true)."""
+    found = _KEPT.get(window)
+    return _("Not enough is left of a budget limit.") if found is None else _(found)
 
 
 def limit_reached(level: Level | None, window: Window | None, scope: str) -> str:

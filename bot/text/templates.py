@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 from aiogram.utils.i18n import gettext as _
 from aiogram.utils.i18n import ngettext
 
-from bot.text.limits import limit_reached, limit_short
+from bot.text.limits import limit_kept, limit_reached, limit_short
 from bot.text.wallet import wallet_limit_text
 from budget.policy.money import usd
 from budget.policy.windows import NEVER
@@ -110,7 +110,9 @@ def _limit_text(refusal: Refusal, reset: str | None, step: str) -> str:
     one after another (:mod:`bot.text.limits`)."""
     where = (refusal.level, refusal.window, refusal.scope)
     left = refusal.remaining_musd
-    if left is not None and left > 0 and refusal.ceiling_musd > left:
+    if refusal.kept_musd and refusal.level is Level.GLOBAL:
+        parts = ["🚫 " + limit_kept(refusal.window)]
+    elif left is not None and left > 0 and refusal.ceiling_musd > left:
         parts = [
             "🚫 " + limit_short(*where),
             _worst_case(step, usd(refusal.ceiling_musd), usd(left)),

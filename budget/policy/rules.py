@@ -125,6 +125,8 @@ class Bucket:
         held_musd: ceilings of outstanding holds.
         late_musd: settlements that arrived after their hold had expired.
         resets_at: aware UTC reset of the window.
+        kept_musd: a global window's: how much lower ``limit_musd`` is than the limit,
+            kept for other teams' guarantees (:func:`budget.policy.shares.with_reservations`).
     """
 
     level: Level
@@ -136,6 +138,7 @@ class Bucket:
     held_musd: int
     late_musd: int
     resets_at: datetime
+    kept_musd: int = 0
 
     @property
     def remaining_musd(self) -> int | None:
@@ -180,7 +183,16 @@ def check_hold(buckets: Sequence[Bucket], ceiling_musd: int) -> Refusal | None:
         scope=b.scope,
         ceiling_musd=ceiling_musd,
         remaining_musd=b.remaining_musd,
+        # the hold would fit the limit itself: a guarantee's share kept it (decision 285)
+        kept_musd=b.kept_musd if ceiling_musd <= _left(b) + b.kept_musd else 0,
     )
+
+
+def _left(b: Bucket) -> int:
+    """``b.remaining_musd`` of a bucket with a limit."""
+    left = b.remaining_musd
+    assert left is not None
+    return left
 
 
 def auto_kill_threshold_musd(

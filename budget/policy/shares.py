@@ -45,13 +45,21 @@ GUARANTEE = "guarantee"
 _WINDOWS = (Window.HOUR, Window.DAY, Window.MONTH)
 
 
-def guarantees(overrides: Overrides) -> dict[tuple[str, Window], int]:
-    """``(team, window) → guaranteed µUSD`` of every team with a guarantee."""
-    return {
-        (scope, Window(win)): int(value)
-        for (level, scope, win), value in overrides.items()
-        if level == GUARANTEE and value
-    }
+def guarantees(
+    overrides: Overrides, config: LedgerConfig | None = None
+) -> dict[tuple[str, Window], int]:
+    """``(team, window) → guaranteed µUSD`` of every team with a guarantee — with
+    ``config``, what of it the team can spend: never more than its own limit in that
+    window, since a share the team's limit keeps it from using would be kept from
+    everyone (``docs/decisions/285-a-guarantee-keeps-no-more-than-the-team-may-spend.md``)."""
+    out = {}
+    for (level, scope, win), value in overrides.items():
+        if level != GUARANTEE or not value:
+            continue
+        window = Window(win)
+        own = None if config is None else limit_of(config, overrides, Level.TEAM, scope, window)
+        out[(scope, window)] = int(value) if own is None else min(int(value), own)
+    return {k: v for k, v in out.items() if v}
 
 
 def reserved_for_others(
@@ -80,12 +88,14 @@ def reserved_for_others(
 def with_reservations(buckets: Sequence[Bucket], reserved: Mapping[Window, int]) -> list[Bucket]:
     """``buckets`` with each global window's limit lowered by what is reserved for other
     teams there (never below 0; a global window without a limit stays unlimited: a
-    guarantee only shares a limit)."""
+    guarantee only shares a limit); the cut is kept as :attr:`Bucket.kept_musd`, so a
+    refusal can say that a guarantee, not the limit itself, kept the rest."""
     out = []
     for b in buckets:
         cut = reserved.get(b.window, 0) if b.level is Level.GLOBAL else 0
         if cut and b.limit_musd is not None:
-            b = dataclasses.replace(b, limit_musd=max(0, b.limit_musd - cut))
+            lowered = max(0, b.limit_musd - cut)
+            b = dataclasses.replace(b, limit_musd=lowered, kept_musd=b.limit_musd - lowered)
         out.append(b)
     return out
 
@@ -100,7 +110,7 @@ def oversubscribed(
     or the plans' limits (or the teams' guarantees) add up to — a warning, not an
     error: limits that add up to more than the global one are allowed, but then not
     every team (or plan) can reach its own. Teams and plans without a limit in that
-    window add nothing.
+    window add nothing. Then one line per guarantee larger than its team's own limit.
 
     Args:
         config, overrides: the effective limits.
@@ -131,6 +141,21 @@ def oversubscribed(
                     f"the {what} per {window.value} add up to {usd(total)}, more than the"
                     f" global {window.value} limit {usd(glob)}"
                 )
+    return lines + _over_own_limit(config, overrides)
+
+
+def _over_own_limit(config: LedgerConfig, overrides: Overrides) -> list[str]:
+    """One line per guarantee larger than its team's own limit of the window: only what
+    the team may spend is kept (:func:`guarantees`; decision 285)."""
+    lines = []
+    for (team, window), floor in sorted(guarantees(overrides).items()):
+        own = limit_of(config, overrides, Level.TEAM, team, window)
+        if own is not None and floor > own:
+            lines.append(
+                f"team {team}'s guarantee of {usd(floor)} per {window.value} is more than its"
+                f" own {window.value} limit {usd(own)}: the team cannot spend more than its"
+                f" limit, so only {usd(own)} of the global {window.value} is kept for it"
+            )
     return lines
 
 

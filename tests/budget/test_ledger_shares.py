@@ -87,3 +87,29 @@ async def test_spend_and_refusals_carry_the_plan(make_ledger: LedgerFactory) -> 
     tally = (await ledger.status()).by_plan
     assert tally.spend_musd == {"pro": 300}
     assert tally.refusals == {("free", "limit"): 1}
+
+
+async def test_a_guarantee_keeps_no_more_than_the_team_may_spend(
+    make_ledger: LedgerFactory,
+) -> None:
+    """Global day $0.0100, team ``ops`` limited to $0.0020 a day and guaranteed $0.0080:
+    only $0.0020 is kept, so an outsider may hold $0.0080; past that the refusal says
+    a guarantee kept the rest (``kept_musd``) while the limit itself would have fit it,
+    and the admin's warnings name the guarantee over the team's limit."""
+    ledger = await make_ledger(global_daily_musd=10_000)
+    await ledger.team_add("ops", 9)
+    await ledger.set_limit(Level.TEAM, "ops", Window.DAY, 2_000)
+    await ledger.set_guarantee("ops", Window.DAY, 8_000)
+    assert isinstance(await attempt(ledger, 1, 8_000), HoldTicket)
+    refused = await attempt(ledger, 2, 1_000)
+    assert isinstance(refused, HoldRefused)
+    assert (refused.refusal.level, refused.refusal.kept_musd) == (Level.GLOBAL, 2_000)
+    assert refused.refusal.remaining_musd == 0
+    assert isinstance(await attempt(ledger, 9, 2_000), HoldTicket)  # the team's own share
+    over = await attempt(ledger, 3, 2)
+    assert isinstance(over, HoldRefused) and over.refusal.kept_musd == 0  # nothing kept now
+    assert (
+        "team ops's guarantee of $0.008000 per day is more than its own day limit $0.002000:"
+        " the team cannot spend more than its limit, so only $0.002000 of the global day is"
+        " kept for it"
+    ) in await ledger.limit_warnings()

@@ -115,3 +115,36 @@ async def test_the_start_up_price_lines_give_every_keys_speech_model_per_audio_t
         assert "$0.04 per hour of audio" in line and "1M tokens" not in line, line
     assert not any("11.11" in line for line in lines), lines
     assert any("per 1M tokens" in line for line in lines if "whisper" not in line), lines
+
+
+async def test_a_charge_id_longer_than_any_payment_can_have_is_refused_without_a_traceback(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+) -> None:
+    """/refund with 129 characters (the ledger keeps at most 128) is told so in the
+    usage template, costs nothing and leaves no ERROR in the log; 128 characters is a
+    charge id like any other (no payment has it). The other admin commands that take a
+    free-text name or id answer a 300-character one with their own refusal."""
+    bot = await _start(app_factory, bot_env)
+    long = await _ask(fake_telegram, "/refund " + "c" * 129)
+    assert "a charge id is at most 128 characters, this one is 129" in long, long
+    assert "Usage: /refund <telegram_payment_charge_id>" in long, long
+    assert "Something went wrong" not in long
+    unknown = await _ask(fake_telegram, "/refund " + "c" * 128)
+    assert unknown.startswith("No payment 'ccc"), unknown
+    name = "x" * 300
+    for text, said in [
+        (f"/team {name} add 42", "Team names are 1-32"),
+        (f"/team {name} guarantee day 1", "Team names are 1-32"),
+        (f"/limit team {name} day 1", "Team names are 1-32"),
+        (f"/limit plan {name} day 1", "No plan 'xxx"),
+        (f"/plan 42 {name}", "No plan 'xxx"),
+        (f"/providers enable {name}", "Unknown provider 'xxx"),
+        (f"/alerts mute {name}", "Usage: /alerts"),
+        (f"/budget team {name}", "No team 'xxx"),
+        (f"/budget plan {name}", "No plan 'xxx"),
+    ]:
+        answer = await _ask(fake_telegram, text)
+        assert said in answer, (text, answer)
+    assert _count(bot_env, "SELECT COUNT(*) FROM budget_wallet_refunds") == 0
+    assert _count(bot_env, "SELECT COUNT(*) FROM budget_holds") == 0
+    assert "ERROR" not in bot.logs() and "Traceback" not in bot.logs(), bot.logs()

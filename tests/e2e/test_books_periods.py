@@ -54,6 +54,11 @@ async def test_an_export_of_a_range_or_malformed_period_names_the_forms_not_a_zo
     ]
     reply = await _ask(fake_telegram, ADMIN, "/budget export Mars/Base")
     assert reply.startswith("unknown IANA timezone 'Mars/Base'"), reply
+    garbage = await _ask(fake_telegram, ADMIN, "/budget export garbage")
+    assert garbage == (
+        "'garbage' is neither a period (YYYY-MM-DD or YYYY-MM) nor an IANA zone such as"
+        " Europe/Berlin. Usage: /budget export [YYYY-MM-DD | YYYY-MM] [IANA zone]"
+    ), garbage
     mark = fake_telegram.mark()
     fake_telegram.inject_message(ADMIN, "/budget export 2026-01 Europe/Berlin")
     docs = await fake_telegram.wait_sent(ADMIN, 2, since=mark, timeout=30)

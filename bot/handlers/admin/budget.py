@@ -7,6 +7,7 @@ days, :mod:`bot.ops.chart`). ``/budget export`` is the books router's
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from aiogram import Bot
 from aiogram.filters import CommandObject
@@ -15,6 +16,7 @@ from aiogram.types import BufferedInputFile, Message
 from bot.handlers.admin.base import USER_ID_RULE, AdminView, parse_user_id, reply
 from bot.ops.chart import CHART_MISSING, chart_available, spend_chart_png
 from bot.ops.dashboard.view import OperatorView
+from bot.ops.limit_overrides import runtime_overrides
 from bot.storage.repos import Intake
 from bot.text.templates import format_reset
 from budget.books.stops import StopBook, StopTotals
@@ -114,7 +116,15 @@ async def _report(
     teams = [await ledger.team_status(name) for name in sorted(status.teams)]
     stops = await stop_book.totals(day_key) if stop_book is not None else None
     return render_budget(
-        status, top, cascade, tz, messages_today, teams, stops, messages_refused=refused
+        status,
+        top,
+        cascade,
+        tz,
+        messages_today,
+        teams,
+        stops,
+        messages_refused=refused,
+        overrides=runtime_overrides(status, ledger.config),
     )
 
 
@@ -138,13 +148,16 @@ def render_budget(
     stops: StopTotals | None = None,
     *,
     messages_refused: int = 0,
+    overrides: Sequence[str] = (),
 ) -> str:
     """The /budget report (``teams``: each team's status, for its buckets; ``stops``:
     today's stopped streamed answers, from the ledger's holds; ``messages_refused``:
-    today's messages answered with any refusal template)."""
+    today's messages answered with any refusal template; ``overrides``: the runtime
+    global limits used instead of their settings, :mod:`bot.ops.limit_overrides`)."""
     lines = [f"📒 Budget at {status.at:%Y-%m-%d %H:%M} UTC (windows cut in {tz})"]
     lines += _kill_lines(status)
     lines += _bucket_lines(status, top, tz, teams or [])
+    lines += ["⚙️ " + line for line in overrides]
     lines += _provider_lines(status, cascade)
     lines += _day_lines(status, cascade, (messages_today, messages_refused), stops)
     return "\n".join(lines)
@@ -240,8 +253,9 @@ def _day_lines(
     lines.append(f"Spend by origin: {origin or '—'}")
     per_msg = f"{status.requests_today / messages_today:.2f}" if messages_today else "—"
     lines.append(
-        f"Messages today: {messages_today}; LLM requests: {status.requests_today} "
-        f"({per_msg} per message)"
+        # every origin's requests (budget_requests): a digest's count too, so say so
+        f"Messages today: {messages_today}; LLM requests today, digests' included:"
+        f" {status.requests_today} ({per_msg} per message)"
     )
     refusals = ", ".join(f"{r} {n}" for r, n in sorted(status.refusals_today.items()))
     # the ledger's refusal events (holds refused, digests' too); a message refused before

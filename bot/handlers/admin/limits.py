@@ -15,6 +15,7 @@ from bot.handlers.admin.base import (
     reply,
     valid_team_name,
 )
+from bot.ops.limit_overrides import SETTING_OF
 from budget.kernel.clock import Clock
 from budget.kernel.shown import echoed
 from budget.ledger import Ledger
@@ -33,7 +34,7 @@ __all__ = [
 ]
 
 LIMIT_USAGE = (
-    "Usage: /limit <global|team NAME|user ID|chat ID|plan NAME> <hour|day|month> <usd|off>"
+    "Usage: /limit <global|team NAME|user ID|chat ID|plan NAME> <hour|day|month> <usd|off|default>"
 )
 TEAM_USAGE = (
     "Usage: /team <NAME> add|remove <user id>, /team <NAME> guarantee <hour|day|month>"
@@ -53,12 +54,15 @@ class LimitChange:
         scope: the team name, user id, chat id or plan name (``""`` for global).
         window: hour, day or month.
         amount_musd: the new limit in µUSD, ``None``: no limit (``off``).
+        default: ``default``: the runtime limit is dropped, the configured one applies
+            again (``amount_musd`` is then ``None``).
     """
 
     level: Level
     scope: str
     window: Window
     amount_musd: int | None
+    default: bool = False
 
 
 def parse_limit(args: list[str], plans: frozenset[str] = frozenset()) -> LimitChange | str:
@@ -75,6 +79,8 @@ def parse_limit(args: list[str], plans: frozenset[str] = frozenset()) -> LimitCh
         return "The window is 'hour', 'day' or 'month'.\n" + LIMIT_USAGE
     if rest[1] == "off":
         return LimitChange(level, scope, _WINDOWS[rest[0]], None)
+    if rest[1] == "default":
+        return LimitChange(level, scope, _WINDOWS[rest[0]], None, default=True)
     amount = parse_usd(rest[1])
     if amount is None:
         return AMOUNT_RULE
@@ -111,7 +117,8 @@ async def on_limit(
     ledger: Ledger,
     plans: Plans,
 ) -> None:
-    """/limit <global|team NAME|user ID|chat ID|plan NAME> <hour|day|month> <usd|off>."""
+    """/limit <global|team NAME|user ID|chat ID|plan NAME> <hour|day|month>
+    <usd|off|default>."""
     words = (command.args or "").split()
     # the keywords in any case (GLOBAL, DAY, OFF); a team's or plan's name as typed
     named = bool(words) and words[0].lower() in ("team", "plan")
@@ -129,12 +136,27 @@ async def on_limit(
             await reply(bot, message, _no_team(change.scope, sorted(teams)), clock)
             return
     by = message.from_user.id if message.from_user else None
-    await ledger.set_limit(change.level, change.scope, change.window, change.amount_musd, by=by)
     what = f"{change.level.value}{' ' + change.scope if change.scope else ''} {change.window.value}"
-    amount = usd(change.amount_musd) if change.amount_musd is not None else "off"
-    lines = [f"Limit set: {what} = {amount}"]
+    if change.default:
+        await ledger.clear_limit(change.level, change.scope, change.window, by=by)
+        lines = [_back_to_default(ledger, change, what)]
+    else:
+        await ledger.set_limit(change.level, change.scope, change.window, change.amount_musd, by=by)
+        amount = usd(change.amount_musd) if change.amount_musd is not None else "off"
+        lines = [f"Limit set: {what} = {amount}"]
     lines += ["⚠️ " + w for w in await ledger.limit_warnings()]
     await reply(bot, message, "\n".join(lines), clock)
+
+
+def _back_to_default(ledger: Ledger, change: LimitChange, what: str) -> str:
+    """The reply to ``/limit … default``: the runtime limit dropped, and for a global
+    window the setting that applies again."""
+    setting = SETTING_OF.get(change.window) if change.level is Level.GLOBAL else None
+    if setting is None:
+        return f"Runtime limit removed: {what} follows the configured default again."
+    configured = ledger.config.default_limit(Level.GLOBAL, "", change.window)
+    shown = "not set: no limit" if configured is None else usd(configured)
+    return f"Runtime limit removed: {what} follows {setting} again ({shown})."
 
 
 def _no_team(name: str, teams: list[str]) -> str:
@@ -200,8 +222,14 @@ async def _guarantee(
     if amount is None:
         lines = [f"Team {name}: no guaranteed share of the global {window.value} any more."]
     else:
+        # never more than the team may spend: decision 285
+        own = next(
+            (b.limit_musd for b in (await ledger.team_status(name)).buckets if b.window is window),
+            None,
+        )
+        kept = amount if own is None else min(amount, own)
         lines = [
-            f"Team {name}: {usd(amount)} of the global {window.value} limit is kept for it"
+            f"Team {name}: {usd(kept)} of the global {window.value} limit is kept for it"
             " while it has not used it."
         ]
     lines += ["⚠️ " + w for w in await ledger.limit_warnings()]

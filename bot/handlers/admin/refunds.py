@@ -14,10 +14,17 @@ from bot.handlers.admin.base import reply
 from bot.handlers.admin.wallet_refunds import recent_topups, refund_topup
 from budget.kernel.clock import Clock
 from budget.kernel.shown import echoed
+from budget.wallet import CHARGE_ID_MAX
 
 __all__ = ["REFUND_USAGE", "on_refund"]
 
 REFUND_USAGE = "Usage: /refund <telegram_payment_charge_id> (/refund alone lists the latest)"
+#: The refusal of a charge id no payment can have (the ledger keeps at most
+#: :data:`~budget.wallet.CHARGE_ID_MAX` characters): nothing is looked up or changed.
+TOO_LONG = (
+    f"No payment can have that id: a charge id is at most {CHARGE_ID_MAX} characters,"
+    " this one is {length}.\n" + REFUND_USAGE
+)
 
 
 async def on_refund(
@@ -42,6 +49,9 @@ async def on_refund(
         ]
         lines += await recent_topups(plan_sales.wallet.ledger)
         await reply(bot, message, "\n".join(lines) or "No payments yet.", clock)
+        return
+    if len(charge) > CHARGE_ID_MAX:
+        await reply(bot, message, TOO_LONG.format(length=f"{len(charge):,}"), clock)
         return
     payment = await payments.get(charge)
     if payment is None and await refund_topup(message, bot, clock, charge, wallet_refunds):

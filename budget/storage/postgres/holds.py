@@ -393,7 +393,7 @@ async def _reserve(
         hold_id, hold.provider, hold.model, price.ceiling_musd, price.list_ceiling_musd, now
     )
     hold_row = granted_row(hold, owner, now, keys, scopes_json)
-    held_back = await reserved(conn, limits, keys, owner.team)
+    held_back = await reserved(conn, cfg, limits, keys, owner.team)
     if at_once:
         caps = [cap(cfg, limits, k, owner.plan, held_back) for k in sorted(deltas)]
         try:

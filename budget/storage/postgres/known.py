@@ -89,14 +89,18 @@ def granted_row(
 
 
 async def reserved(
-    conn: Any, limits: Mapping[tuple[str, str, str], int | None], keys: WindowKeys, team: str | None
+    conn: Any,
+    cfg: LedgerConfig,
+    limits: Mapping[tuple[str, str, str], int | None],
+    keys: WindowKeys,
+    team: str | None,
 ) -> dict[Window, int]:
     """What other teams' guarantees still reserve of each global window for a hold of a
     member of ``team`` (:func:`budget.policy.shares.reserved_for_others`; no query when
     no team has a guarantee). Read, not locked: a reservation a concurrent settle of
     that team just shrank may be seen a moment late — fairness, never the money
     guarantee, which the bucket rows' own limits keep (``docs/money.md``)."""
-    granted = guarantees(limits)
+    granted = guarantees(limits, cfg)
     if not granted:
         return {}
     wanted = sorted(granted)

@@ -143,7 +143,7 @@ def _shared_buckets(
     windows' limits less what other teams' guarantees still reserve
     (:mod:`budget.policy.shares`)."""
     found = buckets(cur, cfg, scopes, keys, limits, margins=True)
-    granted = guarantees(limits)
+    granted = guarantees(limits, cfg)
     if not granted:
         return found
     reserved = reserved_for_others(granted, team_usage(cur, granted, keys), team)
