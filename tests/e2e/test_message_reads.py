@@ -31,6 +31,7 @@ async def test_a_messages_reads_are_queued_together_and_none_follows_its_settle(
     app_factory: AppFactory, fake_telegram: FakeTelegram, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     events: list[tuple[str, str]] = []
+    settled = asyncio.Event()
     submit = SqliteWriter._submit
 
     async def recorded(
@@ -41,6 +42,8 @@ async def test_a_messages_reads_are_queued_together_and_none_follows_its_settle(
             return await submit(self, kind, fn, *a, **k)
         finally:
             events.append(("answered", _name(fn)))
+            if _name(fn) == "settle":
+                settled.set()
 
     monkeypatch.setattr(SqliteWriter, "_submit", recorded)
     bot = app_factory()
@@ -48,12 +51,12 @@ async def test_a_messages_reads_are_queued_together_and_none_follows_its_settle(
     for text in ("warm up", "how are you?"):
         mark = fake_telegram.mark()
         events.clear()
+        settled.clear()
         fake_telegram.inject_message(USER, text)
         [reply] = await fake_telegram.wait_sent(USER, since=mark, timeout=20)
         at_reply = list(events)  # before the bot read the sendMessage's response
         async with asyncio.timeout(10):
-            while ("answered", "settle") not in events:
-                await asyncio.sleep(0.005)
+            await settled.wait()
     assert reply.text
     assert ("answered", "admit") in at_reply, at_reply  # the hold: before the call
     assert ("queued", "settle") not in at_reply, at_reply  # the settle: after the reply
