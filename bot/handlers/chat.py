@@ -233,13 +233,7 @@ async def answer_turn(
         finally:
             if duplicates is not None and claim is not None:
                 duplicates.finish(claim.key, answered=answered_in_full(outcome))
-        if courier.stream is not None:
-            await courier.stream.close()
-        after = outcome.after if isinstance(outcome, ChatAnswer) else None
-        if isinstance(outcome, ChatAnswer) and outcome.completion.stopped:
-            if after is not None:
-                await after.settle()  # the stop is flagged on the settled hold
-            await book_stop(outcome.completion, stop_book, stream_metrics)
+        after = await _answered(outcome, courier, stop_book, stream_metrics)
         reply = reply_of(
             outcome,
             tz=user_ctx.tz,
@@ -254,6 +248,24 @@ async def answer_turn(
     finally:
         if after is not None:
             await after.run()
+
+
+async def _answered(
+    outcome: ChatOutcome,
+    courier: Courier,
+    stop_book: StopBook | None,
+    stream_metrics: StreamMetrics | None,
+) -> AfterReply | None:
+    """The stream closed, a stopped answer's stop flagged (on its settled hold: its
+    settle is written first); what the answer writes after its reply (decision 314)."""
+    if courier.stream is not None:
+        await courier.stream.close()
+    after = outcome.after if isinstance(outcome, ChatAnswer) else None
+    if isinstance(outcome, ChatAnswer) and outcome.completion.stopped:
+        if after is not None:
+            await after.settle()
+        await book_stop(outcome.completion, stop_book, stream_metrics)
+    return after
 
 
 def _persona_soon(
