@@ -243,6 +243,11 @@ async def answer_turn(
         )
     if reply.refusal is not None:
         refusals.labels(reply.refusal).inc()
+    return await _deliver(courier, reply, after)
+
+
+async def _deliver(courier: Courier, reply: Reply, after: AfterReply | None) -> IntakeStatus:
+    """``reply`` delivered, then what its answer writes after it (decision 314)."""
     try:
         return await courier.deliver(reply)
     finally:
