@@ -134,6 +134,12 @@ class PgStore(ProcessLease, ControlLine, PgRunner, LedgerStore):
             :meth:`open`). ``False``: the hold's commit waits for the flush itself.
             Either way the hold is on disk before ``reserve`` returns
             (``docs/decisions/315-a-hold-flushes-after-its-locks.md``).
+        full_pool: open all :data:`POOL_SIZE` connections at :meth:`open` and keep them
+            (the bot's store, :func:`budget.storage.open_store`): a burst after the start
+            or after five quiet minutes (asyncpg closes idle connections above the
+            pool's minimum) does not open them, introspect the types and prepare every
+            statement again inside it (decision 319). ``False`` (default): one at open,
+            the others when needed (tests open many stores).
     """
 
     name: ClassVar[str] = "postgresql"
@@ -149,9 +155,11 @@ class PgStore(ProcessLease, ControlLine, PgRunner, LedgerStore):
         retry_backoff_s: float = RETRY_BACKOFF_S,
         durable_settle: bool = False,
         quick_holds: bool = True,
+        full_pool: bool = False,
     ) -> None:
         self._run_heartbeat = run_heartbeat
         self._want_quick = quick_holds
+        self._pool_min = POOL_SIZE if full_pool else 1
         #: quick holds asked for and allowed by the server (read at :meth:`open`)
         self.quick_holds = False
         #: admissions in two statements: the database has their functions (read at
@@ -191,7 +199,7 @@ class PgStore(ProcessLease, ControlLine, PgRunner, LedgerStore):
         try:
             self._pool = await asyncpg.create_pool(
                 self._dsn,
-                min_size=1,
+                min_size=self._pool_min,
                 max_size=POOL_SIZE,
                 command_timeout=30,
                 reset=keep_session,
