@@ -53,7 +53,7 @@ def open_store(
     if url.startswith(POSTGRES_SCHEME):
         from budget.storage.postgres.store import PgStore
 
-        return PgStore(url, config, process_id, clock)
+        return PgStore(url, config, process_id, clock, full_pool=True)
     raise BudgetConfigError(
         "the ledger needs a SQLite file or a postgresql+asyncpg:// DATABASE_URL"
     )

@@ -5,6 +5,7 @@ input_tokens + max_tokens µUSD)."""
 
 from __future__ import annotations
 
+import importlib.util
 import sqlite3
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
@@ -63,10 +64,25 @@ def card() -> PriceCard:
 LedgerFactory = Callable[..., Awaitable[Ledger]]
 
 
+#: The migration that creates the admission's functions (decision 318).
+_ADMISSION_MIGRATION = (
+    Path(__file__).resolve().parents[2] / "bot/migrations/versions/0056_admission_at_once.py"
+)
+
+
+def _admission_functions() -> tuple[str, ...]:
+    """The ``CREATE FUNCTION`` statements of :data:`_ADMISSION_MIGRATION`, as it runs them."""
+    spec = importlib.util.spec_from_file_location("admission_at_once", _ADMISSION_MIGRATION)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return (module._DIGEST, module._UNCHANGED)
+
+
 async def create_pg_schema(url: str) -> None:
     """The ledger tables in the PostgreSQL database ``url`` (as ``create_schema``), every
     integer column 64-bit (user ids and µUSD need BIGINT on PostgreSQL, as the migrations
-    make them)."""
+    make them), and the admission's functions (the migrations' own statements)."""
     from sqlalchemy import Integer, text
     from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -80,6 +96,8 @@ async def create_pg_schema(url: str) -> None:
                         await conn.execute(
                             text(f"ALTER TABLE {table.name} ALTER COLUMN {column.name} TYPE BIGINT")
                         )
+            for function in _admission_functions():
+                await conn.exec_driver_sql(function)
     finally:
         await engine.dispose()
 

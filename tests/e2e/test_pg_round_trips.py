@@ -103,12 +103,13 @@ async def test_a_chat_message_on_postgres_is_a_few_round_trips_and_no_orm_sessio
     bot_env: dict[str, str],
     pg_migrated_url: str,
 ) -> None:
-    """One private message, from the update to its recorded outcome: at most 28 round
+    """One private message, from the update to its recorded outcome: at most 24 round
     trips to PostgreSQL (70 when the bot's tables went through ORM sessions and the
     message counter, plan and calibration through portable bodies in a thread; 44 when
     the update's rate, each change of a key's row and the call lease were locked
     transactions: decisions 311, 312; 31 before the call lease was one function call,
-    decision 293), none of
+    decision 293; 27 before the operation's admission was a read and a guarded insert,
+    decision 318), none of
     them an ORM session's statement; the bot's own tables cost 7 statements — the
     profile touch, the intake record, the chat's persona, the conversation (summary and
     turns after it in one), the history append, the footer's preference, the outcome —
@@ -133,7 +134,7 @@ async def test_a_chat_message_on_postgres_is_a_few_round_trips_and_no_orm_sessio
         await bot.stop()
     assert reply
     listing = "\n".join(" | ".join(s[:90] for s in t.statements) for t in trips)
-    assert len(trips) <= 28, listing
+    assert len(trips) <= 24, listing
     assert not [t for t in trips if any(_SQLALCHEMY.search(s) for s in t.statements)], listing
     ours = [
         t

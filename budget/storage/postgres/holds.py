@@ -35,7 +35,7 @@ deadlock each other:
   during a rolling deploy) is not booked: its end takes nothing out, and the next
   :func:`budget.storage.postgres.ends.sweep` adds its margin to its buckets (until then a hold
   checked here does not count that margin).
-* ``begin_operation`` — a per-user advisory lock, then the admission counts.
+* ``begin_operation`` — :mod:`budget.storage.postgres.admission`.
 * Fencing: a process whose ``budget_processes`` row is gone was declared dead by
   another (:data:`budget.storage.postgres.ends.DECLARE_DEAD`): its admission read and its grant
   check the row (in the same statements, one index lookup) — no operation, no hold,
@@ -67,15 +67,11 @@ from budget.policy.rules import (
     check_hold,
     dump_scopes,
     pick_kill,
-    plan_now,
     scopes_for,
-    utc,
 )
 from budget.policy.shares import with_reservations
 from budget.policy.steps import (
     Booking,
-    admission_caps,
-    admission_refusal,
     request_refusal,
     reserve_refusal,
 )
@@ -92,19 +88,15 @@ from budget.storage.postgres.rows import (
     bucket_values,
     once,
     shift,
-    translate,
 )
 from budget.storage.postgres.rows import overrides_of as _overrides
 from budget.storage.postgres.wallet import paid_instead
 from budget.storage.sql.rows import kill_state
 from budget.storage.sql.statements import (
     HOLD_INSERT,
-    OPERATION_INSERT,
     hold_values,
-    operation_row,
 )
 from budget.storage.store import (
-    Admission,
     HoldPrice,
     PricedHold,
     RefusedStep,
@@ -118,26 +110,11 @@ __all__ = [
     "QUICK_HOLDS_OK",
     "Known",
     "KnownLimits",
-    "begin_operation",
     "begin_request",
     "end_operation",
     "reserve",
 ]
 
-_ADMISSION_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('kopek-admission:' || $1, 0))"
-_ADMISSION_READ = (
-    "SELECT (SELECT team FROM budget_team_members WHERE user_id = $1),"  # noqa: S608 - fixed fragments
-    + KILLS_OF.format(
-        user="$2",
-        team="COALESCE((SELECT team FROM budget_team_members WHERE user_id = $1), '')",
-    )
-    + ", (SELECT COUNT(*) FROM budget_operations WHERE user_id = $1 AND ended_at IS NULL"
-    " AND expires_at > $3), (SELECT COUNT(*) FROM budget_operations WHERE user_id = $1"
-    " AND started_at > $4), (SELECT MIN(started_at) FROM budget_operations"
-    " WHERE user_id = $1 AND started_at > $4),"
-    " EXISTS (SELECT 1 FROM budget_processes WHERE process_id = $5),"
-    " (SELECT ROW(plan, until) FROM budget_user_plans WHERE user_id = $1)"
-)
 #: A request counted in ONE statement committing by itself: lock the open operation ($2)
 #: and read what :func:`budget.policy.steps.request_refusal` decides on (the repeat of
 #: fingerprint $3, the count, the cap), insert the request ($1 id, $4 time, $5 day key)
@@ -240,35 +217,6 @@ QUICK_HOLDS_OK = (
     "SELECT current_setting('server_version_num')::int >= 170000"
     " AND current_setting('synchronous_standby_names') = ''"
 )
-
-
-async def begin_operation(
-    conn: Any, cfg: LedgerConfig, process_id: str, now: datetime, admission: Admission
-) -> OperationTicket:
-    """Admit an operation (kill, in-flight, rate) and take an in-flight slot. One
-    user's admissions are serialised by an advisory lock on the user id (the counts
-    are read after it, so two processes never both take the last slot)."""
-    t, user_id = now.timestamp(), admission.user_id
-    await conn.execute(_ADMISSION_LOCK, str(user_id))
-    team, kills, open_ops, recent, oldest, registered, own = await conn.fetchrow(
-        _ADMISSION_READ, user_id, str(user_id), t, t - 60.0, process_id
-    )
-    if not registered:
-        raise ProcessFenced()
-    stored, until = (None, None) if own is None else (own[0], own[1])
-    plan = plan_now(cfg, stored, until, t)
-    inflight, per_minute = admission_caps(cfg, plan)
-    refusal = admission_refusal(
-        pick_kill(kill_state(k) for k in kills), open_ops, inflight, recent, per_minute, utc(oldest)
-    )
-    if refusal is not None:
-        raise RefusedStep(refusal, user_id, plan)
-    await conn.execute(
-        translate(OPERATION_INSERT), *operation_row(cfg, process_id, now, admission, team, plan)
-    )
-    return OperationTicket(
-        admission.operation_id, user_id, admission.origin, team, admission.chat_id, plan
-    )
 
 
 async def end_operation(conn: Any, now: datetime, operation_id: str) -> None:

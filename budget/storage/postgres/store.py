@@ -68,6 +68,7 @@ from budget.kernel.tasks import cancel_and_wait
 from budget.protocol import HoldTicket, OperationTicket
 from budget.status import KillState
 from budget.storage.base import LedgerStore
+from budget.storage.postgres import admission as admitting
 from budget.storage.postgres import ends, holds, single
 from budget.storage.postgres.burn import BurnCheckTimer
 from budget.storage.postgres.control import ControlLine, server_settings
@@ -133,6 +134,12 @@ class PgStore(ProcessLease, ControlLine, PgRunner, LedgerStore):
             :meth:`open`). ``False``: the hold's commit waits for the flush itself.
             Either way the hold is on disk before ``reserve`` returns
             (``docs/decisions/315-a-hold-flushes-after-its-locks.md``).
+        full_pool: open all :data:`POOL_SIZE` connections at :meth:`open` and keep them
+            (the bot's store, :func:`budget.storage.open_store`): a burst after the start
+            or after five quiet minutes (asyncpg closes idle connections above the
+            pool's minimum) does not open them, introspect the types and prepare every
+            statement again inside it (decision 319). ``False`` (default): one at open,
+            the others when needed (tests open many stores).
     """
 
     name: ClassVar[str] = "postgresql"
@@ -148,11 +155,16 @@ class PgStore(ProcessLease, ControlLine, PgRunner, LedgerStore):
         retry_backoff_s: float = RETRY_BACKOFF_S,
         durable_settle: bool = False,
         quick_holds: bool = True,
+        full_pool: bool = False,
     ) -> None:
         self._run_heartbeat = run_heartbeat
         self._want_quick = quick_holds
+        self._pool_min = POOL_SIZE if full_pool else 1
         #: quick holds asked for and allowed by the server (read at :meth:`open`)
         self.quick_holds = False
+        #: admissions in two statements: the database has their functions (read at
+        #: :meth:`open`; decision 318), else the locked transaction
+        self.admission_at_once = False
         self._durable_settle = durable_settle
         self._backoff_s = retry_backoff_s
         self._url = url
@@ -187,7 +199,7 @@ class PgStore(ProcessLease, ControlLine, PgRunner, LedgerStore):
         try:
             self._pool = await asyncpg.create_pool(
                 self._dsn,
-                min_size=1,
+                min_size=self._pool_min,
                 max_size=POOL_SIZE,
                 command_timeout=30,
                 reset=keep_session,
@@ -196,13 +208,14 @@ class PgStore(ProcessLease, ControlLine, PgRunner, LedgerStore):
             )
         except STORAGE as exc:
             raise LedgerUnavailable() from exc
-        if self._want_quick:
-            try:
+        try:
+            if self._want_quick:
                 self.quick_holds = bool(await self._pool.fetchval(holds.QUICK_HOLDS_OK))
-            except STORAGE as exc:
-                pool, self._pool = self._pool, None
-                pool.terminate()
-                raise LedgerUnavailable() from exc
+            self.admission_at_once = bool(await self._pool.fetchval(admitting.ADMISSION_AT_ONCE_OK))
+        except STORAGE as exc:
+            pool, self._pool = self._pool, None
+            pool.terminate()
+            raise LedgerUnavailable() from exc
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=POOL_SIZE, thread_name_prefix="ledger-pg"
         )
@@ -302,8 +315,14 @@ class PgStore(ProcessLease, ControlLine, PgRunner, LedgerStore):
         process: its row is checked in the same transaction)."""
         if self.fenced:
             raise LedgerUnavailable()
-        step = partial(holds.begin_operation, cfg=self.config, process_id=self.process_id)
-        ticket: OperationTicket = await self.tx(now, partial(step, now=now, admission=admission))
+        cfg, process = self.config, self.process_id
+        quick = partial(admitting.begin_operation_at_once, cfg=cfg, process_id=process, now=now)
+        ticket = None
+        if self.admission_at_once:
+            ticket = await self.tx(now, partial(quick, admission=admission), single=True)
+        if ticket is None:  # a value it decided on changed meanwhile (decision 318)
+            locked = partial(admitting.begin_operation, cfg=cfg, process_id=process, now=now)
+            ticket = await self.tx(now, partial(locked, admission=admission))
         self._known.keep(self._known.ops, ticket.operation_id, ticket)
         return ticket
 
