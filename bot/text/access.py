@@ -10,6 +10,7 @@ from __future__ import annotations
 from aiogram.utils.i18n import gettext as _
 
 __all__ = [
+    "group_guest_digests_text",
     "group_not_enabled_text",
     "invite_again_text",
     "invite_invalid_text",
@@ -30,6 +31,17 @@ def not_allowed_text() -> str:
 def group_not_enabled_text() -> str:
     """A group the bot is not enabled in, once, before it leaves."""
     return _("🔒 This bot is not enabled in this group, so it is leaving.")
+
+
+def group_guest_digests_text() -> str:
+    """A digest command in an enabled group from a member the bot does not serve in a
+    private chat (allowlist mode): a group's allowance covers its members there only,
+    and digests go to the private chat (decision 296). Nothing is subscribed or changed."""
+    return _(
+        "🔒 Digests are sent to your private chat, and this bot is private: in this group "
+        "you can talk to it, but digests are only for the people it lets in. Nothing was "
+        "changed. If you know who runs it, ask them for an invite link."
+    )
 
 
 def invite_welcome_text(plan: str) -> str:

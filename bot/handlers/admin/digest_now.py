@@ -37,6 +37,8 @@ _STEPS: dict[Step, str] = {
     Step.ALREADY_SENT: "today's digest already ran",
     Step.NO_PROFILE: "this user has never written to the bot",
     Step.ELSEWHERE: "another bot process is making or sending today's digest now",
+    Step.NOT_ALLOWED: "this user may not use the bot (not allowed in a private chat, or "
+    "banned): no digest is made or sent",
 }
 
 _STATUSES: dict[RunStatus, str] = {
@@ -147,7 +149,7 @@ async def on_digest_now(
         # nothing ran now: say how today's run ended earlier, not "— 0 posts"
         await progress.show(f"already done today ({describe_status(outcome.status)})", force=True)
         return
-    if progress.last_step in (Step.ELSEWHERE, Step.NO_PROFILE):
+    if progress.last_step in (Step.ELSEWHERE, Step.NO_PROFILE, Step.NOT_ALLOWED):
         return  # this process made nothing: the step's line is the whole answer
     await progress.show(
         f"{describe_status(outcome.status)} — {outcome.posts} posts, "
