@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.test_access import ADMIN, GROUP, STRANGER, _send
-from tests.support.groups import BOT, drain
+from tests.support.groups import BOT, drain, mention
 from tests.support.inprocess import AppFactory
 from tests.support.providers import FakeProviders
 from tests.support.telegram import FakeTelegram
@@ -96,3 +96,29 @@ async def test_a_group_guest_cannot_subscribe_and_is_never_sent_a_digest(
     assert _sql(bot_env, "SELECT COUNT(*) FROM digest_runs WHERE user_id = ?", DENIED) == 0
     assert _sql(bot_env, "SELECT COUNT(*) FROM digest_runs WHERE user_id = ?", MEMBER) >= 1
     assert await again.stop() == 0
+
+
+async def test_budget_chat_never_counts_a_sender_chat_as_a_member(
+    app_factory: AppFactory,
+    fake_telegram: FakeTelegram,
+    fake_providers: FakeProviders,
+    bot_env: dict[str, str],
+) -> None:
+    """A member and the group's anonymous admin (``sender_chat`` = the group) are each
+    answered in the group; /budget chat counts one member, lists the member's id as
+    such and the group's own id apart, as a chat writing as itself — not a member."""
+    bot = app_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN)))
+    await bot.start()
+    text = f"@{BOT} hello"
+    group: dict[str, Any] = {"chat_id": GROUP, "chat_type": "supergroup", "entities": mention(text)}
+    await _send(fake_telegram, 301, text, **group)
+    anonymous = {"id": GROUP, "type": "supergroup", "title": "Group"}
+    await _send(fake_telegram, 1087968824, text, sender_chat=anonymous, user_is_bot=True, **group)
+    [report] = await _send(fake_telegram, ADMIN, f"/budget chat {GROUP}")
+    assert f"Group {GROUP}: 1 members spent in it today" in report, report
+    lines = report.splitlines()
+    assert any(line.startswith("• 301: ") for line in lines), report
+    [own] = [line for line in lines if line.startswith(f"• {GROUP} (")]
+    assert "writing as itself" in own and "not a member" in own
+    assert not any(line.startswith(f"• {GROUP}:") for line in lines)
+    assert await bot.stop() == 0
