@@ -319,7 +319,7 @@ async def _payer(kind: str, name: str, ledger: Ledger, tz: str) -> str:
     lines.extend("• " + _bucket(b, tz) for b in status.buckets)
     spend = sorted(status.spend_today_musd.items(), key=lambda x: -x[1])
     # a negative payer is a chat writing as itself (sender_chat), not a member: shown apart
-    for uid, musd in [(u, m) for u, m in spend if u > 0][:20]:
+    for uid, musd in [(u, m) for u, m in spend if u >= 0][:20]:
         lines.append(f"• {uid}: {usd(musd)} today")
     for chat_id, musd in [(u, m) for u, m in spend if u < 0][:20]:
         lines.append(

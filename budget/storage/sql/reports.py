@@ -319,7 +319,7 @@ def payer_status(
             (scope, now.timestamp()),
         )
     else:  # people only: a negative id is a chat that wrote as itself (sender_chat)
-        members = sum(1 for uid in spend if uid > 0)
+        members = sum(1 for uid in spend if uid >= 0)
     return PayerStatus(level, scope, bucket_list, spend, members)
 
 
