@@ -21,8 +21,11 @@ __all__ = [
     "paid_text",
     "payment_auto_refunded_text",
     "payment_refunded_text",
+    "payments_private_text",
     "plan_check_failed_text",
     "plan_held_text",
+    "pre_checkout_period_text",
+    "pre_checkout_price_text",
     "pre_checkout_refused_text",
     "pre_checkout_unknown_text",
     "refund_failed_text",
@@ -60,6 +63,16 @@ def buy_line(name: str, title: str, stars: int, days: int) -> str:
     ).format(name=name, title=title, stars=stars, days=days)
 
 
+def payments_private_text(command: str, link: str) -> str:
+    """/buy (or /topup, /cancel_renewal, /renew) in a group: payments are made in the
+    private chat with the bot (``link``: ``https://t.me/<bot>``, no start payload: the
+    only deep links the bot makes are invites). Nothing was sent or charged."""
+    return _(
+        "💳 {command} works in a private chat with me, not in a group: open {link} "
+        "and send {command} there. Nothing was charged."
+    ).format(command=command, link=link)
+
+
 def buy_unknown_text() -> str:
     """/buy NAME for a plan that is not for sale."""
     return _("That plan is not for sale. /buy lists the plans you can buy.")
@@ -80,6 +93,24 @@ def pre_checkout_refused_text() -> str:
         "This plan is no longer sold on these terms, so nothing was charged. "
         "Send /buy to see the plans now."
     )
+
+
+def pre_checkout_price_text(name: str, invoiced: int, now: int) -> str:
+    """The pre-checkout's ``error_message`` when the plan's price in the plans file
+    changed since the invoice was sent (nothing is charged)."""
+    return _(
+        "The price of this plan changed since this invoice was sent ({invoiced} ⭐ then, "
+        "{now} ⭐ now), so nothing was charged. Send /buy {name} again for a new invoice."
+    ).format(name=name, invoiced=invoiced, now=now)
+
+
+def pre_checkout_period_text(name: str) -> str:
+    """The pre-checkout's ``error_message`` when the plan's period (days) changed since
+    the invoice was sent (nothing is charged)."""
+    return _(
+        "The period this plan buys changed since this invoice was sent, so nothing was "
+        "charged. Send /buy {name} again for a new invoice."
+    ).format(name=name)
 
 
 def pre_checkout_unknown_text() -> str:
