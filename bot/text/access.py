@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from aiogram.utils.i18n import gettext as _
 
+from budget.kernel.shown import echoed
+
 __all__ = [
     "group_guest_digests_text",
     "group_not_enabled_text",
@@ -20,7 +22,18 @@ __all__ = [
     "not_allowed_text",
     "plan_feature_text",
     "plan_no_media_text",
+    "shown_title",
 ]
+
+#: The longest plan title the plans file takes (``budget/plans.py``).
+TITLE_SHOWN = 64
+
+
+def shown_title(title: str) -> str:
+    """A plan's title from the plans file as replies show it: through
+    :func:`budget.kernel.shown.echoed`, like every other name the bot did not write
+    (a format character such as U+200D is written ``<U+200D>``)."""
+    return echoed(title, TITLE_SHOWN)
 
 
 def not_allowed_text() -> str:
@@ -47,7 +60,7 @@ def group_guest_digests_text() -> str:
 def invite_welcome_text(plan: str) -> str:
     """An invite let the user in (or moved them to the invite's plan)."""
     return _("✅ Welcome! You can use this bot now, on the {plan} plan. See /help.").format(
-        plan=plan
+        plan=shown_title(plan)
     )
 
 
@@ -77,7 +90,9 @@ def invite_tries_text(reset: str) -> str:
 
 def plan_feature_text(feature: str, plan: str) -> str:
     """A feature the user's plan does not include (``feature`` already translated)."""
-    return _("Your plan ({plan}) does not include {feature}.").format(feature=feature, plan=plan)
+    return _("Your plan ({plan}) does not include {feature}.").format(
+        feature=feature, plan=shown_title(plan)
+    )
 
 
 def plan_no_media_text(plan: str) -> str:

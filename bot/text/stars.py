@@ -8,6 +8,8 @@ from __future__ import annotations
 from aiogram.utils.i18n import gettext as _
 from aiogram.utils.i18n import ngettext
 
+from bot.text.access import shown_title
+
 __all__ = [
     "buy_line",
     "buy_list_text",
@@ -60,7 +62,7 @@ def buy_line(name: str, title: str, stars: int, days: int) -> str:
         "• {name} ({title}): {stars} ⭐ for {days} day",
         "• {name} ({title}): {stars} ⭐ for {days} days",
         days,
-    ).format(name=name, title=title, stars=stars, days=days)
+    ).format(name=name, title=shown_title(title), stars=stars, days=days)
 
 
 def payments_private_text(command: str, link: str) -> str:
@@ -84,7 +86,7 @@ def invoice_description(title: str, days: int) -> str:
         "The {plan} plan for {days} day: its limits and features. /me shows them.",
         "The {plan} plan for {days} days: its limits and features. /me shows them.",
         days,
-    ).format(plan=title, days=days)
+    ).format(plan=shown_title(title), days=days)
 
 
 def pre_checkout_refused_text() -> str:
@@ -125,7 +127,7 @@ def pre_checkout_unknown_text() -> str:
 def paid_text(plan: str, until: str) -> str:
     """A payment booked and its plan set."""
     return _("✅ Thank you! You are on the {plan} plan until {until}.").format(
-        plan=plan, until=until
+        plan=shown_title(plan), until=until
     )
 
 
@@ -149,7 +151,7 @@ def payment_refunded_text(stars: int) -> str:
 def buy_renews_line(name: str, title: str, stars: int) -> str:
     """One plan of the /buy list that is sold as a subscription."""
     return _("• {name} ({title}): {stars} ⭐ every 30 days, until you cancel").format(
-        name=name, title=title, stars=stars
+        name=name, title=shown_title(title), stars=stars
     )
 
 
@@ -158,7 +160,7 @@ def subscribe_text(title: str, stars: int) -> str:
     return _(
         "The {plan} plan is a subscription: {stars} ⭐ now and again every 30 days until "
         "you cancel it with /cancel_renewal. Open the link below to subscribe."
-    ).format(plan=title, stars=stars)
+    ).format(plan=shown_title(title), stars=stars)
 
 
 def subscribe_button(stars: int) -> str:
@@ -179,7 +181,7 @@ def subscription_description(title: str) -> str:
     return _(
         "The {plan} plan, renewed every 30 days until you cancel: its limits and features. "
         "/me shows them."
-    ).format(plan=title)
+    ).format(plan=shown_title(title))
 
 
 def subscribed_text(plan: str, until: str) -> str:
@@ -187,7 +189,7 @@ def subscribed_text(plan: str, until: str) -> str:
     return _(
         "✅ Thank you! You are on the {plan} plan until {until}; then Telegram renews it, "
         "until you send /cancel_renewal."
-    ).format(plan=plan, until=until)
+    ).format(plan=shown_title(plan), until=until)
 
 
 def renewal_cancelled_text(plan: str, until: str) -> str:
@@ -195,7 +197,7 @@ def renewal_cancelled_text(plan: str, until: str) -> str:
     return _(
         "Your subscription to the {plan} plan will not renew: no more Stars are taken, and "
         "the plan stays until {until}."
-    ).format(plan=plan, until=until)
+    ).format(plan=shown_title(plan), until=until)
 
 
 def no_subscription_text() -> str:
@@ -217,7 +219,7 @@ def renewal_resumed_text(plan: str, until: str) -> str:
         "Your subscription to the {plan} plan renews again: no Stars are taken now; "
         "Telegram takes the next ones when the plan would end, {until}, and every 30 days "
         "after, until you send /cancel_renewal."
-    ).format(plan=plan, until=until)
+    ).format(plan=shown_title(plan), until=until)
 
 
 def no_subscription_to_renew_text() -> str:
@@ -250,12 +252,12 @@ def plan_held_text(current: str, until: str | None) -> str:
         return _(
             "You are on the {plan} plan with no end date: another plan bought now would "
             "replace it, so nothing is sold or charged. An admin can change your plan."
-        ).format(plan=current)
+        ).format(plan=shown_title(current))
     return _(
         "You are on the {plan} plan until {until}: another plan bought now would replace "
         "it and lose the days left, so nothing is sold or charged. Buy it after that date, "
         "or buy {plan} again to extend it."
-    ).format(plan=current, until=until)
+    ).format(plan=shown_title(current), until=until)
 
 
 def plan_check_failed_text() -> str:

@@ -227,3 +227,24 @@ async def test_buy_in_a_group_points_to_the_private_chat(
         )
     assert fake_telegram.requests("sendInvoice") == []
     assert await bot.stop() == 0
+
+
+async def test_a_plan_title_is_shown_as_a_value_not_as_written(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A plan title with a zero-width joiner (a format character the plans file takes)
+    is shown ``<U+200D>`` by /buy and /plan list, as every other name the bot did not
+    write (``echoed``), never as the invisible character."""
+    plans = tmp_path / "plans.toml"
+    plans.write_text(
+        'default = "free"\n[free]\ntitle = "Free"\n'
+        '[gold]\ntitle = "Gold\u200dPlus"\nstars = 100\nperiod_days = 30\n',
+        encoding="utf-8",
+    )
+    bot = app_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN), PLANS_FILE=str(plans)))
+    await bot.start()
+    [listing] = await _send(fake_telegram, BUYER, "/buy")
+    assert "• gold (Gold<U+200D>Plus): 100 ⭐ for 30 days" in listing, listing
+    [admin] = await _send(fake_telegram, ADMIN, "/plan list")
+    assert "(Gold<U+200D>Plus," in admin and "\u200d" not in admin + listing
+    assert await bot.stop() == 0
