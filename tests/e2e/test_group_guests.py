@@ -122,3 +122,26 @@ async def test_budget_chat_never_counts_a_sender_chat_as_a_member(
     assert "writing as itself" in own and "not a member" in own
     assert not any(line.startswith(f"• {GROUP}:") for line in lines)
     assert await bot.stop() == 0
+
+
+async def test_removing_a_teams_last_member_says_its_limits_stay(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+) -> None:
+    """/team ops remove of its last member: the reply says ops has no members now, its
+    day limit stays and binds anyone added again, and how to remove it; /budget team
+    ops says the same; after /limit team ops day off neither says it."""
+    bot = app_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN)))
+    await bot.start()
+    await _send(fake_telegram, ADMIN, "/team ops add 42")
+    await _send(fake_telegram, ADMIN, "/limit team ops day 1")
+    [removed] = await _send(fake_telegram, ADMIN, "/team ops remove 42")
+    assert removed == (
+        "User 42 removed from ops.\nops has no members now; its limits stay (day $1.000000) "
+        "and bind anyone added to it again. /limit team ops <window> off removes one."
+    ), removed
+    [status] = await _send(fake_telegram, ADMIN, "/budget team ops")
+    assert "No members now; its limits stay" in status, status
+    await _send(fake_telegram, ADMIN, "/limit team ops day off")
+    [status] = await _send(fake_telegram, ADMIN, "/budget team ops")
+    assert status == "No team 'ops'; /team list shows the teams.", status
+    assert await bot.stop() == 0

@@ -12,7 +12,13 @@ from aiogram import Bot
 from aiogram.filters import CommandObject
 from aiogram.types import BufferedInputFile, Message
 
-from bot.handlers.admin.base import USER_ID_RULE, AdminView, parse_user_id, reply
+from bot.handlers.admin.base import (
+    USER_ID_RULE,
+    AdminView,
+    parse_user_id,
+    reply,
+    valid_team_name,
+)
 from bot.ops.chart import CHART_MISSING, chart_available, spend_chart_png
 from bot.ops.dashboard.view import OperatorView
 from bot.storage.repos import Intake
@@ -99,9 +105,11 @@ async def _report(
             return USER_ID_RULE
         return render_user(await ledger.user_status(uid), tz, await ledger.wallet(uid))
     if len(args) == 2 and args[0] == "team":
-        if args[1] not in await ledger.teams():
+        known = args[1] in await ledger.teams()
+        status = await ledger.team_status(args[1]) if known or valid_team_name(args[1]) else None
+        if status is None or not (known or any(b.limit_musd is not None for b in status.buckets)):
             return f"No team '{echoed(args[1])}'; /team list shows the teams."
-        return render_team(await ledger.team_status(args[1]), tz)
+        return render_team(status, tz)  # a team with no members left but limits: shown
     if len(args) == 2 and args[0] in ("chat", "plan"):
         return await _payer(args[0], args[1], ledger, tz)
     if args:
@@ -332,6 +340,12 @@ async def _payer(kind: str, name: str, ledger: Ledger, tz: str) -> str:
 def render_team(status: TeamStatus, tz: str) -> str:
     """/budget team <name>."""
     lines = [f"👥 Team {status.name}: {len(status.members)} members"]
+    if not status.members and any(b.limit_musd is not None for b in status.buckets):
+        # docs/decisions/297-a-team-keeps-its-limits-without-members.md
+        lines.append(
+            f"No members now; its limits stay and bind anyone added again "
+            f"(/limit team {status.name} <window> off removes one)."
+        )
     if status.killed is not None and status.killed.killed:
         lines.append(f"⛔ killed: {status.killed.reason}")
     lines.extend("• " + _bucket(b, tz) for b in status.buckets)
