@@ -106,10 +106,10 @@ async def _report(
         return render_user(await ledger.user_status(uid), tz, await ledger.wallet(uid))
     if len(args) == 2 and args[0] == "team":
         known = args[1] in await ledger.teams()
-        status = await ledger.team_status(args[1]) if known or valid_team_name(args[1]) else None
-        if status is None or not (known or any(b.limit_musd is not None for b in status.buckets)):
+        team = await ledger.team_status(args[1]) if known or valid_team_name(args[1]) else None
+        if team is None or not (known or any(b.limit_musd is not None for b in team.buckets)):
             return f"No team '{echoed(args[1])}'; /team list shows the teams."
-        return render_team(status, tz)  # a team with no members left but limits: shown
+        return render_team(team, tz)  # a team with no members left but limits: shown
     if len(args) == 2 and args[0] in ("chat", "plan"):
         return await _payer(args[0], args[1], ledger, tz)
     if args:
