@@ -231,9 +231,12 @@ class PayerStatus:
         level: :attr:`Level.CHAT` or :attr:`Level.PLAN`.
         scope: the chat id as text, or the plan's name.
         buckets: its buckets (hour, day, month) with their limits.
-        spend_today_musd: settled µUSD today per user whose holds were booked on it.
+        spend_today_musd: settled µUSD today per payer whose holds were booked on it:
+            a user (a non-negative id) or, in a chat, a chat that wrote as itself
+            (``sender_chat``: a channel, the group's anonymous admins; a negative id).
         members: a plan's users with a plan of their own (the default plan's other
-            users are not counted); for a chat, the users who spent in it today.
+            users are not counted); for a chat, the users who spent in it today (never
+            a ``sender_chat``: it is not a person).
     """
 
     level: Level

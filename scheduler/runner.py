@@ -120,6 +120,10 @@ class DigestRunner:
         count_tokens: ``str -> tokens`` for pacing estimates (default: cl100k × 1.25).
         claimant: this process's id and dead-after time when other processes may share
             the database (each run and each summary is then claimed); ``None``: alone.
+        recipient_allowed: ``user id -> bool``, whether that user may be sent a digest
+            (the bot's access rules: allowed in a private chat, not banned); a user it
+            refuses is not queued, and nothing is fetched, summarised or sent for them
+            (decision 296). ``None``: everyone.
     """
 
     def __init__(
@@ -134,8 +138,10 @@ class DigestRunner:
         config: DigestConfig | None = None,
         count_tokens: Callable[[str], int] | None = None,
         claimant: Claimant | None = None,
+        recipient_allowed: Callable[[int], Awaitable[bool]] | None = None,
     ) -> None:
         self._clock = clock
+        self._recipient_allowed = recipient_allowed
         self._fetcher = fetcher
         self.config = config or DigestConfig()
         self.stats = RunnerStats()
@@ -273,12 +279,18 @@ class DigestRunner:
             default_tz=self.config.default_tz,
             catch_up_s=self.config.catch_up_hours * 3600,
         )
-        await self._store.record_tick(now, due.opened)
-        for job in due.opened:
+        jobs = [job for job in due.jobs if await self._may_receive(job.user_id)]
+        opened = [job for job in due.opened if await self._may_receive(job.user_id)]
+        await self._store.record_tick(now, opened)
+        for job in opened:
             log.info(
                 "digest.catch_up user=%s date=%s: due while no process ran", job.user_id, job.day
             )
-        return due.jobs
+        return jobs
+
+    async def _may_receive(self, user_id: int) -> bool:
+        """``user_id`` may be sent a digest now (``recipient_allowed``; decision 296)."""
+        return self._recipient_allowed is None or await self._recipient_allowed(user_id)
 
     async def tick(self) -> int:
         """Queue every due digest not already queued or running; returns how many were queued."""
@@ -328,7 +340,8 @@ class DigestRunner:
 
         Ignores the digest time and the stagger; keeps every other guarantee (one digest
         per local date: if today's was sent already, nothing is sent and the step
-        ``already_sent`` is reported).
+        ``already_sent`` is reported; a user ``recipient_allowed`` refuses gets the step
+        ``not_allowed`` and nothing else).
 
         Args:
             user_id: the user.
@@ -348,6 +361,12 @@ class DigestRunner:
     # ------------------------------------------------------------------ one digest
     async def _run(self, job: Job) -> DigestOutcome:
         if job.key in self._active:
+            return DigestOutcome(job.user_id, job.day, RunStatus.PENDING)
+        if not await self._may_receive(job.user_id):
+            # not one fetch, summary or send for a user the bot does not serve (a stranger
+            # who subscribed from an allowed group, a user denied or banned since)
+            log.info("digest.not_allowed user=%s date=%s: nothing made", job.user_id, job.day)
+            await job.report(ProgressStep(Step.NOT_ALLOWED))
             return DigestOutcome(job.user_id, job.day, RunStatus.PENDING)
         self._active.add(job.key)
         try:

@@ -217,6 +217,7 @@ class Step(StrEnum):
     ALREADY_SENT = "already_sent"  # today's digest went out before
     NO_PROFILE = "no_profile"  # the user never wrote to the bot
     ELSEWHERE = "elsewhere"  # another bot process (replica) is making or delivering it
+    NOT_ALLOWED = "not_allowed"  # the user may not use the bot (access rules): nothing made
 
     @property
     def final(self) -> bool:
@@ -233,6 +234,7 @@ _FINAL_STEPS = frozenset(
         Step.ALREADY_SENT,
         Step.NO_PROFILE,
         Step.ELSEWHERE,
+        Step.NOT_ALLOWED,
     }
 )
 

@@ -18,10 +18,10 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from sqlalchemy import delete, func, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from bot.access.rules import AccessLists
+from bot.access.rules import AccessLists, Verdict, decide
 from bot.storage.tables import AccessEntry, AccessNotice, Invite, InviteUse, PendingAllow
 from budget.kernel.clock import Clock
 
@@ -351,6 +351,20 @@ class AccessBook:
                 self._pending = pending
                 self._loaded_at = self._clock.monotonic()
             return self._lists
+
+    async def serves_privately(self, user_id: int) -> bool:
+        """``user_id`` may use the bot in their private chat now — what a digest or
+        anything else sent there needs (decision 296): not banned, and in allowlist mode
+        an admin or an allowed user; a group's allowance covers its members in that
+        group only. Lists that cannot be read: admins only (fail closed)."""
+        try:
+            lists = await self.lists()
+        except (SQLAlchemyError, OSError):
+            lists = self.closed_lists()
+        verdict = decide(
+            lists, sender_id=user_id, chat_id=user_id, chat_type="private", on_behalf_of_chat=False
+        )
+        return verdict is Verdict.ALLOW
 
     def pending(self, username: str | None) -> bool:
         """``@username`` has a pending ``/allow`` (as of the last load)."""

@@ -8,7 +8,7 @@ and closes, and what the chat's tools and the media path read through.
 from __future__ import annotations
 
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 import httpx
@@ -63,11 +63,13 @@ def build_digests(
     claimant: Claimant | None,
     paid_allowed: Callable[[], bool],
     tls: ssl.SSLContext,
+    recipient_allowed: Callable[[int], Awaitable[bool]] | None = None,
 ) -> DigestParts:
     """The digests' parts from the settings (nothing started). ``count_tokens``: ``str
     -> tokens`` for the runner's pacing; ``claimant``: this process's claims between
     replicas (``None``: one process); ``paid_allowed``: false while paid digests are
-    shed (:mod:`bot.ops.shedding`)."""
+    shed (:mod:`bot.ops.shedding`); ``recipient_allowed``: whether a user may be sent a
+    digest (:meth:`bot.access.store.AccessBook.serves_privately`; decision 296)."""
 
     async def tz_of(user_id: int) -> str:
         profile = await repo.get(user_id)
@@ -108,5 +110,6 @@ def build_digests(
         config=replace(digest_config(settings), paid_allowed=paid_allowed),
         count_tokens=count_tokens,
         claimant=claimant,
+        recipient_allowed=recipient_allowed,
     )
     return DigestParts(service, runner, http, feed_http, feeds, fetchers)

@@ -335,6 +335,7 @@ def _build_digests(
         claimant=core.replicas.claimant,
         paid_allowed=lambda: not core.shedding.is_off("paid_digests"),
         tls=tls,
+        recipient_allowed=core.access.book.serves_privately,
     )
 
 

@@ -1,4 +1,10 @@
-"""Digest commands: /sub, /unsub, /subs, /digest_time, /digest_off, /digest_on."""
+"""Digest commands: /sub, /unsub, /subs, /digest_time, /digest_off, /digest_on.
+
+Digests go to a person's private chat, so in a group these commands are for members the
+bot serves there too: in allowlist mode a member who is only in through the group's
+allowance gets :func:`bot.text.access.group_guest_digests_text` and nothing changes
+(:class:`GroupGuest`; decision 296).
+"""
 
 from __future__ import annotations
 
@@ -6,24 +12,43 @@ import unicodedata
 from urllib.parse import urlsplit
 
 from aiogram import Bot, F, Router
-from aiogram.filters import Command, CommandObject
+from aiogram.filters import Command, CommandObject, Filter
 from aiogram.types import Message
 from aiogram.utils.i18n import gettext as _
 from aiogram.utils.i18n import ngettext
 
+from bot.access.store import AccessBook
 from bot.chat.delivery import send_text
 from bot.chat.plans import UserPlans
 from bot.middlewares.context import UserContext
-from bot.text.access import plan_feature_text
+from bot.text.access import group_guest_digests_text, plan_feature_text
 from budget.kernel.clock import Clock
 from budget.kernel.shown import echoed
 from scheduler.service import DigestService
 from scheduler.types import SubscribeResult, SubscribeStatus
 
-__all__ = ["create_digest_router", "subscribe_text"]
+__all__ = ["GroupGuest", "create_digest_router", "subscribe_text"]
 
 #: The most characters of a source's title or address quoted in a reply.
 _SHOWN = 256
+#: The commands that set up or change a person's digest.
+_COMMANDS = ("sub", "unsub", "subs", "digest_time", "digest_off", "digest_on")
+
+
+class GroupGuest(Filter):
+    """True for a message in a group from a person the bot does not serve in a private
+    chat (allowlist mode, not an admin, not allowed, or banned since): the gate let them
+    in for that group only (:func:`bot.access.rules.decide`)."""
+
+    async def __call__(self, message: Message, access: AccessBook | None = None) -> bool:
+        if message.chat.type == "private" or access is None or message.from_user is None:
+            return False
+        return not await access.serves_privately(message.from_user.id)
+
+
+async def on_group_guest(message: Message, bot: Bot, clock: Clock) -> None:
+    """A digest command from a :class:`GroupGuest`: the template, nothing subscribed."""
+    await send_text(bot, message.chat.id, group_guest_digests_text(), clock=clock)
 
 
 def subscribe_text(result: SubscribeResult, *, unsubscribing: bool = False) -> str:
@@ -190,6 +215,7 @@ def create_digest_router() -> Router:
     # subscriptions belong to a person's profile; a message sent on behalf of a chat
     # (anonymous admin, channel) has none and falls through like an unknown command
     router.message.filter(F.sender_chat.is_(None))
+    router.message.register(on_group_guest, Command(*_COMMANDS), GroupGuest())
     router.message.register(on_sub, Command("sub"))
     router.message.register(on_unsub, Command("unsub"))
     router.message.register(on_subs, Command("subs"))

@@ -9,6 +9,7 @@ from aiogram.utils.i18n import gettext as _
 
 from bot.chat.delivery import send_text
 from bot.middlewares.context import UserContext
+from bot.text.access import shown_title
 from bot.text.templates import format_reset
 from bot.text.wallet import wallet_line
 from budget.errors import HoldRefused
@@ -144,7 +145,8 @@ async def on_me(
     except HoldRefused:
         text = _("⚠️ The budget ledger is unavailable right now. Please retry in a minute.")
     else:
-        title = plans.get(status.plan).title if plans is not None and status.plan else None
+        plan = plans.get(status.plan) if plans is not None and status.plan else None
+        title = shown_title(plan.title) if plan is not None else None
         text = render_me(status, user_ctx.tz, title, wallet)
     await send_text(bot, message.chat.id, text, clock=clock)
 

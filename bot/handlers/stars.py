@@ -59,16 +59,19 @@ from bot.text.stars import (
     paid_kept_text,
     paid_text,
     payment_refunded_text,
+    payments_private_text,
     plan_check_failed_text,
     plan_held_text,
     plan_owned_text,
+    pre_checkout_period_text,
+    pre_checkout_price_text,
     pre_checkout_refused_text,
     pre_checkout_unknown_text,
 )
 from bot.text.templates import format_reset
 from budget.errors import BudgetError
 from budget.kernel.clock import Clock
-from budget.plans import Plan
+from budget.plans import Plan, Plans
 
 __all__ = ["create_stars_router"]
 
@@ -190,7 +193,7 @@ async def _pre_checkout_refusal(
     banned = query.from_user.id in (await access.lists()).banned
     if plan is None or banned:
         log.info("pre-checkout %s refused (plan sold: %s)", query.id, plan is not None)
-        return pre_checkout_refused_text
+        return pre_checkout_refused_text if banned else _what_changed(query, plan_sales.plans)
     try:  # the plan and the subscriptions, bounded: Telegram waits 10 s for the answer
         async with asyncio.timeout(PLAN_CHECK_S):
             held = await _plan_held(plan_sales, query.from_user.id, plan, clock, "UTC")
@@ -199,6 +202,26 @@ async def _pre_checkout_refusal(
     if held is not None:
         log.info("pre-checkout %s refused: the payer would be worse off", query.id)
     return held
+
+
+def _what_changed(query: PreCheckoutQuery, plans: Plans) -> Callable[[], str]:
+    """The refusal of an invoice of a plan whose terms are not sold now: what changed
+    since it was sent (the price, the period), else "no longer sold on these terms"."""
+    terms = parse_payload(query.invoice_payload)
+    plan = plans.by_name.get(terms.plan) if terms is not None else None
+    if (
+        terms is None
+        or plan is None
+        or plan.stars is None
+        or plan.renews != terms.renews
+        or query.currency != STARS_CURRENCY
+        or query.total_amount != terms.stars
+    ):
+        return pre_checkout_refused_text
+    name, stars = plan.name, plan.stars
+    if stars != terms.stars:
+        return lambda: pre_checkout_price_text(name, terms.stars, stars)
+    return lambda: pre_checkout_period_text(name)
 
 
 async def on_paid(
@@ -256,6 +279,15 @@ async def on_refunded(message: Message, bot: Bot, clock: Clock, plan_sales: Plan
     await send_text(bot, message.chat.id, text, clock=clock)
 
 
+async def on_payments_in_group(message: Message, bot: Bot, clock: Clock) -> None:
+    """/buy, /topup, /cancel_renewal or /renew in a group (addressed to this bot, or
+    bare): the template pointing to the private chat, where they work."""
+    command = (message.text or message.caption or "/buy").split(maxsplit=1)[0].split("@", 1)[0]
+    me = await bot.me()
+    link = f"https://t.me/{me.username}" if me.username else "t.me"
+    await send_text(bot, message.chat.id, payments_private_text(command, link), clock=clock)
+
+
 def create_stars_router() -> Router:
     """/buy, /topup, /cancel_renewal, /renew, the pre-checkout and the payment messages."""
     router = Router(name="stars")
@@ -266,4 +298,9 @@ def create_stars_router() -> Router:
     router.message.register(on_topup, Command("topup"), F.chat.type == "private")
     router.message.register(on_cancel_renewal, Command("cancel_renewal"), F.chat.type == "private")
     router.message.register(on_renew, Command("renew"), F.chat.type == "private")
+    router.message.register(
+        on_payments_in_group,
+        Command("buy", "topup", "cancel_renewal", "renew"),
+        F.chat.type.in_({"group", "supergroup"}),
+    )
     return router

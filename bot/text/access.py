@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from aiogram.utils.i18n import gettext as _
 
+from budget.kernel.shown import echoed
+
 __all__ = [
+    "group_guest_digests_text",
     "group_not_enabled_text",
     "invite_again_text",
     "invite_invalid_text",
@@ -19,7 +22,18 @@ __all__ = [
     "not_allowed_text",
     "plan_feature_text",
     "plan_no_media_text",
+    "shown_title",
 ]
+
+#: The longest plan title the plans file takes (``budget/plans.py``).
+TITLE_SHOWN = 64
+
+
+def shown_title(title: str) -> str:
+    """A plan's title from the plans file as replies show it: through
+    :func:`budget.kernel.shown.echoed`, like every other name the bot did not write
+    (a format character such as U+200D is written ``<U+200D>``)."""
+    return echoed(title, TITLE_SHOWN)
 
 
 def not_allowed_text() -> str:
@@ -32,10 +46,21 @@ def group_not_enabled_text() -> str:
     return _("🔒 This bot is not enabled in this group, so it is leaving.")
 
 
+def group_guest_digests_text() -> str:
+    """A digest command in an enabled group from a member the bot does not serve in a
+    private chat (allowlist mode): a group's allowance covers its members there only,
+    and digests go to the private chat (decision 296). Nothing is subscribed or changed."""
+    return _(
+        "🔒 Digests are sent to your private chat, and this bot is private: in this group "
+        "you can talk to it, but digests are only for the people it lets in. Nothing was "
+        "changed. If you know who runs it, ask them for an invite link."
+    )
+
+
 def invite_welcome_text(plan: str) -> str:
     """An invite let the user in (or moved them to the invite's plan)."""
     return _("✅ Welcome! You can use this bot now, on the {plan} plan. See /help.").format(
-        plan=plan
+        plan=shown_title(plan)
     )
 
 
@@ -65,7 +90,9 @@ def invite_tries_text(reset: str) -> str:
 
 def plan_feature_text(feature: str, plan: str) -> str:
     """A feature the user's plan does not include (``feature`` already translated)."""
-    return _("Your plan ({plan}) does not include {feature}.").format(feature=feature, plan=plan)
+    return _("Your plan ({plan}) does not include {feature}.").format(
+        feature=feature, plan=shown_title(plan)
+    )
 
 
 def plan_no_media_text(plan: str) -> str:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from aiogram.utils.i18n import gettext as _
 from aiogram.utils.i18n import ngettext
 
+from bot.text.access import shown_title
+
 __all__ = [
     "buy_line",
     "buy_list_text",
@@ -23,9 +25,12 @@ __all__ = [
     "paid_text",
     "payment_auto_refunded_text",
     "payment_refunded_text",
+    "payments_private_text",
     "plan_check_failed_text",
     "plan_held_text",
     "plan_owned_text",
+    "pre_checkout_period_text",
+    "pre_checkout_price_text",
     "pre_checkout_refused_text",
     "pre_checkout_unknown_text",
     "refund_failed_text",
@@ -65,7 +70,17 @@ def buy_line(name: str, title: str, stars: int, days: int) -> str:
         "• {name} ({title}): {stars} ⭐ for {days} day",
         "• {name} ({title}): {stars} ⭐ for {days} days",
         days,
-    ).format(name=name, title=title, stars=stars, days=days)
+    ).format(name=name, title=shown_title(title), stars=stars, days=days)
+
+
+def payments_private_text(command: str, link: str) -> str:
+    """/buy (or /topup, /cancel_renewal, /renew) in a group: payments are made in the
+    private chat with the bot (``link``: ``https://t.me/<bot>``, no start payload: the
+    only deep links the bot makes are invites). Nothing was sent or charged."""
+    return _(
+        "💳 {command} works in a private chat with me, not in a group: open {link} "
+        "and send {command} there. Nothing was charged."
+    ).format(command=command, link=link)
 
 
 def buy_unknown_text() -> str:
@@ -79,7 +94,7 @@ def invoice_description(title: str, days: int) -> str:
         "The {plan} plan for {days} day: its limits and features. /me shows them.",
         "The {plan} plan for {days} days: its limits and features. /me shows them.",
         days,
-    ).format(plan=title, days=days)
+    ).format(plan=shown_title(title), days=days)
 
 
 def pre_checkout_refused_text() -> str:
@@ -88,6 +103,24 @@ def pre_checkout_refused_text() -> str:
         "This plan is no longer sold on these terms, so nothing was charged. "
         "Send /buy to see the plans now."
     )
+
+
+def pre_checkout_price_text(name: str, invoiced: int, now: int) -> str:
+    """The pre-checkout's ``error_message`` when the plan's price in the plans file
+    changed since the invoice was sent (nothing is charged)."""
+    return _(
+        "The price of this plan changed since this invoice was sent ({invoiced} ⭐ then, "
+        "{now} ⭐ now), so nothing was charged. Send /buy {name} again for a new invoice."
+    ).format(name=name, invoiced=invoiced, now=now)
+
+
+def pre_checkout_period_text(name: str) -> str:
+    """The pre-checkout's ``error_message`` when the plan's period (days) changed since
+    the invoice was sent (nothing is charged)."""
+    return _(
+        "The period this plan buys changed since this invoice was sent, so nothing was "
+        "charged. Send /buy {name} again for a new invoice."
+    ).format(name=name)
 
 
 def pre_checkout_unknown_text() -> str:
@@ -102,7 +135,7 @@ def pre_checkout_unknown_text() -> str:
 def paid_text(plan: str, until: str) -> str:
     """A payment booked and its plan set."""
     return _("✅ Thank you! You are on the {plan} plan until {until}.").format(
-        plan=plan, until=until
+        plan=shown_title(plan), until=until
     )
 
 
@@ -126,7 +159,7 @@ def payment_refunded_text(stars: int) -> str:
 def buy_renews_line(name: str, title: str, stars: int) -> str:
     """One plan of the /buy list that is sold as a subscription."""
     return _("• {name} ({title}): {stars} ⭐ every 30 days, until you cancel").format(
-        name=name, title=title, stars=stars
+        name=name, title=shown_title(title), stars=stars
     )
 
 
@@ -135,7 +168,7 @@ def subscribe_text(title: str, stars: int) -> str:
     return _(
         "The {plan} plan is a subscription: {stars} ⭐ now and again every 30 days until "
         "you cancel it with /cancel_renewal. Open the link below to subscribe."
-    ).format(plan=title, stars=stars)
+    ).format(plan=shown_title(title), stars=stars)
 
 
 def subscribe_button(stars: int) -> str:
@@ -156,7 +189,7 @@ def subscription_description(title: str) -> str:
     return _(
         "The {plan} plan, renewed every 30 days until you cancel: its limits and features. "
         "/me shows them."
-    ).format(plan=title)
+    ).format(plan=shown_title(title))
 
 
 def subscribed_text(plan: str, until: str) -> str:
@@ -164,7 +197,7 @@ def subscribed_text(plan: str, until: str) -> str:
     return _(
         "✅ Thank you! You are on the {plan} plan until {until}; then Telegram renews it, "
         "until you send /cancel_renewal."
-    ).format(plan=plan, until=until)
+    ).format(plan=shown_title(plan), until=until)
 
 
 def renewal_cancelled_text(plan: str, until: str) -> str:
@@ -172,7 +205,7 @@ def renewal_cancelled_text(plan: str, until: str) -> str:
     return _(
         "Your subscription to the {plan} plan will not renew: no more Stars are taken, and "
         "the plan stays until {until}."
-    ).format(plan=plan, until=until)
+    ).format(plan=shown_title(plan), until=until)
 
 
 def no_subscription_text() -> str:
@@ -194,7 +227,7 @@ def renewal_resumed_text(plan: str, until: str) -> str:
         "Your subscription to the {plan} plan renews again: no Stars are taken now; "
         "Telegram takes the next ones when the plan would end, {until}, and every 30 days "
         "after, until you send /cancel_renewal."
-    ).format(plan=plan, until=until)
+    ).format(plan=shown_title(plan), until=until)
 
 
 def no_subscription_to_renew_text() -> str:
@@ -227,12 +260,12 @@ def plan_held_text(current: str, until: str | None) -> str:
         return _(
             "You are on the {plan} plan with no end date: another plan bought now would "
             "replace it, so nothing is sold or charged. An admin can change your plan."
-        ).format(plan=current)
+        ).format(plan=shown_title(current))
     return _(
         "You are on the {plan} plan until {until}: another plan bought now would replace "
         "it and lose the days left, so nothing is sold or charged. Buy it after that date, "
         "or buy {plan} again to extend it."
-    ).format(plan=current, until=until)
+    ).format(plan=shown_title(current), until=until)
 
 
 def plan_check_failed_text() -> str:
@@ -255,7 +288,7 @@ def plan_owned_text(plan: str) -> str:
     return _(
         "You already have the {plan} plan with no end date: buying it would add nothing, "
         "so nothing is sold or charged."
-    ).format(plan=plan)
+    ).format(plan=shown_title(plan))
 
 
 def subscription_renewing_text(plan: str, until: str) -> str:
@@ -265,7 +298,7 @@ def subscription_renewing_text(plan: str, until: str) -> str:
         "Your subscription to the {plan} plan already renews: Telegram takes the next "
         "Stars at {until}. A second subscription would charge you twice, so nothing is "
         "sold or charged. /cancel_renewal stops the renewals."
-    ).format(plan=plan, until=until)
+    ).format(plan=shown_title(plan), until=until)
 
 
 def paid_kept_text(plan: str) -> str:
@@ -274,7 +307,7 @@ def paid_kept_text(plan: str) -> str:
     return _(
         "✅ Thank you! Your payment is booked. You already have the {plan} plan with no "
         "end date, and you keep it with no end date."
-    ).format(plan=plan)
+    ).format(plan=shown_title(plan))
 
 
 def subscription_kept_text() -> str:
@@ -314,7 +347,7 @@ def renewal_already_cancelled_text(plan: str, until: str) -> str:
         "Your subscription to the {plan} plan already will not renew (/cancel_renewal "
         "stopped it): no more Stars are taken, and the plan stays until {until}. /renew "
         "turns the renewals back on."
-    ).format(plan=plan, until=until)
+    ).format(plan=shown_title(plan), until=until)
 
 
 def renew_not_cancelled_text(plan: str, until: str) -> str:
@@ -323,4 +356,4 @@ def renew_not_cancelled_text(plan: str, until: str) -> str:
         "Your subscription to the {plan} plan was not cancelled with /cancel_renewal, so "
         "there is nothing to turn back on here: Telegram takes the next Stars at {until}, "
         "unless you cancelled it in Telegram; then turn it back on there under My Stars."
-    ).format(plan=plan, until=until)
+    ).format(plan=shown_title(plan), until=until)

@@ -124,20 +124,31 @@ async def test_a_plan_bought_with_stars_is_booked_once_and_refunded(
 async def test_a_pre_checkout_for_a_plan_no_longer_sold_is_refused(
     app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
 ) -> None:
-    """A plan the file no longer has, a price that is not the plan's price now, another
-    currency: each answered ok=false with the error_message Telegram shows (in the
-    payer's language); nothing is booked."""
+    """A plan the file no longer has, another currency, an amount that is not the
+    invoice's: each answered ok=false with the error_message Telegram shows (in the
+    payer's language); a price or a period that changed since the invoice: the answer
+    says which, then and now, and to send /buy again; nothing is booked."""
     bot = app_factory(env=bot_env)
     await bot.start()
     for payload, amount, currency in (
         ("plan:gold:100:30", 100, "XTR"),
-        ("plan:pro:1:30", 1, "XTR"),
         ("plan:pro:250:30", 250, "USD"),
+        ("plan:pro:250:30", 1, "XTR"),
     ):
         query = fake_telegram.inject_pre_checkout_query(BUYER, payload, amount, currency)
         answer = await _answer(fake_telegram, query)
         assert answer["ok"] is False
         assert "no longer sold" in answer["error_message"] and "nothing" in answer["error_message"]
+    # the plans file changed since the invoice: the answer says what changed
+    for payload, change in (
+        ("plan:pro:1:30", "The price of this plan changed since this invoice was sent "
+         "(1 ⭐ then, 250 ⭐ now)"),
+        ("plan:pro:250:7", "The period this plan buys changed since this invoice was sent"),
+    ):  # fmt: skip
+        query = fake_telegram.inject_pre_checkout_query(BUYER, payload, int(payload.split(":")[2]))
+        text = (await _answer(fake_telegram, query))["error_message"]
+        assert text.startswith(change), text
+        assert "nothing was charged. Send /buy pro again for a new invoice." in text, text
     with sqlite3.connect(_db(bot_env)) as conn:
         assert conn.execute("SELECT count(*) FROM star_payments").fetchone() == (0,)
 
@@ -194,3 +205,46 @@ async def test_a_payment_for_terms_no_longer_sold_is_refunded_or_its_failure_tol
     with sqlite3.connect(_db(bot_env)) as conn:
         assert conn.execute("SELECT count(*) FROM star_payments").fetchone() == (0,)
     await bot.stop()
+
+
+async def test_buy_in_a_group_points_to_the_private_chat(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str]
+) -> None:
+    """/buy@bot and /topup@bot in a group each get the template naming the private chat
+    and its link (no start payload: those are invites); no invoice is sent."""
+    bot = app_factory(env=bot_env)
+    await bot.start()
+    group = -1001777
+    for command in ("/buy", "/topup"):
+        mark = fake_telegram.mark()
+        fake_telegram.inject_message(
+            BUYER, f"{command}@kopek_test_bot pro", chat_id=group, chat_type="supergroup"
+        )
+        [reply] = await fake_telegram.wait_sent(group, since=mark, timeout=20)
+        assert reply.text == (
+            f"💳 {command} works in a private chat with me, not in a group: open "
+            f"https://t.me/kopek_test_bot and send {command} there. Nothing was charged."
+        )
+    assert fake_telegram.requests("sendInvoice") == []
+    assert await bot.stop() == 0
+
+
+async def test_a_plan_title_is_shown_as_a_value_not_as_written(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A plan title with a zero-width joiner (a format character the plans file takes)
+    is shown ``<U+200D>`` by /buy and /plan list, as every other name the bot did not
+    write (``echoed``), never as the invisible character."""
+    plans = tmp_path / "plans.toml"
+    plans.write_text(
+        'default = "free"\n[free]\ntitle = "Free"\n'
+        '[gold]\ntitle = "Gold\u200dPlus"\nstars = 100\nperiod_days = 30\n',
+        encoding="utf-8",
+    )
+    bot = app_factory(env=dict(bot_env, ADMIN_IDS=str(ADMIN), PLANS_FILE=str(plans)))
+    await bot.start()
+    [listing] = await _send(fake_telegram, BUYER, "/buy")
+    assert "• gold (Gold<U+200D>Plus): 100 ⭐ for 30 days" in listing, listing
+    [admin] = await _send(fake_telegram, ADMIN, "/plan list")
+    assert "(Gold<U+200D>Plus," in admin and "\u200d" not in admin + listing
+    assert await bot.stop() == 0

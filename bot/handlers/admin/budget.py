@@ -13,7 +13,13 @@ from aiogram import Bot
 from aiogram.filters import CommandObject
 from aiogram.types import BufferedInputFile, Message
 
-from bot.handlers.admin.base import USER_ID_RULE, AdminView, parse_user_id, reply
+from bot.handlers.admin.base import (
+    USER_ID_RULE,
+    AdminView,
+    parse_user_id,
+    reply,
+    valid_team_name,
+)
 from bot.ops.chart import CHART_MISSING, chart_available, spend_chart_png
 from bot.ops.dashboard.view import OperatorView
 from bot.ops.limit_overrides import runtime_overrides
@@ -101,9 +107,11 @@ async def _report(
             return USER_ID_RULE
         return render_user(await ledger.user_status(uid), tz, await ledger.wallet(uid))
     if len(args) == 2 and args[0] == "team":
-        if args[1] not in await ledger.teams():
+        known = args[1] in await ledger.teams()
+        team = await ledger.team_status(args[1]) if known or valid_team_name(args[1]) else None
+        if team is None or not (known or any(b.limit_musd is not None for b in team.buckets)):
             return f"No team '{echoed(args[1])}'; /team list shows the teams."
-        return render_team(await ledger.team_status(args[1]), tz)
+        return render_team(team, tz)  # a team with no members left but limits: shown
     if len(args) == 2 and args[0] in ("chat", "plan"):
         return await _payer(args[0], args[1], ledger, tz)
     if args:
@@ -331,14 +339,27 @@ async def _payer(kind: str, name: str, ledger: Ledger, tz: str) -> str:
         )
     lines = [head]
     lines.extend("• " + _bucket(b, tz) for b in status.buckets)
-    for uid, musd in sorted(status.spend_today_musd.items(), key=lambda x: -x[1])[:20]:
+    spend = sorted(status.spend_today_musd.items(), key=lambda x: -x[1])
+    # a negative payer is a chat writing as itself (sender_chat), not a member: shown apart
+    for uid, musd in [(u, m) for u, m in spend if u >= 0][:20]:
         lines.append(f"• {uid}: {usd(musd)} today")
+    for chat_id, musd in [(u, m) for u, m in spend if u < 0][:20]:
+        lines.append(
+            f"• {chat_id} (a chat writing as itself: a channel or anonymous admins; "
+            f"not a member): {usd(musd)} today"
+        )
     return "\n".join(lines)
 
 
 def render_team(status: TeamStatus, tz: str) -> str:
     """/budget team <name>."""
     lines = [f"👥 Team {status.name}: {len(status.members)} members"]
+    if not status.members and any(b.limit_musd is not None for b in status.buckets):
+        # docs/decisions/297-a-team-keeps-its-limits-without-members.md
+        lines.append(
+            f"No members now; its limits stay and bind anyone added again "
+            f"(/limit team {status.name} <window> off removes one)."
+        )
     if status.killed is not None and status.killed.killed:
         lines.append(f"⛔ killed: {status.killed.reason}")
     lines.extend("• " + _bucket(b, tz) for b in status.buckets)

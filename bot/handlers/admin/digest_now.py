@@ -38,6 +38,8 @@ _STEPS: dict[Step, str] = {
     Step.ALREADY_SENT: "today's digest already ran",
     Step.NO_PROFILE: "this user has never written to the bot",
     Step.ELSEWHERE: "another bot process is making or sending today's digest now",
+    Step.NOT_ALLOWED: "this user may not use the bot (not allowed in a private chat, or "
+    "banned): no digest is made or sent",
 }
 
 _STATUSES: dict[RunStatus, str] = {
@@ -163,7 +165,7 @@ async def on_digest_now(
         done = describe_status(outcome.status, progress.last_reason)
         await progress.show(f"already done today ({done})", force=True)
         return
-    if progress.last_step in (Step.ELSEWHERE, Step.NO_PROFILE):
+    if progress.last_step in (Step.ELSEWHERE, Step.NO_PROFILE, Step.NOT_ALLOWED):
         return  # this process made nothing: the step's line is the whole answer
     await progress.show(
         f"{describe_status(outcome.status, progress.last_reason)} — {outcome.posts} posts, "

@@ -201,6 +201,8 @@ async def on_team(
     else:
         removed = await ledger.team_remove(name, uid)
         text = f"User {uid} removed from {name}." if removed else f"User {uid} is not in {name}."
+        if removed:
+            text += await _left_limits(ledger, name)
         await reply(bot, message, text, clock)
 
 
@@ -234,3 +236,20 @@ async def _guarantee(
         ]
     lines += ["⚠️ " + w for w in await ledger.limit_warnings()]
     await reply(bot, message, "\n".join(lines), clock)
+
+
+async def _left_limits(ledger: Ledger, name: str) -> str:
+    """After a removal: when the team has no members left but limits stored, what stays
+    (docs/decisions/297-a-team-keeps-its-limits-without-members.md); else nothing."""
+    status = await ledger.team_status(name)
+    if status.members:
+        return ""
+    kept = [
+        f"{b.window.value} {usd(b.limit_musd)}" for b in status.buckets if b.limit_musd is not None
+    ]
+    if not kept:
+        return ""
+    return (
+        f"\n{name} has no members now; its limits stay ({', '.join(kept)}) and bind anyone "
+        f"added to it again. /limit team {name} <window> off removes one."
+    )

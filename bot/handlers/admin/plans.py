@@ -86,7 +86,9 @@ def render_plans(plans: Plans) -> str:
     """``/plan list``."""
     lines = [f"Plans ({plans.source}; default {plans.default}):"]
     for plan in plans.by_name.values():
-        lines.append(f"• {plan.name} ({plan.title}, priority {plan.priority}): {_limits(plan)}")
+        lines.append(
+            f"• {plan.name} ({echoed(plan.title, 64)}, priority {plan.priority}): {_limits(plan)}"
+        )
     return "\n".join(lines)
 
 

@@ -318,8 +318,8 @@ def payer_status(
             " AND (until IS NULL OR until > ?)",
             (scope, now.timestamp()),
         )
-    else:
-        members = len(spend)
+    else:  # people only: a negative id is a chat that wrote as itself (sender_chat)
+        members = sum(1 for uid in spend if uid >= 0)
     return PayerStatus(level, scope, bucket_list, spend, members)
 
 
