@@ -239,9 +239,13 @@ async def answer_turn(
             if duplicates is not None and claim is not None:
                 duplicates.finish(claim.key, answered=answered_in_full(outcome))
         after = await _answered(outcome, courier, stop_book, stream_metrics)
-        footer = await _footer(outcome, wanted, ledger)
-        reply = reply_of(outcome, tz=user_ctx.tz, message_id=message.message_id,
-                         answer_to=answer_to, footer=footer)  # fmt: skip
+        reply = reply_of(
+            outcome,
+            tz=user_ctx.tz,
+            message_id=message.message_id,
+            answer_to=answer_to,
+            footer=await _footer(outcome, wanted, ledger),
+        )
         reply = hushed(reply, outcome, user_ctx.user_id, rate_notices)  # one per window
     if reply.refusal is not None:
         refusals.labels(reply.refusal).inc()
