@@ -37,7 +37,6 @@ __all__ = [
     "LedgerPort",
     "Opening",
     "OperationTicket",
-    "PendingSettle",
     "PriceCardPort",
     "RequestTicket",
 ]
@@ -141,27 +140,6 @@ class HoldTicket:
     ceiling_musd: int
     list_ceiling_musd: int | None
     granted_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class PendingSettle:
-    """An answer's settle not written yet: the arguments of :meth:`LedgerPort.settle`,
-    and what it will book. Until it is written the hold stays held (its ceiling
-    counted everywhere); a process that dies first leaves it to the sweep, which books
-    the ceiling (docs/decisions/314-the-settle-after-the-reply.md).
-
-    Attributes:
-        hold_id, usage, estimated, ends, calibration: as :meth:`LedgerPort.settle`.
-        cost_musd: what the settle books for the hold, held (µUSD, from the price
-            card at the hold's grant: :meth:`LedgerPort.priced_musd`).
-    """
-
-    hold_id: str
-    usage: Usage
-    estimated: bool
-    ends: OperationTicket | None
-    calibration: CalibrationSample | None
-    cost_musd: int
 
 
 class PriceCardPort(Protocol):
@@ -309,15 +287,6 @@ class LedgerPort(Protocol):
         ``estimated`` flags an interrupted call settled by the interrupted-call rule.
         ``ends``: the operation ends with this settle (as :meth:`end_operation`);
         ``calibration``: persisted with it (as :meth:`record_calibration`)."""
-        ...
-
-    def priced_musd(self, hold: HoldTicket, usage: Usage) -> int:
-        """What :meth:`settle` books for ``hold``, still held, with ``usage`` (µUSD: the
-        price card's actual at the hold's grant; 0 for a free tier), without a write.
-
-        Raises:
-            BudgetConfigError: a paid model without a price (as the hold would have).
-        """
         ...
 
     async def release(self, hold_id: str) -> None:

@@ -17,7 +17,7 @@ from budget.notices import LedgerNotices
 from budget.part import LedgerPart
 from budget.policy.rules import interrupted_usage
 from budget.pricing.prices import PriceCard
-from budget.protocol import HoldTicket, OperationTicket
+from budget.protocol import OperationTicket
 from budget.storage.store import ActualCost, SettleOutcome, SettleRequest, UsageOf
 from budget.types import CalibrationSample, Usage
 
@@ -123,13 +123,6 @@ class LedgerSettle(LedgerPart):
         if ends is not None:  # ended in that step: as end_operation
             self._holding.discard(ends.operation_id)
         return self._after_settle(outcome)
-
-    def priced_musd(self, hold: HoldTicket, usage: Usage) -> int:
-        """What :meth:`settle` books for ``hold``, still held, with ``usage`` (µUSD),
-        without a write: the hold's own pricing (its provider and model, at its grant),
-        as ``budget.storage.sql.holds.plan_of`` prices it
-        (docs/decisions/314-the-settle-after-the-reply.md)."""
-        return self._card.actual_musd(hold.provider, hold.model, usage, hold.granted_at)
 
     async def settle_interrupted(
         self, hold_id: str, reported: Usage | None, received_output_tokens: int | None

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Literal
 
-from budget.protocol import PendingSettle
 from budget.types import Origin, Usage
 
 __all__ = [
@@ -122,11 +121,6 @@ class LLMRequest:
             (its ``cheap_model``) instead of its main one; each hold is sized on it.
         origin: what the request's holds are booked as when it is not the
             operation's own origin (``Origin.SUMMARY``); ``None``: the operation's.
-        settle_later: with ``ends_operation``, the answer's settle (and the end of the
-            operation in it) is not written by the cascade but handed back
-            (``Completion.pending_settle``) for the caller to write once it used the
-            answer: the hold stays held until then
-            (docs/decisions/314-the-settle-after-the-reply.md).
     """
 
     messages: tuple[Message, ...]
@@ -142,7 +136,6 @@ class LLMRequest:
     ends_operation: bool = False
     small: bool = False
     origin: Origin | None = None
-    settle_later: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.free_share <= 1:
@@ -209,9 +202,6 @@ class Completion:
     tool_calls: tuple[ToolCall, ...] = ()
     #: the answer's settle also ended its operation (``LLMRequest.ends_operation``)
     operation_ended: bool = False
-    #: the answer's settle, not written yet (``LLMRequest.settle_later``): the caller
-    #: writes it; ``cost_musd`` is what it books
-    pending_settle: PendingSettle | None = None
 
 
 @dataclass(frozen=True, slots=True)

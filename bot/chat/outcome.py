@@ -12,7 +12,6 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from bot.chat.after_reply import AfterReply
 from bot.chat.folding import FoldNote
 from bot.media.refusals import MediaProblem, MediaRefusal
 from budget.errors import HoldRefused, LedgerUnavailable
@@ -51,9 +50,6 @@ class ChatAnswer:
         tool_stop: the ledger's refusal that ended the tool loop early (the answer is
             the text so far).
         fold: the history fold this message made (summarised or cut), ``None``: none.
-        after: the writes left for after the reply (the answer's settle and turns),
-            which its caller runs once the reply is sent
-            (docs/decisions/314-the-settle-after-the-reply.md); ``None``: none left.
     """
 
     completion: Completion
@@ -62,7 +58,6 @@ class ChatAnswer:
     tools_called: tuple[str, ...] = ()
     tool_stop: Refusal | None = None
     fold: FoldNote | None = None
-    after: AfterReply | None = None
 
 
 @dataclass(frozen=True, slots=True)

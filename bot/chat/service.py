@@ -24,10 +24,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import replace
-from functools import partial
 
 from bot.chat import outcome
-from bot.chat.after_reply import AfterReply
 from bot.chat.contracts import ChatConfig, CompletionBackend, PromptCounter
 from bot.chat.draining import CANCEL_WAIT_S, STOP_WAIT_S, Draining
 from bot.chat.folding import HistoryFolder
@@ -173,7 +171,6 @@ class ChatService(Draining):
         persona: ChatPersona | asyncio.Task[ChatPersona] | None = None,
         media: MediaTurn | None = None,
         plan: Plan | None = None,
-        after_reply: bool = False,
     ) -> ChatOutcome:
         """Answer one message, or say why not. Never raises for expected failures.
 
@@ -197,11 +194,6 @@ class ChatService(Draining):
             media: what a voice note, photo, document or link adds (``None``: typed text).
             plan: the user's plan: its concurrency replaces USER_MAX_INFLIGHT in the
                 queue, and its priority orders the provider-call slot (``None``: neither).
-            after_reply: leave the answer's settle (with the end of the operation) and
-                its turns to :attr:`ChatAnswer.after <bot.chat.outcome.ChatAnswer>`, for
-                the caller to run once the reply is sent (it must:
-                docs/decisions/314-the-settle-after-the-reply.md); ``False``: written
-                before this returns.
         """
         if key is None:
             key = (0, -next(self._anonymous))
@@ -209,9 +201,7 @@ class ChatService(Draining):
         turn = PlanTurn.of(plan, self._config.user_max_inflight)
         try:
             where = Conversation(chat_id, thread_id, user_id)
-            return await self._in_turn(
-                where, key, text, activity, stream, media, turn, persona, after_reply=after_reply
-            )
+            return await self._in_turn(where, key, text, activity, stream, media, turn, persona)
         finally:
             self.depart(user_id, key)
 
@@ -225,8 +215,6 @@ class ChatService(Draining):
         media: MediaTurn | None = None,
         turn: PlanTurn | None = None,
         persona: ChatPersona | asyncio.Task[ChatPersona] | None = None,
-        *,
-        after_reply: bool = False,
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
@@ -268,7 +256,6 @@ class ChatService(Draining):
                 media,
                 turn.priority,
                 persona,
-                after_reply=after_reply,
             )
         finally:
             if task is not None:
@@ -285,8 +272,6 @@ class ChatService(Draining):
         media: MediaTurn | None = None,
         priority: int = Priority.CHAT,
         persona: ChatPersona | asyncio.Task[ChatPersona] | None = None,
-        *,
-        after_reply: bool = False,
     ) -> ChatOutcome:
         if self.closing:
             return ChatFailed(FailureKind.SHUTDOWN)
@@ -299,7 +284,6 @@ class ChatService(Draining):
             where.user_id, Origin.CHAT, count_message=self._count_messages, chat_id=group
         )
         completion: Completion | None = None
-        after: AfterReply | None = None  # handed to the caller with the answer
         step = "answer"  # what a refused hold was for (the refusal names it)
         try:
             if media is not None and media.transcribe is not None:
@@ -312,27 +296,20 @@ class ChatService(Draining):
             request, fold = await self._prompts.request(
                 op, where, user_msg, user_tokens, priority, persona
             )
-            run = await self._run(op, request, where.user_id, activity, stream, after_reply)
+            run = await self._run(op, request, where.user_id, activity, stream)
             completion = run.completion
             if request.max_tokens < self._config.max_output_tokens:
                 completion = replace(completion, degraded=(*completion.degraded, SHED_LONG))
             if media is not None and media.stored is not None:
                 user_msg = Message("user", media.stored)
                 user_tokens = await self._prompts.turn_tokens(user_msg)
-            remember = partial(self._prompts.remember, where, user_msg, user_tokens, completion)
-            later = AfterReply(self._ledger, completion.pending_settle, remember)
+            await self._prompts.remember(where, user_msg, user_tokens, completion)
             # the answering attempt's cost is the whole bill when it was the one call and
             # no other provider was tried first; otherwise one of them may have been billed
-            # too: ask the ledger (and a history summary, when this message folded one),
-            # once the answer's settle is in it
+            # too: ask the ledger (and a history summary, when this message folded one)
             alone = run.steps == 1 and not completion.fallbacks and fold is None
-            if not after_reply:
-                await later.run()
-            elif not alone:
-                await later.settle()
             charged = completion.cost_musd if alone else await self._booked_musd(op)
-            after = later if after_reply else None
-            return ChatAnswer(completion, charged, run.steps, run.calls, run.stop, fold, after)
+            return ChatAnswer(completion, charged, run.steps, run.calls, run.stop, fold)
         except HoldRefused as exc:
             called = self._ledger.held_any(op)
             return refused_outcome(exc, running=others_running, called=called, step=step)
@@ -350,25 +327,13 @@ class ChatService(Draining):
             log.exception("chat operation failed unexpectedly")
             return ChatFailed(FailureKind.ERROR, charged_musd=await self._booked_musd(op))
         finally:
-            await self._close(op, completion, after)
-
-    async def _close(
-        self, op: OperationTicket, completion: Completion | None, after: AfterReply | None
-    ) -> None:
-        """End ``op`` unless its settle did (or will, after the reply: ``after``); an
-        answer's settle not handed to the caller (an error came first) is written now."""
-        pending = completion.pending_settle if completion is not None else None
-        if pending is not None:
-            if after is None:
-                await AfterReply(self._ledger, pending).settle()  # ends it
-            return
-        try:
-            if completion is None or not completion.operation_ended:
-                await self._ledger.end_operation(op)
-        except BudgetError:
-            # storage failed: the slot expires with the operation's TTL; an answer
-            # that exists is still delivered
-            log.exception("could not end operation %s", op.operation_id)
+            try:
+                if completion is None or not completion.operation_ended:
+                    await self._ledger.end_operation(op)
+            except BudgetError:
+                # storage failed: the slot expires with the operation's TTL; an answer
+                # that exists is still delivered
+                log.exception("could not end operation %s", op.operation_id)
 
     async def _run(
         self,
@@ -377,19 +342,14 @@ class ChatService(Draining):
         user_id: int,
         activity: Callable[[], AbstractAsyncContextManager[object]] | None,
         stream: StreamControl | None,
-        settle_later: bool = False,
     ) -> ToolRun:
         """``request`` answered: by the tool loop (CHAT_TOOLS), else one call; a turn
-        with images by the vision keys (which take no tools). ``settle_later``: the one
-        call's settle is handed back (``LLMRequest.settle_later``; a tool loop's steps
-        settle as they go)."""
+        with images by the vision keys (which take no tools)."""
         images = request.messages[-1].images
         backend = self.vision if images and self.vision else self._backend
         async with activity() if activity is not None else nullcontext():
             if self._tool_loop is not None and backend is self._backend:
                 return await self._tool_loop.run(op, request, user_id, stream)
-            if settle_later:
-                request = replace(request, settle_later=True)
             if stream is None:
                 return ToolRun(await backend.complete(op, request), 1, ())
             return ToolRun(await backend.complete(op, request, stream=stream), 1, ())

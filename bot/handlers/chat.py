@@ -21,7 +21,6 @@ from aiogram.filters import Filter
 from aiogram.types import Message, MessageEntity
 from prometheus_client import Counter
 
-from bot.chat.after_reply import AfterReply
 from bot.chat.costs import HoldReader, cost_footer
 from bot.chat.deferral import FloodDeferral
 from bot.chat.delivery import send_text
@@ -216,7 +215,6 @@ async def answer_turn(
     if claim is not None and claim.verdict is not Verdict.NEW:
         return await send_duplicate_notice(bot, chat_id, claim, reply_to=message.message_id)
     plan = await _plan_of(user_plans, user_ctx.user_id) if reply is None else None
-    after: AfterReply | None = None  # what the answer writes once its reply is sent (314)
     if reply is None:
         if streams is not None and stream_config is not None and _streams(plan):
             courier.stream = _open_stream(
@@ -238,45 +236,17 @@ async def answer_turn(
         finally:
             if duplicates is not None and claim is not None:
                 duplicates.finish(claim.key, answered=answered_in_full(outcome))
-        after = await _answered(outcome, courier, stop_book, stream_metrics)
-        reply = reply_of(
-            outcome,
-            tz=user_ctx.tz,
-            message_id=message.message_id,
-            answer_to=answer_to,
-            footer=await _footer(outcome, wanted, ledger),
-        )
+        if courier.stream is not None:
+            await courier.stream.close()
+        if isinstance(outcome, ChatAnswer) and outcome.completion.stopped:
+            await book_stop(outcome.completion, stop_book, stream_metrics)
+        footer = await _footer(outcome, wanted, ledger)
+        reply = reply_of(outcome, tz=user_ctx.tz, message_id=message.message_id,
+                         answer_to=answer_to, footer=footer)  # fmt: skip
         reply = hushed(reply, outcome, user_ctx.user_id, rate_notices)  # one per window
     if reply.refusal is not None:
         refusals.labels(reply.refusal).inc()
-    return await _deliver(courier, reply, after)
-
-
-async def _deliver(courier: Courier, reply: Reply, after: AfterReply | None) -> IntakeStatus:
-    """``reply`` delivered, then what its answer writes after it (decision 314)."""
-    try:
-        return await courier.deliver(reply)
-    finally:
-        if after is not None:
-            await after.run()
-
-
-async def _answered(
-    outcome: ChatOutcome,
-    courier: Courier,
-    stop_book: StopBook | None,
-    stream_metrics: StreamMetrics | None,
-) -> AfterReply | None:
-    """The stream closed, a stopped answer's stop flagged (on its settled hold: its
-    settle is written first); what the answer writes after its reply (decision 314)."""
-    if courier.stream is not None:
-        await courier.stream.close()
-    after = outcome.after if isinstance(outcome, ChatAnswer) else None
-    if isinstance(outcome, ChatAnswer) and outcome.completion.stopped:
-        if after is not None:
-            await after.settle()
-        await book_stop(outcome.completion, stop_book, stream_metrics)
-    return after
+    return await courier.deliver(reply)
 
 
 def _persona_soon(
@@ -335,7 +305,6 @@ async def _answer(
         media=media,
         plan=plan,
         persona=persona,
-        after_reply=True,  # answer_turn runs the answer's writes once the reply is sent
     )
     return await until_ledger_answers(
         attempt,
@@ -435,11 +404,7 @@ async def _footer(
     if not isinstance(outcome, ChatAnswer):
         wanted.cancel()  # no footer to write: its read, if not done yet, is not needed
         return None
-    if not await wanted:
-        return None
-    if outcome.after is not None:  # the footer reads the booked entry: settle first (314)
-        await outcome.after.settle()
-    return await cost_footer(outcome, ledger)
+    return await cost_footer(outcome, ledger) if await wanted else None
 
 
 def _typing(bot: Bot, message: Message) -> Typing:

@@ -43,16 +43,10 @@ import logging
 from dataclasses import replace
 
 from budget.errors import BudgetError, HoldRefused
-from budget.protocol import (
-    HoldTicket,
-    LedgerPort,
-    OperationTicket,
-    PendingSettle,
-    RequestTicket,
-)
+from budget.protocol import HoldTicket, LedgerPort, OperationTicket, RequestTicket
 from budget.types import CalibrationSample, Usage
 from llm.cascade.degradation import LADDER_REASONS, DegradationLadder
-from llm.cascade.plan import AttemptPlan, Sizer, anomaly_detail, reserve
+from llm.cascade.plan import AttemptPlan, Sizer, reserve
 from llm.cascade.streamed import StreamProgress, cancelled_usage, streamed_call
 from llm.cascade.telemetry import Telemetry
 from llm.cascade.types import (
@@ -204,14 +198,9 @@ class GovernedAttempt:
                 completion.stopped or _usable(completion.text)
             )
             ends = op if request.ends_operation and answered else None
-            estimated = anomaly in _AT_CEILING or completion.estimated
-            if request.settle_later and ends is not None:  # the caller writes it (314)
-                cost = self._ledger.priced_musd(hold, usage)
-                later = PendingSettle(hold.hold_id, usage, estimated, ends, sample, cost)
-                cost, ended = later.cost_musd, False
-            else:
-                later = None
-                cost, ended = await self._settle_answer(hold, usage, estimated, ends, sample)
+            cost, ended = await self._settle_answer(
+                hold, usage, anomaly in _AT_CEILING or completion.estimated, ends, sample
+            )
         await self._keys.succeeded(provider.name, completion.rate_limits, cut=completion.stream_cut)
         await self._learn(provider, plan, completion, anomaly, cost)
         return replace(
@@ -223,7 +212,6 @@ class GovernedAttempt:
             hold_id=hold.hold_id,
             max_tokens=plan.max_tokens,
             operation_ended=ended,
-            pending_settle=later,
         )
 
     async def _hold(
@@ -410,7 +398,7 @@ class GovernedAttempt:
                 await self._telemetry.cooldown_opened(name, "usage_anomaly", until, True)
         if (name, kind) not in self._anomalies_told:
             self._anomalies_told.add((name, kind))
-            detail = anomaly_detail(kind, plan, completion)
+            detail = _anomaly_detail(kind, plan, completion)
             detail += (
                 "; the key is cooling down"
                 if provider.paid
@@ -449,6 +437,32 @@ def _possible(provider: Provider, plan: AttemptPlan) -> int:
     never below Kopek's own bound)."""
     window = max(provider.context_window_tokens, plan.input_bound)
     return possible_tokens(provider.name, plan.model, window, plan.max_tokens)
+
+
+def _anomaly_detail(kind: str, plan: AttemptPlan, completion: Completion) -> str:
+    """What admins are told about a usage anomaly (before what became of the key)."""
+    u = completion.usage
+    if kind == "implausible":
+        return (
+            f"reported {u.input_tokens}+{u.output_tokens} tokens, more than model "
+            f"{plan.model} can do (its context window + max_tokens {plan.max_tokens}); "
+            "booked at the ceiling, estimated"
+        )
+    if kind == "input_over_bound":
+        return (
+            f"reported {u.input_tokens} input tokens for a prompt Kopek bounds at "
+            f"{plan.input_bound} (held {plan.input_tokens}); booked as reported, the "
+            "model's calibration raised"
+        )
+    if completion.estimated:
+        return (
+            f"streamed past max_tokens {plan.max_tokens}: {u.output_tokens} output tokens "
+            "received (Kopek's count), the stream closed; booked as received"
+        )
+    return (
+        f"billed {u.output_tokens} output tokens with max_tokens {plan.max_tokens}; "
+        "booked as billed"
+    )
 
 
 def _judge(

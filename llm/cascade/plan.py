@@ -20,16 +20,9 @@ from budget.types import CalibrationSample, Origin
 from llm.cascade.types import CascadeConfig, TokenCounter
 from llm.providers.base import Provider
 from llm.providers.tools import tools_bound
-from llm.types import Completion, Message, ToolSpec
+from llm.types import Message, ToolSpec
 
-__all__ = [
-    "CALIBRATION_MIN_SAMPLES",
-    "AttemptPlan",
-    "Sizer",
-    "anomaly_detail",
-    "models_of",
-    "reserve",
-]
+__all__ = ["CALIBRATION_MIN_SAMPLES", "AttemptPlan", "Sizer", "models_of", "reserve"]
 
 log = logging.getLogger("kopek.llm.cascade")  # one logger for every part of the cascade
 
@@ -172,29 +165,3 @@ class Sizer:
         if samples < CALIBRATION_MIN_SAMPLES or ratio <= 0:
             return counted
         return max(1, -(-counted * ratio * _CAL_HEADROOM_PPM // 10**12))
-
-
-def anomaly_detail(kind: str, plan: AttemptPlan, completion: Completion) -> str:
-    """What admins are told about a usage anomaly (before what became of the key)."""
-    u = completion.usage
-    if kind == "implausible":
-        return (
-            f"reported {u.input_tokens}+{u.output_tokens} tokens, more than model "
-            f"{plan.model} can do (its context window + max_tokens {plan.max_tokens}); "
-            "booked at the ceiling, estimated"
-        )
-    if kind == "input_over_bound":
-        return (
-            f"reported {u.input_tokens} input tokens for a prompt Kopek bounds at "
-            f"{plan.input_bound} (held {plan.input_tokens}); booked as reported, the "
-            "model's calibration raised"
-        )
-    if completion.estimated:
-        return (
-            f"streamed past max_tokens {plan.max_tokens}: {u.output_tokens} output tokens "
-            "received (Kopek's count), the stream closed; booked as received"
-        )
-    return (
-        f"billed {u.output_tokens} output tokens with max_tokens {plan.max_tokens}; "
-        "booked as billed"
-    )

@@ -11,7 +11,7 @@ from pathlib import Path
 from bot.chat.delivery import split_markdown
 from budget.pricing.tokens import TokenCounter
 from llm.types import Message
-from tests.e2e.test_stream import BOT, LONG, env_for, holds, settling, until
+from tests.e2e.test_stream import BOT, LONG, env_for, holds, until
 from tests.support.inprocess import AppFactory, InProcessBot
 from tests.support.providers import FakeProviders
 from tests.support.telegram import FakeTelegram, utf16_len
@@ -467,7 +467,6 @@ async def test_a_streamed_message_deleted_mid_stream_gets_the_whole_answer_once(
     assert refused and refused[-1].status == 400
     assert not any("wrong" in e.text for e in fake_telegram.sent_events(since=mark))
     assert len(fake_providers.requests) == 1
-    await until(lambda: not settling(tmp_path / "kopek.db"))
     [hold] = holds(tmp_path / "kopek.db")
     assert hold["state"] == "settled"
     assert await bot.stop() == 0

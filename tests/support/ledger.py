@@ -280,7 +280,11 @@ class FakeLedger:
             )
         if hold.state != "held":
             return hold.actual_musd
-        actual = self.priced_musd(hold.ticket, usage)
+        t = hold.ticket
+        if isinstance(self.prices, FakePrices):
+            actual = self.prices.actual_musd(t.provider, t.model, usage)
+        else:
+            actual = self.prices.actual_musd(t.provider, t.model, usage, t.granted_at)  # type: ignore[attr-defined]
         hold.state, hold.usage, hold.actual_musd, hold.estimated = (
             "settled",
             usage,
@@ -288,12 +292,6 @@ class FakeLedger:
             estimated,
         )
         return actual
-
-    def priced_musd(self, hold: HoldTicket, usage: Usage) -> int:
-        t = hold
-        if isinstance(self.prices, FakePrices):
-            return self.prices.actual_musd(t.provider, t.model, usage)
-        return self.prices.actual_musd(t.provider, t.model, usage, t.granted_at)  # type: ignore[attr-defined,no-any-return]
 
     async def calibration(self) -> dict[tuple[str, str], tuple[int, int]]:
         return dict(self.calibrations)
