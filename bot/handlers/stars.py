@@ -42,7 +42,7 @@ from bot.handlers.subscriptions import (
     send_subscription_link,
     subscription_paid,
 )
-from bot.handlers.unsold import refund_unsold
+from bot.handlers.unsold import refund_replacing, refund_unsold
 from bot.handlers.wallet import on_topup, wallet_paid, wallet_pre_checkout, wallet_refunded
 from bot.middlewares.context import UserContext
 from bot.middlewares.languages import TELEGRAM_ONLY, ReplyLanguages
@@ -250,8 +250,11 @@ async def on_paid(
         await refund_unsold(message, bot, clock, notifier)
         return
     status = await plan_sales.ledger.user_status(user_id)
+    current = (status.plan, status.plan_until)
+    if await refund_replacing(message, bot, clock, plan_sales, current, notifier):
+        return
     booked = await plan_sales.payments.book(
-        charge, user_id, terms, paid.invoice_payload, current=(status.plan, status.plan_until)
+        charge, user_id, terms, paid.invoice_payload, current=current
     )
     applied = await plan_sales.apply(booked.payment)
     if applied is None:

@@ -36,7 +36,7 @@ from aiogram.types import InlineKeyboardButton, InlineKeyboardMarkup, LabeledPri
 from bot.access.sales import PlanSales
 from bot.access.stars import STARS_CURRENCY, PaymentTerms, invoice_payload
 from bot.chat.delivery import send_text
-from bot.handlers.unsold import refund_unsold
+from bot.handlers.unsold import refund_replacing, refund_unsold
 from bot.middlewares.context import UserContext
 from bot.ops.admin_notices import AdminNotifier
 from bot.storage.tables import StarPayment
@@ -129,6 +129,11 @@ async def subscription_paid(
         return
     expires = paid.subscription_expiration_date
     status = await plan_sales.ledger.user_status(user_id)
+    current = (status.plan, status.plan_until)
+    if await refund_replacing(
+        message, bot, clock, plan_sales, current, notifier, subscription=True
+    ):
+        return
     booked = await plan_sales.payments.book(
         charge,
         user_id,

@@ -25,6 +25,7 @@ __all__ = [
     "paid_text",
     "payment_auto_refunded_text",
     "payment_refunded_text",
+    "payment_replaced_refunded_text",
     "payments_private_text",
     "plan_check_failed_text",
     "plan_held_text",
@@ -251,6 +252,23 @@ def renewal_refunded_text(stars: int) -> str:
         "The plan you subscribed to is no longer sold as a subscription, so this renewal's "
         "{stars} ⭐ were refunded and the subscription was cancelled."
     ).format(stars=stars)
+
+
+def payment_replaced_refunded_text(current: str, stars: int, *, subscription: bool) -> str:
+    """A payment for another plan that passed its pre-checkout while the user's plan
+    ``current`` still had time left (two invoices paid one after the other): it would have
+    replaced that plan and lost its time, so it was refunded (and, for a subscription,
+    cancelled) and nothing changed (decision 278)."""
+    if subscription:
+        return _(
+            "You are on the {plan} plan: this subscription would have replaced it and lost "
+            "its time left, so its {stars} ⭐ were refunded, the subscription was cancelled "
+            "and nothing changed."
+        ).format(plan=shown_title(current), stars=stars)
+    return _(
+        "You are on the {plan} plan: this payment would have replaced it and lost its time "
+        "left, so its {stars} ⭐ were refunded and nothing changed."
+    ).format(plan=shown_title(current), stars=stars)
 
 
 def plan_held_text(current: str, until: str | None) -> str:

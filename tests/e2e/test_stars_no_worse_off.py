@@ -282,3 +282,39 @@ async def test_a_payment_seen_again_after_a_later_one_does_not_set_its_end_back(
     assert [e.text for e in fake_telegram.sent_events(BUYER, since=mark)] == [me]
     assert [row[1:] for row in _payments(env)] == [("pro", 250, 1), ("pro", 250, 1)]
     await bot.stop()
+
+
+async def test_a_payment_for_another_plan_paid_anyway_is_refunded_not_put_over_the_plan(
+    app_factory: AppFactory, fake_telegram: FakeTelegram, bot_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Two invoices passed their pre-checkouts one after the other: the buyer is on Pro
+    for 30 days when a Max subscription's first charge arrives. It would replace Pro and
+    lose its days, so it is refunded and cancelled, nothing booked, Pro kept; the same for
+    a one-off Pro payment arriving while a Max subscription runs."""
+    env = _env(bot_env, tmp_path)
+    bot = app_factory(env=env)
+    await bot.start()
+    assert "Pro plan until" in await _pay(fake_telegram, "plan:pro:250:30", 250)
+    now = int(time.time())
+    refunded = await _pay(fake_telegram, "sub:max:300:30", 300, now + 30 * DAY_S)
+    assert refunded == (
+        "You are on the Pro plan: this subscription would have replaced it and lost its "
+        "time left, so its 300 ⭐ were refunded, the subscription was cancelled and "
+        "nothing changed."
+    ), refunded
+    [(user, charge)] = fake_telegram.refunds
+    assert user == BUYER and fake_telegram.subscription_edits == [(BUYER, charge, True)]
+    assert [row[1:] for row in _payments(env)] == [("pro", 250, 1)]
+    me = await _send(fake_telegram, BUYER, "/me")
+    assert "Plan: Pro, until" in me, me
+
+    assert "User 10 is on max" in await _send(fake_telegram, ADMIN, "/plan 10 max 2099-01-01")
+    refunded = await _pay(fake_telegram, "plan:pro:250:30", 250)
+    assert refunded == (
+        "You are on the Max plan: this payment would have replaced it and lost its time "
+        "left, so its 250 ⭐ were refunded and nothing changed."
+    ), refunded
+    assert len(fake_telegram.refunds) == 2
+    assert [row[1:] for row in _payments(env)] == [("pro", 250, 1)]
+    assert "Plan: Max, until" in await _send(fake_telegram, BUYER, "/me")
+    await bot.stop()
